@@ -1,0 +1,67 @@
+/*
+ * common.h - units, error codes and the error buffer shared by every loom module.
+ *
+ * Units are fixed across the code base: time is int64_t microseconds (loom_us), money is US$
+ * per hour (double), memory is bytes (uint64_t). Functions return 0 or a negative LOOM_E* code;
+ * text for the user goes into a caller-owned loom_err, never to stderr.
+ */
+#ifndef LOOM_COMMON_H
+#define LOOM_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef int64_t loom_us;
+
+#define LOOM_US_PER_MS INT64_C(1000)
+#define LOOM_US_PER_S INT64_C(1000000)
+#define LOOM_GB UINT64_C(1000000000) /* host memory sizes in the papers are decimal GB */
+#define LOOM_GIB (UINT64_C(1) << 30)
+
+static inline loom_us loom_us_from_s(double s)
+{
+        return (loom_us)(s * 1e6 + (s >= 0 ? 0.5 : -0.5));
+}
+static inline double loom_us_to_s(loom_us t)
+{
+        return (double)t / 1e6;
+}
+
+enum {
+        LOOM_OK = 0,
+        LOOM_EINVAL = -1,   /* invalid argument or input; loom_err says which field */
+        LOOM_ENOMEM = -2,   /* allocation failed */
+        LOOM_ENOENT = -3,   /* no such job, group, node, lease */
+        LOOM_ESTATE = -4,   /* call not valid in the object's current state */
+        LOOM_EREJECT = -5,  /* a job cannot be placed (reason in loom_err) */
+        LOOM_EIO = -6,      /* file or socket error; loom_err has the OS message */
+        LOOM_ERANGE = -7,   /* a value or size is beyond a documented limit */
+        LOOM_ECORRUPT = -8, /* data failed a checksum or format check */
+        LOOM_ETIMEDOUT = -9,
+        LOOM_EEXIST = -10,
+        LOOM_EPROTO = -11, /* peer spoke something unexpected */
+};
+
+/* Static text for a LOOM_E* code; never NULL. */
+const char *loom_strerror(int code);
+
+/*
+ * A caller-owned error description. Functions that can fail on user input fill it: msg is the
+ * sentence for a person; field names the offending field ("jobs[2].slo"); line and col are
+ * 1-based positions in the input file, 0 when unknown.
+ */
+typedef struct loom_err {
+        char msg[512];
+        char field[128];
+        int line;
+        int col;
+} loom_err;
+
+/* Reset *e to "no error". e may be NULL. */
+void loom_err_clear(loom_err *e);
+/* Fill e (if not NULL) with field and a printf-style message; returns code, so a caller can
+ * write `return loom_err_set(e, LOOM_EINVAL, "slo", "must be >= 1.0, got %g", v);`. */
+int loom_err_set(loom_err *e, int code, const char *field, const char *fmt, ...)
+        __attribute__((format(printf, 4, 5)));
+
+#endif

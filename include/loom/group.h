@@ -1,0 +1,57 @@
+/*
+ * group.h - co-execution group arithmetic: effective phase times, loads, cycle, saturation and
+ * the meta-iteration simulation. Pure functions over plain arrays; the scheduler (sched.h), the
+ * simulator's baselines and the oracle all evaluate groups through these.
+ *
+ * A group owns R rollout nodes and P training GPUs (whole nodes). Every member trains on all P
+ * GPUs: a job that asked for g training GPUs trains for t_train * g / P when P <= g (slower when
+ * P < g), and for t_train / (1 + (P/g - 1) * eff) when P > g, eff being the policy's
+ * train_scaling_efficiency (1.0 = linear). Its training working set per node scales by g / P.
+ * Each member rolls out on the rollout nodes it is pinned to (local indexes 0..R-1).
+ *
+ * T_solo  = t_roll + t_train + t_sync on the job's own resources (sync occupies neither pool, but
+ *           a job's next rollout waits for it, so it is part of the iteration).
+ * T_cycle = max over members of their in-group T_solo.
+ * T_load  = max(sum of in-group t_train, max over rollout nodes of the sum of t_roll pinned there).
+ * Saturated when T_load >= T_cycle: no slack is left for another member.
+ */
+#ifndef LOOM_GROUP_H
+#define LOOM_GROUP_H
+
+#include "loom/job.h"
+
+/* One member as the meta-iteration sees it: in-group times and its rollout node indexes. */
+typedef struct loom_meta_job {
+        loom_us t_roll;
+        loom_us t_train; /* already scaled to the group's training pool */
+        loom_us t_sync;
+        int n_nodes;
+        const int *nodes; /* local rollout node indexes, ascending, each < n_rollout_nodes */
+} loom_meta_job;
+
+/* In-group training time of a job that asked for g GPUs in a pool of P GPUs. */
+loom_us loom_group_train_time(loom_us t_train, int g, int pool_gpus, double efficiency);
+/* In-group training working set per node. */
+uint64_t loom_group_train_mem(uint64_t mem_train, int g, int pool_gpus);
+
+loom_us loom_meta_t_cycle(const loom_meta_job *jobs, int n);
+loom_us loom_meta_t_load(const loom_meta_job *jobs, int n, int n_rollout_nodes);
+
+/*
+ * Simulate the group's round-robin schedule: every rollout node runs the rollouts pinned to it,
+ * and the training pool runs every member's training, in member (admission) order. A job's
+ * training waits for its rollout; its next rollout waits for its training plus its sync; a
+ * multi-node rollout waits for all its nodes. When warm_switch > 0 it is paid each time a
+ * node (or the training pool) changes job. The simulation runs until the schedule is periodic
+ * and returns the period: every member's co-executed iteration time, T_meta.
+ *
+ * For an unsaturated group with warm_switch == 0 this equals T_cycle (WEAVE Theorem 1).
+ * Returns LOOM_EINVAL for bad arguments (n < 1, a node index out of range), LOOM_ERANGE if no
+ * period was found within the iteration limit (cannot happen for n <= 64; guarded anyway).
+ * If starts is not NULL it receives, for each member, its rollout start time in the first
+ * periodic iteration (relative to the first rollout), for Gantt charts.
+ */
+int loom_meta_period(const loom_meta_job *jobs, int n, int n_rollout_nodes, loom_us warm_switch,
+                     loom_us *t_meta, loom_us *starts);
+
+#endif

@@ -1,0 +1,61 @@
+/*
+ * job.h - what an RL job asks for: GPUs per pool, worst-case phase times, SLO, working sets.
+ *
+ * Phase times are worst-case (every response at the max-token limit) on the job's own requested
+ * GPUs. The SLO is the tolerated slowdown of the co-executed iteration time against running
+ * alone (>= 1.0). Working sets are host-memory bytes per node: mem_rollout on every rollout node
+ * the job is pinned to, mem_train per training node at the job's own training size (it shrinks
+ * as a group spreads the job over more training nodes).
+ */
+#ifndef LOOM_JOB_H
+#define LOOM_JOB_H
+
+#include <stdbool.h>
+
+#include "loom/cluster.h"
+
+#define LOOM_JOB_ID_MAX 64
+#define LOOM_MAX_JOB_NODES 32 /* per pool; 256 GPUs at 8 per node */
+
+typedef enum loom_phase {
+        LOOM_PHASE_ROLLOUT = 0,
+        LOOM_PHASE_TRAIN = 1,
+        LOOM_PHASE_SYNC = 2, /* weights travel train -> rollout; uses no pool */
+} loom_phase;
+
+const char *loom_phase_name(loom_phase p); /* "rollout", "train", "sync" */
+/* Parse "rollout"/"train"/"sync"; 0 or LOOM_EINVAL. */
+int loom_phase_parse(const char *s, loom_phase *out);
+
+typedef struct loom_job_spec {
+        char id[LOOM_JOB_ID_MAX]; /* the user's name for the job; may be empty */
+        int rollout_gpus;         /* multiple of gpus_per_node */
+        int train_gpus;           /* multiple of gpus_per_node */
+        loom_us t_roll;           /* worst case, > 0 */
+        loom_us t_train;          /* worst case, > 0 */
+        loom_us t_sync;           /* >= 0 */
+        double slo;               /* >= 1.0 */
+        uint64_t mem_rollout;     /* bytes per rollout node */
+        uint64_t mem_train;       /* bytes per training node at train_gpus */
+        int64_t iterations;       /* 0 = unbounded */
+} loom_job_spec;
+
+/* A spec with zero times and SLO 1.0; callers fill the rest. */
+void loom_job_spec_init(loom_job_spec *s);
+/* 0, or LOOM_EINVAL naming the field. Checks values and their fit to cluster c (GPU multiples,
+ * node count limit). A working set larger than a node is NOT an error here: placement rejects
+ * such a job with a reason. */
+int loom_job_spec_validate(const loom_job_spec *s, const loom_cluster_cfg *c, loom_err *e);
+
+/* Solo iteration time on the job's own resources: t_roll + t_train + t_sync. */
+static inline loom_us loom_job_t_solo(const loom_job_spec *s)
+{
+        return s->t_roll + s->t_train + s->t_sync;
+}
+
+/* Host memory per node, WEAVE Table 2, for a model size in billions of parameters (3, 7, 14,
+ * 32, 70; other sizes interpolate). Table 2 gives 7B..70B; 3B is taken as half of 7B. */
+uint64_t loom_table2_mem_rollout(double model_b);
+uint64_t loom_table2_mem_train(double model_b);
+
+#endif

@@ -1,0 +1,261 @@
+/*
+ * sched.h - the scheduler facade: events in, actions out.
+ *
+ *     loom_sched *s = loom_sched_new(&cluster, &policy, err);
+ *     loom_sched_submit(s, now, &spec, &decision, &job);         admission + placement
+ *     loom_sched_phase_started(s, now, job, phase);              informational
+ *     loom_sched_progress(s, now, job, phase, done, total);      may trigger tail migration
+ *     loom_sched_phase_done(s, now, job, phase);
+ *     loom_sched_job_exit(s, now, job, reason);                  finished, cancelled, failed
+ *     while (loom_sched_next_action(s, &act)) apply(&act);
+ *
+ * The core decides, drivers (the simulator, loomd) execute and report back. It has no clock,
+ * no I/O and no threads: `now` is passed in and only recorded. One loom_sched is used by one
+ * thread at a time.
+ *
+ * Job lifecycle inside the core (dispatch.c):
+ *
+ *        submit            START(rollout)          done(rollout)
+ *   ---> WAIT_ROLL ------------------> ROLLING ------------------> WAIT_TRAIN
+ *          ^                                                          | START(train)
+ *          |  done(sync) / or straight after train when t_sync == 0   v
+ *        SYNCING <---------------------------------------------- TRAINING
+ *                  START(sync) after done(train)
+ *   Any state --job_exit--> gone (pins freed; JOB_DONE is emitted when `iterations` are reached).
+ *
+ * Ids (job, group, node) are small integers, never reused within one loom_sched.
+ */
+#ifndef LOOM_SCHED_H
+#define LOOM_SCHED_H
+
+#include <stdbool.h>
+
+#include "loom/group.h"
+
+typedef uint32_t loom_job_id;   /* 1, 2, 3, ... ; 0 = none */
+typedef uint32_t loom_group_id; /* 0, 1, 2, ... */
+typedef uint32_t loom_node_id;  /* per pool: 0, 1, 2, ... */
+
+#define LOOM_NO_JOB ((loom_job_id)0)
+#define LOOM_NEW_GROUP ((loom_group_id)UINT32_MAX)
+#define LOOM_MAX_GROUP_SIZE 16
+#define LOOM_MAX_GROUP_ROLLOUT_NODES (LOOM_MAX_GROUP_SIZE * LOOM_MAX_JOB_NODES)
+
+typedef enum loom_placer {
+        LOOM_PLACER_LOOM = 0, /* Algorithm 1: min marginal cost under memory + SLO */
+        LOOM_PLACER_RANDOM,   /* WEAVE §6.5 Random: a random group that can hold the job */
+        LOOM_PLACER_GREEDY,   /* WEAVE §6.5 Greedy: the most idle group, its most idle nodes */
+} loom_placer;
+
+typedef struct loom_policy_cfg {
+        int max_group_size;              /* default 5, at most LOOM_MAX_GROUP_SIZE */
+        double train_scaling_efficiency; /* (0, 1], default 1.0 */
+        loom_us warm_switch;             /* cost paid when a node changes job; default 0 */
+        bool tail_migration;             /* default true */
+        double tail_threshold;           /* fraction of responses done; default 0.8 */
+        int tail_keep_gpus;              /* GPUs kept for the tail; default 1 */
+        loom_placer placer;              /* default LOOM_PLACER_LOOM */
+        uint64_t seed;                   /* for LOOM_PLACER_RANDOM */
+} loom_policy_cfg;
+
+void loom_policy_cfg_default(loom_policy_cfg *p);
+int loom_policy_cfg_validate(const loom_policy_cfg *p, const loom_cluster_cfg *c, loom_err *e);
+
+/* ---- placement decisions ---------------------------------------------------------------- */
+
+typedef enum loom_decision_kind {
+        LOOM_DECISION_DIRECT_PACK = 0,
+        LOOM_DECISION_ROLLOUT_SCALE,
+        LOOM_DECISION_NEW_GROUP,
+        LOOM_DECISION_REJECTED,
+} loom_decision_kind;
+
+const char *loom_decision_kind_name(loom_decision_kind k); /* "direct_pack", ... */
+
+typedef enum loom_reject {
+        LOOM_REJECT_NONE = 0,
+        LOOM_REJECT_MEMORY,      /* a node's host memory would overflow (node named) */
+        LOOM_REJECT_SLO,         /* some member's T_meta > SLO * T_solo (job named) */
+        LOOM_REJECT_COSTLIER,    /* feasible but not the chosen one */
+        LOOM_REJECT_SATURATED,   /* the group was saturated: pruned before generating */
+        LOOM_REJECT_FULL,        /* the group had max_group_size members */
+        LOOM_REJECT_TOO_BIG,     /* the job's working set exceeds one node's host memory */
+} loom_reject;
+
+const char *loom_reject_name(loom_reject r); /* "memory", "slo", "costlier", ... */
+
+/* One placement the search looked at. Node ids that do not exist yet are the ids the new nodes
+ * would get. */
+typedef struct loom_candidate {
+        loom_decision_kind kind;
+        loom_group_id group; /* LOOM_NEW_GROUP for isolated provisioning */
+        int n_rollout_nodes;
+        loom_node_id rollout_nodes[LOOM_MAX_JOB_NODES];
+        int new_rollout_nodes;
+        int new_train_nodes;
+        double marginal_cost_per_hour;
+        loom_us t_meta;     /* of the resulting group; 0 if not evaluated */
+        double utilisation; /* T_load / T_meta of the resulting group */
+        loom_reject reject; /* LOOM_REJECT_NONE for the chosen one */
+        char why[160];      /* a sentence for the user when rejected */
+} loom_candidate;
+
+/* The outcome of placing one job. Owns its candidate array: loom_decision_free() releases it.
+ * Initialise with loom_decision_init(); record_candidates = false skips the list (benchmarks,
+ * the simulator), the counts are kept either way. */
+typedef struct loom_decision {
+        loom_decision_kind kind;
+        loom_group_id group;
+        int n_rollout_nodes;
+        loom_node_id rollout_nodes[LOOM_MAX_JOB_NODES];
+        int n_train_nodes;
+        loom_node_id train_nodes[LOOM_MAX_JOB_NODES];
+        double marginal_cost_per_hour;
+        loom_us t_meta;
+        double utilisation;
+        char reason[256]; /* why this one (or why rejected) */
+
+        bool record_candidates;
+        loom_candidate *candidates;
+        int n_candidates;
+        int cap_candidates;
+        int groups_pruned_saturated;
+        int groups_pruned_full;
+        int groups_pruned_bound; /* cut by an O(1) SLO or memory bound before generating */
+} loom_decision;
+
+void loom_decision_init(loom_decision *d, bool record_candidates);
+void loom_decision_free(loom_decision *d); /* releases candidates; d itself is the caller's */
+
+/* ---- the facade --------------------------------------------------------------------------- */
+
+typedef struct loom_sched loom_sched;
+
+/* Copies both configs (validated; e filled on LOOM_EINVAL). Returns NULL with e set on bad
+ * config, NULL with "out of memory" in e on ENOMEM. Free with loom_sched_free (NULL is fine). */
+loom_sched *loom_sched_new(const loom_cluster_cfg *c, const loom_policy_cfg *p, loom_err *e);
+void loom_sched_free(loom_sched *s);
+
+/*
+ * Admit and place a job. On success returns 0, *id gets the new job id and d the decision;
+ * the job waits for its first rollout (START_PHASE actions follow). If the job cannot be placed
+ * (working set bigger than a node) returns LOOM_EREJECT with the reason in d and e; an invalid
+ * spec returns LOOM_EINVAL naming the field. Either way nothing changed.
+ */
+int loom_sched_submit(loom_sched *s, loom_us now, const loom_job_spec *spec, loom_decision *d,
+                      loom_job_id *id, loom_err *e);
+/* The same search without changing anything: what submit would decide now. */
+int loom_sched_decide(const loom_sched *s, const loom_job_spec *spec, loom_decision *d,
+                      loom_err *e);
+
+int loom_sched_phase_started(loom_sched *s, loom_us now, loom_job_id job, loom_phase phase);
+/* Progress of a running phase (done of total units, e.g. responses). For a rollout past the
+ * tail threshold, with another rollout waiting on its node, emits MIGRATE_TAIL and starts the
+ * waiting rollout on the freed GPUs. Returns 1 if it migrated, 0 if not, <0 on error. */
+int loom_sched_progress(loom_sched *s, loom_us now, loom_job_id job, loom_phase phase,
+                        int64_t done, int64_t total);
+int loom_sched_phase_done(loom_sched *s, loom_us now, loom_job_id job, loom_phase phase);
+
+typedef enum loom_exit {
+        LOOM_EXIT_FINISHED = 0,
+        LOOM_EXIT_CANCELLED,
+        LOOM_EXIT_FAILED,
+} loom_exit;
+const char *loom_exit_name(loom_exit x);
+
+/* Remove a job: its pins are freed, a rollout node nobody is pinned to is released, an empty
+ * group releases everything; the others keep their round-robin. */
+int loom_sched_job_exit(loom_sched *s, loom_us now, loom_job_id job, loom_exit reason);
+
+/* For a driver that lost the job's phase state (loomd after a restart): put the job back
+ * waiting for `phase` (rollout or train); any phase it was running is forgotten and its
+ * resources freed. */
+int loom_sched_job_resume(loom_sched *s, loom_us now, loom_job_id job, loom_phase phase);
+
+typedef enum loom_action_type {
+        LOOM_ACT_START_PHASE = 0, /* job may run phase on nodes/gpus now */
+        LOOM_ACT_MIGRATE_TAIL,    /* job: squeeze the rollout tail onto keep_gpus of nodes[0] */
+        LOOM_ACT_RESIZE_PHASE,    /* job's running phase now has `gpus` GPUs (tail finished) */
+        LOOM_ACT_PROVISION_NODE,  /* bring up node in pool */
+        LOOM_ACT_RELEASE_NODE,    /* node in pool is no longer needed */
+        LOOM_ACT_JOB_DONE,        /* job reached its iterations and has left */
+} loom_action_type;
+
+const char *loom_action_type_name(loom_action_type t);
+
+typedef struct loom_action {
+        loom_action_type type;
+        loom_job_id job;
+        loom_phase phase;
+        loom_group_id group;
+        loom_pool pool; /* for node actions, and the pool of a phase */
+        loom_node_id node;
+        int n_nodes;
+        loom_node_id nodes[LOOM_MAX_JOB_NODES];
+        int gpus;      /* GPUs the phase runs on */
+        int keep_gpus; /* for MIGRATE_TAIL */
+} loom_action;
+
+/* Pop the next pending action in FIFO order; false when none. */
+bool loom_sched_next_action(loom_sched *s, loom_action *out);
+
+/* ---- queries ---------------------------------------------------------------------------- */
+
+typedef enum loom_job_state {
+        LOOM_JOB_WAIT_ROLL = 0,
+        LOOM_JOB_ROLLING,
+        LOOM_JOB_WAIT_TRAIN,
+        LOOM_JOB_TRAINING,
+        LOOM_JOB_SYNCING,
+} loom_job_state;
+const char *loom_job_state_name(loom_job_state s);
+
+typedef struct loom_job_info {
+        loom_job_id id;
+        loom_job_spec spec;
+        loom_job_state state;
+        loom_group_id group;
+        int n_rollout_nodes;
+        loom_node_id rollout_nodes[LOOM_MAX_JOB_NODES];
+        int n_train_nodes;
+        loom_node_id train_nodes[LOOM_MAX_JOB_NODES];
+        int64_t iterations_done;
+        loom_us t_train_in_group; /* t_train scaled to the group's training pool */
+        loom_us submitted_at;
+        bool tail_migrated; /* current rollout has been migrated to its tail GPUs */
+} loom_job_info;
+
+typedef struct loom_group_info {
+        loom_group_id id;
+        int n_members;
+        loom_job_id members[LOOM_MAX_GROUP_SIZE]; /* admission order */
+        int n_rollout_nodes;
+        loom_node_id rollout_nodes[LOOM_MAX_GROUP_ROLLOUT_NODES];
+        int n_train_nodes;
+        loom_node_id train_nodes[LOOM_MAX_JOB_NODES];
+        loom_us t_cycle, t_load, t_meta;
+        bool saturated;
+        double cost_per_hour;
+} loom_group_info;
+
+int loom_sched_job_info(const loom_sched *s, loom_job_id id, loom_job_info *out);
+int loom_sched_group_info(const loom_sched *s, loom_group_id id, loom_group_info *out);
+
+/* Fill ids[0..cap) with live job (group) ids in ascending order; returns how many exist
+ * (which may exceed cap). */
+int loom_sched_jobs(const loom_sched *s, loom_job_id *ids, int cap);
+int loom_sched_groups(const loom_sched *s, loom_group_id *ids, int cap);
+
+typedef struct loom_sched_stats {
+        int jobs, groups;
+        int nodes[2];          /* provisioned nodes per pool */
+        double cost_per_hour;  /* of every provisioned node */
+        uint64_t decisions[4]; /* by loom_decision_kind */
+        uint64_t migrations;
+} loom_sched_stats;
+
+void loom_sched_stats_get(const loom_sched *s, loom_sched_stats *out);
+const loom_cluster_cfg *loom_sched_cluster(const loom_sched *s);
+const loom_policy_cfg *loom_sched_policy(const loom_sched *s);
+
+#endif

@@ -1,0 +1,60 @@
+/*
+ * spec.h - the JSON formats of loom's inputs: cluster, policy, job spec and `loom place`
+ * scenarios (docs/formats.md). Shared by the CLI, the simulator and loomd so that one job spec
+ * means the same thing everywhere.
+ *
+ * Errors name the field by path ("jobs[1].slo") and, when the input came from text, its 1-based
+ * line and column. Unknown fields are errors (they are usually typos).
+ */
+#ifndef LOOM_SPEC_H
+#define LOOM_SPEC_H
+
+#include <jansson.h>
+
+#include "loom/sched.h"
+
+typedef struct loom_scenario {
+        loom_cluster_cfg cluster;
+        loom_policy_cfg policy;
+        int n_jobs;
+        loom_job_spec *jobs; /* owned; loom_scenario_free releases */
+} loom_scenario;
+
+/* Parse a scenario from text (name is used in messages, e.g. the file name). On error nothing
+ * is allocated and e has field, line and column. */
+int loom_scenario_parse(const char *text, size_t len, loom_scenario *out, loom_err *e);
+/* Read and parse a file ("-" = stdin). */
+int loom_scenario_load(const char *path, loom_scenario *out, loom_err *e);
+void loom_scenario_free(loom_scenario *s);
+
+/*
+ * Decode one object. `where` is the path prefix used in messages ("jobs[3]", "" for a top-level
+ * body). text/len, when not NULL, is the document `obj` was parsed from, used to find line and
+ * column of the offending field. extra_ok lists further field names the caller handles itself
+ * (NULL-terminated, may be NULL): they are skipped instead of reported as unknown.
+ *
+ * Job fields: id (string), rollout_gpus, train_gpus (ints), t_roll_s, t_train_s (> 0),
+ * sync_s (>= 0, default 0), slo (>= 1), mem_rollout_gb, mem_train_gb (>= 0; default from
+ * WEAVE Table 2 when "model_b" is given, else 0), model_b, iterations (>= 0, default 0).
+ */
+int loom_job_spec_from_json(json_t *obj, const char *where, const char *text, size_t len,
+                            const loom_cluster_cfg *c, const char *const *extra_ok,
+                            loom_job_spec *out, loom_err *e);
+int loom_cluster_cfg_from_json(json_t *obj, const char *where, const char *text, size_t len,
+                               loom_cluster_cfg *out, loom_err *e);
+int loom_policy_cfg_from_json(json_t *obj, const char *where, const char *text, size_t len,
+                              const loom_cluster_cfg *c, loom_policy_cfg *out, loom_err *e);
+
+/* Parse text into a JSON value with a loom_err naming line and column on syntax errors.
+ * Returns a new reference or NULL. */
+json_t *loom_json_parse(const char *text, size_t len, loom_err *e);
+
+/* Find where the value at `path` (e.g. "jobs[2].slo") starts in text; 0 on success. */
+int loom_json_locate(const char *text, size_t len, const char *path, int *line, int *col);
+
+/* Encoders for replies and reports (new references). */
+json_t *loom_decision_to_json(const loom_decision *d, const char *job_name);
+json_t *loom_job_spec_to_json(const loom_job_spec *s);
+json_t *loom_cluster_cfg_to_json(const loom_cluster_cfg *c);
+
+#endif

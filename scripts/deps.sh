@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs the Debian packages loom needs to build, test and run. Idempotent: when every package
+# is already present it prints nothing and touches nothing. Run as root (or with sudo available).
+set -euo pipefail
+
+pkgs=(
+  build-essential cmake ninja-build pkg-config   # toolchain
+  libjansson-dev                                 # JSON
+  libsqlite3-dev                                 # loomd store
+  libmicrohttpd-dev                              # loomd HTTP server
+  libcurl4-openssl-dev                           # client library
+  libcairo2-dev                                  # plots (SVG/PNG)
+  libcriterion-dev                               # unit tests
+  iproute2                                       # network namespaces + tc for sync bench
+  python3                                        # Python client shim and its tests
+)
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "deps: installing ${missing[*]}" >&2
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+# Refresh the package lists only when an install from the current lists fails.
+if ! $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; then
+  $SUDO apt-get update -qq >/dev/null
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

@@ -1,0 +1,43 @@
+/* common.c - error codes and the error buffer. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "loom/common.h"
+
+const char *loom_strerror(int code)
+{
+        switch (code) {
+        case LOOM_OK: return "ok";
+        case LOOM_EINVAL: return "invalid argument";
+        case LOOM_ENOMEM: return "out of memory";
+        case LOOM_ENOENT: return "no such object";
+        case LOOM_ESTATE: return "not valid in the current state";
+        case LOOM_EREJECT: return "rejected";
+        case LOOM_EIO: return "input/output error";
+        case LOOM_ERANGE: return "out of range";
+        case LOOM_ECORRUPT: return "corrupt data";
+        case LOOM_ETIMEDOUT: return "timed out";
+        case LOOM_EEXIST: return "already exists";
+        case LOOM_EPROTO: return "protocol error";
+        default: return "unknown error";
+        }
+}
+
+void loom_err_clear(loom_err *e)
+{
+        if (e)
+                memset(e, 0, sizeof *e);
+}
+
+int loom_err_set(loom_err *e, int code, const char *field, const char *fmt, ...)
+{
+        if (!e)
+                return code;
+        snprintf(e->field, sizeof e->field, "%s", field ? field : "");
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+        va_end(ap);
+        return code;
+}
