@@ -19,8 +19,8 @@ typedef struct loom_gpu_type {
         char name[32];
         double price_per_hour; /* US$ per GPU-hour */
         uint64_t hbm_bytes;
-        double tflops;      /* dense bf16 */
-        double hbm_tbps;    /* TB/s */
+        double tflops;   /* dense bf16 */
+        double hbm_tbps; /* TB/s */
 } loom_gpu_type;
 
 typedef struct loom_cluster_cfg {

@@ -62,6 +62,6 @@ void loom_err_clear(loom_err *e);
 /* Fill e (if not NULL) with field and a printf-style message; returns code, so a caller can
  * write `return loom_err_set(e, LOOM_EINVAL, "slo", "must be >= 1.0, got %g", v);`. */
 int loom_err_set(loom_err *e, int code, const char *field, const char *fmt, ...)
-        __attribute__((format(printf, 4, 5)));
+    __attribute__((format(printf, 4, 5)));
 
 #endif

@@ -74,12 +74,12 @@ const char *loom_decision_kind_name(loom_decision_kind k); /* "direct_pack", ...
 
 typedef enum loom_reject {
         LOOM_REJECT_NONE = 0,
-        LOOM_REJECT_MEMORY,      /* a node's host memory would overflow (node named) */
-        LOOM_REJECT_SLO,         /* some member's T_meta > SLO * T_solo (job named) */
-        LOOM_REJECT_COSTLIER,    /* feasible but not the chosen one */
-        LOOM_REJECT_SATURATED,   /* the group was saturated: pruned before generating */
-        LOOM_REJECT_FULL,        /* the group had max_group_size members */
-        LOOM_REJECT_TOO_BIG,     /* the job's working set exceeds one node's host memory */
+        LOOM_REJECT_MEMORY,    /* a node's host memory would overflow (node named) */
+        LOOM_REJECT_SLO,       /* some member's T_meta > SLO * T_solo (job named) */
+        LOOM_REJECT_COSTLIER,  /* feasible but not the chosen one */
+        LOOM_REJECT_SATURATED, /* the group was saturated: pruned before generating */
+        LOOM_REJECT_FULL,      /* the group had max_group_size members */
+        LOOM_REJECT_TOO_BIG,   /* the job's working set exceeds one node's host memory */
 } loom_reject;
 
 const char *loom_reject_name(loom_reject r); /* "memory", "slo", "costlier", ... */
@@ -152,8 +152,8 @@ int loom_sched_phase_started(loom_sched *s, loom_us now, loom_job_id job, loom_p
 /* Progress of a running phase (done of total units, e.g. responses). For a rollout past the
  * tail threshold, with another rollout waiting on its node, emits MIGRATE_TAIL and starts the
  * waiting rollout on the freed GPUs. Returns 1 if it migrated, 0 if not, <0 on error. */
-int loom_sched_progress(loom_sched *s, loom_us now, loom_job_id job, loom_phase phase,
-                        int64_t done, int64_t total);
+int loom_sched_progress(loom_sched *s, loom_us now, loom_job_id job, loom_phase phase, int64_t done,
+                        int64_t total);
 int loom_sched_phase_done(loom_sched *s, loom_us now, loom_job_id job, loom_phase phase);
 
 typedef enum loom_exit {

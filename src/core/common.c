@@ -8,19 +8,32 @@
 const char *loom_strerror(int code)
 {
         switch (code) {
-        case LOOM_OK: return "ok";
-        case LOOM_EINVAL: return "invalid argument";
-        case LOOM_ENOMEM: return "out of memory";
-        case LOOM_ENOENT: return "no such object";
-        case LOOM_ESTATE: return "not valid in the current state";
-        case LOOM_EREJECT: return "rejected";
-        case LOOM_EIO: return "input/output error";
-        case LOOM_ERANGE: return "out of range";
-        case LOOM_ECORRUPT: return "corrupt data";
-        case LOOM_ETIMEDOUT: return "timed out";
-        case LOOM_EEXIST: return "already exists";
-        case LOOM_EPROTO: return "protocol error";
-        default: return "unknown error";
+        case LOOM_OK:
+                return "ok";
+        case LOOM_EINVAL:
+                return "invalid argument";
+        case LOOM_ENOMEM:
+                return "out of memory";
+        case LOOM_ENOENT:
+                return "no such object";
+        case LOOM_ESTATE:
+                return "not valid in the current state";
+        case LOOM_EREJECT:
+                return "rejected";
+        case LOOM_EIO:
+                return "input/output error";
+        case LOOM_ERANGE:
+                return "out of range";
+        case LOOM_ECORRUPT:
+                return "corrupt data";
+        case LOOM_ETIMEDOUT:
+                return "timed out";
+        case LOOM_EEXIST:
+                return "already exists";
+        case LOOM_EPROTO:
+                return "protocol error";
+        default:
+                return "unknown error";
         }
 }
 

@@ -7,9 +7,12 @@
 const char *loom_phase_name(loom_phase p)
 {
         switch (p) {
-        case LOOM_PHASE_ROLLOUT: return "rollout";
-        case LOOM_PHASE_TRAIN: return "train";
-        case LOOM_PHASE_SYNC: return "sync";
+        case LOOM_PHASE_ROLLOUT:
+                return "rollout";
+        case LOOM_PHASE_TRAIN:
+                return "train";
+        case LOOM_PHASE_SYNC:
+                return "sync";
         }
         return "?";
 }

@@ -1,0 +1,68 @@
+/*
+ * server.h - loomd as a library: the live control plane around the scheduler core.
+ *
+ *     loom_server_cfg cfg;
+ *     loom_server_cfg_default(&cfg);
+ *     cfg.data_dir = "/var/lib/loom";
+ *     loom_server *s = loom_server_new(&cfg, &err);   opens the store, replays it, binds
+ *     loom_server_start(s);                            scheduler thread + HTTP threads
+ *     ...                                              (wait for SIGTERM)
+ *     loom_server_stop(s);                             stop accepting, finish replies, close store
+ *     loom_server_free(s);
+ *
+ * One scheduler thread owns the loom_sched and the SQLite store; libmicrohttpd threads parse
+ * requests and hand them over, suspending the connection until the reply is ready (long-poll
+ * acquires stay suspended until their permit or their wait ends). Every state change is
+ * committed to the store before its reply leaves. The HTTP API is described in docs/api.md.
+ */
+#ifndef LOOM_SERVER_H
+#define LOOM_SERVER_H
+
+#include <stdbool.h>
+
+#include "loom/sched.h"
+
+typedef struct loom_server loom_server;
+
+/* One line about something that happened (job accepted, permit granted, lease expired, ...),
+ * for the daemon's log. Called on the scheduler thread; must not call back into the server. */
+typedef void (*loom_server_log_fn)(void *arg, const char *line);
+
+typedef struct loom_server_cfg {
+        const char *data_dir; /* required; created if missing; holds loom.db (+ WAL) */
+        char listen_host[64]; /* dotted IPv4; default "127.0.0.1" */
+        int port;             /* default 7480; 0 = any free port (see loom_server_port) */
+        bool have_cluster;    /* cluster/policy below were given explicitly */
+        loom_cluster_cfg cluster;
+        loom_policy_cfg policy;
+        double lease_timeout_s; /* default 30: a lease or unclaimed permit not renewed expires */
+        double idle_timeout_s;  /* default 10: an idle (not suspended) connection is closed */
+        double max_wait_s;      /* default 300: upper bound on ?wait= of acquire */
+        bool sync_full;         /* fsync every commit (power-loss safe); default off: a commit
+                                   is written to the WAL before the reply, which survives a
+                                   crash of loomd but not of the machine */
+        loom_server_log_fn log;
+        void *log_arg;
+} loom_server_cfg;
+
+void loom_server_cfg_default(loom_server_cfg *c);
+
+/*
+ * Open (or create) the store under cfg->data_dir, rebuild the scheduler from it (replaying
+ * every accepted submit and exit, checking each placement against the stored one) and bind the
+ * listening socket. Returns NULL with e filled: LOOM_EINVAL for a bad config, LOOM_EIO for a
+ * file or socket error, LOOM_ECORRUPT when the store does not replay to the same placements.
+ * A store created with another cluster refuses a different explicit cluster (LOOM_EINVAL).
+ */
+loom_server *loom_server_new(const loom_server_cfg *cfg, loom_err *e);
+/* The TCP port actually bound. */
+int loom_server_port(const loom_server *s);
+/* Start the scheduler thread and begin serving. 0 or LOOM_EIO / LOOM_ENOMEM. */
+int loom_server_start(loom_server *s, loom_err *e);
+/* Stop accepting connections, answer every pending request (long-polls get 503), let the
+ * scheduler thread finish and close the store. Safe to call twice; not from a signal handler. */
+void loom_server_stop(loom_server *s);
+/* Stops if needed, then frees. NULL is fine. */
+void loom_server_free(loom_server *s);
+
+#endif

@@ -1,0 +1,122 @@
+/*
+ * internal.h - the scheduler's state, shared by sched.c (facade, bookkeeping), placement.c
+ * (inter-group search) and dispatch.c (intra-group round-robin). Not a public header.
+ *
+ * Ownership: a loom_sched owns its jobs, groups and nodes. Jobs, groups and nodes live in
+ * id-indexed pointer tables; a slot is NULL once the object is gone, ids are never reused.
+ * A group's "open" entry (in s->open) exists exactly while the group is neither saturated nor
+ * full; it caches the numbers the placement search needs to reject a group in O(1).
+ */
+#ifndef LOOM_CORE_INTERNAL_H
+#define LOOM_CORE_INTERNAL_H
+
+#include <stdbool.h>
+
+#include "loom/sched.h"
+
+typedef struct job {
+        loom_job_id id;
+        loom_job_spec spec;
+        struct group *group;
+        int n_rnodes;
+        loom_node_id rnodes[LOOM_MAX_JOB_NODES]; /* ascending */
+        loom_us t_train_in;                      /* t_train scaled to the group's pool */
+        uint64_t mem_train_in;                   /* per training node, scaled */
+        loom_us slo_budget;                      /* slo * T_solo: the most T_meta may be */
+        loom_job_state state;
+        uint64_t wait_seq; /* FIFO position while waiting for a pool */
+        int64_t iterations_done;
+        loom_us submitted_at;
+        bool migrated; /* current rollout squeezed onto its tail GPUs */
+        int gpus;      /* GPUs of the running phase */
+} job;
+
+typedef struct rnode {
+        loom_node_id id;
+        struct group *group;
+        loom_us load;      /* sum of t_roll pinned here */
+        uint64_t mem_used; /* sum of mem_rollout pinned here */
+        int n_pinned;
+        loom_job_id running; /* full occupant, or 0 */
+        loom_job_id tail;    /* a migrated tail on keep GPUs, or 0 */
+        int tail_gpus;
+        bool blocked; /* scratch for dispatch: an earlier waiter holds this node's FIFO */
+} rnode;
+
+typedef struct group {
+        loom_group_id id;
+        int n_members;
+        job *members[LOOM_MAX_GROUP_SIZE]; /* admission order */
+        int n_rnodes;
+        rnode **rnodes; /* ascending id; capacity cap_rnodes */
+        int cap_rnodes;
+        int n_tnodes;
+        loom_node_id tnodes[LOOM_MAX_JOB_NODES];
+        int train_gpus;
+        uint64_t train_mem_used; /* per training node */
+        loom_us sum_train, t_cycle, t_load, t_meta, min_budget;
+        bool saturated;
+        bool full;
+        int open_idx;              /* index in s->open, or -1 */
+        loom_job_id train_running; /* job holding the training pool, or 0 */
+} group;
+
+/* What the placement search needs of an open group, packed for a cache-friendly scan. */
+typedef struct open_group {
+        group *g;
+        loom_us t_cycle, sum_train, min_budget;
+        uint64_t train_mem_used;
+        int train_gpus;
+} open_group;
+
+typedef struct action_queue {
+        loom_action *a;
+        size_t head, len, cap;
+} action_queue;
+
+struct loom_sched {
+        loom_cluster_cfg cluster;
+        loom_policy_cfg policy;
+        double price[2]; /* per node */
+
+        job **jobs; /* indexed by id */
+        uint32_t cap_jobs, next_job;
+        int live_jobs;
+
+        group **groups; /* indexed by id */
+        uint32_t cap_groups, next_group;
+        int live_groups;
+
+        rnode **rnodes; /* rollout nodes by id */
+        uint32_t cap_rnodes, next_rnode;
+        uint8_t *tnode_live; /* training nodes by id: 1 while provisioned */
+        uint32_t cap_tnodes, next_tnode;
+        int nodes[2];
+
+        open_group *open;
+        int n_open, cap_open;
+        int n_closed_full; /* groups with max_group_size members */
+
+        action_queue actions;
+        uint64_t seq;
+        uint64_t rng; /* LOOM_PLACER_RANDOM */
+        loom_sched_stats stats;
+};
+
+/* sched.c */
+job *loom__job(const loom_sched *s, loom_job_id id);
+int loom__push_action(loom_sched *s, const loom_action *a);
+void loom__group_refresh(loom_sched *s, group *g); /* recompute caches + open membership */
+int loom__group_meta(const loom_sched *s, const group *g, loom_us *t_meta);
+
+/* placement.c */
+int loom__place(const loom_sched *s, const loom_job_spec *spec, loom_decision *d, loom_err *e,
+                uint64_t *rng);
+
+/* dispatch.c */
+void loom__dispatch(loom_sched *s, group *g, loom_us now);
+void loom__release_running(loom_sched *s, job *j, loom_us now);
+int loom__progress(loom_sched *s, job *j, loom_us now, int64_t done, int64_t total);
+int loom__phase_done(loom_sched *s, job *j, loom_us now, loom_phase phase);
+
+#endif

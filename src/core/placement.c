@@ -1,0 +1,586 @@
+/*
+ * placement.c - inter-group placement (WEAVE §4.2, Algorithm 1) and the two §6.5 baselines.
+ *
+ * For an arriving job the search skips saturated and full groups, rejects a group in O(1) when
+ * even its best case breaks a memory or SLO bound, and otherwise generates candidates: direct
+ * packing onto each existing rollout node (plus the k-1 least-loaded others, and new nodes if
+ * the group has fewer than k) and rollout scaling onto k new nodes. A candidate survives if no
+ * node's host memory overflows and the resulting meta-iteration time T_meta stays within
+ * SLO * T_solo for every member. Isolated provisioning (a new group of exactly the job's nodes)
+ * is the fallback. The choice minimises marginal cost, then maximises T_load / T_meta, then
+ * prefers the lowest group id and the lowest node ids. Nothing here changes the scheduler.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+typedef struct cand {
+        const group *g; /* NULL: isolated provisioning */
+        loom_decision_kind kind;
+        int n;
+        loom_node_id ids[LOOM_MAX_JOB_NODES]; /* ascending; new nodes get ids >= next_rnode */
+        int n_new;
+        double cost;
+        loom_us t_meta;
+        double util;
+        loom_reject reject;
+        char why[160];
+} cand;
+
+typedef struct search {
+        const loom_sched *s;
+        const loom_job_spec *spec;
+        int k;          /* rollout nodes the job needs */
+        loom_us budget; /* the job's own slo * T_solo */
+        loom_decision *d;
+        cand best;
+        bool have_best;
+        loom_err *e;
+} search;
+
+static const char *job_label(const job *j, char *buf, size_t n)
+{
+        if (j->spec.id[0])
+                snprintf(buf, n, "%s", j->spec.id);
+        else
+                snprintf(buf, n, "#%u", (unsigned)j->id);
+        return buf;
+}
+
+static int cmp_node_id(const void *a, const void *b)
+{
+        loom_node_id x = *(const loom_node_id *)a, y = *(const loom_node_id *)b;
+        return (x > y) - (x < y);
+}
+
+/* Strict "a is better than b" in the documented order. */
+static bool better(const cand *a, const cand *b)
+{
+        if (a->cost < b->cost - 1e-9)
+                return true;
+        if (a->cost > b->cost + 1e-9)
+                return false;
+        if (a->util > b->util + 1e-12)
+                return true;
+        if (a->util < b->util - 1e-12)
+                return false;
+        loom_group_id ga = a->g ? a->g->id : LOOM_NEW_GROUP, gb = b->g ? b->g->id : LOOM_NEW_GROUP;
+        if (ga != gb)
+                return ga < gb;
+        for (int i = 0; i < a->n && i < b->n; i++)
+                if (a->ids[i] != b->ids[i])
+                        return a->ids[i] < b->ids[i];
+        return a->n < b->n;
+}
+
+static int record(search *x, const cand *c)
+{
+        loom_decision *d = x->d;
+        if (!d->record_candidates)
+                return 0;
+        if (d->n_candidates == d->cap_candidates) {
+                int cap = d->cap_candidates ? 2 * d->cap_candidates : 16;
+                loom_candidate *p = realloc(d->candidates, sizeof *p * (size_t)cap);
+                if (!p)
+                        return LOOM_ENOMEM;
+                d->candidates = p;
+                d->cap_candidates = cap;
+        }
+        loom_candidate *o = &d->candidates[d->n_candidates++];
+        memset(o, 0, sizeof *o);
+        o->kind = c->kind;
+        o->group = c->g ? c->g->id : LOOM_NEW_GROUP;
+        o->n_rollout_nodes = c->n;
+        memcpy(o->rollout_nodes, c->ids, sizeof(loom_node_id) * (size_t)c->n);
+        o->new_rollout_nodes = c->n_new;
+        o->new_train_nodes = c->g ? 0 : x->spec->train_gpus / x->s->cluster.gpus_per_node;
+        o->marginal_cost_per_hour = c->cost;
+        o->t_meta = c->t_meta;
+        o->utilisation = c->util;
+        o->reject = c->reject;
+        snprintf(o->why, sizeof o->why, "%s", c->why);
+        return 0;
+}
+
+/* Local index of rollout node id in g (its rnodes are in ascending id order), or -1. */
+static int local_index(const group *g, loom_node_id id)
+{
+        int lo = 0, hi = g->n_rnodes - 1;
+        while (lo <= hi) {
+                int mid = (lo + hi) / 2;
+                if (g->rnodes[mid]->id == id)
+                        return mid;
+                if (g->rnodes[mid]->id < id)
+                        lo = mid + 1;
+                else
+                        hi = mid - 1;
+        }
+        return -1;
+}
+
+/*
+ * T_meta of group g with, optionally, one more member (times tr/tt/ts on candidate node ids
+ * c_ids, some of which may be new). Simulates the round robin.
+ */
+static int meta_with(const loom_sched *s, const group *g, const loom_us extra[3],
+                     const loom_node_id *c_ids, int c_n, loom_us *t_meta)
+{
+        enum { MAXM = LOOM_MAX_GROUP_SIZE + 1 };
+        loom_meta_job mj[MAXM];
+        int idx[MAXM][LOOM_MAX_JOB_NODES];
+        int n = 0, R = g->n_rnodes;
+        for (int i = 0; i < g->n_members; i++, n++) {
+                const job *j = g->members[i];
+                mj[n] = (loom_meta_job){j->spec.t_roll, j->t_train_in, j->spec.t_sync, j->n_rnodes,
+                                        idx[n]};
+                for (int k = 0; k < j->n_rnodes; k++)
+                        idx[n][k] = local_index(g, j->rnodes[k]);
+        }
+        if (extra) {
+                mj[n] = (loom_meta_job){extra[0], extra[1], extra[2], c_n, idx[n]};
+                for (int k = 0; k < c_n; k++) {
+                        int li = local_index(g, c_ids[k]);
+                        idx[n][k] = li >= 0 ? li : R++;
+                }
+                n++;
+        }
+        return loom_meta_period(mj, n, R, s->policy.warm_switch, t_meta, NULL);
+}
+
+int loom__group_meta(const loom_sched *s, const group *g, loom_us *t_meta)
+{
+        if (g->n_members == 0) {
+                *t_meta = 0;
+                return 0;
+        }
+        if (g->t_load < g->t_cycle && s->policy.warm_switch == 0) {
+                *t_meta = g->t_cycle; /* Theorem 1 */
+                return 0;
+        }
+        return meta_with(s, g, NULL, NULL, 0, t_meta);
+}
+
+/* The member whose SLO binds first (smallest budget), for messages. */
+static const job *tightest_member(const group *g)
+{
+        const job *t = NULL;
+        for (int i = 0; i < g->n_members; i++)
+                if (!t || g->members[i]->slo_budget < t->slo_budget)
+                        t = g->members[i];
+        return t;
+}
+
+static void slo_why(const search *x, const group *g, loom_us t_meta, char *why, size_t n)
+{
+        const job *t = tightest_member(g);
+        char lab[LOOM_JOB_ID_MAX + 8];
+        if (!t || x->budget < t->slo_budget)
+                snprintf(why, n, "T_meta %.1f s would exceed the new job's SLO bound %.1f s",
+                         loom_us_to_s(t_meta), loom_us_to_s(x->budget));
+        else
+                snprintf(why, n, "T_meta %.1f s would exceed job %s's SLO bound %.1f s",
+                         loom_us_to_s(t_meta), job_label(t, lab, sizeof lab),
+                         loom_us_to_s(t->slo_budget));
+}
+
+/* Evaluate candidate c in group g (memory, SLO, cost, T_meta, utilisation). */
+static int evaluate(search *x, cand *c)
+{
+        const loom_sched *s = x->s;
+        const group *g = c->g;
+        const loom_job_spec *sp = x->spec;
+        uint64_t host = s->cluster.host_mem_bytes;
+        loom_us tt = loom_group_train_time(sp->t_train, sp->train_gpus, g->train_gpus,
+                                           s->policy.train_scaling_efficiency);
+        c->cost = c->n_new * s->price[LOOM_POOL_ROLLOUT];
+        c->reject = LOOM_REJECT_NONE;
+        c->t_meta = 0;
+        c->util = 0;
+
+        loom_us max_load = sp->t_roll; /* a new node carries only the job */
+        for (int i = 0; i < g->n_rnodes; i++) {
+                const rnode *r = g->rnodes[i];
+                bool in = bsearch(&r->id, c->ids, (size_t)c->n, sizeof(loom_node_id),
+                                  cmp_node_id) != NULL;
+                if (in && r->mem_used + sp->mem_rollout > host) {
+                        c->reject = LOOM_REJECT_MEMORY;
+                        snprintf(c->why, sizeof c->why,
+                                 "rollout node %u would hold %.1f GB of working sets > %.1f GB",
+                                 (unsigned)r->id, (double)(r->mem_used + sp->mem_rollout) / 1e9,
+                                 (double)host / 1e9);
+                        return 0;
+                }
+                loom_us load = r->load + (in ? sp->t_roll : 0);
+                if (load > max_load)
+                        max_load = load;
+        }
+        loom_us sum_train = g->sum_train + tt;
+        loom_us t_load = sum_train > max_load ? sum_train : max_load;
+        loom_us solo_in = sp->t_roll + tt + sp->t_sync;
+        loom_us t_cycle = g->t_cycle > solo_in ? g->t_cycle : solo_in;
+        loom_us t_meta;
+        if (t_load < t_cycle && s->policy.warm_switch == 0) {
+                t_meta = t_cycle; /* Theorem 1: an unsaturated group runs at its cycle */
+        } else {
+                loom_us extra[3] = {sp->t_roll, tt, sp->t_sync};
+                int rc = meta_with(s, g, extra, c->ids, c->n, &t_meta);
+                if (rc)
+                        return rc;
+        }
+        c->t_meta = t_meta;
+        c->util = t_meta > 0 ? (double)t_load / (double)t_meta : 0;
+        loom_us budget = g->min_budget < x->budget ? g->min_budget : x->budget;
+        if (s->policy.placer == LOOM_PLACER_LOOM && t_meta > budget) {
+                c->reject = LOOM_REJECT_SLO;
+                slo_why(x, g, t_meta, c->why, sizeof c->why);
+        }
+        return 0;
+}
+
+/* Sort a group's rollout nodes by (load, id): the least-loaded first. */
+static int cmp_load(const void *a, const void *b)
+{
+        const rnode *x = *(rnode *const *)a, *y = *(rnode *const *)b;
+        if (x->load != y->load)
+                return x->load < y->load ? -1 : 1;
+        return (x->id > y->id) - (x->id < y->id);
+}
+
+static void finish_ids(const loom_sched *s, cand *c, int n_existing, int k)
+{
+        c->n_new = k - n_existing;
+        for (int i = 0; i < c->n_new; i++)
+                c->ids[n_existing + i] = s->next_rnode + (loom_node_id)i;
+        c->n = k;
+        qsort(c->ids, (size_t)k, sizeof(loom_node_id), cmp_node_id);
+}
+
+/* Direct-packing candidates of g, deduplicated, into out[]; returns how many. */
+static int gen_direct(const search *x, const group *g, rnode **sorted, cand *out)
+{
+        int k = x->k, R = g->n_rnodes, n = 0;
+        for (int i = 0; i < R; i++) {
+                cand c = {.g = g, .kind = LOOM_DECISION_DIRECT_PACK};
+                int m = 0;
+                c.ids[m++] = g->rnodes[i]->id;
+                for (int j = 0; j < R && m < k; j++)
+                        if (sorted[j] != g->rnodes[i])
+                                c.ids[m++] = sorted[j]->id;
+                finish_ids(x->s, &c, m, k);
+                bool dup = false;
+                for (int p = 0; p < n && !dup; p++)
+                        dup = !memcmp(out[p].ids, c.ids, sizeof(loom_node_id) * (size_t)k);
+                if (!dup)
+                        out[n++] = c;
+        }
+        return n;
+}
+
+static int consider(search *x, cand *c)
+{
+        int rc = evaluate(x, c);
+        if (rc)
+                return rc;
+        if (c->reject == LOOM_REJECT_NONE) {
+                if (!x->have_best || better(c, &x->best)) {
+                        if (x->have_best) {
+                                cand prev = x->best;
+                                prev.reject = LOOM_REJECT_COSTLIER;
+                                snprintf(prev.why, sizeof prev.why, "feasible but not the best");
+                                x->best = *c;
+                                return record(x, &prev) ? LOOM_ENOMEM : 0;
+                        }
+                        x->best = *c;
+                        x->have_best = true;
+                        return 0;
+                }
+                c->reject = LOOM_REJECT_COSTLIER;
+                snprintf(c->why, sizeof c->why, "feasible but not the best");
+        }
+        return record(x, c);
+}
+
+/* O(1) bounds: can any placement in g possibly work? */
+static bool group_may_fit(search *x, const open_group *o, char *why, size_t n, loom_reject *r)
+{
+        const loom_sched *s = x->s;
+        const loom_job_spec *sp = x->spec;
+        uint64_t mt = loom_group_train_mem(sp->mem_train, sp->train_gpus, o->train_gpus);
+        if (o->train_mem_used + mt > s->cluster.host_mem_bytes) {
+                *r = LOOM_REJECT_MEMORY;
+                snprintf(why, n, "training nodes would hold %.1f GB of working sets > %.1f GB",
+                         (double)(o->train_mem_used + mt) / 1e9,
+                         (double)s->cluster.host_mem_bytes / 1e9);
+                return false;
+        }
+        if (s->policy.placer != LOOM_PLACER_LOOM)
+                return true;
+        loom_us tt = loom_group_train_time(sp->t_train, sp->train_gpus, o->train_gpus,
+                                           s->policy.train_scaling_efficiency);
+        loom_us solo_in = sp->t_roll + tt + sp->t_sync;
+        loom_us lb = o->t_cycle > solo_in ? o->t_cycle : solo_in; /* T_meta >= T_cycle */
+        if (o->sum_train + tt > lb)
+                lb = o->sum_train + tt; /* T_meta >= training load */
+        loom_us budget = o->min_budget < x->budget ? o->min_budget : x->budget;
+        if (lb > budget) {
+                *r = LOOM_REJECT_SLO;
+                slo_why(x, o->g, lb, why, n);
+                return false;
+        }
+        return true;
+}
+
+static int search_group(search *x, const open_group *o)
+{
+        const group *g = o->g;
+        cand c = {.g = g, .kind = LOOM_DECISION_DIRECT_PACK};
+        loom_reject r;
+        if (!group_may_fit(x, o, c.why, sizeof c.why, &r)) {
+                x->d->groups_pruned_bound++;
+                if (!x->d->record_candidates)
+                        return 0;
+                c.reject = r;
+                return record(x, &c);
+        }
+        rnode *sorted[LOOM_MAX_GROUP_ROLLOUT_NODES];
+        memcpy(sorted, g->rnodes, sizeof(rnode *) * (size_t)g->n_rnodes);
+        qsort(sorted, (size_t)g->n_rnodes, sizeof(rnode *), cmp_load);
+        cand cs[LOOM_MAX_GROUP_ROLLOUT_NODES + 1];
+        int n = gen_direct(x, g, sorted, cs);
+        cand *sc = &cs[n++];
+        *sc = (cand){.g = g, .kind = LOOM_DECISION_ROLLOUT_SCALE};
+        finish_ids(x->s, sc, 0, x->k);
+        for (int i = 0; i < n; i++) {
+                int rc = consider(x, &cs[i]);
+                if (rc)
+                        return rc;
+        }
+        return 0;
+}
+
+static void isolated(const search *x, cand *c)
+{
+        const loom_sched *s = x->s;
+        const loom_job_spec *sp = x->spec;
+        memset(c, 0, sizeof *c);
+        c->kind = LOOM_DECISION_NEW_GROUP;
+        finish_ids(s, c, 0, x->k);
+        int t = sp->train_gpus / s->cluster.gpus_per_node;
+        c->cost = x->k * s->price[LOOM_POOL_ROLLOUT] + t * s->price[LOOM_POOL_TRAIN];
+        c->t_meta = loom_job_t_solo(sp);
+        loom_us load = sp->t_roll > sp->t_train ? sp->t_roll : sp->t_train;
+        c->util = c->t_meta > 0 ? (double)load / (double)c->t_meta : 0;
+}
+
+static uint64_t splitmix(uint64_t *st)
+{
+        uint64_t z = (*st += UINT64_C(0x9e3779b97f4a7c15));
+        z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+        z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+        return z ^ (z >> 31);
+}
+
+/* Group idleness for Greedy: 1 - mean of rollout and training utilisation. */
+static double group_idle(const group *g)
+{
+        if (g->t_meta <= 0 || g->n_rnodes == 0)
+                return 1.0;
+        loom_us roll = 0;
+        for (int i = 0; i < g->n_rnodes; i++)
+                roll += g->rnodes[i]->load;
+        double ur = (double)roll / ((double)g->n_rnodes * (double)g->t_meta);
+        double ut = (double)g->sum_train / (double)g->t_meta;
+        return 1.0 - (ur + ut) / 2.0;
+}
+
+/*
+ * The §6.5 baselines. Both check capacity (group size) and memory, not SLOs. Random picks a
+ * uniformly random group among those with a memory-feasible placement, or a new group (one more
+ * option), then a random feasible placement in it. Greedy picks the most idle group whose
+ * placement on its most idle rollout nodes fits, else a new group.
+ */
+static int search_baseline(search *x, uint64_t *rng)
+{
+        const loom_sched *s = x->s;
+        int cap = (int)s->next_group + 1, n_opts = 0;
+        cand *opts = malloc(sizeof *opts * (size_t)cap);
+        if (!opts)
+                return LOOM_ENOMEM;
+        double best_idle = -1;
+        for (uint32_t gi = 0; gi < s->next_group; gi++) {
+                const group *g = s->groups[gi];
+                if (!g || g->n_members >= s->policy.max_group_size)
+                        continue;
+                open_group o = {(group *)g,    g->t_cycle,        g->sum_train,
+                                g->min_budget, g->train_mem_used, g->train_gpus};
+                char why[160];
+                loom_reject r;
+                if (!group_may_fit(x, &o, why, sizeof why, &r))
+                        continue;
+                rnode *sorted[LOOM_MAX_GROUP_ROLLOUT_NODES];
+                memcpy(sorted, g->rnodes, sizeof(rnode *) * (size_t)g->n_rnodes);
+                qsort(sorted, (size_t)g->n_rnodes, sizeof(rnode *), cmp_load);
+                cand cs[LOOM_MAX_GROUP_ROLLOUT_NODES + 1];
+                int n = gen_direct(x, g, sorted, cs), ok = 0;
+                cs[n] = (cand){.g = g, .kind = LOOM_DECISION_ROLLOUT_SCALE};
+                finish_ids(s, &cs[n], 0, x->k);
+                n++;
+                if (s->policy.placer == LOOM_PLACER_GREEDY) {
+                        /* the most idle nodes: direct packing led by the least-loaded node */
+                        int lead = 0;
+                        for (int i = 0; i < n - 1; i++)
+                                if (bsearch(&sorted[0]->id, cs[i].ids, (size_t)x->k,
+                                            sizeof(loom_node_id), cmp_node_id))
+                                        lead = i;
+                        int rc = evaluate(x, &cs[lead]);
+                        if (rc) {
+                                free(opts);
+                                return rc;
+                        }
+                        double idle = group_idle(g);
+                        if (cs[lead].reject == LOOM_REJECT_NONE && idle > best_idle + 1e-12) {
+                                best_idle = idle;
+                                opts[0] = cs[lead];
+                                n_opts = 1;
+                        }
+                        continue;
+                }
+                /* Random: a uniformly random memory-feasible placement on existing nodes;
+                 * scaling out only when no existing node fits. */
+                int feasible[LOOM_MAX_GROUP_ROLLOUT_NODES + 1];
+                for (int i = 0; i < n; i++) {
+                        int rc = evaluate(x, &cs[i]);
+                        if (rc) {
+                                free(opts);
+                                return rc;
+                        }
+                        if (cs[i].reject == LOOM_REJECT_NONE &&
+                            (cs[i].kind == LOOM_DECISION_DIRECT_PACK || ok == 0))
+                                feasible[ok++] = i;
+                }
+                if (ok > 1 && cs[feasible[ok - 1]].kind == LOOM_DECISION_ROLLOUT_SCALE)
+                        ok--;
+                if (ok)
+                        opts[n_opts++] = cs[feasible[splitmix(rng) % (uint64_t)ok]];
+        }
+        cand iso;
+        isolated(x, &iso);
+        if (s->policy.placer == LOOM_PLACER_RANDOM) {
+                uint64_t pick = splitmix(rng) % (uint64_t)(n_opts + 1);
+                x->best = pick == (uint64_t)n_opts ? iso : opts[pick];
+        } else {
+                x->best = n_opts ? opts[0] : iso;
+        }
+        x->have_best = true;
+        free(opts);
+        return record(x, &x->best) ? LOOM_ENOMEM : 0;
+}
+
+static int reject_too_big(search *x)
+{
+        const loom_sched *s = x->s;
+        const loom_job_spec *sp = x->spec;
+        uint64_t host = s->cluster.host_mem_bytes;
+        const char *which = sp->mem_rollout > host ? "mem_rollout_gb" : "mem_train_gb";
+        uint64_t v = sp->mem_rollout > host ? sp->mem_rollout : sp->mem_train;
+        loom_decision *d = x->d;
+        d->kind = LOOM_DECISION_REJECTED;
+        d->group = LOOM_NEW_GROUP;
+        snprintf(d->reason, sizeof d->reason,
+                 "working set %.1f GB (%s) exceeds a node's host memory of %.1f GB",
+                 (double)v / 1e9, which, (double)host / 1e9);
+        return loom_err_set(x->e, LOOM_EREJECT, which, "%s", d->reason);
+}
+
+static void fill_decision(search *x)
+{
+        const loom_sched *s = x->s;
+        loom_decision *d = x->d;
+        const cand *b = &x->best;
+        d->kind = b->kind;
+        d->group = b->g ? b->g->id : s->next_group;
+        d->n_rollout_nodes = b->n;
+        memcpy(d->rollout_nodes, b->ids, sizeof(loom_node_id) * (size_t)b->n);
+        if (b->g) {
+                d->n_train_nodes = b->g->n_tnodes;
+                memcpy(d->train_nodes, b->g->tnodes, sizeof(loom_node_id) * (size_t)b->g->n_tnodes);
+        } else {
+                d->n_train_nodes = x->spec->train_gpus / s->cluster.gpus_per_node;
+                for (int i = 0; i < d->n_train_nodes; i++)
+                        d->train_nodes[i] = s->next_tnode + (loom_node_id)i;
+        }
+        d->marginal_cost_per_hour = b->cost;
+        d->t_meta = b->t_meta;
+        d->utilisation = b->util;
+        if (b->g)
+                snprintf(d->reason, sizeof d->reason,
+                         "%s into group %u: +$%.2f/h, T_meta %.1f s, utilisation %.2f",
+                         loom_decision_kind_name(b->kind), (unsigned)b->g->id, b->cost,
+                         loom_us_to_s(b->t_meta), b->util);
+        else
+                snprintf(d->reason, sizeof d->reason,
+                         "no existing group can take the job within memory and SLOs: "
+                         "new group, +$%.2f/h",
+                         b->cost);
+}
+
+int loom__place(const loom_sched *s, const loom_job_spec *spec, loom_decision *d, loom_err *e,
+                uint64_t *rng)
+{
+        search x = {.s = s, .spec = spec, .d = d, .e = e};
+        x.k = spec->rollout_gpus / s->cluster.gpus_per_node;
+        x.budget = (loom_us)(spec->slo * (double)loom_job_t_solo(spec));
+        d->n_candidates = 0;
+        d->groups_pruned_bound = 0;
+        d->groups_pruned_saturated = 0;
+        d->groups_pruned_full = 0;
+        if (spec->mem_rollout > s->cluster.host_mem_bytes ||
+            spec->mem_train > s->cluster.host_mem_bytes)
+                return reject_too_big(&x);
+
+        for (uint32_t gi = 0; gi < s->next_group && d->record_candidates; gi++) {
+                const group *g = s->groups[gi];
+                if (!g || g->open_idx >= 0)
+                        continue;
+                cand c = {.g = g, .kind = LOOM_DECISION_DIRECT_PACK};
+                if (g->n_members >= s->policy.max_group_size) {
+                        c.reject = LOOM_REJECT_FULL;
+                        snprintf(c.why, sizeof c.why, "group has %d members, the maximum",
+                                 g->n_members);
+                } else {
+                        c.reject = LOOM_REJECT_SATURATED;
+                        snprintf(c.why, sizeof c.why,
+                                 "group is saturated (T_load %.1f s >= T_cycle %.1f s)",
+                                 loom_us_to_s(g->t_load), loom_us_to_s(g->t_cycle));
+                }
+                if (record(&x, &c))
+                        return LOOM_ENOMEM;
+        }
+        d->groups_pruned_full = s->n_closed_full;
+        d->groups_pruned_saturated = s->live_groups - s->n_open - s->n_closed_full;
+
+        int rc = 0;
+        if (s->policy.placer == LOOM_PLACER_LOOM) {
+                for (int i = 0; i < s->n_open && !rc; i++)
+                        rc = search_group(&x, &s->open[i]);
+                if (!rc) {
+                        cand iso;
+                        isolated(&x, &iso);
+                        rc = consider(&x, &iso);
+                }
+        } else {
+                rc = search_baseline(&x, rng);
+        }
+        if (rc)
+                return loom_err_set(e, rc, "", "placement search failed: %s", loom_strerror(rc));
+        if (s->policy.placer == LOOM_PLACER_LOOM) {
+                x.best.reject = LOOM_REJECT_NONE;
+                snprintf(x.best.why, sizeof x.best.why, "chosen");
+                if (record(&x, &x.best))
+                        return loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
+        }
+        fill_decision(&x);
+        return 0;
+}

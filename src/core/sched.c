@@ -1,0 +1,659 @@
+/*
+ * sched.c - the scheduler facade: owns jobs, groups and nodes, applies placement decisions,
+ * forwards phase events to the dispatcher, and queues actions for the driver.
+ *
+ * Group lifecycle:
+ *
+ *   (none) --submit: new_group--> OPEN <--------------------+
+ *                                  |  member joins/leaves   |
+ *                                  v                        |
+ *                   CLOSED (saturated or full: skipped by placement)
+ *   any --last member exits--> released (training and rollout nodes RELEASE_NODE'd)
+ *
+ * Invariant (checked by assert_group): a group's cached sums equal what its members imply, and
+ * it is in s->open exactly when it has members and is neither saturated nor full.
+ */
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* ---- names and defaults -------------------------------------------------------------- */
+
+const char *loom_decision_kind_name(loom_decision_kind k)
+{
+        static const char *const n[] = {"direct_pack", "rollout_scale", "new_group", "rejected"};
+        return (unsigned)k < 4 ? n[k] : "?";
+}
+
+const char *loom_reject_name(loom_reject r)
+{
+        static const char *const n[] = {"none",      "memory", "slo",    "costlier",
+                                        "saturated", "full",   "too_big"};
+        return (unsigned)r < 7 ? n[r] : "?";
+}
+
+const char *loom_exit_name(loom_exit x)
+{
+        static const char *const n[] = {"finished", "cancelled", "failed"};
+        return (unsigned)x < 3 ? n[x] : "?";
+}
+
+const char *loom_action_type_name(loom_action_type t)
+{
+        static const char *const n[] = {"start_phase",    "migrate_tail", "resize_phase",
+                                        "provision_node", "release_node", "job_done"};
+        return (unsigned)t < 6 ? n[t] : "?";
+}
+
+const char *loom_job_state_name(loom_job_state st)
+{
+        static const char *const n[] = {"wait_rollout", "rollout", "wait_train", "train", "sync"};
+        return (unsigned)st < 5 ? n[st] : "?";
+}
+
+void loom_policy_cfg_default(loom_policy_cfg *p)
+{
+        memset(p, 0, sizeof *p);
+        p->max_group_size = 5;
+        p->train_scaling_efficiency = 1.0;
+        p->warm_switch = 0;
+        p->tail_migration = true;
+        p->tail_threshold = 0.8;
+        p->tail_keep_gpus = 1;
+        p->placer = LOOM_PLACER_LOOM;
+        p->seed = 1;
+}
+
+int loom_policy_cfg_validate(const loom_policy_cfg *p, const loom_cluster_cfg *c, loom_err *e)
+{
+        if (p->max_group_size < 1 || p->max_group_size > LOOM_MAX_GROUP_SIZE)
+                return loom_err_set(e, LOOM_EINVAL, "max_group_size",
+                                    "max_group_size must be 1..%d, got %d", LOOM_MAX_GROUP_SIZE,
+                                    p->max_group_size);
+        if (!(p->train_scaling_efficiency > 0 && p->train_scaling_efficiency <= 1.0))
+                return loom_err_set(e, LOOM_EINVAL, "train_scaling_efficiency",
+                                    "train_scaling_efficiency must be in (0, 1]");
+        if (p->warm_switch < 0)
+                return loom_err_set(e, LOOM_EINVAL, "warm_switch_s", "warm_switch_s must be >= 0");
+        if (!(p->tail_threshold > 0 && p->tail_threshold <= 1.0))
+                return loom_err_set(e, LOOM_EINVAL, "tail_threshold",
+                                    "tail_threshold must be in (0, 1]");
+        if (p->tail_keep_gpus < 1 || p->tail_keep_gpus >= c->gpus_per_node)
+                return loom_err_set(e, LOOM_EINVAL, "tail_keep_gpus",
+                                    "tail_keep_gpus must be 1..%d (fewer than a node)",
+                                    c->gpus_per_node - 1);
+        if ((unsigned)p->placer > LOOM_PLACER_GREEDY)
+                return loom_err_set(e, LOOM_EINVAL, "placer", "unknown placer");
+        return 0;
+}
+
+void loom_decision_init(loom_decision *d, bool record_candidates)
+{
+        memset(d, 0, sizeof *d);
+        d->record_candidates = record_candidates;
+}
+
+void loom_decision_free(loom_decision *d)
+{
+        if (!d)
+                return;
+        free(d->candidates);
+        d->candidates = NULL;
+        d->n_candidates = d->cap_candidates = 0;
+}
+
+/* ---- tables ---------------------------------------------------------------------------- */
+
+/* Grow *tab (of *cap elements of size sz) to hold index i; new slots are zeroed. */
+static int grow(void **tab, uint32_t *cap, uint32_t i, size_t sz)
+{
+        if (i < *cap)
+                return 0;
+        uint32_t n = *cap ? *cap : 64;
+        while (n <= i)
+                n *= 2;
+        void *p = realloc(*tab, sz * n);
+        if (!p)
+                return LOOM_ENOMEM;
+        memset((char *)p + sz * *cap, 0, sz * (n - *cap));
+        *tab = p;
+        *cap = n;
+        return 0;
+}
+
+job *loom__job(const loom_sched *s, loom_job_id id)
+{
+        return id > 0 && id < s->next_job ? s->jobs[id] : NULL;
+}
+
+static group *group_of(const loom_sched *s, loom_group_id id)
+{
+        return id < s->next_group ? s->groups[id] : NULL;
+}
+
+int loom__push_action(loom_sched *s, const loom_action *a)
+{
+        action_queue *q = &s->actions;
+        if (q->len == q->cap) {
+                size_t cap = q->cap ? 2 * q->cap : 64;
+                loom_action *p = malloc(sizeof *p * cap);
+                if (!p)
+                        return LOOM_ENOMEM;
+                for (size_t i = 0; i < q->len; i++)
+                        p[i] = q->a[(q->head + i) % q->cap];
+                free(q->a);
+                q->a = p;
+                q->cap = cap;
+                q->head = 0;
+        }
+        q->a[(q->head + q->len++) % q->cap] = *a;
+        return 0;
+}
+
+bool loom_sched_next_action(loom_sched *s, loom_action *out)
+{
+        action_queue *q = &s->actions;
+        if (!q->len)
+                return false;
+        *out = q->a[q->head];
+        q->head = (q->head + 1) % q->cap;
+        q->len--;
+        return true;
+}
+
+/* ---- lifecycle ------------------------------------------------------------------------- */
+
+loom_sched *loom_sched_new(const loom_cluster_cfg *c, const loom_policy_cfg *p, loom_err *e)
+{
+        if (loom_cluster_cfg_validate(c, e) || loom_policy_cfg_validate(p, c, e))
+                return NULL;
+        loom_sched *s = calloc(1, sizeof *s);
+        if (!s) {
+                loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
+                return NULL;
+        }
+        s->cluster = *c;
+        s->policy = *p;
+        s->price[LOOM_POOL_ROLLOUT] = loom_cluster_node_price(c, LOOM_POOL_ROLLOUT);
+        s->price[LOOM_POOL_TRAIN] = loom_cluster_node_price(c, LOOM_POOL_TRAIN);
+        s->next_job = 1;
+        s->rng = p->seed;
+        return s;
+}
+
+static void group_free(group *g)
+{
+        if (g) {
+                free(g->rnodes);
+                free(g);
+        }
+}
+
+void loom_sched_free(loom_sched *s)
+{
+        if (!s)
+                return;
+        for (uint32_t i = 0; i < s->next_job; i++)
+                free(s->jobs[i]);
+        for (uint32_t i = 0; i < s->next_group; i++)
+                group_free(s->groups[i]);
+        for (uint32_t i = 0; i < s->next_rnode; i++)
+                free(s->rnodes[i]);
+        free(s->jobs);
+        free(s->groups);
+        free(s->rnodes);
+        free(s->tnode_live);
+        free(s->open);
+        free(s->actions.a);
+        free(s);
+}
+
+/* ---- group bookkeeping ----------------------------------------------------------------- */
+
+static void open_remove(loom_sched *s, group *g)
+{
+        if (g->open_idx < 0)
+                return;
+        int i = g->open_idx, last = --s->n_open;
+        if (i != last) {
+                s->open[i] = s->open[last];
+                s->open[i].g->open_idx = i;
+        }
+        g->open_idx = -1;
+}
+
+static int open_put(loom_sched *s, group *g)
+{
+        if (g->open_idx < 0) {
+                if (s->n_open == s->cap_open) {
+                        int cap = s->cap_open ? 2 * s->cap_open : 64;
+                        open_group *p = realloc(s->open, sizeof *p * (size_t)cap);
+                        if (!p)
+                                return LOOM_ENOMEM;
+                        s->open = p;
+                        s->cap_open = cap;
+                }
+                g->open_idx = s->n_open++;
+        }
+        s->open[g->open_idx] = (open_group){
+            g, g->t_cycle, g->sum_train, g->min_budget, g->train_mem_used, g->train_gpus};
+        return 0;
+}
+
+#ifndef NDEBUG
+static void assert_group(const loom_sched *s, const group *g)
+{
+        loom_us sum = 0;
+        uint64_t mem = 0;
+        for (int i = 0; i < g->n_members; i++) {
+                sum += g->members[i]->t_train_in;
+                mem += g->members[i]->mem_train_in;
+                assert(g->members[i]->group == g);
+        }
+        assert(sum == g->sum_train && mem == g->train_mem_used);
+        for (int i = 1; i < g->n_rnodes; i++)
+                assert(g->rnodes[i - 1]->id < g->rnodes[i]->id);
+        bool open = g->n_members > 0 && !g->saturated && !g->full;
+        assert(open == (g->open_idx >= 0));
+        (void)s;
+}
+#else
+#define assert_group(s, g) ((void)0)
+#endif
+
+void loom__group_refresh(loom_sched *s, group *g)
+{
+        g->sum_train = 0;
+        g->t_cycle = 0;
+        g->min_budget = INT64_MAX;
+        g->train_mem_used = 0;
+        for (int i = 0; i < g->n_members; i++) {
+                const job *j = g->members[i];
+                g->sum_train += j->t_train_in;
+                g->train_mem_used += j->mem_train_in;
+                loom_us solo = j->spec.t_roll + j->t_train_in + j->spec.t_sync;
+                if (solo > g->t_cycle)
+                        g->t_cycle = solo;
+                if (j->slo_budget < g->min_budget)
+                        g->min_budget = j->slo_budget;
+        }
+        g->t_load = g->sum_train;
+        for (int i = 0; i < g->n_rnodes; i++)
+                if (g->rnodes[i]->load > g->t_load)
+                        g->t_load = g->rnodes[i]->load;
+        g->saturated = g->t_load >= g->t_cycle;
+        if (loom__group_meta(s, g, &g->t_meta))
+                g->t_meta = g->t_load > g->t_cycle ? g->t_load : g->t_cycle;
+        bool full = g->n_members >= s->policy.max_group_size;
+        s->n_closed_full += (int)full - (int)g->full;
+        g->full = full;
+        if (g->n_members > 0 && !g->saturated && !g->full)
+                open_put(s, g); /* on ENOMEM the group is just not offered to new jobs */
+        else
+                open_remove(s, g);
+        assert_group(s, g);
+}
+
+static int rnodes_insert(group *g, rnode *r)
+{
+        if (g->n_rnodes == g->cap_rnodes) {
+                int cap = g->cap_rnodes ? 2 * g->cap_rnodes : 4;
+                rnode **p = realloc(g->rnodes, sizeof *p * (size_t)cap);
+                if (!p)
+                        return LOOM_ENOMEM;
+                g->rnodes = p;
+                g->cap_rnodes = cap;
+        }
+        int i = g->n_rnodes++;
+        while (i > 0 && g->rnodes[i - 1]->id > r->id) {
+                g->rnodes[i] = g->rnodes[i - 1];
+                i--;
+        }
+        g->rnodes[i] = r;
+        return 0;
+}
+
+static void node_action(loom_sched *s, loom_action_type t, loom_pool pool, loom_node_id id,
+                        loom_group_id gid)
+{
+        loom_action a = {.type = t, .pool = pool, .node = id, .group = gid};
+        loom__push_action(s, &a);
+        s->nodes[pool] += t == LOOM_ACT_PROVISION_NODE ? 1 : -1;
+}
+
+/* ---- submit ---------------------------------------------------------------------------- */
+
+/* Make sure every table the decision will touch has room, so applying it cannot fail. */
+static int reserve(loom_sched *s, const loom_decision *d)
+{
+        int rc;
+        if ((rc = grow((void **)&s->jobs, &s->cap_jobs, s->next_job, sizeof(job *))) ||
+            (rc = grow((void **)&s->groups, &s->cap_groups, s->next_group, sizeof(group *))) ||
+            (rc = grow((void **)&s->rnodes, &s->cap_rnodes, s->next_rnode + LOOM_MAX_JOB_NODES,
+                       sizeof(rnode *))) ||
+            (rc = grow((void **)&s->tnode_live, &s->cap_tnodes, s->next_tnode + LOOM_MAX_JOB_NODES,
+                       1)))
+                return rc;
+        if (s->n_open == s->cap_open) {
+                int cap = s->cap_open ? 2 * s->cap_open : 64;
+                open_group *p = realloc(s->open, sizeof *p * (size_t)cap);
+                if (!p)
+                        return LOOM_ENOMEM;
+                s->open = p;
+                s->cap_open = cap;
+        }
+        size_t need = s->actions.len + 2 * LOOM_MAX_JOB_NODES + 4;
+        while (s->actions.cap < need) {
+                loom_action a = {0};
+                size_t len = s->actions.len;
+                if ((rc = loom__push_action(s, &a)))
+                        return rc;
+                s->actions.len = len; /* only the capacity was wanted */
+        }
+        (void)d;
+        return 0;
+}
+
+static group *new_group(loom_sched *s, const loom_job_spec *spec, loom_us now)
+{
+        group *g = calloc(1, sizeof *g);
+        if (!g)
+                return NULL;
+        g->id = s->next_group++;
+        g->open_idx = -1;
+        g->n_tnodes = spec->train_gpus / s->cluster.gpus_per_node;
+        g->train_gpus = spec->train_gpus;
+        for (int i = 0; i < g->n_tnodes; i++) {
+                g->tnodes[i] = s->next_tnode++;
+                s->tnode_live[g->tnodes[i]] = 1;
+                node_action(s, LOOM_ACT_PROVISION_NODE, LOOM_POOL_TRAIN, g->tnodes[i], g->id);
+        }
+        s->groups[g->id] = g;
+        s->live_groups++;
+        (void)now;
+        return g;
+}
+
+static int apply(loom_sched *s, loom_us now, const loom_job_spec *spec, const loom_decision *d,
+                 loom_job_id *id)
+{
+        job *j = calloc(1, sizeof *j);
+        if (!j)
+                return LOOM_ENOMEM;
+        group *g =
+            d->kind == LOOM_DECISION_NEW_GROUP ? new_group(s, spec, now) : group_of(s, d->group);
+        if (!g) {
+                free(j);
+                return LOOM_ENOMEM;
+        }
+        for (int k = 0; k < d->n_rollout_nodes; k++) {
+                loom_node_id nid = d->rollout_nodes[k];
+                if (nid >= s->next_rnode) {
+                        rnode *r = calloc(1, sizeof *r);
+                        if (!r || rnodes_insert(g, r)) {
+                                free(r);
+                                free(j); /* only on ENOMEM, after reserve() */
+                                return LOOM_ENOMEM;
+                        }
+                        r->id = s->next_rnode++;
+                        r->group = g;
+                        s->rnodes[r->id] = r;
+                        node_action(s, LOOM_ACT_PROVISION_NODE, LOOM_POOL_ROLLOUT, r->id, g->id);
+                }
+                rnode *r = s->rnodes[nid];
+                r->load += spec->t_roll;
+                r->mem_used += spec->mem_rollout;
+                r->n_pinned++;
+                j->rnodes[j->n_rnodes++] = nid;
+        }
+        j->id = s->next_job++;
+        j->spec = *spec;
+        j->group = g;
+        j->t_train_in = loom_group_train_time(spec->t_train, spec->train_gpus, g->train_gpus,
+                                              s->policy.train_scaling_efficiency);
+        j->mem_train_in = loom_group_train_mem(spec->mem_train, spec->train_gpus, g->train_gpus);
+        j->slo_budget = (loom_us)(spec->slo * (double)loom_job_t_solo(spec));
+        j->submitted_at = now;
+        j->state = LOOM_JOB_WAIT_ROLL;
+        j->wait_seq = ++s->seq;
+        s->jobs[j->id] = j;
+        s->live_jobs++;
+        g->members[g->n_members++] = j;
+        loom__group_refresh(s, g);
+        *id = j->id;
+        loom__dispatch(s, g, now);
+        return 0;
+}
+
+int loom_sched_decide(const loom_sched *s, const loom_job_spec *spec, loom_decision *d, loom_err *e)
+{
+        int rc = loom_job_spec_validate(spec, &s->cluster, e);
+        if (rc)
+                return rc;
+        uint64_t rng = s->rng;
+        return loom__place(s, spec, d, e, &rng);
+}
+
+int loom_sched_submit(loom_sched *s, loom_us now, const loom_job_spec *spec, loom_decision *d,
+                      loom_job_id *id, loom_err *e)
+{
+        int rc = loom_job_spec_validate(spec, &s->cluster, e);
+        if (rc)
+                return rc;
+        uint64_t rng = s->rng;
+        rc = loom__place(s, spec, d, e, &rng);
+        if (rc == LOOM_EREJECT)
+                s->stats.decisions[LOOM_DECISION_REJECTED]++;
+        if (rc)
+                return rc;
+        if ((rc = reserve(s, d)) || (rc = apply(s, now, spec, d, id)))
+                return loom_err_set(e, rc, "", "could not apply the placement: %s",
+                                    loom_strerror(rc));
+        s->rng = rng;
+        s->stats.decisions[d->kind]++;
+        return 0;
+}
+
+/* ---- events ---------------------------------------------------------------------------- */
+
+static int phase_ok(loom_phase p)
+{
+        return p == LOOM_PHASE_ROLLOUT || p == LOOM_PHASE_TRAIN || p == LOOM_PHASE_SYNC;
+}
+
+int loom_sched_phase_started(loom_sched *s, loom_us now, loom_job_id id, loom_phase phase)
+{
+        static const loom_job_state running[] = {LOOM_JOB_ROLLING, LOOM_JOB_TRAINING,
+                                                 LOOM_JOB_SYNCING};
+        job *j = loom__job(s, id);
+        (void)now;
+        if (!j)
+                return LOOM_ENOENT;
+        if (!phase_ok(phase))
+                return LOOM_EINVAL;
+        return j->state == running[phase] ? 0 : LOOM_ESTATE;
+}
+
+int loom_sched_progress(loom_sched *s, loom_us now, loom_job_id id, loom_phase phase, int64_t done,
+                        int64_t total)
+{
+        job *j = loom__job(s, id);
+        if (!j)
+                return LOOM_ENOENT;
+        if (!phase_ok(phase) || done < 0 || total < 0 || done > total)
+                return LOOM_EINVAL;
+        if (phase != LOOM_PHASE_ROLLOUT)
+                return 0;
+        return loom__progress(s, j, now, done, total);
+}
+
+int loom_sched_phase_done(loom_sched *s, loom_us now, loom_job_id id, loom_phase phase)
+{
+        job *j = loom__job(s, id);
+        if (!j)
+                return LOOM_ENOENT;
+        if (!phase_ok(phase))
+                return LOOM_EINVAL;
+        return loom__phase_done(s, j, now, phase);
+}
+
+int loom_sched_job_resume(loom_sched *s, loom_us now, loom_job_id id, loom_phase phase)
+{
+        job *j = loom__job(s, id);
+        if (!j)
+                return LOOM_ENOENT;
+        if (phase != LOOM_PHASE_ROLLOUT && phase != LOOM_PHASE_TRAIN)
+                return LOOM_EINVAL;
+        loom__release_running(s, j, now);
+        j->state = phase == LOOM_PHASE_ROLLOUT ? LOOM_JOB_WAIT_ROLL : LOOM_JOB_WAIT_TRAIN;
+        j->wait_seq = ++s->seq;
+        loom__dispatch(s, j->group, now);
+        return 0;
+}
+
+static void unpin(loom_sched *s, job *j, group *g)
+{
+        for (int k = 0; k < j->n_rnodes; k++) {
+                rnode *r = s->rnodes[j->rnodes[k]];
+                r->load -= j->spec.t_roll;
+                r->mem_used -= j->spec.mem_rollout;
+                if (--r->n_pinned > 0)
+                        continue;
+                int i = 0;
+                while (g->rnodes[i] != r)
+                        i++;
+                memmove(&g->rnodes[i], &g->rnodes[i + 1],
+                        sizeof(rnode *) * (size_t)(g->n_rnodes - i - 1));
+                g->n_rnodes--;
+                node_action(s, LOOM_ACT_RELEASE_NODE, LOOM_POOL_ROLLOUT, r->id, g->id);
+                s->rnodes[r->id] = NULL;
+                free(r);
+        }
+        int i = 0;
+        while (g->members[i] != j)
+                i++;
+        memmove(&g->members[i], &g->members[i + 1], sizeof(job *) * (size_t)(g->n_members - i - 1));
+        g->n_members--;
+}
+
+int loom_sched_job_exit(loom_sched *s, loom_us now, loom_job_id id, loom_exit reason)
+{
+        job *j = loom__job(s, id);
+        if (!j)
+                return LOOM_ENOENT;
+        (void)reason;
+        group *g = j->group;
+        loom__release_running(s, j, now);
+        unpin(s, j, g);
+        s->jobs[id] = NULL;
+        s->live_jobs--;
+        free(j);
+        if (g->n_members == 0) {
+                for (int i = 0; i < g->n_tnodes; i++) {
+                        s->tnode_live[g->tnodes[i]] = 0;
+                        node_action(s, LOOM_ACT_RELEASE_NODE, LOOM_POOL_TRAIN, g->tnodes[i], g->id);
+                }
+                open_remove(s, g);
+                s->n_closed_full -= (int)g->full;
+                s->groups[g->id] = NULL;
+                s->live_groups--;
+                group_free(g);
+                return 0;
+        }
+        loom__group_refresh(s, g);
+        loom__dispatch(s, g, now);
+        return 0;
+}
+
+/* ---- queries --------------------------------------------------------------------------- */
+
+int loom_sched_job_info(const loom_sched *s, loom_job_id id, loom_job_info *o)
+{
+        const job *j = loom__job(s, id);
+        if (!j)
+                return LOOM_ENOENT;
+        memset(o, 0, sizeof *o);
+        o->id = j->id;
+        o->spec = j->spec;
+        o->state = j->state;
+        o->group = j->group->id;
+        o->n_rollout_nodes = j->n_rnodes;
+        memcpy(o->rollout_nodes, j->rnodes, sizeof(loom_node_id) * (size_t)j->n_rnodes);
+        o->n_train_nodes = j->group->n_tnodes;
+        memcpy(o->train_nodes, j->group->tnodes, sizeof(loom_node_id) * (size_t)j->group->n_tnodes);
+        o->iterations_done = j->iterations_done;
+        o->t_train_in_group = j->t_train_in;
+        o->submitted_at = j->submitted_at;
+        o->tail_migrated = j->migrated;
+        return 0;
+}
+
+int loom_sched_group_info(const loom_sched *s, loom_group_id id, loom_group_info *o)
+{
+        const group *g = group_of(s, id);
+        if (!g)
+                return LOOM_ENOENT;
+        memset(o, 0, sizeof *o);
+        o->id = g->id;
+        o->n_members = g->n_members;
+        for (int i = 0; i < g->n_members; i++)
+                o->members[i] = g->members[i]->id;
+        o->n_rollout_nodes = g->n_rnodes;
+        for (int i = 0; i < g->n_rnodes; i++)
+                o->rollout_nodes[i] = g->rnodes[i]->id;
+        o->n_train_nodes = g->n_tnodes;
+        memcpy(o->train_nodes, g->tnodes, sizeof(loom_node_id) * (size_t)g->n_tnodes);
+        o->t_cycle = g->t_cycle;
+        o->t_load = g->t_load;
+        o->t_meta = g->t_meta;
+        o->saturated = g->saturated;
+        o->cost_per_hour =
+            g->n_rnodes * s->price[LOOM_POOL_ROLLOUT] + g->n_tnodes * s->price[LOOM_POOL_TRAIN];
+        return 0;
+}
+
+int loom_sched_jobs(const loom_sched *s, loom_job_id *ids, int cap)
+{
+        int n = 0;
+        for (uint32_t i = 1; i < s->next_job; i++)
+                if (s->jobs[i]) {
+                        if (n < cap)
+                                ids[n] = i;
+                        n++;
+                }
+        return n;
+}
+
+int loom_sched_groups(const loom_sched *s, loom_group_id *ids, int cap)
+{
+        int n = 0;
+        for (uint32_t i = 0; i < s->next_group; i++)
+                if (s->groups[i]) {
+                        if (n < cap)
+                                ids[n] = i;
+                        n++;
+                }
+        return n;
+}
+
+void loom_sched_stats_get(const loom_sched *s, loom_sched_stats *o)
+{
+        *o = s->stats;
+        o->jobs = s->live_jobs;
+        o->groups = s->live_groups;
+        o->nodes[0] = s->nodes[0];
+        o->nodes[1] = s->nodes[1];
+        o->cost_per_hour = s->nodes[0] * s->price[0] + s->nodes[1] * s->price[1];
+}
+
+const loom_cluster_cfg *loom_sched_cluster(const loom_sched *s)
+{
+        return &s->cluster;
+}
+
+const loom_policy_cfg *loom_sched_policy(const loom_sched *s)
+{
+        return &s->policy;
+}
