@@ -1,0 +1,300 @@
+/*
+ * sync.h - the weight transfer engine: moves a new model version from the training cluster to the
+ * rollout cluster after every training step.
+ *
+ * Pieces, bottom up:
+ *   layout   a dense transformer's parameters (bf16), each tagged column-split, row-split or
+ *            replicated under tensor parallelism; presets with Qwen2.5 shapes.
+ *   map      for a training layout (TP, PP, DP) and a rollout layout (TP, DP): the pieces
+ *            (rectangles of one tensor) that each training rank sends and which rollout tensor-
+ *            parallel ranks keep them. Training DP replicas send disjoint pieces.
+ *   plan     flat (every rollout rank pulls its needs across the slow link), topo (one copy
+ *            crosses the slow link, landing ranks then serve their peers on the fast fabric),
+ *            topo+sparse (topo with sparse bf16 deltas). A plan is a list of streams; a stream
+ *            is cut into fixed-size buckets.
+ *   codec    per-bucket frames: dense, COO with varint-delta indices, or bitmap; CRC32C of
+ *            header and payload. Per-tensor checksums are position-keyed additive hashes, so
+ *            partial sums from different senders add up to the sum over a rank's slice.
+ *   run      a real multi-process transfer over TCP, one process per rank, optionally across a
+ *            tc-shaped veth pair between two network namespaces.
+ *
+ * Memory: every *_new returns a heap object owned by the caller and released by the matching
+ * *_free; *_free(NULL) does nothing. Errors: 0 or a negative LOOM_E* code, message in loom_err.
+ */
+#ifndef LOOM_SYNC_H
+#define LOOM_SYNC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "loom/common.h"
+
+/* ---- model layout ---------------------------------------------------------------------- */
+
+typedef enum loom_sync_split {
+        LOOM_SYNC_REPLICATED = 0, /* every TP rank keeps the whole tensor (norms) */
+        LOOM_SYNC_COLUMN = 1,     /* output dimension (rows) split: QKV, gate/up, embedding, head */
+        LOOM_SYNC_ROW = 2,        /* input dimension (columns) split: attention out, MLP down */
+} loom_sync_split;
+
+typedef struct loom_sync_model {
+        char name[48];
+        uint32_t hidden, intermediate, layers, heads, kv_heads, vocab;
+        int tied_embeddings; /* the LM head is the embedding matrix (no separate tensor) */
+        int qkv_bias;        /* Q, K and V projections carry a bias */
+} loom_sync_model;
+
+typedef struct loom_sync_tensor {
+        char name[64];
+        uint64_t rows, cols; /* row-major; a 1-D tensor is rows x 1 */
+        uint64_t offset;     /* first element in the model's flat element space */
+        loom_sync_split split;
+        uint32_t unit; /* rows (COLUMN) or columns (ROW) per indivisible unit: head_dim for
+                        * attention heads, 1 otherwise */
+        int32_t layer; /* transformer layer, -1 before the first (embedding), -2 after the
+                        * last (final norm, head) */
+} loom_sync_tensor;
+
+typedef struct loom_sync_layout {
+        loom_sync_model model;
+        size_t ntensors;
+        loom_sync_tensor *tensors;
+        uint64_t elems; /* parameters; bytes are 2 * elems (bf16) */
+} loom_sync_layout;
+
+/* Fill *out with a preset ("qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-7b", "qwen2.5-14b",
+ * "qwen2.5-32b") or "tiny" (a small test model). */
+int loom_sync_model_preset(const char *name, loom_sync_model *out, loom_err *e);
+/* Names of the presets, NULL-terminated. */
+const char *const *loom_sync_model_presets(void);
+int loom_sync_layout_new(const loom_sync_model *m, loom_sync_layout **out, loom_err *e);
+void loom_sync_layout_free(loom_sync_layout *l);
+
+/* ---- parallel layouts and the shard map ------------------------------------------------ */
+
+typedef struct loom_sync_par {
+        uint32_t tp, pp, dp;
+} loom_sync_par;
+
+/* Parse "tp=2,pp=1,dp=4" (keys in any order, missing keys are 1). A rollout layout must have
+ * pp=1. field names the option for messages ("--train"). */
+int loom_sync_par_parse(const char *s, int rollout, const char *field, loom_sync_par *out,
+                        loom_err *e);
+/* Check that the layout can be sharded this way (TP divides the attention heads, PP <= layers,
+ * ...). */
+int loom_sync_par_check(const loom_sync_layout *l, const loom_sync_par *p, const char *field,
+                        loom_err *e);
+static inline uint32_t loom_sync_par_ranks(const loom_sync_par *p)
+{
+        return p->tp * p->pp * p->dp;
+}
+
+/* A rectangle of one tensor: rows [r0, r1) x columns [c0, c1). */
+typedef struct loom_sync_rect {
+        uint64_t r0, r1, c0, c1;
+} loom_sync_rect;
+
+static inline uint64_t loom_sync_rect_elems(const loom_sync_rect *r)
+{
+        return (r->r1 - r->r0) * (r->c1 - r->c0);
+}
+
+/* The rectangle of tensor t that tensor-parallel rank `rank` of `tp` keeps. */
+int loom_sync_slice(const loom_sync_tensor *t, uint32_t rank, uint32_t tp, loom_sync_rect *out);
+/* Pipeline stage of `pp` that holds tensor t. */
+uint32_t loom_sync_stage(const loom_sync_layout *l, const loom_sync_tensor *t, uint32_t pp);
+
+/* Ranks: training rank = tp + TP * (pp + PP * dp); rollout rank = tp + TP * dp. */
+typedef struct loom_sync_piece {
+        uint32_t tensor;
+        loom_sync_rect rect;
+        uint32_t src;          /* training rank that sends it */
+        uint32_t need0, need1; /* rollout TP ranks [need0, need1) keep it (every DP replica) */
+} loom_sync_piece;
+
+typedef struct loom_sync_map {
+        const loom_sync_layout *layout; /* borrowed; must outlive the map */
+        loom_sync_par train, roll;
+        size_t npieces;
+        loom_sync_piece *pieces; /* by tensor, then row, then column */
+} loom_sync_map;
+
+int loom_sync_map_new(const loom_sync_layout *l, const loom_sync_par *train,
+                      const loom_sync_par *roll, loom_sync_map **out, loom_err *e);
+void loom_sync_map_free(loom_sync_map *m);
+
+/* ---- plans ----------------------------------------------------------------------------- */
+
+typedef enum loom_sync_plan_kind {
+        LOOM_SYNC_FLAT = 0,
+        LOOM_SYNC_TOPO = 1,
+        LOOM_SYNC_TOPO_SPARSE = 2,
+} loom_sync_plan_kind;
+
+const char *loom_sync_plan_name(loom_sync_plan_kind k);
+int loom_sync_plan_parse(const char *s, loom_sync_plan_kind *out, loom_err *e);
+
+/* A stream: pieces one training rank sends across the slow link to one landing rollout rank, in
+ * order, as one run of elements cut into buckets. Every present rollout rank whose TP rank is
+ * in [need0, need1) consumes it: the landing rank from its own relay, the others by pulling
+ * from the landing rank's relay over the fast fabric (never for flat, where need is just the
+ * landing rank). */
+typedef struct loom_sync_stream {
+        uint32_t id, src, dst;
+        uint32_t need0, need1;
+        int only_dst;        /* flat: the landing rank is the only consumer */
+        size_t first, count; /* pieces: plan->order[first .. first + count) */
+        uint64_t elems;      /* total elements in the stream */
+} loom_sync_stream;
+
+typedef struct loom_sync_plan {
+        loom_sync_plan_kind kind;
+        const loom_sync_map *map; /* borrowed */
+        uint64_t bucket_elems;    /* bucket size in elements (bytes / 2) */
+        uint64_t present;         /* bit r set: rollout rank r takes part (at most 64 ranks) */
+        size_t nstreams;
+        loom_sync_stream *streams;
+        uint32_t *order;     /* piece indices, grouped by stream */
+        uint64_t slow_elems; /* dense elements that cross the slow link */
+        uint64_t fast_elems; /* dense elements pulled between rollout ranks */
+} loom_sync_plan;
+
+#define LOOM_SYNC_MAX_ROLLOUT 64
+#define LOOM_SYNC_DEFAULT_BUCKET (UINT64_C(64) << 20)
+
+/* Build the streams of plan `kind`. bucket_bytes is even and >= 2; present selects the rollout
+ * ranks that take part (catch-up serves the others later). */
+int loom_sync_plan_new(const loom_sync_map *m, loom_sync_plan_kind kind, uint64_t bucket_bytes,
+                       uint64_t present, loom_sync_plan **out, loom_err *e);
+void loom_sync_plan_free(loom_sync_plan *p);
+/* Does rollout rank r consume stream s? */
+int loom_sync_stream_consumer(const loom_sync_plan *p, const loom_sync_stream *s, uint32_t r);
+static inline uint64_t loom_sync_stream_buckets(const loom_sync_plan *p, const loom_sync_stream *s)
+{
+        return (s->elems + p->bucket_elems - 1) / p->bucket_elems;
+}
+
+/* ---- checksums ------------------------------------------------------------------------- */
+
+/* CRC32C (Castagnoli) of buf, continuing from crc (start with 0). */
+uint32_t loom_sync_crc32c(uint32_t crc, const void *buf, size_t len);
+/* Position-keyed additive hash of bf16 values v[0..n) at flat element indices g0, g0+1, ...:
+ * sum of (v + 2^16) * (2 * G * g + 1) mod 2^64. Sums over disjoint ranges add, so a rank's
+ * per-tensor checksum is the sum of its pieces' checksums whoever sent them. */
+uint64_t loom_sync_hash(const uint16_t *v, size_t n, uint64_t g0);
+/* Contribution of a single element (for incremental updates after a sparse delta). */
+static inline uint64_t loom_sync_hash1(uint16_t v, uint64_t g)
+{
+        return ((uint64_t)v + 0x10000u) * (UINT64_C(2) * UINT64_C(0x9E3779B97F4A7C15) * g + 1u);
+}
+
+/* ---- bucket codec ---------------------------------------------------------------------- */
+
+typedef enum loom_sync_enc {
+        LOOM_SYNC_ENC_DENSE = 0,  /* the new values, 2 bytes each */
+        LOOM_SYNC_ENC_COO = 1,    /* per changed element: LEB128 gap to the previous one, then
+                                   * the 16-bit XOR of old and new */
+        LOOM_SYNC_ENC_BITMAP = 2, /* one bit per element, then the XORs of the set bits */
+        LOOM_SYNC_ENC_AUTO = 3,   /* (encoder only) the smallest of the three */
+} loom_sync_enc;
+
+enum {
+        LOOM_SYNC_FRAME_BUCKET = 1,
+        LOOM_SYNC_FRAME_MANIFEST = 2,
+        LOOM_SYNC_FRAME_END = 3,
+};
+
+#define LOOM_SYNC_FRAME_HDR 64
+#define LOOM_SYNC_FRAME_MAX_PAYLOAD (UINT64_C(1) << 32)
+
+typedef struct loom_sync_frame {
+        uint8_t type, enc;
+        uint32_t stream;
+        uint32_t seq; /* bucket index within the stream */
+        uint64_t version;
+        uint64_t start; /* first element of the bucket within the stream */
+        uint64_t elems; /* elements the bucket covers */
+        uint64_t nnz;   /* changed elements (sparse encodings) */
+        uint64_t payload_len;
+        uint32_t payload_crc;
+} loom_sync_frame;
+
+/* Serialize / parse the fixed 64-byte header (parse checks magic and header CRC). */
+void loom_sync_frame_pack(const loom_sync_frame *f, uint8_t out[LOOM_SYNC_FRAME_HDR]);
+int loom_sync_frame_unpack(const uint8_t in[LOOM_SYNC_FRAME_HDR], loom_sync_frame *f, loom_err *e);
+
+/* Upper bound on the payload of a bucket of n elements, any encoding. */
+size_t loom_sync_enc_bound(size_t n);
+/* Encode the bucket new[0..n) against old[0..n) (old may be NULL: dense). want selects the
+ * encoding (AUTO: the smallest). Writes the payload to out (capacity loom_sync_enc_bound(n)),
+ * fills f->enc, nnz, payload_len, payload_crc, elems. */
+int loom_sync_encode(const uint16_t *old, const uint16_t *new_, size_t n, loom_sync_enc want,
+                     uint8_t *out, loom_sync_frame *f, loom_err *e);
+/* Check a payload against its header without applying it: CRC, structure, indices in range.
+ * After success the payload can be applied and cannot fail. */
+int loom_sync_payload_check(const loom_sync_frame *f, const uint8_t *payload, loom_err *e);
+/* Call fn(i, xor, arg) for each changed element of a checked sparse payload, in order. */
+typedef void (*loom_sync_delta_fn)(uint64_t i, uint16_t x, void *arg);
+void loom_sync_payload_walk(const loom_sync_frame *f, const uint8_t *payload, loom_sync_delta_fn fn,
+                            void *arg);
+/* Decode a bucket: out[0..n) = the new values. old (n values) is the previous version; it is
+ * never written, so a rejected frame leaves the caller's weights as they were. out and old may
+ * be the same buffer only for a checked frame. */
+int loom_sync_decode(const loom_sync_frame *f, const uint8_t *payload, const uint16_t *old,
+                     uint16_t *out, size_t n, loom_err *e);
+
+/* ---- synthetic weights ----------------------------------------------------------------- */
+
+/* Deterministic bf16 weights: version 0 is a function of (seed, flat index); version v > 0
+ * changes about `density` of the elements of version v-1 (same seed => same bytes). Fills
+ * out[0..n) with the values of elements g0 .. g0+n-1. */
+void loom_sync_synth(uint64_t seed, uint32_t version, double density, uint64_t g0, size_t n,
+                     uint16_t *out);
+
+/* ---- multi-process transfer ------------------------------------------------------------ */
+
+typedef struct loom_sync_run_cfg {
+        const loom_sync_layout *layout;
+        loom_sync_par train, roll;
+        loom_sync_plan_kind plan;
+        uint64_t bucket_bytes;
+        double density; /* fraction of elements the synthetic step changes */
+        uint64_t seed;
+        double link_gbps; /* shaped slow-link rate; 0 = unshaped */
+        int netns;        /* 1: namespaces + veth + tc (needs root); 0: loopback only */
+        uint32_t late;    /* this many rollout ranks (the last ones) join after the step and
+                           * catch up from their peers' relays */
+        int corrupt;      /* fault injection: training rank 0 flips a payload byte of its
+                           * first bucket (after computing the CRC) */
+        double timeout_s; /* whole run; 0 = 600 */
+} loom_sync_run_cfg;
+
+typedef struct loom_sync_result {
+        loom_sync_plan_kind plan;
+        double wall_s; /* go -> last present rollout rank committed */
+        double slow_s; /* go -> last training rank's push acknowledged */
+        uint64_t model_bytes;
+        uint64_t slow_link_bytes; /* frame bytes written by training ranks */
+        uint64_t fast_link_bytes; /* frame bytes relays sent to pulling peers */
+        double slow_link_copies;  /* slow_link_bytes / model_bytes */
+        double goodput_fraction;  /* slow-link bits / (slow_s * rate); < 0 when unshaped */
+        double encode_gbps;       /* dense bytes encoded per CPU-second (training ranks) */
+        double decode_gbps;       /* dense bytes decoded per CPU-second (rollout ranks) */
+        double catchup_s;         /* slowest late joiner's catch-up; 0 when none */
+        uint64_t catchup_bytes;
+        uint32_t ranks_ok, ranks_failed;
+        int verified;        /* every rollout rank's per-tensor checksums match the
+                              * expected version and no frame was rejected */
+        int shaped;          /* the slow link was a shaped veth between namespaces */
+        char link_note[160]; /* how the slow link was built, or why not */
+} loom_sync_result;
+
+/* Run one synthetic step (version 0 -> 1) through real processes and sockets. Blocks; forks
+ * training and rollout rank processes, reaps them, and tears down namespaces on every path. */
+int loom_sync_run(const loom_sync_run_cfg *cfg, loom_sync_result *res, loom_err *e);
+
+/* Can this process build namespaces and shape a veth pair? Returns 1 and fills why with "ok",
+ * or 0 with the reason. */
+int loom_sync_netns_available(char *why, size_t whylen);
+
+#endif

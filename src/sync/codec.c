@@ -1,0 +1,458 @@
+/*
+ * codec.c - bucket frames and the lossless bf16 delta codec, plus the two checksums.
+ *
+ * A delta is the bitwise XOR of the old and new 16-bit patterns, so applying it is exact whatever
+ * the values are (no floating-point subtraction). Three encodings, the encoder picks the
+ * smallest:
+ *   COO     per changed element a LEB128 gap from the previous changed element (one byte while
+ *           changes are less than 128 apart) and the 16-bit XOR: ~3 bytes per change.
+ *   BITMAP  n/8 bytes of change bits, then 2 bytes per change: wins over COO above 1/8 density.
+ *   DENSE   the new values: wins over COO above ~2/3 density and over BITMAP above ~15/16.
+ * Because the choice is by exact size, "dense above a threshold" falls out of the arithmetic
+ * rather than a tuned constant (docs/sync.md has the table).
+ *
+ * Frames carry a CRC32C of the 64-byte header and of the payload; a frame is checked completely
+ * before anything is applied, so a bad frame never changes the receiver's weights.
+ */
+#include <string.h>
+
+#include "loom/sync.h"
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the wire format stores bf16 values little-endian and copies them as-is"
+#endif
+
+#define MAGIC UINT32_C(0x3159534C) /* "LSY1" */
+
+/* ---- CRC32C ---------------------------------------------------------------------------- */
+
+static uint32_t crc32c_sw(uint32_t crc, const uint8_t *p, size_t len)
+{
+        while (len--) {
+                crc ^= *p++;
+                for (int k = 0; k < 8; k++)
+                        crc = (crc >> 1) ^ (UINT32_C(0x82F63B78) & (0u - (crc & 1u)));
+        }
+        return crc;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("sse4.2"))) static uint32_t crc32c_hw(uint32_t crc, const uint8_t *p,
+                                                            size_t len)
+{
+        uint64_t c = crc;
+        while (len >= 8) {
+                uint64_t w;
+                memcpy(&w, p, 8);
+                c = __builtin_ia32_crc32di(c, w);
+                p += 8, len -= 8;
+        }
+        uint32_t c32 = (uint32_t)c;
+        while (len--)
+                c32 = __builtin_ia32_crc32qi(c32, *p++);
+        return c32;
+}
+#endif
+
+uint32_t loom_sync_crc32c(uint32_t crc, const void *buf, size_t len)
+{
+        crc = ~crc;
+#if defined(__x86_64__)
+        if (__builtin_cpu_supports("sse4.2"))
+                return ~crc32c_hw(crc, buf, len);
+#endif
+        return ~crc32c_sw(crc, buf, len);
+}
+
+/* ---- position-keyed additive hash ------------------------------------------------------ */
+
+#define HASH_G UINT64_C(0x9E3779B97F4A7C15)
+
+uint64_t loom_sync_hash(const uint16_t *v, size_t n, uint64_t g0)
+{
+        const uint64_t step = 2 * HASH_G;
+        uint64_t k0 = step * g0 + 1, a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+        size_t i = 0;
+        /* four independent chains so the multiplies overlap */
+        for (; i + 4 <= n; i += 4, k0 += 4 * step) {
+                a0 += ((uint64_t)v[i] + 0x10000u) * k0;
+                a1 += ((uint64_t)v[i + 1] + 0x10000u) * (k0 + step);
+                a2 += ((uint64_t)v[i + 2] + 0x10000u) * (k0 + 2 * step);
+                a3 += ((uint64_t)v[i + 3] + 0x10000u) * (k0 + 3 * step);
+        }
+        for (; i < n; i++, k0 += step)
+                a0 += ((uint64_t)v[i] + 0x10000u) * k0;
+        return a0 + a1 + a2 + a3;
+}
+
+/* ---- frame header ---------------------------------------------------------------------- */
+
+static void put32(uint8_t *p, uint32_t v)
+{
+        memcpy(p, &v, 4);
+}
+static void put64(uint8_t *p, uint64_t v)
+{
+        memcpy(p, &v, 8);
+}
+static uint32_t get32(const uint8_t *p)
+{
+        uint32_t v;
+        memcpy(&v, p, 4);
+        return v;
+}
+static uint64_t get64(const uint8_t *p)
+{
+        uint64_t v;
+        memcpy(&v, p, 8);
+        return v;
+}
+
+void loom_sync_frame_pack(const loom_sync_frame *f, uint8_t out[LOOM_SYNC_FRAME_HDR])
+{
+        memset(out, 0, LOOM_SYNC_FRAME_HDR);
+        put32(out, MAGIC);
+        out[4] = f->type;
+        out[5] = f->enc;
+        put32(out + 8, f->stream);
+        put32(out + 12, f->seq);
+        put64(out + 16, f->version);
+        put64(out + 24, f->start);
+        put64(out + 32, f->elems);
+        put64(out + 40, f->nnz);
+        put64(out + 48, f->payload_len);
+        put32(out + 56, f->payload_crc);
+        put32(out + 60, loom_sync_crc32c(0, out, 60));
+}
+
+int loom_sync_frame_unpack(const uint8_t in[LOOM_SYNC_FRAME_HDR], loom_sync_frame *f, loom_err *e)
+{
+        if (get32(in) != MAGIC)
+                return loom_err_set(e, LOOM_EPROTO, "frame.magic", "not a loom sync frame");
+        if (get32(in + 60) != loom_sync_crc32c(0, in, 60))
+                return loom_err_set(e, LOOM_ECORRUPT, "frame.header_crc",
+                                    "frame header checksum mismatch");
+        memset(f, 0, sizeof *f);
+        f->type = in[4];
+        f->enc = in[5];
+        f->stream = get32(in + 8);
+        f->seq = get32(in + 12);
+        f->version = get64(in + 16);
+        f->start = get64(in + 24);
+        f->elems = get64(in + 32);
+        f->nnz = get64(in + 40);
+        f->payload_len = get64(in + 48);
+        f->payload_crc = get32(in + 56);
+        if (f->type < LOOM_SYNC_FRAME_BUCKET || f->type > LOOM_SYNC_FRAME_END)
+                return loom_err_set(e, LOOM_EPROTO, "frame.type", "unknown frame type %u", f->type);
+        if (f->payload_len > LOOM_SYNC_FRAME_MAX_PAYLOAD)
+                return loom_err_set(e, LOOM_ERANGE, "frame.payload_len",
+                                    "payload of %llu bytes exceeds the limit",
+                                    (unsigned long long)f->payload_len);
+        return 0;
+}
+
+/* ---- encoder --------------------------------------------------------------------------- */
+
+size_t loom_sync_enc_bound(size_t n)
+{
+        return 3 * n + 16; /* COO with every element changed: 1-byte gaps + 2-byte values */
+}
+
+static size_t varint_put(uint8_t *p, uint64_t v)
+{
+        size_t k = 0;
+        while (v >= 0x80) {
+                p[k++] = (uint8_t)(v | 0x80);
+                v >>= 7;
+        }
+        p[k++] = (uint8_t)v;
+        return k;
+}
+
+static size_t varint_len(uint64_t v)
+{
+        size_t k = 1;
+        while (v >= 0x80)
+                v >>= 7, k++;
+        return k;
+}
+
+/* One pass over old/new, four elements per 64-bit word so unchanged runs cost one compare.
+ * Writes COO into out while it stays smaller than `limit` bytes; always counts nnz. Returns the
+ * COO size, or SIZE_MAX when it passed the limit. */
+static size_t coo_pass(const uint16_t *old, const uint16_t *nw, size_t n, uint8_t *out,
+                       size_t limit, uint64_t *nnz_out)
+{
+        size_t w = 0, i = 0;
+        uint64_t next = 0, nnz = 0;
+        int writing = 1;
+        for (; i + 4 <= n; i += 4) {
+                uint64_t a, b;
+                memcpy(&a, old + i, 8);
+                memcpy(&b, nw + i, 8);
+                uint64_t x = a ^ b;
+                if (!x)
+                        continue;
+                for (unsigned j = 0; j < 4; j++, x >>= 16) {
+                        uint16_t d = (uint16_t)x;
+                        if (!d)
+                                continue;
+                        nnz++;
+                        if (!writing)
+                                continue;
+                        uint64_t gap = i + j - next;
+                        if (w + varint_len(gap) + 2 > limit) {
+                                writing = 0;
+                                continue;
+                        }
+                        w += varint_put(out + w, gap);
+                        out[w++] = (uint8_t)d;
+                        out[w++] = (uint8_t)(d >> 8);
+                        next = i + j + 1;
+                }
+        }
+        for (; i < n; i++) {
+                uint16_t d = old[i] ^ nw[i];
+                if (!d)
+                        continue;
+                nnz++;
+                if (!writing)
+                        continue;
+                uint64_t gap = i - next;
+                if (w + varint_len(gap) + 2 > limit) {
+                        writing = 0;
+                        continue;
+                }
+                w += varint_put(out + w, gap);
+                out[w++] = (uint8_t)d;
+                out[w++] = (uint8_t)(d >> 8);
+                next = i + 1;
+        }
+        *nnz_out = nnz;
+        return writing ? w : SIZE_MAX;
+}
+
+static size_t bitmap_write(const uint16_t *old, const uint16_t *nw, size_t n, uint8_t *out)
+{
+        size_t nb = (n + 7) / 8, w = nb;
+        memset(out, 0, nb);
+        for (size_t i = 0; i < n; i++) {
+                uint16_t d = old[i] ^ nw[i];
+                if (!d)
+                        continue;
+                out[i / 8] |= (uint8_t)(1u << (i % 8));
+                out[w++] = (uint8_t)d;
+                out[w++] = (uint8_t)(d >> 8);
+        }
+        return w;
+}
+
+int loom_sync_encode(const uint16_t *old, const uint16_t *nw, size_t n, loom_sync_enc want,
+                     uint8_t *out, loom_sync_frame *f, loom_err *e)
+{
+        if (want > LOOM_SYNC_ENC_AUTO)
+                return loom_err_set(e, LOOM_EINVAL, "enc", "unknown encoding %d", (int)want);
+        if (n > LOOM_SYNC_FRAME_MAX_PAYLOAD / 4)
+                return loom_err_set(e, LOOM_ERANGE, "elems", "bucket too large");
+        f->type = LOOM_SYNC_FRAME_BUCKET;
+        f->elems = n;
+        f->nnz = 0;
+        size_t dense = 2 * n, bitmap_fixed = (n + 7) / 8, len = dense;
+        loom_sync_enc enc = LOOM_SYNC_ENC_DENSE;
+        if (old && want != LOOM_SYNC_ENC_DENSE) {
+                uint64_t nnz;
+                size_t limit = want == LOOM_SYNC_ENC_AUTO ? dense : loom_sync_enc_bound(n);
+                size_t coo =
+                    want == LOOM_SYNC_ENC_BITMAP ? 0 : coo_pass(old, nw, n, out, limit, &nnz);
+                if (want == LOOM_SYNC_ENC_BITMAP)
+                        coo_pass(old, nw, n, out, 0, &nnz), coo = SIZE_MAX;
+                size_t bitmap = bitmap_fixed + 2 * nnz;
+                f->nnz = nnz;
+                if (want == LOOM_SYNC_ENC_COO ||
+                    (want == LOOM_SYNC_ENC_AUTO && coo < dense && coo <= bitmap)) {
+                        enc = LOOM_SYNC_ENC_COO, len = coo;
+                } else if (want == LOOM_SYNC_ENC_BITMAP ||
+                           (want == LOOM_SYNC_ENC_AUTO && bitmap < dense)) {
+                        enc = LOOM_SYNC_ENC_BITMAP;
+                        len = bitmap_write(old, nw, n, out);
+                }
+        }
+        if (enc == LOOM_SYNC_ENC_DENSE) {
+                f->nnz = 0;
+                memcpy(out, nw, dense);
+        }
+        f->enc = (uint8_t)enc;
+        f->payload_len = len;
+        f->payload_crc = loom_sync_crc32c(0, out, len);
+        return 0;
+}
+
+/* ---- checking and applying ------------------------------------------------------------- */
+
+/* Read a LEB128 value of at most 10 bytes that fits 64 bits. */
+static int varint_get(const uint8_t *p, size_t avail, uint64_t *v, size_t *used)
+{
+        uint64_t x = 0;
+        for (size_t k = 0; k < avail && k < 10; k++) {
+                uint64_t b = p[k];
+                if (k == 9 && b > 1)
+                        return -1;
+                x |= (b & 0x7f) << (7 * k);
+                if (!(b & 0x80)) {
+                        *v = x;
+                        *used = k + 1;
+                        return 0;
+                }
+        }
+        return -1;
+}
+
+static int check_coo(const loom_sync_frame *f, const uint8_t *p, loom_err *e)
+{
+        size_t pos = 0, len = (size_t)f->payload_len;
+        uint64_t next = 0;
+        for (uint64_t k = 0; k < f->nnz; k++) {
+                uint64_t gap;
+                size_t used;
+                if (varint_get(p + pos, len - pos, &gap, &used))
+                        return loom_err_set(e, LOOM_ECORRUPT, "frame.payload",
+                                            "bad index varint at byte %zu", pos);
+                pos += used;
+                if (gap >= f->elems - next)
+                        return loom_err_set(e, LOOM_ECORRUPT, "frame.payload",
+                                            "change %llu lies outside the bucket",
+                                            (unsigned long long)k);
+                if (len - pos < 2)
+                        return loom_err_set(e, LOOM_ECORRUPT, "frame.payload",
+                                            "truncated value at byte %zu", pos);
+                if (!(p[pos] | p[pos + 1]))
+                        return loom_err_set(e, LOOM_ECORRUPT, "frame.payload",
+                                            "zero delta at byte %zu", pos);
+                pos += 2;
+                next += gap + 1;
+        }
+        if (pos != len)
+                return loom_err_set(e, LOOM_ECORRUPT, "frame.payload",
+                                    "%zu trailing bytes after %llu changes", len - pos,
+                                    (unsigned long long)f->nnz);
+        return 0;
+}
+
+static int check_bitmap(const loom_sync_frame *f, const uint8_t *p, loom_err *e)
+{
+        uint64_t nb = (f->elems + 7) / 8, pop = 0;
+        if (f->payload_len != nb + 2 * f->nnz)
+                return loom_err_set(e, LOOM_ECORRUPT, "frame.payload_len",
+                                    "bitmap payload of %llu bytes, expected %llu",
+                                    (unsigned long long)f->payload_len,
+                                    (unsigned long long)(nb + 2 * f->nnz));
+        for (uint64_t i = 0; i < nb; i++)
+                pop += (uint64_t)__builtin_popcount(p[i]);
+        if (f->elems % 8 && (p[nb - 1] >> (f->elems % 8)))
+                return loom_err_set(e, LOOM_ECORRUPT, "frame.payload", "bits past the bucket end");
+        if (pop != f->nnz)
+                return loom_err_set(e, LOOM_ECORRUPT, "frame.nnz",
+                                    "bitmap has %llu changes, header says %llu",
+                                    (unsigned long long)pop, (unsigned long long)f->nnz);
+        for (uint64_t k = 0; k < f->nnz; k++)
+                if (!(p[nb + 2 * k] | p[nb + 2 * k + 1]))
+                        return loom_err_set(e, LOOM_ECORRUPT, "frame.payload",
+                                            "zero delta for change %llu", (unsigned long long)k);
+        return 0;
+}
+
+int loom_sync_payload_check(const loom_sync_frame *f, const uint8_t *payload, loom_err *e)
+{
+        if (f->type != LOOM_SYNC_FRAME_BUCKET)
+                return loom_err_set(e, LOOM_EPROTO, "frame.type", "not a bucket frame");
+        if (f->elems > LOOM_SYNC_FRAME_MAX_PAYLOAD / 4 ||
+            f->payload_len > loom_sync_enc_bound((size_t)f->elems))
+                return loom_err_set(e, LOOM_ERANGE, "frame.payload_len",
+                                    "payload larger than any encoding of %llu elements",
+                                    (unsigned long long)f->elems);
+        if (loom_sync_crc32c(0, payload, (size_t)f->payload_len) != f->payload_crc)
+                return loom_err_set(e, LOOM_ECORRUPT, "frame.payload_crc",
+                                    "bucket %u of stream %u: payload checksum mismatch", f->seq,
+                                    f->stream);
+        switch (f->enc) {
+        case LOOM_SYNC_ENC_DENSE:
+                if (f->payload_len != 2 * f->elems || f->nnz)
+                        return loom_err_set(e, LOOM_ECORRUPT, "frame.payload_len",
+                                            "dense payload of %llu bytes for %llu elements",
+                                            (unsigned long long)f->payload_len,
+                                            (unsigned long long)f->elems);
+                return 0;
+        case LOOM_SYNC_ENC_COO:
+                if (f->nnz > f->elems)
+                        return loom_err_set(e, LOOM_ECORRUPT, "frame.nnz",
+                                            "more changes than elements");
+                return check_coo(f, payload, e);
+        case LOOM_SYNC_ENC_BITMAP:
+                if (f->nnz > f->elems)
+                        return loom_err_set(e, LOOM_ECORRUPT, "frame.nnz",
+                                            "more changes than elements");
+                return check_bitmap(f, payload, e);
+        default:
+                return loom_err_set(e, LOOM_EPROTO, "frame.enc", "unknown encoding %u", f->enc);
+        }
+}
+
+void loom_sync_payload_walk(const loom_sync_frame *f, const uint8_t *p, loom_sync_delta_fn fn,
+                            void *arg)
+{
+        if (f->enc == LOOM_SYNC_ENC_COO) {
+                size_t pos = 0;
+                uint64_t next = 0;
+                for (uint64_t k = 0; k < f->nnz; k++) {
+                        uint64_t gap;
+                        size_t used;
+                        varint_get(p + pos, (size_t)f->payload_len - pos, &gap, &used);
+                        pos += used;
+                        uint64_t i = next + gap;
+                        fn(i, (uint16_t)(p[pos] | p[pos + 1] << 8), arg);
+                        pos += 2;
+                        next = i + 1;
+                }
+        } else if (f->enc == LOOM_SYNC_ENC_BITMAP) {
+                uint64_t nb = (f->elems + 7) / 8;
+                const uint8_t *v = p + nb;
+                for (uint64_t b = 0; b < nb; b++) {
+                        unsigned bits = p[b];
+                        while (bits) {
+                                unsigned j = (unsigned)__builtin_ctz(bits);
+                                bits &= bits - 1;
+                                fn(b * 8 + j, (uint16_t)(v[0] | v[1] << 8), arg);
+                                v += 2;
+                        }
+                }
+        }
+}
+
+static void xor_into(uint64_t i, uint16_t x, void *arg)
+{
+        ((uint16_t *)arg)[i] ^= x;
+}
+
+int loom_sync_decode(const loom_sync_frame *f, const uint8_t *payload, const uint16_t *old,
+                     uint16_t *out, size_t n, loom_err *e)
+{
+        if (f->elems != n)
+                return loom_err_set(e, LOOM_EPROTO, "frame.elems",
+                                    "bucket has %llu elements, receiver expects %zu",
+                                    (unsigned long long)f->elems, n);
+        int rc = loom_sync_payload_check(f, payload, e);
+        if (rc)
+                return rc;
+        if (f->enc == LOOM_SYNC_ENC_DENSE) {
+                memcpy(out, payload, 2 * n);
+                return 0;
+        }
+        if (!old)
+                return loom_err_set(e, LOOM_ESTATE, "old",
+                                    "a sparse delta needs the previous version");
+        if (out != old)
+                memcpy(out, old, 2 * n);
+        loom_sync_payload_walk(f, payload, xor_into, out);
+        return 0;
+}

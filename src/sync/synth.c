@@ -1,0 +1,55 @@
+/*
+ * synth.c - deterministic synthetic bf16 weights for benchmarks and tests.
+ *
+ * Every element's value is a pure function of (seed, version, flat index), so any rank can
+ * produce exactly the bytes of any slice without a full copy of the model existing anywhere,
+ * and a receiver's result can be compared with what the sender meant to send. One 64-bit hash
+ * yields four consecutive elements. Version 0 values look like trained weights (random sign,
+ * magnitudes 2^-8 .. 2^-1); version v flips a few low mantissa bits of about `density` of the
+ * elements of version v-1, the way a small optimizer step leaves most bf16 values unchanged.
+ */
+#include "loom/sync.h"
+
+static inline uint64_t mix(uint64_t z)
+{
+        z += UINT64_C(0x9E3779B97F4A7C15);
+        z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+        z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+        return z ^ (z >> 31);
+}
+
+static inline uint16_t base_value(uint16_t lane)
+{
+        uint16_t sign = lane & 0x8000, mant = lane & 0x7f;
+        uint16_t exp = (uint16_t)(119 + ((lane >> 7) & 7)); /* 2^-8 .. 2^-1 */
+        return (uint16_t)(sign | exp << 7 | mant);
+}
+
+void loom_sync_synth(uint64_t seed, uint32_t version, double density, uint64_t g0, size_t n,
+                     uint16_t *out)
+{
+        uint32_t thr = density <= 0 ? 0 : density >= 1 ? 65536 : (uint32_t)(density * 65536 + 0.5);
+        uint64_t sbase = mix(seed);
+        size_t i = 0;
+        while (i < n) {
+                uint64_t g = g0 + i, blk = g >> 2;
+                unsigned lane = (unsigned)(g & 3);
+                uint64_t w = mix(sbase ^ blk);
+                uint64_t ch[8] = {0}, fl[8] = {0};
+                uint32_t nv = version < 8 ? version : 8;
+                for (uint32_t v = 1; v <= nv; v++) {
+                        uint64_t s = mix(sbase + v * UINT64_C(0xD1B54A32D192ED03));
+                        ch[v - 1] = mix(s ^ blk);
+                        fl[v - 1] = mix(ch[v - 1]);
+                }
+                for (; lane < 4 && i < n; lane++, i++) {
+                        uint16_t x = base_value((uint16_t)(w >> (16 * lane)));
+                        for (uint32_t v = 0; v < nv; v++) {
+                                uint32_t c = (uint32_t)(ch[v] >> (16 * lane)) & 0xffff;
+                                if (c < thr)
+                                        x ^= (uint16_t)(1 + ((fl[v] >> (16 * lane)) & 0x3f));
+                        }
+                        out[i] = x;
+                }
+        }
+}
