@@ -280,7 +280,7 @@ static int gen_direct(const search *x, const group *g, rnode **sorted, cand *out
 
 static int consider(search *x, cand *c)
 {
-        int rc = evaluate(x, c);
+        int rc = c->g ? evaluate(x, c) : 0; /* isolated provisioning is priced by isolated() */
         if (rc)
                 return rc;
         if (c->reject == LOOM_REJECT_NONE) {

@@ -133,21 +133,32 @@ static group *group_of(const loom_sched *s, loom_group_id id)
         return id < s->next_group ? s->groups[id] : NULL;
 }
 
+/* Make room for at least `need` queued actions. */
+static int actions_reserve(action_queue *q, size_t need)
+{
+        if (need <= q->cap)
+                return 0;
+        size_t cap = q->cap ? q->cap : 64;
+        while (cap < need)
+                cap *= 2;
+        loom_action *p = malloc(sizeof *p * cap);
+        if (!p)
+                return LOOM_ENOMEM;
+        for (size_t i = 0; i < q->len; i++)
+                p[i] = q->a[(q->head + i) % q->cap];
+        free(q->a);
+        q->a = p;
+        q->cap = cap;
+        q->head = 0;
+        return 0;
+}
+
 int loom__push_action(loom_sched *s, const loom_action *a)
 {
         action_queue *q = &s->actions;
-        if (q->len == q->cap) {
-                size_t cap = q->cap ? 2 * q->cap : 64;
-                loom_action *p = malloc(sizeof *p * cap);
-                if (!p)
-                        return LOOM_ENOMEM;
-                for (size_t i = 0; i < q->len; i++)
-                        p[i] = q->a[(q->head + i) % q->cap];
-                free(q->a);
-                q->a = p;
-                q->cap = cap;
-                q->head = 0;
-        }
+        int rc = actions_reserve(q, q->len + 1);
+        if (rc)
+                return rc;
         q->a[(q->head + q->len++) % q->cap] = *a;
         return 0;
 }
@@ -344,14 +355,9 @@ static int reserve(loom_sched *s, const loom_decision *d)
                 s->open = p;
                 s->cap_open = cap;
         }
-        size_t need = s->actions.len + 2 * LOOM_MAX_JOB_NODES + 4;
-        while (s->actions.cap < need) {
-                loom_action a = {0};
-                size_t len = s->actions.len;
-                if ((rc = loom__push_action(s, &a)))
-                        return rc;
-                s->actions.len = len; /* only the capacity was wanted */
-        }
+        if ((rc =
+                 actions_reserve(&s->actions, s->actions.len + 2 * (size_t)LOOM_MAX_JOB_NODES + 8)))
+                return rc;
         (void)d;
         return 0;
 }

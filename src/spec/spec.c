@@ -1,0 +1,549 @@
+/*
+ * spec.c - JSON codec for cluster, policy, job specs and `loom place` scenarios.
+ *
+ * Decoding walks a jansson object field by field, so every error can name the field by path.
+ * Jansson reports positions only for syntax errors; for a semantic error we find the field's
+ * position by walking the original text (loom_json_locate in locate.c).
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "loom/spec.h"
+
+/* Decoding context: where we are, and the text for line/column. */
+typedef struct dctx {
+        const char *where;
+        const char *text;
+        size_t len;
+        loom_err *e;
+} dctx;
+
+static int fail(const dctx *c, const char *field, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int fail(const dctx *c, const char *field, const char *fmt, ...)
+{
+        char path[128], msg[400];
+        if (c->where && c->where[0])
+                snprintf(path, sizeof path, "%s%s%s", c->where, field[0] ? "." : "", field);
+        else
+                snprintf(path, sizeof path, "%s", field);
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        va_end(ap);
+        int line = 0, col = 0;
+        if (c->text)
+                loom_json_locate(c->text, c->len, path, &line, &col);
+        int rc = loom_err_set(c->e, LOOM_EINVAL, path, "%s: %s", path, msg);
+        if (c->e) {
+                c->e->line = line;
+                c->e->col = col;
+        }
+        return rc;
+}
+
+static int get_number(const dctx *c, json_t *obj, const char *k, bool required, double *out)
+{
+        json_t *v = json_object_get(obj, k);
+        if (!v) {
+                if (required)
+                        return fail(c, k, "missing required field");
+                return 1;
+        }
+        if (!json_is_number(v))
+                return fail(c, k, "must be a number");
+        double d = json_number_value(v);
+        if (!isfinite(d))
+                return fail(c, k, "must be a finite number");
+        *out = d;
+        return 0;
+}
+
+static int get_int(const dctx *c, json_t *obj, const char *k, bool required, int64_t lo, int64_t hi,
+                   int64_t *out)
+{
+        json_t *v = json_object_get(obj, k);
+        if (!v) {
+                if (required)
+                        return fail(c, k, "missing required field");
+                return 1;
+        }
+        if (!json_is_integer(v))
+                return fail(c, k, "must be an integer");
+        json_int_t x = json_integer_value(v);
+        if (x < lo || x > hi)
+                return fail(c, k, "must be in %lld..%lld, got %lld", (long long)lo, (long long)hi,
+                            (long long)x);
+        *out = x;
+        return 0;
+}
+
+/* Seconds -> microseconds with a range check. */
+static int get_seconds(const dctx *c, json_t *obj, const char *k, bool required, bool positive,
+                       loom_us *out)
+{
+        double s;
+        int rc = get_number(c, obj, k, required, &s);
+        if (rc)
+                return rc;
+        if (positive ? !(s > 0) : !(s >= 0))
+                return fail(c, k, "must be %s seconds, got %g", positive ? "> 0" : ">= 0", s);
+        if (s > 1e6)
+                return fail(c, k, "must be at most 1e6 seconds, got %g", s);
+        *out = loom_us_from_s(s);
+        if (positive && *out == 0)
+                return fail(c, k, "must be at least 1 microsecond");
+        return 0;
+}
+
+static int get_gb(const dctx *c, json_t *obj, const char *k, uint64_t *out)
+{
+        double gb;
+        int rc = get_number(c, obj, k, false, &gb);
+        if (rc)
+                return rc;
+        if (gb < 0 || gb > 1e9)
+                return fail(c, k, "must be 0..1e9 GB, got %g", gb);
+        *out = (uint64_t)llround(gb * 1e9);
+        return 0;
+}
+
+static int check_fields(const dctx *c, json_t *obj, const char *const *known,
+                        const char *const *extra)
+{
+        const char *key;
+        json_t *v;
+        json_object_foreach(obj, key, v)
+        {
+                bool ok = false;
+                for (int i = 0; known[i] && !ok; i++)
+                        ok = !strcmp(known[i], key);
+                for (int i = 0; extra && extra[i] && !ok; i++)
+                        ok = !strcmp(extra[i], key);
+                if (!ok)
+                        return fail(c, key, "unknown field");
+        }
+        return 0;
+}
+
+int loom_job_spec_from_json(json_t *obj, const char *where, const char *text, size_t len,
+                            const loom_cluster_cfg *cl, const char *const *extra_ok,
+                            loom_job_spec *out, loom_err *e)
+{
+        static const char *const known[] = {
+            "id",  "rollout_gpus",   "train_gpus",   "t_roll_s", "t_train_s",  "sync_s",
+            "slo", "mem_rollout_gb", "mem_train_gb", "model_b",  "iterations", NULL};
+        dctx c = {where, text, len, e};
+        if (!json_is_object(obj))
+                return fail(&c, "", "a job must be a JSON object");
+        int rc = check_fields(&c, obj, known, extra_ok);
+        if (rc)
+                return rc;
+        loom_job_spec s;
+        loom_job_spec_init(&s);
+        json_t *id = json_object_get(obj, "id");
+        if (id) {
+                if (!json_is_string(id))
+                        return fail(&c, "id", "must be a string");
+                if (json_string_length(id) == 0 || json_string_length(id) >= LOOM_JOB_ID_MAX)
+                        return fail(&c, "id", "must be 1..%d characters", LOOM_JOB_ID_MAX - 1);
+                snprintf(s.id, sizeof s.id, "%s", json_string_value(id));
+        }
+        int64_t v;
+        if ((rc = get_int(&c, obj, "rollout_gpus", true, 1, 1 << 20, &v)))
+                return rc;
+        s.rollout_gpus = (int)v;
+        if ((rc = get_int(&c, obj, "train_gpus", true, 1, 1 << 20, &v)))
+                return rc;
+        s.train_gpus = (int)v;
+        if ((rc = get_seconds(&c, obj, "t_roll_s", true, true, &s.t_roll)) ||
+            (rc = get_seconds(&c, obj, "t_train_s", true, true, &s.t_train)) ||
+            (rc = get_seconds(&c, obj, "sync_s", false, false, &s.t_sync)) < 0)
+                return rc;
+        if ((rc = get_number(&c, obj, "slo", true, &s.slo)))
+                return rc;
+        if (s.slo < 1.0 || s.slo > 1000.0)
+                return fail(&c, "slo", "must be a slowdown factor in 1..1000, got %g", s.slo);
+        double model_b = 0;
+        if ((rc = get_number(&c, obj, "model_b", false, &model_b)) < 0)
+                return rc;
+        if (rc == 0 && !(model_b > 0 && model_b <= 10000))
+                return fail(&c, "model_b", "must be a model size in billions, > 0");
+        if (rc == 0) {
+                s.mem_rollout = loom_table2_mem_rollout(model_b);
+                s.mem_train = loom_table2_mem_train(model_b);
+        }
+        if ((rc = get_gb(&c, obj, "mem_rollout_gb", &s.mem_rollout)) < 0 ||
+            (rc = get_gb(&c, obj, "mem_train_gb", &s.mem_train)) < 0)
+                return rc;
+        if ((rc = get_int(&c, obj, "iterations", false, 0, INT64_C(1) << 40, &v)) < 0)
+                return rc;
+        if (rc == 0)
+                s.iterations = v;
+        loom_err ve;
+        loom_err_clear(&ve);
+        if (loom_job_spec_validate(&s, cl, &ve))
+                return fail(&c, ve.field, "%s", ve.msg);
+        *out = s;
+        return 0;
+}
+
+static int gpu_from_json(const dctx *c, json_t *obj, const char *k, loom_gpu_type *g)
+{
+        static const char *const known[] = {"name",   "price_per_hour", "hbm_gb",
+                                            "tflops", "hbm_tbps",       NULL};
+        json_t *o = json_object_get(obj, k);
+        if (!o)
+                return 0;
+        char where[128];
+        snprintf(where, sizeof where, "%s%s%s", c->where, c->where[0] ? "." : "", k);
+        dctx sub = {where, c->text, c->len, c->e};
+        if (!json_is_object(o))
+                return fail(&sub, "", "must be an object");
+        int rc = check_fields(&sub, o, known, NULL);
+        if (rc)
+                return rc;
+        json_t *name = json_object_get(o, "name");
+        if (name) {
+                if (!json_is_string(name) || json_string_length(name) == 0 ||
+                    json_string_length(name) >= sizeof g->name)
+                        return fail(&sub, "name", "must be a string of 1..%d characters",
+                                    (int)sizeof g->name - 1);
+                snprintf(g->name, sizeof g->name, "%s", json_string_value(name));
+        }
+        double d;
+        if ((rc = get_number(&sub, o, "price_per_hour", false, &d)) < 0)
+                return rc;
+        if (rc == 0 && d < 0)
+                return fail(&sub, "price_per_hour", "must be >= 0");
+        if (rc == 0)
+                g->price_per_hour = d;
+        if ((rc = get_number(&sub, o, "tflops", false, &d)) < 0)
+                return rc;
+        if (rc == 0 && d < 0)
+                return fail(&sub, "tflops", "must be >= 0");
+        if (rc == 0)
+                g->tflops = d;
+        if ((rc = get_number(&sub, o, "hbm_tbps", false, &d)) < 0)
+                return rc;
+        if (rc == 0 && d < 0)
+                return fail(&sub, "hbm_tbps", "must be >= 0");
+        if (rc == 0)
+                g->hbm_tbps = d;
+        if ((rc = get_gb(&sub, o, "hbm_gb", &g->hbm_bytes)) < 0)
+                return rc;
+        return 0;
+}
+
+int loom_cluster_cfg_from_json(json_t *obj, const char *where, const char *text, size_t len,
+                               loom_cluster_cfg *out, loom_err *e)
+{
+        static const char *const known[] = {"gpus_per_node", "host_mem_gb", "rollout_gpu",
+                                            "train_gpu", NULL};
+        dctx c = {where ? where : "", text, len, e};
+        if (!json_is_object(obj))
+                return fail(&c, "", "the cluster must be a JSON object");
+        int rc = check_fields(&c, obj, known, NULL);
+        if (rc)
+                return rc;
+        loom_cluster_cfg cl;
+        loom_cluster_cfg_default(&cl);
+        int64_t v;
+        if ((rc = get_int(&c, obj, "gpus_per_node", false, 1, 64, &v)) < 0)
+                return rc;
+        if (rc == 0)
+                cl.gpus_per_node = (int)v;
+        if ((rc = get_gb(&c, obj, "host_mem_gb", &cl.host_mem_bytes)) < 0)
+                return rc;
+        if (cl.host_mem_bytes == 0)
+                return fail(&c, "host_mem_gb", "must be > 0");
+        if ((rc = gpu_from_json(&c, obj, "rollout_gpu", &cl.gpu[LOOM_POOL_ROLLOUT])) ||
+            (rc = gpu_from_json(&c, obj, "train_gpu", &cl.gpu[LOOM_POOL_TRAIN])))
+                return rc;
+        *out = cl;
+        return 0;
+}
+
+int loom_policy_cfg_from_json(json_t *obj, const char *where, const char *text, size_t len,
+                              const loom_cluster_cfg *cl, loom_policy_cfg *out, loom_err *e)
+{
+        static const char *const known[] = {"max_group_size",
+                                            "train_scaling_efficiency",
+                                            "warm_switch_s",
+                                            "tail_migration",
+                                            "tail_threshold",
+                                            "tail_keep_gpus",
+                                            "placer",
+                                            "seed",
+                                            NULL};
+        dctx c = {where ? where : "", text, len, e};
+        if (!json_is_object(obj))
+                return fail(&c, "", "the policy must be a JSON object");
+        int rc = check_fields(&c, obj, known, NULL);
+        if (rc)
+                return rc;
+        loom_policy_cfg p;
+        loom_policy_cfg_default(&p);
+        int64_t v;
+        if ((rc = get_int(&c, obj, "max_group_size", false, 1, LOOM_MAX_GROUP_SIZE, &v)) < 0)
+                return rc;
+        if (rc == 0)
+                p.max_group_size = (int)v;
+        if ((rc = get_number(&c, obj, "train_scaling_efficiency", false,
+                             &p.train_scaling_efficiency)) < 0)
+                return rc;
+        if ((rc = get_seconds(&c, obj, "warm_switch_s", false, false, &p.warm_switch)) < 0)
+                return rc;
+        json_t *tm = json_object_get(obj, "tail_migration");
+        if (tm) {
+                if (!json_is_boolean(tm))
+                        return fail(&c, "tail_migration", "must be true or false");
+                p.tail_migration = json_is_true(tm);
+        }
+        if ((rc = get_number(&c, obj, "tail_threshold", false, &p.tail_threshold)) < 0)
+                return rc;
+        if ((rc = get_int(&c, obj, "tail_keep_gpus", false, 1, 64, &v)) < 0)
+                return rc;
+        if (rc == 0)
+                p.tail_keep_gpus = (int)v;
+        json_t *pl = json_object_get(obj, "placer");
+        if (pl) {
+                const char *n = json_is_string(pl) ? json_string_value(pl) : "";
+                if (!strcmp(n, "loom"))
+                        p.placer = LOOM_PLACER_LOOM;
+                else if (!strcmp(n, "random"))
+                        p.placer = LOOM_PLACER_RANDOM;
+                else if (!strcmp(n, "greedy"))
+                        p.placer = LOOM_PLACER_GREEDY;
+                else
+                        return fail(&c, "placer", "must be \"loom\", \"random\" or \"greedy\"");
+        }
+        if ((rc = get_int(&c, obj, "seed", false, 0, INT64_MAX, &v)) < 0)
+                return rc;
+        if (rc == 0)
+                p.seed = (uint64_t)v;
+        loom_err ve;
+        loom_err_clear(&ve);
+        if (loom_policy_cfg_validate(&p, cl, &ve))
+                return fail(&c, ve.field, "%s", ve.msg);
+        *out = p;
+        return 0;
+}
+
+json_t *loom_json_parse(const char *text, size_t len, loom_err *e)
+{
+        json_error_t je;
+        json_t *v = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+        if (!v) {
+                loom_err_set(e, LOOM_EINVAL, "", "invalid JSON: %s", je.text);
+                if (e) {
+                        e->line = je.line > 0 ? je.line : 0;
+                        e->col = je.column > 0 ? je.column : 0;
+                }
+        }
+        return v;
+}
+
+int loom_scenario_parse(const char *text, size_t len, loom_scenario *out, loom_err *e)
+{
+        memset(out, 0, sizeof *out);
+        json_t *root = loom_json_parse(text, len, e);
+        if (!root)
+                return LOOM_EINVAL;
+        static const char *const known[] = {"cluster", "policy", "jobs", NULL};
+        dctx c = {"", text, len, e};
+        loom_scenario sc = {0};
+        int rc = 0;
+        json_t *jobs;
+        loom_cluster_cfg_default(&sc.cluster);
+        loom_policy_cfg_default(&sc.policy);
+        if (!json_is_object(root)) {
+                rc = fail(&c, "", "a scenario must be a JSON object with a \"jobs\" array");
+                goto out;
+        }
+        if ((rc = check_fields(&c, root, known, NULL)))
+                goto out;
+        json_t *cl = json_object_get(root, "cluster");
+        if (cl && (rc = loom_cluster_cfg_from_json(cl, "cluster", text, len, &sc.cluster, e)))
+                goto out;
+        json_t *po = json_object_get(root, "policy");
+        if (po &&
+            (rc = loom_policy_cfg_from_json(po, "policy", text, len, &sc.cluster, &sc.policy, e)))
+                goto out;
+        jobs = json_object_get(root, "jobs");
+        if (!jobs || !json_is_array(jobs)) {
+                rc = fail(&c, "jobs", jobs ? "must be an array" : "missing required field");
+                goto out;
+        }
+        sc.n_jobs = (int)json_array_size(jobs);
+        sc.jobs = calloc(sc.n_jobs ? (size_t)sc.n_jobs : 1, sizeof *sc.jobs);
+        if (!sc.jobs) {
+                rc = loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
+                goto out;
+        }
+        for (int i = 0; i < sc.n_jobs && !rc; i++) {
+                char where[32];
+                snprintf(where, sizeof where, "jobs[%d]", i);
+                rc = loom_job_spec_from_json(json_array_get(jobs, (size_t)i), where, text, len,
+                                             &sc.cluster, NULL, &sc.jobs[i], e);
+                if (!rc && !sc.jobs[i].id[0])
+                        snprintf(sc.jobs[i].id, sizeof sc.jobs[i].id, "job%d", i);
+                for (int k = 0; k < i && !rc; k++)
+                        if (!strcmp(sc.jobs[k].id, sc.jobs[i].id)) {
+                                dctx jc = {where, text, len, e};
+                                rc = fail(&jc, "id", "duplicate job id \"%s\"", sc.jobs[i].id);
+                        }
+        }
+out:
+        json_decref(root);
+        if (rc) {
+                free(sc.jobs);
+                return rc;
+        }
+        *out = sc;
+        return 0;
+}
+
+int loom_scenario_load(const char *path, loom_scenario *out, loom_err *e)
+{
+        FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+        if (!f)
+                return loom_err_set(e, LOOM_EIO, "", "%s: %s", path, strerror(errno));
+        size_t cap = 1 << 16, len = 0;
+        char *buf = malloc(cap);
+        int rc = 0;
+        while (buf) {
+                size_t n = fread(buf + len, 1, cap - len, f);
+                len += n;
+                if (len < cap)
+                        break;
+                if (cap >= (size_t)64 << 20) {
+                        rc = loom_err_set(e, LOOM_ERANGE, "", "%s: larger than 64 MiB", path);
+                        break;
+                }
+                char *p = realloc(buf, cap *= 2);
+                if (!p) {
+                        free(buf);
+                        buf = NULL;
+                }
+                buf = p;
+        }
+        if (!buf)
+                rc = loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
+        else if (!rc && ferror(f))
+                rc = loom_err_set(e, LOOM_EIO, "", "%s: read error", path);
+        if (f != stdin)
+                fclose(f);
+        if (!rc)
+                rc = loom_scenario_parse(buf, len, out, e);
+        free(buf);
+        return rc;
+}
+
+void loom_scenario_free(loom_scenario *s)
+{
+        if (s) {
+                free(s->jobs);
+                s->jobs = NULL;
+                s->n_jobs = 0;
+        }
+}
+
+/* ---- encoders ---------------------------------------------------------------------- */
+
+static json_t *node_ids(const loom_node_id *ids, int n)
+{
+        json_t *a = json_array();
+        for (int i = 0; i < n; i++)
+                json_array_append_new(a, json_integer(ids[i]));
+        return a;
+}
+
+static double round6(double x)
+{
+        return round(x * 1e6) / 1e6;
+}
+
+json_t *loom_decision_to_json(const loom_decision *d, const char *job_name)
+{
+        json_t *o = json_object();
+        json_object_set_new(o, "job", json_string(job_name ? job_name : ""));
+        json_object_set_new(o, "decision", json_string(loom_decision_kind_name(d->kind)));
+        if (d->kind != LOOM_DECISION_REJECTED) {
+                json_object_set_new(o, "group", json_integer(d->group));
+                json_object_set_new(o, "rollout_nodes",
+                                    node_ids(d->rollout_nodes, d->n_rollout_nodes));
+                json_object_set_new(o, "train_nodes", node_ids(d->train_nodes, d->n_train_nodes));
+                json_object_set_new(o, "marginal_cost_per_hour",
+                                    json_real(round6(d->marginal_cost_per_hour)));
+                json_object_set_new(o, "t_meta_s", json_real(loom_us_to_s(d->t_meta)));
+                json_object_set_new(o, "utilisation", json_real(round6(d->utilisation)));
+        }
+        json_t *cs = json_array();
+        for (int i = 0; i < d->n_candidates; i++) {
+                const loom_candidate *c = &d->candidates[i];
+                json_t *j = json_object();
+                json_object_set_new(j, "kind", json_string(loom_decision_kind_name(c->kind)));
+                json_object_set_new(
+                    j, "group", c->group == LOOM_NEW_GROUP ? json_null() : json_integer(c->group));
+                json_object_set_new(j, "rollout_nodes",
+                                    node_ids(c->rollout_nodes, c->n_rollout_nodes));
+                json_object_set_new(j, "new_rollout_nodes", json_integer(c->new_rollout_nodes));
+                json_object_set_new(j, "new_train_nodes", json_integer(c->new_train_nodes));
+                json_object_set_new(j, "marginal_cost_per_hour",
+                                    json_real(round6(c->marginal_cost_per_hour)));
+                json_object_set_new(j, "t_meta_s", json_real(loom_us_to_s(c->t_meta)));
+                json_object_set_new(j, "utilisation", json_real(round6(c->utilisation)));
+                json_object_set_new(j, "verdict",
+                                    json_string(c->reject == LOOM_REJECT_NONE
+                                                    ? "chosen"
+                                                    : loom_reject_name(c->reject)));
+                json_object_set_new(j, "why", json_string(c->why));
+                json_array_append_new(cs, j);
+        }
+        json_object_set_new(o, "candidates", cs);
+        json_object_set_new(o, "reason", json_string(d->reason));
+        return o;
+}
+
+json_t *loom_job_spec_to_json(const loom_job_spec *s)
+{
+        json_t *o = json_object();
+        if (s->id[0])
+                json_object_set_new(o, "id", json_string(s->id));
+        json_object_set_new(o, "rollout_gpus", json_integer(s->rollout_gpus));
+        json_object_set_new(o, "train_gpus", json_integer(s->train_gpus));
+        json_object_set_new(o, "t_roll_s", json_real(loom_us_to_s(s->t_roll)));
+        json_object_set_new(o, "t_train_s", json_real(loom_us_to_s(s->t_train)));
+        json_object_set_new(o, "sync_s", json_real(loom_us_to_s(s->t_sync)));
+        json_object_set_new(o, "slo", json_real(s->slo));
+        json_object_set_new(o, "mem_rollout_gb", json_real((double)s->mem_rollout / 1e9));
+        json_object_set_new(o, "mem_train_gb", json_real((double)s->mem_train / 1e9));
+        json_object_set_new(o, "iterations", json_integer(s->iterations));
+        return o;
+}
+
+static json_t *gpu_to_json(const loom_gpu_type *g)
+{
+        json_t *o = json_object();
+        json_object_set_new(o, "name", json_string(g->name));
+        json_object_set_new(o, "price_per_hour", json_real(g->price_per_hour));
+        json_object_set_new(o, "hbm_gb", json_real((double)g->hbm_bytes / 1e9));
+        json_object_set_new(o, "tflops", json_real(g->tflops));
+        json_object_set_new(o, "hbm_tbps", json_real(g->hbm_tbps));
+        return o;
+}
+
+json_t *loom_cluster_cfg_to_json(const loom_cluster_cfg *c)
+{
+        json_t *o = json_object();
+        json_object_set_new(o, "gpus_per_node", json_integer(c->gpus_per_node));
+        json_object_set_new(o, "host_mem_gb", json_real((double)c->host_mem_bytes / 1e9));
+        json_object_set_new(o, "rollout_gpu", gpu_to_json(&c->gpu[LOOM_POOL_ROLLOUT]));
+        json_object_set_new(o, "train_gpu", gpu_to_json(&c->gpu[LOOM_POOL_TRAIN]));
+        return o;
+}
