@@ -1,0 +1,265 @@
+/*
+ * loomd - the loom control plane daemon. Parses options, builds a loom_server (src/server),
+ * and serves until SIGTERM or SIGINT, then stops accepting, finishes the replies in flight and
+ * closes the store. Signals are handled by sigwait on the main thread, so no library code runs
+ * in signal context. Exit status: 0 after a clean stop, 1 for invalid input or a failed start,
+ * 2 for bad usage, 3 when the store failed while running.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "loom/server.h"
+#include "loom/spec.h"
+
+static void usage(FILE *f)
+{
+        fprintf(f, "usage: loomd --data-dir DIR [options]\n"
+                   "\n"
+                   "The loom control plane: schedules the phases of RL jobs (docs/api.md).\n"
+                   "\n"
+                   "options:\n"
+                   "  --data-dir DIR        store (SQLite, WAL) location; created if missing\n"
+                   "  --listen HOST:PORT    IPv4 address to serve on (default 127.0.0.1:7480;\n"
+                   "                        port 0 picks a free one, see --port-file)\n"
+                   "  --cluster FILE        cluster (and policy) JSON, as in `loom place`\n"
+                   "  --lease-timeout S     lease/permit expiry without renewal (default 30)\n"
+                   "  --idle-timeout S      close idle connections after S seconds (default 10)\n"
+                   "  --max-wait S          upper bound of an acquire's ?wait= (default 300)\n"
+                   "  --sync-full           fsync every commit (survives power loss, slower)\n"
+                   "  --port-file FILE      write the bound port to FILE once serving\n"
+                   "  --quiet               no event log on stderr\n"
+                   "  --help                this text\n");
+}
+
+static void log_line(void *arg, const char *line)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        struct tm tm;
+        gmtime_r(&ts.tv_sec, &tm);
+        fprintf(stderr, "%02d:%02d:%02d.%03ld loomd: %s\n", tm.tm_hour, tm.tm_min, tm.tm_sec,
+                ts.tv_nsec / 1000000, line);
+}
+
+static int parse_seconds(const char *opt, const char *v, double *out)
+{
+        char *end;
+        errno = 0;
+        *out = strtod(v, &end);
+        if (errno || end == v || *end || !(*out >= 0)) {
+                fprintf(stderr, "loomd: %s: '%s' is not a number of seconds\n", opt, v);
+                return -1;
+        }
+        return 0;
+}
+
+static int parse_listen(const char *v, loom_server_cfg *c)
+{
+        const char *colon = strrchr(v, ':');
+        char *end;
+        long port = colon ? strtol(colon + 1, &end, 10) : -1;
+        if (!colon || colon == v || (size_t)(colon - v) >= sizeof c->listen_host ||
+            end == colon + 1 || *end || port < 0 || port > 65535) {
+                fprintf(stderr, "loomd: --listen: expected HOST:PORT, got '%s'\n", v);
+                return -1;
+        }
+        snprintf(c->listen_host, sizeof c->listen_host, "%.*s", (int)(colon - v), v);
+        c->port = (int)port;
+        return 0;
+}
+
+/* A scenario-shaped file ({"cluster":{..},"policy":{..},"jobs":[..]}) or a bare cluster. */
+static int load_cluster(const char *path, loom_server_cfg *c)
+{
+        FILE *f = fopen(path, "rb");
+        if (!f) {
+                fprintf(stderr, "loomd: %s: %s\n", path, strerror(errno));
+                return -1;
+        }
+        char *text = NULL;
+        size_t len = 0, cap = 0, n;
+        char chunk[8192];
+        while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) {
+                if (len + n + 1 > cap) {
+                        cap = (len + n + 1) * 2;
+                        char *p = realloc(text, cap);
+                        if (!p) {
+                                free(text);
+                                fclose(f);
+                                return -1;
+                        }
+                        text = p;
+                }
+                memcpy(text + len, chunk, n);
+                len += n;
+        }
+        fclose(f);
+        loom_err e;
+        loom_err_clear(&e);
+        json_t *root = loom_json_parse(text ? text : "", len, &e);
+        int rc = root ? 0 : -1;
+        if (root && !json_is_object(root)) {
+                loom_err_set(&e, LOOM_EINVAL, "", "must be a JSON object");
+                rc = -1;
+        }
+        if (!rc) {
+                json_t *cl = json_object_get(root, "cluster");
+                json_t *pol = json_object_get(root, "policy");
+                rc = loom_cluster_cfg_from_json(cl ? cl : root, cl ? "cluster" : "", text, len,
+                                                &c->cluster, &e);
+                if (!rc && pol)
+                        rc = loom_policy_cfg_from_json(pol, "policy", text, len, &c->cluster,
+                                                       &c->policy, &e);
+        }
+        if (rc) {
+                if (e.line > 0)
+                        fprintf(stderr, "loomd: %s:%d:%d: %s%s%s\n", path, e.line, e.col,
+                                e.field[0] ? e.field : "", e.field[0] ? ": " : "", e.msg);
+                else
+                        fprintf(stderr, "loomd: %s: %s%s%s\n", path, e.field[0] ? e.field : "",
+                                e.field[0] ? ": " : "", e.msg);
+        }
+        json_decref(root);
+        free(text);
+        c->have_cluster = rc == 0;
+        return rc;
+}
+
+/* Long-polls hold one descriptor each: raise the soft limit to the hard one. */
+static void raise_nofile(void)
+{
+        struct rlimit rl;
+        if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+                rl.rlim_cur = rl.rlim_max;
+                setrlimit(RLIMIT_NOFILE, &rl);
+        }
+}
+
+int main(int argc, char **argv)
+{
+        static const struct option opts[] = {
+            {"data-dir", required_argument, NULL, 'd'},
+            {"listen", required_argument, NULL, 'l'},
+            {"cluster", required_argument, NULL, 'c'},
+            {"lease-timeout", required_argument, NULL, 't'},
+            {"idle-timeout", required_argument, NULL, 'i'},
+            {"max-wait", required_argument, NULL, 'w'},
+            {"sync-full", no_argument, NULL, 'S'},
+            {"port-file", required_argument, NULL, 'p'},
+            {"quiet", no_argument, NULL, 'q'},
+            {"help", no_argument, NULL, 'h'},
+            {NULL, 0, NULL, 0},
+        };
+        loom_server_cfg cfg;
+        loom_server_cfg_default(&cfg);
+        cfg.log = log_line;
+        const char *port_file = NULL;
+        int c;
+        while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+                switch (c) {
+                case 'd':
+                        cfg.data_dir = optarg;
+                        break;
+                case 'l':
+                        if (parse_listen(optarg, &cfg))
+                                return 2;
+                        break;
+                case 'c':
+                        if (load_cluster(optarg, &cfg))
+                                return 1;
+                        break;
+                case 't':
+                        if (parse_seconds("--lease-timeout", optarg, &cfg.lease_timeout_s))
+                                return 2;
+                        break;
+                case 'i':
+                        if (parse_seconds("--idle-timeout", optarg, &cfg.idle_timeout_s))
+                                return 2;
+                        break;
+                case 'w':
+                        if (parse_seconds("--max-wait", optarg, &cfg.max_wait_s))
+                                return 2;
+                        break;
+                case 'S':
+                        cfg.sync_full = true;
+                        break;
+                case 'p':
+                        port_file = optarg;
+                        break;
+                case 'q':
+                        cfg.log = NULL;
+                        break;
+                case 'h':
+                        usage(stdout);
+                        return 0;
+                default:
+                        usage(stderr);
+                        return 2;
+                }
+        }
+        if (optind < argc || !cfg.data_dir) {
+                fprintf(stderr,
+                        optind < argc ? "loomd: unexpected argument '%s'\n"
+                                      : "loomd: --data-dir is required\n",
+                        argv[optind]);
+                usage(stderr);
+                return 2;
+        }
+        raise_nofile();
+        /* Block the stop signals in every thread; main collects them with sigwait. */
+        sigset_t stop;
+        sigemptyset(&stop);
+        sigaddset(&stop, SIGTERM);
+        sigaddset(&stop, SIGINT);
+        pthread_sigmask(SIG_BLOCK, &stop, NULL);
+        signal(SIGPIPE, SIG_IGN);
+
+        loom_err e;
+        loom_server *s = loom_server_new(&cfg, &e);
+        if (!s || loom_server_start(s, &e)) {
+                fprintf(stderr, "loomd: %s%s%s\n", e.field[0] ? e.field : "",
+                        e.field[0] ? ": " : "", e.msg);
+                loom_server_free(s);
+                return 1;
+        }
+        if (port_file) {
+                char tmp[4200];
+                snprintf(tmp, sizeof tmp, "%s.tmp", port_file);
+                FILE *f = fopen(tmp, "w");
+                if (!f || fprintf(f, "%d\n", loom_server_port(s)) < 0 || fclose(f) ||
+                    rename(tmp, port_file)) {
+                        fprintf(stderr, "loomd: %s: %s\n", port_file, strerror(errno));
+                        loom_server_free(s);
+                        return 1;
+                }
+        }
+        if (cfg.log) {
+                char line[128];
+                snprintf(line, sizeof line, "serving on %s:%d, data in %s", cfg.listen_host,
+                         loom_server_port(s), cfg.data_dir);
+                log_line(NULL, line);
+        }
+        int status = 0;
+        for (;;) {
+                struct timespec tick = {.tv_sec = 1};
+                int sig = sigtimedwait(&stop, NULL, &tick);
+                if (sig == SIGTERM || sig == SIGINT)
+                        break;
+                if (loom_server_failed(s)) {
+                        status = 3;
+                        break;
+                }
+        }
+        loom_server_stop(s);
+        loom_server_free(s);
+        if (cfg.log)
+                log_line(NULL, status ? "stopped after a store failure" : "stopped");
+        return status;
+}

@@ -1,0 +1,775 @@
+/*
+ * engine.c - loomd's scheduler thread: the only code that touches the loom_sched, the job
+ * table and the store while the server runs.
+ *
+ * Loop: take every queued request, open one transaction, handle them in arrival order (each
+ * handler changes the core, the job table and the store together), expire what is due, commit,
+ * then resume the connections whose replies are ready. Batching the commit amortises the WAL
+ * write over many requests; replying only after the commit is what makes a reply a promise.
+ *
+ * Run permits: the core's START_PHASE gives a job a permit for its next phase. A waiting
+ * acquire (long-poll) is granted at once; otherwise the permit waits for the worker, at most
+ * one lease timeout. A granted permit is a lease: renewed by heartbeat/progress, ended by
+ * release, expiry (job failed, pins freed, the group carries on) or cancellation.
+ *
+ * Iterations are counted here, not in the core: loomd submits every job to the core with
+ * iterations = 0 and ends it itself when the stored count reaches the target, because after a
+ * restart the core (rebuilt from the submit/exit log) no longer knows how many iterations each
+ * job had done. Sync: the API has no sync phase. A train lease covers pushing the weights, so
+ * when the core starts a job's SYNC (t_sync > 0) loomd reports it done at once.
+ */
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "loom/spec.h"
+#include "srv.h"
+
+const char *srv_job_state_name(int s)
+{
+        static const char *const names[] = {"queued", "running", "finished", "failed", "cancelled"};
+        return s >= 0 && s <= SJ_CANCELLED ? names[s] : "?";
+}
+
+void srv_log(loom_server *s, const char *fmt, ...)
+{
+        if (!s->cfg.log)
+                return;
+        char line[512];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(line, sizeof line, fmt, ap);
+        va_end(ap);
+        s->cfg.log(s->cfg.log_arg, line);
+}
+
+srv_job *srv_job_get(loom_server *s, uint32_t id)
+{
+        return id >= 1 && id <= s->n_jobs ? s->jobs[id - 1] : NULL;
+}
+
+int srv_job_add(loom_server *s, srv_job *j)
+{
+        if (j->id != s->n_jobs + 1)
+                return LOOM_ESTATE;
+        if (s->n_jobs == s->cap_jobs) {
+                uint32_t cap = s->cap_jobs ? s->cap_jobs * 2 : 64;
+                srv_job **p = realloc(s->jobs, cap * sizeof *p);
+                if (!p)
+                        return LOOM_ENOMEM;
+                s->jobs = p;
+                s->cap_jobs = cap;
+        }
+        s->jobs[s->n_jobs++] = j;
+        return 0;
+}
+
+/* A store write failed: from here on nothing is acknowledged; the batch is rolled back and
+ * the server stops (fail-stop: the store is the truth, a restart replays it). */
+static void store_check(loom_server *s, int rc, const loom_err *e)
+{
+        if (rc && !s->store_failed) {
+                s->store_failed = true;
+                srv_log(s, "store failure, stopping: %s", e->msg);
+        }
+}
+
+static void note_deadline(loom_server *s, loom_us t)
+{
+        if (t < s->next_check)
+                s->next_check = t;
+}
+
+static void done_req(loom_server *s, srv_req *r)
+{
+        if (r->finished)
+                return;
+        r->finished = true;
+        r->qnext = s->resume_head;
+        s->resume_head = r;
+}
+
+/* ---- JSON views ----------------------------------------------------------------------------- */
+
+static json_t *nodes_json(const loom_node_id *n, int count)
+{
+        json_t *a = json_array();
+        for (int i = 0; a && i < count; i++)
+                json_array_append_new(a, json_integer(n[i]));
+        return a;
+}
+
+static json_t *lease_json(loom_server *s, const srv_job *j)
+{
+        const srv_lease *l = &j->lease;
+        return json_pack(
+            "{s:I,s:I,s:s,s:s,s:o,s:i,s:f,s:I}", "lease", (json_int_t)l->id, "job",
+            (json_int_t)j->id, "phase", loom_phase_name(l->phase), "pool",
+            loom_pool_name(l->phase == LOOM_PHASE_TRAIN ? LOOM_POOL_TRAIN : LOOM_POOL_ROLLOUT),
+            "nodes", nodes_json(l->nodes, l->n_nodes), "gpus", l->gpus, "lease_timeout_s",
+            s->cfg.lease_timeout_s, "iteration", (json_int_t)(j->done + 1));
+}
+
+json_t *srv_job_json(loom_server *s, const srv_job *j, bool full)
+{
+        json_t *o = json_pack("{s:I,s:s,s:s,s:I,s:I}", "id", (json_int_t)j->id, "name", j->name,
+                              "state", srv_job_state_name(j->state), "iterations",
+                              (json_int_t)j->target, "iterations_done", (json_int_t)j->done);
+        if (!o)
+                return NULL;
+        loom_job_info info;
+        if (srv_job_live(j->state) && loom_sched_job_info(s->sched, j->id, &info) == 0) {
+                json_object_set_new(o, "group", json_integer(info.group));
+                json_object_set_new(o, "rollout_nodes",
+                                    nodes_json(info.rollout_nodes, info.n_rollout_nodes));
+                json_object_set_new(o, "train_nodes",
+                                    nodes_json(info.train_nodes, info.n_train_nodes));
+        } else {
+                static const char *const keys[] = {"group", "rollout_nodes", "train_nodes"};
+                for (int i = 0; i < 3; i++) {
+                        json_t *v = json_object_get(j->decision, keys[i]);
+                        json_object_set(o, keys[i], v ? v : json_null());
+                }
+        }
+        if (j->has_lease) {
+                json_object_set_new(o, "phase", json_string(loom_phase_name(j->lease.phase)));
+                json_object_set_new(o, "lease", json_integer(j->lease.id));
+        } else {
+                json_object_set_new(o, "phase", json_null());
+                json_object_set_new(o, "lease", json_null());
+        }
+        json_object_set_new(o, "next_phase",
+                            srv_job_live(j->state) ? json_string(loom_phase_name(j->next))
+                                                   : json_null());
+        json_object_set_new(o, "permit", json_boolean(j->permit));
+        if (full) {
+                json_object_set_new(o, "spec", loom_job_spec_to_json(&j->spec));
+                json_object_set(o, "decision", j->decision);
+                json_object_set_new(o, "submitted_us", json_integer(j->submitted_wall));
+                json_object_set_new(o, "ended_us",
+                                    j->ended_wall ? json_integer(j->ended_wall) : json_null());
+        }
+        return o;
+}
+
+/* ---- waiters -------------------------------------------------------------------------------- */
+
+static void waiter_unlink(loom_server *s, srv_job *j, srv_req *r)
+{
+        if (r->wprev)
+                r->wprev->wnext = r->wnext;
+        else
+                s->waiters = r->wnext;
+        if (r->wnext)
+                r->wnext->wprev = r->wprev;
+        r->wnext = r->wprev = NULL;
+        for (srv_req **p = &j->waiters; *p; p = &(*p)->jnext)
+                if (*p == r) {
+                        *p = r->jnext;
+                        break;
+                }
+        r->jnext = NULL;
+}
+
+static void waiter_add(loom_server *s, srv_job *j, srv_req *r)
+{
+        r->wprev = NULL;
+        r->wnext = s->waiters;
+        if (s->waiters)
+                s->waiters->wprev = r;
+        s->waiters = r;
+        r->jnext = j->waiters;
+        j->waiters = r;
+        note_deadline(s, r->deadline);
+}
+
+/* Answer every waiter of j with the same error. */
+static void waiters_fail(loom_server *s, srv_job *j, int status, const char *msg)
+{
+        while (j->waiters) {
+                srv_req *r = j->waiters;
+                waiter_unlink(s, j, r);
+                srv_reply_error(r, status, "state", "%s", msg);
+                done_req(s, r);
+        }
+}
+
+/* ---- permits, leases, job ends -------------------------------------------------------------- */
+
+/* Turn j's permit into a lease and answer its waiters with it. */
+static void grant(loom_server *s, srv_job *j, loom_us now)
+{
+        loom_err e;
+        srv_lease *l = &j->lease;
+        memset(l, 0, sizeof *l);
+        l->id = s->next_lease_id++;
+        l->phase = j->permit_phase;
+        l->n_nodes = j->permit_n_nodes;
+        memcpy(l->nodes, j->permit_nodes, sizeof l->nodes);
+        l->gpus = j->permit_gpus;
+        l->granted_mono = now;
+        l->granted_wall = srv_now_wall();
+        l->deadline = now + loom_us_from_s(s->cfg.lease_timeout_s);
+        note_deadline(s, l->deadline);
+        j->permit = false;
+        j->has_lease = true;
+        store_check(s, srv_store_lease_insert(s->store, j->id, l, &e), &e);
+        if (j->state == SJ_QUEUED) {
+                j->state = SJ_RUNNING;
+                store_check(s, srv_store_job_update(s->store, j, &e), &e);
+        }
+        loom_sched_phase_started(s->sched, l->granted_wall, j->id, l->phase);
+        s->m.leases_granted++;
+        srv_log(s, "lease %lld: job %u (%s) %s on %s node %u, %d GPUs", (long long)l->id, j->id,
+                j->name, loom_phase_name(l->phase),
+                loom_pool_name(l->phase == LOOM_PHASE_TRAIN ? LOOM_POOL_TRAIN : LOOM_POOL_ROLLOUT),
+                l->n_nodes ? l->nodes[0] : 0, l->gpus);
+        while (j->waiters) {
+                srv_req *r = j->waiters;
+                waiter_unlink(s, j, r);
+                srv_hist_add(&s->m.permit_latency, loom_us_to_s(now - r->t_arrival));
+                srv_reply_json(r, 200, lease_json(s, j));
+                done_req(s, r);
+        }
+}
+
+/* Take a live job out: the core frees its pins, its lease (if any) ends as lease_state, its
+ * waiters are told. */
+static void end_job(loom_server *s, srv_job *j, int state, const char *lease_state, const char *why)
+{
+        loom_err e;
+        int64_t wall = srv_now_wall();
+        if (j->has_lease) {
+                store_check(s, srv_store_lease_end(s->store, j->lease.id, lease_state, wall, &e),
+                            &e);
+                j->has_lease = false;
+        }
+        j->permit = false;
+        j->state = state;
+        j->ended_wall = wall;
+        loom_exit x = state == SJ_FINISHED    ? LOOM_EXIT_FINISHED
+                      : state == SJ_CANCELLED ? LOOM_EXIT_CANCELLED
+                                              : LOOM_EXIT_FAILED;
+        loom_sched_job_exit(s->sched, wall, j->id, x);
+        store_check(s, srv_store_job_update(s->store, j, &e), &e);
+        store_check(s, srv_store_log(s->store, "exit", j->id, loom_exit_name(x), &e), &e);
+        char msg[96];
+        snprintf(msg, sizeof msg, "job %u is %s", j->id, srv_job_state_name(state));
+        waiters_fail(s, j, 409, msg);
+        srv_log(s, "job %u (%s) %s: %s, %lld iterations", j->id, j->name, srv_job_state_name(state),
+                why, (long long)j->done);
+}
+
+static void on_start_phase(loom_server *s, const loom_action *a, loom_us now)
+{
+        srv_job *j = srv_job_get(s, a->job);
+        if (!j || !srv_job_live(j->state))
+                return;
+        if (a->phase == LOOM_PHASE_SYNC) {
+                int64_t wall = srv_now_wall();
+                loom_sched_phase_started(s->sched, wall, j->id, LOOM_PHASE_SYNC);
+                loom_sched_phase_done(s->sched, wall, j->id, LOOM_PHASE_SYNC);
+                return;
+        }
+        j->permit = true;
+        j->permit_phase = a->phase;
+        j->permit_n_nodes = a->n_nodes;
+        memcpy(j->permit_nodes, a->nodes, sizeof j->permit_nodes);
+        j->permit_gpus = a->gpus;
+        j->permit_since = now;
+        j->permit_deadline = now + loom_us_from_s(s->cfg.lease_timeout_s);
+        note_deadline(s, j->permit_deadline);
+        if (j->waiters)
+                grant(s, j, now);
+}
+
+void srv_apply_actions(loom_server *s, loom_us now)
+{
+        loom_action a;
+        while (loom_sched_next_action(s->sched, &a)) {
+                srv_job *j = srv_job_get(s, a.job);
+                switch (a.type) {
+                case LOOM_ACT_START_PHASE:
+                        on_start_phase(s, &a, now);
+                        break;
+                case LOOM_ACT_MIGRATE_TAIL:
+                        if (j && j->has_lease && j->lease.phase == LOOM_PHASE_ROLLOUT) {
+                                j->lease.keep_gpus = a.keep_gpus > 0 ? a.keep_gpus : 1;
+                                s->m.migrations++;
+                                srv_log(s, "job %u: migrate rollout tail to %d GPUs", j->id,
+                                        j->lease.keep_gpus);
+                        }
+                        break;
+                case LOOM_ACT_RESIZE_PHASE:
+                        if (j && j->has_lease && j->lease.phase == a.phase)
+                                j->lease.gpus = a.gpus;
+                        break;
+                case LOOM_ACT_PROVISION_NODE:
+                case LOOM_ACT_RELEASE_NODE:
+                        srv_log(s, "%s %s node %u",
+                                a.type == LOOM_ACT_PROVISION_NODE ? "provision" : "release",
+                                loom_pool_name(a.pool), a.node);
+                        break;
+                case LOOM_ACT_JOB_DONE:
+                        /* loomd submits with iterations = 0, so the core should not end a job
+                         * on its own; honour it anyway. */
+                        if (j && srv_job_live(j->state)) {
+                                j->state = SJ_FINISHED;
+                                j->ended_wall = srv_now_wall();
+                                waiters_fail(s, j, 409, "job is finished");
+                        }
+                        break;
+                }
+        }
+}
+
+/* ---- handlers ------------------------------------------------------------------------------- */
+
+static void h_submit(loom_server *s, srv_req *r, loom_us now)
+{
+        loom_err e;
+        loom_err_clear(&e);
+        uint32_t existing;
+        if (r->key[0] && srv_store_job_by_key(s->store, r->key, &existing, &e) == 0) {
+                srv_job *j = srv_job_get(s, existing);
+                json_t *o = j ? srv_job_json(s, j, true) : NULL;
+                return o ? srv_reply_json(r, 200, o)
+                         : srv_reply_error(r, 500, "", "job %u missing", existing);
+        }
+        loom_job_spec core = r->spec;
+        core.iterations = 0;
+        snprintf(core.id, sizeof core.id, "%s", r->name);
+        loom_decision d;
+        loom_decision_init(&d, true);
+        loom_job_id id = 0;
+        int64_t wall = srv_now_wall();
+        int rc = loom_sched_submit(s->sched, wall, &core, &d, &id, &e);
+        if (rc) {
+                json_t *o =
+                    json_pack("{s:s,s:s}", "error", e.msg[0] ? e.msg : d.reason, "field", e.field);
+                if (o && rc == LOOM_EREJECT)
+                        json_object_set_new(o, "decision", loom_decision_to_json(&d, r->name));
+                loom_decision_free(&d);
+                return srv_reply_json(r, rc == LOOM_ENOMEM ? 500 : 422, o);
+        }
+        srv_job *j = calloc(1, sizeof *j);
+        if (!j || id != s->n_jobs + 1) {
+                /* The core's ids are dense; anything else would break replay. */
+                free(j);
+                loom_sched_job_exit(s->sched, wall, id, LOOM_EXIT_CANCELLED);
+                loom_decision_free(&d);
+                return srv_reply_error(r, 500, "", "cannot record job %u", id);
+        }
+        j->id = id;
+        snprintf(j->name, sizeof j->name, "%s", r->name[0] ? r->name : "");
+        if (!j->name[0])
+                snprintf(j->name, sizeof j->name, "job-%u", id);
+        j->state = SJ_QUEUED;
+        j->target = r->spec.iterations;
+        j->next = LOOM_PHASE_ROLLOUT;
+        j->spec = core;
+        j->spec.iterations = j->target;
+        j->decision = loom_decision_to_json(&d, j->name);
+        j->submitted_wall = wall;
+        loom_decision_free(&d);
+        if (srv_job_add(s, j)) {
+                json_decref(j->decision);
+                free(j);
+                loom_sched_job_exit(s->sched, wall, id, LOOM_EXIT_CANCELLED);
+                return srv_reply_error(r, 500, "", "out of memory");
+        }
+        store_check(s, srv_store_job_insert(s->store, j, r->key, &e), &e);
+        store_check(s, srv_store_log(s->store, "submit", id, NULL, &e), &e);
+        srv_log(s, "job %u (%s) accepted: %s, group %lld", id, j->name,
+                json_string_value(json_object_get(j->decision, "decision")),
+                (long long)json_integer_value(json_object_get(j->decision, "group")));
+        srv_apply_actions(s, now);
+        srv_reply_json(r, 201, srv_job_json(s, j, true));
+}
+
+static void h_acquire(loom_server *s, srv_req *r, loom_us now)
+{
+        srv_job *j = srv_job_get(s, r->job);
+        if (!j)
+                return srv_reply_error(r, 404, "id", "no such job: %u", r->job);
+        if (!srv_job_live(j->state))
+                return srv_reply_error(r, 409, "state", "job %u is %s", j->id,
+                                       srv_job_state_name(j->state));
+        if (j->has_lease) {
+                if (j->lease.phase != r->phase)
+                        return srv_reply_error(
+                            r, 409, "phase", "job %u holds %s lease %lld; release it first", j->id,
+                            loom_phase_name(j->lease.phase), (long long)j->lease.id);
+                /* A retried acquire whose reply was lost: the same lease again. */
+                j->lease.deadline = now + loom_us_from_s(s->cfg.lease_timeout_s);
+                note_deadline(s, j->lease.deadline);
+                return srv_reply_json(r, 200, lease_json(s, j));
+        }
+        if (r->phase != j->next)
+                return srv_reply_error(r, 409, "phase", "job %u runs %s next, not %s", j->id,
+                                       loom_phase_name(j->next), loom_phase_name(r->phase));
+        r->deadline = now + r->wait;
+        if (j->permit && j->permit_phase == r->phase) {
+                waiter_add(s, j, r);
+                grant(s, j, now);
+                return;
+        }
+        if (r->wait <= 0) {
+                srv_reply_text(r, 204, NULL, "application/json");
+                return;
+        }
+        waiter_add(s, j, r);
+}
+
+/* Find the live lease a lease call names, or reply why there is none. */
+static srv_job *lease_job(loom_server *s, srv_req *r)
+{
+        loom_err e;
+        loom_err_clear(&e);
+        uint32_t job;
+        loom_phase phase;
+        char state[16];
+        int rc = srv_store_lease_get(s->store, r->lease, &job, &phase, state, &e);
+        if (rc == LOOM_ENOENT)
+                return srv_reply_error(r, 404, "lease", "no such lease: %lld", (long long)r->lease),
+                       NULL;
+        if (rc)
+                return srv_reply_loom_err(r, 500, &e), NULL;
+        srv_job *j = srv_job_get(s, job);
+        if (j && j->has_lease && j->lease.id == r->lease)
+                return j;
+        if (r->kind == RQ_RELEASE && j &&
+            ((r->ok && !strcmp(state, "released")) || (!r->ok && !strcmp(state, "failed")))) {
+                /* A retried release whose reply was lost: same answer, nothing changes. */
+                json_t *o = srv_job_json(s, j, false);
+                json_object_set_new(o, "released", json_integer(r->lease));
+                srv_reply_json(r, 200, o);
+                return NULL;
+        }
+        const char *why = !strcmp(state, "lost")      ? "was lost when loomd restarted"
+                          : !strcmp(state, "expired") ? "expired"
+                          : !strcmp(state, "revoked") ? "was revoked: the job was cancelled"
+                          : !strcmp(state, "active")  ? "was lost when loomd restarted"
+                                                      : "has ended";
+        json_t *o = json_pack("{s:s,s:s,s:s}", "error", "", "field", "lease", "state", state);
+        char msg[160];
+        snprintf(msg, sizeof msg, "lease %lld %s; acquire the phase again", (long long)r->lease,
+                 why);
+        json_object_set_new(o, "error", json_string(msg));
+        srv_reply_json(r, 410, o);
+        return NULL;
+}
+
+static void renew(loom_server *s, srv_job *j, loom_us now)
+{
+        j->lease.deadline = now + loom_us_from_s(s->cfg.lease_timeout_s);
+}
+
+static void h_heartbeat(loom_server *s, srv_req *r, loom_us now)
+{
+        srv_job *j = lease_job(s, r);
+        if (!j)
+                return;
+        renew(s, j, now);
+        srv_reply_json(r, 200,
+                       json_pack("{s:I,s:f}", "lease", (json_int_t)j->lease.id, "expires_in_s",
+                                 s->cfg.lease_timeout_s));
+}
+
+static void h_progress(loom_server *s, srv_req *r, loom_us now)
+{
+        srv_job *j = lease_job(s, r);
+        if (!j)
+                return;
+        renew(s, j, now);
+        if (j->lease.phase == LOOM_PHASE_ROLLOUT && !j->lease.keep_gpus) {
+                loom_sched_progress(s->sched, srv_now_wall(), j->id, LOOM_PHASE_ROLLOUT, r->done,
+                                    r->total);
+                srv_apply_actions(s, now);
+        }
+        /* The advice stands once given, so a retried progress call gets it again. */
+        if (j->has_lease && j->lease.keep_gpus)
+                srv_reply_json(r, 200,
+                               json_pack("{s:s,s:i}", "action", "migrate_tail", "keep_gpus",
+                                         j->lease.keep_gpus));
+        else
+                srv_reply_json(r, 200, json_pack("{s:s}", "action", "none"));
+}
+
+static void h_release(loom_server *s, srv_req *r, loom_us now)
+{
+        loom_err e;
+        srv_job *j = lease_job(s, r);
+        if (!j)
+                return;
+        srv_lease l = j->lease;
+        srv_hist_add(&s->m.phase_duration[l.phase == LOOM_PHASE_TRAIN],
+                     loom_us_to_s(now - l.granted_mono));
+        if (!r->ok) {
+                end_job(s, j, SJ_FAILED, "failed", "phase failed");
+        } else {
+                int64_t wall = srv_now_wall();
+                store_check(s, srv_store_lease_end(s->store, l.id, "released", wall, &e), &e);
+                j->has_lease = false;
+                if (l.phase == LOOM_PHASE_ROLLOUT) {
+                        j->next = LOOM_PHASE_TRAIN;
+                } else {
+                        j->done++;
+                        j->next = LOOM_PHASE_ROLLOUT;
+                }
+                loom_sched_phase_done(s->sched, wall, j->id, l.phase);
+                if (j->target && j->done >= j->target)
+                        end_job(s, j, SJ_FINISHED, "released", "reached its iterations");
+                else
+                        store_check(s, srv_store_job_update(s->store, j, &e), &e);
+        }
+        srv_apply_actions(s, now);
+        json_t *o = srv_job_json(s, j, false);
+        json_object_set_new(o, "released", json_integer(l.id));
+        srv_reply_json(r, 200, o);
+}
+
+static void h_cancel(loom_server *s, srv_req *r, loom_us now)
+{
+        srv_job *j = srv_job_get(s, r->job);
+        if (!j)
+                return srv_reply_error(r, 404, "id", "no such job: %u", r->job);
+        if (j->state == SJ_FINISHED || j->state == SJ_FAILED)
+                return srv_reply_error(r, 409, "state", "job %u is already %s", j->id,
+                                       srv_job_state_name(j->state));
+        if (j->state != SJ_CANCELLED) {
+                end_job(s, j, SJ_CANCELLED, "revoked", "cancelled");
+                srv_apply_actions(s, now);
+        }
+        srv_reply_json(r, 200, srv_job_json(s, j, false));
+}
+
+static void h_list_jobs(loom_server *s, srv_req *r)
+{
+        json_t *a = json_array();
+        for (uint32_t i = 0; a && i < s->n_jobs; i++)
+                json_array_append_new(a, srv_job_json(s, s->jobs[i], false));
+        srv_reply_json(r, 200, json_pack("{s:o}", "jobs", a));
+}
+
+static void h_groups(loom_server *s, srv_req *r)
+{
+        int n = loom_sched_groups(s->sched, NULL, 0);
+        loom_group_id *ids = calloc((size_t)(n > 0 ? n : 1), sizeof *ids);
+        json_t *a = json_array();
+        if (!ids || !a) {
+                free(ids);
+                json_decref(a);
+                return srv_reply_error(r, 500, "", "out of memory");
+        }
+        n = loom_sched_groups(s->sched, ids, n);
+        loom_group_info *g = malloc(sizeof *g);
+        for (int i = 0; g && i < n; i++) {
+                if (loom_sched_group_info(s->sched, ids[i], g))
+                        continue;
+                json_t *m = json_array();
+                for (int k = 0; k < g->n_members; k++)
+                        json_array_append_new(m, json_integer(g->members[k]));
+                json_array_append_new(
+                    a,
+                    json_pack("{s:i,s:o,s:o,s:o,s:f,s:f,s:f,s:b,s:f}", "id", (int)g->id, "members",
+                              m, "rollout_nodes", nodes_json(g->rollout_nodes, g->n_rollout_nodes),
+                              "train_nodes", nodes_json(g->train_nodes, g->n_train_nodes),
+                              "t_cycle_s", loom_us_to_s(g->t_cycle), "t_load_s",
+                              loom_us_to_s(g->t_load), "t_meta_s", loom_us_to_s(g->t_meta),
+                              "saturated", g->saturated, "cost_per_hour", g->cost_per_hour));
+        }
+        free(g);
+        free(ids);
+        srv_reply_json(r, 200, json_pack("{s:o}", "groups", a));
+}
+
+static void h_cluster(loom_server *s, srv_req *r)
+{
+        loom_sched_stats st;
+        loom_sched_stats_get(s->sched, &st);
+        const loom_cluster_cfg *c = loom_sched_cluster(s->sched);
+        double pr = loom_cluster_node_price(c, LOOM_POOL_ROLLOUT);
+        double pt = loom_cluster_node_price(c, LOOM_POOL_TRAIN);
+        srv_reply_json(
+            r, 200,
+            json_pack("{s:o,s:{s:i,s:i},s:{s:f,s:f},s:f,s:i,s:i}", "cluster",
+                      loom_cluster_cfg_to_json(c), "nodes", "rollout", st.nodes[LOOM_POOL_ROLLOUT],
+                      "train", st.nodes[LOOM_POOL_TRAIN], "cost_per_hour_by_pool", "rollout",
+                      pr * st.nodes[LOOM_POOL_ROLLOUT], "train", pt * st.nodes[LOOM_POOL_TRAIN],
+                      "cost_per_hour", st.cost_per_hour, "jobs", st.jobs, "groups", st.groups));
+}
+
+static void handle(loom_server *s, srv_req *r, loom_us now)
+{
+        s->m.requests++;
+        switch (r->kind) {
+        case RQ_SUBMIT:
+                h_submit(s, r, now);
+                break;
+        case RQ_ACQUIRE:
+                h_acquire(s, r, now);
+                break;
+        case RQ_PROGRESS:
+                h_progress(s, r, now);
+                break;
+        case RQ_RELEASE:
+                h_release(s, r, now);
+                break;
+        case RQ_HEARTBEAT:
+                h_heartbeat(s, r, now);
+                break;
+        case RQ_CANCEL:
+                h_cancel(s, r, now);
+                break;
+        case RQ_GET_JOB: {
+                srv_job *j = srv_job_get(s, r->job);
+                if (j)
+                        srv_reply_json(r, 200, srv_job_json(s, j, true));
+                else
+                        srv_reply_error(r, 404, "id", "no such job: %u", r->job);
+                break;
+        }
+        case RQ_LIST_JOBS:
+                h_list_jobs(s, r);
+                break;
+        case RQ_GROUPS:
+                h_groups(s, r);
+                break;
+        case RQ_CLUSTER:
+                h_cluster(s, r);
+                break;
+        case RQ_METRICS: {
+                char *text = srv_metrics_render(s);
+                if (text)
+                        srv_reply_text(r, 200, text, "text/plain; version=0.0.4");
+                else
+                        srv_reply_error(r, 500, "", "out of memory");
+                break;
+        }
+        case RQ_HEALTH:
+                srv_reply_json(r, 200,
+                               json_pack("{s:s,s:f}", "status", "ok", "uptime_s",
+                                         loom_us_to_s(now - s->start_mono)));
+                break;
+        case RQ_BAD:
+                srv_reply_error(r, 400, "", "bad request");
+                break;
+        }
+        /* A waiting acquire is answered later; everything else now. */
+        if (r->ready)
+                done_req(s, r);
+}
+
+/* Expire leases, unclaimed permits and long-poll waits that are due; recompute next_check. */
+static void expire_due(loom_server *s, loom_us now)
+{
+        loom_us next = now + 3600 * LOOM_US_PER_S;
+        for (srv_req *r = s->waiters, *nx; r; r = nx) {
+                nx = r->wnext;
+                if (r->deadline <= now) {
+                        waiter_unlink(s, srv_job_get(s, r->job), r);
+                        srv_reply_text(r, 204, NULL, "application/json");
+                        done_req(s, r);
+                } else if (r->deadline < next) {
+                        next = r->deadline;
+                }
+        }
+        for (uint32_t i = 0; i < s->n_jobs; i++) {
+                srv_job *j = s->jobs[i];
+                if (!srv_job_live(j->state))
+                        continue;
+                if (j->has_lease && j->lease.deadline <= now) {
+                        s->m.leases_expired++;
+                        end_job(s, j, SJ_FAILED, "expired", "lease expired");
+                } else if (j->permit && j->permit_deadline <= now) {
+                        s->m.permits_expired++;
+                        end_job(s, j, SJ_FAILED, "expired", "permit not claimed in time");
+                } else if (j->has_lease && j->lease.deadline < next) {
+                        next = j->lease.deadline;
+                } else if (j->permit && j->permit_deadline < next) {
+                        next = j->permit_deadline;
+                }
+        }
+        s->next_check = next;
+        srv_apply_actions(s, now); /* exits free resources: permits may follow */
+}
+
+static void shutdown_waiters(loom_server *s)
+{
+        while (s->waiters) {
+                srv_req *r = s->waiters;
+                waiter_unlink(s, srv_job_get(s, r->job), r);
+                srv_reply_error(r, 503, "", "loomd is shutting down");
+                done_req(s, r);
+        }
+}
+
+/* Commit the batch, then send its replies. On a store failure nothing is acknowledged. */
+static void finish_batch(loom_server *s)
+{
+        loom_err e;
+        loom_err_clear(&e);
+        if (!s->store_failed) {
+                store_check(s, srv_store_commit(s->store, &e), &e);
+                s->m.commits++;
+        }
+        if (s->store_failed) {
+                srv_store_rollback(s->store);
+                pthread_mutex_lock(&s->mu);
+                s->stopping = true;
+                pthread_mutex_unlock(&s->mu);
+                shutdown_waiters(s);
+        }
+        while (s->resume_head) {
+                srv_req *r = s->resume_head;
+                s->resume_head = r->qnext;
+                if (s->store_failed)
+                        srv_reply_error(r, 503, "", "loomd store failure; retry after restart");
+                s->m.replies_by_class[r->status / 100 < 6 ? r->status / 100 : 0]++;
+                srv_http_resume(r); /* r belongs to the HTTP thread again */
+        }
+}
+
+static void wait_for_work(loom_server *s)
+{
+        while (!s->q_head && !s->stopping) {
+                loom_us now = srv_now_mono();
+                if (now >= s->next_check)
+                        return;
+                loom_us until = s->next_check;
+                struct timespec ts = {.tv_sec = until / LOOM_US_PER_S,
+                                      .tv_nsec = (long)(until % LOOM_US_PER_S) * 1000};
+                pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+        }
+}
+
+void *srv_engine_main(void *arg)
+{
+        loom_server *s = arg;
+        for (;;) {
+                pthread_mutex_lock(&s->mu);
+                wait_for_work(s);
+                srv_req *batch = s->q_head;
+                s->q_head = s->q_tail = NULL;
+                bool stop = s->stopping;
+                pthread_mutex_unlock(&s->mu);
+
+                loom_us now = srv_now_mono();
+                loom_err e;
+                store_check(s, srv_store_begin(s->store, &e), &e);
+                for (srv_req *r = batch, *nx; r; r = nx) {
+                        nx = r->qnext;
+                        handle(s, r, now);
+                }
+                if (now >= s->next_check)
+                        expire_due(s, now);
+                if (stop)
+                        shutdown_waiters(s);
+                finish_batch(s);
+                if (stop || s->store_failed)
+                        break;
+        }
+        return NULL;
+}

@@ -1,0 +1,542 @@
+/*
+ * http.c - loomd's HTTP side: libmicrohttpd glue, routing and request parsing.
+ *
+ * Runs on libmicrohttpd's polling thread. A request is parsed here (JSON bodies are decoded
+ * and validated with the same spec.h functions as `loom place`), then queued for the scheduler
+ * thread while its connection is suspended; the scheduler resumes the connection once the reply
+ * is committed, and the access handler is called again to send it. Nothing here touches the
+ * scheduler's state, so a slow or malicious client only costs a connection slot: idle
+ * connections are closed after cfg.idle_timeout_s, bodies over 1 MiB get 413.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <microhttpd.h>
+
+#include "loom/spec.h"
+#include "srv.h"
+
+loom_us srv_now_mono(void)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (loom_us)ts.tv_sec * LOOM_US_PER_S + ts.tv_nsec / 1000;
+}
+
+int64_t srv_now_wall(void)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        return (int64_t)ts.tv_sec * LOOM_US_PER_S + ts.tv_nsec / 1000;
+}
+
+/* ---- replies ------------------------------------------------------------------------------ */
+
+void srv_reply_text(srv_req *r, int status, char *text, const char *ctype)
+{
+        free(r->body);
+        r->status = status;
+        r->body = text;
+        r->ctype = ctype;
+        r->ready = true;
+}
+
+void srv_reply_json(srv_req *r, int status, json_t *j)
+{
+        char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+        json_decref(j);
+        if (j && !text) {
+                status = 500;
+                text = strdup("{\"error\":\"out of memory\",\"field\":\"\"}");
+        }
+        srv_reply_text(r, status, text, "application/json");
+}
+
+void srv_reply_error(srv_req *r, int status, const char *field, const char *fmt, ...)
+{
+        char msg[512];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        va_end(ap);
+        srv_reply_json(r, status, json_pack("{s:s,s:s}", "error", msg, "field", field));
+}
+
+void srv_reply_loom_err(srv_req *r, int status, const loom_err *e)
+{
+        json_t *j = json_pack("{s:s,s:s}", "error", e->msg, "field", e->field);
+        if (j && e->line > 0) {
+                json_object_set_new(j, "line", json_integer(e->line));
+                json_object_set_new(j, "col", json_integer(e->col));
+        }
+        srv_reply_json(r, status, j);
+}
+
+/* ---- parsing ------------------------------------------------------------------------------ */
+
+/* A positive decimal id without sign, spaces or leading zeros; 0 if s is not one. */
+static uint64_t parse_id(const char *s, size_t len)
+{
+        if (len == 0 || len > 18 || s[0] == '0')
+                return 0;
+        uint64_t v = 0;
+        for (size_t i = 0; i < len; i++) {
+                if (s[i] < '0' || s[i] > '9')
+                        return 0;
+                v = v * 10 + (uint64_t)(s[i] - '0');
+        }
+        return v;
+}
+
+/* Split "/v1/a/b/c" into at most max segments; returns the count, -1 if more. */
+static int split_path(const char *url, const char *seg[], size_t seglen[], int max)
+{
+        int n = 0;
+        const char *p = url;
+        while (*p) {
+                while (*p == '/')
+                        p++;
+                if (!*p)
+                        break;
+                const char *q = p;
+                while (*q && *q != '/')
+                        q++;
+                if (n == max)
+                        return -1;
+                seg[n] = p;
+                seglen[n++] = (size_t)(q - p);
+                p = q;
+        }
+        return n;
+}
+
+static bool seg_is(const char *seg, size_t len, const char *word)
+{
+        return strlen(word) == len && !memcmp(seg, word, len);
+}
+
+/* Parse the body as a JSON object; replies 400/422 and returns NULL when it is not one. */
+static json_t *body_object(srv_req *r, bool required)
+{
+        loom_err e;
+        loom_err_clear(&e);
+        if (r->upload_len == 0) {
+                if (required)
+                        srv_reply_error(r, 400, "", "request body must be a JSON object");
+                return required ? NULL : json_object();
+        }
+        json_t *j = loom_json_parse(r->upload, r->upload_len, &e);
+        if (!j) {
+                srv_reply_loom_err(r, 400, &e);
+                return NULL;
+        }
+        if (!json_is_object(j)) {
+                json_decref(j);
+                srv_reply_error(r, 422, "", "request body must be a JSON object");
+                return NULL;
+        }
+        return j;
+}
+
+/* A required non-negative integer field of a request body. */
+static int get_count(srv_req *r, json_t *obj, const char *field, int64_t min, int64_t *out)
+{
+        json_t *v = json_object_get(obj, field);
+        if (!v)
+                return srv_reply_error(r, 422, field, "missing field '%s'", field), -1;
+        if (!json_is_integer(v))
+                return srv_reply_error(r, 422, field, "'%s' must be an integer", field), -1;
+        *out = json_integer_value(v);
+        if (*out < min)
+                return srv_reply_error(r, 422, field, "'%s' must be >= %lld, got %lld", field,
+                                       (long long)min, (long long)*out),
+                       -1;
+        return 0;
+}
+
+static int only_fields(srv_req *r, json_t *obj, const char *const *allowed)
+{
+        const char *k;
+        json_t *v;
+        json_object_foreach(obj, k, v)
+        {
+                bool ok = false;
+                for (int i = 0; allowed[i]; i++)
+                        ok = ok || !strcmp(k, allowed[i]);
+                if (!ok)
+                        return srv_reply_error(r, 422, k, "unknown field '%s'", k), -1;
+        }
+        return 0;
+}
+
+static void parse_submit(loom_server *s, srv_req *r)
+{
+        const char *key = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Idempotency-Key");
+        if (key && (strlen(key) == 0 || strlen(key) >= SRV_KEY_MAX))
+                return srv_reply_error(r, 422, "Idempotency-Key", "must be 1..%d characters",
+                                       SRV_KEY_MAX - 1);
+        snprintf(r->key, sizeof r->key, "%s", key ? key : "");
+        json_t *obj = body_object(r, true);
+        if (!obj)
+                return;
+        json_t *name = json_object_get(obj, "name");
+        if (name && (!json_is_string(name) || json_string_length(name) >= SRV_NAME_MAX)) {
+                json_decref(obj);
+                return srv_reply_error(r, 422, "name",
+                                       "'name' must be a string of at most %d "
+                                       "characters",
+                                       SRV_NAME_MAX - 1);
+        }
+        static const char *const extra[] = {"name", NULL};
+        loom_err e;
+        loom_err_clear(&e);
+        if (loom_job_spec_from_json(obj, "", r->upload, r->upload_len, &s->cfg.cluster, extra,
+                                    &r->spec, &e)) {
+                json_decref(obj);
+                return srv_reply_loom_err(r, 422, &e);
+        }
+        snprintf(r->name, sizeof r->name, "%s", name ? json_string_value(name) : r->spec.id);
+        json_decref(obj);
+        r->kind = RQ_SUBMIT;
+}
+
+static void parse_acquire(loom_server *s, srv_req *r, const char *phase, size_t len)
+{
+        char ph[16];
+        snprintf(ph, sizeof ph, "%.*s", (int)(len < 15 ? len : 15), phase);
+        if (loom_phase_parse(ph, &r->phase) || r->phase == LOOM_PHASE_SYNC)
+                return srv_reply_error(r, 404, "phase", "no phase '%s' (rollout or train)", ph);
+        const char *w = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "wait");
+        double wait = 0;
+        if (w) {
+                char *end;
+                errno = 0;
+                wait = strtod(w, &end);
+                if (errno || end == w || *end || !(wait >= 0) || wait > 1e6)
+                        return srv_reply_error(r, 422, "wait",
+                                               "'wait' must be a number of seconds >= 0");
+        }
+        if (wait > s->cfg.max_wait_s)
+                wait = s->cfg.max_wait_s;
+        r->wait = loom_us_from_s(wait);
+        r->kind = RQ_ACQUIRE;
+}
+
+static void parse_lease_call(srv_req *r, const char *verb, size_t len)
+{
+        if (seg_is(verb, len, "heartbeat")) {
+                r->kind = RQ_HEARTBEAT;
+                return;
+        }
+        if (seg_is(verb, len, "progress")) {
+                json_t *obj = body_object(r, true);
+                static const char *const ok[] = {"done", "total", NULL};
+                if (!obj)
+                        return;
+                if (!only_fields(r, obj, ok) && !get_count(r, obj, "done", 0, &r->done) &&
+                    !get_count(r, obj, "total", 1, &r->total)) {
+                        if (r->done > r->total)
+                                srv_reply_error(r, 422, "done",
+                                                "'done' (%lld) exceeds 'total' (%lld)",
+                                                (long long)r->done, (long long)r->total);
+                        else
+                                r->kind = RQ_PROGRESS;
+                }
+                json_decref(obj);
+                return;
+        }
+        if (seg_is(verb, len, "release")) {
+                json_t *obj = body_object(r, false);
+                static const char *const ok[] = {"status", NULL};
+                if (!obj || only_fields(r, obj, ok)) {
+                        json_decref(obj);
+                        return;
+                }
+                json_t *st = json_object_get(obj, "status");
+                const char *v = json_is_string(st) ? json_string_value(st) : NULL;
+                if (!st) {
+                        r->ok = true; /* no body: a plain successful release */
+                        r->kind = RQ_RELEASE;
+                } else if (v && (!strcmp(v, "ok") || !strcmp(v, "failed"))) {
+                        r->ok = !strcmp(v, "ok");
+                        r->kind = RQ_RELEASE;
+                } else {
+                        srv_reply_error(r, 422, "status", "'status' must be \"ok\" or \"failed\"");
+                }
+                json_decref(obj);
+                return;
+        }
+        srv_reply_error(r, 404, "", "no such lease operation");
+}
+
+/* Decide what a complete request is. Either r->kind is set (for the scheduler) or a reply is
+ * ready. */
+static void route(loom_server *s, srv_req *r, const char *method, const char *url)
+{
+        const char *seg[7];
+        size_t len[7];
+        int n = split_path(url, seg, len, 7);
+        bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
+        bool del = !strcmp(method, "DELETE");
+        const char *allowed = NULL;
+
+        if (n == 1 && seg_is(seg[0], len[0], "healthz")) {
+                if (get)
+                        r->kind = RQ_HEALTH;
+                allowed = "GET";
+        } else if (n == 1 && seg_is(seg[0], len[0], "metrics")) {
+                if (get)
+                        r->kind = RQ_METRICS;
+                allowed = "GET";
+        } else if (n >= 2 && seg_is(seg[0], len[0], "v1")) {
+                if (n == 2 && seg_is(seg[1], len[1], "jobs")) {
+                        if (get)
+                                r->kind = RQ_LIST_JOBS;
+                        else if (post)
+                                parse_submit(s, r);
+                        allowed = "GET, POST";
+                } else if (n == 2 && seg_is(seg[1], len[1], "groups")) {
+                        if (get)
+                                r->kind = RQ_GROUPS;
+                        allowed = "GET";
+                } else if (n == 2 && seg_is(seg[1], len[1], "cluster")) {
+                        if (get)
+                                r->kind = RQ_CLUSTER;
+                        allowed = "GET";
+                } else if ((n == 3 || n == 6) && seg_is(seg[1], len[1], "jobs")) {
+                        uint64_t id = parse_id(seg[2], len[2]);
+                        if (id == 0 || id > UINT32_MAX)
+                                return srv_reply_error(r, 404, "id", "no such job");
+                        r->job = (uint32_t)id;
+                        if (n == 3) {
+                                if (get)
+                                        r->kind = RQ_GET_JOB;
+                                else if (del)
+                                        r->kind = RQ_CANCEL;
+                                allowed = "GET, DELETE";
+                        } else if (seg_is(seg[3], len[3], "phases") &&
+                                   seg_is(seg[5], len[5], "acquire")) {
+                                if (post)
+                                        parse_acquire(s, r, seg[4], len[4]);
+                                allowed = "POST";
+                        }
+                } else if (n == 4 && seg_is(seg[1], len[1], "leases")) {
+                        uint64_t id = parse_id(seg[2], len[2]);
+                        if (id == 0 || id > INT64_MAX / 2)
+                                return srv_reply_error(r, 404, "lease", "no such lease");
+                        r->lease = (int64_t)id;
+                        if (post)
+                                parse_lease_call(r, seg[3], len[3]);
+                        allowed = "POST";
+                }
+        }
+        if (r->ready || r->kind != RQ_BAD)
+                return;
+        if (allowed)
+                srv_reply_error(r, 405, "", "method %s not allowed here (allowed: %s)", method,
+                                allowed);
+        else
+                srv_reply_error(r, 404, "", "no such resource: %s", url);
+}
+
+/* ---- libmicrohttpd callbacks ---------------------------------------------------------------- */
+
+static enum MHD_Result send_reply(srv_req *r)
+{
+        size_t len = r->body ? strlen(r->body) : 0;
+        struct MHD_Response *resp = MHD_create_response_from_buffer(
+            len, r->body ? r->body : (void *)"",
+            r->body ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+        if (!resp)
+                return MHD_NO;
+        r->body = NULL; /* owned by resp now */
+        if (len)
+                MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, r->ctype);
+        enum MHD_Result ret = MHD_queue_response(r->conn, (unsigned)r->status, resp);
+        MHD_destroy_response(resp);
+        return ret;
+}
+
+static void req_free(srv_req *r)
+{
+        if (!r)
+                return;
+        free(r->upload);
+        free(r->body);
+        json_decref(r->body_json);
+        free(r);
+}
+
+static bool enqueue_or_refuse(loom_server *s, srv_req *r)
+{
+        pthread_mutex_lock(&s->mu);
+        bool ok = !s->stopping;
+        if (ok) {
+                /* Suspend before the scheduler can see it: it may resume at once. */
+                MHD_suspend_connection(r->conn);
+                r->dispatched = true;
+                r->qnext = NULL;
+                if (s->q_tail)
+                        s->q_tail->qnext = r;
+                else
+                        s->q_head = r;
+                s->q_tail = r;
+                pthread_cond_signal(&s->cv);
+        }
+        pthread_mutex_unlock(&s->mu);
+        return ok;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls)
+{
+        loom_server *s = cls;
+        srv_req *r = *con_cls;
+        if (!r) {
+                r = calloc(1, sizeof *r);
+                if (!r)
+                        return MHD_NO;
+                atomic_fetch_add(&s->inflight, 1);
+                r->conn = conn;
+                r->t_arrival = srv_now_mono();
+                *con_cls = r;
+                const char *cl =
+                    MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
+                if (cl && strtoull(cl, NULL, 10) > SRV_MAX_BODY) {
+                        srv_reply_error(r, 413, "", "request body larger than %u bytes",
+                                        SRV_MAX_BODY);
+                        return send_reply(r);
+                }
+                return MHD_YES;
+        }
+        if (r->ready)
+                return send_reply(r);
+        if (*upload_data_size) {
+                size_t n = *upload_data_size;
+                *upload_data_size = 0;
+                if (r->too_big)
+                        return MHD_YES;
+                if (r->upload_len + n > SRV_MAX_BODY) {
+                        r->too_big = true;
+                        free(r->upload);
+                        r->upload = NULL;
+                        r->upload_len = 0;
+                        return MHD_YES;
+                }
+                if (r->upload_len + n + 1 > r->upload_cap) {
+                        size_t cap = r->upload_cap ? r->upload_cap * 2 : 4096;
+                        while (cap < r->upload_len + n + 1)
+                                cap *= 2;
+                        char *p = realloc(r->upload, cap);
+                        if (!p)
+                                return MHD_NO;
+                        r->upload = p;
+                        r->upload_cap = cap;
+                }
+                memcpy(r->upload + r->upload_len, upload_data, n);
+                r->upload_len += n;
+                r->upload[r->upload_len] = '\0';
+                return MHD_YES;
+        }
+        if (r->dispatched)
+                return MHD_YES; /* resumed without a reply cannot happen; wait for it */
+        if (r->too_big)
+                srv_reply_error(r, 413, "", "request body larger than %u bytes", SRV_MAX_BODY);
+        else
+                route(s, r, method, url);
+        if (r->ready)
+                return send_reply(r);
+        if (!enqueue_or_refuse(s, r)) {
+                srv_reply_error(r, 503, "", "loomd is shutting down");
+                return send_reply(r);
+        }
+        return MHD_YES;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+        loom_server *s = cls;
+        srv_req *r = *con_cls;
+        if (r) {
+                req_free(r);
+                atomic_fetch_sub(&s->inflight, 1);
+        }
+        *con_cls = NULL;
+}
+
+void srv_http_resume(srv_req *r)
+{
+        MHD_resume_connection(r->conn);
+}
+
+int srv_http_bind(loom_server *s, loom_err *e)
+{
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)s->cfg.port)};
+        if (inet_pton(AF_INET, s->cfg.listen_host, &a.sin_addr) != 1)
+                return loom_err_set(e, LOOM_EINVAL, "listen", "'%s' is not an IPv4 address",
+                                    s->cfg.listen_host);
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return loom_err_set(e, LOOM_EIO, "listen", "socket: %s", strerror(errno));
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        socklen_t alen = sizeof a;
+        if (bind(fd, (struct sockaddr *)&a, sizeof a) || listen(fd, 1024) ||
+            getsockname(fd, (struct sockaddr *)&a, &alen)) {
+                int rc = loom_err_set(e, LOOM_EIO, "listen", "%s:%d: %s", s->cfg.listen_host,
+                                      s->cfg.port, strerror(errno));
+                close(fd);
+                return rc;
+        }
+        s->listen_fd = fd;
+        s->port = ntohs(a.sin_port);
+        return 0;
+}
+
+int srv_http_start(loom_server *s, loom_err *e)
+{
+        unsigned idle = s->cfg.idle_timeout_s < 1 ? 1 : (unsigned)(s->cfg.idle_timeout_s + 0.5);
+        s->mhd = MHD_start_daemon(MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME, 0, NULL,
+                                  NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET, s->listen_fd,
+                                  MHD_OPTION_CONNECTION_TIMEOUT, idle, MHD_OPTION_CONNECTION_LIMIT,
+                                  (unsigned)8192, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                                  MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024, MHD_OPTION_END);
+        if (!s->mhd)
+                return loom_err_set(e, LOOM_EIO, "listen", "cannot start the HTTP server");
+        return 0;
+}
+
+void srv_http_quiesce(loom_server *s)
+{
+        if (!s->mhd || s->listen_fd < 0)
+                return;
+        MHD_socket fd = MHD_quiesce_daemon(s->mhd);
+        if (fd != MHD_INVALID_SOCKET)
+                close(fd);
+        s->listen_fd = -1;
+}
+
+void srv_http_stop(loom_server *s)
+{
+        if (s->mhd) {
+                /* Give resumed replies a moment to leave before connections are torn down. */
+                for (int i = 0; i < 200 && atomic_load(&s->inflight) > 0; i++)
+                        usleep(10000);
+                MHD_stop_daemon(s->mhd);
+                s->mhd = NULL;
+        }
+        if (s->listen_fd >= 0) {
+                close(s->listen_fd);
+                s->listen_fd = -1;
+        }
+}

@@ -1,0 +1,168 @@
+/*
+ * metrics.c - loomd's /metrics page in the Prometheus text exposition format (version 0.0.4):
+ * jobs by state, groups, nodes and $/h per pool, decisions by kind, permit latency and phase
+ * duration histograms, lease and request counters. Rendered on the scheduler thread, which
+ * owns every number here.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "srv.h"
+
+void srv_hist_init(srv_hist *h, const double *le, int n)
+{
+        memset(h, 0, sizeof *h);
+        h->n = n < SRV_HIST_MAX ? n : SRV_HIST_MAX;
+        memcpy(h->le, le, (size_t)h->n * sizeof *le);
+}
+
+void srv_hist_add(srv_hist *h, double v)
+{
+        int i = 0;
+        while (i < h->n && v > h->le[i])
+                i++;
+        h->count[i]++;
+        h->sum += v;
+        h->total++;
+}
+
+void srv_metrics_init(srv_metrics *m)
+{
+        static const double permit[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                        0.25,   0.5,   1,      2.5,   5,    10,    30,   60};
+        static const double phase[] = {0.01, 0.05, 0.1, 0.25, 0.5, 1,    2.5,  5,
+                                       10,   30,   60,  300,  900, 1800, 3600, 7200};
+        memset(m, 0, sizeof *m);
+        srv_hist_init(&m->permit_latency, permit, 16);
+        srv_hist_init(&m->phase_duration[0], phase, 16);
+        srv_hist_init(&m->phase_duration[1], phase, 16);
+}
+
+/* A growing text buffer; on allocation failure it stays failed and render returns NULL. */
+typedef struct buf {
+        char *p;
+        size_t len, cap;
+        bool failed;
+} buf;
+
+static void put(buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(buf *b, const char *fmt, ...)
+{
+        for (int attempt = 0; attempt < 2 && !b->failed; attempt++) {
+                va_list ap;
+                va_start(ap, fmt);
+                int n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
+                va_end(ap);
+                if (n < 0) {
+                        b->failed = true;
+                        return;
+                }
+                if (b->p && b->len + (size_t)n < b->cap) {
+                        b->len += (size_t)n;
+                        return;
+                }
+                size_t cap = b->cap ? b->cap : 4096;
+                while (cap <= b->len + (size_t)n)
+                        cap *= 2;
+                char *q = realloc(b->p, cap);
+                if (!q) {
+                        b->failed = true;
+                        return;
+                }
+                b->p = q;
+                b->cap = cap;
+        }
+}
+
+static void hist(buf *b, const char *name, const char *labels, const srv_hist *h)
+{
+        uint64_t cum = 0;
+        const char *sep = labels[0] ? "," : "";
+        for (int i = 0; i <= h->n; i++) {
+                cum += h->count[i];
+                if (i < h->n)
+                        put(b, "%s_bucket{%s%sle=\"%g\"} %llu\n", name, labels, sep, h->le[i],
+                            (unsigned long long)cum);
+                else
+                        put(b, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", name, labels, sep,
+                            (unsigned long long)cum);
+        }
+        char lb[128] = "";
+        if (labels[0])
+                snprintf(lb, sizeof lb, "{%s}", labels);
+        put(b, "%s_sum%s %.6f\n%s_count%s %llu\n", name, lb, h->sum, name, lb,
+            (unsigned long long)h->total);
+}
+
+char *srv_metrics_render(loom_server *s)
+{
+        buf b = {0};
+        const srv_metrics *m = &s->m;
+        uint64_t by_state[SJ_CANCELLED + 1] = {0};
+        for (uint32_t i = 0; i < s->n_jobs; i++)
+                by_state[s->jobs[i]->state]++;
+        put(&b, "# HELP loom_jobs Jobs known to loomd by state.\n# TYPE loom_jobs gauge\n");
+        for (int i = 0; i <= SJ_CANCELLED; i++)
+                put(&b, "loom_jobs{state=\"%s\"} %llu\n", srv_job_state_name(i),
+                    (unsigned long long)by_state[i]);
+
+        loom_sched_stats st;
+        loom_sched_stats_get(s->sched, &st);
+        const loom_cluster_cfg *c = loom_sched_cluster(s->sched);
+        put(&b,
+            "# HELP loom_groups Co-execution groups.\n# TYPE loom_groups gauge\n"
+            "loom_groups %d\n",
+            st.groups);
+        put(&b, "# HELP loom_nodes Provisioned nodes by pool.\n# TYPE loom_nodes gauge\n");
+        for (int p = 0; p < 2; p++)
+                put(&b, "loom_nodes{pool=\"%s\"} %d\n", loom_pool_name((loom_pool)p), st.nodes[p]);
+        put(&b, "# HELP loom_cost_per_hour Provisioning cost in US$ per hour by pool.\n"
+                "# TYPE loom_cost_per_hour gauge\n");
+        for (int p = 0; p < 2; p++)
+                put(&b, "loom_cost_per_hour{pool=\"%s\"} %.4f\n", loom_pool_name((loom_pool)p),
+                    st.nodes[p] * loom_cluster_node_price(c, (loom_pool)p));
+        put(&b, "# HELP loom_decisions_total Placement decisions by kind.\n"
+                "# TYPE loom_decisions_total counter\n");
+        for (int k = 0; k < 4; k++)
+                put(&b, "loom_decisions_total{kind=\"%s\"} %llu\n",
+                    loom_decision_kind_name((loom_decision_kind)k),
+                    (unsigned long long)st.decisions[k]);
+        put(&b,
+            "# HELP loom_tail_migrations_total Rollout tails migrated.\n"
+            "# TYPE loom_tail_migrations_total counter\nloom_tail_migrations_total %llu\n",
+            (unsigned long long)m->migrations);
+        put(&b,
+            "# HELP loom_leases_total Leases by outcome.\n# TYPE loom_leases_total counter\n"
+            "loom_leases_total{event=\"granted\"} %llu\n"
+            "loom_leases_total{event=\"expired\"} %llu\n"
+            "loom_leases_total{event=\"permit_expired\"} %llu\n",
+            (unsigned long long)m->leases_granted, (unsigned long long)m->leases_expired,
+            (unsigned long long)m->permits_expired);
+        put(&b, "# HELP loom_permit_latency_seconds From an acquire arriving to its grant.\n"
+                "# TYPE loom_permit_latency_seconds histogram\n");
+        hist(&b, "loom_permit_latency_seconds", "", &m->permit_latency);
+        put(&b, "# HELP loom_phase_duration_seconds Lease lengths of finished phases.\n"
+                "# TYPE loom_phase_duration_seconds histogram\n");
+        hist(&b, "loom_phase_duration_seconds", "phase=\"rollout\"", &m->phase_duration[0]);
+        hist(&b, "loom_phase_duration_seconds", "phase=\"train\"", &m->phase_duration[1]);
+        put(&b,
+            "# HELP loom_http_requests_total Requests handled by the scheduler thread.\n"
+            "# TYPE loom_http_requests_total counter\nloom_http_requests_total %llu\n",
+            (unsigned long long)m->requests);
+        put(&b, "# HELP loom_http_replies_total Replies by status class.\n"
+                "# TYPE loom_http_replies_total counter\n");
+        for (int k = 1; k <= 5; k++)
+                put(&b, "loom_http_replies_total{code=\"%dxx\"} %llu\n", k,
+                    (unsigned long long)m->replies_by_class[k]);
+        put(&b,
+            "# HELP loom_store_commits_total Store transactions committed.\n"
+            "# TYPE loom_store_commits_total counter\nloom_store_commits_total %llu\n",
+            (unsigned long long)m->commits);
+        if (b.failed) {
+                free(b.p);
+                return NULL;
+        }
+        return b.p;
+}

@@ -1,0 +1,308 @@
+/*
+ * server.c - loomd's lifecycle: configuration, opening the store and rebuilding the scheduler
+ * from it, starting and stopping the threads.
+ *
+ * Restart recovery. The core is deterministic and a job's placement depends only on the order
+ * of submits and exits, so the stored log is replayed into a fresh loom_sched; each replayed
+ * submit must land on the stored job id, group and nodes, or loomd refuses to start
+ * (LOOM_ECORRUPT) rather than run jobs somewhere their state is not. Phase state is not
+ * replayed: every live job is put back waiting for the phase its row says is next
+ * (loom_sched_job_resume), and leases that were active at the crash are marked lost, so their
+ * workers are told to acquire again. Iteration counts only move on a committed train release,
+ * so no iteration is counted twice.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "loom/spec.h"
+#include "srv.h"
+
+void loom_server_cfg_default(loom_server_cfg *c)
+{
+        memset(c, 0, sizeof *c);
+        snprintf(c->listen_host, sizeof c->listen_host, "127.0.0.1");
+        c->port = 7480;
+        loom_cluster_cfg_default(&c->cluster);
+        loom_policy_cfg_default(&c->policy);
+        c->lease_timeout_s = 30;
+        c->idle_timeout_s = 10;
+        c->max_wait_s = 300;
+}
+
+static int check_cfg(const loom_server_cfg *c, loom_err *e)
+{
+        if (!c->data_dir || !*c->data_dir)
+                return loom_err_set(e, LOOM_EINVAL, "data_dir", "a data directory is required");
+        if (c->port < 0 || c->port > 65535)
+                return loom_err_set(e, LOOM_EINVAL, "listen", "port %d out of range", c->port);
+        if (!(c->lease_timeout_s > 0 && c->lease_timeout_s <= 86400))
+                return loom_err_set(e, LOOM_EINVAL, "lease_timeout", "must be in (0, 86400] s");
+        if (!(c->idle_timeout_s >= 1 && c->idle_timeout_s <= 3600))
+                return loom_err_set(e, LOOM_EINVAL, "idle_timeout", "must be in [1, 3600] s");
+        if (!(c->max_wait_s >= 0 && c->max_wait_s <= 86400))
+                return loom_err_set(e, LOOM_EINVAL, "max_wait", "must be in [0, 86400] s");
+        if (strlen(c->data_dir) >= 4000)
+                return loom_err_set(e, LOOM_EINVAL, "data_dir", "path too long");
+        return 0;
+}
+
+static char *dump_sorted(json_t *j)
+{
+        char *t = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+        json_decref(j);
+        return t;
+}
+
+/* Use the cluster and policy the store was created with; record them on first start. */
+static int settle_cluster(loom_server *s, loom_err *e)
+{
+        char *stored = NULL;
+        int rc = srv_store_meta_get(s->store, "cluster", &stored, e);
+        if (rc)
+                return rc;
+        char *mine = dump_sorted(loom_cluster_cfg_to_json(&s->cfg.cluster));
+        if (!mine) {
+                free(stored);
+                return loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
+        }
+        if (!stored) {
+                rc = srv_store_meta_set(s->store, "cluster", mine, e);
+        } else if (s->cfg.have_cluster && strcmp(stored, mine)) {
+                rc = loom_err_set(e, LOOM_EINVAL, "cluster",
+                                  "%s was created with another cluster; start without "
+                                  "--cluster or use a new data directory",
+                                  s->data_dir);
+        } else {
+                json_t *j = loom_json_parse(stored, strlen(stored), e);
+                rc = j ? loom_cluster_cfg_from_json(j, "cluster", NULL, 0, &s->cfg.cluster, e)
+                       : LOOM_ECORRUPT;
+                json_decref(j);
+        }
+        free(stored);
+        free(mine);
+        if (rc)
+                return rc;
+        /* The policy is not stored: placement only replays exactly under the same policy, so
+         * it is part of what --cluster fixes; record a fingerprint and compare. */
+        char pol[256];
+        const loom_policy_cfg *p = &s->cfg.policy;
+        snprintf(pol, sizeof pol, "%d %.17g %lld %d %.17g %d %d %llu", p->max_group_size,
+                 p->train_scaling_efficiency, (long long)p->warm_switch, p->tail_migration,
+                 p->tail_threshold, p->tail_keep_gpus, (int)p->placer, (unsigned long long)p->seed);
+        char *old = NULL;
+        rc = srv_store_meta_get(s->store, "policy", &old, e);
+        if (!rc && !old)
+                rc = srv_store_meta_set(s->store, "policy", pol, e);
+        else if (!rc && strcmp(old, pol))
+                rc = loom_err_set(e, LOOM_EINVAL, "policy",
+                                  "%s was created with another policy (%s)", s->data_dir, old);
+        free(old);
+        return rc;
+}
+
+static void drain_discard(loom_sched *sc)
+{
+        loom_action a;
+        while (loom_sched_next_action(sc, &a))
+                ;
+}
+
+static bool same_nodes(json_t *arr, const loom_node_id *n, int count)
+{
+        if (!json_is_array(arr) || (int)json_array_size(arr) != count)
+                return false;
+        for (int i = 0; i < count; i++)
+                if (json_integer_value(json_array_get(arr, (size_t)i)) != (json_int_t)n[i])
+                        return false;
+        return true;
+}
+
+struct replay {
+        loom_server *s;
+        loom_err *e;
+};
+
+static int replay_one(void *arg, const char *kind, uint32_t id, const char *reason, int64_t at)
+{
+        struct replay *rp = arg;
+        loom_server *s = rp->s;
+        srv_job *j = srv_job_get(s, id);
+        if (!j)
+                return loom_err_set(rp->e, LOOM_ECORRUPT, "store", "log names unknown job %u", id);
+        if (!strcmp(kind, "exit")) {
+                loom_exit x = LOOM_EXIT_FAILED;
+                if (reason && !strcmp(reason, loom_exit_name(LOOM_EXIT_FINISHED)))
+                        x = LOOM_EXIT_FINISHED;
+                else if (reason && !strcmp(reason, loom_exit_name(LOOM_EXIT_CANCELLED)))
+                        x = LOOM_EXIT_CANCELLED;
+                int rc = loom_sched_job_exit(s->sched, at, id, x);
+                drain_discard(s->sched);
+                return rc ? loom_err_set(rp->e, LOOM_ECORRUPT, "store",
+                                         "replay: exit of job %u refused (%s)", id,
+                                         loom_strerror(rc))
+                          : 0;
+        }
+        loom_job_spec spec = j->spec;
+        spec.iterations = 0;
+        loom_decision d;
+        loom_decision_init(&d, false);
+        loom_job_id got = 0;
+        loom_err e2;
+        int rc = loom_sched_submit(s->sched, at, &spec, &d, &got, &e2);
+        json_t *dec = j->decision;
+        bool same =
+            rc == 0 && got == id &&
+            json_integer_value(json_object_get(dec, "group")) == (json_int_t)d.group &&
+            same_nodes(json_object_get(dec, "rollout_nodes"), d.rollout_nodes, d.n_rollout_nodes) &&
+            same_nodes(json_object_get(dec, "train_nodes"), d.train_nodes, d.n_train_nodes);
+        loom_decision_free(&d);
+        drain_discard(s->sched);
+        if (!same)
+                return loom_err_set(rp->e, LOOM_ECORRUPT, "store",
+                                    "replay placed job %u differently from the stored placement",
+                                    id);
+        return 0;
+}
+
+/* Rebuild the scheduler from the store and put live jobs back where their rows say. */
+static int recover(loom_server *s, loom_err *e)
+{
+        int rc = srv_store_load_jobs(s->store, s, e);
+        struct replay rp = {s, e};
+        if (!rc)
+                rc = srv_store_each_log(s->store, replay_one, &rp, e);
+        if (!rc)
+                rc = srv_store_lease_next_id(s->store, &s->next_lease_id, e);
+        if (!rc)
+                rc = srv_store_begin(s->store, e);
+        if (!rc)
+                rc = srv_store_leases_lose_active(s->store, srv_now_wall(), e);
+        if (rc) {
+                srv_store_rollback(s->store);
+                return rc;
+        }
+        loom_us now = srv_now_mono();
+        uint32_t live = 0;
+        for (uint32_t i = 0; i < s->n_jobs; i++) {
+                srv_job *j = s->jobs[i];
+                if (!srv_job_live(j->state))
+                        continue;
+                live++;
+                /* A permit handed out while replaying earlier resumes is void now. */
+                j->permit = false;
+                rc = loom_sched_job_resume(s->sched, srv_now_wall(), j->id, j->next);
+                if (rc) {
+                        srv_store_rollback(s->store);
+                        return loom_err_set(e, LOOM_ECORRUPT, "store",
+                                            "cannot resume job %u at %s: %s", j->id,
+                                            loom_phase_name(j->next), loom_strerror(rc));
+                }
+                srv_apply_actions(s, now);
+        }
+        rc = srv_store_commit(s->store, e);
+        if (!rc && s->n_jobs)
+                srv_log(s, "recovered %u jobs (%u live) from %s", s->n_jobs, live, s->data_dir);
+        return rc;
+}
+
+loom_server *loom_server_new(const loom_server_cfg *cfg, loom_err *e)
+{
+        loom_err_clear(e);
+        if (check_cfg(cfg, e))
+                return NULL;
+        loom_server *s = calloc(1, sizeof *s);
+        if (!s) {
+                loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
+                return NULL;
+        }
+        s->cfg = *cfg;
+        snprintf(s->data_dir, sizeof s->data_dir, "%s", cfg->data_dir);
+        s->cfg.data_dir = s->data_dir;
+        s->listen_fd = -1;
+        s->next_lease_id = 1;
+        s->start_mono = srv_now_mono();
+        s->next_check = s->start_mono + 3600 * LOOM_US_PER_S;
+        srv_metrics_init(&s->m);
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_mutex_init(&s->mu, NULL);
+        pthread_cond_init(&s->cv, &ca);
+        pthread_condattr_destroy(&ca);
+
+        int rc = srv_store_open(&s->store, s->data_dir, cfg->sync_full, e);
+        if (!rc)
+                rc = settle_cluster(s, e);
+        if (!rc) {
+                s->sched = loom_sched_new(&s->cfg.cluster, &s->cfg.policy, e);
+                rc = s->sched ? 0 : LOOM_EINVAL;
+        }
+        if (!rc)
+                rc = recover(s, e);
+        if (!rc)
+                rc = srv_http_bind(s, e);
+        if (rc) {
+                loom_server_free(s);
+                return NULL;
+        }
+        return s;
+}
+
+int loom_server_port(const loom_server *s)
+{
+        return s->port;
+}
+
+int loom_server_start(loom_server *s, loom_err *e)
+{
+        if (s->started)
+                return loom_err_set(e, LOOM_ESTATE, "", "server already started");
+        if (pthread_create(&s->thread, NULL, srv_engine_main, s))
+                return loom_err_set(e, LOOM_ENOMEM, "", "cannot start the scheduler thread");
+        s->started = true;
+        int rc = srv_http_start(s, e);
+        if (rc)
+                loom_server_stop(s);
+        return rc;
+}
+
+void loom_server_stop(loom_server *s)
+{
+        if (!s || s->stopped)
+                return;
+        s->stopped = true;
+        srv_http_quiesce(s);
+        pthread_mutex_lock(&s->mu);
+        s->stopping = true;
+        pthread_cond_signal(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        if (s->started)
+                pthread_join(s->thread, NULL);
+        srv_http_stop(s);
+        srv_store_close(s->store);
+        s->store = NULL;
+}
+
+bool loom_server_failed(const loom_server *s)
+{
+        return s->store_failed;
+}
+
+void loom_server_free(loom_server *s)
+{
+        if (!s)
+                return;
+        if (s->started)
+                loom_server_stop(s);
+        srv_http_stop(s);
+        srv_store_close(s->store);
+        for (uint32_t i = 0; i < s->n_jobs; i++) {
+                json_decref(s->jobs[i]->decision);
+                free(s->jobs[i]);
+        }
+        free(s->jobs);
+        loom_sched_free(s->sched);
+        pthread_mutex_destroy(&s->mu);
+        pthread_cond_destroy(&s->cv);
+        free(s);
+}

@@ -1,0 +1,247 @@
+/*
+ * srv.h - loomd internals shared by the files of src/server (not API; see loom/server.h).
+ *
+ * Threads: libmicrohttpd's thread (http.c) parses a request into a srv_req, queues it and
+ * suspends the connection; the scheduler thread (engine.c) owns everything else below - the
+ * loom_sched, the job table, the store - handles a batch of queued requests inside one SQLite
+ * transaction, commits, and only then resumes the connections whose replies are ready.
+ *
+ * Job states as the API shows them (engine.c drives every transition):
+ *
+ *     submit          first permit claimed         iterations reached
+ *   --------> queued -------------------> running ------------------> finished
+ *               |                           |
+ *               +---- DELETE -------------> cancelled
+ *               +---- lease/permit expired, release "failed" --> failed
+ *
+ * Leases: granted (active) -> released | failed | expired | revoked (job cancelled) |
+ * lost (loomd restarted while it was active: the worker acquires the phase again).
+ */
+#ifndef LOOM_SRV_H
+#define LOOM_SRV_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+
+#include <jansson.h>
+#include <sqlite3.h>
+
+#include "loom/server.h"
+
+struct MHD_Connection;
+struct MHD_Daemon;
+
+#define SRV_MAX_BODY (1u << 20) /* 1 MiB */
+#define SRV_NAME_MAX 64
+#define SRV_KEY_MAX 80
+
+enum srv_job_state { SJ_QUEUED = 0, SJ_RUNNING, SJ_FINISHED, SJ_FAILED, SJ_CANCELLED };
+const char *srv_job_state_name(int s);
+static inline bool srv_job_live(int s)
+{
+        return s == SJ_QUEUED || s == SJ_RUNNING;
+}
+
+enum srv_req_kind {
+        RQ_BAD = 0, /* reply already decided by the HTTP thread (parse error, 404 route) */
+        RQ_SUBMIT,
+        RQ_LIST_JOBS,
+        RQ_GET_JOB,
+        RQ_CANCEL,
+        RQ_GROUPS,
+        RQ_CLUSTER,
+        RQ_ACQUIRE,
+        RQ_PROGRESS,
+        RQ_RELEASE,
+        RQ_HEARTBEAT,
+        RQ_METRICS,
+        RQ_HEALTH,
+};
+
+/* One HTTP request. Allocated by http.c when the headers arrive, owned by the connection
+ * (freed when libmicrohttpd reports the request completed); the scheduler thread only holds it
+ * while the connection is suspended, and never touches it after resuming it. */
+typedef struct srv_req {
+        enum srv_req_kind kind;
+        struct MHD_Connection *conn;
+        loom_us t_arrival; /* monotonic */
+
+        /* parsed arguments */
+        uint32_t job;
+        int64_t lease;
+        loom_phase phase;
+        loom_us wait;
+        int64_t done, total;
+        bool ok;
+        loom_job_spec spec;
+        char name[SRV_NAME_MAX];
+        char key[SRV_KEY_MAX]; /* Idempotency-Key of a submit, "" if none */
+        json_t *body_json;
+
+        /* body as it arrives */
+        char *upload;
+        size_t upload_len, upload_cap;
+        bool too_big;
+
+        /* reply */
+        bool dispatched; /* handed to the scheduler thread */
+        bool ready;      /* status/body are final */
+        bool finished;   /* on the scheduler's list of replies to send */
+        int status;
+        char *body;        /* malloc'd */
+        const char *ctype; /* static */
+
+        /* links: the scheduler queue; a waiting acquire's per-job and global lists */
+        struct srv_req *qnext;
+        struct srv_req *wnext, *wprev; /* global waiter list */
+        struct srv_req *jnext;         /* per-job waiter list */
+        loom_us deadline;
+} srv_req;
+
+typedef struct srv_lease {
+        int64_t id;
+        loom_phase phase;
+        int n_nodes;
+        loom_node_id nodes[LOOM_MAX_JOB_NODES];
+        int gpus;
+        int keep_gpus; /* > 0 once the scheduler advised migrating the tail */
+        loom_us granted_mono, deadline;
+        int64_t granted_wall;
+} srv_lease;
+
+/* What loomd keeps about a job besides the core's view; index id - 1 in srv->jobs. */
+typedef struct srv_job {
+        uint32_t id;
+        char name[SRV_NAME_MAX];
+        int state;
+        int64_t target; /* iterations asked; 0 = unbounded */
+        int64_t done;
+        loom_phase next; /* rollout or train: what the job runs next */
+        loom_job_spec spec;
+        json_t *decision; /* placement decision as replied at submit */
+        int64_t submitted_wall, ended_wall;
+
+        bool permit; /* the core started `permit_phase`; waiting for the worker to claim it */
+        loom_phase permit_phase;
+        int permit_n_nodes;
+        loom_node_id permit_nodes[LOOM_MAX_JOB_NODES];
+        int permit_gpus;
+        loom_us permit_deadline;
+        loom_us permit_since;
+
+        bool has_lease;
+        srv_lease lease;
+        srv_req *waiters;
+} srv_job;
+
+/* Prometheus histogram with fixed upper bounds in seconds. */
+#define SRV_HIST_MAX 16
+typedef struct srv_hist {
+        int n;
+        double le[SRV_HIST_MAX];
+        uint64_t count[SRV_HIST_MAX + 1]; /* last = +Inf */
+        double sum;
+        uint64_t total;
+} srv_hist;
+void srv_hist_init(srv_hist *h, const double *le, int n);
+void srv_hist_add(srv_hist *h, double v);
+
+typedef struct srv_metrics {
+        srv_hist permit_latency;
+        srv_hist phase_duration[2];
+        uint64_t requests, replies_by_class[6]; /* 1xx..5xx */
+        uint64_t leases_granted, leases_expired, permits_expired, migrations;
+        uint64_t commits;
+} srv_metrics;
+
+typedef struct srv_store srv_store;
+
+struct loom_server {
+        loom_server_cfg cfg;
+        char data_dir[4096];
+        loom_sched *sched;
+        srv_store *store;
+
+        struct MHD_Daemon *mhd;
+        int listen_fd;
+        int port;
+
+        pthread_t thread;
+        pthread_mutex_t mu;
+        pthread_cond_t cv;
+        srv_req *q_head, *q_tail; /* guarded by mu */
+        bool stopping;            /* guarded by mu */
+        bool started, stopped;
+
+        /* owned by the scheduler thread from here on */
+        srv_job **jobs;
+        uint32_t n_jobs, cap_jobs;
+        srv_req *waiters;
+        int64_t next_lease_id;
+        _Atomic bool store_failed;
+        loom_us start_mono;
+        loom_us next_check;   /* no lease, permit or wait ends before this (monotonic) */
+        srv_req *resume_head; /* replies to send after the commit (linked by qnext) */
+        _Atomic int inflight; /* requests created and not yet completed (HTTP thread) */
+        srv_metrics m;
+};
+
+/* clocks */
+loom_us srv_now_mono(void);
+int64_t srv_now_wall(void); /* microseconds since the epoch */
+
+/* reply helpers (engine.c, http.c): take ownership of j */
+void srv_reply_json(srv_req *r, int status, json_t *j);
+void srv_reply_error(srv_req *r, int status, const char *field, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+void srv_reply_loom_err(srv_req *r, int status, const loom_err *e);
+void srv_reply_text(srv_req *r, int status, char *text, const char *ctype);
+
+/* http.c */
+int srv_http_bind(loom_server *s, loom_err *e);
+int srv_http_start(loom_server *s, loom_err *e);
+void srv_http_quiesce(loom_server *s);
+void srv_http_stop(loom_server *s);
+void srv_http_resume(srv_req *r); /* from the scheduler thread, after commit */
+
+/* engine.c: the scheduler thread */
+void *srv_engine_main(void *arg);
+srv_job *srv_job_get(loom_server *s, uint32_t id);
+int srv_job_add(loom_server *s, srv_job *j);
+void srv_apply_actions(loom_server *s, loom_us now);
+json_t *srv_job_json(loom_server *s, const srv_job *j, bool full);
+void srv_log(loom_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* metrics.c */
+void srv_metrics_init(srv_metrics *m);
+char *srv_metrics_render(loom_server *s);
+
+/* store.c: all SQL lives here. Every function returns 0 or a LOOM_E* code with e filled. */
+int srv_store_open(srv_store **out, const char *dir, bool sync_full, loom_err *e);
+void srv_store_close(srv_store *st);
+int srv_store_begin(srv_store *st, loom_err *e);
+int srv_store_commit(srv_store *st, loom_err *e);
+void srv_store_rollback(srv_store *st);
+int srv_store_meta_get(srv_store *st, const char *key, char **val, loom_err *e);
+int srv_store_meta_set(srv_store *st, const char *key, const char *val, loom_err *e);
+int srv_store_job_insert(srv_store *st, const srv_job *j, const char *key, loom_err *e);
+int srv_store_job_update(srv_store *st, const srv_job *j, loom_err *e);
+int srv_store_job_by_key(srv_store *st, const char *key, uint32_t *job, loom_err *e);
+int srv_store_log(srv_store *st, const char *kind, uint32_t job, const char *reason, loom_err *e);
+int srv_store_lease_insert(srv_store *st, uint32_t job, const srv_lease *l, loom_err *e);
+int srv_store_lease_end(srv_store *st, int64_t id, const char *state, int64_t at, loom_err *e);
+/* LOOM_ENOENT when no such lease. state receives "active", "released", ... */
+int srv_store_lease_get(srv_store *st, int64_t id, uint32_t *job, loom_phase *phase, char state[16],
+                        loom_err *e);
+int srv_store_lease_next_id(srv_store *st, int64_t *id, loom_err *e);
+int srv_store_leases_lose_active(srv_store *st, int64_t at, loom_err *e);
+/* Load every job row into s (ascending id) with state, counters and placement. */
+int srv_store_load_jobs(srv_store *st, loom_server *s, loom_err *e);
+/* Call fn for every log entry in order; stops at the first non-zero return. */
+int srv_store_each_log(srv_store *st,
+                       int (*fn)(void *arg, const char *kind, uint32_t job, const char *reason,
+                                 int64_t at),
+                       void *arg, loom_err *e);
+
+#endif

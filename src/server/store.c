@@ -1,0 +1,461 @@
+/*
+ * store.c - loomd's durable state in SQLite (WAL mode): jobs, the submit/exit log the
+ * scheduler is rebuilt from, and leases (one row per phase run). Only the scheduler thread
+ * calls these; the engine wraps each batch of requests in one transaction and replies only
+ * after srv_store_commit returned 0.
+ *
+ * Why a separate log table: placement depends only on the order of submits and exits, so
+ * replaying that log into a fresh loom_sched gives back every group and pin. Phase progress is
+ * kept per job (iterations done, next phase) and per lease.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "srv.h"
+
+#define SCHEMA_VERSION "1"
+
+enum {
+        ST_JOB_INSERT,
+        ST_JOB_UPDATE,
+        ST_JOB_BY_KEY,
+        ST_LOG,
+        ST_LEASE_INSERT,
+        ST_LEASE_END,
+        ST_LEASE_GET,
+        ST_BEGIN,
+        ST_COMMIT,
+        ST_N
+};
+
+static const char *const stmt_sql[ST_N] = {
+    [ST_JOB_INSERT] =
+        "INSERT INTO jobs(id,name,idem_key,state,target,done,next_phase,rollout_gpus,"
+        "train_gpus,t_roll_us,t_train_us,t_sync_us,slo,mem_rollout,mem_train,decision,"
+        "submitted_us,ended_us) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+    [ST_JOB_UPDATE] = "UPDATE jobs SET state=?,done=?,next_phase=?,ended_us=? WHERE id=?",
+    [ST_JOB_BY_KEY] = "SELECT id FROM jobs WHERE idem_key=?",
+    [ST_LOG] = "INSERT INTO log(kind,job,reason,at_us) VALUES(?,?,?,?)",
+    [ST_LEASE_INSERT] = "INSERT INTO leases(id,job,phase,state,nodes,gpus,granted_us) "
+                        "VALUES(?,?,?,'active',?,?,?)",
+    [ST_LEASE_END] = "UPDATE leases SET state=?,ended_us=? WHERE id=?",
+    [ST_LEASE_GET] = "SELECT job,phase,state FROM leases WHERE id=?",
+    [ST_BEGIN] = "BEGIN IMMEDIATE",
+    [ST_COMMIT] = "COMMIT",
+};
+
+static const char schema[] =
+    "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS jobs("
+    " id INTEGER PRIMARY KEY, name TEXT NOT NULL, idem_key TEXT UNIQUE,"
+    " state TEXT NOT NULL, target INTEGER NOT NULL, done INTEGER NOT NULL,"
+    " next_phase TEXT NOT NULL, rollout_gpus INTEGER NOT NULL, train_gpus INTEGER NOT NULL,"
+    " t_roll_us INTEGER NOT NULL, t_train_us INTEGER NOT NULL, t_sync_us INTEGER NOT NULL,"
+    " slo REAL NOT NULL, mem_rollout INTEGER NOT NULL, mem_train INTEGER NOT NULL,"
+    " decision TEXT NOT NULL, submitted_us INTEGER NOT NULL, ended_us INTEGER);"
+    "CREATE TABLE IF NOT EXISTS log("
+    " seq INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT NOT NULL, job INTEGER NOT NULL,"
+    " reason TEXT, at_us INTEGER NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS leases("
+    " id INTEGER PRIMARY KEY, job INTEGER NOT NULL, phase TEXT NOT NULL,"
+    " state TEXT NOT NULL, nodes TEXT NOT NULL, gpus INTEGER NOT NULL,"
+    " granted_us INTEGER NOT NULL, ended_us INTEGER);"
+    "CREATE INDEX IF NOT EXISTS leases_state ON leases(state);";
+
+struct srv_store {
+        sqlite3 *db;
+        sqlite3_stmt *st[ST_N];
+        bool in_tx;
+};
+
+static int db_err(srv_store *st, loom_err *e, const char *what)
+{
+        return loom_err_set(e, LOOM_EIO, "store", "%s: %s", what, sqlite3_errmsg(st->db));
+}
+
+static int exec(srv_store *st, const char *sql, loom_err *e)
+{
+        char *msg = NULL;
+        if (sqlite3_exec(st->db, sql, NULL, NULL, &msg) != SQLITE_OK) {
+                int rc = loom_err_set(e, LOOM_EIO, "store", "%s", msg ? msg : "sqlite error");
+                sqlite3_free(msg);
+                return rc;
+        }
+        return 0;
+}
+
+int srv_store_open(srv_store **out, const char *dir, bool sync_full, loom_err *e)
+{
+        *out = NULL;
+        if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+                return loom_err_set(e, LOOM_EIO, "data_dir", "%s: %s", dir, strerror(errno));
+        char path[4200];
+        snprintf(path, sizeof path, "%s/loom.db", dir);
+        srv_store *st = calloc(1, sizeof *st);
+        if (!st)
+                return loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
+        if (sqlite3_open_v2(path, &st->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) !=
+            SQLITE_OK) {
+                int rc = loom_err_set(e, LOOM_EIO, "data_dir", "%s: %s", path,
+                                      st->db ? sqlite3_errmsg(st->db) : "cannot open");
+                srv_store_close(st);
+                return rc;
+        }
+        sqlite3_busy_timeout(st->db, 5000);
+        int rc = exec(st, "PRAGMA journal_mode=WAL", e);
+        if (!rc)
+                rc = exec(st, sync_full ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL",
+                          e);
+        if (!rc)
+                rc = exec(st, schema, e);
+        for (int i = 0; !rc && i < ST_N; i++)
+                if (sqlite3_prepare_v3(st->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT,
+                                       &st->st[i], NULL) != SQLITE_OK)
+                        rc = db_err(st, e, "prepare");
+        if (!rc) {
+                char *v = NULL;
+                rc = srv_store_meta_get(st, "schema", &v, e);
+                if (!rc && !v)
+                        rc = srv_store_meta_set(st, "schema", SCHEMA_VERSION, e);
+                else if (!rc && strcmp(v, SCHEMA_VERSION))
+                        rc = loom_err_set(e, LOOM_ECORRUPT, "store",
+                                          "%s has schema version %s, this loomd knows %s", path, v,
+                                          SCHEMA_VERSION);
+                free(v);
+        }
+        if (rc) {
+                srv_store_close(st);
+                return rc;
+        }
+        *out = st;
+        return 0;
+}
+
+void srv_store_close(srv_store *st)
+{
+        if (!st)
+                return;
+        for (int i = 0; i < ST_N; i++)
+                sqlite3_finalize(st->st[i]);
+        /* Closing the last connection checkpoints the WAL into the database file. */
+        sqlite3_close(st->db);
+        free(st);
+}
+
+/* Run a prepared statement that returns no rows, then reset it. */
+static int step_done(srv_store *st, int which, loom_err *e)
+{
+        sqlite3_stmt *q = st->st[which];
+        int rc = sqlite3_step(q);
+        sqlite3_reset(q);
+        sqlite3_clear_bindings(q);
+        if (rc != SQLITE_DONE)
+                return db_err(st, e, stmt_sql[which]);
+        return 0;
+}
+
+int srv_store_begin(srv_store *st, loom_err *e)
+{
+        int rc = step_done(st, ST_BEGIN, e);
+        st->in_tx = rc == 0;
+        return rc;
+}
+
+int srv_store_commit(srv_store *st, loom_err *e)
+{
+        st->in_tx = false;
+        return step_done(st, ST_COMMIT, e);
+}
+
+void srv_store_rollback(srv_store *st)
+{
+        if (st && sqlite3_get_autocommit(st->db) == 0)
+                sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+        if (st)
+                st->in_tx = false;
+}
+
+int srv_store_meta_get(srv_store *st, const char *key, char **val, loom_err *e)
+{
+        sqlite3_stmt *q;
+        *val = NULL;
+        if (sqlite3_prepare_v2(st->db, "SELECT value FROM meta WHERE key=?", -1, &q, NULL) !=
+            SQLITE_OK)
+                return db_err(st, e, "meta");
+        sqlite3_bind_text(q, 1, key, -1, SQLITE_STATIC);
+        int rc = sqlite3_step(q);
+        int out = 0;
+        if (rc == SQLITE_ROW) {
+                *val = strdup((const char *)sqlite3_column_text(q, 0));
+                if (!*val)
+                        out = loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
+        } else if (rc != SQLITE_DONE) {
+                out = db_err(st, e, "meta");
+        }
+        sqlite3_finalize(q);
+        return out;
+}
+
+int srv_store_meta_set(srv_store *st, const char *key, const char *val, loom_err *e)
+{
+        sqlite3_stmt *q;
+        if (sqlite3_prepare_v2(st->db, "INSERT OR REPLACE INTO meta(key,value) VALUES(?,?)", -1, &q,
+                               NULL) != SQLITE_OK)
+                return db_err(st, e, "meta");
+        sqlite3_bind_text(q, 1, key, -1, SQLITE_STATIC);
+        sqlite3_bind_text(q, 2, val, -1, SQLITE_STATIC);
+        int rc = sqlite3_step(q) == SQLITE_DONE ? 0 : db_err(st, e, "meta");
+        sqlite3_finalize(q);
+        return rc;
+}
+
+int srv_store_job_insert(srv_store *st, const srv_job *j, const char *key, loom_err *e)
+{
+        sqlite3_stmt *q = st->st[ST_JOB_INSERT];
+        char *dec = json_dumps(j->decision, JSON_COMPACT);
+        if (!dec)
+                return loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
+        int i = 1;
+        sqlite3_bind_int64(q, i++, j->id);
+        sqlite3_bind_text(q, i++, j->name, -1, SQLITE_STATIC);
+        if (key && *key)
+                sqlite3_bind_text(q, i++, key, -1, SQLITE_STATIC);
+        else
+                sqlite3_bind_null(q, i++);
+        sqlite3_bind_text(q, i++, srv_job_state_name(j->state), -1, SQLITE_STATIC);
+        sqlite3_bind_int64(q, i++, j->target);
+        sqlite3_bind_int64(q, i++, j->done);
+        sqlite3_bind_text(q, i++, loom_phase_name(j->next), -1, SQLITE_STATIC);
+        sqlite3_bind_int(q, i++, j->spec.rollout_gpus);
+        sqlite3_bind_int(q, i++, j->spec.train_gpus);
+        sqlite3_bind_int64(q, i++, j->spec.t_roll);
+        sqlite3_bind_int64(q, i++, j->spec.t_train);
+        sqlite3_bind_int64(q, i++, j->spec.t_sync);
+        sqlite3_bind_double(q, i++, j->spec.slo);
+        sqlite3_bind_int64(q, i++, (sqlite3_int64)j->spec.mem_rollout);
+        sqlite3_bind_int64(q, i++, (sqlite3_int64)j->spec.mem_train);
+        sqlite3_bind_text(q, i++, dec, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int64(q, i++, j->submitted_wall);
+        sqlite3_bind_null(q, i++);
+        free(dec);
+        return step_done(st, ST_JOB_INSERT, e);
+}
+
+int srv_store_job_update(srv_store *st, const srv_job *j, loom_err *e)
+{
+        sqlite3_stmt *q = st->st[ST_JOB_UPDATE];
+        sqlite3_bind_text(q, 1, srv_job_state_name(j->state), -1, SQLITE_STATIC);
+        sqlite3_bind_int64(q, 2, j->done);
+        sqlite3_bind_text(q, 3, loom_phase_name(j->next), -1, SQLITE_STATIC);
+        if (j->ended_wall)
+                sqlite3_bind_int64(q, 4, j->ended_wall);
+        else
+                sqlite3_bind_null(q, 4);
+        sqlite3_bind_int64(q, 5, j->id);
+        return step_done(st, ST_JOB_UPDATE, e);
+}
+
+int srv_store_job_by_key(srv_store *st, const char *key, uint32_t *job, loom_err *e)
+{
+        sqlite3_stmt *q = st->st[ST_JOB_BY_KEY];
+        sqlite3_bind_text(q, 1, key, -1, SQLITE_STATIC);
+        int rc = sqlite3_step(q);
+        int out = LOOM_ENOENT;
+        if (rc == SQLITE_ROW) {
+                *job = (uint32_t)sqlite3_column_int64(q, 0);
+                out = 0;
+        } else if (rc != SQLITE_DONE) {
+                out = db_err(st, e, "job by key");
+        }
+        sqlite3_reset(q);
+        sqlite3_clear_bindings(q);
+        return out;
+}
+
+int srv_store_log(srv_store *st, const char *kind, uint32_t job, const char *reason, loom_err *e)
+{
+        sqlite3_stmt *q = st->st[ST_LOG];
+        sqlite3_bind_text(q, 1, kind, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(q, 2, job);
+        if (reason)
+                sqlite3_bind_text(q, 3, reason, -1, SQLITE_STATIC);
+        else
+                sqlite3_bind_null(q, 3);
+        sqlite3_bind_int64(q, 4, srv_now_wall());
+        return step_done(st, ST_LOG, e);
+}
+
+static void nodes_text(char *buf, size_t cap, const loom_node_id *nodes, int n)
+{
+        size_t off = 0;
+        buf[0] = '\0';
+        for (int i = 0; i < n && off + 12 < cap; i++)
+                off += (size_t)snprintf(buf + off, cap - off, i ? ",%u" : "%u", nodes[i]);
+}
+
+int srv_store_lease_insert(srv_store *st, uint32_t job, const srv_lease *l, loom_err *e)
+{
+        sqlite3_stmt *q = st->st[ST_LEASE_INSERT];
+        char nodes[LOOM_MAX_JOB_NODES * 12];
+        nodes_text(nodes, sizeof nodes, l->nodes, l->n_nodes);
+        sqlite3_bind_int64(q, 1, l->id);
+        sqlite3_bind_int64(q, 2, job);
+        sqlite3_bind_text(q, 3, loom_phase_name(l->phase), -1, SQLITE_STATIC);
+        sqlite3_bind_text(q, 4, nodes, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int(q, 5, l->gpus);
+        sqlite3_bind_int64(q, 6, l->granted_wall);
+        return step_done(st, ST_LEASE_INSERT, e);
+}
+
+int srv_store_lease_end(srv_store *st, int64_t id, const char *state, int64_t at, loom_err *e)
+{
+        sqlite3_stmt *q = st->st[ST_LEASE_END];
+        sqlite3_bind_text(q, 1, state, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(q, 2, at);
+        sqlite3_bind_int64(q, 3, id);
+        return step_done(st, ST_LEASE_END, e);
+}
+
+int srv_store_lease_get(srv_store *st, int64_t id, uint32_t *job, loom_phase *phase, char state[16],
+                        loom_err *e)
+{
+        sqlite3_stmt *q = st->st[ST_LEASE_GET];
+        sqlite3_bind_int64(q, 1, id);
+        int rc = sqlite3_step(q);
+        int out = LOOM_ENOENT;
+        if (rc == SQLITE_ROW) {
+                *job = (uint32_t)sqlite3_column_int64(q, 0);
+                const char *ph = (const char *)sqlite3_column_text(q, 1);
+                out = loom_phase_parse(ph ? ph : "", phase) ? LOOM_ECORRUPT : 0;
+                snprintf(state, 16, "%s", (const char *)sqlite3_column_text(q, 2));
+                if (out)
+                        loom_err_set(e, out, "store", "lease %lld has phase '%s'", (long long)id,
+                                     ph ? ph : "");
+        } else if (rc != SQLITE_DONE) {
+                out = db_err(st, e, "lease");
+        }
+        sqlite3_reset(q);
+        sqlite3_clear_bindings(q);
+        return out;
+}
+
+int srv_store_lease_next_id(srv_store *st, int64_t *id, loom_err *e)
+{
+        sqlite3_stmt *q;
+        if (sqlite3_prepare_v2(st->db, "SELECT COALESCE(MAX(id),0)+1 FROM leases", -1, &q, NULL) !=
+            SQLITE_OK)
+                return db_err(st, e, "lease id");
+        int rc = sqlite3_step(q) == SQLITE_ROW ? 0 : db_err(st, e, "lease id");
+        if (!rc)
+                *id = sqlite3_column_int64(q, 0);
+        sqlite3_finalize(q);
+        return rc;
+}
+
+int srv_store_leases_lose_active(srv_store *st, int64_t at, loom_err *e)
+{
+        sqlite3_stmt *q;
+        if (sqlite3_prepare_v2(st->db,
+                               "UPDATE leases SET state='lost',ended_us=? "
+                               "WHERE state='active'",
+                               -1, &q, NULL) != SQLITE_OK)
+                return db_err(st, e, "leases");
+        sqlite3_bind_int64(q, 1, at);
+        int rc = sqlite3_step(q) == SQLITE_DONE ? 0 : db_err(st, e, "leases");
+        sqlite3_finalize(q);
+        return rc;
+}
+
+static int parse_state(const char *s)
+{
+        for (int i = SJ_QUEUED; i <= SJ_CANCELLED; i++)
+                if (!strcmp(s, srv_job_state_name(i)))
+                        return i;
+        return -1;
+}
+
+/* Build one srv_job from a row of the SELECT in srv_store_load_jobs. */
+static int row_to_job(sqlite3_stmt *q, srv_job *j, loom_err *e)
+{
+        int i = 0;
+        j->id = (uint32_t)sqlite3_column_int64(q, i++);
+        snprintf(j->name, sizeof j->name, "%s", (const char *)sqlite3_column_text(q, i++));
+        j->state = parse_state((const char *)sqlite3_column_text(q, i++));
+        j->target = sqlite3_column_int64(q, i++);
+        j->done = sqlite3_column_int64(q, i++);
+        const char *next = (const char *)sqlite3_column_text(q, i++);
+        loom_job_spec_init(&j->spec);
+        snprintf(j->spec.id, sizeof j->spec.id, "%s", j->name);
+        j->spec.rollout_gpus = sqlite3_column_int(q, i++);
+        j->spec.train_gpus = sqlite3_column_int(q, i++);
+        j->spec.t_roll = sqlite3_column_int64(q, i++);
+        j->spec.t_train = sqlite3_column_int64(q, i++);
+        j->spec.t_sync = sqlite3_column_int64(q, i++);
+        j->spec.slo = sqlite3_column_double(q, i++);
+        j->spec.mem_rollout = (uint64_t)sqlite3_column_int64(q, i++);
+        j->spec.mem_train = (uint64_t)sqlite3_column_int64(q, i++);
+        j->spec.iterations = j->target;
+        const char *dec = (const char *)sqlite3_column_text(q, i++);
+        j->submitted_wall = sqlite3_column_int64(q, i++);
+        j->ended_wall = sqlite3_column_type(q, i) == SQLITE_NULL ? 0 : sqlite3_column_int64(q, i);
+        json_error_t je;
+        j->decision = dec ? json_loads(dec, 0, &je) : NULL;
+        if (j->state < 0 || !next || loom_phase_parse(next, &j->next) || !j->decision)
+                return loom_err_set(e, LOOM_ECORRUPT, "store", "job %u: unreadable row", j->id);
+        return 0;
+}
+
+int srv_store_load_jobs(srv_store *st, loom_server *s, loom_err *e)
+{
+        sqlite3_stmt *q;
+        if (sqlite3_prepare_v2(st->db,
+                               "SELECT id,name,state,target,done,next_phase,rollout_gpus,"
+                               "train_gpus,t_roll_us,t_train_us,t_sync_us,slo,mem_rollout,"
+                               "mem_train,decision,submitted_us,ended_us FROM jobs ORDER BY id",
+                               -1, &q, NULL) != SQLITE_OK)
+                return db_err(st, e, "load jobs");
+        int rc = 0, step;
+        while (!rc && (step = sqlite3_step(q)) == SQLITE_ROW) {
+                srv_job *j = calloc(1, sizeof *j);
+                if (!j) {
+                        rc = loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
+                        break;
+                }
+                rc = row_to_job(q, j, e);
+                if (!rc && j->id != s->n_jobs + 1)
+                        rc = loom_err_set(e, LOOM_ECORRUPT, "store", "job ids not dense at %u",
+                                          j->id);
+                if (!rc)
+                        rc = srv_job_add(s, j);
+                if (rc) {
+                        json_decref(j->decision);
+                        free(j);
+                }
+        }
+        if (!rc && step != SQLITE_DONE)
+                rc = db_err(st, e, "load jobs");
+        sqlite3_finalize(q);
+        return rc;
+}
+
+int srv_store_each_log(srv_store *st,
+                       int (*fn)(void *arg, const char *kind, uint32_t job, const char *reason,
+                                 int64_t at),
+                       void *arg, loom_err *e)
+{
+        sqlite3_stmt *q;
+        if (sqlite3_prepare_v2(st->db, "SELECT kind,job,reason,at_us FROM log ORDER BY seq", -1, &q,
+                               NULL) != SQLITE_OK)
+                return db_err(st, e, "load log");
+        int rc = 0, step;
+        while (!rc && (step = sqlite3_step(q)) == SQLITE_ROW)
+                rc = fn(arg, (const char *)sqlite3_column_text(q, 0),
+                        (uint32_t)sqlite3_column_int64(q, 1),
+                        (const char *)sqlite3_column_text(q, 2), sqlite3_column_int64(q, 3));
+        if (!rc && step != SQLITE_DONE)
+                rc = db_err(st, e, "load log");
+        sqlite3_finalize(q);
+        return rc;
+}
