@@ -45,7 +45,12 @@ loom_us loom_meta_t_load(const loom_meta_job *jobs, int n, int n_rollout_nodes);
  * node (or the training pool) changes job. The simulation runs until the schedule is periodic
  * and returns the period: every member's co-executed iteration time, T_meta.
  *
- * For an unsaturated group with warm_switch == 0 this equals T_cycle (WEAVE Theorem 1).
+ * For an unsaturated group with warm_switch == 0 in which every member rolls out on one node and
+ * has no sync phase, this equals T_cycle (WEAVE Theorem 1; tests/unit/test_core_group.c checks it
+ * on thousands of random groups). Outside those hypotheses the fixed round-robin order can
+ * exceed T_cycle even when unsaturated: a multi-node rollout couples its nodes, and a sync gap
+ * does not overlap other work the way the proof assumes. The scheduler therefore simulates such
+ * groups instead of assuming T_cycle. It is always >= max(T_cycle, T_load).
  * Returns LOOM_EINVAL for bad arguments (n < 1, a node index out of range), LOOM_ERANGE if no
  * period was found within the iteration limit (cannot happen for n <= 64; guarded anyway).
  * If starts is not NULL it receives, for each member, its rollout start time in the first

@@ -55,6 +55,7 @@ typedef struct group {
         int train_gpus;
         uint64_t train_mem_used; /* per training node */
         loom_us sum_train, t_cycle, t_load, t_meta, min_budget;
+        int n_coupled; /* members with multi-node rollouts or a sync phase (see group.h) */
         bool saturated;
         bool full;
         int open_idx;              /* index in s->open, or -1 */

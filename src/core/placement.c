@@ -155,7 +155,7 @@ int loom__group_meta(const loom_sched *s, const group *g, loom_us *t_meta)
                 *t_meta = 0;
                 return 0;
         }
-        if (g->t_load < g->t_cycle && s->policy.warm_switch == 0) {
+        if (g->t_load < g->t_cycle && s->policy.warm_switch == 0 && g->n_coupled == 0) {
                 *t_meta = g->t_cycle; /* Theorem 1 */
                 return 0;
         }
@@ -221,7 +221,8 @@ static int evaluate(search *x, cand *c)
         loom_us solo_in = sp->t_roll + tt + sp->t_sync;
         loom_us t_cycle = g->t_cycle > solo_in ? g->t_cycle : solo_in;
         loom_us t_meta;
-        if (t_load < t_cycle && s->policy.warm_switch == 0) {
+        bool coupled = g->n_coupled > 0 || c->n > 1 || sp->t_sync > 0;
+        if (t_load < t_cycle && s->policy.warm_switch == 0 && !coupled) {
                 t_meta = t_cycle; /* Theorem 1: an unsaturated group runs at its cycle */
         } else {
                 loom_us extra[3] = {sp->t_roll, tt, sp->t_sync};

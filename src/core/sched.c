@@ -206,11 +206,11 @@ void loom_sched_free(loom_sched *s)
 {
         if (!s)
                 return;
-        for (uint32_t i = 0; i < s->next_job; i++)
+        for (uint32_t i = 0; i < s->cap_jobs; i++)
                 free(s->jobs[i]);
-        for (uint32_t i = 0; i < s->next_group; i++)
+        for (uint32_t i = 0; i < s->cap_groups; i++)
                 group_free(s->groups[i]);
-        for (uint32_t i = 0; i < s->next_rnode; i++)
+        for (uint32_t i = 0; i < s->cap_rnodes; i++)
                 free(s->rnodes[i]);
         free(s->jobs);
         free(s->groups);
@@ -280,8 +280,10 @@ void loom__group_refresh(loom_sched *s, group *g)
         g->t_cycle = 0;
         g->min_budget = INT64_MAX;
         g->train_mem_used = 0;
+        g->n_coupled = 0;
         for (int i = 0; i < g->n_members; i++) {
                 const job *j = g->members[i];
+                g->n_coupled += j->n_rnodes > 1 || j->spec.t_sync > 0;
                 g->sum_train += j->t_train_in;
                 g->train_mem_used += j->mem_train_in;
                 loom_us solo = j->spec.t_roll + j->t_train_in + j->spec.t_sync;
@@ -398,13 +400,16 @@ static int apply(loom_sched *s, loom_us now, const loom_job_spec *spec, const lo
                 loom_node_id nid = d->rollout_nodes[k];
                 if (nid >= s->next_rnode) {
                         rnode *r = calloc(1, sizeof *r);
+                        if (r) {
+                                r->id = nid;
+                                r->group = g;
+                        }
                         if (!r || rnodes_insert(g, r)) {
                                 free(r);
                                 free(j); /* only on ENOMEM, after reserve() */
                                 return LOOM_ENOMEM;
                         }
-                        r->id = s->next_rnode++;
-                        r->group = g;
+                        s->next_rnode = nid + 1;
                         s->rnodes[r->id] = r;
                         node_action(s, LOOM_ACT_PROVISION_NODE, LOOM_POOL_ROLLOUT, r->id, g->id);
                 }

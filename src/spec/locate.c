@@ -121,8 +121,8 @@ int loom_json_locate(const char *text, size_t len, const char *path, int *line, 
         ws(&c);
         size_t found = c.i;
         const char *p = path;
+        int ok = 1;
         while (*p) {
-                int ok;
                 if (*p == '[') {
                         char *end;
                         long idx = strtol(p + 1, &end, 10);
@@ -151,5 +151,5 @@ int loom_json_locate(const char *text, size_t len, const char *path, int *line, 
         }
         *line = l;
         *col = co;
-        return *p ? LOOM_ENOENT : 0;
+        return ok ? 0 : LOOM_ENOENT;
 }

@@ -1,0 +1,476 @@
+/*
+ * test_core_sched.c - inter-group placement (Algorithm 1), the scheduler facade, round-robin
+ * dispatch, tail migration, job exit and determinism.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "loom/sched.h"
+
+static loom_cluster_cfg cl;
+static loom_policy_cfg po;
+
+static void setup(void)
+{
+        loom_cluster_cfg_default(&cl);
+        loom_policy_cfg_default(&po);
+}
+
+TestSuite(sched, .init = setup);
+
+static loom_job_spec spec(const char *id, double roll, double train, double slo)
+{
+        loom_job_spec s;
+        loom_job_spec_init(&s);
+        snprintf(s.id, sizeof s.id, "%s", id);
+        s.rollout_gpus = 8;
+        s.train_gpus = 8;
+        s.t_roll = loom_us_from_s(roll);
+        s.t_train = loom_us_from_s(train);
+        s.slo = slo;
+        s.mem_rollout = 300 * LOOM_GB;
+        s.mem_train = 300 * LOOM_GB;
+        return s;
+}
+
+static loom_job_id submit(loom_sched *s, loom_job_spec sp, loom_decision *d)
+{
+        loom_job_id id = 0;
+        loom_err e;
+        int rc = loom_sched_submit(s, 0, &sp, d, &id, &e);
+        cr_assert_eq(rc, 0, "submit %s: %s", sp.id, e.msg);
+        return id;
+}
+
+static void drain(loom_sched *s)
+{
+        loom_action a;
+        while (loom_sched_next_action(s, &a))
+                ;
+}
+
+static const loom_candidate *find_cand(const loom_decision *d, loom_group_id g,
+                                       loom_decision_kind k, loom_node_id first_node)
+{
+        for (int i = 0; i < d->n_candidates; i++) {
+                const loom_candidate *c = &d->candidates[i];
+                if (c->group == g && c->kind == k &&
+                    (c->n_rollout_nodes == 0 || c->rollout_nodes[0] == first_node))
+                        return c;
+        }
+        return NULL;
+}
+
+/*
+ * WEAVE §4.2's running example. G1 (group 0) is saturated: A1 and A2 share roll-0 and train-0
+ * with T_load 200 s = T_cycle 200 s. G2 (group 1) holds C on (roll-1, train-1) and D on
+ * (roll-2, train-1): D could not share roll-1 within its SLO (T_meta would be 200 s > 1.2 x
+ * 150 s), so it scaled the rollout pool. E (50 s rollout, 40 s training) then arrives.
+ *
+ * By hand: G1 is pruned. In G2, direct packing onto roll-1 gives node load 150 s, training
+ * load 140 s, T_cycle 150 s: a full group whose round robin (C,E on roll-1; D on roll-2;
+ * C,D,E training) repeats every 150 s, within every SLO (E, solo 90 s, tolerates 2.0x = 180 s),
+ * at zero marginal cost. Packing onto
+ * roll-2 is the same by symmetry and loses the tie on node id; rollout scaling to roll-3 costs
+ * one H20 node ($14.80/h); a new group costs $57.04/h. Decision: direct_pack, group 1,
+ * rollout node 1, training node 1, T_meta 150 s.
+ */
+Test(sched, paper_running_example)
+{
+        loom_sched *s = loom_sched_new(&cl, &po, NULL);
+        loom_decision d;
+        loom_decision_init(&d, true);
+        submit(s, spec("A1", 100, 100, 1.0), &d);
+        submit(s, spec("A2", 100, 100, 1.0), &d);
+        cr_assert_eq(d.kind, LOOM_DECISION_DIRECT_PACK);
+        cr_assert_eq(d.group, 0);
+        submit(s, spec("C", 100, 50, 1.0), &d);
+        cr_assert_eq(d.kind, LOOM_DECISION_NEW_GROUP, "C must open G2 (G1 saturated)");
+        cr_assert_eq(d.group, 1);
+        cr_assert_eq(d.rollout_nodes[0], 1);
+        submit(s, spec("D", 100, 50, 1.2), &d);
+        cr_assert_eq(d.kind, LOOM_DECISION_ROLLOUT_SCALE);
+        cr_assert_eq(d.rollout_nodes[0], 2);
+        const loom_candidate *dp = find_cand(&d, 1, LOOM_DECISION_DIRECT_PACK, 1);
+        cr_assert(dp && dp->reject == LOOM_REJECT_SLO, "D on roll-1 must break an SLO");
+        cr_assert_eq(dp->t_meta, loom_us_from_s(200));
+
+        loom_job_spec e = spec("E", 50, 40, 2.0);
+        submit(s, e, &d);
+        cr_assert_eq(d.kind, LOOM_DECISION_DIRECT_PACK);
+        cr_assert_eq(d.group, 1);
+        cr_assert_eq(d.n_rollout_nodes, 1);
+        cr_assert_eq(d.rollout_nodes[0], 1);
+        cr_assert_eq(d.train_nodes[0], 1);
+        cr_assert_float_eq(d.marginal_cost_per_hour, 0.0, 1e-9);
+        cr_assert_eq(d.t_meta, loom_us_from_s(150));
+        cr_assert_eq(d.groups_pruned_saturated, 1);
+        const loom_candidate *g1 = find_cand(&d, 0, LOOM_DECISION_DIRECT_PACK, 0);
+        cr_assert(g1 && g1->reject == LOOM_REJECT_SATURATED);
+        const loom_candidate *r2 = find_cand(&d, 1, LOOM_DECISION_DIRECT_PACK, 2);
+        cr_assert(r2 && r2->reject == LOOM_REJECT_COSTLIER);
+        const loom_candidate *sc = find_cand(&d, 1, LOOM_DECISION_ROLLOUT_SCALE, 3);
+        cr_assert(sc && sc->reject == LOOM_REJECT_COSTLIER);
+        cr_assert_float_eq(sc->marginal_cost_per_hour, 14.8, 1e-9);
+        const loom_candidate *ng = find_cand(&d, LOOM_NEW_GROUP, LOOM_DECISION_NEW_GROUP, 3);
+        cr_assert(ng && ng->reject == LOOM_REJECT_COSTLIER);
+        cr_assert_float_eq(ng->marginal_cost_per_hour, 57.04, 1e-9);
+        loom_decision_free(&d);
+        loom_sched_free(s);
+}
+
+Test(sched, memory_residency_rejects_a_node)
+{
+        loom_sched *s = loom_sched_new(&cl, &po, NULL);
+        loom_decision d;
+        loom_decision_init(&d, true);
+        loom_job_spec a = spec("A", 100, 100, 2.0);
+        a.mem_rollout = 1500 * LOOM_GB;
+        submit(s, a, &d);
+        loom_job_spec b = spec("B", 50, 50, 2.0);
+        b.mem_rollout = 600 * LOOM_GB;
+        submit(s, b, &d);
+        const loom_candidate *dp = find_cand(&d, 0, LOOM_DECISION_DIRECT_PACK, 0);
+        cr_assert(dp && dp->reject == LOOM_REJECT_MEMORY, "2100 GB on a 2000 GB node");
+        cr_assert_eq(d.kind, LOOM_DECISION_ROLLOUT_SCALE);
+        loom_decision_free(&d);
+        loom_sched_free(s);
+}
+
+Test(sched, too_big_working_set_is_rejected_with_a_reason_and_changes_nothing)
+{
+        loom_sched *s = loom_sched_new(&cl, &po, NULL);
+        loom_decision d;
+        loom_decision_init(&d, true);
+        loom_job_spec a = spec("A", 100, 100, 2.0);
+        a.mem_train = 2100 * LOOM_GB;
+        loom_job_id id = 0;
+        loom_err e;
+        cr_assert_eq(loom_sched_submit(s, 0, &a, &d, &id, &e), LOOM_EREJECT);
+        cr_assert_eq(d.kind, LOOM_DECISION_REJECTED);
+        cr_assert_str_eq(e.field, "mem_train_gb");
+        cr_assert(strstr(d.reason, "exceeds"));
+        loom_sched_stats st;
+        loom_sched_stats_get(s, &st);
+        cr_assert_eq(st.jobs, 0);
+        cr_assert_eq(st.nodes[0] + st.nodes[1], 0);
+        loom_action act;
+        cr_assert_not(loom_sched_next_action(s, &act));
+        loom_decision_free(&d);
+        loom_sched_free(s);
+}
+
+Test(sched, invalid_spec_names_the_field)
+{
+        loom_sched *s = loom_sched_new(&cl, &po, NULL);
+        loom_decision d;
+        loom_decision_init(&d, false);
+        loom_job_id id;
+        loom_err e;
+        loom_job_spec a = spec("A", 100, 100, 0.9);
+        cr_assert_eq(loom_sched_submit(s, 0, &a, &d, &id, &e), LOOM_EINVAL);
+        cr_assert_str_eq(e.field, "slo");
+        a = spec("A", 100, 100, 1.0);
+        a.rollout_gpus = 12;
+        cr_assert_eq(loom_sched_submit(s, 0, &a, &d, &id, &e), LOOM_EINVAL);
+        cr_assert_str_eq(e.field, "rollout_gpus");
+        a = spec("A", 0, 100, 1.0);
+        cr_assert_eq(loom_sched_submit(s, 0, &a, &d, &id, &e), LOOM_EINVAL);
+        cr_assert_str_eq(e.field, "t_roll_s");
+        loom_sched_free(s);
+}
+
+Test(sched, saturated_groups_are_pruned_and_a_new_group_opens)
+{
+        loom_sched *s = loom_sched_new(&cl, &po, NULL);
+        loom_decision d;
+        loom_decision_init(&d, true);
+        submit(s, spec("A", 100, 100, 3.0), &d);
+        submit(s, spec("B", 100, 100, 3.0), &d); /* direct pack: load 200 = cycle 200 */
+        loom_group_info gi;
+        cr_assert_eq(loom_sched_group_info(s, 0, &gi), 0);
+        cr_assert(gi.saturated);
+        submit(s, spec("C", 10, 10, 3.0), &d);
+        cr_assert_eq(d.kind, LOOM_DECISION_NEW_GROUP);
+        cr_assert_eq(d.groups_pruned_saturated, 1);
+        loom_decision_free(&d);
+        loom_sched_free(s);
+}
+
+Test(sched, full_groups_are_skipped)
+{
+        po.max_group_size = 2;
+        loom_sched *s = loom_sched_new(&cl, &po, NULL);
+        loom_decision d;
+        loom_decision_init(&d, true);
+        submit(s, spec("A", 100, 100, 4.0), &d);
+        submit(s, spec("B", 50, 50, 4.0), &d);
+        cr_assert_eq(d.group, 0);
+        submit(s, spec("C", 50, 50, 4.0), &d);
+        cr_assert_eq(d.kind, LOOM_DECISION_NEW_GROUP);
+        cr_assert_eq(d.groups_pruned_full, 1);
+        loom_decision_free(&d);
+        loom_sched_free(s);
+}
+
+Test(sched, joining_a_larger_training_pool_scales_data_parallel)
+{
+        loom_sched *s = loom_sched_new(&cl, &po, NULL);
+        loom_decision d;
+        loom_decision_init(&d, false);
+        loom_job_spec a = spec("A", 400, 100, 1.5);
+        a.train_gpus = 16;
+        submit(s, a, &d);
+        loom_job_id b = submit(s, spec("B", 50, 200, 2.0), &d);
+        cr_assert_eq(d.group, 0);
+        cr_assert_eq(d.n_train_nodes, 2);
+        loom_job_info ji;
+        cr_assert_eq(loom_sched_job_info(s, b, &ji), 0);
+        cr_assert_eq(ji.t_train_in_group, loom_us_from_s(100), "8 -> 16 GPUs halves training");
+        loom_decision_free(&d);
+        loom_sched_free(s);
+}
+
+static loom_action next(loom_sched *s)
+{
+        loom_action a;
+        cr_assert(loom_sched_next_action(s, &a), "expected an action");
+        return a;
+}
+
+Test(sched, round_robin_and_tail_migration)
+{
+        loom_sched *s = loom_sched_new(&cl, &po, NULL);
+        loom_decision d;
+        loom_decision_init(&d, false);
+        loom_job_id a = submit(s, spec("A", 100, 100, 2.0), &d);
+        loom_job_id b = submit(s, spec("B", 100, 100, 2.0), &d);
+        cr_assert_eq(d.kind, LOOM_DECISION_DIRECT_PACK);
+        loom_action x = next(s);
+        cr_assert_eq(x.type, LOOM_ACT_PROVISION_NODE);
+        x = next(s);
+        cr_assert_eq(x.type, LOOM_ACT_PROVISION_NODE);
+        x = next(s);
+        cr_assert_eq(x.type, LOOM_ACT_START_PHASE);
+        cr_assert_eq(x.job, a);
+        cr_assert_eq(x.phase, LOOM_PHASE_ROLLOUT);
+        cr_assert_eq(x.gpus, 8);
+        cr_assert_not(loom_sched_next_action(s, &x), "B waits for the node");
+
+        cr_assert_eq(loom_sched_progress(s, 10, a, LOOM_PHASE_ROLLOUT, 50, 100), 0);
+        cr_assert_not(loom_sched_next_action(s, &x), "below the threshold nothing happens");
+        cr_assert_eq(loom_sched_progress(s, 20, a, LOOM_PHASE_ROLLOUT, 80, 100), 1);
+        x = next(s);
+        cr_assert_eq(x.type, LOOM_ACT_MIGRATE_TAIL);
+        cr_assert_eq(x.job, a);
+        cr_assert_eq(x.keep_gpus, 1);
+        x = next(s);
+        cr_assert_eq(x.type, LOOM_ACT_START_PHASE);
+        cr_assert_eq(x.job, b);
+        cr_assert_eq(x.gpus, 7, "B starts on the 7 freed GPUs");
+        cr_assert_eq(loom_sched_progress(s, 25, a, LOOM_PHASE_ROLLOUT, 90, 100), 0,
+                     "a tail migrates once");
+
+        cr_assert_eq(loom_sched_phase_done(s, 30, a, LOOM_PHASE_ROLLOUT), 0);
+        x = next(s);
+        cr_assert_eq(x.type, LOOM_ACT_RESIZE_PHASE);
+        cr_assert_eq(x.job, b);
+        cr_assert_eq(x.gpus, 8);
+        x = next(s);
+        cr_assert_eq(x.type, LOOM_ACT_START_PHASE);
+        cr_assert_eq(x.job, a);
+        cr_assert_eq(x.phase, LOOM_PHASE_TRAIN);
+        cr_assert_eq(loom_sched_phase_done(s, 40, a, LOOM_PHASE_ROLLOUT), LOOM_ESTATE);
+
+        /* A trains while B rolls out; A's next rollout waits behind B on the node. */
+        cr_assert_eq(loom_sched_phase_done(s, 50, a, LOOM_PHASE_TRAIN), 0);
+        cr_assert_not(loom_sched_next_action(s, &x));
+        cr_assert_eq(loom_sched_phase_done(s, 60, b, LOOM_PHASE_ROLLOUT), 0);
+        x = next(s);
+        cr_assert_eq(x.job, a);
+        cr_assert_eq(x.phase, LOOM_PHASE_ROLLOUT);
+        x = next(s);
+        cr_assert_eq(x.job, b);
+        cr_assert_eq(x.phase, LOOM_PHASE_TRAIN);
+        loom_job_info ji;
+        loom_sched_job_info(s, a, &ji);
+        cr_assert_eq(ji.iterations_done, 1);
+        loom_decision_free(&d);
+        loom_sched_free(s);
+}
+
+Test(sched, migration_off_keeps_the_node)
+{
+        po.tail_migration = false;
+        loom_sched *s = loom_sched_new(&cl, &po, NULL);
+        loom_decision d;
+        loom_decision_init(&d, false);
+        loom_job_id a = submit(s, spec("A", 100, 100, 2.0), &d);
+        submit(s, spec("B", 100, 100, 2.0), &d);
+        drain(s);
+        cr_assert_eq(loom_sched_progress(s, 20, a, LOOM_PHASE_ROLLOUT, 99, 100), 0);
+        loom_action x;
+        cr_assert_not(loom_sched_next_action(s, &x));
+        loom_sched_free(s);
+}
+
+Test(sched, sync_phase_and_iterations_end_the_job)
+{
+        loom_sched *s = loom_sched_new(&cl, &po, NULL);
+        loom_decision d;
+        loom_decision_init(&d, false);
+        loom_job_spec sp = spec("A", 10, 10, 1.0);
+        sp.t_sync = loom_us_from_s(5);
+        sp.iterations = 2;
+        loom_job_id a = submit(s, sp, &d);
+        drain(s);
+        for (int it = 0; it < 2; it++) {
+                cr_assert_eq(loom_sched_phase_done(s, 0, a, LOOM_PHASE_ROLLOUT), 0);
+                drain(s);
+                cr_assert_eq(loom_sched_phase_done(s, 0, a, LOOM_PHASE_TRAIN), 0);
+                loom_action x = next(s);
+                if (it == 0) {
+                        cr_assert_eq(x.type, LOOM_ACT_START_PHASE);
+                        cr_assert_eq(x.phase, LOOM_PHASE_SYNC);
+                        cr_assert_eq(loom_sched_phase_done(s, 0, a, LOOM_PHASE_SYNC), 0);
+                        x = next(s);
+                        cr_assert_eq(x.phase, LOOM_PHASE_ROLLOUT);
+                } else {
+                        cr_assert_eq(x.type, LOOM_ACT_JOB_DONE);
+                }
+        }
+        loom_job_info ji;
+        cr_assert_eq(loom_sched_job_info(s, a, &ji), LOOM_ENOENT);
+        loom_sched_stats st;
+        loom_sched_stats_get(s, &st);
+        cr_assert_eq(st.nodes[0] + st.nodes[1], 0, "the finished job's nodes were released");
+        loom_sched_free(s);
+}
+
+Test(sched, job_exit_releases_nodes)
+{
+        loom_sched *s = loom_sched_new(&cl, &po, NULL);
+        loom_decision d;
+        loom_decision_init(&d, false);
+        loom_job_spec sa = spec("A", 100, 100, 1.0), sb = spec("B", 100, 20, 2.0);
+        sa.mem_rollout = 1500 * LOOM_GB; /* B cannot share A's rollout node */
+        sb.mem_rollout = 600 * LOOM_GB;
+        loom_job_id a = submit(s, sa, &d);
+        loom_job_id b = submit(s, sb, &d);
+        cr_assert_eq(d.kind, LOOM_DECISION_ROLLOUT_SCALE);
+        drain(s);
+        loom_sched_stats st;
+        loom_sched_stats_get(s, &st);
+        cr_assert_float_eq(st.cost_per_hour, 2 * 14.8 + 42.24, 1e-9);
+        cr_assert_eq(loom_sched_job_exit(s, 0, b, LOOM_EXIT_CANCELLED), 0);
+        loom_action x = next(s);
+        cr_assert_eq(x.type, LOOM_ACT_RELEASE_NODE);
+        cr_assert_eq(x.pool, LOOM_POOL_ROLLOUT);
+        cr_assert_eq(x.node, 1);
+        cr_assert_eq(loom_sched_job_exit(s, 0, a, LOOM_EXIT_FAILED), 0);
+        drain(s);
+        loom_sched_stats_get(s, &st);
+        cr_assert_eq(st.groups, 0);
+        cr_assert_float_eq(st.cost_per_hour, 0.0, 1e-9);
+        cr_assert_eq(loom_sched_job_exit(s, 0, a, LOOM_EXIT_FAILED), LOOM_ENOENT);
+        loom_sched_free(s);
+}
+
+Test(sched, exit_of_a_running_job_lets_the_next_start)
+{
+        loom_sched *s = loom_sched_new(&cl, &po, NULL);
+        loom_decision d;
+        loom_decision_init(&d, false);
+        loom_job_id a = submit(s, spec("A", 100, 100, 2.0), &d);
+        loom_job_id b = submit(s, spec("B", 100, 100, 2.0), &d);
+        drain(s);
+        cr_assert_eq(loom_sched_job_exit(s, 0, a, LOOM_EXIT_FAILED), 0);
+        loom_action x = next(s);
+        cr_assert_eq(x.type, LOOM_ACT_START_PHASE);
+        cr_assert_eq(x.job, b);
+        loom_sched_free(s);
+}
+
+/* Deterministic pseudo-random workload: the same seed gives the same decisions and actions. */
+static uint64_t run_workload(uint64_t seed, loom_placer placer)
+{
+        po.placer = placer;
+        po.seed = seed;
+        loom_sched *s = loom_sched_new(&cl, &po, NULL);
+        uint64_t h = 1469598103934665603ULL, r = seed;
+        loom_job_id live[400];
+        int n = 0;
+        for (int i = 0; i < 400; i++) {
+                r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+                if (n > 0 && (r >> 60) < 4) {
+                        int k = (int)((r >> 20) % (uint64_t)n);
+                        loom_sched_job_exit(s, i, live[k], LOOM_EXIT_FINISHED);
+                        live[k] = live[--n];
+                } else {
+                        char id[16];
+                        snprintf(id, sizeof id, "j%d", i);
+                        loom_job_spec sp =
+                            spec(id, 50 + (double)((r >> 8) % 500), 25 + (double)((r >> 24) % 500),
+                                 1.0 + (double)((r >> 40) % 100) / 100.0);
+                        loom_decision d;
+                        loom_decision_init(&d, false);
+                        loom_job_id id_out;
+                        cr_assert_eq(loom_sched_submit(s, i, &sp, &d, &id_out, NULL), 0);
+                        live[n++] = id_out;
+                        h = (h ^ (uint64_t)d.kind ^ ((uint64_t)d.group << 8) ^
+                             ((uint64_t)d.rollout_nodes[0] << 32)) *
+                            1099511628211ULL;
+                }
+                loom_action a;
+                while (loom_sched_next_action(s, &a))
+                        h = (h ^ (uint64_t)a.type ^ ((uint64_t)a.job << 8) ^
+                             ((uint64_t)a.node << 40)) *
+                            1099511628211ULL;
+        }
+        loom_sched_free(s);
+        return h;
+}
+
+Test(sched, deterministic)
+{
+        for (int p = LOOM_PLACER_LOOM; p <= LOOM_PLACER_GREEDY; p++) {
+                uint64_t a = run_workload(7, (loom_placer)p);
+                uint64_t b = run_workload(7, (loom_placer)p);
+                cr_assert_eq(a, b, "placer %d not deterministic", p);
+        }
+        cr_assert_neq(run_workload(7, LOOM_PLACER_RANDOM), run_workload(8, LOOM_PLACER_RANDOM));
+}
+
+Test(sched, loom_never_violates_an_slo_at_admission)
+{
+        loom_sched *s = loom_sched_new(&cl, &po, NULL);
+        uint64_t r = 42;
+        for (int i = 0; i < 300; i++) {
+                r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+                char id[16];
+                snprintf(id, sizeof id, "j%d", i);
+                loom_job_spec sp =
+                    spec(id, 50 + (double)((r >> 8) % 550), 25 + (double)((r >> 24) % 575),
+                         1.0 + (double)((r >> 40) % 100) / 100.0);
+                loom_decision d;
+                loom_decision_init(&d, false);
+                loom_job_id id_out;
+                cr_assert_eq(loom_sched_submit(s, 0, &sp, &d, &id_out, NULL), 0);
+        }
+        loom_group_id gids[400];
+        int ng = loom_sched_groups(s, gids, 400);
+        for (int i = 0; i < ng; i++) {
+                loom_group_info gi;
+                loom_sched_group_info(s, gids[i], &gi);
+                for (int m = 0; m < gi.n_members; m++) {
+                        loom_job_info ji;
+                        loom_sched_job_info(s, gi.members[m], &ji);
+                        double bound = ji.spec.slo * (double)loom_job_t_solo(&ji.spec);
+                        cr_assert_leq((double)gi.t_meta, bound + 1,
+                                      "group %u: T_meta %lld > SLO bound of job %u", gi.id,
+                                      (long long)gi.t_meta, ji.id);
+                }
+        }
+        loom_sched_free(s);
+}

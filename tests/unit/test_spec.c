@@ -1,0 +1,125 @@
+/*
+ * test_spec.c - the JSON formats: scenarios decode, and every kind of invalid input is rejected
+ * naming the field with its line and column.
+ */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "loom/spec.h"
+
+static int parse(const char *text, loom_scenario *sc, loom_err *e)
+{
+        loom_err_clear(e);
+        return loom_scenario_parse(text, strlen(text), sc, e);
+}
+
+#define JOB "\"rollout_gpus\":8,\"train_gpus\":8,\"t_roll_s\":100,\"t_train_s\":50,\"slo\":1.5"
+
+Test(spec, a_full_scenario_decodes)
+{
+        const char *t = "{\"cluster\":{\"gpus_per_node\":4,\"host_mem_gb\":1000,"
+                        "\"rollout_gpu\":{\"name\":\"L40\",\"price_per_hour\":1.0}},"
+                        "\"policy\":{\"max_group_size\":3,\"tail_threshold\":0.9,"
+                        "\"placer\":\"greedy\"},"
+                        "\"jobs\":[{\"id\":\"a\"," JOB ",\"sync_s\":5,\"model_b\":7,"
+                        "\"iterations\":10}]}";
+        loom_scenario sc;
+        loom_err e;
+        cr_assert_eq(parse(t, &sc, &e), 0, "%s", e.msg);
+        cr_assert_eq(sc.cluster.gpus_per_node, 4);
+        cr_assert_eq(sc.cluster.host_mem_bytes, 1000 * LOOM_GB);
+        cr_assert_str_eq(sc.cluster.gpu[0].name, "L40");
+        cr_assert_float_eq(sc.cluster.gpu[1].price_per_hour, 5.28, 1e-12);
+        cr_assert_eq(sc.policy.max_group_size, 3);
+        cr_assert_eq(sc.policy.placer, LOOM_PLACER_GREEDY);
+        cr_assert_eq(sc.n_jobs, 1);
+        cr_assert_eq(sc.jobs[0].t_sync, 5 * LOOM_US_PER_S);
+        cr_assert_eq(sc.jobs[0].mem_rollout, loom_table2_mem_rollout(7));
+        cr_assert_eq(sc.jobs[0].mem_rollout, 275700000000ULL);
+        cr_assert_eq(sc.jobs[0].iterations, 10);
+        loom_scenario_free(&sc);
+}
+
+typedef struct bad {
+        const char *text;
+        const char *field;
+        int line, col;
+} bad;
+
+Test(spec, invalid_input_names_field_line_and_column)
+{
+        static const bad cases[] = {
+            {"{\"jobs\":[{" JOB "},\n  {\"rollout_gpus\":8,\"train_gpus\":8,\"t_roll_s\":1,"
+             "\"t_train_s\":1,\"slo\":0.5}]}",
+             "jobs[1].slo", 2, 69},
+            {"{\"jobs\":[{\"rollout_gpus\":\"8\",\"train_gpus\":8}]}", "jobs[0].rollout_gpus", 1,
+             26},
+            {"{\"jobs\":[{\"train_gpus\":8}]}", "jobs[0].rollout_gpus", 1, 10},
+            {"{\"jobs\":[{" JOB ",\"colour\":1}]}", "jobs[0].colour", 1, 92},
+            {"{\"jobs\":[{\"rollout_gpus\":12,\"train_gpus\":8,\"t_roll_s\":1,"
+             "\"t_train_s\":1,\"slo\":1}]}",
+             "jobs[0].rollout_gpus", 1, 26},
+            {"{\"jobs\":[{\"rollout_gpus\":8,\"train_gpus\":8,\"t_roll_s\":-1,"
+             "\"t_train_s\":1,\"slo\":1}]}",
+             "jobs[0].t_roll_s", 1, 54},
+            {"{\"jobs\":[{" JOB ",\"mem_rollout_gb\":-5}]}", "jobs[0].mem_rollout_gb", 1, 100},
+            {"{\"cluster\":{\"gpus_per_node\":0},\"jobs\":[]}", "cluster.gpus_per_node", 1, 29},
+            {"{\"policy\":{\"tail_threshold\":1.5},\"jobs\":[]}", "policy.tail_threshold", 1, 29},
+            {"{\"policy\":{\"placer\":\"best\"},\"jobs\":[]}", "policy.placer", 1, 21},
+            {"{\"jobs\":{}}", "jobs", 1, 9},
+            {"[1,2]", "", 1, 1},
+            {"{\"jobs\":[{\"id\":\"x\"," JOB "},{\"id\":\"x\"," JOB "}]}", "jobs[1].id", 1, 99},
+        };
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+                loom_scenario sc;
+                loom_err e;
+                cr_assert_eq(parse(cases[i].text, &sc, &e), LOOM_EINVAL, "case %zu accepted", i);
+                cr_assert_str_eq(e.field, cases[i].field, "case %zu: field %s (%s)", i, e.field,
+                                 e.msg);
+                cr_assert_eq(e.line, cases[i].line, "case %zu: line %d (%s)", i, e.line, e.msg);
+                cr_assert_eq(e.col, cases[i].col, "case %zu: col %d (%s)", i, e.col, e.msg);
+                cr_assert_null(sc.jobs);
+        }
+}
+
+Test(spec, syntax_errors_have_positions)
+{
+        loom_scenario sc;
+        loom_err e;
+        cr_assert_eq(parse("{\"jobs\": [\n  {,}\n]}", &sc, &e), LOOM_EINVAL);
+        cr_assert_eq(e.line, 2);
+        cr_assert_gt(e.col, 0);
+        cr_assert(strstr(e.msg, "invalid JSON"));
+}
+
+Test(spec, locate_finds_nested_paths)
+{
+        const char *t = "{\"a\": {\"b\": [1, {\"c\": 2}]},\n \"d\": \"x\"}";
+        int l, c;
+        cr_assert_eq(loom_json_locate(t, strlen(t), "a.b[1].c", &l, &c), 0);
+        cr_assert_eq(l, 1);
+        cr_assert_eq(c, 23);
+        cr_assert_eq(loom_json_locate(t, strlen(t), "d", &l, &c), 0);
+        cr_assert_eq(l, 2);
+        cr_assert_eq(c, 7);
+        cr_assert_eq(loom_json_locate(t, strlen(t), "a.zz", &l, &c), LOOM_ENOENT);
+}
+
+Test(spec, decision_json_has_the_documented_fields)
+{
+        loom_decision d;
+        loom_decision_init(&d, false);
+        d.kind = LOOM_DECISION_DIRECT_PACK;
+        d.n_rollout_nodes = 1;
+        d.n_train_nodes = 1;
+        d.t_meta = 260 * LOOM_US_PER_S;
+        json_t *o = loom_decision_to_json(&d, "B");
+        const char *keys[] = {"job",           "decision",    "group",
+                              "rollout_nodes", "train_nodes", "marginal_cost_per_hour",
+                              "t_meta_s",      "candidates",  "reason"};
+        for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+                cr_assert_not_null(json_object_get(o, keys[i]), "missing %s", keys[i]);
+        cr_assert_str_eq(json_string_value(json_object_get(o, "decision")), "direct_pack");
+        cr_assert_float_eq(json_real_value(json_object_get(o, "t_meta_s")), 260.0, 1e-9);
+        json_decref(o);
+}
