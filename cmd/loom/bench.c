@@ -1,11 +1,210 @@
-/* bench.c - benchholder until `loom bench` lands. */
+/*
+ * bench.c - `loom bench placement`: decision latency of the inter-group placement with N jobs
+ * already placed. Jobs are drawn from WEAVE Table 6 "Mixed" (a uniformly random profile and size
+ * class, phase times uniform in its range), one 8-GPU node per pool, SLO ~ U(1, 2), host-memory
+ * working sets from Table 2 for a random 3B/7B/14B/32B model. After placing N jobs, it times
+ * `probes` further decisions (loom_sched_decide: the full search, nothing committed, so N stays
+ * fixed) and prints one JSON line per N. Latency is reported as wall time and as the thread's
+ * CPU time (which leaves out preemption by other processes on a shared machine). It never
+ * fails on timing.
+ */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
 
 #include "cmd.h"
+#include "loom/sched.h"
+
+static void usage(FILE *f)
+{
+        fprintf(f, "usage: loom bench placement [--n N,N,...] [--probes P] [--seed S]\n"
+                   "\n"
+                   "Decision latency of loom's placement with N concurrent jobs already placed\n"
+                   "(WEAVE Table 6 Mixed, SLO ~ U(1,2)). One JSON line per N: groups, p50/p99/max\n"
+                   "microseconds per decision, current and peak RSS.\n"
+                   "Defaults: --n 5,9,13,100,500,1000,2000,10000,100000 --probes 2000 --seed 1\n");
+}
+
+static uint64_t rng_next(uint64_t *s)
+{
+        uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+        return z ^ (z >> 31);
+}
+
+static double uni(uint64_t *s, double lo, double hi)
+{
+        return lo + (hi - lo) * (double)(rng_next(s) >> 11) / 9007199254740992.0;
+}
+
+/* WEAVE Table 6: [profile][size] = {roll lo, roll hi, train lo, train hi} seconds. */
+static const double table6[3][3][4] = {
+    {{50, 100, 50, 100}, {100, 200, 100, 200}, {200, 300, 200, 300}},
+    {{100, 200, 25, 50}, {200, 400, 50, 100}, {400, 600, 100, 200}},
+    {{25, 50, 100, 200}, {50, 100, 200, 400}, {100, 200, 400, 600}},
+};
+
+static void draw_job(uint64_t *r, int i, loom_job_spec *sp)
+{
+        static const double models[] = {3, 7, 14, 32};
+        const double *t = table6[rng_next(r) % 3][rng_next(r) % 3];
+        loom_job_spec_init(sp);
+        snprintf(sp->id, sizeof sp->id, "j%d", i);
+        sp->rollout_gpus = sp->train_gpus = 8;
+        sp->t_roll = loom_us_from_s(uni(r, t[0], t[1]));
+        sp->t_train = loom_us_from_s(uni(r, t[2], t[3]));
+        sp->slo = uni(r, 1.0, 2.0);
+        double b = models[rng_next(r) % 4];
+        sp->mem_rollout = loom_table2_mem_rollout(b);
+        sp->mem_train = loom_table2_mem_train(b);
+}
+
+static double clock_us(clockid_t id)
+{
+        struct timespec ts;
+        clock_gettime(id, &ts);
+        return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+static long rss_kib(const char *key)
+{
+        FILE *f = fopen("/proc/self/status", "r");
+        char line[256];
+        long v = -1;
+        size_t n = strlen(key);
+        while (f && fgets(line, sizeof line, f))
+                if (!strncmp(line, key, n))
+                        v = strtol(line + n, NULL, 10);
+        if (f)
+                fclose(f);
+        return v;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+        double x = *(const double *)a, y = *(const double *)b;
+        return (x > y) - (x < y);
+}
+
+static int bench_one(int n, int probes, uint64_t seed)
+{
+        loom_cluster_cfg cl;
+        loom_policy_cfg po;
+        loom_cluster_cfg_default(&cl);
+        loom_policy_cfg_default(&po);
+        loom_err e;
+        loom_sched *s = loom_sched_new(&cl, &po, &e);
+        double *lat = malloc(sizeof *lat * (size_t)probes);
+        double *cpu = malloc(sizeof *cpu * (size_t)probes);
+        if (!s || !lat || !cpu) {
+                free(cpu);
+                fprintf(stderr, "loom bench: out of memory\n");
+                free(lat);
+                loom_sched_free(s);
+                return 1;
+        }
+        uint64_t r = seed * 1000003ULL + (uint64_t)n;
+        loom_decision d;
+        loom_decision_init(&d, false);
+        loom_action a;
+        double t0 = clock_us(CLOCK_MONOTONIC);
+        for (int i = 0; i < n; i++) {
+                loom_job_spec sp;
+                draw_job(&r, i, &sp);
+                loom_job_id id;
+                if (loom_sched_submit(s, 0, &sp, &d, &id, &e)) {
+                        fprintf(stderr, "loom bench: submit failed: %s\n", e.msg);
+                        return 1;
+                }
+                while (loom_sched_next_action(s, &a))
+                        ;
+        }
+        double fill_s = (clock_us(CLOCK_MONOTONIC) - t0) / 1e6;
+        for (int p = 0; p < probes; p++) {
+                loom_job_spec sp;
+                draw_job(&r, n + p, &sp);
+                double c1 = clock_us(CLOCK_THREAD_CPUTIME_ID), t1 = clock_us(CLOCK_MONOTONIC);
+                int rc = loom_sched_decide(s, &sp, &d, &e);
+                lat[p] = clock_us(CLOCK_MONOTONIC) - t1;
+                cpu[p] = clock_us(CLOCK_THREAD_CPUTIME_ID) - c1;
+                if (rc) {
+                        fprintf(stderr, "loom bench: decide failed: %s\n", e.msg);
+                        return 1;
+                }
+        }
+        qsort(lat, (size_t)probes, sizeof *lat, cmp_double);
+        qsort(cpu, (size_t)probes, sizeof *cpu, cmp_double);
+        loom_sched_stats st;
+        loom_sched_stats_get(s, &st);
+        printf("{\"bench\":\"placement\",\"jobs\":%d,\"groups\":%d,\"rollout_nodes\":%d,"
+               "\"train_nodes\":%d,\"closed_groups\":%d,\"bound_pruned\":%d,\"cost_per_hour\":%.2f,"
+               "\"decisions\":%d,\"p50_us\":%.1f,"
+               "\"p99_us\":%.1f,\"max_us\":%.1f,\"cpu_p50_us\":%.1f,\"cpu_p99_us\":%.1f,\"fill_s\":"
+               "%.3f,\"rss_mib\":%.1f,"
+               "\"peak_rss_mib\":%.1f}\n",
+               n, st.groups, st.nodes[0], st.nodes[1],
+               d.groups_pruned_saturated + d.groups_pruned_full, d.groups_pruned_bound,
+               st.cost_per_hour, probes, lat[probes / 2], lat[(int)(probes * 0.99)],
+               lat[probes - 1], cpu[probes / 2], cpu[(int)(probes * 0.99)], fill_s,
+               (double)rss_kib("VmRSS:") / 1024.0, (double)rss_kib("VmHWM:") / 1024.0);
+        fflush(stdout);
+        free(lat);
+        free(cpu);
+        loom_sched_free(s);
+        return 0;
+}
 
 int loom_cmd_bench(int argc, char **argv)
 {
-        (void)argc;
-        fprintf(stderr, "loom bench: not available in this build\n");
-        return 2;
+        if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+                usage(argc < 2 ? stderr : stdout);
+                return argc < 2 ? 2 : 0;
+        }
+        if (strcmp(argv[1], "placement")) {
+                fprintf(stderr, "loom bench: unknown benchmark '%s' (try: placement)\n", argv[1]);
+                return 2;
+        }
+        char list[256] = "5,9,13,100,500,1000,2000,10000,100000";
+        long probes = 2000;
+        unsigned long long seed = 1;
+        for (int i = 2; i < argc; i++) {
+                char *end = NULL;
+                if (!strcmp(argv[i], "--help")) {
+                        usage(stdout);
+                        return 0;
+                } else if (!strcmp(argv[i], "--n") && i + 1 < argc) {
+                        snprintf(list, sizeof list, "%s", argv[++i]);
+                } else if (!strcmp(argv[i], "--probes") && i + 1 < argc) {
+                        probes = strtol(argv[++i], &end, 10);
+                        if (*end || probes < 1 || probes > 10000000) {
+                                fprintf(stderr, "loom bench: --probes must be 1..10000000\n");
+                                return 2;
+                        }
+                } else if (!strcmp(argv[i], "--seed") && i + 1 < argc) {
+                        seed = strtoull(argv[++i], &end, 10);
+                        if (*end) {
+                                fprintf(stderr, "loom bench: --seed must be an integer\n");
+                                return 2;
+                        }
+                } else {
+                        fprintf(stderr, "loom bench: unknown option '%s'\n", argv[i]);
+                        usage(stderr);
+                        return 2;
+                }
+        }
+        for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
+                char *end;
+                long n = strtol(tok, &end, 10);
+                if (*end || n < 0 || n > 10000000) {
+                        fprintf(stderr, "loom bench: --n takes job counts 0..10000000, got '%s'\n",
+                                tok);
+                        return 2;
+                }
+                if (bench_one((int)n, (int)probes, seed))
+                        return 1;
+        }
+        return 0;
 }

@@ -303,47 +303,51 @@ static int consider(search *x, cand *c)
         return record(x, c);
 }
 
-/* O(1) bounds: can any placement in g possibly work? */
-static bool group_may_fit(search *x, const open_group *o, char *why, size_t n, loom_reject *r)
+/*
+ * O(1) bounds: can any placement in g possibly work? T_meta is at least the new cycle and at
+ * least the new training load, so if either exceeds the tightest SLO budget, or the training
+ * nodes' memory overflows, no candidate can. Returns LOOM_REJECT_NONE if g is worth searching.
+ * The message is written only when why is not NULL (formatting costs more than the check).
+ */
+static loom_reject group_may_fit(search *x, const open_group *o, char *why, size_t n)
 {
         const loom_sched *s = x->s;
         const loom_job_spec *sp = x->spec;
         uint64_t mt = loom_group_train_mem(sp->mem_train, sp->train_gpus, o->train_gpus);
         if (o->train_mem_used + mt > s->cluster.host_mem_bytes) {
-                *r = LOOM_REJECT_MEMORY;
-                snprintf(why, n, "training nodes would hold %.1f GB of working sets > %.1f GB",
-                         (double)(o->train_mem_used + mt) / 1e9,
-                         (double)s->cluster.host_mem_bytes / 1e9);
-                return false;
+                if (why)
+                        snprintf(why, n,
+                                 "training nodes would hold %.1f GB of working sets > %.1f GB",
+                                 (double)(o->train_mem_used + mt) / 1e9,
+                                 (double)s->cluster.host_mem_bytes / 1e9);
+                return LOOM_REJECT_MEMORY;
         }
         if (s->policy.placer != LOOM_PLACER_LOOM)
-                return true;
+                return LOOM_REJECT_NONE;
         loom_us tt = loom_group_train_time(sp->t_train, sp->train_gpus, o->train_gpus,
                                            s->policy.train_scaling_efficiency);
         loom_us solo_in = sp->t_roll + tt + sp->t_sync;
-        loom_us lb = o->t_cycle > solo_in ? o->t_cycle : solo_in; /* T_meta >= T_cycle */
+        loom_us lb = o->t_cycle > solo_in ? o->t_cycle : solo_in;
         if (o->sum_train + tt > lb)
-                lb = o->sum_train + tt; /* T_meta >= training load */
+                lb = o->sum_train + tt;
         loom_us budget = o->min_budget < x->budget ? o->min_budget : x->budget;
         if (lb > budget) {
-                *r = LOOM_REJECT_SLO;
-                slo_why(x, o->g, lb, why, n);
-                return false;
+                if (why)
+                        slo_why(x, o->g, lb, why, n);
+                return LOOM_REJECT_SLO;
         }
-        return true;
+        return LOOM_REJECT_NONE;
 }
 
 static int search_group(search *x, const open_group *o)
 {
         const group *g = o->g;
+        bool rec = x->d->record_candidates;
         cand c = {.g = g, .kind = LOOM_DECISION_DIRECT_PACK};
-        loom_reject r;
-        if (!group_may_fit(x, o, c.why, sizeof c.why, &r)) {
+        c.reject = group_may_fit(x, o, rec ? c.why : NULL, sizeof c.why);
+        if (c.reject != LOOM_REJECT_NONE) {
                 x->d->groups_pruned_bound++;
-                if (!x->d->record_candidates)
-                        return 0;
-                c.reject = r;
-                return record(x, &c);
+                return rec ? record(x, &c) : 0;
         }
         rnode *sorted[LOOM_MAX_GROUP_ROLLOUT_NODES];
         memcpy(sorted, g->rnodes, sizeof(rnode *) * (size_t)g->n_rnodes);
@@ -416,9 +420,7 @@ static int search_baseline(search *x, uint64_t *rng)
                         continue;
                 open_group o = {(group *)g,    g->t_cycle,        g->sum_train,
                                 g->min_budget, g->train_mem_used, g->train_gpus};
-                char why[160];
-                loom_reject r;
-                if (!group_may_fit(x, &o, why, sizeof why, &r))
+                if (group_may_fit(x, &o, NULL, 0) != LOOM_REJECT_NONE)
                         continue;
                 rnode *sorted[LOOM_MAX_GROUP_ROLLOUT_NODES];
                 memcpy(sorted, g->rnodes, sizeof(rnode *) * (size_t)g->n_rnodes);

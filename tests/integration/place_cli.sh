@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# `loom place` end to end: the example places as documented, invalid scenarios exit 1 with
+# file:line:column and print no decision, usage errors exit 2. $1 build dir, $2 source dir.
+set -u
+b=$1 src=$2
+loom="$b/loom"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0 pass=0
+check() { # name, condition...
+        local name=$1
+        shift
+        if "$@"; then pass=$((pass + 1)); else echo "FAIL: $name"; fail=$((fail + 1)); fi
+}
+
+out=$("$loom" place "$src/examples/temporal-mux.json")
+check "example exits 0" test $? -eq 0
+check "two decisions" test "$(printf '%s\n' "$out" | wc -l)" -eq 2
+check "A opens a group" grep -q '"job":"A","decision":"new_group","group":0' <<<"$out"
+check "B direct-packs at 260 s" grep -q '"job":"B","decision":"direct_pack","group":0,"rollout_nodes":\[0\],"train_nodes":\[0\],"marginal_cost_per_hour":0.0,"t_meta_s":260.0' <<<"$out"
+
+# Same input, same bytes.
+check "deterministic" test "$("$loom" place "$src/examples/temporal-mux.json")" = "$out"
+
+# Invalid: the second job's SLO is below 1. Nothing may be printed on stdout.
+cat >"$tmp/bad.json" <<'JSON'
+{"jobs": [
+  {"id": "A", "rollout_gpus": 8, "train_gpus": 8, "t_roll_s": 10, "t_train_s": 10, "slo": 1.5},
+  {"id": "B", "rollout_gpus": 8, "train_gpus": 8, "t_roll_s": 10, "t_train_s": 10, "slo": 0.9}
+]}
+JSON
+"$loom" place "$tmp/bad.json" >"$tmp/out" 2>"$tmp/err"
+check "invalid exits 1" test $? -eq 1
+check "nothing placed" test ! -s "$tmp/out"
+check "file:line:col and field" grep -q "bad.json:3:.*jobs\[1\].slo" "$tmp/err"
+
+printf '{"jobs": [\n  {"id": "A",,}\n]}' >"$tmp/syntax.json"
+"$loom" place "$tmp/syntax.json" >"$tmp/out" 2>"$tmp/err"
+check "syntax error exits 1" test $? -eq 1
+check "syntax error position" grep -q "syntax.json:2:" "$tmp/err"
+
+"$loom" place "$tmp/missing.json" >/dev/null 2>"$tmp/err"
+check "missing file exits 1" test $? -eq 1
+"$loom" place >/dev/null 2>&1
+check "no argument exits 2" test $? -eq 2
+"$loom" place --bogus x >/dev/null 2>&1
+check "unknown option exits 2" test $? -eq 2
+"$loom" place --help >/dev/null
+check "--help exits 0" test $? -eq 0
+"$loom" nonsense >/dev/null 2>&1
+check "unknown command exits 2" test $? -eq 2
+
+# A job too big for any node is rejected with a reason, the rest are placed.
+cat >"$tmp/big.json" <<'JSON'
+{"jobs": [
+  {"id": "huge", "rollout_gpus": 8, "train_gpus": 8, "t_roll_s": 10, "t_train_s": 10,
+   "slo": 1.5, "mem_rollout_gb": 5000},
+  {"id": "ok", "rollout_gpus": 8, "train_gpus": 8, "t_roll_s": 10, "t_train_s": 10, "slo": 1.5}
+]}
+JSON
+out=$("$loom" place --compact "$tmp/big.json")
+check "too big rejected" grep -q '"job":"huge","decision":"rejected"' <<<"$out"
+check "next job placed" grep -q '"job":"ok","decision":"new_group","group":0' <<<"$out"
+
+echo "$pass passed, $fail failed"
+test "$fail" -eq 0
