@@ -1,11 +1,517 @@
-/* sync.c - placeholder until the sync subcommand lands. */
+/*
+ * sync.c - `loom sync`: the weight transfer engine from the command line.
+ *
+ *   loom sync layout --model M             tensors of a model and how TP splits them
+ *   loom sync plan   [model/layout options] streams and link volumes of each plan (no processes)
+ *   loom sync bench  [model/layout options] a real multi-process transfer, per plan
+ *
+ * Exit status: 0 ok, 1 invalid input or a transfer that failed verification, 2 bad usage.
+ */
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "cmd.h"
+#include "loom/sync.h"
+
+typedef struct opts {
+        const char *model, *train, *rollout, *plan, *link;
+        long layers;
+        double gbps, density, bucket_mib, timeout, max_mem_gb;
+        unsigned long long seed;
+        long late;
+        int json, corrupt;
+} opts;
+
+static void usage(FILE *f)
+{
+        fprintf(f, "usage: loom sync <layout|plan|bench> [options]\n"
+                   "\n"
+                   "  layout   list the tensors of a model and how tensor parallelism splits them\n"
+                   "  plan     streams and slow/fast link volumes of each plan, computed only\n"
+                   "  bench    run a real multi-process transfer of one synthetic training step\n"
+                   "\n"
+                   "options (plan, bench; layout takes --model and --layers):\n"
+                   "  --model NAME        qwen2.5-0.5b (default), qwen2.5-1.5b, qwen2.5-7b, "
+                   "qwen2.5-14b,\n"
+                   "                      qwen2.5-32b, tiny\n"
+                   "  --layers N          keep only the first N transformer layers of the preset\n"
+                   "  --train tp=A,pp=B,dp=C    training layout (default tp=2,pp=1,dp=4)\n"
+                   "  --rollout tp=A,dp=B       rollout layout (default tp=1,dp=8)\n"
+                   "  --plan P            flat, topo, topo+sparse or all (default all)\n"
+                   "  --link-gbps G       rate of the shaped slow link (default 5; 0 = unshaped)\n"
+                   "  --density D         fraction of elements the step changes (default 0.01)\n"
+                   "  --bucket-mib N      bucket size (default 64)\n"
+                   "  --seed N            synthetic weights seed (default 1)\n"
+                   "  --link L            auto (default): namespaces + veth + tc when root and\n"
+                   "                      iproute2 allow, else loopback; netns; loopback\n"
+                   "  --late N            N rollout ranks join after the step and catch up\n"
+                   "  --timeout S         give up after S seconds per plan (default 600)\n"
+                   "  --max-mem-gb G      refuse runs estimated above G GB (default: 85%% of\n"
+                   "                      available memory)\n"
+                   "  --corrupt           fault injection: corrupt one bucket on the wire\n"
+                   "  --json              one JSON object per plan\n");
+}
+
+static int num(const char *name, const char *v, double lo, double hi, double *out)
+{
+        char *end;
+        errno = 0;
+        double d = strtod(v, &end);
+        if (errno || end == v || *end || !(d >= lo && d <= hi)) {
+                fprintf(stderr, "loom sync: %s: '%s' is not a number in [%g, %g]\n", name, v, lo,
+                        hi);
+                return 1;
+        }
+        *out = d;
+        return 0;
+}
+
+/* Returns 0 ok, 1 invalid value, 2 bad usage, 3 help shown. */
+static int parse(int argc, char **argv, opts *o)
+{
+        *o = (opts){.model = "qwen2.5-0.5b",
+                    .train = "tp=2,pp=1,dp=4",
+                    .rollout = "tp=1,dp=8",
+                    .plan = "all",
+                    .link = "auto",
+                    .gbps = 5,
+                    .density = 0.01,
+                    .bucket_mib = 64,
+                    .timeout = 600,
+                    .seed = 1};
+        for (int i = 2; i < argc; i++) {
+                const char *a = argv[i], *v = NULL;
+                if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+                        usage(stdout);
+                        return 3;
+                }
+                if (!strcmp(a, "--json")) {
+                        o->json = 1;
+                        continue;
+                }
+                if (!strcmp(a, "--corrupt")) {
+                        o->corrupt = 1;
+                        continue;
+                }
+                char key[32];
+                const char *eq = strchr(a, '=');
+                if (eq && (size_t)(eq - a) < sizeof key) {
+                        snprintf(key, sizeof key, "%.*s", (int)(eq - a), a);
+                        v = eq + 1;
+                } else {
+                        snprintf(key, sizeof key, "%s", a);
+                        if (i + 1 < argc)
+                                v = argv[++i];
+                }
+                if (strncmp(key, "--", 2)) {
+                        fprintf(stderr, "loom sync: unexpected argument '%s'\n", a);
+                        return 2;
+                }
+                if (!v) {
+                        fprintf(stderr, "loom sync: %s needs a value\n", key);
+                        return 2;
+                }
+                double d;
+                if (!strcmp(key, "--model"))
+                        o->model = v;
+                else if (!strcmp(key, "--train"))
+                        o->train = v;
+                else if (!strcmp(key, "--rollout"))
+                        o->rollout = v;
+                else if (!strcmp(key, "--plan"))
+                        o->plan = v;
+                else if (!strcmp(key, "--link"))
+                        o->link = v;
+                else if (!strcmp(key, "--layers")) {
+                        if (num(key, v, 1, 1000, &d) || d != (long)d)
+                                return 1;
+                        o->layers = (long)d;
+                } else if (!strcmp(key, "--link-gbps")) {
+                        if (num(key, v, 0, 1000, &o->gbps))
+                                return 1;
+                } else if (!strcmp(key, "--density")) {
+                        if (num(key, v, 0, 1, &o->density))
+                                return 1;
+                } else if (!strcmp(key, "--bucket-mib")) {
+                        if (num(key, v, 1.0 / (1 << 20), 2048, &o->bucket_mib))
+                                return 1;
+                } else if (!strcmp(key, "--timeout")) {
+                        if (num(key, v, 1, 86400, &o->timeout))
+                                return 1;
+                } else if (!strcmp(key, "--max-mem-gb")) {
+                        if (num(key, v, 0.001, 1e6, &o->max_mem_gb))
+                                return 1;
+                } else if (!strcmp(key, "--seed")) {
+                        if (num(key, v, 0, 9e15, &d) || d != (double)(unsigned long long)d)
+                                return 1;
+                        o->seed = (unsigned long long)d;
+                } else if (!strcmp(key, "--late")) {
+                        if (num(key, v, 0, 63, &d) || d != (long)d)
+                                return 1;
+                        o->late = (long)d;
+                } else {
+                        fprintf(stderr, "loom sync: unknown option %s\n", key);
+                        return 2;
+                }
+        }
+        if (strcmp(o->link, "auto") && strcmp(o->link, "netns") && strcmp(o->link, "loopback")) {
+                fprintf(stderr, "loom sync: --link: '%s' is not auto, netns or loopback\n",
+                        o->link);
+                return 1;
+        }
+        return 0;
+}
+
+typedef struct setup {
+        loom_sync_layout *layout;
+        loom_sync_par train, roll;
+        loom_sync_map *map;
+        int plans[3], nplans;
+} setup;
+
+static int fail(const char *what, const loom_err *e)
+{
+        fprintf(stderr, "loom sync: %s%s%s\n", e->field[0] ? e->field : what,
+                e->field[0] ? ": " : "", e->msg);
+        return 1;
+}
+
+static int build(const opts *o, setup *s)
+{
+        loom_err e = {0};
+        loom_sync_model m;
+        memset(s, 0, sizeof *s);
+        if (loom_sync_model_preset(o->model, &m, &e))
+                return fail("--model", &e);
+        if (o->layers) {
+                if ((uint32_t)o->layers > m.layers) {
+                        fprintf(stderr, "loom sync: --layers: %s has only %u layers\n", o->model,
+                                m.layers);
+                        return 1;
+                }
+                m.layers = (uint32_t)o->layers;
+                snprintf(m.name + strlen(m.name), sizeof m.name - strlen(m.name), "/%ldL",
+                         o->layers);
+        }
+        if (loom_sync_layout_new(&m, &s->layout, &e))
+                return fail("--model", &e);
+        if (loom_sync_par_parse(o->train, 0, "--train", &s->train, &e) ||
+            loom_sync_par_parse(o->rollout, 1, "--rollout", &s->roll, &e) ||
+            loom_sync_par_check(s->layout, &s->train, "--train", &e) ||
+            loom_sync_par_check(s->layout, &s->roll, "--rollout", &e))
+                return fail("layout", &e);
+        if (loom_sync_par_ranks(&s->roll) > LOOM_SYNC_MAX_ROLLOUT) {
+                fprintf(stderr, "loom sync: --rollout: at most %d rollout ranks\n",
+                        LOOM_SYNC_MAX_ROLLOUT);
+                return 1;
+        }
+        if (!strcmp(o->plan, "all")) {
+                s->nplans = 3;
+                for (int k = 0; k < 3; k++)
+                        s->plans[k] = k;
+        } else {
+                loom_sync_plan_kind k;
+                if (loom_sync_plan_parse(o->plan, &k, &e))
+                        return fail("--plan", &e);
+                s->plans[0] = (int)k;
+                s->nplans = 1;
+        }
+        if (loom_sync_map_new(s->layout, &s->train, &s->roll, &s->map, &e))
+                return fail("layout", &e);
+        return 0;
+}
+
+static void teardown(setup *s)
+{
+        loom_sync_map_free(s->map);
+        loom_sync_layout_free(s->layout);
+}
+
+static const char *split_name(loom_sync_split k)
+{
+        return k == LOOM_SYNC_COLUMN ? "column" : k == LOOM_SYNC_ROW ? "row" : "replicated";
+}
+
+static int cmd_layout(const opts *o)
+{
+        setup s;
+        int rc = build(o, &s);
+        if (rc)
+                return rc;
+        const loom_sync_layout *l = s.layout;
+        printf("%s: %llu parameters, %.3f GB in bf16, %zu tensors\n", l->model.name,
+               (unsigned long long)l->elems, (double)l->elems * 2 / 1e9, l->ntensors);
+        for (size_t i = 0; i < l->ntensors; i++) {
+                const loom_sync_tensor *t = &l->tensors[i];
+                printf("  %-48s %8llu x %-6llu %-10s\n", t->name, (unsigned long long)t->rows,
+                       (unsigned long long)t->cols, split_name(t->split));
+        }
+        teardown(&s);
+        return 0;
+}
+
+static uint64_t all_ranks(uint32_t n)
+{
+        return n >= 64 ? ~UINT64_C(0) : (UINT64_C(1) << n) - 1;
+}
+
+static int cmd_plan(const opts *o)
+{
+        setup s;
+        int rc = build(o, &s);
+        if (rc)
+                return rc;
+        uint64_t bucket = (uint64_t)(o->bucket_mib * (1 << 20)) & ~UINT64_C(1);
+        double model = (double)s.layout->elems * 2;
+        printf("%s: %.3f GB; training tp=%u,pp=%u,dp=%u (%u ranks) -> rollout tp=%u,dp=%u "
+               "(%u ranks); %zu pieces\n",
+               s.layout->model.name, model / 1e9, s.train.tp, s.train.pp, s.train.dp,
+               loom_sync_par_ranks(&s.train), s.roll.tp, s.roll.dp, loom_sync_par_ranks(&s.roll),
+               s.map->npieces);
+        for (int i = 0; i < s.nplans && !rc; i++) {
+                loom_sync_plan *p;
+                loom_err e = {0};
+                if (loom_sync_plan_new(s.map, (loom_sync_plan_kind)s.plans[i], bucket,
+                                       all_ranks(loom_sync_par_ranks(&s.roll)), &p, &e)) {
+                        rc = fail("--plan", &e);
+                        break;
+                }
+                uint64_t buckets = 0;
+                for (size_t k = 0; k < p->nstreams; k++)
+                        buckets += loom_sync_stream_buckets(p, &p->streams[k]);
+                printf("  %-12s %4zu streams %6llu buckets  slow link %.3f GB (%.2f copies)  "
+                       "fast links %.3f GB (dense)\n",
+                       loom_sync_plan_name(p->kind), p->nstreams, (unsigned long long)buckets,
+                       (double)p->slow_elems * 2 / 1e9, (double)p->slow_elems * 2 / model,
+                       (double)p->fast_elems * 2 / 1e9);
+                loom_sync_plan_free(p);
+        }
+        teardown(&s);
+        return rc;
+}
+
+/* Peak resident bytes of a run, all processes together (see docs/sync.md). */
+static double estimate_bytes(const setup *s, const loom_sync_plan *p, uint32_t late)
+{
+        uint32_t nr = loom_sync_par_ranks(&s->roll);
+        double train = (double)p->slow_elems * 2 * (p->kind == LOOM_SYNC_TOPO_SPARSE ? 2 : 1);
+        double slice = 0;
+        for (size_t t = 0; t < s->layout->ntensors; t++) {
+                loom_sync_rect r;
+                loom_sync_slice(&s->layout->tensors[t], 0, s->roll.tp, &r);
+                slice += (double)loom_sync_rect_elems(&r) * 2;
+        }
+        /* live copy, plus the staged new version for dense plans and for catch-up */
+        double per_rank = slice * (p->kind == LOOM_SYNC_TOPO_SPARSE ? 1.1 : 2.0);
+        return train + per_rank * (nr - late) + 2 * slice * late;
+}
+
+static double mem_available(void)
+{
+        FILE *f = fopen("/proc/meminfo", "r");
+        char line[128];
+        double kb = 0;
+        while (f && fgets(line, sizeof line, f))
+                if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1)
+                        break;
+        if (f)
+                fclose(f);
+        return kb * 1024;
+}
+
+static void json_str(const char *s)
+{
+        putchar('"');
+        for (; *s; s++) {
+                if (*s == '"' || *s == '\\')
+                        printf("\\%c", *s);
+                else if ((unsigned char)*s < 0x20)
+                        printf("\\u%04x", *s);
+                else
+                        putchar(*s);
+        }
+        putchar('"');
+}
+
+static void print_json(const opts *o, const setup *s, const loom_sync_result *r)
+{
+        printf("{\"plan\":\"%s\",\"model\":", loom_sync_plan_name(r->plan));
+        json_str(s->layout->model.name);
+        printf(",\"params\":%llu,\"train\":\"tp=%u,pp=%u,dp=%u\",\"rollout\":\"tp=%u,dp=%u\","
+               "\"density\":%g,\"link_gbps\":%g,\"shaped\":%s,\"wall_s\":%.6f,\"slow_s\":%.6f,"
+               "\"model_bytes\":%llu,\"slow_link_bytes\":%llu,\"slow_link_copies\":%.6f,"
+               "\"fast_link_bytes\":%llu,",
+               (unsigned long long)s->layout->elems, s->train.tp, s->train.pp, s->train.dp,
+               s->roll.tp, s->roll.dp, o->density, o->gbps, r->shaped ? "true" : "false", r->wall_s,
+               r->slow_s, (unsigned long long)r->model_bytes,
+               (unsigned long long)r->slow_link_bytes, r->slow_link_copies,
+               (unsigned long long)r->fast_link_bytes);
+        if (r->goodput_fraction >= 0)
+                printf("\"goodput_fraction\":%.6f,", r->goodput_fraction);
+        else
+                printf("\"goodput_fraction\":null,");
+        printf("\"encode_gbps\":%.4f,\"decode_gbps\":%.4f,\"verified\":%s,\"ranks_ok\":%u,"
+               "\"ranks_failed\":%u,\"ranks_intact\":%u,\"catchup_s\":%.6f,\"catchup_bytes\":%llu,"
+               "\"link\":",
+               r->encode_gbps, r->decode_gbps, r->verified ? "true" : "false", r->ranks_ok,
+               r->ranks_failed, r->ranks_intact, r->catchup_s,
+               (unsigned long long)r->catchup_bytes);
+        json_str(r->link_note);
+        printf(",\"failure\":");
+        json_str(r->failure);
+        printf("}\n");
+        fflush(stdout);
+}
+
+static void print_text(const loom_sync_result *r)
+{
+        char gp[16];
+        if (r->goodput_fraction >= 0)
+                snprintf(gp, sizeof gp, "%.3f", r->goodput_fraction);
+        else
+                snprintf(gp, sizeof gp, "n/a");
+        printf("%-12s %8.3f %8.3f %7.3f %9.3f %8s %9.2f %9.2f  %s\n", loom_sync_plan_name(r->plan),
+               r->wall_s, (double)r->slow_link_bytes / 1e9, r->slow_link_copies,
+               (double)r->fast_link_bytes / 1e9, gp, r->encode_gbps, r->decode_gbps,
+               r->verified ? "yes" : "NO");
+        if (r->catchup_s > 0)
+                printf("%-12s late joiners caught up in %.3f s (%.3f GB from peers' relays)\n", "",
+                       r->catchup_s, (double)r->catchup_bytes / 1e9);
+        if (r->failure[0])
+                printf("%-12s failure: %s\n", "", r->failure);
+        fflush(stdout);
+}
+
+static int cmd_bench(const opts *o)
+{
+        setup s;
+        int rc = build(o, &s);
+        if (rc)
+                return rc;
+        uint32_t nr = loom_sync_par_ranks(&s.roll);
+        if (o->late >= nr) {
+                fprintf(stderr, "loom sync: --late: %ld of %u rollout ranks\n", o->late, nr);
+                teardown(&s);
+                return 1;
+        }
+        char why[160];
+        int netns = 0;
+        if (strcmp(o->link, "loopback")) {
+                netns = loom_sync_netns_available(why, sizeof why);
+                if (!netns && !strcmp(o->link, "netns")) {
+                        fprintf(stderr, "loom sync: --link netns: %s\n", why);
+                        teardown(&s);
+                        return 1;
+                }
+                if (!netns)
+                        fprintf(stderr,
+                                "loom sync: no shaped link (%s); running unshaped on loopback\n",
+                                why);
+        }
+        uint64_t bucket = (uint64_t)(o->bucket_mib * (1 << 20)) & ~UINT64_C(1);
+        double limit = o->max_mem_gb > 0 ? o->max_mem_gb * 1e9 : 0.85 * mem_available();
+        if (!o->json)
+                printf("%s (%.3f GB), training tp=%u,pp=%u,dp=%u -> rollout tp=%u,dp=%u, density "
+                       "%g, link %g Gbit/s\n"
+                       "%-12s %8s %8s %7s %9s %8s %9s %9s  %s\n",
+                       s.layout->model.name, (double)s.layout->elems * 2 / 1e9, s.train.tp,
+                       s.train.pp, s.train.dp, s.roll.tp, s.roll.dp, o->density, o->gbps, "plan",
+                       "wall_s", "slow_GB", "copies", "fast_GB", "goodput", "enc_GB/s", "dec_GB/s",
+                       "verified");
+        double wall[3] = {0};
+        int all_ok = 1;
+        char note[160] = "";
+        for (int i = 0; i < s.nplans; i++) {
+                loom_sync_plan *p;
+                loom_err e = {0};
+                uint64_t present = all_ranks(nr - (uint32_t)o->late);
+                if (loom_sync_plan_new(s.map, (loom_sync_plan_kind)s.plans[i], bucket, present, &p,
+                                       &e)) {
+                        rc = fail("--plan", &e);
+                        break;
+                }
+                double need = estimate_bytes(&s, p, (uint32_t)o->late);
+                loom_sync_plan_free(p);
+                if (limit > 0 && need > limit) {
+                        fprintf(stderr,
+                                "loom sync: %s: this run needs about %.1f GB of memory, %.1f GB "
+                                "allowed; pick a smaller --model, fewer --layers or a larger "
+                                "rollout tp (or --max-mem-gb)\n",
+                                loom_sync_plan_name((loom_sync_plan_kind)s.plans[i]), need / 1e9,
+                                limit / 1e9);
+                        rc = 1;
+                        break;
+                }
+                loom_sync_run_cfg cfg = {.layout = s.layout,
+                                         .train = s.train,
+                                         .roll = s.roll,
+                                         .plan = (loom_sync_plan_kind)s.plans[i],
+                                         .bucket_bytes = bucket,
+                                         .density = o->density,
+                                         .seed = o->seed,
+                                         .link_gbps = o->gbps,
+                                         .netns = netns,
+                                         .late = (uint32_t)o->late,
+                                         .corrupt = o->corrupt,
+                                         .timeout_s = o->timeout};
+                loom_sync_result r;
+                if (loom_sync_run(&cfg, &r, &e)) {
+                        fprintf(stderr, "loom sync: %s: %s\n",
+                                loom_sync_plan_name((loom_sync_plan_kind)s.plans[i]), e.msg);
+                        rc = 1;
+                        break;
+                }
+                snprintf(note, sizeof note, "%s", r.link_note);
+                wall[s.plans[i]] = r.wall_s;
+                all_ok &= r.verified;
+                if (o->json)
+                        print_json(o, &s, &r);
+                else
+                        print_text(&r);
+        }
+        if (!rc && !o->json) {
+                printf("slow link: %s\n", note);
+                if (wall[LOOM_SYNC_FLAT] > 0 && wall[LOOM_SYNC_TOPO] > 0)
+                        printf("topo is %.2fx faster than flat\n",
+                               wall[LOOM_SYNC_FLAT] / wall[LOOM_SYNC_TOPO]);
+                if (wall[LOOM_SYNC_TOPO] > 0 && wall[LOOM_SYNC_TOPO_SPARSE] > 0)
+                        printf("topo+sparse is %.2fx faster than topo\n",
+                               wall[LOOM_SYNC_TOPO] / wall[LOOM_SYNC_TOPO_SPARSE]);
+        }
+        teardown(&s);
+        if (!rc && !all_ok)
+                rc = 1;
+        return rc;
+}
 
 int loom_cmd_sync(int argc, char **argv)
 {
-        (void)argc;
-        fprintf(stderr, "loom sync: not available in this build\n");
-        return 2;
+        if (argc < 2) {
+                usage(stderr);
+                return 2;
+        }
+        const char *sub = argv[1];
+        if (!strcmp(sub, "--help") || !strcmp(sub, "-h") || !strcmp(sub, "help")) {
+                usage(stdout);
+                return 0;
+        }
+        if (strcmp(sub, "layout") && strcmp(sub, "plan") && strcmp(sub, "bench")) {
+                fprintf(stderr, "loom sync: unknown subcommand '%s'\n", sub);
+                usage(stderr);
+                return 2;
+        }
+        opts o;
+        int rc = parse(argc, argv, &o);
+        if (rc == 3)
+                return 0;
+        if (rc)
+                return rc;
+        if (!strcmp(sub, "layout"))
+                return cmd_layout(&o);
+        if (!strcmp(sub, "plan"))
+                return cmd_plan(&o);
+        return cmd_bench(&o);
 }

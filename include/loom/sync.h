@@ -116,7 +116,7 @@ typedef struct loom_sync_map {
         const loom_sync_layout *layout; /* borrowed; must outlive the map */
         loom_sync_par train, roll;
         size_t npieces;
-        loom_sync_piece *pieces; /* by tensor, then row, then column */
+        loom_sync_piece *pieces; /* by tensor, then split interval, then DP replica */
 } loom_sync_map;
 
 int loom_sync_map_new(const loom_sync_layout *l, const loom_sync_par *train,
@@ -282,11 +282,14 @@ typedef struct loom_sync_result {
         double decode_gbps;       /* dense bytes decoded per CPU-second (rollout ranks) */
         double catchup_s;         /* slowest late joiner's catch-up; 0 when none */
         uint64_t catchup_bytes;
-        uint32_t ranks_ok, ranks_failed;
-        int verified;        /* every rollout rank's per-tensor checksums match the
-                              * expected version and no frame was rejected */
-        int shaped;          /* the slow link was a shaped veth between namespaces */
-        char link_note[160]; /* how the slow link was built, or why not */
+        uint32_t ranks_ok, ranks_failed; /* rollout ranks (late joiners included) */
+        uint32_t ranks_intact;           /* rollout ranks whose served weights equal the
+                                          * synthetic version they claim, committed or kept */
+        int verified;                    /* every rollout rank's per-tensor checksums match the
+                                          * expected version and no frame was rejected */
+        int shaped;                      /* the slow link was a shaped veth between namespaces */
+        char link_note[160];             /* how the slow link was built, or why not */
+        char failure[256];               /* the first failing rank and why; empty when none */
 } loom_sync_result;
 
 /* Run one synthetic step (version 0 -> 1) through real processes and sockets. Blocks; forks

@@ -1,0 +1,179 @@
+/*
+ * internal.h - declarations shared by the files of src/sync and nothing else: sockets and
+ * frame I/O, the walk from stream positions to tensor elements, the relay, the two rank roles,
+ * and the namespace link.
+ */
+#ifndef LOOM_SYNC_INTERNAL_H
+#define LOOM_SYNC_INTERNAL_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "loom/sync.h"
+
+/* ---- clocks ---------------------------------------------------------------------------- */
+
+static inline double loom__now(void)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static inline double loom__cpu(void)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+        return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- sockets --------------------------------------------------------------------------- */
+
+/* Listening TCP socket on addr (host order, e.g. INADDR_ANY) and an ephemeral port. */
+int loom__listen(uint32_t addr, uint16_t *port, int *fd, loom_err *e);
+/* Connect to ip:port, retrying until timeout_s (the peer may still be starting). */
+int loom__connect(const char *ip, uint16_t port, double timeout_s, int *fd, loom_err *e);
+int loom__write_all(int fd, const void *buf, size_t len);
+int loom__read_all(int fd, void *buf, size_t len);
+
+/* Connection opening: what the client wants from a relay. */
+enum { LOOM__HELLO_PUSH = 1, LOOM__HELLO_PULL = 2, LOOM__HELLO_SNAP = 3 };
+typedef struct loom__hello {
+        uint32_t kind, stream;
+        uint64_t version;
+} loom__hello;
+int loom__hello_send(int fd, const loom__hello *h);
+int loom__hello_recv(int fd, loom__hello *h, loom_err *e);
+
+/* Write a frame (header + payload); returns bytes written via *bytes. */
+int loom__frame_send(int fd, const loom_sync_frame *f, const void *payload, uint64_t *bytes);
+/* Read a frame; *payload is malloc'd (NULL when empty) and owned by the caller. Payloads larger
+ * than max_payload are refused before allocating. */
+int loom__frame_recv(int fd, loom_sync_frame *f, uint8_t **payload, uint64_t max_payload,
+                     uint64_t *bytes, loom_err *e);
+
+/* Manifest entry: a piece and the additive hash of its new values. */
+typedef struct loom__mentry {
+        uint32_t piece, pad;
+        uint64_t hash;
+} loom__mentry;
+
+/* ---- stream walking -------------------------------------------------------------------- */
+
+/* A run of elements contiguous in the stream, in the tensor (one row of a piece) and in the
+ * receiver's local slice. loc is only meaningful when the view has a rollout slice. */
+typedef struct loom__run {
+        uint32_t piece, tensor;
+        uint64_t soff, g, loc, len;
+} loom__run;
+
+/* Where a rollout rank keeps each tensor: its slice and the slice's first local element. */
+typedef struct loom__view {
+        const loom_sync_layout *layout;
+        const loom_sync_map *map;
+        loom_sync_rect *slice; /* per tensor; NULL for a training rank */
+        uint64_t *loc_off;     /* per tensor */
+        uint64_t local_elems;
+} loom__view;
+
+int loom__view_init(loom__view *v, const loom_sync_map *m, int rollout_tp_rank);
+void loom__view_fini(loom__view *v);
+
+typedef void (*loom__run_fn)(const loom__run *r, void *arg);
+/* Call fn for every run of stream s within stream positions [s0, s0 + n), in order. */
+void loom__walk(const loom__view *v, const loom_sync_plan *p, const loom_sync_stream *s,
+                uint64_t s0, uint64_t n, loom__run_fn fn, void *arg);
+/* Map one stream position to its global and local element (cursor kept in *k, *kstart for
+ * increasing positions; start both at 0). */
+void loom__locate(const loom__view *v, const loom_sync_plan *p, const loom_sync_stream *s,
+                  uint64_t pos, size_t *k, uint64_t *kstart, uint32_t *tensor, uint64_t *g,
+                  uint64_t *loc);
+
+/* ---- the relay ------------------------------------------------------------------------- */
+
+typedef struct loom__relay loom__relay;
+typedef struct loom__rollout loom__rollout;
+
+/* A stored frame shared by the local consumer and remote pullers; freed on the last release. */
+typedef struct loom__slot {
+        loom_sync_frame f;
+        uint8_t *payload;
+        int refs;
+        int filled;
+} loom__slot;
+
+int loom__relay_start(loom__relay **out, int listen_fd, const loom_sync_plan *plan,
+                      const loom_sync_plan *catchup, loom__rollout *owner, uint32_t rank,
+                      loom_err *e);
+/* Wait for frame `seq` of stream `stream` (seq == buckets: the manifest). Returns the slot with
+ * a reference held for the caller, or NULL on timeout/failure. */
+loom__slot *loom__relay_get(loom__relay *r, uint32_t stream, uint32_t seq, double deadline);
+void loom__relay_release(loom__relay *r, loom__slot *s);
+uint64_t loom__relay_served(loom__relay *r);
+
+/* ---- rank roles (each runs in its own process) ----------------------------------------- */
+
+typedef struct loom__ctx {
+        const loom_sync_run_cfg *cfg;
+        const loom_sync_map *map;
+        const loom_sync_plan *plan;    /* this run's plan */
+        const loom_sync_plan *catchup; /* topo streams used to serve late joiners */
+        uint16_t *ports;               /* relay port of every rollout rank */
+        const char *relay_ip;          /* how training ranks reach the rollout cluster */
+        double deadline;               /* absolute monotonic time */
+} loom__ctx;
+
+typedef struct loom__report {
+        int32_t role; /* 0 training, 1 rollout, 2 late rollout */
+        int32_t rank;
+        int32_t rc;
+        int32_t verified;       /* committed and the served weights equal the synthetic version */
+        int32_t intact;         /* the served weights equal the synthetic version they claim */
+        double t_ready, t_done; /* monotonic; t_done: last ack (training) / commit (rollout) */
+        double cpu_codec;       /* thread CPU seconds in encode (training) / decode+apply */
+        uint64_t codec_bytes;   /* dense bytes encoded / decoded */
+        uint64_t sent_bytes;    /* training: frame bytes pushed over the slow link */
+        uint64_t pulled_bytes;  /* rollout: frame bytes pulled from peers' relays */
+        char msg[512];
+} loom__report;
+
+/* Training rank: builds its streams' data (untimed), then on go() pushes them. */
+typedef struct loom__trainer loom__trainer;
+int loom__trainer_prepare(const loom__ctx *c, uint32_t rank, loom__trainer **out, loom_err *e);
+int loom__trainer_run(loom__trainer *t, loom__report *rep);
+void loom__trainer_free(loom__trainer *t);
+
+/* Rollout rank: holds its slice at version 0 (or nothing when late), serves its relay. */
+int loom__rollout_prepare(const loom__ctx *c, uint32_t rank, int late, int listen_fd,
+                          loom__rollout **out, loom_err *e);
+/* Consume this run's streams (or catch up when late), verify, commit. */
+int loom__rollout_run(loom__rollout *r, loom__report *rep);
+
+/* Relay access to the owner's committed weights (for snapshots). */
+int loom__rollout_snapshot_lock(loom__rollout *r, uint64_t version, double deadline,
+                                const uint16_t **live, const uint64_t **piece_hash);
+void loom__rollout_snapshot_unlock(loom__rollout *r);
+const loom__view *loom__rollout_view(loom__rollout *r);
+
+/* ---- the slow link --------------------------------------------------------------------- */
+
+typedef struct loom__link {
+        int netns;
+        char ns_train[32], ns_roll[32];
+        char dev_train[16], dev_roll[16];
+        int fd_train, fd_roll, fd_orig; /* namespace handles; -1 when unused */
+        char note[160];
+} loom__link;
+
+/* Build two namespaces joined by a veth pair shaped to gbps (0: unshaped). On failure nothing
+ * is left behind. */
+int loom__link_up(loom__link *l, double gbps, loom_err *e);
+void loom__link_down(loom__link *l);
+/* Move the calling thread into a namespace (fd from the link), or stay when fd < 0. */
+int loom__link_enter(int fd, loom_err *e);
+
+#define LOOM__TRAIN_IP "10.213.0.1"
+#define LOOM__ROLL_IP "10.213.0.2"
+
+#endif

@@ -1,0 +1,310 @@
+/*
+ * relay.c - the relay a rollout rank runs beside itself.
+ *
+ * Training ranks push the streams that land on this rank, bucket by bucket, without waiting for
+ * anyone; the relay keeps each frame until every consumer of its stream (this rank and the peers
+ * that pull it) has taken it, then frees it. Pullers get frames as they arrive, so the fast-fabric
+ * broadcast overlaps the slow-link transfer. A rank that joins late, or restarts, asks for a
+ * snapshot instead: dense frames cut from this rank's committed weights, with the per-piece
+ * checksums the training ranks sent, so the joiner verifies against the senders, not the relay.
+ *
+ * Threads: one accepting, one per connection. One mutex guards every slot; a condition variable
+ * wakes waiters when a frame lands or a stream fails.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+struct loom__relay {
+        int lfd;
+        uint32_t rank;
+        const loom_sync_plan *plan, *catchup;
+        loom__rollout *owner;
+        pthread_mutex_t mu;
+        pthread_cond_t cv;
+        loom__slot **slots; /* by stream id: buckets then the manifest; NULL if not landing here */
+        int *failed;        /* by stream id */
+        int *consumers;     /* by stream id */
+        uint64_t served;    /* frame bytes sent to pullers and snapshot readers */
+        pthread_t accept_thread;
+};
+
+typedef struct conn {
+        loom__relay *r;
+        int fd;
+} conn;
+
+static void fail_stream(loom__relay *r, uint32_t s)
+{
+        pthread_mutex_lock(&r->mu);
+        r->failed[s] = 1;
+        pthread_cond_broadcast(&r->cv);
+        pthread_mutex_unlock(&r->mu);
+}
+
+static void abs_deadline(double deadline, struct timespec *ts)
+{
+        /* condition variables below use CLOCK_MONOTONIC */
+        double d = deadline < 1e12 ? deadline : 1e12;
+        ts->tv_sec = (time_t)d;
+        ts->tv_nsec = (long)((d - (double)ts->tv_sec) * 1e9);
+}
+
+loom__slot *loom__relay_get(loom__relay *r, uint32_t stream, uint32_t seq, double deadline)
+{
+        if (stream >= r->plan->nstreams || !r->slots[stream])
+                return NULL;
+        struct timespec ts;
+        abs_deadline(deadline, &ts);
+        loom__slot *s = &r->slots[stream][seq];
+        pthread_mutex_lock(&r->mu);
+        while (!s->filled && !r->failed[stream])
+                if (pthread_cond_timedwait(&r->cv, &r->mu, &ts))
+                        break;
+        loom__slot *got = s->filled ? s : NULL;
+        pthread_mutex_unlock(&r->mu);
+        return got;
+}
+
+void loom__relay_release(loom__relay *r, loom__slot *s)
+{
+        pthread_mutex_lock(&r->mu);
+        if (--s->refs == 0) {
+                free(s->payload);
+                s->payload = NULL;
+        }
+        pthread_mutex_unlock(&r->mu);
+}
+
+uint64_t loom__relay_served(loom__relay *r)
+{
+        pthread_mutex_lock(&r->mu);
+        uint64_t v = r->served;
+        pthread_mutex_unlock(&r->mu);
+        return v;
+}
+
+static void add_served(loom__relay *r, uint64_t n)
+{
+        pthread_mutex_lock(&r->mu);
+        r->served += n;
+        pthread_mutex_unlock(&r->mu);
+}
+
+static uint64_t max_payload(const loom_sync_plan *p, const loom_sync_stream *st, uint32_t seq)
+{
+        uint64_t nb = loom_sync_stream_buckets(p, st);
+        if (seq == nb)
+                return st->count * sizeof(loom__mentry);
+        return loom_sync_enc_bound((size_t)p->bucket_elems);
+}
+
+/* A training rank pushes one stream: buckets 0..nb-1, then the manifest; we acknowledge it. */
+static void serve_push(loom__relay *r, int fd, const loom__hello *h)
+{
+        const loom_sync_plan *p = r->plan;
+        if (h->stream >= p->nstreams || !r->slots[h->stream])
+                return;
+        const loom_sync_stream *st = &p->streams[h->stream];
+        uint64_t nb = loom_sync_stream_buckets(p, st);
+        for (uint64_t k = 0; k <= nb; k++) {
+                loom_sync_frame f;
+                uint8_t *payload;
+                loom_err e;
+                if (loom__frame_recv(fd, &f, &payload, max_payload(p, st, (uint32_t)k), NULL, &e) ||
+                    f.stream != h->stream || f.seq != k || f.version != h->version ||
+                    f.type != (k == nb ? LOOM_SYNC_FRAME_MANIFEST : LOOM_SYNC_FRAME_BUCKET)) {
+                        free(payload);
+                        fail_stream(r, h->stream);
+                        return;
+                }
+                pthread_mutex_lock(&r->mu);
+                loom__slot *s = &r->slots[h->stream][k];
+                s->f = f;
+                s->payload = payload;
+                s->refs = r->consumers[h->stream];
+                s->filled = 1;
+                pthread_cond_broadcast(&r->cv);
+                pthread_mutex_unlock(&r->mu);
+        }
+        loom_sync_frame ack = {.type = LOOM_SYNC_FRAME_END,
+                               .stream = h->stream,
+                               .version = h->version,
+                               .seq = (uint32_t)nb};
+        loom__frame_send(fd, &ack, NULL, NULL);
+}
+
+/* A peer pulls a stream that landed here, frame by frame as the frames arrive. */
+static void serve_pull(loom__relay *r, int fd, const loom__hello *h, double deadline)
+{
+        const loom_sync_plan *p = r->plan;
+        if (h->stream >= p->nstreams || !r->slots[h->stream])
+                return;
+        uint64_t nb = loom_sync_stream_buckets(p, &p->streams[h->stream]);
+        for (uint64_t k = 0; k <= nb; k++) {
+                loom__slot *s = loom__relay_get(r, h->stream, (uint32_t)k, deadline);
+                if (!s)
+                        return; /* the puller sees the connection close and gives up */
+                uint64_t sent = 0;
+                int rc = loom__frame_send(fd, &s->f, s->payload, &sent);
+                loom__relay_release(r, s);
+                add_served(r, sent);
+                if (rc)
+                        return;
+        }
+}
+
+typedef struct snap {
+        const uint16_t *live;
+        uint16_t *buf;
+        uint64_t s0;
+} snap;
+
+static void snap_run(const loom__run *run, void *arg)
+{
+        snap *s = arg;
+        memcpy(s->buf + (run->soff - s->s0), s->live + run->loc, 2 * run->len);
+}
+
+/* A late joiner asks for a catch-up stream: dense frames cut from our committed weights. */
+static void serve_snap(loom__relay *r, int fd, const loom__hello *h, double deadline)
+{
+        const loom_sync_plan *p = r->catchup;
+        if (h->stream >= p->nstreams ||
+            !loom_sync_stream_consumer(p, &p->streams[h->stream], r->rank))
+                return;
+        const loom_sync_stream *st = &p->streams[h->stream];
+        const uint16_t *live;
+        const uint64_t *ph;
+        if (loom__rollout_snapshot_lock(r->owner, h->version, deadline, &live, &ph))
+                return;
+        uint64_t nb = loom_sync_stream_buckets(p, st), sent = 0;
+        uint16_t *buf = malloc((size_t)(p->bucket_elems * 2));
+        uint8_t *enc = malloc(loom_sync_enc_bound((size_t)p->bucket_elems));
+        loom__mentry *man = malloc((st->count ? st->count : 1) * sizeof *man);
+        int rc = buf && enc && man ? 0 : LOOM_ENOMEM;
+        for (uint64_t k = 0; !rc && k < nb; k++) {
+                uint64_t s0 = k * p->bucket_elems;
+                uint64_t n = st->elems - s0 < p->bucket_elems ? st->elems - s0 : p->bucket_elems;
+                snap sn = {live, buf, s0};
+                loom__walk(loom__rollout_view(r->owner), p, st, s0, n, snap_run, &sn);
+                loom_sync_frame f = {0};
+                loom_sync_encode(NULL, buf, (size_t)n, LOOM_SYNC_ENC_DENSE, enc, &f, NULL);
+                f.stream = h->stream, f.seq = (uint32_t)k, f.version = h->version, f.start = s0;
+                rc = loom__frame_send(fd, &f, enc, &sent);
+        }
+        if (!rc) {
+                for (size_t j = 0; j < st->count; j++) {
+                        man[j].piece = p->order[st->first + j];
+                        man[j].pad = 0;
+                        man[j].hash = ph[man[j].piece];
+                }
+                loom_sync_frame f = {.type = LOOM_SYNC_FRAME_MANIFEST,
+                                     .stream = h->stream,
+                                     .seq = (uint32_t)nb,
+                                     .version = h->version,
+                                     .elems = st->count,
+                                     .payload_len = st->count * sizeof *man};
+                f.payload_crc = loom_sync_crc32c(0, man, (size_t)f.payload_len);
+                loom__frame_send(fd, &f, man, &sent);
+        }
+        loom__rollout_snapshot_unlock(r->owner);
+        add_served(r, sent);
+        free(buf);
+        free(enc);
+        free(man);
+}
+
+static void *conn_main(void *arg)
+{
+        conn c = *(conn *)arg;
+        free(arg);
+        loom__hello h;
+        loom_err e;
+        double deadline = loom__now() + 3600;
+        if (!loom__hello_recv(c.fd, &h, &e)) {
+                if (h.kind == LOOM__HELLO_PUSH)
+                        serve_push(c.r, c.fd, &h);
+                else if (h.kind == LOOM__HELLO_PULL)
+                        serve_pull(c.r, c.fd, &h, deadline);
+                else if (h.kind == LOOM__HELLO_SNAP)
+                        serve_snap(c.r, c.fd, &h, deadline);
+        }
+        close(c.fd);
+        return NULL;
+}
+
+static void *accept_main(void *arg)
+{
+        loom__relay *r = arg;
+        for (;;) {
+                int fd = accept(r->lfd, NULL, NULL);
+                if (fd < 0)
+                        continue;
+                conn *c = malloc(sizeof *c);
+                pthread_t t;
+                pthread_attr_t at;
+                pthread_attr_init(&at);
+                pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+                if (!c || (c->r = r, c->fd = fd, pthread_create(&t, &at, conn_main, c))) {
+                        free(c);
+                        close(fd);
+                }
+                pthread_attr_destroy(&at);
+        }
+        return NULL;
+}
+
+int loom__relay_start(loom__relay **out, int lfd, const loom_sync_plan *plan,
+                      const loom_sync_plan *catchup, loom__rollout *owner, uint32_t rank,
+                      loom_err *e)
+{
+        loom__relay *r = calloc(1, sizeof *r);
+        size_t ns = plan->nstreams ? plan->nstreams : 1;
+        if (!r || !(r->slots = calloc(ns, sizeof *r->slots)) ||
+            !(r->failed = calloc(ns, sizeof *r->failed)) ||
+            !(r->consumers = calloc(ns, sizeof *r->consumers)))
+                goto nomem;
+        /* From here on the relay lives as long as its process: rank processes end with _exit
+         * while connection threads may still be blocked in the kernel. */
+        r->lfd = lfd;
+        r->rank = rank;
+        r->plan = plan;
+        r->catchup = catchup;
+        r->owner = owner;
+        uint32_t nr = loom_sync_par_ranks(&plan->map->roll);
+        for (size_t s = 0; s < plan->nstreams; s++) {
+                const loom_sync_stream *st = &plan->streams[s];
+                if (st->dst != rank)
+                        continue;
+                r->slots[s] = calloc(loom_sync_stream_buckets(plan, st) + 1, sizeof(loom__slot));
+                if (!r->slots[s])
+                        goto nomem;
+                for (uint32_t k = 0; k < nr; k++)
+                        r->consumers[s] += loom_sync_stream_consumer(plan, st, k);
+        }
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&r->cv, &ca);
+        pthread_condattr_destroy(&ca);
+        pthread_mutex_init(&r->mu, NULL);
+        if (pthread_create(&r->accept_thread, NULL, accept_main, r))
+                return loom_err_set(e, LOOM_EIO, "relay", "cannot start the relay thread");
+        *out = r;
+        return 0;
+nomem:
+        if (r) {
+                for (size_t s = 0; r->slots && s < plan->nstreams; s++)
+                        free(r->slots[s]);
+                free(r->slots);
+                free(r->failed);
+                free(r->consumers);
+                free(r);
+        }
+        return loom_err_set(e, LOOM_ENOMEM, "relay", "out of memory");
+}
