@@ -1,0 +1,277 @@
+/*
+ * sim.h - the trace-driven simulator: workloads, the stochastic phase model, a discrete-event
+ * driver of the scheduling core (sched.h), the baselines that do not go through the core
+ * (solo, colocated), an exact-search oracle, a fluid lower bound, reports and plots.
+ *
+ * The simulator drives the same loom_sched as the daemon: it submits arrivals, applies the
+ * START_PHASE / MIGRATE_TAIL / RESIZE_PHASE / PROVISION_NODE / RELEASE_NODE / JOB_DONE actions
+ * to a modelled cluster and reports phase progress and completion back. GPU time is simulated:
+ * nothing runs on a GPU, every phase length comes from the model documented in docs/sim.md.
+ *
+ * Ownership: a loom_sim_workload owns its job array and the realisation table (every job's
+ * per-iteration draws); results own their series, slowdowns and Gantt intervals. Every _free
+ * accepts NULL. Same inputs + seed = same results, byte for byte, whatever the thread count.
+ */
+#ifndef LOOM_SIM_H
+#define LOOM_SIM_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "loom/sched.h"
+
+/* ---- arrivals and workloads ---------------------------------------------------------------- */
+
+/* One row of a trace: when the job arrives, how long it runs alone, how many GPUs it used. */
+typedef struct loom_sim_trace_row {
+        char id[LOOM_JOB_ID_MAX];
+        double arrival_s;
+        double duration_s;
+        int gpus;
+} loom_sim_trace_row;
+
+typedef struct loom_sim_trace {
+        int n;
+        loom_sim_trace_row *rows; /* owned */
+} loom_sim_trace;
+
+/* Read a Philly-style CSV (job_id,arrival_s,duration_s,gpus[,...]): rows [start, start+count)
+ * after the header (count < 0: to the end). Arrivals are shifted so the first kept row arrives
+ * at 0. Every row of the file is checked, so a malformed row fails with e->line/e->col set and
+ * nothing allocated. */
+int loom_sim_trace_load(const char *path, int start, int count, loom_sim_trace *out, loom_err *e);
+/* The same from text; name is used in messages. */
+int loom_sim_trace_parse(const char *text, size_t len, const char *name, int start, int count,
+                         loom_sim_trace *out, loom_err *e);
+void loom_sim_trace_free(loom_sim_trace *t);
+
+typedef enum loom_sim_profile {
+        LOOM_SIM_BALANCED = 0, /* WEAVE Table 6 BL */
+        LOOM_SIM_ROLLOUT_HEAVY,
+        LOOM_SIM_TRAIN_HEAVY,
+        LOOM_SIM_MIXED, /* uniform over the nine (profile, size) configurations */
+} loom_sim_profile;
+
+const char *loom_sim_profile_name(loom_sim_profile p); /* "balanced", "rollout-heavy", ... */
+int loom_sim_profile_parse(const char *s, loom_sim_profile *out);
+
+/* Per-job SLO: uniform in [lo, hi] (lo == hi for a fixed SLO). */
+typedef struct loom_sim_slo {
+        double lo, hi;
+} loom_sim_slo;
+
+/* "uniform:1,2" or "fixed:1.5"; 0 or LOOM_EINVAL naming "slo". */
+int loom_sim_slo_parse(const char *s, loom_sim_slo *out, loom_err *e);
+
+/* The stochastic runtime (docs/sim.md). Each rollout generates `responses` responses whose
+ * lengths, as a fraction of the max-token limit, are min(1, lognormal(ln median, sigma)). */
+typedef struct loom_sim_noise {
+        bool deterministic;    /* every response at the cap: actual times = worst case */
+        int responses;         /* per rollout; default 64 */
+        double median;         /* median response length / cap; default 0.25 */
+        double sigma;          /* log-space spread; default 0.8 */
+        double prompt;         /* prompt tokens / cap, for training cost; default 0.25 */
+        double tail_threshold; /* fraction of responses done that the progress hook reports */
+} loom_sim_noise;
+
+void loom_sim_noise_default(loom_sim_noise *n);
+
+typedef struct loom_sim_workload_cfg {
+        loom_sim_profile profile;
+        loom_sim_slo slo;
+        int size_gpus; /* > 0: every job asks for this many GPUs per pool; 0: from trace */
+        double sync_s; /* weight sync time per iteration; default 0 */
+        double poisson_per_hour; /* used when no trace is given */
+        int poisson_jobs;
+        double poisson_mean_duration_s; /* mean of the exponential job durations; default 12.5 h */
+        uint64_t seed;
+        loom_sim_noise noise;
+} loom_sim_workload_cfg;
+
+void loom_sim_workload_cfg_default(loom_sim_workload_cfg *c);
+
+/* One simulated job: the spec the core sees plus what the simulator knows about it. */
+typedef struct loom_sim_job {
+        loom_job_spec spec; /* worst-case times, SLO, working sets, iterations */
+        double model_b;     /* 3, 7, 14 or 32 */
+        loom_us arrival;
+        loom_us duration; /* run time alone, as the trace gives it */
+        /* The realisation: for iteration i, fractions of the worst case. */
+        float *roll;  /* rollout length (longest response) / t_roll */
+        float *tailq; /* time at which tail_threshold of responses are done / t_roll */
+        float *train; /* training time / t_train */
+} loom_sim_job;
+
+typedef struct loom_sim_workload {
+        int n;
+        loom_sim_job *jobs; /* owned, by arrival time */
+        float *draws;       /* owned storage behind every job's realisation arrays */
+        loom_sim_noise noise;
+} loom_sim_workload;
+
+/* Build jobs from a trace (t != NULL) or from Poisson arrivals (t == NULL). Table 6 phase
+ * times, SLOs and model sizes are drawn from the seed; the realisation of job j's iteration i
+ * depends only on (seed, j, i), so every policy sees the same draws. */
+int loom_sim_workload_build(const loom_sim_workload_cfg *wc, const loom_sim_trace *t,
+                            const loom_cluster_cfg *c, loom_sim_workload *out, loom_err *e);
+/* Build from explicit specs (micro-benchmarks, tests): arrivals and iterations as given. */
+int loom_sim_workload_from_specs(const loom_job_spec *specs, const loom_us *arrivals, int n,
+                                 const loom_sim_noise *noise, uint64_t seed,
+                                 const loom_cluster_cfg *c, loom_sim_workload *out, loom_err *e);
+void loom_sim_workload_free(loom_sim_workload *w);
+
+/* Expected fractions of the worst case under the noise model (for iteration counts). */
+void loom_sim_noise_expect(const loom_sim_noise *n, double *roll, double *train);
+
+/* ---- policies and runs --------------------------------------------------------------------- */
+
+typedef enum loom_sim_policy {
+        LOOM_SIM_LOOM = 0,   /* Algorithm 1 + round-robin + tail migration, through the core */
+        LOOM_SIM_LOOM_NOMIG, /* the same without tail migration */
+        LOOM_SIM_SOLO,       /* Solo-D: dedicated nodes per job */
+        LOOM_SIM_COLOCATED,  /* veRL-style: every phase on the job's training GPUs */
+        LOOM_SIM_RANDOM,     /* WEAVE §6.5 Random, through the core */
+        LOOM_SIM_GREEDY,     /* WEAVE §6.5 Greedy (most idle), through the core */
+        LOOM_SIM_ORACLE,     /* exact regrouping at every arrival and departure (<= 12 jobs) */
+        LOOM_SIM_LB,         /* fluid lower bound on cost, valid for any policy */
+        LOOM_SIM_NPOLICIES
+} loom_sim_policy;
+
+const char *loom_sim_policy_name(loom_sim_policy p);
+int loom_sim_policy_parse(const char *s, loom_sim_policy *out);
+/* "loom,solo" or "all" into a mask of (1u << policy); LOOM_EINVAL naming "policy". */
+int loom_sim_policy_list_parse(const char *s, unsigned *mask, loom_err *e);
+
+#define LOOM_SIM_ORACLE_MAX_JOBS 12
+
+typedef struct loom_sim_cfg {
+        loom_cluster_cfg cluster;
+        loom_policy_cfg
+            policy;       /* base for the core-driven policies; placer/migration set per run */
+        double warm_s[4]; /* warm switch per model size 3/7/14/32B, seconds */
+        double cold_s[4]; /* cold start per model size */
+        double colocated_roll_factor; /* rollout time on a training GPU / on a rollout GPU */
+        double tail_slowdown;         /* a migrated tail's speed on its kept GPUs (1 = same) */
+        bool record_series;           /* cost and GPUs over time (plots) */
+        bool record_gantt;            /* every phase interval (micro-benchmarks) */
+        /* Called now and then with the fraction of jobs handled, and with -1 at the end; the
+         * command line draws a bar with it. NULL: silent. */
+        void (*progress)(void *ctx, const char *label, double frac);
+        void *progress_ctx;
+} loom_sim_cfg;
+
+void loom_sim_cfg_default(loom_sim_cfg *c);
+/* A job's solo run time under its realisation: cold loads plus every iteration's phases. */
+loom_us loom_sim_job_solo_time(const loom_sim_job *j, const loom_sim_cfg *c);
+/* Switch times for a model size (nearest of 3/7/14/32B). */
+loom_us loom_sim_warm(const loom_sim_cfg *c, double model_b);
+loom_us loom_sim_cold(const loom_sim_cfg *c, double model_b);
+
+typedef struct loom_sim_point {
+        double t_h;
+        double cost_per_hour;
+        int gpus[2]; /* provisioned per pool */
+} loom_sim_point;
+
+typedef struct loom_sim_interval {
+        int job; /* workload index */
+        loom_phase phase;
+        loom_pool pool;
+        int row; /* rollout node id, or training node id (first of the pool) */
+        loom_us start, end;
+        bool tail; /* a migrated tail on kept GPUs */
+} loom_sim_interval;
+
+typedef struct loom_sim_result {
+        loom_sim_policy policy;
+        bool ran;       /* false: the policy gave up (oracle); see note */
+        char note[256]; /* e.g. where the oracle gave up */
+        int jobs, jobs_done, jobs_rejected;
+        double makespan_h;
+        double total_cost;
+        double avg_cost_per_hour;
+        double peak_cost_per_hour;
+        int peak_gpus[2];
+        double busy_gpu_h[2], prov_gpu_h[2];
+        double bubble[2];         /* 1 - busy / provisioned GPU time */
+        double slo_attainment;    /* mean iteration <= SLO x solo mean, same realisation */
+        double slo_attainment_wc; /* ... <= SLO x profiled (worst-case) solo iteration */
+        double slowdown_p50, slowdown_p99;
+        uint64_t decisions[3]; /* direct_pack, rollout_scale, new_group */
+        uint64_t events;
+        uint64_t migrations;
+        uint64_t cold_starts, warm_switches;
+        double wall_s;
+        double *slowdown; /* per job (workload order); NaN if it did not finish */
+        double *iter_s;   /* per job mean iteration time, seconds */
+        int n_series;
+        loom_sim_point *series;
+        int n_gantt;
+        loom_sim_interval *gantt;
+} loom_sim_result;
+
+void loom_sim_result_free(loom_sim_result *r);
+
+/* Run one policy over a workload. Returns 0 (a policy that gives up still returns 0 with
+ * ran == false and a note), LOOM_EINVAL on a bad config, LOOM_ENOMEM. */
+int loom_sim_run(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_policy p,
+                 loom_sim_result *out, loom_err *e);
+
+/* ---- the Figure 15 sweep ------------------------------------------------------------------- */
+
+/* WEAVE Figure 15: (a) workload type, (b) SLO, (c) max group size, each varied alone around the
+ * default (mixed, SLO ~ U(1,2), group size 5); every setting runs `seeds` seeds. */
+typedef struct loom_sim_sweep_cfg {
+        const loom_sim_trace *trace; /* the arrival window */
+        loom_sim_cfg sim;            /* base config (series/gantt are ignored) */
+        loom_sim_workload_cfg workload;
+        int seeds;         /* default 3 */
+        int threads;       /* worker threads; default 2 */
+        unsigned policies; /* mask; default loom, random, greedy, lb */
+} loom_sim_sweep_cfg;
+
+typedef struct loom_sim_sweep_row {
+        char figure;      /* 'a', 'b' or 'c' */
+        char setting[24]; /* "balanced", "slo=1.2", "max_group=3", ... */
+        loom_sim_policy policy;
+        int seed;
+        double cost_vs_lb, avg_cost_per_hour, slo_attainment, slowdown_p99;
+        uint64_t events;
+} loom_sim_sweep_row;
+
+typedef struct loom_sim_sweep_out {
+        int n;
+        loom_sim_sweep_row *rows; /* owned; by figure, setting, policy, seed */
+        uint64_t events;
+        double cpu_s; /* summed run times of every policy run */
+} loom_sim_sweep_out;
+
+void loom_sim_sweep_cfg_default(loom_sim_sweep_cfg *c);
+int loom_sim_sweep(const loom_sim_sweep_cfg *c, loom_sim_sweep_out *out, loom_err *e);
+void loom_sim_sweep_out_free(loom_sim_sweep_out *o);
+
+/* ---- reports ------------------------------------------------------------------------------- */
+
+/* Results of several policies over one workload; cost ratios are taken against the `lb` and
+ * `oracle` entries when present. */
+void loom_sim_report_table(FILE *f, const loom_sim_result *r, int n);
+void loom_sim_report_json(FILE *f, const loom_sim_result *r, int n);
+void loom_sim_report_csv(FILE *f, const loom_sim_result *r, int n);
+
+/* Write cost.svg/png, gpus.svg/png and slowdown.svg/png into dir (created if missing). */
+int loom_sim_plot(const char *dir, const loom_sim_result *r, int n, loom_err *e);
+/* A Gantt chart of one result's intervals: <dir>/<name>.svg and .png. */
+int loom_sim_plot_gantt(const char *dir, const char *name, const char *title,
+                        const loom_sim_result *r, const loom_sim_workload *w, loom_err *e);
+
+/* Bar chart helper for the sweep: groups of bars (x labels) per series (policies). */
+typedef struct loom_sim_bars {
+        const char *title, *ylabel;
+        int n_groups, n_series;
+        const char *const *group_labels;
+        const char *const *series_labels;
+        const double *values; /* [group * n_series + series] */
+} loom_sim_bars;
+int loom_sim_plot_bars(const char *dir, const char *name, const loom_sim_bars *b, loom_err *e);
+
+#endif

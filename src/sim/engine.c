@@ -1,0 +1,549 @@
+/*
+ * engine.c - the discrete-event driver of the scheduling core, for the policies the core
+ * decides (loom, loom-nomig, random, greedy).
+ *
+ * The engine owns a virtual clock and an event heap. Arrivals are submitted to loom_sched;
+ * every action it emits is applied to the modelled cluster at once: START_PHASE schedules the
+ * phase's end (and, for rollouts, the instant its tail threshold is reached), MIGRATE_TAIL and
+ * RESIZE_PHASE change a running rollout's speed, PROVISION/RELEASE_NODE move the cost meter,
+ * JOB_DONE records the completion. Phase ends and threshold crossings are reported back.
+ *
+ * Job state: at admission the job's working set is read from disk into the host memory of its
+ * nodes in the background (cold_s); its first phase on a pool waits for what is left of that
+ * load and then starts warm. Later, a node that no longer holds the state (evicted because
+ * memory was over-committed) pays a full cold start on its GPUs.
+ *
+ * Rollout model: a rollout has W microseconds of work at full speed (its longest response) and
+ * crosses the tail threshold after Wq of them. Running on g of the job's G GPUs it advances at
+ * g/G; a migrated tail is latency-bound and advances at 1/tail_slowdown on its kept GPUs. A
+ * phase pays a switch latency before its work: warm when the node last ran another job,
+ * nothing when it ran this job.
+ * Events made stale by a speed change are skipped through a per-job version number.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "sim_int.h"
+
+#define RES_SLOTS 24 /* resident working sets remembered per node (LRU) */
+
+typedef struct resident {
+        int job; /* workload index + 1; 0 = free */
+        uint64_t bytes;
+        uint64_t stamp;
+} resident;
+
+typedef struct node_state {
+        int last; /* workload index + 1 of the job that ran last */
+        uint64_t used;
+        resident res[RES_SLOTS];
+} node_state;
+
+typedef struct sjob {
+        loom_job_id id;
+        int64_t iter;
+        bool running, rolling, migrated, past_threshold;
+        loom_phase phase;
+        loom_group_id group;
+        uint32_t version;
+        /* rollout progress: work(t) = anchor_w + rate * (t - anchor_t) for t >= anchor_t */
+        loom_us anchor_t;
+        double anchor_w, rate, work, work_q;
+        int busy_gpus;
+        loom_pool busy_pool;
+        loom_us phase_start, seg_start;
+        int n_nodes;
+        loom_node_id nodes[LOOM_MAX_JOB_NODES];
+        loom_us done_at, first_start;
+        loom_us ready;   /* the admission-time load into host memory is done */
+        bool touched[2]; /* has run a phase on this pool */
+} sjob;
+
+typedef struct engine {
+        const loom_sim_cfg *c;
+        const loom_sim_workload *w;
+        loom_sched *s;
+        loom_sim_result *r;
+        sim_heap heap;
+        sim_meter meter;
+        sjob *jobs;
+        int *by_id; /* core job id -> workload index */
+        size_t cap_by_id;
+        node_state *nodes[2];
+        size_t cap_nodes[2];
+        int *tailing; /* rollouts past the threshold that have not migrated */
+        int n_tailing;
+        uint64_t stamp;
+        int gantt_cap;
+        int finished;
+        loom_us now;
+        loom_err *e;
+} engine;
+
+static int fail(engine *g, int rc, const char *what)
+{
+        if (g->e && !g->e->msg[0])
+                loom_err_set(g->e, rc, "", "%s: %s", what, loom_strerror(rc));
+        return rc;
+}
+
+static node_state *node_get(engine *g, loom_pool p, loom_node_id id)
+{
+        if (id >= g->cap_nodes[p]) {
+                size_t cap = g->cap_nodes[p] ? g->cap_nodes[p] : 64;
+                while (cap <= id)
+                        cap *= 2;
+                node_state *n = realloc(g->nodes[p], cap * sizeof *n);
+                if (!n)
+                        return NULL;
+                memset(n + g->cap_nodes[p], 0, (cap - g->cap_nodes[p]) * sizeof *n);
+                g->nodes[p] = n;
+                g->cap_nodes[p] = cap;
+        }
+        return &g->nodes[p][id];
+}
+
+/* Bytes job ji keeps on a node of pool p while running a phase on `gpus` GPUs there. */
+static uint64_t job_bytes(const engine *g, int ji, loom_pool p, int gpus)
+{
+        const loom_job_spec *s = &g->w->jobs[ji].spec;
+        if (p == LOOM_POOL_ROLLOUT)
+                return s->mem_rollout;
+        return loom_group_train_mem(s->mem_train, s->train_gpus, gpus);
+}
+
+/* Switch latency for job ji starting on node n, updating the node's residency. */
+static loom_us node_switch(engine *g, node_state *n, loom_pool pool, int ji, uint64_t bytes,
+                           int *kind)
+{
+        const loom_sim_job *j = &g->w->jobs[ji];
+        g->stamp++;
+        int free_slot = -1;
+        for (int i = 0; i < RES_SLOTS; i++) {
+                if (n->res[i].job == ji + 1) {
+                        n->res[i].stamp = g->stamp;
+                        bool same = n->last == ji + 1;
+                        n->last = ji + 1;
+                        *kind = same ? 0 : 1;
+                        return same ? 0 : loom_sim_warm(g->c, j->model_b);
+                }
+                if (!n->res[i].job && free_slot < 0)
+                        free_slot = i;
+        }
+        /* Not resident: load it, evicting least recently used states until it fits. */
+        uint64_t cap = g->c->cluster.host_mem_bytes;
+        while (n->used + bytes > cap || free_slot < 0) {
+                int lru = -1;
+                for (int i = 0; i < RES_SLOTS; i++)
+                        if (n->res[i].job && (lru < 0 || n->res[i].stamp < n->res[lru].stamp))
+                                lru = i;
+                if (lru < 0)
+                        break;
+                n->used -= n->res[lru].bytes;
+                n->res[lru].job = 0;
+                if (free_slot < 0 || lru < free_slot)
+                        free_slot = lru;
+        }
+        if (free_slot >= 0) {
+                n->res[free_slot] = (resident){ji + 1, bytes, g->stamp};
+                n->used += bytes;
+        }
+        n->last = ji + 1;
+        *kind = 2;
+        const sjob *sj = &g->jobs[ji];
+        if (!sj->touched[pool]) /* the admission-time load: wait for what is left, then warm */
+                return (sj->ready > g->now ? sj->ready - g->now : 0) +
+                       loom_sim_warm(g->c, j->model_b);
+        return loom_sim_cold(g->c, j->model_b);
+}
+
+static loom_us phase_switch(engine *g, int ji, const loom_action *a)
+{
+        loom_us worst = 0;
+        int kind_max = 0;
+        for (int k = 0; k < a->n_nodes; k++) {
+                node_state *n = node_get(g, a->pool, a->nodes[k]);
+                if (!n)
+                        return -1;
+                int kind;
+                int gpus =
+                    a->pool == LOOM_POOL_TRAIN ? a->n_nodes * g->c->cluster.gpus_per_node : 0;
+                loom_us t = node_switch(g, n, a->pool, ji, job_bytes(g, ji, a->pool, gpus), &kind);
+                if (t > worst)
+                        worst = t;
+                if (kind > kind_max)
+                        kind_max = kind;
+        }
+        if (a->n_nodes)
+                g->jobs[ji].touched[a->pool] = true;
+        if (kind_max == 2)
+                g->r->cold_starts++;
+        else if (kind_max == 1)
+                g->r->warm_switches++;
+        return worst;
+}
+
+static loom_us time_at(const sjob *j, double work)
+{
+        double dt = (work - j->anchor_w) / j->rate;
+        if (dt < 0)
+                dt = 0;
+        return j->anchor_t + (loom_us)ceil(dt - 1e-6);
+}
+
+/* (Re)schedule a rollout's threshold and end events after a speed change. */
+static int schedule_rollout(engine *g, int ji)
+{
+        sjob *j = &g->jobs[ji];
+        j->version++;
+        int rc;
+        if (!j->migrated && !j->past_threshold && g->c->policy.tail_migration &&
+            j->work_q < j->work &&
+            (rc = sim_heap_push(&g->heap, time_at(j, j->work_q), SIM_EV_PROGRESS, (uint32_t)ji,
+                                j->version)))
+                return rc;
+        return sim_heap_push(&g->heap, time_at(j, j->work), SIM_EV_END, (uint32_t)ji, j->version);
+}
+
+static void set_rate(engine *g, sjob *j, double rate)
+{
+        if (g->now > j->anchor_t) {
+                j->anchor_w += j->rate * (double)(g->now - j->anchor_t);
+                j->anchor_t = g->now;
+        }
+        j->rate = rate;
+}
+
+static int record(engine *g, int ji, loom_us end)
+{
+        sjob *j = &g->jobs[ji];
+        if (!g->c->record_gantt || end <= j->seg_start)
+                return 0;
+        int rows = j->phase == LOOM_PHASE_ROLLOUT && !j->migrated ? j->n_nodes : 1;
+        if (j->phase == LOOM_PHASE_SYNC)
+                rows = 1;
+        for (int k = 0; k < rows; k++) {
+                loom_sim_interval iv = {.job = ji,
+                                        .phase = j->phase,
+                                        .pool = j->phase == LOOM_PHASE_TRAIN ? LOOM_POOL_TRAIN
+                                                                             : LOOM_POOL_ROLLOUT,
+                                        .row = j->n_nodes ? (int)j->nodes[k] : -1,
+                                        .start = j->seg_start,
+                                        .end = end,
+                                        .tail = j->migrated};
+                int rc = sim_gantt_add(g->r, &g->gantt_cap, &iv);
+                if (rc)
+                        return rc;
+        }
+        j->seg_start = end;
+        return 0;
+}
+
+static int64_t draw_index(const loom_sim_job *sj, const sjob *j)
+{
+        return j->iter < sj->spec.iterations ? j->iter : sj->spec.iterations - 1;
+}
+
+static int start_phase(engine *g, const loom_action *a)
+{
+        int ji = g->by_id[a->job];
+        sjob *j = &g->jobs[ji];
+        const loom_sim_job *sj = &g->w->jobs[ji];
+        int64_t it = draw_index(sj, j);
+        loom_us ovh = a->phase == LOOM_PHASE_SYNC ? 0 : phase_switch(g, ji, a);
+        if (ovh < 0)
+                return LOOM_ENOMEM;
+        j->running = true;
+        j->phase = a->phase;
+        j->group = a->group;
+        j->migrated = j->past_threshold = false;
+        j->phase_start = j->seg_start = g->now;
+        j->n_nodes = a->n_nodes;
+        memcpy(j->nodes, a->nodes, sizeof(loom_node_id) * (size_t)a->n_nodes);
+        j->busy_gpus = a->phase == LOOM_PHASE_SYNC ? 0 : a->gpus;
+        j->busy_pool = a->pool;
+        if (j->busy_gpus)
+                sim_meter_busy(&g->meter, g->now, a->pool, j->busy_gpus);
+        if (a->phase == LOOM_PHASE_ROLLOUT) {
+                if (j->first_start < 0)
+                        j->first_start = g->now;
+                j->rolling = true;
+                j->work = (double)sim_phase_us(sj->spec.t_roll, sj->roll[it]);
+                j->work_q = (double)sim_phase_us(sj->spec.t_roll, sj->tailq[it]);
+                j->anchor_t = g->now + ovh;
+                j->anchor_w = 0;
+                j->rate = a->gpus >= sj->spec.rollout_gpus
+                              ? 1.0
+                              : (double)a->gpus / sj->spec.rollout_gpus;
+                return schedule_rollout(g, ji);
+        }
+        j->rolling = false;
+        loom_us len;
+        if (a->phase == LOOM_PHASE_TRAIN)
+                len = sim_phase_us(loom_group_train_time(sj->spec.t_train, sj->spec.train_gpus,
+                                                         a->gpus,
+                                                         g->c->policy.train_scaling_efficiency),
+                                   sj->train[it]);
+        else
+                len = sj->spec.t_sync;
+        j->version++;
+        return sim_heap_push(&g->heap, g->now + ovh + len, SIM_EV_END, (uint32_t)ji, j->version);
+}
+
+static int apply(engine *g, const loom_action *a)
+{
+        int ji;
+        sjob *j;
+        int rc;
+        switch (a->type) {
+        case LOOM_ACT_START_PHASE:
+                if ((rc = start_phase(g, a)))
+                        return rc;
+                return loom_sched_phase_started(g->s, g->now, a->job, a->phase);
+        case LOOM_ACT_MIGRATE_TAIL:
+                ji = g->by_id[a->job];
+                j = &g->jobs[ji];
+                if ((rc = record(g, ji, g->now)))
+                        return rc;
+                sim_meter_busy(&g->meter, g->now, LOOM_POOL_ROLLOUT, a->keep_gpus - j->busy_gpus);
+                j->busy_gpus = a->keep_gpus;
+                j->migrated = true;
+                j->n_nodes = 1;
+                j->nodes[0] = a->nodes[0];
+                set_rate(g, j, 1.0 / g->c->tail_slowdown);
+                g->r->migrations++;
+                return schedule_rollout(g, ji);
+        case LOOM_ACT_RESIZE_PHASE:
+                ji = g->by_id[a->job];
+                j = &g->jobs[ji];
+                if (!j->rolling || j->migrated)
+                        return 0;
+                sim_meter_busy(&g->meter, g->now, LOOM_POOL_ROLLOUT, a->gpus - j->busy_gpus);
+                j->busy_gpus = a->gpus;
+                int want = g->w->jobs[ji].spec.rollout_gpus;
+                set_rate(g, j, a->gpus >= want ? 1.0 : (double)a->gpus / want);
+                return schedule_rollout(g, ji);
+        case LOOM_ACT_PROVISION_NODE:
+        case LOOM_ACT_RELEASE_NODE: {
+                node_state *n = node_get(g, a->pool, a->node);
+                if (!n)
+                        return LOOM_ENOMEM;
+                memset(n, 0, sizeof *n); /* a node comes and goes with an empty host memory */
+                return sim_meter_nodes(&g->meter, g->now, a->pool,
+                                       a->type == LOOM_ACT_PROVISION_NODE ? 1 : -1);
+        }
+        case LOOM_ACT_JOB_DONE:
+                ji = g->by_id[a->job];
+                g->jobs[ji].done_at = g->now;
+                g->finished++;
+                return 0;
+        }
+        return 0;
+}
+
+static int drain(engine *g)
+{
+        loom_action a;
+        while (loom_sched_next_action(g->s, &a)) {
+                int rc = apply(g, &a);
+                if (rc)
+                        return fail(g, rc, loom_action_type_name(a.type));
+        }
+        return 0;
+}
+
+static int arrival(engine *g, int ji)
+{
+        const loom_sim_job *sj = &g->w->jobs[ji];
+        loom_decision d;
+        loom_decision_init(&d, false);
+        loom_job_id id = 0;
+        loom_err e2;
+        loom_err_clear(&e2);
+        int rc = loom_sched_submit(g->s, g->now, &sj->spec, &d, &id, &e2);
+        loom_decision_free(&d);
+        if (rc == LOOM_EREJECT) {
+                g->r->jobs_rejected++;
+                g->finished++;
+                return 0;
+        }
+        if (rc) {
+                if (g->e)
+                        loom_err_set(g->e, rc, e2.field, "job %d (%s): %s", ji, sj->spec.id,
+                                     e2.msg);
+                return rc;
+        }
+        if (d.kind <= LOOM_DECISION_NEW_GROUP)
+                g->r->decisions[d.kind]++;
+        if (id >= g->cap_by_id) {
+                size_t cap = g->cap_by_id ? 2 * g->cap_by_id : 1024;
+                while (cap <= id)
+                        cap *= 2;
+                int *m = realloc(g->by_id, cap * sizeof *m);
+                if (!m)
+                        return LOOM_ENOMEM;
+                g->by_id = m;
+                g->cap_by_id = cap;
+        }
+        g->by_id[id] = ji;
+        g->jobs[ji].id = id;
+        g->jobs[ji].ready = g->now + loom_sim_cold(g->c, sj->model_b);
+        return drain(g);
+}
+
+static void untail(engine *g, int ji)
+{
+        for (int i = 0; i < g->n_tailing; i++)
+                if (g->tailing[i] == ji) {
+                        g->tailing[i] = g->tailing[--g->n_tailing];
+                        return;
+                }
+}
+
+/* A rollout past its threshold keeps reporting progress, as a live hook would: once another
+ * rollout comes to wait on its node, the core may migrate its tail. */
+static int retry_tails(engine *g, loom_group_id grp)
+{
+        for (int i = 0; i < g->n_tailing;) {
+                int ji = g->tailing[i];
+                sjob *j = &g->jobs[ji];
+                if (j->group != grp || j->migrated || !j->rolling) {
+                        i++;
+                        continue;
+                }
+                int n = g->w->noise.responses;
+                int rc = loom_sched_progress(g->s, g->now, j->id, LOOM_PHASE_ROLLOUT,
+                                             (int64_t)ceil(g->w->noise.tail_threshold * n), n);
+                if (rc < 0)
+                        return fail(g, rc, "progress");
+                if ((rc = drain(g)))
+                        return rc;
+                if (j->migrated)
+                        untail(g, ji);
+                else
+                        i++;
+        }
+        return 0;
+}
+
+static int on_progress(engine *g, int ji)
+{
+        sjob *j = &g->jobs[ji];
+        j->past_threshold = true;
+        int n = g->w->noise.responses;
+        int rc = loom_sched_progress(g->s, g->now, j->id, LOOM_PHASE_ROLLOUT,
+                                     (int64_t)ceil(g->w->noise.tail_threshold * n), n);
+        if (rc < 0)
+                return fail(g, rc, "progress");
+        if ((rc = drain(g)))
+                return rc;
+        if (!j->migrated && j->rolling)
+                g->tailing[g->n_tailing++] = ji;
+        return 0;
+}
+
+static int on_end(engine *g, int ji)
+{
+        sjob *j = &g->jobs[ji];
+        int rc = record(g, ji, g->now);
+        if (rc)
+                return rc;
+        if (j->busy_gpus)
+                sim_meter_busy(&g->meter, g->now, j->busy_pool, -j->busy_gpus);
+        j->busy_gpus = 0;
+        j->running = false;
+        loom_phase ph = j->phase;
+        if (j->rolling && j->past_threshold && !j->migrated)
+                untail(g, ji);
+        j->rolling = false;
+        if (ph == LOOM_PHASE_TRAIN)
+                j->iter++;
+        if ((rc = loom_sched_phase_done(g->s, g->now, j->id, ph)))
+                return fail(g, rc, "phase_done");
+        if ((rc = drain(g)))
+                return rc;
+        if (ph != LOOM_PHASE_ROLLOUT && g->n_tailing)
+                return retry_tails(g, j->group);
+        return 0;
+}
+
+static void engine_free(engine *g)
+{
+        loom_sched_free(g->s);
+        sim_heap_free(&g->heap);
+        free(g->jobs);
+        free(g->by_id);
+        free(g->nodes[0]);
+        free(g->nodes[1]);
+        free(g->tailing);
+}
+
+int sim_run_core(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_policy p,
+                 loom_sim_result *r, loom_err *e)
+{
+        loom_sim_cfg cc = *c;
+        cc.policy.tail_migration = p != LOOM_SIM_LOOM_NOMIG && c->policy.tail_migration;
+        cc.policy.placer = p == LOOM_SIM_RANDOM   ? LOOM_PLACER_RANDOM
+                           : p == LOOM_SIM_GREEDY ? LOOM_PLACER_GREEDY
+                                                  : LOOM_PLACER_LOOM;
+        engine g = {.c = &cc, .w = w, .r = r, .e = e};
+        sim_heap_init(&g.heap);
+        sim_meter_init(&g.meter, &cc.cluster, r, c->record_series);
+        int rc = LOOM_ENOMEM;
+        g.jobs = calloc((size_t)(w->n ? w->n : 1), sizeof *g.jobs);
+        g.tailing = malloc((size_t)(w->n ? w->n : 1) * sizeof *g.tailing);
+        if (!g.jobs || !g.tailing)
+                goto out;
+        g.s = loom_sched_new(&cc.cluster, &cc.policy, e);
+        if (!g.s) {
+                rc = LOOM_EINVAL;
+                goto out;
+        }
+        for (int i = 0; i < w->n; i++) {
+                g.jobs[i].done_at = g.jobs[i].first_start = -1;
+                if ((rc = sim_heap_push(&g.heap, w->jobs[i].arrival, SIM_EV_ARRIVAL, (uint32_t)i,
+                                        0)))
+                        goto out;
+        }
+        sim_event ev;
+        rc = 0;
+        while (!rc && sim_heap_pop(&g.heap, &ev)) {
+                sjob *j = &g.jobs[ev.job];
+                if (ev.type != SIM_EV_ARRIVAL && ev.version != j->version)
+                        continue;
+                g.now = ev.t;
+                r->events++;
+                if (ev.type == SIM_EV_ARRIVAL)
+                        rc = arrival(&g, (int)ev.job);
+                else if (ev.type == SIM_EV_PROGRESS)
+                        rc = on_progress(&g, (int)ev.job);
+                else
+                        rc = on_end(&g, (int)ev.job);
+                if ((r->events & 0xFFFF) == 0)
+                        sim_progress(c, p, (double)g.finished / (w->n ? w->n : 1));
+        }
+        sim_progress(c, p, -1);
+        if (rc)
+                goto out;
+        sim_meter_finish(&g.meter, g.now);
+        loom_us *done = malloc((size_t)(w->n ? w->n : 1) * 2 * sizeof *done);
+        if (!done) {
+                rc = LOOM_ENOMEM;
+                goto out;
+        }
+        for (int i = 0; i < w->n; i++) {
+                done[i] = g.jobs[i].done_at;
+                done[w->n + i] = g.jobs[i].first_start;
+        }
+        rc = sim_finish_jobs(&cc, w, done, done + w->n, r);
+        free(done);
+        if (!rc && r->jobs_done + r->jobs_rejected < w->n)
+                snprintf(r->note, sizeof r->note, "%d jobs did not finish",
+                         w->n - r->jobs_done - r->jobs_rejected);
+out:
+        engine_free(&g);
+        if (rc == LOOM_ENOMEM && e && !e->msg[0])
+                loom_err_set(e, rc, "", "out of memory");
+        return rc;
+}

@@ -1,0 +1,477 @@
+/*
+ * oracle.c - the regrouping optimum (WEAVE §6.5 "Opt"), by exact search.
+ *
+ * At every arrival and departure the oracle forgets the current grouping and finds, among all
+ * partitions of the active jobs into groups of at most max_group_size, with every group's
+ * training pool size and every pinning of members to rollout nodes, one of minimum total $/h
+ * that keeps host-memory residency and every member's SLO (T_meta <= SLO x T_solo, T_meta from
+ * loom_meta_period on worst-case times, as admission does). Ties go to the smaller sum of
+ * slowdowns. Regrouping is free and instantaneous: the oracle is a benchmark, not a policy.
+ *
+ * Jobs progress as a fluid: a job whose group has period T_meta advances through its realised
+ * solo run time at T_solo / T_meta of real time, so it leaves after its realised solo time
+ * stretched by the slowdowns it went through.
+ *
+ * Search: a subset DP over the active jobs (3^n steps) on top of a memoised cost of each
+ * possible group; a group's cost is searched over (training nodes, rollout nodes) in order of
+ * price, so the first feasible pinning found is the cheapest. Members keep arrival order
+ * within a group. The oracle gives up (and says when) once more than
+ * LOOM_SIM_ORACLE_MAX_JOBS jobs are active at once.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "sim_int.h"
+
+#define MAXG LOOM_MAX_GROUP_SIZE
+
+typedef struct gkey {
+        int n;
+        int m[MAXG]; /* workload indexes, ascending */
+} gkey;
+
+typedef struct gval {
+        bool used;
+        bool feasible;
+        gkey key;
+        double cost;       /* $/h */
+        double slow[MAXG]; /* T_meta / T_solo per member */
+        double util[2];    /* busy GPUs per pool at worst case */
+        int nodes[2];
+} gval;
+
+typedef struct gcache {
+        gval *t;
+        size_t cap, n;
+} gcache;
+
+typedef struct oracle {
+        const loom_sim_cfg *c;
+        const loom_sim_workload *w;
+        gcache cache;
+        double price[2];
+        uint64_t evals;
+} oracle;
+
+static uint64_t key_hash(const gkey *k)
+{
+        uint64_t h = UINT64_C(1469598103934665603);
+        for (int i = 0; i < k->n; i++)
+                h = (h ^ (uint64_t)k->m[i]) * UINT64_C(1099511628211);
+        return h ^ (h >> 29);
+}
+
+static bool key_eq(const gkey *a, const gkey *b)
+{
+        return a->n == b->n && !memcmp(a->m, b->m, sizeof(int) * (size_t)a->n);
+}
+
+static gval *cache_slot(gcache *c, const gkey *k)
+{
+        size_t i = key_hash(k) & (c->cap - 1);
+        while (c->t[i].used && !key_eq(&c->t[i].key, k))
+                i = (i + 1) & (c->cap - 1);
+        return &c->t[i];
+}
+
+static int cache_grow(gcache *c)
+{
+        size_t cap = c->cap ? 2 * c->cap : 4096;
+        gcache nc = {calloc(cap, sizeof(gval)), cap, 0};
+        if (!nc.t)
+                return LOOM_ENOMEM;
+        for (size_t i = 0; i < c->cap; i++)
+                if (c->t[i].used) {
+                        *cache_slot(&nc, &c->t[i].key) = c->t[i];
+                        nc.n++;
+                }
+        free(c->t);
+        *c = nc;
+        return 0;
+}
+
+/* ---- one group ---------------------------------------------------------------------------- */
+
+typedef struct gsearch {
+        oracle *o;
+        const gkey *k;
+        int P; /* training GPUs */
+        int R; /* rollout nodes */
+        int knodes[MAXG];
+        int pin[MAXG][LOOM_MAX_JOB_NODES];
+        uint64_t mem[2 * MAXG * 2];
+        loom_us budget[MAXG];
+        bool found;
+        double best_slow;
+        double slow[MAXG];
+} gsearch;
+
+static void evaluate(gsearch *g)
+{
+        const loom_sim_workload *w = g->o->w;
+        const loom_sim_cfg *c = g->o->c;
+        loom_meta_job mj[MAXG];
+        for (int i = 0; i < g->k->n; i++) {
+                const loom_job_spec *s = &w->jobs[g->k->m[i]].spec;
+                mj[i] = (loom_meta_job){
+                    .t_roll = s->t_roll,
+                    .t_train = loom_group_train_time(s->t_train, s->train_gpus, g->P,
+                                                     c->policy.train_scaling_efficiency),
+                    .t_sync = s->t_sync,
+                    .n_nodes = g->knodes[i],
+                    .nodes = g->pin[i]};
+        }
+        g->o->evals++;
+        loom_us t_meta;
+        if (loom_meta_period(mj, g->k->n, g->R, c->policy.warm_switch, &t_meta, NULL))
+                return;
+        double sum = 0, slow[MAXG];
+        for (int i = 0; i < g->k->n; i++) {
+                if (t_meta > g->budget[i])
+                        return;
+                slow[i] = (double)t_meta / (double)loom_job_t_solo(&w->jobs[g->k->m[i]].spec);
+                sum += slow[i];
+        }
+        if (!g->found || sum < g->best_slow - 1e-12) {
+                g->found = true;
+                g->best_slow = sum;
+                memcpy(g->slow, slow, sizeof slow);
+        }
+}
+
+/* Pin member i onto knodes[i] distinct nodes of R; `opened` nodes are in use so far. Nodes are
+ * opened in order, which removes relabellings of the same pinning. */
+static void pin_member(gsearch *g, int i, int from, int chosen, int opened, uint64_t *load_mem)
+{
+        const loom_sim_workload *w = g->o->w;
+        if (i == g->k->n) {
+                if (opened == g->R)
+                        evaluate(g);
+                return;
+        }
+        if (chosen == g->knodes[i]) {
+                pin_member(g, i + 1, 0, 0, opened, load_mem);
+                return;
+        }
+        const loom_job_spec *s = &w->jobs[g->k->m[i]].spec;
+        uint64_t cap = g->o->c->cluster.host_mem_bytes;
+        int last = opened < g->R ? opened : g->R - 1; /* may open exactly one new node */
+        for (int n = from; n <= last; n++) {
+                if (load_mem[n] + s->mem_rollout > cap)
+                        continue;
+                /* nodes a member still needs must remain openable */
+                load_mem[n] += s->mem_rollout;
+                g->pin[i][chosen] = n;
+                pin_member(g, i, n + 1, chosen + 1, n == opened ? opened + 1 : opened, load_mem);
+                load_mem[n] -= s->mem_rollout;
+        }
+}
+
+static int cmp_pr(const void *a, const void *b)
+{
+        const double *x = a, *y = b;
+        return (x[0] > y[0]) - (x[0] < y[0]);
+}
+
+static void group_eval(oracle *o, const gkey *k, gval *out)
+{
+        const loom_sim_workload *w = o->w;
+        const loom_sim_cfg *c = o->c;
+        int node = c->cluster.gpus_per_node;
+        gsearch g = {.o = o, .k = k};
+        int kmax = 0, ksum = 0, tsum = 0;
+        loom_us min_budget = INT64_MAX;
+        for (int i = 0; i < k->n; i++) {
+                const loom_job_spec *s = &w->jobs[k->m[i]].spec;
+                g.knodes[i] = s->rollout_gpus / node;
+                kmax = g.knodes[i] > kmax ? g.knodes[i] : kmax;
+                ksum += g.knodes[i];
+                tsum += s->train_gpus / node;
+                g.budget[i] = (loom_us)((double)loom_job_t_solo(s) * s->slo);
+                if (g.budget[i] < min_budget)
+                        min_budget = g.budget[i];
+        }
+        if (tsum > LOOM_MAX_JOB_NODES)
+                tsum = LOOM_MAX_JOB_NODES;
+        /* (cost, P nodes, R nodes), cheapest first */
+        double(*pr)[3] = malloc(sizeof(double[3]) * (size_t)(tsum * (ksum - kmax + 1)));
+        int npr = 0;
+        if (!pr)
+                return;
+        for (int P = 1; P <= tsum; P++)
+                for (int R = kmax; R <= ksum; R++) {
+                        pr[npr][0] = P * loom_cluster_node_price(&c->cluster, LOOM_POOL_TRAIN) +
+                                     R * loom_cluster_node_price(&c->cluster, LOOM_POOL_ROLLOUT);
+                        pr[npr][1] = P;
+                        pr[npr][2] = R;
+                        npr++;
+                }
+        qsort(pr, (size_t)npr, sizeof pr[0], cmp_pr);
+        out->feasible = false;
+        double found_cost = 0, best_sum = 0;
+        for (int x = 0; x < npr; x++) {
+                if (out->feasible && pr[x][0] > found_cost + 1e-9)
+                        break;
+                g.P = (int)pr[x][1] * node;
+                g.R = (int)pr[x][2];
+                /* O(1) bounds: the pool trains every member once per period, and the rollout
+                 * nodes together run every member's rollout once. */
+                loom_us sum_train = 0, sum_roll = 0;
+                uint64_t tmem = 0;
+                for (int i = 0; i < k->n; i++) {
+                        const loom_job_spec *s = &w->jobs[k->m[i]].spec;
+                        sum_train += loom_group_train_time(s->t_train, s->train_gpus, g.P,
+                                                           c->policy.train_scaling_efficiency);
+                        sum_roll += s->t_roll * g.knodes[i];
+                        tmem += loom_group_train_mem(s->mem_train, s->train_gpus, g.P);
+                }
+                if (sum_train > min_budget || sum_roll > (loom_us)g.R * min_budget ||
+                    tmem > c->cluster.host_mem_bytes)
+                        continue;
+                uint64_t load_mem[MAXG * LOOM_MAX_JOB_NODES] = {0};
+                g.found = false;
+                pin_member(&g, 0, 0, 0, 0, load_mem);
+                if (!g.found || (out->feasible && g.best_slow >= best_sum - 1e-12))
+                        continue;
+                out->feasible = true;
+                best_sum = g.best_slow;
+                found_cost = pr[x][0];
+                out->cost = pr[x][0];
+                memcpy(out->slow, g.slow, sizeof g.slow);
+                out->nodes[0] = g.R;
+                out->nodes[1] = g.P / node;
+                out->util[0] = out->util[1] = 0;
+                for (int i = 0; i < k->n; i++) {
+                        const loom_job_spec *s = &w->jobs[k->m[i]].spec;
+                        double tm = g.slow[i] * (double)loom_job_t_solo(s);
+                        loom_us tt = loom_group_train_time(s->t_train, s->train_gpus, g.P,
+                                                           c->policy.train_scaling_efficiency);
+                        out->util[0] += (double)s->rollout_gpus * (double)s->t_roll / tm;
+                        out->util[1] += (double)g.P * (double)tt / tm;
+                }
+        }
+        free(pr);
+}
+
+static const gval *group_get(oracle *o, const gkey *k)
+{
+        if (4 * (o->cache.n + 1) > 3 * o->cache.cap && cache_grow(&o->cache))
+                return NULL;
+        gval *v = cache_slot(&o->cache, k);
+        if (!v->used) {
+                memset(v, 0, sizeof *v);
+                v->used = true;
+                v->key = *k;
+                group_eval(o, k, v);
+                o->cache.n++;
+        }
+        return v;
+}
+
+/* ---- the partition ------------------------------------------------------------------------ */
+
+typedef struct plan {
+        double cost, slow;
+        int parent; /* the group (mask) chosen for this mask */
+} plan;
+
+/* Best partition of active[0..n); fills slow_of[i] for each active job and the pools' figures.
+ * Returns 0, LOOM_ENOMEM, or LOOM_EREJECT when no feasible grouping exists. */
+static int solve(oracle *o, const int *active, int n, double *slow_of, double *cost, int nodes[2],
+                 double util[2])
+{
+        int full = (1 << n) - 1, maxg = o->c->policy.max_group_size;
+        const gval **gv = calloc((size_t)full + 1, sizeof *gv);
+        plan *best = malloc(((size_t)full + 1) * sizeof *best);
+        if (!gv || !best) {
+                free(gv);
+                free(best);
+                return LOOM_ENOMEM;
+        }
+        for (int m = 1; m <= full; m++) {
+                if (__builtin_popcount((unsigned)m) > maxg)
+                        continue;
+                gkey k = {0};
+                for (int i = 0; i < n; i++)
+                        if (m & (1 << i))
+                                k.m[k.n++] = active[i];
+                /* active[] is ascending, so k is sorted */
+                const gval *v = group_get(o, &k);
+                if (!v) {
+                        free(gv);
+                        free(best);
+                        return LOOM_ENOMEM;
+                }
+                gv[m] = v->feasible ? v : NULL;
+        }
+        best[0] = (plan){0, 0, 0};
+        for (int m = 1; m <= full; m++) {
+                best[m] = (plan){INFINITY, INFINITY, 0};
+                int low = m & -m, rest = m ^ low;
+                /* every sub-mask of m that contains its lowest job */
+                for (int s = rest;; s = (s - 1) & rest) {
+                        int g = s | low;
+                        if (gv[g] && best[m ^ g].cost < INFINITY) {
+                                double cst = gv[g]->cost + best[m ^ g].cost;
+                                double sl = best[m ^ g].slow;
+                                for (int i = 0; i < gv[g]->key.n; i++)
+                                        sl += gv[g]->slow[i];
+                                if (cst < best[m].cost - 1e-9 ||
+                                    (cst < best[m].cost + 1e-9 && sl < best[m].slow - 1e-12))
+                                        best[m] = (plan){cst, sl, g};
+                        }
+                        if (!s)
+                                break;
+                }
+        }
+        int rc = 0;
+        if (best[full].cost == INFINITY) {
+                rc = LOOM_EREJECT;
+        } else {
+                *cost = best[full].cost;
+                nodes[0] = nodes[1] = 0;
+                util[0] = util[1] = 0;
+                for (int m = full; m;) {
+                        int g = best[m].parent;
+                        const gval *v = gv[g];
+                        int idx = 0;
+                        for (int i = 0; i < n; i++)
+                                if (g & (1 << i))
+                                        slow_of[i] = v->slow[idx++];
+                        nodes[0] += v->nodes[0];
+                        nodes[1] += v->nodes[1];
+                        util[0] += v->util[0];
+                        util[1] += v->util[1];
+                        m ^= g;
+                }
+        }
+        free(gv);
+        free(best);
+        return rc;
+}
+
+/* ---- the fluid run ------------------------------------------------------------------------ */
+
+int sim_run_oracle(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_result *r,
+                   loom_err *e)
+{
+        oracle o = {.c = c, .w = w};
+        int n = w->n, rc = 0;
+        double *remain = malloc(sizeof(double) * (size_t)(n ? n : 1));
+        double *rate = malloc(sizeof(double) * (size_t)(n ? n : 1));
+        loom_us *done = malloc(sizeof(loom_us) * (size_t)(n ? n : 1));
+        int active[LOOM_SIM_ORACLE_MAX_JOBS + 1], na = 0, next = 0, cap_series = 0;
+        if (!remain || !rate || !done || cache_grow(&o.cache)) {
+                rc = LOOM_ENOMEM;
+                goto out;
+        }
+        for (int i = 0; i < n; i++) {
+                remain[i] = (double)loom_sim_job_solo_time(&w->jobs[i], c);
+                done[i] = -1;
+        }
+        double t = 0, cost = 0, util[2] = {0, 0}, total = 0, busy[2] = {0, 0}, prov[2] = {0, 0};
+        int nodes[2] = {0, 0};
+        while (next < n || na > 0) {
+                /* the next event: an arrival or the first departure */
+                double t_dep = INFINITY;
+                int who = -1;
+                for (int i = 0; i < na; i++) {
+                        double d = t + remain[active[i]] / rate[active[i]];
+                        if (d < t_dep) {
+                                t_dep = d;
+                                who = i;
+                        }
+                }
+                double t_arr = next < n ? (double)w->jobs[next].arrival : INFINITY;
+                double tn = t_arr <= t_dep ? t_arr : t_dep;
+                double dt = tn - t;
+                total += cost * dt;
+                for (int p = 0; p < 2; p++) {
+                        busy[p] += util[p] * dt;
+                        prov[p] += nodes[p] * c->cluster.gpus_per_node * dt;
+                }
+                for (int i = 0; i < na; i++)
+                        remain[active[i]] -= dt * rate[active[i]];
+                t = tn;
+                if (t_arr <= t_dep) {
+                        if (na == LOOM_SIM_ORACLE_MAX_JOBS) {
+                                r->ran = false;
+                                snprintf(r->note, sizeof r->note,
+                                         "gave up at t=%.1f h (job %d of %d): %d jobs active, "
+                                         "exact search is limited to %d",
+                                         t / 3.6e9, next, n, na + 1, LOOM_SIM_ORACLE_MAX_JOBS);
+                                goto out;
+                        }
+                        /* keep active[] ascending: arrivals come in index order */
+                        active[na++] = next++;
+                } else {
+                        done[active[who]] = (loom_us)llround(t);
+                        memmove(&active[who], &active[who + 1],
+                                sizeof(int) * (size_t)(na - who - 1));
+                        na--;
+                }
+                r->events++;
+                double slow[LOOM_SIM_ORACLE_MAX_JOBS];
+                if (na > 0) {
+                        rc = solve(&o, active, na, slow, &cost, nodes, util);
+                        if (rc == LOOM_EREJECT) {
+                                r->ran = false;
+                                snprintf(r->note, sizeof r->note,
+                                         "no feasible grouping at t=%.1f h", t / 3.6e9);
+                                rc = 0;
+                                goto out;
+                        }
+                        if (rc)
+                                goto out;
+                        for (int i = 0; i < na; i++)
+                                rate[active[i]] = 1.0 / slow[i];
+                } else {
+                        cost = 0;
+                        nodes[0] = nodes[1] = 0;
+                        util[0] = util[1] = 0;
+                }
+                if (cost > r->peak_cost_per_hour)
+                        r->peak_cost_per_hour = cost;
+                for (int p = 0; p < 2; p++)
+                        if (nodes[p] * c->cluster.gpus_per_node > r->peak_gpus[p])
+                                r->peak_gpus[p] = nodes[p] * c->cluster.gpus_per_node;
+                if (c->record_series) {
+                        if (r->n_series == cap_series) {
+                                cap_series = cap_series ? 2 * cap_series : 256;
+                                loom_sim_point *s =
+                                    realloc(r->series, (size_t)cap_series * sizeof *s);
+                                if (!s) {
+                                        rc = LOOM_ENOMEM;
+                                        goto out;
+                                }
+                                r->series = s;
+                        }
+                        r->series[r->n_series++] =
+                            (loom_sim_point){t / 3.6e9,
+                                             cost,
+                                             {nodes[0] * c->cluster.gpus_per_node,
+                                              nodes[1] * c->cluster.gpus_per_node}};
+                }
+                sim_progress(c, LOOM_SIM_ORACLE, (double)next / (n ? n : 1));
+        }
+        sim_progress(c, LOOM_SIM_ORACLE, -1);
+        r->ran = true;
+        r->makespan_h = t / 3.6e9;
+        r->total_cost = total / 3.6e9;
+        r->avg_cost_per_hour = r->makespan_h > 0 ? r->total_cost / r->makespan_h : 0;
+        for (int p = 0; p < 2; p++) {
+                r->busy_gpu_h[p] = busy[p] / 3.6e9;
+                r->prov_gpu_h[p] = prov[p] / 3.6e9;
+                r->bubble[p] = prov[p] > 0 ? 1.0 - busy[p] / prov[p] : 0;
+        }
+        rc = sim_finish_jobs(c, w, done, NULL, r);
+        snprintf(r->note, sizeof r->note, "%llu group evaluations", (unsigned long long)o.evals);
+out:
+        if (rc == LOOM_ENOMEM)
+                loom_err_set(e, rc, "", "out of memory");
+        free(o.cache.t);
+        free(remain);
+        free(rate);
+        free(done);
+        return rc;
+}

@@ -1,0 +1,220 @@
+/*
+ * private.c - the baselines in which every job runs alone on nodes of its own, simulated with
+ * the same event heap and meter as the core-driven policies:
+ *
+ *   solo       Solo-D, WEAVE's standard disaggregation: the job's rollout GPUs and training GPUs
+ *              are dedicated to it from arrival to completion. As in the core-driven runs,
+ *              the state is read into host memory at arrival (cold_s) and every phase starts
+ *              warm; with nobody else on its nodes a job pays that warm start only once per
+ *              pool.
+ *   colocated  veRL-style: every phase on the job's training GPUs (max of its two sizes), the
+ *              rollout taking colocated_roll_factor times as long as on a rollout GPU; each
+ *              change between rollout and training pays the model's warm switch (the engines
+ *              swap weights in GPU memory). Weights never leave the node, so there is no sync.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "sim_int.h"
+
+typedef struct pjob {
+        int64_t iter;
+        loom_phase phase;
+        bool started_roll, started_train;
+        loom_us done_at;
+        loom_us seg_start;
+} pjob;
+
+typedef struct pengine {
+        const loom_sim_cfg *c;
+        const loom_sim_workload *w;
+        loom_sim_result *r;
+        bool coloc;
+        sim_heap heap;
+        sim_meter meter;
+        pjob *jobs;
+        int gantt_cap;
+        int next_row[2];
+        int *row; /* first node id of each job, per pool: [2 * ji + pool] */
+} pengine;
+
+static int nodes_of(const pengine *g, int ji, loom_pool p)
+{
+        const loom_job_spec *s = &g->w->jobs[ji].spec;
+        int node = g->c->cluster.gpus_per_node;
+        if (g->coloc)
+                return p == LOOM_POOL_TRAIN
+                           ? (s->rollout_gpus > s->train_gpus ? s->rollout_gpus : s->train_gpus) /
+                                 node
+                           : 0;
+        return (p == LOOM_POOL_ROLLOUT ? s->rollout_gpus : s->train_gpus) / node;
+}
+
+static int gantt(pengine *g, int ji, loom_us end)
+{
+        if (!g->c->record_gantt)
+                return 0;
+        pjob *j = &g->jobs[ji];
+        loom_pool pool =
+            g->coloc || j->phase == LOOM_PHASE_TRAIN ? LOOM_POOL_TRAIN : LOOM_POOL_ROLLOUT;
+        loom_sim_interval iv = {.job = ji,
+                                .phase = j->phase,
+                                .pool = j->phase == LOOM_PHASE_SYNC ? LOOM_POOL_ROLLOUT : pool,
+                                .row = g->row[2 * ji + pool],
+                                .start = j->seg_start,
+                                .end = end};
+        return sim_gantt_add(g->r, &g->gantt_cap, &iv);
+}
+
+/* Start job ji's phase ph now; returns the phase's end time. */
+static loom_us begin(pengine *g, int ji, loom_phase ph, loom_us now)
+{
+        pjob *j = &g->jobs[ji];
+        const loom_sim_job *sj = &g->w->jobs[ji];
+        const loom_job_spec *s = &sj->spec;
+        int64_t it = j->iter;
+        loom_us sw = 0;
+        loom_us ready = sj->arrival + loom_sim_cold(g->c, sj->model_b);
+        loom_us first = (ready > now ? ready - now : 0) + loom_sim_warm(g->c, sj->model_b);
+        if (ph == LOOM_PHASE_ROLLOUT) {
+                sw = j->started_roll ? (g->coloc ? loom_sim_warm(g->c, sj->model_b) : 0) : first;
+                if (!j->started_roll)
+                        g->r->cold_starts++;
+                else if (g->coloc)
+                        g->r->warm_switches++;
+                j->started_roll = true;
+        } else if (ph == LOOM_PHASE_TRAIN) {
+                sw = j->started_train ? (g->coloc ? loom_sim_warm(g->c, sj->model_b) : 0) : first;
+                if (!j->started_train)
+                        g->r->cold_starts++;
+                else if (g->coloc)
+                        g->r->warm_switches++;
+                j->started_train = true;
+        }
+        j->phase = ph;
+        j->seg_start = now;
+        loom_us len;
+        int gpus;
+        loom_pool pool = LOOM_POOL_TRAIN;
+        if (ph == LOOM_PHASE_ROLLOUT) {
+                len = sim_phase_us(s->t_roll, sj->roll[it]);
+                if (g->coloc)
+                        len = (loom_us)llround((double)len * g->c->colocated_roll_factor);
+                else
+                        pool = LOOM_POOL_ROLLOUT;
+                gpus = nodes_of(g, ji, pool) * g->c->cluster.gpus_per_node;
+        } else if (ph == LOOM_PHASE_TRAIN) {
+                int tg = nodes_of(g, ji, LOOM_POOL_TRAIN) * g->c->cluster.gpus_per_node;
+                len = sim_phase_us(loom_group_train_time(s->t_train, s->train_gpus, tg,
+                                                         g->c->policy.train_scaling_efficiency),
+                                   sj->train[it]);
+                gpus = tg;
+        } else {
+                len = s->t_sync;
+                gpus = 0;
+        }
+        if (gpus)
+                sim_meter_busy(&g->meter, now, pool, gpus);
+        return now + sw + len;
+}
+
+static void finish_phase(pengine *g, int ji, loom_us now)
+{
+        pjob *j = &g->jobs[ji];
+        if (j->phase == LOOM_PHASE_SYNC)
+                return;
+        loom_pool pool =
+            g->coloc || j->phase == LOOM_PHASE_TRAIN ? LOOM_POOL_TRAIN : LOOM_POOL_ROLLOUT;
+        int gpus = nodes_of(g, ji, pool) * g->c->cluster.gpus_per_node;
+        sim_meter_busy(&g->meter, now, pool, -gpus);
+}
+
+static int step(pengine *g, int ji, loom_us now, bool arrive)
+{
+        pjob *j = &g->jobs[ji];
+        const loom_job_spec *s = &g->w->jobs[ji].spec;
+        int rc;
+        loom_phase next;
+        if (arrive) {
+                for (int p = 0; p < 2; p++) {
+                        g->row[2 * ji + p] = g->next_row[p];
+                        g->next_row[p] += nodes_of(g, ji, (loom_pool)p);
+                        for (int k = 0; k < nodes_of(g, ji, (loom_pool)p); k++)
+                                if ((rc = sim_meter_nodes(&g->meter, now, (loom_pool)p, 1)))
+                                        return rc;
+                }
+                next = LOOM_PHASE_ROLLOUT;
+        } else {
+                if ((rc = gantt(g, ji, now)))
+                        return rc;
+                finish_phase(g, ji, now);
+                if (j->phase == LOOM_PHASE_ROLLOUT) {
+                        next = LOOM_PHASE_TRAIN;
+                } else if (j->phase == LOOM_PHASE_TRAIN) {
+                        if (++j->iter >= s->iterations) {
+                                j->done_at = now;
+                                for (int p = 0; p < 2; p++)
+                                        for (int k = 0; k < nodes_of(g, ji, (loom_pool)p); k++)
+                                                if ((rc = sim_meter_nodes(&g->meter, now,
+                                                                          (loom_pool)p, -1)))
+                                                        return rc;
+                                return 0;
+                        }
+                        next = s->t_sync > 0 && !g->coloc ? LOOM_PHASE_SYNC : LOOM_PHASE_ROLLOUT;
+                } else {
+                        next = LOOM_PHASE_ROLLOUT;
+                }
+        }
+        loom_us end = begin(g, ji, next, now);
+        return sim_heap_push(&g->heap, end, SIM_EV_END, (uint32_t)ji, 0);
+}
+
+int sim_run_private(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_policy p,
+                    loom_sim_result *r, loom_err *e)
+{
+        pengine g = {.c = c, .w = w, .r = r, .coloc = p == LOOM_SIM_COLOCATED};
+        sim_heap_init(&g.heap);
+        sim_meter_init(&g.meter, &c->cluster, r, c->record_series);
+        int rc = LOOM_ENOMEM;
+        size_t n = (size_t)(w->n ? w->n : 1);
+        g.jobs = calloc(n, sizeof *g.jobs);
+        g.row = calloc(2 * n, sizeof *g.row);
+        loom_us *done = malloc(n * sizeof *done), *start = malloc(n * sizeof *start);
+        if (!g.jobs || !g.row || !done || !start)
+                goto out;
+        for (int i = 0; i < w->n; i++) {
+                g.jobs[i].done_at = -1;
+                if ((rc = sim_heap_push(&g.heap, w->jobs[i].arrival, SIM_EV_ARRIVAL, (uint32_t)i,
+                                        0)))
+                        goto out;
+        }
+        sim_event ev;
+        loom_us now = 0;
+        rc = 0;
+        while (!rc && sim_heap_pop(&g.heap, &ev)) {
+                now = ev.t;
+                r->events++;
+                rc = step(&g, (int)ev.job, now, ev.type == SIM_EV_ARRIVAL);
+                if ((r->events & 0xFFFF) == 0)
+                        sim_progress(c, p, (double)ev.job / (double)n);
+        }
+        sim_progress(c, p, -1);
+        if (rc)
+                goto out;
+        sim_meter_finish(&g.meter, now);
+        for (int i = 0; i < w->n; i++)
+                done[i] = g.jobs[i].done_at;
+        for (int i = 0; i < w->n; i++)
+                start[i] = w->jobs[i].arrival;
+        rc = sim_finish_jobs(c, w, done, start, r);
+        r->decisions[LOOM_DECISION_NEW_GROUP] = (uint64_t)w->n;
+out:
+        if (rc == LOOM_ENOMEM)
+                loom_err_set(e, rc, "", "out of memory");
+        sim_heap_free(&g.heap);
+        free(g.jobs);
+        free(g.row);
+        free(done);
+        free(start);
+        return rc;
+}

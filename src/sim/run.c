@@ -1,0 +1,63 @@
+/* run.c - loom_sim_run: validate the configuration, dispatch to the policy's driver, time it. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "sim_int.h"
+
+static int check_cfg(const loom_sim_cfg *c, loom_err *e)
+{
+        int rc = loom_cluster_cfg_validate(&c->cluster, e);
+        if (rc || (rc = loom_policy_cfg_validate(&c->policy, &c->cluster, e)))
+                return rc;
+        for (int i = 0; i < 4; i++)
+                if (!(c->warm_s[i] >= 0 && c->warm_s[i] <= 3600) ||
+                    !(c->cold_s[i] >= c->warm_s[i] && c->cold_s[i] <= 3600))
+                        return loom_err_set(
+                            e, LOOM_EINVAL, "switch",
+                            "switch times must satisfy 0 <= warm <= cold <= 3600 s");
+        if (!(c->colocated_roll_factor >= 0.35 && c->colocated_roll_factor <= 100))
+                return loom_err_set(e, LOOM_EINVAL, "colocated_roll_factor",
+                                    "colocated_roll_factor must be in [0.35, 100]");
+        if (!(c->tail_slowdown >= 1 && c->tail_slowdown <= 100))
+                return loom_err_set(e, LOOM_EINVAL, "tail_slowdown",
+                                    "tail_slowdown must be in [1, 100]");
+        return 0;
+}
+
+int loom_sim_run(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_policy p,
+                 loom_sim_result *out, loom_err *e)
+{
+        memset(out, 0, sizeof *out);
+        out->policy = p;
+        out->ran = true;
+        int rc = check_cfg(c, e);
+        if (rc)
+                return rc;
+        if ((unsigned)p >= LOOM_SIM_NPOLICIES)
+                return loom_err_set(e, LOOM_EINVAL, "policy", "unknown policy %d", (int)p);
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        switch (p) {
+        case LOOM_SIM_SOLO:
+        case LOOM_SIM_COLOCATED:
+                rc = sim_run_private(c, w, p, out, e);
+                break;
+        case LOOM_SIM_ORACLE:
+                rc = sim_run_oracle(c, w, out, e);
+                break;
+        case LOOM_SIM_LB:
+                rc = sim_run_lb(c, w, out, e);
+                break;
+        default:
+                rc = sim_run_core(c, w, p, out, e);
+                break;
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        out->wall_s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+        if (rc) {
+                loom_sim_result_free(out);
+                out->policy = p;
+        }
+        return rc;
+}

@@ -1,0 +1,147 @@
+/*
+ * sim_int.h - what the simulator's files share and nobody else sees: the random number
+ * streams, the event heap and the per-policy run functions.
+ */
+#ifndef LOOM_SIM_INT_H
+#define LOOM_SIM_INT_H
+
+#include <math.h>
+
+#include "loom/sim.h"
+
+/* ---- random numbers --------------------------------------------------------------------- */
+
+/* splitmix64: a stream is just its 64-bit state, so a stream keyed by (seed, job, iteration)
+ * costs nothing to create; that is how the realisations stay common across policies. */
+typedef struct sim_rng {
+        uint64_t s;
+} sim_rng;
+
+static inline uint64_t sim_rng_next(sim_rng *r)
+{
+        uint64_t z = (r->s += UINT64_C(0x9E3779B97F4A7C15));
+        z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+        z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+        return z ^ (z >> 31);
+}
+
+/* A stream for a key path (seed, a, b): independent of how many draws other keys made. */
+static inline sim_rng sim_rng_key(uint64_t seed, uint64_t a, uint64_t b)
+{
+        sim_rng r = {seed ^ UINT64_C(0x5851F42D4C957F2D)};
+        r.s = sim_rng_next(&r) ^ (a * UINT64_C(0xD6E8FEB86659FD93));
+        r.s = sim_rng_next(&r) ^ (b * UINT64_C(0xA0761D6478BD642F));
+        return r;
+}
+
+/* Uniform in [0, 1). */
+static inline double sim_rng_unit(sim_rng *r)
+{
+        return (double)(sim_rng_next(r) >> 11) * 0x1.0p-53;
+}
+
+static inline double sim_rng_uniform(sim_rng *r, double lo, double hi)
+{
+        return lo + (hi - lo) * sim_rng_unit(r);
+}
+
+/* A phase's realised length: the worst case times its drawn fraction, rounded the same way
+ * everywhere so that closed forms and the event engine agree to the microsecond. */
+static inline loom_us sim_phase_us(loom_us worst, float frac)
+{
+        return (loom_us)llround((double)worst * (double)frac);
+}
+
+/* ---- the event heap ----------------------------------------------------------------------- */
+
+typedef enum sim_ev_type {
+        SIM_EV_ARRIVAL = 0,
+        SIM_EV_PROGRESS, /* a rollout reached the tail threshold */
+        SIM_EV_END,      /* the running phase (or its tail) of a job ended */
+} sim_ev_type;
+
+/* Ordered by time, then by insertion sequence, so equal-time events run in a fixed order. */
+typedef struct sim_event {
+        loom_us t;
+        uint64_t seq;
+        uint32_t job;     /* workload index */
+        uint32_t version; /* stale when it differs from the job's current version */
+        sim_ev_type type;
+} sim_event;
+
+typedef struct sim_heap {
+        sim_event *a;
+        size_t n, cap;
+        uint64_t seq;
+} sim_heap;
+
+void sim_heap_init(sim_heap *h);
+void sim_heap_free(sim_heap *h);
+int sim_heap_push(sim_heap *h, loom_us t, sim_ev_type type, uint32_t job, uint32_t version);
+/* Pop the earliest event; false when empty. */
+bool sim_heap_pop(sim_heap *h, sim_event *out);
+
+static inline void sim_progress(const loom_sim_cfg *c, loom_sim_policy p, double frac)
+{
+        if (c->progress)
+                c->progress(c->progress_ctx, loom_sim_policy_name(p), frac);
+}
+
+/* ---- runs --------------------------------------------------------------------------------- */
+
+int sim_run_core(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_policy p,
+                 loom_sim_result *r, loom_err *e);
+int sim_run_private(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_policy p,
+                    loom_sim_result *r, loom_err *e);
+int sim_run_oracle(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_result *r,
+                   loom_err *e);
+int sim_run_lb(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_result *r, loom_err *e);
+
+/* Shared bookkeeping: cost and GPU integrals, peaks, the time series. */
+typedef struct sim_meter {
+        const loom_cluster_cfg *cl;
+        loom_us last;
+        int nodes[2];
+        int busy[2];    /* GPUs running a phase */
+        double cost_us; /* $/h x us, summed */
+        double busy_us[2], prov_us[2];
+        loom_sim_result *r;
+        bool series;
+        int cap_series;
+} sim_meter;
+
+void sim_meter_init(sim_meter *m, const loom_cluster_cfg *cl, loom_sim_result *r, bool series);
+/* Advance the integrals to `now` (before any change at now). */
+void sim_meter_advance(sim_meter *m, loom_us now);
+/* Change provisioned nodes (+1/-1) of a pool at now, recording a series point. */
+int sim_meter_nodes(sim_meter *m, loom_us now, loom_pool p, int delta);
+void sim_meter_busy(sim_meter *m, loom_us now, loom_pool p, int delta);
+/* Fill the cost/GPU figures of r at the end of the run. */
+void sim_meter_finish(sim_meter *m, loom_us end);
+
+/* Slowdown and SLO figures from per-job completion times (-1 = not finished) and first
+ * rollout starts (NULL: arrivals). */
+int sim_finish_jobs(const loom_sim_cfg *c, const loom_sim_workload *w, const loom_us *done_at,
+                    const loom_us *start_at, loom_sim_result *r);
+
+int sim_gantt_add(loom_sim_result *r, int *cap, const loom_sim_interval *iv);
+
+/* The q-quantile (0..1) of v[0..n) (sorted in place), NaN when n == 0. */
+static inline int sim_cmp_double(const void *a, const void *b)
+{
+        double x = *(const double *)a, y = *(const double *)b;
+        return (x > y) - (x < y);
+}
+
+static inline double sim_pct(double *v, int n, double q)
+{
+        if (n <= 0)
+                return NAN;
+        double pos = q * (n - 1);
+        int i = (int)pos;
+        if (i >= n - 1)
+                return v[n - 1];
+        return v[i] + (pos - i) * (v[i + 1] - v[i]);
+}
+
+#endif

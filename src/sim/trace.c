@@ -1,0 +1,235 @@
+/*
+ * trace.c - the Philly-style job trace reader (traces/README.md): a CSV with a header naming
+ * at least job_id, arrival_s, duration_s and gpus. Every row is checked before anything is
+ * returned; an error names the file, line and column and the column's name.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sim_int.h"
+
+enum { COL_ID, COL_ARRIVAL, COL_DURATION, COL_GPUS, NCOLS };
+static const char *const col_name[NCOLS] = {"job_id", "arrival_s", "duration_s", "gpus"};
+
+typedef struct field {
+        const char *p;
+        size_t len;
+        int col; /* 1-based column of its first character */
+} field;
+
+/* Split one line (without its newline) at commas; returns the number of fields (<= cap). */
+static int split(const char *line, size_t len, field *f, int cap)
+{
+        int n = 0;
+        size_t start = 0;
+        for (size_t i = 0; i <= len; i++) {
+                if (i == len || line[i] == ',') {
+                        if (n < cap)
+                                f[n] = (field){line + start, i - start, (int)start + 1};
+                        n++;
+                        start = i + 1;
+                }
+        }
+        return n;
+}
+
+static bool field_is(const field *f, const char *s)
+{
+        size_t l = f->len;
+        while (l > 0 && (f->p[l - 1] == ' ' || f->p[l - 1] == '\r'))
+                l--;
+        return l == strlen(s) && !memcmp(f->p, s, l);
+}
+
+/* Fill e with "file:line:col: column what" and the position. */
+static int where(loom_err *e, int code, const char *name, int line, int col, const char *column,
+                 const char *what)
+{
+        loom_err_set(e, code, column, "%s:%d:%d: %s %s", name, line, col, column, what);
+        if (e) {
+                e->line = line;
+                e->col = col;
+        }
+        return code;
+}
+
+static int parse_num(const field *f, double *out)
+{
+        char buf[64];
+        size_t l = f->len;
+        while (l > 0 && (f->p[l - 1] == ' ' || f->p[l - 1] == '\r'))
+                l--;
+        if (l == 0 || l >= sizeof buf)
+                return -1;
+        memcpy(buf, f->p, l);
+        buf[l] = 0;
+        char *end;
+        errno = 0;
+        double v = strtod(buf, &end);
+        if (*end || errno || !isfinite(v))
+                return -1;
+        *out = v;
+        return 0;
+}
+
+/* Parse the header: where each needed column is. */
+static int parse_header(const char *line, size_t len, const char *name, int *pos, int *ncols,
+                        loom_err *e)
+{
+        field f[64];
+        int n = split(line, len, f, 64);
+        *ncols = n;
+        for (int c = 0; c < NCOLS; c++) {
+                pos[c] = -1;
+                for (int i = 0; i < n && i < 64; i++)
+                        if (field_is(&f[i], col_name[c]))
+                                pos[c] = i;
+                if (pos[c] < 0)
+                        return where(e, LOOM_EINVAL, name, 1, 1, col_name[c],
+                                     "column is missing from the header");
+        }
+        return 0;
+}
+
+static int parse_row(const char *line, size_t len, const char *name, int lineno, const int *pos,
+                     loom_sim_trace_row *row, loom_err *e)
+{
+        field f[64];
+        int n = split(line, len, f, 64);
+        for (int c = 0; c < NCOLS; c++)
+                if (pos[c] >= n)
+                        return where(e, LOOM_EINVAL, name, lineno, (int)len + 1, col_name[c],
+                                     "is missing (the row has too few columns)");
+        const field *id = &f[pos[COL_ID]];
+        size_t idl = id->len < LOOM_JOB_ID_MAX - 1 ? id->len : LOOM_JOB_ID_MAX - 1;
+        memcpy(row->id, id->p, idl);
+        row->id[idl] = 0;
+        double v[NCOLS];
+        for (int c = COL_ARRIVAL; c < NCOLS; c++)
+                if (parse_num(&f[pos[c]], &v[c]))
+                        return where(e, LOOM_EINVAL, name, lineno, f[pos[c]].col, col_name[c],
+                                     "is not a number");
+        if (v[COL_ARRIVAL] < 0)
+                return where(e, LOOM_EINVAL, name, lineno, f[pos[COL_ARRIVAL]].col, "arrival_s",
+                             "must be >= 0");
+        if (v[COL_DURATION] <= 0)
+                return where(e, LOOM_EINVAL, name, lineno, f[pos[COL_DURATION]].col, "duration_s",
+                             "must be > 0");
+        if (v[COL_GPUS] < 1 || v[COL_GPUS] > 4096 || v[COL_GPUS] != (int)v[COL_GPUS])
+                return where(e, LOOM_EINVAL, name, lineno, f[pos[COL_GPUS]].col, "gpus",
+                             "must be a whole number in 1..4096");
+        row->arrival_s = v[COL_ARRIVAL];
+        row->duration_s = v[COL_DURATION];
+        row->gpus = (int)v[COL_GPUS];
+        return 0;
+}
+
+int loom_sim_trace_parse(const char *text, size_t len, const char *name, int start, int count,
+                         loom_sim_trace *out, loom_err *e)
+{
+        memset(out, 0, sizeof *out);
+        if (start < 0)
+                return loom_err_set(e, LOOM_EINVAL, "rows", "rows: start must be >= 0");
+        int pos[NCOLS], ncols, lineno = 0, row = 0, cap = 0, rc = 0;
+        loom_sim_trace t = {0};
+        size_t i = 0;
+        bool header = false;
+        while (i < len) {
+                size_t j = i;
+                while (j < len && text[j] != '\n')
+                        j++;
+                lineno++;
+                size_t l = j - i;
+                bool blank = l == 0 || (l == 1 && text[i] == '\r');
+                if (!header) {
+                        if ((rc = parse_header(text + i, l, name, pos, &ncols, e)))
+                                goto fail;
+                        header = true;
+                } else if (!blank) {
+                        loom_sim_trace_row r;
+                        if ((rc = parse_row(text + i, l, name, lineno, pos, &r, e)))
+                                goto fail;
+                        if (row >= start && (count < 0 || t.n < count)) {
+                                if (t.n == cap) {
+                                        cap = cap ? 2 * cap : 256;
+                                        loom_sim_trace_row *nr =
+                                            realloc(t.rows, (size_t)cap * sizeof *nr);
+                                        if (!nr) {
+                                                rc = loom_err_set(e, LOOM_ENOMEM, "",
+                                                                  "out of memory");
+                                                goto fail;
+                                        }
+                                        t.rows = nr;
+                                }
+                                t.rows[t.n++] = r;
+                        }
+                        row++;
+                }
+                i = j + 1;
+        }
+        if (!header) {
+                rc = loom_err_set(e, LOOM_EINVAL, "job_id", "%s: empty trace (no header)", name);
+                goto fail;
+        }
+        if (t.n == 0 || (count > 0 && t.n < count)) {
+                rc = loom_err_set(e, LOOM_EINVAL, "rows",
+                                  "%s: rows %d:%d asked for, the trace has %d data rows", name,
+                                  start, count, row);
+                goto fail;
+        }
+        double t0 = t.rows[0].arrival_s;
+        for (int k = 0; k < t.n; k++) {
+                if (t.rows[k].arrival_s < t0)
+                        t0 = t.rows[k].arrival_s;
+        }
+        for (int k = 0; k < t.n; k++)
+                t.rows[k].arrival_s -= t0;
+        *out = t;
+        return 0;
+fail:
+        free(t.rows);
+        return rc;
+}
+
+int loom_sim_trace_load(const char *path, int start, int count, loom_sim_trace *out, loom_err *e)
+{
+        memset(out, 0, sizeof *out);
+        FILE *f = fopen(path, "rb");
+        if (!f)
+                return loom_err_set(e, LOOM_EIO, "trace", "%s: %s", path, strerror(errno));
+        size_t cap = 1 << 16, len = 0;
+        char *buf = malloc(cap);
+        size_t got;
+        while (buf && (got = fread(buf + len, 1, cap - len, f)) > 0) {
+                len += got;
+                if (len == cap) {
+                        char *nb = realloc(buf, cap *= 2);
+                        if (!nb) {
+                                free(buf);
+                                buf = NULL;
+                        }
+                        buf = nb;
+                }
+        }
+        bool err = ferror(f);
+        fclose(f);
+        if (!buf)
+                return loom_err_set(e, LOOM_ENOMEM, "trace", "out of memory reading %s", path);
+        if (err) {
+                free(buf);
+                return loom_err_set(e, LOOM_EIO, "trace", "%s: read error", path);
+        }
+        int rc = loom_sim_trace_parse(buf, len, path, start, count, out, e);
+        free(buf);
+        return rc;
+}
+
+void loom_sim_trace_free(loom_sim_trace *t)
+{
+        if (!t)
+                return;
+        free(t->rows);
+        memset(t, 0, sizeof *t);
+}
