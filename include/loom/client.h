@@ -1,0 +1,96 @@
+/*
+ * client.h - libloom-client: what an RL job links to talk to loomd (docs/api.md).
+ *
+ *     loom_client *c = loom_client_new("http://127.0.0.1:7480", NULL);
+ *     loom_client_submit(c, spec_json, NULL, &job, NULL);
+ *     for (;;) {
+ *             loom_client_lease l;
+ *             if (loom_client_acquire(c, job, "rollout", -1, &l)) break;   blocks for the permit
+ *             ... generate; loom_client_progress(c, &l, done, total, &keep) ...
+ *             loom_client_release(c, &l, true, NULL);
+ *             ... the same for "train" ...
+ *     }
+ *     loom_client_free(c);
+ *
+ * While a lease is held a background thread renews it (every third of the lease timeout), so a
+ * long phase does not need to call anything. Transport errors and 503 replies are retried with
+ * backoff for opts.retry_for_s, which carries a worker across a loomd restart; every call is
+ * safe to repeat (a submit carries an idempotency key, acquire returns the lease already held,
+ * release of a released lease answers the same). A lease the daemon no longer knows (it was
+ * restarted mid-phase) is reported as LOOM_ENOENT: acquire the phase again and redo it.
+ *
+ * A client is used by one thread at a time (plus its own heartbeat thread). Returns are 0 or a
+ * negative LOOM_E* code; loom_client_error() has the sentence. Does not link the core.
+ */
+#ifndef LOOM_CLIENT_H
+#define LOOM_CLIENT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "loom/common.h"
+
+typedef struct loom_client loom_client;
+
+typedef struct loom_client_opts {
+        double request_timeout_s; /* one HTTP attempt, on top of an acquire's wait; default 10 */
+        double retry_for_s;       /* keep retrying unreachable/503 this long; default 60 */
+        bool heartbeat;           /* renew held leases in the background; default true */
+} loom_client_opts;
+
+void loom_client_opts_default(loom_client_opts *o);
+
+/* url: "http://HOST:PORT" (a trailing slash is fine). opts may be NULL for the defaults.
+ * NULL when out of memory or url is empty. Free with loom_client_free (NULL is fine). */
+loom_client *loom_client_new(const char *url, const loom_client_opts *opts);
+void loom_client_free(loom_client *c);
+
+/* The sentence describing the last failure ("" after a success), and the HTTP status of the
+ * last reply (0 when none arrived). Valid until the next call on c. */
+const char *loom_client_error(const loom_client *c);
+int loom_client_status(const loom_client *c);
+
+/* Strings returned through `char **reply` are malloc'd JSON documents; release with this. */
+void loom_client_free_string(char *s);
+
+/*
+ * Submit a job (spec as in `loom place`, plus "iterations" and "name"). key makes a retried
+ * submit return the job the first attempt created; NULL generates one. On success *job is
+ * the new id and *reply (if reply is not NULL) the daemon's reply. LOOM_EINVAL for a spec the
+ * daemon refused (400/422; loom_client_error names the field), LOOM_EREJECT if it cannot be
+ * placed, LOOM_EIO if the daemon stayed unreachable.
+ */
+int loom_client_submit(loom_client *c, const char *spec_json, const char *key, uint32_t *job,
+                       char **reply);
+/* GET path (e.g. "/v1/jobs/3", "/metrics"). */
+int loom_client_get(loom_client *c, const char *path, char **reply);
+int loom_client_cancel(loom_client *c, uint32_t job);
+
+typedef struct loom_client_lease {
+        int64_t id;
+        uint32_t job;
+        char phase[16]; /* "rollout" or "train" */
+        int n_nodes;
+        uint32_t nodes[32];
+        int gpus;
+        double timeout_s;
+        int64_t iteration; /* 1-based iteration this phase belongs to */
+} loom_client_lease;
+
+/*
+ * Wait for the permit to run `phase` of job. wait_s >= 0 bounds the wait (LOOM_ETIMEDOUT when
+ * it ends first); wait_s < 0 waits until granted. LOOM_ESTATE when the job has ended or runs
+ * another phase next (409), LOOM_ENOENT for an unknown job, LOOM_EIO when unreachable.
+ */
+int loom_client_acquire(loom_client *c, uint32_t job, const char *phase, double wait_s,
+                        loom_client_lease *out);
+/* Report done of total units. Returns 1 when the scheduler advises migrating the rollout tail
+ * (*keep_gpus, if not NULL, gets the GPUs to keep), 0 otherwise, LOOM_ENOENT if the lease is
+ * gone (expired, revoked, lost in a restart). */
+int loom_client_progress(loom_client *c, const loom_client_lease *l, int64_t done, int64_t total,
+                         int *keep_gpus);
+/* End the phase; ok = false marks the job failed. *reply (optional) is the job's state after. */
+int loom_client_release(loom_client *c, const loom_client_lease *l, bool ok, char **reply);
+int loom_client_heartbeat(loom_client *c, const loom_client_lease *l);
+
+#endif
