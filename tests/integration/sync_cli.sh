@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# `loom sync` end to end with real processes. The loopback part always runs: every plan moves a
+# small model and verifies it, topo puts one copy on the slow link, late joiners catch up, a
+# corrupted bucket makes the run fail with exit 1, bad input exits 1 and bad usage 2. The shaped
+# part (namespaces + veth + tc) runs when `ip netns add` works here, and checks that namespaces
+# are removed after success, after a failed transfer and after SIGINT.
+# $1 build dir, $2 source dir.
+set -u
+b=$1
+loom="$b/loom"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0 pass=0
+check() { # name, condition...
+        local name=$1
+        shift
+        if "$@"; then pass=$((pass + 1)); else echo "FAIL: $name"; fail=$((fail + 1)); fi
+}
+field() { # json-line key -> value
+        sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p" <<<"$1"
+}
+lt() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a < b) }'; }
+
+small=(--model tiny --bucket-mib 0.01 --density 0.02)
+
+# ---- loopback: always
+"$loom" sync bench "${small[@]}" --link loopback --json >"$tmp/out" 2>"$tmp/err"
+check "loopback bench exits 0" test $? -eq 0
+check "one line per plan" test "$(wc -l <"$tmp/out")" -eq 3
+flat=$(grep '"plan":"flat"' "$tmp/out")
+topo=$(grep '"plan":"topo"' "$tmp/out")
+sparse=$(grep '"plan":"topo+sparse"' "$tmp/out")
+for l in "$flat" "$topo" "$sparse"; do
+        check "verified: ${l:0:30}" test "$(field "$l" verified)" = true
+        for k in plan wall_s slow_link_bytes slow_link_copies fast_link_bytes goodput_fraction \
+                encode_gbps decode_gbps verified; do
+                check "field $k" grep -q "\"$k\":" <<<"$l"
+        done
+done
+check "flat: 8 copies on the slow link" lt 7.99 "$(field "$flat" slow_link_copies)"
+check "topo: one copy on the slow link" lt "$(field "$topo" slow_link_copies)" 1.05
+check "topo: at least one copy" lt 0.999 "$(field "$topo" slow_link_copies)"
+check "topo+sparse: a fraction of a copy" lt "$(field "$sparse" slow_link_copies)" 0.2
+check "unshaped: goodput null" test "$(field "$topo" goodput_fraction)" = null
+
+"$loom" sync bench "${small[@]}" --link loopback --plan topo+sparse --late 3 --json >"$tmp/out"
+check "late joiners: exit 0" test $? -eq 0
+check "late joiners verified" grep -q '"verified":true' "$tmp/out"
+check "late joiners caught up" grep -q '"ranks_ok":8' "$tmp/out"
+
+"$loom" sync bench "${small[@]}" --link loopback --plan topo --corrupt --json >"$tmp/out" 2>/dev/null
+check "corrupt bucket: exit 1" test $? -eq 1
+check "corrupt bucket: not verified" grep -q '"verified":false' "$tmp/out"
+check "corrupt bucket: every rank intact" grep -q '"ranks_intact":8' "$tmp/out"
+
+"$loom" sync plan --model qwen2.5-1.5b >"$tmp/plan"
+check "plan exits 0" test $? -eq 0
+check "plan: flat 8 copies" grep -q 'flat .*(8.00 copies)' "$tmp/plan"
+check "plan: topo 1 copy" grep -q 'topo .*(1.00 copies)' "$tmp/plan"
+check "plan is deterministic" test "$("$loom" sync plan --model qwen2.5-1.5b)" = "$(cat "$tmp/plan")"
+
+# ---- bad input: exit 1, message names the option; bad usage: exit 2
+"$loom" sync bench --model gpt-9 >"$tmp/out" 2>"$tmp/err"
+check "unknown model exits 1" test $? -eq 1
+check "unknown model named" grep -q "model" "$tmp/err"
+check "nothing printed on bad input" test ! -s "$tmp/out"
+"$loom" sync bench --model tiny --train tp=3 2>"$tmp/err" >/dev/null
+check "bad tp exits 1" test $? -eq 1
+check "bad tp names --train" grep -q -- "--train" "$tmp/err"
+"$loom" sync bench --model tiny --density 2 2>"$tmp/err" >/dev/null
+check "bad density exits 1" test $? -eq 1
+"$loom" sync bench --model tiny --rollout tp=1,pp=2 2>"$tmp/err" >/dev/null
+check "rollout pp exits 1" test $? -eq 1
+"$loom" sync bench --bogus 1 2>/dev/null >/dev/null
+check "unknown option exits 2" test $? -eq 2
+"$loom" sync frobnicate 2>/dev/null >/dev/null
+check "unknown subcommand exits 2" test $? -eq 2
+"$loom" sync bench --help >"$tmp/out"
+check "--help exits 0" test $? -eq 0
+check "--help documents --plan" grep -q -- "--plan" "$tmp/out"
+
+# ---- shaped link: only where namespaces can be made
+probe="lsync-probe-$$"
+if ip netns add "$probe" 2>/dev/null; then
+        ip netns del "$probe"
+        before=$(ip netns list | grep -c '^lsync-')
+        "$loom" sync bench "${small[@]}" --link netns --link-gbps 1 --json >"$tmp/out" 2>"$tmp/err"
+        check "netns bench exits 0" test $? -eq 0
+        check "netns: shaped" grep -q '"shaped":true' "$tmp/out"
+        check "netns: goodput measured" test "$(grep -c '"goodput_fraction":[0-9]' "$tmp/out")" -eq 3
+        check "netns: all verified" test "$(grep -c '"verified":true' "$tmp/out")" -eq 3
+        check "netns: removed after success" test "$(ip netns list | grep -c '^lsync-')" -eq "$before"
+
+        "$loom" sync bench "${small[@]}" --link netns --plan topo --corrupt >/dev/null 2>&1
+        check "netns corrupt: exit 1" test $? -eq 1
+        check "netns: removed after failure" test "$(ip netns list | grep -c '^lsync-')" -eq "$before"
+
+        # A slow run interrupted half way: namespaces and rank processes must go.
+        "$loom" sync bench --model tiny --link netns --link-gbps 0.001 --plan flat >/dev/null 2>&1 &
+        pid=$!
+        for _ in $(seq 50); do
+                ip netns list | grep -q "^lsync-$pid-" && break
+                sleep 0.1
+        done
+        check "netns: created during the run" bash -c "ip netns list | grep -q '^lsync-$pid-'"
+        sleep 1
+        kill -INT "$pid"
+        wait "$pid"
+        check "interrupted run exits non-zero" test $? -ne 0
+        check "netns: removed after SIGINT" bash -c "! ip netns list | grep -q '^lsync-$pid-'"
+        check "no rank process left" bash -c "! pgrep -P $pid >/dev/null"
+else
+        echo "SKIP (shaped link part only): cannot create network namespaces here (needs root)"
+fi
+
+echo "sync_cli: $pass passed, $fail failed"
+test "$fail" -eq 0
