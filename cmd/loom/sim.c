@@ -330,16 +330,17 @@ static int run_sweep(opts *o, const loom_sim_trace *t)
         /* aggregate over seeds: rows are ordered by setting, policy, seed */
         int groups = out.n / sc.seeds;
         if (!o->json && !o->csv)
-                printf("%-3s %-14s %-8s %9s %9s %9s %7s %7s %7s\n", "fig", "setting", "policy",
-                       "x_lb", "x_lb_min", "x_lb_max", "SLO%", "SLOmin", "SLOmax");
+                printf("%-3s %-14s %-8s %9s %9s %9s %7s %7s %7s %7s\n", "fig", "setting", "policy",
+                       "x_lb", "x_lb_min", "x_lb_max", "SLO%", "SLOmin", "SLOmax", "SLOp%");
         else if (o->csv)
-                printf("figure,setting,policy,cost_vs_lb,cost_vs_lb_min,cost_vs_lb_max,"
-                       "slo_attainment,slo_min,slo_max,avg_cost_per_hour\n");
+                printf(
+                    "figure,setting,policy,cost_vs_lb,cost_vs_lb_min,cost_vs_lb_max,"
+                    "slo_attainment,slo_min,slo_max,slo_attainment_profiled,avg_cost_per_hour\n");
         double *agg = calloc((size_t)groups * 2, sizeof *agg);
         for (int g = 0; g < groups; g++) {
                 const loom_sim_sweep_row *r = &out.rows[g * sc.seeds];
                 double c = 0, cmin = INFINITY, cmax = -INFINITY, s = 0, smin = INFINITY,
-                       smax = -INFINITY, avg = 0;
+                       smax = -INFINITY, avg = 0, swc = 0;
                 for (int k = 0; k < sc.seeds; k++) {
                         c += r[k].cost_vs_lb;
                         cmin = fmin(cmin, r[k].cost_vs_lb);
@@ -348,7 +349,10 @@ static int run_sweep(opts *o, const loom_sim_trace *t)
                         smin = fmin(smin, r[k].slo_attainment);
                         smax = fmax(smax, r[k].slo_attainment);
                         avg += r[k].avg_cost_per_hour;
+                        swc += r[k].slo_attainment_wc;
                 }
+                swc /= sc.seeds;
+                bool lb = r->policy == LOOM_SIM_LB; /* a bound has no SLO figures */
                 c /= sc.seeds;
                 s /= sc.seeds;
                 avg /= sc.seeds;
@@ -361,15 +365,20 @@ static int run_sweep(opts *o, const loom_sim_trace *t)
                         printf("{\"figure\":\"15%c\",\"setting\":\"%s\",\"policy\":\"%s\","
                                "\"seeds\":%d,\"cost_vs_lb\":%.4f,\"cost_vs_lb_min\":%.4f,"
                                "\"cost_vs_lb_max\":%.4f,\"slo_attainment\":%.4f,"
-                               "\"slo_min\":%.4f,\"slo_max\":%.4f,\"avg_cost_per_hour\":%.2f}\n",
-                               r->figure, r->setting, pn, sc.seeds, c, cmin, cmax, s, smin, smax,
-                               avg);
+                               "\"slo_min\":%.4f,\"slo_max\":%.4f,\"slo_attainment_profiled\":%.4f,"
+                               "\"avg_cost_per_hour\":%.2f}\n",
+                               r->figure, r->setting, pn, sc.seeds, c, cmin, cmax, lb ? 0 : s,
+                               lb ? 0 : smin, lb ? 0 : smax, lb ? 0 : swc, avg);
                 else if (o->csv)
-                        printf("15%c,%s,%s,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.2f\n", r->figure,
-                               r->setting, pn, c, cmin, cmax, s, smin, smax, avg);
+                        printf("15%c,%s,%s,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.2f\n", r->figure,
+                               r->setting, pn, c, cmin, cmax, s, smin, smax, swc, avg);
+                else if (lb)
+                        printf("15%c %-14s %-8s %9.3f %9.3f %9.3f %7s %7s %7s %7s\n", r->figure,
+                               r->setting, pn, c, cmin, cmax, "-", "-", "-", "-");
                 else
-                        printf("15%c %-14s %-8s %9.3f %9.3f %9.3f %7.1f %7.1f %7.1f\n", r->figure,
-                               r->setting, pn, c, cmin, cmax, 100 * s, 100 * smin, 100 * smax);
+                        printf("15%c %-14s %-8s %9.3f %9.3f %9.3f %7.1f %7.1f %7.1f %7.1f\n",
+                               r->figure, r->setting, pn, c, cmin, cmax, 100 * s, 100 * smin,
+                               100 * smax, 100 * swc);
         }
         if (!o->json && !o->csv)
                 printf("%llu events in %.2f s of run time (%.2f M events/s per thread)\n",

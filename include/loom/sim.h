@@ -235,7 +235,7 @@ typedef struct loom_sim_sweep_row {
         char setting[24]; /* "balanced", "slo=1.2", "max_group=3", ... */
         loom_sim_policy policy;
         int seed;
-        double cost_vs_lb, avg_cost_per_hour, slo_attainment, slowdown_p99;
+        double cost_vs_lb, avg_cost_per_hour, slo_attainment, slo_attainment_wc, slowdown_p99;
         uint64_t events;
 } loom_sim_sweep_row;
 

@@ -17,7 +17,9 @@
  * crosses the tail threshold after Wq of them. Running on g of the job's G GPUs it advances at
  * g/G; a migrated tail is latency-bound and advances at 1/tail_slowdown on its kept GPUs. A
  * phase pays a switch latency before its work: warm when the node last ran another job,
- * nothing when it ran this job.
+ * nothing when it ran this job; the switch begins when the node frees up, so only the part
+ * of it that exceeds the node's idle time delays the phase (the core's meta-iteration
+ * simulation makes the same assumption).
  * Events made stale by a speed change are skipped through a per-job version number.
  */
 #include <stdlib.h>
@@ -35,7 +37,8 @@ typedef struct resident {
 } resident;
 
 typedef struct node_state {
-        int last; /* workload index + 1 of the job that ran last */
+        int last;        /* workload index + 1 of the job that ran last */
+        loom_us free_at; /* when its last phase ended (or was squeezed into a tail) */
         uint64_t used;
         resident res[RES_SLOTS];
 } node_state;
@@ -126,7 +129,12 @@ static loom_us node_switch(engine *g, node_state *n, loom_pool pool, int ji, uin
                         bool same = n->last == ji + 1;
                         n->last = ji + 1;
                         *kind = same ? 0 : 1;
-                        return same ? 0 : loom_sim_warm(g->c, j->model_b);
+                        if (same)
+                                return 0;
+                        /* The switch starts as soon as the node is free: only the part that
+                         * does not fit in its idle time delays the phase. */
+                        loom_us left = loom_sim_warm(g->c, j->model_b) - (g->now - n->free_at);
+                        return left > 0 ? left : 0;
                 }
                 if (!n->res[i].job && free_slot < 0)
                         free_slot = i;
@@ -291,6 +299,15 @@ static int start_phase(engine *g, const loom_action *a)
         return sim_heap_push(&g->heap, g->now + ovh + len, SIM_EV_END, (uint32_t)ji, j->version);
 }
 
+/* The nodes a job's phase ran on are free from now on. */
+static void free_nodes(engine *g, const sjob *j)
+{
+        loom_pool pool = j->phase == LOOM_PHASE_TRAIN ? LOOM_POOL_TRAIN : LOOM_POOL_ROLLOUT;
+        for (int k = 0; k < j->n_nodes; k++)
+                if (j->nodes[k] < g->cap_nodes[pool])
+                        g->nodes[pool][j->nodes[k]].free_at = g->now;
+}
+
 static int apply(engine *g, const loom_action *a)
 {
         int ji;
@@ -307,6 +324,7 @@ static int apply(engine *g, const loom_action *a)
                 if ((rc = record(g, ji, g->now)))
                         return rc;
                 sim_meter_busy(&g->meter, g->now, LOOM_POOL_ROLLOUT, a->keep_gpus - j->busy_gpus);
+                free_nodes(g, j);
                 j->busy_gpus = a->keep_gpus;
                 j->migrated = true;
                 j->n_nodes = 1;
@@ -363,9 +381,15 @@ static int arrival(engine *g, int ji)
         loom_err_clear(&e2);
         int rc = loom_sched_submit(g->s, g->now, &sj->spec, &d, &id, &e2);
         loom_decision_free(&d);
-        if (rc == LOOM_EREJECT) {
+        if (rc == LOOM_EREJECT || rc == LOOM_ERANGE) {
+                /* ERANGE: the core could not evaluate a candidate group (its meta-iteration
+                 * found no period); the job is counted as rejected and the run goes on. */
                 g->r->jobs_rejected++;
                 g->finished++;
+                if (rc == LOOM_ERANGE && !g->r->note[0])
+                        snprintf(g->r->note, sizeof g->r->note,
+                                 "the core could not place job %d (%.40s): %.120s", ji, sj->spec.id,
+                                 e2.msg);
                 return 0;
         }
         if (rc) {
@@ -449,6 +473,8 @@ static int on_end(engine *g, int ji)
         int rc = record(g, ji, g->now);
         if (rc)
                 return rc;
+        if (j->phase != LOOM_PHASE_SYNC)
+                free_nodes(g, j);
         if (j->busy_gpus)
                 sim_meter_busy(&g->meter, g->now, j->busy_pool, -j->busy_gpus);
         j->busy_gpus = 0;
@@ -538,7 +564,7 @@ int sim_run_core(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_pol
         }
         rc = sim_finish_jobs(&cc, w, done, done + w->n, r);
         free(done);
-        if (!rc && r->jobs_done + r->jobs_rejected < w->n)
+        if (!rc && r->jobs_done + r->jobs_rejected < w->n && !r->note[0])
                 snprintf(r->note, sizeof r->note, "%d jobs did not finish",
                          w->n - r->jobs_done - r->jobs_rejected);
 out:

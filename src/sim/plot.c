@@ -65,7 +65,7 @@ static void text(cairo_t *cr, double x, double y, const char *s, double align, d
 }
 
 static void axes(cairo_t *cr, const frame *f, const char *title, const char *xl, const char *yl,
-                 bool xticks)
+                 bool xticks, bool yticks)
 {
         cairo_set_source_rgb(cr, 1, 1, 1);
         cairo_paint(cr);
@@ -73,7 +73,7 @@ static void axes(cairo_t *cr, const frame *f, const char *title, const char *xl,
         cairo_set_line_width(cr, 1);
         char buf[64];
         double ys = nice_step(f->y1 - f->y0);
-        for (double y = ceil(f->y0 / ys) * ys; y <= f->y1 + 1e-9; y += ys) {
+        for (double y = ceil(f->y0 / ys) * ys; yticks && y <= f->y1 + 1e-9; y += ys) {
                 cairo_set_source_rgb(cr, 0.9, 0.9, 0.9);
                 cairo_move_to(cr, ML, py(f, y));
                 cairo_line_to(cr, W - MR, py(f, y));
@@ -183,11 +183,13 @@ static void draw_series(cairo_t *cr, const void *varg)
         axes(cr, &f,
              a->what ? "GPUs provisioned per pool (solid: rollout, dashed: train)"
                      : "Provisioning cost over time",
-             "time (h)", a->what ? "GPUs" : "$/h", true);
+             "time (h)", a->what ? "GPUs" : "$/h", true, true);
         cairo_rectangle(cr, ML, MT, W - ML - MR, H - MT - MB);
         cairo_clip(cr);
         for (int i = 0; i < a->n; i++) {
                 const loom_sim_result *r = &a->r[i];
+                if (!r->ran)
+                        continue;
                 for (int pool = 0; pool < (a->what ? 2 : 1); pool++) {
                         if (!r->n_series)
                                 continue;
@@ -224,7 +226,8 @@ static void draw_cdf(cairo_t *cr, const void *varg)
                         if (isfinite(a->r[i].slowdown[k]))
                                 f.x1 = fmax(f.x1, a->r[i].slowdown[k]);
         f.x1 = fmin(f.x1 * 1.02, 4.0);
-        axes(cr, &f, "Slowdown CDF (job time / solo time)", "slowdown", "fraction of jobs", true);
+        axes(cr, &f, "Slowdown CDF (job time / solo time)", "slowdown", "fraction of jobs", true,
+             true);
         cairo_rectangle(cr, ML, MT, W - ML - MR, H - MT - MB);
         cairo_clip(cr);
         for (int i = 0; i < a->n; i++) {
@@ -286,7 +289,7 @@ static void draw_gantt(cairo_t *cr, const void *varg)
         const gantt_arg *a = varg;
         int nrows = a->rows[0] + a->rows[1];
         frame f = {0, a->t1, 0, nrows};
-        axes(cr, &f, a->title, "time (s)", "", true);
+        axes(cr, &f, a->title, "time (s)", "", true, false);
         double rh = (H - MT - MB) / (double)nrows;
         char buf[64];
         for (int p = 0; p < 2; p++)
@@ -382,7 +385,7 @@ static void draw_bars(cairo_t *cr, const void *varg)
                 if (isfinite(b->values[i]))
                         f.y1 = fmax(f.y1, b->values[i]);
         f.y1 *= 1.1;
-        axes(cr, &f, b->title, "", b->ylabel, false);
+        axes(cr, &f, b->title, "", b->ylabel, false, true);
         double gw = (W - ML - MR) / (double)b->n_groups, bw = gw * 0.8 / b->n_series;
         for (int g = 0; g < b->n_groups; g++) {
                 for (int s = 0; s < b->n_series; s++) {

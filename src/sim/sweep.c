@@ -98,6 +98,7 @@ static int run_task(sweep_ctx *x, int task)
                                           .cost_vs_lb = res[i].total_cost / lb,
                                           .avg_cost_per_hour = res[i].avg_cost_per_hour,
                                           .slo_attainment = res[i].slo_attainment,
+                                          .slo_attainment_wc = res[i].slo_attainment_wc,
                                           .slowdown_p99 = res[i].slowdown_p99,
                                           .events = res[i].events};
                 snprintf(r->setting, sizeof r->setting, "%s", s->name);
