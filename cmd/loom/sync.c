@@ -51,7 +51,8 @@ static void usage(FILE *f)
                    "  --timeout S         give up after S seconds per plan (default 600)\n"
                    "  --max-mem-gb G      refuse runs estimated above G GB (default: 85%% of\n"
                    "                      available memory)\n"
-                   "  --corrupt           fault injection: corrupt one bucket on the wire\n"
+                   "  --corrupt wire|content  fault injection on one bucket: a byte flipped after\n"
+                   "                      its checksum, or a wrong value in a well-formed frame\n"
                    "  --json              one JSON object per plan\n");
 }
 
@@ -92,10 +93,6 @@ static int parse(int argc, char **argv, opts *o)
                         o->json = 1;
                         continue;
                 }
-                if (!strcmp(a, "--corrupt")) {
-                        o->corrupt = 1;
-                        continue;
-                }
                 char key[32];
                 const char *eq = strchr(a, '=');
                 if (eq && (size_t)(eq - a) < sizeof key) {
@@ -125,7 +122,14 @@ static int parse(int argc, char **argv, opts *o)
                         o->plan = v;
                 else if (!strcmp(key, "--link"))
                         o->link = v;
-                else if (!strcmp(key, "--layers")) {
+                else if (!strcmp(key, "--corrupt")) {
+                        if (strcmp(v, "wire") && strcmp(v, "content")) {
+                                fprintf(stderr,
+                                        "loom sync: --corrupt: '%s' is not wire or content\n", v);
+                                return 1;
+                        }
+                        o->corrupt = strcmp(v, "wire") ? 2 : 1;
+                } else if (!strcmp(key, "--layers")) {
                         if (num(key, v, 1, 1000, &d) || d != (long)d)
                                 return 1;
                         o->layers = (long)d;

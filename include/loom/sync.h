@@ -264,8 +264,10 @@ typedef struct loom_sync_run_cfg {
         int netns;        /* 1: namespaces + veth + tc (needs root); 0: loopback only */
         uint32_t late;    /* this many rollout ranks (the last ones) join after the step and
                            * catch up from their peers' relays */
-        int corrupt;      /* fault injection: training rank 0 flips a payload byte of its
-                           * first bucket (after computing the CRC) */
+        int corrupt;      /* fault injection on training rank 0's first bucket: 1 flips a
+                           * payload byte after its CRC (bad frame), 2 changes a value before
+                           * encoding (well-formed frame, wrong weights: only the per-tensor
+                           * checksums can tell) */
         double timeout_s; /* whole run; 0 = 600 */
 } loom_sync_run_cfg;
 

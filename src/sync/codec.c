@@ -68,8 +68,51 @@ uint32_t loom_sync_crc32c(uint32_t crc, const void *buf, size_t len)
 
 #define HASH_G UINT64_C(0x9E3779B97F4A7C15)
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+/* Eight elements per iteration: widen to 64-bit lanes and multiply by the position keys as two
+ * 32x32->64 products (value < 2^32, so value * key mod 2^64 = v*lo + (v*hi << 32)). */
+__attribute__((target("avx2"))) static uint64_t hash_avx2(const uint16_t *v, size_t n, uint64_t g0)
+{
+        const uint64_t step = 2 * HASH_G;
+        __m256i ka =
+            _mm256_set_epi64x((long long)(step * (g0 + 3) + 1), (long long)(step * (g0 + 2) + 1),
+                              (long long)(step * (g0 + 1) + 1), (long long)(step * g0 + 1));
+        __m256i kb = _mm256_add_epi64(ka, _mm256_set1_epi64x((long long)(4 * step)));
+        const __m256i inc = _mm256_set1_epi64x((long long)(8 * step));
+        const __m256i off = _mm256_set1_epi64x(0x10000);
+        __m256i acc = _mm256_setzero_si256();
+        size_t i = 0;
+        for (; i + 8 <= n; i += 8) {
+                __m128i x = _mm_loadu_si128((const __m128i *)(v + i));
+                __m256i a = _mm256_add_epi64(_mm256_cvtepu16_epi64(x), off);
+                __m256i b = _mm256_add_epi64(_mm256_cvtepu16_epi64(_mm_srli_si128(x, 8)), off);
+                __m256i pa = _mm256_add_epi64(
+                    _mm256_mul_epu32(a, ka),
+                    _mm256_slli_epi64(_mm256_mul_epu32(a, _mm256_srli_epi64(ka, 32)), 32));
+                __m256i pb = _mm256_add_epi64(
+                    _mm256_mul_epu32(b, kb),
+                    _mm256_slli_epi64(_mm256_mul_epu32(b, _mm256_srli_epi64(kb, 32)), 32));
+                acc = _mm256_add_epi64(acc, _mm256_add_epi64(pa, pb));
+                ka = _mm256_add_epi64(ka, inc);
+                kb = _mm256_add_epi64(kb, inc);
+        }
+        uint64_t lanes[4];
+        _mm256_storeu_si256((__m256i *)lanes, acc);
+        uint64_t h = lanes[0] + lanes[1] + lanes[2] + lanes[3];
+        for (uint64_t k = step * (g0 + i) + 1; i < n; i++, k += step)
+                h += ((uint64_t)v[i] + 0x10000u) * k;
+        return h;
+}
+#endif
+
 uint64_t loom_sync_hash(const uint16_t *v, size_t n, uint64_t g0)
 {
+#if defined(__x86_64__)
+        if (n >= 64 && __builtin_cpu_supports("avx2"))
+                return hash_avx2(v, n, g0);
+#endif
         const uint64_t step = 2 * HASH_G;
         uint64_t k0 = step * g0 + 1, a0 = 0, a1 = 0, a2 = 0, a3 = 0;
         size_t i = 0;
@@ -405,8 +448,8 @@ void loom_sync_payload_walk(const loom_sync_frame *f, const uint8_t *p, loom_syn
                 size_t pos = 0;
                 uint64_t next = 0;
                 for (uint64_t k = 0; k < f->nnz; k++) {
-                        uint64_t gap;
-                        size_t used;
+                        uint64_t gap = 0;
+                        size_t used = 0;
                         varint_get(p + pos, (size_t)f->payload_len - pos, &gap, &used);
                         pos += used;
                         uint64_t i = next + gap;

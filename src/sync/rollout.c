@@ -202,23 +202,6 @@ static void dense_run(const loom__run *run, void *arg)
         a->c->elems[run->tensor] += run->len;
 }
 
-typedef struct delta_acc {
-        consumer *c;
-        uint64_t s0;
-        size_t k;
-        uint64_t kstart;
-} delta_acc;
-
-static void delta_elem(uint64_t i, uint16_t x, void *arg)
-{
-        delta_acc *a = arg;
-        uint32_t t;
-        uint64_t g, loc;
-        loom__locate(&a->c->r->view, a->c->p, a->c->st, a->s0 + i, &a->k, &a->kstart, &t, &g, &loc);
-        uint16_t old = a->c->r->live[loc];
-        a->c->sparse_delta[t] += loom_sync_hash1(old ^ x, g) - loom_sync_hash1(old, g);
-}
-
 static void sparse_run(const loom__run *run, void *arg)
 {
         consumer *c = arg;
@@ -246,8 +229,6 @@ static int take_bucket(consumer *c, uint64_t k, const loom_sync_frame *f, const 
                 if (!c->r->have)
                         return loom_err_set(&c->err, LOOM_ESTATE, "frame",
                                             "a sparse delta arrived but no base version is held");
-                delta_acc a = {c, s0, 0, 0};
-                loom_sync_payload_walk(f, payload, delta_elem, &a);
                 loom__walk(&c->r->view, p, c->st, s0, n, sparse_run, c);
         }
         c->cpu += loom__cpu() - t0;
@@ -378,27 +359,40 @@ typedef struct xor_acc {
         uint64_t kstart;
 } xor_acc;
 
+/* Apply one change in place and fold its effect on the tensor's checksum; the only random
+ * access to the weights a sparse delta costs. */
 static void xor_elem(uint64_t i, uint16_t x, void *arg)
 {
         xor_acc *a = arg;
         uint32_t t;
         uint64_t g, loc;
         loom__locate(&a->c->r->view, a->c->p, a->c->st, a->s0 + i, &a->k, &a->kstart, &t, &g, &loc);
-        a->c->r->live[loc] ^= x;
+        uint16_t *w = &a->c->r->live[loc], old = *w;
+        *w = old ^ x;
+        a->c->sparse_delta[t] += loom_sync_hash1(*w, g) - loom_sync_hash1(old, g);
 }
 
-static void apply(consumer *c)
+/* XOR is its own inverse: running this twice restores the previous version exactly. */
+static void apply_sparse(consumer *c)
+{
+        for (uint64_t k = 0; k < c->nb; k++) {
+                const staged *s = &c->frames[k];
+                if (s->f.enc == LOOM_SYNC_ENC_DENSE)
+                        continue;
+                xor_acc a = {c, k * c->p->bucket_elems, 0, 0};
+                loom_sync_payload_walk(&s->f, s->payload, xor_elem, &a);
+        }
+}
+
+static void apply_dense(consumer *c)
 {
         for (uint64_t k = 0; k < c->nb; k++) {
                 const staged *s = &c->frames[k];
                 uint64_t s0 = k * c->p->bucket_elems;
-                if (s->f.enc == LOOM_SYNC_ENC_DENSE) {
-                        apply_acc a = {c->r->live, s->payload, s0};
-                        loom__walk(&c->r->view, c->p, c->st, s0, s->f.elems, copy_run, &a);
-                } else {
-                        xor_acc a = {c, s0, 0, 0};
-                        loom_sync_payload_walk(&s->f, s->payload, xor_elem, &a);
-                }
+                if (s->f.enc != LOOM_SYNC_ENC_DENSE)
+                        continue;
+                apply_acc a = {c->r->live, s->payload, s0};
+                loom__walk(&c->r->view, c->p, c->st, s0, s->f.elems, copy_run, &a);
         }
 }
 
@@ -418,31 +412,46 @@ static void drop(consumer *c)
         free(c->dense_elems);
 }
 
-/* Compare the new version's per-tensor sums with the senders' manifests. */
-static int verify(loom__rollout *r, consumer *cs, size_t n, uint64_t *newh, loom_err *e)
+/*
+ * Check the new version against the senders' per-tensor checksums and swap it in, or leave the
+ * old one. Tensors that arrived whole and dense are checked before anything is touched. Sparse
+ * deltas are applied in place under the write lock, folding their checksum change as they go
+ * (one pass over the changed elements instead of two); if any tensor then disagrees they are
+ * applied again, which undoes them, and the dense frames are never copied. Tensors that arrived
+ * partly dense and partly sparse need the old checksum of the dense part, taken first.
+ */
+static int commit(loom__rollout *r, consumer *cs, size_t n, loom_err *e)
 {
         const loom_sync_layout *l = r->view.layout;
         const loom_sync_map *m = r->c->map;
         size_t nt = l->ntensors;
-        uint64_t *want = calloc(nt, sizeof *want), *dn = calloc(nt, sizeof *dn),
-                 *sd = calloc(nt, sizeof *sd), *el = calloc(nt, sizeof *el),
-                 *de = calloc(nt, sizeof *de), *dold = calloc(nt, sizeof *dold);
-        int rc = want && dn && sd && el && de && dold ? 0 : LOOM_ENOMEM;
+        uint64_t *want = calloc(nt, 8), *dn = calloc(nt, 8), *sd = calloc(nt, 8),
+                 *el = calloc(nt, 8), *de = calloc(nt, 8), *dold = calloc(nt, 8),
+                 *newh = calloc(nt, 8);
+        int rc = want && dn && sd && el && de && dold && newh ? 0 : LOOM_ENOMEM, mixed = 0;
+        if (rc)
+                loom_err_set(e, rc, "commit", "out of memory");
         for (size_t i = 0; !rc && i < n; i++) {
                 for (size_t j = 0; j < cs[i].st->count; j++)
                         want[m->pieces[cs[i].manifest[j].piece].tensor] += cs[i].manifest[j].hash;
                 for (size_t t = 0; t < nt; t++) {
                         dn[t] += cs[i].dense_new[t];
-                        sd[t] += cs[i].sparse_delta[t];
                         el[t] += cs[i].elems[t];
                         de[t] += cs[i].dense_elems[t];
                 }
         }
-        /* Tensors that arrived partly dense and partly sparse need the old hash of the dense
-         * part; whole-dense tensors do not depend on the old version at all. */
-        int mixed = 0;
-        for (size_t t = 0; !rc && t < nt; t++)
+        for (size_t t = 0; !rc && t < nt; t++) {
+                uint64_t slice = loom_sync_rect_elems(&r->view.slice[t]);
+                if (el[t] != slice)
+                        rc = loom_err_set(e, LOOM_EPROTO, l->tensors[t].name,
+                                          "received %llu of %llu elements",
+                                          (unsigned long long)el[t], (unsigned long long)slice);
+                else if (de[t] == el[t] && (newh[t] = dn[t]) != want[t])
+                        rc = loom_err_set(e, LOOM_ECORRUPT, l->tensors[t].name,
+                                          "checksum of the new version does not match the "
+                                          "senders'");
                 mixed |= de[t] && de[t] != el[t];
+        }
         for (size_t i = 0; !rc && mixed && i < n; i++) {
                 old_acc a = {dold, r->live};
                 for (uint64_t k = 0; k < cs[i].nb; k++)
@@ -450,23 +459,34 @@ static int verify(loom__rollout *r, consumer *cs, size_t n, uint64_t *newh, loom
                                 loom__walk(&r->view, cs[i].p, cs[i].st, k * cs[i].p->bucket_elems,
                                            cs[i].frames[k].f.elems, old_run, &a);
         }
-        for (size_t t = 0; !rc && t < nt; t++) {
-                uint64_t slice = loom_sync_rect_elems(&r->view.slice[t]);
-                if (el[t] != slice) {
-                        rc = loom_err_set(e, LOOM_EPROTO, l->tensors[t].name,
-                                          "received %llu of %llu elements",
-                                          (unsigned long long)el[t], (unsigned long long)slice);
-                        break;
+        if (!rc) {
+                pthread_rwlock_wrlock(&r->lock);
+                for (size_t i = 0; i < n; i++)
+                        apply_sparse(&cs[i]);
+                for (size_t i = 0; i < n; i++)
+                        for (size_t t = 0; t < nt; t++)
+                                sd[t] += cs[i].sparse_delta[t];
+                for (size_t t = 0; !rc && t < nt; t++) {
+                        if (de[t] == el[t])
+                                continue;
+                        newh[t] = r->cur_hash[t] + sd[t] + dn[t] - dold[t];
+                        if (newh[t] != want[t])
+                                rc = loom_err_set(e, LOOM_ECORRUPT, l->tensors[t].name,
+                                                  "checksum of the new version does not match "
+                                                  "the senders'");
                 }
-                newh[t] = de[t] == el[t] ? dn[t] : r->cur_hash[t] + sd[t] + dn[t] - dold[t];
-                if (newh[t] != want[t])
-                        rc = loom_err_set(e, LOOM_ECORRUPT, l->tensors[t].name,
-                                          "checksum of the new version does not match the "
-                                          "senders'");
+                for (size_t i = 0; rc && i < n; i++)
+                        apply_sparse(&cs[i]); /* undo */
+                for (size_t i = 0; !rc && i < n; i++) {
+                        apply_dense(&cs[i]);
+                        for (size_t j = 0; j < cs[i].st->count; j++)
+                                r->piece_hash[cs[i].manifest[j].piece] = cs[i].manifest[j].hash;
+                }
+                if (!rc)
+                        memcpy(r->cur_hash, newh, nt * sizeof *newh);
+                pthread_rwlock_unlock(&r->lock);
         }
-        if (rc == LOOM_ENOMEM)
-                loom_err_set(e, rc, "verify", "out of memory");
-        free(want), free(dn), free(sd), free(el), free(de), free(dold);
+        free(want), free(dn), free(sd), free(el), free(de), free(dold), free(newh);
         return rc;
 }
 
@@ -519,22 +539,9 @@ int loom__rollout_run(loom__rollout *r, loom__report *rep)
                 }
         if (rc && !e.msg[0])
                 loom_err_set(&e, rc, "rollout", "%s", loom_strerror(rc));
-        uint64_t *newh = calloc(r->view.layout->ntensors, sizeof *newh);
         double t0 = loom__cpu();
-        if (!rc && !newh)
-                rc = loom_err_set(&e, LOOM_ENOMEM, "rollout", "out of memory");
         if (!rc)
-                rc = verify(r, cs, n, newh, &e);
-        if (!rc) {
-                pthread_rwlock_wrlock(&r->lock);
-                for (size_t i = 0; i < n; i++) {
-                        apply(&cs[i]);
-                        for (size_t j = 0; j < cs[i].st->count; j++)
-                                r->piece_hash[cs[i].manifest[j].piece] = cs[i].manifest[j].hash;
-                }
-                memcpy(r->cur_hash, newh, r->view.layout->ntensors * sizeof *newh);
-                pthread_rwlock_unlock(&r->lock);
-        }
+                rc = commit(r, cs, n, &e);
         rep->t_done = loom__now();
         double commit_cpu = loom__cpu() - t0;
         pthread_mutex_lock(&r->vmu);
@@ -554,7 +561,6 @@ int loom__rollout_run(loom__rollout *r, loom__report *rep)
         }
         free(cs);
         free(th);
-        free(newh);
         rep->rc = rc;
         /* Ground truth, untimed: what this rank serves now must be the synthetic weights of
          * the version it claims, whether the new one was committed or the old one kept. */

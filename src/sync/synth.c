@@ -29,27 +29,29 @@ void loom_sync_synth(uint64_t seed, uint32_t version, double density, uint64_t g
                      uint16_t *out)
 {
         uint32_t thr = density <= 0 ? 0 : density >= 1 ? 65536 : (uint32_t)(density * 65536 + 0.5);
-        uint64_t sbase = mix(seed);
+        uint64_t sbase = mix(seed), vseed[8];
+        uint32_t nv = version < 8 ? version : 8;
+        for (uint32_t v = 0; v < nv; v++)
+                vseed[v] = mix(sbase + (v + 1) * UINT64_C(0xD1B54A32D192ED03));
         size_t i = 0;
         while (i < n) {
                 uint64_t g = g0 + i, blk = g >> 2;
-                unsigned lane = (unsigned)(g & 3);
+                unsigned lane = (unsigned)(g & 3), first = lane;
                 uint64_t w = mix(sbase ^ blk);
-                uint64_t ch[8] = {0}, fl[8] = {0};
-                uint32_t nv = version < 8 ? version : 8;
-                for (uint32_t v = 1; v <= nv; v++) {
-                        uint64_t s = mix(sbase + v * UINT64_C(0xD1B54A32D192ED03));
-                        ch[v - 1] = mix(s ^ blk);
-                        fl[v - 1] = mix(ch[v - 1]);
-                }
-                for (; lane < 4 && i < n; lane++, i++) {
-                        uint16_t x = base_value((uint16_t)(w >> (16 * lane)));
-                        for (uint32_t v = 0; v < nv; v++) {
-                                uint32_t c = (uint32_t)(ch[v] >> (16 * lane)) & 0xffff;
-                                if (c < thr)
-                                        x ^= (uint16_t)(1 + ((fl[v] >> (16 * lane)) & 0x3f));
+                uint16_t x[4];
+                for (unsigned j = 0; j < 4; j++)
+                        x[j] = base_value((uint16_t)(w >> (16 * j)));
+                for (uint32_t v = 0; v < nv && thr; v++) {
+                        uint64_t ch = mix(vseed[v] ^ blk), fl = 0;
+                        for (unsigned j = 0; j < 4; j++) {
+                                if (((ch >> (16 * j)) & 0xffff) >= thr)
+                                        continue;
+                                if (!fl)
+                                        fl = mix(ch) | 1; /* only for blocks with a change */
+                                x[j] ^= (uint16_t)(1 + ((fl >> (16 * j)) & 0x3f));
                         }
-                        out[i] = x;
                 }
+                for (lane = first; lane < 4 && i < n; lane++, i++)
+                        out[i] = x[lane];
         }
 }

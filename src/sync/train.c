@@ -127,6 +127,9 @@ static int push_buckets(pusher *ps, int fd, uint8_t *enc)
                 uint64_t n = st->elems - s0 < p->bucket_elems ? st->elems - s0 : p->bucket_elems;
                 loom_sync_frame f = {0};
                 const uint8_t *payload;
+                int first = ps->t->rank == 0 && ps == &ps->t->ps[0] && !k;
+                if (first && c->cfg->corrupt == 2)
+                        ps->nw[s0] ^= 0x0101; /* restored below; the manifest has the truth */
                 double t0 = loom__cpu();
                 if (enc) {
                         loom_sync_encode(ps->old + s0, ps->nw + s0, (size_t)n, LOOM_SYNC_ENC_AUTO,
@@ -145,8 +148,7 @@ static int push_buckets(pusher *ps, int fd, uint8_t *enc)
                 ps->enc_bytes += 2 * n;
                 f.stream = st->id, f.seq = (uint32_t)k, f.version = 1, f.start = s0;
                 uint8_t saved = 0;
-                int corrupt = c->cfg->corrupt && ps->t->rank == 0 && ps == &ps->t->ps[0] && !k &&
-                              f.payload_len;
+                int corrupt = first && c->cfg->corrupt == 1 && f.payload_len;
                 if (corrupt) {
                         /* fault injection: the CRC was computed over the good bytes */
                         saved = ((uint8_t *)payload)[0];
@@ -155,6 +157,8 @@ static int push_buckets(pusher *ps, int fd, uint8_t *enc)
                 int rc = loom__frame_send(fd, &f, payload, &ps->sent);
                 if (corrupt)
                         ((uint8_t *)payload)[0] = saved;
+                if (first && c->cfg->corrupt == 2)
+                        ps->nw[s0] ^= 0x0101;
                 if (rc)
                         return loom_err_set(&ps->err, LOOM_EIO, "push",
                                             "stream %u to rollout rank %u: connection lost", st->id,

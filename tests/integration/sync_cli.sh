@@ -48,7 +48,7 @@ check "late joiners: exit 0" test $? -eq 0
 check "late joiners verified" grep -q '"verified":true' "$tmp/out"
 check "late joiners caught up" grep -q '"ranks_ok":8' "$tmp/out"
 
-"$loom" sync bench "${small[@]}" --link loopback --plan topo --corrupt --json >"$tmp/out" 2>/dev/null
+"$loom" sync bench "${small[@]}" --link loopback --plan topo --corrupt wire --json >"$tmp/out" 2>/dev/null
 check "corrupt bucket: exit 1" test $? -eq 1
 check "corrupt bucket: not verified" grep -q '"verified":false' "$tmp/out"
 check "corrupt bucket: every rank intact" grep -q '"ranks_intact":8' "$tmp/out"
@@ -91,7 +91,7 @@ if ip netns add "$probe" 2>/dev/null; then
         check "netns: all verified" test "$(grep -c '"verified":true' "$tmp/out")" -eq 3
         check "netns: removed after success" test "$(ip netns list | grep -c '^lsync-')" -eq "$before"
 
-        "$loom" sync bench "${small[@]}" --link netns --plan topo --corrupt >/dev/null 2>&1
+        "$loom" sync bench "${small[@]}" --link netns --plan topo+sparse --corrupt content >/dev/null 2>&1
         check "netns corrupt: exit 1" test $? -eq 1
         check "netns: removed after failure" test "$(ip netns list | grep -c '^lsync-')" -eq "$before"
 

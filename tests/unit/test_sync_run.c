@@ -2,7 +2,8 @@
  * test_sync_run.c - real multi-process transfers of a small model over loopback TCP: every plan
  * delivers bit-identical weights (checked per bucket, per tensor, and against the generator),
  * topo sends one copy across the slow link, late joiners catch up from their peers' relays, and
- * a bucket corrupted on the wire is rejected while every rank keeps serving intact weights.
+ * a bucket corrupted on the wire or in content is rejected while every rank keeps serving
+ * intact weights.
  */
 #include <criterion/criterion.h>
 #include <string.h>
@@ -114,15 +115,24 @@ Test(sync_run, corrupted_bucket_is_rejected_and_old_weights_kept)
         loom_sync_layout *l = tiny();
         loom_sync_result r;
         loom_err e = {0};
-        for (int k = 0; k < 3; k++) {
-                loom_sync_run_cfg cfg = base(l, (loom_sync_plan_kind)k);
-                cfg.corrupt = 1;
-                cr_assert_eq(loom_sync_run(&cfg, &r, &e), 0, "%s", e.msg);
-                cr_expect_not(r.verified);
-                cr_expect_geq(r.ranks_failed, 1, "%s", loom_sync_plan_name(cfg.plan));
-                /* failed ranks still serve the old version, bit for bit; the others the new */
-                cr_expect_eq(r.ranks_intact, 6, "%s: %s", loom_sync_plan_name(cfg.plan), r.failure);
-                cr_expect(strstr(r.failure, "checksum") != NULL, "%s", r.failure);
+        /* mode 1: a payload byte flipped on the wire (the bucket CRC catches it); mode 2: a
+         * well-formed bucket with a wrong value (only the per-tensor checksum can; for sparse
+         * deltas this runs the in-place apply and its undo) */
+        for (int mode = 1; mode <= 2; mode++) {
+                for (int k = 0; k < 3; k++) {
+                        loom_sync_run_cfg cfg = base(l, (loom_sync_plan_kind)k);
+                        cfg.corrupt = mode;
+                        cr_assert_eq(loom_sync_run(&cfg, &r, &e), 0, "%s", e.msg);
+                        cr_expect_not(r.verified);
+                        cr_expect_geq(r.ranks_failed, 1, "%s", loom_sync_plan_name(cfg.plan));
+                        /* failed ranks still serve the old version bit for bit, the others the
+                         * new one */
+                        cr_expect_eq(r.ranks_intact, 6, "mode %d %s: %s", mode,
+                                     loom_sync_plan_name(cfg.plan), r.failure);
+                        cr_expect(strstr(r.failure, mode == 1 ? "payload checksum"
+                                                              : "does not match the senders'"),
+                                  "mode %d: %s", mode, r.failure);
+                }
         }
         loom_sync_layout_free(l);
 }
