@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# sim.sh - `loom sim`, `loom sim sweep` and `loom micro` end to end: output formats, determinism,
+# SLO attainment of loom on the Philly window for every workload type, plots, and bad input.
+# Usage: sim.sh BUILD_DIR SOURCE_DIR
+set -euo pipefail
+build=$(cd "$1" && pwd)
+src=$(cd "$2" && pwd)
+loom="$build/loom"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$src"
+# cairo's font cache (fontconfig) keeps a few allocations until exit; they are not ours.
+printf 'leak:libfontconfig\nleak:FcValueSave\n' >"$tmp/lsan.supp"
+export LSAN_OPTIONS="suppressions=$tmp/lsan.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# --help and bad usage
+"$loom" sim --help | grep -q -- "--arrivals poisson" || fail "sim --help"
+"$loom" micro --help | grep -q temporal || fail "micro --help"
+set +e
+"$loom" sim --policy nonsense >/dev/null 2>&1; [ $? -eq 2 ] || fail "unknown policy must exit 2"
+"$loom" sim --rows 5 >/dev/null 2>&1; [ $? -eq 2 ] || fail "bad --rows must exit 2"
+"$loom" micro nosuch >/dev/null 2>&1; [ $? -eq 2 ] || fail "unknown micro must exit 2"
+set -e
+
+# malformed trace rows: exit 1, file:line:column, no report and no plot written
+printf 'job_id,arrival_s,duration_s,gpus,source_model\na,0,100,1,x\nb,10,abc,2,y\n' >"$tmp/bad1.csv"
+printf 'job_id,arrival_s,duration_s,gpus,source_model\na,0,100,1,x\nb,10,-3,2,y\n' >"$tmp/bad2.csv"
+printf 'job_id,arrival_s,duration_s,gpus,source_model\na,0,100\n' >"$tmp/bad3.csv"
+for c in "bad1.csv:3:6: duration_s" "bad2.csv:3:6: duration_s" "bad3.csv:2:8: gpus"; do
+  f=${c%%:*}
+  set +e
+  "$loom" sim --trace "$tmp/$f" --rows 0:1 --plot "$tmp/plot-$f" --json >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  set -e
+  [ $rc -eq 1 ] || fail "$f: exit $rc, want 1"
+  grep -q "$tmp/$c" "$tmp/err" || fail "$f: message '$(cat "$tmp/err")' lacks '$c'"
+  [ ! -s "$tmp/out" ] || fail "$f: a report was written"
+  [ ! -e "$tmp/plot-$f" ] || fail "$f: a plot directory was created"
+done
+
+# the default run: every policy, JSON with the documented fields, same bytes twice
+"$loom" sim --json --no-progress >"$tmp/a.json"
+"$loom" sim --json --no-progress >"$tmp/b.json"
+strip() { sed -E 's/"wall_s":[0-9.e+-]+//' "$1"; }
+[ "$(strip "$tmp/a.json")" = "$(strip "$tmp/b.json")" ] || fail "two runs differ"
+python3 - "$tmp/a.json" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+pol = {r["policy"]: r for r in rows}
+want = ["loom", "loom-nomig", "solo", "colocated", "random", "greedy", "oracle", "lb"]
+assert list(pol) == want, list(pol)
+keys = ["policy", "avg_cost_per_hour", "total_cost", "peak_cost_per_hour", "peak_rollout_gpus",
+        "peak_train_gpus", "slo_attainment", "slowdown_p50", "slowdown_p99", "rollout_bubble",
+        "train_bubble", "decisions", "jobs", "events", "wall_s"]
+for r in rows:
+    for k in keys:
+        assert k in r, (r["policy"], k)
+assert pol["oracle"]["ran"] is False and "gave up" in pol["oracle"]["note"]
+lb = pol["lb"]["total_cost"]
+for p in ["loom", "loom-nomig", "solo", "colocated", "random", "greedy"]:
+    assert pol[p]["total_cost"] >= lb, p
+    assert pol[p]["jobs"] == 300
+assert pol["solo"]["slo_attainment"] == 1.0
+assert pol["loom"]["total_cost"] < pol["solo"]["total_cost"]
+assert pol["loom"]["total_cost"] < pol["loom-nomig"]["total_cost"], "migration saves money"
+d = pol["loom"]["decisions"]
+assert d["direct_pack"] + d["rollout_scale"] + d["new_group"] == 300
+PY
+
+# loom keeps its SLO contract on the Philly window under every workload type, and beats the
+# SLO-blind baselines; see docs/sim.md for why realised attainment stays just below 100%.
+for wl in balanced rollout-heavy train-heavy mixed; do
+  "$loom" sim --workload "$wl" --policy loom,random,greedy --json --no-progress >"$tmp/$wl.json"
+  python3 - "$tmp/$wl.json" "$wl" <<'PY'
+import json, sys
+pol = {r["policy"]: r for r in map(json.loads, open(sys.argv[1]))}
+l = pol["loom"]
+assert l["slo_attainment_profiled"] >= 0.99, (sys.argv[2], l["slo_attainment_profiled"])
+assert l["slo_attainment"] >= 0.95, (sys.argv[2], l["slo_attainment"])
+for b in ["random", "greedy"]:
+    assert l["slo_attainment"] > pol[b]["slo_attainment"], (sys.argv[2], b)
+    assert l["slo_attainment_profiled"] > pol[b]["slo_attainment_profiled"], (sys.argv[2], b)
+PY
+done
+
+# CSV and plots
+"$loom" sim --policy loom,solo,lb --csv --plot "$tmp/plots" --no-progress >"$tmp/out.csv"
+[ "$(wc -l <"$tmp/out.csv")" -eq 4 ] || fail "csv rows"
+head -1 "$tmp/out.csv" | grep -q '^policy,ran,avg_cost_per_hour' || fail "csv header"
+for f in cost gpus slowdown; do
+  [ -s "$tmp/plots/$f.svg" ] || fail "$f.svg"
+  head -c 8 "$tmp/plots/$f.png" | od -An -tx1 | grep -q '89 50 4e 47' || fail "$f.png"
+done
+
+# Poisson arrivals
+"$loom" sim --arrivals poisson:2 --jobs 25 --policy loom,oracle,lb --json --no-progress \
+  >"$tmp/p.json"
+python3 - "$tmp/p.json" <<'PY'
+import json, sys
+pol = {r["policy"]: r for r in map(json.loads, open(sys.argv[1]))}
+assert pol["loom"]["jobs"] == 25
+if pol["oracle"]["ran"]:
+    assert pol["lb"]["total_cost"] <= pol["oracle"]["total_cost"] <= pol["loom"]["total_cost"] * (1 + 1e-9)
+PY
+
+# micro-benchmarks: loom beats Solo-D and colocated on throughput per dollar; Gantt charts
+for m in temporal trainmux spatial; do
+  "$loom" micro "$m" --out "$tmp/micro" --json >"$tmp/$m.json"
+  [ -s "$tmp/micro/$m.svg" ] && [ -s "$tmp/micro/$m.png" ] || fail "$m gantt"
+  python3 - "$tmp/$m.json" <<'PY'
+import json, sys
+pol = {r["policy"]: r for r in map(json.loads, open(sys.argv[1]))}
+assert pol["loom"]["throughput_per_dollar_vs_solo"] > 1.5, pol["loom"]
+assert pol["loom"]["throughput_per_dollar_vs_colocated"] > 1.1, pol["loom"]
+PY
+done
+
+# the sweep (one seed here; bench/sim.sh runs three)
+"$loom" sim sweep --seeds 1 --json >"$tmp/sweep.json"
+python3 - "$tmp/sweep.json" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert len(rows) == 12 * 4, len(rows)
+assert {r["figure"] for r in rows} == {"15a", "15b", "15c"}
+for r in rows:
+    if r["policy"] == "loom":
+        assert r["slo_attainment_profiled"] >= 0.99, r
+PY
+echo "sim: ok"

@@ -1,0 +1,423 @@
+/*
+ * test_sim.c - the simulator's engine and models: event ordering, determinism and common
+ * random numbers, Solo-D against its closed form, lb <= oracle <= loom, a micro-benchmark
+ * schedule checked phase by phase, and the trace reader's errors.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "loom/sim.h"
+#include "sim_int.h"
+
+/* ---- event heap ----------------------------------------------------------------------------- */
+
+Test(sim_heap, pops_in_time_then_insertion_order)
+{
+        sim_heap h;
+        sim_heap_init(&h);
+        sim_rng r = sim_rng_key(42, 0, 0);
+        for (uint32_t i = 0; i < 5000; i++)
+                cr_assert_eq(sim_heap_push(&h, (loom_us)(sim_rng_next(&r) % 200), SIM_EV_END, i, 0),
+                             0);
+        sim_event prev = {.t = -1}, ev;
+        int n = 0;
+        while (sim_heap_pop(&h, &ev)) {
+                cr_assert(ev.t > prev.t || (ev.t == prev.t && ev.seq > prev.seq),
+                          "event %d out of order: t=%lld seq=%llu after t=%lld seq=%llu", n,
+                          (long long)ev.t, (unsigned long long)ev.seq, (long long)prev.t,
+                          (unsigned long long)prev.seq);
+                cr_assert_eq(ev.job, (uint32_t)ev.seq, "payload travels with its event");
+                prev = ev;
+                n++;
+        }
+        cr_assert_eq(n, 5000);
+        sim_heap_free(&h);
+}
+
+/* ---- helpers ------------------------------------------------------------------------------ */
+
+static void poisson(loom_sim_workload *w, uint64_t seed, int jobs, double per_hour, double dur_h,
+                    bool det, loom_sim_profile prof)
+{
+        loom_sim_workload_cfg wc;
+        loom_sim_workload_cfg_default(&wc);
+        wc.seed = seed;
+        wc.poisson_jobs = jobs;
+        wc.poisson_per_hour = per_hour;
+        wc.poisson_mean_duration_s = dur_h * 3600;
+        wc.noise.deterministic = det;
+        wc.profile = prof;
+        loom_cluster_cfg c;
+        loom_cluster_cfg_default(&c);
+        loom_err e;
+        loom_err_clear(&e);
+        cr_assert_eq(loom_sim_workload_build(&wc, NULL, &c, w, &e), 0, "%s", e.msg);
+}
+
+static void run(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_policy p,
+                loom_sim_result *r)
+{
+        loom_err e;
+        loom_err_clear(&e);
+        cr_assert_eq(loom_sim_run(c, w, p, r, &e), 0, "%s: %s", loom_sim_policy_name(p), e.msg);
+}
+
+/* ---- determinism and common random numbers ------------------------------------------------ */
+
+Test(sim_determinism, same_seed_same_results_other_seed_other_results)
+{
+        loom_sim_cfg c;
+        loom_sim_cfg_default(&c);
+        c.record_series = true;
+        loom_sim_workload w1, w2, w3;
+        poisson(&w1, 7, 40, 2, 3, false, LOOM_SIM_MIXED);
+        poisson(&w2, 7, 40, 2, 3, false, LOOM_SIM_MIXED);
+        poisson(&w3, 8, 40, 2, 3, false, LOOM_SIM_MIXED);
+        loom_sim_result a, b, d;
+        run(&c, &w1, LOOM_SIM_LOOM, &a);
+        run(&c, &w2, LOOM_SIM_LOOM, &b);
+        run(&c, &w3, LOOM_SIM_LOOM, &d);
+        cr_assert_eq(a.events, b.events);
+        cr_assert_eq(a.total_cost, b.total_cost);
+        cr_assert_eq(a.migrations, b.migrations);
+        cr_assert_eq(a.n_series, b.n_series);
+        cr_assert_eq(memcmp(a.series, b.series, sizeof *a.series * (size_t)a.n_series), 0);
+        for (int i = 0; i < w1.n; i++)
+                cr_assert(a.slowdown[i] == b.slowdown[i] ||
+                          (isnan(a.slowdown[i]) && isnan(b.slowdown[i])));
+        cr_assert_neq(a.total_cost, d.total_cost, "a different seed is a different workload");
+        cr_assert_gt(a.migrations, 0, "the stochastic model triggers tail migrations");
+        loom_sim_result_free(&a);
+        loom_sim_result_free(&b);
+        loom_sim_result_free(&d);
+        loom_sim_workload_free(&w1);
+        loom_sim_workload_free(&w2);
+        loom_sim_workload_free(&w3);
+}
+
+Test(sim_determinism, realisations_are_common_and_below_worst_case)
+{
+        loom_sim_workload w1, w2;
+        poisson(&w1, 3, 20, 2, 2, false, LOOM_SIM_MIXED);
+        poisson(&w2, 3, 20, 2, 2, false, LOOM_SIM_MIXED);
+        double sum_roll = 0, sum_train = 0, n = 0;
+        for (int j = 0; j < w1.n; j++) {
+                const loom_sim_job *a = &w1.jobs[j], *b = &w2.jobs[j];
+                cr_assert_eq(a->spec.iterations, b->spec.iterations);
+                for (int64_t i = 0; i < a->spec.iterations; i++) {
+                        cr_assert_eq(a->roll[i], b->roll[i]);
+                        cr_assert_eq(a->train[i], b->train[i]);
+                        cr_assert(a->roll[i] > 0 && a->roll[i] <= 1, "rollout <= worst case");
+                        cr_assert(a->tailq[i] <= a->roll[i], "threshold before the end");
+                        cr_assert(a->train[i] > 0 && a->train[i] <= 1, "training <= worst case");
+                        sum_roll += a->roll[i];
+                        sum_train += a->train[i];
+                        n++;
+                }
+        }
+        /* heavy tail: most rollouts reach the cap, training follows the mean length */
+        cr_assert_gt(sum_roll / n, 0.85);
+        cr_assert_lt(sum_train / n, 0.7);
+        loom_sim_workload_free(&w1);
+        loom_sim_workload_free(&w2);
+}
+
+/* ---- Solo-D --------------------------------------------------------------------------------- */
+
+Test(sim_solo, cost_equals_closed_form)
+{
+        loom_sim_cfg c;
+        loom_sim_cfg_default(&c);
+        loom_sim_workload w;
+        loom_sim_workload_cfg wc;
+        loom_sim_workload_cfg_default(&wc);
+        wc.seed = 11;
+        wc.poisson_jobs = 30;
+        wc.poisson_per_hour = 3;
+        wc.poisson_mean_duration_s = 2 * 3600;
+        wc.sync_s = 9;
+        wc.size_gpus = 16;
+        loom_err e;
+        loom_err_clear(&e);
+        cr_assert_eq(loom_sim_workload_build(&wc, NULL, &c.cluster, &w, &e), 0, "%s", e.msg);
+        loom_sim_result r;
+        run(&c, &w, LOOM_SIM_SOLO, &r);
+        double expect = 0;
+        double node = loom_cluster_node_price(&c.cluster, LOOM_POOL_ROLLOUT) +
+                      loom_cluster_node_price(&c.cluster, LOOM_POOL_TRAIN);
+        for (int j = 0; j < w.n; j++)
+                expect += node * (w.jobs[j].spec.rollout_gpus / 8) *
+                          loom_us_to_s(loom_sim_job_solo_time(&w.jobs[j], &c)) / 3600;
+        cr_assert_float_eq(r.total_cost, expect, 1e-9 * expect, "solo %.6f vs closed form %.6f",
+                           r.total_cost, expect);
+        cr_assert_eq(r.slo_attainment, 1.0);
+        cr_assert_float_eq(r.slowdown_p99, 1.0, 1e-12);
+        loom_sim_result_free(&r);
+        loom_sim_workload_free(&w);
+}
+
+/* ---- lb <= oracle <= loom ------------------------------------------------------------------ */
+
+static void bound_chain(bool det)
+{
+        loom_sim_cfg c;
+        loom_sim_cfg_default(&c);
+        for (uint64_t seed = 1; seed <= 6; seed++) {
+                loom_sim_workload w;
+                poisson(&w, seed, 10, 1, 4, det, LOOM_SIM_MIXED);
+                loom_sim_result lb, opt, loom;
+                run(&c, &w, LOOM_SIM_LB, &lb);
+                run(&c, &w, LOOM_SIM_ORACLE, &opt);
+                run(&c, &w, LOOM_SIM_LOOM, &loom);
+                cr_assert(opt.ran, "seed %llu: oracle gave up: %s", (unsigned long long)seed,
+                          opt.note);
+                cr_assert_leq(lb.total_cost, opt.total_cost * (1 + 1e-9),
+                              "seed %llu: lb %.2f > "
+                              "oracle %.2f",
+                              (unsigned long long)seed, lb.total_cost, opt.total_cost);
+                cr_assert_leq(opt.total_cost, loom.total_cost * (1 + 1e-9),
+                              "seed %llu: oracle %.2f > loom %.2f", (unsigned long long)seed,
+                              opt.total_cost, loom.total_cost);
+                cr_assert_eq(opt.slo_attainment_wc, 1.0, "the oracle only forms feasible groups");
+                loom_sim_result_free(&lb);
+                loom_sim_result_free(&opt);
+                loom_sim_result_free(&loom);
+                loom_sim_workload_free(&w);
+        }
+}
+
+Test(sim_bounds, lb_le_oracle_le_loom_deterministic)
+{
+        bound_chain(true);
+}
+
+Test(sim_bounds, lb_le_oracle_le_loom_stochastic)
+{
+        bound_chain(false);
+}
+
+Test(sim_bounds, oracle_gives_up_beyond_twelve_active_jobs)
+{
+        loom_sim_cfg c;
+        loom_sim_cfg_default(&c);
+        loom_sim_workload w;
+        poisson(&w, 5, 20, 60, 10, true, LOOM_SIM_MIXED); /* 20 jobs in ~20 minutes, 10 h each */
+        loom_sim_result r;
+        run(&c, &w, LOOM_SIM_ORACLE, &r);
+        cr_assert(!r.ran);
+        cr_assert(strstr(r.note, "13 jobs active"), "note: %s", r.note);
+        loom_sim_result_free(&r);
+        loom_sim_workload_free(&w);
+}
+
+/* ---- a micro-benchmark, phase by phase ----------------------------------------------------- */
+
+static void job(loom_job_spec *s, const char *id, double roll, double train, double sync, int iters)
+{
+        loom_job_spec_init(s);
+        snprintf(s->id, sizeof s->id, "%s", id);
+        s->rollout_gpus = s->train_gpus = 8;
+        s->t_roll = loom_us_from_s(roll);
+        s->t_train = loom_us_from_s(train);
+        s->t_sync = loom_us_from_s(sync);
+        s->slo = 1.1;
+        s->mem_rollout = loom_table2_mem_rollout(7);
+        s->mem_train = loom_table2_mem_train(7);
+        s->iterations = iters;
+}
+
+/* Find job j's k-th interval of phase ph; fails the test if missing. */
+static const loom_sim_interval *nth(const loom_sim_result *r, int j, loom_phase ph, int k)
+{
+        for (int i = 0; i < r->n_gantt; i++)
+                if (r->gantt[i].job == j && r->gantt[i].phase == ph && k-- == 0)
+                        return &r->gantt[i];
+        cr_assert_fail("job %d has no %s #%d", j, loom_phase_name(ph), k);
+        return NULL;
+}
+
+#define S(x) loom_us_from_s(x)
+
+Test(sim_micro, temporal_mux_schedule_phase_by_phase)
+{
+        /* Two Type-A jobs (WEAVE §6.2) with switches free, so the round robin is exact: A rolls
+         * while nobody trains, then B rolls while A trains, and so on. */
+        loom_sim_cfg c;
+        loom_sim_cfg_default(&c);
+        for (int i = 0; i < 4; i++)
+                c.warm_s[i] = c.cold_s[i] = 0;
+        c.policy.warm_switch = 0;
+        c.record_gantt = true;
+        loom_job_spec specs[2];
+        job(&specs[0], "A1", 125, 120, 12.7, 3);
+        job(&specs[1], "A2", 125, 120, 12.7, 3);
+        loom_sim_noise noise;
+        loom_sim_noise_default(&noise);
+        noise.deterministic = true;
+        loom_sim_workload w;
+        loom_err e;
+        loom_err_clear(&e);
+        cr_assert_eq(loom_sim_workload_from_specs(specs, NULL, 2, &noise, 1, &c.cluster, &w, &e), 0,
+                     "%s", e.msg);
+        loom_sim_result r;
+        run(&c, &w, LOOM_SIM_LOOM, &r);
+        cr_assert_eq(r.decisions[LOOM_DECISION_NEW_GROUP], 1);
+        cr_assert_eq(r.decisions[LOOM_DECISION_DIRECT_PACK], 1, "A2 shares A1's nodes");
+        cr_assert_eq(r.peak_gpus[0], 8);
+        cr_assert_eq(r.peak_gpus[1], 8);
+        /* expected: A1 roll [0,125] train [125,245] sync [245,257.7];
+         *           A2 roll [125,250] train [250,370] sync [370,382.7];
+         *           A1 roll [257.7,382.7] train [382.7,502.7] ... period 257.7 s */
+        const double period = 257.7;
+        for (int k = 0; k < 3; k++) {
+                double a = k * period, b = 125 + k * period;
+                const loom_sim_interval *iv = nth(&r, 0, LOOM_PHASE_ROLLOUT, k);
+                cr_assert_eq(iv->start, S(a), "A1 roll %d starts at %lld", k, (long long)iv->start);
+                cr_assert_eq(iv->end, S(a + 125));
+                iv = nth(&r, 0, LOOM_PHASE_TRAIN, k);
+                cr_assert_eq(iv->start, S(a + 125));
+                cr_assert_eq(iv->end, S(a + 245));
+                iv = nth(&r, 1, LOOM_PHASE_ROLLOUT, k);
+                cr_assert_eq(iv->start, S(b), "A2 roll %d starts at %lld", k, (long long)iv->start);
+                cr_assert_eq(iv->end, S(b + 125));
+                iv = nth(&r, 1, LOOM_PHASE_TRAIN, k);
+                cr_assert_eq(iv->start, S(b + 125));
+                cr_assert_eq(iv->end, S(b + 245));
+                cr_assert_eq(iv->row, 0, "one training node");
+        }
+        /* both share rollout node 0 and never overlap on it */
+        cr_assert_eq(nth(&r, 0, LOOM_PHASE_ROLLOUT, 0)->row,
+                     nth(&r, 1, LOOM_PHASE_ROLLOUT, 0)->row);
+        cr_assert_float_eq(r.iter_s[0], (2 * period + 245) / 3, 1e-6);
+        cr_assert_float_eq(r.slowdown[0], 1.0, 1e-9, "the pair runs at solo speed");
+        loom_sim_result_free(&r);
+        loom_sim_workload_free(&w);
+}
+
+Test(sim_micro, tail_migration_starts_the_next_rollout_early)
+{
+        loom_sim_cfg c;
+        loom_sim_cfg_default(&c);
+        c.record_gantt = true;
+        loom_job_spec specs[2];
+        job(&specs[0], "D1", 300, 60, 0, 20);
+        job(&specs[1], "D2", 300, 60, 0, 20);
+        specs[0].slo = specs[1].slo = 2.0;
+        loom_sim_noise noise;
+        loom_sim_noise_default(&noise);
+        loom_sim_workload w;
+        loom_err e;
+        loom_err_clear(&e);
+        cr_assert_eq(loom_sim_workload_from_specs(specs, NULL, 2, &noise, 3, &c.cluster, &w, &e),
+                     0);
+        loom_sim_result with, without;
+        run(&c, &w, LOOM_SIM_LOOM, &with);
+        run(&c, &w, LOOM_SIM_LOOM_NOMIG, &without);
+        cr_assert_gt(with.migrations, 0);
+        cr_assert_eq(without.migrations, 0);
+        bool overlap = false;
+        for (int i = 0; i < with.n_gantt && !overlap; i++) {
+                const loom_sim_interval *t = &with.gantt[i];
+                if (!t->tail)
+                        continue;
+                for (int k = 0; k < with.n_gantt; k++) {
+                        const loom_sim_interval *o = &with.gantt[k];
+                        if (o->job != t->job && o->phase == LOOM_PHASE_ROLLOUT &&
+                            o->row == t->row && o->start < t->end && o->end > t->start)
+                                overlap = true;
+                }
+        }
+        cr_assert(overlap, "a tail and the next rollout share the node");
+        cr_assert_lt(with.makespan_h, without.makespan_h, "migration reclaims the tail bubble");
+        loom_sim_result_free(&with);
+        loom_sim_result_free(&without);
+        loom_sim_workload_free(&w);
+}
+
+/* ---- trace reader ------------------------------------------------------------------------- */
+
+static void bad_trace(const char *text, int line, int col, const char *field)
+{
+        loom_sim_trace t;
+        loom_err e;
+        loom_err_clear(&e);
+        cr_assert_eq(loom_sim_trace_parse(text, strlen(text), "t.csv", 0, -1, &t, &e), LOOM_EINVAL);
+        cr_assert_eq(e.line, line, "line %d, want %d (%s)", e.line, line, e.msg);
+        cr_assert_eq(e.col, col, "col %d, want %d (%s)", e.col, col, e.msg);
+        cr_assert_str_eq(e.field, field);
+        char where[64];
+        snprintf(where, sizeof where, "t.csv:%d:%d:", line, col);
+        cr_assert(strstr(e.msg, where), "message names the place: %s", e.msg);
+        cr_assert_null(t.rows, "nothing allocated on error");
+}
+
+#define HDR "job_id,arrival_s,duration_s,gpus,source_model\n"
+
+Test(sim_trace, malformed_rows_are_rejected_with_line_and_column)
+{
+        bad_trace(HDR "a,0,100,1,x\nb,10,200\n", 3, 9, "gpus");
+        bad_trace(HDR "a,0,100,1,x\nb,1o,200,2,x\n", 3, 3, "arrival_s");
+        bad_trace(HDR "a,0,-5,1,x\n", 2, 5, "duration_s");
+        bad_trace(HDR "a,0,100,0,x\n", 2, 9, "gpus");
+        bad_trace("job_id,arrival_s,gpus\na,0,1\n", 1, 1, "duration_s");
+}
+
+Test(sim_trace, window_and_shift)
+{
+        const char *text = HDR "a,5,100,1,x\nb,15,200,9,y\r\n\nc,35,300,16,z\n";
+        loom_sim_trace t;
+        loom_err e;
+        cr_assert_eq(loom_sim_trace_parse(text, strlen(text), "t.csv", 1, 2, &t, &e), 0, "%s",
+                     e.msg);
+        cr_assert_eq(t.n, 2);
+        cr_assert_str_eq(t.rows[0].id, "b");
+        cr_assert_eq(t.rows[0].arrival_s, 0, "the window starts at 0");
+        cr_assert_eq(t.rows[1].arrival_s, 20);
+        cr_assert_eq(t.rows[1].gpus, 16);
+        loom_sim_trace_free(&t);
+        cr_assert_eq(loom_sim_trace_parse(text, strlen(text), "t.csv", 2, 5, &t, &e), LOOM_EINVAL,
+                     "asking for more rows than exist");
+}
+
+Test(sim_workload, table6_ranges_and_trace_sizes)
+{
+        static const double lo[3][2] = {{50, 50}, {100, 25}, {25, 100}},
+                            hi[3][2] = {{300, 300}, {600, 200}, {200, 600}};
+        for (int p = 0; p < 3; p++) {
+                loom_sim_workload w;
+                poisson(&w, 9, 60, 5, 1, true, (loom_sim_profile)p);
+                for (int j = 0; j < w.n; j++) {
+                        double r = loom_us_to_s(w.jobs[j].spec.t_roll),
+                               t = loom_us_to_s(w.jobs[j].spec.t_train);
+                        cr_assert(r >= lo[p][0] && r <= hi[p][0], "%s roll %g",
+                                  loom_sim_profile_name((loom_sim_profile)p), r);
+                        cr_assert(t >= lo[p][1] && t <= hi[p][1], "%s train %g",
+                                  loom_sim_profile_name((loom_sim_profile)p), t);
+                        cr_assert(w.jobs[j].spec.slo >= 1 && w.jobs[j].spec.slo <= 2);
+                        cr_assert_eq(w.jobs[j].spec.mem_rollout,
+                                     loom_table2_mem_rollout(w.jobs[j].model_b));
+                }
+                loom_sim_workload_free(&w);
+        }
+        loom_sim_trace t = {.n = 2};
+        loom_sim_trace_row rows[2] = {{"x", 0, 3600, 3}, {"y", 60, 7200, 12}};
+        t.rows = rows;
+        loom_sim_workload_cfg wc;
+        loom_sim_workload_cfg_default(&wc);
+        loom_cluster_cfg c;
+        loom_cluster_cfg_default(&c);
+        loom_sim_workload w;
+        cr_assert_eq(loom_sim_workload_build(&wc, &t, &c, &w, NULL), 0);
+        cr_assert_eq(w.jobs[0].spec.rollout_gpus, 8, "3 GPUs round up to one node");
+        cr_assert_eq(w.jobs[1].spec.train_gpus, 16, "12 GPUs round up to two nodes");
+        cr_assert_eq(w.jobs[1].arrival, S(60));
+        double er, et;
+        loom_sim_noise_expect(&wc.noise, &er, &et);
+        double iter =
+            loom_us_to_s(w.jobs[1].spec.t_roll) * er + loom_us_to_s(w.jobs[1].spec.t_train) * et;
+        cr_assert_eq(w.jobs[1].spec.iterations, (int64_t)llround(7200 / iter),
+                     "iterations follow from the solo duration");
+        loom_sim_workload_free(&w);
+}
