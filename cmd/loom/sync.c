@@ -4,6 +4,7 @@
  *   loom sync layout --model M             tensors of a model and how TP splits them
  *   loom sync plan   [model/layout options] streams and link volumes of each plan (no processes)
  *   loom sync bench  [model/layout options] a real multi-process transfer, per plan
+ *   loom sync codec  [--bucket-mib N]       encode/decode speed and size by density
  *
  * Exit status: 0 ok, 1 invalid input or a transfer that failed verification, 2 bad usage.
  */
@@ -11,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cmd.h"
@@ -32,6 +34,8 @@ static void usage(FILE *f)
                    "  layout   list the tensors of a model and how tensor parallelism splits them\n"
                    "  plan     streams and slow/fast link volumes of each plan, computed only\n"
                    "  bench    run a real multi-process transfer of one synthetic training step\n"
+                   "  codec    single-core speed and size of each bucket encoding by density\n"
+                   "           (takes --bucket-mib, --seed, --json)\n"
                    "\n"
                    "options (plan, bench; layout takes --model and --layers):\n"
                    "  --model NAME        qwen2.5-0.5b (default), qwen2.5-1.5b, qwen2.5-7b, "
@@ -491,6 +495,69 @@ static int cmd_bench(const opts *o)
         return rc;
 }
 
+static double seconds(void)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+        return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Single-core encode/decode speed and size of each encoding over one bucket of synthetic
+ * weights, for a range of densities (the numbers behind the encoder's choice). */
+static int cmd_codec(const opts *o)
+{
+        size_t n = (size_t)(o->bucket_mib * (1 << 20)) / 2;
+        uint16_t *old = malloc(2 * n + 2), *nw = malloc(2 * n + 2), *out = malloc(2 * n + 2);
+        uint8_t *buf = malloc(loom_sync_enc_bound(n));
+        if (!old || !nw || !out || !buf || !n) {
+                fprintf(stderr, "loom sync: cannot allocate a %zu-element bucket\n", n);
+                free(old), free(nw), free(out), free(buf);
+                return 1;
+        }
+        static const double dens[] = {0.001, 0.01, 0.05, 0.1, 0.2, 0.5, 0.9, 1.0};
+        static const char *names[] = {"dense", "coo", "bitmap", "auto"};
+        if (!o->json)
+                printf("bucket %zu elements (%.1f MiB); GB/s are dense bytes per CPU-second\n"
+                       "%-8s %-7s %10s %9s %9s\n",
+                       n, (double)n * 2 / (1 << 20), "density", "enc", "size_%", "enc_GB/s",
+                       "dec_GB/s");
+        for (size_t d = 0; d < sizeof dens / sizeof dens[0]; d++) {
+                loom_sync_synth(o->seed, 0, dens[d], 0, n, old);
+                loom_sync_synth(o->seed, 1, dens[d], 0, n, nw);
+                memcpy(out, old, 2 * n); /* fault the pages in before timing */
+                for (int k = 0; k <= LOOM_SYNC_ENC_AUTO; k++) {
+                        loom_sync_frame f;
+                        loom_err e;
+                        double t0 = seconds();
+                        loom_sync_encode(old, nw, n, (loom_sync_enc)k, buf, &f, &e);
+                        double t1 = seconds();
+                        int rc = loom_sync_decode(&f, buf, old, out, n, &e);
+                        double t2 = seconds();
+                        int ok = !rc && !memcmp(out, nw, 2 * n);
+                        double size = 100.0 * (double)f.payload_len / (double)(2 * n);
+                        double eg = 2.0 * (double)n / (t1 - t0) / 1e9;
+                        double dg = 2.0 * (double)n / (t2 - t1) / 1e9;
+                        if (o->json)
+                                printf("{\"density\":%g,\"encoding\":\"%s\",\"chosen\":\"%s\","
+                                       "\"size_fraction\":%.6f,\"encode_gbps\":%.3f,"
+                                       "\"decode_gbps\":%.3f,\"round_trip\":%s}\n",
+                                       dens[d], names[k], names[f.enc], size / 100, eg, dg,
+                                       ok ? "true" : "false");
+                        else
+                                printf("%-8g %-7s %10.3f %9.2f %9.2f%s\n", dens[d],
+                                       k == LOOM_SYNC_ENC_AUTO ? names[f.enc] : names[k], size, eg,
+                                       dg, k == LOOM_SYNC_ENC_AUTO ? "  <- auto" : "");
+                        if (!ok) {
+                                fprintf(stderr, "loom sync: round trip failed\n");
+                                free(old), free(nw), free(out), free(buf);
+                                return 1;
+                        }
+                }
+        }
+        free(old), free(nw), free(out), free(buf);
+        return 0;
+}
+
 int loom_cmd_sync(int argc, char **argv)
 {
         if (argc < 2) {
@@ -502,7 +569,8 @@ int loom_cmd_sync(int argc, char **argv)
                 usage(stdout);
                 return 0;
         }
-        if (strcmp(sub, "layout") && strcmp(sub, "plan") && strcmp(sub, "bench")) {
+        if (strcmp(sub, "layout") && strcmp(sub, "plan") && strcmp(sub, "bench") &&
+            strcmp(sub, "codec")) {
                 fprintf(stderr, "loom sync: unknown subcommand '%s'\n", sub);
                 usage(stderr);
                 return 2;
@@ -517,5 +585,7 @@ int loom_cmd_sync(int argc, char **argv)
                 return cmd_layout(&o);
         if (!strcmp(sub, "plan"))
                 return cmd_plan(&o);
+        if (!strcmp(sub, "codec"))
+                return cmd_codec(&o);
         return cmd_bench(&o);
 }

@@ -195,7 +195,8 @@ typedef enum loom_sync_enc {
         LOOM_SYNC_ENC_COO = 1,    /* per changed element: LEB128 gap to the previous one, then
                                    * the 16-bit XOR of old and new */
         LOOM_SYNC_ENC_BITMAP = 2, /* one bit per element, then the XORs of the set bits */
-        LOOM_SYNC_ENC_AUTO = 3,   /* (encoder only) the smallest of the three */
+        LOOM_SYNC_ENC_AUTO = 3,   /* (encoder only) the smaller sparse encoding if it is at
+                                   * most half the dense size, else dense */
 } loom_sync_enc;
 
 enum {
