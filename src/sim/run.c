@@ -16,9 +16,17 @@ static int check_cfg(const loom_sim_cfg *c, loom_err *e)
                         return loom_err_set(
                             e, LOOM_EINVAL, "switch",
                             "switch times must satisfy 0 <= warm <= cold <= 3600 s");
-        if (!(c->colocated_roll_factor >= 0.35 && c->colocated_roll_factor <= 100))
+        /* Below the price ratio a training GPU would roll out more cheaply than a rollout GPU,
+         * which would void the lower bound's argument (docs/lower-bound.md). */
+        double ratio = c->cluster.gpu[LOOM_POOL_TRAIN].price_per_hour > 0
+                               ? c->cluster.gpu[LOOM_POOL_ROLLOUT].price_per_hour /
+                                         c->cluster.gpu[LOOM_POOL_TRAIN].price_per_hour
+                               : 0;
+        if (!(c->colocated_roll_factor >= ratio && c->colocated_roll_factor <= 100))
                 return loom_err_set(e, LOOM_EINVAL, "colocated_roll_factor",
-                                    "colocated_roll_factor must be in [0.35, 100]");
+                                    "colocated_roll_factor must be in [%.4f, 100] (the rollout/"
+                                    "training price ratio is the least)",
+                                    ratio);
         if (!(c->tail_slowdown >= 1 && c->tail_slowdown <= 100))
                 return loom_err_set(e, LOOM_EINVAL, "tail_slowdown",
                                     "tail_slowdown must be in [1, 100]");
