@@ -421,3 +421,43 @@ Test(sim_workload, table6_ranges_and_trace_sizes)
                      "iterations follow from the solo duration");
         loom_sim_workload_free(&w);
 }
+
+/* ---- the sweep ------------------------------------------------------------------------------ */
+
+Test(sim_sweep, rows_do_not_depend_on_the_thread_count)
+{
+        loom_sim_trace_row rows[24];
+        sim_rng r = sim_rng_key(77, 0, 0);
+        for (int i = 0; i < 24; i++) {
+                snprintf(rows[i].id, sizeof rows[i].id, "t%d", i);
+                rows[i].arrival_s = i * 900.0;
+                rows[i].duration_s = 1800 + sim_rng_uniform(&r, 0, 5400);
+                rows[i].gpus = i % 5 == 0 ? 16 : 8;
+        }
+        loom_sim_trace t = {24, rows};
+        loom_sim_sweep_cfg c;
+        loom_sim_sweep_cfg_default(&c);
+        c.trace = &t;
+        c.seeds = 2;
+        loom_sim_sweep_out one, two;
+        loom_err e;
+        c.threads = 1;
+        cr_assert_eq(loom_sim_sweep(&c, &one, &e), 0, "%s", e.msg);
+        c.threads = 2;
+        cr_assert_eq(loom_sim_sweep(&c, &two, &e), 0, "%s", e.msg);
+        cr_assert_eq(one.n, 12 * 4 * 2, "12 settings x 4 policies x 2 seeds");
+        cr_assert_eq(one.n, two.n);
+        for (int i = 0; i < one.n; i++) {
+                cr_assert_eq(one.rows[i].figure, two.rows[i].figure);
+                cr_assert_str_eq(one.rows[i].setting, two.rows[i].setting);
+                cr_assert_eq(one.rows[i].policy, two.rows[i].policy);
+                cr_assert_eq(one.rows[i].events, two.rows[i].events);
+                cr_assert(one.rows[i].cost_vs_lb == two.rows[i].cost_vs_lb, "row %d", i);
+                if (one.rows[i].policy == LOOM_SIM_LB)
+                        cr_assert_eq(one.rows[i].cost_vs_lb, 1.0);
+                else
+                        cr_assert_geq(one.rows[i].cost_vs_lb, 1.0, "nobody beats the bound");
+        }
+        loom_sim_sweep_out_free(&one);
+        loom_sim_sweep_out_free(&two);
+}
