@@ -305,7 +305,8 @@ static int cmd_plan(const opts *o)
 static double estimate_bytes(const setup *s, const loom_sync_plan *p, uint32_t late)
 {
         uint32_t nr = loom_sync_par_ranks(&s->roll);
-        double train = (double)p->slow_elems * 2 * (p->kind == LOOM_SYNC_TOPO_SPARSE ? 2 : 1);
+        /* training ranks hold what they send once (two versions for deltas) */
+        double train = (double)s->layout->elems * 2 * (p->kind == LOOM_SYNC_TOPO_SPARSE ? 2 : 1);
         double slice = 0;
         for (size_t t = 0; t < s->layout->ntensors; t++) {
                 loom_sync_rect r;

@@ -4,11 +4,12 @@
  * drives them in parallel.
  *
  * Before the clock starts the rank materialises only the elements it sends (its part of its
- * shard, in stream order) for versions 0 and 1 from the seed; nothing else of the model exists
- * in this process. After the clock starts it encodes bucket by bucket (dense plans send the
- * values in place with a CRC; topo+sparse encodes the XOR delta against version 0), pushes
- * without waiting for any rollout rank, sends the manifest of per-piece checksums, and waits for
- * the relay's acknowledgement so the recorded time covers the bytes actually crossing the link.
+ * shard, in stream order, once even when several streams carry the same pieces) for versions 0
+ * and 1 from the seed; nothing else of the model exists in this process. After the clock starts it
+ * encodes bucket by bucket (dense plans send the values in place with a CRC; topo+sparse encodes
+ * the XOR delta against version 0), pushes without waiting for any rollout rank, sends the manifest
+ * of per-piece checksums, and waits for the relay's acknowledgement so the recorded time covers the
+ * bytes actually crossing the link.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +21,8 @@
 typedef struct pusher {
         loom__trainer *t;
         const loom_sync_stream *st;
-        uint16_t *nw, *old;
+        uint16_t *nw, *old; /* the stream's data in stream order, versions 1 and 0 */
+        int shared;         /* nw/old belong to an earlier pusher with the same pieces */
         double cpu, t_done;
         uint64_t enc_bytes, sent;
         int rc;
@@ -69,6 +71,17 @@ int loom__trainer_prepare(const loom__ctx *c, uint32_t rank, loom__trainer **out
                 pusher *ps = &t->ps[t->n++];
                 ps->t = t;
                 ps->st = st;
+                /* Streams with the same pieces (flat: one per rollout DP replica) share data. */
+                pusher *twin = NULL;
+                for (size_t j = 0; !twin && j + 1 < t->n; j++)
+                        if (t->ps[j].st->count == st->count && !t->ps[j].shared &&
+                            !memcmp(&p->order[t->ps[j].st->first], &p->order[st->first],
+                                    st->count * sizeof *p->order))
+                                twin = &t->ps[j];
+                if (twin) {
+                        ps->nw = twin->nw, ps->old = twin->old, ps->shared = 1;
+                        continue;
+                }
                 ps->nw = malloc((size_t)st->elems * 2 + 2);
                 ps->old = sparse ? malloc((size_t)st->elems * 2 + 2) : NULL;
                 if (!ps->nw || (sparse && !ps->old)) {
@@ -89,6 +102,8 @@ void loom__trainer_free(loom__trainer *t)
         if (!t)
                 return;
         for (size_t i = 0; t->ps && i < t->n; i++) {
+                if (t->ps[i].shared)
+                        continue;
                 free(t->ps[i].nw);
                 free(t->ps[i].old);
         }
@@ -116,6 +131,29 @@ static void man_run(const loom__run *run, void *arg)
         a->m[a->j].hash += loom_sync_hash(a->nw + run->soff, (size_t)run->len, run->g);
 }
 
+/* Fault injection works on private copies: stream buffers may be shared between threads. */
+static const uint8_t *inject(int mode, const uint16_t **nw, uint64_t n, const uint8_t *payload,
+                             uint64_t len, void **tmp)
+{
+        if (mode == 2) { /* a wrong value in an otherwise well-formed frame */
+                uint16_t *v = malloc(2 * n);
+                if (v) {
+                        memcpy(v, *nw, 2 * n);
+                        v[0] ^= 0x0101;
+                        *nw = v;
+                }
+                *tmp = v;
+                return payload;
+        }
+        uint8_t *c = malloc(len); /* a byte flipped after the CRC was computed */
+        if (c) {
+                memcpy(c, payload, len);
+                c[0] ^= 0x5a;
+        }
+        *tmp = c;
+        return c ? c : payload;
+}
+
 static int push_buckets(pusher *ps, int fd, uint8_t *enc)
 {
         const loom__ctx *c = ps->t->c;
@@ -127,13 +165,15 @@ static int push_buckets(pusher *ps, int fd, uint8_t *enc)
                 uint64_t n = st->elems - s0 < p->bucket_elems ? st->elems - s0 : p->bucket_elems;
                 loom_sync_frame f = {0};
                 const uint8_t *payload;
-                int first = ps->t->rank == 0 && ps == &ps->t->ps[0] && !k;
-                if (first && c->cfg->corrupt == 2)
-                        ps->nw[s0] ^= 0x0101; /* restored below; the manifest has the truth */
+                const uint16_t *nw = ps->nw + s0;
+                int fault = ps->t->rank == 0 && ps == &ps->t->ps[0] && !k ? c->cfg->corrupt : 0;
+                void *tmp = NULL, *tmp2 = NULL;
+                if (fault == 2)
+                        inject(2, &nw, n, NULL, 0, &tmp);
                 double t0 = loom__cpu();
                 if (enc) {
-                        loom_sync_encode(ps->old + s0, ps->nw + s0, (size_t)n, LOOM_SYNC_ENC_AUTO,
-                                         enc, &f, NULL);
+                        loom_sync_encode(ps->old + s0, nw, (size_t)n, LOOM_SYNC_ENC_AUTO, enc, &f,
+                                         NULL);
                         payload = enc;
                 } else {
                         /* dense: the values go out in place; only the checksum is computed */
@@ -141,24 +181,17 @@ static int push_buckets(pusher *ps, int fd, uint8_t *enc)
                         f.enc = LOOM_SYNC_ENC_DENSE;
                         f.elems = n;
                         f.payload_len = 2 * n;
-                        payload = (const uint8_t *)(ps->nw + s0);
+                        payload = (const uint8_t *)nw;
                         f.payload_crc = loom_sync_crc32c(0, payload, (size_t)f.payload_len);
                 }
                 ps->cpu += loom__cpu() - t0;
                 ps->enc_bytes += 2 * n;
                 f.stream = st->id, f.seq = (uint32_t)k, f.version = 1, f.start = s0;
-                uint8_t saved = 0;
-                int corrupt = first && c->cfg->corrupt == 1 && f.payload_len;
-                if (corrupt) {
-                        /* fault injection: the CRC was computed over the good bytes */
-                        saved = ((uint8_t *)payload)[0];
-                        ((uint8_t *)payload)[0] ^= 0x5a;
-                }
+                if (fault == 1 && f.payload_len)
+                        payload = inject(1, &nw, n, payload, f.payload_len, &tmp2);
                 int rc = loom__frame_send(fd, &f, payload, &ps->sent);
-                if (corrupt)
-                        ((uint8_t *)payload)[0] = saved;
-                if (first && c->cfg->corrupt == 2)
-                        ps->nw[s0] ^= 0x0101;
+                free(tmp);
+                free(tmp2);
                 if (rc)
                         return loom_err_set(&ps->err, LOOM_EIO, "push",
                                             "stream %u to rollout rank %u: connection lost", st->id,
