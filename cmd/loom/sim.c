@@ -328,6 +328,112 @@ static int write_per_job(const char *path, const loom_sim_workload *w, const loo
         return 0;
 }
 
+/* One sweep setting x policy, averaged over its seeds. */
+typedef struct sweep_agg {
+        const loom_sim_sweep_row *r; /* the first seed's row: figure, setting, policy */
+        double cost, cost_min, cost_max, slo, slo_min, slo_max, slo_wc, avg;
+} sweep_agg;
+
+/* Rows come ordered by setting, policy, seed: every `seeds` rows make one aggregate. */
+static void sweep_aggregate(const loom_sim_sweep_out *out, int seeds, sweep_agg *a)
+{
+        for (int g = 0; g < out->n / seeds; g++) {
+                const loom_sim_sweep_row *r = &out->rows[g * seeds];
+                sweep_agg x = {r, 0, INFINITY, -INFINITY, 0, INFINITY, -INFINITY, 0, 0};
+                for (int k = 0; k < seeds; k++) {
+                        x.cost += r[k].cost_vs_lb / seeds;
+                        x.cost_min = fmin(x.cost_min, r[k].cost_vs_lb);
+                        x.cost_max = fmax(x.cost_max, r[k].cost_vs_lb);
+                        x.slo += r[k].slo_attainment / seeds;
+                        x.slo_min = fmin(x.slo_min, r[k].slo_attainment);
+                        x.slo_max = fmax(x.slo_max, r[k].slo_attainment);
+                        x.slo_wc += r[k].slo_attainment_wc / seeds;
+                        x.avg += r[k].avg_cost_per_hour / seeds;
+                }
+                a[g] = x;
+        }
+}
+
+static void sweep_print(const opts *o, const sweep_agg *a, int n, int seeds)
+{
+        if (o->csv)
+                printf("figure,setting,policy,cost_vs_lb,cost_vs_lb_min,cost_vs_lb_max,"
+                       "slo_attainment,slo_min,slo_max,slo_attainment_profiled,"
+                       "avg_cost_per_hour\n");
+        else if (!o->json)
+                printf("%-3s %-14s %-8s %9s %9s %9s %7s %7s %7s %7s\n", "fig", "setting", "policy",
+                       "x_lb", "x_lb_min", "x_lb_max", "SLO%", "SLOmin", "SLOmax", "SLOp%");
+        for (int g = 0; g < n; g++) {
+                const sweep_agg *x = &a[g];
+                const char *pn = loom_sim_policy_name(x->r->policy);
+                bool lb = x->r->policy == LOOM_SIM_LB; /* a bound has no SLO figures */
+                char slo[160] = "null,\"slo_min\":null,\"slo_max\":null,"
+                                "\"slo_attainment_profiled\":null";
+                if (!lb)
+                        snprintf(slo, sizeof slo,
+                                 "%.4f,\"slo_min\":%.4f,\"slo_max\":%.4f,"
+                                 "\"slo_attainment_profiled\":%.4f",
+                                 x->slo, x->slo_min, x->slo_max, x->slo_wc);
+                if (o->json)
+                        printf("{\"figure\":\"15%c\",\"setting\":\"%s\",\"policy\":\"%s\","
+                               "\"seeds\":%d,\"cost_vs_lb\":%.4f,\"cost_vs_lb_min\":%.4f,"
+                               "\"cost_vs_lb_max\":%.4f,\"slo_attainment\":%s,"
+                               "\"avg_cost_per_hour\":%.2f}\n",
+                               x->r->figure, x->r->setting, pn, seeds, x->cost, x->cost_min,
+                               x->cost_max, slo, x->avg);
+                else if (o->csv && lb)
+                        printf("15%c,%s,%s,%.4f,%.4f,%.4f,,,,,%.2f\n", x->r->figure, x->r->setting,
+                               pn, x->cost, x->cost_min, x->cost_max, x->avg);
+                else if (o->csv)
+                        printf("15%c,%s,%s,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.2f\n", x->r->figure,
+                               x->r->setting, pn, x->cost, x->cost_min, x->cost_max, x->slo,
+                               x->slo_min, x->slo_max, x->slo_wc, x->avg);
+                else if (lb)
+                        printf("15%c %-14s %-8s %9.3f %9.3f %9.3f %7s %7s %7s %7s\n", x->r->figure,
+                               x->r->setting, pn, x->cost, x->cost_min, x->cost_max, "-", "-", "-",
+                               "-");
+                else
+                        printf("15%c %-14s %-8s %9.3f %9.3f %9.3f %7.1f %7.1f %7.1f %7.1f\n",
+                               x->r->figure, x->r->setting, pn, x->cost, x->cost_min, x->cost_max,
+                               100 * x->slo, 100 * x->slo_min, 100 * x->slo_max, 100 * x->slo_wc);
+        }
+}
+
+/* fig15{a,b,c}_{cost,slo}: one bar group per setting, one bar per policy. */
+static int sweep_plot(const char *dir, const sweep_agg *a, int n, loom_err *e)
+{
+        int npol = 0;
+        const char *pl[LOOM_SIM_NPOLICIES];
+        while (npol < n && !strcmp(a[npol].r->setting, a[0].r->setting))
+                pl[npol] = loom_sim_policy_name(a[npol].r->policy), npol++;
+        int rc = 0;
+        for (int fig = 0; fig < 3 && !rc; fig++) {
+                const char *gl[8];
+                int ng = 0, first = -1;
+                for (int g = 0; g < n && ng < 8; g += npol)
+                        if (a[g].r->figure == 'a' + fig) {
+                                first = first < 0 ? g : first;
+                                gl[ng++] = a[g].r->setting;
+                        }
+                double vals[2][8 * LOOM_SIM_NPOLICIES];
+                for (int k = 0; k < ng * npol; k++) {
+                        bool lb = a[first + k].r->policy == LOOM_SIM_LB;
+                        vals[0][k] = a[first + k].cost;
+                        vals[1][k] = lb ? NAN : 100 * a[first + k].slo;
+                }
+                for (int m = 0; m < 2 && !rc; m++) {
+                        char name[32], title[96];
+                        snprintf(name, sizeof name, "fig15%c_%s", 'a' + fig, m ? "slo" : "cost");
+                        snprintf(title, sizeof title, "Figure 15%c: %s", 'a' + fig,
+                                 m ? "SLO attainment (%)" : "cost / lower bound");
+                        loom_sim_bars b = {
+                            title, m ? "% of jobs" : "x lower bound", ng, npol, gl, pl, vals[m]};
+                        rc = loom_sim_plot_bars(dir, name, &b, e);
+                }
+        }
+        return rc;
+}
+
 static int run_sweep(opts *o, const loom_sim_trace *t)
 {
         loom_sim_sweep_cfg sc;
@@ -348,98 +454,22 @@ static int run_sweep(opts *o, const loom_sim_trace *t)
                 print_err(&e);
                 return 1;
         }
-        /* aggregate over seeds: rows are ordered by setting, policy, seed */
-        int groups = out.n / sc.seeds;
-        if (!o->json && !o->csv)
-                printf("%-3s %-14s %-8s %9s %9s %9s %7s %7s %7s %7s\n", "fig", "setting", "policy",
-                       "x_lb", "x_lb_min", "x_lb_max", "SLO%", "SLOmin", "SLOmax", "SLOp%");
-        else if (o->csv)
-                printf(
-                    "figure,setting,policy,cost_vs_lb,cost_vs_lb_min,cost_vs_lb_max,"
-                    "slo_attainment,slo_min,slo_max,slo_attainment_profiled,avg_cost_per_hour\n");
-        double *agg = calloc((size_t)groups * 2, sizeof *agg);
-        for (int g = 0; g < groups; g++) {
-                const loom_sim_sweep_row *r = &out.rows[g * sc.seeds];
-                double c = 0, cmin = INFINITY, cmax = -INFINITY, s = 0, smin = INFINITY,
-                       smax = -INFINITY, avg = 0, swc = 0;
-                for (int k = 0; k < sc.seeds; k++) {
-                        c += r[k].cost_vs_lb;
-                        cmin = fmin(cmin, r[k].cost_vs_lb);
-                        cmax = fmax(cmax, r[k].cost_vs_lb);
-                        s += r[k].slo_attainment;
-                        smin = fmin(smin, r[k].slo_attainment);
-                        smax = fmax(smax, r[k].slo_attainment);
-                        avg += r[k].avg_cost_per_hour;
-                        swc += r[k].slo_attainment_wc;
-                }
-                swc /= sc.seeds;
-                bool lb = r->policy == LOOM_SIM_LB; /* a bound has no SLO figures */
-                c /= sc.seeds;
-                s /= sc.seeds;
-                avg /= sc.seeds;
-                if (agg) {
-                        agg[2 * g] = c;
-                        agg[2 * g + 1] = 100 * s;
-                }
-                const char *pn = loom_sim_policy_name(r->policy);
-                if (o->json)
-                        printf("{\"figure\":\"15%c\",\"setting\":\"%s\",\"policy\":\"%s\","
-                               "\"seeds\":%d,\"cost_vs_lb\":%.4f,\"cost_vs_lb_min\":%.4f,"
-                               "\"cost_vs_lb_max\":%.4f,\"slo_attainment\":%.4f,"
-                               "\"slo_min\":%.4f,\"slo_max\":%.4f,\"slo_attainment_profiled\":%.4f,"
-                               "\"avg_cost_per_hour\":%.2f}\n",
-                               r->figure, r->setting, pn, sc.seeds, c, cmin, cmax, lb ? 0 : s,
-                               lb ? 0 : smin, lb ? 0 : smax, lb ? 0 : swc, avg);
-                else if (o->csv)
-                        printf("15%c,%s,%s,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.2f\n", r->figure,
-                               r->setting, pn, c, cmin, cmax, s, smin, smax, swc, avg);
-                else if (lb)
-                        printf("15%c %-14s %-8s %9.3f %9.3f %9.3f %7s %7s %7s %7s\n", r->figure,
-                               r->setting, pn, c, cmin, cmax, "-", "-", "-", "-");
-                else
-                        printf("15%c %-14s %-8s %9.3f %9.3f %9.3f %7.1f %7.1f %7.1f %7.1f\n",
-                               r->figure, r->setting, pn, c, cmin, cmax, 100 * s, 100 * smin,
-                               100 * smax, 100 * swc);
+        int n = out.n / sc.seeds;
+        sweep_agg *agg = calloc((size_t)(n ? n : 1), sizeof *agg);
+        if (!agg) {
+                loom_sim_sweep_out_free(&out);
+                fprintf(stderr, "loom sim: out of memory\n");
+                return 1;
         }
-        if (!o->json && !o->csv)
-                printf("%llu events in %.2f s of run time (%.2f M events/s per thread)\n",
-                       (unsigned long long)out.events, out.cpu_s,
-                       out.cpu_s > 0 ? (double)out.events / out.cpu_s / 1e6 : 0);
-        if (o->plot && agg) {
-                int npol = 0;
-                const char *pl[LOOM_SIM_NPOLICIES];
-                for (int g = 0; g < groups && out.rows[g * sc.seeds].figure == 'a' &&
-                                !strcmp(out.rows[g * sc.seeds].setting, out.rows[0].setting);
-                     g++)
-                        pl[npol++] = loom_sim_policy_name(out.rows[g * sc.seeds].policy);
-                for (int fig = 0; fig < 3 && !rc; fig++) {
-                        const char *gl[8];
-                        int ng = 0, first = -1;
-                        for (int g = 0; g < groups; g += npol)
-                                if (out.rows[g * sc.seeds].figure == 'a' + fig) {
-                                        if (first < 0)
-                                                first = g;
-                                        gl[ng++] = out.rows[g * sc.seeds].setting;
-                                }
-                        double vals[2][8 * LOOM_SIM_NPOLICIES];
-                        for (int k = 0; k < ng * npol; k++) {
-                                vals[0][k] = agg[2 * (first + k)];
-                                vals[1][k] = agg[2 * (first + k) + 1];
-                        }
-                        char name[32], title[96];
-                        for (int m = 0; m < 2 && !rc; m++) {
-                                snprintf(name, sizeof name, "fig15%c_%s", 'a' + fig,
-                                         m ? "slo" : "cost");
-                                snprintf(title, sizeof title, "Figure 15%c: %s", 'a' + fig,
-                                         m ? "SLO attainment (%)" : "cost / lower bound");
-                                loom_sim_bars b = {
-                                    title,  m ? "% of jobs" : "x lower bound", ng, npol, gl, pl,
-                                    vals[m]};
-                                rc = loom_sim_plot_bars(o->plot, name, &b, &e);
-                        }
-                }
-                if (rc)
-                        print_err(&e);
+        sweep_aggregate(&out, sc.seeds, agg);
+        if (o->plot && (rc = sweep_plot(o->plot, agg, n, &e)))
+                print_err(&e);
+        if (!rc) {
+                sweep_print(o, agg, n, sc.seeds);
+                if (!o->json && !o->csv)
+                        printf("%llu events in %.2f s of run time (%.2f M events/s per thread)\n",
+                               (unsigned long long)out.events, out.cpu_s,
+                               out.cpu_s > 0 ? (double)out.events / out.cpu_s / 1e6 : 0);
         }
         free(agg);
         loom_sim_sweep_out_free(&out);

@@ -161,7 +161,8 @@ typedef struct loom_sim_cfg {
 } loom_sim_cfg;
 
 void loom_sim_cfg_default(loom_sim_cfg *c);
-/* A job's solo run time under its realisation: cold loads plus every iteration's phases. */
+/* A job's solo run time under its realisation: the admission-time load into host memory
+ * (cold), one warm start per pool, every iteration's phases and a sync between iterations. */
 loom_us loom_sim_job_solo_time(const loom_sim_job *j, const loom_sim_cfg *c);
 /* Switch times for a model size (nearest of 3/7/14/32B). */
 loom_us loom_sim_warm(const loom_sim_cfg *c, double model_b);

@@ -352,126 +352,156 @@ static int solve(oracle *o, const int *active, int n, double *slow_of, double *c
 
 /* ---- the fluid run ------------------------------------------------------------------------ */
 
+/* The fluid state between two events. */
+typedef struct fluid {
+        oracle o;
+        loom_sim_result *r;
+        double *remain, *rate; /* solo microseconds left; solo us per real us */
+        loom_us *done;
+        int active[LOOM_SIM_ORACLE_MAX_JOBS + 1], na, next, cap_series;
+        double t, cost, util[2], total, busy[2], prov[2];
+        int nodes[2];
+} fluid;
+
+/* Advance to tn: integrate cost and GPU time, move every active job on. */
+static void fluid_advance(fluid *f, double tn)
+{
+        double dt = tn - f->t;
+        f->total += f->cost * dt;
+        for (int p = 0; p < 2; p++) {
+                f->busy[p] += f->util[p] * dt;
+                f->prov[p] += f->nodes[p] * f->o.c->cluster.gpus_per_node * dt;
+        }
+        for (int i = 0; i < f->na; i++)
+                f->remain[f->active[i]] -= dt * f->rate[f->active[i]];
+        f->t = tn;
+}
+
+/* Re-solve the grouping of the active jobs; LOOM_EREJECT when none is feasible. */
+static int fluid_regroup(fluid *f)
+{
+        if (f->na == 0) {
+                f->cost = 0;
+                f->nodes[0] = f->nodes[1] = 0;
+                f->util[0] = f->util[1] = 0;
+                return 0;
+        }
+        double slow[LOOM_SIM_ORACLE_MAX_JOBS];
+        int rc = solve(&f->o, f->active, f->na, slow, &f->cost, f->nodes, f->util);
+        for (int i = 0; !rc && i < f->na; i++)
+                f->rate[f->active[i]] = 1.0 / slow[i];
+        return rc;
+}
+
+/* Peaks and the series point after a regrouping. */
+static int fluid_record(fluid *f)
+{
+        loom_sim_result *r = f->r;
+        int gpn = f->o.c->cluster.gpus_per_node;
+        if (f->cost > r->peak_cost_per_hour)
+                r->peak_cost_per_hour = f->cost;
+        for (int p = 0; p < 2; p++)
+                if (f->nodes[p] * gpn > r->peak_gpus[p])
+                        r->peak_gpus[p] = f->nodes[p] * gpn;
+        if (!f->o.c->record_series)
+                return 0;
+        if (r->n_series == f->cap_series) {
+                f->cap_series = f->cap_series ? 2 * f->cap_series : 256;
+                loom_sim_point *s = realloc(r->series, (size_t)f->cap_series * sizeof *s);
+                if (!s)
+                        return LOOM_ENOMEM;
+                r->series = s;
+        }
+        r->series[r->n_series++] =
+            (loom_sim_point){f->t / 3.6e9, f->cost, {f->nodes[0] * gpn, f->nodes[1] * gpn}};
+        return 0;
+}
+
+/* One event: the next arrival or the first departure. Returns 1 when the oracle gives up. */
+static int fluid_step(fluid *f)
+{
+        const loom_sim_workload *w = f->o.w;
+        double t_dep = INFINITY;
+        int who = -1;
+        for (int i = 0; i < f->na; i++) {
+                double d = f->t + f->remain[f->active[i]] / f->rate[f->active[i]];
+                if (d < t_dep) {
+                        t_dep = d;
+                        who = i;
+                }
+        }
+        double t_arr = f->next < w->n ? (double)w->jobs[f->next].arrival : INFINITY;
+        fluid_advance(f, t_arr <= t_dep ? t_arr : t_dep);
+        if (t_arr <= t_dep) {
+                if (f->na == LOOM_SIM_ORACLE_MAX_JOBS) {
+                        snprintf(f->r->note, sizeof f->r->note,
+                                 "gave up at t=%.1f h (job %d of %d): %d jobs active, exact "
+                                 "search is limited to %d",
+                                 f->t / 3.6e9, f->next, w->n, f->na + 1, LOOM_SIM_ORACLE_MAX_JOBS);
+                        return 1;
+                }
+                f->active[f->na++] = f->next++; /* stays ascending: arrivals are in order */
+        } else {
+                f->done[f->active[who]] = (loom_us)llround(f->t);
+                memmove(&f->active[who], &f->active[who + 1],
+                        sizeof(int) * (size_t)(f->na - who - 1));
+                f->na--;
+        }
+        f->r->events++;
+        int rc = fluid_regroup(f);
+        if (rc == LOOM_EREJECT) {
+                snprintf(f->r->note, sizeof f->r->note, "no feasible grouping at t=%.1f h",
+                         f->t / 3.6e9);
+                return 1;
+        }
+        return rc ? rc : fluid_record(f);
+}
+
 int sim_run_oracle(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_result *r,
                    loom_err *e)
 {
-        oracle o = {.c = c, .w = w};
-        int n = w->n, rc = 0;
-        double *remain = malloc(sizeof(double) * (size_t)(n ? n : 1));
-        double *rate = malloc(sizeof(double) * (size_t)(n ? n : 1));
-        loom_us *done = malloc(sizeof(loom_us) * (size_t)(n ? n : 1));
-        int active[LOOM_SIM_ORACLE_MAX_JOBS + 1], na = 0, next = 0, cap_series = 0;
-        if (!remain || !rate || !done || cache_grow(&o.cache)) {
+        size_t n = (size_t)(w->n ? w->n : 1);
+        fluid f = {.o = {.c = c, .w = w}, .r = r};
+        f.remain = malloc(sizeof(double) * n);
+        f.rate = malloc(sizeof(double) * n);
+        f.done = malloc(sizeof(loom_us) * n);
+        int rc = 0;
+        if (!f.remain || !f.rate || !f.done || cache_grow(&f.o.cache)) {
                 rc = LOOM_ENOMEM;
                 goto out;
         }
-        for (int i = 0; i < n; i++) {
-                remain[i] = (double)loom_sim_job_solo_time(&w->jobs[i], c);
-                done[i] = -1;
+        for (int i = 0; i < w->n; i++) {
+                f.remain[i] = (double)loom_sim_job_solo_time(&w->jobs[i], c);
+                f.done[i] = -1;
         }
-        double t = 0, cost = 0, util[2] = {0, 0}, total = 0, busy[2] = {0, 0}, prov[2] = {0, 0};
-        int nodes[2] = {0, 0};
-        while (next < n || na > 0) {
-                /* the next event: an arrival or the first departure */
-                double t_dep = INFINITY;
-                int who = -1;
-                for (int i = 0; i < na; i++) {
-                        double d = t + remain[active[i]] / rate[active[i]];
-                        if (d < t_dep) {
-                                t_dep = d;
-                                who = i;
-                        }
-                }
-                double t_arr = next < n ? (double)w->jobs[next].arrival : INFINITY;
-                double tn = t_arr <= t_dep ? t_arr : t_dep;
-                double dt = tn - t;
-                total += cost * dt;
-                for (int p = 0; p < 2; p++) {
-                        busy[p] += util[p] * dt;
-                        prov[p] += nodes[p] * c->cluster.gpus_per_node * dt;
-                }
-                for (int i = 0; i < na; i++)
-                        remain[active[i]] -= dt * rate[active[i]];
-                t = tn;
-                if (t_arr <= t_dep) {
-                        if (na == LOOM_SIM_ORACLE_MAX_JOBS) {
-                                r->ran = false;
-                                snprintf(r->note, sizeof r->note,
-                                         "gave up at t=%.1f h (job %d of %d): %d jobs active, "
-                                         "exact search is limited to %d",
-                                         t / 3.6e9, next, n, na + 1, LOOM_SIM_ORACLE_MAX_JOBS);
-                                goto out;
-                        }
-                        /* keep active[] ascending: arrivals come in index order */
-                        active[na++] = next++;
-                } else {
-                        done[active[who]] = (loom_us)llround(t);
-                        memmove(&active[who], &active[who + 1],
-                                sizeof(int) * (size_t)(na - who - 1));
-                        na--;
-                }
-                r->events++;
-                double slow[LOOM_SIM_ORACLE_MAX_JOBS];
-                if (na > 0) {
-                        rc = solve(&o, active, na, slow, &cost, nodes, util);
-                        if (rc == LOOM_EREJECT) {
-                                r->ran = false;
-                                snprintf(r->note, sizeof r->note,
-                                         "no feasible grouping at t=%.1f h", t / 3.6e9);
-                                rc = 0;
-                                goto out;
-                        }
-                        if (rc)
-                                goto out;
-                        for (int i = 0; i < na; i++)
-                                rate[active[i]] = 1.0 / slow[i];
-                } else {
-                        cost = 0;
-                        nodes[0] = nodes[1] = 0;
-                        util[0] = util[1] = 0;
-                }
-                if (cost > r->peak_cost_per_hour)
-                        r->peak_cost_per_hour = cost;
-                for (int p = 0; p < 2; p++)
-                        if (nodes[p] * c->cluster.gpus_per_node > r->peak_gpus[p])
-                                r->peak_gpus[p] = nodes[p] * c->cluster.gpus_per_node;
-                if (c->record_series) {
-                        if (r->n_series == cap_series) {
-                                cap_series = cap_series ? 2 * cap_series : 256;
-                                loom_sim_point *s =
-                                    realloc(r->series, (size_t)cap_series * sizeof *s);
-                                if (!s) {
-                                        rc = LOOM_ENOMEM;
-                                        goto out;
-                                }
-                                r->series = s;
-                        }
-                        r->series[r->n_series++] =
-                            (loom_sim_point){t / 3.6e9,
-                                             cost,
-                                             {nodes[0] * c->cluster.gpus_per_node,
-                                              nodes[1] * c->cluster.gpus_per_node}};
-                }
-                sim_progress(c, LOOM_SIM_ORACLE, (double)next / (n ? n : 1));
+        while (!rc && (f.next < w->n || f.na > 0)) {
+                rc = fluid_step(&f);
+                sim_progress(c, LOOM_SIM_ORACLE, (double)f.next / (double)n);
         }
         sim_progress(c, LOOM_SIM_ORACLE, -1);
-        r->ran = true;
-        r->makespan_h = t / 3.6e9;
-        r->total_cost = total / 3.6e9;
+        if (rc == 1) { /* gave up: the note says where */
+                r->ran = false;
+                rc = 0;
+                goto out;
+        }
+        if (rc)
+                goto out;
+        r->makespan_h = f.t / 3.6e9;
+        r->total_cost = f.total / 3.6e9;
         r->avg_cost_per_hour = r->makespan_h > 0 ? r->total_cost / r->makespan_h : 0;
         for (int p = 0; p < 2; p++) {
-                r->busy_gpu_h[p] = busy[p] / 3.6e9;
-                r->prov_gpu_h[p] = prov[p] / 3.6e9;
-                r->bubble[p] = prov[p] > 0 ? 1.0 - busy[p] / prov[p] : 0;
+                r->busy_gpu_h[p] = f.busy[p] / 3.6e9;
+                r->prov_gpu_h[p] = f.prov[p] / 3.6e9;
+                r->bubble[p] = f.prov[p] > 0 ? 1.0 - f.busy[p] / f.prov[p] : 0;
         }
-        rc = sim_finish_jobs(c, w, done, NULL, r);
-        snprintf(r->note, sizeof r->note, "%llu group evaluations", (unsigned long long)o.evals);
+        rc = sim_finish_jobs(c, w, f.done, NULL, r);
+        snprintf(r->note, sizeof r->note, "%llu group evaluations", (unsigned long long)f.o.evals);
 out:
         if (rc == LOOM_ENOMEM)
                 loom_err_set(e, rc, "", "out of memory");
-        free(o.cache.t);
-        free(remain);
-        free(rate);
-        free(done);
+        free(f.o.cache.t);
+        free(f.remain);
+        free(f.rate);
+        free(f.done);
         return rc;
 }

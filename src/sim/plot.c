@@ -400,8 +400,13 @@ static void draw_bars(cairo_t *cr, const void *varg)
                 cairo_set_source_rgb(cr, 0.1, 0.1, 0.1);
                 text(cr, ML + gw * (g + 0.5), H - MB + 16, b->group_labels[g], 0.5, 11);
         }
-        for (int s = 0; s < b->n_series; s++)
-                legend(cr, s, b->series_labels[s], false);
+        for (int s = 0; s < b->n_series; s++) {
+                bool any = false; /* a series with no values (the bound's SLO) has no legend */
+                for (int g = 0; g < b->n_groups; g++)
+                        any = any || isfinite(b->values[g * b->n_series + s]);
+                if (any)
+                        legend(cr, s, b->series_labels[s], false);
+        }
 }
 
 int loom_sim_plot_bars(const char *dir, const char *name, const loom_sim_bars *b, loom_err *e)
