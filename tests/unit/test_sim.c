@@ -461,3 +461,52 @@ Test(sim_sweep, rows_do_not_depend_on_the_thread_count)
         loom_sim_sweep_out_free(&one);
         loom_sim_sweep_out_free(&two);
 }
+
+/* ---- switches ------------------------------------------------------------------------------- */
+
+Test(sim_switch, warm_switch_hides_in_idle_time_and_first_phase_waits_for_the_load)
+{
+        /* A1 and A2 alternate on one rollout node and one training node. With a 10 s warm switch
+         * and cold 30 s: A1's first rollout waits for its load (30 s) plus a warm start; A2's
+         * rollout follows A1's immediately, so it pays the whole switch; later switches land
+         * in idle time only partly. */
+        loom_sim_cfg c;
+        loom_sim_cfg_default(&c);
+        for (int i = 0; i < 4; i++) {
+                c.warm_s[i] = 10;
+                c.cold_s[i] = 30;
+        }
+        c.policy.warm_switch = loom_us_from_s(10);
+        c.record_gantt = true;
+        loom_job_spec specs[2];
+        job(&specs[0], "A1", 100, 100, 0, 4);
+        job(&specs[1], "A2", 100, 100, 0, 4);
+        specs[0].slo = specs[1].slo = 1.5;
+        loom_sim_noise noise;
+        loom_sim_noise_default(&noise);
+        noise.deterministic = true;
+        loom_sim_workload w;
+        loom_err e;
+        cr_assert_eq(loom_sim_workload_from_specs(specs, NULL, 2, &noise, 1, &c.cluster, &w, &e),
+                     0);
+        loom_sim_result r;
+        run(&c, &w, LOOM_SIM_LOOM, &r);
+        const loom_sim_interval *a1 = nth(&r, 0, LOOM_PHASE_ROLLOUT, 0);
+        cr_assert_eq(a1->start, 0);
+        cr_assert_eq(a1->end, S(30 + 10 + 100), "load, warm start, rollout");
+        const loom_sim_interval *a2 = nth(&r, 1, LOOM_PHASE_ROLLOUT, 0);
+        cr_assert_eq(a2->start, S(140));
+        /* A2's load finished at 30 s, long before; the node changes job with no idle time */
+        cr_assert_eq(a2->end, S(140 + 10 + 100));
+        const loom_sim_interval *t1 = nth(&r, 0, LOOM_PHASE_TRAIN, 0);
+        cr_assert_eq(t1->end, S(140 + 10 + 100), "A1's first training: a warm start");
+        /* A1's second rollout: its training ended at 250 and A2's rollout freed the node at 250,
+         * so the switch back to A1 is paid in full */
+        const loom_sim_interval *a1b = nth(&r, 0, LOOM_PHASE_ROLLOUT, 1);
+        cr_assert_eq(a1b->start, S(250));
+        cr_assert_eq(a1b->end, S(250 + 10 + 100));
+        cr_assert_eq(r.cold_starts, 4, "each job loads once per pool");
+        cr_assert_gt(r.warm_switches, 0);
+        loom_sim_result_free(&r);
+        loom_sim_workload_free(&w);
+}
