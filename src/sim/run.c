@@ -19,9 +19,9 @@ static int check_cfg(const loom_sim_cfg *c, loom_err *e)
         /* Below the price ratio a training GPU would roll out more cheaply than a rollout GPU,
          * which would void the lower bound's argument (docs/lower-bound.md). */
         double ratio = c->cluster.gpu[LOOM_POOL_TRAIN].price_per_hour > 0
-                               ? c->cluster.gpu[LOOM_POOL_ROLLOUT].price_per_hour /
-                                         c->cluster.gpu[LOOM_POOL_TRAIN].price_per_hour
-                               : 0;
+                           ? c->cluster.gpu[LOOM_POOL_ROLLOUT].price_per_hour /
+                                 c->cluster.gpu[LOOM_POOL_TRAIN].price_per_hour
+                           : 0;
         if (!(c->colocated_roll_factor >= ratio && c->colocated_roll_factor <= 100))
                 return loom_err_set(e, LOOM_EINVAL, "colocated_roll_factor",
                                     "colocated_roll_factor must be in [%.4f, 100] (the rollout/"
