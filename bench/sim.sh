@@ -33,10 +33,15 @@ t1=$(now)
 python3 -c "print(f'whole sweep: {float(\"$t1\") - float(\"$t0\"):.2f} s wall (target < 60 s on 2 cores)')"
 rm -f /tmp/loom-bench-sweep.$$
 
-echo "-- the oracle on small Poisson instances (exact search, <= 12 active jobs)"
-for s in 1 2 3; do
-  "$loom" sim --arrivals poisson:1 --jobs 12 --duration-h 4 --seed "$s" --policy loom,oracle,lb --no-progress \
-    | awk -v s="$s" '$1=="loom"||$1=="oracle"||$1=="lb"{printf "  seed %s %-7s total $%s  x_lb %s  wall %s s\n", s, $1, $3, $7, $NF}'
+echo "-- the oracle on small Poisson instances (12 jobs, 1/h, 4 h mean; exact search)"
+for s in 1 2 3 4 5 6; do
+  "$loom" sim --arrivals poisson:1 --jobs 12 --duration-h 4 --seed "$s" --policy loom,oracle,lb \
+    --csv --no-progress | python3 -c "
+import csv, sys
+r = {x['policy']: x for x in csv.DictReader(sys.stdin)}
+c = {p: float(r[p]['total_cost']) for p in r}
+print(f'  seed $s: lb \${c[\"lb\"]:.0f}  oracle \${c[\"oracle\"]:.0f}  loom \${c[\"loom\"]:.0f}'
+      f'  loom/oracle {c[\"loom\"] / c[\"oracle\"]:.3f}  oracle wall {float(r[\"oracle\"][\"wall_s\"]):.3f} s')"
 done
 
 echo "-- WEAVE §6.2 micro-benchmarks"
