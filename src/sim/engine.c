@@ -208,10 +208,11 @@ static int schedule_rollout(engine *g, int ji)
         int rc;
         if (!j->migrated && !j->past_threshold && g->c->policy.tail_migration &&
             j->work_q < j->work &&
-            (rc = sim_heap_push(&g->heap, time_at(j, j->work_q), SIM_EV_PROGRESS, (uint32_t)ji,
-                                j->version)))
+            (rc = loom__sim_heap_push(&g->heap, time_at(j, j->work_q), SIM_EV_PROGRESS,
+                                      (uint32_t)ji, j->version)))
                 return rc;
-        return sim_heap_push(&g->heap, time_at(j, j->work), SIM_EV_END, (uint32_t)ji, j->version);
+        return loom__sim_heap_push(&g->heap, time_at(j, j->work), SIM_EV_END, (uint32_t)ji,
+                                   j->version);
 }
 
 static void set_rate(engine *g, sjob *j, double rate)
@@ -240,7 +241,7 @@ static int record(engine *g, int ji, loom_us end)
                                         .start = j->seg_start,
                                         .end = end,
                                         .tail = j->migrated};
-                int rc = sim_gantt_add(g->r, &g->gantt_cap, &iv);
+                int rc = loom__sim_gantt_add(g->r, &g->gantt_cap, &iv);
                 if (rc)
                         return rc;
         }
@@ -272,7 +273,7 @@ static int start_phase(engine *g, const loom_action *a)
         j->busy_gpus = a->phase == LOOM_PHASE_SYNC ? 0 : a->gpus;
         j->busy_pool = a->pool;
         if (j->busy_gpus)
-                sim_meter_busy(&g->meter, g->now, a->pool, j->busy_gpus);
+                loom__sim_meter_busy(&g->meter, g->now, a->pool, j->busy_gpus);
         if (a->phase == LOOM_PHASE_ROLLOUT) {
                 if (j->first_start < 0)
                         j->first_start = g->now;
@@ -296,7 +297,8 @@ static int start_phase(engine *g, const loom_action *a)
         else
                 len = sj->spec.t_sync;
         j->version++;
-        return sim_heap_push(&g->heap, g->now + ovh + len, SIM_EV_END, (uint32_t)ji, j->version);
+        return loom__sim_heap_push(&g->heap, g->now + ovh + len, SIM_EV_END, (uint32_t)ji,
+                                   j->version);
 }
 
 /* The nodes a job's phase ran on are free from now on. */
@@ -323,7 +325,8 @@ static int apply(engine *g, const loom_action *a)
                 j = &g->jobs[ji];
                 if ((rc = record(g, ji, g->now)))
                         return rc;
-                sim_meter_busy(&g->meter, g->now, LOOM_POOL_ROLLOUT, a->keep_gpus - j->busy_gpus);
+                loom__sim_meter_busy(&g->meter, g->now, LOOM_POOL_ROLLOUT,
+                                     a->keep_gpus - j->busy_gpus);
                 free_nodes(g, j);
                 j->busy_gpus = a->keep_gpus;
                 j->migrated = true;
@@ -337,7 +340,7 @@ static int apply(engine *g, const loom_action *a)
                 j = &g->jobs[ji];
                 if (!j->rolling || j->migrated)
                         return 0;
-                sim_meter_busy(&g->meter, g->now, LOOM_POOL_ROLLOUT, a->gpus - j->busy_gpus);
+                loom__sim_meter_busy(&g->meter, g->now, LOOM_POOL_ROLLOUT, a->gpus - j->busy_gpus);
                 j->busy_gpus = a->gpus;
                 int want = g->w->jobs[ji].spec.rollout_gpus;
                 set_rate(g, j, a->gpus >= want ? 1.0 : (double)a->gpus / want);
@@ -348,8 +351,8 @@ static int apply(engine *g, const loom_action *a)
                 if (!n)
                         return LOOM_ENOMEM;
                 memset(n, 0, sizeof *n); /* a node comes and goes with an empty host memory */
-                return sim_meter_nodes(&g->meter, g->now, a->pool,
-                                       a->type == LOOM_ACT_PROVISION_NODE ? 1 : -1);
+                return loom__sim_meter_nodes(&g->meter, g->now, a->pool,
+                                             a->type == LOOM_ACT_PROVISION_NODE ? 1 : -1);
         }
         case LOOM_ACT_JOB_DONE:
                 ji = g->by_id[a->job];
@@ -476,7 +479,7 @@ static int on_end(engine *g, int ji)
         if (j->phase != LOOM_PHASE_SYNC)
                 free_nodes(g, j);
         if (j->busy_gpus)
-                sim_meter_busy(&g->meter, g->now, j->busy_pool, -j->busy_gpus);
+                loom__sim_meter_busy(&g->meter, g->now, j->busy_pool, -j->busy_gpus);
         j->busy_gpus = 0;
         j->running = false;
         loom_phase ph = j->phase;
@@ -497,7 +500,7 @@ static int on_end(engine *g, int ji)
 static void engine_free(engine *g)
 {
         loom_sched_free(g->s);
-        sim_heap_free(&g->heap);
+        loom__sim_heap_free(&g->heap);
         free(g->jobs);
         free(g->by_id);
         free(g->nodes[0]);
@@ -505,8 +508,8 @@ static void engine_free(engine *g)
         free(g->tailing);
 }
 
-int sim_run_core(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_policy p,
-                 loom_sim_result *r, loom_err *e)
+int loom__sim_run_core(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_policy p,
+                       loom_sim_result *r, loom_err *e)
 {
         loom_sim_cfg cc = *c;
         cc.policy.tail_migration = p != LOOM_SIM_LOOM_NOMIG && c->policy.tail_migration;
@@ -514,8 +517,8 @@ int sim_run_core(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_pol
                            : p == LOOM_SIM_GREEDY ? LOOM_PLACER_GREEDY
                                                   : LOOM_PLACER_LOOM;
         engine g = {.c = &cc, .w = w, .r = r, .e = e};
-        sim_heap_init(&g.heap);
-        sim_meter_init(&g.meter, &cc.cluster, r, c->record_series);
+        loom__sim_heap_init(&g.heap);
+        loom__sim_meter_init(&g.meter, &cc.cluster, r, c->record_series);
         int rc = LOOM_ENOMEM;
         g.jobs = calloc((size_t)(w->n ? w->n : 1), sizeof *g.jobs);
         g.tailing = malloc((size_t)(w->n ? w->n : 1) * sizeof *g.tailing);
@@ -528,13 +531,13 @@ int sim_run_core(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_pol
         }
         for (int i = 0; i < w->n; i++) {
                 g.jobs[i].done_at = g.jobs[i].first_start = -1;
-                if ((rc = sim_heap_push(&g.heap, w->jobs[i].arrival, SIM_EV_ARRIVAL, (uint32_t)i,
-                                        0)))
+                if ((rc = loom__sim_heap_push(&g.heap, w->jobs[i].arrival, SIM_EV_ARRIVAL,
+                                              (uint32_t)i, 0)))
                         goto out;
         }
         sim_event ev;
         rc = 0;
-        while (!rc && sim_heap_pop(&g.heap, &ev)) {
+        while (!rc && loom__sim_heap_pop(&g.heap, &ev)) {
                 sjob *j = &g.jobs[ev.job];
                 if (ev.type != SIM_EV_ARRIVAL && ev.version != j->version)
                         continue;
@@ -552,7 +555,7 @@ int sim_run_core(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_pol
         sim_progress(c, p, -1);
         if (rc)
                 goto out;
-        sim_meter_finish(&g.meter, g.now);
+        loom__sim_meter_finish(&g.meter, g.now);
         loom_us *done = malloc((size_t)(w->n ? w->n : 1) * 2 * sizeof *done);
         if (!done) {
                 rc = LOOM_ENOMEM;
@@ -562,7 +565,7 @@ int sim_run_core(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_pol
                 done[i] = g.jobs[i].done_at;
                 done[w->n + i] = g.jobs[i].first_start;
         }
-        rc = sim_finish_jobs(&cc, w, done, done + w->n, r);
+        rc = loom__sim_finish_jobs(&cc, w, done, done + w->n, r);
         free(done);
         if (!rc && r->jobs_done + r->jobs_rejected < w->n && !r->note[0])
                 snprintf(r->note, sizeof r->note, "%d jobs did not finish",

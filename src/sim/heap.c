@@ -8,20 +8,20 @@ static inline bool ev_less(const sim_event *a, const sim_event *b)
         return a->t < b->t || (a->t == b->t && a->seq < b->seq);
 }
 
-void sim_heap_init(sim_heap *h)
+void loom__sim_heap_init(sim_heap *h)
 {
         h->a = NULL;
         h->n = h->cap = 0;
         h->seq = 0;
 }
 
-void sim_heap_free(sim_heap *h)
+void loom__sim_heap_free(sim_heap *h)
 {
         free(h->a);
-        sim_heap_init(h);
+        loom__sim_heap_init(h);
 }
 
-int sim_heap_push(sim_heap *h, loom_us t, sim_ev_type type, uint32_t job, uint32_t version)
+int loom__sim_heap_push(sim_heap *h, loom_us t, sim_ev_type type, uint32_t job, uint32_t version)
 {
         if (h->n == h->cap) {
                 size_t cap = h->cap ? 2 * h->cap : 256;
@@ -44,7 +44,7 @@ int sim_heap_push(sim_heap *h, loom_us t, sim_ev_type type, uint32_t job, uint32
         return 0;
 }
 
-bool sim_heap_pop(sim_heap *h, sim_event *out)
+bool loom__sim_heap_pop(sim_heap *h, sim_event *out)
 {
         if (h->n == 0)
                 return false;

@@ -49,7 +49,8 @@ static int cmp_ev(const void *a, const void *b)
         return (x->t > y->t) - (x->t < y->t);
 }
 
-int sim_run_lb(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_result *r, loom_err *e)
+int loom__sim_run_lb(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_result *r,
+                     loom_err *e)
 {
         double price[2] = {c->cluster.gpu[0].price_per_hour, c->cluster.gpu[1].price_per_hour};
         lb_ev *ev = malloc((size_t)(2 * w->n + 1) * sizeof *ev);

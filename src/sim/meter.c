@@ -7,7 +7,7 @@
 
 #include "sim_int.h"
 
-void sim_meter_init(sim_meter *m, const loom_cluster_cfg *cl, loom_sim_result *r, bool series)
+void loom__sim_meter_init(sim_meter *m, const loom_cluster_cfg *cl, loom_sim_result *r, bool series)
 {
         memset(m, 0, sizeof *m);
         m->cl = cl;
@@ -21,7 +21,7 @@ static double meter_cost(const sim_meter *m)
                m->nodes[1] * loom_cluster_node_price(m->cl, LOOM_POOL_TRAIN);
 }
 
-void sim_meter_advance(sim_meter *m, loom_us now)
+void loom__sim_meter_advance(sim_meter *m, loom_us now)
 {
         if (now <= m->last)
                 return;
@@ -57,9 +57,9 @@ static int meter_point(sim_meter *m, loom_us now)
         return 0;
 }
 
-int sim_meter_nodes(sim_meter *m, loom_us now, loom_pool p, int delta)
+int loom__sim_meter_nodes(sim_meter *m, loom_us now, loom_pool p, int delta)
 {
-        sim_meter_advance(m, now);
+        loom__sim_meter_advance(m, now);
         m->nodes[p] += delta;
         double cost = meter_cost(m);
         if (cost > m->r->peak_cost_per_hour)
@@ -70,15 +70,15 @@ int sim_meter_nodes(sim_meter *m, loom_us now, loom_pool p, int delta)
         return m->series ? meter_point(m, now) : 0;
 }
 
-void sim_meter_busy(sim_meter *m, loom_us now, loom_pool p, int delta)
+void loom__sim_meter_busy(sim_meter *m, loom_us now, loom_pool p, int delta)
 {
-        sim_meter_advance(m, now);
+        loom__sim_meter_advance(m, now);
         m->busy[p] += delta;
 }
 
-void sim_meter_finish(sim_meter *m, loom_us end)
+void loom__sim_meter_finish(sim_meter *m, loom_us end)
 {
-        sim_meter_advance(m, end);
+        loom__sim_meter_advance(m, end);
         loom_sim_result *r = m->r;
         r->makespan_h = loom_us_to_s(end) / 3600.0;
         r->total_cost = m->cost_us / 1e6 / 3600.0;
@@ -90,8 +90,8 @@ void sim_meter_finish(sim_meter *m, loom_us end)
         }
 }
 
-int sim_finish_jobs(const loom_sim_cfg *c, const loom_sim_workload *w, const loom_us *done_at,
-                    const loom_us *start_at, loom_sim_result *r)
+int loom__sim_finish_jobs(const loom_sim_cfg *c, const loom_sim_workload *w, const loom_us *done_at,
+                          const loom_us *start_at, loom_sim_result *r)
 {
         r->jobs = w->n;
         r->slowdown = malloc((size_t)(w->n ? w->n : 1) * sizeof *r->slowdown);
@@ -138,7 +138,7 @@ int sim_finish_jobs(const loom_sim_cfg *c, const loom_sim_workload *w, const loo
         return 0;
 }
 
-int sim_gantt_add(loom_sim_result *r, int *cap, const loom_sim_interval *iv)
+int loom__sim_gantt_add(loom_sim_result *r, int *cap, const loom_sim_interval *iv)
 {
         if (r->n_gantt == *cap) {
                 int nc = *cap ? 2 * *cap : 256;

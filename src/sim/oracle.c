@@ -457,8 +457,8 @@ static int fluid_step(fluid *f)
         return rc ? rc : fluid_record(f);
 }
 
-int sim_run_oracle(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_result *r,
-                   loom_err *e)
+int loom__sim_run_oracle(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_result *r,
+                         loom_err *e)
 {
         size_t n = (size_t)(w->n ? w->n : 1);
         fluid f = {.o = {.c = c, .w = w}, .r = r};
@@ -494,7 +494,7 @@ int sim_run_oracle(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_r
                 r->prov_gpu_h[p] = f.prov[p] / 3.6e9;
                 r->bubble[p] = f.prov[p] > 0 ? 1.0 - f.busy[p] / f.prov[p] : 0;
         }
-        rc = sim_finish_jobs(c, w, f.done, NULL, r);
+        rc = loom__sim_finish_jobs(c, w, f.done, NULL, r);
         snprintf(r->note, sizeof r->note, "%llu group evaluations", (unsigned long long)f.o.evals);
 out:
         if (rc == LOOM_ENOMEM)

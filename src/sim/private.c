@@ -63,7 +63,7 @@ static int gantt(pengine *g, int ji, loom_us end)
                                 .row = g->row[2 * ji + pool],
                                 .start = j->seg_start,
                                 .end = end};
-        return sim_gantt_add(g->r, &g->gantt_cap, &iv);
+        return loom__sim_gantt_add(g->r, &g->gantt_cap, &iv);
 }
 
 /* Start job ji's phase ph now; returns the phase's end time. */
@@ -114,7 +114,7 @@ static loom_us begin(pengine *g, int ji, loom_phase ph, loom_us now)
                 gpus = 0;
         }
         if (gpus)
-                sim_meter_busy(&g->meter, now, pool, gpus);
+                loom__sim_meter_busy(&g->meter, now, pool, gpus);
         return now + sw + len;
 }
 
@@ -126,7 +126,7 @@ static void finish_phase(pengine *g, int ji, loom_us now)
         loom_pool pool =
             g->coloc || j->phase == LOOM_PHASE_TRAIN ? LOOM_POOL_TRAIN : LOOM_POOL_ROLLOUT;
         int gpus = nodes_of(g, ji, pool) * g->c->cluster.gpus_per_node;
-        sim_meter_busy(&g->meter, now, pool, -gpus);
+        loom__sim_meter_busy(&g->meter, now, pool, -gpus);
 }
 
 static int step(pengine *g, int ji, loom_us now, bool arrive)
@@ -140,7 +140,7 @@ static int step(pengine *g, int ji, loom_us now, bool arrive)
                         g->row[2 * ji + p] = g->next_row[p];
                         g->next_row[p] += nodes_of(g, ji, (loom_pool)p);
                         for (int k = 0; k < nodes_of(g, ji, (loom_pool)p); k++)
-                                if ((rc = sim_meter_nodes(&g->meter, now, (loom_pool)p, 1)))
+                                if ((rc = loom__sim_meter_nodes(&g->meter, now, (loom_pool)p, 1)))
                                         return rc;
                 }
                 next = LOOM_PHASE_ROLLOUT;
@@ -155,8 +155,8 @@ static int step(pengine *g, int ji, loom_us now, bool arrive)
                                 j->done_at = now;
                                 for (int p = 0; p < 2; p++)
                                         for (int k = 0; k < nodes_of(g, ji, (loom_pool)p); k++)
-                                                if ((rc = sim_meter_nodes(&g->meter, now,
-                                                                          (loom_pool)p, -1)))
+                                                if ((rc = loom__sim_meter_nodes(&g->meter, now,
+                                                                                (loom_pool)p, -1)))
                                                         return rc;
                                 return 0;
                         }
@@ -166,15 +166,15 @@ static int step(pengine *g, int ji, loom_us now, bool arrive)
                 }
         }
         loom_us end = begin(g, ji, next, now);
-        return sim_heap_push(&g->heap, end, SIM_EV_END, (uint32_t)ji, 0);
+        return loom__sim_heap_push(&g->heap, end, SIM_EV_END, (uint32_t)ji, 0);
 }
 
-int sim_run_private(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_policy p,
-                    loom_sim_result *r, loom_err *e)
+int loom__sim_run_private(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_policy p,
+                          loom_sim_result *r, loom_err *e)
 {
         pengine g = {.c = c, .w = w, .r = r, .coloc = p == LOOM_SIM_COLOCATED};
-        sim_heap_init(&g.heap);
-        sim_meter_init(&g.meter, &c->cluster, r, c->record_series);
+        loom__sim_heap_init(&g.heap);
+        loom__sim_meter_init(&g.meter, &c->cluster, r, c->record_series);
         int rc = LOOM_ENOMEM;
         size_t n = (size_t)(w->n ? w->n : 1);
         g.jobs = calloc(n, sizeof *g.jobs);
@@ -184,14 +184,14 @@ int sim_run_private(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_
                 goto out;
         for (int i = 0; i < w->n; i++) {
                 g.jobs[i].done_at = -1;
-                if ((rc = sim_heap_push(&g.heap, w->jobs[i].arrival, SIM_EV_ARRIVAL, (uint32_t)i,
-                                        0)))
+                if ((rc = loom__sim_heap_push(&g.heap, w->jobs[i].arrival, SIM_EV_ARRIVAL,
+                                              (uint32_t)i, 0)))
                         goto out;
         }
         sim_event ev;
         loom_us now = 0;
         rc = 0;
-        while (!rc && sim_heap_pop(&g.heap, &ev)) {
+        while (!rc && loom__sim_heap_pop(&g.heap, &ev)) {
                 now = ev.t;
                 r->events++;
                 rc = step(&g, (int)ev.job, now, ev.type == SIM_EV_ARRIVAL);
@@ -201,17 +201,17 @@ int sim_run_private(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_
         sim_progress(c, p, -1);
         if (rc)
                 goto out;
-        sim_meter_finish(&g.meter, now);
+        loom__sim_meter_finish(&g.meter, now);
         for (int i = 0; i < w->n; i++)
                 done[i] = g.jobs[i].done_at;
         for (int i = 0; i < w->n; i++)
                 start[i] = w->jobs[i].arrival;
-        rc = sim_finish_jobs(c, w, done, start, r);
+        rc = loom__sim_finish_jobs(c, w, done, start, r);
         r->decisions[LOOM_DECISION_NEW_GROUP] = (uint64_t)w->n;
 out:
         if (rc == LOOM_ENOMEM)
                 loom_err_set(e, rc, "", "out of memory");
-        sim_heap_free(&g.heap);
+        loom__sim_heap_free(&g.heap);
         free(g.jobs);
         free(g.row);
         free(done);

@@ -49,16 +49,16 @@ int loom_sim_run(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_pol
         switch (p) {
         case LOOM_SIM_SOLO:
         case LOOM_SIM_COLOCATED:
-                rc = sim_run_private(c, w, p, out, e);
+                rc = loom__sim_run_private(c, w, p, out, e);
                 break;
         case LOOM_SIM_ORACLE:
-                rc = sim_run_oracle(c, w, out, e);
+                rc = loom__sim_run_oracle(c, w, out, e);
                 break;
         case LOOM_SIM_LB:
-                rc = sim_run_lb(c, w, out, e);
+                rc = loom__sim_run_lb(c, w, out, e);
                 break;
         default:
-                rc = sim_run_core(c, w, p, out, e);
+                rc = loom__sim_run_core(c, w, p, out, e);
                 break;
         }
         clock_gettime(CLOCK_MONOTONIC, &t1);

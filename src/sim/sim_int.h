@@ -1,6 +1,7 @@
 /*
  * sim_int.h - what the simulator's files share and nobody else sees: the random number
- * streams, the event heap and the per-policy run functions.
+ * streams, the event heap and the per-policy run functions. Shared functions carry the
+ * loom__sim_ prefix (internal, not API); the rest is static inline.
  */
 #ifndef LOOM_SIM_INT_H
 #define LOOM_SIM_INT_H
@@ -75,11 +76,11 @@ typedef struct sim_heap {
         uint64_t seq;
 } sim_heap;
 
-void sim_heap_init(sim_heap *h);
-void sim_heap_free(sim_heap *h);
-int sim_heap_push(sim_heap *h, loom_us t, sim_ev_type type, uint32_t job, uint32_t version);
+void loom__sim_heap_init(sim_heap *h);
+void loom__sim_heap_free(sim_heap *h);
+int loom__sim_heap_push(sim_heap *h, loom_us t, sim_ev_type type, uint32_t job, uint32_t version);
 /* Pop the earliest event; false when empty. */
-bool sim_heap_pop(sim_heap *h, sim_event *out);
+bool loom__sim_heap_pop(sim_heap *h, sim_event *out);
 
 static inline void sim_progress(const loom_sim_cfg *c, loom_sim_policy p, double frac)
 {
@@ -89,13 +90,14 @@ static inline void sim_progress(const loom_sim_cfg *c, loom_sim_policy p, double
 
 /* ---- runs --------------------------------------------------------------------------------- */
 
-int sim_run_core(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_policy p,
-                 loom_sim_result *r, loom_err *e);
-int sim_run_private(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_policy p,
-                    loom_sim_result *r, loom_err *e);
-int sim_run_oracle(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_result *r,
-                   loom_err *e);
-int sim_run_lb(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_result *r, loom_err *e);
+int loom__sim_run_core(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_policy p,
+                       loom_sim_result *r, loom_err *e);
+int loom__sim_run_private(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_policy p,
+                          loom_sim_result *r, loom_err *e);
+int loom__sim_run_oracle(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_result *r,
+                         loom_err *e);
+int loom__sim_run_lb(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_result *r,
+                     loom_err *e);
 
 /* Shared bookkeeping: cost and GPU integrals, peaks, the time series. */
 typedef struct sim_meter {
@@ -110,21 +112,22 @@ typedef struct sim_meter {
         int cap_series;
 } sim_meter;
 
-void sim_meter_init(sim_meter *m, const loom_cluster_cfg *cl, loom_sim_result *r, bool series);
+void loom__sim_meter_init(sim_meter *m, const loom_cluster_cfg *cl, loom_sim_result *r,
+                          bool series);
 /* Advance the integrals to `now` (before any change at now). */
-void sim_meter_advance(sim_meter *m, loom_us now);
+void loom__sim_meter_advance(sim_meter *m, loom_us now);
 /* Change provisioned nodes (+1/-1) of a pool at now, recording a series point. */
-int sim_meter_nodes(sim_meter *m, loom_us now, loom_pool p, int delta);
-void sim_meter_busy(sim_meter *m, loom_us now, loom_pool p, int delta);
+int loom__sim_meter_nodes(sim_meter *m, loom_us now, loom_pool p, int delta);
+void loom__sim_meter_busy(sim_meter *m, loom_us now, loom_pool p, int delta);
 /* Fill the cost/GPU figures of r at the end of the run. */
-void sim_meter_finish(sim_meter *m, loom_us end);
+void loom__sim_meter_finish(sim_meter *m, loom_us end);
 
 /* Slowdown and SLO figures from per-job completion times (-1 = not finished) and first
  * rollout starts (NULL: arrivals). */
-int sim_finish_jobs(const loom_sim_cfg *c, const loom_sim_workload *w, const loom_us *done_at,
-                    const loom_us *start_at, loom_sim_result *r);
+int loom__sim_finish_jobs(const loom_sim_cfg *c, const loom_sim_workload *w, const loom_us *done_at,
+                          const loom_us *start_at, loom_sim_result *r);
 
-int sim_gantt_add(loom_sim_result *r, int *cap, const loom_sim_interval *iv);
+int loom__sim_gantt_add(loom_sim_result *r, int *cap, const loom_sim_interval *iv);
 
 /* The q-quantile (0..1) of v[0..n) (sorted in place), NaN when n == 0. */
 static inline int sim_cmp_double(const void *a, const void *b)

@@ -16,14 +16,15 @@
 Test(sim_heap, pops_in_time_then_insertion_order)
 {
         sim_heap h;
-        sim_heap_init(&h);
+        loom__sim_heap_init(&h);
         sim_rng r = sim_rng_key(42, 0, 0);
         for (uint32_t i = 0; i < 5000; i++)
-                cr_assert_eq(sim_heap_push(&h, (loom_us)(sim_rng_next(&r) % 200), SIM_EV_END, i, 0),
-                             0);
+                cr_assert_eq(
+                    loom__sim_heap_push(&h, (loom_us)(sim_rng_next(&r) % 200), SIM_EV_END, i, 0),
+                    0);
         sim_event prev = {.t = -1}, ev;
         int n = 0;
-        while (sim_heap_pop(&h, &ev)) {
+        while (loom__sim_heap_pop(&h, &ev)) {
                 cr_assert(ev.t > prev.t || (ev.t == prev.t && ev.seq > prev.seq),
                           "event %d out of order: t=%lld seq=%llu after t=%lld seq=%llu", n,
                           (long long)ev.t, (unsigned long long)ev.seq, (long long)prev.t,
@@ -33,7 +34,7 @@ Test(sim_heap, pops_in_time_then_insertion_order)
                 n++;
         }
         cr_assert_eq(n, 5000);
-        sim_heap_free(&h);
+        loom__sim_heap_free(&h);
 }
 
 /* ---- helpers ------------------------------------------------------------------------------ */
