@@ -23,7 +23,7 @@ typedef struct opts {
         long layers;
         double gbps, density, bucket_mib, timeout, max_mem_gb;
         unsigned long long seed;
-        long late;
+        long late, repeat;
         int json, corrupt;
 } opts;
 
@@ -52,6 +52,7 @@ static void usage(FILE *f)
                    "  --link L            auto (default): namespaces + veth + tc when root and\n"
                    "                      iproute2 allow, else loopback; netns; loopback\n"
                    "  --late N            N rollout ranks join after the step and catch up\n"
+                   "  --repeat N          run each plan N times, report the fastest (default 1)\n"
                    "  --timeout S         give up after S seconds per plan (default 600)\n"
                    "  --max-mem-gb G      refuse runs estimated above G GB (default: 85%% of\n"
                    "                      available memory)\n"
@@ -156,6 +157,10 @@ static int parse(int argc, char **argv, opts *o)
                         if (num(key, v, 0, 9e15, &d) || d != (double)(unsigned long long)d)
                                 return 1;
                         o->seed = (unsigned long long)d;
+                } else if (!strcmp(key, "--repeat")) {
+                        if (num(key, v, 1, 100, &d) || d != (long)d)
+                                return 1;
+                        o->repeat = (long)d;
                 } else if (!strcmp(key, "--late")) {
                         if (num(key, v, 0, 63, &d) || d != (long)d)
                                 return 1;
@@ -350,12 +355,13 @@ static void print_json(const opts *o, const setup *s, const loom_sync_result *r)
         printf("{\"plan\":\"%s\",\"model\":", loom_sync_plan_name(r->plan));
         json_str(s->layout->model.name);
         printf(",\"params\":%llu,\"train\":\"tp=%u,pp=%u,dp=%u\",\"rollout\":\"tp=%u,dp=%u\","
-               "\"density\":%g,\"link_gbps\":%g,\"shaped\":%s,\"wall_s\":%.6f,\"slow_s\":%.6f,"
+               "\"density\":%g,\"link_gbps\":%g,\"repeat\":%ld,\"shaped\":%s,\"wall_s\":%.6f,"
+               "\"slow_s\":%.6f,"
                "\"model_bytes\":%llu,\"slow_link_bytes\":%llu,\"slow_link_copies\":%.6f,"
                "\"fast_link_bytes\":%llu,",
                (unsigned long long)s->layout->elems, s->train.tp, s->train.pp, s->train.dp,
-               s->roll.tp, s->roll.dp, o->density, o->gbps, r->shaped ? "true" : "false", r->wall_s,
-               r->slow_s, (unsigned long long)r->model_bytes,
+               s->roll.tp, s->roll.dp, o->density, o->gbps, o->repeat, r->shaped ? "true" : "false",
+               r->wall_s, r->slow_s, (unsigned long long)r->model_bytes,
                (unsigned long long)r->slow_link_bytes, r->slow_link_copies,
                (unsigned long long)r->fast_link_bytes);
         if (r->goodput_fraction >= 0)
@@ -466,13 +472,28 @@ static int cmd_bench(const opts *o)
                                          .late = (uint32_t)o->late,
                                          .corrupt = o->corrupt,
                                          .timeout_s = o->timeout};
-                loom_sync_result r;
-                if (loom_sync_run(&cfg, &r, &e)) {
-                        fprintf(stderr, "loom sync: %s: %s\n",
-                                loom_sync_plan_name((loom_sync_plan_kind)s.plans[i]), e.msg);
-                        rc = 1;
-                        break;
+                /* Best of --repeat runs: other load on the host only ever adds time. Every run
+                 * must verify; the figures are those of the fastest. */
+                loom_sync_result r, best;
+                int ok = 1;
+                for (long k = 0; !rc && k < o->repeat; k++) {
+                        if (loom_sync_run(&cfg, &r, &e)) {
+                                fprintf(stderr, "loom sync: %s: %s\n",
+                                        loom_sync_plan_name((loom_sync_plan_kind)s.plans[i]),
+                                        e.msg);
+                                rc = 1;
+                                break;
+                        }
+                        ok &= r.verified;
+                        if (!k || (r.verified && r.wall_s < best.wall_s) || !r.verified)
+                                best = r;
+                        if (!r.verified)
+                                break;
                 }
+                if (rc)
+                        break;
+                r = best;
+                r.verified = ok && r.verified;
                 snprintf(note, sizeof note, "%s", r.link_note);
                 wall[s.plans[i]] = r.wall_s;
                 all_ok &= r.verified;
