@@ -51,8 +51,9 @@ loom_us loom_meta_t_load(const loom_meta_job *jobs, int n, int n_rollout_nodes);
  * exceed T_cycle even when unsaturated: a multi-node rollout couples its nodes, and a sync gap
  * does not overlap other work the way the proof assumes. The scheduler therefore simulates such
  * groups instead of assuming T_cycle. It is always >= max(T_cycle, T_load).
- * Returns LOOM_EINVAL for bad arguments (n < 1, a node index out of range), LOOM_ERANGE if no
- * period was found within the iteration limit (cannot happen for n <= 64; guarded anyway).
+ * Returns LOOM_EINVAL for bad arguments (n < 1 or > 64, a node index out of range),
+ * LOOM_ENOMEM. The period is exact: found by simulation when the schedule repeats within a few
+ * hundred iterations, else as the max-plus eigenvalue of the iteration (rounded to 1 us).
  * If starts is not NULL it receives, for each member, its rollout start time in the first
  * periodic iteration (relative to the first rollout), for Gantt charts.
  */

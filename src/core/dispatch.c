@@ -1,17 +1,22 @@
 /*
- * dispatch.c - intra-group round-robin (WEAVE §4.3) and long-tail migration.
+ * dispatch.c - intra-group round robin (WEAVE §4.3) and long-tail migration.
  *
- * Every rollout node and every group's training pool is a FIFO: a job joins the FIFOs of the
- * resource it needs next when its dependency is met (rollout: its previous training and sync are
- * done; training: its rollout is done), ordered by one global sequence number. A phase starts
- * when its job is at the head of every FIFO it waits in and the resource is free. With one
- * global order no two multi-node rollouts can wait for each other. In steady state this is the
- * round-robin meta-iteration: each member runs each phase once per period.
+ * Each rollout node and each group's training pool serves its members strictly in admission
+ * order, cyclically: after job J ran on a resource, the next turn is the first member after J
+ * (by admission) that uses the resource, wrapping around. A phase starts when its job waits for
+ * it, the resource is free and it is the job's turn on every resource it needs. This is exactly
+ * the meta-iteration that admission simulates (group.c), so the admitted T_meta bounds every
+ * member's iteration time: no member can run ahead and take a slower member's turn. A new member
+ * joins at the end of every cycle it is in.
  *
- * Long-tail migration: a rollout that reports done/total >= tail_threshold while another rollout
- * waits on one of its nodes is squeezed onto tail_keep_gpus GPUs of its first node; the freed
- * GPUs start the waiting rollout at once, which grows back to the whole node (RESIZE_PHASE)
- * when the tail finishes.
+ * Liveness: in the states a driver can create by hand (loom_sched_job_resume after a restart)
+ * turns can wait on each other. If nothing in the group runs while some job waits, the longest
+ * waiting job whose resources are free starts out of turn, and the cycle resumes from it.
+ *
+ * Long-tail migration: a rollout that reports done/total >= tail_threshold while the next
+ * rollout in turn on its first node is ready is squeezed onto tail_keep_gpus GPUs of that node;
+ * the freed GPUs start the next rollout at once, which grows back to the whole node
+ * (RESIZE_PHASE) when the tail finishes.
  */
 #include <string.h>
 
@@ -51,70 +56,133 @@ static int rollout_gpus_free(const loom_sched *s, const job *j)
         return gpus;
 }
 
-static void start_rollouts(loom_sched *s, group *g, loom_us now)
+static bool pinned(const job *j, loom_node_id id)
 {
-        job *wait[LOOM_MAX_GROUP_SIZE];
-        int n = 0;
-        for (int i = 0; i < g->n_members; i++)
-                if (g->members[i]->state == LOOM_JOB_WAIT_ROLL) {
-                        /* insertion sort by FIFO position; groups are small */
-                        job *j = g->members[i];
-                        int p = n++;
-                        while (p > 0 && wait[p - 1]->wait_seq > j->wait_seq) {
-                                wait[p] = wait[p - 1];
-                                p--;
-                        }
-                        wait[p] = j;
-                }
-        if (!n)
-                return;
-        for (int i = 0; i < g->n_rnodes; i++)
-                g->rnodes[i]->blocked = false;
-        for (int i = 0; i < n; i++) {
-                job *j = wait[i];
-                bool can = true;
-                for (int k = 0; k < j->n_rnodes && can; k++) {
-                        const rnode *r = node_of(s, j->rnodes[k]);
-                        can = !r->blocked && !r->running;
-                }
-                for (int k = 0; k < j->n_rnodes; k++) {
-                        rnode *r = node_of(s, j->rnodes[k]);
-                        if (can)
-                                r->running = j->id;
-                        else
-                                r->blocked = true;
-                }
-                if (!can)
-                        continue;
-                j->state = LOOM_JOB_ROLLING;
-                j->migrated = false;
-                j->gpus = rollout_gpus_free(s, j);
-                emit_phase(s, j, LOOM_PHASE_ROLLOUT, now);
-        }
+        for (int k = 0; k < j->n_rnodes; k++)
+                if (j->rnodes[k] == id)
+                        return true;
+        return false;
 }
 
-static void start_training(loom_sched *s, group *g, loom_us now)
+/* Whose turn it is on rollout node r: members are in admission order (ascending id). */
+static const job *node_turn(const group *g, const rnode *r)
 {
-        if (g->train_running)
-                return;
-        job *next = NULL;
+        const job *first = NULL;
+        for (int i = 0; i < g->n_members; i++) {
+                const job *j = g->members[i];
+                if (!pinned(j, r->id))
+                        continue;
+                if (j->id > r->turn_after)
+                        return j;
+                if (!first)
+                        first = j;
+        }
+        return first;
+}
+
+static const job *train_turn(const group *g)
+{
+        for (int i = 0; i < g->n_members; i++)
+                if (g->members[i]->id > g->train_turn_after)
+                        return g->members[i];
+        return g->n_members ? g->members[0] : NULL;
+}
+
+/* Can j's rollout start now? ignore: a running job whose GPUs count as free (migration). */
+static bool rollout_can_start(const loom_sched *s, const group *g, const job *j, bool in_turn)
+{
+        if (j->state != LOOM_JOB_WAIT_ROLL)
+                return false;
+        for (int k = 0; k < j->n_rnodes; k++) {
+                const rnode *r = node_of(s, j->rnodes[k]);
+                if (r->running || (in_turn && node_turn(g, r) != j))
+                        return false;
+        }
+        return true;
+}
+
+static void start_rollout(loom_sched *s, job *j, loom_us now)
+{
+        for (int k = 0; k < j->n_rnodes; k++) {
+                rnode *r = node_of(s, j->rnodes[k]);
+                r->running = j->id;
+                r->turn_after = j->id;
+        }
+        j->state = LOOM_JOB_ROLLING;
+        j->migrated = false;
+        j->gpus = rollout_gpus_free(s, j);
+        emit_phase(s, j, LOOM_PHASE_ROLLOUT, now);
+}
+
+static void start_train(loom_sched *s, group *g, job *j, loom_us now)
+{
+        g->train_running = j->id;
+        g->train_turn_after = j->id;
+        j->state = LOOM_JOB_TRAINING;
+        j->gpus = g->train_gpus;
+        emit_phase(s, j, LOOM_PHASE_TRAIN, now);
+}
+
+/* Start every phase whose turn has come; returns how many started. */
+static int start_in_turn(loom_sched *s, group *g, loom_us now)
+{
+        int started = 0;
         for (int i = 0; i < g->n_members; i++) {
                 job *j = g->members[i];
-                if (j->state == LOOM_JOB_WAIT_TRAIN && (!next || j->wait_seq < next->wait_seq))
-                        next = j;
+                if (rollout_can_start(s, g, j, true)) {
+                        start_rollout(s, j, now);
+                        started++;
+                }
         }
-        if (!next)
+        job *t = (job *)train_turn(g);
+        if (!g->train_running && t && t->state == LOOM_JOB_WAIT_TRAIN) {
+                start_train(s, g, t, now);
+                started++;
+        }
+        return started;
+}
+
+static bool group_idle(const loom_sched *s, const group *g)
+{
+        if (g->train_running)
+                return false;
+        for (int i = 0; i < g->n_rnodes; i++)
+                if (g->rnodes[i]->running || g->rnodes[i]->tail)
+                        return false;
+        for (int i = 0; i < g->n_members; i++)
+                if (g->members[i]->state == LOOM_JOB_SYNCING)
+                        return false;
+        (void)s;
+        return true;
+}
+
+/* Nothing runs yet someone waits: the turns wait on each other. Start the longest waiter. */
+static void break_stall(loom_sched *s, group *g, loom_us now)
+{
+        job *best = NULL;
+        for (int i = 0; i < g->n_members; i++) {
+                job *j = g->members[i];
+                bool waits = j->state == LOOM_JOB_WAIT_ROLL || j->state == LOOM_JOB_WAIT_TRAIN;
+                if (waits && (!best || j->wait_seq < best->wait_seq))
+                        best = j;
+        }
+        if (!best)
                 return;
-        g->train_running = next->id;
-        next->state = LOOM_JOB_TRAINING;
-        next->gpus = g->train_gpus;
-        emit_phase(s, next, LOOM_PHASE_TRAIN, now);
+        if (best->state == LOOM_JOB_WAIT_ROLL)
+                start_rollout(s, best, now);
+        else
+                start_train(s, g, best, now);
 }
 
 void loom__dispatch(loom_sched *s, group *g, loom_us now)
 {
-        start_rollouts(s, g, now);
-        start_training(s, g, now);
+        while (start_in_turn(s, g, now))
+                ;
+        if (group_idle(s, g)) {
+                break_stall(s, g, now);
+                while (start_in_turn(s, g, now))
+                        ;
+        }
 }
 
 /* The tail on r finished or left: its GPUs go to the rollout now running there. */
@@ -196,17 +264,20 @@ int loom__phase_done(loom_sched *s, job *j, loom_us now, loom_phase phase)
         return 0;
 }
 
-/* Does a rollout wait on one of j's rollout nodes? */
-static bool someone_waits(const group *g, const job *j)
+/* Would the rollout in turn after j on one of j's nodes start if j's GPUs were freed? */
+static bool someone_waits(const loom_sched *s, const group *g, const job *j)
 {
-        for (int i = 0; i < g->n_members; i++) {
-                const job *o = g->members[i];
-                if (o == j || o->state != LOOM_JOB_WAIT_ROLL)
+        for (int k = 0; k < j->n_rnodes; k++) {
+                const job *o = node_turn(g, node_of(s, j->rnodes[k]));
+                if (!o || o == j || o->state != LOOM_JOB_WAIT_ROLL)
                         continue;
-                for (int a = 0; a < o->n_rnodes; a++)
-                        for (int b = 0; b < j->n_rnodes; b++)
-                                if (o->rnodes[a] == j->rnodes[b])
-                                        return true;
+                bool ok = true;
+                for (int q = 0; q < o->n_rnodes && ok; q++) {
+                        const rnode *r = node_of(s, o->rnodes[q]);
+                        ok = node_turn(g, r) == o && (!r->running || r->running == j->id);
+                }
+                if (ok)
+                        return true;
         }
         return false;
 }
@@ -216,7 +287,7 @@ int loom__progress(loom_sched *s, job *j, loom_us now, int64_t done, int64_t tot
         const loom_policy_cfg *p = &s->policy;
         if (j->state != LOOM_JOB_ROLLING || j->migrated || !p->tail_migration || total <= 0)
                 return 0;
-        if ((double)done < p->tail_threshold * (double)total || !someone_waits(j->group, j))
+        if ((double)done < p->tail_threshold * (double)total || !someone_waits(s, j->group, j))
                 return 0;
         rnode *first = node_of(s, j->rnodes[0]);
         for (int k = 0; k < j->n_rnodes; k++)

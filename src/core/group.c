@@ -2,10 +2,12 @@
  * group.c - co-execution group arithmetic and the meta-iteration simulation (WEAVE §4.3).
  *
  * The round-robin schedule of a group is a max-plus linear system: the state after iteration
- * m (when each rollout node, the training pool and each job become free) is a max-plus function
- * F of the state after m-1, and F(x + d) = F(x) + d. So once the state after some iteration
- * equals an earlier state shifted by a constant d, the schedule repeats forever with period d
- * per that many iterations. We simulate until that happens and return d / c.
+ * m (when each rollout node, the training pool and each job become free) is x(m) = A (x) x(m-1),
+ * and A (x) (x + d) = A (x) x + d. Usually the state soon equals an earlier state shifted by a
+ * constant d, c iterations back; from then on the schedule repeats with period d / c, and we
+ * return that, exactly. When two resources are loaded almost equally the transient can last
+ * thousands of iterations; then we build A and return its max-plus eigenvalue, the maximum
+ * cycle mean of its graph (Karp's algorithm), which is the same period reached asymptotically.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -59,7 +61,9 @@ loom_us loom_meta_t_load(const loom_meta_job *jobs, int n, int n_rollout_nodes)
         return train > node_max ? train : node_max;
 }
 
-enum { META_MAX_ITERS = 4096 };
+enum { META_MAX_ITERS = 512 };
+
+#define META_NEG (INT64_MIN / 4) /* max-plus minus infinity that survives additions */
 
 /* State layout: [0, R) rollout node free times, R training pool free time, R+1+j job j ready. */
 typedef struct meta_run {
@@ -133,6 +137,71 @@ static int meta_args_ok(const loom_meta_job *jobs, int n, int R)
         return 1;
 }
 
+/*
+ * The period as the maximum cycle mean of A, where A[i][k] is the longest path from state k
+ * at one iteration to state i at the next (Karp 1978). A is built column by column by stepping
+ * the unit vectors through meta_step in steady state (every node's last job is the last member
+ * pinned to it).
+ */
+static int meta_karp(meta_run *m, loom_us *t_meta)
+{
+        int d = m->width;
+        size_t dd = (size_t)d * (size_t)d;
+        loom_us *A = malloc(sizeof(loom_us) * (dd + (size_t)(d + 1) * (size_t)d + 2 * (size_t)d));
+        if (!A)
+                return LOOM_ENOMEM;
+        loom_us *D = A + dd, *x = D + (size_t)(d + 1) * (size_t)d, *y = x + d;
+        for (int k = 0; k < d; k++) {
+                for (int r = 0; r < m->R; r++)
+                        m->node_last[r] = -1;
+                for (int j = 0; j < m->n; j++)
+                        for (int q = 0; q < m->jobs[j].n_nodes; q++)
+                                m->node_last[m->jobs[j].nodes[q]] = j;
+                m->train_last = m->n - 1;
+                for (int i = 0; i < d; i++)
+                        x[i] = i == k ? 0 : META_NEG;
+                meta_step(m, x, y);
+                for (int i = 0; i < d; i++)
+                        A[(size_t)i * (size_t)d + (size_t)k] =
+                            y[i] > META_NEG / 2 ? y[i] : META_NEG;
+        }
+        for (int v = 0; v < d; v++)
+                D[v] = 0;
+        for (int t = 1; t <= d; t++)
+                for (int v = 0; v < d; v++) {
+                        loom_us best = META_NEG;
+                        for (int u = 0; u < d; u++) {
+                                loom_us a = A[(size_t)v * (size_t)d + (size_t)u],
+                                        p = D[(size_t)(t - 1) * (size_t)d + (size_t)u];
+                                if (a > META_NEG && p > META_NEG && a + p > best)
+                                        best = a + p;
+                        }
+                        D[(size_t)t * (size_t)d + (size_t)v] = best;
+                }
+        double lambda = -1;
+        for (int v = 0; v < d; v++) {
+                loom_us dv = D[(size_t)d * (size_t)d + (size_t)v];
+                if (dv <= META_NEG)
+                        continue;
+                double worst = 1e300;
+                for (int t = 0; t < d; t++) {
+                        loom_us dt = D[(size_t)t * (size_t)d + (size_t)v];
+                        if (dt <= META_NEG)
+                                continue;
+                        double mean = (double)(dv - dt) / (double)(d - t);
+                        if (mean < worst)
+                                worst = mean;
+                }
+                if (worst < 1e300 && worst > lambda)
+                        lambda = worst;
+        }
+        free(A);
+        if (lambda < 0)
+                return LOOM_ERANGE;
+        *t_meta = (loom_us)(lambda + 0.5);
+        return 0;
+}
+
 int loom_meta_period(const loom_meta_job *jobs, int n, int n_rollout_nodes, loom_us warm_switch,
                      loom_us *t_meta, loom_us *starts)
 {
@@ -178,6 +247,8 @@ int loom_meta_period(const loom_meta_job *jobs, int n, int n_rollout_nodes, loom
                 if (rc == 0)
                         break;
         }
+        if (rc == LOOM_ERANGE)
+                rc = meta_karp(&m, t_meta);
         if (rc == 0 && starts) {
                 loom_us first = m.roll_start[0];
                 for (int j = 1; j < n; j++)

@@ -40,7 +40,7 @@ typedef struct rnode {
         loom_job_id running; /* full occupant, or 0 */
         loom_job_id tail;    /* a migrated tail on keep GPUs, or 0 */
         int tail_gpus;
-        bool blocked; /* scratch for dispatch: an earlier waiter holds this node's FIFO */
+        loom_job_id turn_after; /* round robin: the job that last started here, or 0 */
 } rnode;
 
 typedef struct group {
@@ -58,8 +58,9 @@ typedef struct group {
         int n_coupled; /* members with multi-node rollouts or a sync phase (see group.h) */
         bool saturated;
         bool full;
-        int open_idx;              /* index in s->open, or -1 */
-        loom_job_id train_running; /* job holding the training pool, or 0 */
+        int open_idx;                 /* index in s->open, or -1 */
+        loom_job_id train_running;    /* job holding the training pool, or 0 */
+        loom_job_id train_turn_after; /* round robin: the job that last trained, or 0 */
 } group;
 
 /* What the placement search needs of an open group, packed for a cache-friendly scan. */

@@ -54,6 +54,23 @@ Test(group, warm_switch_is_paid_when_a_node_changes_job)
         cr_assert_eq(t5, 210, "got %lld", (long long)t5);
 }
 
+/* Two almost equally loaded resources: the simulation's transient outlasts its iteration limit
+ * and the period comes from the max-plus eigenvalue. Both pools are saturated; the training
+ * pool (669.625 s of work) is the bottleneck. */
+Test(group, near_tie_saturated_group_uses_the_eigenvalue)
+{
+        int n0[] = {0};
+        loom_meta_job j[4] = {{279558000, 223820000, 0, 1, n0},
+                              {212700000, 259375000, 0, 1, n0},
+                              {87664000, 86782000, 0, 1, n0},
+                              {89675000, 99648000, 0, 1, n0}};
+        loom_us t;
+        cr_assert_eq(loom_meta_period(j, 4, 1, 0, &t, NULL), 0);
+        cr_assert_eq(t, 669625000, "period %lld", (long long)t);
+        cr_assert_eq(loom_meta_period(j, 4, 1, 4000000, &t, NULL), 0);
+        cr_assert_eq(t, 669625000 + 4 * 4000000, "period %lld", (long long)t);
+}
+
 Test(group, bad_arguments_are_rejected)
 {
         int bad[] = {3};
