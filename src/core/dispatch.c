@@ -1,21 +1,27 @@
 /*
  * dispatch.c - intra-group round robin (WEAVE §4.3) and long-tail migration.
  *
- * Each rollout node and each group's training pool serves its members strictly in admission
- * order, cyclically: after job J ran on a resource, the next turn is the first member after J
- * (by admission) that uses the resource, wrapping around. A phase starts when its job waits for
- * it, the resource is free and it is the job's turn on every resource it needs. This is exactly
- * the meta-iteration that admission simulates (group.c), so the admitted T_meta bounds every
- * member's iteration time: no member can run ahead and take a slower member's turn. A new member
- * joins at the end of every cycle it is in.
+ * The schedule admission simulates (group.c) runs in rounds: in round r every member rolls out
+ * once and trains once, each rollout node serving its members in admission order and the
+ * training pool likewise. Dispatch enforces exactly that order. Every phase has a key
+ * (round, job id): a member's k-th rollout and k-th training are in round round_base + k. Each
+ * resource serves its members' phases strictly in key order: a phase starts when its job waits
+ * for it, the resource is free, and no member of that resource has a smaller key still to run.
+ * So no member runs ahead and takes a slower member's turn, and the admitted T_meta bounds every
+ * member's iteration time in steady state.
  *
- * Liveness: in the states a driver can create by hand (loom_sched_job_resume after a restart)
- * turns can wait on each other. If nothing in the group runs while some job waits, the longest
- * waiting job whose resources are free starts out of turn, and the cycle resumes from it.
+ * A new member's round_base is the first round no member has trained in yet: its keys then
+ * follow every phase already started, on every resource, so the group keeps the order the
+ * simulation assumed (joining in the middle of a round would change which rounds interleave and
+ * with it the period).
+ *
+ * Liveness: in states a driver can create by hand (loom_sched_job_resume after a restart) keys
+ * can wait on each other. If nothing in the group runs while some job waits, the longest
+ * waiting job whose resources are free starts out of turn.
  *
  * Long-tail migration: a rollout that reports done/total >= tail_threshold while the next
- * rollout in turn on its first node is ready is squeezed onto tail_keep_gpus GPUs of that node;
- * the freed GPUs start the next rollout at once, which grows back to the whole node
+ * rollout in turn on one of its nodes is ready is squeezed onto tail_keep_gpus GPUs of its first
+ * node; the freed GPUs start the next rollout at once, which grows back to the whole node
  * (RESIZE_PHASE) when the tail finishes.
  */
 #include <string.h>
@@ -64,28 +70,47 @@ static bool pinned(const job *j, loom_node_id id)
         return false;
 }
 
-/* Whose turn it is on rollout node r: members are in admission order (ascending id). */
+/* Keys compare by round, then admission (job ids grow with admission). */
+static bool key_less(int64_t ra, loom_job_id a, int64_t rb, loom_job_id b)
+{
+        return ra < rb || (ra == rb && a < b);
+}
+
+/* Whose turn it is on rollout node r: the pinned member with the smallest rollout key. */
 static const job *node_turn(const group *g, const rnode *r)
 {
-        const job *first = NULL;
+        const job *best = NULL;
         for (int i = 0; i < g->n_members; i++) {
                 const job *j = g->members[i];
-                if (!pinned(j, r->id))
-                        continue;
-                if (j->id > r->turn_after)
-                        return j;
-                if (!first)
-                        first = j;
+                if (pinned(j, r->id) &&
+                    (!best || key_less(j->round_base + j->rolls, j->id,
+                                       best->round_base + best->rolls, best->id)))
+                        best = j;
         }
-        return first;
+        return best;
 }
 
 static const job *train_turn(const group *g)
 {
-        for (int i = 0; i < g->n_members; i++)
-                if (g->members[i]->id > g->train_turn_after)
-                        return g->members[i];
-        return g->n_members ? g->members[0] : NULL;
+        const job *best = NULL;
+        for (int i = 0; i < g->n_members; i++) {
+                const job *j = g->members[i];
+                if (!best || key_less(j->round_base + j->trains, j->id,
+                                      best->round_base + best->trains, best->id))
+                        best = j;
+        }
+        return best;
+}
+
+int64_t loom__next_round(const group *g)
+{
+        int64_t r = 0;
+        for (int i = 0; i < g->n_members; i++) {
+                const job *j = g->members[i];
+                if (j->round_base + j->trains > r)
+                        r = j->round_base + j->trains;
+        }
+        return r;
 }
 
 /* Can j's rollout start now? ignore: a running job whose GPUs count as free (migration). */
@@ -103,11 +128,9 @@ static bool rollout_can_start(const loom_sched *s, const group *g, const job *j,
 
 static void start_rollout(loom_sched *s, job *j, loom_us now)
 {
-        for (int k = 0; k < j->n_rnodes; k++) {
-                rnode *r = node_of(s, j->rnodes[k]);
-                r->running = j->id;
-                r->turn_after = j->id;
-        }
+        for (int k = 0; k < j->n_rnodes; k++)
+                node_of(s, j->rnodes[k])->running = j->id;
+        j->rolls++;
         j->state = LOOM_JOB_ROLLING;
         j->migrated = false;
         j->gpus = rollout_gpus_free(s, j);
@@ -117,7 +140,7 @@ static void start_rollout(loom_sched *s, job *j, loom_us now)
 static void start_train(loom_sched *s, group *g, job *j, loom_us now)
 {
         g->train_running = j->id;
-        g->train_turn_after = j->id;
+        j->trains++;
         j->state = LOOM_JOB_TRAINING;
         j->gpus = g->train_gpus;
         emit_phase(s, j, LOOM_PHASE_TRAIN, now);

@@ -24,7 +24,9 @@ typedef struct job {
         uint64_t mem_train_in;                   /* per training node, scaled */
         loom_us slo_budget;                      /* slo * T_solo: the most T_meta may be */
         loom_job_state state;
-        uint64_t wait_seq; /* FIFO position while waiting for a pool */
+        uint64_t wait_seq;     /* when it began waiting (for the liveness fallback) */
+        int64_t round_base;    /* the group round of its first iteration (dispatch.c) */
+        int64_t rolls, trains; /* phases started: its next keys are round_base + these */
         int64_t iterations_done;
         loom_us submitted_at;
         bool migrated; /* current rollout squeezed onto its tail GPUs */
@@ -40,7 +42,6 @@ typedef struct rnode {
         loom_job_id running; /* full occupant, or 0 */
         loom_job_id tail;    /* a migrated tail on keep GPUs, or 0 */
         int tail_gpus;
-        loom_job_id turn_after; /* round robin: the job that last started here, or 0 */
 } rnode;
 
 typedef struct group {
@@ -58,9 +59,8 @@ typedef struct group {
         int n_coupled; /* members with multi-node rollouts or a sync phase (see group.h) */
         bool saturated;
         bool full;
-        int open_idx;                 /* index in s->open, or -1 */
-        loom_job_id train_running;    /* job holding the training pool, or 0 */
-        loom_job_id train_turn_after; /* round robin: the job that last trained, or 0 */
+        int open_idx;              /* index in s->open, or -1 */
+        loom_job_id train_running; /* job holding the training pool, or 0 */
 } group;
 
 /* What the placement search needs of an open group, packed for a cache-friendly scan. */
@@ -117,6 +117,7 @@ int loom__place(const loom_sched *s, const loom_job_spec *spec, loom_decision *d
 
 /* dispatch.c */
 void loom__dispatch(loom_sched *s, group *g, loom_us now);
+int64_t loom__next_round(const group *g); /* round_base for a member joining g now */
 void loom__release_running(loom_sched *s, job *j, loom_us now);
 int loom__progress(loom_sched *s, job *j, loom_us now, int64_t done, int64_t total);
 int loom__phase_done(loom_sched *s, job *j, loom_us now, loom_phase phase);

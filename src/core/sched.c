@@ -429,6 +429,7 @@ static int apply(loom_sched *s, loom_us now, const loom_job_spec *spec, const lo
         j->submitted_at = now;
         j->state = LOOM_JOB_WAIT_ROLL;
         j->wait_seq = ++s->seq;
+        j->round_base = loom__next_round(g);
         s->jobs[j->id] = j;
         s->live_jobs++;
         g->members[g->n_members++] = j;
@@ -518,6 +519,8 @@ int loom_sched_job_resume(loom_sched *s, loom_us now, loom_job_id id, loom_phase
         if (phase != LOOM_PHASE_ROLLOUT && phase != LOOM_PHASE_TRAIN)
                 return LOOM_EINVAL;
         loom__release_running(s, j, now);
+        /* its next rollout (or training) is the one of the round it was in */
+        j->rolls = j->trains + (phase == LOOM_PHASE_TRAIN);
         j->state = phase == LOOM_PHASE_ROLLOUT ? LOOM_JOB_WAIT_ROLL : LOOM_JOB_WAIT_TRAIN;
         j->wait_seq = ++s->seq;
         loom__dispatch(s, j->group, now);

@@ -488,8 +488,24 @@ typedef struct ev {
         uint64_t seq;
 } ev;
 
+/* A job submitted mid-run, when the clock first passes `at`. */
+typedef struct joiner {
+        loom_us at;
+        loom_job_spec spec;
+        bool done;
+} joiner;
+
+static void run_worst_case_join(loom_sched *s, int iterations, loom_us *last_train,
+                                loom_us *period_of, int max_jobs, joiner *jn);
+
 static void run_worst_case(loom_sched *s, int iterations, loom_us *last_train, loom_us *period_of,
                            int max_jobs)
+{
+        run_worst_case_join(s, iterations, last_train, period_of, max_jobs, NULL);
+}
+
+static void run_worst_case_join(loom_sched *s, int iterations, loom_us *last_train,
+                                loom_us *period_of, int max_jobs, joiner *jn)
 {
         ev evs[256];
         int n = 0;
@@ -519,6 +535,13 @@ static void run_worst_case(loom_sched *s, int iterations, loom_us *last_train, l
                 ev e = evs[b];
                 evs[b] = evs[--n];
                 now = e.at;
+                if (jn && !jn->done && now >= jn->at) {
+                        loom_decision d;
+                        loom_decision_init(&d, false);
+                        loom_job_id id;
+                        cr_assert_eq(loom_sched_submit(s, now, &jn->spec, &d, &id, NULL), 0);
+                        jn->done = true;
+                }
                 if (e.phase == LOOM_PHASE_TRAIN && (int)e.job < max_jobs) {
                         int64_t k = trains[e.job]++;
                         if (k < 64)
@@ -593,4 +616,54 @@ Test(sched, dispatch_realises_the_admitted_meta_iteration)
                             i, (long long)per2[i], (long long)tmeta[i]);
                 loom_sched_free(s);
         }
+}
+
+/* A member joining in the middle of a round does not change the order the others run in: after
+ * the join every member settles at the group's new admitted T_meta. */
+Test(sched, a_member_joining_mid_round_keeps_the_admitted_period)
+{
+        uint64_t r = 7;
+        int checked = 0;
+        for (int trial = 0; trial < 40; trial++) {
+                loom_sched *s = loom_sched_new(&cl, &po, NULL);
+                loom_decision d;
+                loom_decision_init(&d, false);
+                int nj = 2 + (int)(r % 3);
+                loom_group_id grp[8];
+                for (int i = 1; i <= nj; i++) {
+                        r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+                        char id[16];
+                        snprintf(id, sizeof id, "j%d", i);
+                        loom_job_spec sp = spec(id, 20 + (double)((r >> 10) % 200),
+                                                20 + (double)((r >> 30) % 200), 4.0);
+                        sp.mem_rollout = 100 * LOOM_GB;
+                        submit(s, sp, &d);
+                        grp[i] = d.group;
+                }
+                r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+                joiner jn = {.at = loom_us_from_s(1000 + (double)((r >> 20) % 997))};
+                jn.spec = spec("late", 20 + (double)((r >> 10) % 200),
+                               20 + (double)((r >> 30) % 200), 4.0);
+                jn.spec.mem_rollout = 100 * LOOM_GB;
+                loom_decision probe;
+                loom_decision_init(&probe, false);
+                cr_assert_eq(loom_sched_decide(s, &jn.spec, &probe, NULL), 0);
+                loom_us last[16] = {0}, per[16] = {0};
+                run_worst_case_join(s, 60, last, per, 16, &jn);
+                cr_assert(jn.done);
+                int joined = 0;
+                for (int i = 1; i <= nj + 1; i++) {
+                        if (probe.kind == LOOM_DECISION_NEW_GROUP ||
+                            (i <= nj && grp[i] != probe.group))
+                                continue;
+                        joined++;
+                        /* at most: members that finish first leave the group faster */
+                        cr_assert_leq(per[i], probe.t_meta,
+                                      "trial %d job %d: %lld after the join, admitted %lld", trial,
+                                      i, (long long)per[i], (long long)probe.t_meta);
+                }
+                checked += joined > 1;
+                loom_sched_free(s);
+        }
+        cr_assert_geq(checked, 10, "only %d trials joined an existing group", checked);
 }
