@@ -1,0 +1,260 @@
+"""Job, the phase decorator and progress reporting over libloomclient."""
+
+import ctypes
+import functools
+import json
+import threading
+from dataclasses import dataclass, field
+
+from . import _native
+
+_lib = None
+_lib_lock = threading.Lock()
+
+
+def _get_lib():
+    global _lib
+    with _lib_lock:
+        if _lib is None:
+            _lib = _native.load()
+        return _lib
+
+
+class LoomError(Exception):
+    """A call to loomd failed. code is the LOOM_E* value, status the HTTP status (0 if none)."""
+
+    def __init__(self, message, code=0, status=0):
+        super().__init__(message)
+        self.code = code
+        self.status = status
+
+
+class JobEnded(LoomError):
+    """The job is finished, failed or cancelled: there is no next phase to run."""
+
+
+class LeaseLost(LoomError):
+    """loomd no longer knows the lease (it expired, or loomd restarted): redo the phase."""
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A run permit: which phase, on which nodes, with how many GPUs."""
+
+    id: int
+    job: int
+    phase: str
+    nodes: tuple
+    gpus: int
+    timeout_s: float
+    iteration: int
+
+
+@dataclass(frozen=True)
+class Advice:
+    """What the scheduler wants after a progress report."""
+
+    action: str = "none"
+    keep_gpus: int = 0
+
+    @property
+    def migrate_tail(self):
+        return self.action == "migrate_tail"
+
+
+class _Client:
+    """One libloomclient handle. Calls on one handle are serialised."""
+
+    def __init__(self, url, retry_for_s=60.0, request_timeout_s=10.0):
+        self.lib = _get_lib()
+        opts = _native.Opts()
+        self.lib.loom_client_opts_default(ctypes.byref(opts))
+        opts.retry_for_s = retry_for_s
+        opts.request_timeout_s = request_timeout_s
+        self.h = self.lib.loom_client_new(url.encode(), ctypes.byref(opts))
+        if not self.h:
+            raise LoomError(f"cannot create a client for {url!r}", _native.ENOMEM)
+        self.lock = threading.Lock()
+
+    def close(self):
+        if self.h:
+            self.lib.loom_client_free(self.h)
+            self.h = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def error(self, rc, what):
+        msg = self.lib.loom_client_error(self.h).decode(errors="replace")
+        status = self.lib.loom_client_status(self.h)
+        cls = LoomError
+        if rc == _native.ENOENT and what in ("progress", "release", "heartbeat"):
+            cls = LeaseLost
+        elif rc == _native.ESTATE and what == "acquire":
+            cls = JobEnded
+        return cls(f"{what}: {msg}", rc, status)
+
+    def take_string(self, p):
+        try:
+            return ctypes.string_at(p.value).decode() if p.value else None
+        finally:
+            if p.value:
+                self.lib.loom_client_free_string(p)
+
+
+def _lease(c):
+    return Lease(c.id, c.job, c.phase.decode(), tuple(c.nodes[: c.n_nodes]), c.gpus,
+                 c.timeout_s, c.iteration)
+
+
+class Job:
+    """A job known to loomd. Create with Job.submit or Job.attach."""
+
+    def __init__(self, url, job_id, client=None, reply=None):
+        self.url = url
+        self.id = int(job_id)
+        self._c = client or _Client(url)
+        self._lease = None
+        self._clease = None
+        self._state = (reply or {}).get("state", "queued")
+        self.decision = (reply or {}).get("decision")
+
+    @classmethod
+    def submit(cls, url, spec, key=None, **client_opts):
+        """Submit spec (a dict or JSON text, as in `loom place`, plus iterations and name).
+        key makes a retried submit return the same job. Raises LoomError on refusal."""
+        c = _Client(url, **client_opts)
+        text = spec if isinstance(spec, str) else json.dumps(spec)
+        jid = ctypes.c_uint32()
+        out = ctypes.c_void_p()
+        with c.lock:
+            rc = c.lib.loom_client_submit(c.h, text.encode(), key.encode() if key else None,
+                                          ctypes.byref(jid), ctypes.byref(out))
+            if rc:
+                raise c.error(rc, "submit")
+            reply = json.loads(c.take_string(out) or "{}")
+        return cls(url, jid.value, c, reply)
+
+    @classmethod
+    def attach(cls, url, job_id, **client_opts):
+        """Take over an existing job (e.g. a restarted worker). Raises LoomError if unknown."""
+        job = cls(url, job_id, _Client(url, **client_opts))
+        job._state = job.info()["state"]
+        return job
+
+    # -- queries -----------------------------------------------------------------------------
+
+    def info(self):
+        """The job as GET /v1/jobs/{id} describes it (a dict)."""
+        out = ctypes.c_void_p()
+        with self._c.lock:
+            rc = self._c.lib.loom_client_get(self._c.h, f"/v1/jobs/{self.id}".encode(),
+                                             ctypes.byref(out))
+            if rc:
+                raise self._c.error(rc, "info")
+            return json.loads(self._c.take_string(out))
+
+    @property
+    def done(self):
+        """True once the job is finished, failed or cancelled (as last seen)."""
+        return self._state not in ("queued", "running")
+
+    @property
+    def lease(self):
+        """The lease of the phase running now, or None."""
+        return self._lease
+
+    def cancel(self):
+        with self._c.lock:
+            rc = self._c.lib.loom_client_cancel(self._c.h, self.id)
+            if rc:
+                raise self._c.error(rc, "cancel")
+        self._state = "cancelled"
+
+    # -- phases ------------------------------------------------------------------------------
+
+    def acquire(self, phase, wait_s=-1.0):
+        """Block until loomd grants `phase` (rollout or train); returns the Lease, or None when
+        wait_s >= 0 passed first. Raises JobEnded when the job has no next phase."""
+        cl = _native.CLease()
+        with self._c.lock:
+            rc = self._c.lib.loom_client_acquire(self._c.h, self.id, phase.encode(),
+                                                 float(wait_s), ctypes.byref(cl))
+            if rc == _native.ETIMEDOUT:
+                return None
+            if rc:
+                err = self._c.error(rc, "acquire")
+                if isinstance(err, JobEnded):
+                    self._state = "ended"
+                raise err
+        self._clease = cl
+        self._lease = _lease(cl)
+        self._state = "running"
+        return self._lease
+
+    def release(self, ok=True):
+        """End the running phase; ok=False marks the job failed. Raises LeaseLost if loomd no
+        longer knows the lease."""
+        cl, self._clease, self._lease = self._clease, None, None
+        if cl is None:
+            raise LoomError("release: no phase is running")
+        out = ctypes.c_void_p()
+        with self._c.lock:
+            rc = self._c.lib.loom_client_release(self._c.h, ctypes.byref(cl), bool(ok),
+                                                 ctypes.byref(out))
+            if rc:
+                raise self._c.error(rc, "release")
+            reply = json.loads(self._c.take_string(out) or "{}")
+        self._state = reply.get("state", self._state)
+        return reply
+
+    def progress(self, done, total):
+        """Report done of total units of the running phase; returns the scheduler's Advice.
+        Raises LeaseLost when the lease is gone (the phase will be redone)."""
+        if self._clease is None:
+            raise LoomError("progress: no phase is running")
+        keep = ctypes.c_int(0)
+        with self._c.lock:
+            rc = self._c.lib.loom_client_progress(self._c.h, ctypes.byref(self._clease),
+                                                  int(done), int(total), ctypes.byref(keep))
+            if rc < 0:
+                raise self._c.error(rc, "progress")
+        return Advice("migrate_tail", keep.value) if rc == 1 else Advice()
+
+    def phase(self, name):
+        """Decorator: the function runs only under a run permit for phase `name`.
+
+        Each call blocks for the permit, runs the function, then releases the lease (as
+        failed if the function raised, and the exception propagates). When the lease is lost
+        (loomd restarted mid-phase) the phase is acquired and run again."""
+        if name not in ("rollout", "train"):
+            raise ValueError(f"phase must be 'rollout' or 'train', not {name!r}")
+
+        def deco(fn):
+            @functools.wraps(fn)
+            def run(*args, **kwargs):
+                while True:
+                    self.acquire(name)
+                    try:
+                        result = fn(*args, **kwargs)
+                    except LeaseLost:
+                        self._clease = self._lease = None
+                        continue
+                    except BaseException:
+                        try:
+                            self.release(ok=False)
+                        except LoomError:
+                            pass
+                        raise
+                    try:
+                        self.release(ok=True)
+                    except LeaseLost:
+                        continue
+                    return result
+
+            return run
+
+        return deco

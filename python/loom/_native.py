@@ -1,0 +1,89 @@
+"""ctypes bindings of libloomclient (include/loom/client.h).
+
+The library is looked up in this order: the path in $LOOM_CLIENT_LIB; libloomclient.so in
+$LOOM_BUILD_DIR; in the repository's build folders (build, build-test, build-*) next to this
+package; then the system's library path.
+"""
+
+import ctypes
+import ctypes.util
+import glob
+import os
+
+# Error codes of include/loom/common.h.
+EINVAL, ENOMEM, ENOENT, ESTATE, EREJECT, EIO = -1, -2, -3, -4, -5, -6
+ETIMEDOUT, EPROTO = -9, -11
+
+
+class Opts(ctypes.Structure):
+    _fields_ = [
+        ("request_timeout_s", ctypes.c_double),
+        ("retry_for_s", ctypes.c_double),
+        ("heartbeat", ctypes.c_bool),
+    ]
+
+
+class CLease(ctypes.Structure):
+    _fields_ = [
+        ("id", ctypes.c_int64),
+        ("job", ctypes.c_uint32),
+        ("phase", ctypes.c_char * 16),
+        ("n_nodes", ctypes.c_int),
+        ("nodes", ctypes.c_uint32 * 32),
+        ("gpus", ctypes.c_int),
+        ("timeout_s", ctypes.c_double),
+        ("iteration", ctypes.c_int64),
+    ]
+
+
+def _candidates():
+    env = os.environ.get("LOOM_CLIENT_LIB")
+    if env:
+        yield env
+    bdir = os.environ.get("LOOM_BUILD_DIR")
+    if bdir:
+        yield os.path.join(bdir, "libloomclient.so")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    for d in ["build", "build-test"] + sorted(glob.glob(os.path.join(root, "build-*"))):
+        yield os.path.join(root, d, "libloomclient.so")
+    found = ctypes.util.find_library("loomclient")
+    if found:
+        yield found
+
+
+def load():
+    """Load libloomclient and declare its functions; raises OSError when it is not found."""
+    tried = []
+    for path in _candidates():
+        if not os.path.isabs(path) or os.path.exists(path):
+            try:
+                lib = ctypes.CDLL(path)
+                break
+            except OSError as e:
+                tried.append(f"{path}: {e}")
+        else:
+            tried.append(f"{path}: not found")
+    else:
+        raise OSError("libloomclient.so not found (set LOOM_CLIENT_LIB); tried:\n  "
+                      + "\n  ".join(tried))
+    P = ctypes.c_void_p
+    lib.loom_client_opts_default.argtypes = [ctypes.POINTER(Opts)]
+    lib.loom_client_new.argtypes = [ctypes.c_char_p, ctypes.POINTER(Opts)]
+    lib.loom_client_new.restype = P
+    lib.loom_client_free.argtypes = [P]
+    lib.loom_client_error.argtypes = [P]
+    lib.loom_client_error.restype = ctypes.c_char_p
+    lib.loom_client_status.argtypes = [P]
+    lib.loom_client_free_string.argtypes = [P]
+    lib.loom_client_submit.argtypes = [P, ctypes.c_char_p, ctypes.c_char_p,
+                                       ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(P)]
+    lib.loom_client_get.argtypes = [P, ctypes.c_char_p, ctypes.POINTER(P)]
+    lib.loom_client_cancel.argtypes = [P, ctypes.c_uint32]
+    lib.loom_client_acquire.argtypes = [P, ctypes.c_uint32, ctypes.c_char_p, ctypes.c_double,
+                                        ctypes.POINTER(CLease)]
+    lib.loom_client_progress.argtypes = [P, ctypes.POINTER(CLease), ctypes.c_int64,
+                                         ctypes.c_int64, ctypes.POINTER(ctypes.c_int)]
+    lib.loom_client_release.argtypes = [P, ctypes.POINTER(CLease), ctypes.c_bool,
+                                        ctypes.POINTER(P)]
+    lib.loom_client_heartbeat.argtypes = [P, ctypes.POINTER(CLease)]
+    return lib
