@@ -87,7 +87,8 @@ static int parse(int argc, char **argv, opts *o)
                     .density = 0.01,
                     .bucket_mib = 64,
                     .timeout = 600,
-                    .seed = 1};
+                    .seed = 1,
+                    .repeat = 1};
         for (int i = 2; i < argc; i++) {
                 const char *a = argv[i], *v = NULL;
                 if (!strcmp(a, "--help") || !strcmp(a, "-h")) {

@@ -200,9 +200,9 @@ typedef enum loom_sync_enc {
 } loom_sync_enc;
 
 enum {
-        LOOM_SYNC_FRAME_BUCKET = 1,
-        LOOM_SYNC_FRAME_MANIFEST = 2,
-        LOOM_SYNC_FRAME_END = 3,
+        LOOM_SYNC_FRAME_BUCKET = 1,   /* one bucket of a stream */
+        LOOM_SYNC_FRAME_MANIFEST = 2, /* last frame of a stream: (piece, checksum) pairs */
+        LOOM_SYNC_FRAME_END = 3,      /* a relay acknowledging a whole pushed stream */
 };
 
 #define LOOM_SYNC_FRAME_HDR 64

@@ -106,8 +106,9 @@ typedef struct loom__slot {
 int loom__relay_start(loom__relay **out, int listen_fd, const loom_sync_plan *plan,
                       const loom_sync_plan *catchup, loom__rollout *owner, uint32_t rank,
                       loom_err *e);
-/* Wait for frame `seq` of stream `stream` (seq == buckets: the manifest). Returns the slot with
- * a reference held for the caller, or NULL on timeout/failure. */
+/* Wait for frame `seq` of stream `stream` (seq == buckets: the manifest). Returns the slot, or
+ * NULL on timeout or when the pushing connection broke. A slot starts with one reference per
+ * consumer of its stream; each consumer calls loom__relay_release exactly once when done. */
 loom__slot *loom__relay_get(loom__relay *r, uint32_t stream, uint32_t seq, double deadline);
 void loom__relay_release(loom__relay *r, loom__slot *s);
 uint64_t loom__relay_served(loom__relay *r);
