@@ -326,6 +326,40 @@ void srv_apply_actions(loom_server *s, loom_us now)
 
 /* ---- handlers ------------------------------------------------------------------------------- */
 
+/* The decision as loom place prints it, but with at most SRV_MAX_CANDIDATES candidates (the
+ * chosen one first): with thousands of groups the full list would dominate every reply and
+ * row. "candidates_omitted" says how many were left out. */
+#define SRV_MAX_CANDIDATES 16
+static json_t *decision_json(const loom_decision *d, const char *name)
+{
+        json_t *o = loom_decision_to_json(d, name);
+        json_t *all = json_object_get(o, "candidates");
+        size_t n = json_array_size(all);
+        if (n <= SRV_MAX_CANDIDATES)
+                return o;
+        json_t *keep = json_array();
+        size_t i;
+        json_t *c;
+        json_array_foreach(all, i, c)
+        {
+                const char *v = json_string_value(json_object_get(c, "verdict"));
+                if (v && !strcmp(v, "chosen"))
+                        json_array_insert(keep, 0, c);
+        }
+        json_array_foreach(all, i, c)
+        {
+                const char *v = json_string_value(json_object_get(c, "verdict"));
+                if (json_array_size(keep) >= SRV_MAX_CANDIDATES)
+                        break;
+                if (!v || strcmp(v, "chosen"))
+                        json_array_append(keep, c);
+        }
+        json_object_set_new(o, "candidates_omitted",
+                            json_integer((json_int_t)(n - json_array_size(keep))));
+        json_object_set_new(o, "candidates", keep);
+        return o;
+}
+
 static void h_submit(loom_server *s, srv_req *r, loom_us now)
 {
         loom_err e;
@@ -341,7 +375,8 @@ static void h_submit(loom_server *s, srv_req *r, loom_us now)
         core.iterations = 0;
         snprintf(core.id, sizeof core.id, "%s", r->name);
         loom_decision d;
-        loom_decision_init(&d, true);
+        /* Listing every candidate costs O(groups) per decision; only when asked. */
+        loom_decision_init(&d, r->explain);
         loom_job_id id = 0;
         int64_t wall = srv_now_wall();
         int rc = loom_sched_submit(s->sched, wall, &core, &d, &id, &e);
@@ -349,7 +384,7 @@ static void h_submit(loom_server *s, srv_req *r, loom_us now)
                 json_t *o =
                     json_pack("{s:s,s:s}", "error", e.msg[0] ? e.msg : d.reason, "field", e.field);
                 if (o && rc == LOOM_EREJECT)
-                        json_object_set_new(o, "decision", loom_decision_to_json(&d, r->name));
+                        json_object_set_new(o, "decision", decision_json(&d, r->name));
                 loom_decision_free(&d);
                 return srv_reply_json(r, rc == LOOM_ENOMEM ? 500 : 422, o);
         }
@@ -370,7 +405,7 @@ static void h_submit(loom_server *s, srv_req *r, loom_us now)
         j->next = LOOM_PHASE_ROLLOUT;
         j->spec = core;
         j->spec.iterations = j->target;
-        j->decision = loom_decision_to_json(&d, j->name);
+        j->decision = decision_json(&d, j->name);
         j->submitted_wall = wall;
         loom_decision_free(&d);
         if (srv_job_add(s, j)) {

@@ -184,6 +184,8 @@ static void parse_submit(loom_server *s, srv_req *r)
                 return srv_reply_error(r, 422, "Idempotency-Key", "must be 1..%d characters",
                                        SRV_KEY_MAX - 1);
         snprintf(r->key, sizeof r->key, "%s", key ? key : "");
+        const char *ex = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "explain");
+        r->explain = ex && (!strcmp(ex, "1") || !strcmp(ex, "true"));
         json_t *obj = body_object(r, true);
         if (!obj)
                 return;

@@ -74,6 +74,7 @@ typedef struct srv_req {
         loom_us wait;
         int64_t done, total;
         bool ok;
+        bool explain; /* submit: list the candidates placement looked at */
         loom_job_spec spec;
         char name[SRV_NAME_MAX];
         char key[SRV_KEY_MAX]; /* Idempotency-Key of a submit, "" if none */

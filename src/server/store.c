@@ -9,6 +9,7 @@
  * kept per job (iterations done, next phase) and per lease.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -68,7 +69,57 @@ struct srv_store {
         sqlite3 *db;
         sqlite3_stmt *st[ST_N];
         bool in_tx;
+
+        /* WAL checkpoints run on their own thread and connection: done inside a commit they
+         * would stall the scheduler thread (and every reply) for the checkpoint's fsync. */
+        char path[4200];
+        pthread_t ckpt;
+        bool ckpt_running, ckpt_stop;
+        int ckpt_pages; /* WAL size at the last commit */
+        pthread_mutex_t mu;
+        pthread_cond_t cv;
 };
+
+#define CKPT_PAGES 1000 /* SQLite's own default threshold */
+
+static int on_wal(void *arg, sqlite3 *db, const char *name, int pages)
+{
+        srv_store *st = arg;
+        if (pages >= CKPT_PAGES) {
+                pthread_mutex_lock(&st->mu);
+                st->ckpt_pages = pages;
+                pthread_cond_signal(&st->cv);
+                pthread_mutex_unlock(&st->mu);
+        }
+        return SQLITE_OK;
+}
+
+static void *ckpt_main(void *arg)
+{
+        srv_store *st = arg;
+        sqlite3 *db = NULL;
+        if (sqlite3_open_v2(st->path, &db, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK) {
+                sqlite3_close(db);
+                return NULL; /* checkpoints then happen when the store closes */
+        }
+        sqlite3_busy_timeout(db, 1000);
+        pthread_mutex_lock(&st->mu);
+        while (!st->ckpt_stop) {
+                if (st->ckpt_pages < CKPT_PAGES) {
+                        pthread_cond_wait(&st->cv, &st->mu);
+                        continue;
+                }
+                st->ckpt_pages = 0;
+                pthread_mutex_unlock(&st->mu);
+                /* PASSIVE never blocks the writer; the WAL restarts from its beginning at the
+                 * first commit after a complete checkpoint. */
+                sqlite3_wal_checkpoint_v2(db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+                pthread_mutex_lock(&st->mu);
+        }
+        pthread_mutex_unlock(&st->mu);
+        sqlite3_close(db);
+        return NULL;
+}
 
 static int db_err(srv_store *st, loom_err *e, const char *what)
 {
@@ -91,11 +142,13 @@ int srv_store_open(srv_store **out, const char *dir, bool sync_full, loom_err *e
         *out = NULL;
         if (mkdir(dir, 0755) != 0 && errno != EEXIST)
                 return loom_err_set(e, LOOM_EIO, "data_dir", "%s: %s", dir, strerror(errno));
-        char path[4200];
-        snprintf(path, sizeof path, "%s/loom.db", dir);
         srv_store *st = calloc(1, sizeof *st);
         if (!st)
                 return loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
+        char *path = st->path;
+        snprintf(st->path, sizeof st->path, "%s/loom.db", dir);
+        pthread_mutex_init(&st->mu, NULL);
+        pthread_cond_init(&st->cv, NULL);
         if (sqlite3_open_v2(path, &st->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) !=
             SQLITE_OK) {
                 int rc = loom_err_set(e, LOOM_EIO, "data_dir", "%s: %s", path,
@@ -125,6 +178,10 @@ int srv_store_open(srv_store **out, const char *dir, bool sync_full, loom_err *e
                                           SCHEMA_VERSION);
                 free(v);
         }
+        if (!rc) {
+                sqlite3_wal_hook(st->db, on_wal, st); /* replaces SQLite's auto-checkpoint */
+                st->ckpt_running = pthread_create(&st->ckpt, NULL, ckpt_main, st) == 0;
+        }
         if (rc) {
                 srv_store_close(st);
                 return rc;
@@ -137,6 +194,15 @@ void srv_store_close(srv_store *st)
 {
         if (!st)
                 return;
+        if (st->ckpt_running) {
+                pthread_mutex_lock(&st->mu);
+                st->ckpt_stop = true;
+                pthread_cond_signal(&st->cv);
+                pthread_mutex_unlock(&st->mu);
+                pthread_join(st->ckpt, NULL);
+        }
+        pthread_mutex_destroy(&st->mu);
+        pthread_cond_destroy(&st->cv);
         for (int i = 0; i < ST_N; i++)
                 sqlite3_finalize(st->st[i]);
         /* Closing the last connection checkpoints the WAL into the database file. */
