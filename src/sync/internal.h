@@ -37,6 +37,10 @@ int loom__connect(const char *ip, uint16_t port, double timeout_s, int *fd, loom
 int loom__write_all(int fd, const void *buf, size_t len);
 int loom__read_all(int fd, void *buf, size_t len);
 
+/* Lower the calling thread's CPU priority: it moves bytes on the (emulated) fast intra-cluster
+ * fabric and must not starve the slow link of CPU on a shared host. */
+void loom__fast_link_thread(void);
+
 /* Connection opening: what the client wants from a relay. */
 enum { LOOM__HELLO_PUSH = 1, LOOM__HELLO_PULL = 2, LOOM__HELLO_SNAP = 3 };
 typedef struct loom__hello {

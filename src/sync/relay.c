@@ -229,9 +229,10 @@ static void *conn_main(void *arg)
         if (!loom__hello_recv(c.fd, &h, &e)) {
                 if (h.kind == LOOM__HELLO_PUSH)
                         serve_push(c.r, c.fd, &h);
-                else if (h.kind == LOOM__HELLO_PULL)
+                else if (h.kind == LOOM__HELLO_PULL) {
+                        loom__fast_link_thread();
                         serve_pull(c.r, c.fd, &h, deadline);
-                else if (h.kind == LOOM__HELLO_SNAP)
+                } else if (h.kind == LOOM__HELLO_SNAP)
                         serve_snap(c.r, c.fd, &h, deadline);
         }
         close(c.fd);

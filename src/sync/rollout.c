@@ -322,6 +322,8 @@ static void *consumer_main(void *arg)
         consumer *c = arg;
         double deadline = c->r->c->deadline;
         int local = !c->snap && c->st->dst == c->r->rank;
+        if (!local)
+                loom__fast_link_thread();
         c->rc = local ? consume_local(c, deadline) : consume_remote(c, deadline);
         return NULL;
 }
