@@ -1,0 +1,260 @@
+/*
+ * test_client.c - libloom-client against a scripted HTTP server on 127.0.0.1: retries across
+ * 503 and dropped connections, reply parsing, status-to-error mapping, unbounded acquires that
+ * re-poll after 204, and the background heartbeat while a lease is held.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <criterion/criterion.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "loom/client.h"
+
+#define MAX_SCRIPT 16
+
+/* One canned reply per connection, in order; the last one repeats. -1 = drop the connection. */
+typedef struct fake {
+        int fd, port;
+        pthread_t th;
+        int n;
+        int status[MAX_SCRIPT];
+        const char *body[MAX_SCRIPT];
+        char paths[64][128];
+        int n_req;
+        pthread_mutex_t mu;
+        volatile int stop;
+} fake;
+
+static void *serve(void *arg)
+{
+        fake *f = arg;
+        int i = 0;
+        while (!f->stop) {
+                int c = accept(f->fd, NULL, NULL);
+                if (c < 0)
+                        continue;
+                char buf[8192];
+                size_t len = 0;
+                ssize_t r;
+                char *end = NULL;
+                while (!end && (r = read(c, buf + len, sizeof buf - 1 - len)) > 0) {
+                        len += (size_t)r;
+                        buf[len] = '\0';
+                        end = strstr(buf, "\r\n\r\n");
+                }
+                if (end) {
+                        const char *cl = strcasestr(buf, "Content-Length:");
+                        size_t want = cl ? strtoul(cl + 15, NULL, 10) : 0;
+                        size_t have = len - (size_t)(end + 4 - buf);
+                        while (have < want && (r = read(c, buf, sizeof buf)) > 0)
+                                have += (size_t)r;
+                        pthread_mutex_lock(&f->mu);
+                        if (f->n_req < 64)
+                                sscanf(strchr(buf, ' ') ? strchr(buf, ' ') + 1 : "", "%127s",
+                                       f->paths[f->n_req]);
+                        f->n_req++;
+                        pthread_mutex_unlock(&f->mu);
+                }
+                int k = i < f->n ? i : f->n - 1;
+                i++;
+                if (f->status[k] >= 0) {
+                        const char *b = f->body[k] ? f->body[k] : "";
+                        char out[4096];
+                        int n = snprintf(out, sizeof out,
+                                         "HTTP/1.1 %d X\r\nContent-Type: application/json\r\n"
+                                         "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
+                                         f->status[k], strlen(b), b);
+                        ssize_t w = write(c, out, (size_t)n);
+                        (void)w;
+                }
+                close(c);
+        }
+        return NULL;
+}
+
+static void fake_start(fake *f)
+{
+        f->fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET};
+        inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+        socklen_t al = sizeof a;
+        cr_assert_eq(bind(f->fd, (struct sockaddr *)&a, sizeof a), 0);
+        cr_assert_eq(listen(f->fd, 16), 0);
+        getsockname(f->fd, (struct sockaddr *)&a, &al);
+        f->port = ntohs(a.sin_port);
+        struct timeval tv = {.tv_usec = 100000};
+        setsockopt(f->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        pthread_mutex_init(&f->mu, NULL);
+        pthread_create(&f->th, NULL, serve, f);
+}
+
+static void fake_stop(fake *f)
+{
+        f->stop = 1;
+        pthread_join(f->th, NULL);
+        close(f->fd);
+}
+
+static loom_client *client_for(fake *f, double retry_for)
+{
+        char url[64];
+        snprintf(url, sizeof url, "http://127.0.0.1:%d/", f->port);
+        loom_client_opts o;
+        loom_client_opts_default(&o);
+        o.retry_for_s = retry_for;
+        o.request_timeout_s = 2;
+        loom_client *c = loom_client_new(url, &o);
+        cr_assert_not_null(c);
+        return c;
+}
+
+static const char lease_body[] =
+    "{\"lease\":7,\"job\":3,\"phase\":\"rollout\",\"pool\":\"rollout\","
+    "\"nodes\":[4,5],\"gpus\":8,\"lease_timeout_s\":0.3,"
+    "\"iteration\":2}";
+
+Test(client, submit_retries_503_and_dropped_connections)
+{
+        fake f = {.n = 3,
+                  .status = {503, -1, 201},
+                  .body = {"{\"error\":\"busy\",\"field\":\"\"}", NULL, "{\"id\":42}"}};
+        fake_start(&f);
+        loom_client *c = client_for(&f, 10);
+        uint32_t id = 0;
+        char *reply = NULL;
+        cr_assert_eq(loom_client_submit(c, "{}", "k1", &id, &reply), 0, "%s", loom_client_error(c));
+        cr_assert_eq(id, 42);
+        cr_assert_str_eq(reply, "{\"id\":42}");
+        cr_assert_eq(f.n_req, 3, "two failures retried, got %d requests", f.n_req);
+        loom_client_free_string(reply);
+        loom_client_free(c);
+        fake_stop(&f);
+}
+
+Test(client, refused_spec_names_the_field)
+{
+        fake f = {
+            .n = 1, .status = {422}, .body = {"{\"error\":\"must be >= 1\",\"field\":\"slo\"}"}};
+        fake_start(&f);
+        loom_client *c = client_for(&f, 5);
+        uint32_t id;
+        cr_assert_eq(loom_client_submit(c, "{}", NULL, &id, NULL), LOOM_EINVAL);
+        cr_assert(strstr(loom_client_error(c), "slo") != NULL, "%s", loom_client_error(c));
+        cr_assert_eq(loom_client_status(c), 422);
+        cr_assert_eq(f.n_req, 1, "4xx is an answer, not retried");
+        loom_client_free(c);
+        fake_stop(&f);
+}
+
+Test(client, unbounded_acquire_repolls_after_204_and_parses_the_lease)
+{
+        fake f = {.n = 3, .status = {204, 204, 200}, .body = {NULL, NULL, lease_body}};
+        fake_start(&f);
+        loom_client_opts o;
+        loom_client_opts_default(&o);
+        o.heartbeat = false;
+        char url[64];
+        snprintf(url, sizeof url, "http://127.0.0.1:%d", f.port);
+        loom_client *c = loom_client_new(url, &o);
+        loom_client_lease l;
+        cr_assert_eq(loom_client_acquire(c, 3, "rollout", -1, &l), 0, "%s", loom_client_error(c));
+        cr_assert_eq(l.id, 7);
+        cr_assert_eq(l.job, 3);
+        cr_assert_str_eq(l.phase, "rollout");
+        cr_assert_eq(l.n_nodes, 2);
+        cr_assert_eq(l.nodes[1], 5);
+        cr_assert_eq(l.gpus, 8);
+        cr_assert_eq(l.iteration, 2);
+        cr_assert_eq(f.n_req, 3);
+        cr_assert(strstr(f.paths[0], "/v1/jobs/3/phases/rollout/acquire?wait=") != NULL, "%s",
+                  f.paths[0]);
+        loom_client_free(c);
+        fake_stop(&f);
+}
+
+Test(client, bounded_acquire_times_out)
+{
+        fake f = {.n = 1, .status = {204}};
+        fake_start(&f);
+        loom_client *c = client_for(&f, 5);
+        loom_client_lease l;
+        cr_assert_eq(loom_client_acquire(c, 1, "train", 0.2, &l), LOOM_ETIMEDOUT);
+        loom_client_free(c);
+        fake_stop(&f);
+}
+
+Test(client, status_codes_map_to_errors)
+{
+        fake f = {.n = 4,
+                  .status = {409, 404, 410, 200},
+                  .body = {"{\"error\":\"job 1 is finished\",\"field\":\"state\"}",
+                           "{\"error\":\"no such job\",\"field\":\"id\"}",
+                           "{\"error\":\"lease 7 was lost\",\"field\":\"lease\"}",
+                           "{\"action\":\"migrate_tail\",\"keep_gpus\":1}"}};
+        fake_start(&f);
+        loom_client *c = client_for(&f, 5);
+        loom_client_lease l = {.id = 7};
+        cr_assert_eq(loom_client_acquire(c, 1, "rollout", 0, &l), LOOM_ESTATE);
+        cr_assert_eq(loom_client_acquire(c, 9, "rollout", 0, &l), LOOM_ENOENT);
+        l.id = 7;
+        cr_assert_eq(loom_client_progress(c, &l, 1, 2, NULL), LOOM_ENOENT);
+        int keep = 0;
+        cr_assert_eq(loom_client_progress(c, &l, 9, 10, &keep), 1);
+        cr_assert_eq(keep, 1);
+        cr_assert(strstr(f.paths[3], "/v1/leases/7/progress") != NULL);
+        loom_client_free(c);
+        fake_stop(&f);
+}
+
+Test(client, unreachable_daemon_gives_up_after_retry_window)
+{
+        fake f = {.n = 1, .status = {200}};
+        fake_start(&f);
+        int port = f.port;
+        fake_stop(&f); /* nothing listens there now */
+        char url[64];
+        snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
+        loom_client_opts o;
+        loom_client_opts_default(&o);
+        o.retry_for_s = 0.3;
+        loom_client *c = loom_client_new(url, &o);
+        uint32_t id;
+        cr_assert_eq(loom_client_submit(c, "{}", NULL, &id, NULL), LOOM_EIO);
+        cr_assert_eq(loom_client_status(c), 0);
+        loom_client_free(c);
+}
+
+Test(client, heartbeat_thread_renews_a_held_lease)
+{
+        fake f = {.n = 2, .status = {200, 200}, .body = {lease_body, "{\"lease\":7}"}};
+        fake_start(&f);
+        loom_client *c = client_for(&f, 5);
+        loom_client_lease l;
+        cr_assert_eq(loom_client_acquire(c, 3, "rollout", 1, &l), 0);
+        /* lease_timeout_s 0.3: a beat every 0.1 s; wait for at least two (up to 5 s). */
+        int beats = 0;
+        for (int i = 0; i < 500 && beats < 2; i++) {
+                usleep(10000);
+                pthread_mutex_lock(&f.mu);
+                beats = 0;
+                for (int k = 1; k < f.n_req && k < 64; k++)
+                        beats += strstr(f.paths[k], "/v1/leases/7/heartbeat") != NULL;
+                pthread_mutex_unlock(&f.mu);
+        }
+        cr_assert_geq(beats, 2, "heartbeats seen: %d", beats);
+        loom_client_free(c);
+        fake_stop(&f);
+}
+
+Test(client, bad_url_is_refused)
+{
+        cr_assert_null(loom_client_new("", NULL));
+        cr_assert_null(loom_client_new(NULL, NULL));
+}
