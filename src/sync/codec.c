@@ -205,6 +205,13 @@ size_t loom_sync_enc_bound(size_t n)
         return 3 * n + 16; /* COO with every element changed: 1-byte gaps + 2-byte values */
 }
 
+/* t has bit 0 of each 16-bit lane set where that lane changed: count them with one multiply
+ * (no popcount instruction is assumed). */
+static inline uint64_t lanes_set(uint64_t t)
+{
+        return ((t & UINT64_C(0x0001000100010001)) * UINT64_C(0x0001000100010001)) >> 48;
+}
+
 static size_t varint_put(uint8_t *p, uint64_t v)
 {
         size_t k = 0;
@@ -240,6 +247,14 @@ static size_t coo_pass(const uint16_t *old, const uint16_t *nw, size_t n, uint8_
                 uint64_t x = a ^ b;
                 if (!x)
                         continue;
+                if (!writing) { /* only counting: changed 16-bit lanes, without branches */
+                        uint64_t t = x | x >> 8;
+                        t |= t >> 4;
+                        t |= t >> 2;
+                        t |= t >> 1;
+                        nnz += lanes_set(t);
+                        continue;
+                }
                 for (unsigned j = 0; j < 4; j++, x >>= 16) {
                         uint16_t d = (uint16_t)x;
                         if (!d)
@@ -248,6 +263,14 @@ static size_t coo_pass(const uint16_t *old, const uint16_t *nw, size_t n, uint8_
                         if (!writing)
                                 continue;
                         uint64_t gap = i + j - next;
+                        if (gap < 0x80 && w + 3 <= limit) { /* the common case: one-byte gap */
+                                out[w] = (uint8_t)gap;
+                                out[w + 1] = (uint8_t)d;
+                                out[w + 2] = (uint8_t)(d >> 8);
+                                w += 3;
+                                next = i + j + 1;
+                                continue;
+                        }
                         if (w + varint_len(gap) + 2 > limit) {
                                 writing = 0;
                                 continue;
@@ -279,17 +302,65 @@ static size_t coo_pass(const uint16_t *old, const uint16_t *nw, size_t n, uint8_
         return writing ? w : SIZE_MAX;
 }
 
+static uint64_t count_changes(const uint16_t *old, const uint16_t *nw, size_t n)
+{
+        uint64_t nnz = 0;
+        size_t i = 0;
+        for (; i + 4 <= n; i += 4) {
+                uint64_t a, b;
+                memcpy(&a, old + i, 8);
+                memcpy(&b, nw + i, 8);
+                uint64_t t = a ^ b; /* fold each 16-bit lane onto its lowest bit */
+                t |= t >> 8;
+                t |= t >> 4;
+                t |= t >> 2;
+                t |= t >> 1;
+                nnz += lanes_set(t);
+        }
+        for (; i < n; i++)
+                nnz += old[i] != nw[i];
+        return nnz;
+}
+
 static size_t bitmap_write(const uint16_t *old, const uint16_t *nw, size_t n, uint8_t *out)
 {
-        size_t nb = (n + 7) / 8, w = nb;
-        memset(out, 0, nb);
-        for (size_t i = 0; i < n; i++) {
-                uint16_t d = old[i] ^ nw[i];
-                if (!d)
+        size_t nb = (n + 7) / 8, w = nb, i = 0;
+        /* eight elements (one bitmap byte) per step, two 64-bit compares when nothing changed */
+        for (; i + 8 <= n; i += 8) {
+                uint64_t a0, a1, b0, b1;
+                memcpy(&a0, old + i, 8), memcpy(&a1, old + i + 4, 8);
+                memcpy(&b0, nw + i, 8), memcpy(&b1, nw + i + 4, 8);
+                uint64_t x[2] = {a0 ^ b0, a1 ^ b1};
+                unsigned bits = 0;
+                if (!(x[0] | x[1])) {
+                        out[i / 8] = 0;
                         continue;
-                out[i / 8] |= (uint8_t)(1u << (i % 8));
-                out[w++] = (uint8_t)d;
-                out[w++] = (uint8_t)(d >> 8);
+                }
+                /* branch-free: changes sit at random positions, so a branch per element
+                 * mispredicts; write every value and advance only past the changed ones
+                 * (the buffer has slack for the one extra value) */
+                for (unsigned h = 0; h < 2; h++) {
+                        for (unsigned j = 0; j < 4; j++) {
+                                uint16_t d = (uint16_t)(x[h] >> (16 * j));
+                                unsigned nz = d != 0;
+                                bits |= nz << (4 * h + j);
+                                out[w] = (uint8_t)d;
+                                out[w + 1] = (uint8_t)(d >> 8);
+                                w += 2 * nz;
+                        }
+                }
+                out[i / 8] = (uint8_t)bits;
+        }
+        if (i < n) {
+                out[i / 8] = 0;
+                for (; i < n; i++) {
+                        uint16_t d = old[i] ^ nw[i];
+                        if (!d)
+                                continue;
+                        out[i / 8] |= (uint8_t)(1u << (i % 8));
+                        out[w++] = (uint8_t)d;
+                        out[w++] = (uint8_t)(d >> 8);
+                }
         }
         return w;
 }
@@ -307,16 +378,30 @@ int loom_sync_encode(const uint16_t *old, const uint16_t *nw, size_t n, loom_syn
         size_t dense = 2 * n, bitmap_fixed = (n + 7) / 8, len = dense;
         loom_sync_enc enc = LOOM_SYNC_ENC_DENSE;
         if (old && want != LOOM_SYNC_ENC_DENSE) {
-                uint64_t nnz;
-                size_t limit = want == LOOM_SYNC_ENC_AUTO ? dense : loom_sync_enc_bound(n);
-                size_t coo =
-                    want == LOOM_SYNC_ENC_BITMAP ? 0 : coo_pass(old, nw, n, out, limit, &nnz);
-                if (want == LOOM_SYNC_ENC_BITMAP)
-                        coo_pass(old, nw, n, out, 0, &nnz), coo = SIZE_MAX;
-                size_t bitmap = bitmap_fixed + 2 * nnz;
+                /* Guess the density from the first sixteenth of the bucket (branch-free count).
+                 * Clearly sparse: one COO pass, which counts as it writes. Otherwise count
+                 * exactly first: that sizes the bitmap and bounds COO from below (3 bytes per
+                 * change), so dense buckets skip the branchy COO pass. The guess only decides
+                 * speed; the choice below always uses exact sizes. */
+                uint64_t est = count_changes(old, nw, n / 16) * 16, nnz;
+                size_t coo = SIZE_MAX, bitmap;
+                int sparse_guess = want == LOOM_SYNC_ENC_AUTO && 3 * est <= dense / 4;
+                if (want == LOOM_SYNC_ENC_COO || sparse_guess) {
+                        size_t limit =
+                            want == LOOM_SYNC_ENC_COO ? loom_sync_enc_bound(n) : dense / 2;
+                        coo = coo_pass(old, nw, n, out, limit, &nnz);
+                        bitmap = bitmap_fixed + 2 * nnz;
+                } else {
+                        nnz = count_changes(old, nw, n);
+                        bitmap = bitmap_fixed + 2 * nnz;
+                        if (want == LOOM_SYNC_ENC_AUTO && 3 * nnz < bitmap && 3 * nnz <= dense / 2)
+                                coo = coo_pass(old, nw, n, out,
+                                               bitmap < dense / 2 ? bitmap : dense / 2, &nnz);
+                }
                 f->nnz = nnz;
-                if (want == LOOM_SYNC_ENC_COO ||
-                    (want == LOOM_SYNC_ENC_AUTO && coo <= dense / 2 && coo <= bitmap)) {
+                if (want == LOOM_SYNC_ENC_AUTO && coo != SIZE_MAX && coo > bitmap)
+                        coo = SIZE_MAX; /* the bitmap is smaller after all */
+                if (want != LOOM_SYNC_ENC_BITMAP && coo != SIZE_MAX) {
                         enc = LOOM_SYNC_ENC_COO, len = coo;
                 } else if (want == LOOM_SYNC_ENC_BITMAP ||
                            (want == LOOM_SYNC_ENC_AUTO && bitmap <= dense / 2)) {
