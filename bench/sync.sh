@@ -12,6 +12,7 @@
 set -uo pipefail
 b=${1:-build}
 loom="$b/loom"
+repeat=${LOOM_SYNC_REPEAT:-1} # best of N runs per plan; the docs figures use 2
 run() {
         echo "\$ loom $*"
         "$loom" "$@" || echo "(exit $?)"
@@ -21,14 +22,14 @@ run sync codec --bucket-mib 64
 run sync plan --model qwen2.5-1.5b --train tp=2,pp=1,dp=4 --rollout tp=1,dp=8
 # The issue's configuration at full Qwen2.5-0.5B size.
 run sync bench --model qwen2.5-0.5b --train tp=2,pp=1,dp=4 --rollout tp=1,dp=8 \
-        --link-gbps 5 --density 0.01 --plan all --repeat 2 --json
+        --link-gbps 5 --density 0.01 --plan all --repeat "$repeat" --json
 # Qwen2.5-1.5B shapes (embedding, head, per-layer matrices) with 4 of its 28 layers, so that
 # eight full rollout copies fit in memory.
 run sync bench --model qwen2.5-1.5b --layers 4 --train tp=2,pp=1,dp=4 --rollout tp=1,dp=8 \
-        --link-gbps 5 --density 0.01 --plan all --repeat 2 --json
+        --link-gbps 5 --density 0.01 --plan all --repeat "$repeat" --json
 # Goodput at a rate this machine's CPUs can drive through the veth pair.
-run sync bench --model qwen2.5-0.5b --layers 8 --link-gbps 1 --density 0.01 --plan flat --repeat 2 --json
-run sync bench --model qwen2.5-0.5b --layers 8 --link-gbps 1 --density 0.01 --plan topo --repeat 2 --json
+run sync bench --model qwen2.5-0.5b --layers 8 --link-gbps 1 --density 0.01 --plan flat --repeat "$repeat" --json
+run sync bench --model qwen2.5-0.5b --layers 8 --link-gbps 1 --density 0.01 --plan topo --repeat "$repeat" --json
 # Late joiners: two rollout ranks start after the step and catch up from their peers' relays.
 run sync bench --model qwen2.5-0.5b --layers 4 --link-gbps 5 --density 0.01 --plan topo+sparse \
         --late 2 --json
