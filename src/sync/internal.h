@@ -109,7 +109,7 @@ typedef struct loom__slot {
 
 int loom__relay_start(loom__relay **out, int listen_fd, const loom_sync_plan *plan,
                       const loom_sync_plan *catchup, loom__rollout *owner, uint32_t rank,
-                      loom_err *e);
+                      double deadline, loom_err *e);
 /* Wait for frame `seq` of stream `stream` (seq == buckets: the manifest). Returns the slot, or
  * NULL on timeout or when the pushing connection broke. A slot starts with one reference per
  * consumer of its stream; each consumer calls loom__relay_release exactly once when done. */

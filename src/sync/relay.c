@@ -30,6 +30,7 @@ struct loom__relay {
         int *failed;        /* by stream id */
         int *consumers;     /* by stream id */
         uint64_t served;    /* frame bytes sent to pullers and snapshot readers */
+        double deadline;    /* waits for frames or snapshots give up then (monotonic) */
         pthread_t accept_thread;
 };
 
@@ -225,7 +226,7 @@ static void *conn_main(void *arg)
         free(arg);
         loom__hello h;
         loom_err e;
-        double deadline = loom__now() + 3600;
+        double deadline = c.r->deadline;
         if (!loom__hello_recv(c.fd, &h, &e)) {
                 if (h.kind == LOOM__HELLO_PUSH)
                         serve_push(c.r, c.fd, &h);
@@ -262,7 +263,7 @@ static void *accept_main(void *arg)
 
 int loom__relay_start(loom__relay **out, int lfd, const loom_sync_plan *plan,
                       const loom_sync_plan *catchup, loom__rollout *owner, uint32_t rank,
-                      loom_err *e)
+                      double deadline, loom_err *e)
 {
         loom__relay *r = calloc(1, sizeof *r);
         size_t ns = plan->nstreams ? plan->nstreams : 1;
@@ -274,6 +275,7 @@ int loom__relay_start(loom__relay **out, int lfd, const loom_sync_plan *plan,
          * while connection threads may still be blocked in the kernel. */
         r->lfd = lfd;
         r->rank = rank;
+        r->deadline = deadline;
         r->plan = plan;
         r->catchup = catchup;
         r->owner = owner;

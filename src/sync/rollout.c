@@ -178,7 +178,8 @@ int loom__rollout_prepare(const loom__ctx *c, uint32_t rank, int late, int liste
                 hash_live(r);
                 r->have = 1;
         }
-        int rc = loom__relay_start(&r->relay, listen_fd, c->plan, c->catchup, r, rank, e);
+        int rc =
+            loom__relay_start(&r->relay, listen_fd, c->plan, c->catchup, r, rank, c->deadline, e);
         if (rc)
                 return rc;
         *out = r;
