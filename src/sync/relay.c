@@ -125,6 +125,11 @@ static void serve_push(loom__relay *r, int fd, const loom__hello *h)
                 }
                 pthread_mutex_lock(&r->mu);
                 loom__slot *s = &r->slots[h->stream][k];
+                if (s->filled) { /* a second push of the same stream and version */
+                        pthread_mutex_unlock(&r->mu);
+                        free(payload);
+                        return;
+                }
                 s->f = f;
                 s->payload = payload;
                 s->refs = r->consumers[h->stream];
