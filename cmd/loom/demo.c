@@ -602,6 +602,16 @@ static void collect(job_run *r)
         r->pid = 0;
 }
 
+/* On a failure path: leave nothing running. */
+static void kill_workers(job_run *runs, int n)
+{
+        for (int i = 0; i < n; i++)
+                if (runs[i].pid > 0) {
+                        kill(runs[i].pid, SIGKILL);
+                        collect(&runs[i]);
+                }
+}
+
 /* cpu0/cpu1 busy jiffies from /proc/stat. */
 static void cpu_busy(long long busy[2], long long total[2])
 {
@@ -923,10 +933,13 @@ static int run_demo(const opts *o, demo *d)
         for (int i = 0; i < n; i++)
                 if (spawn_worker(&shared[i], &wc[i])) {
                         fprintf(stderr, "loom demo: fork: %s\n", strerror(errno));
+                        kill_workers(shared, i);
                         loom_client_free(c);
                         return 1;
                 }
         int rc = o->crash ? chaos(d, o, shared, n) : 0;
+        if (rc)
+                kill_workers(shared, n); /* loomd is gone: nothing left to wait for */
         for (int i = 0; i < n; i++)
                 collect(&shared[i]);
         double wall = mono_s() - start;
