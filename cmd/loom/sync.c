@@ -253,8 +253,10 @@ static int cmd_layout(const opts *o)
 {
         setup s;
         int rc = build(o, &s);
-        if (rc)
+        if (rc) {
+                teardown(&s);
                 return rc;
+        }
         const loom_sync_layout *l = s.layout;
         printf("%s: %llu parameters, %.3f GB in bf16, %zu tensors\n", l->model.name,
                (unsigned long long)l->elems, (double)l->elems * 2 / 1e9, l->ntensors);
@@ -276,8 +278,10 @@ static int cmd_plan(const opts *o)
 {
         setup s;
         int rc = build(o, &s);
-        if (rc)
+        if (rc) {
+                teardown(&s);
                 return rc;
+        }
         uint64_t bucket = (uint64_t)(o->bucket_mib * (1 << 20)) & ~UINT64_C(1);
         double model = (double)s.layout->elems * 2;
         printf("%s: %.3f GB; training tp=%u,pp=%u,dp=%u (%u ranks) -> rollout tp=%u,dp=%u "
@@ -401,35 +405,95 @@ static void print_text(const loom_sync_result *r)
         fflush(stdout);
 }
 
+/* Which link to build: 1 namespaces, 0 loopback; -1 when --link netns cannot be had. */
+static int choose_link(const opts *o)
+{
+        char why[160];
+        if (!strcmp(o->link, "loopback"))
+                return 0;
+        if (loom_sync_netns_available(why, sizeof why))
+                return 1;
+        if (!strcmp(o->link, "netns")) {
+                fprintf(stderr, "loom sync: --link netns: %s\n", why);
+                return -1;
+        }
+        fprintf(stderr, "loom sync: no shaped link (%s); running unshaped on loopback\n", why);
+        return 0;
+}
+
+/* Refuse a run whose estimated peak memory exceeds the limit. */
+static int fits(const opts *o, const setup *s, loom_sync_plan_kind kind, uint64_t bucket)
+{
+        uint32_t nr = loom_sync_par_ranks(&s->roll);
+        double limit = o->max_mem_gb > 0 ? o->max_mem_gb * 1e9 : 0.85 * mem_available();
+        loom_sync_plan *p;
+        loom_err e = {0};
+        if (loom_sync_plan_new(s->map, kind, bucket, all_ranks(nr - (uint32_t)o->late), &p, &e))
+                return fail("--plan", &e);
+        double need = estimate_bytes(s, p, (uint32_t)o->late);
+        loom_sync_plan_free(p);
+        if (limit > 0 && need > limit) {
+                fprintf(stderr,
+                        "loom sync: %s: this run needs about %.1f GB of memory, %.1f GB allowed; "
+                        "pick a smaller --model, fewer --layers or a larger rollout tp (or "
+                        "--max-mem-gb)\n",
+                        loom_sync_plan_name(kind), need / 1e9, limit / 1e9);
+                return 1;
+        }
+        return 0;
+}
+
+/* Run one plan --repeat times; *out gets the fastest run (every run must verify, and a failed
+ * one is reported as it is). Returns 0, or 1 when a run could not be made at all. */
+static int bench_plan(const opts *o, loom_sync_run_cfg *cfg, loom_sync_result *out)
+{
+        loom_sync_result r;
+        int ok = 1;
+        for (long k = 0; k < o->repeat; k++) {
+                loom_err e = {0};
+                int rc = loom_sync_run(cfg, &r, &e);
+                if (rc && cfg->netns && !strcmp(e.field, "netns") && !strcmp(o->link, "auto")) {
+                        /* root, but this kernel or container will not build the link */
+                        fprintf(stderr,
+                                "loom sync: no shaped link (%s); running unshaped on loopback\n",
+                                e.msg);
+                        cfg->netns = 0;
+                        rc = loom_sync_run(cfg, &r, &e);
+                }
+                if (rc) {
+                        fprintf(stderr, "loom sync: %s: %s\n", loom_sync_plan_name(cfg->plan),
+                                e.msg);
+                        return 1;
+                }
+                ok &= r.verified;
+                /* other load on the host only ever adds time: keep the fastest */
+                if (!k || !r.verified || r.wall_s < out->wall_s)
+                        *out = r;
+                if (!r.verified)
+                        break;
+        }
+        out->verified = ok && out->verified;
+        return 0;
+}
+
 static int cmd_bench(const opts *o)
 {
         setup s;
         int rc = build(o, &s);
-        if (rc)
+        if (rc) {
+                teardown(&s);
                 return rc;
+        }
         uint32_t nr = loom_sync_par_ranks(&s.roll);
+        int netns = choose_link(o);
         if (o->late >= nr) {
                 fprintf(stderr, "loom sync: --late: %ld of %u rollout ranks\n", o->late, nr);
-                teardown(&s);
-                return 1;
+                rc = 1;
         }
-        char why[160];
-        int netns = 0;
-        if (strcmp(o->link, "loopback")) {
-                netns = loom_sync_netns_available(why, sizeof why);
-                if (!netns && !strcmp(o->link, "netns")) {
-                        fprintf(stderr, "loom sync: --link netns: %s\n", why);
-                        teardown(&s);
-                        return 1;
-                }
-                if (!netns)
-                        fprintf(stderr,
-                                "loom sync: no shaped link (%s); running unshaped on loopback\n",
-                                why);
-        }
+        if (netns < 0)
+                rc = 1;
         uint64_t bucket = (uint64_t)(o->bucket_mib * (1 << 20)) & ~UINT64_C(1);
-        double limit = o->max_mem_gb > 0 ? o->max_mem_gb * 1e9 : 0.85 * mem_available();
-        if (!o->json)
+        if (!rc && !o->json)
                 printf("%s (%.3f GB), training tp=%u,pp=%u,dp=%u -> rollout tp=%u,dp=%u, density "
                        "%g, link %g Gbit/s\n"
                        "%-12s %8s %8s %7s %9s %8s %9s %9s  %s\n",
@@ -440,31 +504,14 @@ static int cmd_bench(const opts *o)
         double wall[3] = {0};
         int all_ok = 1;
         char note[160] = "";
-        for (int i = 0; i < s.nplans; i++) {
-                loom_sync_plan *p;
-                loom_err e = {0};
-                uint64_t present = all_ranks(nr - (uint32_t)o->late);
-                if (loom_sync_plan_new(s.map, (loom_sync_plan_kind)s.plans[i], bucket, present, &p,
-                                       &e)) {
-                        rc = fail("--plan", &e);
+        for (int i = 0; !rc && i < s.nplans; i++) {
+                loom_sync_plan_kind kind = (loom_sync_plan_kind)s.plans[i];
+                if ((rc = fits(o, &s, kind, bucket)))
                         break;
-                }
-                double need = estimate_bytes(&s, p, (uint32_t)o->late);
-                loom_sync_plan_free(p);
-                if (limit > 0 && need > limit) {
-                        fprintf(stderr,
-                                "loom sync: %s: this run needs about %.1f GB of memory, %.1f GB "
-                                "allowed; pick a smaller --model, fewer --layers or a larger "
-                                "rollout tp (or --max-mem-gb)\n",
-                                loom_sync_plan_name((loom_sync_plan_kind)s.plans[i]), need / 1e9,
-                                limit / 1e9);
-                        rc = 1;
-                        break;
-                }
                 loom_sync_run_cfg cfg = {.layout = s.layout,
                                          .train = s.train,
                                          .roll = s.roll,
-                                         .plan = (loom_sync_plan_kind)s.plans[i],
+                                         .plan = kind,
                                          .bucket_bytes = bucket,
                                          .density = o->density,
                                          .seed = o->seed,
@@ -473,41 +520,12 @@ static int cmd_bench(const opts *o)
                                          .late = (uint32_t)o->late,
                                          .corrupt = o->corrupt,
                                          .timeout_s = o->timeout};
-                /* Best of --repeat runs: other load on the host only ever adds time. Every run
-                 * must verify; the figures are those of the fastest. */
-                loom_sync_result r, best;
-                int ok = 1;
-                for (long k = 0; !rc && k < o->repeat; k++) {
-                        int run_rc = loom_sync_run(&cfg, &r, &e);
-                        if (run_rc && cfg.netns && !strcmp(e.field, "netns") &&
-                            !strcmp(o->link, "auto")) {
-                                /* root, but this kernel or container will not build the link */
-                                fprintf(stderr,
-                                        "loom sync: no shaped link (%s); running unshaped on "
-                                        "loopback\n",
-                                        e.msg);
-                                cfg.netns = netns = 0;
-                                run_rc = loom_sync_run(&cfg, &r, &e);
-                        }
-                        if (run_rc) {
-                                fprintf(stderr, "loom sync: %s: %s\n",
-                                        loom_sync_plan_name((loom_sync_plan_kind)s.plans[i]),
-                                        e.msg);
-                                rc = 1;
-                                break;
-                        }
-                        ok &= r.verified;
-                        if (!k || (r.verified && r.wall_s < best.wall_s) || !r.verified)
-                                best = r;
-                        if (!r.verified)
-                                break;
-                }
-                if (rc)
+                loom_sync_result r;
+                if ((rc = bench_plan(o, &cfg, &r)))
                         break;
-                r = best;
-                r.verified = ok && r.verified;
+                netns = cfg.netns;
                 snprintf(note, sizeof note, "%s", r.link_note);
-                wall[s.plans[i]] = r.wall_s;
+                wall[kind] = r.wall_s;
                 all_ok &= r.verified;
                 if (o->json)
                         print_json(o, &s, &r);
@@ -524,9 +542,7 @@ static int cmd_bench(const opts *o)
                                wall[LOOM_SYNC_TOPO] / wall[LOOM_SYNC_TOPO_SPARSE]);
         }
         teardown(&s);
-        if (!rc && !all_ok)
-                rc = 1;
-        return rc;
+        return rc ? rc : !all_ok;
 }
 
 static double seconds(void)
