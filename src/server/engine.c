@@ -18,6 +18,7 @@
  * job had done. Sync: the API has no sync phase. A train lease covers pushing the weights, so
  * when the core starts a job's SYNC (t_sync > 0) loomd reports it done at once.
  */
+#include <assert.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,6 +74,24 @@ static void store_check(loom_server *s, int rc, const loom_err *e)
                 s->store_failed = true;
                 srv_log(s, "store failure, stopping: %s", e->msg);
         }
+}
+
+/* The invariants of srv.h's job and lease state machine; checked after every request in
+ * debug builds. */
+static void assert_job_state(const srv_job *j)
+{
+#ifndef NDEBUG
+        bool live = srv_job_live(j->state);
+        assert(!j->has_lease || live);
+        assert(!j->permit || (live && !j->has_lease));
+        assert(!j->waiters || (live && !j->has_lease));
+        assert(j->state != SJ_QUEUED || (j->done == 0 && !j->has_lease));
+        assert(j->state != SJ_FINISHED || j->target == 0 || j->done == j->target);
+        assert(j->next == LOOM_PHASE_ROLLOUT || j->next == LOOM_PHASE_TRAIN);
+        assert(!j->has_lease || j->lease.phase == j->next);
+#else
+        (void)j;
+#endif
 }
 
 static void note_deadline(loom_server *s, loom_us t)
@@ -472,6 +491,7 @@ static srv_job *lease_job(loom_server *s, srv_req *r)
         if (rc)
                 return srv_reply_loom_err(r, 500, &e), NULL;
         srv_job *j = srv_job_get(s, job);
+        r->job = job; /* for the state check after the request */
         if (j && j->has_lease && j->lease.id == r->lease)
                 return j;
         if (r->kind == RQ_RELEASE && j &&
@@ -695,6 +715,9 @@ static void handle(loom_server *s, srv_req *r, loom_us now)
         /* A waiting acquire is answered later; everything else now. */
         if (r->ready)
                 done_req(s, r);
+        srv_job *j = srv_job_get(s, r->job);
+        if (j)
+                assert_job_state(j);
 }
 
 /* Expire leases, unclaimed permits and long-poll waits that are due; recompute next_check. */
