@@ -189,7 +189,6 @@ typedef struct worker_cfg {
         const shape *sh;
         uint32_t job;
         int iterations;
-        double unit_s;
         double roll_units; /* token units per generated token */
         double train_units;
         char url[64];
@@ -454,7 +453,6 @@ typedef struct demo {
         int port;
         pid_t loomd;
         double lease_timeout_s;
-        bool quiet;
         FILE *log;
 } demo;
 
@@ -730,13 +728,12 @@ static int parse_opts(int argc, char **argv, opts *o)
 }
 
 static void fill_worker(worker_cfg *w, const demo *d, const opts *o, const shape *sh, uint32_t id,
-                        int iters, double unit_s, double ru, double tu)
+                        int iters, double ru, double tu)
 {
         memset(w, 0, sizeof *w);
         w->sh = sh;
         w->job = id;
         w->iterations = iters;
-        w->unit_s = unit_s;
         w->roll_units = ru;
         w->train_units = tu;
         w->seed = o->seed * 1000003 + id;
@@ -921,7 +918,7 @@ static int run_demo(const opts *o, demo *d)
                        "train %.2fs, SLO %.2f\n",
                        sh->name, sh->what, r.id, r.decision, r.group, sh->t_roll_s * o->scale,
                        sh->t_train_s * o->scale, sh->slo);
-                fill_worker(&wc[n], d, o, sh, r.id, sh->iterations, unit_s, ru, tu);
+                fill_worker(&wc[n], d, o, sh, r.id, sh->iterations, ru, tu);
                 shared[n++] = r;
         }
         double cost_h = get_cost(c);
@@ -962,7 +959,7 @@ static int run_demo(const opts *o, demo *d)
                 }
                 free(spec);
                 worker_cfg w;
-                fill_worker(&w, d, o, shared[i].sh, alone[i].id, o->alone_iters, unit_s, ru, tu);
+                fill_worker(&w, d, o, shared[i].sh, alone[i].id, o->alone_iters, ru, tu);
                 if (spawn_worker(&alone[i], &w)) {
                         bad++;
                         break;
@@ -1004,7 +1001,7 @@ int loom_cmd_demo(int argc, char **argv)
                 return 1;
         }
         g_t0 = mono_s();
-        demo d = {.lease_timeout_s = 10, .quiet = o.quiet};
+        demo d = {.lease_timeout_s = 10};
         if (o.dir) {
                 snprintf(d.dir, sizeof d.dir, "%s", o.dir);
         } else {
