@@ -72,9 +72,9 @@ typedef struct shape {
 } shape;
 
 static const shape shapes[MAX_JOBS] = {
-    {"math", "rollout-heavy, long reasoning traces", 64, 256, 40, 2.4, 0.8, 1.25, 14, 120},
-    {"code", "training-heavy, short answers", 32, 192, 40, 0.6, 1.6, 1.6, 14, 150},
-    {"chat", "small and tolerant", 16, 128, 24, 0.4, 0.4, 5.0, 14, 60},
+    {"math", "rollout-heavy, long reasoning traces", 64, 256, 40, 2.4, 0.8, 1.25, 10, 120},
+    {"code", "training-heavy, short answers", 32, 192, 40, 0.6, 1.6, 1.6, 10, 150},
+    {"chat", "small and tolerant", 16, 128, 24, 0.4, 0.4, 5.0, 10, 60},
     /* Needs more host memory on a rollout node than a node has: admission rejects it. */
     {"huge", "70B working set beyond a node's DRAM", 16, 128, 24, 1.0, 1.0, 1.5, 4, 2600},
 };

@@ -16,7 +16,7 @@ LOOM_DEMO_TEST_TAG=$tag "$b/loom" demo --jobs 4 --alone 1 --scale 0.5 | tee "$ou
 grep -q "rejected" "$out"                  # the fourth job does not fit a node
 grep -q "direct_pack" "$out"               # the others share a group
 grep -q "cost per iteration" "$out"
-grep -Eq "^math .* 14 " "$out"             # every job ran its iterations
+grep -Eq "^math .* 10 " "$out"             # every job ran its iterations
 dir=$(sed -n 's/.*data in \([^;]*\);.*/\1/p' "$out" | head -1)
 [ -n "$dir" ] && [ ! -e "$dir" ] || { echo "FAIL: temporary dir '$dir' left behind"; exit 1; }
 left=$(grep -lsa "LOOM_DEMO_TEST_TAG=$tag" /proc/[0-9]*/environ || true)
