@@ -9,6 +9,7 @@
 #include <getopt.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,12 +120,13 @@ static int load_cluster(const char *path, loom_server_cfg *c)
                                                        &c->policy, &e);
         }
         if (rc) {
+                /* The decoder's sentences usually name the field already. */
+                bool named = !e.field[0] || strstr(e.msg, e.field);
+                char where[64] = "";
                 if (e.line > 0)
-                        fprintf(stderr, "loomd: %s:%d:%d: %s%s%s\n", path, e.line, e.col,
-                                e.field[0] ? e.field : "", e.field[0] ? ": " : "", e.msg);
-                else
-                        fprintf(stderr, "loomd: %s: %s%s%s\n", path, e.field[0] ? e.field : "",
-                                e.field[0] ? ": " : "", e.msg);
+                        snprintf(where, sizeof where, ":%d:%d", e.line, e.col);
+                fprintf(stderr, "loomd: %s%s: %s%s%s\n", path, where, named ? "" : e.field,
+                        named ? "" : ": ", e.msg);
         }
         json_decref(root);
         free(text);
