@@ -317,12 +317,12 @@ loom_client *loom_client_new(const char *url, const loom_client_opts *opts)
         pthread_mutex_init(&c->mu, NULL);
         pthread_cond_init(&c->cv, &ca);
         pthread_condattr_destroy(&ca);
-        /* Keys differ across processes and calls; a collision needs the same pid, time and
-         * counter. */
+        /* Keys differ across clients and calls: a collision needs the same address, pid,
+         * microsecond and counter. */
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        c->key_base = ((uint64_t)getpid() << 40) ^ ((uint64_t)ts.tv_sec << 20) ^
-                     (uint64_t)(ts.tv_nsec / 1000);
+        c->key_base = (uint64_t)(uintptr_t)c ^ ((uint64_t)getpid() << 40) ^
+                      ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)(ts.tv_nsec / 1000);
         return c;
 }
 
