@@ -121,6 +121,8 @@ static int matches_truth(loom__rollout *r, uint64_t version)
                 const loom_sync_rect *s = &r->view.slice[t];
                 const loom_sync_tensor *x = &l->tensors[t];
                 uint64_t w = s->c1 - s->c0, loc = r->view.loc_off[t];
+                if (!w)
+                        continue;
                 if (w > cap) {
                         free(row);
                         cap = (size_t)w;

@@ -137,7 +137,7 @@ int loom_sync_par_check(const loom_sync_layout *l, const loom_sync_par *p, const
                 return loom_err_set(e, LOOM_ERANGE, field, "%u ranks; at most 4096",
                                     p->tp * p->pp * p->dp);
         for (size_t i = 0; i < l->ntensors; i++) {
-                loom_sync_rect r;
+                loom_sync_rect r = {0, 0, 0, 0};
                 for (uint32_t k = 0; k < p->tp; k++)
                         if (loom_sync_slice(&l->tensors[i], k, p->tp, &r))
                                 return loom_err_set(e, LOOM_EINVAL, field, "tp=%u cannot split %s",
@@ -177,7 +177,7 @@ static void covering(const loom_sync_tensor *t, uint32_t tp, uint64_t a, uint64_
 {
         *k0 = tp, *k1 = 0;
         for (uint32_t k = 0; k < tp; k++) {
-                loom_sync_rect r;
+                loom_sync_rect r = {0, 0, 0, 0};
                 loom_sync_slice(t, k, tp, &r);
                 uint64_t lo = t->split == LOOM_SYNC_ROW ? r.c0 : r.r0;
                 uint64_t hi = t->split == LOOM_SYNC_ROW ? r.c1 : r.r1;
@@ -201,12 +201,12 @@ static int map_tensor(const loom_sync_map *m, uint32_t ti, uint64_t *cuts, uint6
         cuts[nc++] = dim;
         if (t->split != LOOM_SYNC_REPLICATED) {
                 for (uint32_t k = 0; k < tr->tp; k++) {
-                        loom_sync_rect r;
+                        loom_sync_rect r = {0, 0, 0, 0};
                         loom_sync_slice(t, k, tr->tp, &r);
                         cuts[nc++] = by_col ? r.c0 : r.r0;
                 }
                 for (uint32_t k = 0; k < ro->tp; k++) {
-                        loom_sync_rect r;
+                        loom_sync_rect r = {0, 0, 0, 0};
                         loom_sync_slice(t, k, ro->tp, &r);
                         cuts[nc++] = by_col ? r.c0 : r.r0;
                 }
