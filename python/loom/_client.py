@@ -224,11 +224,13 @@ class Job:
                 raise self._c.error(rc, "progress")
         return Advice("migrate_tail", keep.value) if rc == 1 else Advice()
 
-    def phase(self, name):
+    def phase(self, name, warm_start=None, offload=None):
         """Decorator: the function runs only under a run permit for phase `name`.
 
-        Each call blocks for the permit, runs the function, then releases the lease (as
-        failed if the function raised, and the exception propagates). When the lease is lost
+        Each call blocks for the permit, calls warm_start(lease) if given (load the phase's
+        resident state from host memory onto the granted devices), runs the function, calls
+        offload(lease) if given (move the state back to host memory), then releases the lease
+        (as failed if anything raised; the exception propagates). When the lease is lost
         (loomd restarted mid-phase) the phase is acquired and run again."""
         if name not in ("rollout", "train"):
             raise ValueError(f"phase must be 'rollout' or 'train', not {name!r}")
@@ -237,9 +239,13 @@ class Job:
             @functools.wraps(fn)
             def run(*args, **kwargs):
                 while True:
-                    self.acquire(name)
+                    lease = self.acquire(name)
                     try:
+                        if warm_start:
+                            warm_start(lease)
                         result = fn(*args, **kwargs)
+                        if offload:
+                            offload(lease)
                     except LeaseLost:
                         self._clease = self._lease = None
                         continue

@@ -92,8 +92,13 @@ f = loom.Job.submit(url, job_spec("F", 1, 2, 1.5, 1))
 advice = []
 
 
-@e.phase("rollout")
+calls = []
+
+
+@e.phase("rollout", warm_start=lambda l: calls.append(("load", l.phase, l.gpus)),
+         offload=lambda l: calls.append(("offload", l.phase)))
 def rollout_e():
+    calls.append(("run",))
     advice.append(e.progress(1, 10))
     advice.append(e.progress(9, 10))
 
@@ -109,6 +114,8 @@ rollout_e()
 check(not advice[0].migrate_tail and advice[1].migrate_tail and advice[1].keep_gpus >= 1,
       "progress past the threshold with F waiting returns migrate_tail")
 check(waiter.stdout.readline().strip() == "granted", "F's rollout started on the freed GPUs")
+check(calls == [("load", "rollout", 8), ("run",), ("offload", "rollout")],
+      "the shim warm-starts with the granted lease, runs, then offloads")
 waiter.wait()
 
 # loomd killed mid-phase: the phase is redone once, the iteration counted once
