@@ -128,6 +128,13 @@ async def main():
     if wake:
         print(f"release-to-grant of a waiting long-poll ({len(wake)} wake-ups): "
               f"p50 {statistics.median(wake):.3f} ms, p99 {pct(wake, 99):.3f} ms")
+    c = await Conn().open()
+    c.w.write(b"GET /metrics HTTP/1.1\r\nHost: b\r\nConnection: close\r\n\r\n")
+    text = (await c.r.read()).decode()
+    for line in text.splitlines():
+        if line.startswith(("loom_permit_latency_seconds_count", "loom_store_commits_total",
+                            "loom_http_requests_total")):
+            print(f"loomd /metrics: {line}")
     for t in tasks:
         t.cancel()
     for c in conns + poll_conns:
@@ -135,4 +142,3 @@ async def main():
 
 asyncio.run(main())
 PY
-grep -E "^loom_permit_latency_seconds_(sum|count)" <(curl -s "127.0.0.1:$(cat "$dir/port")/metrics") || true
