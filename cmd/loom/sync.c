@@ -32,7 +32,8 @@ static void usage(FILE *f)
         fprintf(f, "usage: loom sync <layout|plan|bench> [options]\n"
                    "\n"
                    "  layout   list the tensors of a model and how tensor parallelism splits them\n"
-                   "  plan     streams and slow/fast link volumes of each plan, computed only\n"
+                   "  plan     streams and slow/fast link volumes of each plan, computed only;\n"
+                   "           with --json the shard map: one line per piece with its byte ranges\n"
                    "  bench    run a real multi-process transfer of one synthetic training step\n"
                    "  codec    single-core speed and size of each bucket encoding by density\n"
                    "           (takes --bucket-mib, --seed, --json)\n"
@@ -274,6 +275,31 @@ static uint64_t all_ranks(uint32_t n)
         return n >= 64 ? ~UINT64_C(0) : (UINT64_C(1) << n) - 1;
 }
 
+/* The shard map itself, one JSON line per piece: which training rank sends which rows and
+ * columns of which tensor, as byte ranges of the tensor, to which rollout TP ranks. */
+static void print_pieces(const setup *s)
+{
+        for (size_t i = 0; i < s->map->npieces; i++) {
+                const loom_sync_piece *p = &s->map->pieces[i];
+                const loom_sync_tensor *t = &s->layout->tensors[p->tensor];
+                uint64_t w = p->rect.c1 - p->rect.c0;
+                printf("{\"piece\":%zu,\"tensor\":\"%s\",\"rows\":[%llu,%llu],\"cols\":[%llu,%llu],"
+                       "\"src\":%u,\"rollout_tp\":[%u,%u],\"bytes\":%llu,",
+                       i, t->name, (unsigned long long)p->rect.r0, (unsigned long long)p->rect.r1,
+                       (unsigned long long)p->rect.c0, (unsigned long long)p->rect.c1, p->src,
+                       p->need0, p->need1,
+                       (unsigned long long)(2 * loom_sync_rect_elems(&p->rect)));
+                /* whole rows are one range; otherwise one range per row, every `stride` bytes */
+                printf(
+                    "\"byte_ranges\":{\"first\":%llu,\"length\":%llu,\"count\":%llu,"
+                    "\"stride\":%llu}}\n",
+                    (unsigned long long)(2 * (p->rect.r0 * t->cols + p->rect.c0)),
+                    (unsigned long long)(w == t->cols ? 2 * loom_sync_rect_elems(&p->rect) : 2 * w),
+                    (unsigned long long)(w == t->cols ? 1 : p->rect.r1 - p->rect.r0),
+                    (unsigned long long)(2 * t->cols));
+        }
+}
+
 static int cmd_plan(const opts *o)
 {
         setup s;
@@ -281,6 +307,11 @@ static int cmd_plan(const opts *o)
         if (rc) {
                 teardown(&s);
                 return rc;
+        }
+        if (o->json) {
+                print_pieces(&s);
+                teardown(&s);
+                return 0;
         }
         uint64_t bucket = (uint64_t)(o->bucket_mib * (1 << 20)) & ~UINT64_C(1);
         double model = (double)s.layout->elems * 2;

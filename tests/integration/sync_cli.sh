@@ -57,6 +57,9 @@ check "corrupt bucket: every rank intact" grep -q '"ranks_intact":8' "$tmp/out"
 check "plan exits 0" test $? -eq 0
 check "plan: flat 8 copies" grep -q 'flat .*(8.00 copies)' "$tmp/plan"
 check "plan: topo 1 copy" grep -q 'topo .*(1.00 copies)' "$tmp/plan"
+"$loom" sync plan --model qwen2.5-1.5b --json >"$tmp/pieces"
+check "shard map: one line per piece" test "$(wc -l <"$tmp/pieces")" -eq "$(sed -n 's/.*; \([0-9]*\) pieces$/\1/p' "$tmp/plan")"
+check "shard map: row-parallel pieces are strided" grep -q '"tensor":"model.layers.0.self_attn.o_proj.weight","rows":\[0,384\],"cols":\[0,768\].*"length":1536,"count":384,"stride":3072' "$tmp/pieces"
 check "plan is deterministic" test "$("$loom" sync plan --model qwen2.5-1.5b)" = "$(cat "$tmp/plan")"
 
 # ---- bad input: exit 1, message names the option; bad usage: exit 2
