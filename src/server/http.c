@@ -51,7 +51,7 @@ void srv_reply_text(srv_req *r, int status, char *text, const char *ctype)
 
 void srv_reply_json(srv_req *r, int status, json_t *j)
 {
-        char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+        char *text = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(12)) : NULL;
         json_decref(j);
         if (j && !text) {
                 status = 500;

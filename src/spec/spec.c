@@ -82,11 +82,24 @@ static int get_int(const dctx *c, json_t *obj, const char *k, bool required, int
         return 0;
 }
 
+/* An optional number >= 0: *out is left alone when absent; 0 or a negative error. */
+static int get_nonneg(const dctx *c, json_t *obj, const char *k, double *out)
+{
+        double d = 0;
+        int rc = get_number(c, obj, k, false, &d);
+        if (rc)
+                return rc < 0 ? rc : 0;
+        if (d < 0)
+                return fail(c, k, "must be >= 0, got %g", d);
+        *out = d;
+        return 0;
+}
+
 /* Seconds -> microseconds with a range check. */
 static int get_seconds(const dctx *c, json_t *obj, const char *k, bool required, bool positive,
                        loom_us *out)
 {
-        double s;
+        double s = 0;
         int rc = get_number(c, obj, k, required, &s);
         if (rc)
                 return rc;
@@ -102,7 +115,7 @@ static int get_seconds(const dctx *c, json_t *obj, const char *k, bool required,
 
 static int get_gb(const dctx *c, json_t *obj, const char *k, uint64_t *out)
 {
-        double gb;
+        double gb = 0;
         int rc = get_number(c, obj, k, false, &gb);
         if (rc)
                 return rc;
@@ -153,7 +166,7 @@ int loom_job_spec_from_json(json_t *obj, const char *where, const char *text, si
                         return fail(&c, "id", "must be 1..%d characters", LOOM_JOB_ID_MAX - 1);
                 snprintf(s.id, sizeof s.id, "%s", json_string_value(id));
         }
-        int64_t v;
+        int64_t v = 0;
         if ((rc = get_int(&c, obj, "rollout_gpus", true, 1, 1 << 20, &v)))
                 return rc;
         s.rollout_gpus = (int)v;
@@ -215,25 +228,10 @@ static int gpu_from_json(const dctx *c, json_t *obj, const char *k, loom_gpu_typ
                                     (int)sizeof g->name - 1);
                 snprintf(g->name, sizeof g->name, "%s", json_string_value(name));
         }
-        double d;
-        if ((rc = get_number(&sub, o, "price_per_hour", false, &d)) < 0)
+        if ((rc = get_nonneg(&sub, o, "price_per_hour", &g->price_per_hour)) ||
+            (rc = get_nonneg(&sub, o, "tflops", &g->tflops)) ||
+            (rc = get_nonneg(&sub, o, "hbm_tbps", &g->hbm_tbps)))
                 return rc;
-        if (rc == 0 && d < 0)
-                return fail(&sub, "price_per_hour", "must be >= 0");
-        if (rc == 0)
-                g->price_per_hour = d;
-        if ((rc = get_number(&sub, o, "tflops", false, &d)) < 0)
-                return rc;
-        if (rc == 0 && d < 0)
-                return fail(&sub, "tflops", "must be >= 0");
-        if (rc == 0)
-                g->tflops = d;
-        if ((rc = get_number(&sub, o, "hbm_tbps", false, &d)) < 0)
-                return rc;
-        if (rc == 0 && d < 0)
-                return fail(&sub, "hbm_tbps", "must be >= 0");
-        if (rc == 0)
-                g->hbm_tbps = d;
         if ((rc = get_gb(&sub, o, "hbm_gb", &g->hbm_bytes)) < 0)
                 return rc;
         return 0;
@@ -252,7 +250,7 @@ int loom_cluster_cfg_from_json(json_t *obj, const char *where, const char *text,
                 return rc;
         loom_cluster_cfg cl;
         loom_cluster_cfg_default(&cl);
-        int64_t v;
+        int64_t v = 0;
         if ((rc = get_int(&c, obj, "gpus_per_node", false, 1, 64, &v)) < 0)
                 return rc;
         if (rc == 0)
@@ -288,7 +286,7 @@ int loom_policy_cfg_from_json(json_t *obj, const char *where, const char *text, 
                 return rc;
         loom_policy_cfg p;
         loom_policy_cfg_default(&p);
-        int64_t v;
+        int64_t v = 0;
         if ((rc = get_int(&c, obj, "max_group_size", false, 1, LOOM_MAX_GROUP_SIZE, &v)) < 0)
                 return rc;
         if (rc == 0)
