@@ -54,7 +54,12 @@ class Loomd:
         """(status, parsed JSON or text) of one request on a fresh connection."""
         c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
         data = raw if raw is not None else (json.dumps(body) if body is not None else None)
-        c.request(method, path, body=data, headers=headers or {})
+        try:
+            c.request(method, path, body=data, headers=headers or {})
+        except (BrokenPipeError, ConnectionResetError):
+            # The server may answer (413) and close before a large body is all sent; its
+            # answer is still there to read.
+            pass
         r = c.getresponse()
         text = r.read().decode()
         c.close()
