@@ -45,7 +45,7 @@ static void emit_phase(loom_sched *s, job *j, loom_phase phase, loom_us now)
         } else if (phase == LOOM_PHASE_TRAIN) {
                 a.pool = LOOM_POOL_TRAIN;
                 a.n_nodes = g->n_tnodes;
-                memcpy(a.nodes, g->tnodes, sizeof(loom_node_id) * (size_t)g->n_tnodes);
+                loom__tnodes(g, a.nodes);
         }
         a.gpus = j->gpus;
         (void)now;

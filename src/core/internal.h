@@ -19,10 +19,11 @@ typedef struct job {
         loom_job_spec spec;
         struct group *group;
         int n_rnodes;
-        loom_node_id rnodes[LOOM_MAX_JOB_NODES]; /* ascending */
-        loom_us t_train_in;                      /* t_train scaled to the group's pool */
-        uint64_t mem_train_in;                   /* per training node, scaled */
-        loom_us slo_budget;                      /* slo * T_solo: the most T_meta may be */
+        loom_node_id *rnodes; /* ascending; points at rnodes_inline or, past 2, the heap */
+        loom_node_id rnodes_inline[2];
+        loom_us t_train_in;    /* t_train scaled to the group's pool */
+        uint64_t mem_train_in; /* per training node, scaled */
+        loom_us slo_budget;    /* slo * T_solo: the most T_meta may be */
         loom_job_state state;
         uint64_t wait_seq;     /* when it began waiting (for the liveness fallback) */
         int64_t round_base;    /* the group round of its first iteration (dispatch.c) */
@@ -52,7 +53,8 @@ typedef struct group {
         rnode **rnodes; /* ascending id; capacity cap_rnodes */
         int cap_rnodes;
         int n_tnodes;
-        loom_node_id tnodes[LOOM_MAX_JOB_NODES];
+        loom_node_id tnode_first; /* a group's training nodes are provisioned together: ids
+                                     tnode_first .. tnode_first + n_tnodes - 1 */
         int train_gpus;
         uint64_t train_mem_used; /* per training node */
         loom_us sum_train, t_cycle, t_load, t_meta, min_budget;
@@ -91,8 +93,7 @@ struct loom_sched {
 
         rnode **rnodes; /* rollout nodes by id */
         uint32_t cap_rnodes, next_rnode;
-        uint8_t *tnode_live; /* training nodes by id: 1 while provisioned */
-        uint32_t cap_tnodes, next_tnode;
+        uint32_t next_tnode;
         int nodes[2];
 
         open_group *open;
@@ -104,6 +105,13 @@ struct loom_sched {
         uint64_t rng; /* LOOM_PLACER_RANDOM */
         loom_sched_stats stats;
 };
+
+/* The ids of g's training nodes into out[0 .. g->n_tnodes). */
+static inline void loom__tnodes(const group *g, loom_node_id *out)
+{
+        for (int i = 0; i < g->n_tnodes; i++)
+                out[i] = g->tnode_first + (loom_node_id)i;
+}
 
 /* sched.c */
 job *loom__job(const loom_sched *s, loom_job_id id);

@@ -508,7 +508,7 @@ static void fill_decision(search *x)
         memcpy(d->rollout_nodes, b->ids, sizeof(loom_node_id) * (size_t)b->n);
         if (b->g) {
                 d->n_train_nodes = b->g->n_tnodes;
-                memcpy(d->train_nodes, b->g->tnodes, sizeof(loom_node_id) * (size_t)b->g->n_tnodes);
+                loom__tnodes(b->g, d->train_nodes);
         } else {
                 d->n_train_nodes = x->spec->train_gpus / s->cluster.gpus_per_node;
                 for (int i = 0; i < d->n_train_nodes; i++)

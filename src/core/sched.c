@@ -194,6 +194,27 @@ loom_sched *loom_sched_new(const loom_cluster_cfg *c, const loom_policy_cfg *p, 
         return s;
 }
 
+/* A job with room for k rollout node ids: inline for the common one or two. */
+static job *job_new(int k)
+{
+        job *j = calloc(1, sizeof *j);
+        if (!j)
+                return NULL;
+        j->rnodes = k <= 2 ? j->rnodes_inline : calloc((size_t)k, sizeof(loom_node_id));
+        if (!j->rnodes) {
+                free(j);
+                return NULL;
+        }
+        return j;
+}
+
+static void job_free(job *j)
+{
+        if (j && j->rnodes != j->rnodes_inline)
+                free(j->rnodes);
+        free(j);
+}
+
 static void group_free(group *g)
 {
         if (g) {
@@ -207,7 +228,7 @@ void loom_sched_free(loom_sched *s)
         if (!s)
                 return;
         for (uint32_t i = 0; i < s->cap_jobs; i++)
-                free(s->jobs[i]);
+                job_free(s->jobs[i]);
         for (uint32_t i = 0; i < s->cap_groups; i++)
                 group_free(s->groups[i]);
         for (uint32_t i = 0; i < s->cap_rnodes; i++)
@@ -215,7 +236,6 @@ void loom_sched_free(loom_sched *s)
         free(s->jobs);
         free(s->groups);
         free(s->rnodes);
-        free(s->tnode_live);
         free(s->open);
         free(s->actions.a);
         free(s);
@@ -309,23 +329,15 @@ void loom__group_refresh(loom_sched *s, group *g)
         assert_group(s, g);
 }
 
-static int rnodes_insert(group *g, rnode *r)
+/* Insert r into g's rollout nodes, keeping ids ascending. The caller reserved the room. */
+static void rnodes_insert(group *g, rnode *r)
 {
-        if (g->n_rnodes == g->cap_rnodes) {
-                int cap = g->cap_rnodes ? 2 * g->cap_rnodes : 4;
-                rnode **p = realloc(g->rnodes, sizeof *p * (size_t)cap);
-                if (!p)
-                        return LOOM_ENOMEM;
-                g->rnodes = p;
-                g->cap_rnodes = cap;
-        }
         int i = g->n_rnodes++;
         while (i > 0 && g->rnodes[i - 1]->id > r->id) {
                 g->rnodes[i] = g->rnodes[i - 1];
                 i--;
         }
         g->rnodes[i] = r;
-        return 0;
 }
 
 static void node_action(loom_sched *s, loom_action_type t, loom_pool pool, loom_node_id id,
@@ -345,9 +357,7 @@ static int reserve(loom_sched *s, const loom_decision *d)
         if ((rc = grow((void **)&s->jobs, &s->cap_jobs, s->next_job, sizeof(job *))) ||
             (rc = grow((void **)&s->groups, &s->cap_groups, s->next_group, sizeof(group *))) ||
             (rc = grow((void **)&s->rnodes, &s->cap_rnodes, s->next_rnode + LOOM_MAX_JOB_NODES,
-                       sizeof(rnode *))) ||
-            (rc = grow((void **)&s->tnode_live, &s->cap_tnodes, s->next_tnode + LOOM_MAX_JOB_NODES,
-                       1)))
+                       sizeof(rnode *))))
                 return rc;
         if (s->n_open == s->cap_open) {
                 int cap = s->cap_open ? 2 * s->cap_open : 64;
@@ -364,51 +374,87 @@ static int reserve(loom_sched *s, const loom_decision *d)
         return 0;
 }
 
-static group *new_group(loom_sched *s, const loom_job_spec *spec, loom_us now)
+/* Register a freshly allocated group with the training nodes of `spec`. */
+static void group_open(loom_sched *s, group *g, const loom_job_spec *spec)
 {
-        group *g = calloc(1, sizeof *g);
-        if (!g)
-                return NULL;
         g->id = s->next_group++;
         g->open_idx = -1;
         g->n_tnodes = spec->train_gpus / s->cluster.gpus_per_node;
         g->train_gpus = spec->train_gpus;
-        for (int i = 0; i < g->n_tnodes; i++) {
-                g->tnodes[i] = s->next_tnode++;
-                s->tnode_live[g->tnodes[i]] = 1;
-                node_action(s, LOOM_ACT_PROVISION_NODE, LOOM_POOL_TRAIN, g->tnodes[i], g->id);
-        }
+        g->tnode_first = s->next_tnode;
+        s->next_tnode += (uint32_t)g->n_tnodes;
+        for (int i = 0; i < g->n_tnodes; i++)
+                node_action(s, LOOM_ACT_PROVISION_NODE, LOOM_POOL_TRAIN,
+                            g->tnode_first + (loom_node_id)i, g->id);
         s->groups[g->id] = g;
         s->live_groups++;
-        (void)now;
-        return g;
 }
 
+/* Everything apply() allocates, obtained before anything changes. */
+typedef struct apply_mem {
+        job *j;
+        group *g_new;
+        rnode *r_new[LOOM_MAX_JOB_NODES];
+        int n_new;
+} apply_mem;
+
+static void apply_mem_free(apply_mem *m)
+{
+        job_free(m->j);
+        group_free(m->g_new);
+        for (int i = 0; i < m->n_new; i++)
+                free(m->r_new[i]);
+}
+
+static int apply_alloc(loom_sched *s, const loom_decision *d, apply_mem *m)
+{
+        memset(m, 0, sizeof *m);
+        group *g = NULL;
+        if (!(m->j = job_new(d->n_rollout_nodes)))
+                goto nomem;
+        if (d->kind == LOOM_DECISION_NEW_GROUP) {
+                if (!(g = m->g_new = calloc(1, sizeof *g)))
+                        goto nomem;
+        } else {
+                g = group_of(s, d->group);
+        }
+        for (int k = 0; k < d->n_rollout_nodes; k++)
+                if (d->rollout_nodes[k] >= s->next_rnode &&
+                    !(m->r_new[m->n_new++] = calloc(1, sizeof(rnode))))
+                        goto nomem;
+        int need = g->n_rnodes + m->n_new;
+        if (need > g->cap_rnodes) {
+                rnode **p = realloc(g->rnodes, sizeof *p * (size_t)need);
+                if (!p)
+                        goto nomem;
+                g->rnodes = p; /* more room changes nothing visible */
+                g->cap_rnodes = need;
+        }
+        return 0;
+nomem:
+        apply_mem_free(m);
+        return LOOM_ENOMEM;
+}
+
+/* Carry out decision d for spec. Allocates first; on ENOMEM nothing has changed. */
 static int apply(loom_sched *s, loom_us now, const loom_job_spec *spec, const loom_decision *d,
                  loom_job_id *id)
 {
-        job *j = calloc(1, sizeof *j);
-        if (!j)
-                return LOOM_ENOMEM;
-        group *g =
-            d->kind == LOOM_DECISION_NEW_GROUP ? new_group(s, spec, now) : group_of(s, d->group);
-        if (!g) {
-                free(j);
-                return LOOM_ENOMEM;
-        }
-        for (int k = 0; k < d->n_rollout_nodes; k++) {
+        apply_mem m;
+        int rc = apply_alloc(s, d, &m);
+        if (rc)
+                return rc;
+        job *j = m.j;
+        group *g = m.g_new ? m.g_new : group_of(s, d->group);
+        if (m.g_new)
+                group_open(s, g, spec);
+        for (int k = 0, fresh = 0; k < d->n_rollout_nodes; k++) {
                 loom_node_id nid = d->rollout_nodes[k];
                 if (nid >= s->next_rnode) {
-                        rnode *r = calloc(1, sizeof *r);
-                        if (r) {
-                                r->id = nid;
-                                r->group = g;
-                        }
-                        if (!r || rnodes_insert(g, r)) {
-                                free(r);
-                                free(j); /* only on ENOMEM, after reserve() */
-                                return LOOM_ENOMEM;
-                        }
+                        rnode *r = m.r_new[fresh++];
+                        r->id = nid;
+                        r->group = g;
+                        rnodes_insert(g, r);
                         s->next_rnode = nid + 1;
                         s->rnodes[r->id] = r;
                         node_action(s, LOOM_ACT_PROVISION_NODE, LOOM_POOL_ROLLOUT, r->id, g->id);
@@ -563,12 +609,11 @@ int loom_sched_job_exit(loom_sched *s, loom_us now, loom_job_id id, loom_exit re
         unpin(s, j, g);
         s->jobs[id] = NULL;
         s->live_jobs--;
-        free(j);
+        job_free(j);
         if (g->n_members == 0) {
-                for (int i = 0; i < g->n_tnodes; i++) {
-                        s->tnode_live[g->tnodes[i]] = 0;
-                        node_action(s, LOOM_ACT_RELEASE_NODE, LOOM_POOL_TRAIN, g->tnodes[i], g->id);
-                }
+                for (int i = 0; i < g->n_tnodes; i++)
+                        node_action(s, LOOM_ACT_RELEASE_NODE, LOOM_POOL_TRAIN,
+                                    g->tnode_first + (loom_node_id)i, g->id);
                 open_remove(s, g);
                 s->n_closed_full -= (int)g->full;
                 s->groups[g->id] = NULL;
@@ -596,7 +641,7 @@ int loom_sched_job_info(const loom_sched *s, loom_job_id id, loom_job_info *o)
         o->n_rollout_nodes = j->n_rnodes;
         memcpy(o->rollout_nodes, j->rnodes, sizeof(loom_node_id) * (size_t)j->n_rnodes);
         o->n_train_nodes = j->group->n_tnodes;
-        memcpy(o->train_nodes, j->group->tnodes, sizeof(loom_node_id) * (size_t)j->group->n_tnodes);
+        loom__tnodes(j->group, o->train_nodes);
         o->iterations_done = j->iterations_done;
         o->t_train_in_group = j->t_train_in;
         o->submitted_at = j->submitted_at;
@@ -618,7 +663,7 @@ int loom_sched_group_info(const loom_sched *s, loom_group_id id, loom_group_info
         for (int i = 0; i < g->n_rnodes; i++)
                 o->rollout_nodes[i] = g->rnodes[i]->id;
         o->n_train_nodes = g->n_tnodes;
-        memcpy(o->train_nodes, g->tnodes, sizeof(loom_node_id) * (size_t)g->n_tnodes);
+        loom__tnodes(g, o->train_nodes);
         o->t_cycle = g->t_cycle;
         o->t_load = g->t_load;
         o->t_meta = g->t_meta;
