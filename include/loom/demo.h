@@ -1,0 +1,56 @@
+/*
+ * demo.h - the live demo behind `loom demo`: loomd plus real CPU-bound RL jobs on this machine.
+ *
+ *     loom_demo_opts o;
+ *     loom_demo_opts_default(&o);
+ *     loom_err e;
+ *     int rc = loom_demo_run(&o, stdout, &e);
+ *
+ * loom_demo_run starts loomd as a child process (127.0.0.1, a temporary data dir), submits RL
+ * jobs of different shapes and runs each as its own process doing real CPU work under loomd's
+ * run permits: rollouts on CPU 0 (the rollout pool), training on CPU 1 (the training pool).
+ * The GPU pools are simulated by those two CPUs; phase times come from a calibration of this
+ * CPU. Then each job runs alone for comparison and a table of iterations/hour, pool
+ * utilisation and cost per iteration is printed. About a minute; nothing is left running.
+ *
+ * The timeline (one line per phase, stamped with seconds since the start) and the report go to
+ * the caller's stream; the workers write their timeline lines to its file descriptor with one
+ * write(2) per line, so lines from several processes never interleave; out therefore needs a
+ * file descriptor (a memory stream gets only this process's lines). The process ignores
+ * SIGPIPE from then on (loomd may be killed in the middle of a request).
+ */
+#ifndef LOOM_DEMO_H
+#define LOOM_DEMO_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "loom/common.h"
+
+typedef struct loom_demo_opts {
+        uint64_t seed;   /* response lengths and crash times; default 1 */
+        double scale;    /* multiplies every phase time, in [0.1, 10]; default 1.0 */
+        int jobs;        /* 3 or 4 (the 4th is rejected at admission); default 4 */
+        int crash;       /* SIGKILL loomd this many times (0..20) during the shared run and
+                          * restart it; default 0 */
+        int alone_iters; /* iterations of each solo run, 1..100; default 3 */
+        bool keep;       /* keep the temporary data directory */
+        bool quiet;      /* no timeline, only the summary */
+        const char *dir; /* data directory (kept); NULL: a temporary one, removed on success */
+} loom_demo_opts;
+
+void loom_demo_opts_default(loom_demo_opts *o);
+
+/*
+ * Run the demo, writing the timeline and the report to out. Returns 0 when every job finished
+ * with exactly its iterations; LOOM_ECORRUPT when the run went through but that check failed
+ * (the report on out names the job); LOOM_EINVAL for an option out of range (e->field names
+ * it); LOOM_ESTATE on a machine with fewer than 2 CPUs; another negative LOOM_E* code when the
+ * demo could not run (loomd, the data directory, fork, submit), with the reason in e. Once the
+ * data directory exists it is removed at the end only when it was temporary, keep is false and
+ * the result is 0; otherwise its path is printed to out ("data kept in ...").
+ */
+int loom_demo_run(const loom_demo_opts *o, FILE *out, loom_err *e);
+
+#endif
