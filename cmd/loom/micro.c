@@ -27,26 +27,6 @@ static const struct micro {
     {"spatial", "Spatial multiplexing: Type-C + 2 x Type-D", 574.6, 630.8, 1.99, 1.43},
 };
 
-/* A bundled file: relative to the working directory (the source tree), else to the binary
- * (build/loom -> ../). Returns rel when neither exists, so the error names the usual path. */
-static const char *bundled(const char *rel, char *buf, size_t len)
-{
-        if (access(rel, R_OK) == 0)
-                return rel;
-        char exe[PATH_MAX];
-        ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-        if (n <= 0)
-                return rel;
-        exe[n] = 0;
-        char *slash = strrchr(exe, '/');
-        if (!slash)
-                return rel;
-        *slash = 0;
-        if (snprintf(buf, len, "%s/../%s", exe, rel) >= (int)len)
-                return rel;
-        return access(buf, R_OK) == 0 ? buf : rel;
-}
-
 static void usage(FILE *f)
 {
         fprintf(f,
@@ -141,7 +121,7 @@ int loom_cmd_micro(int argc, char **argv)
         char rel[64], path[PATH_MAX + 64];
         if (!scen) {
                 snprintf(rel, sizeof rel, "bench/micro/%s.json", m->name);
-                scen = bundled(rel, path, sizeof path);
+                scen = loom_cmd_bundled(rel, path, sizeof path);
         }
         loom_err e;
         loom_err_clear(&e);

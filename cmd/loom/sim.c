@@ -17,26 +17,6 @@
 
 #define DEFAULT_TRACE "traces/philly/103959.csv"
 
-/* A bundled file: relative to the working directory (the source tree), else to the binary
- * (build/loom -> ../). Returns rel when neither exists, so the error names the usual path. */
-static const char *bundled(const char *rel, char *buf, size_t len)
-{
-        if (access(rel, R_OK) == 0)
-                return rel;
-        char exe[PATH_MAX];
-        ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-        if (n <= 0)
-                return rel;
-        exe[n] = 0;
-        char *slash = strrchr(exe, '/');
-        if (!slash)
-                return rel;
-        *slash = 0;
-        if (snprintf(buf, len, "%s/../%s", exe, rel) >= (int)len)
-                return rel;
-        return access(buf, R_OK) == 0 ? buf : rel;
-}
-
 static void usage(FILE *f)
 {
         fprintf(
@@ -497,7 +477,8 @@ int loom_cmd_sim(int argc, char **argv)
         loom_sim_trace t = {0};
         if (!o.poisson || o.sweep) {
                 char buf[PATH_MAX + 64];
-                const char *path = o.trace ? o.trace : bundled(DEFAULT_TRACE, buf, sizeof buf);
+                const char *path =
+                    o.trace ? o.trace : loom_cmd_bundled(DEFAULT_TRACE, buf, sizeof buf);
                 if ((rc = loom_sim_trace_load(path, o.start, o.count, &t, &e))) {
                         print_err(&e);
                         return 1;
