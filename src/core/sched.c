@@ -255,17 +255,25 @@ static void open_remove(loom_sched *s, group *g)
         g->open_idx = -1;
 }
 
+/* Room for one more open group. */
+static int open_reserve(loom_sched *s)
+{
+        if (s->n_open < s->cap_open)
+                return 0;
+        int cap = s->cap_open ? 2 * s->cap_open : 64;
+        open_group *p = realloc(s->open, sizeof *p * (size_t)cap);
+        if (!p)
+                return LOOM_ENOMEM;
+        s->open = p;
+        s->cap_open = cap;
+        return 0;
+}
+
 static int open_put(loom_sched *s, group *g)
 {
         if (g->open_idx < 0) {
-                if (s->n_open == s->cap_open) {
-                        int cap = s->cap_open ? 2 * s->cap_open : 64;
-                        open_group *p = realloc(s->open, sizeof *p * (size_t)cap);
-                        if (!p)
-                                return LOOM_ENOMEM;
-                        s->open = p;
-                        s->cap_open = cap;
-                }
+                if (open_reserve(s))
+                        return LOOM_ENOMEM;
                 g->open_idx = s->n_open++;
         }
         s->open[g->open_idx] = (open_group){
@@ -359,14 +367,8 @@ static int reserve(loom_sched *s, const loom_decision *d)
             (rc = grow((void **)&s->rnodes, &s->cap_rnodes, s->next_rnode + LOOM_MAX_JOB_NODES,
                        sizeof(rnode *))))
                 return rc;
-        if (s->n_open == s->cap_open) {
-                int cap = s->cap_open ? 2 * s->cap_open : 64;
-                open_group *p = realloc(s->open, sizeof *p * (size_t)cap);
-                if (!p)
-                        return LOOM_ENOMEM;
-                s->open = p;
-                s->cap_open = cap;
-        }
+        if ((rc = open_reserve(s)))
+                return rc;
         if ((rc =
                  actions_reserve(&s->actions, s->actions.len + 2 * (size_t)LOOM_MAX_JOB_NODES + 8)))
                 return rc;
@@ -673,11 +675,12 @@ int loom_sched_group_info(const loom_sched *s, loom_group_id id, loom_group_info
         return 0;
 }
 
-int loom_sched_jobs(const loom_sched *s, loom_job_id *ids, int cap)
+/* The indexes in [from, to) of tab's non-NULL slots: the first cap into ids, and the count. */
+static int live_ids(void *const *tab, uint32_t from, uint32_t to, uint32_t *ids, int cap)
 {
         int n = 0;
-        for (uint32_t i = 1; i < s->next_job; i++)
-                if (s->jobs[i]) {
+        for (uint32_t i = from; i < to; i++)
+                if (tab[i]) {
                         if (n < cap)
                                 ids[n] = i;
                         n++;
@@ -685,16 +688,14 @@ int loom_sched_jobs(const loom_sched *s, loom_job_id *ids, int cap)
         return n;
 }
 
+int loom_sched_jobs(const loom_sched *s, loom_job_id *ids, int cap)
+{
+        return live_ids((void *const *)s->jobs, 1, s->next_job, ids, cap);
+}
+
 int loom_sched_groups(const loom_sched *s, loom_group_id *ids, int cap)
 {
-        int n = 0;
-        for (uint32_t i = 0; i < s->next_group; i++)
-                if (s->groups[i]) {
-                        if (n < cap)
-                                ids[n] = i;
-                        n++;
-                }
-        return n;
+        return live_ids((void *const *)s->groups, 0, s->next_group, ids, cap);
 }
 
 void loom_sched_stats_get(const loom_sched *s, loom_sched_stats *o)
