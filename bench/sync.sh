@@ -30,6 +30,11 @@ run sync bench --model qwen2.5-1.5b --layers 4 --train tp=2,pp=1,dp=4 --rollout 
 # Goodput at a rate this machine's CPUs can drive through the veth pair.
 run sync bench --model qwen2.5-0.5b --layers 8 --link-gbps 1 --density 0.01 --plan flat --repeat "$repeat" --json
 run sync bench --model qwen2.5-0.5b --layers 8 --link-gbps 1 --density 0.01 --plan topo --repeat "$repeat" --json
+# Goodput at 5 Gbit/s with as many ranks as two cores can drive (2 training, 2 rollout).
+run sync bench --model qwen2.5-0.5b --layers 8 --train tp=1,pp=1,dp=2 --rollout tp=1,dp=2 \
+        --link-gbps 5 --density 0.01 --plan flat --repeat "$repeat" --json
+run sync bench --model qwen2.5-0.5b --layers 8 --train tp=1,pp=1,dp=2 --rollout tp=1,dp=2 \
+        --link-gbps 5 --density 0.01 --plan topo --repeat "$repeat" --json
 # Late joiners: two rollout ranks start after the step and catch up from their peers' relays.
 run sync bench --model qwen2.5-0.5b --layers 4 --link-gbps 5 --density 0.01 --plan topo+sparse \
         --late 2 --json
