@@ -1,9 +1,11 @@
 """Shared helpers of loomd's integration tests: start/stop a real loomd on 127.0.0.1 with a
 temporary data dir, speak HTTP to it with the standard library, find the Python package."""
 
+import atexit
 import http.client
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,6 +18,9 @@ class Loomd:
         self.build = build
         self.args = list(args)
         self.dir = data_dir or tempfile.mkdtemp(prefix="loomd-test-")
+        if data_dir is None and not os.environ.get("LOOM_KEEP_TEST_DATA"):
+            # registered before any loomd, so it runs after they are reaped (atexit is LIFO)
+            atexit.register(shutil.rmtree, self.dir, True)
         self.proc = None
         self.port = None
         self.log = os.path.join(self.dir, "loomd.stderr")
@@ -27,6 +32,8 @@ class Loomd:
         cmd = [os.path.join(self.build, "loomd"), "--data-dir", self.dir,
                "--listen", f"127.0.0.1:{port}", "--port-file", pf] + self.args
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(self.log, "ab"))
+        # However the test ends (a failed assertion, an exception), leave no loomd behind.
+        atexit.register(self._reap, self.proc)
         for _ in range(500):
             if os.path.exists(pf):
                 self.port = int(open(pf).read())
@@ -36,6 +43,12 @@ class Loomd:
                                    + open(self.log).read())
             time.sleep(0.01)
         raise RuntimeError("loomd did not start")
+
+    @staticmethod
+    def _reap(proc):
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
     def kill9(self):
         self.proc.send_signal(signal.SIGKILL)
