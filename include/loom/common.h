@@ -42,6 +42,14 @@ enum {
         LOOM_EPROTO = -11, /* peer spoke something unexpected */
 };
 
+/*
+ * Make room for at least `need` elements of `size` bytes in a growable array. arrp points at
+ * the array pointer (any T **), *cap is its capacity in elements; the capacity doubles, starting
+ * at `first`. New room is not initialised. Returns 0, or LOOM_ENOMEM with the array and *cap
+ * unchanged.
+ */
+int loom_reserve(void *arrp, size_t *cap, size_t need, size_t size, size_t first);
+
 /* Static text for a LOOM_E* code; never NULL. */
 const char *loom_strerror(int code);
 

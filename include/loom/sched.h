@@ -118,7 +118,7 @@ typedef struct loom_decision {
         bool record_candidates;
         loom_candidate *candidates;
         int n_candidates;
-        int cap_candidates;
+        size_t cap_candidates;
         int groups_pruned_saturated;
         int groups_pruned_full;
         int groups_pruned_bound; /* cut by an O(1) SLO or memory bound before generating */

@@ -1,6 +1,7 @@
 /* common.c - error codes and the error buffer. */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "loom/common.h"
@@ -53,4 +54,24 @@ int loom_err_set(loom_err *e, int code, const char *field, const char *fmt, ...)
         vsnprintf(e->msg, sizeof e->msg, fmt, ap);
         va_end(ap);
         return code;
+}
+
+int loom_reserve(void *arrp, size_t *cap, size_t need, size_t size, size_t first)
+{
+        if (need <= *cap)
+                return 0;
+        size_t n = *cap ? *cap : (first ? first : 1);
+        while (n < need) {
+                if (n > SIZE_MAX / 2 / size)
+                        return LOOM_ENOMEM;
+                n *= 2;
+        }
+        void *old;
+        memcpy(&old, arrp, sizeof old);
+        void *p = realloc(old, n * size);
+        if (!p)
+                return LOOM_ENOMEM;
+        memcpy(arrp, &p, sizeof p);
+        *cap = n;
+        return 0;
 }

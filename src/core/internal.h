@@ -51,7 +51,7 @@ typedef struct group {
         job *members[LOOM_MAX_GROUP_SIZE]; /* admission order */
         int n_rnodes;
         rnode **rnodes; /* ascending id; capacity cap_rnodes */
-        int cap_rnodes;
+        size_t cap_rnodes;
         int n_tnodes;
         loom_node_id tnode_first; /* a group's training nodes are provisioned together: ids
                                      tnode_first .. tnode_first + n_tnodes - 1 */
@@ -84,20 +84,24 @@ struct loom_sched {
         double price[2]; /* per node */
 
         job **jobs; /* indexed by id */
-        uint32_t cap_jobs, next_job;
+        size_t cap_jobs;
+        uint32_t next_job;
         int live_jobs;
 
         group **groups; /* indexed by id */
-        uint32_t cap_groups, next_group;
+        size_t cap_groups;
+        uint32_t next_group;
         int live_groups;
 
         rnode **rnodes; /* rollout nodes by id */
-        uint32_t cap_rnodes, next_rnode;
+        size_t cap_rnodes;
+        uint32_t next_rnode;
         uint32_t next_tnode;
         int nodes[2];
 
         open_group *open;
-        int n_open, cap_open;
+        int n_open;
+        size_t cap_open;
         int n_closed_full; /* groups with max_group_size members */
 
         action_queue actions;

@@ -80,14 +80,9 @@ static int record(search *x, const cand *c)
         loom_decision *d = x->d;
         if (!d->record_candidates)
                 return 0;
-        if (d->n_candidates == d->cap_candidates) {
-                int cap = d->cap_candidates ? 2 * d->cap_candidates : 16;
-                loom_candidate *p = realloc(d->candidates, sizeof *p * (size_t)cap);
-                if (!p)
-                        return LOOM_ENOMEM;
-                d->candidates = p;
-                d->cap_candidates = cap;
-        }
+        if (loom_reserve(&d->candidates, &d->cap_candidates, (size_t)d->n_candidates + 1,
+                         sizeof *d->candidates, 16))
+                return LOOM_ENOMEM;
         loom_candidate *o = &d->candidates[d->n_candidates++];
         memset(o, 0, sizeof *o);
         o->kind = c->kind;

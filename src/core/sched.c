@@ -107,19 +107,15 @@ void loom_decision_free(loom_decision *d)
 /* ---- tables ---------------------------------------------------------------------------- */
 
 /* Grow *tab (of *cap elements of size sz) to hold index i; new slots are zeroed. */
-static int grow(void **tab, uint32_t *cap, uint32_t i, size_t sz)
+/* Make slot i of an id-indexed table exist; new slots are NULL. */
+static int grow(void *tabp, size_t *cap, size_t i, size_t sz)
 {
-        if (i < *cap)
-                return 0;
-        uint32_t n = *cap ? *cap : 64;
-        while (n <= i)
-                n *= 2;
-        void *p = realloc(*tab, sz * n);
-        if (!p)
+        size_t old = *cap;
+        if (loom_reserve(tabp, cap, i + 1, sz, 64))
                 return LOOM_ENOMEM;
-        memset((char *)p + sz * *cap, 0, sz * (n - *cap));
-        *tab = p;
-        *cap = n;
+        char *tab;
+        memcpy(&tab, tabp, sizeof tab);
+        memset(tab + sz * old, 0, sz * (*cap - old));
         return 0;
 }
 
@@ -227,11 +223,11 @@ void loom_sched_free(loom_sched *s)
 {
         if (!s)
                 return;
-        for (uint32_t i = 0; i < s->cap_jobs; i++)
+        for (size_t i = 0; i < s->cap_jobs; i++)
                 job_free(s->jobs[i]);
-        for (uint32_t i = 0; i < s->cap_groups; i++)
+        for (size_t i = 0; i < s->cap_groups; i++)
                 group_free(s->groups[i]);
-        for (uint32_t i = 0; i < s->cap_rnodes; i++)
+        for (size_t i = 0; i < s->cap_rnodes; i++)
                 free(s->rnodes[i]);
         free(s->jobs);
         free(s->groups);
@@ -258,15 +254,7 @@ static void open_remove(loom_sched *s, group *g)
 /* Room for one more open group. */
 static int open_reserve(loom_sched *s)
 {
-        if (s->n_open < s->cap_open)
-                return 0;
-        int cap = s->cap_open ? 2 * s->cap_open : 64;
-        open_group *p = realloc(s->open, sizeof *p * (size_t)cap);
-        if (!p)
-                return LOOM_ENOMEM;
-        s->open = p;
-        s->cap_open = cap;
-        return 0;
+        return loom_reserve(&s->open, &s->cap_open, (size_t)s->n_open + 1, sizeof *s->open, 64);
 }
 
 static int open_put(loom_sched *s, group *g)
@@ -362,9 +350,9 @@ static void node_action(loom_sched *s, loom_action_type t, loom_pool pool, loom_
 static int reserve(loom_sched *s, const loom_decision *d)
 {
         int rc;
-        if ((rc = grow((void **)&s->jobs, &s->cap_jobs, s->next_job, sizeof(job *))) ||
-            (rc = grow((void **)&s->groups, &s->cap_groups, s->next_group, sizeof(group *))) ||
-            (rc = grow((void **)&s->rnodes, &s->cap_rnodes, s->next_rnode + LOOM_MAX_JOB_NODES,
+        if ((rc = grow(&s->jobs, &s->cap_jobs, s->next_job, sizeof(job *))) ||
+            (rc = grow(&s->groups, &s->cap_groups, s->next_group, sizeof(group *))) ||
+            (rc = grow(&s->rnodes, &s->cap_rnodes, s->next_rnode + LOOM_MAX_JOB_NODES,
                        sizeof(rnode *))))
                 return rc;
         if ((rc = open_reserve(s)))
@@ -424,14 +412,10 @@ static int apply_alloc(loom_sched *s, const loom_decision *d, apply_mem *m)
                 if (d->rollout_nodes[k] >= s->next_rnode &&
                     !(m->r_new[m->n_new++] = calloc(1, sizeof(rnode))))
                         goto nomem;
-        int need = g->n_rnodes + m->n_new;
-        if (need > g->cap_rnodes) {
-                rnode **p = realloc(g->rnodes, sizeof *p * (size_t)need);
-                if (!p)
-                        goto nomem;
-                g->rnodes = p; /* more room changes nothing visible */
-                g->cap_rnodes = need;
-        }
+        /* more room changes nothing visible */
+        if (loom_reserve(&g->rnodes, &g->cap_rnodes, (size_t)(g->n_rnodes + m->n_new),
+                         sizeof *g->rnodes, 4))
+                goto nomem;
         return 0;
 nomem:
         apply_mem_free(m);
