@@ -78,7 +78,7 @@ typedef struct engine {
         int *tailing; /* rollouts past the threshold that have not migrated */
         int n_tailing;
         uint64_t stamp;
-        int gantt_cap;
+        size_t gantt_cap;
         int finished;
         loom_us now;
         loom_err *e;
@@ -403,16 +403,8 @@ static int arrival(engine *g, int ji)
         }
         if (d.kind <= LOOM_DECISION_NEW_GROUP)
                 g->r->decisions[d.kind]++;
-        if (id >= g->cap_by_id) {
-                size_t cap = g->cap_by_id ? 2 * g->cap_by_id : 1024;
-                while (cap <= id)
-                        cap *= 2;
-                int *m = realloc(g->by_id, cap * sizeof *m);
-                if (!m)
-                        return LOOM_ENOMEM;
-                g->by_id = m;
-                g->cap_by_id = cap;
-        }
+        if (loom_reserve(&g->by_id, &g->cap_by_id, (size_t)id + 1, sizeof *g->by_id, 1024))
+                return LOOM_ENOMEM;
         g->by_id[id] = ji;
         g->jobs[ji].id = id;
         g->jobs[ji].ready = g->now + loom_sim_cold(g->c, sj->model_b);

@@ -23,14 +23,8 @@ void loom__sim_heap_free(sim_heap *h)
 
 int loom__sim_heap_push(sim_heap *h, loom_us t, sim_ev_type type, uint32_t job, uint32_t version)
 {
-        if (h->n == h->cap) {
-                size_t cap = h->cap ? 2 * h->cap : 256;
-                sim_event *a = realloc(h->a, cap * sizeof *a);
-                if (!a)
-                        return LOOM_ENOMEM;
-                h->a = a;
-                h->cap = cap;
-        }
+        if (loom_reserve(&h->a, &h->cap, h->n + 1, sizeof *h->a, 256))
+                return LOOM_ENOMEM;
         sim_event ev = {.t = t, .seq = h->seq++, .job = job, .version = version, .type = type};
         size_t i = h->n++;
         while (i > 0) {

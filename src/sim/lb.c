@@ -78,7 +78,7 @@ int loom__sim_run_lb(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim
         r->avg_cost_per_hour = r->makespan_h > 0 ? total / r->makespan_h : 0;
         qsort(ev, (size_t)(2 * w->n), sizeof *ev, cmp_ev);
         double rate = 0, gpus[2] = {0, 0};
-        int cap = 0;
+        size_t cap = 0;
         for (int i = 0; i < 2 * w->n; i++) {
                 rate += ev[i].rate;
                 gpus[0] += ev[i].gpus[0];
@@ -90,20 +90,12 @@ int loom__sim_run_lb(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim
                 for (int p = 0; p < 2; p++)
                         if ((int)ceil(gpus[p] - 1e-9) > r->peak_gpus[p])
                                 r->peak_gpus[p] = (int)ceil(gpus[p] - 1e-9);
-                if (c->record_series) {
-                        if (r->n_series == cap) {
-                                cap = cap ? 2 * cap : 256;
-                                loom_sim_point *s = realloc(r->series, (size_t)cap * sizeof *s);
-                                if (!s) {
-                                        free(ev);
-                                        return loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
-                                }
-                                r->series = s;
-                        }
-                        r->series[r->n_series++] = (loom_sim_point){
-                            loom_us_to_s(ev[i].t) / 3600.0,
-                            rate < 0 ? 0 : rate,
-                            {(int)ceil(gpus[0] - 1e-9), (int)ceil(gpus[1] - 1e-9)}};
+                loom_sim_point pt = {loom_us_to_s(ev[i].t) / 3600.0,
+                                     rate < 0 ? 0 : rate,
+                                     {(int)ceil(gpus[0] - 1e-9), (int)ceil(gpus[1] - 1e-9)}};
+                if (c->record_series && loom__sim_series_add(r, &cap, pt)) {
+                        free(ev);
+                        return loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
                 }
         }
         free(ev);

@@ -45,16 +45,7 @@ static int meter_point(sim_meter *m, loom_us now)
                 r->series[r->n_series - 1] = pt; /* several changes at one instant: keep last */
                 return 0;
         }
-        if (r->n_series == m->cap_series) {
-                int cap = m->cap_series ? 2 * m->cap_series : 1024;
-                loom_sim_point *s = realloc(r->series, (size_t)cap * sizeof *s);
-                if (!s)
-                        return LOOM_ENOMEM;
-                r->series = s;
-                m->cap_series = cap;
-        }
-        r->series[r->n_series++] = pt;
-        return 0;
+        return loom__sim_series_add(r, &m->cap_series, pt);
 }
 
 int loom__sim_meter_nodes(sim_meter *m, loom_us now, loom_pool p, int delta)
@@ -138,17 +129,19 @@ int loom__sim_finish_jobs(const loom_sim_cfg *c, const loom_sim_workload *w, con
         return 0;
 }
 
-int loom__sim_gantt_add(loom_sim_result *r, int *cap, const loom_sim_interval *iv)
+int loom__sim_gantt_add(loom_sim_result *r, size_t *cap, const loom_sim_interval *iv)
 {
-        if (r->n_gantt == *cap) {
-                int nc = *cap ? 2 * *cap : 256;
-                loom_sim_interval *g = realloc(r->gantt, (size_t)nc * sizeof *g);
-                if (!g)
-                        return LOOM_ENOMEM;
-                r->gantt = g;
-                *cap = nc;
-        }
+        if (loom_reserve(&r->gantt, cap, (size_t)r->n_gantt + 1, sizeof *r->gantt, 256))
+                return LOOM_ENOMEM;
         r->gantt[r->n_gantt++] = *iv;
+        return 0;
+}
+
+int loom__sim_series_add(loom_sim_result *r, size_t *cap, loom_sim_point pt)
+{
+        if (loom_reserve(&r->series, cap, (size_t)r->n_series + 1, sizeof *r->series, 256))
+                return LOOM_ENOMEM;
+        r->series[r->n_series++] = pt;
         return 0;
 }
 

@@ -358,7 +358,8 @@ typedef struct fluid {
         loom_sim_result *r;
         double *remain, *rate; /* solo microseconds left; solo us per real us */
         loom_us *done;
-        int active[LOOM_SIM_ORACLE_MAX_JOBS + 1], na, next, cap_series;
+        int active[LOOM_SIM_ORACLE_MAX_JOBS + 1], na, next;
+        size_t cap_series;
         double t, cost, util[2], total, busy[2], prov[2];
         int nodes[2];
 } fluid;
@@ -405,16 +406,9 @@ static int fluid_record(fluid *f)
                         r->peak_gpus[p] = f->nodes[p] * gpn;
         if (!f->o.c->record_series)
                 return 0;
-        if (r->n_series == f->cap_series) {
-                f->cap_series = f->cap_series ? 2 * f->cap_series : 256;
-                loom_sim_point *s = realloc(r->series, (size_t)f->cap_series * sizeof *s);
-                if (!s)
-                        return LOOM_ENOMEM;
-                r->series = s;
-        }
-        r->series[r->n_series++] =
-            (loom_sim_point){f->t / 3.6e9, f->cost, {f->nodes[0] * gpn, f->nodes[1] * gpn}};
-        return 0;
+        return loom__sim_series_add(
+            r, &f->cap_series,
+            (loom_sim_point){f->t / 3.6e9, f->cost, {f->nodes[0] * gpn, f->nodes[1] * gpn}});
 }
 
 /* One event: the next arrival or the first departure. Returns 1 when the oracle gives up. */

@@ -33,7 +33,7 @@ typedef struct pengine {
         sim_heap heap;
         sim_meter meter;
         pjob *jobs;
-        int gantt_cap;
+        size_t gantt_cap;
         int next_row[2];
         int *row; /* first node id of each job, per pool: [2 * ji + pool] */
 } pengine;

@@ -109,7 +109,7 @@ typedef struct sim_meter {
         double busy_us[2], prov_us[2];
         loom_sim_result *r;
         bool series;
-        int cap_series;
+        size_t cap_series;
 } sim_meter;
 
 void loom__sim_meter_init(sim_meter *m, const loom_cluster_cfg *cl, loom_sim_result *r,
@@ -127,7 +127,9 @@ void loom__sim_meter_finish(sim_meter *m, loom_us end);
 int loom__sim_finish_jobs(const loom_sim_cfg *c, const loom_sim_workload *w, const loom_us *done_at,
                           const loom_us *start_at, loom_sim_result *r);
 
-int loom__sim_gantt_add(loom_sim_result *r, int *cap, const loom_sim_interval *iv);
+int loom__sim_gantt_add(loom_sim_result *r, size_t *cap, const loom_sim_interval *iv);
+/* Append a point to r's cost/GPU series (capacity in *cap); 0 or LOOM_ENOMEM. */
+int loom__sim_series_add(loom_sim_result *r, size_t *cap, loom_sim_point pt);
 
 /* The q-quantile (0..1) of v[0..n) (sorted in place), NaN when n == 0. */
 static inline int sim_cmp_double(const void *a, const void *b)

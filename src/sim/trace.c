@@ -132,7 +132,8 @@ int loom_sim_trace_parse(const char *text, size_t len, const char *name, int sta
         memset(out, 0, sizeof *out);
         if (start < 0)
                 return loom_err_set(e, LOOM_EINVAL, "rows", "rows: start must be >= 0");
-        int pos[NCOLS], ncols, lineno = 0, row = 0, cap = 0, rc = 0;
+        int pos[NCOLS], ncols, lineno = 0, row = 0, rc = 0;
+        size_t cap = 0;
         loom_sim_trace t = {0};
         size_t i = 0;
         bool header = false;
@@ -152,16 +153,10 @@ int loom_sim_trace_parse(const char *text, size_t len, const char *name, int sta
                         if ((rc = parse_row(text + i, l, name, lineno, pos, &r, e)))
                                 goto fail;
                         if (row >= start && (count < 0 || t.n < count)) {
-                                if (t.n == cap) {
-                                        cap = cap ? 2 * cap : 256;
-                                        loom_sim_trace_row *nr =
-                                            realloc(t.rows, (size_t)cap * sizeof *nr);
-                                        if (!nr) {
-                                                rc = loom_err_set(e, LOOM_ENOMEM, "",
-                                                                  "out of memory");
-                                                goto fail;
-                                        }
-                                        t.rows = nr;
+                                if (loom_reserve(&t.rows, &cap, (size_t)t.n + 1, sizeof *t.rows,
+                                                 256)) {
+                                        rc = loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
+                                        goto fail;
                                 }
                                 t.rows[t.n++] = r;
                         }
