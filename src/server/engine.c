@@ -54,14 +54,8 @@ int srv_job_add(loom_server *s, srv_job *j)
 {
         if (j->id != s->n_jobs + 1)
                 return LOOM_ESTATE;
-        if (s->n_jobs == s->cap_jobs) {
-                uint32_t cap = s->cap_jobs ? s->cap_jobs * 2 : 64;
-                srv_job **p = realloc(s->jobs, cap * sizeof *p);
-                if (!p)
-                        return LOOM_ENOMEM;
-                s->jobs = p;
-                s->cap_jobs = cap;
-        }
+        if (loom_reserve(&s->jobs, &s->cap_jobs, (size_t)s->n_jobs + 1, sizeof *s->jobs, 64))
+                return LOOM_ENOMEM;
         s->jobs[s->n_jobs++] = j;
         return 0;
 }

@@ -434,16 +434,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                         r->upload_len = 0;
                         return MHD_YES;
                 }
-                if (r->upload_len + n + 1 > r->upload_cap) {
-                        size_t cap = r->upload_cap ? r->upload_cap * 2 : 4096;
-                        while (cap < r->upload_len + n + 1)
-                                cap *= 2;
-                        char *p = realloc(r->upload, cap);
-                        if (!p)
-                                return MHD_NO;
-                        r->upload = p;
-                        r->upload_cap = cap;
-                }
+                if (loom_reserve(&r->upload, &r->upload_cap, r->upload_len + n + 1, 1, 4096))
+                        return MHD_NO;
                 memcpy(r->upload + r->upload_len, upload_data, n);
                 r->upload_len += n;
                 r->upload[r->upload_len] = '\0';

@@ -177,7 +177,8 @@ struct loom_server {
 
         /* owned by the scheduler thread from here on */
         srv_job **jobs;
-        uint32_t n_jobs, cap_jobs;
+        uint32_t n_jobs;
+        size_t cap_jobs;
         srv_req *waiters;
         int64_t next_lease_id;
         _Atomic bool store_failed;

@@ -74,14 +74,8 @@ typedef struct builder {
 static int add(builder *b, const char *name, uint64_t rows, uint64_t cols, loom_sync_split split,
                uint32_t unit, int32_t layer)
 {
-        if (b->n == b->cap) {
-                size_t cap = b->cap ? 2 * b->cap : 64;
-                loom_sync_tensor *t = realloc(b->t, cap * sizeof *t);
-                if (!t)
-                        return LOOM_ENOMEM;
-                b->t = t;
-                b->cap = cap;
-        }
+        if (loom_reserve(&b->t, &b->cap, b->n + 1, sizeof *b->t, 64))
+                return LOOM_ENOMEM;
         loom_sync_tensor *t = &b->t[b->n++];
         memset(t, 0, sizeof *t);
         snprintf(t->name, sizeof t->name, "%s", name);

@@ -64,14 +64,8 @@ typedef struct builder {
 static loom_sync_stream *new_stream(builder *b)
 {
         loom_sync_plan *p = b->p;
-        if (p->nstreams == b->cap) {
-                size_t cap = b->cap ? 2 * b->cap : 64;
-                loom_sync_stream *v = realloc(p->streams, cap * sizeof *v);
-                if (!v)
-                        return NULL;
-                p->streams = v;
-                b->cap = cap;
-        }
+        if (loom_reserve(&p->streams, &b->cap, p->nstreams + 1, sizeof *p->streams, 64))
+                return NULL;
         loom_sync_stream *s = &p->streams[p->nstreams];
         memset(s, 0, sizeof *s);
         s->id = (uint32_t)p->nstreams++;

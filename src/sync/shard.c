@@ -153,14 +153,8 @@ typedef struct pieces {
 
 static int push(pieces *ps, const loom_sync_piece *p)
 {
-        if (ps->n == ps->cap) {
-                size_t cap = ps->cap ? 2 * ps->cap : 1024;
-                loom_sync_piece *v = realloc(ps->v, cap * sizeof *v);
-                if (!v)
-                        return LOOM_ENOMEM;
-                ps->v = v;
-                ps->cap = cap;
-        }
+        if (loom_reserve(&ps->v, &ps->cap, ps->n + 1, sizeof *ps->v, 1024))
+                return LOOM_ENOMEM;
         ps->v[ps->n++] = *p;
         return 0;
 }
