@@ -149,9 +149,10 @@ int loom_sched_decide(const loom_sched *s, const loom_job_spec *spec, loom_decis
                       loom_err *e);
 
 int loom_sched_phase_started(loom_sched *s, loom_us now, loom_job_id job, loom_phase phase);
-/* Progress of a running phase (done of total units, e.g. responses). For a rollout past the
- * tail threshold, with another rollout waiting on its node, emits MIGRATE_TAIL and starts the
- * waiting rollout on the freed GPUs. Returns 1 if it migrated, 0 if not, <0 on error. */
+/* Progress of a running phase (done of total units, e.g. responses). A rollout past the tail
+ * threshold becomes tail-bound: once another rollout waits on its node (now or later, without
+ * further progress calls) the core emits MIGRATE_TAIL and starts the waiting rollout on the
+ * freed GPUs. Returns 1 if it migrated during this call, 0 if not, <0 on error. */
 int loom_sched_progress(loom_sched *s, loom_us now, loom_job_id job, loom_phase phase, int64_t done,
                         int64_t total);
 int loom_sched_phase_done(loom_sched *s, loom_us now, loom_job_id job, loom_phase phase);

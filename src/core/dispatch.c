@@ -19,10 +19,11 @@
  * can wait on each other. If nothing in the group runs while some job waits, the longest
  * waiting job whose resources are free starts out of turn.
  *
- * Long-tail migration: a rollout that reports done/total >= tail_threshold while the next
- * rollout in turn on one of its nodes is ready is squeezed onto tail_keep_gpus GPUs of its first
- * node; the freed GPUs start the next rollout at once, which grows back to the whole node
- * (RESIZE_PHASE) when the tail finishes.
+ * Long-tail migration: a rollout that has reported done/total >= tail_threshold is tail-bound.
+ * As soon as the next rollout in turn on one of its nodes is ready (then, or whenever that
+ * happens later), it is squeezed onto tail_keep_gpus GPUs of its first node; the freed GPUs
+ * start the next rollout at once, which grows back to the whole node (RESIZE_PHASE) when the
+ * tail finishes. Drivers report progress once; they need not poll.
  */
 #include <string.h>
 
@@ -133,6 +134,7 @@ static void start_rollout(loom_sched *s, job *j, loom_us now)
         j->rolls++;
         j->state = LOOM_JOB_ROLLING;
         j->migrated = false;
+        j->tail_due = false;
         j->gpus = rollout_gpus_free(s, j);
         emit_phase(s, j, LOOM_PHASE_ROLLOUT, now);
 }
@@ -197,14 +199,59 @@ static void break_stall(loom_sched *s, group *g, loom_us now)
                 start_train(s, g, best, now);
 }
 
+static bool someone_waits(const loom_sched *s, const group *g, const job *j);
+
+/* Squeeze j's rollout onto tail_keep_gpus GPUs of its first node, freeing the rest. */
+static void migrate_tail(loom_sched *s, job *j)
+{
+        const loom_policy_cfg *p = &s->policy;
+        rnode *first = node_of(s, j->rnodes[0]);
+        for (int k = 0; k < j->n_rnodes; k++)
+                node_of(s, j->rnodes[k])->running = 0;
+        first->tail = j->id;
+        first->tail_gpus = p->tail_keep_gpus;
+        j->migrated = true;
+        j->gpus = p->tail_keep_gpus;
+        loom_action a = {.type = LOOM_ACT_MIGRATE_TAIL,
+                         .job = j->id,
+                         .phase = LOOM_PHASE_ROLLOUT,
+                         .group = j->group->id,
+                         .pool = LOOM_POOL_ROLLOUT,
+                         .n_nodes = 1,
+                         .keep_gpus = p->tail_keep_gpus,
+                         .gpus = p->tail_keep_gpus};
+        a.nodes[0] = first->id;
+        loom__push_action(s, &a);
+        s->stats.migrations++;
+}
+
+/* Migrate every tail-bound rollout whose node has the next rollout ready; returns how many. */
+static int migrate_due_tails(loom_sched *s, group *g)
+{
+        int n = 0;
+        for (int i = 0; i < g->n_members; i++) {
+                job *j = g->members[i];
+                if (j->state == LOOM_JOB_ROLLING && j->tail_due && !j->migrated &&
+                    someone_waits(s, g, j)) {
+                        migrate_tail(s, j);
+                        n++;
+                }
+        }
+        return n;
+}
+
+static void settle(loom_sched *s, group *g, loom_us now)
+{
+        while (migrate_due_tails(s, g) + start_in_turn(s, g, now))
+                ;
+}
+
 void loom__dispatch(loom_sched *s, group *g, loom_us now)
 {
-        while (start_in_turn(s, g, now))
-                ;
+        settle(s, g, now);
         if (group_idle(s, g)) {
                 break_stall(s, g, now);
-                while (start_in_turn(s, g, now))
-                        ;
+                settle(s, g, now);
         }
 }
 
@@ -244,6 +291,7 @@ void loom__release_running(loom_sched *s, job *j, loom_us now)
                 j->group->train_running = 0;
         }
         j->migrated = false;
+        j->tail_due = false;
         j->gpus = 0;
 }
 
@@ -308,28 +356,10 @@ static bool someone_waits(const loom_sched *s, const group *g, const job *j)
 int loom__progress(loom_sched *s, job *j, loom_us now, int64_t done, int64_t total)
 {
         const loom_policy_cfg *p = &s->policy;
-        if (j->state != LOOM_JOB_ROLLING || j->migrated || !p->tail_migration || total <= 0)
+        if (j->state != LOOM_JOB_ROLLING || j->migrated || !p->tail_migration || total <= 0 ||
+            (double)done < p->tail_threshold * (double)total)
                 return 0;
-        if ((double)done < p->tail_threshold * (double)total || !someone_waits(s, j->group, j))
-                return 0;
-        rnode *first = node_of(s, j->rnodes[0]);
-        for (int k = 0; k < j->n_rnodes; k++)
-                node_of(s, j->rnodes[k])->running = 0;
-        first->tail = j->id;
-        first->tail_gpus = p->tail_keep_gpus;
-        j->migrated = true;
-        j->gpus = p->tail_keep_gpus;
-        loom_action a = {.type = LOOM_ACT_MIGRATE_TAIL,
-                         .job = j->id,
-                         .phase = LOOM_PHASE_ROLLOUT,
-                         .group = j->group->id,
-                         .pool = LOOM_POOL_ROLLOUT,
-                         .n_nodes = 1,
-                         .keep_gpus = p->tail_keep_gpus,
-                         .gpus = p->tail_keep_gpus};
-        a.nodes[0] = first->id;
-        loom__push_action(s, &a);
-        s->stats.migrations++;
+        j->tail_due = true;
         loom__dispatch(s, j->group, now);
-        return 1;
+        return j->migrated ? 1 : 0;
 }

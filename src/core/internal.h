@@ -31,6 +31,8 @@ typedef struct job {
         int64_t iterations_done;
         loom_us submitted_at;
         bool migrated; /* current rollout squeezed onto its tail GPUs */
+        bool tail_due; /* current rollout reported past tail_threshold: migrate it as soon as
+                          the next rollout on its node is ready */
         int gpus;      /* GPUs of the running phase */
 } job;
 

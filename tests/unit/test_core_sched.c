@@ -667,3 +667,28 @@ Test(sched, a_member_joining_mid_round_keeps_the_admitted_period)
         }
         cr_assert_geq(checked, 10, "only %d trials joined an existing group", checked);
 }
+
+/* A rollout reported past its threshold while nobody waited migrates by itself the moment a
+ * rollout comes to wait on its node: the driver reports progress once. */
+Test(sched, a_tail_bound_rollout_migrates_when_a_waiter_arrives)
+{
+        loom_sched *s = loom_sched_new(&cl, &po, NULL);
+        loom_decision d;
+        loom_decision_init(&d, false);
+        loom_job_id a = submit(s, spec("A", 100, 100, 2.0), &d);
+        drain(s);
+        cr_assert_eq(loom_sched_progress(s, 10, a, LOOM_PHASE_ROLLOUT, 90, 100), 0,
+                     "nobody waits: no migration yet");
+        loom_action x;
+        cr_assert_not(loom_sched_next_action(s, &x));
+        loom_job_id b = submit(s, spec("B", 100, 100, 2.0), &d);
+        cr_assert_eq(d.kind, LOOM_DECISION_DIRECT_PACK);
+        x = next(s);
+        cr_assert_eq(x.type, LOOM_ACT_MIGRATE_TAIL);
+        cr_assert_eq(x.job, a);
+        x = next(s);
+        cr_assert_eq(x.type, LOOM_ACT_START_PHASE);
+        cr_assert_eq(x.job, b);
+        cr_assert_eq(x.gpus, 7);
+        loom_sched_free(s);
+}
