@@ -75,8 +75,6 @@ typedef struct engine {
         size_t cap_by_id;
         node_state *nodes[2];
         size_t cap_nodes[2];
-        int *tailing; /* rollouts past the threshold that have not migrated */
-        int n_tailing;
         uint64_t stamp;
         size_t gantt_cap;
         int finished;
@@ -411,41 +409,6 @@ static int arrival(engine *g, int ji)
         return drain(g);
 }
 
-static void untail(engine *g, int ji)
-{
-        for (int i = 0; i < g->n_tailing; i++)
-                if (g->tailing[i] == ji) {
-                        g->tailing[i] = g->tailing[--g->n_tailing];
-                        return;
-                }
-}
-
-/* A rollout past its threshold keeps reporting progress, as a live hook would: once another
- * rollout comes to wait on its node, the core may migrate its tail. */
-static int retry_tails(engine *g, loom_group_id grp)
-{
-        for (int i = 0; i < g->n_tailing;) {
-                int ji = g->tailing[i];
-                sjob *j = &g->jobs[ji];
-                if (j->group != grp || j->migrated || !j->rolling) {
-                        i++;
-                        continue;
-                }
-                int n = g->w->noise.responses;
-                int rc = loom_sched_progress(g->s, g->now, j->id, LOOM_PHASE_ROLLOUT,
-                                             (int64_t)ceil(g->w->noise.tail_threshold * n), n);
-                if (rc < 0)
-                        return fail(g, rc, "progress");
-                if ((rc = drain(g)))
-                        return rc;
-                if (j->migrated)
-                        untail(g, ji);
-                else
-                        i++;
-        }
-        return 0;
-}
-
 static int on_progress(engine *g, int ji)
 {
         sjob *j = &g->jobs[ji];
@@ -455,11 +418,8 @@ static int on_progress(engine *g, int ji)
                                      (int64_t)ceil(g->w->noise.tail_threshold * n), n);
         if (rc < 0)
                 return fail(g, rc, "progress");
-        if ((rc = drain(g)))
-                return rc;
-        if (!j->migrated && j->rolling)
-                g->tailing[g->n_tailing++] = ji;
-        return 0;
+        /* Reported once: the core migrates the tail whenever the next rollout is ready. */
+        return drain(g);
 }
 
 static int on_end(engine *g, int ji)
@@ -475,18 +435,12 @@ static int on_end(engine *g, int ji)
         j->busy_gpus = 0;
         j->running = false;
         loom_phase ph = j->phase;
-        if (j->rolling && j->past_threshold && !j->migrated)
-                untail(g, ji);
         j->rolling = false;
         if (ph == LOOM_PHASE_TRAIN)
                 j->iter++;
         if ((rc = loom_sched_phase_done(g->s, g->now, j->id, ph)))
                 return fail(g, rc, "phase_done");
-        if ((rc = drain(g)))
-                return rc;
-        if (ph != LOOM_PHASE_ROLLOUT && g->n_tailing)
-                return retry_tails(g, j->group);
-        return 0;
+        return drain(g);
 }
 
 static void engine_free(engine *g)
@@ -497,7 +451,6 @@ static void engine_free(engine *g)
         free(g->by_id);
         free(g->nodes[0]);
         free(g->nodes[1]);
-        free(g->tailing);
 }
 
 int loom__sim_run_core(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_policy p,
@@ -513,8 +466,7 @@ int loom__sim_run_core(const loom_sim_cfg *c, const loom_sim_workload *w, loom_s
         loom__sim_meter_init(&g.meter, &cc.cluster, r, c->record_series);
         int rc = LOOM_ENOMEM;
         g.jobs = calloc((size_t)(w->n ? w->n : 1), sizeof *g.jobs);
-        g.tailing = malloc((size_t)(w->n ? w->n : 1) * sizeof *g.tailing);
-        if (!g.jobs || !g.tailing)
+        if (!g.jobs)
                 goto out;
         g.s = loom_sched_new(&cc.cluster, &cc.policy, e);
         if (!g.s) {
