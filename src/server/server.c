@@ -5,10 +5,11 @@
  * Restart recovery. The core is deterministic and a job's placement depends only on the order
  * of submits and exits, so the stored log is replayed into a fresh loom_sched; each replayed
  * submit must land on the stored job id, group and nodes, or loomd refuses to start
- * (LOOM_ECORRUPT) rather than run jobs somewhere their state is not. Phase state is not
- * replayed: every live job is put back waiting for the phase its row says is next
- * (loom_sched_job_resume), and leases that were active at the crash are marked lost, so their
- * workers are told to acquire again. Iteration counts only move on a committed train release,
+ * (LOOM_ECORRUPT) rather than run jobs somewhere their state is not. A "readmit" entry
+ * (retry.c) replays as an exit and a submit on the logged profile, checked the same way.
+ * Phase state is not replayed: every live job is put back waiting for the phase its row says
+ * is next (loom_sched_job_resume), and leases that were active at the crash are marked lost,
+ * so their workers are told to acquire again. Iteration counts only move on a committed train release,
  * so no iteration is counted twice.
  */
 #include <stdlib.h>

@@ -14,6 +14,10 @@
  *               +---- DELETE -------------> cancelled
  *               +---- lease/permit expired, release "failed" --> failed
  *
+ * A failure (lease/permit expired, release "failed", a worker's attach taking over) ends in
+ * `failed` only once max_restarts are used up; before that retry.c re-admits the job (it stays
+ * queued/running, next phase rollout). A drift re-admission changes no state.
+ *
  * Leases: granted (active) -> released | failed | expired | revoked (job cancelled) |
  * lost (loomd restarted while it was active: the worker acquires the phase again).
  */
