@@ -110,9 +110,11 @@ typedef struct loom_client_resume {
  * takeover = true says the job's previous worker is gone: a lease it still holds is failed at
  * once (a restart, counted against the job's max_restarts, or the job's failure once they are
  * used up) rather than after the lease timeout. Use takeover = false for a second process of
- * a live worker. *out says where to resume: load the checkpoint of iteration
- * out->iterations_done, then acquire out->next_phase (a rollout, after a restart). LOOM_ENOENT
- * for an unknown job.
+ * a live worker (a trainer process beside a rollout worker): it changes nothing, and a
+ * lease the previous worker still holds can then be picked up by acquiring its phase (the same
+ * lease; the phase is redone, no restart). *out says where to resume: load the checkpoint of
+ * iteration out->iterations_done, then acquire out->next_phase (a rollout, after a restart).
+ * LOOM_ENOENT for an unknown job.
  *
  * Exactly-once iterations: loomd counts an iteration when its train lease is released. A worker
  * saves its checkpoint of iteration i (loom_client_lease.iteration) before releasing train, and

@@ -35,7 +35,7 @@ the dead one's place attaches. Run the worker under a supervisor that starts it 
 (systemd ``Restart=on-failure``, a Kubernetes pod, or ``python -m loom.supervise``) and
 let it resume::
 
-    job = loom.Job.attach(url, job_id)           # the dead worker's lease is failed now
+    job = loom.Job.attach(url, job_id, takeover=True)  # the dead worker's lease fails now
     state = load_checkpoint(job.iterations_done)  # the last iteration loomd counted
     while not job.done:
         try:

@@ -160,15 +160,18 @@ class Job:
         return cls(url, jid.value, c, reply)
 
     @classmethod
-    def attach(cls, url, job_id, takeover=True, **client_opts):
+    def attach(cls, url, job_id, takeover=False, **client_opts):
         """Attach this process to an existing job; the resume path of a worker that a
         supervisor (systemd, Kubernetes, ``python -m loom.supervise``) started again after
         the previous worker process died.
 
-        takeover=True (the default) says the job's previous worker is gone: a lease it still
-        holds is failed at once, and loomd restarts the job (a new admission with the job's
-        remaining iterations, counted against its ``max_restarts``) instead of waiting for the
-        lease to time out. Pass takeover=False from a second process of a live worker.
+        takeover=True says the job's previous worker process is gone: a lease it still holds is
+        failed at once, and loomd restarts the job (a new admission with the job's remaining
+        iterations, counted against its ``max_restarts``) instead of waiting for the lease to
+        time out. Pass it from a worker its supervisor started again. The default (False)
+        changes nothing: right for a job's other processes (a trainer beside a rollout
+        worker), and for a worker that would rather pick up a lease its predecessor still
+        holds (acquiring that phase returns the same lease; the phase is redone, no restart).
 
         Afterwards ``job.iterations_done`` is the last iteration loomd counted and
         ``job.resume_iteration`` (= iterations_done + 1) the one to run, starting with

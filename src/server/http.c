@@ -279,7 +279,7 @@ static void parse_lease_call(srv_req *r, const char *verb, size_t len)
         srv_reply_error(r, 404, "", "no such lease operation");
 }
 
-/* POST /v1/jobs/{id}/attach: body {} or {"takeover": bool} (default true), kept in r->ok. */
+/* POST /v1/jobs/{id}/attach: body {} or {"takeover": bool} (default false), kept in r->ok. */
 static void parse_attach(srv_req *r)
 {
         json_t *obj = body_object(r, false);
@@ -293,7 +293,7 @@ static void parse_attach(srv_req *r)
                 json_decref(obj);
                 return srv_reply_error(r, 422, "takeover", "'takeover' must be true or false");
         }
-        r->ok = !t || json_is_true(t);
+        r->ok = json_is_true(t);
         r->kind = RQ_ATTACH;
         json_decref(obj);
 }

@@ -137,10 +137,15 @@ static void readmit(loom_server *s, srv_job *j, const char *cause, const char *w
                 j->has_lease = false;
         }
         j->permit = false;
-        char msg[160];
-        snprintf(msg, sizeof msg, "job %u was re-admitted (%s); acquire rollout of iteration %lld",
-                 j->id, cause, (long long)j->done + 1);
-        srv_fail_waiters(s, j, 409, msg);
+        /* Waiters asked for j->next. Rollout waiters stay: the new admission's first phase is
+         * theirs. Train waiters are told, as an acquire of train would be now. */
+        if (j->next != LOOM_PHASE_ROLLOUT) {
+                char msg[160];
+                snprintf(msg, sizeof msg,
+                         "job %u was re-admitted (%s); acquire rollout of iteration %lld", j->id,
+                         cause, (long long)j->done + 1);
+                srv_fail_waiters(s, j, 409, msg);
+        }
         uint32_t old = j->retry.core;
         loom_sched_job_exit(s->sched, wall, old, LOOM_EXIT_FAILED);
 

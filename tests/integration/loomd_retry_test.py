@@ -153,7 +153,7 @@ def y_roll():
 @y.phase("train")
 def y_train():
     # another worker process takes the job over while this one still trains (split brain)
-    other = loom.Job.attach(url, y.id)
+    other = loom.Job.attach(url, y.id, takeover=True)
     check(other.took_over and other.restarts == 1, "the second worker took the train lease")
 
 

@@ -40,7 +40,7 @@ def load(i):
 
 
 time.sleep(plan.get("delay", {}).get(str(inc), 0))
-job = loom.Job.attach(url, job_id)
+job = loom.Job.attach(url, job_id, takeover=True)
 note("attach", job.iterations_done, job.took_over, job.restarts)
 state = load(job.iterations_done)
 hang = plan.get("hang", {}).get(str(inc))
