@@ -68,7 +68,7 @@ atexit.register(shutil.rmtree, wd, True)
 with open(os.path.join(wd, "plan.json"), "w") as f:
     json.dump({"phase_s": 0.05,
                "hang": {"1": ["train", 2], "2": ["rollout", 3]},
-               "delay": {"3": TIMEOUT + 1.5}}, f)
+               "delay": {"3": TIMEOUT + 0.5}}, f)
 pidfile = os.path.join(wd, "worker.pid")
 sup = subprocess.Popen(
     [sys.executable, "-m", "loom.supervise", "--delay", "0.2", "--pid-file", pidfile, "--",
@@ -218,8 +218,10 @@ for it in range(1, 6):
 info = dj.info()
 check(info["resubmits"] == 1 and info["readmission"]["cause"] == "drift",
       f"after 5 long rollouts D is re-admitted: {info['readmission']}")
-check(info["profile"]["t_roll_s"] >= 0.75 and info["profile"]["t_train_s"] == 0.2,
-      f"on its observed rollout time ({info['profile']}), declared train time kept")
+check(info["profile"]["t_roll_s"] >= 0.75, f"on its observed rollout time ({info['profile']})")
+train_ratio = float(info["readmission"]["reason"].split("x the planned train")[0].split()[-1])
+check(info["profile"]["t_train_s"] == 0.2 or train_ratio > 1.05,
+      "the declared train time is kept unless training ran long too")
 check(info["spec"]["t_roll_s"] == 0.4, "the declared spec is kept as it was submitted")
 t_readmit = time.monotonic()
 _, groups = d2.req("GET", "/v1/groups")
