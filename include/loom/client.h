@@ -107,20 +107,21 @@ typedef struct loom_client_resume {
 /*
  * Attach a worker process to an existing job (POST /v1/jobs/{id}/attach), typically a worker
  * that a supervisor started again after the previous one died (kill -9, OOM, node reboot).
- * takeover = true says the job's previous worker is gone: a lease it still holds is failed at
- * once (a restart, counted against the job's max_restarts, or the job's failure once they are
- * used up) rather than after the lease timeout. Use takeover = false for a second process of
- * a live worker (a trainer process beside a rollout worker): it changes nothing, and a
- * lease the previous worker still holds can then be picked up by acquiring its phase (the same
- * lease; the phase is redone, no restart). *out says where to resume: load the checkpoint of
- * iteration out->iterations_done, then acquire out->next_phase (a rollout, after a restart).
- * LOOM_ENOENT for an unknown job.
+ * takeover says the job's previous worker is gone: a lease it still holds is failed at once (a
+ * restart, counted against the job's max_restarts, or the job's failure once they are used up)
+ * rather than after the lease timeout. takeover is "any" (whatever lease the job holds),
+ * "rollout" or "train" (only a lease of that phase: for a job whose phases run in separate
+ * processes, the restarted process takes over only its own phase), or NULL: nothing changes
+ * (another process of a live worker), and a lease the previous worker still holds can then be
+ * picked up by acquiring its phase (the same lease; the phase is redone, no restart). *out says
+ * where to resume: load the checkpoint of iteration out->iterations_done, then acquire
+ * out->next_phase (a rollout, after a restart). LOOM_ENOENT for an unknown job.
  *
  * Exactly-once iterations: loomd counts an iteration when its train lease is released. A worker
  * saves its checkpoint of iteration i (loom_client_lease.iteration) before releasing train, and
  * keeps the one before: dying between the save and the release leaves iterations_done = i - 1,
  * and the worker resumes from that checkpoint, so iteration i is redone and counted once.
  */
-int loom_client_attach(loom_client *c, uint32_t job, bool takeover, loom_client_resume *out);
+int loom_client_attach(loom_client *c, uint32_t job, const char *takeover, loom_client_resume *out);
 
 #endif

@@ -168,9 +168,11 @@ class Job:
         takeover=True says the job's previous worker process is gone: a lease it still holds is
         failed at once, and loomd restarts the job (a new admission with the job's remaining
         iterations, counted against its ``max_restarts``) instead of waiting for the lease to
-        time out. Pass it from a worker its supervisor started again. The default (False)
-        changes nothing: right for a job's other processes (a trainer beside a rollout
-        worker), and for a worker that would rather pick up a lease its predecessor still
+        time out. Pass it from a worker its supervisor started again. takeover="rollout" (or
+        "train") does the same only for a lease of that phase: for a job whose rollout and
+        training run in separate processes, the restarted process takes over its own phase
+        and never the other's. The default (False) changes nothing: right for a job's other
+        processes, and for a worker that would rather pick up a lease its predecessor still
         holds (acquiring that phase returns the same lease; the phase is redone, no restart).
 
         Afterwards ``job.iterations_done`` is the last iteration loomd counted and
@@ -181,10 +183,13 @@ class Job:
         the iteration), keep the previous checkpoint too, and on attach load the checkpoint of
         ``iterations_done``. Dying between the save and the release then redoes that iteration
         from the previous checkpoint, counted once. Raises LoomError if the job is unknown."""
+        if takeover not in (False, True, "rollout", "train"):
+            raise ValueError(f"takeover must be False, True, 'rollout' or 'train', not {takeover!r}")
+        how = None if takeover is False else b"any" if takeover is True else takeover.encode()
         c = _Client(url, **client_opts)
         r = _native.CResume()
         with c.lock:
-            rc = c.lib.loom_client_attach(c.h, int(job_id), bool(takeover), ctypes.byref(r))
+            rc = c.lib.loom_client_attach(c.h, int(job_id), how, ctypes.byref(r))
             if rc:
                 raise c.error(rc, "attach")
         job = cls(url, job_id, c)

@@ -100,6 +100,6 @@ def load():
     lib.loom_client_release.argtypes = [P, ctypes.POINTER(CLease), ctypes.c_bool,
                                         ctypes.POINTER(P)]
     lib.loom_client_heartbeat.argtypes = [P, ctypes.POINTER(CLease)]
-    lib.loom_client_attach.argtypes = [P, ctypes.c_uint32, ctypes.c_bool,
+    lib.loom_client_attach.argtypes = [P, ctypes.c_uint32, ctypes.c_char_p,
                                        ctypes.POINTER(CResume)]
     return lib

@@ -544,14 +544,23 @@ int loom_client_heartbeat(loom_client *c, const loom_client_lease *l)
         return rc;
 }
 
-int loom_client_attach(loom_client *c, uint32_t job, bool takeover, loom_client_resume *out)
+int loom_client_attach(loom_client *c, uint32_t job, const char *takeover, loom_client_resume *out)
 {
-        char path[64], *body = NULL;
+        char path[64], req[64], *body = NULL;
         memset(out, 0, sizeof *out);
+        if (takeover && strcmp(takeover, "any") && strcmp(takeover, "rollout") &&
+            strcmp(takeover, "train")) {
+                set_err(c, "attach: takeover must be NULL, \"any\", \"rollout\" or \"train\"");
+                return LOOM_EINVAL;
+        }
         snprintf(path, sizeof path, "/v1/jobs/%u/attach", job);
-        int rc = request(c, c->curl, "POST", path,
-                         takeover ? "{\"takeover\":true}" : "{\"takeover\":false}", NULL, 0,
-                         &c->status, &body);
+        if (!takeover)
+                snprintf(req, sizeof req, "{\"takeover\":false}");
+        else if (!strcmp(takeover, "any"))
+                snprintf(req, sizeof req, "{\"takeover\":true}");
+        else
+                snprintf(req, sizeof req, "{\"takeover\":\"%s\"}", takeover);
+        int rc = request(c, c->curl, "POST", path, req, NULL, 0, &c->status, &body);
         if (rc)
                 return rc;
         if (c->status != 200) {

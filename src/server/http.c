@@ -279,7 +279,7 @@ static void parse_lease_call(srv_req *r, const char *verb, size_t len)
         srv_reply_error(r, 404, "", "no such lease operation");
 }
 
-/* POST /v1/jobs/{id}/attach: body {} or {"takeover": bool} (default false), kept in r->ok. */
+/* POST /v1/jobs/{id}/attach: body {} or {"takeover": false | true | "rollout" | "train"}. */
 static void parse_attach(srv_req *r)
 {
         json_t *obj = body_object(r, false);
@@ -289,11 +289,16 @@ static void parse_attach(srv_req *r)
                 return;
         }
         json_t *t = json_object_get(obj, "takeover");
-        if (t && !json_is_boolean(t)) {
+        const char *ph = json_string_value(t);
+        if (ph && !loom_phase_parse(ph, &r->phase) && r->phase != LOOM_PHASE_SYNC) {
+                r->takeover = 2;
+        } else if (!t || json_is_boolean(t)) {
+                r->takeover = json_is_true(t);
+        } else {
                 json_decref(obj);
-                return srv_reply_error(r, 422, "takeover", "'takeover' must be true or false");
+                return srv_reply_error(r, 422, "takeover",
+                                       "'takeover' must be true, false, \"rollout\" or \"train\"");
         }
-        r->ok = json_is_true(t);
         r->kind = RQ_ATTACH;
         json_decref(obj);
 }

@@ -313,7 +313,8 @@ void srv_h_attach(loom_server *s, srv_req *r, loom_us now)
                 return srv_reply_error(r, 404, "id", "no such job: %u", r->job);
         s->m.attaches++;
         bool took = false;
-        if (r->ok && srv_job_live(j->state) && j->has_lease) {
+        if (r->takeover && srv_job_live(j->state) && j->has_lease &&
+            (r->takeover == 1 || j->lease.phase == r->phase)) {
                 char why[96];
                 snprintf(why, sizeof why, "a new worker took over lease %lld",
                          (long long)j->lease.id);

@@ -9,8 +9,8 @@
  * (retry.c) replays as an exit and a submit on the logged profile, checked the same way.
  * Phase state is not replayed: every live job is put back waiting for the phase its row says
  * is next (loom_sched_job_resume), and leases that were active at the crash are marked lost,
- * so their workers are told to acquire again. Iteration counts only move on a committed train release,
- * so no iteration is counted twice.
+ * so their workers are told to acquire again. Iteration counts only move on a committed train
+ * release, so no iteration is counted twice.
  */
 #include <stdlib.h>
 #include <string.h>

@@ -80,6 +80,7 @@ typedef struct srv_req {
         int64_t done, total;
         bool ok;
         bool explain; /* submit: list the candidates placement looked at */
+        int takeover; /* attach: 0 none, 1 any lease, 2 only a lease of `phase` */
         loom_job_spec spec;
         char name[SRV_NAME_MAX];
         char key[SRV_KEY_MAX]; /* Idempotency-Key of a submit, "" if none */

@@ -153,7 +153,9 @@ def y_roll():
 @y.phase("train")
 def y_train():
     # another worker process takes the job over while this one still trains (split brain)
-    other = loom.Job.attach(url, y.id, takeover=True)
+    other = loom.Job.attach(url, y.id, takeover="rollout")
+    check(not other.took_over and other.restarts == 0, "a rollout takeover leaves a train lease")
+    other = loom.Job.attach(url, y.id, takeover="train")
     check(other.took_over and other.restarts == 1, "the second worker took the train lease")
 
 

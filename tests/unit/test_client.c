@@ -271,7 +271,8 @@ Test(client, attach_parses_where_to_resume)
         fake_start(&f);
         loom_client *c = client_for(&f, 5);
         loom_client_resume r;
-        cr_assert_eq(loom_client_attach(c, 4, true, &r), 0, "%s", loom_client_error(c));
+        cr_assert_eq(loom_client_attach(c, 4, "bogus", &r), LOOM_EINVAL);
+        cr_assert_eq(loom_client_attach(c, 4, "any", &r), 0, "%s", loom_client_error(c));
         cr_assert_str_eq(r.state, "running");
         cr_assert_str_eq(r.next_phase, "rollout");
         cr_assert_eq(r.iterations, 10);
@@ -279,7 +280,7 @@ Test(client, attach_parses_where_to_resume)
         cr_assert_eq(r.resume_iteration, 7);
         cr_assert(r.restarts == 2 && r.max_restarts == 3 && r.resubmits == 1 && r.took_over);
         cr_assert(strstr(f.paths[0], "/v1/jobs/4/attach") != NULL, "%s", f.paths[0]);
-        cr_assert_eq(loom_client_attach(c, 5, false, &r), LOOM_ENOENT);
+        cr_assert_eq(loom_client_attach(c, 5, NULL, &r), LOOM_ENOENT);
         cr_assert(strstr(loom_client_error(c), "no such job") != NULL);
         loom_client_free(c);
         fake_stop(&f);

@@ -313,7 +313,12 @@ Test(server, a_replaced_worker_restarts_the_job_and_replay_keeps_it)
         cr_assert_eq(http(port, "POST", "/v1/jobs/1/attach", "", &out), 200);
         cr_assert(has(out, "\"took_over\":false"), "no takeover unless asked: %s", out);
         free(out);
-        cr_assert_eq(http(port, "POST", "/v1/jobs/1/attach", "{\"takeover\":true}", &out), 200);
+        cr_assert_eq(http(port, "POST", "/v1/jobs/1/attach", "{\"takeover\":\"rollout\"}", &out),
+                     200);
+        cr_assert(has(out, "\"took_over\":false"), "A holds a train lease, not a rollout: %s", out);
+        free(out);
+        cr_assert_eq(http(port, "POST", "/v1/jobs/1/attach", "{\"takeover\":\"train\"}", &out),
+                     200);
         cr_assert(has(out, "\"took_over\":true") && has(out, "\"restarts\":1"), "%s", out);
         cr_assert(has(out, "\"iterations_done\":0") && has(out, "\"resume_iteration\":1"), "%s",
                   out);
