@@ -502,7 +502,8 @@ static srv_job *lease_job(loom_server *s, srv_req *r)
                 return NULL;
         }
         const char *why = !strcmp(state, "lost")      ? "was lost when loomd restarted"
-                          : !strcmp(state, "expired") ? "expired"
+                          : !strcmp(state, "expired") ? "expired (the job was restarted or failed)"
+                          : !strcmp(state, "failed")  ? "failed (the job was restarted or failed)"
                           : !strcmp(state, "revoked") ? "was revoked: the job was cancelled"
                           : !strcmp(state, "active")  ? "was lost when loomd restarted"
                                                       : "has ended";
