@@ -33,6 +33,11 @@ static void usage(FILE *f)
                    "  --lease-timeout S     lease/permit expiry without renewal (default 30)\n"
                    "  --idle-timeout S      close idle connections after S seconds (default 10)\n"
                    "  --max-wait S          upper bound of an acquire's ?wait= (default 300)\n"
+                   "  --drift-window N      iterations whose phase times are checked against\n"
+                   "                        the planned ones (default 5; 0 = no drift\n"
+                   "                        re-admission)\n"
+                   "  --drift-threshold X   re-admit a job whose recent p95 phase time exceeds\n"
+                   "                        X times the planned one (default 1.05)\n"
                    "  --sync-full           fsync every commit (survives power loss, slower)\n"
                    "  --port-file FILE      write the bound port to FILE once serving\n"
                    "  --quiet               no event log on stderr\n"
@@ -154,6 +159,8 @@ int main(int argc, char **argv)
             {"idle-timeout", required_argument, NULL, 'i'},
             {"max-wait", required_argument, NULL, 'w'},
             {"sync-full", no_argument, NULL, 'S'},
+            {"drift-window", required_argument, NULL, 'W'},
+            {"drift-threshold", required_argument, NULL, 'T'},
             {"port-file", required_argument, NULL, 'p'},
             {"quiet", no_argument, NULL, 'q'},
             {"help", no_argument, NULL, 'h'},
@@ -192,6 +199,28 @@ int main(int argc, char **argv)
                 case 'S':
                         cfg.sync_full = true;
                         break;
+                case 'W': {
+                        char *end;
+                        long v = strtol(optarg, &end, 10);
+                        if (end == optarg || *end || v < 0 || v > 1000000) {
+                                fprintf(stderr, "loomd: --drift-window: '%s' is not a count\n",
+                                        optarg);
+                                return 2;
+                        }
+                        cfg.drift_window = (int)v;
+                        break;
+                }
+                case 'T': {
+                        char *end;
+                        errno = 0;
+                        cfg.drift_threshold = strtod(optarg, &end);
+                        if (errno || end == optarg || *end) {
+                                fprintf(stderr, "loomd: --drift-threshold: '%s' is not a number\n",
+                                        optarg);
+                                return 2;
+                        }
+                        break;
+                }
                 case 'p':
                         port_file = optarg;
                         break;

@@ -38,7 +38,11 @@ typedef struct loom_job_spec {
         uint64_t mem_rollout;     /* bytes per rollout node */
         uint64_t mem_train;       /* bytes per training node at train_gpus */
         int64_t iterations;       /* 0 = unbounded */
+        int max_restarts;         /* loomd: retries of a failed job (default 3); core ignores */
 } loom_job_spec;
+
+#define LOOM_MAX_RESTARTS_DEFAULT 3
+#define LOOM_MAX_RESTARTS_LIMIT 1000
 
 /* A spec with zero times and SLO 1.0; callers fill the rest. */
 void loom_job_spec_init(loom_job_spec *s);

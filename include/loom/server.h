@@ -38,6 +38,10 @@ typedef struct loom_server_cfg {
         double lease_timeout_s; /* default 30: a lease or unclaimed permit not renewed expires */
         double idle_timeout_s;  /* default 10: an idle (not suspended) connection is closed */
         double max_wait_s;      /* default 300: upper bound on ?wait= of acquire */
+        int drift_window;       /* default 5: iterations whose phase times are compared with
+                                   the planned ones; 0 turns drift re-admission off */
+        double drift_threshold; /* default 1.05: re-admit when the p95 of the window exceeds
+                                   the planned phase time by this factor */
         bool sync_full;         /* fsync every commit (power-loss safe); default off: a commit
                                    is written to the WAL before the reply, which survives a
                                    crash of loomd but not of the machine */

@@ -31,6 +31,7 @@ void loom_job_spec_init(loom_job_spec *s)
 {
         memset(s, 0, sizeof *s);
         s->slo = 1.0;
+        s->max_restarts = LOOM_MAX_RESTARTS_DEFAULT;
 }
 
 static int check_gpus(int gpus, const char *field, const loom_cluster_cfg *c, loom_err *e)
