@@ -30,6 +30,7 @@ must be safe to repeat from the job's last checkpoint). Standard library + ctype
 work is done by libloomclient.so (see ``loom._native`` for how it is found).
 """
 
+from . import state
 from ._client import Advice, Job, JobEnded, Lease, LeaseLost, LoomError
 
-__all__ = ["Advice", "Job", "JobEnded", "Lease", "LeaseLost", "LoomError"]
+__all__ = ["Advice", "Job", "JobEnded", "Lease", "LeaseLost", "LoomError", "state"]
