@@ -83,12 +83,12 @@ typedef struct loom_state_io {
 
 /* What a call did. */
 typedef struct loom_state_result {
-        loom_state_tier found;  /* load: the slowest tier any slice was found in */
-        uint64_t bytes;         /* bytes copied into or out of the caller's buffers */
-        uint64_t dedup_bytes;   /* offload: bytes already stored under the same key, not copied */
-        uint64_t disk_bytes;    /* bytes read from or written to the disk tier */
-        uint64_t staged_bytes;  /* bytes the client copied through its staging memfd */
-        double seconds;         /* daemon-side time of the call */
+        loom_state_tier found; /* load: the slowest tier any slice was found in */
+        uint64_t bytes;        /* bytes copied into or out of the caller's buffers */
+        uint64_t dedup_bytes;  /* offload: bytes already stored under the same key, not copied */
+        uint64_t disk_bytes;   /* bytes read from or written to the disk tier */
+        uint64_t staged_bytes; /* bytes the client copied through its staging memfd */
+        double seconds;        /* daemon-side time of the call */
 } loom_state_result;
 
 /* Usage of one job (or the whole daemon, job = ""). */
@@ -155,12 +155,12 @@ int loom_state_stat(loom_state_client *c, loom_state_stats *out, loom_err *e);
 /* ---- daemon ---------------------------------------------------------------------------- */
 
 typedef struct loom_state_cfg {
-        const char *dir;        /* disk tier directory (created); the socket defaults to dir/sock */
-        const char *sock_path;  /* NULL: <dir>/loom-state.sock */
-        uint64_t host_bytes;    /* host tier capacity (default 1 GiB) */
-        uint64_t disk_bytes;    /* disk tier capacity (default 16 GiB) */
-        uint64_t device_bytes;  /* per emulated device (default 0 = device residency off) */
-        int no_mlock;           /* do not try to mlock the host pool */
+        const char *dir;       /* disk tier directory (created); the socket defaults to dir/sock */
+        const char *sock_path; /* NULL: <dir>/loom-state.sock */
+        uint64_t host_bytes;   /* host tier capacity (default 1 GiB) */
+        uint64_t disk_bytes;   /* disk tier capacity (default 16 GiB) */
+        uint64_t device_bytes; /* per emulated device (default 0 = device residency off) */
+        int no_mlock;          /* do not try to mlock the host pool */
         void (*log)(void *arg, const char *line); /* events and warnings; may be NULL */
         void *log_arg;
 } loom_state_cfg;
@@ -181,13 +181,12 @@ const char *loom_state_daemon_sock(const loom_state_daemon *d);
 /* ---- bench ----------------------------------------------------------------------------- */
 
 typedef struct loom_state_bench_cfg {
-        const char *dir;        /* scratch directory on the disk to measure */
-        uint64_t total_bytes;   /* load figure: bytes moved (default 1 GiB) */
-        uint64_t tensor_bytes;  /* load figure: per tensor (default 64 MiB) */
-        uint64_t switch_bytes;  /* prefetch and cold/warm figures: one job's state */
-        double link_gbps;       /* emulated host->device link for the 7B figure (0: unshaped) */
-        int repeats;            /* best of N (default 3) */
-        int quick;              /* smaller sizes (tests) */
+        const char *dir;       /* scratch directory on the disk to measure */
+        uint64_t total_bytes;  /* load figure: bytes moved (default 1 GiB) */
+        uint64_t tensor_bytes; /* load figure: per tensor (default 64 MiB) */
+        uint64_t switch_bytes; /* prefetch and cold/warm figures: one job's state */
+        int repeats;           /* best of N (default 3) */
+        int quick;             /* smaller sizes (tests) */
 } loom_state_bench_cfg;
 
 typedef struct loom_state_bench_result {
@@ -198,6 +197,7 @@ typedef struct loom_state_bench_result {
         double switch_noprefetch_s, switch_prefetch_s;
         double cold_switch_s, warm_switch_s; /* 7B-class scaled state: from disk vs from host */
         uint64_t state_bytes;                /* bytes of the scaled 7B-class state */
+        uint64_t state_scale;                /* the full state is this many times larger */
         int host_locked;
         char dd_note[160];
 } loom_state_bench_result;
