@@ -44,7 +44,7 @@ static void usage(FILE *f)
             "                       dd_direct_gbps, dedup_ratio, prefetch_hidden_fraction, ...)\n"
             "  --dir DIR            scratch directory on the disk to measure (default .)\n"
             "  --quick              small sizes (seconds, for tests)\n"
-            "  --repeats N          best of N (default 3)\n"
+            "  --repeats N          best of N (default 5)\n"
             "  --help               this text\n");
 }
 

@@ -185,7 +185,7 @@ typedef struct loom_state_bench_cfg {
         uint64_t total_bytes;  /* load figure: bytes moved (default 1 GiB) */
         uint64_t tensor_bytes; /* load figure: per tensor (default 64 MiB) */
         uint64_t switch_bytes; /* prefetch and cold/warm figures: one job's state */
-        int repeats;           /* best of N (default 3) */
+        int repeats;           /* best of N (default 5) */
         int quick;             /* smaller sizes (tests) */
 } loom_state_bench_cfg;
 
