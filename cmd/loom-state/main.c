@@ -295,9 +295,11 @@ static int stat_cmd(int argc, char **argv)
         if (json) {
                 printf("{\"host_cap\": %" PRIu64 ", \"host_used\": %" PRIu64
                        ", \"disk_cap\": %" PRIu64 ", \"disk_used\": %" PRIu64
-                       ", \"host_locked\": %s, \"evictions\": %" PRIu64 ", \"jobs\": [",
+                       ", \"host_locked\": %s, \"evictions\": %" PRIu64 ", \"prefetches\": %" PRIu64
+                       ", \"prefetch_bytes\": %" PRIu64 ", \"jobs\": [",
                        st.host_cap, st.host_used, st.disk_cap, st.disk_used,
-                       st.host_locked ? "true" : "false", st.evictions);
+                       st.host_locked ? "true" : "false", st.evictions, st.prefetches,
+                       st.prefetch_bytes);
                 for (size_t i = 0; i < st.njobs; i++)
                         printf("%s{\"job\": \"%s\", \"host_bytes\": %" PRIu64
                                ", \"disk_bytes\": %" PRIu64 ", \"slices\": %" PRIu64 "}",

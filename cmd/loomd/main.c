@@ -18,6 +18,7 @@
 
 #include "loom/server.h"
 #include "loom/spec.h"
+#include "loomd_state.h"
 
 static void usage(FILE *f)
 {
@@ -35,6 +36,8 @@ static void usage(FILE *f)
                    "  --max-wait S          upper bound of an acquire's ?wait= (default 300)\n"
                    "  --sync-full           fsync every commit (survives power loss, slower)\n"
                    "  --port-file FILE      write the bound port to FILE once serving\n"
+                   "  --state [NODE=]SOCK   loom-state socket (all nodes, or NODE): prefetch\n"
+                   "                        hints and host-tier accounting (docs/state.md)\n"
                    "  --quiet               no event log on stderr\n"
                    "  --help                this text\n");
 }
@@ -156,6 +159,7 @@ int main(int argc, char **argv)
             {"sync-full", no_argument, NULL, 'S'},
             {"port-file", required_argument, NULL, 'p'},
             {"quiet", no_argument, NULL, 'q'},
+            {"state", required_argument, NULL, 'L'},
             {"help", no_argument, NULL, 'h'},
             {NULL, 0, NULL, 0},
         };
@@ -163,6 +167,7 @@ int main(int argc, char **argv)
         loom_server_cfg_default(&cfg);
         cfg.log = log_line;
         const char *port_file = NULL;
+        loomd_state *st = NULL;
         int c;
         while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
                 switch (c) {
@@ -198,6 +203,10 @@ int main(int argc, char **argv)
                 case 'q':
                         cfg.log = NULL;
                         break;
+                case 'L':
+                        if (loomd_state_add(&st, optarg))
+                                return 2;
+                        break;
                 case 'h':
                         usage(stdout);
                         return 0;
@@ -223,6 +232,7 @@ int main(int argc, char **argv)
         pthread_sigmask(SIG_BLOCK, &stop, NULL);
         signal(SIGPIPE, SIG_IGN);
 
+        loomd_state_wire(st, &cfg);
         loom_err e;
         loom_server *s = loom_server_new(&cfg, &e);
         if (!s || loom_server_start(s, &e)) {
@@ -261,6 +271,7 @@ int main(int argc, char **argv)
         }
         loom_server_stop(s);
         loom_server_free(s);
+        loomd_state_free(st);
         if (cfg.log)
                 log_line(NULL, status ? "stopped after a store failure" : "stopped");
         return status;

@@ -215,6 +215,11 @@ void srv_apply_actions(loom_server *s, loom_us now);
 json_t *srv_job_json(loom_server *s, const srv_job *j, bool full);
 void srv_log(loom_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* statehook.c: prefetch hints and host-tier accounting through cfg.state */
+void srv_state_granted(loom_server *s, const srv_job *j);
+int srv_state_admit(loom_server *s, const loom_job_spec *spec, const loom_decision *d, char *why,
+                    size_t len);
+
 /* metrics.c */
 void srv_metrics_init(srv_metrics *m);
 char *srv_metrics_render(loom_server *s);
