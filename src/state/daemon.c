@@ -142,13 +142,13 @@ static int parse_items(conn *c, json_t *req, int *fds, int nfds, st_buf **out, s
                        loom_err *e)
 {
         json_t *items = json_object_get(req, "items");
-        if (!json_is_array(items))
-                return loom_err_set(e, LOOM_EINVAL, "items", "items must be an array");
         size_t k = json_array_size(items);
         st_buf *b = calloc(k ? k : 1, sizeof *b);
-        if (!b)
-                return loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
         int rc = 0;
+        if (!json_is_array(items))
+                rc = loom_err_set(e, LOOM_EINVAL, "items", "items must be an array");
+        else if (!b)
+                rc = loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
         for (size_t i = 0; i < k && !rc; i++) {
                 char field[32];
                 snprintf(field, sizeof field, "items[%zu]", i);
