@@ -27,6 +27,8 @@ static void usage(FILE *f)
                    "  --scale X       multiply every phase time (default 1.0)\n"
                    "  --alone N       iterations of each solo run (default 3)\n"
                    "  --crash N       SIGKILL loomd N times during the shared run and restart it\n"
+                   "  --state-mib N   each job's state moved through loom-state on every switch\n"
+                   "                  (MiB, 0 = none; default 16; docs/state.md)\n"
                    "  --data-dir DIR  use DIR instead of a temporary directory (kept)\n"
                    "  --keep          keep the temporary directory\n"
                    "  --quiet         no timeline, only the summary\n"
@@ -36,11 +38,17 @@ static void usage(FILE *f)
 static int parse_opts(int argc, char **argv, loom_demo_opts *o)
 {
         static const struct option lo[] = {
-            {"jobs", required_argument, NULL, 'j'},  {"seed", required_argument, NULL, 's'},
-            {"scale", required_argument, NULL, 'x'}, {"alone", required_argument, NULL, 'a'},
-            {"crash", required_argument, NULL, 'c'}, {"data-dir", required_argument, NULL, 'd'},
-            {"keep", no_argument, NULL, 'k'},        {"quiet", no_argument, NULL, 'q'},
-            {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0},
+            {"jobs", required_argument, NULL, 'j'},
+            {"seed", required_argument, NULL, 's'},
+            {"scale", required_argument, NULL, 'x'},
+            {"alone", required_argument, NULL, 'a'},
+            {"crash", required_argument, NULL, 'c'},
+            {"data-dir", required_argument, NULL, 'd'},
+            {"keep", no_argument, NULL, 'k'},
+            {"quiet", no_argument, NULL, 'q'},
+            {"help", no_argument, NULL, 'h'},
+            {"state-mib", required_argument, NULL, 'S'},
+            {NULL, 0, NULL, 0},
         };
         loom_demo_opts_default(o);
         optind = 1;
@@ -75,6 +83,11 @@ static int parse_opts(int argc, char **argv, loom_demo_opts *o)
                         break;
                 case 'd':
                         o->dir = optarg;
+                        break;
+                case 'S':
+                        o->state_mib = (int)strtol(optarg, &end, 10);
+                        if (*end || o->state_mib < 0 || o->state_mib > 4096)
+                                return fprintf(stderr, "loom demo: --state-mib in [0, 4096]\n"), 2;
                         break;
                 case 'k':
                         o->keep = true;

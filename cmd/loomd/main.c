@@ -18,6 +18,7 @@
 
 #include "loom/server.h"
 #include "loom/spec.h"
+#include "loomd_state.h"
 
 static void usage(FILE *f)
 {
@@ -40,6 +41,8 @@ static void usage(FILE *f)
                    "                        X times the planned one (default 1.05)\n"
                    "  --sync-full           fsync every commit (survives power loss, slower)\n"
                    "  --port-file FILE      write the bound port to FILE once serving\n"
+                   "  --state [NODE=]SOCK   loom-state socket (all nodes, or NODE): prefetch\n"
+                   "                        hints and host-tier accounting (docs/state.md)\n"
                    "  --quiet               no event log on stderr\n"
                    "  --help                this text\n");
 }
@@ -163,6 +166,7 @@ int main(int argc, char **argv)
             {"drift-threshold", required_argument, NULL, 'T'},
             {"port-file", required_argument, NULL, 'p'},
             {"quiet", no_argument, NULL, 'q'},
+            {"state", required_argument, NULL, 'L'},
             {"help", no_argument, NULL, 'h'},
             {NULL, 0, NULL, 0},
         };
@@ -170,6 +174,7 @@ int main(int argc, char **argv)
         loom_server_cfg_default(&cfg);
         cfg.log = log_line;
         const char *port_file = NULL;
+        loomd_state *st = NULL;
         int c;
         while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
                 switch (c) {
@@ -227,6 +232,10 @@ int main(int argc, char **argv)
                 case 'q':
                         cfg.log = NULL;
                         break;
+                case 'L':
+                        if (loomd_state_add(&st, optarg))
+                                return 2;
+                        break;
                 case 'h':
                         usage(stdout);
                         return 0;
@@ -252,6 +261,7 @@ int main(int argc, char **argv)
         pthread_sigmask(SIG_BLOCK, &stop, NULL);
         signal(SIGPIPE, SIG_IGN);
 
+        loomd_state_wire(st, &cfg);
         loom_err e;
         loom_server *s = loom_server_new(&cfg, &e);
         if (!s || loom_server_start(s, &e)) {
@@ -290,6 +300,7 @@ int main(int argc, char **argv)
         }
         loom_server_stop(s);
         loom_server_free(s);
+        loomd_state_free(st);
         if (cfg.log)
                 log_line(NULL, status ? "stopped after a store failure" : "stopped");
         return status;

@@ -38,6 +38,7 @@ typedef struct loom_demo_opts {
         bool keep;       /* keep the temporary data directory */
         bool quiet;      /* no timeline, only the summary */
         const char *dir; /* data directory (kept); NULL: a temporary one, removed on success */
+        int state_mib;   /* each job's state in loom-state (MiB, 0..4096; 0 = none); default 16 */
 } loom_demo_opts;
 
 void loom_demo_opts_default(loom_demo_opts *o);

@@ -28,6 +28,19 @@ typedef struct loom_server loom_server;
  * for the daemon's log. Called on the scheduler thread; must not call back into the server. */
 typedef void (*loom_server_log_fn)(void *arg, const char *line);
 
+/* Hooks to the node-local state manager (loom-state, docs/state.md); all optional. Called on
+ * the scheduler thread, so they must be quick and must not call back into the server. cmd/loomd
+ * wires them to loom-state clients: the server itself never talks to loom-state. */
+typedef struct loom_server_state_hooks {
+        /* After a grant on node `node`: the other live jobs seen on it, soonest to run first
+         * (round-robin: the one granted longest ago). A hook prefetches jobs[0]. */
+        void (*order)(void *arg, loom_node_id node, const char *const *jobs, int n);
+        /* Host tier of `node` as measured: bytes in use and capacity. 0, or < 0 when unknown
+         * (then no check). A submit whose working set does not fit is refused. */
+        int (*host_usage)(void *arg, loom_node_id node, uint64_t *used, uint64_t *cap);
+        void *arg;
+} loom_server_state_hooks;
+
 typedef struct loom_server_cfg {
         const char *data_dir; /* required; created if missing; holds loom.db (+ WAL) */
         char listen_host[64]; /* dotted IPv4; default "127.0.0.1" */
@@ -47,6 +60,7 @@ typedef struct loom_server_cfg {
                                    crash of loomd but not of the machine */
         loom_server_log_fn log;
         void *log_arg;
+        loom_server_state_hooks state;
 } loom_server_cfg;
 
 void loom_server_cfg_default(loom_server_cfg *c);

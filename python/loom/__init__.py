@@ -50,6 +50,7 @@ so a crash anywhere redoes at most the iteration in flight and counts none twice
 work is done by libloomclient.so (see ``loom._native`` for how it is found).
 """
 
+from . import state
 from ._client import Advice, Job, JobEnded, Lease, LeaseLost, LoomError, Restarted
 
-__all__ = ["Advice", "Job", "JobEnded", "Lease", "LeaseLost", "LoomError", "Restarted"]
+__all__ = ["Advice", "Job", "JobEnded", "Lease", "LeaseLost", "LoomError", "Restarted", "state"]

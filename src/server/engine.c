@@ -234,6 +234,7 @@ static void grant(loom_server *s, srv_job *j, loom_us now)
                 store_check(s, srv_store_job_update(s->store, j, &e), &e);
         }
         loom_sched_phase_started(s->sched, l->granted_wall, j->retry.core, l->phase);
+        srv_state_granted(s, j);
         s->m.leases_granted++;
         srv_log(s, "lease %lld: job %u (%s) %s on %s node %u, %d GPUs", (long long)l->id, j->id,
                 j->name, loom_phase_name(l->phase),
@@ -402,6 +403,8 @@ static void h_submit(loom_server *s, srv_req *r, loom_us now)
                 loom_decision_free(&d);
                 return srv_reply_json(r, rc == LOOM_ENOMEM ? 500 : 422, o);
         }
+        char over[256];
+        bool overcommit = srv_state_admit(s, &core, &d, over, sizeof over) != 0;
         srv_job *j = calloc(1, sizeof *j);
         if (!j || srv_core_map(s, id, s->n_jobs + 1)) {
                 free(j);
@@ -434,6 +437,12 @@ static void h_submit(loom_server *s, srv_req *r, loom_us now)
         store_check(s, srv_store_job_insert(s->store, j, r->key, &e), &e);
         store_check(s, srv_store_log(s->store, "submit", j->id, core_id, &e), &e);
         store_check(s, srv_store_retry_save(s->store, j, &e), &e);
+        if (overcommit) { /* placed by the model, refused by the measured host tier */
+                end_job(s, j, SJ_CANCELLED, "ended", over);
+                srv_apply_actions(s, now);
+                return srv_reply_json(r, 422, json_pack("{s:s,s:s}", "error", over, "field",
+                                                        "mem_rollout"));
+        }
         srv_log(s, "job %u (%s) accepted: %s, group %lld", j->id, j->name,
                 json_string_value(json_object_get(j->decision, "decision")),
                 (long long)json_integer_value(json_object_get(j->decision, "group")));

@@ -268,6 +268,11 @@ int srv_replay_readmit(loom_server *s, srv_job *j, uint32_t *core, const char *r
  * duration in the job's group; 0 when fewer samples were seen. */
 double srv_drift_ratio(loom_server *s, const srv_job *j, int phase);
 
+/* statehook.c: prefetch hints and host-tier accounting through cfg.state */
+void srv_state_granted(loom_server *s, const srv_job *j);
+int srv_state_admit(loom_server *s, const loom_job_spec *spec, const loom_decision *d, char *why,
+                    size_t len);
+
 /* metrics.c */
 void srv_metrics_init(srv_metrics *m);
 char *srv_metrics_render(loom_server *s);
