@@ -116,6 +116,16 @@ static json_t *to_json(const loom_sim_result *x, const loom_sim_result *lb,
         json_object_set_new(o, "warm_switches", json_integer((json_int_t)x->warm_switches));
         json_object_set_new(o, "events", json_integer((json_int_t)x->events));
         json_object_set_new(o, "wall_s", real(x->wall_s, 4));
+        json_object_set_new(o, "drift", json_string(loom_sim_drift_name(x->drift)));
+        json_object_set_new(o, "admission",
+                            x->admits ? json_string(loom_admission_name(x->admission))
+                                      : json_null());
+        json_object_set_new(o, "regroup_migration_h", real(x->regroup_migration_h, 3));
+        json_object_set_new(o, "restarts", json_integer((json_int_t)x->restarts));
+        json_object_set_new(o, "resubmits", json_integer((json_int_t)x->resubmits));
+        json_object_set_new(o, "replans", json_integer((json_int_t)x->replans));
+        json_object_set_new(o, "regroups", json_integer((json_int_t)x->regroups));
+        json_object_set_new(o, "jobs_failed", json_integer(x->jobs_failed));
         if (x->note[0])
                 json_object_set_new(o, "note", json_string(x->note));
         return o;
