@@ -64,6 +64,7 @@ typedef struct sjob {
         /* drift and failures: the profile it was last admitted with, its recent fractions of
          * it, and whether it is in the core now */
         loom_job_spec cur;
+        loom_us decl[2]; /* declared t_roll, t_train: at arrival, or observed at a drift resubmit */
         float recent[2][5];
         int n_recent;
         bool active, waiting, failed;
@@ -394,6 +395,8 @@ static int arrival(engine *g, int ji)
         sjob *j = &g->jobs[ji];
         if (!j->waiting) {
                 j->cur = sj->spec;
+                j->decl[0] = sj->spec.t_roll;
+                j->decl[1] = sj->spec.t_train;
                 j->ready = g->now + loom_sim_cold(g->c, sj->model_b);
         }
         j->waiting = false;
@@ -494,8 +497,8 @@ static int check_drift(engine *g, int ji, int64_t it)
 {
         sjob *j = &g->jobs[ji];
         const loom_sim_job *sj = &g->w->jobs[ji];
-        double fr = sj->roll[it] * (double)sj->spec.t_roll / (double)j->cur.t_roll;
-        double ft = sj->train[it] * (double)sj->spec.t_train / (double)j->cur.t_train;
+        double fr = sj->roll[it] * (double)sj->spec.t_roll / (double)j->decl[0];
+        double ft = sj->train[it] * (double)sj->spec.t_train / (double)j->decl[1];
         j->recent[0][j->n_recent % 5] = (float)fr;
         j->recent[1][j->n_recent % 5] = (float)ft;
         j->n_recent++;
@@ -519,11 +522,13 @@ static int check_drift(engine *g, int ji, int64_t it)
          * drift_headroom (a job still drifting would otherwise be caught again within a few
          * iterations), never below what it declared. */
         for (int p = 0; p < 2; p++) {
-                loom_us *t = p ? &j->cur.t_train : &j->cur.t_roll;
                 double f = mx[p] * g->c->drift_headroom;
                 if (f > 1)
-                        *t = (loom_us)llround((double)*t * f);
+                        j->decl[p] = (loom_us)llround((double)j->decl[p] * f);
         }
+        j->cur.t_roll = j->decl[0];
+        j->cur.t_train = j->decl[1];
+        j->cur.t_solo_ref = 0; /* a new declaration: measured against itself */
         g->r->resubmits++;
         if ((rc = resubmit_later(g, ji, loom__sim_restart(g->c, sj->model_b))))
                 return rc;
@@ -776,6 +781,10 @@ int loom__sim_run_core(const loom_sim_cfg *c, const loom_sim_workload *w, loom_s
                 sjob *j = &g.jobs[ev.job];
                 if ((ev.type == SIM_EV_PROGRESS || ev.type == SIM_EV_END) &&
                     ev.version != j->version)
+                        continue;
+                /* a failure of a job not running, or a regroup after the last job: no event */
+                if ((ev.type == SIM_EV_FAIL && !j->active) ||
+                    (ev.type == SIM_EV_REGROUP && g.finished >= w->n))
                         continue;
                 g.now = ev.t;
                 r->events++;

@@ -53,6 +53,7 @@ int loom_sim_run(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_pol
         memset(out, 0, sizeof *out);
         out->policy = p;
         out->ran = true;
+        out->drift = w->drift;
         int rc = check_cfg(c, e);
         if (rc)
                 return rc;
