@@ -37,7 +37,7 @@ typedef struct job {
         /* Learned profiles (learn.c): spec above is what admission plans on; declared is the
          * spec as submitted. Observations are fractions of the declared times, in rings. */
         loom_job_spec declared;
-        float obs[2][LOOM_LEARN_WINDOW]; /* [rollout, train] */
+        double obs[2][LOOM_LEARN_WINDOW]; /* [rollout, train] */
         int n_obs[2];
         bool learned;
         uint64_t replans;

@@ -25,22 +25,22 @@
 
 #include "internal.h"
 
-static int cmp_float(const void *a, const void *b)
+static int cmp_double(const void *a, const void *b)
 {
-        float x = *(const float *)a, y = *(const float *)b;
+        double x = *(const double *)a, y = *(const double *)b;
         return (x > y) - (x < y);
 }
 
 /* The q-quantile (linear interpolation) and the mean of v[0..n), n >= 1. */
-static void summarise(const float *v, int n, double q, double *quant, double *mean)
+static void summarise(const double *v, int n, double q, double *quant, double *mean)
 {
-        float s[LOOM_LEARN_WINDOW];
+        double s[LOOM_LEARN_WINDOW];
         double sum = 0;
         for (int i = 0; i < n; i++) {
                 s[i] = v[i];
                 sum += v[i];
         }
-        qsort(s, (size_t)n, sizeof *s, cmp_float);
+        qsort(s, (size_t)n, sizeof *s, cmp_double);
         double pos = q * (n - 1);
         int i = (int)pos;
         *quant = i >= n - 1 ? s[n - 1] : s[i] + (pos - i) * (s[i + 1] - s[i]);
@@ -113,7 +113,7 @@ int loom__observe(loom_sched *s, job *j, loom_phase phase, loom_us took)
                           : loom_group_train_time(d->t_train, d->train_gpus, j->group->train_gpus,
                                                   s->policy.train_scaling_efficiency);
         int p = phase == LOOM_PHASE_ROLLOUT ? 0 : 1;
-        j->obs[p][j->n_obs[p] % LOOM_LEARN_WINDOW] = (float)((double)took / (double)ref);
+        j->obs[p][j->n_obs[p] % LOOM_LEARN_WINDOW] = (double)took / (double)ref;
         j->n_obs[p]++;
         if (phase != LOOM_PHASE_TRAIN || j->n_obs[0] < s->policy.learn_after ||
             j->n_obs[1] < s->policy.learn_after)
