@@ -60,7 +60,8 @@ static void usage(FILE *f)
                "  --plot DIR             cost.svg/png, gpus.svg/png, slowdown.svg/png\n"
                "  --per-job FILE         CSV of every job under every policy (slowdown, SLO)\n"
                "  --no-progress          no progress bar (it is drawn only on a terminal)\n"
-               "sweep (Figure 15 a-c on the trace window, loom/random/greedy vs lb):\n"
+               "sweep (Figure 15 a-c on the trace window, loom/random/greedy/random-slo/\n"
+               "greedy-slo vs lb):\n"
                "  --seeds N              seeds per setting (default 3)\n"
                "  --threads N            worker threads (default 2)\n"
                "\n"
@@ -381,7 +382,7 @@ static void sweep_print(const opts *o, const sweep_agg *a, int n, int seeds)
                        "slo_attainment,slo_min,slo_max,slo_attainment_profiled,"
                        "avg_cost_per_hour\n");
         else if (!o->json)
-                printf("%-3s %-14s %-8s %9s %9s %9s %7s %7s %7s %7s\n", "fig", "setting", "policy",
+                printf("%-3s %-14s %-10s %9s %9s %9s %7s %7s %7s %7s\n", "fig", "setting", "policy",
                        "x_lb", "x_lb_min", "x_lb_max", "SLO%", "SLOmin", "SLOmax", "SLOp%");
         for (int g = 0; g < n; g++) {
                 const sweep_agg *x = &a[g];
@@ -409,11 +410,11 @@ static void sweep_print(const opts *o, const sweep_agg *a, int n, int seeds)
                                x->r->setting, pn, x->cost, x->cost_min, x->cost_max, x->slo,
                                x->slo_min, x->slo_max, x->slo_wc, x->avg);
                 else if (lb)
-                        printf("15%c %-14s %-8s %9.3f %9.3f %9.3f %7s %7s %7s %7s\n", x->r->figure,
+                        printf("15%c %-14s %-10s %9.3f %9.3f %9.3f %7s %7s %7s %7s\n", x->r->figure,
                                x->r->setting, pn, x->cost, x->cost_min, x->cost_max, "-", "-", "-",
                                "-");
                 else
-                        printf("15%c %-14s %-8s %9.3f %9.3f %9.3f %7.1f %7.1f %7.1f %7.1f\n",
+                        printf("15%c %-14s %-10s %9.3f %9.3f %9.3f %7.1f %7.1f %7.1f %7.1f\n",
                                x->r->figure, x->r->setting, pn, x->cost, x->cost_min, x->cost_max,
                                100 * x->slo, 100 * x->slo_min, 100 * x->slo_max, 100 * x->slo_wc);
         }
