@@ -191,6 +191,9 @@ typedef struct loom_sim_cfg {
         double drift_trigger;  /* resubmit when p95 of the last 5 phases > this x declared; 1.05 */
         double drift_headroom; /* a resubmitted profile is the observed worst x this; 1.15 */
         double regroup_period_h; /* regroup: hours between re-placements; default 1 */
+        /* re-admit a job whose group cannot serve its learned profile only when its remaining
+         * iterations' SLO budget is at least this many restart times; default 10 */
+        double readmit_min_ratio;
 } loom_sim_cfg;
 
 void loom_sim_cfg_default(loom_sim_cfg *c);

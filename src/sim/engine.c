@@ -561,6 +561,11 @@ static int readmit_learned(engine *g, int ji)
         int rc = loom_sched_job_info(g->s, j->id, &in);
         if (rc || !in.learned_roll)
                 return rc;
+        /* A restart is worth it only if what is left of the job dwarfs it; a short remainder
+         * stays where it is. */
+        double left = (double)(sj->spec.iterations - j->iter) * (double)in.learned_budget;
+        if (left < g->c->readmit_min_ratio * (double)loom__sim_restart(g->c, sj->model_b))
+                return 0;
         if ((rc = stop_job(g, ji, LOOM_EXIT_CANCELLED)))
                 return rc;
         j->cur.t_roll = in.learned_roll;

@@ -38,6 +38,9 @@ static int check_cfg(const loom_sim_cfg *c, loom_err *e)
                 return loom_err_set(e, LOOM_EINVAL, "drift_trigger",
                                     "drift_trigger must be 0 (off) or in [1, 100], drift_headroom "
                                     "in [1, 100]");
+        if (!(c->readmit_min_ratio >= 0 && c->readmit_min_ratio <= 1e6))
+                return loom_err_set(e, LOOM_EINVAL, "readmit_min_ratio",
+                                    "readmit_min_ratio must be in [0, 1e6]");
         if (!(c->regroup_period_h >= 0.01 && c->regroup_period_h <= 1000))
                 return loom_err_set(e, LOOM_EINVAL, "regroup_period_h",
                                     "regroup_period_h must be in [0.01, 1000]");

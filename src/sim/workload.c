@@ -156,6 +156,7 @@ void loom_sim_cfg_default(loom_sim_cfg *c)
         c->drift_trigger = 1.05;
         c->drift_headroom = 1.15;
         c->regroup_period_h = 1.0;
+        c->readmit_min_ratio = 10.0;
         /* Admission (and the oracle) plan with the largest warm switch, so a group that passes
          * the SLO check still passes it once every switch is paid. */
         c->policy.warm_switch = loom_us_from_s(warm[3]);
