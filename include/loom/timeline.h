@@ -176,4 +176,100 @@ int loom_hrrs_pick(loom_dispatch d, const loom_hrrs_req *q, int n, loom_us now, 
 int loom_hrrs_preempt(const loom_hrrs_req *running, const loom_hrrs_req *q, int n, loom_us now,
                       double margin);
 
+/* ---- PlexRL placement on the timeline ------------------------------------------------------ */
+
+/*
+ * loom_plex places jobs' periodic training demand onto node groups of a loom_timeline:
+ *   - warm start (a profile is known): groups of the job's size are pruned in O(1) (duty bound,
+ *     longest free window, member limit), the rest are fitted (least Eq. 1 shift) and ranked;
+ *     if none fits, a new dedicated group is made from unassigned nodes;
+ *   - cold start (no profile): always a dedicated group, so the profile is clean; after one
+ *     cycle the driver calls loom_plex_repack, which moves the job to the best-fitting other
+ *     group if there is one;
+ *   - the duty-ratio bound: a job joins a group only if afterwards every resident's foreign
+ *     duty (the busy fraction of the group's timeline not its own, i.e. how often a request of
+ *     it that slips off its reserved phase finds the pool taken) stays <= duty_max.
+ * Job and group ids are the timeline's. Pure; owns its timeline.
+ */
+
+typedef enum loom_plex_mode {
+        LOOM_PLEX_SPREAD = 0, /* least Eq. 1 cost, then most slack to residents' phases */
+        LOOM_PLEX_PACK,       /* the busiest group that fits (densest packing), then Eq. 1 */
+        LOOM_PLEX_ISOLATED,   /* never share: a dedicated group per job */
+} loom_plex_mode;
+
+const char *loom_plex_mode_name(loom_plex_mode m); /* "spread", "pack", "isolated" */
+
+typedef struct loom_plex_cfg {
+        int32_t slots;       /* horizon; default LOOM_TL_DEFAULT_SLOTS */
+        loom_us slot_us;     /* default 1 s */
+        int nodes;           /* training nodes in the pool */
+        loom_tl_fit_cfg fit; /* Eq. 1 */
+        double duty_max;     /* (0, 1]; default 0.75 */
+        loom_us guard;       /* slack at which a placement no longer interferes; default 10 s */
+        int max_jobs;        /* per group; default 16 */
+        loom_plex_mode mode; /* default LOOM_PLEX_SPREAD */
+} loom_plex_cfg;
+
+void loom_plex_cfg_default(loom_plex_cfg *c);
+
+#define LOOM_PLEX_MAX_SEGS 8
+
+/* A job's periodic demand on its training nodes: busy segments within a period. */
+typedef struct loom_plex_job {
+        int nodes;
+        loom_us period;
+        int n_seg;
+        loom_us seg_at[LOOM_PLEX_MAX_SEGS], seg_len[LOOM_PLEX_MAX_SEGS];
+        bool profiled; /* false: cold start */
+} loom_plex_job;
+
+/*
+ * The demand of a job whose iteration is a rollout of t_roll on its own GPUs followed by
+ * training calls (compute_log_prob, update_actor, sync_weight, ...) back to back, each call
+ * preceded by nothing, the first by `setup` (T_offload + T_load: reserved so a switch from
+ * another job fits). One segment: [t_roll - setup, t_roll + sum(calls)), period t_roll +
+ * sum(calls).
+ */
+void loom_plex_job_from_calls(loom_plex_job *j, int nodes, loom_us t_roll, const loom_us *calls,
+                              int n_calls, loom_us setup, bool profiled);
+
+typedef struct loom_plex_decision {
+        bool placed;    /* false: no group fits and too few unassigned nodes */
+        bool new_group; /* a dedicated group (cold start, isolated, or nothing fits) */
+        bool cold;      /* cold start: to be repacked after one cycle */
+        loom_tl_group group;
+        int32_t shift;     /* slots */
+        double cost;       /* Eq. 1 */
+        int32_t slack;     /* least slack to a resident's busy time, slots */
+        int groups_seen;   /* live groups of the job's size */
+        int groups_pruned; /* rejected by the O(1) bounds before any fitting */
+        int groups_fitted; /* fitted (Eq. 2 search) */
+        char why[160];
+} loom_plex_decision;
+
+typedef struct loom_plex loom_plex;
+
+loom_plex *loom_plex_new(const loom_plex_cfg *c, loom_err *e);
+void loom_plex_free(loom_plex *p);
+const loom_timeline *loom_plex_timeline(const loom_plex *p);
+const loom_plex_cfg *loom_plex_config(const loom_plex *p);
+
+/* What loom_plex_place would do, changing nothing. LOOM_EINVAL for a bad job. */
+int loom_plex_decide(const loom_plex *p, const loom_plex_job *j, loom_plex_decision *out,
+                     loom_err *e);
+/* Decide and commit for job id (> 0, unused). If !out->placed nothing changed. */
+int loom_plex_place(loom_plex *p, uint32_t id, const loom_plex_job *j, loom_plex_decision *out,
+                    loom_err *e);
+/* After a cold-started job's first cycle: it is profiled now; move it to the best other group
+ * that fits (its dedicated group is freed) or leave it. out->new_group false and
+ * out->group != old group means it moved. */
+int loom_plex_repack(loom_plex *p, uint32_t id, loom_plex_decision *out);
+/* The job leaves; a group left empty gives its nodes back. */
+int loom_plex_release(loom_plex *p, uint32_t id);
+/* The job's group and phase shift; LOOM_ENOENT if not placed. */
+int loom_plex_job_group(const loom_plex *p, uint32_t id, loom_tl_group *g, int32_t *offset);
+/* Live groups and their resident jobs. */
+int loom_plex_groups(const loom_plex *p);
+
 #endif
