@@ -31,6 +31,7 @@
 #include <stdbool.h>
 
 #include "loom/group.h"
+#include "loom/timeline.h"
 
 typedef uint32_t loom_job_id;   /* 1, 2, 3, ... ; 0 = none */
 typedef uint32_t loom_group_id; /* 0, 1, 2, ... */
@@ -45,6 +46,7 @@ typedef enum loom_placer {
         LOOM_PLACER_LOOM = 0, /* Algorithm 1: min marginal cost under memory + SLO */
         LOOM_PLACER_RANDOM,   /* WEAVE §6.5 Random: a random group that can hold the job */
         LOOM_PLACER_GREEDY,   /* WEAVE §6.5 Greedy: the most idle group, its most idle nodes */
+        LOOM_PLACER_PLEX,     /* PlexRL: phase-shift fitting on the cyclic timeline (timeline.h) */
 } loom_placer;
 
 typedef struct loom_policy_cfg {
@@ -56,6 +58,10 @@ typedef struct loom_policy_cfg {
         int tail_keep_gpus;              /* GPUs kept for the tail; default 1 */
         loom_placer placer;              /* default LOOM_PLACER_LOOM */
         uint64_t seed;                   /* for LOOM_PLACER_RANDOM */
+        loom_dispatch dispatch;          /* training-pool order; default LOOM_DISPATCH_RR */
+        double preempt_margin;           /* HRRS preemption margin, >= 1; default 1.1 */
+        double plex_alpha, plex_w1, plex_w2; /* Eq. 1 for LOOM_PLACER_PLEX; 0.5, 1.0, 0.25 */
+        double plex_duty_max;                /* duty-ratio bound; default 0.75 */
 } loom_policy_cfg;
 
 void loom_policy_cfg_default(loom_policy_cfg *p);

@@ -258,6 +258,18 @@ const loom_plex_cfg *loom_plex_config(const loom_plex *p);
 /* What loom_plex_place would do, changing nothing. LOOM_EINVAL for a bad job. */
 int loom_plex_decide(const loom_plex *p, const loom_plex_job *j, loom_plex_decision *out,
                      loom_err *e);
+/* Like loom_plex_decide, but only groups for which accept(ctx, group) is true are fitted
+ * (others count as pruned): a driver's own bounds, e.g. host memory. accept may be NULL. */
+int loom_plex_decide_if(const loom_plex *p, const loom_plex_job *j,
+                        bool (*accept)(void *ctx, loom_tl_group g), void *ctx,
+                        loom_plex_decision *out, loom_err *e);
+/* Commit job id exactly as decided (d from a decide call on the unchanged placer): into
+ * d->group at d->shift, or a new group when d->new_group. d->group is set for a new group. */
+int loom_plex_commit(loom_plex *p, uint32_t id, const loom_plex_job *j, loom_plex_decision *d,
+                     loom_err *e);
+/* A driver's tag per group (its own group id); 0 until set. */
+void loom_plex_set_tag(loom_plex *p, loom_tl_group g, uint32_t tag);
+uint32_t loom_plex_tag(const loom_plex *p, loom_tl_group g);
 /* Decide and commit for job id (> 0, unused). If !out->placed nothing changed. */
 int loom_plex_place(loom_plex *p, uint32_t id, const loom_plex_job *j, loom_plex_decision *out,
                     loom_err *e);

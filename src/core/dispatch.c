@@ -142,6 +142,7 @@ static void start_rollout(loom_sched *s, job *j, loom_us now)
 static void start_train(loom_sched *s, group *g, job *j, loom_us now)
 {
         g->train_running = j->id;
+        g->train_last = j->id;
         j->trains++;
         j->state = LOOM_JOB_TRAINING;
         j->gpus = g->train_gpus;
@@ -159,7 +160,8 @@ static int start_in_turn(loom_sched *s, group *g, loom_us now)
                         started++;
                 }
         }
-        job *t = (job *)train_turn(g);
+        job *t = s->policy.dispatch == LOOM_DISPATCH_RR ? (job *)train_turn(g)
+                                                        : loom__train_pick(s, g, now);
         if (!g->train_running && t && t->state == LOOM_JOB_WAIT_TRAIN) {
                 start_train(s, g, t, now);
                 started++;
@@ -312,6 +314,7 @@ int loom__phase_done(loom_sched *s, job *j, loom_us now, loom_phase phase)
         switch (phase) {
         case LOOM_PHASE_ROLLOUT:
                 wait_for(s, j, LOOM_JOB_WAIT_TRAIN);
+                j->wait_since = now;
                 break;
         case LOOM_PHASE_TRAIN:
                 j->iterations_done++;

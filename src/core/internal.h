@@ -34,6 +34,7 @@ typedef struct job {
         bool tail_due; /* current rollout reported past tail_threshold: migrate it as soon as
                           the next rollout on its node is ready */
         int gpus;      /* GPUs of the running phase */
+        loom_us wait_since; /* when it began waiting for its current phase (HRRS, FCFS) */
 } job;
 
 typedef struct rnode {
@@ -65,6 +66,7 @@ typedef struct group {
         bool full;
         int open_idx;              /* index in s->open, or -1 */
         loom_job_id train_running; /* job holding the training pool, or 0 */
+        loom_job_id train_last;    /* the job whose state the training pool holds, or 0 */
 } group;
 
 /* What the placement search needs of an open group, packed for a cache-friendly scan. */
@@ -110,6 +112,7 @@ struct loom_sched {
         uint64_t seq;
         uint64_t rng; /* LOOM_PLACER_RANDOM */
         loom_sched_stats stats;
+        struct loom_plex *plex; /* LOOM_PLACER_PLEX: the timeline placer; else NULL */
 };
 
 /* The ids of g's training nodes into out[0 .. g->n_tnodes). */
@@ -128,6 +131,16 @@ int loom__group_meta(const loom_sched *s, const group *g, loom_us *t_meta);
 /* placement.c */
 int loom__place(const loom_sched *s, const loom_job_spec *spec, loom_decision *d, loom_err *e,
                 uint64_t *rng);
+
+/* plex_place.c: LOOM_PLACER_PLEX */
+int loom__plex_new(loom_sched *s, loom_err *e);
+int loom__plex_place(const loom_sched *s, const loom_job_spec *spec, loom_decision *d,
+                     loom_err *e);
+int loom__plex_commit(loom_sched *s, loom_job_id id, const loom_job_spec *spec,
+                      const loom_decision *d);
+void loom__plex_release(loom_sched *s, loom_job_id id);
+/* hrrs order of the training pool: the member to train next, or NULL (dispatch.c calls it) */
+job *loom__train_pick(const loom_sched *s, const group *g, loom_us now);
 
 /* dispatch.c */
 void loom__dispatch(loom_sched *s, group *g, loom_us now);

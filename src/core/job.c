@@ -48,6 +48,8 @@ static int check_gpus(int gpus, const char *field, const loom_cluster_cfg *c, lo
         return 0;
 }
 
+int loom__job_calls_validate(const loom_job_spec *s, loom_err *e); /* job_calls.c */
+
 int loom_job_spec_validate(const loom_job_spec *s, const loom_cluster_cfg *c, loom_err *e)
 {
         int rc;
@@ -70,7 +72,7 @@ int loom_job_spec_validate(const loom_job_spec *s, const loom_cluster_cfg *c, lo
                                     "slo must be a slowdown factor >= 1.0, got %g", s->slo);
         if (s->iterations < 0)
                 return loom_err_set(e, LOOM_EINVAL, "iterations", "iterations must be >= 0");
-        return 0;
+        return loom__job_calls_validate(s, e);
 }
 
 /* WEAVE Table 2 (GB per 8-GPU node); 3B is not in the table and is taken as half of 7B. */

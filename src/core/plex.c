@@ -23,6 +23,7 @@ typedef struct pj {
 
 typedef struct pg {
         int n;
+        uint32_t tag;
         uint32_t *members;
         int32_t longest; /* longest free window, slots (across the wrap) */
 } pg;
@@ -224,8 +225,10 @@ static bool better(const loom_plex *p, const pick *a, const pick *b)
         return a->g < b->g;
 }
 
+typedef bool (*accept_fn)(void *ctx, loom_tl_group g);
+
 static void choose(const loom_plex *p, const loom_plex_job *j, fp *f, loom_tl_group exclude,
-                   loom_plex_decision *o)
+                   accept_fn accept, void *ctx, loom_plex_decision *o)
 {
         memset(o, 0, sizeof *o);
         o->group = LOOM_TL_NO_GROUP;
@@ -237,7 +240,7 @@ static void choose(const loom_plex *p, const loom_plex_job *j, fp *f, loom_tl_gr
                     p->g[gi].n == 0)
                         continue;
                 o->groups_seen++;
-                if (prune(p, gi, f)) {
+                if (prune(p, gi, f) || (accept && !accept(ctx, gi))) {
                         o->groups_pruned++;
                         continue;
                 }
@@ -280,7 +283,7 @@ int loom_plex_decide(const loom_plex *p, const loom_plex_job *j, loom_plex_decis
         int rc = to_fp(p, j, &f, e);
         if (rc)
                 return rc;
-        choose(p, j, &f, LOOM_TL_NO_GROUP, out);
+        choose(p, j, &f, LOOM_TL_NO_GROUP, NULL, NULL, out);
         return 0;
 }
 
@@ -358,7 +361,7 @@ int loom_plex_place(loom_plex *p, uint32_t id, const loom_plex_job *j, loom_plex
                                     (unsigned)id);
         if ((rc = ensure_tables(p, id)))
                 return loom_err_set(e, rc, "", "out of memory");
-        choose(p, j, &f, LOOM_TL_NO_GROUP, out);
+        choose(p, j, &f, LOOM_TL_NO_GROUP, NULL, NULL, out);
         if (!out->placed)
                 return 0;
         return place_at(p, id, j, &f, out, e);
@@ -380,6 +383,47 @@ static void drop_member(loom_plex *p, pj *x, uint32_t id)
         x->live = false;
 }
 
+int loom_plex_decide_if(const loom_plex *p, const loom_plex_job *j, accept_fn accept, void *ctx,
+                        loom_plex_decision *out, loom_err *e)
+{
+        fp f;
+        int rc = to_fp(p, j, &f, e);
+        if (rc)
+                return rc;
+        choose(p, j, &f, LOOM_TL_NO_GROUP, accept, ctx, out);
+        return 0;
+}
+
+int loom_plex_commit(loom_plex *p, uint32_t id, const loom_plex_job *j, loom_plex_decision *d,
+                     loom_err *e)
+{
+        fp f;
+        int rc = to_fp(p, j, &f, e);
+        if (rc)
+                return rc;
+        if (!d->placed)
+                return loom_err_set(e, LOOM_EREJECT, "group", "the decision placed nothing");
+        if (id == 0 || (id < p->cap_j && p->j[id].live))
+                return loom_err_set(e, LOOM_EEXIST, "job", "job id %u is 0 or placed already",
+                                    (unsigned)id);
+        if (!d->new_group && (d->group >= p->n_g || p->g[d->group].n == 0))
+                return loom_err_set(e, LOOM_ENOENT, "group", "no group %u", (unsigned)d->group);
+        if ((rc = ensure_tables(p, id)))
+                return loom_err_set(e, rc, "", "out of memory");
+        return place_at(p, id, j, &f, d, e);
+}
+
+void loom_plex_set_tag(loom_plex *p, loom_tl_group g, uint32_t tag)
+{
+        if (g < p->n_g)
+                p->g[g].tag = tag;
+}
+
+uint32_t loom_plex_tag(const loom_plex *p, loom_tl_group g)
+{
+        return g < p->n_g ? p->g[g].tag : 0;
+}
+
 int loom_plex_repack(loom_plex *p, uint32_t id, loom_plex_decision *out)
 {
         if (id >= p->cap_j || !p->j[id].live)
@@ -391,7 +435,7 @@ int loom_plex_repack(loom_plex *p, uint32_t id, loom_plex_decision *out)
         if (to_fp(p, &spec, &f, NULL))
                 return LOOM_EINVAL;
         loom_tl_group old = x->g;
-        choose(p, &spec, &f, old, out);
+        choose(p, &spec, &f, old, NULL, NULL, out);
         if (!out->placed || out->new_group) {
                 /* Stay: the dedicated group becomes an ordinary one others may join. */
                 x->spec.profiled = true;

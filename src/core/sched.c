@@ -64,6 +64,12 @@ void loom_policy_cfg_default(loom_policy_cfg *p)
         p->tail_keep_gpus = 1;
         p->placer = LOOM_PLACER_LOOM;
         p->seed = 1;
+        p->dispatch = LOOM_DISPATCH_RR;
+        p->preempt_margin = 1.1;
+        p->plex_alpha = 0.5;
+        p->plex_w1 = 1.0;
+        p->plex_w2 = 0.25;
+        p->plex_duty_max = 0.75;
 }
 
 int loom_policy_cfg_validate(const loom_policy_cfg *p, const loom_cluster_cfg *c, loom_err *e)
@@ -84,8 +90,21 @@ int loom_policy_cfg_validate(const loom_policy_cfg *p, const loom_cluster_cfg *c
                 return loom_err_set(e, LOOM_EINVAL, "tail_keep_gpus",
                                     "tail_keep_gpus must be 1..%d (fewer than a node)",
                                     c->gpus_per_node - 1);
-        if ((unsigned)p->placer > LOOM_PLACER_GREEDY)
+        if ((unsigned)p->placer > LOOM_PLACER_PLEX)
                 return loom_err_set(e, LOOM_EINVAL, "placer", "unknown placer");
+        if ((unsigned)p->dispatch > LOOM_DISPATCH_FCFS)
+                return loom_err_set(e, LOOM_EINVAL, "dispatch", "unknown dispatch");
+        if (!(p->preempt_margin >= 1.0))
+                return loom_err_set(e, LOOM_EINVAL, "preempt_margin",
+                                    "preempt_margin must be >= 1");
+        if (!(p->plex_alpha >= 0 && p->plex_alpha <= 1))
+                return loom_err_set(e, LOOM_EINVAL, "plex_alpha", "plex_alpha must be in [0, 1]");
+        if (!(p->plex_w1 >= 0) || !(p->plex_w2 >= 0))
+                return loom_err_set(e, LOOM_EINVAL, p->plex_w1 >= 0 ? "plex_w2" : "plex_w1",
+                                    "Eq. 1 weights must be >= 0");
+        if (!(p->plex_duty_max > 0 && p->plex_duty_max <= 1))
+                return loom_err_set(e, LOOM_EINVAL, "plex_duty_max",
+                                    "plex_duty_max must be in (0, 1]");
         return 0;
 }
 
@@ -187,6 +206,10 @@ loom_sched *loom_sched_new(const loom_cluster_cfg *c, const loom_policy_cfg *p, 
         s->price[LOOM_POOL_TRAIN] = loom_cluster_node_price(c, LOOM_POOL_TRAIN);
         s->next_job = 1;
         s->rng = p->seed;
+        if (p->placer == LOOM_PLACER_PLEX && loom__plex_new(s, e)) {
+                free(s);
+                return NULL;
+        }
         return s;
 }
 
@@ -234,6 +257,7 @@ void loom_sched_free(loom_sched *s)
         free(s->rnodes);
         free(s->open);
         free(s->actions.a);
+        loom_plex_free(s->plex);
         free(s);
 }
 
@@ -492,9 +516,16 @@ int loom_sched_submit(loom_sched *s, loom_us now, const loom_job_spec *spec, loo
                 s->stats.decisions[LOOM_DECISION_REJECTED]++;
         if (rc)
                 return rc;
-        if ((rc = reserve(s, d)) || (rc = apply(s, now, spec, d, id)))
+        loom_job_id next = s->next_job;
+        if (s->plex && (rc = loom__plex_commit(s, next, spec, d)))
+                return loom_err_set(e, rc, "", "could not reserve the timeline: %s",
+                                    loom_strerror(rc));
+        if ((rc = reserve(s, d)) || (rc = apply(s, now, spec, d, id))) {
+                if (s->plex)
+                        loom__plex_release(s, next);
                 return loom_err_set(e, rc, "", "could not apply the placement: %s",
                                     loom_strerror(rc));
+        }
         s->rng = rng;
         s->stats.decisions[d->kind]++;
         return 0;
@@ -554,6 +585,7 @@ int loom_sched_job_resume(loom_sched *s, loom_us now, loom_job_id id, loom_phase
         /* its next rollout (or training) is the one of the round it was in */
         j->rolls = j->trains + (phase == LOOM_PHASE_TRAIN);
         j->state = phase == LOOM_PHASE_ROLLOUT ? LOOM_JOB_WAIT_ROLL : LOOM_JOB_WAIT_TRAIN;
+        j->wait_since = now;
         j->wait_seq = ++s->seq;
         loom__dispatch(s, j->group, now);
         return 0;
@@ -591,6 +623,8 @@ int loom_sched_job_exit(loom_sched *s, loom_us now, loom_job_id id, loom_exit re
                 return LOOM_ENOENT;
         (void)reason;
         group *g = j->group;
+        if (s->plex)
+                loom__plex_release(s, id);
         loom__release_running(s, j, now);
         unpin(s, j, g);
         s->jobs[id] = NULL;

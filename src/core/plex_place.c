@@ -1,0 +1,135 @@
+/*
+ * plex_place.c - the facade's LOOM_PLACER_PLEX: placement by PlexRL's timeline (plex.c)
+ * instead of Algorithm 1, and the HRRS/FCFS order of a training pool.
+ *
+ * Each facade group owns one timeline group of its training nodes. A job's periodic demand is
+ * its training phase (the serviceized calls back to back) plus the setup before it
+ * (policy.warm_switch: T_offload + T_load), in a period of its solo iteration time; it keeps
+ * rollout nodes of its own, as in PlexRL, where rollout runs on per-job GPUs and only the
+ * training pool is shared. A job submitted with phase times is a warm start (its profile is
+ * the spec). The host memory of the training nodes stays a hard bound, checked before fitting.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* Big enough never to bind: the facade provisions training nodes on demand. */
+#define PLEX_POOL_NODES (1 << 20)
+
+int loom__plex_new(loom_sched *s, loom_err *e)
+{
+        loom_plex_cfg c;
+        loom_plex_cfg_default(&c);
+        c.nodes = PLEX_POOL_NODES;
+        c.fit.alpha = s->policy.plex_alpha;
+        c.fit.w1 = s->policy.plex_w1;
+        c.fit.w2 = s->policy.plex_w2;
+        c.duty_max = s->policy.plex_duty_max;
+        c.max_jobs = s->policy.max_group_size;
+        s->plex = loom_plex_new(&c, e);
+        return s->plex ? 0 : LOOM_ENOMEM;
+}
+
+static void plex_job(const loom_sched *s, const loom_job_spec *spec, loom_plex_job *j)
+{
+        loom_us t_train = spec->t_train;
+        loom_plex_job_from_calls(j, spec->train_gpus / s->cluster.gpus_per_node, spec->t_roll,
+                                 &t_train, 1, s->policy.warm_switch, true);
+        j->period += spec->t_sync; /* the sync phase uses no pool: idle time of the cycle */
+}
+
+typedef struct mem_ctx {
+        const loom_sched *s;
+        const loom_job_spec *spec;
+} mem_ctx;
+
+static bool mem_ok(void *ctx, loom_tl_group tg)
+{
+        const mem_ctx *m = ctx;
+        const loom_sched *s = m->s;
+        uint32_t gid = loom_plex_tag(s->plex, tg);
+        const group *g = gid < s->next_group ? s->groups[gid] : NULL;
+        if (!g)
+                return false;
+        uint64_t mt = loom_group_train_mem(m->spec->mem_train, m->spec->train_gpus, g->train_gpus);
+        return g->train_mem_used + mt <= s->cluster.host_mem_bytes;
+}
+
+static int decide(const loom_sched *s, const loom_job_spec *spec, loom_plex_decision *o,
+                  loom_err *e)
+{
+        loom_plex_job j;
+        plex_job(s, spec, &j);
+        mem_ctx m = {s, spec};
+        return loom_plex_decide_if(s->plex, &j, mem_ok, &m, o, e);
+}
+
+int loom__plex_place(const loom_sched *s, const loom_job_spec *spec, loom_decision *d, loom_err *e)
+{
+        loom_plex_decision o;
+        int rc = decide(s, spec, &o, e);
+        if (rc)
+                return rc;
+        int k = spec->rollout_gpus / s->cluster.gpus_per_node;
+        int t = spec->train_gpus / s->cluster.gpus_per_node;
+        const group *g = o.new_group ? NULL : s->groups[loom_plex_tag(s->plex, o.group)];
+        d->kind = g ? LOOM_DECISION_ROLLOUT_SCALE : LOOM_DECISION_NEW_GROUP;
+        d->group = g ? g->id : s->next_group;
+        d->n_rollout_nodes = k;
+        for (int i = 0; i < k; i++)
+                d->rollout_nodes[i] = s->next_rnode + (loom_node_id)i;
+        d->n_train_nodes = g ? g->n_tnodes : t;
+        for (int i = 0; i < d->n_train_nodes; i++)
+                d->train_nodes[i] = (g ? g->tnode_first : s->next_tnode) + (loom_node_id)i;
+        d->marginal_cost_per_hour =
+            k * s->price[LOOM_POOL_ROLLOUT] + (g ? 0 : t * s->price[LOOM_POOL_TRAIN]);
+        d->t_meta = loom_job_t_solo(spec) + loom_us_from_s(o.shift);
+        d->utilisation = 0;
+        d->groups_pruned_bound = o.groups_pruned;
+        snprintf(d->reason, sizeof d->reason, "plex: %s", o.why);
+        return 0;
+}
+
+int loom__plex_commit(loom_sched *s, loom_job_id id, const loom_job_spec *spec,
+                      const loom_decision *d)
+{
+        loom_plex_decision o;
+        loom_plex_job j;
+        int rc = decide(s, spec, &o, NULL);
+        if (rc)
+                return rc;
+        plex_job(s, spec, &j);
+        if ((rc = loom_plex_commit(s->plex, id, &j, &o, NULL)))
+                return rc;
+        if (o.new_group)
+                loom_plex_set_tag(s->plex, o.group, d->group);
+        return 0;
+}
+
+void loom__plex_release(loom_sched *s, loom_job_id id)
+{
+        loom_plex_release(s->plex, id);
+}
+
+/*
+ * HRRS or FCFS among the members waiting to train. A waiting member's request arrived when it
+ * began to wait; E is its training time in the group; the setup is policy.warm_switch and is
+ * charged when the pool last held another job's state.
+ */
+job *loom__train_pick(const loom_sched *s, const group *g, loom_us now)
+{
+        loom_hrrs_req q[LOOM_MAX_GROUP_SIZE];
+        job *who[LOOM_MAX_GROUP_SIZE];
+        int n = 0;
+        for (int i = 0; i < g->n_members; i++) {
+                job *j = g->members[i];
+                if (j->state != LOOM_JOB_WAIT_TRAIN)
+                        continue;
+                q[n] = (loom_hrrs_req){j->id, j->wait_since, j->t_train_in, s->policy.warm_switch,
+                                       j->wait_seq};
+                who[n++] = j;
+        }
+        int k = loom_hrrs_pick(s->policy.dispatch, q, n, now, g->train_last, g->train_last);
+        return k < 0 ? NULL : who[k];
+}
