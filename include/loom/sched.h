@@ -60,8 +60,9 @@ typedef struct loom_policy_cfg {
         uint64_t seed;                   /* for LOOM_PLACER_RANDOM */
         loom_dispatch dispatch;          /* training-pool order; default LOOM_DISPATCH_RR */
         double preempt_margin;           /* HRRS preemption margin, >= 1; default 1.1 */
-        double plex_alpha, plex_w1, plex_w2; /* Eq. 1 for LOOM_PLACER_PLEX; 0.5, 1.0, 0.25 */
-        double plex_duty_max;                /* duty-ratio bound; default 0.75 */
+        /* LOOM_PLACER_PLEX: Eq. 1 shift bound and weights (0.5, 1.0, 0.25), duty bound 0.75 */
+        double plex_alpha, plex_w1, plex_w2;
+        double plex_duty_max;
 } loom_policy_cfg;
 
 void loom_policy_cfg_default(loom_policy_cfg *p);

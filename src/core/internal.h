@@ -34,7 +34,8 @@ typedef struct job {
         bool tail_due; /* current rollout reported past tail_threshold: migrate it as soon as
                           the next rollout on its node is ready */
         int gpus;      /* GPUs of the running phase */
-        loom_us wait_since; /* when it began waiting for its current phase (HRRS, FCFS) */
+        /* when it began waiting for its current phase (HRRS, FCFS) */
+        loom_us wait_since;
 } job;
 
 typedef struct rnode {
@@ -134,8 +135,7 @@ int loom__place(const loom_sched *s, const loom_job_spec *spec, loom_decision *d
 
 /* plex_place.c: LOOM_PLACER_PLEX */
 int loom__plex_new(loom_sched *s, loom_err *e);
-int loom__plex_place(const loom_sched *s, const loom_job_spec *spec, loom_decision *d,
-                     loom_err *e);
+int loom__plex_place(const loom_sched *s, const loom_job_spec *spec, loom_decision *d, loom_err *e);
 int loom__plex_commit(loom_sched *s, loom_job_id id, const loom_job_spec *spec,
                       const loom_decision *d);
 void loom__plex_release(loom_sched *s, loom_job_id id);

@@ -143,14 +143,16 @@ static int check_fields(const dctx *c, json_t *obj, const char *const *known,
         return 0;
 }
 
+/* The serviceized training calls (job_calls.c), optional in a job spec. */
+#define CALLS_KNOWN "compute_log_prob_s", "update_actor_s", "sync_weight_s",
+
 int loom_job_spec_from_json(json_t *obj, const char *where, const char *text, size_t len,
                             const loom_cluster_cfg *cl, const char *const *extra_ok,
                             loom_job_spec *out, loom_err *e)
 {
         static const char *const known[] = {
             "id",  "rollout_gpus",   "train_gpus",   "t_roll_s", "t_train_s",  "sync_s",
-            "slo", "mem_rollout_gb", "mem_train_gb", "model_b",  "iterations",
-            "compute_log_prob_s", "update_actor_s", "sync_weight_s", NULL};
+            "slo", "mem_rollout_gb", "mem_train_gb", "model_b",  "iterations", CALLS_KNOWN NULL};
         dctx c = {where, text, len, e};
         if (!json_is_object(obj))
                 return fail(&c, "", "a job must be a JSON object");
@@ -340,8 +342,7 @@ int loom_policy_cfg_from_json(json_t *obj, const char *where, const char *text, 
                                     "must be \"loom\", \"random\", \"greedy\" or \"plex\"");
         }
         json_t *dp = json_object_get(obj, "dispatch");
-        if (dp && loom_dispatch_parse(json_is_string(dp) ? json_string_value(dp) : "",
-                                      &p.dispatch))
+        if (dp && loom_dispatch_parse(json_is_string(dp) ? json_string_value(dp) : "", &p.dispatch))
                 return fail(&c, "dispatch", "must be \"rr\", \"hrrs\" or \"fcfs\"");
         if ((rc = get_number(&c, obj, "preempt_margin", false, &p.preempt_margin)) < 0 ||
             (rc = get_number(&c, obj, "plex_alpha", false, &p.plex_alpha)) < 0 ||
