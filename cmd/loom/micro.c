@@ -58,6 +58,8 @@ int loom_cmd_micro(int argc, char **argv)
                                            {"window", 1, 0, 'w'},   {"stochastic", 0, 0, 'r'},
                                            {"seed", 1, 0, 'S'},     {"json", 0, 0, 'j'},
                                            {"help", 0, 0, 'h'},     {0, 0, 0, 0}};
+        if (loom_cmd_micro_is_plex(argc, argv))
+                return loom_cmd_micro_plex(argc, argv);
         const char *scen = NULL, *out = NULL;
         double window = 0;
         bool stochastic = false, json = false;

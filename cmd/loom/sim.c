@@ -458,6 +458,8 @@ static int run_sweep(opts *o, const loom_sim_trace *t)
 
 int loom_cmd_sim(int argc, char **argv)
 {
+        if (loom_cmd_sim_is_plex(argc, argv))
+                return loom_cmd_sim_plex(argc, argv); /* sim_plex.c */
         opts o = {.start = 165, .count = 300, .progress = true, .seeds = 3, .threads = 2};
         loom_sim_cfg_default(&o.sim);
         loom_sim_workload_cfg_default(&o.wl);

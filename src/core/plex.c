@@ -26,6 +26,8 @@ typedef struct pg {
         uint32_t tag;
         uint32_t *members;
         int32_t longest; /* longest free window, slots (across the wrap) */
+        int nodes;
+        int32_t busy, min_busy; /* busy slots of the group; least of one resident */
 } pg;
 
 struct loom_plex {
@@ -197,7 +199,7 @@ static const char *prune(const loom_plex *p, loom_tl_group gi, const fp *f)
                 return "full";
         if (g->longest < f->longest)
                 return "no free window long enough";
-        int32_t B = loom_timeline_group_busy(p->t, gi), m = min_resident_busy(p, g);
+        int32_t B = g->busy, m = g->min_busy;
         int32_t own = m < f->busy ? m : f->busy;
         double foreign = (double)(B + f->busy - own) / loom_timeline_slots(p->t);
         if (foreign > p->c.duty_max)
@@ -236,8 +238,8 @@ static void choose(const loom_plex *p, const loom_plex_job *j, fp *f, loom_tl_gr
         int32_t guard = loom_timeline_span(p->t, p->c.guard);
         bool share = p->c.mode != LOOM_PLEX_ISOLATED && j->profiled;
         for (uint32_t gi = 0; share && gi < p->n_g; gi++) {
-                if (gi == exclude || loom_timeline_group_nodes(p->t, gi) != j->nodes ||
-                    p->g[gi].n == 0)
+                const pg *g = &p->g[gi];
+                if (g->n == 0 || g->nodes != j->nodes || gi == exclude)
                         continue;
                 o->groups_seen++;
                 if (prune(p, gi, f) || (accept && !accept(ctx, gi))) {
@@ -248,7 +250,7 @@ static void choose(const loom_plex *p, const loom_plex_job *j, fp *f, loom_tl_gr
                 pick c = {.have = true, .g = gi};
                 if (loom_timeline_fit(p->t, gi, &p->c.fit, &f->f, &c.shift, &c.cost, &c.slack))
                         continue;
-                c.busy = loom_timeline_group_busy(p->t, gi);
+                c.busy = g->busy;
                 if (!b.have || better(p, &c, &b))
                         b = c;
                 /* Spread: no shift and full slack cannot be beaten. */
@@ -301,7 +303,11 @@ static int refresh_group(loom_plex *p, loom_tl_group gi)
         if (n > 1 && p->wbuf[0].s == 0 && p->wbuf[n - 1].e == L &&
             p->wbuf[0].e + L - p->wbuf[n - 1].s > longest)
                 longest = p->wbuf[0].e + L - p->wbuf[n - 1].s;
-        p->g[gi].longest = longest;
+        pg *g = &p->g[gi];
+        g->longest = longest;
+        g->nodes = loom_timeline_group_nodes(p->t, gi);
+        g->busy = loom_timeline_group_busy(p->t, gi);
+        g->min_busy = min_resident_busy(p, g);
         return 0;
 }
 

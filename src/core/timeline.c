@@ -404,18 +404,29 @@ static int cmp_win(const void *a, const void *b)
         return (x->s > y->s) - (x->s < y->s);
 }
 
+/* Every instance of f at shift fits? Instances are tried from *hint (the one that failed
+ * last, which most likely fails again after a jump), and *hint is left at the failing one. */
+static bool check_from(const loom_timeline *t, const tl_group *g, const loom_tl_footprint *f, int R,
+                       int64_t shift, int64_t *next, int *hint)
+{
+        int total = R * f->ns;
+        for (int c = 0; c < total; c++) {
+                int x = (*hint + c) % total, k = x / f->ns, i = x % f->ns;
+                int64_t p =
+                    ((int64_t)f->offset + shift + (int64_t)k * f->period + f->seg[i].a) % t->L;
+                if (!cyc_fits(t, g, p, f->seg[i].d, next)) {
+                        *hint = x;
+                        return false;
+                }
+        }
+        return true;
+}
+
 static bool check_at(const loom_timeline *t, const tl_group *g, const loom_tl_footprint *f, int R,
                      int64_t shift, int64_t *next)
 {
-        for (int k = 0; k < R; k++)
-                for (int i = 0; i < f->ns; i++) {
-                        int64_t p =
-                            ((int64_t)f->offset + shift + (int64_t)k * f->period + f->seg[i].a) %
-                            t->L;
-                        if (!cyc_fits(t, g, p, f->seg[i].d, next))
-                                return false;
-                }
-        return true;
+        int hint = 0;
+        return check_from(t, g, f, R, shift, next, &hint);
 }
 
 bool loom_timeline_fits(const loom_timeline *t, loom_tl_group id, const loom_tl_footprint *f)
@@ -461,9 +472,10 @@ int loom_timeline_fit(const loom_timeline *t, loom_tl_group id, const loom_tl_fi
                 return LOOM_EINVAL;
         int R = reps(t, f);
         int64_t hi = (int64_t)(c->alpha * f->period), s = 0;
+        int hint = 0;
         while (s <= hi) {
                 int64_t next = 1;
-                if (check_at(t, g, f, R, s, &next)) {
+                if (check_from(t, g, f, R, s, &next, &hint)) {
                         *delta = (int32_t)s;
                         *cost = loom_tl_cost(c, f->seg, f->ns, f->period, (int32_t)s);
                         if (slack_min)

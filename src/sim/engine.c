@@ -461,6 +461,8 @@ int loom__sim_run_core(const loom_sim_cfg *c, const loom_sim_workload *w, loom_s
         cc.policy.placer = p == LOOM_SIM_RANDOM   ? LOOM_PLACER_RANDOM
                            : p == LOOM_SIM_GREEDY ? LOOM_PLACER_GREEDY
                                                   : LOOM_PLACER_LOOM;
+        if (p == LOOM_SIM_LOOM && c->policy.placer == LOOM_PLACER_PLEX)
+                cc.policy.placer = LOOM_PLACER_PLEX; /* PlexRL's placer through the same core */
         engine g = {.c = &cc, .w = w, .r = r, .e = e};
         loom__sim_heap_init(&g.heap);
         loom__sim_meter_init(&g.meter, &cc.cluster, r, c->record_series);
