@@ -112,13 +112,20 @@ static int pack(int iters, loom_dispatch d, bool json)
                 printf("{\"micro\":\"plex-pack\",\"dispatch\":\"%s\",\"models\":[",
                        loom_dispatch_name(d));
         else
-                printf("%-6s %7s %9s %9s %9s %9s %8s %9s %8s\n", "model", "gpus", "offset_s",
+                printf("%-12s %7s %9s %9s %9s %9s %8s %9s %8s\n", "model", "gpus", "offset_s",
                        "split_gh", "pack_gh", "iter_x", "switches", "saved", "paper");
-        for (int i = 0; i < n; i++) {
+        /* The last row is 235B with ZeRO-offload (§6.1): its optimizer state lives in host
+         * memory already, so a switch moves no optimizer state (setup 0). */
+        for (int i = 0; i <= n; i++) {
+                bool offload = i == n;
+                const loom_plexsim_model *mi = offload ? &m[n - 1] : &m[i];
                 loom_plexsim_pool_cfg c = {d, 1.1, 1};
-                loom_plexsim_pool_job one = pool_job(&m[i], iters, 0);
-                loom_plexsim_pool_job two[2] = {pool_job(&m[i], iters, 0),
-                                                pool_job(&m[i], iters, offset_of(&m[i]))};
+                loom_plexsim_pool_job one = pool_job(mi, iters, 0);
+                loom_plexsim_pool_job two[2] = {pool_job(mi, iters, 0),
+                                                pool_job(mi, iters, offset_of(mi))};
+                if (offload)
+                        two[0].setup_s = two[1].setup_s = 0;
+                const char *name = offload ? "235B-offload" : mi->name;
                 loom_plexsim_pool_res rs, rp;
                 loom_err e;
                 if (loom_plexsim_pool_run(&c, &one, 1, &rs, &e) ||
@@ -127,21 +134,21 @@ static int pack(int iters, loom_dispatch d, bool json)
                         return 1;
                 }
                 /* GPU-hours per step: every GPU a job holds, for as long as the run lasts. */
-                double split = (m[i].train_gpus + m[i].rollout_gpus) * rs.makespan_s / 3600 / iters;
-                double packed = (m[i].train_gpus + 2.0 * m[i].rollout_gpus) * rp.makespan_s / 3600 /
-                                (2 * iters);
+                double split = (mi->train_gpus + mi->rollout_gpus) * rs.makespan_s / 3600 / iters;
+                double packed =
+                    (mi->train_gpus + 2.0 * mi->rollout_gpus) * rp.makespan_s / 3600 / (2 * iters);
                 double saved = 1 - packed / split;
                 if (json)
                         printf("%s{\"model\":\"%s\",\"gpu_hours_saved\":%.4f,\"paper_saved\":%.4f,"
                                "\"split_gpu_h_per_step\":%.4f,\"pack_gpu_h_per_step\":%.4f,"
                                "\"switches\":%lld}",
-                               i ? "," : "", m[i].name, saved, m[i].paper_saved, split, packed,
+                               i ? "," : "", name, saved, mi->paper_saved, split, packed,
                                (long long)rp.switches);
                 else
-                        printf("%-6s %3d+%-3d %9.1f %9.3f %9.3f %9.3f %8lld %8.2f%% %7.2f%%\n",
-                               m[i].name, m[i].train_gpus, m[i].rollout_gpus, two[1].start_s, split,
+                        printf("%-12s %3d+%-3d %9.1f %9.3f %9.3f %9.3f %8lld %8.2f%% %7.2f%%\n",
+                               name, mi->train_gpus, mi->rollout_gpus, two[1].start_s, split,
                                packed, rp.makespan_s / rs.makespan_s, (long long)rp.switches,
-                               100 * saved, 100 * m[i].paper_saved);
+                               100 * saved, 100 * mi->paper_saved);
         }
         if (json)
                 printf("]}\n");

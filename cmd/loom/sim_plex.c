@@ -34,7 +34,7 @@ static void usage(FILE *f)
                    "                    plex-all (default plex-all)\n"
                    "  --trace FILE      Philly-style CSV (default " DEFAULT_TRACE ")\n"
                    "  --window S:N      rows S..S+N-1 of the trace (default 165:300)\n"
-                   "  --nodes N         training nodes of the pool (default 48)\n"
+                   "  --nodes N         training nodes of the pool (default 20)\n"
                    "  --jitter X        rollout length spread for the dispatch runs (default 0.2)\n"
                    "  --seed N          (default 1)\n"
                    "  --no-dispatch     skip the HRRS/FCFS/RR comparison\n"
@@ -364,7 +364,7 @@ int loom_cmd_sim_plex(int argc, char **argv)
         opts o = {.mask = 0xf,
                   .start = 165,
                   .count = 300,
-                  .nodes = 48,
+                  .nodes = 20,
                   .jitter = 0.2,
                   .seed = 1,
                   .dispatch = true,
