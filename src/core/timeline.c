@@ -404,14 +404,34 @@ static int cmp_win(const void *a, const void *b)
         return (x->s > y->s) - (x->s < y->s);
 }
 
+static int gcd(int a, int b)
+{
+        while (b) {
+                int t = a % b;
+                a = b;
+                b = t;
+        }
+        return a;
+}
+
+/* A step coprime to n near n / golden ratio: visiting instances in that order samples the
+ * whole horizon early, where a resident of another period drifts into the job's way. */
+static int spread_stride(int n)
+{
+        int s = (int)(0.618 * n) | 1;
+        while (s > 1 && gcd(s, n) != 1)
+                s -= 2;
+        return s < 1 ? 1 : s;
+}
+
 /* Every instance of f at shift fits? Instances are tried from *hint (the one that failed
  * last, which most likely fails again after a jump), and *hint is left at the failing one. */
 static bool check_from(const loom_timeline *t, const tl_group *g, const loom_tl_footprint *f, int R,
                        int64_t shift, int64_t *next, int *hint)
 {
-        int total = R * f->ns;
-        for (int c = 0; c < total; c++) {
-                int x = (*hint + c) % total, k = x / f->ns, i = x % f->ns;
+        int total = R * f->ns, stride = spread_stride(total);
+        for (int c = 0, x = *hint % total; c < total; c++, x = (x + stride) % total) {
+                int k = x / f->ns, i = x % f->ns;
                 int64_t p =
                     ((int64_t)f->offset + shift + (int64_t)k * f->period + f->seg[i].a) % t->L;
                 if (!cyc_fits(t, g, p, f->seg[i].d, next)) {
