@@ -44,6 +44,8 @@ static void usage(FILE *f)
                 "  --seed N          seed for --stochastic (default 1)\n"
                 "  --json            one JSON object per policy per line\n"
                 "\n"
+                "PlexRL's plex-bubbles and plex-pack: see `loom micro plex-pack --help`.\n"
+                "\n"
                 "Exit status: 0 ok, 1 invalid scenario, 2 bad usage.\n");
 }
 

@@ -42,6 +42,8 @@ static void usage(FILE *f)
                "policies:\n"
                "  --policy LIST          comma list or all (default all): loom, loom-nomig,\n"
                "                         solo, colocated, random, greedy, oracle, lb\n"
+               "                         or PlexRL's plex-isolated, plex-pack, plex-spread,\n"
+               "                         plex-backfill, plex-all (--policy plex-all --help)\n"
                "  --max-group N          max jobs per group (default 5)\n"
                "  --colocated-factor F   rollout time on a training GPU vs a rollout GPU (1.0)\n"
                "  --seed N               workload and placement seed (default 1)\n"
