@@ -91,4 +91,35 @@ PY
 "$loom" bench hrrs --probes 1000 | grep -q '"decision_us"' || fail "bench hrrs"
 "$loom" bench placement --placer plex --n 50 --probes 20 | grep -q '"pruned_fraction"' ||
         fail "bench placement --placer plex"
+# loomd takes placer and dispatch from its --cluster file: two Table 2 7B jobs given as
+# serviceized calls share one training node, each on rollout nodes of its own.
+loomd="$build/loomd"
+printf '{"cluster":{},"policy":{"placer":"plex","dispatch":"hrrs"}}' >"$tmp/cl.json"
+mkdir -p "$tmp/d"
+"$loomd" --data-dir "$tmp/d" --listen 127.0.0.1:0 --port-file "$tmp/d/port" \
+        --cluster "$tmp/cl.json" --quiet &
+lpid=$!
+trap 'kill $lpid 2>/dev/null; wait $lpid 2>/dev/null; rm -rf "$tmp"' EXIT
+for _ in $(seq 100); do [ -s "$tmp/d/port" ] && break; sleep 0.1; done
+port=$(cat "$tmp/d/port")
+job='"rollout_gpus":8,"train_gpus":8,"t_roll_s":231.53,"compute_log_prob_s":9.66,"update_actor_s":38.08,"sync_weight_s":9.76,"slo":1.5'
+for n in a b; do
+        curl -sf -XPOST "127.0.0.1:$port/v1/jobs" -d "{\"name\":\"$n\",$job}" >"$tmp/$n.json" ||
+                fail "loomd submit $n"
+done
+curl -sf "127.0.0.1:$port/v1/groups" >"$tmp/groups.json" || fail "loomd groups"
+$py - "$tmp/b.json" "$tmp/groups.json" <<'PY' || fail "loomd plex placement"
+import json, sys
+b = json.load(open(sys.argv[1]))
+assert "plex: fits group 0" in b["decision"]["reason"], b["decision"]
+assert abs(b["spec"]["t_train_s"] - 57.5) < 1e-6, b["spec"]
+g = json.load(open(sys.argv[2]))["groups"]
+assert len(g) == 1 and g[0]["members"] == [1, 2] and len(g[0]["rollout_nodes"]) == 2, g
+PY
+printf '{"cluster":{},"policy":{"placer":"plex","dispatch":"lifo"}}' >"$tmp/bad.json"
+set +e
+"$loomd" --data-dir "$tmp/d2" --cluster "$tmp/bad.json" 2>"$tmp/err"; rc=$?
+set -e
+[ $rc -eq 1 ] || fail "bad dispatch must exit 1"
+grep -q 'bad.json:1:52: policy.dispatch' "$tmp/err" || fail "dispatch error: $(cat "$tmp/err")"
 echo "plex_cli: ok"
