@@ -37,6 +37,8 @@ static void usage(FILE *f)
                    "  --nodes N         training nodes of the pool (default 20)\n"
                    "  --jitter X        rollout length spread for the dispatch runs (default 0.2)\n"
                    "  --seed N          (default 1)\n"
+                   "  --cold            jobs arrive without a profile: a dedicated group for one\n"
+                   "                    cycle, then a repacking event moves them (cold start)\n"
                    "  --no-dispatch     skip the HRRS/FCFS/RR comparison\n"
                    "  --no-weave        skip loom vs plex on WEAVE's workload\n"
                    "  --plot DIR        write DIR/plex_queue_delay_cdf.svg\n"
@@ -65,7 +67,7 @@ typedef struct opts {
         int start, count, nodes;
         double jitter;
         unsigned long seed;
-        bool json, dispatch, weave;
+        bool json, dispatch, weave, cold;
 } opts;
 
 static int parse_policies(const char *s, unsigned *mask)
@@ -87,11 +89,19 @@ static int parse_policies(const char *s, unsigned *mask)
 
 static int parse(int argc, char **argv, opts *o)
 {
-        static const struct option lo[] = {
-            {"policy", 1, 0, 'p'},   {"trace", 1, 0, 't'},  {"window", 1, 0, 'w'},
-            {"nodes", 1, 0, 'n'},    {"jitter", 1, 0, 'J'}, {"seed", 1, 0, 's'},
-            {"plot", 1, 0, 'P'},     {"json", 0, 0, 'j'},   {"no-dispatch", 0, 0, 'D'},
-            {"no-weave", 0, 0, 'W'}, {"help", 0, 0, 'h'},   {0, 0, 0, 0}};
+        static const struct option lo[] = {{"policy", 1, 0, 'p'},
+                                           {"trace", 1, 0, 't'},
+                                           {"window", 1, 0, 'w'},
+                                           {"nodes", 1, 0, 'n'},
+                                           {"jitter", 1, 0, 'J'},
+                                           {"seed", 1, 0, 's'},
+                                           {"plot", 1, 0, 'P'},
+                                           {"json", 0, 0, 'j'},
+                                           {"no-dispatch", 0, 0, 'D'},
+                                           {"no-weave", 0, 0, 'W'},
+                                           {"cold", 0, 0, 'C'},
+                                           {"help", 0, 0, 'h'},
+                                           {0, 0, 0, 0}};
         int c;
         opterr = 0;
         optind = 1;
@@ -140,6 +150,9 @@ static int parse(int argc, char **argv, opts *o)
                 case 'W':
                         o->weave = false;
                         break;
+                case 'C':
+                        o->cold = true;
+                        break;
                 default:
                         fprintf(stderr, "loom sim: unknown or incomplete option '%s'\n",
                                 argv[optind - 1]);
@@ -182,6 +195,8 @@ static int cluster(const opts *o, const loom_sim_trace *t)
                 gpus[i] = t->rows[i].gpus;
         }
         loom_plexsim_jobs_from_trace(arr, dur, gpus, t->n, jobs);
+        for (int i = 0; i < t->n; i++)
+                jobs[i].cold = o->cold;
         double iso = 0;
         if (!o->json)
                 printf("%-14s %10s %8s %9s %9s %11s %8s %7s\n", "policy", "makespan_h", "vs_iso",
@@ -206,11 +221,11 @@ static int cluster(const opts *o, const loom_sim_trace *t)
                                "\"makespan_vs_isolated\":%.4f,\"queue_delay_p50\":%.4f,"
                                "\"queue_delay_p99\":%.4f,\"queue_delay_max\":%.4f,"
                                "\"switches_per_h\":%.2f,\"pruned_fraction\":%.4f,"
-                               "\"max_groups\":%d}\n",
+                               "\"max_groups\":%d,\"repacked\":%d}\n",
                                loom_plexsim_policy_name(r->policy), r->n, o->nodes, r->makespan_h,
                                iso > 0 ? r->makespan_h / iso : 0, r->queue_delay_p50,
                                r->queue_delay_p99, r->queue_delay_max, r->switches_per_h,
-                               r->pruned_fraction, r->max_groups);
+                               r->pruned_fraction, r->max_groups, r->repacked);
                 else
                         printf("%-14s %10.1f %7.2fx %9.3f %9.3f %11.1f %7.1f%% %7d\n",
                                loom_plexsim_policy_name(r->policy), r->makespan_h,

@@ -78,10 +78,12 @@ typedef struct loom_plexsim_job {
         double arrival_s;
         int model; /* index into loom_plexsim_models() */
         int iterations;
+        bool cold; /* no profile yet: a dedicated group for one cycle, then a repack */
 } loom_plexsim_job;
 
 /* Jobs from a trace: arrivals as given; the model by the trace's GPU count (1: 7B, 2-4: 30B,
- * more: 235B); iterations = duration / cycle (at least 1). out is caller-allocated (n). */
+ * more: 235B); iterations = duration / cycle (at least 1); profiled (warm). out is
+ * caller-allocated (n). */
 void loom_plexsim_jobs_from_trace(const double *arrival_s, const double *duration_s,
                                   const int *gpus, int n, loom_plexsim_job *out);
 
@@ -94,6 +96,7 @@ typedef struct loom_plexsim_cluster_res {
         double switches_per_h;  /* state loads implied by shared groups */
         double pruned_fraction; /* groups pruned before fitting / groups seen */
         int max_groups;
+        int repacked; /* cold-started jobs that moved to a shared group after one cycle */
 } loom_plexsim_cluster_res;
 
 /* nodes: training nodes of the cluster (8 GPUs each). */

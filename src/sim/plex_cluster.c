@@ -58,7 +58,7 @@ void loom_plexsim_jobs_from_trace(const double *arrival_s, const double *duratio
         for (int i = 0; i < n; i++) {
                 int m = gpus[i] <= 1 ? 0 : gpus[i] <= 4 ? 1 : 2;
                 int it = (int)llround(duration_s[i] / models[m].cycle_s);
-                out[i] = (loom_plexsim_job){arrival_s[i], m, it < 1 ? 1 : it};
+                out[i] = (loom_plexsim_job){arrival_s[i], m, it < 1 ? 1 : it, false};
         }
 }
 
@@ -83,6 +83,8 @@ static void plex_job(const loom_plexsim_model *m, loom_plex_job *j, int gpn)
 typedef struct run {
         int state; /* 0 waiting to arrive, 1 queued, 2 running, 3 done */
         double start, end;
+        double repack_at; /* a cold start's profiled cycle ends (0: none pending) */
+        int32_t offset;   /* its phase on the timeline, slots */
 } run;
 
 static int cmp_d(const void *a, const void *b)
@@ -112,6 +114,7 @@ static bool try_start(ctx *c, int i, double now, loom_err *e)
 {
         loom_plex_job pj;
         plex_job(&models[c->jobs[i].model], &pj, 8);
+        pj.profiled = !c->jobs[i].cold;
         loom_plex_decision d;
         if (loom_plex_place(c->p, (uint32_t)i + 1, &pj, &d, e))
                 return false;
@@ -122,7 +125,33 @@ static bool try_start(ctx *c, int i, double now, loom_err *e)
         c->r[i].state = 2;
         c->r[i].start = now;
         c->r[i].end = now + d.shift + c->jobs[i].iterations * models[c->jobs[i].model].cycle_s;
+        c->r[i].repack_at = d.cold ? now + models[c->jobs[i].model].cycle_s : 0;
+        loom_plex_job_group(c->p, (uint32_t)i + 1, NULL, &c->r[i].offset);
         return true;
+}
+
+/* A cold start profiled its cycle: repack it. Moving changes its phase, which delays the rest
+ * of its run by the phase difference. */
+static void repack(ctx *c, int i, loom_plexsim_cluster_res *out)
+{
+        loom_tl_group g0, g1;
+        loom_plex_job_group(c->p, (uint32_t)i + 1, &g0, NULL);
+        loom_plex_decision d;
+        c->r[i].repack_at = 0;
+        if (loom_plex_repack(c->p, (uint32_t)i + 1, &d))
+                return;
+        c->seen += d.groups_seen;
+        c->pruned += d.groups_pruned;
+        int32_t off;
+        loom_plex_job_group(c->p, (uint32_t)i + 1, &g1, &off);
+        if (g1 == g0)
+                return;
+        int32_t period = loom_timeline_span(loom_plex_timeline(c->p),
+                                            loom_us_from_s(models[c->jobs[i].model].cycle_s));
+        int32_t moved = ((off - c->r[i].offset) % period + period) % period;
+        c->r[i].end += moved * loom_us_to_s(loom_plex_config(c->p)->slot_us);
+        c->r[i].offset = off;
+        out->repacked++;
 }
 
 /* Start what the policy lets start now. */
@@ -192,6 +221,8 @@ int loom_plexsim_cluster_run(loom_plexsim_policy pol, const loom_plexsim_job *jo
                                 t = jobs[i].arrival_s;
                         if (c.r[i].state == 2 && c.r[i].end < t)
                                 t = c.r[i].end;
+                        if (c.r[i].state == 2 && c.r[i].repack_at > 0 && c.r[i].repack_at < t)
+                                t = c.r[i].repack_at;
                 }
                 switches += switch_rate(&c) * (t - now);
                 now = t;
@@ -203,6 +234,8 @@ int loom_plexsim_cluster_run(loom_plexsim_policy pol, const loom_plexsim_job *jo
                                 if (now > last)
                                         last = now;
                         }
+                        if (c.r[i].state == 2 && c.r[i].repack_at > 0 && c.r[i].repack_at <= now)
+                                repack(&c, i, out);
                         if (c.r[i].state == 0 && jobs[i].arrival_s <= now)
                                 c.r[i].state = 1;
                 }

@@ -106,6 +106,25 @@ Test(plexsim, sharing_policies_drain_the_queue_sooner_than_isolation)
         cr_assert_str_eq(e.field, "nodes");
 }
 
+Test(plexsim, cold_starts_profile_alone_then_repack)
+{
+        loom_plexsim_job jobs[40];
+        for (int i = 0; i < 40; i++)
+                jobs[i] =
+                    (loom_plexsim_job){60.0 * i, i % 4 == 3 ? 1 : 0, 100 + 10 * (i % 7), false};
+        loom_plexsim_cluster_res warm, cold;
+        cr_assert_eq(loom_plexsim_cluster_run(LOOM_PLEXSIM_SPREAD, jobs, 40, 12, &warm, NULL), 0);
+        for (int i = 0; i < 40; i++)
+                jobs[i].cold = true;
+        cr_assert_eq(loom_plexsim_cluster_run(LOOM_PLEXSIM_SPREAD, jobs, 40, 12, &cold, NULL), 0);
+        cr_assert_eq(warm.repacked, 0);
+        cr_assert_gt(cold.repacked, 0);
+        /* A dedicated group per newcomer holds nodes a warm start would have shared. */
+        cr_assert_geq(cold.makespan_h, warm.makespan_h);
+        loom_plexsim_cluster_res_free(&warm);
+        loom_plexsim_cluster_res_free(&cold);
+}
+
 Test(plexsim, trace_rows_map_to_models)
 {
         double arr[] = {0, 10, 20}, dur[] = {2890.3, 100, 5897.1};
