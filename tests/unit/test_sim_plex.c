@@ -79,7 +79,8 @@ Test(plexsim, sharing_policies_drain_the_queue_sooner_than_isolation)
         /* 40 jobs arriving in a burst on 12 nodes: isolation queues them one group each. */
         loom_plexsim_job jobs[40];
         for (int i = 0; i < 40; i++)
-                jobs[i] = (loom_plexsim_job){60.0 * i, i % 4 == 3 ? 1 : 0, 100 + 10 * (i % 7)};
+                jobs[i] =
+                    (loom_plexsim_job){60.0 * i, i % 4 == 3 ? 1 : 0, 100 + 10 * (i % 7), false};
         loom_plexsim_cluster_res r[4];
         for (int p = 0; p <= LOOM_PLEXSIM_BACKFILL; p++) {
                 loom_err e;
@@ -99,7 +100,7 @@ Test(plexsim, sharing_policies_drain_the_queue_sooner_than_isolation)
         for (int p = 0; p < 4; p++)
                 loom_plexsim_cluster_res_free(&r[p]);
         /* A job bigger than the pool is refused up front. */
-        loom_plexsim_job big = {0, 2, 1};
+        loom_plexsim_job big = {0, 2, 1, false};
         loom_plexsim_cluster_res x;
         loom_err e;
         cr_assert_eq(loom_plexsim_cluster_run(LOOM_PLEXSIM_PACK, &big, 1, 8, &x, &e), LOOM_EINVAL);
