@@ -87,6 +87,8 @@ typedef enum loom_reject {
         LOOM_REJECT_SATURATED, /* the group was saturated: pruned before generating */
         LOOM_REJECT_FULL,      /* the group had max_group_size members */
         LOOM_REJECT_TOO_BIG,   /* the job's working set exceeds one node's host memory */
+        LOOM_REJECT_DUTY,      /* plex: a resident's foreign duty would pass plex_duty_max */
+        LOOM_REJECT_NO_FIT,    /* plex: no shift in [0, alpha T] fits the group's free windows */
 } loom_reject;
 
 const char *loom_reject_name(loom_reject r); /* "memory", "slo", "costlier", ... */

@@ -263,6 +263,24 @@ int loom_plex_decide(const loom_plex *p, const loom_plex_job *j, loom_plex_decis
 int loom_plex_decide_if(const loom_plex *p, const loom_plex_job *j,
                         bool (*accept)(void *ctx, loom_tl_group g), void *ctx,
                         loom_plex_decision *out, loom_err *e);
+
+/* What happened to one group during a decision (for explanations). */
+typedef enum loom_plex_outcome {
+        LOOM_PLEX_PRUNED_FULL = 0, /* member limit */
+        LOOM_PLEX_PRUNED_WINDOW,   /* no free window as long as the longest segment */
+        LOOM_PLEX_PRUNED_DUTY,     /* the duty-ratio bound */
+        LOOM_PLEX_PRUNED_DRIVER,   /* the driver's accept() said no */
+        LOOM_PLEX_NO_FIT,          /* fitted: no shift in [0, alpha T] */
+        LOOM_PLEX_FITS,            /* fitted: shift, cost and slack are set */
+} loom_plex_outcome;
+
+typedef void (*loom_plex_note_fn)(void *ctx, loom_tl_group g, loom_plex_outcome o, int32_t shift,
+                                  double cost, int32_t slack);
+/* loom_plex_decide_if that also reports every group it looked at to note (NULL: none). */
+int loom_plex_decide_explain(const loom_plex *p, const loom_plex_job *j,
+                             bool (*accept)(void *ctx, loom_tl_group g), void *ctx,
+                             loom_plex_note_fn note, void *nctx, loom_plex_decision *out,
+                             loom_err *e);
 /* Commit job id exactly as decided (d from a decide call on the unchanged placer): into
  * d->group at d->shift, or a new group when d->new_group. d->group is set for a new group. */
 int loom_plex_commit(loom_plex *p, uint32_t id, const loom_plex_job *j, loom_plex_decision *d,

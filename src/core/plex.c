@@ -191,20 +191,20 @@ static int32_t min_resident_busy(const loom_plex *p, const pg *g)
         return m;
 }
 
-/* O(1)-ish bounds (min_resident_busy is over at most max_jobs members). */
-static const char *prune(const loom_plex *p, loom_tl_group gi, const fp *f)
+/* O(1) bounds on cached numbers: an outcome, or -1 when the group is worth fitting. */
+static int prune(const loom_plex *p, loom_tl_group gi, const fp *f)
 {
         const pg *g = &p->g[gi];
         if (g->n >= p->c.max_jobs)
-                return "full";
+                return LOOM_PLEX_PRUNED_FULL;
         if (g->longest < f->longest)
-                return "no free window long enough";
+                return LOOM_PLEX_PRUNED_WINDOW;
         int32_t B = g->busy, m = g->min_busy;
         int32_t own = m < f->busy ? m : f->busy;
         double foreign = (double)(B + f->busy - own) / loom_timeline_slots(p->t);
         if (foreign > p->c.duty_max)
-                return "duty bound";
-        return NULL;
+                return LOOM_PLEX_PRUNED_DUTY;
+        return -1;
 }
 
 typedef struct pick {
@@ -229,8 +229,13 @@ static bool better(const loom_plex *p, const pick *a, const pick *b)
 
 typedef bool (*accept_fn)(void *ctx, loom_tl_group g);
 
+typedef struct noter {
+        loom_plex_note_fn fn;
+        void *ctx;
+} noter;
+
 static void choose(const loom_plex *p, const loom_plex_job *j, fp *f, loom_tl_group exclude,
-                   accept_fn accept, void *ctx, loom_plex_decision *o)
+                   accept_fn accept, void *ctx, const noter *nt, loom_plex_decision *o)
 {
         memset(o, 0, sizeof *o);
         o->group = LOOM_TL_NO_GROUP;
@@ -242,14 +247,24 @@ static void choose(const loom_plex *p, const loom_plex_job *j, fp *f, loom_tl_gr
                 if (g->n == 0 || g->nodes != j->nodes || gi == exclude)
                         continue;
                 o->groups_seen++;
-                if (prune(p, gi, f) || (accept && !accept(ctx, gi))) {
+                int why = prune(p, gi, f);
+                if (why < 0 && accept && !accept(ctx, gi))
+                        why = LOOM_PLEX_PRUNED_DRIVER;
+                if (why >= 0) {
                         o->groups_pruned++;
+                        if (nt)
+                                nt->fn(nt->ctx, gi, (loom_plex_outcome)why, 0, 0, 0);
                         continue;
                 }
                 o->groups_fitted++;
                 pick c = {.have = true, .g = gi};
-                if (loom_timeline_fit(p->t, gi, &p->c.fit, &f->f, &c.shift, &c.cost, &c.slack))
+                if (loom_timeline_fit(p->t, gi, &p->c.fit, &f->f, &c.shift, &c.cost, &c.slack)) {
+                        if (nt)
+                                nt->fn(nt->ctx, gi, LOOM_PLEX_NO_FIT, 0, 0, 0);
                         continue;
+                }
+                if (nt)
+                        nt->fn(nt->ctx, gi, LOOM_PLEX_FITS, c.shift, c.cost, c.slack);
                 c.busy = g->busy;
                 if (!b.have || better(p, &c, &b))
                         b = c;
@@ -285,7 +300,7 @@ int loom_plex_decide(const loom_plex *p, const loom_plex_job *j, loom_plex_decis
         int rc = to_fp(p, j, &f, e);
         if (rc)
                 return rc;
-        choose(p, j, &f, LOOM_TL_NO_GROUP, NULL, NULL, out);
+        choose(p, j, &f, LOOM_TL_NO_GROUP, NULL, NULL, NULL, out);
         return 0;
 }
 
@@ -367,7 +382,7 @@ int loom_plex_place(loom_plex *p, uint32_t id, const loom_plex_job *j, loom_plex
                                     (unsigned)id);
         if ((rc = ensure_tables(p, id)))
                 return loom_err_set(e, rc, "", "out of memory");
-        choose(p, j, &f, LOOM_TL_NO_GROUP, NULL, NULL, out);
+        choose(p, j, &f, LOOM_TL_NO_GROUP, NULL, NULL, NULL, out);
         if (!out->placed)
                 return 0;
         return place_at(p, id, j, &f, out, e);
@@ -396,7 +411,20 @@ int loom_plex_decide_if(const loom_plex *p, const loom_plex_job *j, accept_fn ac
         int rc = to_fp(p, j, &f, e);
         if (rc)
                 return rc;
-        choose(p, j, &f, LOOM_TL_NO_GROUP, accept, ctx, out);
+        choose(p, j, &f, LOOM_TL_NO_GROUP, accept, ctx, NULL, out);
+        return 0;
+}
+
+int loom_plex_decide_explain(const loom_plex *p, const loom_plex_job *j, accept_fn accept,
+                             void *ctx, loom_plex_note_fn note, void *nctx, loom_plex_decision *out,
+                             loom_err *e)
+{
+        fp f;
+        int rc = to_fp(p, j, &f, e);
+        if (rc)
+                return rc;
+        noter nt = {note, nctx};
+        choose(p, j, &f, LOOM_TL_NO_GROUP, accept, ctx, note ? &nt : NULL, out);
         return 0;
 }
 
@@ -441,7 +469,7 @@ int loom_plex_repack(loom_plex *p, uint32_t id, loom_plex_decision *out)
         if (to_fp(p, &spec, &f, NULL))
                 return LOOM_EINVAL;
         loom_tl_group old = x->g;
-        choose(p, &spec, &f, old, NULL, NULL, out);
+        choose(p, &spec, &f, old, NULL, NULL, NULL, out);
         if (!out->placed || out->new_group) {
                 /* Stay: the dedicated group becomes an ordinary one others may join. */
                 x->spec.profiled = true;

@@ -56,19 +56,69 @@ static bool mem_ok(void *ctx, loom_tl_group tg)
         return g->train_mem_used + mt <= s->cluster.host_mem_bytes;
 }
 
+/* Every group the search looked at, as a candidate of the decision (record_candidates). */
+typedef struct rec_ctx {
+        const loom_sched *s;
+        loom_decision *d;
+        int k; /* rollout nodes of the job */
+        int rc;
+} rec_ctx;
+
+static void note(void *ctx, loom_tl_group tg, loom_plex_outcome o, int32_t shift, double cost,
+                 int32_t slack)
+{
+        static const loom_reject rej[] = {LOOM_REJECT_FULL,   LOOM_REJECT_NO_FIT,
+                                          LOOM_REJECT_DUTY,   LOOM_REJECT_MEMORY,
+                                          LOOM_REJECT_NO_FIT, LOOM_REJECT_COSTLIER};
+        static const char *const why[] = {"group has max_group_size members",
+                                          "no free window as long as the training phase",
+                                          "a resident's foreign duty would pass plex_duty_max",
+                                          "training nodes' host memory would overflow",
+                                          "no shift in [0, alpha T] fits the free windows",
+                                          ""};
+        rec_ctx *r = ctx;
+        loom_decision *d = r->d;
+        if (r->rc || loom_reserve(&d->candidates, &d->cap_candidates, (size_t)d->n_candidates + 1,
+                                  sizeof *d->candidates, 8)) {
+                r->rc = LOOM_ENOMEM;
+                return;
+        }
+        loom_candidate *c = &d->candidates[d->n_candidates++];
+        memset(c, 0, sizeof *c);
+        c->kind = LOOM_DECISION_ROLLOUT_SCALE;
+        c->group = loom_plex_tag(r->s->plex, tg);
+        c->n_rollout_nodes = r->k;
+        c->new_rollout_nodes = r->k;
+        for (int i = 0; i < r->k; i++)
+                c->rollout_nodes[i] = r->s->next_rnode + (loom_node_id)i;
+        c->marginal_cost_per_hour = r->k * r->s->price[LOOM_POOL_ROLLOUT];
+        c->reject = rej[o];
+        if (o == LOOM_PLEX_FITS)
+                snprintf(c->why, sizeof c->why, "fits at shift %d s (Eq. 1 cost %.4f, slack %d s)",
+                         (int)shift, cost, (int)slack);
+        else
+                snprintf(c->why, sizeof c->why, "%s", why[o]);
+}
+
 static int decide(const loom_sched *s, const loom_job_spec *spec, loom_plex_decision *o,
-                  loom_err *e)
+                  loom_decision *d, loom_err *e)
 {
         loom_plex_job j;
         plex_job(s, spec, &j);
         mem_ctx m = {s, spec};
-        return loom_plex_decide_if(s->plex, &j, mem_ok, &m, o, e);
+        if (!d || !d->record_candidates)
+                return loom_plex_decide_if(s->plex, &j, mem_ok, &m, o, e);
+        rec_ctx r = {s, d, spec->rollout_gpus / s->cluster.gpus_per_node, 0};
+        int rc = loom_plex_decide_explain(s->plex, &j, mem_ok, &m, note, &r, o, e);
+        if (!rc && r.rc)
+                rc = loom_err_set(e, r.rc, "", "out of memory");
+        return rc;
 }
 
 int loom__plex_place(const loom_sched *s, const loom_job_spec *spec, loom_decision *d, loom_err *e)
 {
         loom_plex_decision o;
-        int rc = decide(s, spec, &o, e);
+        int rc = decide(s, spec, &o, d, e);
         if (rc)
                 return rc;
         int k = spec->rollout_gpus / s->cluster.gpus_per_node;
@@ -88,6 +138,31 @@ int loom__plex_place(const loom_sched *s, const loom_job_spec *spec, loom_decisi
         d->utilisation = 0;
         d->groups_pruned_bound = o.groups_pruned;
         snprintf(d->reason, sizeof d->reason, "plex: %s", o.why);
+        if (!g && d->record_candidates) {
+                if (loom_reserve(&d->candidates, &d->cap_candidates, (size_t)d->n_candidates + 1,
+                                 sizeof *d->candidates, 8))
+                        return loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
+                loom_candidate *c = &d->candidates[d->n_candidates++];
+                memset(c, 0, sizeof *c);
+                c->kind = LOOM_DECISION_NEW_GROUP;
+                c->group = LOOM_NEW_GROUP;
+                c->n_rollout_nodes = d->n_rollout_nodes;
+                memcpy(c->rollout_nodes, d->rollout_nodes, sizeof c->rollout_nodes);
+                c->new_rollout_nodes = k;
+                c->new_train_nodes = t;
+                c->marginal_cost_per_hour = d->marginal_cost_per_hour;
+                c->t_meta = d->t_meta;
+                snprintf(c->why, sizeof c->why, "chosen");
+        }
+        for (int i = 0; i < d->n_candidates && g; i++) /* the chosen one is not "costlier" */
+                if (d->candidates[i].group == g->id &&
+                    d->candidates[i].reject == LOOM_REJECT_COSTLIER) {
+                        d->candidates[i].reject = LOOM_REJECT_NONE;
+                        char was[sizeof d->candidates[i].why];
+                        snprintf(was, sizeof was, "%s", d->candidates[i].why);
+                        snprintf(d->candidates[i].why, sizeof d->candidates[i].why,
+                                 "chosen: %.140s", was);
+                }
         return 0;
 }
 
@@ -96,7 +171,7 @@ int loom__plex_commit(loom_sched *s, loom_job_id id, const loom_job_spec *spec,
 {
         loom_plex_decision o;
         loom_plex_job j;
-        int rc = decide(s, spec, &o, NULL);
+        int rc = decide(s, spec, &o, NULL, NULL);
         if (rc)
                 return rc;
         plex_job(s, spec, &j);

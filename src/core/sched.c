@@ -31,6 +31,10 @@ const char *loom_reject_name(loom_reject r)
 {
         static const char *const n[] = {"none",      "memory", "slo",    "costlier",
                                         "saturated", "full",   "too_big"};
+        if (r == LOOM_REJECT_DUTY)
+                return "duty";
+        if (r == LOOM_REJECT_NO_FIT)
+                return "no_fit";
         return (unsigned)r < 7 ? n[r] : "?";
 }
 

@@ -102,6 +102,17 @@ Test(plexsched, duty_bound_prunes_before_fitting)
                 cr_assert_eq(d.group, 0, "job %d: %s", i, d.reason);
         }
         /* Four residents: each would see 4 x 59 x 99 / 28800 = 81% foreign duty > 75%. */
+        loom_decision ex;
+        loom_decision_init(&ex, true);
+        loom_job_spec sp = spec(231.53, 57.50, 8);
+        cr_assert_eq(loom_sched_decide(s, &sp, &ex, &e), 0);
+        cr_assert_eq(ex.n_candidates, 2);
+        cr_assert_eq(ex.candidates[0].group, 0);
+        cr_assert_eq(ex.candidates[0].reject, LOOM_REJECT_DUTY);
+        cr_assert_str_eq(loom_reject_name(ex.candidates[0].reject), "duty");
+        cr_assert_eq(ex.candidates[1].kind, LOOM_DECISION_NEW_GROUP);
+        cr_assert_eq(ex.candidates[1].reject, LOOM_REJECT_NONE);
+        loom_decision_free(&ex);
         submit(s, spec(231.53, 57.50, 8), &d);
         cr_assert_eq(d.kind, LOOM_DECISION_NEW_GROUP, "%s", d.reason);
         cr_assert_eq(d.groups_pruned_bound, 1);
