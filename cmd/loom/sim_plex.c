@@ -166,15 +166,18 @@ static int parse(int argc, char **argv, opts *o)
         }
         return -1;
 bad:
-        fprintf(stderr,
-                "loom sim: invalid --%s '%s' (policy: plex-isolated, plex-pack, "
-                "plex-spread, plex-backfill, plex-all; nodes >= 12; jitter in [0, 1))\n",
-                lo[0].name && c == 'p' ? "policy"
-                : c == 'w'             ? "window"
-                : c == 'n'             ? "nodes"
-                : c == 'J'             ? "jitter"
-                                       : "seed",
-                optarg);
+        fprintf(stderr, "loom sim: invalid --%s '%s' (%s)\n",
+                c == 'p'   ? "policy"
+                : c == 'w' ? "window"
+                : c == 'n' ? "nodes"
+                : c == 'J' ? "jitter"
+                           : "seed",
+                optarg,
+                c == 'p'   ? "plex-isolated, plex-pack, plex-spread, plex-backfill, plex-all"
+                : c == 'w' ? "START:COUNT"
+                : c == 'n' ? "12..100000"
+                : c == 'J' ? "in [0, 1)"
+                           : "an integer");
         return 2;
 }
 
