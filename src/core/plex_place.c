@@ -100,11 +100,28 @@ static void note(void *ctx, loom_tl_group tg, loom_plex_outcome o, int32_t shift
                 snprintf(c->why, sizeof c->why, "%s", why[o]);
 }
 
+/* A cycle as long as the horizon cannot be planned on it: such a job gets a group of its own
+ * that the timeline does not know (so nobody joins it). */
+static bool unplannable(const loom_sched *s, const loom_plex_job *j)
+{
+        const loom_timeline *t = loom_plex_timeline(s->plex);
+        return loom_timeline_span(t, j->period) >= loom_timeline_slots(t);
+}
+
 static int decide(const loom_sched *s, const loom_job_spec *spec, loom_plex_decision *o,
                   loom_decision *d, loom_err *e)
 {
         loom_plex_job j;
         plex_job(s, spec, &j);
+        if (unplannable(s, &j)) {
+                memset(o, 0, sizeof *o);
+                o->placed = o->new_group = true;
+                o->group = LOOM_TL_NO_GROUP;
+                snprintf(o->why, sizeof o->why,
+                         "the cycle is not shorter than the planning horizon: a group of its "
+                         "own, off the timeline");
+                return 0;
+        }
         mem_ctx m = {s, spec};
         if (!d || !d->record_candidates)
                 return loom_plex_decide_if(s->plex, &j, mem_ok, &m, o, e);
@@ -175,6 +192,8 @@ int loom__plex_commit(loom_sched *s, loom_job_id id, const loom_job_spec *spec,
         if (rc)
                 return rc;
         plex_job(s, spec, &j);
+        if (unplannable(s, &j))
+                return 0;
         if ((rc = loom_plex_commit(s->plex, id, &j, &o, NULL)))
                 return rc;
         if (o.new_group)

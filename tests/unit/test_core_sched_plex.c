@@ -90,6 +90,25 @@ Test(plexsched, jobs_share_a_training_pool_with_rollout_nodes_of_their_own)
         loom_sched_free(s);
 }
 
+Test(plexsched, a_cycle_longer_than_the_horizon_gets_a_group_of_its_own)
+{
+        loom_err e;
+        loom_sched *s = loom_sched_new(&cl, &po, &e);
+        loom_decision d;
+        loom_decision_init(&d, false);
+        loom_job_id a = submit(s, spec(8 * 3600.0, 600, 8), &d);
+        cr_assert_eq(d.kind, LOOM_DECISION_NEW_GROUP, "%s", d.reason);
+        loom_job_id b = submit(s, spec(8 * 3600.0, 600, 8), &d);
+        cr_assert_eq(d.kind, LOOM_DECISION_NEW_GROUP, "%s", d.reason);
+        submit(s, spec(231.53, 57.50, 8), &d); /* plannable jobs still share among themselves */
+        submit(s, spec(231.53, 57.50, 8), &d);
+        cr_assert_eq(d.kind, LOOM_DECISION_ROLLOUT_SCALE, "%s", d.reason);
+        cr_assert_eq(loom_sched_job_exit(s, 0, a, LOOM_EXIT_FINISHED), 0);
+        cr_assert_eq(loom_sched_job_exit(s, 0, b, LOOM_EXIT_CANCELLED), 0);
+        loom_decision_free(&d);
+        loom_sched_free(s);
+}
+
 Test(plexsched, duty_bound_prunes_before_fitting)
 {
         po.plex_alpha = 1.0; /* shifts up to a whole cycle: only the duty bound stops packing */
