@@ -30,6 +30,20 @@ typedef struct pg {
         int32_t busy, min_busy; /* busy slots of the group; least of one resident */
 } pg;
 
+/* The pruning tree over groups: each node bounds its subtree's groups, so a search skips every
+ * group that the O(1) tests would reject without touching it (range-min of busy time,
+ * range-max of the longest free window, the range of node counts). */
+typedef struct tnode {
+        int min_nodes, max_nodes;
+        int32_t max_longest;
+        int32_t min_busy;   /* group busy slots */
+        int32_t min_others; /* busy slots not of its least busy resident */
+} tnode;
+
+typedef struct size_count {
+        int nodes, groups;
+} size_count;
+
 struct loom_plex {
         loom_plex_cfg c;
         loom_timeline *t;
@@ -40,6 +54,11 @@ struct loom_plex {
         uint32_t n_g;
         loom_tl_win *wbuf;
         size_t cap_wbuf;
+        tnode *tree; /* 2 * tree_leaves nodes, root at 1 */
+        size_t tree_leaves;
+        size_count *sizes; /* live groups per node count */
+        int n_sizes;
+        size_t cap_sizes;
 };
 
 /* A job's footprint in slots. */
@@ -131,6 +150,8 @@ void loom_plex_free(loom_plex *p)
         free(p->g);
         free(p->j);
         free(p->wbuf);
+        free(p->tree);
+        free(p->sizes);
         loom_timeline_free(p->t);
         free(p);
 }
@@ -234,44 +255,98 @@ typedef struct noter {
         void *ctx;
 } noter;
 
+/* One decision's search state. */
+typedef struct search {
+        const loom_plex *p;
+        const loom_plex_job *j;
+        fp *f;
+        loom_tl_group exclude;
+        accept_fn accept;
+        void *ctx;
+        const noter *nt;
+        loom_plex_decision *o;
+        pick b;
+        int32_t guard;
+        bool stop;
+} search;
+
+/* Look at group gi (of the job's size, live, not excluded). */
+static void visit(search *x, loom_tl_group gi)
+{
+        const loom_plex *p = x->p;
+        const pg *g = &p->g[gi];
+        int why = prune(p, gi, x->f);
+        if (why < 0 && x->accept && !x->accept(x->ctx, gi))
+                why = LOOM_PLEX_PRUNED_DRIVER;
+        if (why >= 0) {
+                if (x->nt)
+                        x->nt->fn(x->nt->ctx, gi, (loom_plex_outcome)why, 0, 0, 0);
+                return;
+        }
+        x->o->groups_fitted++;
+        pick c = {.have = true, .g = gi};
+        if (loom_timeline_fit(p->t, gi, &p->c.fit, &x->f->f, &c.shift, &c.cost, &c.slack)) {
+                if (x->nt)
+                        x->nt->fn(x->nt->ctx, gi, LOOM_PLEX_NO_FIT, 0, 0, 0);
+                return;
+        }
+        if (x->nt)
+                x->nt->fn(x->nt->ctx, gi, LOOM_PLEX_FITS, c.shift, c.cost, c.slack);
+        c.busy = g->busy;
+        if (!x->b.have || better(p, &c, &x->b))
+                x->b = c;
+        /* Spread: no shift and full slack cannot be beaten. */
+        if (p->c.mode == LOOM_PLEX_SPREAD && x->b.shift == 0 && x->b.slack >= x->guard)
+                x->stop = true;
+}
+
+/* Could some group under tree node t pass the O(1) bounds? (Exact at a leaf.) */
+static bool tree_may(const search *x, const tnode *t)
+{
+        double D = x->p->c.duty_max * loom_timeline_slots(x->p->t);
+        return t->min_nodes <= x->j->nodes && x->j->nodes <= t->max_nodes &&
+               t->max_longest >= x->f->longest && t->min_busy <= D &&
+               (double)t->min_others + x->f->busy <= D;
+}
+
+/* Visit, in ascending group order, the groups whose subtree bounds allow them. */
+static void tree_walk(search *x, size_t node, size_t lo, size_t hi)
+{
+        const loom_plex *p = x->p;
+        if (x->stop || lo >= p->n_g || !tree_may(x, &p->tree[node]))
+                return;
+        if (hi - lo == 1) {
+                if ((loom_tl_group)lo != x->exclude)
+                        visit(x, (loom_tl_group)lo);
+                return;
+        }
+        size_t mid = lo + (hi - lo) / 2;
+        tree_walk(x, 2 * node, lo, mid);
+        tree_walk(x, 2 * node + 1, mid, hi);
+}
+
 static void choose(const loom_plex *p, const loom_plex_job *j, fp *f, loom_tl_group exclude,
                    accept_fn accept, void *ctx, const noter *nt, loom_plex_decision *o)
 {
         memset(o, 0, sizeof *o);
         o->group = LOOM_TL_NO_GROUP;
-        pick b = {0};
-        int32_t guard = loom_timeline_span(p->t, p->c.guard);
+        search x = {
+            p, j, f, exclude, accept, ctx, nt, o, {0}, loom_timeline_span(p->t, p->c.guard), false};
         bool share = p->c.mode != LOOM_PLEX_ISOLATED && j->profiled;
-        for (uint32_t gi = 0; share && gi < p->n_g; gi++) {
-                const pg *g = &p->g[gi];
-                if (g->n == 0 || g->nodes != j->nodes || gi == exclude)
-                        continue;
-                o->groups_seen++;
-                int why = prune(p, gi, f);
-                if (why < 0 && accept && !accept(ctx, gi))
-                        why = LOOM_PLEX_PRUNED_DRIVER;
-                if (why >= 0) {
-                        o->groups_pruned++;
-                        if (nt)
-                                nt->fn(nt->ctx, gi, (loom_plex_outcome)why, 0, 0, 0);
-                        continue;
-                }
-                o->groups_fitted++;
-                pick c = {.have = true, .g = gi};
-                if (loom_timeline_fit(p->t, gi, &p->c.fit, &f->f, &c.shift, &c.cost, &c.slack)) {
-                        if (nt)
-                                nt->fn(nt->ctx, gi, LOOM_PLEX_NO_FIT, 0, 0, 0);
-                        continue;
-                }
-                if (nt)
-                        nt->fn(nt->ctx, gi, LOOM_PLEX_FITS, c.shift, c.cost, c.slack);
-                c.busy = g->busy;
-                if (!b.have || better(p, &c, &b))
-                        b = c;
-                /* Spread: no shift and full slack cannot be beaten. */
-                if (p->c.mode == LOOM_PLEX_SPREAD && b.shift == 0 && b.slack >= guard)
-                        break;
+        for (int i = 0; share && i < p->n_sizes; i++)
+                if (p->sizes[i].nodes == j->nodes)
+                        o->groups_seen = p->sizes[i].groups;
+        if (share && exclude < p->n_g && p->g[exclude].n > 0 && p->g[exclude].nodes == j->nodes)
+                o->groups_seen--;
+        if (share && nt) { /* explaining: every group, in order, each with its verdict */
+                for (uint32_t gi = 0; gi < p->n_g && !x.stop; gi++)
+                        if (p->g[gi].n > 0 && p->g[gi].nodes == j->nodes && gi != exclude)
+                                visit(&x, gi);
+        } else if (share && p->tree_leaves) {
+                tree_walk(&x, 1, 0, p->tree_leaves);
         }
+        o->groups_pruned = o->groups_seen - o->groups_fitted;
+        pick b = x.b;
         if (b.have) {
                 o->placed = true;
                 o->group = b.g;
@@ -304,6 +379,71 @@ int loom_plex_decide(const loom_plex *p, const loom_plex_job *j, loom_plex_decis
         return 0;
 }
 
+static const tnode dead = {INT32_MAX, INT32_MIN, -1, INT32_MAX, INT32_MAX};
+
+static tnode combine(const tnode *a, const tnode *b)
+{
+        tnode t;
+        t.min_nodes = a->min_nodes < b->min_nodes ? a->min_nodes : b->min_nodes;
+        t.max_nodes = a->max_nodes > b->max_nodes ? a->max_nodes : b->max_nodes;
+        t.max_longest = a->max_longest > b->max_longest ? a->max_longest : b->max_longest;
+        t.min_busy = a->min_busy < b->min_busy ? a->min_busy : b->min_busy;
+        t.min_others = a->min_others < b->min_others ? a->min_others : b->min_others;
+        return t;
+}
+
+static tnode leaf_of(const loom_plex *p, loom_tl_group gi)
+{
+        const pg *g = &p->g[gi];
+        if (g->n == 0 || g->n >= p->c.max_jobs)
+                return dead; /* empty, or full: no job may join */
+        return (tnode){g->nodes, g->nodes, g->longest, g->busy, g->busy - g->min_busy};
+}
+
+static void tree_update(loom_plex *p, loom_tl_group gi)
+{
+        if (gi >= p->tree_leaves)
+                return;
+        size_t x = p->tree_leaves + gi;
+        p->tree[x] = leaf_of(p, gi);
+        for (x /= 2; x >= 1; x /= 2)
+                p->tree[x] = combine(&p->tree[2 * x], &p->tree[2 * x + 1]);
+}
+
+/* Room for `groups` leaves; rebuilt from the group table when it grows. */
+static int tree_reserve(loom_plex *p, size_t groups)
+{
+        if (groups <= p->tree_leaves)
+                return 0;
+        size_t n = p->tree_leaves ? p->tree_leaves : 16;
+        while (n < groups)
+                n *= 2;
+        tnode *t = malloc(sizeof *t * 2 * n);
+        if (!t)
+                return LOOM_ENOMEM;
+        for (size_t i = 0; i < 2 * n; i++)
+                t[i] = dead;
+        for (uint32_t gi = 0; gi < p->n_g; gi++)
+                t[n + gi] = leaf_of(p, gi);
+        for (size_t x = n - 1; x >= 1; x--)
+                t[x] = combine(&t[2 * x], &t[2 * x + 1]);
+        free(p->tree);
+        p->tree = t;
+        p->tree_leaves = n;
+        return 0;
+}
+
+static void count_size(loom_plex *p, int nodes, int delta)
+{
+        for (int i = 0; i < p->n_sizes; i++)
+                if (p->sizes[i].nodes == nodes) {
+                        p->sizes[i].groups += delta;
+                        return;
+                }
+        /* room is reserved by ensure_tables before a group is made */
+        p->sizes[p->n_sizes++] = (size_count){nodes, delta};
+}
+
 /* The longest free window of group gi, across the wrap. */
 static int refresh_group(loom_plex *p, loom_tl_group gi)
 {
@@ -323,6 +463,7 @@ static int refresh_group(loom_plex *p, loom_tl_group gi)
         g->nodes = loom_timeline_group_nodes(p->t, gi);
         g->busy = loom_timeline_group_busy(p->t, gi);
         g->min_busy = min_resident_busy(p, g);
+        tree_update(p, gi);
         return 0;
 }
 
@@ -349,6 +490,9 @@ static int ensure_tables(loom_plex *p, uint32_t id)
                 return LOOM_ENOMEM;
         memset(p->j + oj, 0, (p->cap_j - oj) * sizeof *p->j);
         memset(p->g + og, 0, (p->cap_g - og) * sizeof *p->g);
+        if (tree_reserve(p, (size_t)p->n_g + 1) ||
+            loom_reserve(&p->sizes, &p->cap_sizes, (size_t)p->n_sizes + 1, sizeof *p->sizes, 4))
+                return LOOM_ENOMEM;
         return 0;
 }
 
@@ -367,6 +511,8 @@ static int place_at(loom_plex *p, uint32_t id, const loom_plex_job *j, fp *f, lo
         int rc = commit(p, id, j, f, o->group, o->shift, e);
         if (rc && o->new_group)
                 loom_timeline_group_free(p->t, o->group);
+        else if (o->new_group)
+                count_size(p, j->nodes, +1);
         return rc;
 }
 
@@ -397,10 +543,13 @@ static void drop_member(loom_plex *p, pj *x, uint32_t id)
                         break;
                 }
         loom_timeline_release(p->t, id);
-        if (g->n == 0)
+        if (g->n == 0) {
                 loom_timeline_group_free(p->t, x->g);
-        else
+                count_size(p, g->nodes, -1);
+                tree_update(p, x->g);
+        } else {
                 refresh_group(p, x->g);
+        }
         x->live = false;
 }
 
@@ -501,10 +650,13 @@ int loom_plex_repack(loom_plex *p, uint32_t id, loom_plex_decision *out)
         x->g = out->group;
         x->offset = out->shift;
         x->spec = spec;
-        if (og->n == 0)
+        if (og->n == 0) {
                 loom_timeline_group_free(p->t, old);
-        else
+                count_size(p, og->nodes, -1);
+                tree_update(p, old);
+        } else {
                 refresh_group(p, old);
+        }
         refresh_group(p, out->group);
         return 0;
 }

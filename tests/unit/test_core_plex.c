@@ -209,3 +209,62 @@ Test(plex, bad_config_names_the_field)
         cr_assert_null(loom_plex_new(&c, &e));
         cr_assert_str_eq(e.field, "alpha");
 }
+
+static void ignore(void *ctx, loom_tl_group g, loom_plex_outcome o, int32_t shift, double cost,
+                   int32_t slack)
+{
+        (void)g, (void)shift, (void)cost, (void)slack;
+        int *n = ctx;
+        n[o]++;
+}
+
+/* Property: the pruning tree finds the same group and shift as visiting every group, and every
+ * group it skips is one the O(1) bounds reject. */
+Test(plex, pruning_tree_decides_like_the_full_scan)
+{
+        uint64_t r = 0x243f6a8885a308d3ull;
+        for (int mode = LOOM_PLEX_SPREAD; mode <= LOOM_PLEX_PACK; mode++) {
+                loom_plex *p = mk_alpha(200, (loom_plex_mode)mode, 0.8, 0.5);
+                bool live[400] = {false};
+                int shared = 0;
+                for (int step = 0; step < 1500; step++) {
+                        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+                        uint32_t id = 1 + (uint32_t)(r % 399);
+                        if (live[id]) {
+                                cr_assert_eq(loom_plex_release(p, id), 0);
+                                live[id] = false;
+                                continue;
+                        }
+                        loom_plex_job j;
+                        /* a few recipes (commensurate periods) so that groups do fill up */
+                        static const double roll[] = {70, 170, 40, 140};
+                        static const double call[] = {30, 30, 20, 10};
+                        int k = (int)((r >> 20) % 4);
+                        loom_us c[] = {S(call[k])};
+                        loom_plex_job_from_calls(&j, 1 + (int)((r >> 30) % 2), S(roll[k]), c, 1, 0,
+                                                 true);
+                        loom_plex_decision fast, slow;
+                        int notes[8] = {0};
+                        loom_err e;
+                        cr_assert_eq(loom_plex_decide(p, &j, &fast, &e), 0);
+                        cr_assert_eq(
+                            loom_plex_decide_explain(p, &j, NULL, NULL, ignore, notes, &slow, &e),
+                            0);
+                        cr_assert_eq(fast.placed, slow.placed, "step %d", step);
+                        cr_assert_eq(fast.new_group, slow.new_group, "step %d", step);
+                        cr_assert_eq(fast.group, slow.group, "step %d", step);
+                        cr_assert_eq(fast.shift, slow.shift, "step %d", step);
+                        cr_assert_eq(fast.groups_seen, slow.groups_seen, "step %d", step);
+                        /* the tree skips exactly the groups the bounds reject */
+                        cr_assert_eq(fast.groups_fitted, slow.groups_fitted, "step %d", step);
+                        shared += fast.placed && !fast.new_group;
+                        loom_plex_decision o;
+                        cr_assert_eq(loom_plex_place(p, id, &j, &o, &e), 0);
+                        live[id] = o.placed;
+                }
+                cr_assert_eq(loom_timeline_check(loom_plex_timeline(p)), 0);
+                cr_assert_gt(loom_plex_groups(p), 3);
+                cr_assert_gt(shared, 100);
+                loom_plex_free(p);
+        }
+}
