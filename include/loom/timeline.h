@@ -180,8 +180,9 @@ int loom_hrrs_preempt(const loom_hrrs_req *running, const loom_hrrs_req *q, int 
 
 /*
  * loom_plex places jobs' periodic training demand onto node groups of a loom_timeline:
- *   - warm start (a profile is known): groups of the job's size are pruned in O(1) (duty bound,
- *     longest free window, member limit), the rest are fitted (least Eq. 1 shift) and ranked;
+ *   - warm start (a profile is known): groups of the job's size are pruned by O(1) bounds (duty
+ *     bound, longest free window, member limit) through a tree over the groups that skips every
+ *     subtree none of whose groups can pass; the rest are fitted (least Eq. 1 shift) and ranked;
  *     if none fits, a new dedicated group is made from unassigned nodes;
  *   - cold start (no profile): always a dedicated group, so the profile is clean; after one
  *     cycle the driver calls loom_plex_repack, which moves the job to the best-fitting other
@@ -243,7 +244,8 @@ typedef struct loom_plex_decision {
         double cost;       /* Eq. 1 */
         int32_t slack;     /* least slack to a resident's busy time, slots */
         int groups_seen;   /* live groups of the job's size */
-        int groups_pruned; /* rejected by the O(1) bounds before any fitting */
+        int groups_pruned; /* seen but not fitted: cut by the O(1) bounds (or never reached
+                              once a perfect fit ended the search) */
         int groups_fitted; /* fitted (Eq. 2 search) */
         char why[160];
 } loom_plex_decision;
