@@ -101,8 +101,8 @@ int32_t loom_timeline_group_busy(const loom_timeline *t, loom_tl_group g); /* bu
  * count; copies up to cap into out. */
 int loom_timeline_group_windows(const loom_timeline *t, loom_tl_group g, loom_tl_win *out, int cap);
 
-/* A job's periodic footprint: segments of a period, repeated every `period` slots from phase
- * `offset` across the horizon. */
+/* A job's periodic footprint: segments of a period (sorted by offset, disjoint, within the
+ * period), repeated every `period` slots from phase `offset` across the horizon. */
 typedef struct loom_tl_footprint {
         const loom_tl_seg *seg;
         int ns;

@@ -192,13 +192,38 @@ static int to_fp(const loom_plex *p, const loom_plex_job *j, fp *o, loom_err *e)
                         o->longest = end - a;
                 o->busy += end - a;
         }
+        /* Sort by offset and merge what rounding to slots made overlap or touch. */
+        for (int i = 1; i < j->n_seg; i++)
+                for (int k = i; k > 0 && o->seg[k].a < o->seg[k - 1].a; k--) {
+                        loom_tl_seg x = o->seg[k];
+                        o->seg[k] = o->seg[k - 1];
+                        o->seg[k - 1] = x;
+                }
+        int n = 0;
+        for (int i = 0; i < j->n_seg; i++) {
+                if (n && o->seg[i].a <= o->seg[n - 1].a + o->seg[n - 1].d) {
+                        int32_t to = o->seg[i].a + o->seg[i].d;
+                        if (to > o->seg[n - 1].a + o->seg[n - 1].d)
+                                o->seg[n - 1].d = to - o->seg[n - 1].a;
+                } else {
+                        o->seg[n++] = o->seg[i];
+                }
+        }
+        o->busy = 0;
+        o->longest = 0;
         int32_t end = 0;
-        for (int i = 0; i < j->n_seg; i++)
+        for (int i = 0; i < n; i++) {
+                o->busy += o->seg[i].d;
+                if (o->seg[i].d > o->longest)
+                        o->longest = o->seg[i].d;
                 if (o->seg[i].a + o->seg[i].d > end)
                         end = o->seg[i].a + o->seg[i].d;
+        }
+        if (end > period)
+                return loom_err_set(e, LOOM_EINVAL, "segments", "segments overrun the period");
         reps = (loom_timeline_slots(t) - end) / period + 1;
         o->busy *= reps;
-        o->f = (loom_tl_footprint){o->seg, j->n_seg, period, 0};
+        o->f = (loom_tl_footprint){o->seg, n, period, 0};
         return 0;
 }
 

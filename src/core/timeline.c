@@ -344,9 +344,12 @@ static int valid(const loom_timeline *t, const loom_tl_footprint *f)
 {
         if (f->ns < 1 || f->period < 1 || !f->seg)
                 return 0;
-        for (int i = 0; i < f->ns; i++)
+        for (int i = 0; i < f->ns; i++) {
                 if (f->seg[i].a < 0 || f->seg[i].d < 1 || f->seg[i].a + f->seg[i].d > f->period)
                         return 0;
+                if (i && f->seg[i].a < f->seg[i - 1].a + f->seg[i - 1].d)
+                        return 0; /* sorted and disjoint: pieces never overlap each other */
+        }
         return reps(t, f) > 0;
 }
 

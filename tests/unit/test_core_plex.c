@@ -268,3 +268,28 @@ Test(plex, pruning_tree_decides_like_the_full_scan)
                 loom_plex_free(p);
         }
 }
+
+Test(plex, segments_that_touch_after_rounding_are_merged)
+{
+        loom_plex *p = mk(2, LOOM_PLEX_SPREAD, 1.0);
+        loom_plex_job j = {.nodes = 1, .period = S(100), .n_seg = 2, .profiled = true};
+        /* 40.5..50.5 s and 10.2..40.5 s (out of order): slots 40..51 and 10..41 overlap */
+        j.seg_at[0] = S(40.5), j.seg_len[0] = S(10);
+        j.seg_at[1] = S(10.2), j.seg_len[1] = S(30.3);
+        loom_plex_decision o;
+        loom_err e;
+        cr_assert_eq(loom_plex_place(p, 1, &j, &o, &e), 0, "%s", e.msg);
+        const loom_timeline *t = loom_plex_timeline(p);
+        cr_assert_eq(loom_timeline_group_busy(t, o.group), 41 * 10); /* 10..51, 10 periods */
+        cr_assert_eq(loom_timeline_check(t), 0);
+        loom_plex_free(p);
+        /* The timeline itself refuses overlapping or unsorted segments. */
+        loom_timeline *tl = loom_timeline_new(100, 1, 1, &e);
+        loom_tl_group g;
+        cr_assert_eq(loom_timeline_group_new(tl, 1, &g, &e), 0);
+        loom_tl_seg bad[] = {{10, 20}, {25, 5}};
+        loom_tl_footprint f = {bad, 2, 50, 0};
+        cr_assert_eq(loom_timeline_commit(tl, g, 1, &f, &e), LOOM_EINVAL);
+        cr_assert_str_eq(e.field, "segments");
+        loom_timeline_free(tl);
+}
