@@ -204,6 +204,10 @@ typedef struct loom_action {
         loom_node_id nodes[LOOM_MAX_JOB_NODES];
         int gpus;      /* GPUs the phase runs on */
         int keep_gpus; /* for MIGRATE_TAIL */
+        /* A job whose spec gives its training calls trains call by call: START_PHASE(TRAIN)
+         * then runs only call `call` (LOOM_CALL_*) of `n_calls`, and phase_done(TRAIN) ends that
+         * call; the iteration ends with the last. n_calls == 0: the whole phase. */
+        int n_calls, call;
 } loom_action;
 
 /* Pop the next pending action in FIFO order; false when none. */

@@ -36,6 +36,8 @@ typedef struct job {
         int gpus;      /* GPUs of the running phase */
         /* when it began waiting for its current phase (HRRS, FCFS) */
         loom_us wait_since;
+        int call;            /* next training call when it trains call by call (plex_place.c) */
+        loom_us chain_since; /* when its current training phase became ready */
 } job;
 
 typedef struct rnode {
@@ -141,6 +143,13 @@ int loom__plex_commit(loom_sched *s, loom_job_id id, const loom_job_spec *spec,
 void loom__plex_release(loom_sched *s, loom_job_id id);
 /* hrrs order of the training pool: the member to train next, or NULL (dispatch.c calls it) */
 job *loom__train_pick(const loom_sched *s, const group *g, loom_us now);
+/* Who goes on when a member is between two calls of its training phase: it continues (rr), or
+ * yields to a foreign request whose HRRS score beats its running score by preempt_margin
+ * (hrrs), or joins the queue by the time its call was queued (fcfs: NULL, the usual pick).
+ * NULL when no member is between calls. */
+job *loom__train_mid_chain(const loom_sched *s, const group *g, loom_us now);
+/* calls of j's training phase when it runs call by call (>= 2), else 0 */
+int loom__job_calls(const job *j, loom_us *calls);
 
 /* dispatch.c */
 void loom__dispatch(loom_sched *s, group *g, loom_us now);

@@ -14,6 +14,8 @@
 
 #include "internal.h"
 
+static loom_us remaining(const job *j, const loom_us *calls, int n);
+
 /* Big enough never to bind: the facade provisions training nodes on demand. */
 #define PLEX_POOL_NODES (1 << 20)
 
@@ -220,10 +222,62 @@ job *loom__train_pick(const loom_sched *s, const group *g, loom_us now)
                 job *j = g->members[i];
                 if (j->state != LOOM_JOB_WAIT_TRAIN)
                         continue;
-                q[n] = (loom_hrrs_req){j->id, j->wait_since, j->t_train_in, s->policy.warm_switch,
-                                       j->wait_seq};
+                loom_us c[LOOM_N_CALLS];
+                int m = loom__job_calls(j, c);
+                q[n] = (loom_hrrs_req){j->id, j->wait_since, m ? remaining(j, c, m) : j->t_train_in,
+                                       s->policy.warm_switch, j->wait_seq};
                 who[n++] = j;
         }
         int k = loom_hrrs_pick(s->policy.dispatch, q, n, now, g->train_last, g->train_last);
         return k < 0 ? NULL : who[k];
+}
+
+int loom__job_calls(const job *j, loom_us *calls)
+{
+        int n = loom_job_calls(&j->spec, calls);
+        return n >= 2 ? n : 0;
+}
+
+/* The time j's remaining calls take on its group's pool (calls scale like t_train). */
+static loom_us remaining(const job *j, const loom_us *calls, int n)
+{
+        loom_us left = 0;
+        for (int i = j->call; i < n; i++)
+                left += calls[i];
+        return j->spec.t_train > 0
+                   ? (loom_us)((double)left * (double)j->t_train_in / (double)j->spec.t_train)
+                   : left;
+}
+
+job *loom__train_mid_chain(const loom_sched *s, const group *g, loom_us now)
+{
+        job *mid = NULL;
+        for (int i = 0; i < g->n_members && !mid; i++) {
+                job *j = g->members[i];
+                if (j->state == LOOM_JOB_WAIT_TRAIN && j->call > 0)
+                        mid = j;
+        }
+        if (!mid || s->policy.dispatch == LOOM_DISPATCH_FCFS)
+                return NULL;
+        if (s->policy.dispatch == LOOM_DISPATCH_RR)
+                return mid;
+        loom_us calls[LOOM_N_CALLS];
+        int n = loom__job_calls(mid, calls);
+        loom_hrrs_req run = {mid->id, mid->chain_since, remaining(mid, calls, n), 0, mid->wait_seq};
+        loom_hrrs_req q[LOOM_MAX_GROUP_SIZE];
+        job *who[LOOM_MAX_GROUP_SIZE];
+        int k = 0;
+        for (int i = 0; i < g->n_members; i++) {
+                job *j = g->members[i];
+                if (j == mid || j->state != LOOM_JOB_WAIT_TRAIN)
+                        continue;
+                loom_us c[LOOM_N_CALLS];
+                int m = loom__job_calls(j, c);
+                q[k] =
+                    (loom_hrrs_req){j->id, j->chain_since, m ? remaining(j, c, m) : j->t_train_in,
+                                    s->policy.warm_switch, j->wait_seq};
+                who[k++] = j;
+        }
+        int w = loom_hrrs_preempt(&run, q, k, now, s->policy.preempt_margin);
+        return w < 0 ? mid : who[w];
 }

@@ -589,7 +589,8 @@ int loom_sched_job_resume(loom_sched *s, loom_us now, loom_job_id id, loom_phase
         /* its next rollout (or training) is the one of the round it was in */
         j->rolls = j->trains + (phase == LOOM_PHASE_TRAIN);
         j->state = phase == LOOM_PHASE_ROLLOUT ? LOOM_JOB_WAIT_ROLL : LOOM_JOB_WAIT_TRAIN;
-        j->wait_since = now;
+        j->wait_since = j->chain_since = now;
+        j->call = 0; /* a training phase run call by call starts over */
         j->wait_seq = ++s->seq;
         loom__dispatch(s, j->group, now);
         return 0;
