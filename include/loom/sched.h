@@ -204,9 +204,10 @@ typedef struct loom_action {
         loom_node_id nodes[LOOM_MAX_JOB_NODES];
         int gpus;      /* GPUs the phase runs on */
         int keep_gpus; /* for MIGRATE_TAIL */
-        /* A job whose spec gives its training calls trains call by call: START_PHASE(TRAIN)
-         * then runs only call `call` (LOOM_CALL_*) of `n_calls`, and phase_done(TRAIN) ends that
-         * call; the iteration ends with the last. n_calls == 0: the whole phase. */
+        /* A job whose spec gives two or more training calls trains call by call:
+         * START_PHASE(TRAIN) then runs only call `call` of the `n_calls` loom_job_calls()
+         * lists, and phase_done(TRAIN) ends that call; the iteration ends with the last.
+         * n_calls == 0: the whole phase. */
         int n_calls, call;
 } loom_action;
 

@@ -61,6 +61,8 @@ typedef struct sjob {
         loom_us done_at, first_start;
         loom_us ready;   /* the admission-time load into host memory is done */
         bool touched[2]; /* has run a phase on this pool */
+        /* the training call running, of n_calls (0: the whole phase) */
+        int call, n_calls;
 } sjob;
 
 typedef struct engine {
@@ -294,6 +296,10 @@ static int start_phase(engine *g, const loom_action *a)
                                    sj->train[it]);
         else
                 len = sj->spec.t_sync;
+        loom_us calls[LOOM_N_CALLS];
+        j->call = a->call, j->n_calls = a->phase == LOOM_PHASE_TRAIN ? a->n_calls : 0;
+        if (j->n_calls > 0 && loom_job_calls(&sj->spec, calls) == j->n_calls)
+                len = (loom_us)((double)len * (double)calls[j->call] / (double)sj->spec.t_train);
         j->version++;
         return loom__sim_heap_push(&g->heap, g->now + ovh + len, SIM_EV_END, (uint32_t)ji,
                                    j->version);
@@ -436,8 +442,8 @@ static int on_end(engine *g, int ji)
         j->running = false;
         loom_phase ph = j->phase;
         j->rolling = false;
-        if (ph == LOOM_PHASE_TRAIN)
-                j->iter++;
+        if (ph == LOOM_PHASE_TRAIN && (j->n_calls == 0 || j->call + 1 == j->n_calls))
+                j->iter++; /* a training phase run call by call ends with its last call */
         if ((rc = loom_sched_phase_done(g->s, g->now, j->id, ph)))
                 return fail(g, rc, "phase_done");
         return drain(g);

@@ -6,6 +6,7 @@
 #include <math.h>
 
 #include "loom/plexsim.h"
+#include "loom/sim.h"
 
 static loom_plexsim_pool_job job_of(const loom_plexsim_model *m, int iters, double start,
                                     double jitter)
@@ -138,4 +139,43 @@ Test(plexsim, trace_rows_map_to_models)
         cr_assert_eq(j[1].iterations, 1);
         cr_assert_eq(j[2].model, 2);
         cr_assert_eq(j[2].iterations, 10);
+}
+
+/* The simulator drives a call-by-call training phase through the core: every job finishes
+ * its iterations, each iteration takes its calls' time, not three times the whole phase. */
+Test(plexsim, the_engine_runs_training_call_by_call)
+{
+        loom_sim_cfg cfg;
+        loom_sim_cfg_default(&cfg);
+        cfg.policy.placer = LOOM_PLACER_PLEX;
+        cfg.policy.dispatch = LOOM_DISPATCH_HRRS;
+        loom_job_spec sp[2];
+        loom_us at[2] = {0, 0};
+        for (int i = 0; i < 2; i++) {
+                loom_job_spec_init(&sp[i]);
+                sp[i].rollout_gpus = sp[i].train_gpus = 8;
+                sp[i].t_roll = loom_us_from_s(231.53);
+                sp[i].t_calls[0] = loom_us_from_s(9.66);
+                sp[i].t_calls[1] = loom_us_from_s(38.08);
+                sp[i].t_calls[2] = loom_us_from_s(9.76);
+                sp[i].t_train = sp[i].t_calls[0] + sp[i].t_calls[1] + sp[i].t_calls[2];
+                sp[i].slo = 2.0;
+                sp[i].iterations = 10;
+        }
+        loom_sim_noise nz;
+        loom_sim_noise_default(&nz);
+        nz.deterministic = true;
+        loom_sim_workload w;
+        loom_err e;
+        cr_assert_eq(loom_sim_workload_from_specs(sp, at, 2, &nz, 1, &cfg.cluster, &w, &e), 0, "%s",
+                     e.msg);
+        loom_sim_result r;
+        cr_assert_eq(loom_sim_run(&cfg, &w, LOOM_SIM_LOOM, &r, &e), 0, "%s", e.msg);
+        cr_assert_eq(r.jobs_done, 2);
+        cr_assert_eq(r.decisions[LOOM_DECISION_ROLLOUT_SCALE], 1); /* they share a pool */
+        for (int i = 0; i < 2; i++)
+                cr_assert(r.iter_s[i] > 289.0 && r.iter_s[i] < 289.03 + 60, "job %d: %.2f s", i,
+                          r.iter_s[i]);
+        loom_sim_result_free(&r);
+        loom_sim_workload_free(&w);
 }
