@@ -109,6 +109,7 @@ typedef struct srv_lease {
         int keep_gpus; /* > 0 once the scheduler advised migrating the tail */
         loom_us granted_mono, deadline;
         int64_t granted_wall;
+        int call, n_calls; /* a training phase run call by call: this call of n_calls */
 } srv_lease;
 
 /* What loomd keeps about a job besides the core's view; index id - 1 in srv->jobs. */
@@ -134,6 +135,7 @@ typedef struct srv_job {
         bool has_lease;
         srv_lease lease;
         srv_req *waiters;
+        int permit_call, permit_n_calls; /* see loom_action.call */
 } srv_job;
 
 /* Prometheus histogram with fixed upper bounds in seconds. */

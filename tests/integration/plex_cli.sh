@@ -116,6 +116,30 @@ assert abs(b["spec"]["t_train_s"] - 57.5) < 1e-6, b["spec"]
 g = json.load(open(sys.argv[2]))["groups"]
 assert len(g) == 1 and g[0]["members"] == [1, 2] and len(g[0]["rollout_nodes"]) == 2, g
 PY
+# A permit per training call: job 1 runs compute_log_prob, update_actor, sync_weight as three
+# leases, and only the last one completes its iteration.
+$py - "$port" <<'PY' || fail "loomd per-call permits"
+import json, sys, urllib.request
+base = "http://127.0.0.1:%s" % sys.argv[1]
+def post(path, body=None):
+    req = urllib.request.Request(base + path, data=json.dumps(body or {}).encode(), method="POST")
+    return json.load(urllib.request.urlopen(req, timeout=10))
+def get(path):
+    return json.load(urllib.request.urlopen(base + path, timeout=10))
+l = post("/v1/jobs/1/phases/rollout/acquire?wait=5")
+assert l["phase"] == "rollout" and "call" not in l, l
+post("/v1/leases/%d/release" % l["lease"], {"status": "ok"})
+seen = []
+for want in ("compute_log_prob", "update_actor", "sync_weight"):
+    assert get("/v1/jobs/1")["iterations_done"] == 0
+    l = post("/v1/jobs/1/phases/train/acquire?wait=5")
+    assert l["phase"] == "train" and l["call"] == want and l["calls"] == 3, l
+    seen.append(l["call_index"])
+    post("/v1/leases/%d/release" % l["lease"], {"status": "ok"})
+assert seen == [0, 1, 2], seen
+j = get("/v1/jobs/1")
+assert j["iterations_done"] == 1 and j["next_phase"] == "rollout", j
+PY
 printf '{"cluster":{},"policy":{"placer":"plex","dispatch":"lifo"}}' >"$tmp/bad.json"
 set +e
 "$loomd" --data-dir "$tmp/d2" --cluster "$tmp/bad.json" 2>"$tmp/err"; rc=$?
