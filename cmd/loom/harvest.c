@@ -1,0 +1,301 @@
+/*
+ * harvest.c - `loom harvest`: rollouts on idle serving GPUs (ROSE).
+ *
+ *   loom harvest sim    [options]   trace-driven simulation, one result per policy
+ *   loom harvest node   [options]   a live co-serving executor of one emulated GPU over HTTP
+ *   loom harvest replay [options]   drive a node with a trace, print client-side TTFT/TPOT
+ *
+ * Exit status: 0 ok, 1 invalid input, 2 bad usage.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmd.h"
+#include "loom/harvest.h"
+
+static int loom_cmd_harvest_node(int argc, char **argv)
+{
+        fprintf(stderr, "loom harvest node: not available yet\n");
+        return 2;
+}
+
+static int loom_cmd_harvest_replay(int argc, char **argv)
+{
+        fprintf(stderr, "loom harvest replay: not available yet\n");
+        return 2;
+}
+
+static void usage(FILE *f)
+{
+        fprintf(
+            f,
+            "usage: loom harvest <sim|node|replay> [options]\n"
+            "\n"
+            "  sim      replay a serving trace on PD-disaggregated serving GPUs while an agentic\n"
+            "           RL job rolls out on dedicated and borrowed serving GPUs; one result per\n"
+            "           policy (GPU time is simulated from latency models)\n"
+            "  node     one emulated serving GPU running the co-serving executor behind HTTP\n"
+            "  replay   drive a node with a trace at (compressed) wall-clock speed\n"
+            "\n"
+            "sim options:\n"
+            "  --trace FILE        CSV TIMESTAMP,ContextTokens,GeneratedTokens\n"
+            "                      (default traces/azure/llm-2023-conv.csv)\n"
+            "  --policy LIST       comma-separated, or all (default rose,roll): rose, roll,\n"
+            "                      static, serverless, prism, ttft-only, tpot-only, pinned,\n"
+            "                      preempt, turnwise\n"
+            "  --pair P            7b (default) or 32b model pair on H800\n"
+            "  --density D         divide inter-arrival times by D (default 1)\n"
+            "  --duration-s S      replay at most S seconds of the compressed trace\n"
+            "  --serving-gpus N    serving cluster size (default 16; prefill:decode 1:3)\n"
+            "  --borrow N          serving GPUs the RL job may borrow (default 16)\n"
+            "  --rl-gpus N         dedicated rollout GPUs (default 8)\n"
+            "  --steps N           RL steps (default 5; 0 = as many as the trace lasts)\n"
+            "  --batch N, --group N    trajectories per step (256), group size (16)\n"
+            "  --train-s S         training + sync time between rollouts (default 60)\n"
+            "  --ttft-ms, --tpot-ms    serving SLOs (default 500/150 for 7b, 1000/500 32b)\n"
+            "  --lease-s S         prefix-cache lease (default 10)\n"
+            "  --headroom F        serving headroom, fraction of device memory (0.2)\n"
+            "  --stall-s S         stall timeout (default 2)\n"
+            "  --seed N            workload seed (default 1)\n"
+            "  --json              one JSON object per policy\n"
+            "\n"
+            "`loom harvest node --help` and `loom harvest replay --help` describe those.\n");
+}
+
+static int num(const char *name, const char *v, double lo, double hi, double *out)
+{
+        char *end;
+        errno = 0;
+        double d = strtod(v, &end);
+        if (errno || end == v || *end || !(d >= lo && d <= hi)) {
+                fprintf(stderr, "loom harvest: %s: '%s' is not a number in [%g, %g]\n", name, v, lo,
+                        hi);
+                return 1;
+        }
+        *out = d;
+        return 0;
+}
+
+static int integer(const char *name, const char *v, double lo, double hi, uint32_t *out)
+{
+        double d;
+        if (num(name, v, lo, hi, &d))
+                return 1;
+        if (d != (double)(uint32_t)d) {
+                fprintf(stderr, "loom harvest: %s: '%s' is not a whole number\n", name, v);
+                return 1;
+        }
+        *out = (uint32_t)d;
+        return 0;
+}
+
+typedef struct sim_opts {
+        loom_harvest_sim_cfg c;
+        const char *trace, *policies;
+        int json;
+} sim_opts;
+
+/* 0 ok, 1 invalid, 2 usage, 3 help shown */
+static int parse_sim(int argc, char **argv, sim_opts *o)
+{
+        loom_harvest_sim_defaults(&o->c);
+        o->trace = NULL;
+        o->policies = "rose,roll";
+        o->json = 0;
+        for (int i = 2; i < argc; i++) {
+                const char *a = argv[i];
+                if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+                        usage(stdout);
+                        return 3;
+                }
+                if (!strcmp(a, "--json")) {
+                        o->json = 1;
+                        continue;
+                }
+                if (strncmp(a, "--", 2)) {
+                        fprintf(stderr, "loom harvest sim: unexpected argument '%s'\n", a);
+                        return 2;
+                }
+                if (i + 1 >= argc) {
+                        fprintf(stderr, "loom harvest sim: %s needs a value\n", a);
+                        return 2;
+                }
+                const char *v = argv[++i];
+                double d;
+                int bad = 0;
+                loom_harvest_sim_cfg *c = &o->c;
+                if (!strcmp(a, "--trace"))
+                        o->trace = v;
+                else if (!strcmp(a, "--policy"))
+                        o->policies = v;
+                else if (!strcmp(a, "--pair")) {
+                        if (strcmp(v, "7b") && strcmp(v, "32b")) {
+                                fprintf(stderr, "loom harvest sim: --pair: '%s' is not 7b or 32b\n",
+                                        v);
+                                return 1;
+                        }
+                        c->pair = v;
+                } else if (!strcmp(a, "--density"))
+                        bad = num(a, v, 1e-3, 1000, &c->density);
+                else if (!strcmp(a, "--duration-s"))
+                        bad = num(a, v, 0, 1e7, &c->duration_s);
+                else if (!strcmp(a, "--serving-gpus"))
+                        bad = integer(a, v, 2, 4096, &c->serving_gpus);
+                else if (!strcmp(a, "--borrow"))
+                        bad = integer(a, v, 0, 4096, &c->borrow);
+                else if (!strcmp(a, "--rl-gpus"))
+                        bad = integer(a, v, 1, 4096, &c->rl_gpus);
+                else if (!strcmp(a, "--steps"))
+                        bad = integer(a, v, 0, 10000, &c->steps);
+                else if (!strcmp(a, "--batch"))
+                        bad = integer(a, v, 1, 1000000, &c->batch);
+                else if (!strcmp(a, "--group"))
+                        bad = integer(a, v, 1, 1000000, &c->group);
+                else if (!strcmp(a, "--train-s"))
+                        bad = num(a, v, 0, 1e6, &c->train_s);
+                else if (!strcmp(a, "--ttft-ms"))
+                        bad = num(a, v, 1, 1e6, &c->ttft_ms);
+                else if (!strcmp(a, "--tpot-ms"))
+                        bad = num(a, v, 1, 1e6, &c->tpot_ms);
+                else if (!strcmp(a, "--lease-s"))
+                        bad = num(a, v, 0, 1e6, &c->lease_s);
+                else if (!strcmp(a, "--headroom"))
+                        bad = num(a, v, 0, 0.99, &c->headroom);
+                else if (!strcmp(a, "--stall-s"))
+                        bad = num(a, v, 0.001, 1e6, &c->stall_s);
+                else if (!strcmp(a, "--seed")) {
+                        bad = num(a, v, 0, 1e15, &d);
+                        c->seed = (uint64_t)d;
+                } else {
+                        fprintf(stderr, "loom harvest sim: unknown option '%s'\n", a);
+                        return 2;
+                }
+                if (bad)
+                        return 1;
+        }
+        return 0;
+}
+
+static void print_json(const loom_harvest_sim_cfg *c, const loom_harvest_sim_result *r,
+                       double roll_s)
+{
+        printf(
+            "{\"policy\":\"%s\",\"pair\":\"%s\",\"density\":%g,\"borrow\":%u,\"rollout_s\":%.3f,"
+            "\"ttft_p50_ms\":%.2f,\"ttft_p99_ms\":%.2f,\"tpot_p50_ms\":%.2f,\"tpot_p99_ms\":%.2f,"
+            "\"itl_p50_ms\":%.2f,\"itl_p99_ms\":%.2f,\"serving_slo_attainment\":%.5f,\"speedup_vs_"
+            "roll\":%.4f,"
+            "\"preempted_gpu_time_frac\":%.5f,\"served\":%llu,\"turns\":%llu,"
+            "\"turns_on_serving\":%llu,\"affinity_hits\":%llu,\"aborted\":%llu,\"stalls\":%llu,"
+            "\"cuts\":%llu,\"evictions\":%llu,\"route_us_mean\":%.3f,\"route_us_max\":%.3f,"
+            "\"sim_s\":%.1f,\"wall_s\":%.3f}\n",
+            loom_harvest_policy_name(r->policy), c->pair, c->density,
+            r->policy == LOOM_HARVEST_ROLL ? 0 : c->borrow, r->rollout_s, r->ttft_p50_ms,
+            r->ttft_p99_ms, r->tpot_p50_ms, r->tpot_p99_ms, r->itl_p50_ms, r->itl_p99_ms,
+            r->serving_slo_attainment, r->rollout_s > 0 ? roll_s / r->rollout_s : 0,
+            r->preempted_gpu_time_frac, (unsigned long long)r->served, (unsigned long long)r->turns,
+            (unsigned long long)r->turns_on_serving, (unsigned long long)r->affinity_hits,
+            (unsigned long long)r->aborted, (unsigned long long)r->stalls,
+            (unsigned long long)r->cuts, (unsigned long long)r->evictions, r->route_us_mean,
+            r->route_us_max, r->sim_s, r->wall_s);
+}
+
+static int cmd_sim(int argc, char **argv)
+{
+        sim_opts o;
+        int rc = parse_sim(argc, argv, &o);
+        if (rc)
+                return rc == 3 ? 0 : rc;
+        loom_harvest_policy list[LOOM_HARVEST_NPOLICIES + 1];
+        size_t n = 0;
+        loom_err e;
+        if (!strcmp(o.policies, "all")) {
+                for (int i = 0; i < LOOM_HARVEST_NPOLICIES; i++)
+                        list[n++] = (loom_harvest_policy)i;
+        } else {
+                char buf[256];
+                snprintf(buf, sizeof buf, "%s", o.policies);
+                for (char *save, *tok = strtok_r(buf, ",", &save); tok;
+                     tok = strtok_r(NULL, ",", &save)) {
+                        if (n >= LOOM_HARVEST_NPOLICIES ||
+                            loom_harvest_policy_parse(tok, &list[n], &e)) {
+                                fprintf(stderr, "loom harvest sim: --policy: %s\n",
+                                        n >= LOOM_HARVEST_NPOLICIES ? "too many" : e.msg);
+                                return 1;
+                        }
+                        n++;
+                }
+        }
+        char pbuf[4096];
+        const char *path =
+            o.trace ? o.trace
+                    : loom_cmd_bundled("traces/azure/llm-2023-conv.csv", pbuf, sizeof pbuf);
+        loom_harvest_trace tr;
+        if (loom_harvest_trace_load(path, &tr, &e)) {
+                fprintf(stderr, "loom harvest sim: %s\n", e.msg);
+                return 1;
+        }
+        o.c.trace = &tr;
+        /* roll first: every other policy's speedup is against it */
+        loom_harvest_sim_result roll;
+        o.c.policy = LOOM_HARVEST_ROLL;
+        if (loom_harvest_sim_run(&o.c, &roll, &e)) {
+                fprintf(stderr, "loom harvest sim: %s%s%s\n", e.field, e.field[0] ? ": " : "",
+                        e.msg);
+                loom_harvest_trace_free(&tr);
+                return 1;
+        }
+        if (!o.json)
+                printf("%-11s %10s %8s %8s %8s %8s %8s %8s %7s %7s %7s\n", "policy", "rollout_s",
+                       "speedup", "ttft99", "tpot99", "itl99", "slo_att", "preempt", "spill",
+                       "aborts", "cuts");
+        int ret = 0;
+        for (size_t i = 0; i < n; i++) {
+                loom_harvest_sim_result r = roll;
+                if (list[i] != LOOM_HARVEST_ROLL) {
+                        o.c.policy = list[i];
+                        if (loom_harvest_sim_run(&o.c, &r, &e)) {
+                                fprintf(stderr, "loom harvest sim: %s: %s\n",
+                                        loom_harvest_policy_name(list[i]), e.msg);
+                                ret = 1;
+                                break;
+                        }
+                }
+                if (o.json) {
+                        print_json(&o.c, &r, roll.rollout_s);
+                } else {
+                        printf(
+                            "%-11s %10.1f %8.3f %8.1f %8.1f %8.1f %8.4f %8.4f %7llu %7llu %7llu\n",
+                            loom_harvest_policy_name(r.policy), r.rollout_s,
+                            r.rollout_s > 0 ? roll.rollout_s / r.rollout_s : 0, r.ttft_p99_ms,
+                            r.tpot_p99_ms, r.itl_p99_ms, r.serving_slo_attainment,
+                            r.preempted_gpu_time_frac, (unsigned long long)r.turns_on_serving,
+                            (unsigned long long)r.aborted, (unsigned long long)r.cuts);
+                }
+                fflush(stdout);
+        }
+        loom_harvest_trace_free(&tr);
+        return ret;
+}
+
+int loom_cmd_harvest(int argc, char **argv)
+{
+        if (argc < 2) {
+                usage(stderr);
+                return 2;
+        }
+        if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+                usage(stdout);
+                return 0;
+        }
+        if (!strcmp(argv[1], "sim"))
+                return cmd_sim(argc, argv);
+        if (!strcmp(argv[1], "node"))
+                return loom_cmd_harvest_node(argc - 1, argv + 1);
+        if (!strcmp(argv[1], "replay"))
+                return loom_cmd_harvest_replay(argc - 1, argv + 1);
+        fprintf(stderr, "loom harvest: unknown command '%s'\n", argv[1]);
+        usage(stderr);
+        return 2;
+}
