@@ -8,24 +8,14 @@
  * Exit status: 0 ok, 1 invalid input, 2 bad usage.
  */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cmd.h"
 #include "loom/harvest.h"
-
-static int loom_cmd_harvest_node(int argc, char **argv)
-{
-        fprintf(stderr, "loom harvest node: not available yet\n");
-        return 2;
-}
-
-static int loom_cmd_harvest_replay(int argc, char **argv)
-{
-        fprintf(stderr, "loom harvest replay: not available yet\n");
-        return 2;
-}
 
 static void usage(FILE *f)
 {
@@ -279,6 +269,269 @@ static int cmd_sim(int argc, char **argv)
         return ret;
 }
 
+/* ---- node ------------------------------------------------------------------------------ */
+
+static volatile sig_atomic_t got_signal;
+
+static void on_signal(int sig)
+{
+        got_signal = sig;
+}
+
+static void node_usage(FILE *f)
+{
+        fprintf(
+            f,
+            "usage: loom harvest node [options]\n"
+            "\n"
+            "One emulated serving GPU: the co-serving executor on the wall clock (GPU time from\n"
+            "the latency models divided by --speed), serving requests over HTTP on 127.0.0.1,\n"
+            "a rollout feeder keeping --rollouts turns in flight through the turn router, and\n"
+            "the KV page pool in real memory. Prints \"listening on 127.0.0.1:PORT\", serves\n"
+            "until SIGINT/SIGTERM or --for-s, then prints its statistics as JSON.\n"
+            "\n"
+            "  GET /v1/generate?prompt=N&gen=M   streams \"first\" then \"done TTFT_MS TPOT_MS\"\n"
+            "  GET /v1/stats                     counters, pages, cuts, routing latency\n"
+            "\n"
+            "  --port N            (default 0: any free port)\n"
+            "  --pair P            7b (default) or 32b\n"
+            "  --role R            colocated (default) or decode\n"
+            "  --admit A           dual (default), ttft, tpot, none\n"
+            "  --speed X           emulated seconds per wall second (default 1)\n"
+            "  --pages N           KV pool pages of 2 MB (default: from the pair's memory)\n"
+            "  --headroom-pages N  serving headroom with --pages (default 20%% of them)\n"
+            "  --rollouts N        rollout turns kept in flight (default 16; 0 = none)\n"
+            "  --turn-prompt N, --turn-resp N, --turns N   rollout trajectory shape\n"
+            "                      (default 1000, 300, 8)\n"
+            "  --ttft-ms, --tpot-ms, --lease-s, --stall-s   SLOs and timers\n"
+            "  --for-s S           stop after S wall seconds\n");
+}
+
+static int cmd_node(int argc, char **argv)
+{
+        loom_harvest_node_cfg c;
+        loom_harvest_node_defaults(&c);
+        double for_s = 0;
+        uint32_t u;
+        int head_set = 0;
+        for (int i = 1; i < argc; i++) {
+                const char *a = argv[i];
+                if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+                        node_usage(stdout);
+                        return 0;
+                }
+                if (strncmp(a, "--", 2) || i + 1 >= argc) {
+                        fprintf(stderr, "loom harvest node: %s '%s'\n",
+                                strncmp(a, "--", 2) ? "unexpected argument" : "missing value for",
+                                a);
+                        return 2;
+                }
+                const char *v = argv[++i];
+                int bad = 0;
+                if (!strcmp(a, "--port")) {
+                        bad = integer(a, v, 0, 65535, &u);
+                        c.port = (uint16_t)u;
+                } else if (!strcmp(a, "--pair")) {
+                        c.pair = v;
+                } else if (!strcmp(a, "--role")) {
+                        if (!strcmp(v, "colocated"))
+                                c.role = LOOM_HARVEST_COLOCATED;
+                        else if (!strcmp(v, "decode"))
+                                c.role = LOOM_HARVEST_DECODE;
+                        else {
+                                fprintf(stderr,
+                                        "loom harvest node: --role: '%s' is not colocated "
+                                        "or decode\n",
+                                        v);
+                                return 1;
+                        }
+                } else if (!strcmp(a, "--admit")) {
+                        const char *names[] = {"dual", "ttft", "tpot", "none"};
+                        int k = 0;
+                        while (k < 4 && strcmp(v, names[k]))
+                                k++;
+                        if (k == 4) {
+                                fprintf(stderr,
+                                        "loom harvest node: --admit: '%s' is not dual, "
+                                        "ttft, tpot or none\n",
+                                        v);
+                                return 1;
+                        }
+                        c.admit = (loom_harvest_admit_mode)k;
+                } else if (!strcmp(a, "--speed"))
+                        bad = num(a, v, 0.001, 10000, &c.speed);
+                else if (!strcmp(a, "--pages"))
+                        bad = integer(a, v, 1, 10000000, &c.pages);
+                else if (!strcmp(a, "--headroom-pages")) {
+                        bad = integer(a, v, 0, 10000000, &c.headroom_pages);
+                        head_set = 1;
+                } else if (!strcmp(a, "--rollouts"))
+                        bad = integer(a, v, 0, 4096, &c.rollouts);
+                else if (!strcmp(a, "--turn-prompt"))
+                        bad = integer(a, v, 1, 1000000, &c.turn_prompt);
+                else if (!strcmp(a, "--turn-resp"))
+                        bad = integer(a, v, 1, 1000000, &c.turn_resp);
+                else if (!strcmp(a, "--turns"))
+                        bad = integer(a, v, 1, 100000, &c.turns);
+                else if (!strcmp(a, "--ttft-ms"))
+                        bad = num(a, v, 1, 1e6, &c.ttft_ms);
+                else if (!strcmp(a, "--tpot-ms"))
+                        bad = num(a, v, 1, 1e6, &c.tpot_ms);
+                else if (!strcmp(a, "--lease-s"))
+                        bad = num(a, v, 0, 1e6, &c.lease_s);
+                else if (!strcmp(a, "--stall-s"))
+                        bad = num(a, v, 0.001, 1e6, &c.stall_s);
+                else if (!strcmp(a, "--for-s"))
+                        bad = num(a, v, 0, 1e7, &for_s);
+                else {
+                        fprintf(stderr, "loom harvest node: unknown option '%s'\n", a);
+                        return 2;
+                }
+                if (bad)
+                        return 1;
+        }
+        if (c.pages && !head_set)
+                c.headroom_pages = c.pages / 5;
+        if (c.headroom_pages > c.pages && c.pages) {
+                fprintf(stderr, "loom harvest node: --headroom-pages: %u exceeds --pages %u\n",
+                        c.headroom_pages, c.pages);
+                return 1;
+        }
+        loom_harvest_node *n;
+        loom_err e;
+        if (loom_harvest_node_start(&c, &n, &e)) {
+                fprintf(stderr, "loom harvest node: %s: %s\n", e.field, e.msg);
+                return 1;
+        }
+        struct sigaction sa = {.sa_handler = on_signal};
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGTERM, &sa, NULL);
+        printf("listening on 127.0.0.1:%u\n", loom_harvest_node_port(n));
+        fflush(stdout);
+        double waited = 0;
+        while (!got_signal && (for_s <= 0 || waited < for_s)) {
+                usleep(20000);
+                waited += 0.02;
+        }
+        loom_harvest_node_stats s;
+        loom_harvest_node_stats_get(n, &s);
+        loom_harvest_node_stop(n);
+        printf("{\"served\":%llu,\"turns_done\":%llu,\"turns_aborted\":%llu,\"cuts\":%llu,"
+               "\"stalls\":%llu,\"busy_serving_s\":%.3f,\"busy_rollout_s\":%.3f,"
+               "\"route_calls\":%llu,\"route_us_max\":%.3f}\n",
+               (unsigned long long)s.served, (unsigned long long)s.turns_done,
+               (unsigned long long)s.turns_aborted, (unsigned long long)s.cuts,
+               (unsigned long long)s.stalls, s.busy_serving_s, s.busy_rollout_s,
+               (unsigned long long)s.route_calls, s.route_us_max);
+        return 0;
+}
+
+/* ---- replay ---------------------------------------------------------------------------- */
+
+static void replay_usage(FILE *f)
+{
+        fprintf(f,
+                "usage: loom harvest replay --port N [options]\n"
+                "\n"
+                "Send a trace's requests to a node at their arrival times (divided by --density,\n"
+                "then by --speed on the wall clock) and print TTFT and TPOT percentiles measured\n"
+                "at the client, in emulated milliseconds.\n"
+                "\n"
+                "  --host A            IPv4 address (default 127.0.0.1)\n"
+                "  --port N            the node's port (required)\n"
+                "  --trace FILE        (default traces/azure/llm-2023-conv.csv)\n"
+                "  --density D         (default 1)\n"
+                "  --speed X           must match the node's (default 1)\n"
+                "  --duration-s S      emulated seconds of trace to send (default 60)\n"
+                "  --timeout-s S       per request, wall (default 60)\n"
+                "  --json              one JSON object\n");
+}
+
+static int cmd_replay(int argc, char **argv)
+{
+        loom_harvest_replay_cfg c = {
+            .host = "127.0.0.1", .density = 1, .speed = 1, .duration_s = 60, .timeout_s = 60};
+        const char *trace = NULL;
+        int json = 0, port_set = 0;
+        uint32_t u;
+        for (int i = 1; i < argc; i++) {
+                const char *a = argv[i];
+                if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+                        replay_usage(stdout);
+                        return 0;
+                }
+                if (!strcmp(a, "--json")) {
+                        json = 1;
+                        continue;
+                }
+                if (strncmp(a, "--", 2) || i + 1 >= argc) {
+                        fprintf(stderr, "loom harvest replay: %s '%s'\n",
+                                strncmp(a, "--", 2) ? "unexpected argument" : "missing value for",
+                                a);
+                        return 2;
+                }
+                const char *v = argv[++i];
+                int bad = 0;
+                if (!strcmp(a, "--host"))
+                        c.host = v;
+                else if (!strcmp(a, "--port")) {
+                        bad = integer(a, v, 1, 65535, &u);
+                        c.port = (uint16_t)u;
+                        port_set = 1;
+                } else if (!strcmp(a, "--trace"))
+                        trace = v;
+                else if (!strcmp(a, "--density"))
+                        bad = num(a, v, 1e-3, 1000, &c.density);
+                else if (!strcmp(a, "--speed"))
+                        bad = num(a, v, 0.001, 10000, &c.speed);
+                else if (!strcmp(a, "--duration-s"))
+                        bad = num(a, v, 0, 1e7, &c.duration_s);
+                else if (!strcmp(a, "--timeout-s"))
+                        bad = num(a, v, 0.1, 1e6, &c.timeout_s);
+                else {
+                        fprintf(stderr, "loom harvest replay: unknown option '%s'\n", a);
+                        return 2;
+                }
+                if (bad)
+                        return 1;
+        }
+        if (!port_set) {
+                fprintf(stderr, "loom harvest replay: --port is required\n");
+                return 2;
+        }
+        char pbuf[4096];
+        const char *path =
+            trace ? trace : loom_cmd_bundled("traces/azure/llm-2023-conv.csv", pbuf, sizeof pbuf);
+        loom_harvest_trace tr;
+        loom_err e;
+        if (loom_harvest_trace_load(path, &tr, &e)) {
+                fprintf(stderr, "loom harvest replay: %s\n", e.msg);
+                return 1;
+        }
+        c.trace = &tr;
+        loom_harvest_replay_result r;
+        int rc = loom_harvest_replay(&c, &r, &e);
+        loom_harvest_trace_free(&tr);
+        if (rc) {
+                fprintf(stderr, "loom harvest replay: %s: %s\n", e.field, e.msg);
+                return 1;
+        }
+        if (json)
+                printf("{\"sent\":%llu,\"ok\":%llu,\"failed\":%llu,\"ttft_p50_ms\":%.2f,"
+                       "\"ttft_p99_ms\":%.2f,\"tpot_p50_ms\":%.2f,\"tpot_p99_ms\":%.2f,"
+                       "\"wall_s\":%.2f}\n",
+                       (unsigned long long)r.sent, (unsigned long long)r.ok,
+                       (unsigned long long)r.failed, r.ttft_p50_ms, r.ttft_p99_ms, r.tpot_p50_ms,
+                       r.tpot_p99_ms, r.wall_s);
+        else
+                printf("sent %llu ok %llu failed %llu  ttft p50 %.1f p99 %.1f ms  tpot p50 %.1f "
+                       "p99 %.1f ms  (client-measured, emulated; %.1f s wall)\n",
+                       (unsigned long long)r.sent, (unsigned long long)r.ok,
+                       (unsigned long long)r.failed, r.ttft_p50_ms, r.ttft_p99_ms, r.tpot_p50_ms,
+                       r.tpot_p99_ms, r.wall_s);
+        return r.failed ? 1 : 0;
+}
+
 int loom_cmd_harvest(int argc, char **argv)
 {
         if (argc < 2) {
@@ -292,9 +545,9 @@ int loom_cmd_harvest(int argc, char **argv)
         if (!strcmp(argv[1], "sim"))
                 return cmd_sim(argc, argv);
         if (!strcmp(argv[1], "node"))
-                return loom_cmd_harvest_node(argc - 1, argv + 1);
+                return cmd_node(argc - 1, argv + 1);
         if (!strcmp(argv[1], "replay"))
-                return loom_cmd_harvest_replay(argc - 1, argv + 1);
+                return cmd_replay(argc - 1, argv + 1);
         fprintf(stderr, "loom harvest: unknown command '%s'\n", argv[1]);
         usage(stderr);
         return 2;

@@ -364,4 +364,59 @@ void loom_harvest_wsub_free(loom_harvest_worker_weights *ww);
 /* Does the worker's copy equal the synthetic version bit for bit? */
 int loom_harvest_wsub_verify(const loom_harvest_worker_weights *ww, const loom_harvest_wpub *p);
 
+/* ---- live executor: `loom harvest node` and `loom harvest replay` ----------------------- */
+
+/* One emulated serving GPU: the co-serving executor (the simulator's engine) on the wall clock,
+ * GPU time from the latency models divided by `speed`, serving requests over HTTP, a rollout
+ * feeder that keeps `rollouts` turns in flight through the turn router, and the KV page pool
+ * in real memory mirroring the executor's page accounting. */
+typedef struct loom_harvest_node_cfg {
+        const char *pair;       /* "7b" or "32b" */
+        loom_harvest_role role; /* LOOM_HARVEST_COLOCATED or LOOM_HARVEST_DECODE */
+        loom_harvest_admit_mode admit;
+        uint16_t port;                  /* 0: any free port on 127.0.0.1 */
+        double speed;                   /* emulated seconds per wall second (time compression) */
+        uint32_t pages, headroom_pages; /* KV pool; 0 = from the pair's memory (20% headroom) */
+        double lease_s, ttft_ms, tpot_ms, stall_s;
+        uint32_t rollouts;                      /* rollout turns kept in flight (0: serving only) */
+        uint32_t turn_prompt, turn_resp, turns; /* rollout trajectories: first prompt, response
+                                                 * per turn, turns per trajectory */
+} loom_harvest_node_cfg;
+
+typedef struct loom_harvest_node_stats {
+        uint64_t served, turns_done, turns_aborted, cuts, stalls, route_calls;
+        uint32_t pages, pool_serving, pool_rollout, budget;
+        double busy_serving_s, busy_rollout_s, route_us_max;
+} loom_harvest_node_stats;
+
+typedef struct loom_harvest_node loom_harvest_node;
+
+void loom_harvest_node_defaults(loom_harvest_node_cfg *c);
+/* Start the HTTP server and the executor thread. GET /v1/generate?prompt=N&gen=M streams one
+ * line "first" at the first token and "done TTFT_MS TPOT_MS" (emulated) at the last;
+ * GET /v1/stats returns loom_harvest_node_stats as JSON. */
+int loom_harvest_node_start(const loom_harvest_node_cfg *c, loom_harvest_node **out, loom_err *e);
+uint16_t loom_harvest_node_port(const loom_harvest_node *n);
+void loom_harvest_node_stats_get(loom_harvest_node *n, loom_harvest_node_stats *s);
+/* Stop serving, end the threads, unmap the pool, free. NULL does nothing. */
+void loom_harvest_node_stop(loom_harvest_node *n);
+
+typedef struct loom_harvest_replay_cfg {
+        const char *host; /* IPv4 address */
+        uint16_t port;
+        const loom_harvest_trace *trace;
+        double density, speed; /* arrivals / density, then / speed on the wall clock */
+        double duration_s;     /* emulated seconds of trace to send (0 = all) */
+        double timeout_s;      /* per request, wall (0 = 60) */
+} loom_harvest_replay_cfg;
+
+typedef struct loom_harvest_replay_result {
+        uint64_t sent, ok, failed;
+        double ttft_p50_ms, ttft_p99_ms, tpot_p50_ms, tpot_p99_ms; /* client-measured, emulated */
+        double wall_s;
+} loom_harvest_replay_result;
+
+int loom_harvest_replay(const loom_harvest_replay_cfg *c, loom_harvest_replay_result *r,
+                        loom_err *e);
+
 #endif
