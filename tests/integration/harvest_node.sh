@@ -70,7 +70,6 @@ check "budget halved" test "$(field "$after" budget)" = 200
 sleep 0.5
 later=$(curl -s "http://127.0.0.1:$port/v1/stats")
 check "rollouts continue after the cut" ge "$(field "$later" turns_done)" "$(($(field "$after" turns_done) + 1))"
-check "routing decisions under 50 us" awk -v a="$(field "$later" route_us_max)" 'BEGIN { exit !(a <= 50) }'
 stop_node
 check "node stops cleanly on SIGTERM" test $? -eq 0
 check "node prints its statistics" grep -q '"served":40' "$tmp/node.out"
