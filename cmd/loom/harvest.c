@@ -178,7 +178,8 @@ static void print_json(const loom_harvest_sim_cfg *c, const loom_harvest_sim_res
             "roll\":%.4f,"
             "\"preempted_gpu_time_frac\":%.5f,\"served\":%llu,\"turns\":%llu,"
             "\"turns_on_serving\":%llu,\"affinity_hits\":%llu,\"aborted\":%llu,\"stalls\":%llu,"
-            "\"cuts\":%llu,\"evictions\":%llu,\"route_us_mean\":%.3f,\"route_us_max\":%.3f,"
+            "\"cuts\":%llu,\"evictions\":%llu,\"route_us_mean\":%.3f,\"route_us_p99\":%.1f,\"route_"
+            "us_max\":%.3f,"
             "\"sim_s\":%.1f,\"wall_s\":%.3f}\n",
             loom_harvest_policy_name(r->policy), c->pair, c->density,
             r->policy == LOOM_HARVEST_ROLL ? 0 : c->borrow, r->rollout_s, r->ttft_p50_ms,
@@ -188,7 +189,7 @@ static void print_json(const loom_harvest_sim_cfg *c, const loom_harvest_sim_res
             (unsigned long long)r->turns_on_serving, (unsigned long long)r->affinity_hits,
             (unsigned long long)r->aborted, (unsigned long long)r->stalls,
             (unsigned long long)r->cuts, (unsigned long long)r->evictions, r->route_us_mean,
-            r->route_us_max, r->sim_s, r->wall_s);
+            r->route_us_p99, r->route_us_max, r->sim_s, r->wall_s);
 }
 
 static int cmd_sim(int argc, char **argv)

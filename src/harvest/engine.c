@@ -182,21 +182,28 @@ int hv_engine_submit_turn(hv_engine *g, loom_us now, uint32_t traj, uint32_t pro
 
 /* ---- choosing an iteration ------------------------------------------------------------ */
 
-static int serving_step(hv_engine *g, hv_step *s)
+/* The next serving iteration. A prefill batch takes requests in FIFO order up to the token
+ * budget, but never one whose addition would finish an earlier request of the batch after its
+ * TTFT deadline: Eq. 1 admitted rollouts against the batch as it stood. */
+static int serving_step(hv_engine *g, loom_us now, hv_step *s)
 {
         if (g->role == LOOM_HARVEST_PREFILL || g->role == LOOM_HARVEST_COLOCATED) {
                 size_t n = g->pq_n - g->pq_head;
                 if (n > 0) {
                         uint64_t tok = 0;
-                        loom_us d = 0;
+                        loom_us d = 0, deadline = LOOM_HARVEST_INF;
                         uint32_t k = 0;
                         while (k < n) {
                                 const hv_sreq *r = &g->pq[g->pq_head + k];
-                                if (k > 0 && tok + r->prompt > g->pol.prefill_batch_tokens)
+                                loom_us t = loom_harvest_t_prefill(g->m, r->prompt, 0) -
+                                            (k > 0 ? g->m->prf_overhead : 0);
+                                if (k > 0 && (tok + r->prompt > g->pol.prefill_batch_tokens ||
+                                              now + d + t > deadline))
                                         break;
                                 tok += r->prompt;
-                                d += loom_harvest_t_prefill(g->m, r->prompt, 0) -
-                                     (k > 0 ? g->m->prf_overhead : 0);
+                                d += t;
+                                if (r->arr + g->b_ttft < deadline)
+                                        deadline = r->arr + g->b_ttft;
                                 k++;
                         }
                         *s = (hv_step){.kind = HV_S_PREFILL, .dur = d, .count = k};
@@ -247,10 +254,13 @@ static int rollout_step(hv_engine *g, hv_step *s)
 
 /* Eq. 1 over the queue, with each request's prefill estimate taken as the end of the batch it
  * will run in (serving_step cuts the FIFO into batches of at most prefill_batch_tokens). */
-static loom_us min_slack_prf(const hv_engine *g, loom_us now)
+/* Eq. 1 over the queue, each request's prefill estimate taken as the end of the batch it will
+ * run in (the same cut as serving_step, without the deadline rule, which only shortens). */
+static loom_us min_slack_prf(const hv_engine *g, loom_us now, loom_us *first_batch)
 {
         loom_us s = LOOM_HARVEST_INF, end = 0;
         size_t i = g->pq_head;
+        *first_batch = 0;
         while (i < g->pq_n) {
                 size_t j = i;
                 uint64_t tok = 0;
@@ -262,6 +272,8 @@ static loom_us min_slack_prf(const hv_engine *g, loom_us now)
                              (j > i ? g->m->prf_overhead : 0);
                         j++;
                 }
+                if (i == g->pq_head)
+                        *first_batch = d;
                 end += d;
                 for (size_t k = i; k < j; k++) {
                         loom_us x = loom_harvest_slack_ttft(now, g->pq[k].arr, g->b_ttft, end);
@@ -273,7 +285,9 @@ static loom_us min_slack_prf(const hv_engine *g, loom_us now)
         return s;
 }
 
-static loom_us min_slack_dec(const hv_engine *g, loom_us now)
+/* Eq. 2 over the running decodes. Co-located, a queued prefill batch runs before the next
+ * decode step, so it counts in the estimate. */
+static loom_us min_slack_dec(const hv_engine *g, loom_us now, loom_us prefill_first)
 {
         if (g->ndec == 0)
                 return LOOM_HARVEST_INF;
@@ -282,6 +296,8 @@ static loom_us min_slack_dec(const hv_engine *g, loom_us now)
                 if (g->dec[i].last < last)
                         last = g->dec[i].last;
         loom_us est = loom_harvest_t_decode(g->m, (uint32_t)g->ndec, g->ctx_dec);
+        if (g->role == LOOM_HARVEST_COLOCATED)
+                est += prefill_first;
         return loom_harvest_slack_tpot(now, last, g->b_tpot, est);
 }
 
@@ -320,13 +336,13 @@ int hv_engine_next(hv_engine *g, loom_us now)
         if (g->evicted && now >= g->reload_until)
                 g->evicted = 0;
         check_stalls(g, now);
-        int has_s = serving_step(g, &sv);
+        int has_s = serving_step(g, now, &sv);
         int has_r = !g->evicted && rollout_step(g, &ro);
         int run_r = 0;
         if (has_r && !has_s) {
                 run_r = 1;
         } else if (has_r && has_s) {
-                loom_us sp = min_slack_prf(g, now), sd = min_slack_dec(g, now);
+                loom_us pb, sp = min_slack_prf(g, now, &pb), sd = min_slack_dec(g, now, pb);
                 if (g->pol.serverless) {
                         loom_us need = loom_harvest_slack(LOOM_HARVEST_ADMIT_DUAL, g->role, sp, sd);
                         if (need < ro.dur) { /* serving needs the GPU: evict the rollout model */

@@ -77,6 +77,7 @@ typedef struct sim {
         uint64_t turns, turns_on_serving, hits, aborted, stalls, evictions;
         double route_sum, route_max;
         uint64_t routes;
+        uint32_t rhist[10000]; /* routing decision times, 0.1 us bins */
         int oom;
 } sim;
 
@@ -284,6 +285,7 @@ static void route_turn(sim *s, loom_us now, uint32_t i)
                     (double)(b.tv_sec - a.tv_sec) * 1e6 + (double)(b.tv_nsec - a.tv_nsec) / 1e3;
                 s->route_sum += us;
                 s->routes++;
+                s->rhist[us < 999.9 ? (size_t)(us * 10) : 9999]++;
                 if (us > s->route_max)
                         s->route_max = us;
                 if (w == LOOM_HARVEST_NONE)
@@ -683,6 +685,12 @@ int loom_harvest_sim_run(const loom_harvest_sim_cfg *cfg, loom_harvest_sim_resul
         res->evictions = s.evictions;
         res->route_us_max = s.route_max;
         res->route_us_mean = s.routes ? s.route_sum / s.routes : 0;
+        uint64_t want = (uint64_t)ceil(0.99 * (double)s.routes), acc = 0;
+        for (size_t b = 0; b < 10000 && s.routes; b++)
+                if ((acc += s.rhist[b]) >= want) {
+                        res->route_us_p99 = (double)(b + 1) / 10;
+                        break;
+                }
         teardown(&s);
         clock_gettime(CLOCK_MONOTONIC, &w1);
         res->wall_s = (double)(w1.tv_sec - w0.tv_sec) + (double)(w1.tv_nsec - w0.tv_nsec) / 1e9;

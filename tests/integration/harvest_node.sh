@@ -55,9 +55,15 @@ node_args=(--speed 20 --pages 600 --headroom-pages 200 --turn-prompt 2000 --turn
 # ---- with rollouts: the burst forces the emergency cut, nothing is lost
 start_node "${node_args[@]}" --rollouts 16
 check "node starts" test -n "$port"
-sleep 0.3 # rollouts fill the budget
-before=$(curl -s "http://127.0.0.1:$port/v1/stats")
-check "rollouts hold pages before the burst" ge "$(field "$before" pool_rollout)" 300
+wait_for() { # key min: poll the node's stats (up to 20 s) until key >= min
+        for _ in $(seq 400); do
+                st=$(curl -s "http://127.0.0.1:$port/v1/stats")
+                ge "$(field "$st" "$1")" "$2" && return 0
+                sleep 0.05
+        done
+        return 1
+}
+check "rollouts hold pages before the burst" wait_for pool_rollout 300
 "$loom" harvest replay --port "$port" --speed 20 --trace "$tmp/burst.csv" --json >"$tmp/with" 2>"$tmp/err"
 check "replay exits 0" test $? -eq 0
 with=$(cat "$tmp/with")
@@ -67,9 +73,7 @@ after=$(curl -s "http://127.0.0.1:$port/v1/stats")
 check "emergency cut fired" ge "$(field "$after" cuts)" 1
 check "rollout requests aborted" ge "$(field "$after" turns_aborted)" 1
 check "budget halved" test "$(field "$after" budget)" = 200
-sleep 0.5
-later=$(curl -s "http://127.0.0.1:$port/v1/stats")
-check "rollouts continue after the cut" ge "$(field "$later" turns_done)" "$(($(field "$after" turns_done) + 1))"
+check "rollouts continue after the cut" wait_for turns_done "$(($(field "$after" turns_done) + 1))"
 stop_node
 check "node stops cleanly on SIGTERM" test $? -eq 0
 check "node prints its statistics" grep -q '"served":40' "$tmp/node.out"
