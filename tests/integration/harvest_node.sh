@@ -10,12 +10,16 @@ src=$2
 loom="$b/loom"
 tmp=$(mktemp -d)
 node_pid=
+fail=0 pass=0
 cleanup() {
         if [ -n "$node_pid" ]; then kill "$node_pid" 2>/dev/null; wait "$node_pid" 2>/dev/null; fi
+        if [ "$fail" -gt 0 ] && [ -s "$tmp/node.err" ]; then
+                echo "--- node stderr:"
+                head -c 4000 "$tmp/node.err"
+        fi
         rm -rf "$tmp"
 }
 trap cleanup EXIT
-fail=0 pass=0
 check() { # name, condition...
         local name=$1
         shift
