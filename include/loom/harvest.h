@@ -308,7 +308,7 @@ typedef struct loom_harvest_sim_cfg {
         uint32_t steps, batch, group;
         double train_s;          /* training + sync between rollout phases */
         double ttft_ms, tpot_ms; /* SLOs; 0 = the pair's defaults */
-        double lease_s, headroom, stall_s, quantum_ms;
+        double lease_s, headroom, stall_s;
         uint64_t seed;
 } loom_harvest_sim_cfg;
 

@@ -11,7 +11,7 @@
  *
  * The RL job: `steps` synchronous steps; each rolls out `batch` trajectories (groups of
  * `group` sharing a prompt), then trains for train_s while borrowed GPUs serve only. A
- * trajectory has 2-16 turns; its prompt grows by each response and observation; responses
+ * trajectory has 2-32 turns; its prompt grows by each response and observation; responses
  * are log-normal (long tail, capped); environment steps take 0.5-3 s. Trajectories are drawn
  * from (seed, step, index) only, so every policy rolls out the same work.
  */
