@@ -71,7 +71,9 @@ for r in 16 0; do
         done
         echo "rollouts $r:"
         "$loom" harvest replay --port "$port" --speed 10 --density 0.25 --duration-s 120 --json
-        curl -s "http://127.0.0.1:$port/v1/stats"
+        exec 3<>"/dev/tcp/127.0.0.1/$port" && printf 'GET /v1/stats HTTP/1.0\r\n\r\n' >&3 &&
+                grep '^{' <&3
+        exec 3<&-
         kill "$pid"
         wait "$pid" 2>/dev/null
         rm -f "$out"

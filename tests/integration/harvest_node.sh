@@ -28,6 +28,15 @@ check() { # name, condition...
 field() { # json-line key -> value
         sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p" <<<"$1"
 }
+stats() { # the node's /v1/stats body, over bash's /dev/tcp (no HTTP client needed)
+        local line
+        exec 3<>"/dev/tcp/127.0.0.1/$port" || return 1
+        printf 'GET /v1/stats HTTP/1.0\r\n\r\n' >&3
+        while IFS= read -r line <&3; do
+                case $line in "{"*) printf '%s\n' "$line" ;; esac
+        done
+        exec 3<&-
+}
 ge() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a >= b) }'; }
 
 start_node() { # args...
@@ -61,7 +70,7 @@ start_node "${node_args[@]}" --rollouts 16
 check "node starts" test -n "$port"
 wait_for() { # key min: poll the node's stats (up to 20 s) until key >= min
         for _ in $(seq 400); do
-                st=$(curl -s "http://127.0.0.1:$port/v1/stats")
+                st=$(stats)
                 ge "$(field "$st" "$1")" "$2" && return 0
                 sleep 0.05
         done
@@ -73,7 +82,7 @@ check "replay exits 0" test $? -eq 0
 with=$(cat "$tmp/with")
 check "every request answered" test "$(field "$with" ok)" = 40
 check "no request failed" test "$(field "$with" failed)" = 0
-after=$(curl -s "http://127.0.0.1:$port/v1/stats")
+after=$(stats)
 check "emergency cut fired" ge "$(field "$after" cuts)" 1
 check "rollout requests aborted" ge "$(field "$after" turns_aborted)" 1
 check "budget halved" test "$(field "$after" budget)" = 200
@@ -87,7 +96,7 @@ start_node "${node_args[@]}" --rollouts 0
 "$loom" harvest replay --port "$port" --speed 20 --trace "$tmp/burst.csv" --json >"$tmp/without"
 check "replay without rollouts exits 0" test $? -eq 0
 without=$(cat "$tmp/without")
-check "nothing aborted without rollouts" test "$(field "$(curl -s "http://127.0.0.1:$port/v1/stats")" turns_aborted)" = 0
+check "nothing aborted without rollouts" test "$(field "$(stats)" turns_aborted)" = 0
 stop_node
 echo "with rollouts:    $with"
 echo "without rollouts: $without"
