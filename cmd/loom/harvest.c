@@ -155,6 +155,10 @@ static int parse_sim(int argc, char **argv, sim_opts *o)
                         bad = num(a, v, 0, 0.99, &c->headroom);
                 else if (!strcmp(a, "--stall-s"))
                         bad = num(a, v, 0.001, 1e6, &c->stall_s);
+                else if (!strcmp(a, "--weights-s"))
+                        bad = num(a, v, 0, 1e6, &c->weights_s);
+                else if (!strcmp(a, "--staleness"))
+                        bad = integer(a, v, 0, 1000000, &c->staleness);
                 else if (!strcmp(a, "--seed")) {
                         bad = num(a, v, 0, 1e15, &d);
                         c->seed = (uint64_t)d;

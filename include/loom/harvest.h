@@ -309,6 +309,9 @@ typedef struct loom_harvest_sim_cfg {
         double train_s;          /* training + sync between rollout phases */
         double ttft_ms, tpot_ms; /* SLOs; 0 = the pair's defaults */
         double lease_s, headroom, stall_s;
+        double weights_s;   /* a step's weights reach borrowed GPUs this long after it starts
+                             * (0: during training, before the step) */
+        uint32_t staleness; /* route to workers at most this many versions behind (0) */
         uint64_t seed;
 } loom_harvest_sim_cfg;
 

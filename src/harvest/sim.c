@@ -23,7 +23,7 @@
 #include "engine.h"
 #include "sim_int.h"
 
-enum { E_ARRIVE, E_GPU, E_TURN, E_STEP, E_DRAIN };
+enum { E_ARRIVE, E_GPU, E_TURN, E_STEP, E_DRAIN, E_WEIGHTS };
 
 typedef struct ev {
         loom_us t;
@@ -416,8 +416,19 @@ static void on_step(sim *s, loom_us now, uint32_t step)
         s->step_start = now;
         s->remaining = s->cfg->batch;
         loom_harvest_router_set_version(s->r, step);
-        for (uint32_t w = 0; w < loom_harvest_router_workers(s->r); w++)
-                loom_harvest_router_heartbeat(s->r, w, now, step); /* weights arrived in training */
+        /* dedicated GPUs get the weights in the training cluster's sync; borrowed ones over the
+         * cross-cluster link (src/sync), weights_s after the step starts when that is slower
+         * than training */
+        int late = s->cfg->weights_s > 0 && step > 0;
+        for (uint32_t k = 0; k < s->ng; k++) {
+                uint32_t w = s->worker_of[k];
+                if (w == LOOM_HARVEST_NONE)
+                        continue;
+                int serving = k < s->nserving;
+                loom_harvest_router_heartbeat(s->r, w, now, serving && late ? step - 1 : step);
+        }
+        if (late)
+                push(s, now + loom_us_from_s(s->cfg->weights_s), E_WEIGHTS, step);
         for (uint32_t k = 0; k < s->nserving; k++)
                 hv_engine_rl_step(&s->g[k]);
         for (uint32_t i = 0; i < s->cfg->batch; i++) {
@@ -501,7 +512,7 @@ static int build(sim *s, loom_err *e)
                                       .affinity = s->fl.affinity,
                                       .pinned = s->fl.pinned,
                                       .heartbeat_timeout = 5 * LOOM_US_PER_S,
-                                      .max_staleness = 1};
+                                      .max_staleness = c->staleness};
         return loom_harvest_router_new(&rc, &s->r, e);
 }
 
@@ -583,6 +594,8 @@ static int check_cfg(const loom_harvest_sim_cfg *c, loom_err *e)
                                     "group size");
         if (!(c->headroom >= 0 && c->headroom < 1))
                 return loom_err_set(e, LOOM_EINVAL, "headroom", "must be in [0, 1)");
+        if (!(c->weights_s >= 0))
+                return loom_err_set(e, LOOM_EINVAL, "weights-s", "must be >= 0");
         if (!(c->stall_s > 0) || !(c->lease_s >= 0) || !(c->train_s >= 0))
                 return loom_err_set(e, LOOM_EINVAL, "stall",
                                     "stall must be > 0; lease, train >= 0");
@@ -638,6 +651,15 @@ int loom_harvest_sim_run(const loom_harvest_sim_cfg *cfg, loom_harvest_sim_resul
                                         break;
                         }
                         on_step(&s, now, x.a);
+                        break;
+                case E_WEIGHTS:
+                        for (uint32_t k = 0; k < s.nserving; k++)
+                                if (s.worker_of[k] != LOOM_HARVEST_NONE)
+                                        loom_harvest_router_heartbeat(s.r, s.worker_of[k], now,
+                                                                      x.a);
+                        drain(&s, now);
+                        for (uint32_t k = 0; k < s.ng; k++)
+                                kick(&s, k, now);
                         break;
                 case E_DRAIN:
                         drain(&s, now);

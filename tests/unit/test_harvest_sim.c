@@ -108,6 +108,28 @@ Test(sim, memory_and_routing_ablations)
         cr_assert(rose.affinity_hits > tw.affinity_hits);
 }
 
+Test(sim, late_weights_keep_stale_workers_out)
+{
+        loom_harvest_sim_cfg c;
+        loom_harvest_sim_defaults(&c);
+        c.trace = &tr;
+        c.batch = 512;
+        c.steps = 2;
+        loom_harvest_sim_result fresh, late, stale_ok;
+        loom_err e;
+        cr_assert_eq(loom_harvest_sim_run(&c, &fresh, &e), 0, "%s", e.msg);
+        c.weights_s = 1000; /* longer than a rollout phase: step 1 never sees them */
+        cr_assert_eq(loom_harvest_sim_run(&c, &late, &e), 0, "%s", e.msg);
+        c.staleness = 1;
+        cr_assert_eq(loom_harvest_sim_run(&c, &stale_ok, &e), 0, "%s", e.msg);
+        cr_assert(late.turns_on_serving < fresh.turns_on_serving);
+        cr_assert(late.rollout_s > fresh.rollout_s);
+        cr_assert_eq(stale_ok.turns_on_serving, fresh.turns_on_serving);
+        c.weights_s = -1;
+        cr_assert_eq(loom_harvest_sim_run(&c, &late, &e), LOOM_EINVAL);
+        cr_assert_str_eq(e.field, "weights-s");
+}
+
 Test(sim, deterministic)
 {
         loom_harvest_sim_result a = run(LOOM_HARVEST_ROSE, 8), b = run(LOOM_HARVEST_ROSE, 8);
