@@ -19,6 +19,7 @@ static const struct subcommand {
         {"sync", loom_cmd_sync, "weight transfer engine: bench and plans"},
         {"demo", loom_cmd_demo, "live demo: loomd plus real CPU-bound RL jobs"},
         {"bench", loom_cmd_bench, "benchmarks of the scheduler core"},
+        {"harvest", loom_cmd_harvest, "ROSE: rollouts on idle serving GPUs (sim, node, replay)"},
 };
 
 static void usage(FILE *f)

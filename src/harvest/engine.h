@@ -1,0 +1,118 @@
+/*
+ * engine.h - the co-serving executor of one GPU (internal to src/harvest).
+ *
+ * A state machine with time as an argument: the driver asks for the next iteration
+ * (hv_engine_next), runs it for the returned duration (the simulator advances a virtual clock,
+ * `loom harvest node` sleeps on the wall clock), then reports it finished (hv_engine_finish).
+ * Serving requests and rollout turns are submitted at any time; results come back through
+ * callbacks. The same code decides in the simulator and in the live executor.
+ */
+#ifndef LOOM_HARVEST_ENGINE_H
+#define LOOM_HARVEST_ENGINE_H
+
+#include "loom/harvest.h"
+
+typedef struct hv_sreq {
+        uint64_t id;
+        loom_us arr;
+        uint32_t prompt, gen, done;
+        loom_us first, last;
+        uint32_t pages;
+        uint64_t joined; /* step sequence at which it joined the decode batch */
+        void *user;
+} hv_sreq;
+
+typedef struct hv_turn {
+        uint32_t traj;
+        uint32_t prompt, cached, prefilled, resp, gen;
+        loom_us last_progress;
+        uint64_t joined;
+} hv_turn;
+
+enum { HV_ABORT_STALL = 1, HV_ABORT_CUT = 2, HV_ABORT_EVICT = 3 };
+
+typedef struct hv_callbacks {
+        void *arg;
+        void (*prefilled)(void *arg, loom_us now, const hv_sreq *r); /* first token */
+        void (*token)(void *arg, loom_us gap);                       /* a decode interval */
+        void (*served)(void *arg, loom_us now, const hv_sreq *r);    /* last token */
+        void (*turn_done)(void *arg, loom_us now, uint32_t traj, uint32_t gpu);
+        void (*turn_aborted)(void *arg, loom_us now, uint32_t traj, uint32_t gpu, int why);
+        void (*evicted)(void *arg, loom_us now, uint32_t gpu, loom_us until);
+} hv_callbacks;
+
+typedef struct hv_policy {
+        loom_harvest_admit_mode admit;
+        int chunk;        /* rollout prefill chunk in tokens; 0 = monolithic */
+        int prefix_cache; /* keep idle prefixes under lease */
+        int serverless;   /* evict the rollout model when serving needs the GPU */
+        loom_us evict_cost, cooldown, reload;
+        uint32_t prefill_batch_tokens;
+} hv_policy;
+
+typedef enum hv_kind {
+        HV_IDLE = 0,
+        HV_S_PREFILL,
+        HV_S_DECODE,
+        HV_R_PREFILL,
+        HV_R_DECODE,
+        HV_EVICT,
+} hv_kind;
+
+typedef struct hv_step {
+        hv_kind kind;
+        loom_us dur;
+        uint32_t count;  /* S_PREFILL: requests from the queue head */
+        uint32_t traj;   /* R_PREFILL */
+        uint32_t tokens; /* R_PREFILL */
+        uint64_t seq;
+} hv_step;
+
+typedef struct hv_engine {
+        uint32_t id;
+        loom_harvest_role role;
+        const loom_harvest_model *m;
+        hv_policy pol;
+        loom_us b_ttft, b_tpot, stall;
+        loom_harvest_mem mem;
+        hv_callbacks cb;
+        hv_sreq *pq; /* prefill FIFO: pq[pq_head .. pq_n) */
+        size_t pq_head, pq_n, pq_cap;
+        hv_sreq *dec;
+        size_t ndec, dec_cap;
+        hv_sreq *dwait; /* decodes waiting for serving memory */
+        size_t ndwait, dwait_cap;
+        hv_turn *turns;
+        size_t nturns, turns_cap;
+        uint64_t ctx_dec; /* serving decode context tokens */
+        uint32_t serving_peak;
+        hv_step cur;
+        uint64_t seq;
+        int last_rollout, toggle;
+        int evicted;
+        loom_us reload_until;
+        uint64_t evictions, stalls, cut_aborts;
+        loom_us busy_serving, busy_rollout;
+} hv_engine;
+
+int hv_engine_init(hv_engine *g, uint32_t id, loom_harvest_role role, const loom_harvest_model *m,
+                   const hv_policy *pol, const loom_harvest_mem_cfg *mc, loom_us b_ttft,
+                   loom_us b_tpot, loom_us stall, const hv_callbacks *cb, loom_err *e);
+void hv_engine_fini(hv_engine *g);
+/* New RL step: rollout budget from the serving peak since the last step. */
+void hv_engine_rl_step(hv_engine *g);
+int hv_engine_submit_prefill(hv_engine *g, loom_us now, const hv_sreq *r);
+int hv_engine_submit_decode(hv_engine *g, loom_us now, const hv_sreq *r);
+/* LOOM_ERANGE: no memory for it here (nothing changes); LOOM_ESTATE: the rollout model is not
+ * resident (serverless eviction). *affine set when a cached prefix was reused. */
+int hv_engine_submit_turn(hv_engine *g, loom_us now, uint32_t traj, uint32_t prompt, uint32_t resp,
+                          int *affine);
+/* Choose the next iteration at `now` (the engine must be idle). Returns 1 and fills
+ * g->cur, or 0 when there is nothing to run. */
+int hv_engine_next(hv_engine *g, loom_us now);
+/* The current iteration ended at `now`. */
+void hv_engine_finish(hv_engine *g, loom_us now);
+int hv_engine_busy(const hv_engine *g);
+size_t hv_engine_serving_load(const hv_engine *g);
+
+#endif

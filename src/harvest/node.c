@@ -1,0 +1,530 @@
+/*
+ * node.c - `loom harvest node`: one emulated serving GPU running the co-serving executor live.
+ *
+ * Threads: libmicrohttpd's (one per connection), the executor, nothing else. The executor asks
+ * the engine (engine.c, the simulator's code) for the next iteration, sleeps its modelled GPU
+ * time divided by `speed` on the wall clock, and reports it finished; HTTP threads submit
+ * serving requests and stream "first" / "done" lines back as the engine reports tokens. A
+ * rollout feeder routes turns of synthetic multi-turn trajectories through the turn router
+ * (router.c) to keep `rollouts` turns in flight; aborted turns (stall, emergency cut) are
+ * routed again. After every engine action the KV page pool (pool.c, real memory: memfd pages
+ * mapped into PROT_NONE-reserved ranges) is brought to the engine's page accounting. One mutex
+ * guards the engine, router, pool and requests.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine.h"
+
+typedef struct live_req {
+        int refs;
+        int first, done, phase;
+        loom_us arr, t_first, t_done;
+        uint32_t gen;
+        struct loom_harvest_node *n;
+} live_req;
+
+struct loom_harvest_node {
+        loom_harvest_node_cfg cfg;
+        loom_harvest_model m;
+        hv_engine g;
+        loom_harvest_router *r;
+        loom_harvest_pool *pool;
+        uint32_t *vp[2]; /* mapped virtual pages per model, as a stack */
+        uint32_t nvp[2];
+        struct MHD_Daemon *mhd;
+        uint16_t port;
+        pthread_t exec;
+        int exec_started, stop;
+        pthread_mutex_t mu;
+        pthread_cond_t cv_exec, cv_req;
+        struct timespec wall0;
+        uint64_t next_id;
+        uint32_t next_traj, in_flight;
+        uint32_t *turn_of; /* per trajectory: turns done */
+        size_t cap_turn_of;
+        loom_harvest_node_stats st;
+};
+
+static loom_us emu_now(const loom_harvest_node *n)
+{
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        double s =
+            (double)(t.tv_sec - n->wall0.tv_sec) + (double)(t.tv_nsec - n->wall0.tv_nsec) / 1e9;
+        return (loom_us)(s * n->cfg.speed * 1e6);
+}
+
+static struct timespec wall_at(const loom_harvest_node *n, loom_us emu)
+{
+        double s = (double)emu / 1e6 / n->cfg.speed;
+        struct timespec t = n->wall0;
+        t.tv_sec += (time_t)s;
+        t.tv_nsec += (long)((s - (double)(time_t)s) * 1e9);
+        if (t.tv_nsec >= 1000000000L) {
+                t.tv_sec++;
+                t.tv_nsec -= 1000000000L;
+        }
+        return t;
+}
+
+/* ---- page pool mirrors the engine's accounting ----------------------------------------- */
+
+static void sync_pool(loom_harvest_node *n)
+{
+        uint32_t want[2] = {n->g.mem.serving_used, n->g.mem.rollout_used};
+        for (int m = 0; m < 2; m++)
+                while (n->nvp[m] > want[m])
+                        loom_harvest_pool_unmap(n->pool, m, n->vp[m][--n->nvp[m]]);
+        for (int m = 0; m < 2; m++)
+                while (n->nvp[m] < want[m]) {
+                        uint32_t v;
+                        if (loom_harvest_pool_map(n->pool, m, &v, NULL))
+                                break;
+                        *(volatile char *)loom_harvest_pool_addr(n->pool, m, v) = 1; /* touch */
+                        n->vp[m][n->nvp[m]++] = v;
+                }
+        n->st.pool_serving = loom_harvest_pool_used(n->pool, LOOM_HARVEST_SERVING);
+        n->st.pool_rollout = loom_harvest_pool_used(n->pool, LOOM_HARVEST_ROLLOUT);
+}
+
+/* ---- rollout feeder ----------------------------------------------------------------------- */
+
+static uint32_t turn_prompt(const loom_harvest_node *n, uint32_t k)
+{
+        return n->cfg.turn_prompt + k * (n->cfg.turn_resp + 200); /* response + observation */
+}
+
+static void submit_turn(loom_harvest_node *n, loom_us now, uint32_t traj)
+{
+        struct timespec a, b;
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        uint32_t w = loom_harvest_router_route(n->r, now, traj, NULL);
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        double us = (double)(b.tv_sec - a.tv_sec) * 1e6 + (double)(b.tv_nsec - a.tv_nsec) / 1e3;
+        n->st.route_calls++;
+        if (us > n->st.route_us_max)
+                n->st.route_us_max = us;
+        if (w == LOOM_HARVEST_NONE)
+                return;
+        uint32_t k = n->turn_of[traj];
+        if (hv_engine_submit_turn(&n->g, now, traj, turn_prompt(n, k), n->cfg.turn_resp, NULL)) {
+                loom_harvest_router_abort(n->r, traj);
+                loom_harvest_router_close(n->r, w, now + n->g.stall / 2);
+                return;
+        }
+        n->in_flight++;
+}
+
+static void feed(loom_harvest_node *n, loom_us now)
+{
+        loom_harvest_router_heartbeat(n->r, 0, now, 0);
+        /* resume trajectories that are between turns, then start new ones */
+        for (uint32_t t = 0; t < n->next_traj && n->in_flight < n->cfg.rollouts; t++)
+                if (n->turn_of[t] < n->cfg.turns &&
+                    loom_harvest_router_running(n->r, t) == LOOM_HARVEST_NONE)
+                        submit_turn(n, now, t);
+        while (n->in_flight < n->cfg.rollouts) {
+                uint32_t t = n->next_traj;
+                if (loom_reserve(&n->turn_of, &n->cap_turn_of, (size_t)t + 1, sizeof *n->turn_of,
+                                 256))
+                        return;
+                n->turn_of[t] = 0;
+                n->next_traj++;
+                uint32_t before = n->in_flight;
+                submit_turn(n, now, t);
+                if (n->in_flight == before)
+                        return; /* no room now */
+        }
+}
+
+static void cb_turn_done(void *arg, loom_us now, uint32_t traj, uint32_t gpu)
+{
+        loom_harvest_node *n = arg;
+        loom_harvest_router_done(n->r, traj);
+        n->turn_of[traj]++;
+        n->in_flight--;
+        n->st.turns_done++;
+}
+
+static void cb_turn_aborted(void *arg, loom_us now, uint32_t traj, uint32_t gpu, int why)
+{
+        loom_harvest_node *n = arg;
+        loom_harvest_router_abort(n->r, traj); /* routed again by the feeder */
+        n->in_flight--;
+        n->st.turns_aborted++;
+        if (why == HV_ABORT_STALL)
+                loom_harvest_router_close(n->r, 0, now + n->g.stall);
+}
+
+/* ---- serving callbacks -------------------------------------------------------------------- */
+
+static void unref(live_req *q)
+{
+        if (--q->refs == 0)
+                free(q);
+}
+
+static void cb_prefilled(void *arg, loom_us now, const hv_sreq *r)
+{
+        loom_harvest_node *n = arg;
+        live_req *q = r->user;
+        q->first = 1;
+        q->t_first = now;
+        hv_engine_submit_decode(&n->g, now, r);
+        pthread_cond_broadcast(&n->cv_req);
+}
+
+static void cb_served(void *arg, loom_us now, const hv_sreq *r)
+{
+        loom_harvest_node *n = arg;
+        live_req *q = r->user;
+        q->done = 1;
+        q->t_done = now;
+        n->st.served++;
+        pthread_cond_broadcast(&n->cv_req);
+        unref(q); /* the engine's reference */
+}
+
+/* ---- executor ------------------------------------------------------------------------------ */
+
+static void *exec_main(void *arg)
+{
+        loom_harvest_node *n = arg;
+        pthread_mutex_lock(&n->mu);
+        while (!n->stop) {
+                loom_us now = emu_now(n);
+                feed(n, now);
+                if (!hv_engine_next(&n->g, now)) {
+                        sync_pool(n);
+                        struct timespec t = wall_at(n, now + (loom_us)(2000 * n->cfg.speed));
+                        pthread_cond_timedwait(&n->cv_exec, &n->mu, &t);
+                        continue;
+                }
+                sync_pool(n);
+                loom_us end = now + n->g.cur.dur;
+                struct timespec t = wall_at(n, end);
+                while (!n->stop && emu_now(n) < end)
+                        pthread_cond_timedwait(&n->cv_exec, &n->mu, &t);
+                hv_engine_finish(&n->g, end);
+                sync_pool(n);
+                pthread_cond_broadcast(&n->cv_req);
+        }
+        pthread_mutex_unlock(&n->mu);
+        return NULL;
+}
+
+/* ---- HTTP ------------------------------------------------------------------------------------ */
+
+static ssize_t stream(void *cls, uint64_t pos, char *buf, size_t max)
+{
+        live_req *q = cls;
+        loom_harvest_node *n = q->n;
+        ssize_t len = 0;
+        pthread_mutex_lock(&n->mu);
+        while (!n->stop && ((q->phase == 0 && !q->first) || (q->phase == 1 && !q->done)))
+                pthread_cond_wait(&n->cv_req, &n->mu);
+        if (n->stop && q->phase < 2) {
+                len = MHD_CONTENT_READER_END_WITH_ERROR;
+        } else if (q->phase == 0) {
+                len = snprintf(buf, max, "first\n");
+                q->phase = 1;
+        } else if (q->phase == 1) {
+                double ttft = (double)(q->t_first - q->arr) / 1e3;
+                double tpot =
+                    q->gen > 1 ? (double)(q->t_done - q->t_first) / 1e3 / (q->gen - 1) : 0;
+                len = snprintf(buf, max, "done %.3f %.3f\n", ttft, tpot);
+                q->phase = 2;
+        } else {
+                len = MHD_CONTENT_READER_END_OF_STREAM;
+        }
+        pthread_mutex_unlock(&n->mu);
+        return len;
+}
+
+static void stream_free(void *cls)
+{
+        live_req *q = cls;
+        loom_harvest_node *n = q->n;
+        pthread_mutex_lock(&n->mu);
+        unref(q);
+        pthread_mutex_unlock(&n->mu);
+}
+
+static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, const char *body)
+{
+        struct MHD_Response *r =
+            MHD_create_response_from_buffer(strlen(body), (void *)body, MHD_RESPMEM_MUST_COPY);
+        if (!r)
+                return MHD_NO;
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain");
+        enum MHD_Result ret = MHD_queue_response(c, status, r);
+        MHD_destroy_response(r);
+        return ret;
+}
+
+static int arg_u32(struct MHD_Connection *c, const char *key, uint32_t lo, uint32_t *out)
+{
+        const char *v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, key);
+        char *end;
+        if (!v)
+                return -1;
+        errno = 0;
+        unsigned long x = strtoul(v, &end, 10);
+        if (errno || end == v || *end || x < lo || x > 1000000)
+                return -1;
+        *out = (uint32_t)x;
+        return 0;
+}
+
+static enum MHD_Result generate(loom_harvest_node *n, struct MHD_Connection *c)
+{
+        uint32_t prompt, gen;
+        if (arg_u32(c, "prompt", 1, &prompt))
+                return reply(c, 400, "prompt: need an integer in [1, 1000000]\n");
+        if (arg_u32(c, "gen", 1, &gen))
+                return reply(c, 400, "gen: need an integer in [1, 1000000]\n");
+        live_req *q = calloc(1, sizeof *q);
+        if (!q)
+                return MHD_NO;
+        q->n = n;
+        q->gen = gen;
+        q->refs = 2; /* the connection and the engine */
+        pthread_mutex_lock(&n->mu);
+        loom_us now = emu_now(n);
+        q->arr = now;
+        hv_sreq r = {.id = n->next_id++, .arr = now, .prompt = prompt, .gen = gen, .user = q};
+        int rc;
+        if (n->cfg.role == LOOM_HARVEST_DECODE) {
+                q->first = 1;
+                q->t_first = now;
+                r.first = r.last = now;
+                r.done = 1;
+                rc = hv_engine_submit_decode(&n->g, now, &r);
+        } else {
+                rc = hv_engine_submit_prefill(&n->g, now, &r);
+        }
+        if (rc)
+                q->refs = 1;
+        sync_pool(n);
+        pthread_cond_signal(&n->cv_exec);
+        pthread_mutex_unlock(&n->mu);
+        if (rc) {
+                free(q);
+                return reply(c, 503, "out of memory\n");
+        }
+        struct MHD_Response *resp =
+            MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64, stream, q, stream_free);
+        if (!resp) {
+                stream_free(q);
+                return MHD_NO;
+        }
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain");
+        enum MHD_Result ret = MHD_queue_response(c, 200, resp);
+        MHD_destroy_response(resp);
+        return ret;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version, const char *upload,
+                                  size_t *upload_size, void **con_cls)
+{
+        loom_harvest_node *n = cls;
+        if (strcmp(method, "GET"))
+                return reply(c, 405, "GET only\n");
+        if (!strcmp(url, "/v1/generate"))
+                return generate(n, c);
+        if (!strcmp(url, "/v1/stats")) {
+                loom_harvest_node_stats s;
+                loom_harvest_node_stats_get(n, &s);
+                char body[768];
+                snprintf(
+                    body, sizeof body,
+                    "{\"served\":%llu,\"turns_done\":%llu,\"turns_aborted\":%llu,\"cuts\":%llu,"
+                    "\"stalls\":%llu,\"pages\":%u,\"budget\":%u,\"pool_serving\":%u,"
+                    "\"pool_rollout\":%u,\"busy_serving_s\":%.3f,\"busy_rollout_s\":%.3f,"
+                    "\"route_calls\":%llu,\"route_us_max\":%.3f}\n",
+                    (unsigned long long)s.served, (unsigned long long)s.turns_done,
+                    (unsigned long long)s.turns_aborted, (unsigned long long)s.cuts,
+                    (unsigned long long)s.stalls, s.pages, s.budget, s.pool_serving, s.pool_rollout,
+                    s.busy_serving_s, s.busy_rollout_s, (unsigned long long)s.route_calls,
+                    s.route_us_max);
+                return reply(c, 200, body);
+        }
+        return reply(c, 404, "not found\n");
+}
+
+/* ---- lifecycle ---------------------------------------------------------------------------------
+ */
+
+void loom_harvest_node_defaults(loom_harvest_node_cfg *c)
+{
+        *c = (loom_harvest_node_cfg){.pair = "7b",
+                                     .role = LOOM_HARVEST_COLOCATED,
+                                     .admit = LOOM_HARVEST_ADMIT_DUAL,
+                                     .speed = 1,
+                                     .lease_s = 10,
+                                     .stall_s = 2,
+                                     .rollouts = 16,
+                                     .turn_prompt = 1000,
+                                     .turn_resp = 300,
+                                     .turns = 8};
+}
+
+void loom_harvest_node_stats_get(loom_harvest_node *n, loom_harvest_node_stats *s)
+{
+        pthread_mutex_lock(&n->mu);
+        n->st.cuts = n->g.mem.cuts;
+        n->st.stalls = n->g.stalls;
+        n->st.pages = n->g.mem.cfg.pages;
+        n->st.budget = n->g.mem.budget;
+        n->st.busy_serving_s = loom_us_to_s(n->g.busy_serving);
+        n->st.busy_rollout_s = loom_us_to_s(n->g.busy_rollout);
+        *s = n->st;
+        pthread_mutex_unlock(&n->mu);
+}
+
+uint16_t loom_harvest_node_port(const loom_harvest_node *n)
+{
+        return n->port;
+}
+
+static int check(const loom_harvest_node_cfg *c, loom_err *e)
+{
+        if (c->role != LOOM_HARVEST_COLOCATED && c->role != LOOM_HARVEST_DECODE)
+                return loom_err_set(e, LOOM_EINVAL, "role", "must be colocated or decode");
+        if (!(c->speed > 0 && c->speed <= 10000))
+                return loom_err_set(e, LOOM_EINVAL, "speed", "must be in (0, 10000]");
+        if (c->turn_prompt == 0 || c->turn_resp == 0 || c->turns == 0)
+                return loom_err_set(e, LOOM_EINVAL, "turn",
+                                    "prompt, response and turns must be "
+                                    "positive");
+        if (!(c->stall_s > 0) || !(c->lease_s >= 0))
+                return loom_err_set(e, LOOM_EINVAL, "stall", "stall must be > 0, lease >= 0");
+        return 0;
+}
+
+int loom_harvest_node_start(const loom_harvest_node_cfg *c, loom_harvest_node **out, loom_err *e)
+{
+        int rc = check(c, e);
+        if (rc)
+                return rc;
+        loom_harvest_node *n = calloc(1, sizeof *n);
+        if (!n)
+                return loom_err_set(e, LOOM_ENOMEM, "node", "out of memory");
+        n->cfg = *c;
+        pthread_mutex_init(&n->mu, NULL);
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&n->cv_exec, &ca);
+        pthread_condattr_destroy(&ca);
+        pthread_cond_init(&n->cv_req, NULL);
+        rc = loom_harvest_model_preset(c->pair, &n->m, e);
+        if (rc)
+                goto fail;
+        double dev = n->m.hbm_bytes * n->m.tp;
+        uint32_t pages = c->pages
+                             ? c->pages
+                             : (uint32_t)((0.9 * dev - 2 * n->m.weight_bytes) / LOOM_HARVEST_PAGE);
+        uint32_t head = c->pages ? c->headroom_pages : (uint32_t)(0.2 * dev / LOOM_HARVEST_PAGE);
+        loom_harvest_mem_cfg mc = {.pages = pages,
+                                   .headroom_pages = head,
+                                   .watermark = 0.5,
+                                   .lease = loom_us_from_s(c->lease_s),
+                                   .preempt = 1};
+        hv_policy pol = {
+            .admit = c->admit, .chunk = 512, .prefix_cache = 1, .prefill_batch_tokens = 8192};
+        hv_callbacks cb = {.arg = n,
+                           .prefilled = cb_prefilled,
+                           .served = cb_served,
+                           .turn_done = cb_turn_done,
+                           .turn_aborted = cb_turn_aborted};
+        int big = n->m.tp > 1;
+        loom_us ttft = loom_us_from_s((c->ttft_ms > 0 ? c->ttft_ms : big ? 1000 : 500) / 1e3);
+        loom_us tpot = loom_us_from_s((c->tpot_ms > 0 ? c->tpot_ms : big ? 500 : 150) / 1e3);
+        rc = hv_engine_init(&n->g, 0, c->role, &n->m, &pol, &mc, ttft, tpot,
+                            loom_us_from_s(c->stall_s), &cb, e);
+        if (rc)
+                goto fail;
+        hv_engine_rl_step(&n->g);
+        loom_harvest_router_cfg rcfg = {.dedicated_cap = 16,
+                                        .serving_cap = c->rollouts ? c->rollouts : 1,
+                                        .affinity = 1,
+                                        .heartbeat_timeout = 5 * LOOM_US_PER_S,
+                                        .max_staleness = 1};
+        if ((rc = loom_harvest_router_new(&rcfg, &n->r, e)))
+                goto fail;
+        loom_harvest_router_add(n->r, LOOM_HARVEST_W_SERVING, 0);
+        if ((rc = loom_harvest_pool_new(pages, LOOM_HARVEST_PAGE, &n->pool, e)))
+                goto fail;
+        n->vp[0] = malloc(pages * sizeof(uint32_t));
+        n->vp[1] = malloc(pages * sizeof(uint32_t));
+        if (!n->vp[0] || !n->vp[1]) {
+                rc = loom_err_set(e, LOOM_ENOMEM, "node", "out of memory");
+                goto fail;
+        }
+        clock_gettime(CLOCK_MONOTONIC, &n->wall0);
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(c->port)};
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        n->mhd = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD,
+                                  c->port, NULL, NULL, on_request, n, MHD_OPTION_SOCK_ADDR, &sa,
+                                  MHD_OPTION_CONNECTION_LIMIT, (unsigned)4096,
+                                  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600,
+                                  MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024, MHD_OPTION_END);
+        if (!n->mhd) {
+                rc = loom_err_set(e, LOOM_EIO, "port", "cannot listen on 127.0.0.1:%u", c->port);
+                goto fail;
+        }
+        const union MHD_DaemonInfo *di = MHD_get_daemon_info(n->mhd, MHD_DAEMON_INFO_BIND_PORT);
+        n->port = di ? di->port : c->port;
+        if (pthread_create(&n->exec, NULL, exec_main, n)) {
+                rc = loom_err_set(e, LOOM_EIO, "node", "cannot start the executor thread");
+                goto fail;
+        }
+        n->exec_started = 1;
+        *out = n;
+        return 0;
+fail:
+        loom_harvest_node_stop(n);
+        return rc;
+}
+
+void loom_harvest_node_stop(loom_harvest_node *n)
+{
+        if (!n)
+                return;
+        pthread_mutex_lock(&n->mu);
+        n->stop = 1;
+        pthread_cond_broadcast(&n->cv_exec);
+        pthread_cond_broadcast(&n->cv_req);
+        pthread_mutex_unlock(&n->mu);
+        if (n->mhd)
+                MHD_stop_daemon(n->mhd); /* joins the connection threads */
+        if (n->exec_started)
+                pthread_join(n->exec, NULL);
+        /* requests still inside the engine hold one reference each */
+        for (size_t i = n->g.pq_head; i < n->g.pq_n; i++)
+                free(n->g.pq[i].user);
+        for (size_t i = 0; i < n->g.ndec; i++)
+                free(n->g.dec[i].user);
+        for (size_t i = 0; i < n->g.ndwait; i++)
+                free(n->g.dwait[i].user);
+        hv_engine_fini(&n->g);
+        loom_harvest_router_free(n->r);
+        loom_harvest_pool_free(n->pool);
+        free(n->vp[0]);
+        free(n->vp[1]);
+        free(n->turn_of);
+        pthread_cond_destroy(&n->cv_exec);
+        pthread_cond_destroy(&n->cv_req);
+        pthread_mutex_destroy(&n->mu);
+        free(n);
+}

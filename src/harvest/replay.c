@@ -1,0 +1,205 @@
+/*
+ * replay.c - `loom harvest replay`: drive a node with a trace at compressed wall-clock speed and
+ * measure TTFT and TPOT at the client.
+ *
+ * One detached thread per request (small stacks): it connects at the request's arrival time,
+ * sends GET /v1/generate over HTTP/1.0 and timestamps the "first" and "done" lines as they
+ * arrive. Wall times are multiplied by the speed to give emulated milliseconds, comparable
+ * with the SLOs. A request counts as failed on any socket error, timeout or missing line.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "loom/harvest.h"
+
+typedef struct shared {
+        const loom_harvest_replay_cfg *cfg;
+        struct sockaddr_in sa;
+        pthread_mutex_t mu;
+        pthread_cond_t cv;
+        size_t running;
+        uint64_t ok, failed;
+        double *ttft, *tpot;
+        size_t n;
+} shared;
+
+typedef struct job {
+        shared *s;
+        uint32_t prompt, gen;
+} job;
+
+static double wall(void)
+{
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+static int one(const job *j, double *ttft, double *tpot)
+{
+        const loom_harvest_replay_cfg *c = j->s->cfg;
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return -1;
+        struct timeval tv = {.tv_sec = (time_t)(c->timeout_s > 0 ? c->timeout_s : 60)};
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        double t0 = wall(), t_first = 0, t_done = 0;
+        if (connect(fd, (const struct sockaddr *)&j->s->sa, sizeof j->s->sa)) {
+                close(fd);
+                return -1;
+        }
+        char req[160];
+        int len = snprintf(req, sizeof req, "GET /v1/generate?prompt=%u&gen=%u HTTP/1.0\r\n\r\n",
+                           j->prompt, j->gen);
+        if (write(fd, req, (size_t)len) != len) {
+                close(fd);
+                return -1;
+        }
+        char buf[4096];
+        size_t have = 0;
+        int body = 0, status = 0;
+        for (;;) {
+                ssize_t r = read(fd, buf + have, sizeof buf - 1 - have);
+                if (r <= 0)
+                        break;
+                have += (size_t)r;
+                buf[have] = 0;
+                if (!status && have > 12)
+                        status = atoi(buf + 9);
+                if (!body && strstr(buf, "\r\n\r\n"))
+                        body = 1;
+                if (body && !t_first && strstr(buf, "\nfirst\n"))
+                        t_first = wall();
+                if (body && !t_done && strstr(buf, "\ndone "))
+                        t_done = wall();
+                if (have >= sizeof buf - 1)
+                        break;
+        }
+        close(fd);
+        if (status != 200 || !t_first || !t_done)
+                return -1;
+        *ttft = (t_first - t0) * c->speed * 1e3;
+        *tpot = j->gen > 1 ? (t_done - t_first) * c->speed * 1e3 / (j->gen - 1) : 0;
+        return 0;
+}
+
+static void *worker(void *arg)
+{
+        job *j = arg;
+        shared *s = j->s;
+        double ttft = 0, tpot = 0;
+        int rc = one(j, &ttft, &tpot);
+        pthread_mutex_lock(&s->mu);
+        if (rc == 0) {
+                s->ttft[s->ok] = ttft;
+                s->tpot[s->ok] = tpot;
+                s->ok++;
+        } else {
+                s->failed++;
+        }
+        s->running--;
+        pthread_cond_signal(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        free(j);
+        return NULL;
+}
+
+static int cmp(const void *a, const void *b)
+{
+        double x = *(const double *)a, y = *(const double *)b;
+        return (x > y) - (x < y);
+}
+
+static double pct(const double *v, size_t n, double p)
+{
+        if (n == 0)
+                return 0;
+        size_t i = (size_t)ceil(p * (double)n);
+        return v[(i > 0 ? i - 1 : 0) < n ? (i > 0 ? i - 1 : 0) : n - 1];
+}
+
+int loom_harvest_replay(const loom_harvest_replay_cfg *c, loom_harvest_replay_result *res,
+                        loom_err *e)
+{
+        memset(res, 0, sizeof *res);
+        if (!c->trace || c->trace->n == 0)
+                return loom_err_set(e, LOOM_EINVAL, "trace", "no requests");
+        if (!(c->speed > 0) || !(c->density > 0))
+                return loom_err_set(e, LOOM_EINVAL, "speed", "speed and density must be positive");
+        shared s = {.cfg = c};
+        s.sa.sin_family = AF_INET;
+        s.sa.sin_port = htons(c->port);
+        if (inet_pton(AF_INET, c->host, &s.sa.sin_addr) != 1)
+                return loom_err_set(e, LOOM_EINVAL, "host", "'%s' is not an IPv4 address", c->host);
+        size_t n = c->trace->n;
+        s.ttft = malloc(n * sizeof *s.ttft);
+        s.tpot = malloc(n * sizeof *s.tpot);
+        if (!s.ttft || !s.tpot) {
+                free(s.ttft);
+                free(s.tpot);
+                return loom_err_set(e, LOOM_ENOMEM, "replay", "out of memory");
+        }
+        pthread_mutex_init(&s.mu, NULL);
+        pthread_cond_init(&s.cv, NULL);
+        pthread_attr_t at;
+        pthread_attr_init(&at);
+        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+        pthread_attr_setstacksize(&at, 128 * 1024);
+        double t0 = wall();
+        for (size_t i = 0; i < n; i++) {
+                double emu = (double)c->trace->reqs[i].arrival / 1e6 / c->density;
+                if (c->duration_s > 0 && emu > c->duration_s)
+                        break;
+                double at_wall = t0 + emu / c->speed, now = wall();
+                if (at_wall > now) {
+                        struct timespec d = {.tv_sec = (time_t)(at_wall - now)};
+                        d.tv_nsec = (long)((at_wall - now - (double)d.tv_sec) * 1e9);
+                        nanosleep(&d, NULL);
+                }
+                job *j = malloc(sizeof *j);
+                if (!j)
+                        break;
+                *j = (job){&s, c->trace->reqs[i].prompt, c->trace->reqs[i].gen};
+                pthread_t th;
+                pthread_mutex_lock(&s.mu);
+                s.running++;
+                pthread_mutex_unlock(&s.mu);
+                res->sent++;
+                if (pthread_create(&th, &at, worker, j)) {
+                        free(j);
+                        pthread_mutex_lock(&s.mu);
+                        s.running--;
+                        s.failed++;
+                        pthread_mutex_unlock(&s.mu);
+                }
+        }
+        pthread_mutex_lock(&s.mu);
+        while (s.running > 0)
+                pthread_cond_wait(&s.cv, &s.mu);
+        pthread_mutex_unlock(&s.mu);
+        pthread_attr_destroy(&at);
+        res->wall_s = wall() - t0;
+        res->ok = s.ok;
+        res->failed = s.failed;
+        qsort(s.ttft, s.ok, sizeof *s.ttft, cmp);
+        qsort(s.tpot, s.ok, sizeof *s.tpot, cmp);
+        res->ttft_p50_ms = pct(s.ttft, s.ok, 0.5);
+        res->ttft_p99_ms = pct(s.ttft, s.ok, 0.99);
+        res->tpot_p50_ms = pct(s.tpot, s.ok, 0.5);
+        res->tpot_p99_ms = pct(s.tpot, s.ok, 0.99);
+        free(s.ttft);
+        free(s.tpot);
+        pthread_mutex_destroy(&s.mu);
+        pthread_cond_destroy(&s.cv);
+        return 0;
+}

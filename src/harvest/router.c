@@ -1,0 +1,233 @@
+/*
+ * router.c - ROSE's elastic rollout router. Pure: time is an argument.
+ *
+ * The unit is a turn: between two turns a trajectory talks to its environment and holds no GPU,
+ * so each turn is routed afresh. Order of preference for a turn:
+ *   1. the worker that holds the trajectory's prefix KV (affinity), if it has room: a dedicated
+ *      GPU below its concurrency cap, a serving GPU below its cap and not closed by a stall
+ *      report or an emergency cut;
+ *   2. the least-loaded dedicated GPU with room;
+ *   3. the least-loaded eligible serving GPU (spill);
+ *   4. none: the caller queues the turn and routes it again when capacity frees.
+ * A worker is eligible only while its heartbeat is fresh and its weights are within the allowed
+ * staleness. Pinned mode (a baseline) keeps a trajectory on its first worker for good.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "loom/harvest.h"
+
+typedef struct worker {
+        loom_harvest_worker_kind kind;
+        uint32_t load, version;
+        int alive;
+        loom_us last_hb, closed_until;
+} worker;
+
+typedef struct traj {
+        uint32_t holder, running, pinned;
+} traj;
+
+struct loom_harvest_router {
+        loom_harvest_router_cfg cfg;
+        worker *w;
+        size_t nw, capw;
+        traj *t;
+        size_t nt, capt;
+        uint32_t version;
+};
+
+int loom_harvest_router_new(const loom_harvest_router_cfg *cfg, loom_harvest_router **out,
+                            loom_err *e)
+{
+        if (cfg->dedicated_cap == 0)
+                return loom_err_set(e, LOOM_EINVAL, "dedicated_cap", "must be at least 1");
+        if (cfg->heartbeat_timeout <= 0)
+                return loom_err_set(e, LOOM_EINVAL, "heartbeat_timeout", "must be positive");
+        loom_harvest_router *r = calloc(1, sizeof *r);
+        if (!r)
+                return loom_err_set(e, LOOM_ENOMEM, "router", "out of memory");
+        r->cfg = *cfg;
+        *out = r;
+        return 0;
+}
+
+void loom_harvest_router_free(loom_harvest_router *r)
+{
+        if (!r)
+                return;
+        free(r->w);
+        free(r->t);
+        free(r);
+}
+
+int loom_harvest_router_add(loom_harvest_router *r, loom_harvest_worker_kind kind, loom_us now)
+{
+        if (r->nw >= LOOM_HARVEST_NONE - 1 ||
+            loom_reserve(&r->w, &r->capw, r->nw + 1, sizeof *r->w, 16))
+                return LOOM_ENOMEM;
+        r->w[r->nw] = (worker){.kind = kind, .alive = 1, .last_hb = now, .version = r->version};
+        return (int)r->nw++;
+}
+
+void loom_harvest_router_heartbeat(loom_harvest_router *r, uint32_t w, loom_us now,
+                                   uint32_t version)
+{
+        if (w >= r->nw)
+                return;
+        r->w[w].last_hb = now;
+        r->w[w].alive = 1;
+        r->w[w].version = version;
+}
+
+void loom_harvest_router_set_version(loom_harvest_router *r, uint32_t version)
+{
+        r->version = version;
+}
+
+void loom_harvest_router_close(loom_harvest_router *r, uint32_t w, loom_us until)
+{
+        if (w < r->nw && until > r->w[w].closed_until)
+                r->w[w].closed_until = until;
+}
+
+static traj *get(loom_harvest_router *r, uint32_t id)
+{
+        if (id >= r->nt) {
+                if (loom_reserve(&r->t, &r->capt, (size_t)id + 1, sizeof *r->t, 256))
+                        return NULL;
+                for (size_t i = r->nt; i <= id; i++)
+                        r->t[i] = (traj){LOOM_HARVEST_NONE, LOOM_HARVEST_NONE, LOOM_HARVEST_NONE};
+                r->nt = (size_t)id + 1;
+        }
+        return &r->t[id];
+}
+
+static int fresh(const loom_harvest_router *r, const worker *w)
+{
+        return r->version <= w->version || r->version - w->version <= r->cfg.max_staleness;
+}
+
+static int eligible(const loom_harvest_router *r, uint32_t id, loom_us now)
+{
+        const worker *w = &r->w[id];
+        if (!w->alive || !fresh(r, w))
+                return 0;
+        if (w->kind == LOOM_HARVEST_W_DEDICATED)
+                return w->load < r->cfg.dedicated_cap;
+        return w->load < r->cfg.serving_cap && now >= w->closed_until;
+}
+
+static uint32_t least_loaded(const loom_harvest_router *r, loom_harvest_worker_kind kind,
+                             loom_us now)
+{
+        uint32_t best = LOOM_HARVEST_NONE;
+        for (uint32_t i = 0; i < r->nw; i++)
+                if (r->w[i].kind == kind && eligible(r, i, now) &&
+                    (best == LOOM_HARVEST_NONE || r->w[i].load < r->w[best].load))
+                        best = i;
+        return best;
+}
+
+uint32_t loom_harvest_router_route(loom_harvest_router *r, loom_us now, uint32_t id, int *affine)
+{
+        traj *t = get(r, id);
+        if (affine)
+                *affine = 0;
+        if (!t || t->running != LOOM_HARVEST_NONE)
+                return LOOM_HARVEST_NONE;
+        uint32_t w = LOOM_HARVEST_NONE;
+        if (r->cfg.pinned && t->pinned != LOOM_HARVEST_NONE && r->w[t->pinned].alive) {
+                if (!eligible(r, t->pinned, now))
+                        return LOOM_HARVEST_NONE; /* wait for its own worker */
+                w = t->pinned;
+        } else if ((r->cfg.affinity || r->cfg.pinned) && t->holder != LOOM_HARVEST_NONE &&
+                   eligible(r, t->holder, now)) {
+                w = t->holder;
+        } else {
+                w = least_loaded(r, LOOM_HARVEST_W_DEDICATED, now);
+                if (w == LOOM_HARVEST_NONE)
+                        w = least_loaded(r, LOOM_HARVEST_W_SERVING, now);
+                if (w == LOOM_HARVEST_NONE)
+                        return LOOM_HARVEST_NONE;
+        }
+        if (affine)
+                *affine = t->holder == w;
+        r->w[w].load++;
+        t->running = w;
+        if (r->cfg.pinned)
+                t->pinned = w;
+        return w;
+}
+
+static void release(loom_harvest_router *r, traj *t)
+{
+        if (t->running != LOOM_HARVEST_NONE && r->w[t->running].load > 0)
+                r->w[t->running].load--;
+        t->running = LOOM_HARVEST_NONE;
+}
+
+void loom_harvest_router_done(loom_harvest_router *r, uint32_t id)
+{
+        if (id >= r->nt || r->t[id].running == LOOM_HARVEST_NONE)
+                return;
+        traj *t = &r->t[id];
+        t->holder = t->running;
+        release(r, t);
+}
+
+void loom_harvest_router_abort(loom_harvest_router *r, uint32_t id)
+{
+        if (id >= r->nt || r->t[id].running == LOOM_HARVEST_NONE)
+                return;
+        traj *t = &r->t[id];
+        if (t->holder == t->running)
+                t->holder = LOOM_HARVEST_NONE;
+        release(r, t);
+}
+
+void loom_harvest_router_forget(loom_harvest_router *r, uint32_t id, uint32_t w)
+{
+        if (id < r->nt && r->t[id].holder == w)
+                r->t[id].holder = LOOM_HARVEST_NONE;
+}
+
+size_t loom_harvest_router_check(loom_harvest_router *r, loom_us now, uint32_t *out, size_t cap)
+{
+        size_t n = 0;
+        for (uint32_t i = 0; i < r->nw; i++) {
+                worker *w = &r->w[i];
+                if (!w->alive || now - w->last_hb <= r->cfg.heartbeat_timeout)
+                        continue;
+                w->alive = 0;
+                for (size_t j = 0; j < r->nt; j++) {
+                        traj *t = &r->t[j];
+                        if (t->holder == i)
+                                t->holder = LOOM_HARVEST_NONE;
+                        if (t->pinned == i)
+                                t->pinned = LOOM_HARVEST_NONE;
+                        if (t->running == i) {
+                                release(r, t);
+                                if (n < cap)
+                                        out[n++] = (uint32_t)j;
+                        }
+                }
+                w->load = 0;
+        }
+        return n;
+}
+
+uint32_t loom_harvest_router_load(const loom_harvest_router *r, uint32_t w)
+{
+        return w < r->nw ? r->w[w].load : 0;
+}
+
+uint32_t loom_harvest_router_workers(const loom_harvest_router *r)
+{
+        return (uint32_t)r->nw;
+}
+
+uint32_t loom_harvest_router_running(const loom_harvest_router *r, uint32_t id)
+{
+        return id < r->nt ? r->t[id].running : LOOM_HARVEST_NONE;
+}

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# `loom harvest node` + `loom harvest replay` end to end over loopback: a serving burst lands on
+# a node whose rollouts fill its KV budget, the emergency cut fires, rollout requests are
+# aborted and rerouted, and every serving request still completes. Also: the simulator's CLI,
+# bad input exits 1, bad usage 2, --help 0.
+# $1 build dir, $2 source dir.
+set -u
+b=$1
+src=$2
+loom="$b/loom"
+tmp=$(mktemp -d)
+node_pid=
+fail=0 pass=0
+cleanup() {
+        if [ -n "$node_pid" ]; then kill "$node_pid" 2>/dev/null; wait "$node_pid" 2>/dev/null; fi
+        if [ "$fail" -gt 0 ] && [ -s "$tmp/node.err" ]; then
+                echo "--- node stderr:"
+                head -c 4000 "$tmp/node.err"
+        fi
+        rm -rf "$tmp"
+}
+trap cleanup EXIT
+check() { # name, condition...
+        local name=$1
+        shift
+        if "$@"; then pass=$((pass + 1)); else echo "FAIL: $name"; fail=$((fail + 1)); fi
+}
+field() { # json-line key -> value
+        sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p" <<<"$1"
+}
+stats() { # the node's /v1/stats body, over bash's /dev/tcp (no HTTP client needed)
+        local line
+        exec 3<>"/dev/tcp/127.0.0.1/$port" || return 1
+        printf 'GET /v1/stats HTTP/1.0\r\n\r\n' >&3
+        while IFS= read -r line <&3; do
+                case $line in "{"*) printf '%s\n' "$line" ;; esac
+        done
+        exec 3<&-
+}
+ge() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a >= b) }'; }
+
+start_node() { # args...
+        "$loom" harvest node "$@" >"$tmp/node.out" 2>"$tmp/node.err" &
+        node_pid=$!
+        for _ in $(seq 100); do
+                port=$(sed -n 's/^listening on 127.0.0.1:\([0-9]*\)$/\1/p' "$tmp/node.out")
+                [ -n "$port" ] && return 0
+                sleep 0.05
+        done
+        return 1
+}
+stop_node() {
+        kill -TERM "$node_pid"
+        wait "$node_pid"
+        local rc=$?
+        node_pid=
+        return $rc
+}
+
+# a burst: 40 requests within one emulated second, 1000-token prompts, 40 tokens each
+{
+        echo "TIMESTAMP,ContextTokens,GeneratedTokens"
+        for i in $(seq 0 39); do printf '%d.%03d,1000,40\n' 0 $((i * 25)); done
+} >"$tmp/burst.csv"
+
+node_args=(--speed 20 --pages 600 --headroom-pages 200 --turn-prompt 2000 --turn-resp 400)
+
+# ---- with rollouts: the burst forces the emergency cut, nothing is lost
+start_node "${node_args[@]}" --rollouts 16
+check "node starts" test -n "$port"
+wait_for() { # key min: poll the node's stats (up to 20 s) until key >= min
+        for _ in $(seq 400); do
+                st=$(stats)
+                ge "$(field "$st" "$1")" "$2" && return 0
+                sleep 0.05
+        done
+        return 1
+}
+check "rollouts hold pages before the burst" wait_for pool_rollout 300
+"$loom" harvest replay --port "$port" --speed 20 --trace "$tmp/burst.csv" --json >"$tmp/with" 2>"$tmp/err"
+check "replay exits 0" test $? -eq 0
+with=$(cat "$tmp/with")
+check "every request answered" test "$(field "$with" ok)" = 40
+check "no request failed" test "$(field "$with" failed)" = 0
+after=$(stats)
+check "emergency cut fired" ge "$(field "$after" cuts)" 1
+check "rollout requests aborted" ge "$(field "$after" turns_aborted)" 1
+check "budget halved" test "$(field "$after" budget)" = 200
+check "rollouts continue after the cut" wait_for turns_done "$(($(field "$after" turns_done) + 1))"
+stop_node
+check "node stops cleanly on SIGTERM" test $? -eq 0
+check "node prints its statistics" grep -q '"served":40' "$tmp/node.out"
+
+# ---- without rollouts: the same burst, for comparison
+start_node "${node_args[@]}" --rollouts 0
+"$loom" harvest replay --port "$port" --speed 20 --trace "$tmp/burst.csv" --json >"$tmp/without"
+check "replay without rollouts exits 0" test $? -eq 0
+without=$(cat "$tmp/without")
+check "nothing aborted without rollouts" test "$(field "$(stats)" turns_aborted)" = 0
+stop_node
+echo "with rollouts:    $with"
+echo "without rollouts: $without"
+
+# ---- bad input and usage
+"$loom" harvest node --speed 0 >/dev/null 2>&1
+check "node --speed 0 exits 1" test $? -eq 1
+"$loom" harvest node --bogus 1 >/dev/null 2>&1
+check "node unknown option exits 2" test $? -eq 2
+"$loom" harvest replay --speed 2 >/dev/null 2>&1
+check "replay without --port exits 2" test $? -eq 2
+printf 'TIMESTAMP,ContextTokens,GeneratedTokens\n0.5,10,2\n0.7,ten,2\n' >"$tmp/bad.csv"
+"$loom" harvest sim --trace "$tmp/bad.csv" 2>"$tmp/err"
+check "sim bad trace exits 1" test $? -eq 1
+check "error names file:line:column" grep -q "bad.csv:3:5: ContextTokens" "$tmp/err"
+"$loom" harvest sim --policy nope 2>/dev/null
+check "sim unknown policy exits 1" test $? -eq 1
+"$loom" harvest sim --steps 2>/dev/null
+check "sim missing value exits 2" test $? -eq 2
+"$loom" harvest --help >/dev/null
+check "harvest --help exits 0" test $? -eq 0
+for c in sim node replay; do
+        "$loom" harvest $c --help >/dev/null
+        check "$c --help exits 0" test $? -eq 0
+done
+
+# ---- the simulator's JSON keys
+(cd "$src" && "$loom" harvest sim --policy rose --duration-s 900 --steps 1 --json) >"$tmp/sim" 2>"$tmp/err"
+check "sim exits 0" test $? -eq 0
+line=$(grep '"policy":"rose"' "$tmp/sim")
+for k in rollout_s ttft_p99_ms tpot_p99_ms serving_slo_attainment speedup_vs_roll preempted_gpu_time_frac; do
+        check "sim json has $k" test -n "$(field "$line" $k)"
+done
+
+echo "harvest_node: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,150 @@
+/*
+ * test_harvest_router.c - the elastic turn router: 16 turns per dedicated GPU, spill to serving
+ * GPUs, least-loaded choice, cache affinity, pinned trajectories, stall closing, heartbeat
+ * failure rerouting, weight staleness.
+ */
+#include <criterion/criterion.h>
+
+#include "loom/harvest.h"
+
+static loom_harvest_router *mk(int affinity, int pinned)
+{
+        loom_harvest_router_cfg c = {.dedicated_cap = 16,
+                                     .serving_cap = 4,
+                                     .affinity = affinity,
+                                     .pinned = pinned,
+                                     .heartbeat_timeout = 5 * LOOM_US_PER_S,
+                                     .max_staleness = 1};
+        loom_harvest_router *r;
+        loom_err e;
+        cr_assert_eq(loom_harvest_router_new(&c, &r, &e), 0);
+        cr_assert_eq(loom_harvest_router_add(r, LOOM_HARVEST_W_DEDICATED, 0), 0);
+        cr_assert_eq(loom_harvest_router_add(r, LOOM_HARVEST_W_DEDICATED, 0), 1);
+        cr_assert_eq(loom_harvest_router_add(r, LOOM_HARVEST_W_SERVING, 0), 2);
+        cr_assert_eq(loom_harvest_router_add(r, LOOM_HARVEST_W_SERVING, 0), 3);
+        return r;
+}
+
+Test(router, cap_then_spill_least_loaded)
+{
+        loom_harvest_router *r = mk(1, 0);
+        uint32_t ded = 0, srv = 0;
+        for (uint32_t t = 0; t < 32; t++)
+                ded += loom_harvest_router_route(r, 0, t, NULL) < 2;
+        cr_assert_eq(ded, 32);
+        cr_assert_eq(loom_harvest_router_load(r, 0), 16); /* balanced, capped at 16 */
+        cr_assert_eq(loom_harvest_router_load(r, 1), 16);
+        for (uint32_t t = 32; t < 40; t++) {
+                uint32_t w = loom_harvest_router_route(r, 0, t, NULL);
+                srv += w == 2 || w == 3;
+        }
+        cr_assert_eq(srv, 8);
+        cr_assert_eq(loom_harvest_router_load(r, 2), 4);
+        cr_assert_eq(loom_harvest_router_load(r, 3), 4);
+        cr_assert_eq(loom_harvest_router_route(r, 0, 40, NULL), LOOM_HARVEST_NONE);
+        /* a finished turn frees a dedicated slot: the queued turn goes back there */
+        loom_harvest_router_done(r, 5);
+        uint32_t w = loom_harvest_router_route(r, 0, 40, NULL);
+        cr_assert(w < 2);
+        loom_harvest_router_free(r);
+}
+
+Test(router, affinity_returns_to_prefix_holder)
+{
+        loom_harvest_router *r = mk(1, 0);
+        for (uint32_t t = 0; t < 32; t++)
+                loom_harvest_router_route(r, 0, t, NULL);
+        uint32_t w = loom_harvest_router_route(r, 0, 100, NULL); /* spilled */
+        cr_assert(w >= 2);
+        loom_harvest_router_done(r, 100);
+        loom_harvest_router_done(r, 0); /* room on a dedicated GPU now */
+        int affine;
+        cr_assert_eq(loom_harvest_router_route(r, 0, 100, &affine), w);
+        cr_assert(affine);
+        /* without affinity the dedicated GPU wins */
+        loom_harvest_router *n = mk(0, 0);
+        for (uint32_t t = 0; t < 32; t++)
+                loom_harvest_router_route(n, 0, t, NULL);
+        uint32_t w2 = loom_harvest_router_route(n, 0, 100, NULL);
+        loom_harvest_router_done(n, 100);
+        loom_harvest_router_done(n, 0);
+        cr_assert_neq(loom_harvest_router_route(n, 0, 100, &affine), w2);
+        cr_assert_not(affine);
+        /* an aborted turn loses its prefix: no affinity */
+        loom_harvest_router_abort(r, 100);
+        loom_harvest_router_route(r, 0, 100, &affine);
+        cr_assert_not(affine);
+        loom_harvest_router_free(r);
+        loom_harvest_router_free(n);
+}
+
+Test(router, pinned_waits_for_its_worker)
+{
+        loom_harvest_router *r = mk(0, 1);
+        uint32_t w = loom_harvest_router_route(r, 0, 1, NULL);
+        loom_harvest_router_done(r, 1);
+        /* other trajectories fill both dedicated GPUs */
+        for (uint32_t t = 10; t < 10 + 31; t++)
+                cr_assert(loom_harvest_router_route(r, 0, t, NULL) < 2);
+        cr_assert_eq(loom_harvest_router_load(r, w), 16);
+        /* serving GPUs have room, but a pinned trajectory waits for its own worker */
+        cr_assert_eq(loom_harvest_router_route(r, 0, 1, NULL), LOOM_HARVEST_NONE);
+        uint32_t x = 10;
+        while (loom_harvest_router_running(r, x) != w)
+                x++;
+        loom_harvest_router_done(r, x);
+        cr_assert_eq(loom_harvest_router_route(r, 0, 1, NULL), w);
+        loom_harvest_router_free(r);
+}
+
+Test(router, stall_closes_serving_worker)
+{
+        loom_harvest_router *r = mk(1, 0);
+        for (uint32_t t = 0; t < 32; t++)
+                loom_harvest_router_route(r, 0, t, NULL);
+        loom_harvest_router_close(r, 2, 2 * LOOM_US_PER_S);
+        for (uint32_t t = 50; t < 54; t++)
+                cr_assert_eq(loom_harvest_router_route(r, 0, t, NULL), 3);
+        cr_assert_eq(loom_harvest_router_route(r, 0, 60, NULL), LOOM_HARVEST_NONE);
+        cr_assert_eq(loom_harvest_router_route(r, 2 * LOOM_US_PER_S, 60, NULL), 2);
+        loom_harvest_router_free(r);
+}
+
+Test(router, heartbeat_loss_reroutes)
+{
+        loom_harvest_router *r = mk(1, 0);
+        for (uint32_t t = 0; t < 36; t++)
+                loom_harvest_router_route(r, 0, t, NULL);
+        uint32_t on2 = 0;
+        for (uint32_t t = 0; t < 36; t++)
+                on2 += loom_harvest_router_running(r, t) == 2;
+        cr_assert(on2 > 0);
+        loom_us now = 6 * LOOM_US_PER_S;
+        for (uint32_t w = 0; w < 4; w++)
+                if (w != 2)
+                        loom_harvest_router_heartbeat(r, w, now, 0);
+        uint32_t out[64];
+        size_t n = loom_harvest_router_check(r, now, out, 64);
+        cr_assert_eq(n, on2);
+        for (size_t i = 0; i < n; i++) {
+                cr_assert_eq(loom_harvest_router_running(r, out[i]), LOOM_HARVEST_NONE);
+                cr_assert_eq(loom_harvest_router_route(r, now, out[i], NULL), 3);
+        }
+        loom_harvest_router_free(r);
+}
+
+Test(router, staleness)
+{
+        loom_harvest_router *r = mk(1, 0);
+        loom_harvest_router_set_version(r, 3);
+        loom_harvest_router_heartbeat(r, 0, 0, 3);
+        loom_harvest_router_heartbeat(r, 1, 0, 1); /* two behind: out */
+        loom_harvest_router_heartbeat(r, 2, 0, 2); /* one behind: allowed */
+        loom_harvest_router_heartbeat(r, 3, 0, 0);
+        for (uint32_t t = 0; t < 16; t++)
+                cr_assert_eq(loom_harvest_router_route(r, 0, t, NULL), 0);
+        for (uint32_t t = 16; t < 20; t++)
+                cr_assert_eq(loom_harvest_router_route(r, 0, t, NULL), 2);
+        cr_assert_eq(loom_harvest_router_route(r, 0, 20, NULL), LOOM_HARVEST_NONE);
+        loom_harvest_router_free(r);
+}

@@ -1,0 +1,326 @@
+/*
+ * test_harvest_sim.c - the co-serving executor and the simulator: a serving burst on a decode
+ * GPU forces the emergency cut while rollouts run and every serving request still completes;
+ * dual-SLO admission keeps the SLOs where single-objective admission breaks one of them;
+ * borrowed GPUs speed rollouts up more the more there are; the memory and routing ablations;
+ * determinism; trace errors with positions; weights catch-up through the sync codec.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine.h"
+#include "loom/harvest.h"
+
+/* A deterministic conversation-like trace: ~5 requests/s for `secs` seconds. */
+static char *write_trace(double secs)
+{
+        static char path[64];
+        snprintf(path, sizeof path, "/tmp/loom-harvest-trace-%d.csv", (int)getpid());
+        FILE *f = fopen(path, "w");
+        cr_assert_not_null(f);
+        fprintf(f, "TIMESTAMP,ContextTokens,GeneratedTokens\n");
+        uint64_t x = 12345;
+        double t = 0;
+        while (t < secs) {
+                x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+                t += 0.05 + (double)((x >> 33) % 1000) / 1000.0 * 0.3;
+                fprintf(f, "%.4f,%u,%u\n", t, 200 + (unsigned)((x >> 20) % 1800),
+                        20 + (unsigned)((x >> 40) % 400));
+        }
+        fclose(f);
+        return path;
+}
+
+static loom_harvest_trace tr;
+
+static void load(void)
+{
+        loom_err e;
+        char *p = write_trace(1800);
+        cr_assert_eq(loom_harvest_trace_load(p, &tr, &e), 0, "%s", e.msg);
+        unlink(p);
+}
+
+static void unload(void)
+{
+        loom_harvest_trace_free(&tr);
+}
+
+static loom_harvest_sim_result run(loom_harvest_policy pol, uint32_t borrow)
+{
+        loom_harvest_sim_cfg c;
+        loom_harvest_sim_defaults(&c);
+        c.trace = &tr;
+        c.policy = pol;
+        c.borrow = borrow;
+        c.batch = 512;
+        c.steps = 1;
+        loom_harvest_sim_result r;
+        loom_err e;
+        cr_assert_eq(loom_harvest_sim_run(&c, &r, &e), 0, "%s", e.msg);
+        return r;
+}
+
+TestSuite(sim, .init = load, .fini = unload, .timeout = 120);
+
+Test(sim, rose_keeps_slos_and_speeds_up_with_more_borrowed_gpus)
+{
+        loom_harvest_sim_result roll = run(LOOM_HARVEST_ROLL, 16);
+        loom_harvest_sim_result r4 = run(LOOM_HARVEST_ROSE, 4);
+        loom_harvest_sim_result r16 = run(LOOM_HARVEST_ROSE, 16);
+        cr_assert(r16.ttft_p99_ms <= 500.0, "ttft p99 %g", r16.ttft_p99_ms);
+        cr_assert(r16.tpot_p99_ms <= 150.0, "tpot p99 %g", r16.tpot_p99_ms);
+        cr_assert(r16.itl_p99_ms <= 150.0 + 0.1, "itl p99 %g", r16.itl_p99_ms);
+        cr_assert(r4.rollout_s < roll.rollout_s, "%g vs %g", r4.rollout_s, roll.rollout_s);
+        cr_assert(r16.rollout_s < r4.rollout_s, "%g vs %g", r16.rollout_s, r4.rollout_s);
+        cr_assert(r16.turns_on_serving > r4.turns_on_serving);
+        cr_assert_eq(roll.turns_on_serving, 0);
+        cr_assert(r16.preempted_gpu_time_frac < 0.02); /* one 5 s activation per borrowed GPU */
+}
+
+Test(sim, dual_slo_beats_single_objectives)
+{
+        loom_harvest_sim_result d = run(LOOM_HARVEST_ROSE, 16);
+        loom_harvest_sim_result t = run(LOOM_HARVEST_TTFT_ONLY, 16);
+        loom_harvest_sim_result p = run(LOOM_HARVEST_TPOT_ONLY, 16);
+        cr_assert(d.tpot_p99_ms < t.tpot_p99_ms, "%g vs %g", d.tpot_p99_ms, t.tpot_p99_ms);
+        cr_assert(d.ttft_p99_ms < p.ttft_p99_ms, "%g vs %g", d.ttft_p99_ms, p.ttft_p99_ms);
+        cr_assert(d.serving_slo_attainment > t.serving_slo_attainment);
+        cr_assert(d.serving_slo_attainment > p.serving_slo_attainment);
+}
+
+Test(sim, memory_and_routing_ablations)
+{
+        loom_harvest_sim_result st = run(LOOM_HARVEST_STATIC, 16);
+        loom_harvest_sim_result pre = run(LOOM_HARVEST_PREEMPT, 16);
+        loom_harvest_sim_result rose = run(LOOM_HARVEST_ROSE, 16);
+        loom_harvest_sim_result tw = run(LOOM_HARVEST_TURNWISE, 16);
+        /* preemptive sharing beats the static split; prefix caching then shortens rollouts */
+        cr_assert(pre.rollout_s < st.rollout_s, "%g vs %g", pre.rollout_s, st.rollout_s);
+        cr_assert(rose.rollout_s < pre.rollout_s, "%g vs %g", rose.rollout_s, pre.rollout_s);
+        cr_assert(rose.affinity_hits > 0);
+        cr_assert(pre.affinity_hits < rose.affinity_hits); /* dedicated GPUs still cache */
+        /* cache affinity: routing a turn back to its prefix beats routing it anywhere */
+        cr_assert(rose.rollout_s < tw.rollout_s, "%g vs %g", rose.rollout_s, tw.rollout_s);
+        cr_assert(rose.affinity_hits > tw.affinity_hits);
+}
+
+Test(sim, late_weights_keep_stale_workers_out)
+{
+        loom_harvest_sim_cfg c;
+        loom_harvest_sim_defaults(&c);
+        c.trace = &tr;
+        c.batch = 512;
+        c.steps = 2;
+        loom_harvest_sim_result fresh, late, stale_ok;
+        loom_err e;
+        cr_assert_eq(loom_harvest_sim_run(&c, &fresh, &e), 0, "%s", e.msg);
+        c.weights_s = 1000; /* longer than a rollout phase: step 1 never sees them */
+        cr_assert_eq(loom_harvest_sim_run(&c, &late, &e), 0, "%s", e.msg);
+        c.staleness = 1;
+        cr_assert_eq(loom_harvest_sim_run(&c, &stale_ok, &e), 0, "%s", e.msg);
+        cr_assert(late.turns_on_serving < fresh.turns_on_serving);
+        cr_assert(late.rollout_s > fresh.rollout_s);
+        cr_assert_eq(stale_ok.turns_on_serving, fresh.turns_on_serving);
+        c.weights_s = -1;
+        cr_assert_eq(loom_harvest_sim_run(&c, &late, &e), LOOM_EINVAL);
+        cr_assert_str_eq(e.field, "weights-s");
+}
+
+Test(sim, deterministic)
+{
+        loom_harvest_sim_result a = run(LOOM_HARVEST_ROSE, 8), b = run(LOOM_HARVEST_ROSE, 8);
+        cr_assert_eq(a.rollout_s, b.rollout_s);
+        cr_assert_eq(a.ttft_p99_ms, b.ttft_p99_ms);
+        cr_assert_eq(a.tpot_p99_ms, b.tpot_p99_ms);
+        cr_assert_eq(a.turns, b.turns);
+        cr_assert_eq(a.affinity_hits, b.affinity_hits);
+}
+
+Test(sim, bad_config)
+{
+        loom_harvest_sim_cfg c;
+        loom_harvest_sim_defaults(&c);
+        c.trace = &tr;
+        c.borrow = 32;
+        loom_harvest_sim_result r;
+        loom_err e;
+        cr_assert_eq(loom_harvest_sim_run(&c, &r, &e), LOOM_EINVAL);
+        cr_assert_str_eq(e.field, "borrow");
+        c.borrow = 16;
+        c.pair = "32b";
+        c.rl_gpus = 6; /* not a multiple of the 4-GPU instance */
+        cr_assert_eq(loom_harvest_sim_run(&c, &r, &e), LOOM_EINVAL);
+        c.batch = 100;
+        c.rl_gpus = 8;
+        cr_assert_eq(loom_harvest_sim_run(&c, &r, &e), LOOM_EINVAL);
+        cr_assert_str_eq(e.field, "batch");
+}
+
+/* ---- trace errors -------------------------------------------------------------------- */
+
+static int load_text(const char *text, loom_err *e)
+{
+        char path[64];
+        snprintf(path, sizeof path, "/tmp/loom-harvest-bad-%d.csv", (int)getpid());
+        FILE *f = fopen(path, "w");
+        fputs(text, f);
+        fclose(f);
+        loom_harvest_trace t;
+        int rc = loom_harvest_trace_load(path, &t, e);
+        if (rc == 0)
+                loom_harvest_trace_free(&t);
+        unlink(path);
+        return rc;
+}
+
+Test(trace, errors_name_line_and_column)
+{
+        loom_err e;
+        cr_assert_eq(load_text("a,b,c\n", &e), LOOM_EINVAL);
+        cr_assert_eq(e.line, 1);
+        cr_assert_eq(load_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                               "2023-11-16 18:15:46.68,374,44\n"
+                               "2023-11-16 18:15:47.00,x,44\n",
+                               &e),
+                     LOOM_EINVAL);
+        cr_assert_eq(e.line, 3);
+        cr_assert_eq(e.col, 24);
+        cr_assert_str_eq(e.field, "ContextTokens");
+        cr_assert_eq(load_text("TIMESTAMP,ContextTokens,GeneratedTokens\n5,10,1\n4,10,1\n", &e),
+                     LOOM_EINVAL);
+        cr_assert_str_eq(e.field, "TIMESTAMP");
+        cr_assert_eq(load_text("TIMESTAMP,ContextTokens,GeneratedTokens\n", &e), LOOM_EINVAL);
+        cr_assert_eq(load_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                               "2023-11-16 18:15:46.5,10,3\n2023-11-16 18:15:48.0,20,4\n",
+                               &e),
+                     0);
+}
+
+/* ---- the executor under a serving burst ----------------------------------------------- */
+
+typedef struct log {
+        int served, aborted_cut, done;
+} log_t;
+
+static void on_served(void *arg, loom_us now, const hv_sreq *r)
+{
+        ((log_t *)arg)->served++;
+}
+static void on_abort(void *arg, loom_us now, uint32_t traj, uint32_t gpu, int why)
+{
+        if (why == HV_ABORT_CUT)
+                ((log_t *)arg)->aborted_cut++;
+}
+static void on_done(void *arg, loom_us now, uint32_t traj, uint32_t gpu)
+{
+        ((log_t *)arg)->done++;
+}
+
+Test(engine, burst_forces_cut_and_loses_no_request)
+{
+        loom_harvest_model m;
+        loom_err e;
+        cr_assert_eq(loom_harvest_model_preset("7b", &m, &e), 0);
+        /* a small decode GPU: 400 pages (~14k tokens each 36 per page), H = 100 */
+        loom_harvest_mem_cfg mc = {.pages = 400,
+                                   .headroom_pages = 100,
+                                   .watermark = 0.5,
+                                   .lease = 10 * LOOM_US_PER_S,
+                                   .preempt = 1};
+        hv_policy pol = {.admit = LOOM_HARVEST_ADMIT_DUAL,
+                         .chunk = 512,
+                         .prefix_cache = 1,
+                         .prefill_batch_tokens = 8192};
+        log_t lg = {0};
+        hv_callbacks cb = {
+            .arg = &lg, .served = on_served, .turn_aborted = on_abort, .turn_done = on_done};
+        hv_engine g;
+        cr_assert_eq(hv_engine_init(&g, 0, LOOM_HARVEST_DECODE, &m, &pol, &mc, 500 * 1000,
+                                    150 * 1000, 2 * LOOM_US_PER_S, &cb, &e),
+                     0);
+        hv_engine_rl_step(&g); /* budget 300 pages */
+        loom_us now = 0;
+        for (uint32_t t = 0; t < 8; t++) /* 8 rollouts of ~1300 tokens: ~36 pages each */
+                cr_assert_eq(hv_engine_submit_turn(&g, now, t, 1000, 300, NULL), 0);
+        uint32_t before = g.mem.rollout_used;
+        cr_assert(before > 250);
+        for (int i = 0; i < 5 && hv_engine_next(&g, now); i++) { /* rollouts running */
+                now += g.cur.dur;
+                hv_engine_finish(&g, now);
+        }
+        /* burst: 40 serving requests of 1500 tokens land on the decode GPU */
+        int submitted = 0;
+        for (int i = 0; i < 40; i++) {
+                hv_sreq r = {.id = (uint64_t)i,
+                             .arr = now,
+                             .prompt = 1200,
+                             .gen = 300,
+                             .done = 1,
+                             .first = now,
+                             .last = now};
+                cr_assert_eq(hv_engine_submit_decode(&g, now, &r), 0);
+                submitted++;
+        }
+        cr_assert_eq(g.mem.cuts, 1);
+        cr_assert(g.mem.frozen);
+        cr_assert(lg.aborted_cut > 0);
+        cr_assert(g.mem.rollout_used <= g.mem.budget);
+        cr_assert_eq(g.mem.budget, 150);
+        /* run to completion: every serving request finishes, the waiting ones included */
+        int guard = 0;
+        while (hv_engine_next(&g, now) && guard++ < 1000000) {
+                now += g.cur.dur;
+                hv_engine_finish(&g, now);
+        }
+        cr_assert_eq(lg.served, submitted);
+        cr_assert_eq(g.ndwait, 0);
+        cr_assert_eq(g.mem.serving_used, 0);
+        cr_assert_eq(lg.done + lg.aborted_cut, 8); /* every rollout finished or was handed back */
+        hv_engine_fini(&g);
+}
+
+/* ---- weights through the sync codec --------------------------------------------------- */
+
+Test(weights, catchup_by_deltas_or_snapshot)
+{
+        loom_harvest_wpub *p;
+        loom_err e;
+        uint64_t n = 200000;
+        cr_assert_eq(loom_harvest_wpub_new(n, 65536, 7, 0.01, 2, &p, &e), 0, "%s", e.msg);
+        loom_harvest_worker_weights a = {0}, b = {0};
+        uint64_t bytes_full, bytes_delta;
+        int snap;
+        cr_assert_eq(loom_harvest_wsub_catchup(&a, p, &bytes_full, &snap, &e), 0, "%s", e.msg);
+        cr_assert(snap);
+        cr_assert_eq(a.version, 0);
+        cr_assert(loom_harvest_wsub_verify(&a, p));
+        cr_assert_eq(loom_harvest_wsub_catchup(&b, p, NULL, NULL, &e), 0);
+        cr_assert_eq(loom_harvest_wpub_publish(p, &e), 0);
+        cr_assert_eq(loom_harvest_wsub_catchup(&a, p, &bytes_delta, &snap, &e), 0);
+        cr_assert_not(snap);
+        cr_assert_eq(a.version, 1);
+        cr_assert(loom_harvest_wsub_verify(&a, p));
+        cr_assert(bytes_delta * 5 < bytes_full, "%llu vs %llu", (unsigned long long)bytes_delta,
+                  (unsigned long long)bytes_full); /* 1% density: sparse frames */
+        /* b misses three versions; only two deltas are kept: snapshot, then deltas */
+        for (int i = 0; i < 2; i++)
+                cr_assert_eq(loom_harvest_wpub_publish(p, &e), 0);
+        cr_assert_eq(loom_harvest_wpub_version(p), 3);
+        cr_assert_eq(loom_harvest_wsub_catchup(&b, p, NULL, &snap, &e), 0);
+        cr_assert(snap);
+        cr_assert_eq(b.version, 3);
+        cr_assert(loom_harvest_wsub_verify(&b, p));
+        cr_assert_eq(loom_harvest_wsub_catchup(&a, p, NULL, &snap, &e), 0);
+        cr_assert_not(snap); /* two behind: deltas suffice */
+        cr_assert_eq(a.version, 3);
+        cr_assert(loom_harvest_wsub_verify(&a, p));
+        a.w[5] ^= 1; /* a corrupted replica is detected */
+        cr_assert_not(loom_harvest_wsub_verify(&a, p));
+        loom_harvest_wsub_free(&a);
+        loom_harvest_wsub_free(&b);
+        loom_harvest_wpub_free(p);
+}
