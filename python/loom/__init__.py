@@ -28,8 +28,13 @@ A decorated function blocks until loomd grants the permit, runs, and releases th
 lease. If loomd was restarted while the phase ran, the phase is run again (the function
 must be safe to repeat from the job's last checkpoint). Standard library + ctypes only; the
 work is done by libloomclient.so (see ``loom._native`` for how it is found).
+
+Weights move through loom's sync engine: the trainer calls ``job.publish(tensors, version)``
+after each step, the rollout worker ``job.pull(tensors, version, endpoint)`` before its next
+rollout (sparse bf16 deltas, checksums; see ``loom.weights``, which needs numpy and torch).
 """
 
 from ._client import Advice, Job, JobEnded, Lease, LeaseLost, LoomError
+from .weights import SyncError
 
-__all__ = ["Advice", "Job", "JobEnded", "Lease", "LeaseLost", "LoomError"]
+__all__ = ["Advice", "Job", "JobEnded", "Lease", "LeaseLost", "LoomError", "SyncError"]
