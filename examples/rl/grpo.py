@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 # ---- vocabulary and tasks -------------------------------------------------------------------
 
-CHARS = "0123456789+=SR"
+CHARS = "0123456789+=SRT"
 PAD, BOS, EOS = len(CHARS), len(CHARS) + 1, len(CHARS) + 2
 VOCAB = len(CHARS) + 3
 STOI = {c: i for i, c in enumerate(CHARS)}
@@ -61,16 +61,16 @@ class Task:
 
 
 class Add(Task):
-    """Two-digit addition: "37+48=" -> "85"."""
+    """Addition of a two-digit and a one-digit number: "37+8=" -> "45"."""
 
     name, max_new = "add", 4
 
     def sample(self, rng):
-        a, b = rng.integers(0, 100, size=2)
-        return f"{a:02d}+{b:02d}="
+        a, b = rng.integers(10, 100), rng.integers(0, 10)
+        return f"{a:02d}+{b}="
 
     def answer(self, prompt):
-        return str(int(prompt[0:2]) + int(prompt[3:5]))
+        return str(int(prompt[0:2]) + int(prompt[3]))
 
 
 class Sort(Task):
@@ -97,7 +97,19 @@ class Reverse(Task):
         return prompt[1:7][::-1]
 
 
-TASKS = {t.name: t for t in (Add(), Sort(), Reverse())}
+class Rotate(Task):
+    """Rotate six digits left by two: "T123456=" -> "345612"."""
+
+    name, max_new = "rotate", 7
+
+    def sample(self, rng):
+        return "T" + "".join(str(d) for d in rng.integers(0, 10, size=6)) + "="
+
+    def answer(self, prompt):
+        return prompt[3:7] + prompt[1:3]
+
+
+TASKS = {t.name: t for t in (Add(), Sort(), Reverse(), Rotate())}
 
 
 def reward(task, prompt, completion_tokens):

@@ -234,6 +234,7 @@ def rollout_main(d):
     def rollout(it):
         t_start = time.monotonic()
         log(out, {"event": "start", "it": it, "pid": os.getpid(), "t": t_start})
+        say(cfg, f"rollout  it {it:3d}  permit on nodes {list(job.lease.nodes)}")
         st = job.pull(params, it, ep, timeout_s=cfg["lease_wait_s"])
         if st["version"] != it:
             raise RuntimeError(f"pulled version {st['version']}, rollout {it} needs {it}")
@@ -265,7 +266,6 @@ def rollout_main(d):
             first = False
             say(cfg, f"rollout  worker pid {os.getpid()} starts at iteration {it}")
         # the weights for rollout `it` are version `it`: published before train it-1 ended
-        say(cfg, f"rollout  it {it:3d}  permit asked")
         rec = rollout(it)
         log(out, rec)
         say(cfg, f"rollout  it {it:3d}  done {rec['t_end'] - rec['t_start']:.2f} s, reward "
@@ -396,8 +396,8 @@ def main(argv):
         sub.add_parser(role, help=f"the {role} process (started by launch)").add_argument("dir")
     a = p.parse_args(argv)
     if a.cmd == "launch":
-        if a.task is not None and a.task not in ("add", "sort", "reverse"):
-            p.error(f"--task: add, sort or reverse, not {a.task!r}")
+        if a.task is not None and a.task not in ("add", "sort", "reverse", "rotate"):
+            p.error(f"--task: add, sort, reverse or rotate, not {a.task!r}")
         if a.size is not None and a.size not in ("s", "m", "l"):
             p.error(f"--size: s, m or l, not {a.size!r}")
         if a.steps is not None and not 1 <= a.steps <= 10000:

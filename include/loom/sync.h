@@ -17,6 +17,9 @@
  *            partial sums from different senders add up to the sum over a rank's slice.
  *   run      a real multi-process transfer over TCP, one process per rank, optionally across a
  *            tc-shaped veth pair between two network namespaces.
+ *   pub/pull a live model from a trainer process to its rollout workers, version after
+ *            version (sparse deltas against the previous version, dense catch-up); what the
+ *            Python package's job.publish / job.pull use (docs/real-jobs.md).
  *
  * Memory: every *_new returns a heap object owned by the caller and released by the matching
  * *_free; *_free(NULL) does nothing. Errors: 0 or a negative LOOM_E* code, message in loom_err.

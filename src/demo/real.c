@@ -44,7 +44,7 @@ typedef struct real_job {
  * one group, as jobs of complementary shapes would. The timeline shows the measured phases. */
 static const real_job jobs[REAL_JOBS] = {
     {"reverse", "reverse", "m", 1e-3, 20, 1.6, 0.6, 2.0},
-    {"sort", "sort", "m", 5e-4, 30, 0.4, 1.2, 2.0},
+    {"rotate", "rotate", "m", 1e-3, 20, 0.4, 1.2, 2.0},
     {"reverse-s", "reverse", "s", 1e-3, 30, 0.3, 0.3, 4.0},
 };
 
