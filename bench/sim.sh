@@ -26,12 +26,80 @@ for r in rows:
 PY
 rm -f /tmp/loom-bench-sim.$$
 
-echo "-- Figure 15 a-c: 12 settings x 3 seeds, loom/random/greedy/lb, 2 threads"
+echo "-- Figure 15 a-c: 12 settings x 3 seeds, loom/random/greedy/random-slo/greedy-slo/lb, 2 threads"
 t0=$(now)
 "$loom" sim sweep --seeds 3 --threads 2 | tee /tmp/loom-bench-sweep.$$ | tail -n +1
 t1=$(now)
 python3 -c "print(f'whole sweep: {float(\"$t1\") - float(\"$t0\"):.2f} s wall (target < 60 s on 2 cores)')"
 rm -f /tmp/loom-bench-sweep.$$
+
+echo "-- fair baselines: random-slo and greedy-slo against loom on every sweep setting (3 seeds)"
+"$loom" sim sweep --seeds 3 --threads 2 --json --policy loom,random-slo,greedy-slo |
+  python3 -c "
+import json, sys
+by = {}
+for r in map(json.loads, sys.stdin):
+    by.setdefault((r['figure'], r['setting']), {})[r['policy']] = r
+worse = 0
+for (f, s), d in by.items():
+    l = d['loom']['avg_cost_per_hour']
+    rs, gs = d['random-slo']['avg_cost_per_hour'] / l, d['greedy-slo']['avg_cost_per_hour'] / l
+    worse += rs <= 1 or gs <= 1
+    print(f'  {f} {s:<14} random-slo/loom {rs:.3f}  greedy-slo/loom {gs:.3f}  SLO loom '
+          f\"{100 * d['loom']['slo_attainment']:.1f}% rs {100 * d['random-slo']['slo_attainment']:.1f}% \"
+          f\"gs {100 * d['greedy-slo']['slo_attainment']:.1f}%\")
+print(f'  settings where loom is not cheaper than both (target 0): {worse}')"
+
+echo "-- learned-profile admission: the trade-off curve on four Philly virtual clusters"
+echo "   (target on the default window, p99: colocated/loom >= 1.3, solo/loom >= 1.6, SLO >= 99%)"
+for w in "103959.csv 165:300" "0e4a51.csv 0:300" "6214e9.csv 0:300" "b436b2.csv 0:300"; do
+  set -- $w
+  for a in worst p99 p95; do
+    "$loom" sim --trace "traces/philly/$1" --rows "$2" --admission "$a" \
+      --policy loom,solo,colocated,lb --json --no-progress | python3 -c "
+import json, sys
+r = {d['policy']: d for d in map(json.loads, sys.stdin)}
+l = r['loom']
+print(f\"  $1 $2 $a: loom x_lb {l['cost_vs_lb']:.3f}  colocated/loom \"
+      f\"{r['colocated']['total_cost'] / l['total_cost']:.3f}  solo/loom \"
+      f\"{r['solo']['total_cost'] / l['total_cost']:.3f}  SLO {100 * l['slo_attainment']:.1f}% \"
+      f\"(profiled {100 * l['slo_attainment_profiled']:.1f}%)  train idle \"
+      f\"{100 * l['train_bubble']:.0f}%  re-admitted {l['resubmits']}\")"
+  done
+done
+
+echo "-- where the cost goes: no drift, default SLOs vs SLO fixed:3 and groups of 16"
+for o in "" "--slo fixed:3 --max-group 16"; do
+  "$loom" sim $o --policy loom,greedy,regroup,lb --json --no-progress | python3 -c "
+import json, sys
+for r in map(json.loads, sys.stdin):
+    if r['policy'] != 'lb':
+        print(f\"  ${o:-default}: {r['policy']:<8} \${r['avg_cost_per_hour']:.1f}/h  x_lb \"
+              f\"{r['cost_vs_lb']:.3f}  SLO {100 * r['slo_attainment']:.1f}%  train idle \"
+              f\"{100 * r['train_bubble']:.0f}%\")"
+done
+
+echo "-- drift (WEAVE §6.6, Figure 17): static loom vs hourly regroup on the default window"
+for d in increasing decreasing mixed; do
+  "$loom" sim --drift "$d" --policy loom,random,greedy,random-slo,greedy-slo,regroup,lb --json \
+    --no-progress | python3 -c "
+import json, sys
+r = {d['policy']: d for d in map(json.loads, sys.stdin)}
+g = r['regroup']
+c = lambda p: r[p]['total_cost'] / g['total_cost']
+print(f\"  $d: loom/regroup {c('loom'):.3f}  SLO loom {100 * r['loom']['slo_attainment']:.1f}% \"
+      f\"regroup {100 * g['slo_attainment']:.1f}%  random/regroup {c('random'):.3f} \"
+      f\"greedy/regroup {c('greedy'):.3f}  random-slo/regroup {c('random-slo'):.3f} \"
+      f\"greedy-slo/regroup {c('greedy-slo'):.3f}  regroup migrating {g['regroup_migration_h']:.1f} \"
+      f\"job-h of {g['makespan_h']:.0f} h  loom resubmits {r['loom']['resubmits']}\")"
+done
+
+echo "-- failures (mean 200 h between failures of a running job, 3 restarts)"
+"$loom" sim --mtbf-h 200 --policy loom,solo,colocated --json --no-progress | python3 -c "
+import json, sys
+for r in map(json.loads, sys.stdin):
+    print(f\"  {r['policy']:<10} \${r['avg_cost_per_hour']:.1f}/h  restarts {r['restarts']}  failed \"
+          f\"{r['jobs_failed']}  SLO {100 * r['slo_attainment']:.1f}%\")"
 
 echo "-- the oracle on small Poisson instances (12 jobs, 1/h, 4 h mean; exact search)"
 for s in 1 2 3 4 5 6; do

@@ -29,6 +29,8 @@ static void usage(FILE *f)
                 "  --scale X       multiply every phase time (default 1.0)\n"
                 "  --alone N       iterations of each solo run (default 3)\n"
                 "  --crash N       SIGKILL loomd N times during the shared run and restart it\n"
+                "  --state-mib N   each job's state moved through loom-state on every switch\n"
+                "                  (MiB, 0 = none; default 16; docs/state.md)\n"
                 "  --data-dir DIR  use DIR instead of a temporary directory (kept)\n"
                 "  --keep          keep the temporary directory\n"
                 "  --quiet         no timeline, only the summary\n"
@@ -37,8 +39,9 @@ static void usage(FILE *f)
                 "  --real          instead: three real PyTorch GRPO jobs (examples/rl) under\n"
                 "                  loomd, weights through the sync engine, then the same jobs\n"
                 "                  alone; reward curves (printed and PNG) and the table.\n"
-                "                  About two minutes. With --real: --seed, --data-dir, --keep,\n"
-                "                  --quiet and\n"
+                "                  Two to four minutes. With --real: --seed, --data-dir,\n"
+                "                  --keep, --quiet, --state-mib (0: optimizer state in files\n"
+                "                  instead of loom-state) and\n"
                 "  --steps N       GRPO steps per job (default 20)\n"
                 "  --plot FILE     write the reward curves there (PNG)\n"
                 "  --python PATH   interpreter with torch and numpy (default /usr/bin/python3)\n");
@@ -47,13 +50,21 @@ static void usage(FILE *f)
 static int parse_opts(int argc, char **argv, loom_demo_opts *o, loom_demo_real_opts *r, bool *real)
 {
         static const struct option lo[] = {
-            {"jobs", required_argument, NULL, 'j'},   {"seed", required_argument, NULL, 's'},
-            {"scale", required_argument, NULL, 'x'},  {"alone", required_argument, NULL, 'a'},
-            {"crash", required_argument, NULL, 'c'},  {"data-dir", required_argument, NULL, 'd'},
-            {"keep", no_argument, NULL, 'k'},         {"quiet", no_argument, NULL, 'q'},
-            {"help", no_argument, NULL, 'h'},         {"real", no_argument, NULL, 'R'},
-            {"steps", required_argument, NULL, 'S'},  {"plot", required_argument, NULL, 'P'},
-            {"python", required_argument, NULL, 'Y'}, {NULL, 0, NULL, 0},
+            {"jobs", required_argument, NULL, 'j'},
+            {"seed", required_argument, NULL, 's'},
+            {"scale", required_argument, NULL, 'x'},
+            {"alone", required_argument, NULL, 'a'},
+            {"crash", required_argument, NULL, 'c'},
+            {"data-dir", required_argument, NULL, 'd'},
+            {"keep", no_argument, NULL, 'k'},
+            {"quiet", no_argument, NULL, 'q'},
+            {"help", no_argument, NULL, 'h'},
+            {"state-mib", required_argument, NULL, 'S'},
+            {"real", no_argument, NULL, 'R'},
+            {"steps", required_argument, NULL, 'N'},
+            {"plot", required_argument, NULL, 'P'},
+            {"python", required_argument, NULL, 'Y'},
+            {NULL, 0, NULL, 0},
         };
         loom_demo_opts_default(o);
         loom_demo_real_opts_default(r);
@@ -90,6 +101,11 @@ static int parse_opts(int argc, char **argv, loom_demo_opts *o, loom_demo_real_o
                 case 'd':
                         o->dir = optarg;
                         break;
+                case 'S':
+                        o->state_mib = (int)strtol(optarg, &end, 10);
+                        if (*end || o->state_mib < 0 || o->state_mib > 4096)
+                                return fprintf(stderr, "loom demo: --state-mib in [0, 4096]\n"), 2;
+                        break;
                 case 'k':
                         o->keep = true;
                         break;
@@ -99,7 +115,7 @@ static int parse_opts(int argc, char **argv, loom_demo_opts *o, loom_demo_real_o
                 case 'R':
                         *real = true;
                         break;
-                case 'S':
+                case 'N':
                         r->steps = (int)strtol(optarg, &end, 10);
                         if (*end || r->steps < 1 || r->steps > 1000)
                                 return fprintf(stderr, "loom demo: --steps in [1, 1000]\n"), 2;
@@ -139,6 +155,7 @@ int loom_cmd_demo(int argc, char **argv)
                 r.dir = o.dir;
                 r.keep = o.keep;
                 r.quiet = o.quiet;
+                r.state_mib = o.state_mib;
         }
         rc = real ? loom_demo_real_run(&r, stdout, &e) : loom_demo_run(&o, stdout, &e);
         if (rc && rc != LOOM_ECORRUPT) /* a failed check is already in the report */

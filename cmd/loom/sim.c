@@ -39,9 +39,19 @@ static void usage(FILE *f)
                "  --size GPUS            GPUs per pool for every job (default: from the trace)\n"
                "  --sync SECONDS         weight sync time per iteration (default 0)\n"
                "  --deterministic        every response at the max-token limit (no noise)\n"
+               "  --drift D              none (default) | increasing | decreasing | mixed:\n"
+               "                         per-job drift templates (WEAVE §6.6)\n"
+               "  --mtbf-h H             a running job fails every H hours on average\n"
+               "                         (default 0: never); failed jobs are re-admitted\n"
+               "  --max-restarts N       re-admissions of a failed job before it fails (3)\n"
                "policies:\n"
                "  --policy LIST          comma list or all (default all): loom, loom-nomig,\n"
-               "                         solo, colocated, random, greedy, oracle, lb\n"
+               "                         solo, colocated, random, greedy, oracle, lb,\n"
+               "                         random-slo, greedy-slo, regroup\n"
+               "  --admission A          worst (default) | p99 | p95: after --learn-after\n"
+               "                         iterations, plan each job on that quantile of its\n"
+               "                         observed phase times\n"
+               "  --learn-after K        iterations observed before re-planning (default 3)\n"
                "  --max-group N          max jobs per group (default 5)\n"
                "  --colocated-factor F   rollout time on a training GPU vs a rollout GPU (1.0)\n"
                "  --seed N               workload and placement seed (default 1)\n"
@@ -50,7 +60,8 @@ static void usage(FILE *f)
                "  --plot DIR             cost.svg/png, gpus.svg/png, slowdown.svg/png\n"
                "  --per-job FILE         CSV of every job under every policy (slowdown, SLO)\n"
                "  --no-progress          no progress bar (it is drawn only on a terminal)\n"
-               "sweep (Figure 15 a-c on the trace window, loom/random/greedy vs lb):\n"
+               "sweep (Figure 15 a-c on the trace window, loom/random/greedy/random-slo/\n"
+               "greedy-slo vs lb):\n"
                "  --seeds N              seeds per setting (default 3)\n"
                "  --threads N            worker threads (default 2)\n"
                "\n"
@@ -133,7 +144,12 @@ static int parse(int argc, char **argv, opts *o)
                 O_NOPROG,
                 O_SEEDS,
                 O_THREADS,
-                O_PERJOB
+                O_PERJOB,
+                O_DRIFT,
+                O_MTBF,
+                O_MAXRS,
+                O_ADMIT,
+                O_LEARN
         };
         static const struct option lo[] = {{"trace", 1, 0, O_TRACE},
                                            {"rows", 1, 0, O_ROWS},
@@ -156,6 +172,11 @@ static int parse(int argc, char **argv, opts *o)
                                            {"seeds", 1, 0, O_SEEDS},
                                            {"threads", 1, 0, O_THREADS},
                                            {"per-job", 1, 0, O_PERJOB},
+                                           {"drift", 1, 0, O_DRIFT},
+                                           {"mtbf-h", 1, 0, O_MTBF},
+                                           {"max-restarts", 1, 0, O_MAXRS},
+                                           {"admission", 1, 0, O_ADMIT},
+                                           {"learn-after", 1, 0, O_LEARN},
                                            {"help", 0, 0, 'h'},
                                            {0, 0, 0, 0}};
         int c, v;
@@ -252,6 +273,26 @@ static int parse(int argc, char **argv, opts *o)
                         if (!parse_int(optarg, 1, 64, &o->threads))
                                 return bad("--threads", optarg);
                         break;
+                case O_DRIFT:
+                        if (loom_sim_drift_parse(optarg, &o->wl.drift))
+                                return bad("--drift (none|increasing|decreasing|mixed)", optarg);
+                        break;
+                case O_MTBF:
+                        if (!parse_dbl(optarg, 0, 1e6, &o->wl.mtbf_h))
+                                return bad("--mtbf-h (hours, 0..1e6)", optarg);
+                        break;
+                case O_MAXRS:
+                        if (!parse_int(optarg, 0, 1000, &o->sim.max_restarts))
+                                return bad("--max-restarts (0..1000)", optarg);
+                        break;
+                case O_ADMIT:
+                        if (loom_admission_parse(optarg, &o->sim.policy.admission))
+                                return bad("--admission (worst|p99|p95)", optarg);
+                        break;
+                case O_LEARN:
+                        if (!parse_int(optarg, 1, LOOM_LEARN_WINDOW, &o->sim.policy.learn_after))
+                                return bad("--learn-after (1..20)", optarg);
+                        break;
                 default:
                         fprintf(stderr, "loom sim: unknown or incomplete option '%s'\n",
                                 argv[optind - 1]);
@@ -341,7 +382,7 @@ static void sweep_print(const opts *o, const sweep_agg *a, int n, int seeds)
                        "slo_attainment,slo_min,slo_max,slo_attainment_profiled,"
                        "avg_cost_per_hour\n");
         else if (!o->json)
-                printf("%-3s %-14s %-8s %9s %9s %9s %7s %7s %7s %7s\n", "fig", "setting", "policy",
+                printf("%-3s %-14s %-10s %9s %9s %9s %7s %7s %7s %7s\n", "fig", "setting", "policy",
                        "x_lb", "x_lb_min", "x_lb_max", "SLO%", "SLOmin", "SLOmax", "SLOp%");
         for (int g = 0; g < n; g++) {
                 const sweep_agg *x = &a[g];
@@ -369,11 +410,11 @@ static void sweep_print(const opts *o, const sweep_agg *a, int n, int seeds)
                                x->r->setting, pn, x->cost, x->cost_min, x->cost_max, x->slo,
                                x->slo_min, x->slo_max, x->slo_wc, x->avg);
                 else if (lb)
-                        printf("15%c %-14s %-8s %9.3f %9.3f %9.3f %7s %7s %7s %7s\n", x->r->figure,
+                        printf("15%c %-14s %-10s %9.3f %9.3f %9.3f %7s %7s %7s %7s\n", x->r->figure,
                                x->r->setting, pn, x->cost, x->cost_min, x->cost_max, "-", "-", "-",
                                "-");
                 else
-                        printf("15%c %-14s %-8s %9.3f %9.3f %9.3f %7.1f %7.1f %7.1f %7.1f\n",
+                        printf("15%c %-14s %-10s %9.3f %9.3f %9.3f %7.1f %7.1f %7.1f %7.1f\n",
                                x->r->figure, x->r->setting, pn, x->cost, x->cost_min, x->cost_max,
                                100 * x->slo, 100 * x->slo_min, 100 * x->slo_max, 100 * x->slo_wc);
         }

@@ -12,8 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
+
+#include <jansson.h>
 
 #include "cmd.h"
 #include "loom/sync.h"
@@ -73,6 +74,15 @@ static int num(const char *name, const char *v, double lo, double hi, double *ou
                 return 1;
         }
         *out = d;
+        return 0;
+}
+
+static int whole(const char *name, const char *v, double lo, double hi, long *out)
+{
+        double d;
+        if (num(name, v, lo, hi, &d) || d != (long)d)
+                return 1;
+        *out = (long)d;
         return 0;
 }
 
@@ -137,9 +147,8 @@ static int parse(int argc, char **argv, opts *o)
                         }
                         o->corrupt = strcmp(v, "wire") ? 2 : 1;
                 } else if (!strcmp(key, "--layers")) {
-                        if (num(key, v, 1, 1000, &d) || d != (long)d)
+                        if (whole(key, v, 1, 1000, &o->layers))
                                 return 1;
-                        o->layers = (long)d;
                 } else if (!strcmp(key, "--link-gbps")) {
                         if (num(key, v, 0, 1000, &o->gbps))
                                 return 1;
@@ -160,13 +169,11 @@ static int parse(int argc, char **argv, opts *o)
                                 return 1;
                         o->seed = (unsigned long long)d;
                 } else if (!strcmp(key, "--repeat")) {
-                        if (num(key, v, 1, 100, &d) || d != (long)d)
+                        if (whole(key, v, 1, 100, &o->repeat))
                                 return 1;
-                        o->repeat = (long)d;
                 } else if (!strcmp(key, "--late")) {
-                        if (num(key, v, 0, 63, &d) || d != (long)d)
+                        if (whole(key, v, 0, 63, &o->late))
                                 return 1;
-                        o->late = (long)d;
                 } else {
                         fprintf(stderr, "loom sync: unknown option %s\n", key);
                         return 2;
@@ -342,78 +349,30 @@ static int cmd_plan(const opts *o)
         return rc;
 }
 
-/* Peak resident bytes of a run, all processes together (see docs/sync.md). */
-static double estimate_bytes(const setup *s, const loom_sync_plan *p, uint32_t late)
-{
-        uint32_t nr = loom_sync_par_ranks(&s->roll);
-        /* training ranks hold what they send once (two versions for deltas) */
-        double train = (double)s->layout->elems * 2 * (p->kind == LOOM_SYNC_TOPO_SPARSE ? 2 : 1);
-        double slice = 0;
-        for (size_t t = 0; t < s->layout->ntensors; t++) {
-                loom_sync_rect r;
-                loom_sync_slice(&s->layout->tensors[t], 0, s->roll.tp, &r);
-                slice += (double)loom_sync_rect_elems(&r) * 2;
-        }
-        /* live copy, plus the staged new version for dense plans and for catch-up */
-        double per_rank = slice * (p->kind == LOOM_SYNC_TOPO_SPARSE ? 1.1 : 2.0);
-        return train + per_rank * (nr - late) + 2 * slice * late;
-}
-
-static double mem_available(void)
-{
-        FILE *f = fopen("/proc/meminfo", "r");
-        char line[128];
-        double kb = 0;
-        while (f && fgets(line, sizeof line, f))
-                if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1)
-                        break;
-        if (f)
-                fclose(f);
-        return kb * 1024;
-}
-
-static void json_str(const char *s)
-{
-        putchar('"');
-        for (; *s; s++) {
-                if (*s == '"' || *s == '\\')
-                        printf("\\%c", *s);
-                else if ((unsigned char)*s < 0x20)
-                        printf("\\u%04x", *s);
-                else
-                        putchar(*s);
-        }
-        putchar('"');
-}
-
 static void print_json(const opts *o, const setup *s, const loom_sync_result *r)
 {
-        printf("{\"plan\":\"%s\",\"model\":", loom_sync_plan_name(r->plan));
-        json_str(s->layout->model.name);
-        printf(",\"params\":%llu,\"train\":\"tp=%u,pp=%u,dp=%u\",\"rollout\":\"tp=%u,dp=%u\","
-               "\"density\":%g,\"link_gbps\":%g,\"repeat\":%ld,\"shaped\":%s,\"wall_s\":%.6f,"
-               "\"slow_s\":%.6f,"
-               "\"model_bytes\":%llu,\"slow_link_bytes\":%llu,\"slow_link_copies\":%.6f,"
-               "\"fast_link_bytes\":%llu,",
-               (unsigned long long)s->layout->elems, s->train.tp, s->train.pp, s->train.dp,
-               s->roll.tp, s->roll.dp, o->density, o->gbps, o->repeat, r->shaped ? "true" : "false",
-               r->wall_s, r->slow_s, (unsigned long long)r->model_bytes,
-               (unsigned long long)r->slow_link_bytes, r->slow_link_copies,
-               (unsigned long long)r->fast_link_bytes);
-        if (r->goodput_fraction >= 0)
-                printf("\"goodput_fraction\":%.6f,", r->goodput_fraction);
-        else
-                printf("\"goodput_fraction\":null,");
-        printf("\"encode_gbps\":%.4f,\"decode_gbps\":%.4f,\"verified\":%s,\"ranks_ok\":%u,"
-               "\"ranks_failed\":%u,\"ranks_intact\":%u,\"catchup_s\":%.6f,\"catchup_bytes\":%llu,"
-               "\"link\":",
-               r->encode_gbps, r->decode_gbps, r->verified ? "true" : "false", r->ranks_ok,
-               r->ranks_failed, r->ranks_intact, r->catchup_s,
-               (unsigned long long)r->catchup_bytes);
-        json_str(r->link_note);
-        printf(",\"failure\":");
-        json_str(r->failure);
-        printf("}\n");
+        char train[64], roll[48];
+        snprintf(train, sizeof train, "tp=%u,pp=%u,dp=%u", s->train.tp, s->train.pp, s->train.dp);
+        snprintf(roll, sizeof roll, "tp=%u,dp=%u", s->roll.tp, s->roll.dp);
+        json_t *j = json_pack(
+            "{s:s, s:s, s:I, s:s, s:s, s:f, s:f, s:I, s:b, s:f, s:f, s:I, s:I, s:f, s:I, s:o,"
+            " s:f, s:f, s:b, s:i, s:i, s:i, s:f, s:I, s:s, s:s}",
+            "plan", loom_sync_plan_name(r->plan), "model", s->layout->model.name, "params",
+            (json_int_t)s->layout->elems, "train", train, "rollout", roll, "density", o->density,
+            "link_gbps", o->gbps, "repeat", (json_int_t)o->repeat, "shaped", r->shaped, "wall_s",
+            r->wall_s, "slow_s", r->slow_s, "model_bytes", (json_int_t)r->model_bytes,
+            "slow_link_bytes", (json_int_t)r->slow_link_bytes, "slow_link_copies",
+            r->slow_link_copies, "fast_link_bytes", (json_int_t)r->fast_link_bytes,
+            "goodput_fraction",
+            r->goodput_fraction >= 0 ? json_real(r->goodput_fraction) : json_null(), "encode_gbps",
+            r->encode_gbps, "decode_gbps", r->decode_gbps, "verified", r->verified, "ranks_ok",
+            (int)r->ranks_ok, "ranks_failed", (int)r->ranks_failed, "ranks_intact",
+            (int)r->ranks_intact, "catchup_s", r->catchup_s, "catchup_bytes",
+            (json_int_t)r->catchup_bytes, "link", r->link_note, "failure", r->failure);
+        char *text = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(10)) : NULL;
+        printf("%s\n", text ? text : "{}");
+        free(text);
+        json_decref(j);
         fflush(stdout);
 }
 
@@ -453,22 +412,15 @@ static int choose_link(const opts *o)
 }
 
 /* Refuse a run whose estimated peak memory exceeds the limit. */
-static int fits(const opts *o, const setup *s, loom_sync_plan_kind kind, uint64_t bucket)
+static int fits(const opts *o, const setup *s, loom_sync_plan_kind kind)
 {
-        uint32_t nr = loom_sync_par_ranks(&s->roll);
-        double limit = o->max_mem_gb > 0 ? o->max_mem_gb * 1e9 : 0.85 * mem_available();
-        loom_sync_plan *p;
         loom_err e = {0};
-        if (loom_sync_plan_new(s->map, kind, bucket, all_ranks(nr - (uint32_t)o->late), &p, &e))
-                return fail("--plan", &e);
-        double need = estimate_bytes(s, p, (uint32_t)o->late);
-        loom_sync_plan_free(p);
-        if (limit > 0 && need > limit) {
+        if (loom_sync_run_check_memory(s->layout, &s->roll, kind, (uint32_t)o->late,
+                                       o->max_mem_gb * 1e9, &e)) {
                 fprintf(stderr,
-                        "loom sync: %s: this run needs about %.1f GB of memory, %.1f GB allowed; "
-                        "pick a smaller --model, fewer --layers or a larger rollout tp (or "
-                        "--max-mem-gb)\n",
-                        loom_sync_plan_name(kind), need / 1e9, limit / 1e9);
+                        "loom sync: %s: %s; pick a smaller --model, fewer --layers or a larger "
+                        "rollout tp (or --max-mem-gb)\n",
+                        loom_sync_plan_name(kind), e.msg);
                 return 1;
         }
         return 0;
@@ -537,7 +489,7 @@ static int cmd_bench(const opts *o)
         char note[160] = "";
         for (int i = 0; !rc && i < s.nplans; i++) {
                 loom_sync_plan_kind kind = (loom_sync_plan_kind)s.plans[i];
-                if ((rc = fits(o, &s, kind, bucket)))
+                if ((rc = fits(o, &s, kind)))
                         break;
                 loom_sync_run_cfg cfg = {.layout = s.layout,
                                          .train = s.train,
@@ -576,67 +528,39 @@ static int cmd_bench(const opts *o)
         return rc ? rc : !all_ok;
 }
 
-static double seconds(void)
-{
-        struct timespec ts;
-        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-        return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* Single-core encode/decode speed and size of each encoding over one bucket of synthetic
- * weights, for a range of densities (the numbers behind the encoder's choice). */
+/* Single-core encode/decode speed and size of each encoding by density. */
 static int cmd_codec(const opts *o)
 {
-        size_t n = (size_t)(o->bucket_mib * (1 << 20)) / 2;
-        uint16_t *old = malloc(2 * n + 2), *nw = malloc(2 * n + 2), *out = malloc(2 * n + 2);
-        uint8_t *buf = malloc(loom_sync_enc_bound(n));
-        if (!old || !nw || !out || !buf || !n) {
-                fprintf(stderr, "loom sync: cannot allocate a %zu-element bucket\n", n);
-                free(old), free(nw), free(out), free(buf);
-                return 1;
-        }
-        static const double dens[] = {0.001, 0.01, 0.05, 0.1, 0.2, 0.5, 0.9, 1.0};
         static const char *names[] = {"dense", "coo", "bitmap", "auto"};
+        size_t n = (size_t)(o->bucket_mib * (1 << 20)) / 2;
+        loom_sync_codec_row rows[LOOM_SYNC_CODEC_DENSITIES * (LOOM_SYNC_ENC_AUTO + 1)];
+        loom_err e = {0};
+        if (loom_sync_codec_bench(o->seed, n, rows, &e))
+                return fail("--bucket-mib", &e);
         if (!o->json)
                 printf("bucket %zu elements (%.1f MiB); GB/s are dense bytes per CPU-second\n"
                        "%-8s %-7s %10s %9s %9s\n",
                        n, (double)n * 2 / (1 << 20), "density", "enc", "size_%", "enc_GB/s",
                        "dec_GB/s");
-        for (size_t d = 0; d < sizeof dens / sizeof dens[0]; d++) {
-                loom_sync_synth(o->seed, 0, dens[d], 0, n, old);
-                loom_sync_synth(o->seed, 1, dens[d], 0, n, nw);
-                memcpy(out, old, 2 * n); /* fault the pages in before timing */
-                for (int k = 0; k <= LOOM_SYNC_ENC_AUTO; k++) {
-                        loom_sync_frame f;
-                        loom_err e;
-                        double t0 = seconds();
-                        loom_sync_encode(old, nw, n, (loom_sync_enc)k, buf, &f, &e);
-                        double t1 = seconds();
-                        int rc = loom_sync_decode(&f, buf, old, out, n, &e);
-                        double t2 = seconds();
-                        int ok = !rc && !memcmp(out, nw, 2 * n);
-                        double size = 100.0 * (double)f.payload_len / (double)(2 * n);
-                        double eg = 2.0 * (double)n / (t1 - t0) / 1e9;
-                        double dg = 2.0 * (double)n / (t2 - t1) / 1e9;
-                        if (o->json)
-                                printf("{\"density\":%g,\"encoding\":\"%s\",\"chosen\":\"%s\","
-                                       "\"size_fraction\":%.6f,\"encode_gbps\":%.3f,"
-                                       "\"decode_gbps\":%.3f,\"round_trip\":%s}\n",
-                                       dens[d], names[k], names[f.enc], size / 100, eg, dg,
-                                       ok ? "true" : "false");
-                        else
-                                printf("%-8g %-7s %10.3f %9.2f %9.2f%s\n", dens[d],
-                                       k == LOOM_SYNC_ENC_AUTO ? names[f.enc] : names[k], size, eg,
-                                       dg, k == LOOM_SYNC_ENC_AUTO ? "  <- auto" : "");
-                        if (!ok) {
-                                fprintf(stderr, "loom sync: round trip failed\n");
-                                free(old), free(nw), free(out), free(buf);
-                                return 1;
-                        }
-                }
+        int ok = 1;
+        for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+                const loom_sync_codec_row *r = &rows[i];
+                int autoenc = r->enc == LOOM_SYNC_ENC_AUTO;
+                if (o->json)
+                        printf("{\"density\":%g,\"encoding\":\"%s\",\"chosen\":\"%s\","
+                               "\"size_fraction\":%.6f,\"encode_gbps\":%.3f,"
+                               "\"decode_gbps\":%.3f,\"round_trip\":%s}\n",
+                               r->density, names[r->enc], names[r->chosen], r->size_fraction,
+                               r->encode_gbps, r->decode_gbps, r->round_trip ? "true" : "false");
+                else
+                        printf("%-8g %-7s %10.3f %9.2f %9.2f%s\n", r->density,
+                               names[autoenc ? r->chosen : r->enc], 100 * r->size_fraction,
+                               r->encode_gbps, r->decode_gbps, autoenc ? "  <- auto" : "");
+                ok &= r->round_trip;
         }
-        free(old), free(nw), free(out), free(buf);
-        return 0;
+        if (!ok)
+                fprintf(stderr, "loom sync: round trip failed\n");
+        return !ok;
 }
 
 int loom_cmd_sync(int argc, char **argv)

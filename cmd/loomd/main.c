@@ -18,6 +18,7 @@
 
 #include "loom/server.h"
 #include "loom/spec.h"
+#include "loomd_state.h"
 
 static void usage(FILE *f)
 {
@@ -33,8 +34,15 @@ static void usage(FILE *f)
                    "  --lease-timeout S     lease/permit expiry without renewal (default 30)\n"
                    "  --idle-timeout S      close idle connections after S seconds (default 10)\n"
                    "  --max-wait S          upper bound of an acquire's ?wait= (default 300)\n"
+                   "  --drift-window N      iterations whose phase times are checked against\n"
+                   "                        the planned ones (default 5; 0 = no drift\n"
+                   "                        re-admission)\n"
+                   "  --drift-threshold X   re-admit a job whose recent p95 phase time exceeds\n"
+                   "                        X times the planned one (default 1.05)\n"
                    "  --sync-full           fsync every commit (survives power loss, slower)\n"
                    "  --port-file FILE      write the bound port to FILE once serving\n"
+                   "  --state [NODE=]SOCK   loom-state socket (all nodes, or NODE): prefetch\n"
+                   "                        hints and host-tier accounting (docs/state.md)\n"
                    "  --quiet               no event log on stderr\n"
                    "  --help                this text\n");
 }
@@ -154,8 +162,11 @@ int main(int argc, char **argv)
             {"idle-timeout", required_argument, NULL, 'i'},
             {"max-wait", required_argument, NULL, 'w'},
             {"sync-full", no_argument, NULL, 'S'},
+            {"drift-window", required_argument, NULL, 'W'},
+            {"drift-threshold", required_argument, NULL, 'T'},
             {"port-file", required_argument, NULL, 'p'},
             {"quiet", no_argument, NULL, 'q'},
+            {"state", required_argument, NULL, 'L'},
             {"help", no_argument, NULL, 'h'},
             {NULL, 0, NULL, 0},
         };
@@ -163,6 +174,7 @@ int main(int argc, char **argv)
         loom_server_cfg_default(&cfg);
         cfg.log = log_line;
         const char *port_file = NULL;
+        loomd_state *st = NULL;
         int c;
         while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
                 switch (c) {
@@ -192,11 +204,37 @@ int main(int argc, char **argv)
                 case 'S':
                         cfg.sync_full = true;
                         break;
+                case 'W': {
+                        char *end;
+                        long v = strtol(optarg, &end, 10);
+                        if (end == optarg || *end || v < 0 || v > 1000000) {
+                                fprintf(stderr, "loomd: --drift-window: '%s' is not a count\n",
+                                        optarg);
+                                return 2;
+                        }
+                        cfg.drift_window = (int)v;
+                        break;
+                }
+                case 'T': {
+                        char *end;
+                        errno = 0;
+                        cfg.drift_threshold = strtod(optarg, &end);
+                        if (errno || end == optarg || *end) {
+                                fprintf(stderr, "loomd: --drift-threshold: '%s' is not a number\n",
+                                        optarg);
+                                return 2;
+                        }
+                        break;
+                }
                 case 'p':
                         port_file = optarg;
                         break;
                 case 'q':
                         cfg.log = NULL;
+                        break;
+                case 'L':
+                        if (loomd_state_add(&st, optarg))
+                                return 2;
                         break;
                 case 'h':
                         usage(stdout);
@@ -223,6 +261,7 @@ int main(int argc, char **argv)
         pthread_sigmask(SIG_BLOCK, &stop, NULL);
         signal(SIGPIPE, SIG_IGN);
 
+        loomd_state_wire(st, &cfg);
         loom_err e;
         loom_server *s = loom_server_new(&cfg, &e);
         if (!s || loom_server_start(s, &e)) {
@@ -261,6 +300,7 @@ int main(int argc, char **argv)
         }
         loom_server_stop(s);
         loom_server_free(s);
+        loomd_state_free(st);
         if (cfg.log)
                 log_line(NULL, status ? "stopped after a store failure" : "stopped");
         return status;

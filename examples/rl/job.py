@@ -111,29 +111,59 @@ class OptimizerResidency:
     share the training pool do not hold each other's state while they wait.
 
     offload(lease) runs when a train permit ends, load(lease) when the next one is granted
-    (the phase decorator's offload / warm_start). mode "file": the state is saved to the job's
-    directory and dropped from memory; "keep": it stays in the process. loom-state (the
-    per-node state manager) plugs in here: put the state under the job's canonical key in
-    offload, get it back in load."""
+    (the phase decorator's offload / warm_start). Modes:
 
-    def __init__(self, opt, path, mode):
-        if mode not in ("file", "keep"):
-            raise ValueError(f"residency: 'file' or 'keep', not {mode!r}")
-        self.opt, self.path, self.mode = opt, path, mode
-        self.bytes = 0
+    - "loom-state": the Adam moments go to the node's loom-state daemon (host tier) under the
+      job's key and a version that grows with every offload (the previous one is dropped);
+      the process keeps only the step counters. load() asks for them back into fresh tensors.
+    - "file": the state is saved to the job's directory and dropped from memory.
+    - "keep": it stays in the process.
+
+    Every mode restores the state exactly, so the job computes the same bits in all three."""
+
+    def __init__(self, opt, path, mode, key=None, sock=None):
+        if mode not in ("loom-state", "file", "keep"):
+            raise ValueError(f"residency: 'loom-state', 'file' or 'keep', not {mode!r}")
+        self.opt, self.path, self.mode, self.key = opt, path, mode, key
+        self.st = loom.state.Client(sock) if mode == "loom-state" else None
+        self.version, self.meta = 0, None
+        self.bytes, self.found, self.seconds = 0, None, 0.0
+
+    def _params(self):
+        return [p for g in self.opt.param_groups for p in g["params"]]
 
     def load(self, lease):
         import torch
+        t = time.monotonic()
         if self.mode == "file" and os.path.exists(self.path):
             self.opt.load_state_dict(torch.load(self.path))
+            self.found = "file"
+        elif self.mode == "loom-state" and self.meta:
+            bufs, params = {}, self._params()
+            for i, (step, shape) in self.meta.items():
+                ea, eas = torch.empty(shape), torch.empty(shape)
+                bufs[f"{i}.exp_avg"], bufs[f"{i}.exp_avg_sq"] = ea, eas
+                self.opt.state[params[i]] = {"step": step, "exp_avg": ea, "exp_avg_sq": eas}
+            self.found = self.st.load(bufs, job=self.key, version=self.version).found
+        self.seconds = time.monotonic() - t
 
     def offload(self, lease):
-        if self.mode != "file":
+        if self.mode == "keep":
             return
-        state = self.opt.state_dict()
-        self.bytes = sum(t.numel() * t.element_size() for s in state["state"].values()
-                         for t in s.values() if hasattr(t, "numel"))
-        atomic_save(state, self.path)
+        state = {i: self.opt.state[p] for i, p in enumerate(self._params())
+                 if p in self.opt.state}
+        self.bytes = sum(v.numel() * v.element_size() for s in state.values()
+                         for k, v in s.items() if k != "step")
+        if self.mode == "file":
+            atomic_save(self.opt.state_dict(), self.path)
+        else:
+            tensors = {f"{i}.{k}": v for i, s in state.items() for k, v in s.items()
+                       if k != "step"}
+            self.meta = {i: (s["step"], tuple(s["exp_avg"].shape)) for i, s in state.items()}
+            self.version += 1
+            self.st.offload(tensors, job=self.key, version=self.version)
+            if self.version > 1:
+                self.st.drop(self.key, version=self.version - 1)
         self.opt.state.clear()
 
 
@@ -169,7 +199,8 @@ def trainer_main(d):
              f"{time.monotonic() - t:.1f} s, {G.n_params(model)} parameters")
     ref = copy.deepcopy(model).eval()
     opt = torch.optim.Adam(model.parameters(), lr=cfg["lr"])
-    res = OptimizerResidency(opt, os.path.join(d, "optimizer.pt"), cfg["residency"])
+    res = OptimizerResidency(opt, os.path.join(d, "optimizer.pt"), cfg["residency"],
+                             key=f"{cfg['name']}-{cfg['job']}", sock=cfg.get("state_sock"))
     params = list(model.parameters())
     out = os.path.join(d, "trainer.jsonl")
     ep = os.path.join(d, "weights.endpoint")
@@ -196,16 +227,24 @@ def trainer_main(d):
                    digest=st["digest"], t_end=time.monotonic(), lease=job.lease.id)
         return rec
 
-    done = job.info()["iterations_done"]
-    for it in range(done, cfg["steps"]):
+    while True:
+        it = job.info()["iterations_done"]
+        if it >= cfg["steps"]:
+            break
         wait_file(batch_path(d, it))
         if wait_turn(job, "train") is None:
             break
         batch = torch.load(batch_path(d, it))
         if batch["version"] != it:
             raise RuntimeError(f"rollout {it} used weights version {batch['version']}")
-        rec = train(it, batch)
-        rec["optimizer_offloaded_bytes"] = res.bytes
+        try:
+            rec = train(it, batch)
+        except loom.Restarted as r:  # the job was re-admitted while we waited: redo rollout
+            say(cfg, f"trainer  job restarted by loomd; resuming at iteration "
+                     f"{r.iterations_done}")
+            continue
+        rec.update(optimizer_offloaded_bytes=res.bytes, optimizer_found=res.found,
+                   optimizer_load_s=res.seconds)
         log(out, rec)
         say(cfg, f"train    it {it:3d}  done {rec['t_end'] - rec['t_start']:.2f} s, reward "
                  f"{rec['reward']:.3f}, delta {rec['density']:.1%} dense, "
@@ -222,7 +261,15 @@ def rollout_main(d):
     import grpo as G
     from loom import weights
     G.setup_torch()
-    job = loom.Job.attach(cfg["url"], cfg["job"])
+    # A restarted worker (its predecessor died) takes over the rollout lease the dead one held,
+    # if any: loomd fails it at once and restarts the job from its last counted iteration,
+    # instead of waiting for the lease to time out. It never touches the trainer's lease.
+    restarted = int(os.environ.get("LOOM_ROLLOUT_RESTART", "0"))
+    job = loom.Job.attach(cfg["url"], cfg["job"], takeover="rollout" if restarted else False)
+    if restarted:
+        say(cfg, f"rollout  restarted worker attached: iterations done {job.iterations_done}, "
+                 f"lease taken over: {'yes' if job.took_over else 'no'}, "
+                 f"job restarts {job.restarts}")
     task = G.TASKS[cfg["task"]]
     model = G.make_policy(cfg["size"], cfg["seed"] + 1)  # overwritten by the first pull
     params = list(model.parameters())
@@ -275,7 +322,8 @@ def rollout_main(d):
 
 # ---- the launcher ---------------------------------------------------------------------------
 
-def spawn(role, d, env):
+def spawn(role, d, env, restart=0):
+    env = dict(env, LOOM_ROLLOUT_RESTART=str(restart))
     return subprocess.Popen([sys.executable, os.path.abspath(__file__), role, d], env=env)
 
 
@@ -308,7 +356,14 @@ def summarize(cfg, d, restarts):
                                and r["model_digest"] == r["pulled_digest"] for r in done),
         "pulls_dense": [r["it"] for r in done if r["pull_dense"]],
         "final_digest": pubs.get(max(pubs) if pubs else None),
+        "optimizer_residency": cfg["residency"],
+        "optimizer_found": [r.get("optimizer_found") for r in steps],
     }
+    try:
+        info = loom.Job.attach(cfg["url"], cfg["job"]).info()
+        res["loomd"] = {k: info.get(k) for k in ("state", "iterations_done", "restarts")}
+    except loom.LoomError:
+        res["loomd"] = None
     with open(os.path.join(d, "result.json"), "w") as f:
         json.dump(res, f, indent=1)
     return res
@@ -337,7 +392,9 @@ def launch(a):
             cfg[k] = v
     os.makedirs(a.dir, exist_ok=True)
     cfg.update(url=a.url, job=a.job, dir=os.path.abspath(a.dir), name=a.name or cfg["task"],
-               cache=a.cache)
+               cache=a.cache, state_sock=a.state_sock)
+    if a.state_sock and a.residency is None:
+        cfg["residency"] = "loom-state"
     with open(os.path.join(a.dir, "config.json"), "w") as f:
         json.dump(cfg, f, indent=1)
     env = dict(os.environ)
@@ -353,7 +410,7 @@ def launch(a):
                 restarts += 1
                 say(cfg, f"rollout  worker killed by signal {-roll.returncode}; restart "
                          f"{restarts} of {cfg['max_restarts']}")
-                roll = spawn("rollout", a.dir, env)
+                roll = spawn("rollout", a.dir, env, restart=restarts)
                 with open(os.path.join(a.dir, "pids"), "w") as f:
                     f.write(f"{trainer.pid} {roll.pid}\n")
             else:
@@ -389,6 +446,8 @@ def main(argv):
     la.add_argument("--dir", required=True, help="the job's working directory")
     la.add_argument("--name", help="name in the timeline (default: the task)")
     la.add_argument("--cache", help="directory for warm-up checkpoints (default: --dir)")
+    la.add_argument("--state-sock", help="the node's loom-state socket: the trainer offloads "
+                    "its optimizer state there between train permits (--residency loom-state)")
     for k, v in DEFAULTS.items():
         la.add_argument("--" + k.replace("_", "-"), dest=k, type=type(v),
                         help=f"default {v}")
@@ -404,6 +463,10 @@ def main(argv):
             p.error("--steps: 1 to 10000")
         if a.group is not None and a.group < 2:
             p.error("--group: at least 2")
+        if a.residency not in (None, "loom-state", "file", "keep"):
+            p.error(f"--residency: loom-state, file or keep, not {a.residency!r}")
+        if a.residency == "loom-state" and not a.state_sock:
+            p.error("--residency loom-state needs --state-sock")
         return launch(a)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     (rollout_main if a.cmd == "rollout" else trainer_main)(a.dir)

@@ -93,4 +93,35 @@ int loom_client_progress(loom_client *c, const loom_client_lease *l, int64_t don
 int loom_client_release(loom_client *c, const loom_client_lease *l, bool ok, char **reply);
 int loom_client_heartbeat(loom_client *c, const loom_client_lease *l);
 
+/* Where a job stands, as a (re)started worker needs it to resume. */
+typedef struct loom_client_resume {
+        char state[16];           /* queued, running, finished, failed, cancelled */
+        char next_phase[16];      /* "rollout" or "train"; "" once the job has ended */
+        int64_t iterations;       /* asked for; 0 = unbounded */
+        int64_t iterations_done;  /* counted by loomd: the last completed iteration */
+        int64_t resume_iteration; /* iterations_done + 1; 0 once the job has ended */
+        int restarts, max_restarts, resubmits;
+        bool took_over; /* this attach failed a lease a previous worker still held */
+} loom_client_resume;
+
+/*
+ * Attach a worker process to an existing job (POST /v1/jobs/{id}/attach), typically a worker
+ * that a supervisor started again after the previous one died (kill -9, OOM, node reboot).
+ * takeover says the job's previous worker is gone: a lease it still holds is failed at once (a
+ * restart, counted against the job's max_restarts, or the job's failure once they are used up)
+ * rather than after the lease timeout. takeover is "any" (whatever lease the job holds),
+ * "rollout" or "train" (only a lease of that phase: for a job whose phases run in separate
+ * processes, the restarted process takes over only its own phase), or NULL: nothing changes
+ * (another process of a live worker), and a lease the previous worker still holds can then be
+ * picked up by acquiring its phase (the same lease; the phase is redone, no restart). *out says
+ * where to resume: load the checkpoint of iteration out->iterations_done, then acquire
+ * out->next_phase (a rollout, after a restart). LOOM_ENOENT for an unknown job.
+ *
+ * Exactly-once iterations: loomd counts an iteration when its train lease is released. A worker
+ * saves its checkpoint of iteration i (loom_client_lease.iteration) before releasing train, and
+ * keeps the one before: dying between the save and the release leaves iterations_done = i - 1,
+ * and the worker resumes from that checkpoint, so iteration i is redone and counted once.
+ */
+int loom_client_attach(loom_client *c, uint32_t job, const char *takeover, loom_client_resume *out);
+
 #endif

@@ -38,6 +38,7 @@ typedef struct loom_demo_opts {
         bool keep;       /* keep the temporary data directory */
         bool quiet;      /* no timeline, only the summary */
         const char *dir; /* data directory (kept); NULL: a temporary one, removed on success */
+        int state_mib;   /* each job's state in loom-state (MiB, 0..4096; 0 = none); default 16 */
 } loom_demo_opts;
 
 void loom_demo_opts_default(loom_demo_opts *o);
@@ -71,6 +72,9 @@ typedef struct loom_demo_real_opts {
         const char *dir;    /* data directory (kept); NULL: a temporary one */
         bool keep;          /* keep the temporary data directory */
         bool quiet;         /* no timeline, only the report */
+        int state_mib;      /* > 0: a loom-state daemon (this many MiB per job) keeps each
+                             * trainer's optimizer state between train permits; 0: files.
+                             * Default 16 */
 } loom_demo_real_opts;
 
 void loom_demo_real_opts_default(loom_demo_real_opts *o);

@@ -38,7 +38,15 @@ typedef struct loom_job_spec {
         uint64_t mem_rollout;     /* bytes per rollout node */
         uint64_t mem_train;       /* bytes per training node at train_gpus */
         int64_t iterations;       /* 0 = unbounded */
+        int max_restarts;         /* loomd: retries of a failed job (default 3); core ignores */
+        /* 0: the SLO is a slowdown against t_roll + t_train + t_sync. > 0: against this solo
+         * iteration instead (a job re-admitted on a learned profile keeps the budget measured
+         * on its mean observed phases, while t_roll/t_train carry a high quantile of them). */
+        loom_us t_solo_ref;
 } loom_job_spec;
+
+#define LOOM_MAX_RESTARTS_DEFAULT 3
+#define LOOM_MAX_RESTARTS_LIMIT 1000
 
 /* A spec with zero times and SLO 1.0; callers fill the rest. */
 void loom_job_spec_init(loom_job_spec *s);
@@ -51,6 +59,13 @@ int loom_job_spec_validate(const loom_job_spec *s, const loom_cluster_cfg *c, lo
 static inline loom_us loom_job_t_solo(const loom_job_spec *s)
 {
         return s->t_roll + s->t_train + s->t_sync;
+}
+
+/* The most a co-executed iteration may take: slo x the solo iteration it is measured against. */
+static inline loom_us loom_job_budget(const loom_job_spec *s)
+{
+        loom_us ref = s->t_solo_ref > 0 ? s->t_solo_ref : loom_job_t_solo(s);
+        return (loom_us)(s->slo * (double)ref);
 }
 
 /* Host memory per node, WEAVE Table 2, for a model size in billions of parameters (3, 7, 14,

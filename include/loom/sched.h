@@ -42,10 +42,29 @@ typedef uint32_t loom_node_id;  /* per pool: 0, 1, 2, ... */
 #define LOOM_MAX_GROUP_ROLLOUT_NODES (LOOM_MAX_GROUP_SIZE * LOOM_MAX_JOB_NODES)
 
 typedef enum loom_placer {
-        LOOM_PLACER_LOOM = 0, /* Algorithm 1: min marginal cost under memory + SLO */
-        LOOM_PLACER_RANDOM,   /* WEAVE §6.5 Random: a random group that can hold the job */
-        LOOM_PLACER_GREEDY,   /* WEAVE §6.5 Greedy: the most idle group, its most idle nodes */
+        LOOM_PLACER_LOOM = 0,   /* Algorithm 1: min marginal cost under memory + SLO */
+        LOOM_PLACER_RANDOM,     /* WEAVE §6.5 Random: a random group that can hold the job */
+        LOOM_PLACER_GREEDY,     /* WEAVE §6.5 Greedy: the most idle group, its most idle nodes */
+        LOOM_PLACER_RANDOM_SLO, /* Random restricted to candidates passing memory and SLO */
+        LOOM_PLACER_GREEDY_SLO, /* Greedy restricted to candidates passing memory and SLO */
 } loom_placer;
+
+/* What admission plans a job on once it has history (docs/scheduling.md, learned profiles).
+ * WORST: the declared worst case, always. P99/P95: after learn_after iterations, the job's
+ * group is re-planned on that quantile of its observed phase times (loom_sched_observe), with
+ * the SLO budget taken from their mean; a re-plan that would break any member's budget is not
+ * made. */
+typedef enum loom_admission {
+        LOOM_ADMIT_WORST = 0,
+        LOOM_ADMIT_P99,
+        LOOM_ADMIT_P95,
+} loom_admission;
+
+const char *loom_admission_name(loom_admission a); /* "worst", "p99", "p95" */
+/* 0 or LOOM_EINVAL. */
+int loom_admission_parse(const char *s, loom_admission *out);
+
+#define LOOM_LEARN_WINDOW 20 /* observed iterations a learned profile is computed from */
 
 typedef struct loom_policy_cfg {
         int max_group_size;              /* default 5, at most LOOM_MAX_GROUP_SIZE */
@@ -56,6 +75,8 @@ typedef struct loom_policy_cfg {
         int tail_keep_gpus;              /* GPUs kept for the tail; default 1 */
         loom_placer placer;              /* default LOOM_PLACER_LOOM */
         uint64_t seed;                   /* for LOOM_PLACER_RANDOM */
+        loom_admission admission;        /* default LOOM_ADMIT_WORST */
+        int learn_after;                 /* iterations observed before re-planning; default 3 */
 } loom_policy_cfg;
 
 void loom_policy_cfg_default(loom_policy_cfg *p);
@@ -157,6 +178,16 @@ int loom_sched_progress(loom_sched *s, loom_us now, loom_job_id job, loom_phase 
                         int64_t total);
 int loom_sched_phase_done(loom_sched *s, loom_us now, loom_job_id job, loom_phase phase);
 
+/* A finished phase's observed length: rollout on the job's rollout GPUs, training on its
+ * group's training pool, without waits for a turn or switch latency (what the phase itself
+ * took). Feeds the learned profile of admission modes p99/p95; ignored (returns 0) under
+ * LOOM_ADMIT_WORST and for sync. Returns 1 when the job's group was re-planned on its new
+ * profile, 0 when not, 2 when its group cannot meet the job's SLO budget measured on what it
+ * achieves alone (the group is closed to new members; the driver should stop the job and
+ * re-admit it on loom_job_info.learned_*), LOOM_ENOENT / LOOM_EINVAL for an unknown job or a
+ * negative length. */
+int loom_sched_observe(loom_sched *s, loom_us now, loom_job_id job, loom_phase phase, loom_us took);
+
 typedef enum loom_exit {
         LOOM_EXIT_FINISHED = 0,
         LOOM_EXIT_CANCELLED,
@@ -223,7 +254,13 @@ typedef struct loom_job_info {
         int64_t iterations_done;
         loom_us t_train_in_group; /* t_train scaled to the group's training pool */
         loom_us submitted_at;
-        bool tail_migrated; /* current rollout has been migrated to its tail GPUs */
+        bool tail_migrated;     /* current rollout has been migrated to its tail GPUs */
+        loom_job_spec declared; /* as submitted; spec holds the profile admission plans on */
+        bool learned;           /* spec is a learned profile (admission p99/p95) */
+        uint64_t replans;       /* times its group was re-planned on its observed profile */
+        /* its last learned profile (0 before any): quantile times, and the SLO budget from
+         * its mean observed solo iteration */
+        loom_us learned_roll, learned_train, learned_budget;
 } loom_job_info;
 
 typedef struct loom_group_info {
@@ -253,6 +290,7 @@ typedef struct loom_sched_stats {
         double cost_per_hour;  /* of every provisioned node */
         uint64_t decisions[4]; /* by loom_decision_kind */
         uint64_t migrations;
+        uint64_t replans; /* learned-profile re-plans made (loom_sched_observe) */
 } loom_sched_stats;
 
 void loom_sched_stats_get(const loom_sched *s, loom_sched_stats *out);

@@ -28,6 +28,19 @@ typedef struct loom_server loom_server;
  * for the daemon's log. Called on the scheduler thread; must not call back into the server. */
 typedef void (*loom_server_log_fn)(void *arg, const char *line);
 
+/* Hooks to the node-local state manager (loom-state, docs/state.md); all optional. Called on
+ * the scheduler thread, so they must be quick and must not call back into the server. cmd/loomd
+ * wires them to loom-state clients: the server itself never talks to loom-state. */
+typedef struct loom_server_state_hooks {
+        /* After a grant on node `node`: the other live jobs seen on it, soonest to run first
+         * (round-robin: the one granted longest ago). A hook prefetches jobs[0]. */
+        void (*order)(void *arg, loom_node_id node, const char *const *jobs, int n);
+        /* Host tier of `node` as measured: bytes in use and capacity. 0, or < 0 when unknown
+         * (then no check). A submit whose working set does not fit is refused. */
+        int (*host_usage)(void *arg, loom_node_id node, uint64_t *used, uint64_t *cap);
+        void *arg;
+} loom_server_state_hooks;
+
 typedef struct loom_server_cfg {
         const char *data_dir; /* required; created if missing; holds loom.db (+ WAL) */
         char listen_host[64]; /* dotted IPv4; default "127.0.0.1" */
@@ -38,11 +51,16 @@ typedef struct loom_server_cfg {
         double lease_timeout_s; /* default 30: a lease or unclaimed permit not renewed expires */
         double idle_timeout_s;  /* default 10: an idle (not suspended) connection is closed */
         double max_wait_s;      /* default 300: upper bound on ?wait= of acquire */
+        int drift_window;       /* default 5: iterations whose phase times are compared with
+                                   the planned ones; 0 turns drift re-admission off */
+        double drift_threshold; /* default 1.05: re-admit when the p95 of the window exceeds
+                                   the planned phase time by this factor */
         bool sync_full;         /* fsync every commit (power-loss safe); default off: a commit
                                    is written to the WAL before the reply, which survives a
                                    crash of loomd but not of the machine */
         loom_server_log_fn log;
         void *log_arg;
+        loom_server_state_hooks state;
 } loom_server_cfg;
 
 void loom_server_cfg_default(loom_server_cfg *c);

@@ -76,6 +76,21 @@ typedef struct loom_sim_noise {
 
 void loom_sim_noise_default(loom_sim_noise *n);
 
+/* Drift settings (WEAVE §6.6): each job samples a template from the setting's set. */
+typedef enum loom_sim_drift {
+        LOOM_SIM_DRIFT_NONE = 0,
+        LOOM_SIM_DRIFT_INCREASING, /* {none, increasing x0.5, x1.0, x1.5} */
+        LOOM_SIM_DRIFT_DECREASING, /* {none, decreasing x0.5, x1.0, x1.5} */
+        LOOM_SIM_DRIFT_MIXED,      /* all seven templates */
+} loom_sim_drift;
+
+const char *loom_sim_drift_name(loom_sim_drift d); /* "none", "increasing", ... */
+int loom_sim_drift_parse(const char *s, loom_sim_drift *out);
+
+/* A drift template: direction (+1 increasing, -1 decreasing, 0 none) and scale (0.5, 1, 1.5).
+ * Its multiplier on a job's phase times at fraction x (0..1) of its iterations: see drift.c. */
+double loom_sim_drift_factor(int dir, double scale, double model_b, double x);
+
 typedef struct loom_sim_workload_cfg {
         loom_sim_profile profile;
         loom_sim_slo slo;
@@ -86,6 +101,8 @@ typedef struct loom_sim_workload_cfg {
         double poisson_mean_duration_s; /* mean of the exponential job durations; default 12.5 h */
         uint64_t seed;
         loom_sim_noise noise;
+        loom_sim_drift drift; /* default none */
+        double mtbf_h;        /* mean hours between failures of a running job; 0 = none */
 } loom_sim_workload_cfg;
 
 void loom_sim_workload_cfg_default(loom_sim_workload_cfg *c);
@@ -100,6 +117,12 @@ typedef struct loom_sim_job {
         float *roll;  /* rollout length (longest response) / t_roll */
         float *tailq; /* time at which tail_threshold of responses are done / t_roll */
         float *train; /* training time / t_train */
+        /* drift template (multipliers already applied to roll, tailq, train) */
+        int drift_dir;
+        double drift_scale;
+        /* failure instants, hours of running after admission, ascending; n_fail of them */
+        int n_fail;
+        double fail_h[4];
 } loom_sim_job;
 
 typedef struct loom_sim_workload {
@@ -107,6 +130,7 @@ typedef struct loom_sim_workload {
         loom_sim_job *jobs; /* owned, by arrival time */
         float *draws;       /* owned storage behind every job's realisation arrays */
         loom_sim_noise noise;
+        loom_sim_drift drift;
 } loom_sim_workload;
 
 /* Build jobs from a trace (t != NULL) or from Poisson arrivals (t == NULL). Table 6 phase
@@ -134,6 +158,9 @@ typedef enum loom_sim_policy {
         LOOM_SIM_GREEDY,     /* WEAVE §6.5 Greedy (most idle), through the core */
         LOOM_SIM_ORACLE,     /* exact regrouping at every arrival and departure (<= 12 jobs) */
         LOOM_SIM_LB,         /* fluid lower bound on cost, valid for any policy */
+        LOOM_SIM_RANDOM_SLO, /* Random restricted to SLO- and memory-feasible candidates */
+        LOOM_SIM_GREEDY_SLO, /* Greedy restricted to SLO- and memory-feasible candidates */
+        LOOM_SIM_REGROUP,    /* loom, plus an hourly re-placement of every active job */
         LOOM_SIM_NPOLICIES
 } loom_sim_policy;
 
@@ -158,6 +185,15 @@ typedef struct loom_sim_cfg {
          * command line draws a bar with it. NULL: silent. */
         void (*progress)(void *ctx, const char *label, double frac);
         void *progress_ctx;
+        /* drift and failures (live-system behaviour, docs/sim.md) */
+        double restart_s[4];   /* migration-and-restart per model size 3/7/14/32B, seconds */
+        int max_restarts;      /* a failed job is re-admitted this often; default 3 */
+        double drift_trigger;  /* resubmit when p95 of the last 5 phases > this x declared; 1.05 */
+        double drift_headroom; /* a resubmitted profile is the observed worst x this; 1.15 */
+        double regroup_period_h; /* regroup: hours between re-placements; default 1 */
+        /* re-admit a job whose group cannot serve its learned profile only when its remaining
+         * iterations' SLO budget is at least this many restart times; default 10 */
+        double readmit_min_ratio;
 } loom_sim_cfg;
 
 void loom_sim_cfg_default(loom_sim_cfg *c);
@@ -209,6 +245,16 @@ typedef struct loom_sim_result {
         loom_sim_point *series;
         int n_gantt;
         loom_sim_interval *gantt;
+        /* drift, failures, learned profiles (docs/sim.md) */
+        loom_sim_drift drift;       /* of the workload */
+        bool admits;                /* the policy admits through the core's SLO check */
+        loom_admission admission;   /* its admission mode, when admits */
+        double regroup_migration_h; /* job-hours regroup spent migrating and restarting */
+        uint64_t regroups;          /* regroupings applied (regroup) */
+        uint64_t restarts;          /* failed jobs re-admitted */
+        uint64_t resubmits;         /* drifted jobs re-admitted on their observed profile */
+        uint64_t replans;           /* learned-profile re-plans (admission p99/p95) */
+        int jobs_failed;            /* failed after their last restart */
 } loom_sim_result;
 
 void loom_sim_result_free(loom_sim_result *r);

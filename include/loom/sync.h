@@ -306,6 +306,37 @@ int loom_sync_run(const loom_sync_run_cfg *cfg, loom_sync_result *res, loom_err 
  * or 0 with the reason. */
 int loom_sync_netns_available(char *why, size_t whylen);
 
+/* Estimated peak resident bytes of a loom_sync_run with this plan, every process together
+ * (see docs/sync.md): what a caller checks against the host's memory before forking. */
+double loom_sync_run_peak_bytes(const loom_sync_layout *l, const loom_sync_par *roll,
+                                loom_sync_plan_kind kind, uint32_t late);
+/* LOOM_EINVAL with the need and the limit in e when that estimate exceeds limit_bytes
+ * (limit_bytes <= 0: 85% of the host's available memory). */
+int loom_sync_run_check_memory(const loom_sync_layout *l, const loom_sync_par *roll,
+                               loom_sync_plan_kind kind, uint32_t late, double limit_bytes,
+                               loom_err *e);
+
+/* ---- codec speed ------------------------------------------------------------------------ */
+
+/* One encoding of one density in loom_sync_codec_bench: dense bytes per CPU-second. */
+typedef struct loom_sync_codec_row {
+        double density;
+        loom_sync_enc enc;    /* asked for (LOOM_SYNC_ENC_AUTO: the encoder's own choice) */
+        loom_sync_enc chosen; /* what the frame carries */
+        double size_fraction; /* payload bytes / dense bytes */
+        double encode_gbps, decode_gbps;
+        int round_trip; /* decode(encode(new)) == new */
+} loom_sync_codec_row;
+
+enum { LOOM_SYNC_CODEC_DENSITIES = 8 };
+
+/* Single-core encode/decode speed and size of every encoding over one bucket of n synthetic
+ * weights, at LOOM_SYNC_CODEC_DENSITIES densities from 0.1% to 100%: the numbers behind the
+ * encoder's choice. rows gets LOOM_SYNC_CODEC_DENSITIES * (LOOM_SYNC_ENC_AUTO + 1) entries. */
+int loom_sync_codec_bench(
+    uint64_t seed, size_t n,
+    loom_sync_codec_row rows[LOOM_SYNC_CODEC_DENSITIES * (LOOM_SYNC_ENC_AUTO + 1)], loom_err *e);
+
 /* ---- publish / pull: a live model between a trainer and its rollout workers ------------ */
 
 /* The trainer publishes each new version of its bf16 weights (a flat array cut into shards,

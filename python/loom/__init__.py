@@ -26,7 +26,27 @@ An RL job asks loomd for a run permit before each phase and gives the GPUs back 
 A decorated function blocks until loomd grants the permit, runs, and releases the lease
 (as failed if it raised). While it runs, a background thread in the C library renews the
 lease. If loomd was restarted while the phase ran, the phase is run again (the function
-must be safe to repeat from the job's last checkpoint). Standard library + ctypes only; the
+must be safe to repeat from the job's last checkpoint).
+
+When the worker process dies (kill -9, out of memory, a lost node), loomd restarts the job: a
+new admission with its remaining iterations, at most ``max_restarts`` times (job spec, default
+3). loomd notices when the lease stops being renewed, or at once when the worker started in
+the dead one's place attaches. Run the worker under a supervisor that starts it again
+(systemd ``Restart=on-failure``, a Kubernetes pod, or ``python -m loom.supervise``) and
+let it resume::
+
+    job = loom.Job.attach(url, job_id, takeover=True)  # the dead worker's lease fails now
+    state = load_checkpoint(job.iterations_done)  # the last iteration loomd counted
+    while not job.done:
+        try:
+            rollout()
+            train()          # saves checkpoint lease.iteration before returning
+        except loom.Restarted as r:
+            state = load_checkpoint(r.iterations_done)
+
+loomd counts an iteration when its train lease is released, after the checkpoint was saved,
+so a crash anywhere redoes at most the iteration in flight and counts none twice (see
+``Job.attach``). Standard library + ctypes only; the
 work is done by libloomclient.so (see ``loom._native`` for how it is found).
 
 Weights move through loom's sync engine: the trainer calls ``job.publish(tensors, version)``
@@ -34,7 +54,9 @@ after each step, the rollout worker ``job.pull(tensors, version, endpoint)`` bef
 rollout (sparse bf16 deltas, checksums; see ``loom.weights``, which needs numpy and torch).
 """
 
-from ._client import Advice, Job, JobEnded, Lease, LeaseLost, LoomError
+from . import state
+from ._client import Advice, Job, JobEnded, Lease, LeaseLost, LoomError, Restarted
 from .weights import SyncError
 
-__all__ = ["Advice", "Job", "JobEnded", "Lease", "LeaseLost", "LoomError", "SyncError"]
+__all__ = ["Advice", "Job", "JobEnded", "Lease", "LeaseLost", "LoomError", "Restarted", "state",
+           "SyncError"]

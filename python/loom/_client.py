@@ -37,6 +37,18 @@ class LeaseLost(LoomError):
     """loomd no longer knows the lease (it expired, or loomd restarted): redo the phase."""
 
 
+class Restarted(LoomError):
+    """loomd re-admitted the job after a failure (its lease expired, a phase failed, or a new
+    worker took it over): the iteration in flight is lost. Resume from the checkpoint of
+    iteration `iterations_done` and run the rollout of `resume_iteration` next."""
+
+    def __init__(self, message, iterations_done, restarts):
+        super().__init__(message, _native.ESTATE, 409)
+        self.iterations_done = iterations_done
+        self.resume_iteration = iterations_done + 1
+        self.restarts = restarts
+
+
 @dataclass(frozen=True)
 class Lease:
     """A run permit: which phase, on which nodes, with how many GPUs."""
@@ -122,6 +134,15 @@ class Job:
         self._state = (reply or {}).get("state", "queued")
         self.decision = (reply or {}).get("decision")
         self._pub = self._puller = self._bits = None
+        self._note((reply or {}))
+        self.took_over = False
+
+    def _note(self, info):
+        """Remember where the job stands (from a job reply)."""
+        self.iterations_done = int(info.get("iterations_done", 0))
+        self.restarts = int(info.get("restarts", 0))
+        self.resubmits = int(info.get("resubmits", 0))
+        self.next_phase = info.get("next_phase") or None
 
     @classmethod
     def submit(cls, url, spec, key=None, **client_opts):
@@ -140,11 +161,51 @@ class Job:
         return cls(url, jid.value, c, reply)
 
     @classmethod
-    def attach(cls, url, job_id, **client_opts):
-        """Take over an existing job (e.g. a restarted worker). Raises LoomError if unknown."""
-        job = cls(url, job_id, _Client(url, **client_opts))
-        job._state = job.info()["state"]
+    def attach(cls, url, job_id, takeover=False, **client_opts):
+        """Attach this process to an existing job; the resume path of a worker that a
+        supervisor (systemd, Kubernetes, ``python -m loom.supervise``) started again after
+        the previous worker process died.
+
+        takeover=True says the job's previous worker process is gone: a lease it still holds is
+        failed at once, and loomd restarts the job (a new admission with the job's remaining
+        iterations, counted against its ``max_restarts``) instead of waiting for the lease to
+        time out. Pass it from a worker its supervisor started again. takeover="rollout" (or
+        "train") does the same only for a lease of that phase: for a job whose rollout and
+        training run in separate processes, the restarted process takes over its own phase
+        and never the other's. The default (False) changes nothing: right for a job's other
+        processes, and for a worker that would rather pick up a lease its predecessor still
+        holds (acquiring that phase returns the same lease; the phase is redone, no restart).
+
+        Afterwards ``job.iterations_done`` is the last iteration loomd counted and
+        ``job.resume_iteration`` (= iterations_done + 1) the one to run, starting with
+        ``job.next_phase`` (a rollout after a restart). Exactly-once iterations need one
+        habit: save the checkpoint of iteration ``lease.iteration`` inside the train phase,
+        before it returns (the decorator then releases the lease, which is when loomd counts
+        the iteration), keep the previous checkpoint too, and on attach load the checkpoint of
+        ``iterations_done``. Dying between the save and the release then redoes that iteration
+        from the previous checkpoint, counted once. Raises LoomError if the job is unknown."""
+        if takeover not in (False, True, "rollout", "train"):
+            raise ValueError(f"takeover must be False, True, 'rollout' or 'train', not {takeover!r}")
+        how = None if takeover is False else b"any" if takeover is True else takeover.encode()
+        c = _Client(url, **client_opts)
+        r = _native.CResume()
+        with c.lock:
+            rc = c.lib.loom_client_attach(c.h, int(job_id), how, ctypes.byref(r))
+            if rc:
+                raise c.error(rc, "attach")
+        job = cls(url, job_id, c)
+        job._state = r.state.decode()
+        job.iterations_done = r.iterations_done
+        job.restarts = r.restarts
+        job.resubmits = r.resubmits
+        job.next_phase = r.next_phase.decode() or None
+        job.took_over = bool(r.took_over)
         return job
+
+    @property
+    def resume_iteration(self):
+        """The iteration to run next (iterations_done + 1), as last seen."""
+        return self.iterations_done + 1
 
     # -- queries -----------------------------------------------------------------------------
 
@@ -157,6 +218,24 @@ class Job:
             if rc:
                 raise self._c.error(rc, "info")
             return json.loads(self._c.take_string(out))
+
+    def _acquire_refused(self, err):
+        """An acquire answered 409: the job ended, or was restarted under us, or the caller
+        asked for the wrong phase."""
+        try:
+            info = self.info()
+        except LoomError:
+            return err
+        seen = self.restarts
+        self._state = info.get("state", self._state)
+        self._note(info)
+        if self.done:
+            return JobEnded(str(err), err.code, err.status)
+        if self.restarts > seen:
+            return Restarted(f"job {self.id} was restarted ({info.get('readmission') or {}}); "
+                             f"resume at iteration {self.resume_iteration}",
+                             self.iterations_done, self.restarts)
+        return LoomError(str(err), err.code, err.status)
 
     @property
     def done(self):
@@ -217,14 +296,16 @@ class Job:
                                                  float(wait_s), ctypes.byref(cl))
             if rc == _native.ETIMEDOUT:
                 return None
-            if rc:
-                err = self._c.error(rc, "acquire")
-                if isinstance(err, JobEnded):
-                    self._state = "ended"
-                raise err
+            err = self._c.error(rc, "acquire") if rc else None
+        if err is not None:
+            if isinstance(err, JobEnded):
+                err = self._acquire_refused(err)
+            raise err
         self._clease = cl
         self._lease = _lease(cl)
         self._state = "running"
+        if self._lease.iteration - 1 > self.iterations_done:
+            self.iterations_done = self._lease.iteration - 1
         return self._lease
 
     def release(self, ok=True):
@@ -241,6 +322,7 @@ class Job:
                 raise self._c.error(rc, "release")
             reply = json.loads(self._c.take_string(out) or "{}")
         self._state = reply.get("state", self._state)
+        self._note(reply)
         return reply
 
     def progress(self, done, total):
@@ -262,8 +344,11 @@ class Job:
         Each call blocks for the permit, calls warm_start(lease) if given (load the phase's
         resident state from host memory onto the granted devices), runs the function, calls
         offload(lease) if given (move the state back to host memory), then releases the lease
-        (as failed if anything raised; the exception propagates). When the lease is lost
-        (loomd restarted mid-phase) the phase is acquired and run again."""
+        (as failed if anything raised; the exception propagates, and loomd restarts the job
+        while it has restarts left). When the lease is lost (loomd restarted mid-phase, or the
+        lease expired) the phase is acquired and run again; if loomd restarted the job in the
+        meantime and the phase was a train, acquiring raises Restarted: go back to the
+        checkpoint of ``err.iterations_done`` and run the rollout of ``err.resume_iteration``."""
         if name not in ("rollout", "train"):
             raise ValueError(f"phase must be 'rollout' or 'train', not {name!r}")
 

@@ -36,6 +36,20 @@ class CLease(ctypes.Structure):
     ]
 
 
+class CResume(ctypes.Structure):
+    _fields_ = [
+        ("state", ctypes.c_char * 16),
+        ("next_phase", ctypes.c_char * 16),
+        ("iterations", ctypes.c_int64),
+        ("iterations_done", ctypes.c_int64),
+        ("resume_iteration", ctypes.c_int64),
+        ("restarts", ctypes.c_int),
+        ("max_restarts", ctypes.c_int),
+        ("resubmits", ctypes.c_int),
+        ("took_over", ctypes.c_bool),
+    ]
+
+
 def _candidates():
     env = os.environ.get("LOOM_CLIENT_LIB")
     if env:
@@ -86,4 +100,6 @@ def load():
     lib.loom_client_release.argtypes = [P, ctypes.POINTER(CLease), ctypes.c_bool,
                                         ctypes.POINTER(P)]
     lib.loom_client_heartbeat.argtypes = [P, ctypes.POINTER(CLease)]
+    lib.loom_client_attach.argtypes = [P, ctypes.c_uint32, ctypes.c_char_p,
+                                       ctypes.POINTER(CResume)]
     return lib

@@ -543,3 +543,51 @@ int loom_client_heartbeat(loom_client *c, const loom_client_lease *l)
         free(out);
         return rc;
 }
+
+int loom_client_attach(loom_client *c, uint32_t job, const char *takeover, loom_client_resume *out)
+{
+        char path[64], req[64], *body = NULL;
+        memset(out, 0, sizeof *out);
+        if (takeover && strcmp(takeover, "any") && strcmp(takeover, "rollout") &&
+            strcmp(takeover, "train")) {
+                set_err(c, "attach: takeover must be NULL, \"any\", \"rollout\" or \"train\"");
+                return LOOM_EINVAL;
+        }
+        snprintf(path, sizeof path, "/v1/jobs/%u/attach", job);
+        if (!takeover)
+                snprintf(req, sizeof req, "{\"takeover\":false}");
+        else if (!strcmp(takeover, "any"))
+                snprintf(req, sizeof req, "{\"takeover\":true}");
+        else
+                snprintf(req, sizeof req, "{\"takeover\":\"%s\"}", takeover);
+        int rc = request(c, c->curl, "POST", path, req, NULL, 0, &c->status, &body);
+        if (rc)
+                return rc;
+        if (c->status != 200) {
+                rc = status_code(c, c->status, body);
+                free(body);
+                return rc;
+        }
+        json_error_t je;
+        json_t *j = json_loads(body ? body : "", 0, &je);
+        free(body);
+        const char *state = json_string_value(json_object_get(j, "state"));
+        if (!state) {
+                json_decref(j);
+                set_err(c, "attach: malformed job in reply");
+                return LOOM_EPROTO;
+        }
+        snprintf(out->state, sizeof out->state, "%s", state);
+        snprintf(out->next_phase, sizeof out->next_phase, "%s",
+                 json_string_value(json_object_get(j, "next_phase")) ?: "");
+        out->iterations = json_integer_value(json_object_get(j, "iterations"));
+        out->iterations_done = json_integer_value(json_object_get(j, "iterations_done"));
+        out->resume_iteration = json_integer_value(json_object_get(j, "resume_iteration"));
+        out->restarts = (int)json_integer_value(json_object_get(j, "restarts"));
+        out->max_restarts = (int)json_integer_value(json_object_get(j, "max_restarts"));
+        out->resubmits = (int)json_integer_value(json_object_get(j, "resubmits"));
+        out->took_over = json_is_true(json_object_get(j, "took_over"));
+        json_decref(j);
+        c->err[0] = '\0';
+        return 0;
+}

@@ -34,6 +34,14 @@ typedef struct job {
         bool tail_due; /* current rollout reported past tail_threshold: migrate it as soon as
                           the next rollout on its node is ready */
         int gpus;      /* GPUs of the running phase */
+        /* Learned profiles (learn.c): spec above is what admission plans on; declared is the
+         * spec as submitted. Observations are fractions of the declared times, in rings. */
+        loom_job_spec declared;
+        double obs[2][LOOM_LEARN_WINDOW]; /* [rollout, train] */
+        int n_obs[2];
+        bool learned;
+        uint64_t replans;
+        loom_us learned_roll, learned_train, learned_budget; /* last computed; 0 before */
 } job;
 
 typedef struct rnode {
@@ -128,6 +136,9 @@ int loom__group_meta(const loom_sched *s, const group *g, loom_us *t_meta);
 /* placement.c */
 int loom__place(const loom_sched *s, const loom_job_spec *spec, loom_decision *d, loom_err *e,
                 uint64_t *rng);
+
+/* learn.c */
+int loom__observe(loom_sched *s, job *j, loom_phase phase, loom_us took);
 
 /* dispatch.c */
 void loom__dispatch(loom_sched *s, group *g, loom_us now);

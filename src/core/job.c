@@ -31,6 +31,7 @@ void loom_job_spec_init(loom_job_spec *s)
 {
         memset(s, 0, sizeof *s);
         s->slo = 1.0;
+        s->max_restarts = LOOM_MAX_RESTARTS_DEFAULT;
 }
 
 static int check_gpus(int gpus, const char *field, const loom_cluster_cfg *c, loom_err *e)
@@ -70,6 +71,9 @@ int loom_job_spec_validate(const loom_job_spec *s, const loom_cluster_cfg *c, lo
                                     "slo must be a slowdown factor >= 1.0, got %g", s->slo);
         if (s->iterations < 0)
                 return loom_err_set(e, LOOM_EINVAL, "iterations", "iterations must be >= 0");
+        if (s->t_solo_ref < 0 || s->t_solo_ref > 4 * max_t)
+                return loom_err_set(e, LOOM_EINVAL, "t_solo_ref",
+                                    "t_solo_ref must be >= 0 and <= 4e6 seconds");
         return 0;
 }
 

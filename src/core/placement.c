@@ -40,6 +40,17 @@ typedef struct search {
         loom_err *e;
 } search;
 
+/* Whether the placer checks SLOs: loom and the fair (-slo) baselines do, Random/Greedy not. */
+static bool checks_slo(loom_placer p)
+{
+        return p == LOOM_PLACER_LOOM || p == LOOM_PLACER_RANDOM_SLO || p == LOOM_PLACER_GREEDY_SLO;
+}
+
+static bool is_random(loom_placer p)
+{
+        return p == LOOM_PLACER_RANDOM || p == LOOM_PLACER_RANDOM_SLO;
+}
+
 static const char *job_label(const job *j, char *buf, size_t n)
 {
         if (j->spec.id[0])
@@ -228,7 +239,7 @@ static int evaluate(search *x, cand *c)
         c->t_meta = t_meta;
         c->util = t_meta > 0 ? (double)t_load / (double)t_meta : 0;
         loom_us budget = g->min_budget < x->budget ? g->min_budget : x->budget;
-        if (s->policy.placer == LOOM_PLACER_LOOM && t_meta > budget) {
+        if (checks_slo(s->policy.placer) && t_meta > budget) {
                 c->reject = LOOM_REJECT_SLO;
                 slo_why(x, g, t_meta, c->why, sizeof c->why);
         }
@@ -317,7 +328,7 @@ static loom_reject group_may_fit(search *x, const open_group *o, char *why, size
                                  (double)s->cluster.host_mem_bytes / 1e9);
                 return LOOM_REJECT_MEMORY;
         }
-        if (s->policy.placer != LOOM_PLACER_LOOM)
+        if (!checks_slo(s->policy.placer))
                 return LOOM_REJECT_NONE;
         loom_us tt = loom_group_train_time(sp->t_train, sp->train_gpus, o->train_gpus,
                                            s->policy.train_scaling_efficiency);
@@ -395,8 +406,54 @@ static double group_idle(const group *g)
         return 1.0 - (ur + ut) / 2.0;
 }
 
+/* Sum of the loads on a candidate's existing rollout nodes (new ones carry nothing). */
+static loom_us cand_load(const group *g, const cand *c)
+{
+        loom_us sum = 0;
+        for (int i = 0; i < g->n_rnodes; i++)
+                if (bsearch(&g->rnodes[i]->id, c->ids, (size_t)c->n, sizeof(loom_node_id),
+                            cmp_node_id))
+                        sum += g->rnodes[i]->load;
+        return sum;
+}
+
 /*
- * The §6.5 baselines. Both check capacity (group size) and memory, not SLOs. Random picks a
+ * Greedy restricted to placements that pass memory and SLO: in group g, the feasible
+ * direct-packing candidate on the least-loaded nodes, else rollout scaling if feasible; the
+ * group competes on its idleness as in Greedy.
+ */
+static int greedy_slo_pick(search *x, const group *g, rnode **sorted, cand *cs, int n,
+                           double *best_idle, cand *opts, int *n_opts)
+{
+        int pick = -1;
+        loom_us pick_load = 0;
+        (void)sorted;
+        for (int i = 0; i < n; i++) {
+                int rc = evaluate(x, &cs[i]);
+                if (rc)
+                        return rc;
+                if (cs[i].reject != LOOM_REJECT_NONE)
+                        continue;
+                bool scale = cs[i].kind == LOOM_DECISION_ROLLOUT_SCALE;
+                loom_us load = cand_load(g, &cs[i]);
+                if (pick < 0 || (cs[pick].kind == LOOM_DECISION_ROLLOUT_SCALE && !scale) ||
+                    (!scale && load < pick_load)) {
+                        pick = i;
+                        pick_load = load;
+                }
+        }
+        double idle = group_idle(g);
+        if (pick >= 0 && idle > *best_idle + 1e-12) {
+                *best_idle = idle;
+                opts[0] = cs[pick];
+                *n_opts = 1;
+        }
+        return 0;
+}
+
+/*
+ * The §6.5 baselines. Both check capacity (group size) and memory, not SLOs (their -slo
+ * variants check SLOs too). Random picks a
  * uniformly random group among those with a memory-feasible placement, or a new group (one more
  * option), then a random feasible placement in it. Greedy picks the most idle group whose
  * placement on its most idle rollout nodes fits, else a new group.
@@ -425,6 +482,14 @@ static int search_baseline(search *x, uint64_t *rng)
                 cs[n] = (cand){.g = g, .kind = LOOM_DECISION_ROLLOUT_SCALE};
                 finish_ids(s, &cs[n], 0, x->k);
                 n++;
+                if (s->policy.placer == LOOM_PLACER_GREEDY_SLO) {
+                        int rc = greedy_slo_pick(x, g, sorted, cs, n, &best_idle, opts, &n_opts);
+                        if (rc) {
+                                free(opts);
+                                return rc;
+                        }
+                        continue;
+                }
                 if (s->policy.placer == LOOM_PLACER_GREEDY) {
                         /* the most idle nodes: direct packing led by the least-loaded node */
                         int lead = 0;
@@ -465,7 +530,7 @@ static int search_baseline(search *x, uint64_t *rng)
         }
         cand iso;
         isolated(x, &iso);
-        if (s->policy.placer == LOOM_PLACER_RANDOM) {
+        if (is_random(s->policy.placer)) {
                 uint64_t pick = splitmix(rng) % (uint64_t)(n_opts + 1);
                 x->best = pick == (uint64_t)n_opts ? iso : opts[pick];
         } else {
@@ -529,7 +594,7 @@ int loom__place(const loom_sched *s, const loom_job_spec *spec, loom_decision *d
 {
         search x = {.s = s, .spec = spec, .d = d, .e = e};
         x.k = spec->rollout_gpus / s->cluster.gpus_per_node;
-        x.budget = (loom_us)(spec->slo * (double)loom_job_t_solo(spec));
+        x.budget = loom_job_budget(spec);
         d->n_candidates = 0;
         d->groups_pruned_bound = 0;
         d->groups_pruned_saturated = 0;

@@ -64,6 +64,24 @@ void loom_policy_cfg_default(loom_policy_cfg *p)
         p->tail_keep_gpus = 1;
         p->placer = LOOM_PLACER_LOOM;
         p->seed = 1;
+        p->admission = LOOM_ADMIT_WORST;
+        p->learn_after = 3;
+}
+
+const char *loom_admission_name(loom_admission a)
+{
+        static const char *const n[] = {"worst", "p99", "p95"};
+        return (unsigned)a < 3 ? n[a] : "?";
+}
+
+int loom_admission_parse(const char *str, loom_admission *out)
+{
+        for (int a = LOOM_ADMIT_WORST; a <= LOOM_ADMIT_P95; a++)
+                if (!strcmp(str, loom_admission_name((loom_admission)a))) {
+                        *out = (loom_admission)a;
+                        return 0;
+                }
+        return LOOM_EINVAL;
 }
 
 int loom_policy_cfg_validate(const loom_policy_cfg *p, const loom_cluster_cfg *c, loom_err *e)
@@ -84,8 +102,15 @@ int loom_policy_cfg_validate(const loom_policy_cfg *p, const loom_cluster_cfg *c
                 return loom_err_set(e, LOOM_EINVAL, "tail_keep_gpus",
                                     "tail_keep_gpus must be 1..%d (fewer than a node)",
                                     c->gpus_per_node - 1);
-        if ((unsigned)p->placer > LOOM_PLACER_GREEDY)
+        if ((unsigned)p->placer > LOOM_PLACER_GREEDY_SLO)
                 return loom_err_set(e, LOOM_EINVAL, "placer", "unknown placer");
+        if ((unsigned)p->admission > LOOM_ADMIT_P95)
+                return loom_err_set(e, LOOM_EINVAL, "admission",
+                                    "admission must be worst, p99 or p95");
+        if (p->learn_after < 1 || p->learn_after > LOOM_LEARN_WINDOW)
+                return loom_err_set(e, LOOM_EINVAL, "learn_after",
+                                    "learn_after must be 1..%d iterations, got %d",
+                                    LOOM_LEARN_WINDOW, p->learn_after);
         return 0;
 }
 
@@ -453,11 +478,12 @@ static int apply(loom_sched *s, loom_us now, const loom_job_spec *spec, const lo
         }
         j->id = s->next_job++;
         j->spec = *spec;
+        j->declared = *spec;
         j->group = g;
         j->t_train_in = loom_group_train_time(spec->t_train, spec->train_gpus, g->train_gpus,
                                               s->policy.train_scaling_efficiency);
         j->mem_train_in = loom_group_train_mem(spec->mem_train, spec->train_gpus, g->train_gpus);
-        j->slo_budget = (loom_us)(spec->slo * (double)loom_job_t_solo(spec));
+        j->slo_budget = loom_job_budget(spec);
         j->submitted_at = now;
         j->state = LOOM_JOB_WAIT_ROLL;
         j->wait_seq = ++s->seq;
@@ -541,6 +567,20 @@ int loom_sched_phase_done(loom_sched *s, loom_us now, loom_job_id id, loom_phase
         if (!phase_ok(phase))
                 return LOOM_EINVAL;
         return loom__phase_done(s, j, now, phase);
+}
+
+int loom_sched_observe(loom_sched *s, loom_us now, loom_job_id id, loom_phase phase, loom_us took)
+{
+        job *j = loom__job(s, id);
+        (void)now;
+        if (!j)
+                return LOOM_ENOENT;
+        if (!phase_ok(phase) || took < 0)
+                return LOOM_EINVAL;
+        int rc = loom__observe(s, j, phase, took);
+        if (rc == 1)
+                s->stats.replans++;
+        return rc;
 }
 
 int loom_sched_job_resume(loom_sched *s, loom_us now, loom_job_id id, loom_phase phase)
@@ -632,6 +672,12 @@ int loom_sched_job_info(const loom_sched *s, loom_job_id id, loom_job_info *o)
         o->t_train_in_group = j->t_train_in;
         o->submitted_at = j->submitted_at;
         o->tail_migrated = j->migrated;
+        o->declared = j->declared;
+        o->learned = j->learned;
+        o->replans = j->replans;
+        o->learned_roll = j->learned_roll;
+        o->learned_train = j->learned_train;
+        o->learned_budget = j->learned_budget;
         return 0;
 }
 

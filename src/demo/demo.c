@@ -14,6 +14,7 @@
  * restarted; the demo then checks that every job finished with exactly its iterations.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -46,7 +47,10 @@ typedef struct demo {
         pid_t loomd;
         double lease_timeout_s;
         FILE *log;
-        char why[640]; /* why the last loomd_start failed */
+        char why[640];        /* why the last loomd_start failed */
+        char state_sock[108]; /* loom-state's socket; empty when the demo moves no state */
+        pid_t state;
+        uint64_t state_bytes;
 } demo;
 
 static void loomd_log(void *arg, const char *line)
@@ -74,6 +78,10 @@ static void loomd_child(demo *d, int fd)
         cfg.lease_timeout_s = d->lease_timeout_s;
         cfg.log = loomd_log;
         cfg.log_arg = d->log;
+        if (d->state_sock[0]) { /* prefetch hints from the dispatch order */
+                cfg.state.order = loom__demo_state_order;
+                cfg.state.arg = d->state_sock;
+        }
         loom_err e = {0};
         loom_server *s = loom_server_new(&cfg, &e);
         int port = -1;
@@ -257,6 +265,8 @@ static void fill_worker(worker_cfg *w, const demo *d, const loom_demo_opts *o, c
         w->seed = o->seed * 1000003 + id;
         w->quiet = o->quiet;
         snprintf(w->url, sizeof w->url, "http://127.0.0.1:%d", d->port);
+        snprintf(w->state_sock, sizeof w->state_sock, "%s", d->state_sock);
+        w->state_bytes = d->state_bytes;
 }
 
 static int submit(loom_client *c, const char *spec, job_run *r)
@@ -308,11 +318,23 @@ static double job_rate(const worker_result *r)
 static void rm_tree(const char *dir)
 {
         char p[512];
-        static const char *const files[] = {"loom.db", "loom.db-wal", "loom.db-shm", "loomd.log"};
+        static const char *const files[] = {"loom.db", "loom.db-wal", "loom.db-shm", "loomd.log",
+                                            "state.sock"};
         for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
                 snprintf(p, sizeof p, "%s/%s", dir, files[i]);
                 unlink(p);
         }
+        snprintf(p, sizeof p, "%s/state", dir); /* loom-state's disk tier */
+        DIR *sd = opendir(p);
+        for (struct dirent *de; sd && (de = readdir(sd));) {
+                char f[600];
+                snprintf(f, sizeof f, "%s/state/%.255s", dir, de->d_name);
+                if (de->d_name[0] != '.')
+                        unlink(f);
+        }
+        if (sd)
+                closedir(sd);
+        rmdir(p);
         rmdir(dir);
 }
 
@@ -404,6 +426,20 @@ static int run_demo(const loom_demo_opts *o, demo *d, FILE *out, loom_err *e)
         CPU_SET(CPU_ROLLOUT, &all);
         CPU_SET(CPU_TRAIN, &all);
         sched_setaffinity(0, sizeof all, &all);
+        if (o->state_mib > 0) {
+                char sdir[300];
+                snprintf(sdir, sizeof sdir, "%s/state", d->dir);
+                snprintf(d->state_sock, sizeof d->state_sock, "%.96s/state.sock", d->dir);
+                d->state_bytes = (uint64_t)o->state_mib << 20;
+                d->state = loom__demo_state_start(sdir, d->state_sock, d->state_bytes);
+                if (d->state <= 0)
+                        return loom_err_set(e, LOOM_EIO, NULL, "cannot start loom-state in %s",
+                                            sdir);
+                fprintf(out,
+                        "loom-state: %d MiB of state per job, offloaded on release and loaded on "
+                        "grant; the timeline notes where each switch found it\n",
+                        o->state_mib);
+        }
         if (loomd_start(d))
                 return loom_err_set(e, LOOM_EIO, NULL, "cannot start loomd in %s: %s", d->dir,
                                     d->why);
@@ -521,7 +557,8 @@ static int run_demo(const loom_demo_opts *o, demo *d, FILE *out, loom_err *e)
 
 void loom_demo_opts_default(loom_demo_opts *o)
 {
-        *o = (loom_demo_opts){.seed = 1, .scale = 1.0, .jobs = 4, .alone_iters = 3};
+        *o =
+            (loom_demo_opts){.seed = 1, .scale = 1.0, .jobs = 4, .alone_iters = 3, .state_mib = 16};
 }
 
 static int check_opts(const loom_demo_opts *o, loom_err *e)
@@ -537,6 +574,9 @@ static int check_opts(const loom_demo_opts *o, loom_err *e)
         if (o->crash < 0 || o->crash > 20)
                 return loom_err_set(e, LOOM_EINVAL, "crash", "must be in [0, 20], got %d",
                                     o->crash);
+        if (o->state_mib < 0 || o->state_mib > 4096)
+                return loom_err_set(e, LOOM_EINVAL, "state_mib", "must be in [0, 4096], got %d",
+                                    o->state_mib);
         return 0;
 }
 
@@ -568,6 +608,7 @@ int loom_demo_run(const loom_demo_opts *o, FILE *out, loom_err *e)
         signal(SIGPIPE, SIG_IGN);
         rc = run_demo(o, &d, out, e);
         loomd_stop(&d, SIGTERM);
+        loom__demo_state_stop(d.state);
         if (d.log)
                 fclose(d.log);
         if (!o->dir && !o->keep && rc == 0)

@@ -47,6 +47,8 @@ typedef struct worker_cfg {
         char url[64];
         uint64_t seed;
         bool quiet;
+        char state_sock[108]; /* loom-state's socket; empty: no state moves */
+        uint64_t state_bytes; /* the job's state (emulated device memory) */
 } worker_cfg;
 
 /* What a worker reports to the parent at exit (through a pipe). */
@@ -74,6 +76,26 @@ int loom__demo_worker_main(const worker_cfg *cfg, int out_fd);
  * final (neither running nor queued). reply may be NULL. */
 int64_t loom__demo_reply_int(const char *reply, const char *key, int64_t dflt);
 bool loom__demo_reply_finished(const char *reply);
+
+/* ---- loom-state (state.c) ---------------------------------------------------------------- */
+
+/* Fork a loom-state daemon serving sock, disk tier in dir, host tier for every job's `bytes`;
+ * returns its pid once it answers, or -1. _stop sends SIGTERM and reaps it. */
+pid_t loom__demo_state_start(const char *dir, const char *sock, uint64_t bytes);
+void loom__demo_state_stop(pid_t pid);
+/* loom_server_state_hooks.order for the demo's loomd; arg is the socket path. */
+void loom__demo_state_order(void *arg, uint32_t node, const char *const *jobs, int n);
+
+/* A worker's state: a memfd of `bytes` (its emulated GPU memory) under key (job, version). */
+typedef struct demo_state demo_state;
+int loom__demo_state_open(demo_state **out, const char *sock, const char *job, uint64_t bytes,
+                          uint64_t seed);
+/* Release: stamp the state (the phase changed it), offload it as the next version. */
+int loom__demo_state_offload(demo_state *s, int64_t stamp, double *secs);
+/* Grant: load the last version onto `device`; *found is "device", "host", "disk" (or "-" before
+ * the first offload). LOOM_ECORRUPT when the bytes differ from what was offloaded. */
+int loom__demo_state_load(demo_state *s, const char *device, const char **found, double *secs);
+void loom__demo_state_close(demo_state *s);
 
 /* ---- clock, randomness, CPUs ------------------------------------------------------------- */
 

@@ -40,12 +40,13 @@ typedef struct real_job {
 } real_job;
 
 /* Three jobs of different tasks and sizes. The declared worst cases are the scheduler's
- * inputs (they decide placement and the group's cycle); they are set so that the three share
- * one group, as jobs of complementary shapes would. The timeline shows the measured phases. */
+ * inputs (they decide placement and the group's cycle): above anything measured on a loaded
+ * two-core host, so loomd sees no drift, and complementary (one declares a long rollout) so
+ * that the three share one group. The timeline shows the measured phases. */
 static const real_job jobs[REAL_JOBS] = {
-    {"reverse", "reverse", "m", 1e-3, 20, 1.6, 0.6, 2.0},
-    {"rotate", "rotate", "m", 1e-3, 20, 0.4, 1.2, 2.0},
-    {"reverse-s", "reverse", "s", 1e-3, 30, 0.3, 0.3, 4.0},
+    {"reverse", "reverse", "m", 1e-3, 20, 10.0, 4.0, 1.5},
+    {"rotate", "rotate", "m", 1e-3, 20, 2.0, 4.0, 3.0},
+    {"reverse-s", "reverse", "s", 1e-3, 30, 2.0, 4.0, 3.0},
 };
 
 typedef struct run {
@@ -105,8 +106,8 @@ static int python_ok(const char *python)
         return pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0;
 }
 
-static pid_t launch(const loom_demo_real_opts *o, const char *src, int port, int k, const char *dir,
-                    const char *cache, uint32_t id, FILE *out)
+static pid_t launch(const loom_demo_real_opts *o, const char *src, int port, const char *sock,
+                    int k, const char *dir, const char *cache, uint32_t id, FILE *out)
 {
         const real_job *j = &jobs[k];
         char script[PATH_MAX + 32], url[64], idb[16], steps[16], seed[24], lr[32], wu[16];
@@ -137,6 +138,10 @@ static pid_t launch(const loom_demo_real_opts *o, const char *src, int port, int
                 argv[n++] = url;
                 argv[n++] = "--job";
                 argv[n++] = idb;
+                if (sock[0]) {
+                        argv[n++] = "--state-sock";
+                        argv[n++] = sock;
+                }
         } else {
                 argv[n++] = "--warmup-only";
         }
@@ -186,7 +191,7 @@ static double num(json_t *r, const char *k)
 
 /* Run jobs [0, n) at once (alone = 0) or one after the other (alone = 1). */
 static int run_jobs(const loom_demo_real_opts *o, const char *src, const char *root, int port,
-                    loom_client *c, run *runs, int alone, FILE *out)
+                    const char *sock, loom_client *c, run *runs, int alone, FILE *out)
 {
         int bad = 0;
         char cache[PATH_MAX + 8];
@@ -198,7 +203,7 @@ static int run_jobs(const loom_demo_real_opts *o, const char *src, const char *r
                 fprintf(out, "-- warm-up: each job's supervised initialisation --\n");
                 for (int k = 0; k < REAL_JOBS; k++) {
                         snprintf(runs[k].dir, sizeof runs[k].dir, "%s/%s", root, jobs[k].name);
-                        runs[k].pid = launch(o, src, port, k, runs[k].dir, cache, 0, out);
+                        runs[k].pid = launch(o, src, port, sock, k, runs[k].dir, cache, 0, out);
                 }
                 for (int k = 0; k < REAL_JOBS; k++) {
                         int st = 0;
@@ -217,7 +222,7 @@ static int run_jobs(const loom_demo_real_opts *o, const char *src, const char *r
                         return -1;
                 if (!alone)
                         continue;
-                runs[k].pid = launch(o, src, port, k, runs[k].dir, cache, runs[k].id, out);
+                runs[k].pid = launch(o, src, port, sock, k, runs[k].dir, cache, runs[k].id, out);
                 int st = 0;
                 waitpid(runs[k].pid, &st, 0);
                 bad += !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
@@ -225,7 +230,8 @@ static int run_jobs(const loom_demo_real_opts *o, const char *src, const char *r
         if (!alone) {
                 fprintf(out, "\n-- shared run: live timeline (seconds, job, phase) --\n");
                 for (int k = 0; k < REAL_JOBS; k++)
-                        runs[k].pid = launch(o, src, port, k, runs[k].dir, cache, runs[k].id, out);
+                        runs[k].pid =
+                            launch(o, src, port, sock, k, runs[k].dir, cache, runs[k].id, out);
                 for (int k = 0; k < REAL_JOBS; k++) {
                         int st = 0;
                         waitpid(runs[k].pid, &st, 0);
@@ -401,9 +407,24 @@ static int real_run(const loom_demo_real_opts *o, const char *src, const char *r
         cfg.data_dir = data;
         cfg.port = 0;
         cfg.lease_timeout_s = 60; /* python with torch starts slowly on a loaded host */
+        pid_t state = 0;
+        char state_sock[108] = ""; /* loom-state's socket; empty when state goes to files */
+        if (o->state_mib > 0) {
+                char sdir[PATH_MAX + 8];
+                snprintf(sdir, sizeof sdir, "%s/state", root);
+                snprintf(state_sock, sizeof state_sock, "%.96s/state.sock", root);
+                state = loom__demo_state_start(sdir, state_sock, (uint64_t)o->state_mib << 20);
+                if (state <= 0)
+                        return loom_err_set(e, LOOM_EIO, NULL, "cannot start loom-state in %s",
+                                            sdir);
+                /* loomd's dispatch order becomes loom-state's prefetch hints */
+                cfg.state.order = loom__demo_state_order;
+                cfg.state.arg = state_sock;
+        }
         loom_server *srv = loom_server_new(&cfg, e);
         if (!srv || loom_server_start(srv, e)) {
                 loom_server_free(srv);
+                loom__demo_state_stop(state);
                 return e->msg[0] ? LOOM_EIO : loom_err_set(e, LOOM_EIO, NULL, "loomd failed");
         }
         int port = loom_server_port(srv);
@@ -415,21 +436,27 @@ static int real_run(const loom_demo_real_opts *o, const char *src, const char *r
                 "rollout pool = cpu%d, training pool = cpu%d (GPUs simulated by CPUs; the jobs are "
                 "real PyTorch GRPO), %d steps each, seed %llu\n\n",
                 url, root, CPU_ROLLOUT, CPU_TRAIN, o->steps, (unsigned long long)o->seed);
+        if (state_sock[0])
+                fprintf(out,
+                        "loom-state at %s: each trainer's Adam state is offloaded there when its "
+                        "train permit ends and loaded when the next is granted\n\n",
+                        state_sock);
         run shared[REAL_JOBS] = {0}, alone[REAL_JOBS] = {0};
         char t0[32];
         snprintf(t0, sizeof t0, "%.6f", loom__demo_t0);
         setenv("LOOM_T0", t0, 1);
-        int bad = c ? run_jobs(o, src, root, port, c, shared, 0, out) : -1;
+        int bad = c ? run_jobs(o, src, root, port, state_sock, c, shared, 0, out) : -1;
         double node_h = c ? cluster_cost(c) : 0;
         if (node_h <= 0)
                 node_h = 1.85 * 8 + 5.28 * 8; /* one H20 rollout node + one H800 training node */
         if (!bad) {
                 fprintf(out, "\n-- alone: the same jobs, seed and steps, one at a time --\n");
-                bad = run_jobs(o, src, root, port, c, alone, 1, out);
+                bad = run_jobs(o, src, root, port, state_sock, c, alone, 1, out);
         }
         loom_client_free(c);
         loom_server_stop(srv);
         loom_server_free(srv);
+        loom__demo_state_stop(state);
         for (int k = 0; k < REAL_JOBS && !bad; k++)
                 bad += !shared[k].res || !alone[k].res;
         if (!bad) {
@@ -455,12 +482,16 @@ static int real_run(const loom_demo_real_opts *o, const char *src, const char *r
 
 void loom_demo_real_opts_default(loom_demo_real_opts *o)
 {
-        *o = (loom_demo_real_opts){.seed = 1, .steps = 20, .python = "/usr/bin/python3"};
+        *o = (loom_demo_real_opts){
+            .seed = 1, .steps = 20, .python = "/usr/bin/python3", .state_mib = 16};
 }
 
 int loom_demo_real_run(const loom_demo_real_opts *o, FILE *out, loom_err *e)
 {
         loom_err_clear(e);
+        if (o->state_mib < 0 || o->state_mib > 4096)
+                return loom_err_set(e, LOOM_EINVAL, "state_mib", "must be in [0, 4096], got %d",
+                                    o->state_mib);
         if (o->steps < 1 || o->steps > 1000)
                 return loom_err_set(e, LOOM_EINVAL, "steps", "must be in [1, 1000], got %d",
                                     o->steps);

@@ -232,8 +232,33 @@ bool loom__demo_reply_finished(const char *reply)
 }
 
 /* Run one phase until it is acknowledged; returns 0, 1 when the job has ended, <0 on error. */
+/* The job's state on grant and release (loom-state); the timeline note says where the switch
+ * found it and how long the load and the offload took. */
+static int switch_in(demo_state *st, const char *device, char *note, size_t len)
+{
+        note[0] = 0;
+        if (!st)
+                return 0;
+        const char *found;
+        double secs;
+        int rc = loom__demo_state_load(st, device, &found, &secs);
+        snprintf(note, len, "  state %s %.3fs", found, secs);
+        return rc;
+}
+
+static int switch_out(demo_state *st, int64_t stamp, char *note, size_t len)
+{
+        if (!st)
+                return 0;
+        double secs;
+        int rc = loom__demo_state_offload(st, stamp, &secs);
+        size_t n = strlen(note);
+        snprintf(note + n, len - n, ", out %.3fs", secs);
+        return rc;
+}
+
 static int run_rollout(const worker_cfg *cfg, loom_client *c, model *m, int iter,
-                       worker_result *res, int64_t *tokens)
+                       worker_result *res, int64_t *tokens, demo_state *st)
 {
         for (;;) {
                 loom_client_lease l;
@@ -245,11 +270,18 @@ static int run_rollout(const worker_cfg *cfg, loom_client *c, model *m, int iter
                 double t0 = mono_s();
                 if (res->t_first == 0)
                         res->t_first = t0;
+                char note[96];
+                rc = switch_in(st, "rollout", note, sizeof note);
+                if (rc)
+                        return rc;
                 rollout_ctx x = {.cfg = cfg, .c = c, .l = &l, .m = m, .iter = iter};
                 pthread_t th;
                 if (pthread_create(&th, NULL, rollout_main, &x))
                         return LOOM_ENOMEM;
                 pthread_join(th, NULL);
+                rc = x.lost ? 0 : switch_out(st, 2 * iter, note, sizeof note);
+                if (rc)
+                        return rc;
                 rc = x.lost ? LOOM_ENOENT : loom_client_release(c, &l, true, NULL);
                 double dt = mono_s() - t0;
                 if (rc == LOOM_ENOENT) {
@@ -270,16 +302,16 @@ static int run_rollout(const worker_cfg *cfg, loom_client *c, model *m, int iter
                         char tail[64] = "";
                         if (x.migrated)
                                 snprintf(tail, sizeof tail, "  tail -> %d GPU", x.keep_gpus);
-                        loom__demo_say("%-5s it %2d/%-2d rollout  cpu%d %5.2fs  %6lld tokens%s",
+                        loom__demo_say("%-5s it %2d/%-2d rollout  cpu%d %5.2fs  %6lld tokens%s%s",
                                        cfg->sh->name, iter, cfg->iterations, CPU_ROLLOUT, dt,
-                                       (long long)x.tokens, tail);
+                                       (long long)x.tokens, tail, note);
                 }
                 return 0;
         }
 }
 
 static int run_train(const worker_cfg *cfg, loom_client *c, model *m, int iter, worker_result *res,
-                     int64_t tokens, int64_t *last_done)
+                     int64_t tokens, int64_t *last_done, demo_state *st)
 {
         for (;;) {
                 loom_client_lease l;
@@ -289,8 +321,15 @@ static int run_train(const worker_cfg *cfg, loom_client *c, model *m, int iter, 
                 if (rc)
                         return rc;
                 double t0 = mono_s();
+                char note[96];
+                rc = switch_in(st, "train", note, sizeof note);
+                if (rc)
+                        return rc;
                 model next = *m; /* the checkpoint stays intact until loomd acknowledges */
                 train(cfg, &next, tokens);
+                rc = switch_out(st, 2 * iter + 1, note, sizeof note);
+                if (rc)
+                        return rc;
                 char *reply = NULL;
                 rc = loom_client_release(c, &l, true, &reply);
                 double dt = mono_s() - t0;
@@ -317,8 +356,8 @@ static int run_train(const worker_cfg *cfg, loom_client *c, model *m, int iter, 
                 bool fin = loom__demo_reply_finished(reply);
                 loom_client_free_string(reply);
                 if (!cfg->quiet)
-                        loom__demo_say("%-5s it %2d/%-2d train    cpu%d %5.2fs", cfg->sh->name,
-                                       iter, cfg->iterations, CPU_TRAIN, dt);
+                        loom__demo_say("%-5s it %2d/%-2d train    cpu%d %5.2fs%s", cfg->sh->name,
+                                       iter, cfg->iterations, CPU_TRAIN, dt, note);
                 return fin ? 1 : 0;
         }
 }
@@ -334,12 +373,21 @@ int loom__demo_worker_main(const worker_cfg *cfg, int out_fd)
         model_init(&m, cfg->seed);
         int64_t last_done = 0;
         int rc = c ? 0 : LOOM_ENOMEM;
+        demo_state *st = NULL;
+        if (!rc && cfg->state_sock[0] && cfg->state_bytes)
+                rc = loom__demo_state_open(&st, cfg->state_sock, cfg->sh->name, cfg->state_bytes,
+                                           cfg->seed);
         for (int it = 1; !rc && it <= cfg->iterations + 1; it++) {
                 int64_t tokens = 0;
-                rc = run_rollout(cfg, c, &m, it, &res, &tokens);
+                rc = run_rollout(cfg, c, &m, it, &res, &tokens, st);
                 if (!rc)
-                        rc = run_train(cfg, c, &m, it, &res, tokens, &last_done);
+                        rc = run_train(cfg, c, &m, it, &res, tokens, &last_done, st);
         }
+        if (rc == LOOM_ECORRUPT)
+                loom__demo_say("%-5s state reloaded from loom-state differs from what was "
+                               "offloaded",
+                               cfg->sh->name);
+        loom__demo_state_close(st);
         res.ok = rc == 1 && res.iterations == cfg->iterations;
         if (rc < 0)
                 loom__demo_say("%-5s worker stopped: %s", cfg->sh->name,

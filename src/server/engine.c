@@ -132,7 +132,7 @@ json_t *srv_job_json(loom_server *s, const srv_job *j, bool full)
         if (!o)
                 return NULL;
         loom_job_info info;
-        if (srv_job_live(j->state) && loom_sched_job_info(s->sched, j->id, &info) == 0) {
+        if (srv_job_live(j->state) && loom_sched_job_info(s->sched, j->retry.core, &info) == 0) {
                 json_object_set_new(o, "group", json_integer(info.group));
                 json_object_set_new(o, "rollout_nodes",
                                     nodes_json(info.rollout_nodes, info.n_rollout_nodes));
@@ -156,6 +156,7 @@ json_t *srv_job_json(loom_server *s, const srv_job *j, bool full)
                             srv_job_live(j->state) ? json_string(loom_phase_name(j->next))
                                                    : json_null());
         json_object_set_new(o, "permit", json_boolean(j->permit));
+        srv_retry_json(s, j, o);
         if (full) {
                 json_object_set_new(o, "spec", loom_job_spec_to_json(&j->spec));
                 json_object_set(o, "decision", j->decision);
@@ -232,7 +233,8 @@ static void grant(loom_server *s, srv_job *j, loom_us now)
                 j->state = SJ_RUNNING;
                 store_check(s, srv_store_job_update(s->store, j, &e), &e);
         }
-        loom_sched_phase_started(s->sched, l->granted_wall, j->id, l->phase);
+        loom_sched_phase_started(s->sched, l->granted_wall, j->retry.core, l->phase);
+        srv_state_granted(s, j);
         s->m.leases_granted++;
         srv_log(s, "lease %lld: job %u (%s) %s on %s node %u, %d GPUs", (long long)l->id, j->id,
                 j->name, loom_phase_name(l->phase),
@@ -264,7 +266,7 @@ static void end_job(loom_server *s, srv_job *j, int state, const char *lease_sta
         loom_exit x = state == SJ_FINISHED    ? LOOM_EXIT_FINISHED
                       : state == SJ_CANCELLED ? LOOM_EXIT_CANCELLED
                                               : LOOM_EXIT_FAILED;
-        loom_sched_job_exit(s->sched, wall, j->id, x);
+        loom_sched_job_exit(s->sched, wall, j->retry.core, x);
         store_check(s, srv_store_job_update(s->store, j, &e), &e);
         store_check(s, srv_store_log(s->store, "exit", j->id, loom_exit_name(x), &e), &e);
         char msg[96];
@@ -276,13 +278,13 @@ static void end_job(loom_server *s, srv_job *j, int state, const char *lease_sta
 
 static void on_start_phase(loom_server *s, const loom_action *a, loom_us now)
 {
-        srv_job *j = srv_job_get(s, a->job);
+        srv_job *j = srv_job_by_core(s, a->job);
         if (!j || !srv_job_live(j->state))
                 return;
         if (a->phase == LOOM_PHASE_SYNC) {
                 int64_t wall = srv_now_wall();
-                loom_sched_phase_started(s->sched, wall, j->id, LOOM_PHASE_SYNC);
-                loom_sched_phase_done(s->sched, wall, j->id, LOOM_PHASE_SYNC);
+                loom_sched_phase_started(s->sched, wall, j->retry.core, LOOM_PHASE_SYNC);
+                loom_sched_phase_done(s->sched, wall, j->retry.core, LOOM_PHASE_SYNC);
                 return;
         }
         j->permit = true;
@@ -301,7 +303,7 @@ void srv_apply_actions(loom_server *s, loom_us now)
 {
         loom_action a;
         while (loom_sched_next_action(s->sched, &a)) {
-                srv_job *j = srv_job_get(s, a.job);
+                srv_job *j = srv_job_by_core(s, a.job); /* NULL for a past admission */
                 switch (a.type) {
                 case LOOM_ACT_START_PHASE:
                         on_start_phase(s, &a, now);
@@ -401,18 +403,19 @@ static void h_submit(loom_server *s, srv_req *r, loom_us now)
                 loom_decision_free(&d);
                 return srv_reply_json(r, rc == LOOM_ENOMEM ? 500 : 422, o);
         }
+        char over[256];
+        bool overcommit = srv_state_admit(s, &core, &d, over, sizeof over) != 0;
         srv_job *j = calloc(1, sizeof *j);
-        if (!j || id != s->n_jobs + 1) {
-                /* The core's ids are dense; anything else would break replay. */
+        if (!j || srv_core_map(s, id, s->n_jobs + 1)) {
                 free(j);
                 loom_sched_job_exit(s->sched, wall, id, LOOM_EXIT_CANCELLED);
                 loom_decision_free(&d);
                 return srv_reply_error(r, 500, "", "cannot record job %u", id);
         }
-        j->id = id;
+        j->id = s->n_jobs + 1; /* the core's id is this admission's; see retry.c */
         snprintf(j->name, sizeof j->name, "%s", r->name[0] ? r->name : "");
         if (!j->name[0])
-                snprintf(j->name, sizeof j->name, "job-%u", id);
+                snprintf(j->name, sizeof j->name, "job-%u", j->id);
         j->state = SJ_QUEUED;
         j->target = r->spec.iterations;
         j->next = LOOM_PHASE_ROLLOUT;
@@ -420,6 +423,8 @@ static void h_submit(loom_server *s, srv_req *r, loom_us now)
         j->spec.iterations = j->target;
         j->decision = decision_json(&d, j->name);
         j->submitted_wall = wall;
+        srv_retry_init(j);
+        j->retry.core = id;
         loom_decision_free(&d);
         if (srv_job_add(s, j)) {
                 json_decref(j->decision);
@@ -427,9 +432,18 @@ static void h_submit(loom_server *s, srv_req *r, loom_us now)
                 loom_sched_job_exit(s->sched, wall, id, LOOM_EXIT_CANCELLED);
                 return srv_reply_error(r, 500, "", "out of memory");
         }
+        char core_id[16];
+        snprintf(core_id, sizeof core_id, "%u", id); /* the core's id, checked by replay */
         store_check(s, srv_store_job_insert(s->store, j, r->key, &e), &e);
-        store_check(s, srv_store_log(s->store, "submit", id, NULL, &e), &e);
-        srv_log(s, "job %u (%s) accepted: %s, group %lld", id, j->name,
+        store_check(s, srv_store_log(s->store, "submit", j->id, core_id, &e), &e);
+        store_check(s, srv_store_retry_save(s->store, j, &e), &e);
+        if (overcommit) { /* placed by the model, refused by the measured host tier */
+                end_job(s, j, SJ_CANCELLED, "ended", over);
+                srv_apply_actions(s, now);
+                return srv_reply_json(r, 422, json_pack("{s:s,s:s}", "error", over, "field",
+                                                        "mem_rollout"));
+        }
+        srv_log(s, "job %u (%s) accepted: %s, group %lld", j->id, j->name,
                 json_string_value(json_object_get(j->decision, "decision")),
                 (long long)json_integer_value(json_object_get(j->decision, "group")));
         srv_apply_actions(s, now);
@@ -497,7 +511,8 @@ static srv_job *lease_job(loom_server *s, srv_req *r)
                 return NULL;
         }
         const char *why = !strcmp(state, "lost")      ? "was lost when loomd restarted"
-                          : !strcmp(state, "expired") ? "expired"
+                          : !strcmp(state, "expired") ? "expired (the job was restarted or failed)"
+                          : !strcmp(state, "failed")  ? "failed (the job was restarted or failed)"
                           : !strcmp(state, "revoked") ? "was revoked: the job was cancelled"
                           : !strcmp(state, "active")  ? "was lost when loomd restarted"
                                                       : "has ended";
@@ -533,8 +548,8 @@ static void h_progress(loom_server *s, srv_req *r, loom_us now)
                 return;
         renew(s, j, now);
         if (j->lease.phase == LOOM_PHASE_ROLLOUT && !j->lease.keep_gpus) {
-                loom_sched_progress(s->sched, srv_now_wall(), j->id, LOOM_PHASE_ROLLOUT, r->done,
-                                    r->total);
+                loom_sched_progress(s->sched, srv_now_wall(), j->retry.core, LOOM_PHASE_ROLLOUT,
+                                    r->done, r->total);
                 srv_apply_actions(s, now);
         }
         /* The advice stands once given, so a retried progress call gets it again. */
@@ -556,7 +571,7 @@ static void h_release(loom_server *s, srv_req *r, loom_us now)
         srv_hist_add(&s->m.phase_duration[l.phase == LOOM_PHASE_TRAIN],
                      loom_us_to_s(now - l.granted_mono));
         if (!r->ok) {
-                end_job(s, j, SJ_FAILED, "failed", "phase failed");
+                srv_job_failed(s, j, "failed", "a phase was released as failed", now);
         } else {
                 int64_t wall = srv_now_wall();
                 store_check(s, srv_store_lease_end(s->store, l.id, "released", wall, &e), &e);
@@ -567,11 +582,12 @@ static void h_release(loom_server *s, srv_req *r, loom_us now)
                         j->done++;
                         j->next = LOOM_PHASE_ROLLOUT;
                 }
-                loom_sched_phase_done(s->sched, wall, j->id, l.phase);
+                loom_sched_phase_done(s->sched, wall, j->retry.core, l.phase);
                 if (j->target && j->done >= j->target)
                         end_job(s, j, SJ_FINISHED, "released", "reached its iterations");
                 else
                         store_check(s, srv_store_job_update(s->store, j, &e), &e);
+                srv_observe_phase(s, j, l.phase, now - l.granted_mono, now);
         }
         srv_apply_actions(s, now);
         json_t *o = srv_job_json(s, j, false);
@@ -618,8 +634,10 @@ static void h_groups(loom_server *s, srv_req *r)
                 if (loom_sched_group_info(s->sched, ids[i], g))
                         continue;
                 json_t *m = json_array();
-                for (int k = 0; k < g->n_members; k++)
-                        json_array_append_new(m, json_integer(g->members[k]));
+                for (int k = 0; k < g->n_members; k++) {
+                        srv_job *mj = srv_job_by_core(s, g->members[k]);
+                        json_array_append_new(m, json_integer(mj ? mj->id : 0));
+                }
                 json_array_append_new(
                     a,
                     json_pack("{s:i,s:o,s:o,s:o,s:f,s:f,s:f,s:b,s:f}", "id", (int)g->id, "members",
@@ -697,6 +715,9 @@ static void handle(loom_server *s, srv_req *r, loom_us now)
                         srv_reply_error(r, 500, "", "out of memory");
                 break;
         }
+        case RQ_ATTACH:
+                srv_h_attach(s, r, now);
+                break;
         case RQ_HEALTH:
                 srv_reply_json(r, 200,
                                json_pack("{s:s,s:f}", "status", "ok", "uptime_s",
@@ -734,10 +755,10 @@ static void expire_due(loom_server *s, loom_us now)
                         continue;
                 if (j->has_lease && j->lease.deadline <= now) {
                         s->m.leases_expired++;
-                        end_job(s, j, SJ_FAILED, "expired", "lease expired");
+                        srv_job_failed(s, j, "expired", "lease expired", now);
                 } else if (j->permit && j->permit_deadline <= now) {
                         s->m.permits_expired++;
-                        end_job(s, j, SJ_FAILED, "expired", "permit not claimed in time");
+                        srv_job_failed(s, j, "expired", "permit not claimed in time", now);
                 } else if (j->has_lease && j->lease.deadline < next) {
                         next = j->lease.deadline;
                 } else if (j->permit && j->permit_deadline < next) {
@@ -824,4 +845,15 @@ void *srv_engine_main(void *arg)
                         break;
         }
         return NULL;
+}
+
+/* For retry.c */
+void srv_end_job(loom_server *s, srv_job *j, int state, const char *lease_state, const char *why)
+{
+        end_job(s, j, state, lease_state, why);
+}
+
+void srv_fail_waiters(loom_server *s, srv_job *j, int status, const char *msg)
+{
+        waiters_fail(s, j, status, msg);
 }

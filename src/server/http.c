@@ -279,6 +279,30 @@ static void parse_lease_call(srv_req *r, const char *verb, size_t len)
         srv_reply_error(r, 404, "", "no such lease operation");
 }
 
+/* POST /v1/jobs/{id}/attach: body {} or {"takeover": false | true | "rollout" | "train"}. */
+static void parse_attach(srv_req *r)
+{
+        json_t *obj = body_object(r, false);
+        static const char *const ok[] = {"takeover", NULL};
+        if (!obj || only_fields(r, obj, ok)) {
+                json_decref(obj);
+                return;
+        }
+        json_t *t = json_object_get(obj, "takeover");
+        const char *ph = json_string_value(t);
+        if (ph && !loom_phase_parse(ph, &r->phase) && r->phase != LOOM_PHASE_SYNC) {
+                r->takeover = 2;
+        } else if (!t || json_is_boolean(t)) {
+                r->takeover = json_is_true(t);
+        } else {
+                json_decref(obj);
+                return srv_reply_error(r, 422, "takeover",
+                                       "'takeover' must be true, false, \"rollout\" or \"train\"");
+        }
+        r->kind = RQ_ATTACH;
+        json_decref(obj);
+}
+
 /* Decide what a complete request is. Either r->kind is set (for the scheduler) or a reply is
  * ready. */
 static void route(loom_server *s, srv_req *r, const char *method, const char *url)
@@ -330,6 +354,15 @@ static void route(loom_server *s, srv_req *r, const char *method, const char *ur
                                         parse_acquire(s, r, seg[4], len[4]);
                                 allowed = "POST";
                         }
+                } else if (n == 4 && seg_is(seg[1], len[1], "jobs") &&
+                           seg_is(seg[3], len[3], "attach")) {
+                        uint64_t id = parse_id(seg[2], len[2]);
+                        if (id == 0 || id > UINT32_MAX)
+                                return srv_reply_error(r, 404, "id", "no such job");
+                        r->job = (uint32_t)id;
+                        if (post)
+                                parse_attach(r);
+                        allowed = "POST";
                 } else if (n == 4 && seg_is(seg[1], len[1], "leases")) {
                         uint64_t id = parse_id(seg[2], len[2]);
                         if (id == 0 || id > INT64_MAX / 2)

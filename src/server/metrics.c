@@ -140,6 +140,29 @@ char *srv_metrics_render(loom_server *s)
             "loom_leases_total{event=\"permit_expired\"} %llu\n",
             (unsigned long long)m->leases_granted, (unsigned long long)m->leases_expired,
             (unsigned long long)m->permits_expired);
+        put(&b,
+            "# HELP loom_readmissions_total Jobs admitted again, by cause (restart: a failure "
+            "retried; drift: phases longer than planned).\n"
+            "# TYPE loom_readmissions_total counter\n"
+            "loom_readmissions_total{cause=\"restart\"} %llu\n"
+            "loom_readmissions_total{cause=\"drift\"} %llu\n"
+            "# HELP loom_jobs_failed_total Jobs failed for good (restarts used up).\n"
+            "# TYPE loom_jobs_failed_total counter\nloom_jobs_failed_total %llu\n"
+            "# HELP loom_attaches_total Workers attached to a job.\n"
+            "# TYPE loom_attaches_total counter\nloom_attaches_total %llu\n",
+            (unsigned long long)m->restarts, (unsigned long long)m->drift_resubmits,
+            (unsigned long long)m->failed_final, (unsigned long long)m->attaches);
+        put(&b, "# HELP loom_job_phase_drift_ratio p95 of a live job's recent phase times over "
+                "the planned time (absent until the window is full).\n"
+                "# TYPE loom_job_phase_drift_ratio gauge\n");
+        for (uint32_t i = 0; i < s->n_jobs; i++)
+                for (int p = 0; p < 2 && srv_job_live(s->jobs[i]->state); p++) {
+                        double ratio = srv_drift_ratio(s, s->jobs[i], p);
+                        if (ratio > 0)
+                                put(&b,
+                                    "loom_job_phase_drift_ratio{job=\"%u\",phase=\"%s\"} %.4f\n",
+                                    s->jobs[i]->id, p ? "train" : "rollout", ratio);
+                }
         put(&b, "# HELP loom_permit_latency_seconds From an acquire arriving to its grant.\n"
                 "# TYPE loom_permit_latency_seconds histogram\n");
         hist(&b, "loom_permit_latency_seconds", "", &m->permit_latency);

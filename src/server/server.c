@@ -5,11 +5,12 @@
  * Restart recovery. The core is deterministic and a job's placement depends only on the order
  * of submits and exits, so the stored log is replayed into a fresh loom_sched; each replayed
  * submit must land on the stored job id, group and nodes, or loomd refuses to start
- * (LOOM_ECORRUPT) rather than run jobs somewhere their state is not. Phase state is not
- * replayed: every live job is put back waiting for the phase its row says is next
- * (loom_sched_job_resume), and leases that were active at the crash are marked lost, so their
- * workers are told to acquire again. Iteration counts only move on a committed train release,
- * so no iteration is counted twice.
+ * (LOOM_ECORRUPT) rather than run jobs somewhere their state is not. A "readmit" entry
+ * (retry.c) replays as an exit and a submit on the logged profile, checked the same way.
+ * Phase state is not replayed: every live job is put back waiting for the phase its row says
+ * is next (loom_sched_job_resume), and leases that were active at the crash are marked lost,
+ * so their workers are told to acquire again. Iteration counts only move on a committed train
+ * release, so no iteration is counted twice.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,8 @@ void loom_server_cfg_default(loom_server_cfg *c)
         c->lease_timeout_s = 30;
         c->idle_timeout_s = 10;
         c->max_wait_s = 300;
+        c->drift_window = 5;
+        c->drift_threshold = 1.05;
 }
 
 static int check_cfg(const loom_server_cfg *c, loom_err *e)
@@ -41,6 +44,11 @@ static int check_cfg(const loom_server_cfg *c, loom_err *e)
                 return loom_err_set(e, LOOM_EINVAL, "idle_timeout", "must be in [1, 3600] s");
         if (!(c->max_wait_s >= 0 && c->max_wait_s <= 86400))
                 return loom_err_set(e, LOOM_EINVAL, "max_wait", "must be in [0, 86400] s");
+        if (c->drift_window < 0 || c->drift_window > SRV_DRIFT_MAX)
+                return loom_err_set(e, LOOM_EINVAL, "drift_window", "must be in 0..%d iterations",
+                                    SRV_DRIFT_MAX);
+        if (!(c->drift_threshold >= 1.0 && c->drift_threshold <= 100))
+                return loom_err_set(e, LOOM_EINVAL, "drift_threshold", "must be in [1, 100]");
         if (strlen(c->data_dir) >= 4000)
                 return loom_err_set(e, LOOM_EINVAL, "data_dir", "path too long");
         return 0;
@@ -120,6 +128,7 @@ static bool same_nodes(json_t *arr, const loom_node_id *n, int count)
 struct replay {
         loom_server *s;
         loom_err *e;
+        uint32_t *core; /* per job (id - 1): the core id of its admission so far, 0 = none */
 };
 
 static int replay_one(void *arg, const char *kind, uint32_t id, const char *reason, int64_t at)
@@ -135,13 +144,18 @@ static int replay_one(void *arg, const char *kind, uint32_t id, const char *reas
                         x = LOOM_EXIT_FINISHED;
                 else if (reason && !strcmp(reason, loom_exit_name(LOOM_EXIT_CANCELLED)))
                         x = LOOM_EXIT_CANCELLED;
-                int rc = loom_sched_job_exit(s->sched, at, id, x);
+                int rc = loom_sched_job_exit(s->sched, at, rp->core[id - 1], x);
                 drain_discard(s->sched);
                 return rc ? loom_err_set(rp->e, LOOM_ECORRUPT, "store",
                                          "replay: exit of job %u refused (%s)", id,
                                          loom_strerror(rc))
                           : 0;
         }
+        if (!strcmp(kind, "readmit"))
+                return srv_replay_readmit(s, j, &rp->core[id - 1], reason, at, rp->e);
+        /* A submit's reason is the core id it got (none in stores older than re-admission,
+         * where the two ids were the same). */
+        uint32_t want = reason ? (uint32_t)strtoul(reason, NULL, 10) : id;
         loom_job_spec spec = j->spec;
         spec.iterations = 0;
         loom_decision d;
@@ -151,7 +165,7 @@ static int replay_one(void *arg, const char *kind, uint32_t id, const char *reas
         int rc = loom_sched_submit(s->sched, at, &spec, &d, &got, &e2);
         json_t *dec = j->decision;
         bool same =
-            rc == 0 && got == id &&
+            rc == 0 && got == want && rp->core[id - 1] == 0 &&
             json_integer_value(json_object_get(dec, "group")) == (json_int_t)d.group &&
             same_nodes(json_object_get(dec, "rollout_nodes"), d.rollout_nodes, d.n_rollout_nodes) &&
             same_nodes(json_object_get(dec, "train_nodes"), d.train_nodes, d.n_train_nodes);
@@ -161,16 +175,36 @@ static int replay_one(void *arg, const char *kind, uint32_t id, const char *reas
                 return loom_err_set(rp->e, LOOM_ECORRUPT, "store",
                                     "replay placed job %u differently from the stored placement",
                                     id);
-        return 0;
+        rp->core[id - 1] = got;
+        return srv_core_map(s, got, id) ? loom_err_set(rp->e, LOOM_ENOMEM, "", "out of memory") : 0;
+}
+
+/* Every job's admission state from its row, and the replayed core ids must agree with it. */
+static int settle_admissions(loom_server *s, const uint32_t *core, loom_err *e)
+{
+        for (uint32_t i = 0; i < s->n_jobs; i++)
+                srv_retry_init(s->jobs[i]);
+        int rc = srv_store_retry_load(s->store, s, e);
+        for (uint32_t i = 0; !rc && i < s->n_jobs; i++)
+                if (s->jobs[i]->retry.core != core[i])
+                        rc = loom_err_set(e, LOOM_ECORRUPT, "store",
+                                          "job %u: replay ends at core job %u, its row says %u",
+                                          i + 1, core[i], s->jobs[i]->retry.core);
+        return rc;
 }
 
 /* Rebuild the scheduler from the store and put live jobs back where their rows say. */
 static int recover(loom_server *s, loom_err *e)
 {
         int rc = srv_store_load_jobs(s->store, s, e);
-        struct replay rp = {s, e};
+        struct replay rp = {s, e, calloc(s->n_jobs + 1, sizeof *rp.core)};
+        if (!rc && !rp.core)
+                rc = loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
         if (!rc)
                 rc = srv_store_each_log(s->store, replay_one, &rp, e);
+        if (!rc)
+                rc = settle_admissions(s, rp.core, e);
+        free(rp.core);
         if (!rc)
                 rc = srv_store_lease_next_id(s->store, &s->next_lease_id, e);
         if (!rc)
@@ -190,7 +224,7 @@ static int recover(loom_server *s, loom_err *e)
                 live++;
                 /* A permit handed out while replaying earlier resumes is void now. */
                 j->permit = false;
-                rc = loom_sched_job_resume(s->sched, srv_now_wall(), j->id, j->next);
+                rc = loom_sched_job_resume(s->sched, srv_now_wall(), j->retry.core, j->next);
                 if (rc) {
                         srv_store_rollback(s->store);
                         return loom_err_set(e, LOOM_ECORRUPT, "store",
@@ -301,6 +335,7 @@ void loom_server_free(loom_server *s)
                 free(s->jobs[i]);
         }
         free(s->jobs);
+        free(s->by_core);
         loom_sched_free(s->sched);
         pthread_mutex_destroy(&s->mu);
         pthread_cond_destroy(&s->cv);

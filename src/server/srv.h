@@ -14,6 +14,10 @@
  *               +---- DELETE -------------> cancelled
  *               +---- lease/permit expired, release "failed" --> failed
  *
+ * A failure (lease/permit expired, release "failed", a worker's attach taking over) ends in
+ * `failed` only once max_restarts are used up; before that retry.c re-admits the job (it stays
+ * queued/running, next phase rollout). A drift re-admission changes no state.
+ *
  * Leases: granted (active) -> released | failed | expired | revoked (job cancelled) |
  * lost (loomd restarted while it was active: the worker acquires the phase again).
  */
@@ -57,6 +61,7 @@ enum srv_req_kind {
         RQ_HEARTBEAT,
         RQ_METRICS,
         RQ_HEALTH,
+        RQ_ATTACH,
 };
 
 /* One HTTP request. Allocated by http.c when the headers arrive, owned by the connection
@@ -75,6 +80,7 @@ typedef struct srv_req {
         int64_t done, total;
         bool ok;
         bool explain; /* submit: list the candidates placement looked at */
+        int takeover; /* attach: 0 none, 1 any lease, 2 only a lease of `phase` */
         loom_job_spec spec;
         char name[SRV_NAME_MAX];
         char key[SRV_KEY_MAX]; /* Idempotency-Key of a submit, "" if none */
@@ -111,6 +117,23 @@ typedef struct srv_lease {
         int64_t granted_wall;
 } srv_lease;
 
+/* A job's admissions (retry.c). Every admission is one core job: a restart or a drift
+ * re-admission exits the current core job and submits a new one, so `core` moves on while the
+ * loomd id (the API's) stays. Phase durations (grant -> release of each lease) are kept for the
+ * current admission only, in a ring of the last SRV_DRIFT_MAX per phase. */
+#define SRV_DRIFT_MAX 64
+typedef struct srv_retry {
+        uint32_t core;                 /* the core's id of the current admission */
+        int restarts;                  /* failures retried */
+        int resubmits;                 /* drift re-admissions */
+        loom_us plan_roll, plan_train; /* profile the current admission was placed with */
+        loom_us obs[2][SRV_DRIFT_MAX]; /* [0] rollout, [1] train; ring, newest at n - 1 */
+        int n_obs[2];                  /* observed since the current admission */
+        char cause[16];                /* of the last re-admission: "restart", "drift", "" */
+        char why[200];                 /* a sentence saying why */
+        int64_t at_wall;               /* when (us since the epoch), 0 if never */
+} srv_retry;
+
 /* What loomd keeps about a job besides the core's view; index id - 1 in srv->jobs. */
 typedef struct srv_job {
         uint32_t id;
@@ -134,6 +157,8 @@ typedef struct srv_job {
         bool has_lease;
         srv_lease lease;
         srv_req *waiters;
+
+        srv_retry retry; /* admissions, restarts, drift (retry.c) */
 } srv_job;
 
 /* Prometheus histogram with fixed upper bounds in seconds. */
@@ -153,6 +178,7 @@ typedef struct srv_metrics {
         srv_hist phase_duration[2];
         uint64_t requests, replies_by_class[6]; /* 1xx..5xx */
         uint64_t leases_granted, leases_expired, permits_expired, migrations;
+        uint64_t restarts, drift_resubmits, failed_final, attaches;
         uint64_t commits;
 } srv_metrics;
 
@@ -179,6 +205,9 @@ struct loom_server {
         srv_job **jobs;
         uint32_t n_jobs;
         size_t cap_jobs;
+        uint32_t *by_core; /* core job id - 1 -> loomd job id (0 = none); retry.c */
+        uint32_t n_core;
+        size_t cap_core;
         srv_req *waiters;
         int64_t next_lease_id;
         _Atomic bool store_failed;
@@ -215,6 +244,35 @@ void srv_apply_actions(loom_server *s, loom_us now);
 json_t *srv_job_json(loom_server *s, const srv_job *j, bool full);
 void srv_log(loom_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* engine.c, for retry.c: end a live job; answer every waiter of j with one error */
+void srv_end_job(loom_server *s, srv_job *j, int state, const char *lease_state, const char *why);
+void srv_fail_waiters(loom_server *s, srv_job *j, int status, const char *msg);
+
+/* retry.c: admissions, failure retries, drift re-admission, worker attach */
+int srv_core_map(loom_server *s, uint32_t core, uint32_t job); /* 0 or LOOM_ENOMEM */
+srv_job *srv_job_by_core(loom_server *s, uint32_t core);       /* NULL if stale or unknown */
+void srv_retry_init(srv_job *j);
+/* A live job failed (lease or permit expired, release "failed", worker replaced): retried as
+ * a new admission while restarts remain, else ended as failed. lease_state ends its lease. */
+void srv_job_failed(loom_server *s, srv_job *j, const char *lease_state, const char *why,
+                    loom_us now);
+/* Record a released phase of l.phase lasting dur; after a train release, re-admit the job on
+ * its observed profile if its recent phases exceed the planned ones. */
+void srv_observe_phase(loom_server *s, srv_job *j, loom_phase phase, loom_us dur, loom_us now);
+void srv_retry_json(loom_server *s, const srv_job *j, json_t *o);
+void srv_h_attach(loom_server *s, srv_req *r, loom_us now);
+/* Replay of one "readmit" log entry (server.c); 0 or LOOM_ECORRUPT with e filled. */
+int srv_replay_readmit(loom_server *s, srv_job *j, uint32_t *core, const char *reason, int64_t at,
+                       loom_err *e);
+/* p95 of the last drift_window durations of phase (0 rollout, 1 train) over the planned
+ * duration in the job's group; 0 when fewer samples were seen. */
+double srv_drift_ratio(loom_server *s, const srv_job *j, int phase);
+
+/* statehook.c: prefetch hints and host-tier accounting through cfg.state */
+void srv_state_granted(loom_server *s, const srv_job *j);
+int srv_state_admit(loom_server *s, const loom_job_spec *spec, const loom_decision *d, char *why,
+                    size_t len);
+
 /* metrics.c */
 void srv_metrics_init(srv_metrics *m);
 char *srv_metrics_render(loom_server *s);
@@ -245,5 +303,10 @@ int srv_store_each_log(srv_store *st,
                        int (*fn)(void *arg, const char *kind, uint32_t job, const char *reason,
                                  int64_t at),
                        void *arg, loom_err *e);
+
+/* store.c: per-job admission state (table `admissions`) */
+int srv_store_retry_save(srv_store *st, const srv_job *j, loom_err *e);
+/* Fill j->retry for every job that has a row; others keep srv_retry_init's values. */
+int srv_store_retry_load(srv_store *st, loom_server *s, loom_err *e);
 
 #endif

@@ -28,6 +28,7 @@ enum {
         ST_LEASE_GET,
         ST_BEGIN,
         ST_COMMIT,
+        ST_RETRY_SAVE,
         ST_N
 };
 
@@ -45,6 +46,9 @@ static const char *const stmt_sql[ST_N] = {
     [ST_LEASE_GET] = "SELECT job,phase,state FROM leases WHERE id=?",
     [ST_BEGIN] = "BEGIN IMMEDIATE",
     [ST_COMMIT] = "COMMIT",
+    [ST_RETRY_SAVE] = "INSERT OR REPLACE INTO admissions(job,core,restarts,resubmits,max_restarts,"
+                      "plan_roll_us,plan_train_us,cause,why,at_us,observed) "
+                      "VALUES(?,?,?,?,?,?,?,?,?,?,?)",
 };
 
 static const char schema[] =
@@ -63,7 +67,13 @@ static const char schema[] =
     " id INTEGER PRIMARY KEY, job INTEGER NOT NULL, phase TEXT NOT NULL,"
     " state TEXT NOT NULL, nodes TEXT NOT NULL, gpus INTEGER NOT NULL,"
     " granted_us INTEGER NOT NULL, ended_us INTEGER);"
-    "CREATE INDEX IF NOT EXISTS leases_state ON leases(state);";
+    "CREATE INDEX IF NOT EXISTS leases_state ON leases(state);"
+    /* retry.c: one row per job; a store without it predates re-admission */
+    "CREATE TABLE IF NOT EXISTS admissions("
+    " job INTEGER PRIMARY KEY, core INTEGER NOT NULL, restarts INTEGER NOT NULL,"
+    " resubmits INTEGER NOT NULL, max_restarts INTEGER NOT NULL, plan_roll_us INTEGER NOT NULL,"
+    " plan_train_us INTEGER NOT NULL, cause TEXT NOT NULL, why TEXT NOT NULL,"
+    " at_us INTEGER NOT NULL, observed TEXT NOT NULL);";
 
 struct srv_store {
         sqlite3 *db;
@@ -522,6 +532,115 @@ int srv_store_each_log(srv_store *st,
                         (const char *)sqlite3_column_text(q, 2), sqlite3_column_int64(q, 3));
         if (!rc && step != SQLITE_DONE)
                 rc = db_err(st, e, "load log");
+        sqlite3_finalize(q);
+        return rc;
+}
+
+/* ---- admissions (retry.c) -------------------------------------------------------------------- */
+
+/* Observed phase times as text: "n0 n1;r r r ...;t t t ..." (the rings, oldest first). */
+static char *observed_text(const srv_retry *r)
+{
+        size_t cap = 64 + 2 * SRV_DRIFT_MAX * 24, off = 0;
+        char *t = malloc(cap);
+        if (!t)
+                return NULL;
+        off += (size_t)snprintf(t, cap, "%d %d", r->n_obs[0], r->n_obs[1]);
+        for (int p = 0; p < 2; p++) {
+                int k = r->n_obs[p] < SRV_DRIFT_MAX ? r->n_obs[p] : SRV_DRIFT_MAX;
+                t[off++] = ';';
+                t[off] = '\0';
+                for (int i = 0; i < k; i++)
+                        off += (size_t)snprintf(
+                            t + off, cap - off, i ? " %lld" : "%lld",
+                            (long long)r->obs[p][(r->n_obs[p] - k + i) % SRV_DRIFT_MAX]);
+        }
+        return t;
+}
+
+static int observed_parse(const char *t, srv_retry *r)
+{
+        char *end;
+        for (int p = 0; p < 2; p++) {
+                long n = strtol(t, &end, 10);
+                if (end == t || n < 0)
+                        return -1;
+                r->n_obs[p] = (int)(n > 2 * SRV_DRIFT_MAX ? SRV_DRIFT_MAX + n % SRV_DRIFT_MAX : n);
+                t = end;
+        }
+        for (int p = 0; p < 2; p++) {
+                if (*t != ';')
+                        return -1;
+                t++;
+                int k = r->n_obs[p] < SRV_DRIFT_MAX ? r->n_obs[p] : SRV_DRIFT_MAX;
+                for (int i = 0; i < k; i++) {
+                        long long v = strtoll(t, &end, 10);
+                        if (end == t)
+                                return -1;
+                        r->obs[p][(r->n_obs[p] - k + i) % SRV_DRIFT_MAX] = v;
+                        t = end;
+                }
+        }
+        return 0;
+}
+
+int srv_store_retry_save(srv_store *st, const srv_job *j, loom_err *e)
+{
+        sqlite3_stmt *q = st->st[ST_RETRY_SAVE];
+        const srv_retry *r = &j->retry;
+        char *obs = observed_text(r);
+        if (!obs)
+                return loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
+        int i = 1;
+        sqlite3_bind_int64(q, i++, j->id);
+        sqlite3_bind_int64(q, i++, r->core);
+        sqlite3_bind_int(q, i++, r->restarts);
+        sqlite3_bind_int(q, i++, r->resubmits);
+        sqlite3_bind_int(q, i++, j->spec.max_restarts);
+        sqlite3_bind_int64(q, i++, r->plan_roll);
+        sqlite3_bind_int64(q, i++, r->plan_train);
+        sqlite3_bind_text(q, i++, r->cause, -1, SQLITE_STATIC);
+        sqlite3_bind_text(q, i++, r->why, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(q, i++, r->at_wall);
+        sqlite3_bind_text(q, i++, obs, -1, SQLITE_TRANSIENT);
+        free(obs);
+        return step_done(st, ST_RETRY_SAVE, e);
+}
+
+int srv_store_retry_load(srv_store *st, loom_server *s, loom_err *e)
+{
+        sqlite3_stmt *q;
+        if (sqlite3_prepare_v2(st->db,
+                               "SELECT job,core,restarts,resubmits,max_restarts,plan_roll_us,"
+                               "plan_train_us,cause,why,at_us,observed FROM admissions",
+                               -1, &q, NULL) != SQLITE_OK)
+                return db_err(st, e, "load admissions");
+        int rc = 0, step;
+        while (!rc && (step = sqlite3_step(q)) == SQLITE_ROW) {
+                uint32_t id = (uint32_t)sqlite3_column_int64(q, 0);
+                srv_job *j = srv_job_get(s, id);
+                if (!j) {
+                        rc = loom_err_set(e, LOOM_ECORRUPT, "store",
+                                          "admissions name unknown job %u", id);
+                        break;
+                }
+                srv_retry *r = &j->retry;
+                r->core = (uint32_t)sqlite3_column_int64(q, 1);
+                r->restarts = sqlite3_column_int(q, 2);
+                r->resubmits = sqlite3_column_int(q, 3);
+                j->spec.max_restarts = sqlite3_column_int(q, 4);
+                r->plan_roll = sqlite3_column_int64(q, 5);
+                r->plan_train = sqlite3_column_int64(q, 6);
+                snprintf(r->cause, sizeof r->cause, "%s", sqlite3_column_text(q, 7));
+                snprintf(r->why, sizeof r->why, "%s", sqlite3_column_text(q, 8));
+                r->at_wall = sqlite3_column_int64(q, 9);
+                const char *obs = (const char *)sqlite3_column_text(q, 10);
+                if (!obs || observed_parse(obs, r) || r->plan_roll <= 0 || r->plan_train <= 0)
+                        rc = loom_err_set(e, LOOM_ECORRUPT, "store",
+                                          "job %u: unreadable admissions row", id);
+        }
+        if (!rc && step != SQLITE_DONE)
+                rc = db_err(st, e, "load admissions");
         sqlite3_finalize(q);
         return rc;
 }

@@ -61,6 +61,15 @@ typedef struct sjob {
         loom_us done_at, first_start;
         loom_us ready;   /* the admission-time load into host memory is done */
         bool touched[2]; /* has run a phase on this pool */
+        /* drift and failures: the profile it was last admitted with, its recent fractions of
+         * it, and whether it is in the core now */
+        loom_job_spec cur;
+        loom_us decl[2]; /* declared t_roll, t_train: at arrival, or observed at a drift resubmit */
+        float recent[2][5];
+        int n_recent;
+        bool active, waiting, failed;
+        int restarts;
+        loom_us took; /* the running phase's own length, for loom_sched_observe */
 } sjob;
 
 typedef struct engine {
@@ -80,6 +89,8 @@ typedef struct engine {
         int finished;
         loom_us now;
         loom_err *e;
+        bool resubmit_drift; /* re-admit a job whose phases outgrow its declared profile */
+        bool skip_starts;    /* while every job is being stopped (regroup) */
 } engine;
 
 static int fail(engine *g, int rc, const char *what)
@@ -283,6 +294,7 @@ static int start_phase(engine *g, const loom_action *a)
                 j->rate = a->gpus >= sj->spec.rollout_gpus
                               ? 1.0
                               : (double)a->gpus / sj->spec.rollout_gpus;
+                j->took = (loom_us)j->work;
                 return schedule_rollout(g, ji);
         }
         j->rolling = false;
@@ -294,6 +306,7 @@ static int start_phase(engine *g, const loom_action *a)
                                    sj->train[it]);
         else
                 len = sj->spec.t_sync;
+        j->took = len;
         j->version++;
         return loom__sim_heap_push(&g->heap, g->now + ovh + len, SIM_EV_END, (uint32_t)ji,
                                    j->version);
@@ -313,6 +326,9 @@ static int apply(engine *g, const loom_action *a)
         int ji;
         sjob *j;
         int rc;
+        if (g->skip_starts && a->type != LOOM_ACT_PROVISION_NODE &&
+            a->type != LOOM_ACT_RELEASE_NODE)
+                return 0;
         switch (a->type) {
         case LOOM_ACT_START_PHASE:
                 if ((rc = start_phase(g, a)))
@@ -354,6 +370,7 @@ static int apply(engine *g, const loom_action *a)
         }
         case LOOM_ACT_JOB_DONE:
                 ji = g->by_id[a->job];
+                g->jobs[ji].active = false;
                 g->jobs[ji].done_at = g->now;
                 g->finished++;
                 return 0;
@@ -375,12 +392,21 @@ static int drain(engine *g)
 static int arrival(engine *g, int ji)
 {
         const loom_sim_job *sj = &g->w->jobs[ji];
+        sjob *j = &g->jobs[ji];
+        if (!j->waiting) {
+                j->cur = sj->spec;
+                j->decl[0] = sj->spec.t_roll;
+                j->decl[1] = sj->spec.t_train;
+                j->ready = g->now + loom_sim_cold(g->c, sj->model_b);
+        }
+        j->waiting = false;
+        j->cur.iterations = sj->spec.iterations - j->iter;
         loom_decision d;
         loom_decision_init(&d, false);
         loom_job_id id = 0;
         loom_err e2;
         loom_err_clear(&e2);
-        int rc = loom_sched_submit(g->s, g->now, &sj->spec, &d, &id, &e2);
+        int rc = loom_sched_submit(g->s, g->now, &j->cur, &d, &id, &e2);
         loom_decision_free(&d);
         if (rc == LOOM_EREJECT || rc == LOOM_ERANGE) {
                 /* ERANGE: the core could not evaluate a candidate group (its meta-iteration
@@ -404,9 +430,109 @@ static int arrival(engine *g, int ji)
         if (loom_reserve(&g->by_id, &g->cap_by_id, (size_t)id + 1, sizeof *g->by_id, 1024))
                 return LOOM_ENOMEM;
         g->by_id[id] = ji;
-        g->jobs[ji].id = id;
-        g->jobs[ji].ready = g->now + loom_sim_cold(g->c, sj->model_b);
+        j->id = id;
+        j->active = true;
+        j->touched[0] = j->touched[1] = false;
+        j->n_recent = 0;
         return drain(g);
+}
+
+/* Stop job ji at once: its running phase is abandoned (the iteration in flight is lost, as
+ * after a crash), and it leaves the core. */
+static int stop_job(engine *g, int ji, loom_exit why)
+{
+        sjob *j = &g->jobs[ji];
+        int rc;
+        if (j->running) {
+                if ((rc = record(g, ji, g->now)))
+                        return rc;
+                if (j->phase != LOOM_PHASE_SYNC)
+                        free_nodes(g, j);
+                if (j->busy_gpus)
+                        loom__sim_meter_busy(&g->meter, g->now, j->busy_pool, -j->busy_gpus);
+                j->busy_gpus = 0;
+                j->running = j->rolling = false;
+        }
+        j->version++;
+        j->active = false;
+        if ((rc = loom_sched_job_exit(g->s, g->now, j->id, why)))
+                return fail(g, rc, "job_exit");
+        return 0;
+}
+
+/* Re-admit job ji after `delay` (migration and restart) with spec j->cur. */
+static int resubmit_later(engine *g, int ji, loom_us delay)
+{
+        sjob *j = &g->jobs[ji];
+        j->waiting = true;
+        j->ready = g->now + delay;
+        return loom__sim_heap_push(&g->heap, g->now + delay, SIM_EV_RESUBMIT, (uint32_t)ji, 0);
+}
+
+static int on_fail(engine *g, int ji)
+{
+        sjob *j = &g->jobs[ji];
+        if (!j->active)
+                return 0; /* done, rejected, or already restarting */
+        int rc = stop_job(g, ji, LOOM_EXIT_FAILED);
+        if (!rc)
+                rc = drain(g);
+        if (rc)
+                return rc;
+        if (j->restarts >= g->c->max_restarts) {
+                j->failed = true;
+                g->r->jobs_failed++;
+                g->finished++;
+                return 0;
+        }
+        j->restarts++;
+        g->r->restarts++;
+        return resubmit_later(g, ji, loom__sim_restart(g->c, g->w->jobs[ji].model_b));
+}
+
+/* After job ji's iteration `it`: has it outgrown the profile it was admitted with (p95 of the
+ * last five iterations above drift_trigger x declared, per phase)? Then stop it and re-admit
+ * it on what it was observed to need. Returns 1 if it did. */
+static int check_drift(engine *g, int ji, int64_t it)
+{
+        sjob *j = &g->jobs[ji];
+        const loom_sim_job *sj = &g->w->jobs[ji];
+        double fr = sj->roll[it] * (double)sj->spec.t_roll / (double)j->decl[0];
+        double ft = sj->train[it] * (double)sj->spec.t_train / (double)j->decl[1];
+        j->recent[0][j->n_recent % 5] = (float)fr;
+        j->recent[1][j->n_recent % 5] = (float)ft;
+        j->n_recent++;
+        if (!g->resubmit_drift || j->n_recent < 5 || j->iter >= sj->spec.iterations)
+                return 0;
+        double p95[2], mx[2];
+        for (int p = 0; p < 2; p++) {
+                double v[5];
+                for (int k = 0; k < 5; k++)
+                        v[k] = j->recent[p][k];
+                qsort(v, 5, sizeof *v, sim_cmp_double);
+                p95[p] = sim_pct(v, 5, 0.95);
+                mx[p] = v[4];
+        }
+        if (p95[0] <= g->c->drift_trigger && p95[1] <= g->c->drift_trigger)
+                return 0;
+        int rc = stop_job(g, ji, LOOM_EXIT_CANCELLED);
+        if (rc)
+                return rc;
+        /* The observed profile, with headroom: the worst of the last five iterations times
+         * drift_headroom (a job still drifting would otherwise be caught again within a few
+         * iterations), never below what it declared. */
+        for (int p = 0; p < 2; p++) {
+                double f = mx[p] * g->c->drift_headroom;
+                if (f > 1)
+                        j->decl[p] = (loom_us)llround((double)j->decl[p] * f);
+        }
+        j->cur.t_roll = j->decl[0];
+        j->cur.t_train = j->decl[1];
+        j->cur.t_solo_ref = 0; /* a new declaration: measured against itself */
+        g->r->resubmits++;
+        if ((rc = resubmit_later(g, ji, loom__sim_restart(g->c, sj->model_b))))
+                return rc;
+        return 1;
 }
 
 static int on_progress(engine *g, int ji)
@@ -420,6 +546,35 @@ static int on_progress(engine *g, int ji)
                 return fail(g, rc, "progress");
         /* Reported once: the core migrates the tail whenever the next rollout is ready. */
         return drain(g);
+}
+
+/* The core found that job ji's group cannot meet its SLO on what the job achieves alone: stop
+ * it and re-admit it on its learned profile, its SLO measured on its mean solo iteration. Returns
+ * 1 if it did. */
+static int readmit_learned(engine *g, int ji)
+{
+        sjob *j = &g->jobs[ji];
+        const loom_sim_job *sj = &g->w->jobs[ji];
+        if (j->iter >= sj->spec.iterations)
+                return 0;
+        loom_job_info in;
+        int rc = loom_sched_job_info(g->s, j->id, &in);
+        if (rc || !in.learned_roll)
+                return rc;
+        /* A restart is worth it only if what is left of the job dwarfs it; a short remainder
+         * stays where it is. */
+        double left = (double)(sj->spec.iterations - j->iter) * (double)in.learned_budget;
+        if (left < g->c->readmit_min_ratio * (double)loom__sim_restart(g->c, sj->model_b))
+                return 0;
+        if ((rc = stop_job(g, ji, LOOM_EXIT_CANCELLED)))
+                return rc;
+        j->cur.t_roll = in.learned_roll;
+        j->cur.t_train = in.learned_train;
+        j->cur.t_solo_ref = (loom_us)((double)in.learned_budget / j->cur.slo);
+        g->r->resubmits++;
+        if ((rc = resubmit_later(g, ji, loom__sim_restart(g->c, sj->model_b))))
+                return rc;
+        return 1;
 }
 
 static int on_end(engine *g, int ji)
@@ -436,11 +591,136 @@ static int on_end(engine *g, int ji)
         j->running = false;
         loom_phase ph = j->phase;
         j->rolling = false;
-        if (ph == LOOM_PHASE_TRAIN)
+        int obs = loom_sched_observe(g->s, g->now, j->id, ph, j->took);
+        if (obs < 0)
+                return fail(g, obs, "observe");
+        if (ph == LOOM_PHASE_TRAIN) {
                 j->iter++;
+                if ((rc = check_drift(g, ji, j->iter - 1)))
+                        return rc < 0 ? rc : drain(g);
+                if (obs == 2 && (rc = readmit_learned(g, ji)))
+                        return rc < 0 ? rc : drain(g);
+        }
         if ((rc = loom_sched_phase_done(g->s, g->now, j->id, ph)))
                 return fail(g, rc, "phase_done");
         return drain(g);
+}
+
+/* Job ji's profile now: its declared worst case under its drift template's current factor. */
+static loom_job_spec current_profile(const engine *g, int ji)
+{
+        const loom_sim_job *sj = &g->w->jobs[ji];
+        loom_job_spec sp = sj->spec;
+        double f = loom_sim_drift_factor(sj->drift_dir, sj->drift_scale, sj->model_b,
+                                         (double)g->jobs[ji].iter / (double)sp.iterations);
+        sp.t_roll = (loom_us)llround((double)sp.t_roll * f);
+        sp.t_train = (loom_us)llround((double)sp.t_train * f);
+        sp.iterations -= g->jobs[ji].iter;
+        return sp;
+}
+
+/* Which of the active jobs idx[0..n) move when the grouping goes from old_g to new_g: each
+ * new group keeps the old group it shares most members with (each old group at most once);
+ * its members from that old group stay, everyone else moves. */
+static void mark_moved(const int *old_g, const int *new_g, int n, bool *moved)
+{
+        bool *kept = calloc((size_t)n, sizeof *kept); /* old group (by first index) taken */
+        bool *seen = calloc((size_t)n, sizeof *seen); /* new group handled */
+        for (int i = 0; i < n; i++)
+                moved[i] = true;
+        for (int a = 0; kept && seen && a < n; a++) {
+                if (seen[a])
+                        continue;
+                int best = -1, best_n = 0;
+                for (int b = 0; b < n; b++) { /* candidate old groups, by a member b */
+                        if (new_g[b] != new_g[a] || kept[b])
+                                continue;
+                        int cnt = 0;
+                        for (int k = 0; k < n; k++)
+                                cnt += new_g[k] == new_g[a] && old_g[k] == old_g[b];
+                        if (cnt > best_n)
+                                best = b, best_n = cnt;
+                }
+                for (int k = 0; k < n; k++) {
+                        if (new_g[k] == new_g[a])
+                                seen[k] = true;
+                        if (best >= 0 && old_g[k] == old_g[best]) {
+                                kept[k] = true;
+                                if (new_g[k] == new_g[a])
+                                        moved[k] = false;
+                        }
+                }
+        }
+        free(kept);
+        free(seen);
+}
+
+/* regroup: re-place every active job from scratch under its current profile when that is
+ * cheaper, or when the current grouping no longer meets some member's SLO. */
+static int on_regroup(engine *g)
+{
+        const loom_sim_workload *w = g->w;
+        int n = 0, rc = LOOM_ENOMEM;
+        size_t m = (size_t)(w->n ? w->n : 1);
+        int *idx = malloc(sizeof *idx * m * 4);
+        loom_job_spec *sp = malloc(sizeof *sp * m);
+        loom_job_spec *by_id = calloc(g->cap_by_id + 1, sizeof *by_id);
+        bool *moved = malloc(sizeof *moved * m);
+        if (!idx || !sp || !by_id || !moved)
+                goto out;
+        int *order = idx + m, *new_g = idx + 2 * m, *old_g = idx + 3 * m;
+        for (int ji = 0; ji < w->n; ji++)
+                if (g->jobs[ji].active) {
+                        sp[n] = current_profile(g, ji);
+                        by_id[g->jobs[ji].id] = sp[n];
+                        loom_job_info info;
+                        loom_sched_job_info(g->s, g->jobs[ji].id, &info);
+                        old_g[n] = (int)info.group;
+                        idx[n++] = ji;
+                }
+        rc = 0;
+        if (n == 0)
+                goto out;
+        bool ok;
+        double cost;
+        loom_sched_stats st;
+        loom_sched_stats_get(g->s, &st);
+        if ((rc = loom__sim_regroup_feasible(g->s, by_id, &ok)) ||
+            (rc = loom__sim_regroup_plan(g->c, sp, n, g->c->policy.seed ^ (uint64_t)g->now, order,
+                                         new_g, &cost, g->e)))
+                goto out;
+        if (ok && !(cost < st.cost_per_hour - 1e-6))
+                goto out;
+        mark_moved(old_g, new_g, n, moved);
+        g->skip_starts = true;
+        for (int k = 0; k < n && !rc; k++)
+                rc = stop_job(g, idx[k], LOOM_EXIT_CANCELLED);
+        if (!rc)
+                rc = drain(g);
+        g->skip_starts = false;
+        for (int k = 0; k < n && !rc; k++) {
+                int ji = idx[order[k]];
+                sjob *j = &g->jobs[ji];
+                loom_us delay = moved[order[k]] ? loom__sim_restart(g->c, w->jobs[ji].model_b) : 0;
+                if (delay)
+                        g->r->regroup_migration_h += loom_us_to_s(delay) / 3600.0;
+                j->cur = sp[order[k]];
+                j->waiting = true;
+                j->ready = g->now + delay;
+                rc = arrival(g, ji);
+                j->ready = g->now + delay;
+        }
+        g->r->regroups++;
+out:
+        free(idx);
+        free(sp);
+        free(by_id);
+        free(moved);
+        if (!rc && g->finished < w->n)
+                rc = loom__sim_heap_push(&g->heap,
+                                         g->now + loom_us_from_s(g->c->regroup_period_h * 3600.0),
+                                         SIM_EV_REGROUP, 0, 0);
+        return rc;
 }
 
 static void engine_free(engine *g)
@@ -458,10 +738,19 @@ int loom__sim_run_core(const loom_sim_cfg *c, const loom_sim_workload *w, loom_s
 {
         loom_sim_cfg cc = *c;
         cc.policy.tail_migration = p != LOOM_SIM_LOOM_NOMIG && c->policy.tail_migration;
-        cc.policy.placer = p == LOOM_SIM_RANDOM   ? LOOM_PLACER_RANDOM
-                           : p == LOOM_SIM_GREEDY ? LOOM_PLACER_GREEDY
-                                                  : LOOM_PLACER_LOOM;
+        cc.policy.placer = p == LOOM_SIM_RANDOM       ? LOOM_PLACER_RANDOM
+                           : p == LOOM_SIM_GREEDY     ? LOOM_PLACER_GREEDY
+                           : p == LOOM_SIM_RANDOM_SLO ? LOOM_PLACER_RANDOM_SLO
+                           : p == LOOM_SIM_GREEDY_SLO ? LOOM_PLACER_GREEDY_SLO
+                                                      : LOOM_PLACER_LOOM;
+        /* SLO-blind placers and regroup plan on declared worst cases only */
+        r->admits = p != LOOM_SIM_RANDOM && p != LOOM_SIM_GREEDY;
+        if (!r->admits || p == LOOM_SIM_REGROUP)
+                cc.policy.admission = LOOM_ADMIT_WORST;
+        r->admission = cc.policy.admission;
+        r->drift = w->drift;
         engine g = {.c = &cc, .w = w, .r = r, .e = e};
+        g.resubmit_drift = p != LOOM_SIM_REGROUP && c->drift_trigger > 0;
         loom__sim_heap_init(&g.heap);
         loom__sim_meter_init(&g.meter, &cc.cluster, r, c->record_series);
         int rc = LOOM_ENOMEM;
@@ -478,17 +767,38 @@ int loom__sim_run_core(const loom_sim_cfg *c, const loom_sim_workload *w, loom_s
                 if ((rc = loom__sim_heap_push(&g.heap, w->jobs[i].arrival, SIM_EV_ARRIVAL,
                                               (uint32_t)i, 0)))
                         goto out;
+                for (int k = 0; k < w->jobs[i].n_fail && !rc; k++)
+                        rc = loom__sim_heap_push(&g.heap,
+                                                 w->jobs[i].arrival +
+                                                     loom_us_from_s(w->jobs[i].fail_h[k] * 3600),
+                                                 SIM_EV_FAIL, (uint32_t)i, 0);
+                if (rc)
+                        goto out;
         }
+        if (p == LOOM_SIM_REGROUP && w->n &&
+            (rc = loom__sim_heap_push(
+                 &g.heap, w->jobs[0].arrival + loom_us_from_s(cc.regroup_period_h * 3600.0),
+                 SIM_EV_REGROUP, 0, 0)))
+                goto out;
         sim_event ev;
         rc = 0;
         while (!rc && loom__sim_heap_pop(&g.heap, &ev)) {
                 sjob *j = &g.jobs[ev.job];
-                if (ev.type != SIM_EV_ARRIVAL && ev.version != j->version)
+                if ((ev.type == SIM_EV_PROGRESS || ev.type == SIM_EV_END) &&
+                    ev.version != j->version)
+                        continue;
+                /* a failure of a job not running, or a regroup after the last job: no event */
+                if ((ev.type == SIM_EV_FAIL && !j->active) ||
+                    (ev.type == SIM_EV_REGROUP && g.finished >= w->n))
                         continue;
                 g.now = ev.t;
                 r->events++;
-                if (ev.type == SIM_EV_ARRIVAL)
+                if (ev.type == SIM_EV_ARRIVAL || ev.type == SIM_EV_RESUBMIT)
                         rc = arrival(&g, (int)ev.job);
+                else if (ev.type == SIM_EV_FAIL)
+                        rc = on_fail(&g, (int)ev.job);
+                else if (ev.type == SIM_EV_REGROUP)
+                        rc = on_regroup(&g);
                 else if (ev.type == SIM_EV_PROGRESS)
                         rc = on_progress(&g, (int)ev.job);
                 else
@@ -500,6 +810,9 @@ int loom__sim_run_core(const loom_sim_cfg *c, const loom_sim_workload *w, loom_s
         if (rc)
                 goto out;
         loom__sim_meter_finish(&g.meter, g.now);
+        loom_sched_stats st;
+        loom_sched_stats_get(g.s, &st);
+        r->replans = st.replans;
         loom_us *done = malloc((size_t)(w->n ? w->n : 1) * 2 * sizeof *done);
         if (!done) {
                 rc = LOOM_ENOMEM;

@@ -7,6 +7,8 @@
  *              the state is read into host memory at arrival (cold_s) and every phase starts
  *              warm; with nobody else on its nodes a job pays that warm start only once per
  *              pool.
+ *   Failures (workload mtbf_h) lose the iteration in flight; the job restarts after its
+ *   migration-and-restart time, at most max_restarts times, then fails.
  *   colocated  veRL-style: every phase on the job's training GPUs (max of its two sizes), the
  *              rollout taking colocated_roll_factor times as long as on a rollout GPU; each
  *              change between rollout and training pays the model's warm switch (the engines
@@ -19,6 +21,9 @@
 
 typedef struct pjob {
         int64_t iter;
+        uint32_t version; /* END events of an abandoned phase are stale */
+        int restarts;
+        bool failed, restarting;
         loom_phase phase;
         bool started_roll, started_train;
         loom_us done_at;
@@ -166,7 +171,53 @@ static int step(pengine *g, int ji, loom_us now, bool arrive)
                 }
         }
         loom_us end = begin(g, ji, next, now);
-        return loom__sim_heap_push(&g->heap, end, SIM_EV_END, (uint32_t)ji, 0);
+        return loom__sim_heap_push(&g->heap, end, SIM_EV_END, (uint32_t)ji, j->version);
+}
+
+/* The job's nodes, all pools, provisioned (+1) or released (-1). */
+static int own_nodes(pengine *g, int ji, loom_us now, int delta)
+{
+        for (int p = 0; p < 2; p++)
+                for (int k = 0; k < nodes_of(g, ji, (loom_pool)p); k++) {
+                        int rc = loom__sim_meter_nodes(&g->meter, now, (loom_pool)p, delta);
+                        if (rc)
+                                return rc;
+                }
+        return 0;
+}
+
+/* A crash: the iteration in flight is lost. The job is re-admitted on nodes of its own, which
+ * costs the same as keeping them through the restart; after max_restarts it fails for good. */
+static int fail_job(pengine *g, int ji, loom_us now)
+{
+        pjob *j = &g->jobs[ji];
+        if (j->done_at >= 0 || j->failed || j->restarting)
+                return 0;
+        int rc = gantt(g, ji, now);
+        if (rc)
+                return rc;
+        finish_phase(g, ji, now);
+        j->version++;
+        if (j->restarts >= g->c->max_restarts) {
+                j->failed = true;
+                g->r->jobs_failed++;
+                return own_nodes(g, ji, now, -1);
+        }
+        j->restarts++;
+        g->r->restarts++;
+        j->restarting = true;
+        j->phase = LOOM_PHASE_SYNC; /* nothing runs on its GPUs while it restarts */
+        j->seg_start = now;
+        return loom__sim_heap_push(&g->heap, now + loom__sim_restart(g->c, g->w->jobs[ji].model_b),
+                                   SIM_EV_RESUBMIT, (uint32_t)ji, j->version);
+}
+
+static int restart_job(pengine *g, int ji, loom_us now)
+{
+        pjob *j = &g->jobs[ji];
+        j->restarting = false;
+        loom_us end = begin(g, ji, LOOM_PHASE_ROLLOUT, now);
+        return loom__sim_heap_push(&g->heap, end, SIM_EV_END, (uint32_t)ji, j->version);
 }
 
 int loom__sim_run_private(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_policy p,
@@ -187,14 +238,32 @@ int loom__sim_run_private(const loom_sim_cfg *c, const loom_sim_workload *w, loo
                 if ((rc = loom__sim_heap_push(&g.heap, w->jobs[i].arrival, SIM_EV_ARRIVAL,
                                               (uint32_t)i, 0)))
                         goto out;
+                for (int k = 0; k < w->jobs[i].n_fail && !rc; k++)
+                        rc = loom__sim_heap_push(&g.heap,
+                                                 w->jobs[i].arrival +
+                                                     loom_us_from_s(w->jobs[i].fail_h[k] * 3600),
+                                                 SIM_EV_FAIL, (uint32_t)i, 0);
+                if (rc)
+                        goto out;
         }
         sim_event ev;
         loom_us now = 0;
         rc = 0;
         while (!rc && loom__sim_heap_pop(&g.heap, &ev)) {
+                pjob *pj = &g.jobs[ev.job];
+                if ((ev.type == SIM_EV_END || ev.type == SIM_EV_RESUBMIT) &&
+                    ev.version != pj->version)
+                        continue;
+                if (ev.type == SIM_EV_FAIL && (pj->done_at >= 0 || pj->failed || pj->restarting))
+                        continue; /* not running: no event */
                 now = ev.t;
                 r->events++;
-                rc = step(&g, (int)ev.job, now, ev.type == SIM_EV_ARRIVAL);
+                if (ev.type == SIM_EV_FAIL)
+                        rc = fail_job(&g, (int)ev.job, now);
+                else if (ev.type == SIM_EV_RESUBMIT)
+                        rc = restart_job(&g, (int)ev.job, now);
+                else
+                        rc = step(&g, (int)ev.job, now, ev.type == SIM_EV_ARRIVAL);
                 if ((r->events & 0xFFFF) == 0)
                         sim_progress(c, p, (double)ev.job / (double)n);
         }

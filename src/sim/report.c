@@ -71,6 +71,15 @@ void loom_sim_report_table(FILE *f, const loom_sim_result *r, int n)
         for (int i = 0; i < n; i++)
                 if (r[i].note[0] && r[i].ran)
                         fprintf(f, "note: %s: %s\n", loom_sim_policy_name(r[i].policy), r[i].note);
+        for (int i = 0; i < n; i++)
+                if (r[i].ran && (r[i].restarts || r[i].resubmits || r[i].regroups))
+                        fprintf(f,
+                                "%s: %llu restarts, %llu resubmits, %d failed, %llu regroups "
+                                "(%.1f job-h migrating)\n",
+                                loom_sim_policy_name(r[i].policy),
+                                (unsigned long long)r[i].restarts,
+                                (unsigned long long)r[i].resubmits, r[i].jobs_failed,
+                                (unsigned long long)r[i].regroups, r[i].regroup_migration_h);
 }
 
 /* A real that JSON can carry (null for NaN), rounded so output bytes are stable. */
@@ -116,6 +125,16 @@ static json_t *to_json(const loom_sim_result *x, const loom_sim_result *lb,
         json_object_set_new(o, "warm_switches", json_integer((json_int_t)x->warm_switches));
         json_object_set_new(o, "events", json_integer((json_int_t)x->events));
         json_object_set_new(o, "wall_s", real(x->wall_s, 4));
+        json_object_set_new(o, "drift", json_string(loom_sim_drift_name(x->drift)));
+        json_object_set_new(o, "admission",
+                            x->admits ? json_string(loom_admission_name(x->admission))
+                                      : json_null());
+        json_object_set_new(o, "regroup_migration_h", real(x->regroup_migration_h, 3));
+        json_object_set_new(o, "restarts", json_integer((json_int_t)x->restarts));
+        json_object_set_new(o, "resubmits", json_integer((json_int_t)x->resubmits));
+        json_object_set_new(o, "replans", json_integer((json_int_t)x->replans));
+        json_object_set_new(o, "regroups", json_integer((json_int_t)x->regroups));
+        json_object_set_new(o, "jobs_failed", json_integer(x->jobs_failed));
         if (x->note[0])
                 json_object_set_new(o, "note", json_string(x->note));
         return o;
@@ -150,7 +169,7 @@ void loom_sim_report_csv(FILE *f, const loom_sim_result *r, int n)
                    "peak_train_gpus,cost_vs_lb,cost_vs_oracle,slo_attainment,slowdown_p50,"
                    "slo_attainment_profiled,slowdown_p99,rollout_bubble,train_bubble,direct_pack,"
                    "rollout_scale,new_group,"
-                   "jobs,events,wall_s\n");
+                   "jobs,events,wall_s,drift,admission,regroup_migration_h,restarts,resubmits\n");
         for (int i = 0; i < n; i++) {
                 const loom_sim_result *x = &r[i];
                 bool lbx = x->policy == LOOM_SIM_LB;
@@ -171,6 +190,11 @@ void loom_sim_report_csv(FILE *f, const loom_sim_result *r, int n)
                         (unsigned long long)x->decisions[1], (unsigned long long)x->decisions[2],
                         x->jobs, (unsigned long long)x->events);
                 csv_num(f, x->wall_s, 4);
+                fprintf(f, ",%s,%s", loom_sim_drift_name(x->drift),
+                        x->admits ? loom_admission_name(x->admission) : "");
+                csv_num(f, x->regroup_migration_h, 3);
+                fprintf(f, ",%llu,%llu", (unsigned long long)x->restarts,
+                        (unsigned long long)x->resubmits);
                 fputc('\n', f);
         }
 }

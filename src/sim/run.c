@@ -27,6 +27,23 @@ static int check_cfg(const loom_sim_cfg *c, loom_err *e)
                                     "colocated_roll_factor must be in [%.4f, 100] (the rollout/"
                                     "training price ratio is the least)",
                                     ratio);
+        for (int i = 0; i < 4; i++)
+                if (!(c->restart_s[i] >= 0 && c->restart_s[i] <= 36000))
+                        return loom_err_set(e, LOOM_EINVAL, "restart_s",
+                                            "restart times must be in [0, 36000] s");
+        if (c->max_restarts < 0 || c->max_restarts > 1000)
+                return loom_err_set(e, LOOM_EINVAL, "max_restarts", "max_restarts must be 0..1000");
+        if (!(c->drift_trigger == 0 || (c->drift_trigger >= 1 && c->drift_trigger <= 100)) ||
+            !(c->drift_headroom >= 1 && c->drift_headroom <= 100))
+                return loom_err_set(e, LOOM_EINVAL, "drift_trigger",
+                                    "drift_trigger must be 0 (off) or in [1, 100], drift_headroom "
+                                    "in [1, 100]");
+        if (!(c->readmit_min_ratio >= 0 && c->readmit_min_ratio <= 1e6))
+                return loom_err_set(e, LOOM_EINVAL, "readmit_min_ratio",
+                                    "readmit_min_ratio must be in [0, 1e6]");
+        if (!(c->regroup_period_h >= 0.01 && c->regroup_period_h <= 1000))
+                return loom_err_set(e, LOOM_EINVAL, "regroup_period_h",
+                                    "regroup_period_h must be in [0.01, 1000]");
         if (!(c->tail_slowdown >= 1 && c->tail_slowdown <= 100))
                 return loom_err_set(e, LOOM_EINVAL, "tail_slowdown",
                                     "tail_slowdown must be in [1, 100]");
@@ -39,6 +56,7 @@ int loom_sim_run(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_pol
         memset(out, 0, sizeof *out);
         out->policy = p;
         out->ran = true;
+        out->drift = w->drift;
         int rc = check_cfg(c, e);
         if (rc)
                 return rc;

@@ -59,6 +59,9 @@ typedef enum sim_ev_type {
         SIM_EV_ARRIVAL = 0,
         SIM_EV_PROGRESS, /* a rollout reached the tail threshold */
         SIM_EV_END,      /* the running phase (or its tail) of a job ended */
+        SIM_EV_FAIL,     /* the job's worker crashed */
+        SIM_EV_RESUBMIT, /* a stopped job is re-admitted (after a failure or drift) */
+        SIM_EV_REGROUP,  /* regroup: re-place every active job */
 } sim_ev_type;
 
 /* Ordered by time, then by insertion sequence, so equal-time events run in a fixed order. */
@@ -87,6 +90,21 @@ static inline void sim_progress(const loom_sim_cfg *c, loom_sim_policy p, double
         if (c->progress)
                 c->progress(c->progress_ctx, loom_sim_policy_name(p), frac);
 }
+
+/* ---- drift, failures, restarts (drift.c) --------------------------------------------------- */
+
+/* Pick every job's drift template, scale its drawn fractions, draw its failure instants. */
+void loom__sim_drift_apply(loom_sim_workload *w, loom_sim_drift d, double mtbf_h, uint64_t seed);
+/* Migration-and-restart time for a model size (nearest of 3/7/14/32B). */
+loom_us loom__sim_restart(const loom_sim_cfg *c, double model_b);
+
+/* regroup.c: the cheapest grouping found for specs[0..n) on an empty scheduler: the submission
+ * order, each job's group in it, and its $/h. */
+int loom__sim_regroup_plan(const loom_sim_cfg *c, const loom_job_spec *sp, int n, uint64_t seed,
+                           int *order, int *group_of, double *cost, loom_err *e);
+/* Whether every group of s still meets every member's SLO when members have the profiles
+ * cur_by_id[job id] (worst case, as admission plans). */
+int loom__sim_regroup_feasible(const loom_sched *s, const loom_job_spec *cur_by_id, bool *ok);
 
 /* ---- runs --------------------------------------------------------------------------------- */
 

@@ -135,8 +135,8 @@ void loom_sim_sweep_cfg_default(loom_sim_sweep_cfg *c)
         loom_sim_workload_cfg_default(&c->workload);
         c->seeds = 3;
         c->threads = 2;
-        c->policies =
-            1u << LOOM_SIM_LOOM | 1u << LOOM_SIM_RANDOM | 1u << LOOM_SIM_GREEDY | 1u << LOOM_SIM_LB;
+        c->policies = 1u << LOOM_SIM_LOOM | 1u << LOOM_SIM_RANDOM | 1u << LOOM_SIM_GREEDY |
+                      1u << LOOM_SIM_LB | 1u << LOOM_SIM_RANDOM_SLO | 1u << LOOM_SIM_GREEDY_SLO;
 }
 
 int loom_sim_sweep(const loom_sim_sweep_cfg *c, loom_sim_sweep_out *out, loom_err *e)

@@ -34,7 +34,8 @@ int loom_sim_profile_parse(const char *s, loom_sim_profile *out)
 }
 
 static const char *const policy_names[LOOM_SIM_NPOLICIES] = {
-    "loom", "loom-nomig", "solo", "colocated", "random", "greedy", "oracle", "lb"};
+    "loom",   "loom-nomig", "solo",       "colocated",  "random", "greedy",
+    "oracle", "lb",         "random-slo", "greedy-slo", "regroup"};
 
 const char *loom_sim_policy_name(loom_sim_policy p)
 {
@@ -66,7 +67,8 @@ int loom_sim_policy_list_parse(const char *s, unsigned *mask, loom_err *e)
                 if (loom_sim_policy_parse(tok, &p))
                         return loom_err_set(e, LOOM_EINVAL, "policy",
                                             "unknown policy '%s' (loom, loom-nomig, solo, "
-                                            "colocated, random, greedy, oracle, lb, all)",
+                                            "colocated, random, greedy, oracle, lb, "
+                                            "random-slo, greedy-slo, regroup, all)",
                                             tok);
                 *mask |= 1u << p;
         }
@@ -146,6 +148,15 @@ void loom_sim_cfg_default(loom_sim_cfg *c)
         memcpy(c->cold_s, cold, sizeof cold);
         c->colocated_roll_factor = 1.0;
         c->tail_slowdown = 1.0;
+        /* WEAVE §6.6 measures 197 s (7B) to 419 s (32B) to migrate and restart a job; 3B and
+         * 14B interpolate linearly in model size. */
+        static const double restart[4] = {161.5, 197.0, 259.2, 419.0};
+        memcpy(c->restart_s, restart, sizeof restart);
+        c->max_restarts = 3;
+        c->drift_trigger = 1.05;
+        c->drift_headroom = 1.15;
+        c->regroup_period_h = 1.0;
+        c->readmit_min_ratio = 10.0;
         /* Admission (and the oracle) plan with the largest warm switch, so a group that passes
          * the SLO check still passes it once every switch is paid. */
         c->policy.warm_switch = loom_us_from_s(warm[3]);
@@ -159,6 +170,11 @@ loom_us loom_sim_warm(const loom_sim_cfg *c, double model_b)
 loom_us loom_sim_cold(const loom_sim_cfg *c, double model_b)
 {
         return loom_us_from_s(c->cold_s[size_index(model_b)]);
+}
+
+loom_us loom__sim_restart(const loom_sim_cfg *c, double model_b)
+{
+        return loom_us_from_s(c->restart_s[size_index(model_b)]);
 }
 
 loom_us loom_sim_job_solo_time(const loom_sim_job *j, const loom_sim_cfg *c)
@@ -339,6 +355,10 @@ int loom_sim_workload_build(const loom_sim_workload_cfg *wc, const loom_sim_trac
                 return rc;
         if (wc->slo.lo < 1.0 || wc->slo.hi < wc->slo.lo)
                 return loom_err_set(e, LOOM_EINVAL, "slo", "slo range must have 1 <= lo <= hi");
+        if ((unsigned)wc->drift > LOOM_SIM_DRIFT_MIXED)
+                return loom_err_set(e, LOOM_EINVAL, "drift", "unknown drift setting");
+        if (!(wc->mtbf_h >= 0 && wc->mtbf_h <= 1e6))
+                return loom_err_set(e, LOOM_EINVAL, "mtbf_h", "mtbf_h must be in [0, 1e6] hours");
         if (wc->size_gpus < 0 || wc->sync_s < 0 || wc->sync_s > 1e5)
                 return loom_err_set(e, LOOM_EINVAL, wc->size_gpus < 0 ? "size" : "sync",
                                     "size must be >= 0 GPUs and sync 0..1e5 s");
@@ -401,6 +421,7 @@ int loom_sim_workload_build(const loom_sim_workload_cfg *wc, const loom_sim_trac
                 free(w.jobs);
                 return rc;
         }
+        loom__sim_drift_apply(&w, wc->drift, wc->mtbf_h, wc->seed);
         *out = w;
         return 0;
 }

@@ -149,7 +149,8 @@ int loom_job_spec_from_json(json_t *obj, const char *where, const char *text, si
 {
         static const char *const known[] = {
             "id",  "rollout_gpus",   "train_gpus",   "t_roll_s", "t_train_s",  "sync_s",
-            "slo", "mem_rollout_gb", "mem_train_gb", "model_b",  "iterations", NULL};
+            "slo", "mem_rollout_gb", "mem_train_gb", "model_b",  "iterations", "max_restarts",
+            NULL};
         dctx c = {where, text, len, e};
         if (!json_is_object(obj))
                 return fail(&c, "", "a job must be a JSON object");
@@ -197,6 +198,10 @@ int loom_job_spec_from_json(json_t *obj, const char *where, const char *text, si
                 return rc;
         if (rc == 0)
                 s.iterations = v;
+        if ((rc = get_int(&c, obj, "max_restarts", false, 0, LOOM_MAX_RESTARTS_LIMIT, &v)) < 0)
+                return rc;
+        if (rc == 0)
+                s.max_restarts = (int)v;
         loom_err ve;
         loom_err_clear(&ve);
         if (loom_job_spec_validate(&s, cl, &ve))
@@ -522,6 +527,7 @@ json_t *loom_job_spec_to_json(const loom_job_spec *s)
         json_object_set_new(o, "mem_rollout_gb", json_real((double)s->mem_rollout / 1e9));
         json_object_set_new(o, "mem_train_gb", json_real((double)s->mem_train / 1e9));
         json_object_set_new(o, "iterations", json_integer(s->iterations));
+        json_object_set_new(o, "max_restarts", json_integer(s->max_restarts));
         return o;
 }
 

@@ -1,7 +1,7 @@
 """Leases against a real loomd, driven through the Python package (and so libloomclient):
 
-- a worker killed mid-phase: its lease expires within one lease timeout, the job is marked
-  failed, its group's other job gets the node and carries on;
+- a worker killed mid-phase: its lease expires within one lease timeout, the job (allowed no
+  restarts) is marked failed, its group's other job gets the node and carries on;
 - a phase longer than the lease timeout survives on the background heartbeat;
 - an exception in a phase releases it as failed;
 - loomd killed with SIGKILL mid-phase and restarted: the phase is redone, counted once;
@@ -29,7 +29,7 @@ TIMEOUT = 2.0
 d = Loomd(build, "--lease-timeout", str(TIMEOUT), "--quiet").start()
 url = d.url()
 
-a = loom.Job.submit(url, job_spec("A", 2, 1, 1.5, 3))
+a = loom.Job.submit(url, job_spec("A", 2, 1, 1.5, 3, max_restarts=0))
 b = loom.Job.submit(url, job_spec("B", 1, 2, 1.5, 1))
 check(a.decision["group"] == b.decision["group"], "A and B share a group")
 
@@ -61,7 +61,7 @@ b.release()
 check(b.info()["state"] == "finished", "B finishes its iteration")
 
 # a phase longer than the lease timeout lives on the heartbeat
-c = loom.Job.submit(url, job_spec("C", iterations=1))
+c = loom.Job.submit(url, job_spec("C", iterations=1, max_restarts=0))
 
 
 @c.phase("rollout")

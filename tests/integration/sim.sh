@@ -49,11 +49,13 @@ python3 - "$tmp/a.json" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 pol = {r["policy"]: r for r in rows}
-want = ["loom", "loom-nomig", "solo", "colocated", "random", "greedy", "oracle", "lb"]
+want = ["loom", "loom-nomig", "solo", "colocated", "random", "greedy", "oracle", "lb",
+        "random-slo", "greedy-slo", "regroup"]
 assert list(pol) == want, list(pol)
 keys = ["policy", "avg_cost_per_hour", "total_cost", "peak_cost_per_hour", "peak_rollout_gpus",
         "peak_train_gpus", "slo_attainment", "slowdown_p50", "slowdown_p99", "rollout_bubble",
-        "train_bubble", "decisions", "jobs", "events", "wall_s"]
+        "train_bubble", "decisions", "jobs", "events", "wall_s",
+        "drift", "admission", "regroup_migration_h", "restarts", "resubmits"]
 for r in rows:
     for k in keys:
         assert k in r, (r["policy"], k)
@@ -67,7 +69,33 @@ assert pol["loom"]["total_cost"] < pol["solo"]["total_cost"]
 assert pol["loom"]["total_cost"] < pol["loom-nomig"]["total_cost"], "migration saves money"
 d = pol["loom"]["decisions"]
 assert d["direct_pack"] + d["rollout_scale"] + d["new_group"] == 300
+for r in rows:
+    assert r["drift"] == "none" and r["restarts"] == 0 and r["resubmits"] == 0, r["policy"]
+    assert (r["regroup_migration_h"] > 0) == (r["policy"] == "regroup"), r["policy"]
+assert pol["loom"]["admission"] == "worst" and pol["solo"]["admission"] is None
+assert pol["random"]["admission"] is None and pol["greedy-slo"]["admission"] == "worst"
 PY
+
+# drift, failures and learned admission reach the JSON; bad values are usage errors
+"$loom" sim --drift increasing --mtbf-h 200 --admission p99 --policy loom,solo,regroup --json \
+  --no-progress >"$tmp/drift.json"
+python3 - "$tmp/drift.json" <<'PY'
+import json, sys
+pol = {r["policy"]: r for r in map(json.loads, open(sys.argv[1]))}
+for r in pol.values():
+    assert r["drift"] == "increasing", r
+    assert r["restarts"] > 0, r["policy"]
+assert pol["loom"]["admission"] == "p99" and pol["loom"]["resubmits"] > 0
+assert pol["regroup"]["admission"] == "worst" and pol["regroup"]["regroup_migration_h"] > 0
+assert pol["solo"]["resubmits"] == 0
+PY
+for bad in "--drift sideways" "--admission p50" "--mtbf-h -1" "--max-restarts x" "--learn-after 0"; do
+  set +e
+  "$loom" sim $bad >/dev/null 2>"$tmp/err"; rc=$?
+  set -e
+  [ $rc -eq 2 ] || fail "'$bad' must exit 2, got $rc"
+  grep -q -- "${bad%% *}" "$tmp/err" || fail "'$bad': message lacks the option"
+done
 
 # loom keeps its SLO contract on the Philly window under every workload type, and beats the
 # SLO-blind baselines; see docs/sim.md for why realised attainment stays just below 100%.
@@ -122,7 +150,7 @@ done
 python3 - "$tmp/sweep.json" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-assert len(rows) == 12 * 4, len(rows)
+assert len(rows) == 12 * 6, len(rows)
 assert {r["figure"] for r in rows} == {"15a", "15b", "15c"}
 for r in rows:
     if r["policy"] == "loom":

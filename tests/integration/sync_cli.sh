@@ -23,6 +23,16 @@ lt() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a < b) }'; }
 
 small=(--model tiny --bucket-mib 0.01 --density 0.02)
 
+# ---- codec: every encoding round-trips at every density; sparse forms shrink sparse deltas
+"$loom" sync codec --bucket-mib 1 --json >"$tmp/codec" 2>"$tmp/err"
+check "codec exits 0" test $? -eq 0
+check "codec: 8 densities x 4 encodings" test "$(wc -l <"$tmp/codec")" -eq 32
+check "codec: every round trip" test "$(grep -c '"round_trip":true' "$tmp/codec")" -eq 32
+coo=$(grep '"density":0.01,"encoding":"coo"' "$tmp/codec")
+check "codec: coo at 1% is under 5% of dense" lt "$(field "$coo" size_fraction)" 0.05
+"$loom" sync codec --bucket-mib 0 >/dev/null 2>&1
+check "codec: empty bucket exits 1" test $? -eq 1
+
 # ---- loopback: always
 "$loom" sync bench "${small[@]}" --link loopback --json >"$tmp/out" 2>"$tmp/err"
 check "loopback bench exits 0" test $? -eq 0

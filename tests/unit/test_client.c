@@ -258,3 +258,30 @@ Test(client, bad_url_is_refused)
         cr_assert_null(loom_client_new("", NULL));
         cr_assert_null(loom_client_new(NULL, NULL));
 }
+
+Test(client, attach_parses_where_to_resume)
+{
+        fake f = {.n = 2,
+                  .status = {200, 404},
+                  .body = {"{\"id\":4,\"state\":\"running\",\"iterations\":10,"
+                           "\"iterations_done\":6,\"next_phase\":\"rollout\",\"restarts\":2,"
+                           "\"max_restarts\":3,\"resubmits\":1,\"resume_iteration\":7,"
+                           "\"took_over\":true}",
+                           "{\"error\":\"no such job: 5\",\"field\":\"id\"}"}};
+        fake_start(&f);
+        loom_client *c = client_for(&f, 5);
+        loom_client_resume r;
+        cr_assert_eq(loom_client_attach(c, 4, "bogus", &r), LOOM_EINVAL);
+        cr_assert_eq(loom_client_attach(c, 4, "any", &r), 0, "%s", loom_client_error(c));
+        cr_assert_str_eq(r.state, "running");
+        cr_assert_str_eq(r.next_phase, "rollout");
+        cr_assert_eq(r.iterations, 10);
+        cr_assert_eq(r.iterations_done, 6);
+        cr_assert_eq(r.resume_iteration, 7);
+        cr_assert(r.restarts == 2 && r.max_restarts == 3 && r.resubmits == 1 && r.took_over);
+        cr_assert(strstr(f.paths[0], "/v1/jobs/4/attach") != NULL, "%s", f.paths[0]);
+        cr_assert_eq(loom_client_attach(c, 5, NULL, &r), LOOM_ENOENT);
+        cr_assert(strstr(loom_client_error(c), "no such job") != NULL);
+        loom_client_free(c);
+        fake_stop(&f);
+}

@@ -277,3 +277,210 @@ Test(server, histogram_buckets_are_cumulative_upper_bounds)
         cr_assert_eq(h.total, 3);
         cr_assert_float_eq(h.sum, 5.006, 1e-12);
 }
+
+/* ---- retries and drift re-admission (retry.c) ------------------------------------------------ */
+
+static bool has(const char *text, const char *needle)
+{
+        return strstr(text, needle) != NULL;
+}
+
+Test(server, a_replaced_worker_restarts_the_job_and_replay_keeps_it)
+{
+        char *dir = tmpdir();
+        loom_err e;
+        loom_server *s = start(dir, &e);
+        cr_assert_not_null(s, "%s", e.msg);
+        int port = loom_server_port(s);
+        char b[512], *out;
+        cr_assert_eq(http(port, "POST", "/v1/jobs", spec(b, sizeof b, "A", 2, 1), &out), 201);
+        free(out);
+        cr_assert_eq(http(port, "POST", "/v1/jobs", spec(b, sizeof b, "B", 1, 2), &out), 201);
+        free(out);
+        /* A rolls out, then dies holding its train lease */
+        cr_assert_eq(http(port, "POST", "/v1/jobs/1/phases/rollout/acquire?wait=1", "", &out), 200,
+                     "%s", out);
+        free(out);
+        cr_assert_eq(http(port, "POST", "/v1/leases/1/release", "{\"status\":\"ok\"}", &out), 200);
+        free(out);
+        cr_assert_eq(http(port, "POST", "/v1/jobs/1/phases/train/acquire?wait=1", "", &out), 200,
+                     "%s", out);
+        free(out);
+        /* a second process of a live worker takes nothing over */
+        cr_assert_eq(http(port, "POST", "/v1/jobs/1/attach", "{\"takeover\":false}", &out), 200);
+        cr_assert(has(out, "\"took_over\":false") && has(out, "\"restarts\":0"), "%s", out);
+        free(out);
+        cr_assert_eq(http(port, "POST", "/v1/jobs/1/attach", "", &out), 200);
+        cr_assert(has(out, "\"took_over\":false"), "no takeover unless asked: %s", out);
+        free(out);
+        cr_assert_eq(http(port, "POST", "/v1/jobs/1/attach", "{\"takeover\":\"rollout\"}", &out),
+                     200);
+        cr_assert(has(out, "\"took_over\":false"), "A holds a train lease, not a rollout: %s", out);
+        free(out);
+        cr_assert_eq(http(port, "POST", "/v1/jobs/1/attach", "{\"takeover\":\"train\"}", &out),
+                     200);
+        cr_assert(has(out, "\"took_over\":true") && has(out, "\"restarts\":1"), "%s", out);
+        cr_assert(has(out, "\"iterations_done\":0") && has(out, "\"resume_iteration\":1"), "%s",
+                  out);
+        cr_assert(has(out, "\"next_phase\":\"rollout\"") && has(out, "\"cause\":\"restart\""), "%s",
+                  out);
+        free(out);
+        cr_assert_eq(http(port, "POST", "/v1/leases/2/release", "{\"status\":\"ok\"}", &out), 410,
+                     "the dead worker's lease is gone: %s", out);
+        free(out);
+        cr_assert_eq(http(port, "POST", "/v1/jobs/1/attach", "{\"takeover\":1}", &out), 422);
+        cr_assert(has(out, "takeover"), "%s", out);
+        free(out);
+        char *groups_before, *metrics;
+        cr_assert_eq(http(port, "GET", "/v1/groups", NULL, &groups_before), 200);
+        cr_assert_eq(http(port, "GET", "/metrics", NULL, &metrics), 200);
+        cr_assert(has(metrics, "loom_readmissions_total{cause=\"restart\"} 1"), "%s", metrics);
+        free(metrics);
+        loom_server_free(s);
+
+        s = start(dir, &e);
+        cr_assert_not_null(s, "%s", e.msg);
+        port = loom_server_port(s);
+        char *groups_after;
+        cr_assert_eq(http(port, "GET", "/v1/groups", NULL, &groups_after), 200);
+        cr_assert_str_eq(groups_after, groups_before);
+        cr_assert_eq(http(port, "GET", "/v1/jobs/1", NULL, &out), 200);
+        cr_assert(has(out, "\"restarts\":1") && has(out, "\"next_phase\":\"rollout\""), "%s", out);
+        free(out);
+        /* A came back behind B in the same group: B rolls out, then A redoes iteration 1 */
+        cr_assert_eq(http(port, "POST", "/v1/jobs/2/phases/rollout/acquire?wait=2", "", &out), 200,
+                     "%s", out);
+        cr_assert(has(out, "\"lease\":3"), "%s", out);
+        free(out);
+        cr_assert_eq(http(port, "POST", "/v1/leases/3/release", "{}", &out), 200);
+        free(out);
+        cr_assert_eq(http(port, "POST", "/v1/jobs/1/phases/rollout/acquire?wait=2", "", &out), 200,
+                     "%s", out);
+        cr_assert(has(out, "\"iteration\":1"), "%s", out);
+        free(out);
+        free(groups_before);
+        free(groups_after);
+        loom_server_free(s);
+
+        /* a re-admission replayed to another placement is refused */
+        char path[300];
+        snprintf(path, sizeof path, "%s/loom.db", dir);
+        sqlite3 *db;
+        cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+        cr_assert_eq(sqlite3_exec(db,
+                                  "UPDATE log SET reason=json_set(reason,'$.group',9) "
+                                  "WHERE kind='readmit'",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
+        sqlite3_close(db);
+        s = start(dir, &e);
+        cr_assert_null(s);
+        cr_assert(has(e.msg, "re-admitted job 1 differently"), "%s", e.msg);
+        rmdir_all(dir);
+        free(dir);
+}
+
+Test(server, max_restarts_zero_fails_at_once_and_bad_values_name_the_field)
+{
+        char *dir = tmpdir();
+        loom_err e;
+        loom_server *s = start(dir, &e);
+        cr_assert_not_null(s, "%s", e.msg);
+        int port = loom_server_port(s);
+        char *out;
+        const char *bad[] = {"-1", "1.5", "\"3\"", "1001"};
+        for (int i = 0; i < 4; i++) {
+                char b[300];
+                snprintf(b, sizeof b,
+                         "{\"rollout_gpus\":8,\"train_gpus\":8,\"t_roll_s\":1,\"t_train_s\":1,"
+                         "\"slo\":1.5,\"max_restarts\":%s}",
+                         bad[i]);
+                cr_assert_eq(http(port, "POST", "/v1/jobs", b, &out), 422, "%s: %s", bad[i], out);
+                cr_assert(has(out, "\"field\":\"max_restarts\""), "%s", out);
+                free(out);
+        }
+        cr_assert_eq(http(port, "GET", "/v1/jobs", NULL, &out), 200);
+        cr_assert_str_eq(out, "{\"jobs\":[]}", "nothing was admitted");
+        free(out);
+        cr_assert_eq(http(port, "POST", "/v1/jobs",
+                          "{\"rollout_gpus\":8,\"train_gpus\":8,\"t_roll_s\":1,\"t_train_s\":1,"
+                          "\"slo\":1.5,\"max_restarts\":0}",
+                          &out),
+                     201);
+        free(out);
+        cr_assert_eq(http(port, "POST", "/v1/jobs/1/phases/rollout/acquire?wait=1", "", &out), 200);
+        free(out);
+        cr_assert_eq(http(port, "POST", "/v1/leases/1/release", "{\"status\":\"failed\"}", &out),
+                     200);
+        cr_assert(has(out, "\"state\":\"failed\"") && has(out, "\"restarts\":0"), "%s", out);
+        free(out);
+        loom_server_free(s);
+        rmdir_all(dir);
+        free(dir);
+}
+
+Test(server, phases_longer_than_planned_readmit_the_job_on_its_observed_profile)
+{
+        char *dir = tmpdir();
+        loom_err e;
+        loom_server_cfg cfg;
+        loom_server_cfg_default(&cfg);
+        cfg.data_dir = dir;
+        cfg.port = 0;
+        cfg.drift_window = 2;
+        loom_server *s = loom_server_new(&cfg, &e);
+        cr_assert_not_null(s, "%s", e.msg);
+        cr_assert_eq(loom_server_start(s, &e), 0, "%s", e.msg);
+        int port = loom_server_port(s);
+        char b[512], *out;
+        /* planned 20 ms per phase; each rollout takes >= 60 ms */
+        cr_assert_eq(http(port, "POST", "/v1/jobs", spec(b, sizeof b, "D", 0.02, 0.02), &out), 201);
+        free(out);
+        int64_t lease = 1;
+        for (int it = 1; it <= 2; it++) {
+                char p[96];
+                cr_assert_eq(
+                    http(port, "POST", "/v1/jobs/1/phases/rollout/acquire?wait=2", "", &out), 200,
+                    "%s", out);
+                free(out);
+                usleep(60000);
+                snprintf(p, sizeof p, "/v1/leases/%lld/release", (long long)lease++);
+                cr_assert_eq(http(port, "POST", p, "{}", &out), 200);
+                free(out);
+                cr_assert_eq(http(port, "POST", "/v1/jobs/1/phases/train/acquire?wait=2", "", &out),
+                             200, "%s", out);
+                free(out);
+                snprintf(p, sizeof p, "/v1/leases/%lld/release", (long long)lease++);
+                cr_assert_eq(http(port, "POST", p, "{}", &out), 200);
+                cr_assert(has(out, it == 1 ? "\"resubmits\":0" : "\"resubmits\":1"), "%d: %s", it,
+                          out);
+                free(out);
+                if (it == 1) {
+                        /* the observed times survive a restart of loomd: the second iteration
+                         * fills the window */
+                        loom_server_free(s);
+                        s = loom_server_new(&cfg, &e);
+                        cr_assert_not_null(s, "%s", e.msg);
+                        cr_assert_eq(loom_server_start(s, &e), 0, "%s", e.msg);
+                        port = loom_server_port(s);
+                        cr_assert_eq(http(port, "GET", "/v1/jobs/1", NULL, &out), 200);
+                        cr_assert(has(out, "\"samples\":1"), "%s", out);
+                        free(out);
+                }
+        }
+        cr_assert_eq(http(port, "GET", "/v1/jobs/1", NULL, &out), 200);
+        cr_assert(has(out, "\"cause\":\"drift\"") && has(out, "planned rollout"), "%s", out);
+        cr_assert(has(out, "\"iterations_done\":2") && has(out, "\"restarts\":0"), "%s", out);
+        double roll = 0;
+        const char *p = strstr(out, "\"profile\":{\"t_roll_s\":");
+        cr_assert_not_null(p, "%s", out);
+        sscanf(p + strlen("\"profile\":{\"t_roll_s\":"), "%lf", &roll);
+        cr_assert(roll >= 0.06, "planned rollout raised to the observed p95: %g", roll);
+        free(out);
+        cr_assert_eq(http(port, "GET", "/metrics", NULL, &out), 200);
+        cr_assert(has(out, "loom_readmissions_total{cause=\"drift\"} 1"), "%s", out);
+        free(out);
+        loom_server_free(s);
+        rmdir_all(dir);
+        free(dir);
+}

@@ -446,7 +446,7 @@ Test(sim_sweep, rows_do_not_depend_on_the_thread_count)
         cr_assert_eq(loom_sim_sweep(&c, &one, &e), 0, "%s", e.msg);
         c.threads = 2;
         cr_assert_eq(loom_sim_sweep(&c, &two, &e), 0, "%s", e.msg);
-        cr_assert_eq(one.n, 12 * 4 * 2, "12 settings x 4 policies x 2 seeds");
+        cr_assert_eq(one.n, 12 * 6 * 2, "12 settings x 6 policies x 2 seeds");
         cr_assert_eq(one.n, two.n);
         for (int i = 0; i < one.n; i++) {
                 cr_assert_eq(one.rows[i].figure, two.rows[i].figure);

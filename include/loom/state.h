@@ -1,0 +1,208 @@
+/*
+ * state.h - loom-state, the per-node state manager: the node's single authority over where each
+ * job's tensors live (docs/state.md).
+ *
+ * Tiers, fastest first:
+ *   device  the worker's own memory. Emulated on this machine by a memfd shared-memory buffer the
+ *           worker owns (it stands in for GPU memory; the copy path is the same: the daemon maps
+ *           the buffer it is handed and copies into or out of it).
+ *   host    a pool of pinned (mlocked) host memory inside the daemon.
+ *   disk    one file per slice under the daemon's directory, written and read with O_DIRECT from
+ *           aligned buffers, so the page cache never holds a copy.
+ *
+ * Keys are canonical: (job, version, tensor name, slice rectangle, dtype), never the process that
+ * owned the bytes. Data-parallel replicas offloading the same slice store it once; a rank may
+ * load any rectangle of a tensor that the stored slices cover, whatever parallel layout saved
+ * them (loom_state_key_for() turns a src/sync tensor and a TP rank into a key).
+ *
+ * Calls are synchronous: loom_state_offload() returns once the slices are resident in the tier
+ * asked for (on disk: written, fsynced and renamed, so they survive a crash of the daemon);
+ * loom_state_load() returns once the bytes are in the caller's buffer. Every slice carries a
+ * CRC32C; a slice read from disk is checked before use and a mismatch fails the load with the key.
+ *
+ * Memory: loom_state_connect() returns a handle owned by the caller, released by
+ * loom_state_close(); loom_state_daemon_new()/_free() likewise. Errors: 0 or a negative LOOM_E*
+ * code, message in loom_err.
+ */
+#ifndef LOOM_STATE_H
+#define LOOM_STATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "loom/common.h"
+
+typedef enum loom_state_tier {
+        LOOM_STATE_NONE = 0, /* not stored anywhere */
+        LOOM_STATE_DEVICE = 1,
+        LOOM_STATE_HOST = 2,
+        LOOM_STATE_DISK = 3,
+} loom_state_tier;
+
+const char *loom_state_tier_name(loom_state_tier t);
+int loom_state_tier_parse(const char *s, loom_state_tier *out);
+
+#define LOOM_STATE_JOB_MAX 64
+#define LOOM_STATE_NAME_MAX 128
+#define LOOM_STATE_DTYPE_MAX 8
+
+/* A canonical key. The tensor is row-major rows x cols (a 1-D tensor is n x 1); the slice is the
+ * rectangle rows [r0, r1) x columns [c0, c1), stored row-major. dtype is one of "bf16", "f16",
+ * "f32", "f64", "i8", "u8", "i16", "i32", "i64". */
+typedef struct loom_state_key {
+        char job[LOOM_STATE_JOB_MAX];
+        uint64_t version;
+        char name[LOOM_STATE_NAME_MAX];
+        uint64_t r0, r1, c0, c1;
+        char dtype[LOOM_STATE_DTYPE_MAX];
+} loom_state_key;
+
+/* Bytes per element of a dtype name; 0 when unknown. */
+size_t loom_state_dtype_size(const char *dtype);
+/* Bytes of the slice a key names. */
+uint64_t loom_state_key_bytes(const loom_state_key *k);
+/* Check a key (job and name non-empty and short enough, rectangle non-empty, dtype known). */
+int loom_state_key_check(const loom_state_key *k, const char *field, loom_err *e);
+/* A whole-tensor key: rows [0, n) x column [0, 1). */
+void loom_state_key_flat(loom_state_key *k, const char *job, uint64_t version, const char *name,
+                         uint64_t n, const char *dtype);
+
+/*
+ * One key and the caller's buffer for it. The buffer is either a region of a memfd the caller
+ * owns (fd >= 0, off: the emulated device memory; passed to the daemon by SCM_RIGHTS and mapped
+ * there, no extra copy) or plain memory (fd = -1, ptr), which the client library stages through
+ * a memfd of its own (one extra copy, said in the result). len must equal the key's bytes.
+ */
+typedef struct loom_state_io {
+        loom_state_key key;
+        int fd;
+        uint64_t off;
+        void *ptr;
+        uint64_t len;
+} loom_state_io;
+
+/* What a call did. */
+typedef struct loom_state_result {
+        loom_state_tier found; /* load: the slowest tier any slice was found in */
+        uint64_t bytes;        /* bytes copied into or out of the caller's buffers */
+        uint64_t dedup_bytes;  /* offload: bytes already stored under the same key, not copied */
+        uint64_t disk_bytes;   /* bytes read from or written to the disk tier */
+        uint64_t staged_bytes; /* bytes the client copied through its staging memfd */
+        double seconds;        /* daemon-side time of the call */
+} loom_state_result;
+
+/* Usage of one job (or the whole daemon, job = ""). */
+typedef struct loom_state_usage {
+        char job[LOOM_STATE_JOB_MAX];
+        uint64_t host_bytes, disk_bytes, device_bytes;
+        uint64_t slices;
+} loom_state_usage;
+
+typedef struct loom_state_stats {
+        uint64_t host_cap, host_used, disk_cap, disk_used, device_cap;
+        int host_locked; /* the host pool is mlocked (0: the limit was too low, see warning) */
+        uint64_t evictions, prefetches, prefetch_bytes;
+        size_t njobs;
+        loom_state_usage *jobs; /* njobs entries, owned by the stats; loom_state_stats_free() */
+} loom_state_stats;
+
+void loom_state_stats_free(loom_state_stats *s);
+
+/* The key of TP rank `rank` of `tp` for a src/sync tensor (bf16): the rectangle
+ * loom_sync_slice() gives that rank. */
+struct loom_sync_tensor;
+int loom_state_key_for(loom_state_key *k, const char *job, uint64_t version,
+                       const struct loom_sync_tensor *t, uint32_t rank, uint32_t tp, loom_err *e);
+
+/* ---- client ---------------------------------------------------------------------------- */
+
+typedef struct loom_state_client loom_state_client;
+
+/* Connect to the daemon's Unix socket. */
+int loom_state_connect(const char *sock_path, loom_state_client **out, loom_err *e);
+void loom_state_close(loom_state_client *c);
+
+/*
+ * Copy n slices out of the caller's buffers into `tier` (HOST or DISK). All or nothing: when the
+ * tier (after evicting host slices to disk) cannot hold them, nothing is stored and the call
+ * fails with LOOM_ERANGE naming the tier. A key already stored (same job, version, name,
+ * rectangle, dtype) is not copied again (dedup_bytes). A rectangle that overlaps a different
+ * stored rectangle of the same tensor version is refused (LOOM_EEXIST).
+ */
+int loom_state_offload(loom_state_client *c, const loom_state_io *io, size_t n,
+                       loom_state_tier tier, loom_state_result *res, loom_err *e);
+/*
+ * Copy n slices into the caller's buffers. Each requested rectangle may be any rectangle the
+ * stored slices of that tensor version cover together (re-layout reload). device names the
+ * emulated device the buffers belong to ("" = none): a job whose slices were loaded onto a
+ * device and not displaced there since is found on LOOM_STATE_DEVICE and nothing is copied.
+ * Fails with LOOM_ENOENT naming the key when a rectangle is not covered, LOOM_ECORRUPT naming
+ * the key when a disk slice fails its checksum; the caller's buffers may then be partly written.
+ */
+int loom_state_load(loom_state_client *c, const loom_state_io *io, size_t n, const char *device,
+                    loom_state_result *res, loom_err *e);
+/* Ask the daemon to pull `job`'s slices up to the host tier ahead of use. Returns when the hint
+ * is queued; the pull runs in the daemon. A load that comes while it runs waits for it. */
+int loom_state_prefetch(loom_state_client *c, const char *job, loom_err *e);
+/* Tell the daemon the predicted order of the next jobs (first = next to run). Host->disk
+ * eviction picks the job whose next use is furthest away in this order (absent = furthest). */
+int loom_state_order(loom_state_client *c, const char *const *jobs, size_t n, loom_err *e);
+/* Forget a job's slices (all versions when version = UINT64_MAX, else versions <= version). */
+int loom_state_drop(loom_state_client *c, const char *job, uint64_t version, loom_err *e);
+/* Usage per job and tier. */
+int loom_state_stat(loom_state_client *c, loom_state_stats *out, loom_err *e);
+
+/* ---- daemon ---------------------------------------------------------------------------- */
+
+typedef struct loom_state_cfg {
+        const char *dir;       /* disk tier directory (created); the socket defaults to dir/sock */
+        const char *sock_path; /* NULL: <dir>/loom-state.sock */
+        uint64_t host_bytes;   /* host tier capacity (default 1 GiB) */
+        uint64_t disk_bytes;   /* disk tier capacity (default 16 GiB) */
+        uint64_t device_bytes; /* per emulated device (default 0 = device residency off) */
+        int no_mlock;          /* do not try to mlock the host pool */
+        void (*log)(void *arg, const char *line); /* events and warnings; may be NULL */
+        void *log_arg;
+} loom_state_cfg;
+
+void loom_state_cfg_default(loom_state_cfg *cfg);
+
+typedef struct loom_state_daemon loom_state_daemon;
+
+/* Open (and recover) the disk tier, allocate the host pool, bind the socket. Slices found on disk
+ * with a valid header are indexed; unfinished writes (temporary files) are removed. */
+int loom_state_daemon_new(const loom_state_cfg *cfg, loom_state_daemon **out, loom_err *e);
+/* Serve until loom_state_daemon_stop() is called (from another thread). */
+int loom_state_daemon_run(loom_state_daemon *d, loom_err *e);
+void loom_state_daemon_stop(loom_state_daemon *d);
+void loom_state_daemon_free(loom_state_daemon *d);
+const char *loom_state_daemon_sock(const loom_state_daemon *d);
+
+/* ---- bench ----------------------------------------------------------------------------- */
+
+typedef struct loom_state_bench_cfg {
+        const char *dir;       /* scratch directory on the disk to measure */
+        uint64_t total_bytes;  /* load figure: bytes moved (default 1 GiB) */
+        uint64_t tensor_bytes; /* load figure: per tensor (default 64 MiB) */
+        uint64_t switch_bytes; /* prefetch and cold/warm figures: one job's state */
+        int repeats;           /* best of N (default 5) */
+        int quick;             /* smaller sizes (tests) */
+} loom_state_bench_cfg;
+
+typedef struct loom_state_bench_result {
+        double load_gbps, memcpy_gbps;
+        double disk_read_gbps, dd_direct_gbps;
+        double dedup_ratio;
+        double prefetch_hidden_fraction;
+        double switch_noprefetch_s, switch_prefetch_s;
+        double cold_switch_s, warm_switch_s; /* 7B-class scaled state: from disk vs from host */
+        uint64_t state_bytes;                /* bytes of the scaled 7B-class state */
+        uint64_t state_scale;                /* the full state is this many times larger */
+        int host_locked;
+        char dd_note[160];
+} loom_state_bench_result;
+
+/* Run the figures with a private daemon in this process's child threads. */
+int loom_state_bench(const loom_state_bench_cfg *cfg, loom_state_bench_result *res, loom_err *e);
+
+#endif

@@ -1,0 +1,379 @@
+/*
+ * retry.c - what loomd does when a job fails or drifts: the job is admitted again, through the
+ * same placement as a new job, and carries on from its last completed iteration.
+ *
+ * A job keeps its loomd id (the API's) for its whole life, but each admission is a separate
+ * job of the core: a re-admission exits the current core job (its pins are freed, the rest of
+ * its group keeps its round-robin) and submits the job again; `retry.core` follows. Two causes:
+ *
+ *   restart  a lease or an unclaimed permit expired, a phase was released "failed", or a new
+ *            worker process attached and took the job over from a dead one. While
+ *            restarts < max_restarts the job is re-admitted on the profile it was running
+ *            with; after that it fails. The iteration in flight is lost and redone: the next
+ *            phase is the rollout of iteration done + 1, and `done` only moves on a released
+ *            train, so no iteration is counted twice.
+ *   drift    after each released train, the p95 of each phase's last drift_window lease
+ *            lengths (grant -> release) is compared with the phase time the admission was
+ *            planned with (the training time scaled to the group's training pool, as the core
+ *            planned it). Above drift_threshold, the job is re-admitted with that phase's
+ *            planned time raised to the observed p95 (scaled back to the job's own training
+ *            GPUs): WEAVE's "stop and resubmit the job", done by loomd.
+ *
+ * Every re-admission is one "readmit" entry in the store's log carrying the new core id, the
+ * profile and the placement, so a restart of loomd replays it and checks the placement like a
+ * submit (server.c).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "loom/spec.h"
+#include "srv.h"
+
+static void store_note(loom_server *s, int rc, const loom_err *e)
+{
+        if (rc && !s->store_failed) {
+                s->store_failed = true;
+                srv_log(s, "store failure, stopping: %s", e->msg);
+        }
+}
+
+int srv_core_map(loom_server *s, uint32_t core, uint32_t job)
+{
+        if (core == 0)
+                return LOOM_EINVAL;
+        if (core > s->n_core) {
+                if (loom_reserve(&s->by_core, &s->cap_core, core, sizeof *s->by_core, 64))
+                        return LOOM_ENOMEM;
+                memset(s->by_core + s->n_core, 0, (core - s->n_core) * sizeof *s->by_core);
+                s->n_core = core;
+        }
+        s->by_core[core - 1] = job;
+        return 0;
+}
+
+srv_job *srv_job_by_core(loom_server *s, uint32_t core)
+{
+        if (core == 0 || core > s->n_core)
+                return NULL;
+        srv_job *j = srv_job_get(s, s->by_core[core - 1]);
+        return j && j->retry.core == core ? j : NULL;
+}
+
+void srv_retry_init(srv_job *j)
+{
+        memset(&j->retry, 0, sizeof j->retry);
+        j->retry.core = j->id;
+        j->retry.plan_roll = j->spec.t_roll;
+        j->retry.plan_train = j->spec.t_train;
+}
+
+/* ---- observed phase times -------------------------------------------------------------------- */
+
+static int cmp_us(const void *a, const void *b)
+{
+        loom_us x = *(const loom_us *)a, y = *(const loom_us *)b;
+        return (x > y) - (x < y);
+}
+
+/* p95 by linear interpolation between the closest ranks of the last w samples. */
+static loom_us p95_last(const srv_retry *r, int phase, int w)
+{
+        loom_us v[SRV_DRIFT_MAX];
+        int n = r->n_obs[phase];
+        for (int i = 0; i < w; i++)
+                v[i] = r->obs[phase][(n - w + i) % SRV_DRIFT_MAX];
+        qsort(v, (size_t)w, sizeof *v, cmp_us);
+        double pos = 0.95 * (w - 1);
+        int lo = (int)floor(pos);
+        int hi = lo + 1 < w ? lo + 1 : lo;
+        return v[lo] + (loom_us)llround((pos - lo) * (double)(v[hi] - v[lo]));
+}
+
+/* The phase time the current admission was planned with, as the core runs it. */
+static loom_us planned(loom_server *s, const srv_job *j, int phase)
+{
+        if (phase == 0)
+                return j->retry.plan_roll;
+        loom_job_info info;
+        if (loom_sched_job_info(s->sched, j->retry.core, &info) == 0 && info.t_train_in_group > 0)
+                return info.t_train_in_group;
+        return j->retry.plan_train;
+}
+
+double srv_drift_ratio(loom_server *s, const srv_job *j, int phase)
+{
+        int w = s->cfg.drift_window;
+        if (w <= 0 || j->retry.n_obs[phase] < w)
+                return 0;
+        loom_us p = planned(s, j, phase);
+        return p > 0 ? (double)p95_last(&j->retry, phase, w) / (double)p : 0;
+}
+
+/* ---- re-admission ---------------------------------------------------------------------------- */
+
+static json_t *ids_json(const loom_node_id *n, int count)
+{
+        json_t *a = json_array();
+        for (int i = 0; a && i < count; i++)
+                json_array_append_new(a, json_integer(n[i]));
+        return a;
+}
+
+/*
+ * Exit j's current admission and submit it again planned on (roll, train). The lease, if
+ * any, ends as lease_state. On a placement failure the job fails. The caller applies the
+ * core's actions afterwards (srv_apply_actions), which may grant the new permit.
+ */
+static void readmit(loom_server *s, srv_job *j, const char *cause, const char *why, loom_us roll,
+                    loom_us train, const char *lease_state)
+{
+        loom_err e;
+        loom_err_clear(&e);
+        int64_t wall = srv_now_wall();
+        if (j->has_lease) {
+                store_note(s, srv_store_lease_end(s->store, j->lease.id, lease_state, wall, &e),
+                           &e);
+                j->has_lease = false;
+        }
+        j->permit = false;
+        /* Waiters asked for j->next. Rollout waiters stay: the new admission's first phase is
+         * theirs. Train waiters are told, as an acquire of train would be now. */
+        if (j->next != LOOM_PHASE_ROLLOUT) {
+                char msg[160];
+                snprintf(msg, sizeof msg,
+                         "job %u was re-admitted (%s); acquire rollout of iteration %lld", j->id,
+                         cause, (long long)j->done + 1);
+                srv_fail_waiters(s, j, 409, msg);
+        }
+        uint32_t old = j->retry.core;
+        loom_sched_job_exit(s->sched, wall, old, LOOM_EXIT_FAILED);
+
+        loom_job_spec spec = j->spec;
+        spec.iterations = 0;
+        spec.t_roll = roll;
+        spec.t_train = train;
+        loom_decision d;
+        loom_decision_init(&d, false);
+        loom_job_id core = 0;
+        int rc = loom_sched_submit(s->sched, wall, &spec, &d, &core, &e);
+        if (!rc && srv_core_map(s, core, j->id)) {
+                loom_sched_job_exit(s->sched, wall, core, LOOM_EXIT_CANCELLED);
+                rc = loom_err_set(&e, LOOM_ENOMEM, "", "out of memory");
+        }
+        if (rc) {
+                char w[512];
+                snprintf(w, sizeof w, "%.120s; re-admission refused: %.256s", why,
+                         e.msg[0] ? e.msg : d.reason);
+                loom_decision_free(&d);
+                s->m.failed_final++;
+                /* The core already let the old admission go; end_job's exit is a no-op there
+                 * and its "exit" log entry is what replay needs. */
+                srv_end_job(s, j, SJ_FAILED, lease_state, w);
+                return;
+        }
+        srv_retry *r = &j->retry;
+        r->core = core;
+        r->plan_roll = roll;
+        r->plan_train = train;
+        r->n_obs[0] = r->n_obs[1] = 0;
+        r->at_wall = wall;
+        snprintf(r->cause, sizeof r->cause, "%s", cause);
+        snprintf(r->why, sizeof r->why, "%s", why);
+        if (!strcmp(cause, "drift")) {
+                r->resubmits++;
+                s->m.drift_resubmits++;
+        } else {
+                r->restarts++;
+                s->m.restarts++;
+        }
+        j->next = LOOM_PHASE_ROLLOUT;
+
+        json_t *log = json_pack("{s:s,s:s,s:I,s:I,s:I,s:I,s:o,s:o}", "cause", cause, "why", why,
+                                "core", (json_int_t)core, "t_roll_us", (json_int_t)roll,
+                                "t_train_us", (json_int_t)train, "group", (json_int_t)d.group,
+                                "rollout_nodes", ids_json(d.rollout_nodes, d.n_rollout_nodes),
+                                "train_nodes", ids_json(d.train_nodes, d.n_train_nodes));
+        char *text = log ? json_dumps(log, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+        json_decref(log);
+        if (!text) {
+                loom_err_set(&e, LOOM_ENOMEM, "", "out of memory");
+                store_note(s, LOOM_ENOMEM, &e);
+        } else {
+                store_note(s, srv_store_log(s->store, "readmit", j->id, text, &e), &e);
+                free(text);
+        }
+        store_note(s, srv_store_job_update(s->store, j, &e), &e);
+        store_note(s, srv_store_retry_save(s->store, j, &e), &e);
+        srv_log(s, "job %u (%s) re-admitted (%s: %s): core job %u -> %u, %s, group %u", j->id,
+                j->name, cause, why, old, core, loom_decision_kind_name(d.kind), d.group);
+        loom_decision_free(&d);
+}
+
+void srv_job_failed(loom_server *s, srv_job *j, const char *lease_state, const char *why,
+                    loom_us now)
+{
+        (void)now;
+        if (!srv_job_live(j->state))
+                return;
+        if (j->retry.restarts < j->spec.max_restarts) {
+                readmit(s, j, "restart", why, j->retry.plan_roll, j->retry.plan_train, lease_state);
+                return;
+        }
+        char w[240];
+        snprintf(w, sizeof w, "%s; %d of %d restarts used", why, j->retry.restarts,
+                 j->spec.max_restarts);
+        s->m.failed_final++;
+        srv_end_job(s, j, SJ_FAILED, lease_state, w);
+}
+
+void srv_observe_phase(loom_server *s, srv_job *j, loom_phase phase, loom_us dur, loom_us now)
+{
+        (void)now;
+        loom_err e;
+        loom_err_clear(&e);
+        int p = phase == LOOM_PHASE_TRAIN;
+        srv_retry *r = &j->retry;
+        r->obs[p][r->n_obs[p] % SRV_DRIFT_MAX] = dur;
+        r->n_obs[p]++;
+        if (r->n_obs[p] > 2 * SRV_DRIFT_MAX) /* keep the ring position, bound the counter */
+                r->n_obs[p] -= SRV_DRIFT_MAX;
+        bool drifted = false;
+        loom_us roll = r->plan_roll, train = r->plan_train;
+        char why[200] = "";
+        if (p == 1 && srv_job_live(j->state) && !j->has_lease) {
+                double rr = srv_drift_ratio(s, j, 0), rt = srv_drift_ratio(s, j, 1);
+                if (rr > s->cfg.drift_threshold) {
+                        roll = p95_last(r, 0, s->cfg.drift_window);
+                        drifted = true;
+                }
+                if (rt > s->cfg.drift_threshold) {
+                        /* observed on the group's training nodes; the job's spec is per its own
+                         * train_gpus, as the core scales it */
+                        loom_us obs = p95_last(r, 1, s->cfg.drift_window);
+                        train = (loom_us)llround((double)obs * (double)r->plan_train /
+                                                 (double)planned(s, j, 1));
+                        drifted = true;
+                }
+                if (drifted)
+                        snprintf(why, sizeof why,
+                                 "p95 of the last %d iterations is %.2fx the planned rollout "
+                                 "and %.2fx the planned train (threshold %.2fx)",
+                                 s->cfg.drift_window, rr, rt, s->cfg.drift_threshold);
+        }
+        if (drifted)
+                readmit(s, j, "drift", why, roll, train, "released");
+        else
+                store_note(s, srv_store_retry_save(s->store, j, &e), &e);
+}
+
+/* ---- API ------------------------------------------------------------------------------------- */
+
+static json_t *observed_json(loom_server *s, const srv_job *j, int p)
+{
+        int w = s->cfg.drift_window;
+        int n = j->retry.n_obs[p] < SRV_DRIFT_MAX ? j->retry.n_obs[p] : SRV_DRIFT_MAX;
+        json_t *o =
+            json_pack("{s:i,s:f}", "samples", n, "planned_s", loom_us_to_s(planned(s, j, p)));
+        if (n > 0)
+                json_object_set_new(o, "last_s",
+                                    json_real(loom_us_to_s(
+                                        j->retry.obs[p][(j->retry.n_obs[p] - 1) % SRV_DRIFT_MAX])));
+        if (w > 0 && j->retry.n_obs[p] >= w) {
+                json_object_set_new(o, "p95_s", json_real(loom_us_to_s(p95_last(&j->retry, p, w))));
+                json_object_set_new(o, "ratio", json_real(srv_drift_ratio(s, j, p)));
+        }
+        return o;
+}
+
+void srv_retry_json(loom_server *s, const srv_job *j, json_t *o)
+{
+        const srv_retry *r = &j->retry;
+        json_object_set_new(o, "restarts", json_integer(r->restarts));
+        json_object_set_new(o, "max_restarts", json_integer(j->spec.max_restarts));
+        json_object_set_new(o, "resubmits", json_integer(r->resubmits));
+        json_object_set_new(o, "readmission",
+                            r->cause[0] ? json_pack("{s:s,s:s,s:I}", "cause", r->cause, "reason",
+                                                    r->why, "at_us", (json_int_t)r->at_wall)
+                                        : json_null());
+        json_object_set_new(o, "profile",
+                            json_pack("{s:f,s:f}", "t_roll_s", loom_us_to_s(r->plan_roll),
+                                      "t_train_s", loom_us_to_s(r->plan_train)));
+        json_object_set_new(o, "observed",
+                            json_pack("{s:o,s:o}", "rollout", observed_json(s, j, 0), "train",
+                                      observed_json(s, j, 1)));
+        json_object_set_new(o, "resume_iteration",
+                            srv_job_live(j->state) ? json_integer(j->done + 1) : json_null());
+}
+
+void srv_h_attach(loom_server *s, srv_req *r, loom_us now)
+{
+        srv_job *j = srv_job_get(s, r->job);
+        if (!j)
+                return srv_reply_error(r, 404, "id", "no such job: %u", r->job);
+        s->m.attaches++;
+        bool took = false;
+        if (r->takeover && srv_job_live(j->state) && j->has_lease &&
+            (r->takeover == 1 || j->lease.phase == r->phase)) {
+                char why[96];
+                snprintf(why, sizeof why, "a new worker took over lease %lld",
+                         (long long)j->lease.id);
+                srv_job_failed(s, j, "failed", why, now);
+                srv_apply_actions(s, now);
+                took = true;
+        }
+        json_t *o = srv_job_json(s, j, false);
+        json_object_set_new(o, "took_over", json_boolean(took));
+        srv_reply_json(r, 200, o);
+}
+
+/* ---- replay ---------------------------------------------------------------------------------- */
+
+static bool same_ids(json_t *arr, const loom_node_id *n, int count)
+{
+        if (!json_is_array(arr) || (int)json_array_size(arr) != count)
+                return false;
+        for (int i = 0; i < count; i++)
+                if (json_integer_value(json_array_get(arr, (size_t)i)) != (json_int_t)n[i])
+                        return false;
+        return true;
+}
+
+int srv_replay_readmit(loom_server *s, srv_job *j, uint32_t *core, const char *reason, int64_t at,
+                       loom_err *e)
+{
+        json_error_t je;
+        json_t *o = reason ? json_loads(reason, 0, &je) : NULL;
+        json_int_t want = json_integer_value(json_object_get(o, "core"));
+        json_int_t roll = json_integer_value(json_object_get(o, "t_roll_us"));
+        json_int_t train = json_integer_value(json_object_get(o, "t_train_us"));
+        if (!o || want <= 0 || roll <= 0 || train <= 0) {
+                json_decref(o);
+                return loom_err_set(e, LOOM_ECORRUPT, "store", "job %u: unreadable readmit entry",
+                                    j->id);
+        }
+        loom_sched_job_exit(s->sched, at, *core, LOOM_EXIT_FAILED);
+        loom_job_spec spec = j->spec;
+        spec.iterations = 0;
+        spec.t_roll = roll;
+        spec.t_train = train;
+        loom_decision d;
+        loom_decision_init(&d, false);
+        loom_job_id got = 0;
+        loom_err e2;
+        int rc = loom_sched_submit(s->sched, at, &spec, &d, &got, &e2);
+        bool same =
+            rc == 0 && got == (loom_job_id)want &&
+            json_integer_value(json_object_get(o, "group")) == (json_int_t)d.group &&
+            same_ids(json_object_get(o, "rollout_nodes"), d.rollout_nodes, d.n_rollout_nodes) &&
+            same_ids(json_object_get(o, "train_nodes"), d.train_nodes, d.n_train_nodes);
+        loom_decision_free(&d);
+        json_decref(o);
+        if (!same)
+                return loom_err_set(e, LOOM_ECORRUPT, "store",
+                                    "replay re-admitted job %u differently from the stored "
+                                    "placement",
+                                    j->id);
+        *core = got;
+        return srv_core_map(s, got, j->id) ? loom_err_set(e, LOOM_ENOMEM, "", "out of memory") : 0;
+}

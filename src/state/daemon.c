@@ -1,0 +1,499 @@
+/*
+ * daemon.c - loom-state's server: a Unix socket, one thread per client connection, and one
+ * prefetch thread.
+ *
+ * Requests (JSON objects, see wire.c) have an "op": offload, load, prefetch, order, drop, stat.
+ * offload and load carry "items" ([{key..., "fd": i, "off": o, "len": n}]) and the memfds of the
+ * client's buffers. The connection maps each memfd once (MAP_SHARED, the whole file) and keeps
+ * the mapping for the connection's life, like a registered buffer: the copy into or out of the
+ * client's memory is one memcpy with no page faults after the first use. A reply is
+ * {"ok": true, ...} or {"ok": false, "code": c, "error": msg, "field": f}; it is sent only after
+ * the work is done (synchronous semantics).
+ *
+ * Prefetch hints are queued; the prefetch thread promotes the job's slices one at a time, so a
+ * load that arrives meanwhile interleaves with it slice by slice and finishes what is left.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define MAX_MAPS 16
+#define MAX_CONNS 256
+
+typedef struct st_map {
+        dev_t dev;
+        ino_t ino;
+        uint8_t *p;
+        uint64_t len;
+} st_map;
+
+struct loom_state_daemon {
+        st_store store;
+        char sock[108];
+        int lfd;
+        int wake[2];
+        pthread_mutex_t mu; /* connections, prefetch queue, stop flag */
+        pthread_cond_t cv;
+        int conns[MAX_CONNS];
+        int nconns;
+        bool stop;
+        char (*queue)[LOOM_STATE_JOB_MAX];
+        size_t nqueue, capqueue;
+        pthread_t prefetcher;
+        bool prefetcher_up;
+};
+
+typedef struct conn {
+        loom_state_daemon *d;
+        int fd;
+        st_map maps[MAX_MAPS];
+        int nmaps;
+} conn;
+
+void loom_state_cfg_default(loom_state_cfg *cfg)
+{
+        memset(cfg, 0, sizeof *cfg);
+        cfg->host_bytes = LOOM_GIB;
+        cfg->disk_bytes = 16 * LOOM_GIB;
+}
+
+st_store *loom__state_daemon_store(loom_state_daemon *d)
+{
+        return &d->store;
+}
+
+const char *loom_state_daemon_sock(const loom_state_daemon *d)
+{
+        return d->sock;
+}
+
+/* ---- buffer mappings -------------------------------------------------------------------- */
+
+/* Map (or reuse the mapping of) memfd `fd` covering [off, off + len). Takes ownership of fd. */
+static int map_fd(conn *c, int fd, uint64_t off, uint64_t len, uint8_t **p, loom_err *e)
+{
+        struct stat st;
+        if (fstat(fd, &st) != 0) {
+                close(fd);
+                return loom_err_set(e, LOOM_EIO, "fd", "fstat: %s", strerror(errno));
+        }
+        if (off + len < off || off + len > (uint64_t)st.st_size) {
+                close(fd);
+                return loom_err_set(e, LOOM_EINVAL, "off",
+                                    "buffer [%" PRIu64 ", +%" PRIu64 ") beyond the %lld-byte fd",
+                                    off, len, (long long)st.st_size);
+        }
+        for (int i = 0; i < c->nmaps; i++)
+                if (c->maps[i].dev == st.st_dev && c->maps[i].ino == st.st_ino &&
+                    c->maps[i].len >= off + len) {
+                        close(fd);
+                        *p = c->maps[i].p + off;
+                        return 0;
+                }
+        uint8_t *m = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        close(fd);
+        if (m == MAP_FAILED)
+                return loom_err_set(e, LOOM_EIO, "fd", "mmap: %s", strerror(errno));
+        int slot = -1;
+        for (int i = 0; i < c->nmaps; i++)
+                if (c->maps[i].dev == st.st_dev && c->maps[i].ino == st.st_ino)
+                        slot = i; /* the file grew: replace the old mapping */
+        if (slot < 0 && c->nmaps == MAX_MAPS)
+                slot = 0;
+        if (slot < 0)
+                slot = c->nmaps++;
+        else
+                munmap(c->maps[slot].p, c->maps[slot].len);
+        c->maps[slot] = (st_map){st.st_dev, st.st_ino, m, (uint64_t)st.st_size};
+        *p = m + off;
+        return 0;
+}
+
+/* ---- requests --------------------------------------------------------------------------- */
+
+static json_t *reply_err(int code, const loom_err *e)
+{
+        return json_pack("{s:b, s:i, s:s, s:s}", "ok", 0, "code", code, "error",
+                         e->msg[0] ? e->msg : loom_strerror(code), "field", e->field);
+}
+
+static json_t *reply_result(const loom_state_result *r)
+{
+        return json_pack("{s:b, s:s, s:I, s:I, s:I, s:f}", "ok", 1, "found",
+                         loom_state_tier_name(r->found), "bytes", (json_int_t)r->bytes,
+                         "dedup_bytes", (json_int_t)r->dedup_bytes, "disk_bytes",
+                         (json_int_t)r->disk_bytes, "seconds", r->seconds);
+}
+
+/* Parse items and map their buffers. fds[] are consumed (closed or kept mapped). */
+static int parse_items(conn *c, json_t *req, int *fds, int nfds, st_buf **out, size_t *n,
+                       loom_err *e)
+{
+        json_t *items = json_object_get(req, "items");
+        size_t k = json_array_size(items);
+        st_buf *b = calloc(k ? k : 1, sizeof *b);
+        int rc = 0;
+        if (!json_is_array(items))
+                rc = loom_err_set(e, LOOM_EINVAL, "items", "items must be an array");
+        else if (!b)
+                rc = loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
+        for (size_t i = 0; i < k && !rc; i++) {
+                char field[32];
+                snprintf(field, sizeof field, "items[%zu]", i);
+                json_t *it = json_array_get(items, i);
+                rc = loom__state_key_parse(it, field, &b[i].key, e);
+                if (rc)
+                        break;
+                json_t *jf = json_object_get(it, "fd"), *jo = json_object_get(it, "off"),
+                       *jl = json_object_get(it, "len");
+                if (!json_is_integer(jf) || json_integer_value(jf) < 0 ||
+                    json_integer_value(jf) >= nfds || !json_is_integer(jo) ||
+                    json_integer_value(jo) < 0 || !json_is_integer(jl)) {
+                        rc = loom_err_set(e, LOOM_EINVAL, field,
+                                          "fd (index of a passed descriptor), off and len needed");
+                        break;
+                }
+                b[i].len = (uint64_t)json_integer_value(jl);
+                if (b[i].len != loom_state_key_bytes(&b[i].key)) {
+                        rc = loom_err_set(e, LOOM_EINVAL, field,
+                                          "len %" PRIu64 " is not the slice's %" PRIu64 " bytes",
+                                          b[i].len, loom_state_key_bytes(&b[i].key));
+                        break;
+                }
+                int fi = (int)json_integer_value(jf);
+                int dupfd = fcntl(fds[fi], F_DUPFD_CLOEXEC, 0);
+                if (dupfd < 0) {
+                        rc = loom_err_set(e, LOOM_EIO, field, "dup: %s", strerror(errno));
+                        break;
+                }
+                rc = map_fd(c, dupfd, (uint64_t)json_integer_value(jo), b[i].len, &b[i].p, e);
+        }
+        for (int i = 0; i < nfds; i++)
+                close(fds[i]);
+        if (rc) {
+                free(b);
+                return rc;
+        }
+        *out = b;
+        *n = k;
+        return 0;
+}
+
+static void enqueue_prefetch(loom_state_daemon *d, const char *job)
+{
+        pthread_mutex_lock(&d->mu);
+        bool dup = false;
+        for (size_t i = 0; i < d->nqueue; i++)
+                dup = dup || !strcmp(d->queue[i], job);
+        if (!dup && !loom_reserve(&d->queue, &d->capqueue, d->nqueue + 1, sizeof *d->queue, 8)) {
+                snprintf(d->queue[d->nqueue], sizeof d->queue[0], "%s", job);
+                d->nqueue++;
+                pthread_cond_broadcast(&d->cv);
+        }
+        pthread_mutex_unlock(&d->mu);
+}
+
+static json_t *stat_reply(loom_state_daemon *d, loom_err *e)
+{
+        loom_state_stats st;
+        int rc = loom__store_stat(&d->store, &st, e);
+        if (rc)
+                return reply_err(rc, e);
+        json_t *jobs = json_array();
+        for (size_t i = 0; i < st.njobs; i++)
+                json_array_append_new(jobs,
+                                      json_pack("{s:s, s:I, s:I, s:I, s:I}", "job", st.jobs[i].job,
+                                                "host_bytes", (json_int_t)st.jobs[i].host_bytes,
+                                                "disk_bytes", (json_int_t)st.jobs[i].disk_bytes,
+                                                "device_bytes", (json_int_t)st.jobs[i].device_bytes,
+                                                "slices", (json_int_t)st.jobs[i].slices));
+        json_t *r = json_pack("{s:b, s:I, s:I, s:I, s:I, s:I, s:b, s:I, s:I, s:I, s:o}", "ok", 1,
+                              "host_cap", (json_int_t)st.host_cap, "host_used",
+                              (json_int_t)st.host_used, "disk_cap", (json_int_t)st.disk_cap,
+                              "disk_used", (json_int_t)st.disk_used, "device_cap",
+                              (json_int_t)st.device_cap, "host_locked", st.host_locked, "evictions",
+                              (json_int_t)st.evictions, "prefetches", (json_int_t)st.prefetches,
+                              "prefetch_bytes", (json_int_t)st.prefetch_bytes, "jobs", jobs);
+        loom_state_stats_free(&st);
+        return r;
+}
+
+static const char *jstr(json_t *req, const char *k)
+{
+        json_t *v = json_object_get(req, k);
+        return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+static json_t *handle(conn *c, json_t *req, int *fds, int nfds)
+{
+        loom_state_daemon *d = c->d;
+        loom_err e;
+        loom_err_clear(&e);
+        const char *op = jstr(req, "op");
+        if (!op)
+                op = "";
+        if (!strcmp(op, "offload") || !strcmp(op, "load")) {
+                st_buf *b = NULL;
+                size_t n = 0;
+                loom_state_result res;
+                double t0 = loom__state_now();
+                int rc = parse_items(c, req, fds, nfds, &b, &n, &e);
+                if (!rc && !strcmp(op, "offload")) {
+                        loom_state_tier tier = LOOM_STATE_HOST;
+                        const char *ts = jstr(req, "tier");
+                        if (ts && loom_state_tier_parse(ts, &tier))
+                                rc = loom_err_set(&e, LOOM_EINVAL, "tier", "unknown tier '%s'", ts);
+                        if (!rc)
+                                rc = loom__store_offload(&d->store, b, n, tier, &res, &e);
+                } else if (!rc) {
+                        const char *dev = jstr(req, "device");
+                        rc = loom__store_load(&d->store, b, n, dev ? dev : "", &res, &e);
+                }
+                free(b);
+                if (rc)
+                        return reply_err(rc, &e);
+                res.seconds = loom__state_now() - t0;
+                return reply_result(&res);
+        }
+        for (int i = 0; i < nfds; i++)
+                close(fds[i]);
+        if (!strcmp(op, "prefetch")) {
+                const char *job = jstr(req, "job");
+                if (!job || !job[0])
+                        return reply_err(loom_err_set(&e, LOOM_EINVAL, "job", "job needed"), &e);
+                pthread_mutex_lock(&d->store.mu);
+                d->store.prefetches++;
+                pthread_mutex_unlock(&d->store.mu);
+                enqueue_prefetch(d, job);
+                return json_pack("{s:b}", "ok", 1);
+        }
+        if (!strcmp(op, "order")) {
+                json_t *jobs = json_object_get(req, "jobs");
+                if (!json_is_array(jobs))
+                        return reply_err(loom_err_set(&e, LOOM_EINVAL, "jobs", "jobs: an array"),
+                                         &e);
+                size_t n = json_array_size(jobs);
+                const char **v = calloc(n ? n : 1, sizeof *v);
+                if (!v)
+                        return reply_err(loom_err_set(&e, LOOM_ENOMEM, "", "out of memory"), &e);
+                for (size_t i = 0; i < n; i++) {
+                        v[i] = json_string_value(json_array_get(jobs, i));
+                        if (!v[i]) {
+                                free(v);
+                                return reply_err(loom_err_set(&e, LOOM_EINVAL, "jobs",
+                                                              "jobs[%zu] must be a string", i),
+                                                 &e);
+                        }
+                }
+                int rc = loom__store_order(&d->store, v, n);
+                free(v);
+                return rc ? reply_err(rc, &e) : json_pack("{s:b}", "ok", 1);
+        }
+        if (!strcmp(op, "drop")) {
+                const char *job = jstr(req, "job");
+                json_t *v = json_object_get(req, "version");
+                if (!job || !json_is_integer(v))
+                        return reply_err(
+                            loom_err_set(&e, LOOM_EINVAL, "job", "job and version needed"), &e);
+                loom__store_drop(&d->store, job, (uint64_t)json_integer_value(v));
+                return json_pack("{s:b}", "ok", 1);
+        }
+        if (!strcmp(op, "stat"))
+                return stat_reply(d, &e);
+        return reply_err(loom_err_set(&e, LOOM_EINVAL, "op", "unknown op '%s'", op), &e);
+}
+
+static void *conn_main(void *arg)
+{
+        conn *c = arg;
+        for (;;) {
+                json_t *req;
+                int fds[ST_MAX_FDS], nfds;
+                loom_err e;
+                if (loom__state_recv(c->fd, &req, fds, &nfds, &e)) {
+                        for (int i = 0; i < nfds; i++)
+                                close(fds[i]);
+                        break;
+                }
+                json_t *rep = handle(c, req, fds, nfds);
+                json_decref(req);
+                int rc = rep ? loom__state_send(c->fd, rep, NULL, 0, &e) : LOOM_ENOMEM;
+                json_decref(rep);
+                if (rc)
+                        break;
+        }
+        for (int i = 0; i < c->nmaps; i++)
+                munmap(c->maps[i].p, c->maps[i].len);
+        loom_state_daemon *d = c->d;
+        pthread_mutex_lock(&d->mu);
+        for (int i = 0; i < d->nconns; i++)
+                if (d->conns[i] == c->fd) {
+                        d->conns[i] = d->conns[--d->nconns];
+                        break;
+                }
+        close(c->fd);
+        pthread_cond_broadcast(&d->cv);
+        pthread_mutex_unlock(&d->mu);
+        free(c);
+        return NULL;
+}
+
+static void *prefetch_main(void *arg)
+{
+        loom_state_daemon *d = arg;
+        pthread_mutex_lock(&d->mu);
+        for (;;) {
+                while (!d->stop && !d->nqueue)
+                        pthread_cond_wait(&d->cv, &d->mu);
+                if (d->stop)
+                        break;
+                char job[LOOM_STATE_JOB_MAX];
+                memcpy(job, d->queue[0], sizeof job);
+                memmove(d->queue, d->queue + 1, (d->nqueue - 1) * sizeof *d->queue);
+                d->nqueue--;
+                pthread_mutex_unlock(&d->mu);
+                loom_err e;
+                int rc;
+                while ((rc = loom__store_prefetch_step(&d->store, job, &e)) == 1)
+                        ;
+                if (rc < 0 && d->store.cfg.log) {
+                        char line[700];
+                        snprintf(line, sizeof line, "prefetch %s stopped: %s", job, e.msg);
+                        d->store.cfg.log(d->store.cfg.log_arg, line);
+                }
+                pthread_mutex_lock(&d->mu);
+        }
+        pthread_mutex_unlock(&d->mu);
+        return NULL;
+}
+
+/* ---- lifecycle -------------------------------------------------------------------------- */
+
+int loom_state_daemon_new(const loom_state_cfg *cfg, loom_state_daemon **out, loom_err *e)
+{
+        *out = NULL;
+        loom_state_daemon *d = calloc(1, sizeof *d);
+        if (!d)
+                return loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
+        d->lfd = -1;
+        d->wake[0] = d->wake[1] = -1;
+        int rc = loom__store_open(&d->store, cfg, e);
+        if (rc) {
+                free(d);
+                return rc;
+        }
+        pthread_mutex_init(&d->mu, NULL);
+        pthread_cond_init(&d->cv, NULL);
+        int n = cfg->sock_path ? snprintf(d->sock, sizeof d->sock, "%s", cfg->sock_path)
+                               : snprintf(d->sock, sizeof d->sock, "%s/loom-state.sock", cfg->dir);
+        if (n < 0 || (size_t)n >= sizeof d->sock) {
+                loom_state_daemon_free(d);
+                return loom_err_set(e, LOOM_EINVAL, "sock", "socket path longer than %zu bytes",
+                                    sizeof d->sock - 1);
+        }
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        memcpy(sa.sun_path, d->sock, sizeof d->sock);
+        unlink(d->sock);
+        d->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (d->lfd < 0 || bind(d->lfd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+            listen(d->lfd, 64) != 0 || pipe2(d->wake, O_CLOEXEC) != 0) {
+                rc = loom_err_set(e, LOOM_EIO, "sock", "%s: %s", d->sock, strerror(errno));
+                loom_state_daemon_free(d);
+                return rc;
+        }
+        if (pthread_create(&d->prefetcher, NULL, prefetch_main, d) != 0) {
+                loom_state_daemon_free(d);
+                return loom_err_set(e, LOOM_ENOMEM, "", "cannot start the prefetch thread");
+        }
+        d->prefetcher_up = true;
+        *out = d;
+        return 0;
+}
+
+int loom_state_daemon_run(loom_state_daemon *d, loom_err *e)
+{
+        for (;;) {
+                struct pollfd p[2] = {{.fd = d->lfd, .events = POLLIN},
+                                      {.fd = d->wake[0], .events = POLLIN}};
+                if (poll(p, 2, -1) < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return loom_err_set(e, LOOM_EIO, "sock", "poll: %s", strerror(errno));
+                }
+                if (p[1].revents)
+                        return 0;
+                int fd = accept4(d->lfd, NULL, NULL, SOCK_CLOEXEC);
+                if (fd < 0)
+                        continue;
+                conn *c = calloc(1, sizeof *c);
+                pthread_mutex_lock(&d->mu);
+                bool room = c && d->nconns < MAX_CONNS;
+                if (room)
+                        d->conns[d->nconns++] = fd;
+                pthread_mutex_unlock(&d->mu);
+                pthread_t t;
+                if (room) {
+                        c->d = d;
+                        c->fd = fd;
+                        pthread_attr_t at;
+                        pthread_attr_init(&at);
+                        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+                        room = pthread_create(&t, &at, conn_main, c) == 0;
+                        pthread_attr_destroy(&at);
+                        if (!room) {
+                                pthread_mutex_lock(&d->mu);
+                                d->nconns--;
+                                pthread_mutex_unlock(&d->mu);
+                        }
+                }
+                if (!room) {
+                        free(c);
+                        close(fd);
+                }
+        }
+}
+
+void loom_state_daemon_stop(loom_state_daemon *d)
+{
+        char x = 1;
+        ssize_t w = write(d->wake[1], &x, 1);
+        (void)w;
+}
+
+void loom_state_daemon_free(loom_state_daemon *d)
+{
+        if (!d)
+                return;
+        pthread_mutex_lock(&d->mu);
+        d->stop = true;
+        for (int i = 0; i < d->nconns; i++)
+                shutdown(d->conns[i], SHUT_RDWR);
+        while (d->nconns)
+                pthread_cond_wait(&d->cv, &d->mu);
+        pthread_cond_broadcast(&d->cv);
+        pthread_mutex_unlock(&d->mu);
+        if (d->prefetcher_up)
+                pthread_join(d->prefetcher, NULL);
+        if (d->lfd >= 0) {
+                close(d->lfd);
+                unlink(d->sock);
+        }
+        for (int i = 0; i < 2; i++)
+                if (d->wake[i] >= 0)
+                        close(d->wake[i]);
+        free(d->queue);
+        loom__store_close(&d->store);
+        free(d);
+}

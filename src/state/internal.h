@@ -1,0 +1,111 @@
+/*
+ * internal.h - what the files of src/state share: the wire format (wire.c), the store with its
+ * three tiers (store.c) and the daemon around it (daemon.c).
+ */
+#ifndef LOOM_STATE_INTERNAL_H
+#define LOOM_STATE_INTERNAL_H
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "loom/state.h"
+
+#define ST_ALIGN 4096u           /* O_DIRECT and host-pool granularity */
+#define ST_HDR 4096u             /* slice file header, one aligned block */
+#define ST_MAX_FDS 64            /* descriptors per request */
+#define ST_MAX_MSG (64u << 20)   /* control message bytes */
+#define ST_IO_CHUNK (8u << 20)   /* O_DIRECT request size */
+
+static inline uint64_t st_round(uint64_t n)
+{
+        return (n + ST_ALIGN - 1) & ~(uint64_t)(ST_ALIGN - 1);
+}
+
+double loom__state_now(void);
+
+/* ---- wire.c: length-prefixed JSON messages, descriptors by SCM_RIGHTS ------------------ */
+
+/* Send the JSON message (and nfds descriptors with its first byte). */
+int loom__state_send(int sock, json_t *msg, const int *fds, int nfds, loom_err *e);
+/* Receive one message; *fds gets up to ST_MAX_FDS descriptors (caller closes them). Returns
+ * LOOM_EIO with msg "closed" on a clean end of stream. */
+int loom__state_recv(int sock, json_t **msg, int *fds, int *nfds, loom_err *e);
+json_t *loom__state_key_json(const loom_state_key *k);
+int loom__state_key_parse(json_t *j, const char *field, loom_state_key *k, loom_err *e);
+/* "job/v3/name[r0:r1,c0:c1]/dtype", the key as messages name it. */
+void loom__state_key_str(const loom_state_key *k, char *buf, size_t len);
+
+/* ---- store.c: the index and the tiers --------------------------------------------------- */
+
+typedef struct st_slice {
+        loom_state_key key;
+        uint64_t bytes;
+        uint32_t crc;      /* CRC32C of the bytes */
+        bool on_host;      /* host_off valid */
+        uint64_t host_off; /* in the pool; the allocation is st_round(bytes) */
+        bool on_disk;      /* file <id>.slc is complete and fsynced */
+        uint64_t id;       /* file name */
+        uint64_t used;     /* store tick of the last use (LRU among equals) */
+        int pin;           /* taking part in the running operation: never evicted */
+} st_slice;
+
+typedef struct st_dev_rec { /* a job's state resident on an emulated device */
+        char dev[64];
+        char job[LOOM_STATE_JOB_MAX];
+        uint64_t version, bytes, used;
+} st_dev_rec;
+
+typedef struct st_extent {
+        uint64_t off, len;
+} st_extent;
+
+typedef struct st_store {
+        loom_state_cfg cfg;
+        char dir[4096];
+        pthread_mutex_t mu;
+        uint8_t *pool; /* host tier, cfg.host_bytes, page aligned */
+        int locked;
+        st_extent *free;
+        size_t nfree, capfree;
+        uint64_t host_used, disk_used;
+        st_slice **slices;
+        size_t nslices, capslices;
+        st_dev_rec *devs;
+        size_t ndevs, capdevs;
+        char (*order)[LOOM_STATE_JOB_MAX]; /* predicted next jobs, soonest first */
+        size_t norder, caporder;
+        uint64_t next_id, tick;
+        uint64_t evictions, prefetches, prefetch_bytes;
+} st_store;
+
+/* One buffer of a request, already mapped into the daemon. */
+typedef struct st_buf {
+        loom_state_key key;
+        uint8_t *p;
+        uint64_t len;
+} st_buf;
+
+int loom__store_open(st_store *s, const loom_state_cfg *cfg, loom_err *e);
+void loom__store_close(st_store *s);
+/* The operations take s->mu themselves. */
+int loom__store_offload(st_store *s, const st_buf *b, size_t n, loom_state_tier tier,
+                        loom_state_result *res, loom_err *e);
+int loom__store_load(st_store *s, const st_buf *b, size_t n, const char *dev,
+                     loom_state_result *res, loom_err *e);
+/* Pull one host-absent slice of `job` (latest version) up from disk. Returns 1 when it moved
+ * one, 0 when nothing is left, < 0 on error. */
+int loom__store_prefetch_step(st_store *s, const char *job, loom_err *e);
+int loom__store_order(st_store *s, const char *const *jobs, size_t n);
+int loom__store_drop(st_store *s, const char *job, uint64_t version);
+int loom__store_stat(st_store *s, loom_state_stats *out, loom_err *e);
+/* Read a slice's file into an aligned buffer (the bench's disk figure uses it). */
+int loom__store_read_file(st_store *s, uint64_t id, uint8_t *dst, uint64_t bytes, loom_err *e);
+/* Path of slice file id. */
+void loom__store_path(const st_store *s, uint64_t id, const char *ext, char *buf, size_t len);
+
+/* The daemon's store (the bench reads slice files through it). */
+st_store *loom__state_daemon_store(loom_state_daemon *d);
+
+#endif

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# loom-state with real processes: DP workers, a killed client, kill -9 of the daemon during
+# disk writes (tests/integration/state_test.py). Args: build dir, source dir.
+set -euo pipefail
+build=$1 src=$2
+if ! /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
+        echo "numpy not importable from /usr/bin/python3 (scripts/deps.sh installs it)" >&2
+        exit 1
+fi
+ls=$build/loom-state
+"$ls" --help | grep -q "usage: loom-state"
+rc=0; "$ls" --dir /tmp/x --host-bytes abc 2>/dev/null || rc=$?
+[ "$rc" -eq 2 ] || { echo "FAIL: bad --host-bytes exited $rc, want 2"; exit 1; }
+rc=0; "$ls" --dir /proc/no/such --no-mlock 2>/dev/null || rc=$?
+[ "$rc" -eq 1 ] || { echo "FAIL: unusable --dir exited $rc, want 1"; exit 1; }
+# the bench's JSON has every key of the figures; the DP=8 footprint is exactly 1/8
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+json=$("$ls" bench --quick --json --dir "$scratch")
+/usr/bin/python3 - "$json" <<'PY'
+import json, sys
+j = json.loads(sys.argv[1])
+for k in ("load_gbps", "memcpy_gbps", "disk_read_gbps", "dd_direct_gbps", "dedup_ratio",
+          "prefetch_hidden_fraction"):
+    assert k in j, k
+assert j["dedup_ratio"] == 0.125, j["dedup_ratio"]
+assert j["load_gbps"] > 0 and j["disk_read_gbps"] > 0, j
+print("ok:", "bench --json keys present, dedup_ratio 0.125")
+PY
+[ -z "$(ls -A "$scratch")" ] || { echo "FAIL: bench left files in $scratch"; exit 1; }
+# A sanitized libloomstate.so loads into Python only with the sanitizer runtimes preloaded.
+pre=$(ldd "$build/libloomstate.so" | awk '/lib(a|ub)san\.so/ {print $3}' | paste -sd: -)
+if [ -n "$pre" ]; then
+        export LD_PRELOAD=$pre ASAN_OPTIONS=detect_leaks=0
+fi
+/usr/bin/python3 "$src/tests/integration/state_test.py" "$build" "$src"

@@ -1,0 +1,247 @@
+/*
+ * test_core_learn.c - learned-profile admission (loom_sched_observe, admission p99/p95), the
+ * SLO budget a re-admitted job carries (t_solo_ref), and the fair baselines random-slo and
+ * greedy-slo.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "loom/sched.h"
+
+static loom_cluster_cfg cl;
+static loom_policy_cfg po;
+
+static void setup(void)
+{
+        loom_cluster_cfg_default(&cl);
+        loom_policy_cfg_default(&po);
+}
+
+TestSuite(learn, .init = setup);
+
+static loom_job_spec spec(const char *id, double roll, double train, double slo)
+{
+        loom_job_spec s;
+        loom_job_spec_init(&s);
+        snprintf(s.id, sizeof s.id, "%s", id);
+        s.rollout_gpus = 8;
+        s.train_gpus = 8;
+        s.t_roll = loom_us_from_s(roll);
+        s.t_train = loom_us_from_s(train);
+        s.slo = slo;
+        s.mem_rollout = 100 * LOOM_GB;
+        s.mem_train = 100 * LOOM_GB;
+        return s;
+}
+
+static loom_job_id submit(loom_sched *s, loom_job_spec sp)
+{
+        loom_decision d;
+        loom_decision_init(&d, false);
+        loom_job_id id = 0;
+        loom_err e;
+        cr_assert_eq(loom_sched_submit(s, 0, &sp, &d, &id, &e), 0, "submit %s: %s", sp.id, e.msg);
+        return id;
+}
+
+static void drain(loom_sched *s)
+{
+        loom_action a;
+        while (loom_sched_next_action(s, &a))
+                ;
+}
+
+/* Run `iters` iterations of a job alone in its group, observing roll_s and train_s each;
+ * returns the last observe() result. */
+static int run_alone(loom_sched *s, loom_job_id j, int iters, double roll_s, double train_s)
+{
+        int rc = 0;
+        loom_us now = 0;
+        for (int i = 0; i < iters; i++) {
+                drain(s);
+                now += loom_us_from_s(roll_s);
+                cr_assert_geq(
+                    loom_sched_observe(s, now, j, LOOM_PHASE_ROLLOUT, loom_us_from_s(roll_s)), 0);
+                cr_assert_eq(loom_sched_phase_done(s, now, j, LOOM_PHASE_ROLLOUT), 0);
+                drain(s);
+                now += loom_us_from_s(train_s);
+                rc = loom_sched_observe(s, now, j, LOOM_PHASE_TRAIN, loom_us_from_s(train_s));
+                cr_assert_geq(rc, 0);
+                cr_assert_eq(loom_sched_phase_done(s, now, j, LOOM_PHASE_TRAIN), 0);
+        }
+        drain(s);
+        return rc;
+}
+
+static loom_decision_kind decide(loom_sched *s, loom_job_spec sp)
+{
+        loom_decision d;
+        loom_decision_init(&d, false);
+        cr_assert_eq(loom_sched_decide(s, &sp, &d, NULL), 0);
+        return d.kind;
+}
+
+Test(learn, names_parse_and_config_is_checked)
+{
+        loom_admission a;
+        cr_assert_eq(loom_admission_parse("p95", &a), 0);
+        cr_assert_eq(a, LOOM_ADMIT_P95);
+        cr_assert_str_eq(loom_admission_name(LOOM_ADMIT_P99), "p99");
+        cr_assert_eq(loom_admission_parse("p50", &a), LOOM_EINVAL);
+        loom_err e;
+        po.learn_after = 0;
+        cr_assert_eq(loom_policy_cfg_validate(&po, &cl, &e), LOOM_EINVAL);
+        cr_assert_str_eq(e.field, "learn_after");
+        po.learn_after = 3;
+        po.admission = (loom_admission)7;
+        cr_assert_eq(loom_policy_cfg_validate(&po, &cl, &e), LOOM_EINVAL);
+        cr_assert_str_eq(e.field, "admission");
+}
+
+/*
+ * A (100 s rollout, 300 s training worst case, SLO 2) really trains for 60 s. B (100 s + 100 s,
+ * SLO 1.0) cannot join A's group on A's worst case (T_cycle 400 s > B's 200 s budget). After
+ * three observed iterations A is planned on (100 s, 60 s): T_cycle 200 s, B fits.
+ */
+Test(learn, a_learned_profile_opens_slack_for_a_new_member)
+{
+        po.admission = LOOM_ADMIT_P99;
+        po.warm_switch = 0;
+        loom_sched *s = loom_sched_new(&cl, &po, NULL);
+        loom_job_id a = submit(s, spec("A", 100, 300, 2.0));
+        loom_job_spec b = spec("B", 100, 100, 1.0);
+        cr_assert_eq(decide(s, b), LOOM_DECISION_NEW_GROUP);
+        cr_assert_eq(run_alone(s, a, 2, 100, 60), 0, "no re-plan before learn_after iterations");
+        cr_assert_eq(decide(s, b), LOOM_DECISION_NEW_GROUP);
+        cr_assert_eq(run_alone(s, a, 1, 100, 60), 1);
+        loom_job_info ji;
+        cr_assert_eq(loom_sched_job_info(s, a, &ji), 0);
+        cr_assert(ji.learned);
+        cr_assert_eq(ji.spec.t_train, loom_us_from_s(60));
+        cr_assert_eq(ji.declared.t_train, loom_us_from_s(300));
+        cr_assert_eq(ji.learned_budget, loom_us_from_s(2.0 * 160));
+        cr_assert_neq(decide(s, b), LOOM_DECISION_NEW_GROUP);
+        loom_sched_stats st;
+        loom_sched_stats_get(s, &st);
+        cr_assert_eq(st.replans, 1);
+        loom_sched_free(s);
+}
+
+Test(learn, worst_case_admission_ignores_observations)
+{
+        po.warm_switch = 0;
+        loom_sched *s = loom_sched_new(&cl, &po, NULL);
+        loom_job_id a = submit(s, spec("A", 100, 300, 2.0));
+        cr_assert_eq(run_alone(s, a, 5, 100, 60), 0);
+        loom_job_info ji;
+        loom_sched_job_info(s, a, &ji);
+        cr_assert(!ji.learned);
+        cr_assert_eq(ji.spec.t_train, loom_us_from_s(300));
+        cr_assert_eq(decide(s, spec("B", 100, 100, 1.0)), LOOM_DECISION_NEW_GROUP);
+        cr_assert_eq(loom_sched_observe(s, 0, a, LOOM_PHASE_TRAIN, -1), LOOM_EINVAL);
+        cr_assert_eq(loom_sched_observe(s, 0, 99, LOOM_PHASE_TRAIN, 1), LOOM_ENOENT);
+        loom_sched_free(s);
+}
+
+/*
+ * A (100 s + 100 s, SLO 1.0) shares a group with B (150 s + 40 s): T_cycle 200 s. Measured,
+ * A trains for 50 s, so alone it would iterate in 150 s and its SLO allows no more; but B
+ * alone takes 190 s. The re-plan is refused (observe returns 2), A keeps its plan, and the
+ * group, now held to A's real budget, takes nobody else.
+ */
+Test(learn, a_replan_that_breaks_a_budget_is_refused_and_closes_the_group)
+{
+        po.admission = LOOM_ADMIT_P95;
+        po.warm_switch = 0;
+        loom_sched *s = loom_sched_new(&cl, &po, NULL);
+        loom_job_id a = submit(s, spec("A", 100, 100, 1.0));
+        loom_job_spec c = spec("C", 20, 10, 10.0);
+        submit(s, spec("B", 150, 40, 4.0));
+        cr_assert_neq(decide(s, c), LOOM_DECISION_NEW_GROUP, "C fits before A is measured");
+        loom_job_info ji;
+        loom_sched_job_info(s, a, &ji);
+        cr_assert_eq(ji.group, 0);
+        /* drive A's phases by hand: the group's round robin also runs B, which we only finish */
+        int last = 0;
+        loom_us now = 0;
+        for (int i = 0; i < 3; i++) {
+                loom_action act;
+                while (loom_sched_next_action(s, &act))
+                        ;
+                now += loom_us_from_s(200);
+                loom_sched_observe(s, now, a, LOOM_PHASE_ROLLOUT, loom_us_from_s(100));
+                loom_sched_phase_done(s, now, a, LOOM_PHASE_ROLLOUT);
+                loom_sched_phase_done(s, now, 2, LOOM_PHASE_ROLLOUT);
+                while (loom_sched_next_action(s, &act))
+                        ;
+                last = loom_sched_observe(s, now, a, LOOM_PHASE_TRAIN, loom_us_from_s(50));
+                loom_sched_phase_done(s, now, a, LOOM_PHASE_TRAIN);
+                while (loom_sched_next_action(s, &act))
+                        ;
+                loom_sched_phase_done(s, now, 2, LOOM_PHASE_TRAIN);
+        }
+        cr_assert_eq(last, 2);
+        loom_sched_job_info(s, a, &ji);
+        cr_assert(!ji.learned);
+        cr_assert_eq(ji.spec.t_train, loom_us_from_s(100));
+        cr_assert_eq(ji.learned_budget, loom_us_from_s(150));
+        cr_assert_eq(decide(s, c), LOOM_DECISION_NEW_GROUP, "the group must be closed");
+        loom_sched_free(s);
+}
+
+/* A job re-admitted on a learned profile keeps the budget of its mean solo iteration. */
+Test(learn, t_solo_ref_sets_the_budget)
+{
+        po.warm_switch = 0;
+        loom_sched *s = loom_sched_new(&cl, &po, NULL);
+        submit(s, spec("A", 100, 100, 2.0));       /* T_cycle 200 s */
+        loom_job_spec b = spec("B", 100, 50, 1.5); /* budget 225 s: fits */
+        cr_assert_neq(decide(s, b), LOOM_DECISION_NEW_GROUP);
+        b.t_solo_ref = loom_us_from_s(120); /* budget 180 s < T_cycle 200 s */
+        cr_assert_eq(decide(s, b), LOOM_DECISION_NEW_GROUP);
+        b.t_solo_ref = -1;
+        loom_err e;
+        loom_decision d;
+        loom_decision_init(&d, false);
+        cr_assert_eq(loom_sched_decide(s, &b, &d, &e), LOOM_EINVAL);
+        cr_assert_str_eq(e.field, "t_solo_ref");
+        loom_sched_free(s);
+}
+
+/* The fair baselines never admit a placement that breaks a member's SLO; the blind ones do. */
+static int violations(loom_placer p)
+{
+        po.placer = p;
+        loom_sched *s = loom_sched_new(&cl, &po, NULL);
+        uint64_t r = 7;
+        for (int i = 0; i < 200; i++) {
+                r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+                char id[16];
+                snprintf(id, sizeof id, "j%d", i);
+                submit(s, spec(id, 50 + (double)((r >> 8) % 550), 25 + (double)((r >> 24) % 575),
+                               1.0 + (double)((r >> 40) % 100) / 100.0));
+        }
+        int bad = 0;
+        loom_group_id gids[256];
+        int ng = loom_sched_groups(s, gids, 256);
+        for (int i = 0; i < ng; i++) {
+                loom_group_info gi;
+                loom_sched_group_info(s, gids[i], &gi);
+                for (int m = 0; m < gi.n_members; m++) {
+                        loom_job_info ji;
+                        loom_sched_job_info(s, gi.members[m], &ji);
+                        bad += gi.t_meta > loom_job_budget(&ji.spec) + 1;
+                }
+        }
+        loom_sched_free(s);
+        return bad;
+}
+
+Test(learn, fair_baselines_check_slos)
+{
+        cr_assert_eq(violations(LOOM_PLACER_RANDOM_SLO), 0);
+        cr_assert_eq(violations(LOOM_PLACER_GREEDY_SLO), 0);
+        cr_assert_gt(violations(LOOM_PLACER_RANDOM), 0);
+        cr_assert_gt(violations(LOOM_PLACER_GREEDY), 0);
+}

@@ -1,0 +1,435 @@
+/*
+ * test_state.c - loom-state through its real socket: a daemon in a thread of the test process,
+ * clients connecting to it, buffers in memfds (the emulated device) or plain memory.
+ */
+#define _GNU_SOURCE
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "loom/state.h"
+#include "loom/sync.h"
+
+typedef struct fx {
+        char dir[64];
+        loom_state_daemon *d;
+        pthread_t t;
+        loom_state_client *c;
+} fx;
+
+static void *serve(void *arg)
+{
+        loom_err e;
+        loom_state_daemon_run(arg, &e);
+        return NULL;
+}
+
+static void fx_start(fx *f, uint64_t host, uint64_t disk, uint64_t device, int fresh)
+{
+        if (fresh) {
+                snprintf(f->dir, sizeof f->dir, "/tmp/loom-state-test-XXXXXX");
+                cr_assert(mkdtemp(f->dir));
+        }
+        loom_state_cfg cfg;
+        loom_state_cfg_default(&cfg);
+        cfg.dir = f->dir;
+        cfg.host_bytes = host;
+        cfg.disk_bytes = disk;
+        cfg.device_bytes = device;
+        cfg.no_mlock = 1;
+        loom_err e;
+        cr_assert_eq(loom_state_daemon_new(&cfg, &f->d, &e), 0, "%s", e.msg);
+        cr_assert_eq(pthread_create(&f->t, NULL, serve, f->d), 0);
+        cr_assert_eq(loom_state_connect(loom_state_daemon_sock(f->d), &f->c, &e), 0, "%s", e.msg);
+}
+
+static void fx_stop(fx *f, int remove)
+{
+        loom_state_close(f->c);
+        loom_state_daemon_stop(f->d);
+        pthread_join(f->t, NULL);
+        loom_state_daemon_free(f->d);
+        if (remove) {
+                char cmd[128];
+                snprintf(cmd, sizeof cmd, "rm -rf %s", f->dir);
+                cr_assert_eq(system(cmd), 0);
+        }
+}
+
+static uint8_t *device(int *fd, size_t len)
+{
+        *fd = memfd_create("test-device", MFD_CLOEXEC);
+        cr_assert(*fd >= 0 && ftruncate(*fd, (off_t)len) == 0);
+        uint8_t *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, *fd, 0);
+        cr_assert(p != MAP_FAILED);
+        return p;
+}
+
+static void fill(uint8_t *p, size_t n, uint32_t seed)
+{
+        for (size_t i = 0; i < n; i++)
+                p[i] = (uint8_t)((i + seed) * 2654435761u >> 11);
+}
+
+static loom_state_io io_at(const char *job, uint64_t v, const char *name, uint64_t n, int fd,
+                           uint64_t off)
+{
+        loom_state_io io = {.fd = fd, .off = off, .len = n * 4};
+        loom_state_key_flat(&io.key, job, v, name, n, "f32");
+        return io;
+}
+
+static uint64_t job_bytes(fx *f, const char *job, int disk)
+{
+        loom_state_stats st;
+        loom_err e;
+        cr_assert_eq(loom_state_stat(f->c, &st, &e), 0, "%s", e.msg);
+        uint64_t b = 0;
+        for (size_t i = 0; i < st.njobs; i++)
+                if (!strcmp(st.jobs[i].job, job))
+                        b = disk ? st.jobs[i].disk_bytes : st.jobs[i].host_bytes;
+        loom_state_stats_free(&st);
+        return b;
+}
+
+Test(state, offload_load_roundtrip_fd_and_staged)
+{
+        fx f;
+        fx_start(&f, 16 << 20, 64 << 20, 0, 1);
+        int fd;
+        uint8_t *dev = device(&fd, 1 << 20);
+        fill(dev, 1 << 20, 1);
+        uint8_t *plain = malloc(40000);
+        fill(plain, 40000, 2);
+        loom_state_io io[2] = {io_at("a", 1, "w", (1 << 20) / 4, fd, 0),
+                               io_at("a", 1, "b", 10000, -1, 0)};
+        io[1].ptr = plain;
+        loom_state_result r;
+        loom_err e;
+        cr_assert_eq(loom_state_offload(f.c, io, 2, LOOM_STATE_HOST, &r, &e), 0, "%s", e.msg);
+        cr_assert_eq(r.bytes, (1 << 20) + 40000);
+        cr_assert_eq(r.staged_bytes, 40000);
+        uint8_t *want = malloc(1 << 20);
+        memcpy(want, dev, 1 << 20);
+        memset(dev, 0, 1 << 20);
+        memset(plain, 0, 40000);
+        cr_assert_eq(loom_state_load(f.c, io, 2, "", &r, &e), 0, "%s", e.msg);
+        cr_assert_eq(r.found, LOOM_STATE_HOST);
+        cr_assert_eq(memcmp(dev, want, 1 << 20), 0);
+        uint8_t chk[40000];
+        fill(chk, 40000, 2);
+        cr_assert_eq(memcmp(plain, chk, 40000), 0);
+        free(want);
+        free(plain);
+        munmap(dev, 1 << 20);
+        close(fd);
+        fx_stop(&f, 1);
+}
+
+/* Saved by TP=2 ranks, reloaded by TP=4 ranks and by a TP=1 rank: every rectangle is assembled
+ * from the stored ones and equals the synthetic weights. */
+Test(state, relayout_reload_via_shard_maps)
+{
+        fx f;
+        fx_start(&f, 64 << 20, 64 << 20, 0, 1);
+        loom_sync_model m;
+        loom_sync_layout *l;
+        loom_err e;
+        cr_assert_eq(loom_sync_model_preset("tiny", &m, &e), 0);
+        cr_assert_eq(loom_sync_layout_new(&m, &l, &e), 0);
+        int fd;
+        size_t cap = l->elems * 2 + l->ntensors * 64;
+        uint8_t *dev = device(&fd, cap);
+        loom_state_io *io = calloc(l->ntensors, sizeof *io);
+        for (uint32_t rank = 0; rank < 2; rank++) {
+                uint64_t off = 0;
+                for (size_t i = 0; i < l->ntensors; i++) {
+                        const loom_sync_tensor *t = &l->tensors[i];
+                        cr_assert_eq(loom_state_key_for(&io[i].key, "j", 7, t, rank, 2, &e), 0);
+                        io[i].fd = fd, io[i].off = off,
+                        io[i].len = loom_state_key_bytes(&io[i].key);
+                        uint16_t *v = (uint16_t *)(dev + off);
+                        for (uint64_t r = io[i].key.r0; r < io[i].key.r1; r++)
+                                loom_sync_synth(9, 0, 0, t->offset + r * t->cols + io[i].key.c0,
+                                                io[i].key.c1 - io[i].key.c0,
+                                                v + (r - io[i].key.r0) *
+                                                        (io[i].key.c1 - io[i].key.c0));
+                        off += (io[i].len + 63) & ~UINT64_C(63);
+                }
+                loom_state_result r;
+                cr_assert_eq(loom_state_offload(f.c, io, l->ntensors, LOOM_STATE_HOST, &r, &e), 0,
+                             "%s", e.msg);
+        }
+        for (uint32_t tp = 1; tp <= 4; tp *= 4)
+                for (uint32_t rank = 0; rank < tp; rank++) {
+                        memset(dev, 0, cap);
+                        uint64_t off = 0;
+                        for (size_t i = 0; i < l->ntensors; i++) {
+                                cr_assert_eq(loom_state_key_for(&io[i].key, "j", 7, &l->tensors[i],
+                                                                rank, tp, &e),
+                                             0);
+                                io[i].fd = fd, io[i].off = off;
+                                io[i].len = loom_state_key_bytes(&io[i].key);
+                                off += (io[i].len + 63) & ~UINT64_C(63);
+                        }
+                        loom_state_result r;
+                        cr_assert_eq(loom_state_load(f.c, io, l->ntensors, "", &r, &e), 0, "%s",
+                                     e.msg);
+                        for (size_t i = 0; i < l->ntensors; i++) {
+                                const loom_sync_tensor *t = &l->tensors[i];
+                                uint64_t w = io[i].key.c1 - io[i].key.c0;
+                                uint16_t *got = (uint16_t *)(dev + io[i].off), want[4096];
+                                for (uint64_t row = io[i].key.r0; row < io[i].key.r1; row++) {
+                                        cr_assert(w <= 4096);
+                                        loom_sync_synth(9, 0, 0,
+                                                        t->offset + row * t->cols + io[i].key.c0, w,
+                                                        want);
+                                        cr_assert_eq(
+                                            memcmp(got + (row - io[i].key.r0) * w, want, w * 2), 0,
+                                            "tp=%u rank %u tensor %s row %llu", tp, rank, t->name,
+                                            (unsigned long long)row);
+                                }
+                        }
+                }
+        /* a rectangle beyond what was stored names the key */
+        io[0].key.r1 += 1;
+        io[0].len = loom_state_key_bytes(&io[0].key);
+        loom_state_result r;
+        cr_assert_eq(loom_state_load(f.c, io, 1, "", &r, &e), LOOM_ENOENT);
+        cr_assert(strstr(e.field, io[0].key.name), "%s", e.field);
+        free(io);
+        munmap(dev, cap);
+        close(fd);
+        loom_sync_layout_free(l);
+        fx_stop(&f, 1);
+}
+
+Test(state, dp_replicas_store_once)
+{
+        fx f;
+        fx_start(&f, 16 << 20, 64 << 20, 0, 1);
+        int fd;
+        uint8_t *dev = device(&fd, 1 << 20);
+        fill(dev, 1 << 20, 3);
+        uint64_t copied = 0, skipped = 0;
+        for (int rep = 0; rep < 8; rep++) {
+                loom_state_client *c;
+                loom_err e;
+                cr_assert_eq(loom_state_connect(loom_state_daemon_sock(f.d), &c, &e), 0);
+                loom_state_io io[2] = {io_at("dp", 1, "x", 65536, fd, 0),
+                                       io_at("dp", 1, "y", 65536, fd, 262144)};
+                loom_state_result r;
+                cr_assert_eq(loom_state_offload(c, io, 2, LOOM_STATE_HOST, &r, &e), 0, "%s", e.msg);
+                copied += r.bytes, skipped += r.dedup_bytes;
+                loom_state_close(c);
+        }
+        cr_assert_eq(copied, 2 * 262144);
+        cr_assert_eq(skipped, 7 * 2 * 262144);
+        cr_assert_eq(job_bytes(&f, "dp", 0), 2 * 262144);
+        munmap(dev, 1 << 20);
+        close(fd);
+        fx_stop(&f, 1);
+}
+
+Test(state, full_tier_changes_nothing)
+{
+        fx f;
+        fx_start(&f, 1 << 20, 1 << 20, 0, 1);
+        int fd;
+        uint8_t *dev = device(&fd, 4 << 20);
+        loom_state_io ok = io_at("a", 1, "w", 65536, fd, 0);
+        loom_state_result r;
+        loom_err e;
+        cr_assert_eq(loom_state_offload(f.c, &ok, 1, LOOM_STATE_HOST, &r, &e), 0, "%s", e.msg);
+        /* two slices, the second does not fit even after evicting: nothing of either */
+        loom_state_io two[2] = {io_at("b", 1, "p", 1024, fd, 0),
+                                io_at("b", 1, "q", (3 << 20) / 4, fd, 4096)};
+        cr_assert_eq(loom_state_offload(f.c, two, 2, LOOM_STATE_HOST, &r, &e), LOOM_ERANGE);
+        cr_assert(strstr(e.msg, "host tier full"), "%s", e.msg);
+        cr_assert_eq(job_bytes(&f, "b", 0), 0);
+        cr_assert_eq(job_bytes(&f, "a", 0), 262144);
+        loom_state_io big = io_at("c", 1, "w", (768 << 10) / 4, fd, 0);
+        cr_assert_eq(loom_state_offload(f.c, &big, 1, LOOM_STATE_DISK, &r, &e), 0, "%s", e.msg);
+        loom_state_io more = io_at("d", 1, "w", (512 << 10) / 4, fd, 0);
+        cr_assert_eq(loom_state_offload(f.c, &more, 1, LOOM_STATE_DISK, &r, &e), LOOM_ERANGE);
+        cr_assert(strstr(e.msg, "disk tier full"), "%s", e.msg);
+        cr_assert_eq(job_bytes(&f, "d", 1), 0);
+        munmap(dev, 4 << 20);
+        close(fd);
+        fx_stop(&f, 1);
+}
+
+Test(state, corrupt_disk_file_names_the_key)
+{
+        fx f;
+        fx_start(&f, 4 << 20, 16 << 20, 0, 1);
+        int fd;
+        uint8_t *dev = device(&fd, 1 << 20);
+        fill(dev, 1 << 20, 4);
+        loom_state_io io = io_at("cj", 3, "layer.0.w", 65536, fd, 0);
+        loom_state_result r;
+        loom_err e;
+        cr_assert_eq(loom_state_offload(f.c, &io, 1, LOOM_STATE_DISK, &r, &e), 0, "%s", e.msg);
+        cr_assert_eq(job_bytes(&f, "cj", 0), 0);
+        char cmd[256];
+        snprintf(cmd, sizeof cmd,
+                 "f=$(ls %s/*.slc) && printf '\\x5a' | dd of=$f bs=1 seek=10000 conv=notrunc "
+                 "status=none",
+                 f.dir);
+        cr_assert_eq(system(cmd), 0);
+        cr_assert_eq(loom_state_load(f.c, &io, 1, "", &r, &e), LOOM_ECORRUPT);
+        cr_assert(strstr(e.msg, "cj/v3/layer.0.w"), "%s", e.msg);
+        cr_assert_eq(job_bytes(&f, "cj", 0), 0); /* nothing promoted */
+        munmap(dev, 1 << 20);
+        close(fd);
+        fx_stop(&f, 1);
+}
+
+/* Host holds two of three states; the order hint says "b" runs next, so "a" goes to disk. */
+Test(state, eviction_spares_the_next_job)
+{
+        fx f;
+        fx_start(&f, 2 << 20, 16 << 20, 0, 1);
+        int fd;
+        uint8_t *dev = device(&fd, 1 << 20);
+        fill(dev, 1 << 20, 5);
+        loom_state_result r;
+        loom_err e;
+        const char *jobs[] = {"a", "b", "c"};
+        for (int i = 0; i < 2; i++) {
+                loom_state_io io = io_at(jobs[i], 1, "w", 196608, fd, 0);
+                cr_assert_eq(loom_state_offload(f.c, &io, 1, LOOM_STATE_HOST, &r, &e), 0);
+        }
+        const char *order[] = {"c", "b", "a"};
+        cr_assert_eq(loom_state_order(f.c, order, 3, &e), 0);
+        loom_state_io io = io_at("c", 1, "w", 196608, fd, 0);
+        cr_assert_eq(loom_state_offload(f.c, &io, 1, LOOM_STATE_HOST, &r, &e), 0, "%s", e.msg);
+        cr_assert_eq(job_bytes(&f, "a", 0), 0);
+        cr_assert_gt(job_bytes(&f, "a", 1), 0);
+        cr_assert_eq(job_bytes(&f, "b", 0), 786432);
+        /* and a reads back intact from disk */
+        memset(dev, 0, 1 << 20);
+        loom_state_io back = io_at("a", 1, "w", 196608, fd, 0);
+        cr_assert_eq(loom_state_load(f.c, &back, 1, "", &r, &e), 0, "%s", e.msg);
+        cr_assert_eq(r.found, LOOM_STATE_DISK);
+        uint8_t want[786432];
+        fill(want, sizeof want, 5);
+        cr_assert_eq(memcmp(dev, want, sizeof want), 0);
+        munmap(dev, 1 << 20);
+        close(fd);
+        fx_stop(&f, 1);
+}
+
+Test(state, prefetch_pulls_state_up)
+{
+        fx f;
+        fx_start(&f, 8 << 20, 16 << 20, 0, 1);
+        int fd;
+        uint8_t *dev = device(&fd, 4 << 20);
+        loom_state_io io[2] = {io_at("p", 2, "w", 262144, fd, 0),
+                               io_at("p", 2, "v", 262144, fd, 1 << 20)};
+        loom_state_result r;
+        loom_err e;
+        cr_assert_eq(loom_state_offload(f.c, io, 2, LOOM_STATE_DISK, &r, &e), 0);
+        cr_assert_eq(job_bytes(&f, "p", 0), 0);
+        cr_assert_eq(loom_state_prefetch(f.c, "p", &e), 0);
+        for (int i = 0; i < 500 && job_bytes(&f, "p", 0) < (2 << 20); i++)
+                usleep(10000);
+        cr_assert_eq(job_bytes(&f, "p", 0), 2 << 20);
+        cr_assert_eq(loom_state_load(f.c, io, 2, "", &r, &e), 0);
+        cr_assert_eq(r.found, LOOM_STATE_HOST);
+        munmap(dev, 4 << 20);
+        close(fd);
+        fx_stop(&f, 1);
+}
+
+Test(state, disk_state_survives_restart)
+{
+        fx f;
+        fx_start(&f, 4 << 20, 16 << 20, 0, 1);
+        int fd;
+        uint8_t *dev = device(&fd, 1 << 20);
+        fill(dev, 1 << 20, 6);
+        loom_state_io io = io_at("r", 1, "w", 262144, fd, 0);
+        loom_state_result r;
+        loom_err e;
+        cr_assert_eq(loom_state_offload(f.c, &io, 1, LOOM_STATE_DISK, &r, &e), 0);
+        fx_stop(&f, 0);
+        char tmp[128];
+        snprintf(tmp, sizeof tmp, "%s/00000000000000ff.tmp", f.dir); /* an unfinished write */
+        FILE *t = fopen(tmp, "w");
+        fputs("partial", t);
+        fclose(t);
+        fx_start(&f, 4 << 20, 16 << 20, 0, 0);
+        cr_assert(access(tmp, F_OK) != 0);
+        memset(dev, 0, 1 << 20);
+        cr_assert_eq(loom_state_load(f.c, &io, 1, "", &r, &e), 0, "%s", e.msg);
+        cr_assert_eq(r.found, LOOM_STATE_DISK);
+        uint8_t want[1 << 20];
+        fill(want, sizeof want, 6);
+        cr_assert_eq(memcmp(dev, want, sizeof want), 0);
+        munmap(dev, 1 << 20);
+        close(fd);
+        fx_stop(&f, 1);
+}
+
+Test(state, bad_input_is_refused)
+{
+        fx f;
+        fx_start(&f, 4 << 20, 16 << 20, 0, 1);
+        int fd;
+        uint8_t *dev = device(&fd, 1 << 20);
+        loom_state_io io = io_at("x", 1, "w", 1024, fd, 0);
+        io.len = 100;
+        loom_state_result r;
+        loom_err e;
+        cr_assert_eq(loom_state_offload(f.c, &io, 1, LOOM_STATE_HOST, &r, &e), LOOM_EINVAL);
+        cr_assert_str_eq(e.field, "io[0]");
+        io = io_at("x", 1, "w", 1024, fd, (1 << 20) - 100); /* beyond the memfd */
+        cr_assert_eq(loom_state_offload(f.c, &io, 1, LOOM_STATE_HOST, &r, &e), LOOM_EINVAL);
+        snprintf(io.key.dtype, sizeof io.key.dtype, "f33");
+        cr_assert_eq(loom_state_offload(f.c, &io, 1, LOOM_STATE_HOST, &r, &e), LOOM_EINVAL);
+        cr_assert(strstr(e.msg, "dtype"), "%s", e.msg);
+        /* an overlapping, different rectangle of a stored tensor */
+        loom_state_io a = io_at("x", 1, "w", 1024, fd, 0);
+        cr_assert_eq(loom_state_offload(f.c, &a, 1, LOOM_STATE_HOST, &r, &e), 0);
+        a.key.r0 = 512, a.key.r1 = 2048;
+        a.len = loom_state_key_bytes(&a.key);
+        cr_assert_eq(loom_state_offload(f.c, &a, 1, LOOM_STATE_HOST, &r, &e), LOOM_EEXIST);
+        cr_assert_eq(job_bytes(&f, "x", 0), 4096);
+        munmap(dev, 1 << 20);
+        close(fd);
+        fx_stop(&f, 1);
+}
+
+Test(state, device_residency_until_displaced)
+{
+        fx f;
+        fx_start(&f, 8 << 20, 16 << 20, 1 << 20, 1);
+        int fd;
+        uint8_t *dev = device(&fd, 2 << 20);
+        loom_state_io a = io_at("a", 1, "w", 262144, fd, 0);
+        loom_state_io b = io_at("b", 1, "w", 262144, fd, 1 << 20);
+        loom_state_result r;
+        loom_err e;
+        cr_assert_eq(loom_state_offload(f.c, &a, 1, LOOM_STATE_HOST, &r, &e), 0);
+        cr_assert_eq(loom_state_offload(f.c, &b, 1, LOOM_STATE_HOST, &r, &e), 0);
+        cr_assert_eq(loom_state_load(f.c, &a, 1, "gpu0", &r, &e), 0);
+        cr_assert_eq(r.found, LOOM_STATE_HOST);
+        cr_assert_eq(loom_state_load(f.c, &a, 1, "gpu0", &r, &e), 0);
+        cr_assert_eq(r.found, LOOM_STATE_DEVICE);
+        cr_assert_eq(r.bytes, 0);
+        cr_assert_eq(loom_state_load(f.c, &b, 1, "gpu0", &r, &e), 0);
+        cr_assert_eq(r.found, LOOM_STATE_HOST);
+        cr_assert_eq(loom_state_load(f.c, &a, 1, "gpu0", &r, &e), 0);
+        cr_assert_eq(r.found, LOOM_STATE_HOST); /* b displaced it */
+        munmap(dev, 2 << 20);
+        close(fd);
+        fx_stop(&f, 1);
+}
