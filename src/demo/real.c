@@ -255,6 +255,15 @@ static void print_curve(FILE *out, const char *name, json_t *res)
         fprintf(out, "\n");
 }
 
+static double sum_of(json_t *res, const char *key)
+{
+        json_t *a = json_object_get(res, key);
+        double t = 0;
+        for (size_t i = 0; i < json_array_size(a); i++)
+                t += json_number_value(json_array_get(a, i));
+        return t;
+}
+
 static double heldout(json_t *res, const char *key)
 {
         return json_number_value(json_array_get(json_object_get(res, key), 0));
@@ -338,8 +347,8 @@ static int report(FILE *out, run *shared, run *alone, double node_h, const char 
                 print_curve(out, jobs[k].name, shared[k].res);
         fprintf(out, "plot: %s (solid shared, dashed alone)\n", png);
         fprintf(out, "\n-- held-out mean reward (128 prompts never trained on) --\n");
-        fprintf(out, "%-10s %8s %8s %8s %8s  %s\n", "job", "start", "end", "alone", "delta%",
-                "same weights shared/alone");
+        fprintf(out, "%-10s %8s %8s %8s %8s %9s  %s\n", "job", "start", "end", "alone", "changed",
+                "sent", "same weights shared/alone");
         for (int k = 0; k < REAL_JOBS; k++) {
                 json_t *s = shared[k].res, *a = alone[k].res;
                 double h0 = heldout(s, "heldout_start"), h1 = heldout(s, "heldout_end");
@@ -347,16 +356,16 @@ static int report(FILE *out, run *shared, run *alone, double node_h, const char 
                 const char *ds = json_string_value(json_object_get(s, "final_digest"));
                 const char *da = json_string_value(json_object_get(a, "final_digest"));
                 int same = ds && da && !strcmp(ds, da);
-                json_t *dens = json_object_get(s, "density");
-                double dsum = 0;
-                for (size_t i = 0; i < json_array_size(dens); i++)
-                        dsum += json_number_value(json_array_get(dens, i));
-                size_t nd = json_array_size(dens);
-                fprintf(out, "%-10s %8.3f %8.3f %8.3f %7.1f%%  %s\n", jobs[k].name, h0, h1, ha,
-                        nd ? 100 * dsum / nd : 0, same ? "yes (bit-identical)" : "NO");
+                double dsum = sum_of(s, "density"), moved = sum_of(s, "delta_bytes");
+                double dense = sum_of(s, "dense_bytes");
+                size_t nd = json_array_size(json_object_get(s, "density"));
+                fprintf(out, "%-10s %8.3f %8.3f %8.3f %7.1f%% %8.1f%%  %s\n", jobs[k].name, h0, h1,
+                        ha, nd ? 100 * dsum / nd : 0, dense > 0 ? 100 * moved / dense : 0,
+                        same ? "yes (bit-identical)" : "NO");
                 bad += !same || !(h1 > h0);
         }
-        fprintf(out, "(delta%%: mean fraction of bf16 weights that changed per step)\n");
+        fprintf(out, "(changed: mean fraction of bf16 weights that changed per step; sent: bytes "
+                     "of the sparse deltas over the bytes of dense copies)\n");
         fprintf(out, "\n%-10s %6s %10s %10s %12s\n", "job", "steps", "iter/h", "alone/h",
                 "alone $/it");
         int total = 0;
