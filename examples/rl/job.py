@@ -104,6 +104,29 @@ def batch_path(d, it):
     return os.path.join(d, f"batch-{it:05d}.pt")
 
 
+def note_published(d, version):
+    """The trainer's last published version, for the rollout worker's cheap wait (a file, so
+    that a waiting worker does not poll loomd while the other jobs run)."""
+    tmp = os.path.join(d, f"published.tmp{os.getpid()}")
+    with open(tmp, "w") as f:
+        f.write(f"{version}\n")
+    os.replace(tmp, os.path.join(d, "published"))
+
+
+def wait_published(d, version, poll_s=0.02, timeout_s=600):
+    path, end = os.path.join(d, "published"), time.monotonic() + timeout_s
+    while True:
+        try:
+            with open(path) as f:
+                if int(f.read() or -1) >= version:
+                    return
+        except (OSError, ValueError):
+            pass
+        if time.monotonic() > end:
+            raise TimeoutError(f"version {version} was not published")
+        time.sleep(poll_s)
+
+
 # ---- optimizer residency: the hook for loom-state -------------------------------------------
 
 class OptimizerResidency:
@@ -206,6 +229,7 @@ def trainer_main(d):
     ep = os.path.join(d, "weights.endpoint")
     st = job.publish(params, 0, endpoint_file=ep, bucket_elems=cfg["bucket_elems"])
     log(out, {"event": "publish", "version": 0, "t": time.monotonic(), **st})
+    note_published(d, 0)
 
     @job.phase("train", warm_start=res.load, offload=res.offload)
     def train(it, batch):
@@ -246,6 +270,7 @@ def trainer_main(d):
         rec.update(optimizer_offloaded_bytes=res.bytes, optimizer_found=res.found,
                    optimizer_load_s=res.seconds)
         log(out, rec)
+        note_published(d, it + 1)
         say(cfg, f"train    it {it:3d}  done {rec['t_end'] - rec['t_start']:.2f} s, reward "
                  f"{rec['reward']:.3f}, delta {rec['density']:.1%} dense, "
                  f"{rec['delta_bytes']} of {rec['dense_bytes']} B")
@@ -301,10 +326,13 @@ def rollout_main(d):
                 "pull_s": st["seconds"], "reward": float(rewards.mean()),
                 "lease": job.lease.id}
 
-    # Version 0 is published once the trainer's warm-up is done; wait for it before asking for
-    # a permit, so the rollout pool is not held while the trainer initialises.
+    # Rollout `it` runs on version `it`, which the trainer publishes at the end of train it-1
+    # (version 0: once it has its initial weights). Wait for it on a file before asking loomd
+    # whose turn it is, so a waiting worker neither holds the rollout pool nor polls loomd.
     wait_file(ep)
+    it = job.iterations_done
     while True:
+        wait_published(d, min(it, cfg["steps"] - 1))
         info = wait_turn(job, "rollout")
         if info is None or info["iterations_done"] >= cfg["steps"]:
             break
@@ -318,6 +346,7 @@ def rollout_main(d):
         say(cfg, f"rollout  it {it:3d}  done {rec['t_end'] - rec['t_start']:.2f} s, reward "
                  f"{rec['reward']:.3f}, pulled v{rec['version']} "
                  f"{'dense' if rec['pull_dense'] else 'delta'} {rec['pull_bytes']} B")
+        it += 1
 
 
 # ---- the launcher ---------------------------------------------------------------------------
