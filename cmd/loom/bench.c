@@ -24,7 +24,11 @@ static void usage(FILE *f)
                    "Decision latency of loom's placement with N concurrent jobs already placed\n"
                    "(WEAVE Table 6 Mixed, SLO ~ U(1,2)). One JSON line per N: groups, p50/p99/max\n"
                    "microseconds per decision, current and peak RSS.\n"
-                   "Defaults: --n 5,9,13,100,500,1000,2000,10000,100000 --probes 2000 --seed 1\n");
+                   "Defaults: --n 5,9,13,100,500,1000,2000,10000,100000 --probes 2000 --seed 1\n"
+                   "  --placer loom|plex   placement policy (default loom); with plex the line\n"
+                   "                       adds the fraction of groups pruned before fitting\n"
+                   "\n"
+                   "usage: loom bench hrrs [--queued N] [--probes P]: one HRRS decision\n");
 }
 
 static uint64_t rng_next(uint64_t *s)
@@ -89,12 +93,21 @@ static int cmp_double(const void *a, const void *b)
         return (x > y) - (x < y);
 }
 
-static int bench_one(int n, int probes, uint64_t seed)
+/* Live groups, the denominator of the pruned fraction. */
+static long st_groups(const loom_sched *s)
+{
+        loom_sched_stats st;
+        loom_sched_stats_get(s, &st);
+        return st.groups;
+}
+
+static int bench_one(int n, int probes, uint64_t seed, loom_placer placer)
 {
         loom_cluster_cfg cl;
         loom_policy_cfg po;
         loom_cluster_cfg_default(&cl);
         loom_policy_cfg_default(&po);
+        po.placer = placer;
         loom_err e;
         loom_sched *s = loom_sched_new(&cl, &po, &e);
         double *lat = malloc(sizeof *lat * (size_t)probes);
@@ -123,6 +136,7 @@ static int bench_one(int n, int probes, uint64_t seed)
                         ;
         }
         double fill_s = (clock_us(CLOCK_MONOTONIC) - t0) / 1e6;
+        long seen = 0, pruned = 0;
         for (int p = 0; p < probes; p++) {
                 loom_job_spec sp;
                 draw_job(&r, n + p, &sp);
@@ -134,6 +148,7 @@ static int bench_one(int n, int probes, uint64_t seed)
                         fprintf(stderr, "loom bench: decide failed: %s\n", e.msg);
                         return 1;
                 }
+                seen += st_groups(s), pruned += d.groups_pruned_bound;
         }
         qsort(lat, (size_t)probes, sizeof *lat, cmp_double);
         qsort(cpu, (size_t)probes, sizeof *cpu, cmp_double);
@@ -144,12 +159,14 @@ static int bench_one(int n, int probes, uint64_t seed)
                "\"decisions\":%d,\"p50_us\":%.1f,"
                "\"p99_us\":%.1f,\"max_us\":%.1f,\"cpu_p50_us\":%.1f,\"cpu_p99_us\":%.1f,\"fill_s\":"
                "%.3f,\"rss_mib\":%.1f,"
-               "\"peak_rss_mib\":%.1f}\n",
+               "\"peak_rss_mib\":%.1f,\"placer\":\"%s\",\"pruned_fraction\":%.4f}\n",
                n, st.groups, st.nodes[0], st.nodes[1],
                d.groups_pruned_saturated + d.groups_pruned_full, d.groups_pruned_bound,
                st.cost_per_hour, probes, lat[probes / 2], lat[(int)(probes * 0.99)],
                lat[probes - 1], cpu[probes / 2], cpu[(int)(probes * 0.99)], fill_s,
-               (double)rss_kib("VmRSS:") / 1024.0, (double)rss_kib("VmHWM:") / 1024.0);
+               (double)rss_kib("VmRSS:") / 1024.0, (double)rss_kib("VmHWM:") / 1024.0,
+               placer == LOOM_PLACER_PLEX ? "plex" : "loom",
+               seen ? (double)pruned / (double)seen : 0.0);
         fflush(stdout);
         free(lat);
         free(cpu);
@@ -163,13 +180,16 @@ int loom_cmd_bench(int argc, char **argv)
                 usage(argc < 2 ? stderr : stdout);
                 return argc < 2 ? 2 : 0;
         }
-        if (strcmp(argv[1], "placement")) {
+        if (strcmp(argv[1], "placement") && strcmp(argv[1], "hrrs")) {
                 fprintf(stderr, "loom bench: unknown benchmark '%s' (try: placement)\n", argv[1]);
                 return 2;
         }
         char list[256] = "5,9,13,100,500,1000,2000,10000,100000";
         long probes = 2000;
         unsigned long long seed = 1;
+        loom_placer placer = LOOM_PLACER_LOOM;
+        if (!strcmp(argv[1], "hrrs"))
+                return loom_cmd_bench_hrrs(argc - 1, argv + 1); /* bench_plex.c */
         for (int i = 2; i < argc; i++) {
                 char *end = NULL;
                 if (!strcmp(argv[i], "--help")) {
@@ -177,6 +197,13 @@ int loom_cmd_bench(int argc, char **argv)
                         return 0;
                 } else if (!strcmp(argv[i], "--n") && i + 1 < argc) {
                         snprintf(list, sizeof list, "%s", argv[++i]);
+                } else if (!strcmp(argv[i], "--placer") && i + 1 < argc) {
+                        i++;
+                        if (strcmp(argv[i], "loom") && strcmp(argv[i], "plex")) {
+                                fprintf(stderr, "loom bench: --placer must be loom or plex\n");
+                                return 2;
+                        }
+                        placer = argv[i][0] == 'p' ? LOOM_PLACER_PLEX : LOOM_PLACER_LOOM;
                 } else if (!strcmp(argv[i], "--probes") && i + 1 < argc) {
                         probes = strtol(argv[++i], &end, 10);
                         if (*end || probes < 1 || probes > 10000000) {
@@ -203,7 +230,7 @@ int loom_cmd_bench(int argc, char **argv)
                                 tok);
                         return 2;
                 }
-                if (bench_one((int)n, (int)probes, seed))
+                if (bench_one((int)n, (int)probes, seed, placer))
                         return 1;
         }
         return 0;

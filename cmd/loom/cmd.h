@@ -2,12 +2,19 @@
 #ifndef LOOM_CMD_H
 #define LOOM_CMD_H
 
+#include <stdbool.h>
+
 int loom_cmd_place(int argc, char **argv);
 int loom_cmd_sim(int argc, char **argv);
 int loom_cmd_micro(int argc, char **argv);
 int loom_cmd_sync(int argc, char **argv);
 int loom_cmd_demo(int argc, char **argv);
 int loom_cmd_bench(int argc, char **argv);
+int loom_cmd_micro_plex(int argc, char **argv); /* micro_plex.c */
+int loom_cmd_sim_plex(int argc, char **argv);   /* sim_plex.c */
+bool loom_cmd_micro_is_plex(int argc, char **argv);
+bool loom_cmd_sim_is_plex(int argc, char **argv);
+int loom_cmd_bench_hrrs(int argc, char **argv); /* bench_plex.c */
 
 /* A file shipped with loom (a trace, a scenario): rel relative to the working directory (the
  * source tree), else to the binary (build/loom -> ../rel), written into buf. Returns rel when

@@ -44,6 +44,8 @@ static void usage(FILE *f)
                 "  --seed N          seed for --stochastic (default 1)\n"
                 "  --json            one JSON object per policy per line\n"
                 "\n"
+                "PlexRL's plex-bubbles and plex-pack: see `loom micro plex-pack --help`.\n"
+                "\n"
                 "Exit status: 0 ok, 1 invalid scenario, 2 bad usage.\n");
 }
 
@@ -58,6 +60,8 @@ int loom_cmd_micro(int argc, char **argv)
                                            {"window", 1, 0, 'w'},   {"stochastic", 0, 0, 'r'},
                                            {"seed", 1, 0, 'S'},     {"json", 0, 0, 'j'},
                                            {"help", 0, 0, 'h'},     {0, 0, 0, 0}};
+        if (loom_cmd_micro_is_plex(argc, argv))
+                return loom_cmd_micro_plex(argc, argv);
         const char *scen = NULL, *out = NULL;
         double window = 0;
         bool stochastic = false, json = false;

@@ -48,6 +48,8 @@ static void usage(FILE *f)
                "  --policy LIST          comma list or all (default all): loom, loom-nomig,\n"
                "                         solo, colocated, random, greedy, oracle, lb,\n"
                "                         random-slo, greedy-slo, regroup\n"
+               "                         or PlexRL's plex-isolated, plex-pack, plex-spread,\n"
+               "                         plex-backfill, plex-all (--policy plex-all --help)\n"
                "  --admission A          worst (default) | p99 | p95: after --learn-after\n"
                "                         iterations, plan each job on that quantile of its\n"
                "                         observed phase times\n"
@@ -499,6 +501,8 @@ static int run_sweep(opts *o, const loom_sim_trace *t)
 
 int loom_cmd_sim(int argc, char **argv)
 {
+        if (loom_cmd_sim_is_plex(argc, argv))
+                return loom_cmd_sim_plex(argc, argv); /* sim_plex.c */
         opts o = {.start = 165, .count = 300, .progress = true, .seeds = 3, .threads = 2};
         loom_sim_cfg_default(&o.sim);
         loom_sim_workload_cfg_default(&o.wl);

@@ -43,10 +43,21 @@ typedef struct loom_job_spec {
          * iteration instead (a job re-admitted on a learned profile keeps the budget measured
          * on its mean observed phases, while t_roll/t_train carry a high quantile of them). */
         loom_us t_solo_ref;
+        /* The training phase as PlexRL's serviceized calls (LOOM_CALL_*), run back to back on
+         * the training pool; all 0 = not given (the phase is one call of t_train). When given,
+         * t_train is their sum. */
+        loom_us t_calls[3];
 } loom_job_spec;
 
 #define LOOM_MAX_RESTARTS_DEFAULT 3
 #define LOOM_MAX_RESTARTS_LIMIT 1000
+
+enum { LOOM_CALL_LOG_PROB = 0, LOOM_CALL_UPDATE_ACTOR, LOOM_CALL_SYNC_WEIGHT, LOOM_N_CALLS };
+/* "compute_log_prob", "update_actor", "sync_weight" */
+const char *loom_call_name(int call);
+/* The calls of the training phase: t_calls when given, else the one call t_train. Fills out
+ * (LOOM_N_CALLS entries) and returns how many. */
+int loom_job_calls(const loom_job_spec *s, loom_us *out);
 
 /* A spec with zero times and SLO 1.0; callers fill the rest. */
 void loom_job_spec_init(loom_job_spec *s);

@@ -31,6 +31,7 @@
 #include <stdbool.h>
 
 #include "loom/group.h"
+#include "loom/timeline.h"
 
 typedef uint32_t loom_job_id;   /* 1, 2, 3, ... ; 0 = none */
 typedef uint32_t loom_group_id; /* 0, 1, 2, ... */
@@ -47,6 +48,7 @@ typedef enum loom_placer {
         LOOM_PLACER_GREEDY,     /* WEAVE §6.5 Greedy: the most idle group, its most idle nodes */
         LOOM_PLACER_RANDOM_SLO, /* Random restricted to candidates passing memory and SLO */
         LOOM_PLACER_GREEDY_SLO, /* Greedy restricted to candidates passing memory and SLO */
+        LOOM_PLACER_PLEX, /* PlexRL: phase-shift fitting on the cyclic timeline (timeline.h) */
 } loom_placer;
 
 /* What admission plans a job on once it has history (docs/scheduling.md, learned profiles).
@@ -77,6 +79,11 @@ typedef struct loom_policy_cfg {
         uint64_t seed;                   /* for LOOM_PLACER_RANDOM */
         loom_admission admission;        /* default LOOM_ADMIT_WORST */
         int learn_after;                 /* iterations observed before re-planning; default 3 */
+        loom_dispatch dispatch;          /* training-pool order; default LOOM_DISPATCH_RR */
+        double preempt_margin;           /* HRRS preemption margin, >= 1; default 1.1 */
+        /* LOOM_PLACER_PLEX: Eq. 1 shift bound and weights (0.5, 1.0, 0.25), duty bound 0.75 */
+        double plex_alpha, plex_w1, plex_w2;
+        double plex_duty_max;
 } loom_policy_cfg;
 
 void loom_policy_cfg_default(loom_policy_cfg *p);
@@ -101,6 +108,8 @@ typedef enum loom_reject {
         LOOM_REJECT_SATURATED, /* the group was saturated: pruned before generating */
         LOOM_REJECT_FULL,      /* the group had max_group_size members */
         LOOM_REJECT_TOO_BIG,   /* the job's working set exceeds one node's host memory */
+        LOOM_REJECT_DUTY,      /* plex: a resident's foreign duty would pass plex_duty_max */
+        LOOM_REJECT_NO_FIT,    /* plex: no shift in [0, alpha T] fits the group's free windows */
 } loom_reject;
 
 const char *loom_reject_name(loom_reject r); /* "memory", "slo", "costlier", ... */
@@ -226,6 +235,11 @@ typedef struct loom_action {
         loom_node_id nodes[LOOM_MAX_JOB_NODES];
         int gpus;      /* GPUs the phase runs on */
         int keep_gpus; /* for MIGRATE_TAIL */
+        /* A job whose spec gives two or more training calls trains call by call:
+         * START_PHASE(TRAIN) then runs only call `call` of the `n_calls` loom_job_calls()
+         * lists, and phase_done(TRAIN) ends that call; the iteration ends with the last.
+         * n_calls == 0: the whole phase. */
+        int n_calls, call;
 } loom_action;
 
 /* Pop the next pending action in FIFO order; false when none. */

@@ -49,6 +49,9 @@ static void emit_phase(loom_sched *s, job *j, loom_phase phase, loom_us now)
                 loom__tnodes(g, a.nodes);
         }
         a.gpus = j->gpus;
+        loom_us calls[LOOM_N_CALLS];
+        if (phase == LOOM_PHASE_TRAIN && (a.n_calls = loom__job_calls(j, calls)) > 0)
+                a.call = j->call;
         (void)now;
         loom__push_action(s, &a);
 }
@@ -142,7 +145,8 @@ static void start_rollout(loom_sched *s, job *j, loom_us now)
 static void start_train(loom_sched *s, group *g, job *j, loom_us now)
 {
         g->train_running = j->id;
-        j->trains++;
+        g->train_last = j->id;
+        j->trains += j->call == 0; /* a call-by-call phase is one turn */
         j->state = LOOM_JOB_TRAINING;
         j->gpus = g->train_gpus;
         emit_phase(s, j, LOOM_PHASE_TRAIN, now);
@@ -159,7 +163,10 @@ static int start_in_turn(loom_sched *s, group *g, loom_us now)
                         started++;
                 }
         }
-        job *t = (job *)train_turn(g);
+        job *t = loom__train_mid_chain(s, g, now); /* a call-by-call phase under way */
+        if (!t)
+                t = s->policy.dispatch == LOOM_DISPATCH_RR ? (job *)train_turn(g)
+                                                           : loom__train_pick(s, g, now);
         if (!g->train_running && t && t->state == LOOM_JOB_WAIT_TRAIN) {
                 start_train(s, g, t, now);
                 started++;
@@ -312,8 +319,17 @@ int loom__phase_done(loom_sched *s, job *j, loom_us now, loom_phase phase)
         switch (phase) {
         case LOOM_PHASE_ROLLOUT:
                 wait_for(s, j, LOOM_JOB_WAIT_TRAIN);
+                j->wait_since = j->chain_since = now;
+                j->call = 0;
                 break;
         case LOOM_PHASE_TRAIN:
+                if (j->call + 1 < loom__job_calls(j, (loom_us[LOOM_N_CALLS]){0})) {
+                        j->call++; /* the next call waits for the pool like any request */
+                        wait_for(s, j, LOOM_JOB_WAIT_TRAIN);
+                        j->wait_since = now;
+                        break;
+                }
+                j->call = 0;
                 j->iterations_done++;
                 if (j->spec.iterations > 0 && j->iterations_done >= j->spec.iterations) {
                         loom_action a = {.type = LOOM_ACT_JOB_DONE, .job = j->id, .group = g->id};

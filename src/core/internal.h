@@ -42,6 +42,10 @@ typedef struct job {
         bool learned;
         uint64_t replans;
         loom_us learned_roll, learned_train, learned_budget; /* last computed; 0 before */
+        /* when it began waiting for its current phase (HRRS, FCFS) */
+        loom_us wait_since;
+        int call;            /* next training call when it trains call by call (plex_place.c) */
+        loom_us chain_since; /* when its current training phase became ready */
 } job;
 
 typedef struct rnode {
@@ -73,6 +77,7 @@ typedef struct group {
         bool full;
         int open_idx;              /* index in s->open, or -1 */
         loom_job_id train_running; /* job holding the training pool, or 0 */
+        loom_job_id train_last;    /* the job whose state the training pool holds, or 0 */
 } group;
 
 /* What the placement search needs of an open group, packed for a cache-friendly scan. */
@@ -118,6 +123,7 @@ struct loom_sched {
         uint64_t seq;
         uint64_t rng; /* LOOM_PLACER_RANDOM */
         loom_sched_stats stats;
+        struct loom_plex *plex; /* LOOM_PLACER_PLEX: the timeline placer; else NULL */
 };
 
 /* The ids of g's training nodes into out[0 .. g->n_tnodes). */
@@ -139,6 +145,21 @@ int loom__place(const loom_sched *s, const loom_job_spec *spec, loom_decision *d
 
 /* learn.c */
 int loom__observe(loom_sched *s, job *j, loom_phase phase, loom_us took);
+/* plex_place.c: LOOM_PLACER_PLEX */
+int loom__plex_new(loom_sched *s, loom_err *e);
+int loom__plex_place(const loom_sched *s, const loom_job_spec *spec, loom_decision *d, loom_err *e);
+int loom__plex_commit(loom_sched *s, loom_job_id id, const loom_job_spec *spec,
+                      const loom_decision *d);
+void loom__plex_release(loom_sched *s, loom_job_id id);
+/* hrrs order of the training pool: the member to train next, or NULL (dispatch.c calls it) */
+job *loom__train_pick(const loom_sched *s, const group *g, loom_us now);
+/* Who goes on when a member is between two calls of its training phase: it continues (rr), or
+ * yields to a foreign request whose HRRS score beats its running score by preempt_margin
+ * (hrrs), or joins the queue by the time its call was queued (fcfs: NULL, the usual pick).
+ * NULL when no member is between calls. */
+job *loom__train_mid_chain(const loom_sched *s, const group *g, loom_us now);
+/* calls of j's training phase when it runs call by call (>= 2), else 0 */
+int loom__job_calls(const job *j, loom_us *calls);
 
 /* dispatch.c */
 void loom__dispatch(loom_sched *s, group *g, loom_us now);

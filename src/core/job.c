@@ -49,6 +49,8 @@ static int check_gpus(int gpus, const char *field, const loom_cluster_cfg *c, lo
         return 0;
 }
 
+int loom__job_calls_validate(const loom_job_spec *s, loom_err *e); /* job_calls.c */
+
 int loom_job_spec_validate(const loom_job_spec *s, const loom_cluster_cfg *c, loom_err *e)
 {
         int rc;
@@ -74,7 +76,7 @@ int loom_job_spec_validate(const loom_job_spec *s, const loom_cluster_cfg *c, lo
         if (s->t_solo_ref < 0 || s->t_solo_ref > 4 * max_t)
                 return loom_err_set(e, LOOM_EINVAL, "t_solo_ref",
                                     "t_solo_ref must be >= 0 and <= 4e6 seconds");
-        return 0;
+        return loom__job_calls_validate(s, e);
 }
 
 /* WEAVE Table 2 (GB per 8-GPU node); 3B is not in the table and is taken as half of 7B. */

@@ -602,6 +602,8 @@ int loom__place(const loom_sched *s, const loom_job_spec *spec, loom_decision *d
         if (spec->mem_rollout > s->cluster.host_mem_bytes ||
             spec->mem_train > s->cluster.host_mem_bytes)
                 return reject_too_big(&x);
+        if (s->policy.placer == LOOM_PLACER_PLEX)
+                return loom__plex_place(s, spec, d, e);
 
         for (uint32_t gi = 0; gi < s->next_group && d->record_candidates; gi++) {
                 const group *g = s->groups[gi];

@@ -31,6 +31,10 @@ const char *loom_reject_name(loom_reject r)
 {
         static const char *const n[] = {"none",      "memory", "slo",    "costlier",
                                         "saturated", "full",   "too_big"};
+        if (r == LOOM_REJECT_DUTY)
+                return "duty";
+        if (r == LOOM_REJECT_NO_FIT)
+                return "no_fit";
         return (unsigned)r < 7 ? n[r] : "?";
 }
 
@@ -64,6 +68,12 @@ void loom_policy_cfg_default(loom_policy_cfg *p)
         p->tail_keep_gpus = 1;
         p->placer = LOOM_PLACER_LOOM;
         p->seed = 1;
+        p->dispatch = LOOM_DISPATCH_RR;
+        p->preempt_margin = 1.1;
+        p->plex_alpha = 0.5;
+        p->plex_w1 = 1.0;
+        p->plex_w2 = 0.25;
+        p->plex_duty_max = 0.75;
         p->admission = LOOM_ADMIT_WORST;
         p->learn_after = 3;
 }
@@ -102,7 +112,7 @@ int loom_policy_cfg_validate(const loom_policy_cfg *p, const loom_cluster_cfg *c
                 return loom_err_set(e, LOOM_EINVAL, "tail_keep_gpus",
                                     "tail_keep_gpus must be 1..%d (fewer than a node)",
                                     c->gpus_per_node - 1);
-        if ((unsigned)p->placer > LOOM_PLACER_GREEDY_SLO)
+        if ((unsigned)p->placer > LOOM_PLACER_PLEX)
                 return loom_err_set(e, LOOM_EINVAL, "placer", "unknown placer");
         if ((unsigned)p->admission > LOOM_ADMIT_P95)
                 return loom_err_set(e, LOOM_EINVAL, "admission",
@@ -111,6 +121,19 @@ int loom_policy_cfg_validate(const loom_policy_cfg *p, const loom_cluster_cfg *c
                 return loom_err_set(e, LOOM_EINVAL, "learn_after",
                                     "learn_after must be 1..%d iterations, got %d",
                                     LOOM_LEARN_WINDOW, p->learn_after);
+        if ((unsigned)p->dispatch > LOOM_DISPATCH_FCFS)
+                return loom_err_set(e, LOOM_EINVAL, "dispatch", "unknown dispatch");
+        if (!(p->preempt_margin >= 1.0))
+                return loom_err_set(e, LOOM_EINVAL, "preempt_margin",
+                                    "preempt_margin must be >= 1");
+        if (!(p->plex_alpha >= 0 && p->plex_alpha <= 1))
+                return loom_err_set(e, LOOM_EINVAL, "plex_alpha", "plex_alpha must be in [0, 1]");
+        if (!(p->plex_w1 >= 0) || !(p->plex_w2 >= 0))
+                return loom_err_set(e, LOOM_EINVAL, p->plex_w1 >= 0 ? "plex_w2" : "plex_w1",
+                                    "Eq. 1 weights must be >= 0");
+        if (!(p->plex_duty_max > 0 && p->plex_duty_max <= 1))
+                return loom_err_set(e, LOOM_EINVAL, "plex_duty_max",
+                                    "plex_duty_max must be in (0, 1]");
         return 0;
 }
 
@@ -212,6 +235,10 @@ loom_sched *loom_sched_new(const loom_cluster_cfg *c, const loom_policy_cfg *p, 
         s->price[LOOM_POOL_TRAIN] = loom_cluster_node_price(c, LOOM_POOL_TRAIN);
         s->next_job = 1;
         s->rng = p->seed;
+        if (p->placer == LOOM_PLACER_PLEX && loom__plex_new(s, e)) {
+                free(s);
+                return NULL;
+        }
         return s;
 }
 
@@ -259,6 +286,7 @@ void loom_sched_free(loom_sched *s)
         free(s->rnodes);
         free(s->open);
         free(s->actions.a);
+        loom_plex_free(s->plex);
         free(s);
 }
 
@@ -518,9 +546,16 @@ int loom_sched_submit(loom_sched *s, loom_us now, const loom_job_spec *spec, loo
                 s->stats.decisions[LOOM_DECISION_REJECTED]++;
         if (rc)
                 return rc;
-        if ((rc = reserve(s, d)) || (rc = apply(s, now, spec, d, id)))
+        loom_job_id next = s->next_job;
+        if (s->plex && (rc = loom__plex_commit(s, next, spec, d)))
+                return loom_err_set(e, rc, "", "could not reserve the timeline: %s",
+                                    loom_strerror(rc));
+        if ((rc = reserve(s, d)) || (rc = apply(s, now, spec, d, id))) {
+                if (s->plex)
+                        loom__plex_release(s, next);
                 return loom_err_set(e, rc, "", "could not apply the placement: %s",
                                     loom_strerror(rc));
+        }
         s->rng = rng;
         s->stats.decisions[d->kind]++;
         return 0;
@@ -594,6 +629,8 @@ int loom_sched_job_resume(loom_sched *s, loom_us now, loom_job_id id, loom_phase
         /* its next rollout (or training) is the one of the round it was in */
         j->rolls = j->trains + (phase == LOOM_PHASE_TRAIN);
         j->state = phase == LOOM_PHASE_ROLLOUT ? LOOM_JOB_WAIT_ROLL : LOOM_JOB_WAIT_TRAIN;
+        j->wait_since = j->chain_since = now;
+        j->call = 0; /* a training phase run call by call starts over */
         j->wait_seq = ++s->seq;
         loom__dispatch(s, j->group, now);
         return 0;
@@ -631,6 +668,8 @@ int loom_sched_job_exit(loom_sched *s, loom_us now, loom_job_id id, loom_exit re
                 return LOOM_ENOENT;
         (void)reason;
         group *g = j->group;
+        if (s->plex)
+                loom__plex_release(s, id);
         loom__release_running(s, j, now);
         unpin(s, j, g);
         s->jobs[id] = NULL;

@@ -113,7 +113,30 @@ static json_t *nodes_json(const loom_node_id *n, int count)
         return a;
 }
 
+static json_t *lease_json_phase(loom_server *s, const srv_job *j);
+
+/* The name of a call-by-call lease's call (the spec's calls that are given, in order). */
+static const char *call_name(const srv_job *j, int call)
+{
+        for (int i = 0, k = 0; i < LOOM_N_CALLS; i++)
+                if (j->spec.t_calls[i] > 0 && k++ == call)
+                        return loom_call_name(i);
+        return "train";
+}
+
 static json_t *lease_json(loom_server *s, const srv_job *j)
+{
+        const srv_lease *l = &j->lease;
+        json_t *o = lease_json_phase(s, j);
+        if (o && l->n_calls > 0) { /* a permit per training call */
+                json_object_set_new(o, "call", json_string(call_name(j, l->call)));
+                json_object_set_new(o, "call_index", json_integer(l->call));
+                json_object_set_new(o, "calls", json_integer(l->n_calls));
+        }
+        return o;
+}
+
+static json_t *lease_json_phase(loom_server *s, const srv_job *j)
 {
         const srv_lease *l = &j->lease;
         return json_pack(
@@ -222,6 +245,8 @@ static void grant(loom_server *s, srv_job *j, loom_us now)
         l->n_nodes = j->permit_n_nodes;
         memcpy(l->nodes, j->permit_nodes, sizeof l->nodes);
         l->gpus = j->permit_gpus;
+        l->call = j->permit_call;
+        l->n_calls = j->permit_n_calls;
         l->granted_mono = now;
         l->granted_wall = srv_now_wall();
         l->deadline = now + loom_us_from_s(s->cfg.lease_timeout_s);
@@ -292,6 +317,8 @@ static void on_start_phase(loom_server *s, const loom_action *a, loom_us now)
         j->permit_n_nodes = a->n_nodes;
         memcpy(j->permit_nodes, a->nodes, sizeof j->permit_nodes);
         j->permit_gpus = a->gpus;
+        j->permit_call = a->call;
+        j->permit_n_calls = a->phase == LOOM_PHASE_TRAIN ? a->n_calls : 0;
         j->permit_since = now;
         j->permit_deadline = now + loom_us_from_s(s->cfg.lease_timeout_s);
         note_deadline(s, j->permit_deadline);
@@ -440,8 +467,8 @@ static void h_submit(loom_server *s, srv_req *r, loom_us now)
         if (overcommit) { /* placed by the model, refused by the measured host tier */
                 end_job(s, j, SJ_CANCELLED, "ended", over);
                 srv_apply_actions(s, now);
-                return srv_reply_json(r, 422, json_pack("{s:s,s:s}", "error", over, "field",
-                                                        "mem_rollout"));
+                return srv_reply_json(
+                    r, 422, json_pack("{s:s,s:s}", "error", over, "field", "mem_rollout"));
         }
         srv_log(s, "job %u (%s) accepted: %s, group %lld", j->id, j->name,
                 json_string_value(json_object_get(j->decision, "decision")),
@@ -576,8 +603,8 @@ static void h_release(loom_server *s, srv_req *r, loom_us now)
                 int64_t wall = srv_now_wall();
                 store_check(s, srv_store_lease_end(s->store, l.id, "released", wall, &e), &e);
                 j->has_lease = false;
-                if (l.phase == LOOM_PHASE_ROLLOUT) {
-                        j->next = LOOM_PHASE_TRAIN;
+                if (l.phase == LOOM_PHASE_ROLLOUT || l.call + 1 < l.n_calls) {
+                        j->next = LOOM_PHASE_TRAIN; /* or the next call of the phase */
                 } else {
                         j->done++;
                         j->next = LOOM_PHASE_ROLLOUT;
@@ -587,7 +614,15 @@ static void h_release(loom_server *s, srv_req *r, loom_us now)
                         end_job(s, j, SJ_FINISHED, "released", "reached its iterations");
                 else
                         store_check(s, srv_store_job_update(s->store, j, &e), &e);
-                srv_observe_phase(s, j, l.phase, now - l.granted_mono, now);
+                /* drift watches whole phases: a training phase run call by call is observed
+                 * once, as the sum of its calls */
+                loom_us took = now - l.granted_mono;
+                if (l.phase == LOOM_PHASE_TRAIN && l.n_calls > 0) {
+                        j->calls_took = l.call ? j->calls_took + took : took;
+                        took = j->calls_took;
+                }
+                if (l.phase == LOOM_PHASE_ROLLOUT || l.call + 1 >= l.n_calls)
+                        srv_observe_phase(s, j, l.phase, took, now);
         }
         srv_apply_actions(s, now);
         json_t *o = srv_job_json(s, j, false);

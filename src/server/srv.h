@@ -115,6 +115,7 @@ typedef struct srv_lease {
         int keep_gpus; /* > 0 once the scheduler advised migrating the tail */
         loom_us granted_mono, deadline;
         int64_t granted_wall;
+        int call, n_calls; /* a training phase run call by call: this call of n_calls */
 } srv_lease;
 
 /* A job's admissions (retry.c). Every admission is one core job: a restart or a drift
@@ -158,7 +159,9 @@ typedef struct srv_job {
         srv_lease lease;
         srv_req *waiters;
 
-        srv_retry retry; /* admissions, restarts, drift (retry.c) */
+        srv_retry retry;                 /* admissions, restarts, drift (retry.c) */
+        int permit_call, permit_n_calls; /* see loom_action.call */
+        loom_us calls_took;              /* training calls released so far this phase */
 } srv_job;
 
 /* Prometheus histogram with fixed upper bounds in seconds. */

@@ -70,6 +70,8 @@ typedef struct sjob {
         bool active, waiting, failed;
         int restarts;
         loom_us took; /* the running phase's own length, for loom_sched_observe */
+        /* the training call running, of n_calls (0: the whole phase) */
+        int call, n_calls;
 } sjob;
 
 typedef struct engine {
@@ -306,6 +308,10 @@ static int start_phase(engine *g, const loom_action *a)
                                    sj->train[it]);
         else
                 len = sj->spec.t_sync;
+        loom_us calls[LOOM_N_CALLS];
+        j->call = a->call, j->n_calls = a->phase == LOOM_PHASE_TRAIN ? a->n_calls : 0;
+        if (j->n_calls > 0 && loom_job_calls(&sj->spec, calls) == j->n_calls)
+                len = (loom_us)((double)len * (double)calls[j->call] / (double)sj->spec.t_train);
         j->took = len;
         j->version++;
         return loom__sim_heap_push(&g->heap, g->now + ovh + len, SIM_EV_END, (uint32_t)ji,
@@ -591,10 +597,13 @@ static int on_end(engine *g, int ji)
         j->running = false;
         loom_phase ph = j->phase;
         j->rolling = false;
-        int obs = loom_sched_observe(g->s, g->now, j->id, ph, j->took);
+        /* a training phase run call by call ends with its last call; learned profiles
+         * observe whole phases only */
+        bool whole = j->n_calls == 0;
+        int obs = whole ? loom_sched_observe(g->s, g->now, j->id, ph, j->took) : 0;
         if (obs < 0)
                 return fail(g, obs, "observe");
-        if (ph == LOOM_PHASE_TRAIN) {
+        if (ph == LOOM_PHASE_TRAIN && (whole || j->call + 1 == j->n_calls)) {
                 j->iter++;
                 if ((rc = check_drift(g, ji, j->iter - 1)))
                         return rc < 0 ? rc : drain(g);
@@ -743,6 +752,8 @@ int loom__sim_run_core(const loom_sim_cfg *c, const loom_sim_workload *w, loom_s
                            : p == LOOM_SIM_RANDOM_SLO ? LOOM_PLACER_RANDOM_SLO
                            : p == LOOM_SIM_GREEDY_SLO ? LOOM_PLACER_GREEDY_SLO
                                                       : LOOM_PLACER_LOOM;
+        if (p == LOOM_SIM_LOOM && c->policy.placer == LOOM_PLACER_PLEX)
+                cc.policy.placer = LOOM_PLACER_PLEX; /* PlexRL's placer through the same core */
         /* SLO-blind placers and regroup plan on declared worst cases only */
         r->admits = p != LOOM_SIM_RANDOM && p != LOOM_SIM_GREEDY;
         if (!r->admits || p == LOOM_SIM_REGROUP)

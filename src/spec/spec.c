@@ -143,14 +143,17 @@ static int check_fields(const dctx *c, json_t *obj, const char *const *known,
         return 0;
 }
 
+/* The serviceized training calls (job_calls.c), optional in a job spec. */
+#define CALLS_KNOWN "compute_log_prob_s", "update_actor_s", "sync_weight_s",
+
 int loom_job_spec_from_json(json_t *obj, const char *where, const char *text, size_t len,
                             const loom_cluster_cfg *cl, const char *const *extra_ok,
                             loom_job_spec *out, loom_err *e)
 {
         static const char *const known[] = {
-            "id",  "rollout_gpus",   "train_gpus",   "t_roll_s", "t_train_s",  "sync_s",
-            "slo", "mem_rollout_gb", "mem_train_gb", "model_b",  "iterations", "max_restarts",
-            NULL};
+            "id",         "rollout_gpus", "train_gpus",     "t_roll_s",     "t_train_s",
+            "sync_s",     "slo",          "mem_rollout_gb", "mem_train_gb", "model_b",
+            "iterations", "max_restarts", CALLS_KNOWN NULL};
         dctx c = {where, text, len, e};
         if (!json_is_object(obj))
                 return fail(&c, "", "a job must be a JSON object");
@@ -174,8 +177,17 @@ int loom_job_spec_from_json(json_t *obj, const char *where, const char *text, si
         if ((rc = get_int(&c, obj, "train_gpus", true, 1, 1 << 20, &v)))
                 return rc;
         s.train_gpus = (int)v;
+        bool calls = false; /* serviceized training calls: t_train_s is then their sum */
+        for (int i = 0; i < LOOM_N_CALLS; i++) {
+                char k[40];
+                snprintf(k, sizeof k, "%s_s", loom_call_name(i));
+                if ((rc = get_seconds(&c, obj, k, false, true, &s.t_calls[i])) < 0)
+                        return rc;
+                calls |= rc == 0;
+                s.t_train += s.t_calls[i];
+        }
         if ((rc = get_seconds(&c, obj, "t_roll_s", true, true, &s.t_roll)) ||
-            (rc = get_seconds(&c, obj, "t_train_s", true, true, &s.t_train)) ||
+            (rc = get_seconds(&c, obj, "t_train_s", !calls, true, &s.t_train)) < 0 ||
             (rc = get_seconds(&c, obj, "sync_s", false, false, &s.t_sync)) < 0)
                 return rc;
         if ((rc = get_number(&c, obj, "slo", true, &s.slo)))
@@ -282,6 +294,12 @@ int loom_policy_cfg_from_json(json_t *obj, const char *where, const char *text, 
                                             "tail_keep_gpus",
                                             "placer",
                                             "seed",
+                                            "dispatch",
+                                            "preempt_margin",
+                                            "plex_alpha",
+                                            "plex_w1",
+                                            "plex_w2",
+                                            "plex_duty_max",
                                             NULL};
         dctx c = {where ? where : "", text, len, e};
         if (!json_is_object(obj))
@@ -322,9 +340,21 @@ int loom_policy_cfg_from_json(json_t *obj, const char *where, const char *text, 
                         p.placer = LOOM_PLACER_RANDOM;
                 else if (!strcmp(n, "greedy"))
                         p.placer = LOOM_PLACER_GREEDY;
+                else if (!strcmp(n, "plex"))
+                        p.placer = LOOM_PLACER_PLEX;
                 else
-                        return fail(&c, "placer", "must be \"loom\", \"random\" or \"greedy\"");
+                        return fail(&c, "placer",
+                                    "must be \"loom\", \"random\", \"greedy\" or \"plex\"");
         }
+        json_t *dp = json_object_get(obj, "dispatch");
+        if (dp && loom_dispatch_parse(json_is_string(dp) ? json_string_value(dp) : "", &p.dispatch))
+                return fail(&c, "dispatch", "must be \"rr\", \"hrrs\" or \"fcfs\"");
+        if ((rc = get_number(&c, obj, "preempt_margin", false, &p.preempt_margin)) < 0 ||
+            (rc = get_number(&c, obj, "plex_alpha", false, &p.plex_alpha)) < 0 ||
+            (rc = get_number(&c, obj, "plex_w1", false, &p.plex_w1)) < 0 ||
+            (rc = get_number(&c, obj, "plex_w2", false, &p.plex_w2)) < 0 ||
+            (rc = get_number(&c, obj, "plex_duty_max", false, &p.plex_duty_max)) < 0)
+                return rc;
         if ((rc = get_int(&c, obj, "seed", false, 0, INT64_MAX, &v)) < 0)
                 return rc;
         if (rc == 0)
@@ -528,6 +558,12 @@ json_t *loom_job_spec_to_json(const loom_job_spec *s)
         json_object_set_new(o, "mem_train_gb", json_real((double)s->mem_train / 1e9));
         json_object_set_new(o, "iterations", json_integer(s->iterations));
         json_object_set_new(o, "max_restarts", json_integer(s->max_restarts));
+        for (int i = 0; i < LOOM_N_CALLS; i++)
+                if (s->t_calls[i] > 0) {
+                        char k[40];
+                        snprintf(k, sizeof k, "%s_s", loom_call_name(i));
+                        json_object_set_new(o, k, json_real(loom_us_to_s(s->t_calls[i])));
+                }
         return o;
 }
 

@@ -1,0 +1,278 @@
+/*
+ * test_core_sched_plex.c - the facade with placer = plex (timeline fitting) and dispatch =
+ * hrrs | fcfs | rr on a shared training pool.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+
+#include "loom/sched.h"
+
+static loom_cluster_cfg cl;
+static loom_policy_cfg po;
+
+static void setup(void)
+{
+        loom_cluster_cfg_default(&cl);
+        loom_policy_cfg_default(&po);
+        po.placer = LOOM_PLACER_PLEX;
+}
+
+TestSuite(plexsched, .init = setup);
+
+static loom_job_spec spec(double roll, double train, int train_gpus)
+{
+        loom_job_spec s;
+        loom_job_spec_init(&s);
+        s.rollout_gpus = 8;
+        s.train_gpus = train_gpus;
+        s.t_roll = loom_us_from_s(roll);
+        s.t_train = loom_us_from_s(train);
+        s.slo = 1.0;
+        s.mem_rollout = 100 * LOOM_GB;
+        s.mem_train = 100 * LOOM_GB;
+        return s;
+}
+
+static loom_job_id submit(loom_sched *s, loom_job_spec sp, loom_decision *d)
+{
+        loom_job_id id = 0;
+        loom_err e;
+        cr_assert_eq(loom_sched_submit(s, 0, &sp, d, &id, &e), 0, "%s", e.msg);
+        return id;
+}
+
+static void drain(loom_sched *s)
+{
+        loom_action a;
+        while (loom_sched_next_action(s, &a))
+                ;
+}
+
+Test(plexsched, jobs_share_a_training_pool_with_rollout_nodes_of_their_own)
+{
+        loom_err e;
+        loom_sched *s = loom_sched_new(&cl, &po, &e);
+        cr_assert_not_null(s, "%s", e.msg);
+        loom_decision d;
+        loom_decision_init(&d, false);
+        /* 7B of Table 2: 231.5 s of rollout, 57.5 s of training calls. */
+        loom_job_id a = submit(s, spec(231.53, 57.50, 8), &d);
+        cr_assert_eq(d.kind, LOOM_DECISION_NEW_GROUP);
+        loom_group_id g = d.group;
+        loom_job_id b = submit(s, spec(231.53, 57.50, 8), &d);
+        cr_assert_eq(d.kind, LOOM_DECISION_ROLLOUT_SCALE, "%s", d.reason);
+        cr_assert_eq(d.group, g);
+        cr_assert_eq(d.n_rollout_nodes, 1);
+        loom_job_info ja, jb;
+        loom_sched_job_info(s, a, &ja);
+        loom_sched_job_info(s, b, &jb);
+        cr_assert_neq(ja.rollout_nodes[0], jb.rollout_nodes[0]);
+        cr_assert_eq(ja.train_nodes[0], jb.train_nodes[0]);
+        /* A job of another training size never joins the group. */
+        submit(s, spec(231.53, 57.50, 16), &d);
+        cr_assert_eq(d.kind, LOOM_DECISION_NEW_GROUP);
+        /* Each 7B job holds 59 of every 290 slots; the third goes at shift 118 s, a fourth
+         * would need 177 s > alpha T = 145 s: refused by the fitting, a new group. */
+        submit(s, spec(231.53, 57.50, 8), &d);
+        cr_assert_eq(d.group, g, "%s", d.reason);
+        submit(s, spec(231.53, 57.50, 8), &d);
+        cr_assert_eq(d.kind, LOOM_DECISION_NEW_GROUP, "%s", d.reason);
+        cr_assert_eq(d.groups_pruned_bound, 0);
+        drain(s);
+        loom_sched_stats st;
+        loom_sched_stats_get(s, &st);
+        cr_assert_eq(st.groups, 3);
+        for (loom_job_id id = 1; id <= 5; id++)
+                cr_assert_eq(loom_sched_job_exit(s, 0, id, LOOM_EXIT_FINISHED), 0);
+        loom_sched_stats_get(s, &st);
+        cr_assert_eq(st.groups, 0);
+        loom_decision_free(&d);
+        loom_sched_free(s);
+}
+
+Test(plexsched, a_cycle_longer_than_the_horizon_gets_a_group_of_its_own)
+{
+        loom_err e;
+        loom_sched *s = loom_sched_new(&cl, &po, &e);
+        loom_decision d;
+        loom_decision_init(&d, false);
+        loom_job_id a = submit(s, spec(8 * 3600.0, 600, 8), &d);
+        cr_assert_eq(d.kind, LOOM_DECISION_NEW_GROUP, "%s", d.reason);
+        loom_job_id b = submit(s, spec(8 * 3600.0, 600, 8), &d);
+        cr_assert_eq(d.kind, LOOM_DECISION_NEW_GROUP, "%s", d.reason);
+        submit(s, spec(231.53, 57.50, 8), &d); /* plannable jobs still share among themselves */
+        submit(s, spec(231.53, 57.50, 8), &d);
+        cr_assert_eq(d.kind, LOOM_DECISION_ROLLOUT_SCALE, "%s", d.reason);
+        cr_assert_eq(loom_sched_job_exit(s, 0, a, LOOM_EXIT_FINISHED), 0);
+        cr_assert_eq(loom_sched_job_exit(s, 0, b, LOOM_EXIT_CANCELLED), 0);
+        loom_decision_free(&d);
+        loom_sched_free(s);
+}
+
+Test(plexsched, duty_bound_prunes_before_fitting)
+{
+        po.plex_alpha = 1.0; /* shifts up to a whole cycle: only the duty bound stops packing */
+        loom_err e;
+        loom_sched *s = loom_sched_new(&cl, &po, &e);
+        loom_decision d;
+        loom_decision_init(&d, false);
+        for (int i = 0; i < 4; i++) {
+                submit(s, spec(231.53, 57.50, 8), &d);
+                cr_assert_eq(d.group, 0, "job %d: %s", i, d.reason);
+        }
+        /* Four residents: each would see 4 x 59 x 99 / 28800 = 81% foreign duty > 75%. */
+        loom_decision ex;
+        loom_decision_init(&ex, true);
+        loom_job_spec sp = spec(231.53, 57.50, 8);
+        cr_assert_eq(loom_sched_decide(s, &sp, &ex, &e), 0);
+        cr_assert_eq(ex.n_candidates, 2);
+        cr_assert_eq(ex.candidates[0].group, 0);
+        cr_assert_eq(ex.candidates[0].reject, LOOM_REJECT_DUTY);
+        cr_assert_str_eq(loom_reject_name(ex.candidates[0].reject), "duty");
+        cr_assert_eq(ex.candidates[1].kind, LOOM_DECISION_NEW_GROUP);
+        cr_assert_eq(ex.candidates[1].reject, LOOM_REJECT_NONE);
+        loom_decision_free(&ex);
+        submit(s, spec(231.53, 57.50, 8), &d);
+        cr_assert_eq(d.kind, LOOM_DECISION_NEW_GROUP, "%s", d.reason);
+        cr_assert_eq(d.groups_pruned_bound, 1);
+        loom_decision_free(&d);
+        loom_sched_free(s);
+}
+
+/* Three jobs in one group; A trains while B (long call, waits first) and C (short call) wait.
+ * When A finishes: FCFS takes B, HRRS takes C (higher response ratio). */
+static loom_job_id next_trainer(loom_dispatch dsp)
+{
+        po.dispatch = dsp;
+        po.warm_switch = loom_us_from_s(10);
+        loom_err e;
+        loom_sched *s = loom_sched_new(&cl, &po, &e);
+        cr_assert_not_null(s, "%s", e.msg);
+        loom_decision d;
+        loom_decision_init(&d, false);
+        /* One 500 s cycle each, so their phases fit one timeline at offsets. */
+        loom_job_id a = submit(s, spec(480, 20, 8), &d);
+        loom_job_id b = submit(s, spec(400, 100, 8), &d);
+        loom_job_id c = submit(s, spec(490, 10, 8), &d);
+        cr_assert_eq(d.kind, LOOM_DECISION_ROLLOUT_SCALE, "%s", d.reason);
+        drain(s);
+        loom_us t = loom_us_from_s(1);
+        cr_assert_eq(loom_sched_phase_done(s, t, a, LOOM_PHASE_ROLLOUT), 0);
+        drain(s); /* A trains */
+        cr_assert_eq(loom_sched_phase_done(s, loom_us_from_s(10), b, LOOM_PHASE_ROLLOUT), 0);
+        cr_assert_eq(loom_sched_phase_done(s, loom_us_from_s(20), c, LOOM_PHASE_ROLLOUT), 0);
+        drain(s);
+        cr_assert_eq(loom_sched_phase_done(s, loom_us_from_s(50), a, LOOM_PHASE_TRAIN), 0);
+        loom_action act;
+        loom_job_id who = 0;
+        while (loom_sched_next_action(s, &act))
+                if (act.type == LOOM_ACT_START_PHASE && act.phase == LOOM_PHASE_TRAIN)
+                        who = act.job;
+        loom_decision_free(&d);
+        loom_sched_free(s);
+        cr_assert(who == b || who == c);
+        return who;
+}
+
+Test(plexsched, fcfs_takes_the_oldest_hrrs_the_highest_ratio)
+{
+        cr_assert_eq(next_trainer(LOOM_DISPATCH_FCFS), 2);
+        /* B: 1 + 40 / (100 + 10) = 1.36; C: 1 + 30 / (10 + 10) = 2.5 */
+        cr_assert_eq(next_trainer(LOOM_DISPATCH_HRRS), 3);
+}
+
+Test(plexsched, bad_policy_knobs_name_the_field)
+{
+        loom_err e;
+        po.plex_duty_max = 0;
+        cr_assert_null(loom_sched_new(&cl, &po, &e));
+        cr_assert_str_eq(e.field, "plex_duty_max");
+        loom_policy_cfg_default(&po);
+        po.preempt_margin = 0.5;
+        cr_assert_null(loom_sched_new(&cl, &po, &e));
+        cr_assert_str_eq(e.field, "preempt_margin");
+        loom_policy_cfg_default(&po);
+        po.dispatch = (loom_dispatch)7;
+        cr_assert_null(loom_sched_new(&cl, &po, &e));
+        cr_assert_str_eq(e.field, "dispatch");
+}
+
+static loom_job_spec calls_spec(double roll, double c0, double c1, double c2)
+{
+        loom_job_spec s = spec(roll, c0 + c1 + c2, 8);
+        s.t_calls[LOOM_CALL_LOG_PROB] = loom_us_from_s(c0);
+        s.t_calls[LOOM_CALL_UPDATE_ACTOR] = loom_us_from_s(c1);
+        s.t_calls[LOOM_CALL_SYNC_WEIGHT] = loom_us_from_s(c2);
+        s.t_train = s.t_calls[0] + s.t_calls[1] + s.t_calls[2];
+        return s;
+}
+
+/* The next START_PHASE(TRAIN) in the queue: its job and call; 0 if none. */
+static loom_job_id next_train(loom_sched *s, int *call, int *n_calls)
+{
+        loom_action a;
+        loom_job_id who = 0;
+        while (loom_sched_next_action(s, &a))
+                if (a.type == LOOM_ACT_START_PHASE && a.phase == LOOM_PHASE_TRAIN && !who) {
+                        who = a.job;
+                        *call = a.call;
+                        *n_calls = a.n_calls;
+                }
+        return who;
+}
+
+/* A trains call by call (10 + 400 + 10 s); B (5 + 5 + 5 s) becomes ready during A's first call.
+ * At A's first call boundary: rr lets A go on, fcfs takes B (queued first), hrrs takes B
+ * (1 + 9/15 = 1.6 beats 1.1 x A's running 1 + 10/410). */
+static loom_job_id after_first_call(loom_dispatch dsp, double b_call)
+{
+        po.dispatch = dsp;
+        loom_err e;
+        loom_sched *s = loom_sched_new(&cl, &po, &e);
+        loom_decision d;
+        loom_decision_init(&d, false);
+        loom_job_id a = submit(s, calls_spec(580, 10, 400, 10), &d);
+        loom_job_id b = submit(s, calls_spec(1000 - 3 * b_call, b_call, b_call, b_call), &d);
+        cr_assert_eq(d.kind, LOOM_DECISION_ROLLOUT_SCALE, "%s", d.reason);
+        drain(s);
+        int call = -1, n = 0;
+        cr_assert_eq(loom_sched_phase_done(s, loom_us_from_s(1), a, LOOM_PHASE_ROLLOUT), 0);
+        cr_assert_eq(next_train(s, &call, &n), a);
+        cr_assert_eq(call, LOOM_CALL_LOG_PROB);
+        cr_assert_eq(n, 3);
+        cr_assert_eq(loom_sched_phase_done(s, loom_us_from_s(2), b, LOOM_PHASE_ROLLOUT), 0);
+        drain(s);
+        cr_assert_eq(loom_sched_phase_done(s, loom_us_from_s(11), a, LOOM_PHASE_TRAIN), 0);
+        loom_job_id who = next_train(s, &call, &n), first = who;
+        loom_job_info ji;
+        loom_sched_job_info(s, a, &ji);
+        cr_assert_eq(ji.iterations_done, 0); /* one call is not an iteration */
+        if (who == a)
+                cr_assert_eq(call, LOOM_CALL_UPDATE_ACTOR);
+        else
+                cr_assert_eq(call, LOOM_CALL_LOG_PROB);
+        /* Finish everything: both jobs complete one iteration after their third call. */
+        for (int k = 0; k < 12 && who; k++) {
+                cr_assert_eq(
+                    loom_sched_phase_done(s, loom_us_from_s(20 + k), who, LOOM_PHASE_TRAIN), 0);
+                who = next_train(s, &call, &n);
+        }
+        loom_sched_job_info(s, a, &ji);
+        cr_assert_eq(ji.iterations_done, 1);
+        loom_sched_job_info(s, b, &ji);
+        cr_assert_eq(ji.iterations_done, 1);
+        loom_decision_free(&d);
+        loom_sched_free(s);
+        return first;
+}
+
+Test(plexsched, training_calls_are_dispatched_one_by_one)
+{
+        cr_assert_eq(after_first_call(LOOM_DISPATCH_RR, 5), 1);
+        cr_assert_eq(after_first_call(LOOM_DISPATCH_FCFS, 5), 2);
+        cr_assert_eq(after_first_call(LOOM_DISPATCH_HRRS, 5), 2);
+        /* B's calls of 30 s: 1 + 9/90 = 1.10 beats A's 1.024, but not by the 1.1x margin. */
+        cr_assert_eq(after_first_call(LOOM_DISPATCH_HRRS, 30), 1);
+        po.preempt_margin = 1.0;
+        cr_assert_eq(after_first_call(LOOM_DISPATCH_HRRS, 30), 2);
+}
