@@ -5,6 +5,7 @@
  * usage.
  */
 #include <getopt.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -13,29 +14,40 @@
 
 static void usage(FILE *f)
 {
-        fprintf(f, "usage: loom demo [options]\n"
-                   "\n"
-                   "Starts loomd on a temporary data dir and runs RL jobs of different shapes as\n"
-                   "separate processes doing real CPU work: rollouts on CPU 0 (the rollout pool),\n"
-                   "training on CPU 1 (the training pool), each phase under a run permit from\n"
-                   "loomd. Then runs each job alone for comparison and prints a table. About a\n"
-                   "minute; leaves nothing running.\n"
-                   "\n"
-                   "options:\n"
-                   "  --jobs N        3 or 4 (the 4th is rejected at admission; default 4)\n"
-                   "  --seed N        response lengths and crash times (default 1)\n"
-                   "  --scale X       multiply every phase time (default 1.0)\n"
-                   "  --alone N       iterations of each solo run (default 3)\n"
-                   "  --crash N       SIGKILL loomd N times during the shared run and restart it\n"
-                   "  --state-mib N   each job's state moved through loom-state on every switch\n"
-                   "                  (MiB, 0 = none; default 16; docs/state.md)\n"
-                   "  --data-dir DIR  use DIR instead of a temporary directory (kept)\n"
-                   "  --keep          keep the temporary directory\n"
-                   "  --quiet         no timeline, only the summary\n"
-                   "  --help          this text\n");
+        fprintf(f,
+                "usage: loom demo [options]\n"
+                "\n"
+                "Starts loomd on a temporary data dir and runs RL jobs of different shapes as\n"
+                "separate processes doing real CPU work: rollouts on CPU 0 (the rollout pool),\n"
+                "training on CPU 1 (the training pool), each phase under a run permit from\n"
+                "loomd. Then runs each job alone for comparison and prints a table. About a\n"
+                "minute; leaves nothing running.\n"
+                "\n"
+                "options:\n"
+                "  --jobs N        3 or 4 (the 4th is rejected at admission; default 4)\n"
+                "  --seed N        response lengths and crash times (default 1)\n"
+                "  --scale X       multiply every phase time (default 1.0)\n"
+                "  --alone N       iterations of each solo run (default 3)\n"
+                "  --crash N       SIGKILL loomd N times during the shared run and restart it\n"
+                "  --state-mib N   each job's state moved through loom-state on every switch\n"
+                "                  (MiB, 0 = none; default 16; docs/state.md)\n"
+                "  --data-dir DIR  use DIR instead of a temporary directory (kept)\n"
+                "  --keep          keep the temporary directory\n"
+                "  --quiet         no timeline, only the summary\n"
+                "  --help          this text\n"
+                "\n"
+                "  --real          instead: three real PyTorch GRPO jobs (examples/rl) under\n"
+                "                  loomd, weights through the sync engine, then the same jobs\n"
+                "                  alone; reward curves (printed and PNG) and the table.\n"
+                "                  Two to four minutes. With --real: --seed, --data-dir,\n"
+                "                  --keep, --quiet, --state-mib (0: optimizer state in files\n"
+                "                  instead of loom-state) and\n"
+                "  --steps N       GRPO steps per job (default 20)\n"
+                "  --plot FILE     write the reward curves there (PNG)\n"
+                "  --python PATH   interpreter with torch and numpy (default /usr/bin/python3)\n");
 }
 
-static int parse_opts(int argc, char **argv, loom_demo_opts *o)
+static int parse_opts(int argc, char **argv, loom_demo_opts *o, loom_demo_real_opts *r, bool *real)
 {
         static const struct option lo[] = {
             {"jobs", required_argument, NULL, 'j'},
@@ -48,9 +60,14 @@ static int parse_opts(int argc, char **argv, loom_demo_opts *o)
             {"quiet", no_argument, NULL, 'q'},
             {"help", no_argument, NULL, 'h'},
             {"state-mib", required_argument, NULL, 'S'},
+            {"real", no_argument, NULL, 'R'},
+            {"steps", required_argument, NULL, 'N'},
+            {"plot", required_argument, NULL, 'P'},
+            {"python", required_argument, NULL, 'Y'},
             {NULL, 0, NULL, 0},
         };
         loom_demo_opts_default(o);
+        loom_demo_real_opts_default(r);
         optind = 1;
         int ch;
         char *end;
@@ -95,6 +112,20 @@ static int parse_opts(int argc, char **argv, loom_demo_opts *o)
                 case 'q':
                         o->quiet = true;
                         break;
+                case 'R':
+                        *real = true;
+                        break;
+                case 'N':
+                        r->steps = (int)strtol(optarg, &end, 10);
+                        if (*end || r->steps < 1 || r->steps > 1000)
+                                return fprintf(stderr, "loom demo: --steps in [1, 1000]\n"), 2;
+                        break;
+                case 'P':
+                        r->plot = optarg;
+                        break;
+                case 'Y':
+                        r->python = optarg;
+                        break;
                 case 'h':
                         usage(stdout);
                         return -1;
@@ -113,11 +144,20 @@ static int parse_opts(int argc, char **argv, loom_demo_opts *o)
 int loom_cmd_demo(int argc, char **argv)
 {
         loom_demo_opts o;
-        int rc = parse_opts(argc, argv, &o);
+        loom_demo_real_opts r;
+        bool real = false;
+        int rc = parse_opts(argc, argv, &o, &r, &real);
         if (rc)
                 return rc < 0 ? 0 : rc;
         loom_err e;
-        rc = loom_demo_run(&o, stdout, &e);
+        if (real) {
+                r.seed = o.seed;
+                r.dir = o.dir;
+                r.keep = o.keep;
+                r.quiet = o.quiet;
+                r.state_mib = o.state_mib;
+        }
+        rc = real ? loom_demo_real_run(&r, stdout, &e) : loom_demo_run(&o, stdout, &e);
         if (rc && rc != LOOM_ECORRUPT) /* a failed check is already in the report */
                 fprintf(stderr, "loom demo: %s%s%s\n", e.field, e.field[0] ? ": " : "", e.msg);
         return rc ? 1 : 0;

@@ -54,4 +54,30 @@ void loom_demo_opts_default(loom_demo_opts *o);
  */
 int loom_demo_run(const loom_demo_opts *o, FILE *out, loom_err *e);
 
+/*
+ * `loom demo --real`: three real PyTorch GRPO jobs (examples/rl, run by python with torch and
+ * numpy) under an in-process loomd; rollouts on CPU 0, training on CPU 1, weights through
+ * libloomsync; then the same jobs alone. Prints placement, the live timeline, reward curves
+ * (and a PNG), held-out rewards at start and end, and iterations/hour and cost/iteration
+ * shared vs alone. Returns 0 when every job ran its steps, its held-out reward rose and its
+ * final weights equal the solo run's bit for bit; LOOM_ECORRUPT when a run went through but
+ * that check failed; LOOM_EINVAL (e->field) for an option out of range; LOOM_ENOENT when the
+ * source tree or a python with torch is missing; another LOOM_E* code when it could not run.
+ */
+typedef struct loom_demo_real_opts {
+        uint64_t seed;      /* every job's seed; default 1 */
+        int steps;          /* GRPO steps per job, 1..1000; default 20 */
+        const char *python; /* interpreter with torch and numpy; default /usr/bin/python3 */
+        const char *plot;   /* PNG of the reward curves; NULL: rewards.png in the data dir */
+        const char *dir;    /* data directory (kept); NULL: a temporary one */
+        bool keep;          /* keep the temporary data directory */
+        bool quiet;         /* no timeline, only the report */
+        int state_mib;      /* > 0: a loom-state daemon (this many MiB per job) keeps each
+                             * trainer's optimizer state between train permits; 0: files.
+                             * Default 16 */
+} loom_demo_real_opts;
+
+void loom_demo_real_opts_default(loom_demo_real_opts *o);
+int loom_demo_real_run(const loom_demo_real_opts *o, FILE *out, loom_err *e);
+
 #endif

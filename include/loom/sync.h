@@ -17,6 +17,9 @@
  *            partial sums from different senders add up to the sum over a rank's slice.
  *   run      a real multi-process transfer over TCP, one process per rank, optionally across a
  *            tc-shaped veth pair between two network namespaces.
+ *   pub/pull a live model from a trainer process to its rollout workers, version after
+ *            version (sparse deltas against the previous version, dense catch-up); what the
+ *            Python package's job.publish / job.pull use (docs/real-jobs.md).
  *
  * Memory: every *_new returns a heap object owned by the caller and released by the matching
  * *_free; *_free(NULL) does nothing. Errors: 0 or a negative LOOM_E* code, message in loom_err.
@@ -333,5 +336,60 @@ enum { LOOM_SYNC_CODEC_DENSITIES = 8 };
 int loom_sync_codec_bench(
     uint64_t seed, size_t n,
     loom_sync_codec_row rows[LOOM_SYNC_CODEC_DENSITIES * (LOOM_SYNC_ENC_AUTO + 1)], loom_err *e);
+
+/* ---- publish / pull: a live model between a trainer and its rollout workers ------------ */
+
+/* The trainer publishes each new version of its bf16 weights (a flat array cut into shards,
+ * e.g. one per tensor); a publisher thread serves pulls over TCP. A puller that holds the
+ * previous version receives sparse XOR deltas (only the buckets that changed); any other puller
+ * (a new or restarted worker) receives the version dense. Every frame carries CRC32C; the
+ * puller checks each shard's additive hash (loom_sync_hash, g0 = the shard's first element)
+ * against the publisher's manifest before it overwrites anything, so a failed pull leaves the
+ * caller's weights as they were. Implemented in pubsub.c; the Python package reaches it
+ * through libloomsync.so. */
+
+#define LOOM_SYNC_NO_VERSION UINT64_MAX
+
+typedef struct loom_sync_pub loom_sync_pub;
+
+typedef struct loom_sync_pub_stats {
+        uint64_t version;
+        uint64_t elems;       /* bf16 elements in the model */
+        uint64_t changed;     /* elements whose bits differ from the previous version (every
+                               * element for the first) */
+        uint64_t delta_bytes; /* bytes a puller at the previous version receives */
+        uint64_t dense_bytes; /* bytes of the same version sent dense */
+        uint32_t buckets;     /* buckets in the model */
+        uint32_t sent;        /* buckets in the delta (unchanged buckets are not sent) */
+        double encode_s;      /* wall seconds spent encoding */
+} loom_sync_pub_stats;
+
+/* Listen on ip:port (port 0: ephemeral) for pulls of a model of nshards shards of
+ * shard_elems[i] elements, cut into buckets of bucket_elems. Starts the serving thread. */
+int loom_sync_pub_new(const uint64_t *shard_elems, size_t nshards, uint64_t bucket_elems,
+                      const char *ip, uint16_t port, loom_sync_pub **out, loom_err *e);
+uint16_t loom_sync_pub_port(const loom_sync_pub *p);
+/* Make w (every element of the model, copied) version `version`, which must be greater than
+ * the last one; encodes its delta against the last version. Pulls waiting for it wake up. */
+int loom_sync_pub_publish(loom_sync_pub *p, uint64_t version, const uint16_t *w,
+                          loom_sync_pub_stats *st, loom_err *e);
+/* Stops serving (a pull in flight fails) and frees everything. */
+void loom_sync_pub_free(loom_sync_pub *p);
+
+typedef struct loom_sync_pull_stats {
+        uint64_t version; /* the version now in w */
+        uint64_t base;    /* the version the delta applied to; LOOM_SYNC_NO_VERSION when dense */
+        uint64_t bytes;   /* bytes received */
+        uint64_t changed; /* elements whose bits changed */
+        double wait_s;    /* from the request until the publisher had a new enough version */
+        double seconds;   /* the whole pull */
+} loom_sync_pull_stats;
+
+/* Bring w (the model's every element; version `have`, or LOOM_SYNC_NO_VERSION when it holds
+ * nothing) to the publisher's latest version, waiting up to timeout_s for one >= want. The
+ * shard sizes must be the publisher's. On any failure w is unchanged. */
+int loom_sync_pull(const char *ip, uint16_t port, const uint64_t *shard_elems, size_t nshards,
+                   uint16_t *w, uint64_t have, uint64_t want, double timeout_s,
+                   loom_sync_pull_stats *st, loom_err *e);
 
 #endif

@@ -48,9 +48,15 @@ loomd counts an iteration when its train lease is released, after the checkpoint
 so a crash anywhere redoes at most the iteration in flight and counts none twice (see
 ``Job.attach``). Standard library + ctypes only; the
 work is done by libloomclient.so (see ``loom._native`` for how it is found).
+
+Weights move through loom's sync engine: the trainer calls ``job.publish(tensors, version)``
+after each step, the rollout worker ``job.pull(tensors, version, endpoint)`` before its next
+rollout (sparse bf16 deltas, checksums; see ``loom.weights``, which needs numpy and torch).
 """
 
 from . import state
 from ._client import Advice, Job, JobEnded, Lease, LeaseLost, LoomError, Restarted
+from .weights import SyncError
 
-__all__ = ["Advice", "Job", "JobEnded", "Lease", "LeaseLost", "LoomError", "Restarted", "state"]
+__all__ = ["Advice", "Job", "JobEnded", "Lease", "LeaseLost", "LoomError", "Restarted", "state",
+           "SyncError"]

@@ -133,6 +133,7 @@ class Job:
         self._clease = None
         self._state = (reply or {}).get("state", "queued")
         self.decision = (reply or {}).get("decision")
+        self._pub = self._puller = self._bits = None
         self._note((reply or {}))
         self.took_over = False
 
@@ -252,6 +253,37 @@ class Job:
             if rc:
                 raise self._c.error(rc, "cancel")
         self._state = "cancelled"
+
+    # -- weights (loom.weights: the sync engine through libloomsync) ------------------------
+
+    def publish(self, tensors, version, endpoint_file=None, **opts):
+        """Publish the bf16 bits of tensors (a list of torch tensors, one shard each) as
+        `version`. The first call starts the publisher; its "host:port" is written to
+        endpoint_file. Returns the delta's statistics and the digest of the bits."""
+        from . import weights
+        bits = weights.bf16_bits(tensors)
+        if self._pub is None:
+            self._pub = weights.Publisher([t.numel() for t in tensors],
+                                          endpoint_file=endpoint_file, **opts)
+        st = self._pub.publish(version, bits)
+        st["digest"] = weights.digest(bits)
+        return st
+
+    def pull(self, tensors, version, endpoint, timeout_s=60.0):
+        """Bring tensors to the published version >= `version` (sparse delta when this process
+        holds the previous one, dense otherwise) and set them to its bf16 values exactly.
+        endpoint: "host:port" or the publisher's endpoint_file. Returns the pull's statistics
+        and the digest of the bits now held."""
+        from . import weights
+        if self._puller is None:
+            import numpy as np
+            self._puller = weights.Puller(endpoint, [t.numel() for t in tensors])
+            self._bits = np.zeros(self._puller.elems, dtype=np.uint16)
+        st = self._puller.pull(self._bits, version, timeout_s)
+        if st["changed"] or st["dense"]:
+            weights.load_bf16_bits(tensors, self._bits)
+        st["digest"] = weights.digest(self._bits)
+        return st
 
     # -- phases ------------------------------------------------------------------------------
 

@@ -1,0 +1,244 @@
+"""Weights through loom's sync engine: what ``Job.publish`` and ``Job.pull`` run on.
+
+The trainer publishes every new version of its weights; a thread in libloomsync.so serves
+pulls over TCP. A rollout worker that holds the previous version receives sparse XOR deltas of
+the bf16 bits (only the buckets that changed); a new or restarted worker receives the version
+dense. Each tensor is one shard with its own checksum; the puller verifies every frame's CRC32C
+and every shard's checksum against the publisher's manifest before it overwrites anything.
+
+What crosses is the **bf16 bit pattern** of each tensor: that copy is canonical. A trainer that
+keeps fp32 master weights publishes their bf16 rounding, and the rollout side runs exactly
+those values (bf16 widens to fp32 without loss), so "the rollout worker's weights equal the
+trainer's" means equal bf16 bits, which :func:`digest` checks on both sides.
+
+Standard library + ctypes; numpy and torch only when given their arrays/tensors. The library
+is found like libloomclient (``loom._native``): $LOOM_SYNC_LIB, then libloomsync.so in
+$LOOM_BUILD_DIR or the repository's build folders.
+"""
+
+import ctypes
+import glob
+import hashlib
+import os
+import threading
+
+NO_VERSION = (1 << 64) - 1
+
+
+class _Err(ctypes.Structure):
+    _fields_ = [("msg", ctypes.c_char * 512), ("field", ctypes.c_char * 128),
+                ("line", ctypes.c_int), ("col", ctypes.c_int)]
+
+
+class _PubStats(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint64), ("elems", ctypes.c_uint64),
+                ("changed", ctypes.c_uint64), ("delta_bytes", ctypes.c_uint64),
+                ("dense_bytes", ctypes.c_uint64), ("buckets", ctypes.c_uint32),
+                ("sent", ctypes.c_uint32), ("encode_s", ctypes.c_double)]
+
+
+class _PullStats(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint64), ("base", ctypes.c_uint64),
+                ("bytes", ctypes.c_uint64), ("changed", ctypes.c_uint64),
+                ("wait_s", ctypes.c_double), ("seconds", ctypes.c_double)]
+
+
+class SyncError(Exception):
+    """A publish or pull failed; code is the LOOM_E* value, field the offending field."""
+
+    def __init__(self, message, code=0, field=""):
+        super().__init__(message)
+        self.code = code
+        self.field = field
+
+
+_lib = None
+_lib_lock = threading.Lock()
+
+
+def _candidates():
+    env = os.environ.get("LOOM_SYNC_LIB")
+    if env:
+        yield env
+    for var in ("LOOM_BUILD_DIR",):
+        if os.environ.get(var):
+            yield os.path.join(os.environ[var], "libloomsync.so")
+    client = os.environ.get("LOOM_CLIENT_LIB")
+    if client:
+        yield os.path.join(os.path.dirname(client), "libloomsync.so")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    for d in ["build", "build-test"] + sorted(glob.glob(os.path.join(root, "build-*"))):
+        yield os.path.join(root, d, "libloomsync.so")
+
+
+def _load():
+    global _lib
+    with _lib_lock:
+        if _lib is not None:
+            return _lib
+        tried = []
+        for path in _candidates():
+            if not os.path.exists(path):
+                tried.append(f"{path}: not found")
+                continue
+            try:
+                lib = ctypes.CDLL(path)
+                break
+            except OSError as e:
+                tried.append(f"{path}: {e}")
+        else:
+            raise OSError("libloomsync.so not found (set LOOM_SYNC_LIB); tried:\n  "
+                          + "\n  ".join(tried))
+        P, U64P = ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64)
+        lib.loom_sync_pub_new.argtypes = [U64P, ctypes.c_size_t, ctypes.c_uint64,
+                                          ctypes.c_char_p, ctypes.c_uint16,
+                                          ctypes.POINTER(P), ctypes.POINTER(_Err)]
+        lib.loom_sync_pub_port.argtypes = [P]
+        lib.loom_sync_pub_port.restype = ctypes.c_uint16
+        lib.loom_sync_pub_publish.argtypes = [P, ctypes.c_uint64, P, ctypes.POINTER(_PubStats),
+                                              ctypes.POINTER(_Err)]
+        lib.loom_sync_pub_free.argtypes = [P]
+        lib.loom_sync_pull.argtypes = [ctypes.c_char_p, ctypes.c_uint16, U64P, ctypes.c_size_t,
+                                       P, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_double,
+                                       ctypes.POINTER(_PullStats), ctypes.POINTER(_Err)]
+        _lib = lib
+        return lib
+
+
+def _raise(rc, err, what):
+    raise SyncError(f"{what}: {err.field.decode()}{': ' if err.field else ''}"
+                    f"{err.msg.decode(errors='replace')}", rc, err.field.decode())
+
+
+def _shards(sizes):
+    sizes = [int(n) for n in sizes]
+    if not sizes or min(sizes) <= 0:
+        raise SyncError("shards: every shard needs at least one element", -1, "shards")
+    return (ctypes.c_uint64 * len(sizes))(*sizes), sizes
+
+
+def _buffer(flat, elems):
+    """Address of a writable, C-contiguous uint16 numpy array of elems elements."""
+    if flat.dtype.itemsize != 2 or not flat.flags["C_CONTIGUOUS"] or flat.size != elems:
+        raise SyncError(f"weights: need {elems} contiguous 16-bit elements, got "
+                        f"{flat.size} of {flat.dtype}", -1, "weights")
+    return ctypes.c_void_p(flat.ctypes.data)
+
+
+# ---- bf16 views of torch tensors ------------------------------------------------------------
+
+def bf16_bits(tensors):
+    """The bf16 bit patterns of tensors, concatenated: a new numpy uint16 array."""
+    import numpy as np
+    import torch
+    parts = [t.detach().reshape(-1).to(torch.bfloat16).view(torch.int16).numpy() for t in tensors]
+    return np.concatenate(parts).view(np.uint16)
+
+
+def load_bf16_bits(tensors, flat):
+    """Set each tensor (fp32 or bf16) to its slice of flat (bf16 bits), exactly."""
+    import torch
+    off = 0
+    with torch.no_grad():
+        for t in tensors:
+            n = t.numel()
+            src = torch.from_numpy(flat[off:off + n].view("int16").copy()).view(torch.bfloat16)
+            t.copy_(src.to(t.dtype).view_as(t))
+            off += n
+
+
+def digest(flat):
+    """SHA-256 of the bf16 bits (hex): what both sides log to show they hold the same model."""
+    return hashlib.sha256(memoryview(flat).cast("B")).hexdigest()
+
+
+# ---- publisher and puller -------------------------------------------------------------------
+
+class Publisher:
+    """The trainer's side: serves its latest weights. shards: element count per shard."""
+
+    def __init__(self, shards, host="127.0.0.1", port=0, bucket_elems=1 << 14,
+                 endpoint_file=None):
+        self.lib = _load()
+        self._shards, self.sizes = _shards(shards)
+        self.elems = sum(self.sizes)
+        self.h = ctypes.c_void_p()
+        err = _Err()
+        rc = self.lib.loom_sync_pub_new(self._shards, len(self.sizes), int(bucket_elems),
+                                        host.encode(), int(port), ctypes.byref(self.h),
+                                        ctypes.byref(err))
+        if rc:
+            _raise(rc, err, "publisher")
+        self.endpoint = f"{host}:{self.lib.loom_sync_pub_port(self.h)}"
+        self.version = None
+        if endpoint_file:
+            tmp = f"{endpoint_file}.tmp{os.getpid()}"
+            with open(tmp, "w") as f:
+                f.write(self.endpoint + "\n")
+            os.replace(tmp, endpoint_file)
+
+    def publish(self, version, flat):
+        """Make flat (uint16 bf16 bits of every shard) version `version`; returns the delta's
+        statistics: changed elements, density, delta and dense bytes."""
+        st, err = _PubStats(), _Err()
+        rc = self.lib.loom_sync_pub_publish(self.h, int(version), _buffer(flat, self.elems),
+                                            ctypes.byref(st), ctypes.byref(err))
+        if rc:
+            _raise(rc, err, "publish")
+        self.version = int(version)
+        return {"version": st.version, "elems": st.elems, "changed": st.changed,
+                "density": st.changed / st.elems, "delta_bytes": st.delta_bytes,
+                "dense_bytes": st.dense_bytes, "buckets": st.buckets, "buckets_sent": st.sent,
+                "encode_s": st.encode_s}
+
+    def close(self):
+        if self.h:
+            self.lib.loom_sync_pub_free(self.h)
+            self.h = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class Puller:
+    """The rollout worker's side. endpoint: "host:port", or a file the publisher wrote it to
+    (waited for)."""
+
+    def __init__(self, endpoint, shards):
+        self.lib = _load()
+        self._shards, self.sizes = _shards(shards)
+        self.elems = sum(self.sizes)
+        self.endpoint = endpoint
+        self.version = None
+
+    def _resolve(self, timeout_s):
+        ep = self.endpoint
+        if ":" not in ep or os.path.sep in ep:
+            import time
+            end = time.monotonic() + timeout_s
+            while not os.path.exists(ep):
+                if time.monotonic() > end:
+                    raise SyncError(f"pull: no publisher endpoint in {ep}", -9, "endpoint")
+                time.sleep(0.02)
+            with open(ep) as f:
+                ep = f.read().strip()
+        host, _, port = ep.rpartition(":")
+        return host, int(port)
+
+    def pull(self, flat, want, timeout_s=60.0):
+        """Bring flat (uint16, updated in place) to the latest version >= want. Returns the
+        pull's statistics; raises SyncError (flat unchanged) on a timeout or a bad frame."""
+        host, port = self._resolve(timeout_s)
+        have = NO_VERSION if self.version is None else self.version
+        st, err = _PullStats(), _Err()
+        rc = self.lib.loom_sync_pull(host.encode(), port, self._shards, len(self.sizes),
+                                     _buffer(flat, self.elems), have, int(want),
+                                     float(timeout_s), ctypes.byref(st), ctypes.byref(err))
+        if rc:
+            _raise(rc, err, "pull")
+        self.version = int(st.version)
+        return {"version": st.version, "dense": st.base == NO_VERSION, "bytes": st.bytes,
+                "changed": st.changed, "wait_s": st.wait_s, "seconds": st.seconds}

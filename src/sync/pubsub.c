@@ -1,0 +1,480 @@
+/*
+ * pubsub.c - a live model's weights from a trainer process to its rollout workers: the
+ * publisher keeps the latest version and its sparse delta against the one before, a thread
+ * serves pulls over TCP, and the puller applies what it gets only after every checksum matched.
+ *
+ * Wire (all little-endian, after connect):
+ *   puller -> request: magic "LSYM", nshards, have, want, elems, CRC32C of the shard sizes
+ *               (40 bytes)
+ *   publisher -> a MANIFEST frame: version, start = base version (LOOM_SYNC_NO_VERSION for a
+ *               dense reply), elems = model elements, nnz = bucket frames that follow, payload
+ *               = one additive hash per shard; or an END frame whose payload says why not.
+ *             -> that many BUCKET frames: stream = shard, seq = bucket in the shard, start =
+ *               first element within the shard. A delta skips unchanged buckets; a dense reply
+ *               covers every element.
+ * One connection serves one pull; each connection gets its own thread. The puller is pull.c.
+ *
+ * Versions are reference counted: publish swaps in the new one while a pull keeps sending the
+ * one it started with.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define REQ_MAGIC UINT32_C(0x4D59534C) /* "LSYM" */
+#define REQ_LEN 40
+
+typedef struct pver {
+        uint64_t version, base; /* base: the version the delta applies to, or NO_VERSION */
+        uint16_t *w;            /* every element */
+        uint64_t *hash;         /* per shard */
+        uint8_t *delta;         /* packed frames (header + payload) of the changed buckets */
+        size_t delta_len;
+        uint64_t nframes;
+        int refs;
+} pver;
+
+struct loom_sync_pub {
+        uint64_t *shard, *shard_off, elems, bucket;
+        size_t nshards;
+        int lfd;
+        uint16_t port;
+        pthread_mutex_t mu;
+        pthread_cond_t cv;
+        pver *cur;
+        int stop, active; /* active: connection threads still running */
+        pthread_t accept_thread;
+};
+
+typedef struct conn {
+        loom_sync_pub *p;
+        int fd;
+} conn;
+
+static void pver_unref(pver *v)
+{
+        if (v && --v->refs == 0) {
+                free(v->w);
+                free(v->hash);
+                free(v->delta);
+                free(v);
+        }
+}
+
+static void put64(uint8_t *b, uint64_t v)
+{
+        memcpy(b, &v, 8);
+}
+
+static uint64_t get64(const uint8_t *b)
+{
+        uint64_t v;
+        memcpy(&v, b, 8);
+        return v;
+}
+
+/* ---- publishing ------------------------------------------------------------------------ */
+
+static uint64_t buckets_of(const loom_sync_pub *p)
+{
+        uint64_t n = 0;
+        for (size_t s = 0; s < p->nshards; s++)
+                n += (p->shard[s] + p->bucket - 1) / p->bucket;
+        return n;
+}
+
+/* Encode the changed buckets of v against old (NULL: the first version, all of it) into
+ * v->delta. */
+static int encode_delta(loom_sync_pub *p, pver *v, const uint16_t *old, loom_sync_pub_stats *st,
+                        loom_err *e)
+{
+        size_t cap = 0;
+        for (size_t s = 0; s < p->nshards; s++)
+                for (uint64_t b = 0; b < p->shard[s]; b += p->bucket) {
+                        uint64_t n = p->shard[s] - b < p->bucket ? p->shard[s] - b : p->bucket;
+                        cap += LOOM_SYNC_FRAME_HDR + loom_sync_enc_bound((size_t)n);
+                }
+        v->delta = malloc(cap ? cap : 1);
+        if (!v->delta)
+                return loom_err_set(e, LOOM_ENOMEM, NULL, "out of memory");
+        for (size_t s = 0; s < p->nshards; s++) {
+                uint64_t off = p->shard_off[s];
+                for (uint64_t b = 0, seq = 0; b < p->shard[s]; b += p->bucket, seq++) {
+                        size_t n =
+                            (size_t)(p->shard[s] - b < p->bucket ? p->shard[s] - b : p->bucket);
+                        const uint16_t *o = old ? old + off + b : NULL;
+                        if (o && !memcmp(o, v->w + off + b, 2 * n))
+                                continue; /* unchanged: not sent */
+                        loom_sync_frame f = {.stream = (uint32_t)s,
+                                             .seq = (uint32_t)seq,
+                                             .version = v->version,
+                                             .start = b};
+                        uint8_t *hdr = v->delta + v->delta_len;
+                        int rc = loom_sync_encode(o, v->w + off + b, n, LOOM_SYNC_ENC_AUTO,
+                                                  hdr + LOOM_SYNC_FRAME_HDR, &f, e);
+                        if (rc)
+                                return rc;
+                        loom_sync_frame_pack(&f, hdr);
+                        v->delta_len += LOOM_SYNC_FRAME_HDR + f.payload_len;
+                        v->nframes++;
+                        st->changed += f.enc == LOOM_SYNC_ENC_DENSE && o ? 0 : f.nnz;
+                        if (f.enc == LOOM_SYNC_ENC_DENSE) {
+                                if (!o)
+                                        st->changed += n;
+                                else
+                                        for (size_t i = 0; i < n; i++)
+                                                st->changed += o[i] != v->w[off + b + i];
+                        }
+                }
+        }
+        return 0;
+}
+
+int loom_sync_pub_publish(loom_sync_pub *p, uint64_t version, const uint16_t *w,
+                          loom_sync_pub_stats *st, loom_err *e)
+{
+        loom_sync_pub_stats tmp;
+        st = st ? st : &tmp;
+        memset(st, 0, sizeof *st);
+        double t0 = loom__now();
+        pthread_mutex_lock(&p->mu);
+        pver *old = p->cur;
+        if (old)
+                old->refs++;
+        pthread_mutex_unlock(&p->mu);
+        int rc = 0;
+        pver *v = NULL;
+        if (version == LOOM_SYNC_NO_VERSION || (old && version <= old->version)) {
+                rc = loom_err_set(
+                    e, LOOM_EINVAL, "version", "version %llu is not after the published %llu",
+                    (unsigned long long)version, (unsigned long long)(old ? old->version : 0));
+                goto out;
+        }
+        v = calloc(1, sizeof *v);
+        if (!v || !(v->w = malloc(2 * p->elems + 2)) ||
+            !(v->hash = calloc(p->nshards, sizeof *v->hash))) {
+                rc = loom_err_set(e, LOOM_ENOMEM, NULL, "out of memory");
+                goto out;
+        }
+        v->refs = 1;
+        v->version = version;
+        v->base = old ? old->version : LOOM_SYNC_NO_VERSION;
+        memcpy(v->w, w, 2 * p->elems);
+        for (size_t s = 0; s < p->nshards; s++)
+                v->hash[s] =
+                    loom_sync_hash(v->w + p->shard_off[s], (size_t)p->shard[s], p->shard_off[s]);
+        rc = encode_delta(p, v, old ? old->w : NULL, st, e);
+        if (rc)
+                goto out;
+        uint64_t nb = buckets_of(p), manifest = LOOM_SYNC_FRAME_HDR + 8 * p->nshards;
+        st->version = version;
+        st->elems = p->elems;
+        st->buckets = (uint32_t)nb;
+        st->sent = (uint32_t)v->nframes;
+        st->delta_bytes = manifest + v->delta_len;
+        st->dense_bytes = manifest + nb * LOOM_SYNC_FRAME_HDR + 2 * p->elems;
+        pthread_mutex_lock(&p->mu);
+        pver *prev = p->cur;
+        p->cur = v;
+        v = NULL;
+        pver_unref(prev);
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+        st->encode_s = loom__now() - t0;
+out:
+        pthread_mutex_lock(&p->mu);
+        pver_unref(old);
+        pthread_mutex_unlock(&p->mu);
+        if (v) {
+                v->refs = 1;
+                pver_unref(v);
+        }
+        return rc;
+}
+
+/* ---- serving --------------------------------------------------------------------------- */
+
+static int send_end(int fd, const char *why)
+{
+        loom_sync_frame f = {.type = LOOM_SYNC_FRAME_END, .payload_len = strlen(why)};
+        f.payload_crc = loom_sync_crc32c(0, why, f.payload_len);
+        return loom__frame_send(fd, &f, why, NULL);
+}
+
+/* Has the peer gone away (EOF or error while we wait)? */
+static int peer_gone(int fd)
+{
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        if (poll(&pf, 1, 0) <= 0)
+                return 0;
+        char c;
+        return recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) <= 0;
+}
+
+/* Wait (in short slices, watching the peer) for a version >= want; returns it referenced. */
+static pver *wait_version(loom_sync_pub *p, int fd, uint64_t want, double deadline)
+{
+        pver *v = NULL;
+        pthread_mutex_lock(&p->mu);
+        while (!p->stop && (!p->cur || p->cur->version < want || want == LOOM_SYNC_NO_VERSION)) {
+                if (want == LOOM_SYNC_NO_VERSION && p->cur)
+                        break;
+                double now = loom__now();
+                if (now >= deadline || peer_gone(fd))
+                        break;
+                double until = now + 0.1 < deadline ? now + 0.1 : deadline;
+                struct timespec ts = {.tv_sec = (time_t)until,
+                                      .tv_nsec = (long)((until - (double)(time_t)until) * 1e9)};
+                pthread_cond_timedwait(&p->cv, &p->mu, &ts);
+        }
+        if (!p->stop && p->cur && (want == LOOM_SYNC_NO_VERSION || p->cur->version >= want)) {
+                v = p->cur;
+                v->refs++;
+        }
+        pthread_mutex_unlock(&p->mu);
+        return v;
+}
+
+static int send_manifest(int fd, const loom_sync_pub *p, const pver *v, uint64_t base,
+                         uint64_t nframes)
+{
+        uint8_t *buf = malloc(8 * p->nshards);
+        if (!buf)
+                return LOOM_ENOMEM;
+        for (size_t s = 0; s < p->nshards; s++)
+                put64(buf + 8 * s, v->hash[s]);
+        loom_sync_frame f = {.type = LOOM_SYNC_FRAME_MANIFEST,
+                             .version = v->version,
+                             .start = base,
+                             .elems = p->elems,
+                             .nnz = nframes,
+                             .payload_len = 8 * p->nshards};
+        f.payload_crc = loom_sync_crc32c(0, buf, f.payload_len);
+        int rc = loom__frame_send(fd, &f, buf, NULL);
+        free(buf);
+        return rc;
+}
+
+static int send_dense(int fd, const loom_sync_pub *p, const pver *v)
+{
+        int rc = send_manifest(fd, p, v, LOOM_SYNC_NO_VERSION, buckets_of(p));
+        uint8_t *buf = malloc(loom_sync_enc_bound((size_t)p->bucket));
+        if (!buf)
+                return LOOM_ENOMEM;
+        for (size_t s = 0; s < p->nshards && !rc; s++)
+                for (uint64_t b = 0, seq = 0; b < p->shard[s] && !rc; b += p->bucket, seq++) {
+                        size_t n =
+                            (size_t)(p->shard[s] - b < p->bucket ? p->shard[s] - b : p->bucket);
+                        loom_sync_frame f = {.stream = (uint32_t)s,
+                                             .seq = (uint32_t)seq,
+                                             .version = v->version,
+                                             .start = b};
+                        loom_err e;
+                        rc = loom_sync_encode(NULL, v->w + p->shard_off[s] + b, n,
+                                              LOOM_SYNC_ENC_DENSE, buf, &f, &e);
+                        if (!rc)
+                                rc = loom__frame_send(fd, &f, buf, NULL);
+                }
+        free(buf);
+        return rc;
+}
+
+static void serve(loom_sync_pub *p, int fd)
+{
+        uint8_t req[REQ_LEN];
+        uint32_t magic, nshards;
+        struct timeval tv = {.tv_sec = 10};
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        if (loom__read_all(fd, req, sizeof req))
+                return;
+        memcpy(&magic, req, 4);
+        memcpy(&nshards, req + 4, 4);
+        uint64_t have = get64(req + 8), want = get64(req + 16), elems = get64(req + 24);
+        uint32_t shape;
+        memcpy(&shape, req + 32, 4);
+        if (magic != REQ_MAGIC) {
+                send_end(fd, "not a loom weight pull");
+                return;
+        }
+        if (nshards != p->nshards || elems != p->elems ||
+            shape != loom_sync_crc32c(0, p->shard, p->nshards * sizeof *p->shard)) {
+                char why[160];
+                snprintf(why, sizeof why,
+                         "shape mismatch: the publisher has %zu shards / %llu elements, the "
+                         "puller %u / %llu (or other shard sizes)",
+                         p->nshards, (unsigned long long)p->elems, nshards,
+                         (unsigned long long)elems);
+                send_end(fd, why);
+                return;
+        }
+        /* The puller bounds its own wait; an hour here only stops a forgotten connection. */
+        pver *v = wait_version(p, fd, want, loom__now() + 3600);
+        if (!v)
+                return;
+        if (have == v->version)
+                send_manifest(fd, p, v, v->version, 0);
+        else if (have != LOOM_SYNC_NO_VERSION && have == v->base)
+                (void)(send_manifest(fd, p, v, v->base, v->nframes) ||
+                       loom__write_all(fd, v->delta, v->delta_len));
+        else
+                send_dense(fd, p, v);
+        pthread_mutex_lock(&p->mu);
+        pver_unref(v);
+        pthread_mutex_unlock(&p->mu);
+}
+
+static void *conn_main(void *arg)
+{
+        conn *c = arg;
+        loom_sync_pub *p = c->p;
+        serve(p, c->fd);
+        close(c->fd);
+        free(c);
+        pthread_mutex_lock(&p->mu);
+        p->active--;
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+        return NULL;
+}
+
+static void *accept_main(void *arg)
+{
+        loom_sync_pub *p = arg;
+        for (;;) {
+                pthread_mutex_lock(&p->mu);
+                int stop = p->stop;
+                pthread_mutex_unlock(&p->mu);
+                if (stop)
+                        break;
+                struct pollfd pf = {.fd = p->lfd, .events = POLLIN};
+                if (poll(&pf, 1, 100) <= 0)
+                        continue;
+                int fd = accept4(p->lfd, NULL, NULL, SOCK_CLOEXEC);
+                if (fd < 0)
+                        continue;
+                conn *c = malloc(sizeof *c);
+                pthread_t t;
+                pthread_attr_t at;
+                pthread_attr_init(&at);
+                pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+                pthread_mutex_lock(&p->mu);
+                p->active++;
+                pthread_mutex_unlock(&p->mu);
+                if (c)
+                        *c = (conn){p, fd};
+                if (!c || pthread_create(&t, &at, conn_main, c)) {
+                        free(c);
+                        close(fd);
+                        pthread_mutex_lock(&p->mu);
+                        p->active--;
+                        pthread_mutex_unlock(&p->mu);
+                }
+                pthread_attr_destroy(&at);
+        }
+        return NULL;
+}
+
+static int check_shards(const uint64_t *shard_elems, size_t nshards, uint64_t *elems, loom_err *e)
+{
+        if (!shard_elems || nshards == 0 || nshards > UINT32_MAX)
+                return loom_err_set(e, LOOM_EINVAL, "shards", "need at least one shard");
+        *elems = 0;
+        for (size_t s = 0; s < nshards; s++) {
+                if (shard_elems[s] == 0)
+                        return loom_err_set(e, LOOM_EINVAL, "shards", "shard %zu is empty", s);
+                *elems += shard_elems[s];
+        }
+        return 0;
+}
+
+int loom_sync_pub_new(const uint64_t *shard_elems, size_t nshards, uint64_t bucket_elems,
+                      const char *ip, uint16_t port, loom_sync_pub **out, loom_err *e)
+{
+        *out = NULL;
+        uint64_t elems = 0;
+        int rc = check_shards(shard_elems, nshards, &elems, e);
+        if (rc)
+                return rc;
+        if (bucket_elems == 0 || bucket_elems > LOOM_SYNC_FRAME_MAX_PAYLOAD / 4)
+                return loom_err_set(e, LOOM_EINVAL, "bucket_elems", "must be in [1, 2^30]");
+        struct in_addr a;
+        if (!ip || inet_pton(AF_INET, ip, &a) != 1)
+                return loom_err_set(e, LOOM_EINVAL, "ip", "not an IPv4 address: %s",
+                                    ip ? ip : "(null)");
+        loom_sync_pub *p = calloc(1, sizeof *p);
+        if (!p || !(p->shard = malloc(nshards * sizeof *p->shard)) ||
+            !(p->shard_off = malloc(nshards * sizeof *p->shard_off))) {
+                if (p)
+                        free(p->shard);
+                free(p);
+                return loom_err_set(e, LOOM_ENOMEM, NULL, "out of memory");
+        }
+        p->nshards = nshards;
+        p->elems = elems;
+        p->bucket = bucket_elems;
+        for (size_t s = 0, off = 0; s < nshards; off += shard_elems[s], s++) {
+                p->shard[s] = shard_elems[s];
+                p->shard_off[s] = off;
+        }
+        p->port = port;
+        rc = loom__listen(ntohl(a.s_addr), &p->port, &p->lfd, e);
+        if (rc) {
+                free(p->shard);
+                free(p->shard_off);
+                free(p);
+                return rc;
+        }
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&p->cv, &ca);
+        pthread_condattr_destroy(&ca);
+        pthread_mutex_init(&p->mu, NULL);
+        if (pthread_create(&p->accept_thread, NULL, accept_main, p)) {
+                close(p->lfd);
+                pthread_cond_destroy(&p->cv);
+                pthread_mutex_destroy(&p->mu);
+                free(p->shard);
+                free(p->shard_off);
+                free(p);
+                return loom_err_set(e, LOOM_EIO, NULL, "pthread_create failed");
+        }
+        *out = p;
+        return 0;
+}
+
+uint16_t loom_sync_pub_port(const loom_sync_pub *p)
+{
+        return p->port;
+}
+
+void loom_sync_pub_free(loom_sync_pub *p)
+{
+        if (!p)
+                return;
+        pthread_mutex_lock(&p->mu);
+        p->stop = 1;
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+        pthread_join(p->accept_thread, NULL);
+        close(p->lfd);
+        pthread_mutex_lock(&p->mu);
+        while (p->active > 0)
+                pthread_cond_wait(&p->cv, &p->mu);
+        pver_unref(p->cur);
+        pthread_mutex_unlock(&p->mu);
+        pthread_cond_destroy(&p->cv);
+        pthread_mutex_destroy(&p->mu);
+        free(p->shard);
+        free(p->shard_off);
+        free(p);
+}

@@ -1,0 +1,192 @@
+/*
+ * pull.c - the rollout worker's side of pubsub.c: ask the trainer's publisher for the latest
+ * version, apply its sparse delta (or dense copy) to a scratch copy of the weights, check every
+ * frame's CRC, the coverage of a dense reply and each shard's additive hash against the
+ * manifest, and only then overwrite the caller's weights.
+ */
+#define _GNU_SOURCE
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define REQ_MAGIC UINT32_C(0x4D59534C) /* "LSYM" */
+
+typedef struct pull {
+        const uint64_t *shard;
+        uint64_t *off;
+        size_t nshards;
+        uint64_t elems;
+        uint16_t *scratch;
+        uint64_t *covered; /* per shard, dense replies only */
+} pull;
+
+static int recv_manifest(int fd, pull *p, loom_sync_frame *m, uint64_t **hash, uint64_t *bytes,
+                         loom_err *e)
+{
+        uint8_t *pl = NULL;
+        int rc = loom__frame_recv(fd, m, &pl, 8 * p->nshards + 4096, bytes, e);
+        if (rc)
+                return rc;
+        if (m->payload_len && loom_sync_crc32c(0, pl, m->payload_len) != m->payload_crc) {
+                free(pl);
+                return loom_err_set(e, LOOM_ECORRUPT, "manifest", "payload checksum mismatch");
+        }
+        if (m->type == LOOM_SYNC_FRAME_END) {
+                loom_err_set(e, LOOM_EPROTO, "publisher", "%.*s", (int)m->payload_len,
+                             pl ? (const char *)pl : "refused");
+                free(pl);
+                return LOOM_EPROTO;
+        }
+        if (m->type != LOOM_SYNC_FRAME_MANIFEST || m->payload_len != 8 * p->nshards ||
+            m->elems != p->elems) {
+                free(pl);
+                return loom_err_set(e, LOOM_EPROTO, "manifest", "unexpected first frame");
+        }
+        *hash = (uint64_t *)(void *)pl; /* 8-byte entries, malloc'd so aligned */
+        return 0;
+}
+
+static int apply_frame(int fd, pull *p, const loom_sync_frame *m, int dense, uint64_t *bytes,
+                       uint64_t *changed, loom_err *e)
+{
+        loom_sync_frame f;
+        uint8_t *pl = NULL;
+        int rc = loom__frame_recv(fd, &f, &pl, LOOM_SYNC_FRAME_MAX_PAYLOAD, bytes, e);
+        if (rc)
+                return rc;
+        if (f.type != LOOM_SYNC_FRAME_BUCKET || f.version != m->version || f.stream >= p->nshards ||
+            f.elems == 0 || f.start > p->shard[f.stream] ||
+            f.elems > p->shard[f.stream] - f.start || (dense && f.enc != LOOM_SYNC_ENC_DENSE)) {
+                free(pl);
+                return loom_err_set(e, LOOM_EPROTO, "frame", "bucket outside the model");
+        }
+        uint16_t *at = p->scratch + p->off[f.stream] + f.start;
+        size_t n = (size_t)f.elems;
+        uint16_t *before = NULL;
+        if (f.enc == LOOM_SYNC_ENC_DENSE && !dense && (before = malloc(2 * n)))
+                memcpy(before, at, 2 * n);
+        rc = loom_sync_decode(&f, pl, at, at, n, e);
+        if (!rc && dense)
+                p->covered[f.stream] += n;
+        if (!rc)
+                *changed += f.enc != LOOM_SYNC_ENC_DENSE ? f.nnz : 0;
+        if (!rc && before)
+                for (size_t i = 0; i < n; i++)
+                        *changed += before[i] != at[i];
+        else if (!rc && f.enc == LOOM_SYNC_ENC_DENSE && dense)
+                *changed += n;
+        free(before);
+        free(pl);
+        return rc;
+}
+
+static int verify(const pull *p, const uint64_t *hash, int dense, loom_err *e)
+{
+        for (size_t s = 0; s < p->nshards; s++) {
+                if (dense && p->covered[s] != p->shard[s])
+                        return loom_err_set(e, LOOM_EPROTO, "frame",
+                                            "dense reply left shard %zu incomplete", s);
+                uint64_t h = loom_sync_hash(p->scratch + p->off[s], (size_t)p->shard[s], p->off[s]);
+                if (h != hash[s])
+                        return loom_err_set(e, LOOM_ECORRUPT, "checksum",
+                                            "shard %zu does not match the publisher's checksum", s);
+        }
+        return 0;
+}
+
+static int exchange(int fd, pull *p, uint16_t *w, uint64_t have, uint64_t want,
+                    loom_sync_pull_stats *st, loom_err *e)
+{
+        uint8_t req[40] = {0};
+        uint32_t magic = REQ_MAGIC, ns = (uint32_t)p->nshards;
+        uint32_t shape = loom_sync_crc32c(0, p->shard, p->nshards * sizeof *p->shard);
+        memcpy(req, &magic, 4);
+        memcpy(req + 4, &ns, 4);
+        memcpy(req + 8, &have, 8);
+        memcpy(req + 16, &want, 8);
+        memcpy(req + 24, &p->elems, 8);
+        memcpy(req + 32, &shape, 4);
+        if (loom__write_all(fd, req, sizeof req))
+                return loom_err_set(e, LOOM_EIO, "publisher",
+                                    "connection lost sending the request");
+        double t0 = loom__now();
+        loom_sync_frame m;
+        uint64_t *hash = NULL;
+        int rc = recv_manifest(fd, p, &m, &hash, &st->bytes, e);
+        if (rc)
+                return rc == LOOM_EIO
+                           ? loom_err_set(e, LOOM_ETIMEDOUT, "want", "no version >= %llu in time",
+                                          (unsigned long long)want)
+                           : rc;
+        st->wait_s = loom__now() - t0;
+        int dense = m.start == LOOM_SYNC_NO_VERSION;
+        if (!dense && m.start != have)
+                rc = loom_err_set(e, LOOM_EPROTO, "manifest", "delta against a version we lack");
+        if (!rc && dense && m.nnz == 0)
+                rc = loom_err_set(e, LOOM_EPROTO, "manifest", "empty dense reply");
+        if (!rc) {
+                if (dense)
+                        memset(p->scratch, 0, 2 * p->elems);
+                else
+                        memcpy(p->scratch, w, 2 * p->elems);
+        }
+        for (uint64_t i = 0; i < m.nnz && !rc; i++)
+                rc = apply_frame(fd, p, &m, dense, &st->bytes, &st->changed, e);
+        if (!rc)
+                rc = verify(p, hash, dense, e);
+        if (!rc) {
+                memcpy(w, p->scratch, 2 * p->elems);
+                st->version = m.version;
+                st->base = dense ? LOOM_SYNC_NO_VERSION : m.start;
+        }
+        free(hash);
+        return rc;
+}
+
+int loom_sync_pull(const char *ip, uint16_t port, const uint64_t *shard_elems, size_t nshards,
+                   uint16_t *w, uint64_t have, uint64_t want, double timeout_s,
+                   loom_sync_pull_stats *st, loom_err *e)
+{
+        loom_sync_pull_stats tmp;
+        st = st ? st : &tmp;
+        memset(st, 0, sizeof *st);
+        st->version = have;
+        if (!shard_elems || nshards == 0 || nshards > UINT32_MAX)
+                return loom_err_set(e, LOOM_EINVAL, "shards", "need at least one shard");
+        if (!(timeout_s > 0))
+                return loom_err_set(e, LOOM_EINVAL, "timeout_s", "must be > 0");
+        pull p = {.shard = shard_elems, .nshards = nshards};
+        p.off = malloc(nshards * sizeof *p.off);
+        if (!p.off)
+                return loom_err_set(e, LOOM_ENOMEM, NULL, "out of memory");
+        for (size_t s = 0; s < nshards; s++) {
+                p.off[s] = p.elems;
+                p.elems += shard_elems[s];
+        }
+        double t0 = loom__now();
+        int fd = -1, rc = 0;
+        p.scratch = malloc(2 * p.elems + 2);
+        p.covered = calloc(nshards, sizeof *p.covered);
+        if (!p.scratch || !p.covered)
+                rc = loom_err_set(e, LOOM_ENOMEM, NULL, "out of memory");
+        if (!rc)
+                rc = loom__connect(ip, port, timeout_s, &fd, e);
+        if (!rc) {
+                double left = timeout_s - (loom__now() - t0);
+                left = left > 0.05 ? left : 0.05;
+                struct timeval tv = {.tv_sec = (time_t)left,
+                                     .tv_usec = (suseconds_t)((left - (double)(time_t)left) * 1e6)};
+                setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+                rc = exchange(fd, &p, w, have, want, st, e);
+        }
+        if (fd >= 0)
+                close(fd);
+        st->seconds = loom__now() - t0;
+        free(p.scratch);
+        free(p.covered);
+        free(p.off);
+        return rc;
+}

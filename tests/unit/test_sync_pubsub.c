@@ -1,0 +1,119 @@
+/*
+ * test_sync_pubsub.c - publish / pull of a live model (src/sync/pubsub.c, pull.c) over loopback:
+ * a first pull is dense, the next one a sparse delta smaller than dense, the puller's weights
+ * equal the published ones bit for bit, and a mismatched or absent publisher changes nothing.
+ */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "loom/sync.h"
+
+static const uint64_t shards[3] = {1000, 5000, 37};
+#define ELEMS 6037
+
+static void fill(uint16_t *w, uint64_t seed)
+{
+        for (size_t i = 0; i < ELEMS; i++) {
+                seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+                w[i] = (uint16_t)(seed >> 48);
+        }
+}
+
+Test(sync_pubsub, dense_then_sparse_delta_bit_exact)
+{
+        loom_err e;
+        loom_sync_pub *p;
+        cr_assert_eq(loom_sync_pub_new(shards, 3, 512, "127.0.0.1", 0, &p, &e), 0, "%s", e.msg);
+        uint16_t *a = malloc(2 * ELEMS), *b = malloc(2 * ELEMS), *got = calloc(ELEMS, 2);
+        fill(a, 1);
+        loom_sync_pub_stats ps;
+        cr_assert_eq(loom_sync_pub_publish(p, 0, a, &ps, &e), 0, "%s", e.msg);
+        cr_assert_eq(ps.changed, ELEMS);
+        loom_sync_pull_stats st;
+        uint16_t port = loom_sync_pub_port(p);
+        cr_assert_eq(
+            loom_sync_pull("127.0.0.1", port, shards, 3, got, LOOM_SYNC_NO_VERSION, 0, 5, &st, &e),
+            0, "%s", e.msg);
+        cr_assert_eq(st.version, 0);
+        cr_assert_eq(st.base, LOOM_SYNC_NO_VERSION);
+        cr_assert_eq(memcmp(got, a, 2 * ELEMS), 0);
+        /* version 1: 40 elements change, spread over two shards */
+        memcpy(b, a, 2 * ELEMS);
+        for (int k = 0; k < 40; k++)
+                b[(k * 149) % ELEMS] ^= (uint16_t)(1 + k);
+        cr_assert_eq(loom_sync_pub_publish(p, 1, b, &ps, &e), 0, "%s", e.msg);
+        cr_assert_eq(ps.changed, 40);
+        cr_assert_lt(ps.delta_bytes, ps.dense_bytes / 4);
+        cr_assert_eq(loom_sync_pull("127.0.0.1", port, shards, 3, got, 0, 1, 5, &st, &e), 0, "%s",
+                     e.msg);
+        cr_assert_eq(st.version, 1);
+        cr_assert_eq(st.base, 0);
+        cr_assert_eq(st.changed, 40);
+        cr_assert_eq(st.bytes, ps.delta_bytes);
+        cr_assert_eq(memcmp(got, b, 2 * ELEMS), 0);
+        /* up to date: nothing but the manifest, weights unchanged */
+        cr_assert_eq(loom_sync_pull("127.0.0.1", port, shards, 3, got, 1, 1, 5, &st, &e), 0, "%s",
+                     e.msg);
+        cr_assert_eq(st.changed, 0);
+        cr_assert_eq(memcmp(got, b, 2 * ELEMS), 0);
+        /* a worker that restarted with nothing gets the latest dense */
+        uint16_t *fresh = calloc(ELEMS, 2);
+        cr_assert_eq(loom_sync_pull("127.0.0.1", port, shards, 3, fresh, LOOM_SYNC_NO_VERSION, 1, 5,
+                                    &st, &e),
+                     0, "%s", e.msg);
+        cr_assert_eq(memcmp(fresh, b, 2 * ELEMS), 0);
+        /* versions only move forward */
+        cr_assert_eq(loom_sync_pub_publish(p, 1, a, &ps, &e), LOOM_EINVAL);
+        loom_sync_pub_free(p);
+        free(a);
+        free(b);
+        free(got);
+        free(fresh);
+}
+
+Test(sync_pubsub, mismatch_and_timeout_leave_weights_alone)
+{
+        loom_err e;
+        loom_sync_pub *p;
+        cr_assert_eq(loom_sync_pub_new(shards, 3, 512, "127.0.0.1", 0, &p, &e), 0, "%s", e.msg);
+        uint16_t *a = malloc(2 * ELEMS), *got = malloc(2 * ELEMS), *keep = malloc(2 * ELEMS);
+        fill(a, 2);
+        fill(got, 3);
+        memcpy(keep, got, 2 * ELEMS);
+        cr_assert_eq(loom_sync_pub_publish(p, 5, a, NULL, &e), 0, "%s", e.msg);
+        uint16_t port = loom_sync_pub_port(p);
+        const uint64_t other[3] = {1000, 5001, 36};
+        int rc =
+            loom_sync_pull("127.0.0.1", port, other, 3, got, LOOM_SYNC_NO_VERSION, 0, 5, NULL, &e);
+        cr_assert_eq(rc, LOOM_EPROTO);
+        cr_assert(strstr(e.msg, "shape mismatch"), "%s", e.msg);
+        cr_assert_eq(memcmp(got, keep, 2 * ELEMS), 0);
+        /* version 6 never comes */
+        rc = loom_sync_pull("127.0.0.1", port, shards, 3, got, LOOM_SYNC_NO_VERSION, 6, 0.3, NULL,
+                            &e);
+        cr_assert_eq(rc, LOOM_ETIMEDOUT, "%d %s", rc, e.msg);
+        cr_assert_eq(memcmp(got, keep, 2 * ELEMS), 0);
+        /* a delta against a version the puller does not have is refused */
+        rc = loom_sync_pull("127.0.0.1", port, shards, 3, got, 4, 5, 5, NULL, &e);
+        cr_assert_eq(rc, 0, "%s", e.msg); /* base is none: the publisher answers dense */
+        cr_assert_eq(memcmp(got, a, 2 * ELEMS), 0);
+        loom_sync_pub_free(p);
+        free(a);
+        free(got);
+        free(keep);
+}
+
+Test(sync_pubsub, bad_arguments)
+{
+        loom_err e;
+        loom_sync_pub *p;
+        const uint64_t empty[1] = {0};
+        cr_assert_eq(loom_sync_pub_new(empty, 1, 512, "127.0.0.1", 0, &p, &e), LOOM_EINVAL);
+        cr_assert_str_eq(e.field, "shards");
+        cr_assert_eq(loom_sync_pub_new(shards, 3, 0, "127.0.0.1", 0, &p, &e), LOOM_EINVAL);
+        cr_assert_str_eq(e.field, "bucket_elems");
+        cr_assert_eq(loom_sync_pub_new(shards, 3, 512, "localhost", 0, &p, &e), LOOM_EINVAL);
+        cr_assert_str_eq(e.field, "ip");
+        loom_sync_pub_free(NULL);
+}
