@@ -13,13 +13,15 @@ static const struct subcommand {
         int (*run)(int argc, char **argv);
         const char *summary;
 } subcommands[] = {
-        {"place", loom_cmd_place, "place the jobs of a scenario file, one JSON decision per job"},
-        {"sim", loom_cmd_sim, "trace-driven simulation of placement policies"},
-        {"micro", loom_cmd_micro, "WEAVE micro-benchmarks: temporal, trainmux, spatial"},
-        {"sync", loom_cmd_sync, "weight transfer engine: bench and plans"},
-        {"demo", loom_cmd_demo, "live demo: loomd plus real CPU-bound RL jobs"},
-        {"bench", loom_cmd_bench, "benchmarks of the scheduler core"},
-        {"harvest", loom_cmd_harvest, "ROSE: rollouts on idle serving GPUs (sim, node, replay)"},
+    {"place", loom_cmd_place, "place the jobs of a scenario file, one JSON decision per job"},
+    {"sim", loom_cmd_sim, "trace-driven simulation of placement policies"},
+    {"micro", loom_cmd_micro,
+     "micro-benchmarks: WEAVE temporal, trainmux, spatial; PlexRL plex-bubbles, plex-pack"},
+    {"sync", loom_cmd_sync, "weight transfer engine: bench and plans"},
+    {"demo", loom_cmd_demo,
+     "live demo: loomd plus CPU-bound RL jobs, or real PyTorch GRPO jobs (--real)"},
+    {"bench", loom_cmd_bench, "benchmarks of the scheduler core"},
+    {"harvest", loom_cmd_harvest, "ROSE: rollouts on idle serving GPUs (sim, node, replay)"},
 };
 
 static void usage(FILE *f)
