@@ -8,6 +8,7 @@ int loom_cmd_micro(int argc, char **argv);
 int loom_cmd_sync(int argc, char **argv);
 int loom_cmd_demo(int argc, char **argv);
 int loom_cmd_bench(int argc, char **argv);
+int loom_cmd_plan(int argc, char **argv);
 
 /* A file shipped with loom (a trace, a scenario): rel relative to the working directory (the
  * source tree), else to the binary (build/loom -> ../rel), written into buf. Returns rel when

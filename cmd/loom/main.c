@@ -19,6 +19,7 @@ static const struct subcommand {
         {"sync", loom_cmd_sync, "weight transfer engine: bench and plans"},
         {"demo", loom_cmd_demo, "live demo: loomd plus real CPU-bound RL jobs"},
         {"bench", loom_cmd_bench, "benchmarks of the scheduler core"},
+        {"plan", loom_cmd_plan, "HetRL: place an RL workflow on a heterogeneous fleet"},
 };
 
 static void usage(FILE *f)

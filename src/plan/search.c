@@ -1,0 +1,450 @@
+/*
+ * search.c - HetRL's hybrid search (Algorithm 1) and the plain evolutionary baseline.
+ *
+ * Levels 1 and 2 (task grouping, GPUs per group) are arms of a nested successive halving; each
+ * arm runs its own steady-state evolutionary search over levels 3-5 (which GPUs, (dp, pp, tp)
+ * per task, tasklet order). The genotype is compact (bytes per device) so thousands of arms fit:
+ *
+ *   perm[N]        device order; group g owns the block [off_g, off_g + size_g)
+ *   local[t][N]    a permutation of the task's group positions; the first dp*pp*tp are used
+ *   strat[t]       index into the feasible strategies for the group's size
+ *
+ * Decoding sorts each task's used devices by (region, machine) so TP shards and pipeline stages
+ * sit close, the way a launcher orders ranks. Mutation swaps GPUs between groups, replaces a
+ * training GPU with a faster idle one (TFLOPS upgrade), changes a strategy or a tasklet set; a
+ * swap-based locality search then improves the phenotype, whose cost becomes the genotype's
+ * fitness (Baldwinian: the improvement is not written back). Every cost-model call counts
+ * against the budget, so a budget in evaluations gives the same plan for the same seed.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan_int.h"
+
+/* ---- random numbers ---- */
+uint64_t plan_rng_next(uint64_t *s)
+{
+        uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+        return z ^ (z >> 31);
+}
+
+int plan_rng_int(uint64_t *s, int n)
+{
+        return (int)(plan_rng_next(s) % (uint64_t)n);
+}
+
+static double rng_unit(uint64_t *s)
+{
+        return (double)(plan_rng_next(s) >> 11) / 9007199254740992.0;
+}
+
+/* ---- groupings (level 1) ---- */
+static void rgs_rec(int n, int i, int mx, int *cur, int out[][LOOM_PLAN_TASKS], int cap, int *k)
+{
+        if (i == n) {
+                if (*k < cap)
+                        memcpy(out[*k], cur, sizeof(int) * LOOM_PLAN_TASKS);
+                (*k)++;
+                return;
+        }
+        for (int g = 0; g <= mx + 1; g++) {
+                cur[i] = g;
+                rgs_rec(n, i + 1, g > mx ? g : mx, cur, out, cap, k);
+        }
+}
+
+int loom_plan_groupings(int n, int out[][LOOM_PLAN_TASKS], int cap)
+{
+        int cur[LOOM_PLAN_TASKS] = {0}, k = 0;
+        if (n < 1 || n > LOOM_PLAN_TASKS)
+                return 0;
+        cur[0] = 0;
+        rgs_rec(n, 1, 0, cur, out, cap, &k);
+        return k;
+}
+
+/* ---- strategies (level 4) ---- */
+int plan_ctx_init(plan_ctx *x, const loom_plan_cluster *c, const loom_plan_workflow *w)
+{
+        memset(x, 0, sizeof *x);
+        x->c = c;
+        x->w = w;
+        x->n = c->n_dev;
+        x->nt = loom_plan_workflow_tasks(w, x->tasks);
+        x->strat_off = calloc((size_t)x->n + 2, sizeof(int));
+        if (!x->strat_off)
+                return LOOM_ENOMEM;
+        size_t cap = 0, len = 0;
+        for (int size = 1; size <= x->n; size++) {
+                x->strat_off[size] = (int)len;
+                for (int tp = 1; tp <= 8 && tp <= size; tp *= 2)
+                        for (int pp = 1; pp * tp <= size && pp <= 16; pp++)
+                                for (int dp = 1; dp * pp * tp <= size; dp++) {
+                                        loom_plan_strategy st = {dp, pp, tp};
+                                        if (!plan_strategy_ok(w, &st, size))
+                                                continue;
+                                        if (loom_reserve(&x->strats, &cap, len + 1,
+                                                         sizeof *x->strats, 256)) {
+                                                plan_ctx_free(x);
+                                                return LOOM_ENOMEM;
+                                        }
+                                        x->strats[len++] = st;
+                                }
+        }
+        x->strat_off[x->n + 1] = (int)len;
+        for (int size = 1; size <= x->n; size++)
+                if (x->strat_off[size + 1] == x->strat_off[size])
+                        x->strat_off[size + 1] = x->strat_off[size]; /* none: size unusable */
+        return 0;
+}
+
+void plan_ctx_free(plan_ctx *x)
+{
+        free(x->strats);
+        free(x->strat_off);
+        x->strats = NULL;
+        x->strat_off = NULL;
+}
+
+int plan_n_strats(const plan_ctx *x, int size)
+{
+        return x->strat_off[size + 1] - x->strat_off[size];
+}
+
+/* ---- decoding ---- */
+/* Insertion sort by (region, machine): slot lists are short and this keeps decoding free of
+ * global state. */
+static void sort_local(const loom_plan_cluster *c, int *a, int n)
+{
+        for (int i = 1; i < n; i++) {
+                int v = a[i], j = i - 1;
+                long kv = (long)c->dev[v].region * 100000 + c->dev[v].machine * 16 + c->dev[v].type;
+                while (j >= 0) {
+                        int u = a[j];
+                        long ku = (long)c->dev[u].region * 100000 + c->dev[u].machine * 16 +
+                                  c->dev[u].type;
+                        if (ku <= kv)
+                                break;
+                        a[j + 1] = a[j];
+                        j--;
+                }
+                a[j + 1] = v;
+        }
+}
+
+void plan_decode(const plan_ctx *x, const plan_geno *g, loom_plan *p)
+{
+        const loom_plan_cluster *c = x->c;
+        int ng = 0;
+        for (int i = 0; i < x->nt; i++)
+                if (g->rgs[i] + 1 > ng)
+                        ng = g->rgs[i] + 1;
+        p->n_groups = ng;
+        int off = 0;
+        for (int k = 0; k < ng; k++) {
+                p->group_size[k] = g->size[k];
+                for (int i = 0; i < g->size[k]; i++)
+                        p->group_dev[k][i] = g->perm[off + i];
+                off += g->size[k];
+        }
+        for (int t = 0; t < LOOM_PLAN_TASKS; t++)
+                p->group[t] = -1;
+        for (int i = 0; i < x->nt; i++) {
+                int t = x->tasks[i], k = g->rgs[i], size = g->size[k];
+                p->group[t] = k;
+                int ns = plan_n_strats(x, size);
+                if (ns == 0) {
+                        p->st[t] = (loom_plan_strategy){1, 1, 1};
+                } else {
+                        p->st[t] = x->strats[x->strat_off[size] + g->strat[i] % ns];
+                }
+                for (int j = 0; j < size; j++)
+                        p->order[t][j] = p->group_dev[k][g->local[i][j] % size];
+                int used = p->st[t].dp * p->st[t].pp * p->st[t].tp;
+                sort_local(c, p->order[t], used < size ? used : size);
+        }
+}
+
+double plan_eval(plan_search *s, const plan_geno *g, loom_plan *scratch)
+{
+        plan_decode(&s->x, g, scratch);
+        double v = plan_cost_search(s->x.c, s->x.w, scratch);
+        s->evals++;
+        if (v < s->best_cost && v < PLAN_INFEASIBLE) {
+                s->best_cost = v;
+                s->best = *scratch;
+        }
+        if (s->o->trace && s->o->trace_every > 0 && s->evals % s->o->trace_every == 0)
+                s->o->trace(s->o->trace_ctx, s->evals, s->best_cost);
+        if (s->o->time_s > 0 && s->o->now && (s->evals & 255) == 0 &&
+            s->o->now(s->o->now_ctx) - s->t0 >= s->o->time_s)
+                s->stop = true;
+        if (s->budget > 0 && s->evals >= s->budget)
+                s->stop = true;
+        return v;
+}
+
+/* ---- genotypes ---- */
+static void shuffle(uint64_t *rng, uint8_t *a, int n)
+{
+        for (int i = n - 1; i > 0; i--) {
+                int j = plan_rng_int(rng, i + 1);
+                uint8_t t = a[i];
+                a[i] = a[j];
+                a[j] = t;
+        }
+}
+
+void plan_geno_random(const plan_ctx *x, uint64_t *rng, plan_geno *g)
+{
+        for (int i = 0; i < x->n; i++)
+                g->perm[i] = (uint8_t)i;
+        shuffle(rng, g->perm, x->n);
+        for (int i = 0; i < x->nt; i++) {
+                for (int j = 0; j < x->n; j++)
+                        g->local[i][j] = (uint8_t)j;
+                int size = g->size[g->rgs[i]];
+                shuffle(rng, g->local[i], size);
+                int ns = plan_n_strats(x, size);
+                g->strat[i] = (uint16_t)(ns > 0 ? plan_rng_int(rng, ns) : 0);
+        }
+}
+
+static int n_groups_of(const plan_ctx *x, const plan_geno *g)
+{
+        int ng = 0;
+        for (int i = 0; i < x->nt; i++)
+                if (g->rgs[i] + 1 > ng)
+                        ng = g->rgs[i] + 1;
+        return ng;
+}
+
+static int group_of_pos(const plan_geno *g, int ng, int pos, int *start)
+{
+        int off = 0;
+        for (int k = 0; k < ng; k++) {
+                if (pos < off + g->size[k]) {
+                        if (start)
+                                *start = off;
+                        return k;
+                }
+                off += g->size[k];
+        }
+        return ng - 1;
+}
+
+/* Groups that hold a training task. */
+static unsigned train_groups(const plan_ctx *x, const plan_geno *g)
+{
+        unsigned m = 0;
+        for (int i = 0; i < x->nt; i++)
+                if (x->tasks[i] == LOOM_PLAN_ACTOR_TRAIN || x->tasks[i] == LOOM_PLAN_CRITIC_TRAIN)
+                        m |= 1u << g->rgs[i];
+        return m;
+}
+
+/* The TFLOPS upgrade: a GPU of a training group swaps with a faster GPU outside them. */
+static bool upgrade(const plan_ctx *x, uint64_t *rng, plan_geno *g)
+{
+        int ng = n_groups_of(x, g);
+        unsigned tg = train_groups(x, g);
+        if (ng < 2 || tg == (1u << ng) - 1)
+                return false;
+        int in[LOOM_PLAN_MAX_DEV], out[LOOM_PLAN_MAX_DEV], ni = 0, no = 0;
+        for (int pos = 0; pos < x->n; pos++) {
+                int k = group_of_pos(g, ng, pos, NULL);
+                if (tg >> k & 1)
+                        in[ni++] = pos;
+                else
+                        out[no++] = pos;
+        }
+        if (!ni || !no)
+                return false;
+        int a = in[plan_rng_int(rng, ni)];
+        double fa = x->c->types[x->c->dev[g->perm[a]].type].tflops;
+        int cand[LOOM_PLAN_MAX_DEV], nc = 0;
+        for (int i = 0; i < no; i++)
+                if (x->c->types[x->c->dev[g->perm[out[i]]].type].tflops > fa)
+                        cand[nc++] = out[i];
+        if (!nc)
+                return false;
+        int b = cand[plan_rng_int(rng, nc)];
+        uint8_t t = g->perm[a];
+        g->perm[a] = g->perm[b];
+        g->perm[b] = t;
+        return true;
+}
+
+void plan_mutate(const plan_ctx *x, uint64_t *rng, plan_geno *g, bool custom, bool structure)
+{
+        int ng = n_groups_of(x, g);
+        int ops = 1 + plan_rng_int(rng, 2);
+        for (int o = 0; o < ops; o++) {
+                if (custom && rng_unit(rng) < 0.2 && upgrade(x, rng, g))
+                        continue;
+                int kind = plan_rng_int(rng, structure ? 5 : 3);
+                if (kind == 0 && ng >= 2) { /* swap GPUs between groups */
+                        int a = plan_rng_int(rng, x->n), b = plan_rng_int(rng, x->n);
+                        uint8_t t = g->perm[a];
+                        g->perm[a] = g->perm[b];
+                        g->perm[b] = t;
+                } else if (kind <= 1) { /* a task's strategy */
+                        int i = plan_rng_int(rng, x->nt);
+                        int ns = plan_n_strats(x, g->size[g->rgs[i]]);
+                        if (ns > 0)
+                                g->strat[i] = (uint16_t)plan_rng_int(rng, ns);
+                } else if (kind == 2) { /* a task's tasklet set / order */
+                        int i = plan_rng_int(rng, x->nt);
+                        int size = g->size[g->rgs[i]];
+                        int a = plan_rng_int(rng, size), b = plan_rng_int(rng, size);
+                        uint8_t t = g->local[i][a];
+                        g->local[i][a] = g->local[i][b];
+                        g->local[i][b] = t;
+                } else if (kind == 3 && ng >= 2) { /* move one GPU between neighbouring groups */
+                        int k = plan_rng_int(rng, ng - 1);
+                        int dir = plan_rng_int(rng, 2);
+                        int from = dir ? k : k + 1, to = dir ? k + 1 : k;
+                        if (g->size[from] > 1) {
+                                g->size[from]--;
+                                g->size[to]++;
+                        }
+                } else if (kind == 4) { /* move a task to another group (keeps rgs canonical) */
+                        int i = plan_rng_int(rng, x->nt);
+                        int target = plan_rng_int(rng, ng + 1);
+                        plan_geno h = *g;
+                        h.rgs[i] = target;
+                        if (plan_canonical(x, &h, rng))
+                                *g = h;
+                }
+        }
+}
+
+/* Renumber groups in first-use order, drop empty ones and fix sizes so they sum to N and each
+ * group has at least one GPU. Returns false when that is impossible. */
+bool plan_canonical(const plan_ctx *x, plan_geno *g, uint64_t *rng)
+{
+        int map[LOOM_PLAN_TASKS + 1], next = 0, old_size[LOOM_PLAN_TASKS + 1] = {0};
+        for (int k = 0; k <= LOOM_PLAN_TASKS; k++)
+                map[k] = -1;
+        for (int k = 0; k < LOOM_PLAN_TASKS; k++)
+                old_size[k] = g->size[k];
+        int rg[LOOM_PLAN_TASKS];
+        for (int i = 0; i < x->nt; i++) {
+                if (map[g->rgs[i]] < 0)
+                        map[g->rgs[i]] = next++;
+                rg[i] = map[g->rgs[i]];
+        }
+        if (next > x->n)
+                return false;
+        int size[LOOM_PLAN_TASKS] = {0}, sum = 0;
+        for (int k = 0; k <= LOOM_PLAN_TASKS; k++)
+                if (map[k] >= 0) {
+                        size[map[k]] = k < LOOM_PLAN_TASKS && old_size[k] > 0 ? old_size[k] : 1;
+                        sum += size[map[k]];
+                }
+        while (sum > x->n) { /* shrink the largest */
+                int b = 0;
+                for (int k = 1; k < next; k++)
+                        if (size[k] > size[b])
+                                b = k;
+                size[b]--;
+                sum--;
+        }
+        while (sum < x->n) {
+                size[plan_rng_int(rng, next)]++;
+                sum++;
+        }
+        for (int i = 0; i < x->nt; i++)
+                g->rgs[i] = rg[i];
+        for (int k = 0; k < LOOM_PLAN_TASKS; k++)
+                g->size[k] = k < next ? size[k] : 0;
+        return true;
+}
+
+/* ---- swap-based locality search (phenotype only) ---- */
+static int affinity(const loom_plan_cluster *c, int a, int b)
+{
+        const loom_plan_device *x = &c->dev[a], *y = &c->dev[b];
+        return 4 * (x->machine == y->machine) + 2 * (x->zone == y->zone) + (x->region == y->region);
+}
+
+typedef struct loc_counts {
+        int m[LOOM_PLAN_TASKS][LOOM_PLAN_MAX_MACHINES];
+        int z[LOOM_PLAN_TASKS][LOOM_PLAN_MAX_MACHINES];
+        int r[LOOM_PLAN_TASKS][LOOM_PLAN_MAX_REGIONS];
+} loc_counts;
+
+/* Sum of affinities of device d to the devices of group k (d itself included if there). */
+static int aff_sum(const plan_ctx *x, const loc_counts *lc, int d, int k)
+{
+        const loom_plan_device *v = &x->c->dev[d];
+        return 4 * lc->m[k][v->machine] + 2 * lc->z[k][v->zone] + lc->r[k][v->region];
+}
+
+static void loc_add(const plan_ctx *x, loc_counts *lc, int d, int k, int by)
+{
+        const loom_plan_device *v = &x->c->dev[d];
+        lc->m[k][v->machine] += by;
+        lc->z[k][v->zone] += by;
+        lc->r[k][v->region] += by;
+}
+
+bool plan_local_search(const plan_ctx *x, plan_geno *g, int max_steps)
+{
+        int ng = n_groups_of(x, g);
+        if (ng < 2)
+                return false;
+        int start[LOOM_PLAN_TASKS + 1], off = 0;
+        for (int k = 0; k < ng; k++) {
+                start[k] = off;
+                off += g->size[k];
+        }
+        start[ng] = off;
+        loc_counts *lc = calloc(1, sizeof *lc);
+        if (!lc)
+                return false;
+        for (int k = 0; k < ng; k++)
+                for (int i = start[k]; i < start[k + 1]; i++)
+                        loc_add(x, lc, g->perm[i], k, 1);
+        bool changed = false;
+        for (int step = 0; step < max_steps; step++) {
+                int best_gain = 0, ba = -1, bb = -1, bk1 = 0, bk2 = 0;
+                for (int k1 = 0; k1 < ng; k1++)
+                        for (int a = start[k1]; a < start[k1 + 1]; a++) {
+                                int da = g->perm[a];
+                                int a_in = aff_sum(x, lc, da, k1) - 7;
+                                for (int k2 = k1 + 1; k2 < ng; k2++)
+                                        for (int b = start[k2]; b < start[k2 + 1]; b++) {
+                                                int db = g->perm[b];
+                                                if (x->c->dev[da].type != x->c->dev[db].type)
+                                                        continue;
+                                                int b_in = aff_sum(x, lc, db, k2) - 7;
+                                                int ab = affinity(x->c, da, db);
+                                                int gain = aff_sum(x, lc, db, k1) - ab - a_in +
+                                                           aff_sum(x, lc, da, k2) - ab - b_in;
+                                                if (gain > best_gain) {
+                                                        best_gain = gain;
+                                                        ba = a;
+                                                        bb = b;
+                                                        bk1 = k1;
+                                                        bk2 = k2;
+                                                }
+                                        }
+                        }
+                if (ba < 0)
+                        break;
+                loc_add(x, lc, g->perm[ba], bk1, -1);
+                loc_add(x, lc, g->perm[bb], bk2, -1);
+                uint8_t t = g->perm[ba];
+                g->perm[ba] = g->perm[bb];
+                g->perm[bb] = t;
+                loc_add(x, lc, g->perm[ba], bk1, 1);
+                loc_add(x, lc, g->perm[bb], bk2, 1);
+                changed = true;
+        }
+        free(lc);
+        return changed;
+}
