@@ -10,6 +10,7 @@
  */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "plan_int.h"
@@ -498,6 +499,41 @@ double plan_cost_search(const loom_plan_cluster *c, const loom_plan_workflow *w,
         if (over > 0)
                 return PLAN_INFEASIBLE + over / 1e9;
         return compose(c, w, p, tasks, nt, &sc, NULL);
+}
+
+double plan_task_alone(const loom_plan_cluster *c, const loom_plan_workflow *w, int t,
+                       const loom_plan_strategy *st, const int *devs, int n, double *model_mem,
+                       double *work_mem)
+{
+        static const loom_plan zero;
+        loom_plan *p = malloc(sizeof *p);
+        scratch *sc = malloc(sizeof *sc);
+        double v = INFINITY;
+        if (!p || !sc)
+                goto out;
+        *p = zero;
+        p->n_groups = 1;
+        p->group_size[0] = n;
+        p->group[t] = 0;
+        p->st[t] = *st;
+        for (int i = 0; i < n; i++)
+                p->group_dev[0][i] = p->order[t][i] = devs[i];
+        shape sh;
+        task_shape(w, t, st, &sh);
+        *model_mem = tasklet_model_mem(w, t, st, &sh);
+        *work_mem = t == LOOM_PLAN_GEN ? kv_seq_bytes(w, st, &sh) : tasklet_work_mem(w, t, st, &sh);
+        for (int i = 0; i < n; i++) {
+                sc->model[devs[i]] = *model_mem;
+                if (*model_mem + *work_mem > c->types[c->dev[devs[i]].type].hbm_gb * 1e9)
+                        goto out;
+        }
+        task_detail td;
+        task_cost(c, w, p, t, sc, &td);
+        v = td.total;
+out:
+        free(p);
+        free(sc);
+        return v;
 }
 
 static int check_plan(const loom_plan_cluster *c, const loom_plan_workflow *w, const loom_plan *p,

@@ -9,6 +9,12 @@
 #define PLAN_INFEASIBLE 1e7
 double plan_cost_search(const loom_plan_cluster *c, const loom_plan_workflow *w,
                         const loom_plan *p);
+/* Task t alone on devs (every one used, in this order) with strategy st: its cost when only its
+ * own tasklets sit on those GPUs (a lower bound of its cost next to others), and its
+ * per-tasklet model memory and working set. INFINITY when it does not fit alone. */
+double plan_task_alone(const loom_plan_cluster *c, const loom_plan_workflow *w, int t,
+                       const loom_plan_strategy *st, const int *devs, int n, double *model_mem,
+                       double *work_mem);
 bool plan_strategy_ok(const loom_plan_workflow *w, const loom_plan_strategy *st, int group_n);
 
 /* Workflow + fleet facts every search step needs. strats[strat_off[s] ..
@@ -54,6 +60,8 @@ typedef struct plan_search {
 
 uint64_t plan_rng_next(uint64_t *s);
 int plan_rng_int(uint64_t *s, int n);
+/* Order devices by (region, machine, type): the rank layout of every task. */
+void plan_sort_local(const loom_plan_cluster *c, int *a, int n);
 void plan_decode(const plan_ctx *x, const plan_geno *g, loom_plan *p);
 double plan_eval(plan_search *s, const plan_geno *g, loom_plan *scratch);
 void plan_geno_random(const plan_ctx *x, uint64_t *rng, plan_geno *g);

@@ -83,6 +83,9 @@ int plan_ctx_init(plan_ctx *x, const loom_plan_cluster *c, const loom_plan_workf
                 for (int tp = 1; tp <= 8 && tp <= size; tp *= 2)
                         for (int pp = 1; pp * tp <= size && pp <= 16; pp++)
                                 for (int dp = 1; dp * pp * tp <= size; dp++) {
+                                        /* A task runs on every GPU of its group. */
+                                        if (dp * pp * tp != size)
+                                                continue;
                                         loom_plan_strategy st = {dp, pp, tp};
                                         if (!plan_strategy_ok(w, &st, size))
                                                 continue;
@@ -117,7 +120,7 @@ int plan_n_strats(const plan_ctx *x, int size)
 /* ---- decoding ---- */
 /* Insertion sort by (region, machine): slot lists are short and this keeps decoding free of
  * global state. */
-static void sort_local(const loom_plan_cluster *c, int *a, int n)
+void plan_sort_local(const loom_plan_cluster *c, int *a, int n)
 {
         for (int i = 1; i < n; i++) {
                 int v = a[i], j = i - 1;
@@ -162,9 +165,9 @@ void plan_decode(const plan_ctx *x, const plan_geno *g, loom_plan *p)
                         p->st[t] = x->strats[x->strat_off[size] + g->strat[i] % ns];
                 }
                 for (int j = 0; j < size; j++)
-                        p->order[t][j] = p->group_dev[k][g->local[i][j] % size];
+                        p->order[t][j] = p->group_dev[k][j];
                 int used = p->st[t].dp * p->st[t].pp * p->st[t].tp;
-                sort_local(c, p->order[t], used < size ? used : size);
+                plan_sort_local(c, p->order[t], used < size ? used : size);
         }
 }
 
@@ -203,6 +206,30 @@ void plan_geno_random(const plan_ctx *x, uint64_t *rng, plan_geno *g)
         for (int i = 0; i < x->n; i++)
                 g->perm[i] = (uint8_t)i;
         shuffle(rng, g->perm, x->n);
+        if (plan_rng_int(rng, 2)) {
+                /* Half the starts keep GPU types (then machines) together, in a random type
+                 * order, so groups begin homogeneous; the rest are uniform. */
+                const loom_plan_cluster *c = x->c;
+                uint8_t trank[LOOM_PLAN_MAX_TYPES];
+                for (int t = 0; t < LOOM_PLAN_MAX_TYPES; t++)
+                        trank[t] = (uint8_t)t;
+                shuffle(rng, trank, c->n_types);
+                for (int i = 1; i < x->n; i++) {
+                        uint8_t v = g->perm[i];
+                        long kv = (long)trank[c->dev[v].type] * 1000000 + c->dev[v].machine * 256 + v;
+                        int j = i - 1;
+                        while (j >= 0) {
+                                uint8_t u = g->perm[j];
+                                long ku = (long)trank[c->dev[u].type] * 1000000 +
+                                          c->dev[u].machine * 256 + u;
+                                if (ku <= kv)
+                                        break;
+                                g->perm[j + 1] = u;
+                                j--;
+                        }
+                        g->perm[j + 1] = v;
+                }
+        }
         for (int i = 0; i < x->nt; i++) {
                 for (int j = 0; j < x->n; j++)
                         g->local[i][j] = (uint8_t)j;
@@ -285,7 +312,7 @@ void plan_mutate(const plan_ctx *x, uint64_t *rng, plan_geno *g, bool custom, bo
         for (int o = 0; o < ops; o++) {
                 if (custom && rng_unit(rng) < 0.2 && upgrade(x, rng, g))
                         continue;
-                int kind = plan_rng_int(rng, structure ? 5 : 3);
+                int kind = plan_rng_int(rng, structure ? 4 : 3);
                 if (kind == 0 && ng >= 2) { /* swap GPUs between groups */
                         int a = plan_rng_int(rng, x->n), b = plan_rng_int(rng, x->n);
                         uint8_t t = g->perm[a];
@@ -296,14 +323,7 @@ void plan_mutate(const plan_ctx *x, uint64_t *rng, plan_geno *g, bool custom, bo
                         int ns = plan_n_strats(x, g->size[g->rgs[i]]);
                         if (ns > 0)
                                 g->strat[i] = (uint16_t)plan_rng_int(rng, ns);
-                } else if (kind == 2) { /* a task's tasklet set / order */
-                        int i = plan_rng_int(rng, x->nt);
-                        int size = g->size[g->rgs[i]];
-                        int a = plan_rng_int(rng, size), b = plan_rng_int(rng, size);
-                        uint8_t t = g->local[i][a];
-                        g->local[i][a] = g->local[i][b];
-                        g->local[i][b] = t;
-                } else if (kind == 3 && ng >= 2) { /* move one GPU between neighbouring groups */
+                } else if (kind == 2 && ng >= 2) { /* move one GPU between neighbouring groups */
                         int k = plan_rng_int(rng, ng - 1);
                         int dir = plan_rng_int(rng, 2);
                         int from = dir ? k : k + 1, to = dir ? k + 1 : k;
@@ -311,7 +331,7 @@ void plan_mutate(const plan_ctx *x, uint64_t *rng, plan_geno *g, bool custom, bo
                                 g->size[from]--;
                                 g->size[to]++;
                         }
-                } else if (kind == 4) { /* move a task to another group (keeps rgs canonical) */
+                } else if (kind == 3) { /* move a task to another group (keeps rgs canonical) */
                         int i = plan_rng_int(rng, x->nt);
                         int target = plan_rng_int(rng, ng + 1);
                         plan_geno h = *g;
