@@ -501,6 +501,15 @@ double plan_cost_search(const loom_plan_cluster *c, const loom_plan_workflow *w,
         return compose(c, w, p, tasks, nt, &sc, NULL);
 }
 
+double plan_tasklet_mem(const loom_plan_workflow *w, int t, const loom_plan_strategy *st,
+                        double *work)
+{
+        shape sh;
+        task_shape(w, t, st, &sh);
+        *work = t == LOOM_PLAN_GEN ? kv_seq_bytes(w, st, &sh) : tasklet_work_mem(w, t, st, &sh);
+        return tasklet_model_mem(w, t, st, &sh);
+}
+
 double plan_task_alone(const loom_plan_cluster *c, const loom_plan_workflow *w, int t,
                        const loom_plan_strategy *st, const int *devs, int n, double *model_mem,
                        double *work_mem)

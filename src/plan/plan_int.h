@@ -15,6 +15,9 @@ double plan_cost_search(const loom_plan_cluster *c, const loom_plan_workflow *w,
 double plan_task_alone(const loom_plan_cluster *c, const loom_plan_workflow *w, int t,
                        const loom_plan_strategy *st, const int *devs, int n, double *model_mem,
                        double *work_mem);
+/* Model memory of one tasklet of task t under st; *work gets its working set. */
+double plan_tasklet_mem(const loom_plan_workflow *w, int t, const loom_plan_strategy *st,
+                        double *work);
 bool plan_strategy_ok(const loom_plan_workflow *w, const loom_plan_strategy *st, int group_n);
 
 /* Workflow + fleet facts every search step needs. strats[strat_off[s] ..
@@ -55,6 +58,7 @@ typedef struct plan_search {
         int arms_groupings, arms_splits;
         double best_cost;
         loom_plan best;
+        plan_geno best_geno;
         loom_plan scratch;
 } plan_search;
 
@@ -68,6 +72,7 @@ void plan_geno_random(const plan_ctx *x, uint64_t *rng, plan_geno *g);
 void plan_mutate(const plan_ctx *x, uint64_t *rng, plan_geno *g, bool custom, bool structure);
 bool plan_canonical(const plan_ctx *x, plan_geno *g, uint64_t *rng);
 bool plan_local_search(const plan_ctx *x, plan_geno *g, int max_steps);
+void plan_polish(plan_search *s, plan_geno *g);
 
 int plan_run_sha_ea(plan_search *s);
 int plan_run_ea(plan_search *s);

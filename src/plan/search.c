@@ -179,6 +179,7 @@ double plan_eval(plan_search *s, const plan_geno *g, loom_plan *scratch)
         if (v < s->best_cost && v < PLAN_INFEASIBLE) {
                 s->best_cost = v;
                 s->best = *scratch;
+                s->best_geno = *g;
         }
         if (s->o->trace && s->o->trace_every > 0 && s->evals % s->o->trace_every == 0)
                 s->o->trace(s->o->trace_ctx, s->evals, s->best_cost);
@@ -198,6 +199,54 @@ static void shuffle(uint64_t *rng, uint8_t *a, int n)
                 uint8_t t = a[i];
                 a[i] = a[j];
                 a[j] = t;
+        }
+}
+
+static int n_groups_of(const plan_ctx *x, const plan_geno *g);
+
+/* Random strategies often overflow HBM; redraw the strategies of a group whose tasklets cannot
+ * fit its smallest GPU, a few times, keeping the draw that needs least memory. */
+static void repair_memory(const plan_ctx *x, uint64_t *rng, plan_geno *g)
+{
+        int ng = n_groups_of(x, g), off = 0;
+        for (int k = 0; k < ng; k++) {
+                double cap = INFINITY;
+                for (int i = off; i < off + g->size[k]; i++) {
+                        double h = x->c->types[x->c->dev[g->perm[i]].type].hbm_gb * 1e9;
+                        if (h < cap)
+                                cap = h;
+                }
+                off += g->size[k];
+                int ns = plan_n_strats(x, g->size[k]);
+                if (!ns)
+                        continue;
+                uint16_t best[LOOM_PLAN_TASKS];
+                double best_need = INFINITY;
+                for (int tries = 0; tries < 16; tries++) {
+                        double mm = 0, wk = 0;
+                        for (int i = 0; i < x->nt; i++) {
+                                if (g->rgs[i] != k)
+                                        continue;
+                                if (tries > 0)
+                                        g->strat[i] = (uint16_t)plan_rng_int(rng, ns);
+                                loom_plan_strategy st = x->strats[x->strat_off[g->size[k]] +
+                                                                  g->strat[i] % ns];
+                                double w;
+                                mm += plan_tasklet_mem(x->w, x->tasks[i], &st, &w);
+                                if (w > wk)
+                                        wk = w;
+                        }
+                        if (mm + wk < best_need) {
+                                best_need = mm + wk;
+                                for (int i = 0; i < x->nt; i++)
+                                        best[i] = g->strat[i];
+                        }
+                        if (mm + wk <= cap)
+                                break;
+                }
+                for (int i = 0; i < x->nt; i++)
+                        if (g->rgs[i] == k)
+                                g->strat[i] = best[i];
         }
 }
 
@@ -234,10 +283,10 @@ void plan_geno_random(const plan_ctx *x, uint64_t *rng, plan_geno *g)
                 for (int j = 0; j < x->n; j++)
                         g->local[i][j] = (uint8_t)j;
                 int size = g->size[g->rgs[i]];
-                shuffle(rng, g->local[i], size);
                 int ns = plan_n_strats(x, size);
                 g->strat[i] = (uint16_t)(ns > 0 ? plan_rng_int(rng, ns) : 0);
         }
+        repair_memory(x, rng, g);
 }
 
 static int n_groups_of(const plan_ctx *x, const plan_geno *g)
@@ -467,4 +516,128 @@ bool plan_local_search(const plan_ctx *x, plan_geno *g, int max_steps)
         }
         free(lc);
         return changed;
+}
+
+/* ---- the final hill climb ---- */
+
+/* The strategy for a resized group closest to the old one (same tp and pp when possible). */
+static int closest_strat(const plan_ctx *x, int size, loom_plan_strategy old)
+{
+        int ns = plan_n_strats(x, size), best = 0;
+        double bd = INFINITY;
+        for (int k = 0; k < ns; k++) {
+                loom_plan_strategy s = x->strats[x->strat_off[size] + k];
+                double d = fabs(log2((double)s.tp / old.tp)) + fabs(log2((double)s.pp / old.pp));
+                if (d < bd) {
+                        bd = d;
+                        best = k;
+                }
+        }
+        return best;
+}
+
+static loom_plan_strategy strat_of(const plan_ctx *x, const plan_geno *g, int i)
+{
+        int size = g->size[g->rgs[i]], ns = plan_n_strats(x, size);
+        return ns ? x->strats[x->strat_off[size] + g->strat[i] % ns]
+                  : (loom_plan_strategy){1, 1, 1};
+}
+
+/* Move the GPU at position p into group b (sizes change; strategies follow closest_strat). */
+static void move_gpu(const plan_ctx *x, plan_geno *g, int ng, int p, int b)
+{
+        loom_plan_strategy old[LOOM_PLAN_TASKS];
+        for (int i = 0; i < x->nt; i++)
+                old[i] = strat_of(x, g, i);
+        int start = 0, a = group_of_pos(g, ng, p, &start);
+        (void)start;
+        uint8_t d = g->perm[p];
+        /* remove p, then insert at the end of block b */
+        memmove(g->perm + p, g->perm + p + 1, (size_t)(x->n - p - 1));
+        g->size[a]--;
+        int end = 0;
+        for (int k = 0; k <= b; k++)
+                end += g->size[k];
+        memmove(g->perm + end + 1, g->perm + end, (size_t)(x->n - 1 - end));
+        g->perm[end] = d;
+        g->size[b]++;
+        for (int i = 0; i < x->nt; i++)
+                if (g->rgs[i] == a || g->rgs[i] == b)
+                        g->strat[i] = (uint16_t)closest_strat(x, g->size[g->rgs[i]], old[i]);
+}
+
+static int dev_class(const plan_ctx *x, int d)
+{
+        const loom_plan_device *v = &x->c->dev[d];
+        return v->machine * LOOM_PLAN_MAX_TYPES + v->type;
+}
+
+/* Best-improvement hill climb from g over: one task's strategy, one GPU moved to another
+ * group, two GPUs of different classes swapped between groups. Neighbours that differ only by
+ * which of two identical GPUs moves are tried once. */
+void plan_polish(plan_search *s, plan_geno *g)
+{
+        const plan_ctx *x = &s->x;
+        int ng = n_groups_of(x, g);
+        g->cost = plan_eval(s, g, &s->scratch);
+        while (!s->stop) {
+                plan_geno best = *g, h;
+                for (int i = 0; i < x->nt && !s->stop; i++) {
+                        int ns = plan_n_strats(x, g->size[g->rgs[i]]);
+                        for (int k = 0; k < ns && !s->stop; k++) {
+                                if (k == g->strat[i] % ns)
+                                        continue;
+                                h = *g;
+                                h.strat[i] = (uint16_t)k;
+                                h.cost = plan_eval(s, &h, &s->scratch);
+                                if (h.cost < best.cost)
+                                        best = h;
+                        }
+                }
+                for (int p = 0; p < x->n && !s->stop; p++) {
+                        int a = group_of_pos(g, ng, p, NULL);
+                        if (g->size[a] < 2)
+                                continue;
+                        bool seen = false; /* an identical GPU earlier in the same group */
+                        int start = 0;
+                        group_of_pos(g, ng, p, &start);
+                        for (int q = start; q < p; q++)
+                                seen |= dev_class(x, g->perm[q]) == dev_class(x, g->perm[p]);
+                        if (seen)
+                                continue;
+                        for (int b = 0; b < ng && !s->stop; b++) {
+                                if (b == a)
+                                        continue;
+                                h = *g;
+                                move_gpu(x, &h, ng, p, b);
+                                h.cost = plan_eval(s, &h, &s->scratch);
+                                if (h.cost < best.cost)
+                                        best = h;
+                        }
+                }
+                for (int p = 0; p < x->n && !s->stop; p++)
+                        for (int q = p + 1; q < x->n && !s->stop; q++) {
+                                int a = group_of_pos(g, ng, p, NULL), b = group_of_pos(g, ng, q, NULL);
+                                if (a == b || dev_class(x, g->perm[p]) == dev_class(x, g->perm[q]))
+                                        continue;
+                                bool dup = false;
+                                for (int r = 0; r < p && !dup; r++)
+                                        dup = group_of_pos(g, ng, r, NULL) == a &&
+                                              dev_class(x, g->perm[r]) == dev_class(x, g->perm[p]);
+                                for (int r = p + 1; r < q && !dup; r++)
+                                        dup = group_of_pos(g, ng, r, NULL) == b &&
+                                              dev_class(x, g->perm[r]) == dev_class(x, g->perm[q]);
+                                if (dup)
+                                        continue;
+                                h = *g;
+                                h.perm[p] = g->perm[q];
+                                h.perm[q] = g->perm[p];
+                                h.cost = plan_eval(s, &h, &s->scratch);
+                                if (h.cost < best.cost)
+                                        best = h;
+                        }
+                if (!(best.cost < g->cost))
+                        break;
+                *g = best;
+        }
 }

@@ -12,6 +12,7 @@
 #define POP 6         /* population of one arm's EA */
 #define EA_POP 32     /* population of the plain EA */
 #define SPLIT_ARMS 16 /* GPU-count splits tried per task grouping (level-2 arms) */
+#define POLISH_GROUPINGS 4 /* groupings whose best plan gets the final hill climb */
 #define LOCAL_STEPS 4 /* swaps of the locality search per offspring */
 
 typedef struct arm {
@@ -194,7 +195,10 @@ int plan_run_sha_ea(plan_search *s)
         }
         int total_tg = live;
         int rounds = ceil_log2(total_tg);
-        int64_t B = s->budget;
+        /* Successive halving spends 80% of the budget; the hill climb and the best arm the
+         * rest. */
+        int64_t full = s->budget, B = full > 0 ? (full - s->evals) * 4 / 5 : 0;
+        s->budget = B > 0 ? s->evals + B : 0;
         for (int m = 0; m < rounds && live > 0 && !s->stop; m++) {
                 int64_t bm = B / ((int64_t)live * rounds);
                 for (int i = 0; i < live && !s->stop; i++) {
@@ -224,8 +228,28 @@ int plan_run_sha_ea(plan_search *s)
                 qsort(tgs, (size_t)live, sizeof *tgs, cmp_tg);
                 live = live > 1 ? (live + 1) / 2 : 1;
         }
-        /* Budget the floors left over goes to the best arm. */
-        if (live > 0) {
+        /* The rest: a hill climb from the best plan, then the best arm. */
+        bool timed_out = s->stop && (full <= 0 || s->evals < s->budget);
+        s->budget = full > 0 ? full : 0;
+        s->stop = timed_out || (full > 0 && s->evals >= full);
+        if (isfinite(s->best_cost) && !s->stop) {
+                /* the best genotype of each of the best few groupings, best first */
+                qsort(tgs, (size_t)live, sizeof *tgs, cmp_tg);
+                for (int i = 0; i < live && i < POLISH_GROUPINGS && !s->stop; i++) {
+                        const arm *a = &tgs[i].splits[0];
+                        if (!a->pop || !(a->best < PLAN_INFEASIBLE))
+                                continue;
+                        int b = 0;
+                        for (int j = 1; j < a->npop; j++)
+                                if (a->pop[j].cost < a->pop[b].cost)
+                                        b = j;
+                        plan_geno g = a->pop[b];
+                        plan_polish(s, &g);
+                }
+                plan_geno g = s->best_geno;
+                plan_polish(s, &g);
+        }
+        if (live > 0 && full > 0) {
                 qsort(tgs, (size_t)live, sizeof *tgs, cmp_tg);
                 tg_arm *t = &tgs[0];
                 while (!s->stop && (s->budget <= 0 || s->evals < s->budget))
