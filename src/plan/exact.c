@@ -83,8 +83,8 @@ static memo *get_memo(ex *x, int i, int v)
         m->lb = INFINITY;
         for (int k = 0; k < ns; k++) {
                 loom_plan_strategy st = px->strats[px->strat_off[n] + k];
-                m->cost[k] = plan_task_alone(px->c, px->w, px->tasks[i], &st, devs, n, &m->mm[k],
-                                             &m->wk[k]);
+                m->cost[k] =
+                    plan_task_alone(px->c, px->w, px->tasks[i], &st, devs, n, &m->mm[k], &m->wk[k]);
                 if (m->cost[k] < m->lb)
                         m->lb = m->cost[k];
         }

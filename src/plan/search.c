@@ -229,8 +229,8 @@ static void repair_memory(const plan_ctx *x, uint64_t *rng, plan_geno *g)
                                         continue;
                                 if (tries > 0)
                                         g->strat[i] = (uint16_t)plan_rng_int(rng, ns);
-                                loom_plan_strategy st = x->strats[x->strat_off[g->size[k]] +
-                                                                  g->strat[i] % ns];
+                                loom_plan_strategy st =
+                                    x->strats[x->strat_off[g->size[k]] + g->strat[i] % ns];
                                 double w;
                                 mm += plan_tasklet_mem(x->w, x->tasks[i], &st, &w);
                                 if (w > wk)
@@ -265,7 +265,8 @@ void plan_geno_random(const plan_ctx *x, uint64_t *rng, plan_geno *g)
                 shuffle(rng, trank, c->n_types);
                 for (int i = 1; i < x->n; i++) {
                         uint8_t v = g->perm[i];
-                        long kv = (long)trank[c->dev[v].type] * 1000000 + c->dev[v].machine * 256 + v;
+                        long kv =
+                            (long)trank[c->dev[v].type] * 1000000 + c->dev[v].machine * 256 + v;
                         int j = i - 1;
                         while (j >= 0) {
                                 uint8_t u = g->perm[j];
@@ -362,11 +363,35 @@ void plan_mutate(const plan_ctx *x, uint64_t *rng, plan_geno *g, bool custom, bo
                 if (custom && rng_unit(rng) < 0.2 && upgrade(x, rng, g))
                         continue;
                 int kind = plan_rng_int(rng, structure ? 4 : 3);
-                if (kind == 0 && ng >= 2) { /* swap GPUs between groups */
-                        int a = plan_rng_int(rng, x->n), b = plan_rng_int(rng, x->n);
-                        uint8_t t = g->perm[a];
-                        g->perm[a] = g->perm[b];
-                        g->perm[b] = t;
+                if (kind == 0 && ng >= 2) { /* swap GPUs of two types between two groups */
+                        int a = plan_rng_int(rng, x->n), b = a;
+                        for (int tries = 0; tries < 8; tries++) {
+                                b = plan_rng_int(rng, x->n);
+                                if (group_of_pos(g, ng, a, NULL) != group_of_pos(g, ng, b, NULL) &&
+                                    x->c->dev[g->perm[a]].type != x->c->dev[g->perm[b]].type)
+                                        break;
+                        }
+                        /* a run of such swaps, up to a machine's worth */
+                        int run = plan_rng_int(rng, 2) ? 1 : 1 + plan_rng_int(rng, 8);
+                        int ta = x->c->dev[g->perm[a]].type, tb = x->c->dev[g->perm[b]].type;
+                        int ka = group_of_pos(g, ng, a, NULL), kb = group_of_pos(g, ng, b, NULL);
+                        for (int r = 0; r < run; r++) {
+                                uint8_t t = g->perm[a];
+                                g->perm[a] = g->perm[b];
+                                g->perm[b] = t;
+                                int na = -1, nb = -1;
+                                for (int q = 0; q < x->n && (na < 0 || nb < 0); q++) {
+                                        int kq = group_of_pos(g, ng, q, NULL);
+                                        if (na < 0 && kq == ka && x->c->dev[g->perm[q]].type == ta)
+                                                na = q;
+                                        if (nb < 0 && kq == kb && x->c->dev[g->perm[q]].type == tb)
+                                                nb = q;
+                                }
+                                if (na < 0 || nb < 0 || ta == tb)
+                                        break;
+                                a = na;
+                                b = nb;
+                        }
                 } else if (kind <= 1) { /* a task's strategy */
                         int i = plan_rng_int(rng, x->nt);
                         int ns = plan_n_strats(x, g->size[g->rgs[i]]);
@@ -617,7 +642,8 @@ void plan_polish(plan_search *s, plan_geno *g)
                 }
                 for (int p = 0; p < x->n && !s->stop; p++)
                         for (int q = p + 1; q < x->n && !s->stop; q++) {
-                                int a = group_of_pos(g, ng, p, NULL), b = group_of_pos(g, ng, q, NULL);
+                                int a = group_of_pos(g, ng, p, NULL),
+                                    b = group_of_pos(g, ng, q, NULL);
                                 if (a == b || dev_class(x, g->perm[p]) == dev_class(x, g->perm[q]))
                                         continue;
                                 bool dup = false;
@@ -635,6 +661,57 @@ void plan_polish(plan_search *s, plan_geno *g)
                                 h.cost = plan_eval(s, &h, &s->scratch);
                                 if (h.cost < best.cost)
                                         best = h;
+                        }
+                /* whole classes: every GPU of class ca in group a for as many of class cb in
+                 * group b (moves a machine's worth of GPUs in one step) */
+                for (int a = 0; a < ng && !s->stop; a++)
+                        for (int b = 0; b < ng && !s->stop; b++) {
+                                if (a == b)
+                                        continue;
+                                int sa = 0, sb = 0;
+                                group_of_pos(g, ng, 0, NULL);
+                                for (int k = 0; k < a; k++)
+                                        sa += g->size[k];
+                                for (int k = 0; k < b; k++)
+                                        sb += g->size[k];
+                                for (int p = sa; p < sa + g->size[a]; p++) {
+                                        int ca = dev_class(x, g->perm[p]);
+                                        bool first = true;
+                                        for (int r = sa; r < p; r++)
+                                                first &= dev_class(x, g->perm[r]) != ca;
+                                        if (!first)
+                                                continue;
+                                        for (int q = sb; q < sb + g->size[b]; q++) {
+                                                int cb = dev_class(x, g->perm[q]);
+                                                bool fq = cb != ca;
+                                                for (int r = sb; r < q; r++)
+                                                        fq &= dev_class(x, g->perm[r]) != cb;
+                                                if (!fq)
+                                                        continue;
+                                                h = *g;
+                                                int i = sa, j = sb, swapped = 0;
+                                                for (;;) {
+                                                        while (i < sa + g->size[a] &&
+                                                               dev_class(x, h.perm[i]) != ca)
+                                                                i++;
+                                                        while (j < sb + g->size[b] &&
+                                                               dev_class(x, h.perm[j]) != cb)
+                                                                j++;
+                                                        if (i >= sa + g->size[a] ||
+                                                            j >= sb + g->size[b])
+                                                                break;
+                                                        uint8_t t = h.perm[i];
+                                                        h.perm[i++] = h.perm[j];
+                                                        h.perm[j++] = t;
+                                                        swapped++;
+                                                }
+                                                if (swapped < 2)
+                                                        continue; /* single swaps are above */
+                                                h.cost = plan_eval(s, &h, &s->scratch);
+                                                if (h.cost < best.cost)
+                                                        best = h;
+                                        }
+                                }
                         }
                 if (!(best.cost < g->cost))
                         break;

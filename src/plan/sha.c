@@ -9,11 +9,11 @@
 
 #include "plan_int.h"
 
-#define POP 6         /* population of one arm's EA */
-#define EA_POP 32     /* population of the plain EA */
-#define SPLIT_ARMS 16 /* GPU-count splits tried per task grouping (level-2 arms) */
-#define POLISH_GROUPINGS 4 /* groupings whose best plan gets the final hill climb */
-#define LOCAL_STEPS 4 /* swaps of the locality search per offspring */
+#define POP 6               /* population of one arm's EA */
+#define EA_POP 32           /* population of the plain EA */
+#define SPLIT_ARMS 16       /* GPU-count splits tried per task grouping (level-2 arms) */
+#define POLISH_GROUPINGS 16 /* groupings whose best plan gets the final hill climb */
+#define LOCAL_STEPS 4       /* swaps of the locality search per offspring */
 
 typedef struct arm {
         int size[LOOM_PLAN_TASKS];
@@ -234,8 +234,9 @@ int plan_run_sha_ea(plan_search *s)
         s->stop = timed_out || (full > 0 && s->evals >= full);
         if (isfinite(s->best_cost) && !s->stop) {
                 /* the best genotype of each of the best few groupings, best first */
-                qsort(tgs, (size_t)live, sizeof *tgs, cmp_tg);
-                for (int i = 0; i < live && i < POLISH_GROUPINGS && !s->stop; i++) {
+                qsort(tgs, (size_t)total_tg, sizeof *tgs, cmp_tg);
+                live = 1;
+                for (int i = 0; i < total_tg && i < POLISH_GROUPINGS && !s->stop; i++) {
                         const arm *a = &tgs[i].splits[0];
                         if (!a->pop || !(a->best < PLAN_INFEASIBLE))
                                 continue;
