@@ -193,10 +193,84 @@ static int round_up(int v, int m)
         return (v + m - 1) / m * m;
 }
 
+/* `loom plan evalrate --cluster FILE [--model M] [--workflow ppo|grpo] [--seconds S]`: the raw
+ * cost-model rate on one core over 1000 random plans (bench/plan.sh). */
+static int evalrate(int argc, char **argv)
+{
+        const char *cluster = NULL, *model = "qwen3-8b";
+        double secs = 1.0;
+        bool grpo = false;
+        for (int i = 1; i < argc; i++) {
+                if (!strcmp(argv[i], "--help")) {
+                        printf("usage: loom plan evalrate --cluster FILE [--model M] [--workflow "
+                               "ppo|grpo] [--seconds S]\n"
+                               "Prices 1000 random plans that fit in memory over and over for S "
+                               "seconds (default "
+                               "1) and prints cost-model evaluations per second.\n");
+                        return 0;
+                } else if (i + 1 < argc && !strcmp(argv[i], "--cluster")) {
+                        cluster = argv[++i];
+                } else if (i + 1 < argc && !strcmp(argv[i], "--model")) {
+                        model = argv[++i];
+                } else if (i + 1 < argc && !strcmp(argv[i], "--workflow")) {
+                        grpo = !strcmp(argv[++i], "grpo");
+                } else if (i + 1 < argc && !strcmp(argv[i], "--seconds")) {
+                        secs = atof(argv[++i]);
+                } else {
+                        fprintf(stderr, "loom plan evalrate: bad option '%s'\n", argv[i]);
+                        return 2;
+                }
+        }
+        if (!cluster || !(secs > 0)) {
+                fprintf(stderr, "loom plan evalrate: --cluster FILE is required\n");
+                return 2;
+        }
+        loom_plan_workflow w;
+        loom_plan_workflow_default(&w);
+        w.grpo = grpo;
+        if (loom_plan_model_lookup(model, &w.model)) {
+                fprintf(stderr, "loom plan evalrate: unknown model '%s'\n", model);
+                return 2;
+        }
+        loom_plan_cluster *c = malloc(sizeof *c);
+        loom_plan *plans = malloc(sizeof *plans * 1000);
+        char name[208];
+        int ret = 1;
+        if (!c || !plans || load_cluster(cluster, c, name, sizeof name))
+                goto out;
+        /* Plans that fit in memory: an overflowing plan is rejected before it is priced, which
+         * would flatter the rate. */
+        uint64_t rng = 1;
+        long tries = 0;
+        for (int i = 0; i < 1000; tries++) {
+                if (loom_plan_sample(c, &w, &rng, &plans[i]))
+                        goto out;
+                if (isfinite(loom_plan_cost_fast(c, &w, &plans[i])) || tries > 1000000)
+                        i++;
+        }
+        double t0 = plan_now(NULL), el = 0, sink = 0;
+        long n = 0;
+        do {
+                for (int i = 0; i < 1000; i++)
+                        sink += loom_plan_cost_fast(c, &w, &plans[i]);
+                n += 1000;
+                el = plan_now(NULL) - t0;
+        } while (el < secs);
+        printf("%.0f evaluations/s (%ld in %.2f s, %d GPUs, %s; mean iteration %.1f s)\n", n / el,
+               n, el, c->n_dev, w.model.name, sink / n);
+        ret = 0;
+out:
+        free(c);
+        free(plans);
+        return ret;
+}
+
 int loom_cmd_plan(int argc, char **argv)
 {
         if (argc >= 2 && !strcmp(argv[1], "sweep"))
                 return plan_cmd_sweep(argc - 1, argv + 1);
+        if (argc >= 2 && !strcmp(argv[1], "evalrate"))
+                return evalrate(argc - 1, argv + 1);
         const char *cluster = NULL, *workflow = "ppo", *mode = NULL, *model = NULL;
         const char *solver = "sha-ea";
         loom_plan_opts o = {0};

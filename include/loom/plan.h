@@ -191,6 +191,11 @@ typedef struct loom_plan_result {
 int loom_plan_search(const loom_plan_cluster *c, const loom_plan_workflow *w,
                      const loom_plan_opts *o, loom_plan_result *r, loom_err *e);
 
+/* A random plan from the search space (a random grouping, split, strategies and layout, as the
+ * plain EA starts from), for benchmarks and tests. Returns 0 or LOOM_ENOMEM. */
+int loom_plan_sample(const loom_plan_cluster *c, const loom_plan_workflow *w, uint64_t *rng,
+                     loom_plan *out);
+
 /* Bell number of groupings of n tasks, and the groupings themselves as restricted-growth
  * strings (out[k][t] = group of t); returns the count (at most 203 for n <= 6). */
 int loom_plan_groupings(int n, int out[][LOOM_PLAN_TASKS], int cap);

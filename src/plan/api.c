@@ -111,3 +111,27 @@ int loom_plan_search(const loom_plan_cluster *c, const loom_plan_workflow *w,
         free(s);
         return rc;
 }
+
+int loom_plan_sample(const loom_plan_cluster *c, const loom_plan_workflow *w, uint64_t *rng,
+                     loom_plan *out)
+{
+        plan_ctx x;
+        if (plan_ctx_init(&x, c, w))
+                return LOOM_ENOMEM;
+        int rgs[203][LOOM_PLAN_TASKS];
+        int ntg = loom_plan_groupings(x.nt, rgs, 203);
+        plan_geno *g = calloc(1, sizeof *g);
+        if (!g) {
+                plan_ctx_free(&x);
+                return LOOM_ENOMEM;
+        }
+        do {
+                memset(g, 0, sizeof *g);
+                memcpy(g->rgs, rgs[plan_rng_int(rng, ntg)], sizeof g->rgs);
+        } while (!plan_canonical(&x, g, rng));
+        plan_geno_random(&x, rng, g);
+        plan_decode(&x, g, out);
+        free(g);
+        plan_ctx_free(&x);
+        return 0;
+}
