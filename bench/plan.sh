@@ -17,7 +17,10 @@ src=$(cd "$(dirname "$0")/.." && pwd)
 ex="$src/examples/plan"
 budget=${LOOM_PLAN_BUDGET:-300000}
 ref_s=${LOOM_PLAN_REF_S:-600}
-jq_iter() { python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["iteration_s"], d["search_s"], d["evaluations"])'; }
+jq_iter() { python3 -c 'import json,sys
+try: d=json.load(sys.stdin)
+except ValueError: sys.exit(0)
+print(d["iteration_s"], d["search_s"], d["evaluations"])'; }
 
 echo "== 1. SHA-EA (budget $budget) vs exact, fleets <= 24 GPUs"
 printf '%-18s %-9s %-5s %-6s %12s %12s %8s %9s\n' fleet model algo mode exact_s sha_ea_s gap exact_t

@@ -597,6 +597,27 @@ static int dev_class(const plan_ctx *x, int d)
         return v->machine * LOOM_PLAN_MAX_TYPES + v->type;
 }
 
+/* Each task of groups a and b in turn takes the strategy that makes the plan cheapest. */
+static void refit(plan_search *s, plan_geno *g, int a, int b)
+{
+        const plan_ctx *x = &s->x;
+        g->cost = plan_eval(s, g, &s->scratch);
+        for (int i = 0; i < x->nt && !s->stop; i++) {
+                if (g->rgs[i] != a && g->rgs[i] != b)
+                        continue;
+                int ns = plan_n_strats(x, g->size[g->rgs[i]]);
+                plan_geno h = *g;
+                for (int k = 0; k < ns && !s->stop; k++) {
+                        if (k == g->strat[i] % ns)
+                                continue;
+                        h.strat[i] = (uint16_t)k;
+                        h.cost = plan_eval(s, &h, &s->scratch);
+                        if (h.cost < g->cost)
+                                *g = h;
+                }
+        }
+}
+
 /* Best-improvement hill climb from g over: one task's strategy, one GPU moved to another
  * group, two GPUs of different classes swapped between groups. Neighbours that differ only by
  * which of two identical GPUs moves are tried once. */
@@ -619,25 +640,38 @@ void plan_polish(plan_search *s, plan_geno *g)
                                         best = h;
                         }
                 }
+                /* k GPUs of one class from group a to group b, then each task of the two
+                 * groups takes its best strategy in turn */
                 for (int p = 0; p < x->n && !s->stop; p++) {
-                        int a = group_of_pos(g, ng, p, NULL);
-                        if (g->size[a] < 2)
-                                continue;
-                        bool seen = false; /* an identical GPU earlier in the same group */
-                        int start = 0;
-                        group_of_pos(g, ng, p, &start);
-                        for (int q = start; q < p; q++)
-                                seen |= dev_class(x, g->perm[q]) == dev_class(x, g->perm[p]);
+                        int start = 0, a = group_of_pos(g, ng, p, &start);
+                        int cp = dev_class(x, g->perm[p]), avail = 0;
+                        bool seen = false;
+                        for (int q = start; q < start + g->size[a]; q++) {
+                                seen |= q < p && dev_class(x, g->perm[q]) == cp;
+                                avail += dev_class(x, g->perm[q]) == cp;
+                        }
                         if (seen)
                                 continue;
                         for (int b = 0; b < ng && !s->stop; b++) {
                                 if (b == a)
                                         continue;
                                 h = *g;
-                                move_gpu(x, &h, ng, p, b);
-                                h.cost = plan_eval(s, &h, &s->scratch);
-                                if (h.cost < best.cost)
-                                        best = h;
+                                for (int k = 1; k <= avail && h.size[a] > 1 && !s->stop; k++) {
+                                        /* the next GPU of class cp still in group a */
+                                        int sa = 0, q;
+                                        for (int r = 0; r < a; r++)
+                                                sa += h.size[r];
+                                        for (q = sa; q < sa + h.size[a]; q++)
+                                                if (dev_class(x, h.perm[q]) == cp)
+                                                        break;
+                                        if (q == sa + h.size[a])
+                                                break;
+                                        move_gpu(x, &h, ng, q, b);
+                                        plan_geno f = h;
+                                        refit(s, &f, a, b);
+                                        if (f.cost < best.cost)
+                                                best = f;
+                                }
                         }
                 }
                 for (int p = 0; p < x->n && !s->stop; p++)
