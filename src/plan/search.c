@@ -601,6 +601,8 @@ static int dev_class(const plan_ctx *x, int d)
 static void refit(plan_search *s, plan_geno *g, int a, int b)
 {
         const plan_ctx *x = &s->x;
+        if (s->stop)
+                return;
         g->cost = plan_eval(s, g, &s->scratch);
         for (int i = 0; i < x->nt && !s->stop; i++) {
                 if (g->rgs[i] != a && g->rgs[i] != b)
@@ -625,6 +627,8 @@ void plan_polish(plan_search *s, plan_geno *g)
 {
         const plan_ctx *x = &s->x;
         int ng = n_groups_of(x, g);
+        if (s->stop)
+                return;
         g->cost = plan_eval(s, g, &s->scratch);
         while (!s->stop) {
                 plan_geno best = *g, h;
