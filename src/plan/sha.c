@@ -12,7 +12,7 @@
 #define POP 6               /* population of one arm's EA */
 #define EA_POP 32           /* population of the plain EA */
 #define SPLIT_ARMS 16       /* GPU-count splits tried per task grouping (level-2 arms) */
-#define POLISH_GROUPINGS 16 /* groupings whose best plan gets the final hill climb */
+#define POLISH_GROUPINGS 48 /* groupings whose best plan gets the final hill climb */
 #define LOCAL_STEPS 4       /* swaps of the locality search per offspring */
 
 typedef struct arm {
@@ -195,9 +195,8 @@ int plan_run_sha_ea(plan_search *s)
         }
         int total_tg = live;
         int rounds = ceil_log2(total_tg);
-        /* Successive halving spends 80% of the budget; the hill climb and the best arm the
-         * rest. */
-        int64_t full = s->budget, B = full > 0 ? (full - s->evals) * 4 / 5 : 0;
+        /* Successive halving spends 60% of the budget; hill climbs the rest. */
+        int64_t full = s->budget, B = full > 0 ? (full - s->evals) * 3 / 5 : 0;
         s->budget = B > 0 ? s->evals + B : 0;
         for (int m = 0; m < rounds && live > 0 && !s->stop; m++) {
                 int64_t bm = B / ((int64_t)live * rounds);
@@ -236,21 +235,29 @@ int plan_run_sha_ea(plan_search *s)
                 /* the best genotype of each of the best few groupings, best first */
                 qsort(tgs, (size_t)total_tg, sizeof *tgs, cmp_tg);
                 live = 1;
-                for (int i = 0; i < total_tg && i < POLISH_GROUPINGS && !s->stop; i++) {
-                        const arm *a = &tgs[i].splits[0];
-                        if (!a->pop || !(a->best < PLAN_INFEASIBLE))
-                                continue;
-                        int b = 0;
-                        for (int j = 1; j < a->npop; j++)
-                                if (a->pop[j].cost < a->pop[b].cost)
-                                        b = j;
-                        plan_geno g = a->pop[b];
+                for (int i = 0; i < total_tg && i < POLISH_GROUPINGS && !s->stop; i++)
+                        for (int k = 0; k < 2 && k < tgs[i].nsplits && !s->stop; k++) {
+                                const arm *a = &tgs[i].splits[k];
+                                if (!a->pop || !(a->best < PLAN_INFEASIBLE))
+                                        continue;
+                                int b = 0;
+                                for (int j = 1; j < a->npop; j++)
+                                        if (a->pop[j].cost < a->pop[b].cost)
+                                                b = j;
+                                plan_geno g = a->pop[b];
+                                plan_polish(s, &g);
+                        }
+                /* Iterated local search on what is left: kick the best plan with a few
+                 * mutations and climb again. */
+                while (!s->stop && full > 0) {
+                        plan_geno g = s->best_geno;
+                        int kicks = 1 + plan_rng_int(&rng, 3);
+                        for (int k = 0; k < kicks; k++)
+                                plan_mutate(&s->x, &rng, &g, true, false);
                         plan_polish(s, &g);
                 }
-                plan_geno g = s->best_geno;
-                plan_polish(s, &g);
         }
-        if (live > 0 && full > 0) {
+        if (live > 0 && full > 0 && !s->stop) {
                 qsort(tgs, (size_t)live, sizeof *tgs, cmp_tg);
                 tg_arm *t = &tgs[0];
                 while (!s->stop && (s->budget <= 0 || s->evals < s->budget))
