@@ -57,29 +57,26 @@ double loom_plan_ring(const loom_plan_cluster *c, const int *devs, int n, double
                 if (rcount[d->region]++ == 0)
                         regions[nr++] = d->region;
         }
+        double mbw[LOOM_PLAN_MAX_MACHINES]; /* slowest intra link of each machine's GPUs */
         for (int i = 0; i < n; i++)
                 mcount[c->dev[devs[i]].machine] = 0;
         for (int i = 0; i < n; i++) {
                 const loom_plan_device *d = &c->dev[devs[i]];
+                double b = c->types[d->type].intra_gbps * 1e9;
                 if (mcount[d->machine]++ == 0) {
                         mlist[nm++] = devs[i];
                         rmach[d->region]++;
+                        mbw[d->machine] = b;
+                } else if (b < mbw[d->machine]) {
+                        mbw[d->machine] = b;
                 }
         }
         double worst = 0;
         for (int m = 0; m < nm; m++) {
-                const loom_plan_device *d = &c->dev[mlist[m]];
-                if (mcount[d->machine] < 2)
+                int mach = c->dev[mlist[m]].machine;
+                if (mcount[mach] < 2)
                         continue;
-                /* The slowest GPU type on the machine sets its intra link. */
-                double bw = INFINITY;
-                for (int i = 0; i < n; i++)
-                        if (c->dev[devs[i]].machine == d->machine) {
-                                double b = c->types[c->dev[devs[i]].type].intra_gbps * 1e9;
-                                if (b < bw)
-                                        bw = b;
-                        }
-                double e = edge(c->intra_lat_s, bw, bytes);
+                double e = edge(c->intra_lat_s, mbw[mach], bytes);
                 if (e > worst)
                         worst = e;
         }

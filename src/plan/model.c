@@ -339,21 +339,78 @@ static double replica_gather(const loom_plan_cluster *c, const loom_plan_workflo
         return best;
 }
 
+/* min over (actor-training GPU, generation GPU) pairs of alpha + W/beta. Links depend only on
+ * the level, so the minimum is taken per level instead of over all pairs: a GPU in both sets
+ * (0), a machine holding GPUs of both (intra link, the better of each side's fastest), a region
+ * holding both on different machines (its link), or the best region pair. */
 static double p2p_cost(const loom_plan_cluster *c, const loom_plan_workflow *w, const loom_plan *p)
 {
         const loom_plan_strategy *a = &p->st[LOOM_PLAN_ACTOR_TRAIN], *g = &p->st[LOOM_PLAN_GEN];
         int na = a->dp * a->pp * a->tp, ng = g->dp * g->pp * g->tp;
+        const int *da = p->order[LOOM_PLAN_ACTOR_TRAIN], *dg = p->order[LOOM_PLAN_GEN];
         double v = loom_plan_weight_bytes(&w->model, w->model.layers);
+        double mbw_a[LOOM_PLAN_MAX_MACHINES], mbw_g[LOOM_PLAN_MAX_MACHINES];
+        unsigned char dev_a[LOOM_PLAN_MAX_DEV];
+        int ra[LOOM_PLAN_MAX_REGIONS] = {0}, rg[LOOM_PLAN_MAX_REGIONS] = {0};
+        int rma[LOOM_PLAN_MAX_REGIONS], rmg[LOOM_PLAN_MAX_REGIONS]; /* a machine, or -2: several */
+        for (int i = 0; i < na; i++)
+                mbw_a[c->dev[da[i]].machine] = 0;
+        for (int i = 0; i < ng; i++) {
+                dev_a[dg[i]] = 0;
+                mbw_g[c->dev[dg[i]].machine] = 0;
+                mbw_a[c->dev[dg[i]].machine] = 0;
+        }
+        for (int i = 0; i < na; i++) {
+                const loom_plan_device *d = &c->dev[da[i]];
+                double b = c->types[d->type].intra_gbps * 1e9;
+                dev_a[da[i]] = 1;
+                if (b > mbw_a[d->machine])
+                        mbw_a[d->machine] = b;
+                rma[d->region] = ra[d->region]++ == 0           ? d->machine
+                                 : rma[d->region] == d->machine ? d->machine
+                                                                : -2;
+        }
         double best = INFINITY;
-        for (int x = 0; x < na; x++)
-                for (int y = 0; y < ng; y++) {
-                        double lat, bw;
-                        loom_plan_link(c, p->order[LOOM_PLAN_ACTOR_TRAIN][x],
-                                       p->order[LOOM_PLAN_GEN][y], &lat, &bw);
-                        double e = lat + v / bw;
+        for (int i = 0; i < ng; i++) {
+                const loom_plan_device *d = &c->dev[dg[i]];
+                double b = c->types[d->type].intra_gbps * 1e9;
+                if (b > mbw_g[d->machine])
+                        mbw_g[d->machine] = b;
+                rmg[d->region] = rg[d->region]++ == 0           ? d->machine
+                                 : rmg[d->region] == d->machine ? d->machine
+                                                                : -2;
+        }
+        for (int i = 0; i < ng; i++) {
+                const loom_plan_device *d = &c->dev[dg[i]];
+                if (dev_a[dg[i]])
+                        return 0;
+                if (mbw_a[d->machine] > 0) {
+                        double bw = mbw_a[d->machine] < mbw_g[d->machine] ? mbw_a[d->machine]
+                                                                          : mbw_g[d->machine];
+                        double e = c->intra_lat_s + v / bw;
                         if (e < best)
                                 best = e;
                 }
+        }
+        for (int r = 0; r < c->n_regions; r++) {
+                if (!ra[r])
+                        continue;
+                for (int q = 0; q < c->n_regions; q++) {
+                        if (!rg[q])
+                                continue;
+                        double e;
+                        if (q == r) {
+                                /* different machines unless both sides sit on one same machine */
+                                if (rma[r] >= 0 && rma[r] == rmg[r])
+                                        continue;
+                                e = c->region_lat_s[r] + v / c->region_bw[r];
+                        } else {
+                                e = c->pair_lat_s[r][q] + v / c->pair_bw[r][q];
+                        }
+                        if (e < best)
+                                best = e;
+                }
+        }
         return best;
 }
 

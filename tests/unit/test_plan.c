@@ -361,3 +361,59 @@ Test(plan_search, bad_inputs_name_the_field)
         cr_assert_eq(loom_plan_search(&c, &w, &o, &r, &e), LOOM_EINVAL);
         cr_assert_str_eq(e.field, "devices");
 }
+
+/* The weight push is priced per link level; it must equal the minimum over every pair of
+ * actor-training and generation GPUs. Random plans on a three-region fleet. */
+Test(plan_model, p2p_by_level_equals_all_pairs)
+{
+        int d[24][3];
+        for (int i = 0; i < 24; i++) {
+                d[i][0] = i % 3;
+                d[i][1] = i / 4;
+                d[i][2] = i / 8;
+        }
+        loom_plan_cluster c;
+        mk(&c, 24, (const int(*)[3])d, 3, 10, 5);
+        c.pair_lat_s[0][2] = c.pair_lat_s[2][0] = 0.03;
+        c.pair_bw[1][2] = c.pair_bw[2][1] = 1e9 / 8;
+        c.types[0].hbm_gb = c.types[1].hbm_gb = c.types[2].hbm_gb = 1000;
+        loom_plan_workflow w;
+        loom_plan_workflow_default(&w);
+        w.grpo = true;
+        w.async = true;
+        uint64_t rng = 5;
+        int checked = 0;
+        for (int n = 0; n < 400; n++) {
+                loom_plan p;
+                cr_assert_eq(loom_plan_sample(&c, &w, &rng, &p), 0);
+                if (p.group[LOOM_PLAN_GEN] == p.group[LOOM_PLAN_ACTOR_TRAIN])
+                        continue;
+                loom_plan_cost k;
+                cr_assert_eq(loom_plan_evaluate(&c, &w, &p, &k, NULL), 0);
+                const loom_plan_strategy *a = &p.st[LOOM_PLAN_ACTOR_TRAIN],
+                                         *g = &p.st[LOOM_PLAN_GEN];
+                double v = loom_plan_weight_bytes(&w.model, w.model.layers), best = INFINITY;
+                for (int x = 0; x < a->dp * a->pp * a->tp; x++)
+                        for (int y = 0; y < g->dp * g->pp * g->tp; y++) {
+                                double lat, bw;
+                                loom_plan_link(&c, p.order[LOOM_PLAN_ACTOR_TRAIN][x],
+                                               p.order[LOOM_PLAN_GEN][y], &lat, &bw);
+                                best = fmin(best, lat + v / bw);
+                        }
+                /* sync = min all-gather(actor) + max broadcast(generation) + p2p */
+                int nta = a->pp * a->tp, ntg = g->pp * g->tp;
+                double ag = INFINITY, bc = 0;
+                for (int i = 0; i < a->dp; i++)
+                        ag = fmin(ag, nta > 1 ? loom_plan_ring(
+                                                    &c, p.order[LOOM_PLAN_ACTOR_TRAIN] + i * nta,
+                                                    nta, v * (nta - 1) / nta)
+                                              : 0);
+                for (int i = 0; i < g->dp; i++)
+                        bc = fmax(bc, ntg > 1 ? loom_plan_ring(&c, p.order[LOOM_PLAN_GEN] + i * ntg,
+                                                               ntg, v * (ntg - 1) / ntg)
+                                              : 0);
+                NEAR(k.sync_s, ag + bc + best, 1e-12);
+                checked++;
+        }
+        cr_assert_gt(checked, 50);
+}
