@@ -191,8 +191,6 @@ static void leaf(ex *x)
         for (int i = 0; i < px->nt; i++) {
                 g.rgs[i] = x->rgs[i];
                 g.strat[i] = (uint16_t)x->k[i];
-                for (int j = 0; j < px->n; j++)
-                        g.local[i][j] = (uint8_t)j;
         }
         double v = plan_eval(s, &g, &s->scratch);
         if (v < x->best && v < PLAN_INFEASIBLE)

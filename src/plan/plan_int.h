@@ -43,7 +43,6 @@ typedef struct plan_geno {
         int size[LOOM_PLAN_TASKS];
         uint16_t strat[LOOM_PLAN_TASKS];
         uint8_t perm[LOOM_PLAN_MAX_DEV];
-        uint8_t local[LOOM_PLAN_TASKS][LOOM_PLAN_MAX_DEV];
 } plan_geno;
 
 /* One search run: the budget, the best plan so far and the counter of evaluations. */

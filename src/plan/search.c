@@ -3,18 +3,21 @@
  *
  * Levels 1 and 2 (task grouping, GPUs per group) are arms of a nested successive halving; each
  * arm runs its own steady-state evolutionary search over levels 3-5 (which GPUs, (dp, pp, tp)
- * per task, tasklet order). The genotype is compact (bytes per device) so thousands of arms fit:
+ * per task; the tasklet layout follows from them). The genotype is compact so thousands of arms
+ * fit:
  *
- *   perm[N]        device order; group g owns the block [off_g, off_g + size_g)
- *   local[t][N]    a permutation of the task's group positions; the first dp*pp*tp are used
- *   strat[t]       index into the feasible strategies for the group's size
+ *   rgs[t], size[g] the grouping and the GPUs per group
+ *   perm[N]         device order; group g owns the block [off_g, off_g + size_g)
+ *   strat[t]        index into the strategies for the group's size (dp * pp * tp = size)
  *
- * Decoding sorts each task's used devices by (region, machine) so TP shards and pipeline stages
- * sit close, the way a launcher orders ranks. Mutation swaps GPUs between groups, replaces a
- * training GPU with a faster idle one (TFLOPS upgrade), changes a strategy or a tasklet set; a
- * swap-based locality search then improves the phenotype, whose cost becomes the genotype's
- * fitness (Baldwinian: the improvement is not written back). Every cost-model call counts
- * against the budget, so a budget in evaluations gives the same plan for the same seed.
+ * Decoding orders each task's GPUs by (region, machine, type) so TP shards and pipeline stages
+ * sit close, the way a launcher orders ranks. Mutation swaps GPUs of two types between groups,
+ * replaces a training GPU with a faster one from outside the training groups (TFLOPS upgrade),
+ * changes a strategy or moves a GPU between groups; a swap-based locality search then improves
+ * the phenotype, whose cost becomes the genotype's fitness (Baldwinian: the improvement is not
+ * written back). The file ends with the hill climb used after the halving. Every cost-model
+ * call counts against the budget, so a budget in evaluations gives the same plan for the same
+ * seed.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -281,8 +284,6 @@ void plan_geno_random(const plan_ctx *x, uint64_t *rng, plan_geno *g)
                 }
         }
         for (int i = 0; i < x->nt; i++) {
-                for (int j = 0; j < x->n; j++)
-                        g->local[i][j] = (uint8_t)j;
                 int size = g->size[g->rgs[i]];
                 int ns = plan_n_strats(x, size);
                 g->strat[i] = (uint16_t)(ns > 0 ? plan_rng_int(rng, ns) : 0);

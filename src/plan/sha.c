@@ -321,9 +321,6 @@ int plan_run_verl(plan_search *s)
         g.size[1] = split ? x->n - x->n / 2 : 0;
         for (int i = 0; i < x->n; i++)
                 g.perm[i] = (uint8_t)i;
-        for (int i = 0; i < x->nt; i++)
-                for (int j = 0; j < x->n; j++)
-                        g.local[i][j] = (uint8_t)j;
         int size0 = g.size[0], size1 = split ? g.size[1] : size0;
         int ns = plan_n_strats(x, size0);
         for (int a = 0; a < ns && !s->stop; a++) {
@@ -384,11 +381,8 @@ int plan_run_streamrl(plan_search *s)
                         for (int i = 0; i < x->n; i++)
                                 if (cls[i] != a && cls[i] != b)
                                         g.perm[p++] = (uint8_t)i;
-                        for (int i = 0; i < x->nt; i++) {
+                        for (int i = 0; i < x->nt; i++)
                                 g.rgs[i] = i > 0;
-                                for (int j = 0; j < x->n; j++)
-                                        g.local[i][j] = (uint8_t)j;
-                        }
                         int n0 = g.size[0], n1 = g.size[1];
                         for (int u = 0; u < plan_n_strats(x, n0) && !s->stop; u++) {
                                 loom_plan_strategy su = x->strats[x->strat_off[n0] + u];
