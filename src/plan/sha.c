@@ -227,10 +227,12 @@ int plan_run_sha_ea(plan_search *s)
                 qsort(tgs, (size_t)live, sizeof *tgs, cmp_tg);
                 live = live > 1 ? (live + 1) / 2 : 1;
         }
-        /* The rest: a hill climb from the best plan, then the best arm. */
+        /* The rest: hill climbs. With a time budget they run until the clock stops them (the
+         * evaluation budget only sized the halving). */
+        bool clock = s->o->time_s > 0 && s->o->now;
         bool timed_out = s->stop && (full <= 0 || s->evals < s->budget);
-        s->budget = full > 0 ? full : 0;
-        s->stop = timed_out || (full > 0 && s->evals >= full);
+        s->budget = full > 0 && !clock ? full : 0;
+        s->stop = timed_out || (!clock && full > 0 && s->evals >= full);
         if (isfinite(s->best_cost) && !s->stop) {
                 /* the best genotype of each of the best few groupings, best first */
                 qsort(tgs, (size_t)total_tg, sizeof *tgs, cmp_tg);
@@ -249,7 +251,7 @@ int plan_run_sha_ea(plan_search *s)
                         }
                 /* Iterated local search on what is left: kick the best plan with a few
                  * mutations and climb again. */
-                while (!s->stop && full > 0) {
+                while (!s->stop && (full > 0 || clock)) {
                         plan_geno g = s->best_geno;
                         int kicks = 1 + plan_rng_int(&rng, 3);
                         for (int k = 0; k < kicks; k++)
@@ -257,7 +259,7 @@ int plan_run_sha_ea(plan_search *s)
                         plan_polish(s, &g);
                 }
         }
-        if (live > 0 && full > 0 && !s->stop) {
+        if (live > 0 && full > 0 && !clock && !s->stop) {
                 qsort(tgs, (size_t)live, sizeof *tgs, cmp_tg);
                 tg_arm *t = &tgs[0];
                 while (!s->stop && (s->budget <= 0 || s->evals < s->budget))
