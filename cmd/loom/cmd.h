@@ -16,6 +16,7 @@ bool loom_cmd_micro_is_plex(int argc, char **argv);
 bool loom_cmd_sim_is_plex(int argc, char **argv);
 int loom_cmd_bench_hrrs(int argc, char **argv); /* bench_plex.c */
 int loom_cmd_harvest(int argc, char **argv);
+int loom_cmd_plan(int argc, char **argv);
 
 /* A file shipped with loom (a trace, a scenario): rel relative to the working directory (the
  * source tree), else to the binary (build/loom -> ../rel), written into buf. Returns rel when

@@ -22,6 +22,7 @@ static const struct subcommand {
      "live demo: loomd plus CPU-bound RL jobs, or real PyTorch GRPO jobs (--real)"},
     {"bench", loom_cmd_bench, "benchmarks of the scheduler core"},
     {"harvest", loom_cmd_harvest, "ROSE: rollouts on idle serving GPUs (sim, node, replay)"},
+    {"plan", loom_cmd_plan, "HetRL: place an RL workflow on a heterogeneous fleet"},
 };
 
 static void usage(FILE *f)
