@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "cmd.h"
+#include "loom/spec.h"
 #include "plan_cmd.h"
 
 static void usage(FILE *f)
@@ -66,11 +67,11 @@ static int load_cluster(const char *path, loom_plan_cluster *c, char *name, size
         loom_err e = {0};
         char *text;
         size_t len;
-        if (plan_read_file(path, &text, &len, &e)) {
+        if (loom_spec_read_file(path, &text, &len, &e)) {
                 print_err(path, &e);
                 return 1;
         }
-        int rc = plan_cluster_parse(text, len, c, name, nlen, &e);
+        int rc = loom_plan_cluster_parse(text, len, c, name, nlen, &e);
         free(text);
         if (rc) {
                 print_err(path, &e);
@@ -367,11 +368,11 @@ int loom_cmd_plan(int argc, char **argv)
                 loom_err e = {0};
                 char *text;
                 size_t len;
-                if (plan_read_file(workflow, &text, &len, &e)) {
+                if (loom_spec_read_file(workflow, &text, &len, &e)) {
                         print_err(workflow, &e);
                         return 1;
                 }
-                int rc = plan_workflow_parse(text, len, &w, &e);
+                int rc = loom_plan_workflow_parse(text, len, &w, &e);
                 free(text);
                 if (rc) {
                         print_err(workflow, &e);

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "cmd.h"
+#include "loom/spec.h"
 #include "plan_cmd.h"
 
 static const char *const scen_files[] = {
@@ -215,9 +216,10 @@ int plan_cmd_sweep(int argc, char **argv)
                 char *text;
                 size_t len;
                 loom_err e = {0};
-                if (plan_read_file(path, &text, &len, &e) ||
-                    (plan_cluster_parse(text, len, c, name, sizeof name, &e) ? (free(text), 1)
-                                                                             : (free(text), 0))) {
+                if (loom_spec_read_file(path, &text, &len, &e) ||
+                    (loom_plan_cluster_parse(text, len, c, name, sizeof name, &e)
+                         ? (free(text), 1)
+                         : (free(text), 0))) {
                         fprintf(stderr, "loom plan sweep: %s: %s\n", path, e.msg);
                         free(c);
                         return 1;

@@ -11,6 +11,7 @@
 
 #include <jansson.h>
 
+#include "loom/plan.h"
 #include "loom/sched.h"
 
 typedef struct loom_scenario {
@@ -26,6 +27,15 @@ int loom_scenario_parse(const char *text, size_t len, loom_scenario *out, loom_e
 /* Read and parse a file ("-" = stdin). */
 int loom_scenario_load(const char *path, loom_scenario *out, loom_err *e);
 void loom_scenario_free(loom_scenario *s);
+/* A whole file ("-" = stdin, at most 64 MiB) into a new buffer the caller frees. */
+int loom_spec_read_file(const char *path, char **text, size_t *len, loom_err *e);
+
+/* `loom plan` inputs (docs/plan.md): a cluster file (devices, GPU types, links by level or
+ * pair) and a workflow file decoded over the defaults already in *w. name receives the
+ * cluster's optional "name". Errors as above. */
+int loom_plan_cluster_parse(const char *text, size_t len, loom_plan_cluster *out, char *name,
+                            size_t name_len, loom_err *e);
+int loom_plan_workflow_parse(const char *text, size_t len, loom_plan_workflow *w, loom_err *e);
 
 /*
  * Decode one object. `where` is the path prefix used in messages ("jobs[3]", "" for a top-level

@@ -441,28 +441,26 @@ out:
         return 0;
 }
 
-int loom_scenario_load(const char *path, loom_scenario *out, loom_err *e)
+int loom_spec_read_file(const char *path, char **text, size_t *len, loom_err *e)
 {
         FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
         if (!f)
                 return loom_err_set(e, LOOM_EIO, "", "%s: %s", path, strerror(errno));
-        size_t cap = 1 << 16, len = 0;
+        size_t cap = 1 << 16, n = 0;
         char *buf = malloc(cap);
         int rc = 0;
         while (buf) {
-                size_t n = fread(buf + len, 1, cap - len, f);
-                len += n;
-                if (len < cap)
+                size_t k = fread(buf + n, 1, cap - n, f);
+                n += k;
+                if (n < cap)
                         break;
                 if (cap >= (size_t)64 << 20) {
                         rc = loom_err_set(e, LOOM_ERANGE, "", "%s: larger than 64 MiB", path);
                         break;
                 }
                 char *p = realloc(buf, cap *= 2);
-                if (!p) {
+                if (!p)
                         free(buf);
-                        buf = NULL;
-                }
                 buf = p;
         }
         if (!buf)
@@ -471,9 +469,24 @@ int loom_scenario_load(const char *path, loom_scenario *out, loom_err *e)
                 rc = loom_err_set(e, LOOM_EIO, "", "%s: read error", path);
         if (f != stdin)
                 fclose(f);
-        if (!rc)
-                rc = loom_scenario_parse(buf, len, out, e);
-        free(buf);
+        if (rc) {
+                free(buf);
+                return rc;
+        }
+        *text = buf;
+        *len = n;
+        return 0;
+}
+
+int loom_scenario_load(const char *path, loom_scenario *out, loom_err *e)
+{
+        char *text;
+        size_t len;
+        int rc = loom_spec_read_file(path, &text, &len, e);
+        if (rc)
+                return rc;
+        rc = loom_scenario_parse(text, len, out, e);
+        free(text);
         return rc;
 }
 

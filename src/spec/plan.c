@@ -1,5 +1,5 @@
 /*
- * plan_input.c - the cluster and workflow files of `loom plan` (docs/plan.md), decoded with
+ * plan.c - the cluster and workflow files of `loom plan` (docs/plan.md), decoded with
  * jansson into loom_plan_cluster / loom_plan_workflow. Every error names the field by path with
  * the line and column where it sits (loom_json_locate); unknown fields are errors.
  */
@@ -12,7 +12,6 @@
 
 #include "loom/plan.h"
 #include "loom/spec.h"
-#include "plan_cmd.h"
 
 typedef struct dctx {
         const char *text;
@@ -377,8 +376,8 @@ check:
         return 0;
 }
 
-int plan_cluster_parse(const char *text, size_t len, loom_plan_cluster *out, char *name,
-                       size_t name_len, loom_err *e)
+int loom_plan_cluster_parse(const char *text, size_t len, loom_plan_cluster *out, char *name,
+                            size_t name_len, loom_err *e)
 {
         dctx c = {text, len, e};
         json_t *root = loom_json_parse(text, len, e);
@@ -427,7 +426,7 @@ out:
         return rc;
 }
 
-int plan_workflow_parse(const char *text, size_t len, loom_plan_workflow *w, loom_err *e)
+int loom_plan_workflow_parse(const char *text, size_t len, loom_plan_workflow *w, loom_err *e)
 {
         dctx c = {text, len, e};
         json_t *root = loom_json_parse(text, len, e);
@@ -529,38 +528,4 @@ int plan_workflow_parse(const char *text, size_t len, loom_plan_workflow *w, loo
 out:
         json_decref(root);
         return rc;
-}
-
-int plan_read_file(const char *path, char **text, size_t *len, loom_err *e)
-{
-        FILE *f = fopen(path, "rb");
-        if (!f)
-                return loom_err_set(e, LOOM_EIO, "", "%s", strerror(errno));
-        size_t cap = 1 << 16, n = 0;
-        char *buf = malloc(cap);
-        while (buf) {
-                if (n == cap) {
-                        char *nb = realloc(buf, cap * 2);
-                        if (!nb) {
-                                free(buf);
-                                buf = NULL;
-                                break;
-                        }
-                        buf = nb;
-                        cap *= 2;
-                }
-                size_t k = fread(buf + n, 1, cap - n, f);
-                n += k;
-                if (k == 0)
-                        break;
-        }
-        bool err = ferror(f);
-        fclose(f);
-        if (!buf || err) {
-                free(buf);
-                return loom_err_set(e, LOOM_EIO, "", "cannot read");
-        }
-        *text = buf;
-        *len = n;
-        return 0;
 }
