@@ -391,12 +391,23 @@ int loom_scenario_parse(const char *text, size_t len, loom_scenario *out, loom_e
         dctx c = {"", text, len, e};
         loom_scenario sc = {0};
         int rc = 0;
-        json_t *jobs;
+        json_t *jobs = NULL;
+        bool bare = false;
         loom_cluster_cfg_default(&sc.cluster);
         loom_policy_cfg_default(&sc.policy);
         if (!json_is_object(root)) {
                 rc = fail(&c, "", "a scenario must be a JSON object with a \"jobs\" array");
                 goto out;
+        }
+        /* A bare job spec (what `loom plan --emit-job` prints) is one job on the defaults. */
+        bare = json_object_get(root, "rollout_gpus") && !json_object_get(root, "jobs");
+        if (bare) {
+                jobs = json_pack("[O]", root);
+                if (!jobs) {
+                        rc = loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
+                        goto out;
+                }
+                goto decode;
         }
         if ((rc = check_fields(&c, root, known, NULL)))
                 goto out;
@@ -412,6 +423,7 @@ int loom_scenario_parse(const char *text, size_t len, loom_scenario *out, loom_e
                 rc = fail(&c, "jobs", jobs ? "must be an array" : "missing required field");
                 goto out;
         }
+decode:
         sc.n_jobs = (int)json_array_size(jobs);
         sc.jobs = calloc(sc.n_jobs ? (size_t)sc.n_jobs : 1, sizeof *sc.jobs);
         if (!sc.jobs) {
@@ -419,8 +431,9 @@ int loom_scenario_parse(const char *text, size_t len, loom_scenario *out, loom_e
                 goto out;
         }
         for (int i = 0; i < sc.n_jobs && !rc; i++) {
-                char where[32];
-                snprintf(where, sizeof where, "jobs[%d]", i);
+                char where[32] = "";
+                if (!bare)
+                        snprintf(where, sizeof where, "jobs[%d]", i);
                 rc = loom_job_spec_from_json(json_array_get(jobs, (size_t)i), where, text, len,
                                              &sc.cluster, NULL, &sc.jobs[i], e);
                 if (!rc && !sc.jobs[i].id[0])
@@ -432,6 +445,8 @@ int loom_scenario_parse(const char *text, size_t len, loom_scenario *out, loom_e
                         }
         }
 out:
+        if (bare)
+                json_decref(jobs);
         json_decref(root);
         if (rc) {
                 free(sc.jobs);

@@ -62,5 +62,14 @@ out=$("$loom" place --compact "$tmp/big.json")
 check "too big rejected" grep -q '"job":"huge","decision":"rejected"' <<<"$out"
 check "next job placed" grep -q '"job":"ok","decision":"new_group","group":0' <<<"$out"
 
+# A bare job object is a scenario of one job on the defaults; its errors name the field.
+echo '{"id":"solo","rollout_gpus":8,"train_gpus":8,"t_roll_s":10,"t_train_s":10,"slo":1.5}' \
+        >"$tmp/bare.json"
+out=$("$loom" place --compact "$tmp/bare.json")
+check "bare job placed" grep -q '"job":"solo","decision":"new_group"' <<<"$out"
+echo '{"rollout_gpus":8,"train_gpus":8,"t_roll_s":10,"t_train_s":10,"slo":0.5}' >"$tmp/bad1.json"
+err=$("$loom" place "$tmp/bad1.json" 2>&1 >/dev/null)
+check "bare job error names the field" grep -q 'bad1.json:1:[0-9]*: slo:' <<<"$err"
+
 echo "$pass passed, $fail failed"
 test "$fail" -eq 0
