@@ -23,4 +23,9 @@ int loom_cmd_plan(int argc, char **argv);
  * neither exists, so an error names the usual path. */
 const char *loom_cmd_bundled(const char *rel, char *buf, size_t len);
 
+/* The value v of option name as a number in [lo, hi], into *out: 0; else 1 after a line on stderr
+ * that names the subcommand cmd ("loom sync"), the option and the range. options.c */
+int loom_cmd_num(const char *cmd, const char *name, const char *v, double lo, double hi,
+                 double *out);
+
 #endif
