@@ -3,6 +3,7 @@
 #define LOOM_CMD_H
 
 #include <stdbool.h>
+#include <stdio.h>
 
 int loom_cmd_place(int argc, char **argv);
 int loom_cmd_sim(int argc, char **argv);
@@ -27,5 +28,10 @@ const char *loom_cmd_bundled(const char *rel, char *buf, size_t len);
  * that names the subcommand cmd ("loom sync"), the option and the range. options.c */
 int loom_cmd_num(const char *cmd, const char *name, const char *v, double lo, double hi,
                  double *out);
+
+/* An option getopt_long did not know, or one missing its value (argv[optind - 1]): a line on
+ * stderr naming cmd and the option, then usage(stderr) unless usage is NULL. Returns 2, the exit
+ * status of bad usage. options.c */
+int loom_cmd_bad_option(const char *cmd, char **argv, void (*usage)(FILE *));
 
 #endif

@@ -1,5 +1,6 @@
 /* options.c - reading the values of `loom` subcommand options, one way for every subcommand. */
 #include <errno.h>
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -17,4 +18,12 @@ int loom_cmd_num(const char *cmd, const char *name, const char *v, double lo, do
         }
         *out = d;
         return 0;
+}
+
+int loom_cmd_bad_option(const char *cmd, char **argv, void (*usage)(FILE *))
+{
+        fprintf(stderr, "%s: unknown or incomplete option '%s'\n", cmd, argv[optind - 1]);
+        if (usage)
+                usage(stderr);
+        return 2;
 }
