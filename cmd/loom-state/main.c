@@ -16,8 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "../daemon.h"
 #include "loom/state.h"
 
 static void usage(FILE *f)
@@ -69,16 +69,6 @@ static int parse_bytes(const char *opt, const char *v, uint64_t *out)
         return 0;
 }
 
-static void log_line(void *arg, const char *line)
-{
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        struct tm tm;
-        gmtime_r(&ts.tv_sec, &tm);
-        fprintf(stderr, "%02d:%02d:%02d.%03ld loom-state: %s\n", tm.tm_hour, tm.tm_min, tm.tm_sec,
-                ts.tv_nsec / 1000000, line);
-}
-
 typedef struct runner {
         loom_state_daemon *d;
         loom_err e;
@@ -96,7 +86,8 @@ static int serve(int argc, char **argv)
 {
         loom_state_cfg cfg;
         loom_state_cfg_default(&cfg);
-        cfg.log = log_line;
+        cfg.log = daemon_log_line;
+        cfg.log_arg = "loom-state";
         static const struct option opts[] = {{"dir", required_argument, 0, 'd'},
                                              {"sock", required_argument, 0, 's'},
                                              {"host-bytes", required_argument, 0, 'H'},
@@ -149,11 +140,7 @@ static int serve(int argc, char **argv)
         }
         cfg.host_bytes = (cfg.host_bytes + 4095) & ~UINT64_C(4095);
         sigset_t set;
-        sigemptyset(&set);
-        sigaddset(&set, SIGTERM);
-        sigaddset(&set, SIGINT);
-        pthread_sigmask(SIG_BLOCK, &set, NULL);
-        signal(SIGPIPE, SIG_IGN);
+        daemon_block_stop(&set);
         runner r = {0};
         if (loom_state_daemon_new(&cfg, &r.d, &r.e)) {
                 fprintf(stderr, "loom-state: %s%s%s\n", r.e.field[0] ? r.e.field : "",
@@ -166,7 +153,7 @@ static int serve(int argc, char **argv)
                          "serving on %s (host %" PRIu64 " MiB, disk %" PRIu64 " MiB, dir %s)",
                          loom_state_daemon_sock(r.d), cfg.host_bytes >> 20, cfg.disk_bytes >> 20,
                          cfg.dir);
-                log_line(NULL, line);
+                daemon_log_line("loom-state", line);
         }
         pthread_t t;
         pthread_create(&t, NULL, run_thread, &r);

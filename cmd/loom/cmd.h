@@ -3,6 +3,7 @@
 #define LOOM_CMD_H
 
 #include <stdbool.h>
+#include <stdio.h>
 
 int loom_cmd_place(int argc, char **argv);
 int loom_cmd_sim(int argc, char **argv);
@@ -22,5 +23,15 @@ int loom_cmd_plan(int argc, char **argv);
  * source tree), else to the binary (build/loom -> ../rel), written into buf. Returns rel when
  * neither exists, so an error names the usual path. */
 const char *loom_cmd_bundled(const char *rel, char *buf, size_t len);
+
+/* The value v of option name as a number in [lo, hi], into *out: 0; else 1 after a line on stderr
+ * that names the subcommand cmd ("loom sync"), the option and the range. options.c */
+int loom_cmd_num(const char *cmd, const char *name, const char *v, double lo, double hi,
+                 double *out);
+
+/* An option getopt_long did not know, or one missing its value (argv[optind - 1]): a line on
+ * stderr naming cmd and the option, then usage(stderr) unless usage is NULL. Returns 2, the exit
+ * status of bad usage. options.c */
+int loom_cmd_bad_option(const char *cmd, char **argv, void (*usage)(FILE *));
 
 #endif

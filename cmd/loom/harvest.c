@@ -7,7 +7,6 @@
  *
  * Exit status: 0 ok, 1 invalid input, 2 bad usage.
  */
-#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,24 +53,10 @@ static void usage(FILE *f)
             "`loom harvest node --help` and `loom harvest replay --help` describe those.\n");
 }
 
-static int num(const char *name, const char *v, double lo, double hi, double *out)
-{
-        char *end;
-        errno = 0;
-        double d = strtod(v, &end);
-        if (errno || end == v || *end || !(d >= lo && d <= hi)) {
-                fprintf(stderr, "loom harvest: %s: '%s' is not a number in [%g, %g]\n", name, v, lo,
-                        hi);
-                return 1;
-        }
-        *out = d;
-        return 0;
-}
-
 static int integer(const char *name, const char *v, double lo, double hi, uint32_t *out)
 {
         double d;
-        if (num(name, v, lo, hi, &d))
+        if (loom_cmd_num("loom harvest", name, v, lo, hi, &d))
                 return 1;
         if (d != (double)(uint32_t)d) {
                 fprintf(stderr, "loom harvest: %s: '%s' is not a whole number\n", name, v);
@@ -128,9 +113,9 @@ static int parse_sim(int argc, char **argv, sim_opts *o)
                         }
                         c->pair = v;
                 } else if (!strcmp(a, "--density"))
-                        bad = num(a, v, 1e-3, 1000, &c->density);
+                        bad = loom_cmd_num("loom harvest", a, v, 1e-3, 1000, &c->density);
                 else if (!strcmp(a, "--duration-s"))
-                        bad = num(a, v, 0, 1e7, &c->duration_s);
+                        bad = loom_cmd_num("loom harvest", a, v, 0, 1e7, &c->duration_s);
                 else if (!strcmp(a, "--serving-gpus"))
                         bad = integer(a, v, 2, 4096, &c->serving_gpus);
                 else if (!strcmp(a, "--borrow"))
@@ -144,23 +129,23 @@ static int parse_sim(int argc, char **argv, sim_opts *o)
                 else if (!strcmp(a, "--group"))
                         bad = integer(a, v, 1, 1000000, &c->group);
                 else if (!strcmp(a, "--train-s"))
-                        bad = num(a, v, 0, 1e6, &c->train_s);
+                        bad = loom_cmd_num("loom harvest", a, v, 0, 1e6, &c->train_s);
                 else if (!strcmp(a, "--ttft-ms"))
-                        bad = num(a, v, 1, 1e6, &c->ttft_ms);
+                        bad = loom_cmd_num("loom harvest", a, v, 1, 1e6, &c->ttft_ms);
                 else if (!strcmp(a, "--tpot-ms"))
-                        bad = num(a, v, 1, 1e6, &c->tpot_ms);
+                        bad = loom_cmd_num("loom harvest", a, v, 1, 1e6, &c->tpot_ms);
                 else if (!strcmp(a, "--lease-s"))
-                        bad = num(a, v, 0, 1e6, &c->lease_s);
+                        bad = loom_cmd_num("loom harvest", a, v, 0, 1e6, &c->lease_s);
                 else if (!strcmp(a, "--headroom"))
-                        bad = num(a, v, 0, 0.99, &c->headroom);
+                        bad = loom_cmd_num("loom harvest", a, v, 0, 0.99, &c->headroom);
                 else if (!strcmp(a, "--stall-s"))
-                        bad = num(a, v, 0.001, 1e6, &c->stall_s);
+                        bad = loom_cmd_num("loom harvest", a, v, 0.001, 1e6, &c->stall_s);
                 else if (!strcmp(a, "--weights-s"))
-                        bad = num(a, v, 0, 1e6, &c->weights_s);
+                        bad = loom_cmd_num("loom harvest", a, v, 0, 1e6, &c->weights_s);
                 else if (!strcmp(a, "--staleness"))
                         bad = integer(a, v, 0, 1000000, &c->staleness);
                 else if (!strcmp(a, "--seed")) {
-                        bad = num(a, v, 0, 1e15, &d);
+                        bad = loom_cmd_num("loom harvest", a, v, 0, 1e15, &d);
                         c->seed = (uint64_t)d;
                 } else {
                         fprintf(stderr, "loom harvest sim: unknown option '%s'\n", a);
@@ -364,7 +349,7 @@ static int cmd_node(int argc, char **argv)
                         }
                         c.admit = (loom_harvest_admit_mode)k;
                 } else if (!strcmp(a, "--speed"))
-                        bad = num(a, v, 0.001, 10000, &c.speed);
+                        bad = loom_cmd_num("loom harvest", a, v, 0.001, 10000, &c.speed);
                 else if (!strcmp(a, "--pages"))
                         bad = integer(a, v, 1, 10000000, &c.pages);
                 else if (!strcmp(a, "--headroom-pages")) {
@@ -379,15 +364,15 @@ static int cmd_node(int argc, char **argv)
                 else if (!strcmp(a, "--turns"))
                         bad = integer(a, v, 1, 100000, &c.turns);
                 else if (!strcmp(a, "--ttft-ms"))
-                        bad = num(a, v, 1, 1e6, &c.ttft_ms);
+                        bad = loom_cmd_num("loom harvest", a, v, 1, 1e6, &c.ttft_ms);
                 else if (!strcmp(a, "--tpot-ms"))
-                        bad = num(a, v, 1, 1e6, &c.tpot_ms);
+                        bad = loom_cmd_num("loom harvest", a, v, 1, 1e6, &c.tpot_ms);
                 else if (!strcmp(a, "--lease-s"))
-                        bad = num(a, v, 0, 1e6, &c.lease_s);
+                        bad = loom_cmd_num("loom harvest", a, v, 0, 1e6, &c.lease_s);
                 else if (!strcmp(a, "--stall-s"))
-                        bad = num(a, v, 0.001, 1e6, &c.stall_s);
+                        bad = loom_cmd_num("loom harvest", a, v, 0.001, 1e6, &c.stall_s);
                 else if (!strcmp(a, "--for-s"))
-                        bad = num(a, v, 0, 1e7, &for_s);
+                        bad = loom_cmd_num("loom harvest", a, v, 0, 1e7, &for_s);
                 else {
                         fprintf(stderr, "loom harvest node: unknown option '%s'\n", a);
                         return 2;
@@ -486,13 +471,13 @@ static int cmd_replay(int argc, char **argv)
                 } else if (!strcmp(a, "--trace"))
                         trace = v;
                 else if (!strcmp(a, "--density"))
-                        bad = num(a, v, 1e-3, 1000, &c.density);
+                        bad = loom_cmd_num("loom harvest", a, v, 1e-3, 1000, &c.density);
                 else if (!strcmp(a, "--speed"))
-                        bad = num(a, v, 0.001, 10000, &c.speed);
+                        bad = loom_cmd_num("loom harvest", a, v, 0.001, 10000, &c.speed);
                 else if (!strcmp(a, "--duration-s"))
-                        bad = num(a, v, 0, 1e7, &c.duration_s);
+                        bad = loom_cmd_num("loom harvest", a, v, 0, 1e7, &c.duration_s);
                 else if (!strcmp(a, "--timeout-s"))
-                        bad = num(a, v, 0.1, 1e6, &c.timeout_s);
+                        bad = loom_cmd_num("loom harvest", a, v, 0.1, 1e6, &c.timeout_s);
                 else {
                         fprintf(stderr, "loom harvest replay: unknown option '%s'\n", a);
                         return 2;

@@ -191,10 +191,7 @@ int loom_cmd_micro_plex(int argc, char **argv)
                         json = true;
                         break;
                 default:
-                        fprintf(stderr, "loom micro: unknown or incomplete option '%s'\n",
-                                argv[optind - 1]);
-                        usage(stderr);
-                        return 2;
+                        return loom_cmd_bad_option("loom micro", argv, usage);
                 }
         }
         if (optind != argc - 1) {

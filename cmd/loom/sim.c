@@ -296,9 +296,7 @@ static int parse(int argc, char **argv, opts *o)
                                 return bad("--learn-after (1..20)", optarg);
                         break;
                 default:
-                        fprintf(stderr, "loom sim: unknown or incomplete option '%s'\n",
-                                argv[optind - 1]);
-                        return 2;
+                        return loom_cmd_bad_option("loom sim", argv, NULL);
                 }
         }
         if (optind < argc) {

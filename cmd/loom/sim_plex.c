@@ -154,10 +154,7 @@ static int parse(int argc, char **argv, opts *o)
                         o->cold = true;
                         break;
                 default:
-                        fprintf(stderr, "loom sim: unknown or incomplete option '%s'\n",
-                                argv[optind - 1]);
-                        usage(stderr);
-                        return 2;
+                        return loom_cmd_bad_option("loom sim", argv, usage);
                 }
         }
         if (optind != argc) {

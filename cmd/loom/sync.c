@@ -8,7 +8,6 @@
  *
  * Exit status: 0 ok, 1 invalid input or a transfer that failed verification, 2 bad usage.
  */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,24 +62,10 @@ static void usage(FILE *f)
                    "  --json              one JSON object per plan\n");
 }
 
-static int num(const char *name, const char *v, double lo, double hi, double *out)
-{
-        char *end;
-        errno = 0;
-        double d = strtod(v, &end);
-        if (errno || end == v || *end || !(d >= lo && d <= hi)) {
-                fprintf(stderr, "loom sync: %s: '%s' is not a number in [%g, %g]\n", name, v, lo,
-                        hi);
-                return 1;
-        }
-        *out = d;
-        return 0;
-}
-
 static int whole(const char *name, const char *v, double lo, double hi, long *out)
 {
         double d;
-        if (num(name, v, lo, hi, &d) || d != (long)d)
+        if (loom_cmd_num("loom sync", name, v, lo, hi, &d) || d != (long)d)
                 return 1;
         *out = (long)d;
         return 0;
@@ -150,22 +135,24 @@ static int parse(int argc, char **argv, opts *o)
                         if (whole(key, v, 1, 1000, &o->layers))
                                 return 1;
                 } else if (!strcmp(key, "--link-gbps")) {
-                        if (num(key, v, 0, 1000, &o->gbps))
+                        if (loom_cmd_num("loom sync", key, v, 0, 1000, &o->gbps))
                                 return 1;
                 } else if (!strcmp(key, "--density")) {
-                        if (num(key, v, 0, 1, &o->density))
+                        if (loom_cmd_num("loom sync", key, v, 0, 1, &o->density))
                                 return 1;
                 } else if (!strcmp(key, "--bucket-mib")) {
-                        if (num(key, v, 1.0 / (1 << 20), 2048, &o->bucket_mib))
+                        if (loom_cmd_num("loom sync", key, v, 1.0 / (1 << 20), 2048,
+                                         &o->bucket_mib))
                                 return 1;
                 } else if (!strcmp(key, "--timeout")) {
-                        if (num(key, v, 1, 86400, &o->timeout))
+                        if (loom_cmd_num("loom sync", key, v, 1, 86400, &o->timeout))
                                 return 1;
                 } else if (!strcmp(key, "--max-mem-gb")) {
-                        if (num(key, v, 0.001, 1e6, &o->max_mem_gb))
+                        if (loom_cmd_num("loom sync", key, v, 0.001, 1e6, &o->max_mem_gb))
                                 return 1;
                 } else if (!strcmp(key, "--seed")) {
-                        if (num(key, v, 0, 9e15, &d) || d != (double)(unsigned long long)d)
+                        if (loom_cmd_num("loom sync", key, v, 0, 9e15, &d) ||
+                            d != (double)(unsigned long long)d)
                                 return 1;
                         o->seed = (unsigned long long)d;
                 } else if (!strcmp(key, "--repeat")) {

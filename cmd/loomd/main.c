@@ -7,7 +7,6 @@
  */
 #include <errno.h>
 #include <getopt.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -16,6 +15,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "../daemon.h"
 #include "loom/server.h"
 #include "loom/spec.h"
 #include "loomd_state.h"
@@ -45,16 +45,6 @@ static void usage(FILE *f)
                    "                        hints and host-tier accounting (docs/state.md)\n"
                    "  --quiet               no event log on stderr\n"
                    "  --help                this text\n");
-}
-
-static void log_line(void *arg, const char *line)
-{
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        struct tm tm;
-        gmtime_r(&ts.tv_sec, &tm);
-        fprintf(stderr, "%02d:%02d:%02d.%03ld loomd: %s\n", tm.tm_hour, tm.tm_min, tm.tm_sec,
-                ts.tv_nsec / 1000000, line);
 }
 
 static int parse_seconds(const char *opt, const char *v, double *out)
@@ -172,7 +162,8 @@ int main(int argc, char **argv)
         };
         loom_server_cfg cfg;
         loom_server_cfg_default(&cfg);
-        cfg.log = log_line;
+        cfg.log = daemon_log_line;
+        cfg.log_arg = "loomd";
         const char *port_file = NULL;
         loomd_state *st = NULL;
         int c;
@@ -255,11 +246,7 @@ int main(int argc, char **argv)
         raise_nofile();
         /* Block the stop signals in every thread; main collects them with sigwait. */
         sigset_t stop;
-        sigemptyset(&stop);
-        sigaddset(&stop, SIGTERM);
-        sigaddset(&stop, SIGINT);
-        pthread_sigmask(SIG_BLOCK, &stop, NULL);
-        signal(SIGPIPE, SIG_IGN);
+        daemon_block_stop(&stop);
 
         loomd_state_wire(st, &cfg);
         loom_err e;
@@ -285,7 +272,7 @@ int main(int argc, char **argv)
                 char line[128];
                 snprintf(line, sizeof line, "serving on %s:%d, data in %s", cfg.listen_host,
                          loom_server_port(s), cfg.data_dir);
-                log_line(NULL, line);
+                daemon_log_line("loomd", line);
         }
         int status = 0;
         for (;;) {
@@ -302,6 +289,6 @@ int main(int argc, char **argv)
         loom_server_free(s);
         loomd_state_free(st);
         if (cfg.log)
-                log_line(NULL, status ? "stopped after a store failure" : "stopped");
+                daemon_log_line("loomd", status ? "stopped after a store failure" : "stopped");
         return status;
 }
