@@ -8,18 +8,6 @@ from dataclasses import dataclass, field
 
 from . import _native
 
-_lib = None
-_lib_lock = threading.Lock()
-
-
-def _get_lib():
-    global _lib
-    with _lib_lock:
-        if _lib is None:
-            _lib = _native.load()
-        return _lib
-
-
 class LoomError(Exception):
     """A call to loomd failed. code is the LOOM_E* value, status the HTTP status (0 if none)."""
 
@@ -78,7 +66,7 @@ class _Client:
     """One libloomclient handle. Calls on one handle are serialised."""
 
     def __init__(self, url, retry_for_s=60.0, request_timeout_s=10.0):
-        self.lib = _get_lib()
+        self.lib = _native.load()
         opts = _native.Opts()
         self.lib.loom_client_opts_default(ctypes.byref(opts))
         opts.retry_for_s = retry_for_s

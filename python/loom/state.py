@@ -30,11 +30,10 @@ libloomstate.so (found like libloomclient.so, see ``loom._native``; $LOOM_STATE_
 """
 
 import ctypes
-import ctypes.util
-import glob
 import mmap
 import os
 
+from . import _native
 from ._native import ENOENT, EINVAL, EIO  # noqa: F401  (re-exported codes)
 
 ERANGE, ECORRUPT, EEXIST = -7, -8, -10
@@ -119,41 +118,11 @@ class Slice:
         return f"Slice({self.name!r}, rows={self.rows}, cols={self.cols})"
 
 
-def _candidates():
-    env = os.environ.get("LOOM_STATE_LIB")
-    if env:
-        yield env
-    bdir = os.environ.get("LOOM_BUILD_DIR")
-    if bdir:
-        yield os.path.join(bdir, "libloomstate.so")
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    for d in ["build", "build-test"] + sorted(glob.glob(os.path.join(root, "build-*"))):
-        yield os.path.join(root, d, "libloomstate.so")
-    found = ctypes.util.find_library("loomstate")
-    if found:
-        yield found
-
-
-_lib = None
-
-
 def _load_lib():
-    global _lib
-    if _lib is not None:
-        return _lib
-    tried = []
-    for path in _candidates():
-        if os.path.isabs(path) and not os.path.exists(path):
-            tried.append(f"{path}: not found")
-            continue
-        try:
-            lib = ctypes.CDLL(path)
-            break
-        except OSError as e:
-            tried.append(f"{path}: {e}")
-    else:
-        raise OSError("libloomstate.so not found (set LOOM_STATE_LIB); tried:\n  "
-                      + "\n  ".join(tried))
+    return _native.library("loomstate", "LOOM_STATE_LIB", _declare)
+
+
+def _declare(lib):
     P, E = ctypes.c_void_p, ctypes.POINTER(_Err)
     lib.loom_state_connect.argtypes = [ctypes.c_char_p, ctypes.POINTER(P), E]
     lib.loom_state_close.argtypes = [P]
@@ -166,7 +135,6 @@ def _load_lib():
     lib.loom_state_drop.argtypes = [P, ctypes.c_char_p, ctypes.c_uint64, E]
     lib.loom_state_stat.argtypes = [P, ctypes.POINTER(_Stats), E]
     lib.loom_state_stats_free.argtypes = [ctypes.POINTER(_Stats)]
-    _lib = lib
     return lib
 
 

@@ -12,15 +12,14 @@ those values (bf16 widens to fp32 without loss), so "the rollout worker's weight
 trainer's" means equal bf16 bits, which :func:`digest` checks on both sides.
 
 Standard library + ctypes; numpy and torch only when given their arrays/tensors. The library
-is found like libloomclient (``loom._native``): $LOOM_SYNC_LIB, then libloomsync.so in
-$LOOM_BUILD_DIR or the repository's build folders.
+is found like libloomclient (``loom._native``); $LOOM_SYNC_LIB overrides.
 """
 
 import ctypes
-import glob
 import hashlib
 import os
-import threading
+
+from . import _native
 
 NO_VERSION = (1 << 64) - 1
 
@@ -52,57 +51,24 @@ class SyncError(Exception):
         self.field = field
 
 
-_lib = None
-_lib_lock = threading.Lock()
-
-
-def _candidates():
-    env = os.environ.get("LOOM_SYNC_LIB")
-    if env:
-        yield env
-    for var in ("LOOM_BUILD_DIR",):
-        if os.environ.get(var):
-            yield os.path.join(os.environ[var], "libloomsync.so")
-    client = os.environ.get("LOOM_CLIENT_LIB")
-    if client:
-        yield os.path.join(os.path.dirname(client), "libloomsync.so")
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    for d in ["build", "build-test"] + sorted(glob.glob(os.path.join(root, "build-*"))):
-        yield os.path.join(root, d, "libloomsync.so")
-
-
 def _load():
-    global _lib
-    with _lib_lock:
-        if _lib is not None:
-            return _lib
-        tried = []
-        for path in _candidates():
-            if not os.path.exists(path):
-                tried.append(f"{path}: not found")
-                continue
-            try:
-                lib = ctypes.CDLL(path)
-                break
-            except OSError as e:
-                tried.append(f"{path}: {e}")
-        else:
-            raise OSError("libloomsync.so not found (set LOOM_SYNC_LIB); tried:\n  "
-                          + "\n  ".join(tried))
-        P, U64P = ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64)
-        lib.loom_sync_pub_new.argtypes = [U64P, ctypes.c_size_t, ctypes.c_uint64,
-                                          ctypes.c_char_p, ctypes.c_uint16,
-                                          ctypes.POINTER(P), ctypes.POINTER(_Err)]
-        lib.loom_sync_pub_port.argtypes = [P]
-        lib.loom_sync_pub_port.restype = ctypes.c_uint16
-        lib.loom_sync_pub_publish.argtypes = [P, ctypes.c_uint64, P, ctypes.POINTER(_PubStats),
-                                              ctypes.POINTER(_Err)]
-        lib.loom_sync_pub_free.argtypes = [P]
-        lib.loom_sync_pull.argtypes = [ctypes.c_char_p, ctypes.c_uint16, U64P, ctypes.c_size_t,
-                                       P, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_double,
-                                       ctypes.POINTER(_PullStats), ctypes.POINTER(_Err)]
-        _lib = lib
-        return lib
+    return _native.library("loomsync", "LOOM_SYNC_LIB", _declare)
+
+
+def _declare(lib):
+    P, U64P = ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64)
+    lib.loom_sync_pub_new.argtypes = [U64P, ctypes.c_size_t, ctypes.c_uint64,
+                                      ctypes.c_char_p, ctypes.c_uint16,
+                                      ctypes.POINTER(P), ctypes.POINTER(_Err)]
+    lib.loom_sync_pub_port.argtypes = [P]
+    lib.loom_sync_pub_port.restype = ctypes.c_uint16
+    lib.loom_sync_pub_publish.argtypes = [P, ctypes.c_uint64, P, ctypes.POINTER(_PubStats),
+                                          ctypes.POINTER(_Err)]
+    lib.loom_sync_pub_free.argtypes = [P]
+    lib.loom_sync_pull.argtypes = [ctypes.c_char_p, ctypes.c_uint16, U64P, ctypes.c_size_t,
+                                   P, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_double,
+                                   ctypes.POINTER(_PullStats), ctypes.POINTER(_Err)]
+    return lib
 
 
 def _raise(rc, err, what):
