@@ -15,7 +15,13 @@ import threading
 
 # Error codes of include/loom/common.h.
 EINVAL, ENOMEM, ENOENT, ESTATE, EREJECT, EIO = -1, -2, -3, -4, -5, -6
-ETIMEDOUT, EPROTO = -9, -11
+ERANGE, ECORRUPT, ETIMEDOUT, EEXIST, EPROTO = -7, -8, -9, -10, -11
+
+
+class Err(ctypes.Structure):
+    """loom_err of include/loom/common.h: what went wrong, and in which field."""
+    _fields_ = [("msg", ctypes.c_char * 512), ("field", ctypes.c_char * 128),
+                ("line", ctypes.c_int), ("col", ctypes.c_int)]
 
 
 class Opts(ctypes.Structure):

@@ -34,9 +34,7 @@ import mmap
 import os
 
 from . import _native
-from ._native import ENOENT, EINVAL, EIO  # noqa: F401  (re-exported codes)
-
-ERANGE, ECORRUPT, EEXIST = -7, -8, -10
+from ._native import ECORRUPT, EEXIST, EINVAL, EIO, ENOENT, ERANGE  # noqa: F401  (re-exported)
 
 TIERS = {0: "none", 1: "device", 2: "host", 3: "disk"}
 _TIER_CODE = {v: k for k, v in TIERS.items()}
@@ -66,11 +64,6 @@ class _Result(ctypes.Structure):
     _fields_ = [("found", ctypes.c_int), ("bytes", ctypes.c_uint64),
                 ("dedup_bytes", ctypes.c_uint64), ("disk_bytes", ctypes.c_uint64),
                 ("staged_bytes", ctypes.c_uint64), ("seconds", ctypes.c_double)]
-
-
-class _Err(ctypes.Structure):
-    _fields_ = [("msg", ctypes.c_char * 512), ("field", ctypes.c_char * 128),
-                ("line", ctypes.c_int), ("col", ctypes.c_int)]
 
 
 class _Usage(ctypes.Structure):
@@ -123,7 +116,7 @@ def _load_lib():
 
 
 def _declare(lib):
-    P, E = ctypes.c_void_p, ctypes.POINTER(_Err)
+    P, E = ctypes.c_void_p, ctypes.POINTER(_native.Err)
     lib.loom_state_connect.argtypes = [ctypes.c_char_p, ctypes.POINTER(P), E]
     lib.loom_state_close.argtypes = [P]
     lib.loom_state_offload.argtypes = [P, ctypes.POINTER(_Io), ctypes.c_size_t, ctypes.c_int,
@@ -250,7 +243,7 @@ class Client:
         self._lib = _load_lib()
         self._h = ctypes.c_void_p()
         self.devices = list(devices)
-        err = _Err()
+        err = _native.Err()
         _check(self._lib.loom_state_connect(sock_path.encode(), ctypes.byref(self._h),
                                             ctypes.byref(err)), err)
 
@@ -309,7 +302,7 @@ class Client:
         """Copy ``{name or Slice: tensor}`` into `tier` ('host' or 'disk') under (job, version).
         All or nothing; raises StateError (code ERANGE) when the tier is full."""
         ios, _keep = self._ios(tensors, job, version)
-        res, err = _Result(), _Err()
+        res, err = _Result(), _native.Err()
         _check(self._lib.loom_state_offload(self._h, ios, len(ios), _TIER_CODE[tier],
                                             ctypes.byref(res), ctypes.byref(err)), err)
         return Result(res)
@@ -319,31 +312,31 @@ class Client:
         ``device`` names the emulated device the buffers belong to. Raises StateError (ENOENT:
         not covered, ECORRUPT: a disk slice failed its checksum; ``field`` is the key)."""
         ios, _keep = self._ios(tensors, job, version)
-        res, err = _Result(), _Err()
+        res, err = _Result(), _native.Err()
         _check(self._lib.loom_state_load(self._h, ios, len(ios), device.encode(),
                                          ctypes.byref(res), ctypes.byref(err)), err)
         return Result(res)
 
     def prefetch(self, job):
         """Hint: `job` runs next; the daemon pulls its state up to host memory in the background."""
-        err = _Err()
+        err = _native.Err()
         _check(self._lib.loom_state_prefetch(self._h, job.encode(), ctypes.byref(err)), err)
 
     def order(self, jobs):
         """Hint: the predicted order of the next jobs; eviction spares the soonest."""
         arr = (ctypes.c_char_p * max(1, len(jobs)))(*[j.encode() for j in jobs])
-        err = _Err()
+        err = _native.Err()
         _check(self._lib.loom_state_order(self._h, arr, len(jobs), ctypes.byref(err)), err)
 
     def drop(self, job, version=None):
         """Forget `job`'s slices (versions <= version; all when None)."""
-        err = _Err()
+        err = _native.Err()
         v = 0xFFFFFFFFFFFFFFFF if version is None else version
         _check(self._lib.loom_state_drop(self._h, job.encode(), v, ctypes.byref(err)), err)
 
     def stats(self):
         """Capacity and usage per tier and per job, as a dict."""
-        st, err = _Stats(), _Err()
+        st, err = _Stats(), _native.Err()
         _check(self._lib.loom_state_stat(self._h, ctypes.byref(st), ctypes.byref(err)), err)
         out = {k: getattr(st, k) for k in ("host_cap", "host_used", "disk_cap", "disk_used",
                                            "device_cap", "evictions", "prefetches",

@@ -24,11 +24,6 @@ from . import _native
 NO_VERSION = (1 << 64) - 1
 
 
-class _Err(ctypes.Structure):
-    _fields_ = [("msg", ctypes.c_char * 512), ("field", ctypes.c_char * 128),
-                ("line", ctypes.c_int), ("col", ctypes.c_int)]
-
-
 class _PubStats(ctypes.Structure):
     _fields_ = [("version", ctypes.c_uint64), ("elems", ctypes.c_uint64),
                 ("changed", ctypes.c_uint64), ("delta_bytes", ctypes.c_uint64),
@@ -56,18 +51,16 @@ def _load():
 
 
 def _declare(lib):
-    P, U64P = ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64)
-    lib.loom_sync_pub_new.argtypes = [U64P, ctypes.c_size_t, ctypes.c_uint64,
-                                      ctypes.c_char_p, ctypes.c_uint16,
-                                      ctypes.POINTER(P), ctypes.POINTER(_Err)]
+    P, U64P, E = ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(_native.Err)
+    lib.loom_sync_pub_new.argtypes = [U64P, ctypes.c_size_t, ctypes.c_uint64, ctypes.c_char_p,
+                                      ctypes.c_uint16, ctypes.POINTER(P), E]
     lib.loom_sync_pub_port.argtypes = [P]
     lib.loom_sync_pub_port.restype = ctypes.c_uint16
-    lib.loom_sync_pub_publish.argtypes = [P, ctypes.c_uint64, P, ctypes.POINTER(_PubStats),
-                                          ctypes.POINTER(_Err)]
+    lib.loom_sync_pub_publish.argtypes = [P, ctypes.c_uint64, P, ctypes.POINTER(_PubStats), E]
     lib.loom_sync_pub_free.argtypes = [P]
     lib.loom_sync_pull.argtypes = [ctypes.c_char_p, ctypes.c_uint16, U64P, ctypes.c_size_t,
                                    P, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_double,
-                                   ctypes.POINTER(_PullStats), ctypes.POINTER(_Err)]
+                                   ctypes.POINTER(_PullStats), E]
     return lib
 
 
@@ -129,7 +122,7 @@ class Publisher:
         self._shards, self.sizes = _shards(shards)
         self.elems = sum(self.sizes)
         self.h = ctypes.c_void_p()
-        err = _Err()
+        err = _native.Err()
         rc = self.lib.loom_sync_pub_new(self._shards, len(self.sizes), int(bucket_elems),
                                         host.encode(), int(port), ctypes.byref(self.h),
                                         ctypes.byref(err))
@@ -146,7 +139,7 @@ class Publisher:
     def publish(self, version, flat):
         """Make flat (uint16 bf16 bits of every shard) version `version`; returns the delta's
         statistics: changed elements, density, delta and dense bytes."""
-        st, err = _PubStats(), _Err()
+        st, err = _PubStats(), _native.Err()
         rc = self.lib.loom_sync_pub_publish(self.h, int(version), _buffer(flat, self.elems),
                                             ctypes.byref(st), ctypes.byref(err))
         if rc:
@@ -199,7 +192,7 @@ class Puller:
         pull's statistics; raises SyncError (flat unchanged) on a timeout or a bad frame."""
         host, port = self._resolve(timeout_s)
         have = NO_VERSION if self.version is None else self.version
-        st, err = _PullStats(), _Err()
+        st, err = _PullStats(), _native.Err()
         rc = self.lib.loom_sync_pull(host.encode(), port, self._shards, len(self.sizes),
                                      _buffer(flat, self.elems), have, int(want),
                                      float(timeout_s), ctypes.byref(st), ctypes.byref(err))
