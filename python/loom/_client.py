@@ -62,7 +62,7 @@ class Advice:
         return self.action == "migrate_tail"
 
 
-class _Client:
+class _Client(_native.Handle):
     """One libloomclient handle. Calls on one handle are serialised."""
 
     def __init__(self, url, retry_for_s=60.0, request_timeout_s=10.0):
@@ -80,12 +80,6 @@ class _Client:
         if self.h:
             self.lib.loom_client_free(self.h)
             self.h = None
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def error(self, rc, what):
         msg = self.lib.loom_client_error(self.h).decode(errors="replace")

@@ -24,6 +24,16 @@ class Err(ctypes.Structure):
                 ("line", ctypes.c_int), ("col", ctypes.c_int)]
 
 
+class Handle:
+    """An object that owns a C handle: close() frees it, and so does garbage collection."""
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
 class Opts(ctypes.Structure):
     _fields_ = [
         ("request_timeout_s", ctypes.c_double),

@@ -234,7 +234,7 @@ class DeviceBuffer:
             self.fd = -1
 
 
-class Client:
+class Client(_native.Handle):
     """A connection to loom-state. Not thread-safe: use one per thread.
 
     ``devices`` lists the :class:`DeviceBuffer` objects whose arrays should go by descriptor."""
@@ -257,12 +257,6 @@ class Client:
 
     def __exit__(self, *exc):
         self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def _ios(self, tensors, job, version):
         items = list(tensors.items())

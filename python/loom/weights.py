@@ -113,7 +113,7 @@ def digest(flat):
 
 # ---- publisher and puller -------------------------------------------------------------------
 
-class Publisher:
+class Publisher(_native.Handle):
     """The trainer's side: serves its latest weights. shards: element count per shard."""
 
     def __init__(self, shards, host="127.0.0.1", port=0, bucket_elems=1 << 14,
@@ -154,12 +154,6 @@ class Publisher:
         if self.h:
             self.lib.loom_sync_pub_free(self.h)
             self.h = None
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
 
 class Puller:
