@@ -8,18 +8,6 @@ from dataclasses import dataclass, field
 
 from . import _native
 
-_lib = None
-_lib_lock = threading.Lock()
-
-
-def _get_lib():
-    global _lib
-    with _lib_lock:
-        if _lib is None:
-            _lib = _native.load()
-        return _lib
-
-
 class LoomError(Exception):
     """A call to loomd failed. code is the LOOM_E* value, status the HTTP status (0 if none)."""
 
@@ -74,11 +62,11 @@ class Advice:
         return self.action == "migrate_tail"
 
 
-class _Client:
+class _Client(_native.Handle):
     """One libloomclient handle. Calls on one handle are serialised."""
 
     def __init__(self, url, retry_for_s=60.0, request_timeout_s=10.0):
-        self.lib = _get_lib()
+        self.lib = _native.load()
         opts = _native.Opts()
         self.lib.loom_client_opts_default(ctypes.byref(opts))
         opts.retry_for_s = retry_for_s
@@ -92,12 +80,6 @@ class _Client:
         if self.h:
             self.lib.loom_client_free(self.h)
             self.h = None
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def error(self, rc, what):
         msg = self.lib.loom_client_error(self.h).decode(errors="replace")

@@ -1,18 +1,37 @@
-"""ctypes bindings of libloomclient (include/loom/client.h).
+"""ctypes bindings of libloomclient (include/loom/client.h), and the one place that finds and
+loads loom's shared libraries (libloomclient.so, libloomstate.so, libloomsync.so).
 
-The library is looked up in this order: the path in $LOOM_CLIENT_LIB; libloomclient.so in
-$LOOM_BUILD_DIR; in the repository's build folders (build, build-test, build-*) next to this
-package; then the system's library path.
+A library is looked up in this order: the path in its own variable ($LOOM_CLIENT_LIB,
+$LOOM_STATE_LIB, $LOOM_SYNC_LIB); the library in $LOOM_BUILD_DIR; beside $LOOM_CLIENT_LIB; in
+the repository's build folders (build, build-test, build-*) next to this package; then the
+system's library path. Each is loaded once per process.
 """
 
 import ctypes
 import ctypes.util
 import glob
 import os
+import threading
 
 # Error codes of include/loom/common.h.
 EINVAL, ENOMEM, ENOENT, ESTATE, EREJECT, EIO = -1, -2, -3, -4, -5, -6
-ETIMEDOUT, EPROTO = -9, -11
+ERANGE, ECORRUPT, ETIMEDOUT, EEXIST, EPROTO = -7, -8, -9, -10, -11
+
+
+class Err(ctypes.Structure):
+    """loom_err of include/loom/common.h: what went wrong, and in which field."""
+    _fields_ = [("msg", ctypes.c_char * 512), ("field", ctypes.c_char * 128),
+                ("line", ctypes.c_int), ("col", ctypes.c_int)]
+
+
+class Handle:
+    """An object that owns a C handle: close() frees it, and so does garbage collection."""
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
 
 
 class Opts(ctypes.Structure):
@@ -50,36 +69,58 @@ class CResume(ctypes.Structure):
     ]
 
 
-def _candidates():
-    env = os.environ.get("LOOM_CLIENT_LIB")
-    if env:
-        yield env
+def _candidates(name, env):
+    file = f"lib{name}.so"
+    path = os.environ.get(env)
+    if path:
+        yield path
     bdir = os.environ.get("LOOM_BUILD_DIR")
     if bdir:
-        yield os.path.join(bdir, "libloomclient.so")
+        yield os.path.join(bdir, file)
+    client = os.environ.get("LOOM_CLIENT_LIB")
+    if client and env != "LOOM_CLIENT_LIB":
+        yield os.path.join(os.path.dirname(client), file)
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     for d in ["build", "build-test"] + sorted(glob.glob(os.path.join(root, "build-*"))):
-        yield os.path.join(root, d, "libloomclient.so")
-    found = ctypes.util.find_library("loomclient")
+        yield os.path.join(root, d, file)
+    found = ctypes.util.find_library(name)
     if found:
         yield found
 
 
-def load():
-    """Load libloomclient and declare its functions; raises OSError when it is not found."""
+def _open(name, env):
     tried = []
-    for path in _candidates():
-        if not os.path.isabs(path) or os.path.exists(path):
-            try:
-                lib = ctypes.CDLL(path)
-                break
-            except OSError as e:
-                tried.append(f"{path}: {e}")
-        else:
+    for path in _candidates(name, env):
+        if os.path.isabs(path) and not os.path.exists(path):
             tried.append(f"{path}: not found")
-    else:
-        raise OSError("libloomclient.so not found (set LOOM_CLIENT_LIB); tried:\n  "
-                      + "\n  ".join(tried))
+            continue
+        try:
+            return ctypes.CDLL(path)
+        except OSError as e:
+            tried.append(f"{path}: {e}")
+    raise OSError(f"lib{name}.so not found (set {env}); tried:\n  " + "\n  ".join(tried))
+
+
+_libs = {}
+_libs_lock = threading.Lock()
+
+
+def library(name, env, declare):
+    """lib<name>.so (name: 'loomclient', 'loomstate', 'loomsync'; env: the variable that names
+    its path), loaded once per process; declare(lib) sets its functions' types and returns it.
+    Raises OSError, listing every place tried, when it is not found."""
+    with _libs_lock:
+        if name not in _libs:
+            _libs[name] = declare(_open(name, env))
+        return _libs[name]
+
+
+def load():
+    """libloomclient with its functions declared; raises OSError when it is not found."""
+    return library("loomclient", "LOOM_CLIENT_LIB", _declare)
+
+
+def _declare(lib):
     P = ctypes.c_void_p
     lib.loom_client_opts_default.argtypes = [ctypes.POINTER(Opts)]
     lib.loom_client_new.argtypes = [ctypes.c_char_p, ctypes.POINTER(Opts)]

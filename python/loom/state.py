@@ -30,14 +30,11 @@ libloomstate.so (found like libloomclient.so, see ``loom._native``; $LOOM_STATE_
 """
 
 import ctypes
-import ctypes.util
-import glob
 import mmap
 import os
 
-from ._native import ENOENT, EINVAL, EIO  # noqa: F401  (re-exported codes)
-
-ERANGE, ECORRUPT, EEXIST = -7, -8, -10
+from . import _native
+from ._native import ECORRUPT, EEXIST, EINVAL, EIO, ENOENT, ERANGE  # noqa: F401  (re-exported)
 
 TIERS = {0: "none", 1: "device", 2: "host", 3: "disk"}
 _TIER_CODE = {v: k for k, v in TIERS.items()}
@@ -67,11 +64,6 @@ class _Result(ctypes.Structure):
     _fields_ = [("found", ctypes.c_int), ("bytes", ctypes.c_uint64),
                 ("dedup_bytes", ctypes.c_uint64), ("disk_bytes", ctypes.c_uint64),
                 ("staged_bytes", ctypes.c_uint64), ("seconds", ctypes.c_double)]
-
-
-class _Err(ctypes.Structure):
-    _fields_ = [("msg", ctypes.c_char * 512), ("field", ctypes.c_char * 128),
-                ("line", ctypes.c_int), ("col", ctypes.c_int)]
 
 
 class _Usage(ctypes.Structure):
@@ -119,42 +111,12 @@ class Slice:
         return f"Slice({self.name!r}, rows={self.rows}, cols={self.cols})"
 
 
-def _candidates():
-    env = os.environ.get("LOOM_STATE_LIB")
-    if env:
-        yield env
-    bdir = os.environ.get("LOOM_BUILD_DIR")
-    if bdir:
-        yield os.path.join(bdir, "libloomstate.so")
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    for d in ["build", "build-test"] + sorted(glob.glob(os.path.join(root, "build-*"))):
-        yield os.path.join(root, d, "libloomstate.so")
-    found = ctypes.util.find_library("loomstate")
-    if found:
-        yield found
-
-
-_lib = None
-
-
 def _load_lib():
-    global _lib
-    if _lib is not None:
-        return _lib
-    tried = []
-    for path in _candidates():
-        if os.path.isabs(path) and not os.path.exists(path):
-            tried.append(f"{path}: not found")
-            continue
-        try:
-            lib = ctypes.CDLL(path)
-            break
-        except OSError as e:
-            tried.append(f"{path}: {e}")
-    else:
-        raise OSError("libloomstate.so not found (set LOOM_STATE_LIB); tried:\n  "
-                      + "\n  ".join(tried))
-    P, E = ctypes.c_void_p, ctypes.POINTER(_Err)
+    return _native.library("loomstate", "LOOM_STATE_LIB", _declare)
+
+
+def _declare(lib):
+    P, E = ctypes.c_void_p, ctypes.POINTER(_native.Err)
     lib.loom_state_connect.argtypes = [ctypes.c_char_p, ctypes.POINTER(P), E]
     lib.loom_state_close.argtypes = [P]
     lib.loom_state_offload.argtypes = [P, ctypes.POINTER(_Io), ctypes.c_size_t, ctypes.c_int,
@@ -166,7 +128,6 @@ def _load_lib():
     lib.loom_state_drop.argtypes = [P, ctypes.c_char_p, ctypes.c_uint64, E]
     lib.loom_state_stat.argtypes = [P, ctypes.POINTER(_Stats), E]
     lib.loom_state_stats_free.argtypes = [ctypes.POINTER(_Stats)]
-    _lib = lib
     return lib
 
 
@@ -273,7 +234,7 @@ class DeviceBuffer:
             self.fd = -1
 
 
-class Client:
+class Client(_native.Handle):
     """A connection to loom-state. Not thread-safe: use one per thread.
 
     ``devices`` lists the :class:`DeviceBuffer` objects whose arrays should go by descriptor."""
@@ -282,7 +243,7 @@ class Client:
         self._lib = _load_lib()
         self._h = ctypes.c_void_p()
         self.devices = list(devices)
-        err = _Err()
+        err = _native.Err()
         _check(self._lib.loom_state_connect(sock_path.encode(), ctypes.byref(self._h),
                                             ctypes.byref(err)), err)
 
@@ -296,12 +257,6 @@ class Client:
 
     def __exit__(self, *exc):
         self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def _ios(self, tensors, job, version):
         items = list(tensors.items())
@@ -341,7 +296,7 @@ class Client:
         """Copy ``{name or Slice: tensor}`` into `tier` ('host' or 'disk') under (job, version).
         All or nothing; raises StateError (code ERANGE) when the tier is full."""
         ios, _keep = self._ios(tensors, job, version)
-        res, err = _Result(), _Err()
+        res, err = _Result(), _native.Err()
         _check(self._lib.loom_state_offload(self._h, ios, len(ios), _TIER_CODE[tier],
                                             ctypes.byref(res), ctypes.byref(err)), err)
         return Result(res)
@@ -351,31 +306,31 @@ class Client:
         ``device`` names the emulated device the buffers belong to. Raises StateError (ENOENT:
         not covered, ECORRUPT: a disk slice failed its checksum; ``field`` is the key)."""
         ios, _keep = self._ios(tensors, job, version)
-        res, err = _Result(), _Err()
+        res, err = _Result(), _native.Err()
         _check(self._lib.loom_state_load(self._h, ios, len(ios), device.encode(),
                                          ctypes.byref(res), ctypes.byref(err)), err)
         return Result(res)
 
     def prefetch(self, job):
         """Hint: `job` runs next; the daemon pulls its state up to host memory in the background."""
-        err = _Err()
+        err = _native.Err()
         _check(self._lib.loom_state_prefetch(self._h, job.encode(), ctypes.byref(err)), err)
 
     def order(self, jobs):
         """Hint: the predicted order of the next jobs; eviction spares the soonest."""
         arr = (ctypes.c_char_p * max(1, len(jobs)))(*[j.encode() for j in jobs])
-        err = _Err()
+        err = _native.Err()
         _check(self._lib.loom_state_order(self._h, arr, len(jobs), ctypes.byref(err)), err)
 
     def drop(self, job, version=None):
         """Forget `job`'s slices (versions <= version; all when None)."""
-        err = _Err()
+        err = _native.Err()
         v = 0xFFFFFFFFFFFFFFFF if version is None else version
         _check(self._lib.loom_state_drop(self._h, job.encode(), v, ctypes.byref(err)), err)
 
     def stats(self):
         """Capacity and usage per tier and per job, as a dict."""
-        st, err = _Stats(), _Err()
+        st, err = _Stats(), _native.Err()
         _check(self._lib.loom_state_stat(self._h, ctypes.byref(st), ctypes.byref(err)), err)
         out = {k: getattr(st, k) for k in ("host_cap", "host_used", "disk_cap", "disk_used",
                                            "device_cap", "evictions", "prefetches",

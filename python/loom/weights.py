@@ -12,22 +12,16 @@ those values (bf16 widens to fp32 without loss), so "the rollout worker's weight
 trainer's" means equal bf16 bits, which :func:`digest` checks on both sides.
 
 Standard library + ctypes; numpy and torch only when given their arrays/tensors. The library
-is found like libloomclient (``loom._native``): $LOOM_SYNC_LIB, then libloomsync.so in
-$LOOM_BUILD_DIR or the repository's build folders.
+is found like libloomclient (``loom._native``); $LOOM_SYNC_LIB overrides.
 """
 
 import ctypes
-import glob
 import hashlib
 import os
-import threading
+
+from . import _native
 
 NO_VERSION = (1 << 64) - 1
-
-
-class _Err(ctypes.Structure):
-    _fields_ = [("msg", ctypes.c_char * 512), ("field", ctypes.c_char * 128),
-                ("line", ctypes.c_int), ("col", ctypes.c_int)]
 
 
 class _PubStats(ctypes.Structure):
@@ -52,57 +46,22 @@ class SyncError(Exception):
         self.field = field
 
 
-_lib = None
-_lib_lock = threading.Lock()
-
-
-def _candidates():
-    env = os.environ.get("LOOM_SYNC_LIB")
-    if env:
-        yield env
-    for var in ("LOOM_BUILD_DIR",):
-        if os.environ.get(var):
-            yield os.path.join(os.environ[var], "libloomsync.so")
-    client = os.environ.get("LOOM_CLIENT_LIB")
-    if client:
-        yield os.path.join(os.path.dirname(client), "libloomsync.so")
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    for d in ["build", "build-test"] + sorted(glob.glob(os.path.join(root, "build-*"))):
-        yield os.path.join(root, d, "libloomsync.so")
-
-
 def _load():
-    global _lib
-    with _lib_lock:
-        if _lib is not None:
-            return _lib
-        tried = []
-        for path in _candidates():
-            if not os.path.exists(path):
-                tried.append(f"{path}: not found")
-                continue
-            try:
-                lib = ctypes.CDLL(path)
-                break
-            except OSError as e:
-                tried.append(f"{path}: {e}")
-        else:
-            raise OSError("libloomsync.so not found (set LOOM_SYNC_LIB); tried:\n  "
-                          + "\n  ".join(tried))
-        P, U64P = ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64)
-        lib.loom_sync_pub_new.argtypes = [U64P, ctypes.c_size_t, ctypes.c_uint64,
-                                          ctypes.c_char_p, ctypes.c_uint16,
-                                          ctypes.POINTER(P), ctypes.POINTER(_Err)]
-        lib.loom_sync_pub_port.argtypes = [P]
-        lib.loom_sync_pub_port.restype = ctypes.c_uint16
-        lib.loom_sync_pub_publish.argtypes = [P, ctypes.c_uint64, P, ctypes.POINTER(_PubStats),
-                                              ctypes.POINTER(_Err)]
-        lib.loom_sync_pub_free.argtypes = [P]
-        lib.loom_sync_pull.argtypes = [ctypes.c_char_p, ctypes.c_uint16, U64P, ctypes.c_size_t,
-                                       P, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_double,
-                                       ctypes.POINTER(_PullStats), ctypes.POINTER(_Err)]
-        _lib = lib
-        return lib
+    return _native.library("loomsync", "LOOM_SYNC_LIB", _declare)
+
+
+def _declare(lib):
+    P, U64P, E = ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(_native.Err)
+    lib.loom_sync_pub_new.argtypes = [U64P, ctypes.c_size_t, ctypes.c_uint64, ctypes.c_char_p,
+                                      ctypes.c_uint16, ctypes.POINTER(P), E]
+    lib.loom_sync_pub_port.argtypes = [P]
+    lib.loom_sync_pub_port.restype = ctypes.c_uint16
+    lib.loom_sync_pub_publish.argtypes = [P, ctypes.c_uint64, P, ctypes.POINTER(_PubStats), E]
+    lib.loom_sync_pub_free.argtypes = [P]
+    lib.loom_sync_pull.argtypes = [ctypes.c_char_p, ctypes.c_uint16, U64P, ctypes.c_size_t,
+                                   P, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_double,
+                                   ctypes.POINTER(_PullStats), E]
+    return lib
 
 
 def _raise(rc, err, what):
@@ -154,7 +113,7 @@ def digest(flat):
 
 # ---- publisher and puller -------------------------------------------------------------------
 
-class Publisher:
+class Publisher(_native.Handle):
     """The trainer's side: serves its latest weights. shards: element count per shard."""
 
     def __init__(self, shards, host="127.0.0.1", port=0, bucket_elems=1 << 14,
@@ -163,7 +122,7 @@ class Publisher:
         self._shards, self.sizes = _shards(shards)
         self.elems = sum(self.sizes)
         self.h = ctypes.c_void_p()
-        err = _Err()
+        err = _native.Err()
         rc = self.lib.loom_sync_pub_new(self._shards, len(self.sizes), int(bucket_elems),
                                         host.encode(), int(port), ctypes.byref(self.h),
                                         ctypes.byref(err))
@@ -180,7 +139,7 @@ class Publisher:
     def publish(self, version, flat):
         """Make flat (uint16 bf16 bits of every shard) version `version`; returns the delta's
         statistics: changed elements, density, delta and dense bytes."""
-        st, err = _PubStats(), _Err()
+        st, err = _PubStats(), _native.Err()
         rc = self.lib.loom_sync_pub_publish(self.h, int(version), _buffer(flat, self.elems),
                                             ctypes.byref(st), ctypes.byref(err))
         if rc:
@@ -195,12 +154,6 @@ class Publisher:
         if self.h:
             self.lib.loom_sync_pub_free(self.h)
             self.h = None
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
 
 class Puller:
@@ -233,7 +186,7 @@ class Puller:
         pull's statistics; raises SyncError (flat unchanged) on a timeout or a bad frame."""
         host, port = self._resolve(timeout_s)
         have = NO_VERSION if self.version is None else self.version
-        st, err = _PullStats(), _Err()
+        st, err = _PullStats(), _native.Err()
         rc = self.lib.loom_sync_pull(host.encode(), port, self._shards, len(self.sizes),
                                      _buffer(flat, self.elems), have, int(want),
                                      float(timeout_s), ctypes.byref(st), ctypes.byref(err))

@@ -402,21 +402,6 @@ static void print_table(FILE *out, const loom_demo_opts *o, job_run *shared, job
                         alone_cost / total_iters, 100 * (1 - shared_cost / alone_cost));
 }
 
-/* $/h of every node provisioned right now (GET /v1/cluster). */
-static double get_cost(loom_client *c)
-{
-        char *reply = NULL;
-        double p = 0;
-        if (loom_client_get(c, "/v1/cluster", &reply) == 0) {
-                json_error_t je;
-                json_t *j = json_loads(reply, 0, &je);
-                p = json_number_value(json_object_get(j, "cost_per_hour"));
-                json_decref(j);
-        }
-        loom_client_free_string(reply);
-        return p;
-}
-
 static int run_demo(const loom_demo_opts *o, demo *d, FILE *out, loom_err *e)
 {
         pin_self(CPU_ROLLOUT);
@@ -481,7 +466,7 @@ static int run_demo(const loom_demo_opts *o, demo *d, FILE *out, loom_err *e)
                 fill_worker(&wc[n], d, o, sh, r.id, sh->iterations, ru, tu);
                 shared[n++] = r;
         }
-        double cost_h = get_cost(c);
+        double cost_h = loom__demo_cluster_cost(c);
         fprintf(out, "\n-- shared run: every job's phases under loomd's permits --\n");
         fflush(out);
         long long b0[2], t0[2], b1[2], t1[2];

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "loom/client.h"
 #include "loom/demo.h"
 
 #define DIM 24 /* the toy model is a DIM x DIM matrix */
@@ -76,6 +77,8 @@ int loom__demo_worker_main(const worker_cfg *cfg, int out_fd);
  * final (neither running nor queued). reply may be NULL. */
 int64_t loom__demo_reply_int(const char *reply, const char *key, int64_t dflt);
 bool loom__demo_reply_finished(const char *reply);
+/* $/h of every node provisioned right now (GET /v1/cluster); 0 when loomd does not answer. */
+double loom__demo_cluster_cost(loom_client *c);
 
 /* ---- loom-state (state.c) ---------------------------------------------------------------- */
 

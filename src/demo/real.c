@@ -391,20 +391,6 @@ static int report(FILE *out, run *shared, run *alone, double node_h, const char 
 
 /* ---- the run ----------------------------------------------------------------------------- */
 
-static double cluster_cost(loom_client *c)
-{
-        char *reply = NULL;
-        double p = 0;
-        if (loom_client_get(c, "/v1/cluster", &reply) == 0) {
-                json_error_t je;
-                json_t *j = json_loads(reply, 0, &je);
-                p = json_number_value(json_object_get(j, "cost_per_hour"));
-                json_decref(j);
-        }
-        loom_client_free_string(reply);
-        return p;
-}
-
 static int real_run(const loom_demo_real_opts *o, const char *src, const char *root, FILE *out,
                     loom_err *e)
 {
@@ -455,7 +441,7 @@ static int real_run(const loom_demo_real_opts *o, const char *src, const char *r
         snprintf(t0, sizeof t0, "%.6f", loom__demo_t0);
         setenv("LOOM_T0", t0, 1);
         int bad = c ? run_jobs(o, src, root, port, state_sock, c, shared, 0, out) : -1;
-        double node_h = c ? cluster_cost(c) : 0;
+        double node_h = c ? loom__demo_cluster_cost(c) : 0;
         if (node_h <= 0)
                 node_h = 1.85 * 8 + 5.28 * 8; /* one H20 rollout node + one H800 training node */
         if (!bad) {

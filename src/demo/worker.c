@@ -231,6 +231,20 @@ bool loom__demo_reply_finished(const char *reply)
         return fin;
 }
 
+double loom__demo_cluster_cost(loom_client *c)
+{
+        char *reply = NULL;
+        double p = 0;
+        if (loom_client_get(c, "/v1/cluster", &reply) == 0) {
+                json_error_t je;
+                json_t *j = json_loads(reply, 0, &je);
+                p = json_number_value(json_object_get(j, "cost_per_hour"));
+                json_decref(j);
+        }
+        loom_client_free_string(reply);
+        return p;
+}
+
 /* Run one phase until it is acknowledged; returns 0, 1 when the job has ended, <0 on error. */
 /* The job's state on grant and release (loom-state); the timeline note says where the switch
  * found it and how long the load and the offload took. */

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -99,6 +100,34 @@ def python_env(build, source):
         env["LD_PRELOAD"] = asan
         env["ASAN_OPTIONS"] = "detect_leaks=0"
     return env
+
+
+def import_setup(build, source, **extra):
+    """Ready this Python to import the loom package from the source tree, with LOOM_CLIENT_LIB
+    set; returns python_env (plus extra) for child Pythons. A sanitized libloomclient.so needs
+    the sanitizer runtimes loaded before Python starts: this re-executes the script with them."""
+    env = python_env(build, source)
+    env.update(extra)
+    os.environ["LOOM_CLIENT_LIB"] = env["LOOM_CLIENT_LIB"]
+    if "LD_PRELOAD" in env and os.environ.get("LD_PRELOAD") != env["LD_PRELOAD"]:
+        os.execve(sys.executable, [sys.executable] + sys.argv, env)
+    sys.path.insert(0, os.path.join(source, "python"))
+    return env
+
+
+def wait_unix_socket(path, tries=500):
+    """Whether something accepts connections on the unix socket path within tries x 10 ms."""
+    for _ in range(tries):
+        if os.path.exists(path):
+            try:
+                s = socket.socket(socket.AF_UNIX)
+                s.connect(path)
+                s.close()
+                return True
+            except OSError:
+                pass
+        time.sleep(0.01)
+    return False
 
 
 def sanitizer_preload(lib):

@@ -24,14 +24,10 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from loomd_harness import Loomd, check, job_spec, python_env  # noqa: E402
+from loomd_harness import Loomd, check, import_setup, job_spec  # noqa: E402
 
 build, source = sys.argv[1], sys.argv[2]
-env = python_env(build, source)
-os.environ.update({k: env[k] for k in ("LOOM_CLIENT_LIB",)})
-if "LD_PRELOAD" in env and os.environ.get("LD_PRELOAD") != env["LD_PRELOAD"]:
-    os.execve(sys.executable, [sys.executable] + sys.argv, env)
-sys.path.insert(0, os.path.join(source, "python"))
+env = import_setup(build, source)
 import loom  # noqa: E402
 
 here = os.path.dirname(os.path.abspath(__file__))

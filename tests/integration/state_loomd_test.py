@@ -3,15 +3,13 @@ host-tier accounting from loom-state's measured usage. Run by state_loomd.sh."""
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 
 build, source = sys.argv[1], sys.argv[2]
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from loomd_harness import Loomd, check, job_spec  # noqa: E402
+from loomd_harness import Loomd, check, job_spec, wait_unix_socket  # noqa: E402
 
 tmp = tempfile.mkdtemp(prefix="loom-state-loomd-")
 sock = os.path.join(tmp, "s.sock")
@@ -27,16 +25,7 @@ def stat():
 
 
 try:
-    for _ in range(500):
-        if os.path.exists(sock):
-            try:
-                s = socket.socket(socket.AF_UNIX)
-                s.connect(sock)
-                s.close()
-                break
-            except OSError:
-                pass
-        time.sleep(0.01)
+    wait_unix_socket(sock)
     cluster = os.path.join(tmp, "cluster.json")
     with open(cluster, "w") as f:
         json.dump({"gpus_per_node": 8, "host_mem_gb": 1.0}, f)

@@ -17,10 +17,12 @@ import threading
 import time
 
 BUILD, SRC = sys.argv[1], sys.argv[2]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(SRC, "python"))
 os.environ["LOOM_STATE_LIB"] = os.path.join(BUILD, "libloomstate.so")
 
 import numpy as np  # noqa: E402
+from loomd_harness import wait_unix_socket  # noqa: E402
 
 from loom import state  # noqa: E402
 
@@ -33,16 +35,8 @@ def start():
     p = subprocess.Popen([os.path.join(BUILD, "loom-state"), "--dir", TMP, "--sock", SOCK,
                           "--host-bytes", "64M", "--disk-bytes", "1G", "--no-mlock", "--quiet"])
     procs.append(p)
-    for _ in range(500):
-        if os.path.exists(SOCK):
-            try:
-                s = socket.socket(socket.AF_UNIX)
-                s.connect(SOCK)
-                s.close()
-                return p
-            except OSError:
-                pass
-        time.sleep(0.01)
+    if wait_unix_socket(SOCK):
+        return p
     raise SystemExit("loom-state did not start")
 
 
