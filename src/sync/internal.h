@@ -40,6 +40,8 @@ int loom__read_all(int fd, void *buf, size_t len);
 /* Lower the calling thread's CPU priority: it moves bytes on the (emulated) fast intra-cluster
  * fabric and must not starve the slow link of CPU on a shared host. */
 void loom__fast_link_thread(void);
+/* Run fn(arg) on a new detached thread; 0 or pthread_create's error (then fn never runs). */
+int loom__spawn_detached(void *(*fn)(void *), void *arg);
 
 /* Connection opening: what the client wants from a relay. */
 enum { LOOM__HELLO_PUSH = 1, LOOM__HELLO_PULL = 2, LOOM__HELLO_SNAP = 3 };

@@ -362,23 +362,18 @@ static void *accept_main(void *arg)
                 if (fd < 0)
                         continue;
                 conn *c = malloc(sizeof *c);
-                pthread_t t;
-                pthread_attr_t at;
-                pthread_attr_init(&at);
-                pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
                 pthread_mutex_lock(&p->mu);
                 p->active++;
                 pthread_mutex_unlock(&p->mu);
                 if (c)
                         *c = (conn){p, fd};
-                if (!c || pthread_create(&t, &at, conn_main, c)) {
+                if (!c || loom__spawn_detached(conn_main, c)) {
                         free(c);
                         close(fd);
                         pthread_mutex_lock(&p->mu);
                         p->active--;
                         pthread_mutex_unlock(&p->mu);
                 }
-                pthread_attr_destroy(&at);
         }
         return NULL;
 }
