@@ -1,4 +1,5 @@
-/* sim_int.h - what each simulator policy switches on (internal to src/harvest). */
+/* sim_int.h - what each simulator policy switches on, and the request-latency percentiles the
+ * simulator and the replay client report (internal to src/harvest). */
 #ifndef LOOM_HARVEST_SIM_INT_H
 #define LOOM_HARVEST_SIM_INT_H
 
@@ -15,5 +16,9 @@ typedef struct hv_flags {
 } hv_flags;
 
 void hv_policy_flags(loom_harvest_policy p, hv_flags *f);
+
+/* Sort ttft[0..n) and tpot[0..n) (ms) in place; out: ttft p50, ttft p99, tpot p50, tpot p99
+ * (0 when n is 0). latency.c */
+void hv_latency_pcts(double *ttft, double *tpot, size_t n, double out[4]);
 
 #endif
