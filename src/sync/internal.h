@@ -8,6 +8,7 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <string.h>
 #include <time.h>
 
 #include "loom/sync.h"
@@ -26,6 +27,32 @@ static inline double loom__cpu(void)
         struct timespec ts;
         clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
         return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- fixed-width fields in frames and deltas (host byte order) ------------------------- */
+
+static inline void loom__put32(uint8_t *p, uint32_t v)
+{
+        memcpy(p, &v, 4);
+}
+
+static inline void loom__put64(uint8_t *p, uint64_t v)
+{
+        memcpy(p, &v, 8);
+}
+
+static inline uint32_t loom__get32(const uint8_t *p)
+{
+        uint32_t v;
+        memcpy(&v, p, 4);
+        return v;
+}
+
+static inline uint64_t loom__get64(const uint8_t *p)
+{
+        uint64_t v;
+        memcpy(&v, p, 8);
+        return v;
 }
 
 /* ---- sockets --------------------------------------------------------------------------- */
