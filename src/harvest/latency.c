@@ -109,12 +109,13 @@ static double pct(const double *v, size_t n, double p)
         return v[i < n ? i : n - 1];
 }
 
-void hv_latency_pcts(double *ttft, double *tpot, size_t n, double out[4])
+void hv_latency_pcts(double *ttft, double *tpot, size_t n, double *ttft_p50, double *ttft_p99,
+                     double *tpot_p50, double *tpot_p99)
 {
         qsort(ttft, n, sizeof *ttft, cmp_double);
         qsort(tpot, n, sizeof *tpot, cmp_double);
-        out[0] = pct(ttft, n, 0.5);
-        out[1] = pct(ttft, n, 0.99);
-        out[2] = pct(tpot, n, 0.5);
-        out[3] = pct(tpot, n, 0.99);
+        *ttft_p50 = pct(ttft, n, 0.5);
+        *ttft_p99 = pct(ttft, n, 0.99);
+        *tpot_p50 = pct(tpot, n, 0.5);
+        *tpot_p99 = pct(tpot, n, 0.99);
 }

@@ -178,12 +178,8 @@ int loom_harvest_replay(const loom_harvest_replay_cfg *c, loom_harvest_replay_re
         res->wall_s = wall() - t0;
         res->ok = s.ok;
         res->failed = s.failed;
-        double q[4];
-        hv_latency_pcts(s.ttft, s.tpot, s.ok, q);
-        res->ttft_p50_ms = q[0];
-        res->ttft_p99_ms = q[1];
-        res->tpot_p50_ms = q[2];
-        res->tpot_p99_ms = q[3];
+        hv_latency_pcts(s.ttft, s.tpot, s.ok, &res->ttft_p50_ms, &res->ttft_p99_ms,
+                        &res->tpot_p50_ms, &res->tpot_p99_ms);
         free(s.ttft);
         free(s.tpot);
         pthread_mutex_destroy(&s.mu);

@@ -669,12 +669,8 @@ int loom_harvest_sim_run(const loom_harvest_sim_cfg *cfg, loom_harvest_sim_resul
         memset(res, 0, sizeof *res);
         res->policy = cfg->policy;
         res->rollout_s = s.steps_done ? s.rollout_sum / s.steps_done : 0;
-        double q[4];
-        hv_latency_pcts(s.ttft, s.tpot, s.nserved, q);
-        res->ttft_p50_ms = q[0];
-        res->ttft_p99_ms = q[1];
-        res->tpot_p50_ms = q[2];
-        res->tpot_p99_ms = q[3];
+        hv_latency_pcts(s.ttft, s.tpot, s.nserved, &res->ttft_p50_ms, &res->ttft_p99_ms,
+                        &res->tpot_p50_ms, &res->tpot_p99_ms);
         res->itl_p50_ms = gap_pct(&s, 0.5);
         res->itl_p99_ms = gap_pct(&s, 0.99);
         res->serving_slo_attainment = s.nserved ? (double)s.attained / s.nserved : 1;

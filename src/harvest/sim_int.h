@@ -17,8 +17,9 @@ typedef struct hv_flags {
 
 void hv_policy_flags(loom_harvest_policy p, hv_flags *f);
 
-/* Sort ttft[0..n) and tpot[0..n) (ms) in place; out: ttft p50, ttft p99, tpot p50, tpot p99
- * (0 when n is 0). latency.c */
-void hv_latency_pcts(double *ttft, double *tpot, size_t n, double out[4]);
+/* Sort ttft[0..n) and tpot[0..n) (ms) in place and give the p50 and p99 of each (0 when n is
+ * 0). latency.c */
+void hv_latency_pcts(double *ttft, double *tpot, size_t n, double *ttft_p50, double *ttft_p99,
+                     double *tpot_p50, double *tpot_p99);
 
 #endif
