@@ -586,17 +586,6 @@ static void drop_member(loom_plex *p, pj *x, uint32_t id)
         x->live = false;
 }
 
-int loom_plex_decide_if(const loom_plex *p, const loom_plex_job *j, accept_fn accept, void *ctx,
-                        loom_plex_decision *out, loom_err *e)
-{
-        fp f;
-        int rc = to_fp(p, j, &f, e);
-        if (rc)
-                return rc;
-        choose(p, j, &f, LOOM_TL_NO_GROUP, accept, ctx, NULL, out);
-        return 0;
-}
-
 int loom_plex_decide_explain(const loom_plex *p, const loom_plex_job *j, accept_fn accept,
                              void *ctx, loom_plex_note_fn note, void *nctx, loom_plex_decision *out,
                              loom_err *e)
@@ -608,6 +597,12 @@ int loom_plex_decide_explain(const loom_plex *p, const loom_plex_job *j, accept_
         noter nt = {note, nctx};
         choose(p, j, &f, LOOM_TL_NO_GROUP, accept, ctx, note ? &nt : NULL, out);
         return 0;
+}
+
+int loom_plex_decide_if(const loom_plex *p, const loom_plex_job *j, accept_fn accept, void *ctx,
+                        loom_plex_decision *out, loom_err *e)
+{
+        return loom_plex_decide_explain(p, j, accept, ctx, NULL, NULL, out, e);
 }
 
 int loom_plex_commit(loom_plex *p, uint32_t id, const loom_plex_job *j, loom_plex_decision *d,
