@@ -12,6 +12,7 @@
 
 #include "loom/plan.h"
 #include "loom/spec.h"
+#include "spec_int.h"
 
 typedef struct dctx {
         const char *text;
@@ -40,20 +41,12 @@ static int fail(const dctx *c, const char *path, const char *fmt, ...)
 
 static int unknown_fields(const dctx *c, json_t *obj, const char *where, const char *const *known)
 {
-        const char *k;
-        json_t *v;
-        json_object_foreach(obj, k, v)
-        {
-                bool ok = false;
-                for (int i = 0; known[i]; i++)
-                        ok |= !strcmp(k, known[i]);
-                if (!ok) {
-                        char p[256];
-                        snprintf(p, sizeof p, "%s%s%s", where, where[0] ? "." : "", k);
-                        return fail(c, p, "unknown field");
-                }
-        }
-        return 0;
+        const char *k = loom__spec_unknown_key(obj, known, NULL);
+        if (!k)
+                return 0;
+        char p[256];
+        snprintf(p, sizeof p, "%s%s%s", where, where[0] ? "." : "", k);
+        return fail(c, p, "unknown field");
 }
 
 /* o at where must be an object (else the error is `what`) with only the fields in known. */
