@@ -507,6 +507,15 @@ static int commit(loom_plex *p, uint32_t id, const loom_plex_job *j, fp *f, loom
         return refresh_group(p, gi);
 }
 
+/* A job id to place must be nonzero and not placed already. */
+static int check_new_id(const loom_plex *p, uint32_t id, loom_err *e)
+{
+        if (id == 0 || (id < p->cap_j && p->j[id].live))
+                return loom_err_set(e, LOOM_EEXIST, "job", "job id %u is 0 or placed already",
+                                    (unsigned)id);
+        return 0;
+}
+
 static int ensure_tables(loom_plex *p, uint32_t id)
 {
         size_t oj = p->cap_j, og = p->cap_g;
@@ -548,9 +557,8 @@ int loom_plex_place(loom_plex *p, uint32_t id, const loom_plex_job *j, loom_plex
         int rc = to_fp(p, j, &f, e);
         if (rc)
                 return rc;
-        if (id == 0 || (id < p->cap_j && p->j[id].live))
-                return loom_err_set(e, LOOM_EEXIST, "job", "job id %u is 0 or placed already",
-                                    (unsigned)id);
+        if ((rc = check_new_id(p, id, e)))
+                return rc;
         if ((rc = ensure_tables(p, id)))
                 return loom_err_set(e, rc, "", "out of memory");
         choose(p, j, &f, LOOM_TL_NO_GROUP, NULL, NULL, NULL, out);
@@ -578,17 +586,6 @@ static void drop_member(loom_plex *p, pj *x, uint32_t id)
         x->live = false;
 }
 
-int loom_plex_decide_if(const loom_plex *p, const loom_plex_job *j, accept_fn accept, void *ctx,
-                        loom_plex_decision *out, loom_err *e)
-{
-        fp f;
-        int rc = to_fp(p, j, &f, e);
-        if (rc)
-                return rc;
-        choose(p, j, &f, LOOM_TL_NO_GROUP, accept, ctx, NULL, out);
-        return 0;
-}
-
 int loom_plex_decide_explain(const loom_plex *p, const loom_plex_job *j, accept_fn accept,
                              void *ctx, loom_plex_note_fn note, void *nctx, loom_plex_decision *out,
                              loom_err *e)
@@ -602,6 +599,12 @@ int loom_plex_decide_explain(const loom_plex *p, const loom_plex_job *j, accept_
         return 0;
 }
 
+int loom_plex_decide_if(const loom_plex *p, const loom_plex_job *j, accept_fn accept, void *ctx,
+                        loom_plex_decision *out, loom_err *e)
+{
+        return loom_plex_decide_explain(p, j, accept, ctx, NULL, NULL, out, e);
+}
+
 int loom_plex_commit(loom_plex *p, uint32_t id, const loom_plex_job *j, loom_plex_decision *d,
                      loom_err *e)
 {
@@ -611,9 +614,8 @@ int loom_plex_commit(loom_plex *p, uint32_t id, const loom_plex_job *j, loom_ple
                 return rc;
         if (!d->placed)
                 return loom_err_set(e, LOOM_EREJECT, "group", "the decision placed nothing");
-        if (id == 0 || (id < p->cap_j && p->j[id].live))
-                return loom_err_set(e, LOOM_EEXIST, "job", "job id %u is 0 or placed already",
-                                    (unsigned)id);
+        if ((rc = check_new_id(p, id, e)))
+                return rc;
         if (!d->new_group && (d->group >= p->n_g || p->g[d->group].n == 0))
                 return loom_err_set(e, LOOM_ENOENT, "group", "no group %u", (unsigned)d->group);
         if ((rc = ensure_tables(p, id)))

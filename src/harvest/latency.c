@@ -11,10 +11,12 @@
  */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "loom/harvest.h"
 #include "loom/sync.h"
+#include "sim_int.h"
 
 int loom_harvest_model_preset(const char *name, loom_harvest_model *out, loom_err *e)
 {
@@ -89,4 +91,31 @@ uint32_t loom_harvest_kv_pages(const loom_harvest_model *m, uint64_t tokens)
 {
         double pages = ceil((double)tokens * m->kv_bytes_token / (double)LOOM_HARVEST_PAGE);
         return (uint32_t)pages;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+        double x = *(const double *)a, y = *(const double *)b;
+        return (x > y) - (x < y);
+}
+
+/* The p-quantile of sorted v[0..n): the ceil(p * n)-th value; 0 when n is 0. */
+static double pct(const double *v, size_t n, double p)
+{
+        if (n == 0)
+                return 0;
+        size_t i = (size_t)ceil(p * (double)n);
+        i = i > 0 ? i - 1 : 0;
+        return v[i < n ? i : n - 1];
+}
+
+void hv_latency_pcts(double *ttft, double *tpot, size_t n, double *ttft_p50, double *ttft_p99,
+                     double *tpot_p50, double *tpot_p99)
+{
+        qsort(ttft, n, sizeof *ttft, cmp_double);
+        qsort(tpot, n, sizeof *tpot, cmp_double);
+        *ttft_p50 = pct(ttft, n, 0.5);
+        *ttft_p99 = pct(ttft, n, 0.99);
+        *tpot_p50 = pct(tpot, n, 0.5);
+        *tpot_p99 = pct(tpot, n, 0.99);
 }

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "loom/harvest.h"
+#include "sim_int.h"
 
 typedef struct shared {
         const loom_harvest_replay_cfg *cfg;
@@ -114,20 +115,6 @@ static void *worker(void *arg)
         return NULL;
 }
 
-static int cmp(const void *a, const void *b)
-{
-        double x = *(const double *)a, y = *(const double *)b;
-        return (x > y) - (x < y);
-}
-
-static double pct(const double *v, size_t n, double p)
-{
-        if (n == 0)
-                return 0;
-        size_t i = (size_t)ceil(p * (double)n);
-        return v[(i > 0 ? i - 1 : 0) < n ? (i > 0 ? i - 1 : 0) : n - 1];
-}
-
 int loom_harvest_replay(const loom_harvest_replay_cfg *c, loom_harvest_replay_result *res,
                         loom_err *e)
 {
@@ -191,12 +178,8 @@ int loom_harvest_replay(const loom_harvest_replay_cfg *c, loom_harvest_replay_re
         res->wall_s = wall() - t0;
         res->ok = s.ok;
         res->failed = s.failed;
-        qsort(s.ttft, s.ok, sizeof *s.ttft, cmp);
-        qsort(s.tpot, s.ok, sizeof *s.tpot, cmp);
-        res->ttft_p50_ms = pct(s.ttft, s.ok, 0.5);
-        res->ttft_p99_ms = pct(s.ttft, s.ok, 0.99);
-        res->tpot_p50_ms = pct(s.tpot, s.ok, 0.5);
-        res->tpot_p99_ms = pct(s.tpot, s.ok, 0.99);
+        hv_latency_pcts(s.ttft, s.tpot, s.ok, &res->ttft_p50_ms, &res->ttft_p99_ms,
+                        &res->tpot_p50_ms, &res->tpot_p99_ms);
         free(s.ttft);
         free(s.tpot);
         pthread_mutex_destroy(&s.mu);

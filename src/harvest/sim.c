@@ -516,20 +516,6 @@ static int build(sim *s, loom_err *e)
         return loom_harvest_router_new(&rc, &s->r, e);
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-        double x = *(const double *)a, y = *(const double *)b;
-        return (x > y) - (x < y);
-}
-
-static double pct(double *v, size_t n, double p)
-{
-        if (n == 0)
-                return 0;
-        size_t i = (size_t)ceil(p * (double)n) - 1;
-        return v[i < n ? i : n - 1];
-}
-
 static double gap_pct(const sim *s, double p)
 {
         if (s->ngaps == 0)
@@ -683,12 +669,8 @@ int loom_harvest_sim_run(const loom_harvest_sim_cfg *cfg, loom_harvest_sim_resul
         memset(res, 0, sizeof *res);
         res->policy = cfg->policy;
         res->rollout_s = s.steps_done ? s.rollout_sum / s.steps_done : 0;
-        qsort(s.ttft, s.nserved, sizeof *s.ttft, cmp_double);
-        qsort(s.tpot, s.nserved, sizeof *s.tpot, cmp_double);
-        res->ttft_p50_ms = pct(s.ttft, s.nserved, 0.5);
-        res->ttft_p99_ms = pct(s.ttft, s.nserved, 0.99);
-        res->tpot_p50_ms = pct(s.tpot, s.nserved, 0.5);
-        res->tpot_p99_ms = pct(s.tpot, s.nserved, 0.99);
+        hv_latency_pcts(s.ttft, s.tpot, s.nserved, &res->ttft_p50_ms, &res->ttft_p99_ms,
+                        &res->tpot_p50_ms, &res->tpot_p99_ms);
         res->itl_p50_ms = gap_pct(&s, 0.5);
         res->itl_p99_ms = gap_pct(&s, 0.99);
         res->serving_slo_attainment = s.nserved ? (double)s.attained / s.nserved : 1;

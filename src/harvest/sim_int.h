@@ -1,4 +1,5 @@
-/* sim_int.h - what each simulator policy switches on (internal to src/harvest). */
+/* sim_int.h - what each simulator policy switches on, and the request-latency percentiles the
+ * simulator and the replay client report (internal to src/harvest). */
 #ifndef LOOM_HARVEST_SIM_INT_H
 #define LOOM_HARVEST_SIM_INT_H
 
@@ -15,5 +16,10 @@ typedef struct hv_flags {
 } hv_flags;
 
 void hv_policy_flags(loom_harvest_policy p, hv_flags *f);
+
+/* Sort ttft[0..n) and tpot[0..n) (ms) in place and give the p50 and p99 of each (0 when n is
+ * 0). latency.c */
+void hv_latency_pcts(double *ttft, double *tpot, size_t n, double *ttft_p50, double *ttft_p99,
+                     double *tpot_p50, double *tpot_p99);
 
 #endif

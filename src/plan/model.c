@@ -524,24 +524,10 @@ static double compose(const loom_plan_cluster *c, const loom_plan_workflow *w, c
         return total;
 }
 
-double loom_plan_cost_fast(const loom_plan_cluster *c, const loom_plan_workflow *w,
-                           const loom_plan *p)
-{
-        int tasks[LOOM_PLAN_TASKS];
-        int nt = loom_plan_workflow_tasks(w, tasks);
-        scratch sc;
-        int worst;
-        for (int x = 0; x < nt; x++) {
-                int t = tasks[x];
-                if (!plan_strategy_ok(w, &p->st[t], p->group_size[p->group[t]]))
-                        return INFINITY;
-        }
-        if (memory_pass(c, w, p, tasks, nt, &sc, &worst) > 0)
-                return INFINITY;
-        return compose(c, w, p, tasks, nt, &sc, NULL);
-}
-
-double plan_cost_search(const loom_plan_cluster *c, const loom_plan_workflow *w, const loom_plan *p)
+/* The cost of p, or with a memory overflow INFINITY, or with `graded` a value above
+ * PLAN_INFEASIBLE that grows with the overflow so a search can climb out of it. */
+static double cost_of(const loom_plan_cluster *c, const loom_plan_workflow *w, const loom_plan *p,
+                      bool graded)
 {
         int tasks[LOOM_PLAN_TASKS];
         int nt = loom_plan_workflow_tasks(w, tasks);
@@ -554,8 +540,19 @@ double plan_cost_search(const loom_plan_cluster *c, const loom_plan_workflow *w,
         }
         double over = memory_pass(c, w, p, tasks, nt, &sc, &worst);
         if (over > 0)
-                return PLAN_INFEASIBLE + over / 1e9;
+                return graded ? PLAN_INFEASIBLE + over / 1e9 : INFINITY;
         return compose(c, w, p, tasks, nt, &sc, NULL);
+}
+
+double loom_plan_cost_fast(const loom_plan_cluster *c, const loom_plan_workflow *w,
+                           const loom_plan *p)
+{
+        return cost_of(c, w, p, false);
+}
+
+double plan_cost_search(const loom_plan_cluster *c, const loom_plan_workflow *w, const loom_plan *p)
+{
+        return cost_of(c, w, p, true);
 }
 
 double plan_tasklet_mem(const loom_plan_workflow *w, int t, const loom_plan_strategy *st,

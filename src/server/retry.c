@@ -125,6 +125,21 @@ static json_t *ids_json(const loom_node_id *n, int count)
  * any, ends as lease_state. On a placement failure the job fails. The caller applies the
  * core's actions afterwards (srv_apply_actions), which may grant the new permit.
  */
+/* Let core admission `old` go as failed and submit j's spec again planned on (roll, train);
+ * d is initialised here and the caller frees it. */
+static int resubmit(loom_server *s, srv_job *j, int64_t at, uint32_t old, loom_us roll,
+                    loom_us train, loom_decision *d, loom_job_id *core, loom_err *e)
+{
+        loom_sched_job_exit(s->sched, at, old, LOOM_EXIT_FAILED);
+        loom_job_spec spec = j->spec;
+        spec.iterations = 0;
+        spec.t_roll = roll;
+        spec.t_train = train;
+        loom_decision_init(d, false);
+        *core = 0;
+        return loom_sched_submit(s->sched, at, &spec, d, core, e);
+}
+
 static void readmit(loom_server *s, srv_job *j, const char *cause, const char *why, loom_us roll,
                     loom_us train, const char *lease_state)
 {
@@ -147,16 +162,9 @@ static void readmit(loom_server *s, srv_job *j, const char *cause, const char *w
                 srv_fail_waiters(s, j, 409, msg);
         }
         uint32_t old = j->retry.core;
-        loom_sched_job_exit(s->sched, wall, old, LOOM_EXIT_FAILED);
-
-        loom_job_spec spec = j->spec;
-        spec.iterations = 0;
-        spec.t_roll = roll;
-        spec.t_train = train;
         loom_decision d;
-        loom_decision_init(&d, false);
-        loom_job_id core = 0;
-        int rc = loom_sched_submit(s->sched, wall, &spec, &d, &core, &e);
+        loom_job_id core;
+        int rc = resubmit(s, j, wall, old, roll, train, &d, &core, &e);
         if (!rc && srv_core_map(s, core, j->id)) {
                 loom_sched_job_exit(s->sched, wall, core, LOOM_EXIT_CANCELLED);
                 rc = loom_err_set(&e, LOOM_ENOMEM, "", "out of memory");
@@ -339,6 +347,14 @@ static bool same_ids(json_t *arr, const loom_node_id *n, int count)
         return true;
 }
 
+bool srv_same_placement(json_t *o, const loom_decision *d)
+{
+        return json_integer_value(json_object_get(o, "group")) == (json_int_t)d->group &&
+               same_ids(json_object_get(o, "rollout_nodes"), d->rollout_nodes,
+                        d->n_rollout_nodes) &&
+               same_ids(json_object_get(o, "train_nodes"), d->train_nodes, d->n_train_nodes);
+}
+
 int srv_replay_readmit(loom_server *s, srv_job *j, uint32_t *core, const char *reason, int64_t at,
                        loom_err *e)
 {
@@ -352,21 +368,11 @@ int srv_replay_readmit(loom_server *s, srv_job *j, uint32_t *core, const char *r
                 return loom_err_set(e, LOOM_ECORRUPT, "store", "job %u: unreadable readmit entry",
                                     j->id);
         }
-        loom_sched_job_exit(s->sched, at, *core, LOOM_EXIT_FAILED);
-        loom_job_spec spec = j->spec;
-        spec.iterations = 0;
-        spec.t_roll = roll;
-        spec.t_train = train;
         loom_decision d;
-        loom_decision_init(&d, false);
-        loom_job_id got = 0;
+        loom_job_id got;
         loom_err e2;
-        int rc = loom_sched_submit(s->sched, at, &spec, &d, &got, &e2);
-        bool same =
-            rc == 0 && got == (loom_job_id)want &&
-            json_integer_value(json_object_get(o, "group")) == (json_int_t)d.group &&
-            same_ids(json_object_get(o, "rollout_nodes"), d.rollout_nodes, d.n_rollout_nodes) &&
-            same_ids(json_object_get(o, "train_nodes"), d.train_nodes, d.n_train_nodes);
+        int rc = resubmit(s, j, at, *core, roll, train, &d, &got, &e2);
+        bool same = rc == 0 && got == (loom_job_id)want && srv_same_placement(o, &d);
         loom_decision_free(&d);
         json_decref(o);
         if (!same)

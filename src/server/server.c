@@ -115,16 +115,6 @@ static void drain_discard(loom_sched *sc)
                 ;
 }
 
-static bool same_nodes(json_t *arr, const loom_node_id *n, int count)
-{
-        if (!json_is_array(arr) || (int)json_array_size(arr) != count)
-                return false;
-        for (int i = 0; i < count; i++)
-                if (json_integer_value(json_array_get(arr, (size_t)i)) != (json_int_t)n[i])
-                        return false;
-        return true;
-}
-
 struct replay {
         loom_server *s;
         loom_err *e;
@@ -163,12 +153,8 @@ static int replay_one(void *arg, const char *kind, uint32_t id, const char *reas
         loom_job_id got = 0;
         loom_err e2;
         int rc = loom_sched_submit(s->sched, at, &spec, &d, &got, &e2);
-        json_t *dec = j->decision;
         bool same =
-            rc == 0 && got == want && rp->core[id - 1] == 0 &&
-            json_integer_value(json_object_get(dec, "group")) == (json_int_t)d.group &&
-            same_nodes(json_object_get(dec, "rollout_nodes"), d.rollout_nodes, d.n_rollout_nodes) &&
-            same_nodes(json_object_get(dec, "train_nodes"), d.train_nodes, d.n_train_nodes);
+            rc == 0 && got == want && rp->core[id - 1] == 0 && srv_same_placement(j->decision, &d);
         loom_decision_free(&d);
         drain_discard(s->sched);
         if (!same)

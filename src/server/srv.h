@@ -264,6 +264,8 @@ void srv_job_failed(loom_server *s, srv_job *j, const char *lease_state, const c
 void srv_observe_phase(loom_server *s, srv_job *j, loom_phase phase, loom_us dur, loom_us now);
 void srv_retry_json(loom_server *s, const srv_job *j, json_t *o);
 void srv_h_attach(loom_server *s, srv_req *r, loom_us now);
+/* Whether decision d has the group and nodes stored in o (a job's decision, a readmit entry). */
+bool srv_same_placement(json_t *o, const loom_decision *d);
 /* Replay of one "readmit" log entry (server.c); 0 or LOOM_ECORRUPT with e filled. */
 int srv_replay_readmit(loom_server *s, srv_job *j, uint32_t *core, const char *reason, int64_t at,
                        loom_err *e);

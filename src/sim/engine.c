@@ -443,22 +443,30 @@ static int arrival(engine *g, int ji)
         return drain(g);
 }
 
+/* The running phase of job ji ends now: recorded, its nodes and busy GPUs given back. */
+static int phase_over(engine *g, int ji)
+{
+        sjob *j = &g->jobs[ji];
+        int rc = record(g, ji, g->now);
+        if (rc)
+                return rc;
+        if (j->phase != LOOM_PHASE_SYNC)
+                free_nodes(g, j);
+        if (j->busy_gpus)
+                loom__sim_meter_busy(&g->meter, g->now, j->busy_pool, -j->busy_gpus);
+        j->busy_gpus = 0;
+        j->running = j->rolling = false;
+        return 0;
+}
+
 /* Stop job ji at once: its running phase is abandoned (the iteration in flight is lost, as
  * after a crash), and it leaves the core. */
 static int stop_job(engine *g, int ji, loom_exit why)
 {
         sjob *j = &g->jobs[ji];
         int rc;
-        if (j->running) {
-                if ((rc = record(g, ji, g->now)))
-                        return rc;
-                if (j->phase != LOOM_PHASE_SYNC)
-                        free_nodes(g, j);
-                if (j->busy_gpus)
-                        loom__sim_meter_busy(&g->meter, g->now, j->busy_pool, -j->busy_gpus);
-                j->busy_gpus = 0;
-                j->running = j->rolling = false;
-        }
+        if (j->running && (rc = phase_over(g, ji)))
+                return rc;
         j->version++;
         j->active = false;
         if ((rc = loom_sched_job_exit(g->s, g->now, j->id, why)))
@@ -473,6 +481,19 @@ static int resubmit_later(engine *g, int ji, loom_us delay)
         j->waiting = true;
         j->ready = g->now + delay;
         return loom__sim_heap_push(&g->heap, g->now + delay, SIM_EV_RESUBMIT, (uint32_t)ji, 0);
+}
+
+/* A stopped job ji declares (roll, train, solo_ref) and is re-admitted after its restart;
+ * 1 (resubmitted) or an error. */
+static int redeclare(engine *g, int ji, loom_us roll, loom_us train, loom_us solo_ref)
+{
+        sjob *j = &g->jobs[ji];
+        j->cur.t_roll = roll;
+        j->cur.t_train = train;
+        j->cur.t_solo_ref = solo_ref;
+        g->r->resubmits++;
+        int rc = resubmit_later(g, ji, loom__sim_restart(g->c, g->w->jobs[ji].model_b));
+        return rc ? rc : 1;
 }
 
 static int on_fail(engine *g, int ji)
@@ -532,13 +553,8 @@ static int check_drift(engine *g, int ji, int64_t it)
                 if (f > 1)
                         j->decl[p] = (loom_us)llround((double)j->decl[p] * f);
         }
-        j->cur.t_roll = j->decl[0];
-        j->cur.t_train = j->decl[1];
-        j->cur.t_solo_ref = 0; /* a new declaration: measured against itself */
-        g->r->resubmits++;
-        if ((rc = resubmit_later(g, ji, loom__sim_restart(g->c, sj->model_b))))
-                return rc;
-        return 1;
+        /* a new declaration: measured against itself */
+        return redeclare(g, ji, j->decl[0], j->decl[1], 0);
 }
 
 static int on_progress(engine *g, int ji)
@@ -574,29 +590,17 @@ static int readmit_learned(engine *g, int ji)
                 return 0;
         if ((rc = stop_job(g, ji, LOOM_EXIT_CANCELLED)))
                 return rc;
-        j->cur.t_roll = in.learned_roll;
-        j->cur.t_train = in.learned_train;
-        j->cur.t_solo_ref = (loom_us)((double)in.learned_budget / j->cur.slo);
-        g->r->resubmits++;
-        if ((rc = resubmit_later(g, ji, loom__sim_restart(g->c, sj->model_b))))
-                return rc;
-        return 1;
+        return redeclare(g, ji, in.learned_roll, in.learned_train,
+                         (loom_us)((double)in.learned_budget / j->cur.slo));
 }
 
 static int on_end(engine *g, int ji)
 {
         sjob *j = &g->jobs[ji];
-        int rc = record(g, ji, g->now);
+        int rc = phase_over(g, ji);
         if (rc)
                 return rc;
-        if (j->phase != LOOM_PHASE_SYNC)
-                free_nodes(g, j);
-        if (j->busy_gpus)
-                loom__sim_meter_busy(&g->meter, g->now, j->busy_pool, -j->busy_gpus);
-        j->busy_gpus = 0;
-        j->running = false;
         loom_phase ph = j->phase;
-        j->rolling = false;
         /* a training phase run call by call ends with its last call; learned profiles
          * observe whole phases only */
         bool whole = j->n_calls == 0;
@@ -773,19 +777,10 @@ int loom__sim_run_core(const loom_sim_cfg *c, const loom_sim_workload *w, loom_s
                 rc = LOOM_EINVAL;
                 goto out;
         }
-        for (int i = 0; i < w->n; i++) {
+        for (int i = 0; i < w->n; i++)
                 g.jobs[i].done_at = g.jobs[i].first_start = -1;
-                if ((rc = loom__sim_heap_push(&g.heap, w->jobs[i].arrival, SIM_EV_ARRIVAL,
-                                              (uint32_t)i, 0)))
-                        goto out;
-                for (int k = 0; k < w->jobs[i].n_fail && !rc; k++)
-                        rc = loom__sim_heap_push(&g.heap,
-                                                 w->jobs[i].arrival +
-                                                     loom_us_from_s(w->jobs[i].fail_h[k] * 3600),
-                                                 SIM_EV_FAIL, (uint32_t)i, 0);
-                if (rc)
-                        goto out;
-        }
+        if ((rc = loom__sim_heap_seed(&g.heap, w)))
+                goto out;
         if (p == LOOM_SIM_REGROUP && w->n &&
             (rc = loom__sim_heap_push(
                  &g.heap, w->jobs[0].arrival + loom_us_from_s(cc.regroup_period_h * 3600.0),

@@ -38,6 +38,20 @@ int loom__sim_heap_push(sim_heap *h, loom_us t, sim_ev_type type, uint32_t job, 
         return 0;
 }
 
+int loom__sim_heap_seed(sim_heap *h, const loom_sim_workload *w)
+{
+        for (int i = 0; i < w->n; i++) {
+                int rc = loom__sim_heap_push(h, w->jobs[i].arrival, SIM_EV_ARRIVAL, (uint32_t)i, 0);
+                for (int k = 0; k < w->jobs[i].n_fail && !rc; k++)
+                        rc = loom__sim_heap_push(
+                            h, w->jobs[i].arrival + loom_us_from_s(w->jobs[i].fail_h[k] * 3600),
+                            SIM_EV_FAIL, (uint32_t)i, 0);
+                if (rc)
+                        return rc;
+        }
+        return 0;
+}
+
 bool loom__sim_heap_pop(sim_heap *h, sim_event *out)
 {
         if (h->n == 0)

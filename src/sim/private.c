@@ -233,19 +233,10 @@ int loom__sim_run_private(const loom_sim_cfg *c, const loom_sim_workload *w, loo
         loom_us *done = malloc(n * sizeof *done), *start = malloc(n * sizeof *start);
         if (!g.jobs || !g.row || !done || !start)
                 goto out;
-        for (int i = 0; i < w->n; i++) {
+        for (int i = 0; i < w->n; i++)
                 g.jobs[i].done_at = -1;
-                if ((rc = loom__sim_heap_push(&g.heap, w->jobs[i].arrival, SIM_EV_ARRIVAL,
-                                              (uint32_t)i, 0)))
-                        goto out;
-                for (int k = 0; k < w->jobs[i].n_fail && !rc; k++)
-                        rc = loom__sim_heap_push(&g.heap,
-                                                 w->jobs[i].arrival +
-                                                     loom_us_from_s(w->jobs[i].fail_h[k] * 3600),
-                                                 SIM_EV_FAIL, (uint32_t)i, 0);
-                if (rc)
-                        goto out;
-        }
+        if ((rc = loom__sim_heap_seed(&g.heap, w)))
+                goto out;
         sim_event ev;
         loom_us now = 0;
         rc = 0;

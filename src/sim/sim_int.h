@@ -82,6 +82,8 @@ typedef struct sim_heap {
 void loom__sim_heap_init(sim_heap *h);
 void loom__sim_heap_free(sim_heap *h);
 int loom__sim_heap_push(sim_heap *h, loom_us t, sim_ev_type type, uint32_t job, uint32_t version);
+/* Push every job's arrival and the instants of its failures (hours after arrival). */
+int loom__sim_heap_seed(sim_heap *h, const loom_sim_workload *w);
 /* Pop the earliest event; false when empty. */
 bool loom__sim_heap_pop(sim_heap *h, sim_event *out);
 

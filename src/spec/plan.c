@@ -12,6 +12,7 @@
 
 #include "loom/plan.h"
 #include "loom/spec.h"
+#include "spec_int.h"
 
 typedef struct dctx {
         const char *text;
@@ -40,20 +41,21 @@ static int fail(const dctx *c, const char *path, const char *fmt, ...)
 
 static int unknown_fields(const dctx *c, json_t *obj, const char *where, const char *const *known)
 {
-        const char *k;
-        json_t *v;
-        json_object_foreach(obj, k, v)
-        {
-                bool ok = false;
-                for (int i = 0; known[i]; i++)
-                        ok |= !strcmp(k, known[i]);
-                if (!ok) {
-                        char p[256];
-                        snprintf(p, sizeof p, "%s%s%s", where, where[0] ? "." : "", k);
-                        return fail(c, p, "unknown field");
-                }
-        }
-        return 0;
+        const char *k = loom__spec_unknown_key(obj, known, NULL);
+        if (!k)
+                return 0;
+        char p[256];
+        snprintf(p, sizeof p, "%s%s%s", where, where[0] ? "." : "", k);
+        return fail(c, p, "unknown field");
+}
+
+/* o at where must be an object (else the error is `what`) with only the fields in known. */
+static int object_of(const dctx *c, json_t *o, const char *where, const char *const *known,
+                     const char *what)
+{
+        if (!json_is_object(o))
+                return fail(c, where, "%s", what);
+        return unknown_fields(c, o, where, known);
 }
 
 /* Optional positive (or non-negative) number at where.k; 1 when absent. */
@@ -98,6 +100,14 @@ static const loom_plan_gpu builtin_gpus[] = {
     {"L4", 121, 24, 300, 64},
 };
 
+static int type_index(const loom_plan_cluster *cl, const char *name)
+{
+        int t = 0;
+        while (t < cl->n_types && strcmp(cl->types[t].name, name))
+                t++;
+        return t;
+}
+
 typedef struct names {
         char v[LOOM_PLAN_MAX_MACHINES][32];
         int n;
@@ -117,9 +127,7 @@ static int intern(names *ns, const char *s, int cap)
 static int link_obj(const dctx *c, json_t *o, const char *where, double *lat_s, double *bw)
 {
         static const char *const known[] = {"latency_ms", "latency_us", "gbps", NULL};
-        if (!json_is_object(o))
-                return fail(c, where, "must be an object with latency_ms and gbps");
-        int rc = unknown_fields(c, o, where, known);
+        int rc = object_of(c, o, where, known, "must be an object with latency_ms and gbps");
         if (rc)
                 return rc;
         double ms = -1, us = -1, g = -1;
@@ -153,16 +161,12 @@ static int gpu_types(const dctx *c, json_t *o, loom_plan_cluster *cl)
                 snprintf(where, sizeof where, "gpu_types.%s", k);
                 static const char *const known[] = {"tflops", "hbm_gb", "hbm_gbps", "intra_gbps",
                                                     NULL};
-                if (!json_is_object(v))
-                        return fail(c, where, "must be an object");
-                int rc = unknown_fields(c, v, where, known);
+                int rc = object_of(c, v, where, known, "must be an object");
                 if (rc)
                         return rc;
                 if (strlen(k) < 1 || strlen(k) > 31)
                         return fail(c, where, "a name of 1..31 characters, please");
-                int t = 0;
-                while (t < cl->n_types && strcmp(cl->types[t].name, k))
-                        t++;
+                int t = type_index(cl, k);
                 if (t == cl->n_types) {
                         if (t >= LOOM_PLAN_MAX_TYPES)
                                 return fail(c, where, "at most %d GPU types", LOOM_PLAN_MAX_TYPES);
@@ -198,9 +202,7 @@ static int devices(const dctx *c, json_t *arr, loom_plan_cluster *cl, names *mac
                 snprintf(where, sizeof where, "devices[%zu]", i);
                 static const char *const known[] = {"type",   "machine", "zone",
                                                     "region", "count",   NULL};
-                if (!json_is_object(d))
-                        return fail(c, where, "must be an object");
-                int rc = unknown_fields(c, d, where, known);
+                int rc = object_of(c, d, where, known, "must be an object");
                 if (rc)
                         return rc;
                 const char *type, *machine, *region, *zone = NULL;
@@ -209,9 +211,7 @@ static int devices(const dctx *c, json_t *arr, loom_plan_cluster *cl, names *mac
                     (rc = string(c, d, where, "region", true, &region)) < 0 ||
                     (rc = string(c, d, where, "zone", false, &zone)) < 0)
                         return rc;
-                int t = 0;
-                while (t < cl->n_types && strcmp(cl->types[t].name, type))
-                        t++;
+                int t = type_index(cl, type);
                 char p[96];
                 if (t == cl->n_types) {
                         snprintf(p, sizeof p, "%s.type", where);
@@ -280,11 +280,9 @@ static int links(const dctx *c, json_t *o, loom_plan_cluster *cl, const names *r
         }
         if (!o)
                 goto check;
-        if (!json_is_object(o))
-                return fail(c, "links", "must be an object");
         static const char *const known[] = {"intra_machine", "intra_region", "regions", "pairs",
                                             NULL};
-        int rc = unknown_fields(c, o, "links", known);
+        int rc = object_of(c, o, "links", known, "must be an object");
         if (rc)
                 return rc;
         json_t *v;
@@ -331,11 +329,9 @@ static int links(const dctx *c, json_t *o, loom_plan_cluster *cl, const names *r
                 {
                         char where[64], p[80];
                         snprintf(where, sizeof where, "links.pairs[%zu]", i);
-                        if (!json_is_object(x))
-                                return fail(c, where, "must be an object");
                         static const char *const kp[] = {"a",          "b",    "latency_ms",
                                                          "latency_us", "gbps", NULL};
-                        if ((rc = unknown_fields(c, x, where, kp)))
+                        if ((rc = object_of(c, x, where, kp, "must be an object")))
                                 return rc;
                         const char *a, *b;
                         if ((rc = string(c, x, where, "a", true, &a)) < 0 ||

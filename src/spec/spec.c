@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "loom/spec.h"
+#include "spec_int.h"
 
 /* Decoding context: where we are, and the text for line/column. */
 typedef struct dctx {
@@ -125,8 +126,7 @@ static int get_gb(const dctx *c, json_t *obj, const char *k, uint64_t *out)
         return 0;
 }
 
-static int check_fields(const dctx *c, json_t *obj, const char *const *known,
-                        const char *const *extra)
+const char *loom__spec_unknown_key(json_t *obj, const char *const *known, const char *const *extra)
 {
         const char *key;
         json_t *v;
@@ -138,9 +138,16 @@ static int check_fields(const dctx *c, json_t *obj, const char *const *known,
                 for (int i = 0; extra && extra[i] && !ok; i++)
                         ok = !strcmp(extra[i], key);
                 if (!ok)
-                        return fail(c, key, "unknown field");
+                        return key;
         }
-        return 0;
+        return NULL;
+}
+
+static int check_fields(const dctx *c, json_t *obj, const char *const *known,
+                        const char *const *extra)
+{
+        const char *key = loom__spec_unknown_key(obj, known, extra);
+        return key ? fail(c, key, "unknown field") : 0;
 }
 
 /* The serviceized training calls (job_calls.c), optional in a job spec. */

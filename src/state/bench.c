@@ -54,6 +54,16 @@ static void tensors(bench *b, loom_state_io *io, size_t n, uint64_t each, const 
         }
 }
 
+/* One load of io[0..n) into the device, taking *dt seconds. */
+static int timed_load(bench *b, loom_state_io *io, size_t n, loom_state_result *res, double *dt,
+                      loom_err *e)
+{
+        double t0 = loom__state_now();
+        int rc = loom_state_load(b->c, io, n, "", res, e);
+        *dt = loom__state_now() - t0;
+        return rc;
+}
+
 static int fig_load(bench *b, loom_state_bench_result *r, loom_err *e)
 {
         uint64_t each = b->cfg->tensor_bytes, n = b->cfg->total_bytes / each;
@@ -80,14 +90,13 @@ static int fig_load(bench *b, loom_state_bench_result *r, loom_err *e)
         double best = 1e30, best_cp = 1e30;
         for (int k = 0; k < b->cfg->repeats && !rc; k++) {
                 memset(b->dev, 0, n * each);
-                double t0 = loom__state_now();
-                rc = loom_state_load(b->c, io, n, "", &res, e);
-                double dt = loom__state_now() - t0;
+                double dt;
+                rc = timed_load(b, io, n, &res, &dt, e);
                 if (!rc && loom_sync_crc32c(0, b->dev, n * each) != want)
                         rc = loom_err_set(e, LOOM_ECORRUPT, "load", "loaded bytes differ");
                 if (dt < best)
                         best = dt;
-                t0 = loom__state_now();
+                double t0 = loom__state_now();
                 for (uint64_t i = 0; i < n; i++)
                         memcpy(dst + i * each, src + i * each, each);
                 dt = loom__state_now() - t0;
@@ -215,22 +224,31 @@ static int fig_dedup(bench *b, loom_state_bench_result *r, loom_err *e)
         return loom_state_drop(b->c, "bench-dp", UINT64_MAX, e);
 }
 
+/* n tensors of `each` bytes of job, the device filled with `fill`, offloaded to disk; *io holds
+ * them (NULL when out of memory) and the caller frees it. */
+static int on_disk(bench *b, size_t n, uint64_t each, const char *job, int fill, loom_state_io **io,
+                   loom_err *e)
+{
+        *io = calloc(n, sizeof **io);
+        if (!*io)
+                return loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
+        tensors(b, *io, n, each, job);
+        memset(b->dev, fill, n * each);
+        loom_state_result res;
+        return loom_state_offload(b->c, *io, n, LOOM_STATE_DISK, &res, e);
+}
+
 /* A switch to job `job` whose state is on disk, with and without a prefetch one phase ahead. */
 static int fig_prefetch(bench *b, loom_state_bench_result *r, loom_err *e)
 {
         uint64_t each = b->cfg->tensor_bytes, n = b->cfg->switch_bytes / each;
-        loom_state_io *io = calloc(n, sizeof *io);
-        if (!io)
-                return loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
-        tensors(b, io, n, each, "bench-next");
-        memset(b->dev, 3, n * each);
+        loom_state_io *io;
         loom_state_result res;
-        int rc = loom_state_offload(b->c, io, n, LOOM_STATE_DISK, &res, e);
+        int rc = on_disk(b, n, each, "bench-next", 3, &io, e);
         double cold = 1e30, warm = 1e30;
         for (int k = 0; k < b->cfg->repeats && !rc; k++) {
-                double t0 = loom__state_now();
-                rc = loom_state_load(b->c, io, n, "", &res, e);
-                double dt = loom__state_now() - t0;
+                double t0 = loom__state_now(), dt;
+                rc = timed_load(b, io, n, &res, &dt, e);
                 if (!rc && res.found != LOOM_STATE_DISK)
                         rc = loom_err_set(e, LOOM_ESTATE, "prefetch", "cold switch found %s",
                                           loom_state_tier_name(res.found));
@@ -245,10 +263,8 @@ static int fig_prefetch(bench *b, loom_state_bench_result *r, loom_err *e)
                 double phase = 2 * dt + 0.05;
                 while (loom__state_now() - t0 - dt < phase)
                         usleep(1000);
-                t0 = loom__state_now();
                 if (!rc)
-                        rc = loom_state_load(b->c, io, n, "", &res, e);
-                dt = loom__state_now() - t0;
+                        rc = timed_load(b, io, n, &res, &dt, e);
                 if (!rc && res.found != LOOM_STATE_HOST)
                         rc = loom_err_set(e, LOOM_ESTATE, "prefetch", "prefetched switch found %s",
                                           loom_state_tier_name(res.found));
@@ -284,24 +300,17 @@ static int fig_7b(bench *b, loom_state_bench_result *r, uint64_t scale, loom_err
                 n = b->dev_len / each;
         r->state_bytes = n * each;
         r->state_scale = scale;
-        loom_state_io *io = calloc(n, sizeof *io);
-        if (!io)
-                return loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
-        tensors(b, io, n, each, "bench-7b");
-        memset(b->dev, 5, n * each);
+        loom_state_io *io;
         loom_state_result res;
-        rc = loom_state_offload(b->c, io, n, LOOM_STATE_DISK, &res, e);
+        rc = on_disk(b, n, each, "bench-7b", 5, &io, e);
         double cold = 1e30, warm = 1e30;
         for (int k = 0; k < b->cfg->repeats && !rc; k++) {
-                double t0 = loom__state_now();
-                rc = loom_state_load(b->c, io, n, "", &res, e); /* disk -> host -> device */
-                double dt = loom__state_now() - t0;
+                double dt;
+                rc = timed_load(b, io, n, &res, &dt, e); /* disk -> host -> device */
                 if (dt < cold)
                         cold = dt;
-                t0 = loom__state_now();
                 if (!rc)
-                        rc = loom_state_load(b->c, io, n, "", &res, e); /* host -> device */
-                dt = loom__state_now() - t0;
+                        rc = timed_load(b, io, n, &res, &dt, e); /* host -> device */
                 if (dt < warm)
                         warm = dt;
                 if (!rc)

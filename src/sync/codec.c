@@ -19,6 +19,7 @@
  */
 #include <string.h>
 
+#include "internal.h"
 #include "loom/sync.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -133,62 +134,41 @@ uint64_t loom_sync_hash(const uint16_t *v, size_t n, uint64_t g0)
 
 /* ---- frame header ---------------------------------------------------------------------- */
 
-static void put32(uint8_t *p, uint32_t v)
-{
-        memcpy(p, &v, 4);
-}
-static void put64(uint8_t *p, uint64_t v)
-{
-        memcpy(p, &v, 8);
-}
-static uint32_t get32(const uint8_t *p)
-{
-        uint32_t v;
-        memcpy(&v, p, 4);
-        return v;
-}
-static uint64_t get64(const uint8_t *p)
-{
-        uint64_t v;
-        memcpy(&v, p, 8);
-        return v;
-}
-
 void loom_sync_frame_pack(const loom_sync_frame *f, uint8_t out[LOOM_SYNC_FRAME_HDR])
 {
         memset(out, 0, LOOM_SYNC_FRAME_HDR);
-        put32(out, MAGIC);
+        loom__put32(out, MAGIC);
         out[4] = f->type;
         out[5] = f->enc;
-        put32(out + 8, f->stream);
-        put32(out + 12, f->seq);
-        put64(out + 16, f->version);
-        put64(out + 24, f->start);
-        put64(out + 32, f->elems);
-        put64(out + 40, f->nnz);
-        put64(out + 48, f->payload_len);
-        put32(out + 56, f->payload_crc);
-        put32(out + 60, loom_sync_crc32c(0, out, 60));
+        loom__put32(out + 8, f->stream);
+        loom__put32(out + 12, f->seq);
+        loom__put64(out + 16, f->version);
+        loom__put64(out + 24, f->start);
+        loom__put64(out + 32, f->elems);
+        loom__put64(out + 40, f->nnz);
+        loom__put64(out + 48, f->payload_len);
+        loom__put32(out + 56, f->payload_crc);
+        loom__put32(out + 60, loom_sync_crc32c(0, out, 60));
 }
 
 int loom_sync_frame_unpack(const uint8_t in[LOOM_SYNC_FRAME_HDR], loom_sync_frame *f, loom_err *e)
 {
-        if (get32(in) != MAGIC)
+        if (loom__get32(in) != MAGIC)
                 return loom_err_set(e, LOOM_EPROTO, "frame.magic", "not a loom sync frame");
-        if (get32(in + 60) != loom_sync_crc32c(0, in, 60))
+        if (loom__get32(in + 60) != loom_sync_crc32c(0, in, 60))
                 return loom_err_set(e, LOOM_ECORRUPT, "frame.header_crc",
                                     "frame header checksum mismatch");
         memset(f, 0, sizeof *f);
         f->type = in[4];
         f->enc = in[5];
-        f->stream = get32(in + 8);
-        f->seq = get32(in + 12);
-        f->version = get64(in + 16);
-        f->start = get64(in + 24);
-        f->elems = get64(in + 32);
-        f->nnz = get64(in + 40);
-        f->payload_len = get64(in + 48);
-        f->payload_crc = get32(in + 56);
+        f->stream = loom__get32(in + 8);
+        f->seq = loom__get32(in + 12);
+        f->version = loom__get64(in + 16);
+        f->start = loom__get64(in + 24);
+        f->elems = loom__get64(in + 32);
+        f->nnz = loom__get64(in + 40);
+        f->payload_len = loom__get64(in + 48);
+        f->payload_crc = loom__get32(in + 56);
         if (f->type < LOOM_SYNC_FRAME_BUCKET || f->type > LOOM_SYNC_FRAME_END)
                 return loom_err_set(e, LOOM_EPROTO, "frame.type", "unknown frame type %u", f->type);
         if (f->payload_len > LOOM_SYNC_FRAME_MAX_PAYLOAD)

@@ -8,6 +8,7 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <string.h>
 #include <time.h>
 
 #include "loom/sync.h"
@@ -28,6 +29,32 @@ static inline double loom__cpu(void)
         return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* ---- fixed-width fields in frames and deltas (host byte order) ------------------------- */
+
+static inline void loom__put32(uint8_t *p, uint32_t v)
+{
+        memcpy(p, &v, 4);
+}
+
+static inline void loom__put64(uint8_t *p, uint64_t v)
+{
+        memcpy(p, &v, 8);
+}
+
+static inline uint32_t loom__get32(const uint8_t *p)
+{
+        uint32_t v;
+        memcpy(&v, p, 4);
+        return v;
+}
+
+static inline uint64_t loom__get64(const uint8_t *p)
+{
+        uint64_t v;
+        memcpy(&v, p, 8);
+        return v;
+}
+
 /* ---- sockets --------------------------------------------------------------------------- */
 
 /* Listening TCP socket on addr (host order, e.g. INADDR_ANY) and an ephemeral port. */
@@ -40,6 +67,8 @@ int loom__read_all(int fd, void *buf, size_t len);
 /* Lower the calling thread's CPU priority: it moves bytes on the (emulated) fast intra-cluster
  * fabric and must not starve the slow link of CPU on a shared host. */
 void loom__fast_link_thread(void);
+/* Run fn(arg) on a new detached thread; 0 or pthread_create's error (then fn never runs). */
+int loom__spawn_detached(void *(*fn)(void *), void *arg);
 
 /* Connection opening: what the client wants from a relay. */
 enum { LOOM__HELLO_PUSH = 1, LOOM__HELLO_PULL = 2, LOOM__HELLO_SNAP = 3 };

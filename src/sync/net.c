@@ -179,3 +179,14 @@ void loom__fast_link_thread(void)
          * the slow-link threads run first, as they would there. */
         setpriority(PRIO_PROCESS, (id_t)gettid(), 10);
 }
+
+int loom__spawn_detached(void *(*fn)(void *), void *arg)
+{
+        pthread_t t;
+        pthread_attr_t at;
+        pthread_attr_init(&at);
+        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+        int rc = pthread_create(&t, &at, fn, arg);
+        pthread_attr_destroy(&at);
+        return rc;
+}

@@ -69,18 +69,6 @@ static void pver_unref(pver *v)
         }
 }
 
-static void put64(uint8_t *b, uint64_t v)
-{
-        memcpy(b, &v, 8);
-}
-
-static uint64_t get64(const uint8_t *b)
-{
-        uint64_t v;
-        memcpy(&v, b, 8);
-        return v;
-}
-
 /* ---- publishing ------------------------------------------------------------------------ */
 
 static uint64_t buckets_of(const loom_sync_pub *p)
@@ -250,7 +238,7 @@ static int send_manifest(int fd, const loom_sync_pub *p, const pver *v, uint64_t
         if (!buf)
                 return LOOM_ENOMEM;
         for (size_t s = 0; s < p->nshards; s++)
-                put64(buf + 8 * s, v->hash[s]);
+                loom__put64(buf + 8 * s, v->hash[s]);
         loom_sync_frame f = {.type = LOOM_SYNC_FRAME_MANIFEST,
                              .version = v->version,
                              .start = base,
@@ -298,7 +286,8 @@ static void serve(loom_sync_pub *p, int fd)
                 return;
         memcpy(&magic, req, 4);
         memcpy(&nshards, req + 4, 4);
-        uint64_t have = get64(req + 8), want = get64(req + 16), elems = get64(req + 24);
+        uint64_t have = loom__get64(req + 8), want = loom__get64(req + 16),
+                 elems = loom__get64(req + 24);
         uint32_t shape;
         memcpy(&shape, req + 32, 4);
         if (magic != REQ_MAGIC) {
@@ -362,23 +351,18 @@ static void *accept_main(void *arg)
                 if (fd < 0)
                         continue;
                 conn *c = malloc(sizeof *c);
-                pthread_t t;
-                pthread_attr_t at;
-                pthread_attr_init(&at);
-                pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
                 pthread_mutex_lock(&p->mu);
                 p->active++;
                 pthread_mutex_unlock(&p->mu);
                 if (c)
                         *c = (conn){p, fd};
-                if (!c || pthread_create(&t, &at, conn_main, c)) {
+                if (!c || loom__spawn_detached(conn_main, c)) {
                         free(c);
                         close(fd);
                         pthread_mutex_lock(&p->mu);
                         p->active--;
                         pthread_mutex_unlock(&p->mu);
                 }
-                pthread_attr_destroy(&at);
         }
         return NULL;
 }

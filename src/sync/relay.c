@@ -253,15 +253,10 @@ static void *accept_main(void *arg)
                 if (fd < 0)
                         continue;
                 conn *c = malloc(sizeof *c);
-                pthread_t t;
-                pthread_attr_t at;
-                pthread_attr_init(&at);
-                pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-                if (!c || (c->r = r, c->fd = fd, pthread_create(&t, &at, conn_main, c))) {
+                if (!c || (c->r = r, c->fd = fd, loom__spawn_detached(conn_main, c))) {
                         free(c);
                         close(fd);
                 }
-                pthread_attr_destroy(&at);
         }
         return NULL;
 }
