@@ -45,7 +45,7 @@ for (f, s), d in by.items():
     l = d['loom']['avg_cost_per_hour']
     rs, gs = d['random-slo']['avg_cost_per_hour'] / l, d['greedy-slo']['avg_cost_per_hour'] / l
     worse += rs <= 1 or gs <= 1
-    print(f'  {f} {s:<14} random-slo/loom {rs:.3f}  greedy-slo/loom {gs:.3f}  SLO loom '
+    print(f'  {f} {s:<14} random-slo/loom {rs:.3f}  greedy-slo/loom {gs:.4f}  SLO loom '
           f\"{100 * d['loom']['slo_attainment']:.1f}% rs {100 * d['random-slo']['slo_attainment']:.1f}% \"
           f\"gs {100 * d['greedy-slo']['slo_attainment']:.1f}%\")
 print(f'  settings where loom is not cheaper than both (target 0): {worse}')"

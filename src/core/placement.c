@@ -7,8 +7,12 @@
  * the group has fewer than k) and rollout scaling onto k new nodes. A candidate survives if no
  * node's host memory overflows and the resulting meta-iteration time T_meta stays within
  * SLO * T_solo for every member. Isolated provisioning (a new group of exactly the job's nodes)
- * is the fallback. The choice minimises marginal cost, then maximises T_load / T_meta, then
- * prefers the lowest group id and the lowest node ids. Nothing here changes the scheduler.
+ * is the fallback. The choice minimises marginal cost; Algorithm 1 keeps the first of equally
+ * cheap candidates and leaves their order open, so loom orders them by lifetime: the least time
+ * the job would outlive the group's current members (its nodes stay paid for as long as any
+ * member runs), then the group that ends soonest (the tightest fit in time), then the most SLO
+ * slack left after the job, then the lowest group id and the lowest node ids. Nothing here
+ * changes the scheduler.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +29,10 @@ typedef struct cand {
         double cost;
         loom_us t_meta;
         double util;
+        /* tie-break keys among equally cheap candidates (see better()) */
+        double outlive; /* s the job would run past the group's current members */
+        double horizon; /* s until the group's current members finish, at the new T_meta */
+        loom_us slack;  /* tightest SLO budget in the group minus the new T_meta */
         loom_reject reject;
         char why[160];
 } cand;
@@ -66,17 +74,29 @@ static int cmp_node_id(const void *a, const void *b)
         return (x > y) - (x < y);
 }
 
-/* Strict "a is better than b" in the documented order. */
+/*
+ * Strict "a is better than b" in the documented order. Marginal cost first (Algorithm 1). Equal
+ * costs are mostly direct packings at +$0/h into different groups: a job that outlives a group's
+ * members keeps all of that group's nodes paid for alone, so the least overrun wins, then the
+ * group that ends soonest (a job that fits inside a short-lived group leaves the long-lived
+ * ones' bubbles for later jobs), then the most SLO slack.
+ */
 static bool better(const cand *a, const cand *b)
 {
         if (a->cost < b->cost - 1e-9)
                 return true;
         if (a->cost > b->cost + 1e-9)
                 return false;
-        if (a->util > b->util + 1e-12)
+        if (a->outlive < b->outlive - 1e-6)
                 return true;
-        if (a->util < b->util - 1e-12)
+        if (a->outlive > b->outlive + 1e-6)
                 return false;
+        if (a->horizon < b->horizon - 1e-6)
+                return true;
+        if (a->horizon > b->horizon + 1e-6)
+                return false;
+        if (a->slack != b->slack)
+                return a->slack > b->slack;
         loom_group_id ga = a->g ? a->g->id : LOOM_NEW_GROUP, gb = b->g ? b->g->id : LOOM_NEW_GROUP;
         if (ga != gb)
                 return ga < gb;
@@ -191,6 +211,29 @@ static void slo_why(const search *x, const group *g, loom_us t_meta, char *why, 
                          loom_us_to_s(t->slo_budget));
 }
 
+/* Seconds a job with `iterations` left runs at period t_meta; unbounded jobs run forever. */
+static double run_left(int64_t iterations, loom_us t_meta)
+{
+        return iterations > 0 ? (double)iterations * loom_us_to_s(t_meta) : 1e18;
+}
+
+/* The lifetime keys of candidate c at its new period. */
+static void lifetime(const search *x, cand *c)
+{
+        const group *g = c->g;
+        double horizon = 0;
+        for (int i = 0; i < g->n_members; i++) {
+                const job *j = g->members[i];
+                int64_t left = j->spec.iterations - j->iterations_done;
+                double l = run_left(j->spec.iterations > 0 && left < 1 ? 1 : left, c->t_meta);
+                if (l > horizon)
+                        horizon = l;
+        }
+        double mine = run_left(x->spec->iterations, c->t_meta);
+        c->horizon = horizon;
+        c->outlive = mine > horizon ? mine - horizon : 0;
+}
+
 /* Evaluate candidate c in group g (memory, SLO, cost, T_meta, utilisation). */
 static int evaluate(search *x, cand *c)
 {
@@ -239,6 +282,8 @@ static int evaluate(search *x, cand *c)
         c->t_meta = t_meta;
         c->util = t_meta > 0 ? (double)t_load / (double)t_meta : 0;
         loom_us budget = g->min_budget < x->budget ? g->min_budget : x->budget;
+        c->slack = budget - t_meta;
+        lifetime(x, c);
         if (checks_slo(s->policy.placer) && t_meta > budget) {
                 c->reject = LOOM_REJECT_SLO;
                 slo_why(x, g, t_meta, c->why, sizeof c->why);

@@ -692,3 +692,49 @@ Test(sched, a_tail_bound_rollout_migrates_when_a_waiter_arrives)
         cr_assert_eq(x.gpus, 7);
         loom_sched_free(s);
 }
+
+/*
+ * Equal marginal cost is broken by lifetime. A (1,000 iterations) and B (10) each hold a group
+ * of their own (their training working sets cannot share a node), and either group takes E at
+ * +$0/h: E packs onto the rollout node beside the member, T_meta stays 200 s. A job that would
+ * outlive B by far joins A's group, whose nodes stay paid for anyway; a short job that ends
+ * inside both joins B's group, the one that ends soonest, and leaves A's bubbles for later.
+ */
+static loom_sched *two_lifetimes(loom_decision *d)
+{
+        loom_sched *s = loom_sched_new(&cl, &po, NULL);
+        loom_job_spec a = spec("A", 100, 100, 1.0), b = spec("B", 100, 100, 1.0);
+        a.mem_train = b.mem_train = cl.host_mem_bytes - 100 * LOOM_GB;
+        a.iterations = 1000;
+        b.iterations = 10;
+        submit(s, a, d);
+        cr_assert_eq(d->group, 0);
+        submit(s, b, d);
+        cr_assert_eq(d->kind, LOOM_DECISION_NEW_GROUP, "A and B cannot share training nodes");
+        cr_assert_eq(d->group, 1);
+        return s;
+}
+
+Test(sched, equal_cost_ties_go_to_the_group_the_job_outlives_least)
+{
+        loom_decision d;
+        loom_decision_init(&d, true);
+        for (int k = 0; k < 2; k++) {
+                loom_sched *s = two_lifetimes(&d);
+                loom_job_spec e = spec("E", 50, 40, 3.0);
+                e.mem_train = 50 * LOOM_GB;
+                e.iterations = k == 0 ? 500 : 5;
+                submit(s, e, &d);
+                cr_assert_eq(d.kind, LOOM_DECISION_DIRECT_PACK);
+                cr_assert_float_eq(d.marginal_cost_per_hour, 0.0, 1e-9);
+                cr_assert_eq(d.t_meta, loom_us_from_s(200));
+                loom_group_id other = k == 0 ? 1 : 0;
+                const loom_candidate *o = find_cand(&d, other, LOOM_DECISION_DIRECT_PACK, other);
+                cr_assert(o && o->reject == LOOM_REJECT_COSTLIER && o->marginal_cost_per_hour == 0,
+                          "the other group is an equally cheap, feasible candidate");
+                cr_assert_eq(d.group, k == 0 ? 0 : 1, "E with %lld iterations went to group %u",
+                             (long long)e.iterations, (unsigned)d.group);
+                loom_sched_free(s);
+        }
+        loom_decision_free(&d);
+}
