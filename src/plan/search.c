@@ -645,6 +645,22 @@ void plan_polish(plan_search *s, plan_geno *g)
                                         best = h;
                         }
                 }
+                /* every task of one group on the same strategy (colocated tasks trade
+                 * memory with each other, so single changes can all be worse) */
+                for (int k = 0; k < ng && !s->stop; k++) {
+                        int ns = plan_n_strats(x, g->size[k]);
+                        for (int j = 0; j < ns && !s->stop; j++) {
+                                h = *g;
+                                for (int i = 0; i < x->nt; i++)
+                                        if (h.rgs[i] == k)
+                                                h.strat[i] = (uint16_t)j;
+                                if (!memcmp(h.strat, g->strat, sizeof h.strat))
+                                        continue;
+                                h.cost = plan_eval(s, &h, &s->scratch);
+                                if (h.cost < best.cost)
+                                        best = h;
+                        }
+                }
                 /* k GPUs of one class from group a to group b, then each task of the two
                  * groups takes its best strategy in turn */
                 for (int p = 0; p < x->n && !s->stop; p++) {
@@ -756,4 +772,56 @@ void plan_polish(plan_search *s, plan_geno *g)
                         break;
                 *g = best;
         }
+}
+
+/* Merge group b into group a: b's tasks and GPUs join a, groups are renumbered in first-use
+ * order (blocks of perm follow) and every task of the merged group takes, in turn, the
+ * strategy that makes the plan cheapest. Returns false when g has fewer than two groups. */
+bool plan_merge(plan_search *s, plan_geno *g, int a, int b)
+{
+        const plan_ctx *x = &s->x;
+        int ng = n_groups_of(x, g);
+        if (ng < 2 || a == b || a >= ng || b >= ng)
+                return false;
+        loom_plan_strategy old[LOOM_PLAN_TASKS];
+        for (int i = 0; i < x->nt; i++)
+                old[i] = strat_of(x, g, i);
+        int start[LOOM_PLAN_TASKS + 1], off = 0;
+        for (int k = 0; k < ng; k++) {
+                start[k] = off;
+                off += g->size[k];
+        }
+        int rg[LOOM_PLAN_TASKS], map[LOOM_PLAN_TASKS], next = 0, src[LOOM_PLAN_TASKS];
+        for (int k = 0; k < ng; k++)
+                map[k] = -1;
+        for (int i = 0; i < x->nt; i++) {
+                int k = g->rgs[i] == b ? a : g->rgs[i];
+                if (map[k] < 0) {
+                        src[next] = k;
+                        map[k] = next++;
+                }
+                rg[i] = map[k];
+        }
+        plan_geno h = *g;
+        int p = 0;
+        for (int n = 0; n < next; n++) {
+                int k = src[n];
+                h.size[n] = g->size[k] + (k == a ? g->size[b] : 0);
+                memcpy(h.perm + p, g->perm + start[k], (size_t)g->size[k]);
+                p += g->size[k];
+                if (k == a) {
+                        memcpy(h.perm + p, g->perm + start[b], (size_t)g->size[b]);
+                        p += g->size[b];
+                }
+        }
+        for (int k = next; k < LOOM_PLAN_TASKS; k++)
+                h.size[k] = 0;
+        for (int i = 0; i < x->nt; i++) {
+                h.rgs[i] = rg[i];
+                h.strat[i] = (uint16_t)closest_strat(x, h.size[rg[i]], old[i]);
+        }
+        int m = map[a];
+        refit(s, &h, m, m);
+        *g = h;
+        return true;
 }

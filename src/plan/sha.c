@@ -167,6 +167,34 @@ static void best_half_arms(arm *a, int *n)
         *n = (*n + 1) / 2;
 }
 
+/* Fewer groups: from the best plan, merge each pair of its groups (tasks and GPUs) and climb
+ * again; start over whenever that improves the best plan. The halving compares groupings
+ * with little budget each, so a grouping whose arms started badly can be dropped although a
+ * neighbour of the winner, reached by merging two of its groups, is better. Returns the best
+ * cost after it. */
+static double merge_descent(plan_search *s)
+{
+        bool again = true;
+        while (again && !s->stop) {
+                again = false;
+                plan_geno base = s->best_geno;
+                double before = s->best_cost;
+                int ng = 0;
+                for (int i = 0; i < s->x.nt; i++)
+                        if (base.rgs[i] + 1 > ng)
+                                ng = base.rgs[i] + 1;
+                for (int a = 0; a < ng && !again && !s->stop; a++)
+                        for (int b = a + 1; b < ng && !again && !s->stop; b++) {
+                                plan_geno g = base;
+                                if (!plan_merge(s, &g, a, b))
+                                        continue;
+                                plan_polish(s, &g);
+                                again = s->best_cost < before;
+                        }
+        }
+        return s->best_cost;
+}
+
 int plan_run_sha_ea(plan_search *s)
 {
         int rgs[203][LOOM_PLAN_TASKS];
@@ -237,6 +265,7 @@ int plan_run_sha_ea(plan_search *s)
                 /* the best genotype of each of the best few groupings, best first */
                 qsort(tgs, (size_t)total_tg, sizeof *tgs, cmp_tg);
                 live = 1;
+                double merged = INFINITY;
                 for (int i = 0; i < total_tg && i < POLISH_GROUPINGS && !s->stop; i++)
                         for (int k = 0; k < 2 && k < tgs[i].nsplits && !s->stop; k++) {
                                 const arm *a = &tgs[i].splits[k];
@@ -248,6 +277,8 @@ int plan_run_sha_ea(plan_search *s)
                                                 b = j;
                                 plan_geno g = a->pop[b];
                                 plan_polish(s, &g);
+                                if (s->best_cost < merged)
+                                        merged = merge_descent(s);
                         }
                 /* Iterated local search on what is left: kick the best plan with a few
                  * mutations and climb again. */
