@@ -774,54 +774,98 @@ void plan_polish(plan_search *s, plan_geno *g)
         }
 }
 
-/* Merge group b into group a: b's tasks and GPUs join a, groups are renumbered in first-use
- * order (blocks of perm follow) and every task of the merged group takes, in turn, the
- * strategy that makes the plan cheapest. Returns false when g has fewer than two groups. */
-bool plan_merge(plan_search *s, plan_geno *g, int a, int b)
+/* Regroup g: task i moves to the group g labels lab[i]; a group left without tasks hands its
+ * GPUs to group into[k]. Groups are renumbered in first-use order (the blocks of perm follow),
+ * moved or resized tasks take the strategy closest to their old one, and then the tasks of a
+ * changed group are refitted (each in turn takes its cheapest strategy) from there and from
+ * each of the REGROUP_STARTS cheapest strategies shared by the whole group, keeping the
+ * cheapest result. Returns false when lab is not a regrouping of
+ * g (an emptied group with no destination). */
+#define REGROUP_STARTS 3
+
+bool plan_regroup(plan_search *s, plan_geno *g, const int *lab, const int *into)
 {
         const plan_ctx *x = &s->x;
         int ng = n_groups_of(x, g);
-        if (ng < 2 || a == b || a >= ng || b >= ng)
-                return false;
         loom_plan_strategy old[LOOM_PLAN_TASKS];
         for (int i = 0; i < x->nt; i++)
                 old[i] = strat_of(x, g, i);
-        int start[LOOM_PLAN_TASKS + 1], off = 0;
+        int start[LOOM_PLAN_TASKS + 1], off = 0, ntask[LOOM_PLAN_TASKS] = {0};
         for (int k = 0; k < ng; k++) {
                 start[k] = off;
                 off += g->size[k];
         }
-        int rg[LOOM_PLAN_TASKS], map[LOOM_PLAN_TASKS], next = 0, src[LOOM_PLAN_TASKS];
+        for (int i = 0; i < x->nt; i++) {
+                if (lab[i] < 0 || lab[i] >= ng)
+                        return false;
+                ntask[lab[i]]++;
+        }
+        for (int k = 0; k < ng; k++)
+                if (!ntask[k] && (into[k] < 0 || into[k] >= ng || !ntask[into[k]]))
+                        return false;
+        int map[LOOM_PLAN_TASKS], next = 0, src[LOOM_PLAN_TASKS];
         for (int k = 0; k < ng; k++)
                 map[k] = -1;
-        for (int i = 0; i < x->nt; i++) {
-                int k = g->rgs[i] == b ? a : g->rgs[i];
-                if (map[k] < 0) {
-                        src[next] = k;
-                        map[k] = next++;
+        for (int i = 0; i < x->nt; i++)
+                if (map[lab[i]] < 0) {
+                        src[next] = lab[i];
+                        map[lab[i]] = next++;
                 }
-                rg[i] = map[k];
-        }
         plan_geno h = *g;
+        unsigned changed = 0;
         int p = 0;
         for (int n = 0; n < next; n++) {
                 int k = src[n];
-                h.size[n] = g->size[k] + (k == a ? g->size[b] : 0);
-                memcpy(h.perm + p, g->perm + start[k], (size_t)g->size[k]);
-                p += g->size[k];
-                if (k == a) {
-                        memcpy(h.perm + p, g->perm + start[b], (size_t)g->size[b]);
-                        p += g->size[b];
+                h.size[n] = 0;
+                for (int e = 0; e < ng; e++) {
+                        if (e != k && (ntask[e] || into[e] != k))
+                                continue;
+                        memcpy(h.perm + p, g->perm + start[e], (size_t)g->size[e]);
+                        p += g->size[e];
+                        h.size[n] += g->size[e];
+                        if (e != k)
+                                changed |= 1u << n;
                 }
         }
         for (int k = next; k < LOOM_PLAN_TASKS; k++)
                 h.size[k] = 0;
         for (int i = 0; i < x->nt; i++) {
-                h.rgs[i] = rg[i];
-                h.strat[i] = (uint16_t)closest_strat(x, h.size[rg[i]], old[i]);
+                h.rgs[i] = map[lab[i]];
+                if (lab[i] != g->rgs[i])
+                        changed |= 1u << h.rgs[i];
         }
-        int m = map[a];
-        refit(s, &h, m, m);
+        for (int i = 0; i < x->nt; i++)
+                h.strat[i] = (uint16_t)closest_strat(x, h.size[h.rgs[i]], old[i]);
+        if (!s->stop)
+                h.cost = plan_eval(s, &h, &s->scratch);
+        for (int k = 0; k < next && !s->stop; k++) {
+                if (!(changed >> k & 1))
+                        continue;
+                /* the REGROUP_STARTS cheapest shared strategies, each refitted per task */
+                plan_geno top[REGROUP_STARTS];
+                int nt = 0, ns = plan_n_strats(x, h.size[k]);
+                for (int j = 0; j < ns && !s->stop; j++) {
+                        plan_geno f = h;
+                        for (int i = 0; i < x->nt; i++)
+                                if (f.rgs[i] == k)
+                                        f.strat[i] = (uint16_t)j;
+                        f.cost = plan_eval(s, &f, &s->scratch);
+                        int at = nt < REGROUP_STARTS ? nt++ : REGROUP_STARTS;
+                        while (at > 0 && f.cost < top[at - 1].cost) {
+                                if (at < REGROUP_STARTS)
+                                        top[at] = top[at - 1];
+                                at--;
+                        }
+                        if (at < REGROUP_STARTS)
+                                top[at] = f;
+                }
+                refit(s, &h, k, k);
+                for (int j = 0; j < nt && !s->stop; j++) {
+                        refit(s, &top[j], k, k);
+                        if (top[j].cost < h.cost)
+                                h = top[j];
+                }
+        }
         *g = h;
         return true;
 }
