@@ -645,20 +645,28 @@ void plan_polish(plan_search *s, plan_geno *g)
                                         best = h;
                         }
                 }
-                /* every task of one group on the same strategy (colocated tasks trade
-                 * memory with each other, so single changes can all be worse) */
+                /* two or more tasks of one group on one strategy (colocated tasks share HBM,
+                 * so moving several to a common (dp, pp, tp) can pay off where every single
+                 * change costs more) */
                 for (int k = 0; k < ng && !s->stop; k++) {
-                        int ns = plan_n_strats(x, g->size[k]);
-                        for (int j = 0; j < ns && !s->stop; j++) {
-                                h = *g;
-                                for (int i = 0; i < x->nt; i++)
-                                        if (h.rgs[i] == k)
-                                                h.strat[i] = (uint16_t)j;
-                                if (!memcmp(h.strat, g->strat, sizeof h.strat))
-                                        continue;
-                                h.cost = plan_eval(s, &h, &s->scratch);
-                                if (h.cost < best.cost)
-                                        best = h;
+                        int ns = plan_n_strats(x, g->size[k]), in[LOOM_PLAN_TASKS], m = 0;
+                        for (int i = 0; i < x->nt; i++)
+                                if (g->rgs[i] == k)
+                                        in[m++] = i;
+                        for (unsigned sub = 1; sub < 1u << m && !s->stop; sub++) {
+                                if (!(sub & (sub - 1)))
+                                        continue; /* single tasks are above */
+                                for (int j = 0; j < ns && !s->stop; j++) {
+                                        h = *g;
+                                        for (int r = 0; r < m; r++)
+                                                if (sub >> r & 1)
+                                                        h.strat[in[r]] = (uint16_t)j;
+                                        if (!memcmp(h.strat, g->strat, sizeof h.strat))
+                                                continue;
+                                        h.cost = plan_eval(s, &h, &s->scratch);
+                                        if (h.cost < best.cost)
+                                                best = h;
+                                }
                         }
                 }
                 /* k GPUs of one class from group a to group b, then each task of the two
