@@ -72,6 +72,7 @@ void plan_mutate(const plan_ctx *x, uint64_t *rng, plan_geno *g, bool custom, bo
 bool plan_canonical(const plan_ctx *x, plan_geno *g, uint64_t *rng);
 bool plan_local_search(const plan_ctx *x, plan_geno *g, int max_steps);
 void plan_polish(plan_search *s, plan_geno *g);
+bool plan_regroup(plan_search *s, plan_geno *g, const int *lab, const int *into);
 
 int plan_run_sha_ea(plan_search *s);
 int plan_run_ea(plan_search *s);

@@ -645,6 +645,30 @@ void plan_polish(plan_search *s, plan_geno *g)
                                         best = h;
                         }
                 }
+                /* two or more tasks of one group on one strategy (colocated tasks share HBM,
+                 * so moving several to a common (dp, pp, tp) can pay off where every single
+                 * change costs more) */
+                for (int k = 0; k < ng && !s->stop; k++) {
+                        int ns = plan_n_strats(x, g->size[k]), in[LOOM_PLAN_TASKS], m = 0;
+                        for (int i = 0; i < x->nt; i++)
+                                if (g->rgs[i] == k)
+                                        in[m++] = i;
+                        for (unsigned sub = 1; sub < 1u << m && !s->stop; sub++) {
+                                if (!(sub & (sub - 1)))
+                                        continue; /* single tasks are above */
+                                for (int j = 0; j < ns && !s->stop; j++) {
+                                        h = *g;
+                                        for (int r = 0; r < m; r++)
+                                                if (sub >> r & 1)
+                                                        h.strat[in[r]] = (uint16_t)j;
+                                        if (!memcmp(h.strat, g->strat, sizeof h.strat))
+                                                continue;
+                                        h.cost = plan_eval(s, &h, &s->scratch);
+                                        if (h.cost < best.cost)
+                                                best = h;
+                                }
+                        }
+                }
                 /* k GPUs of one class from group a to group b, then each task of the two
                  * groups takes its best strategy in turn */
                 for (int p = 0; p < x->n && !s->stop; p++) {
@@ -756,4 +780,100 @@ void plan_polish(plan_search *s, plan_geno *g)
                         break;
                 *g = best;
         }
+}
+
+/* Regroup g: task i moves to the group g labels lab[i]; a group left without tasks hands its
+ * GPUs to group into[k]. Groups are renumbered in first-use order (the blocks of perm follow),
+ * moved or resized tasks take the strategy closest to their old one, and then the tasks of a
+ * changed group are refitted (each in turn takes its cheapest strategy) from there and from
+ * each of the REGROUP_STARTS cheapest strategies shared by the whole group, keeping the
+ * cheapest result. Returns false when lab is not a regrouping of
+ * g (an emptied group with no destination). */
+#define REGROUP_STARTS 3
+
+bool plan_regroup(plan_search *s, plan_geno *g, const int *lab, const int *into)
+{
+        const plan_ctx *x = &s->x;
+        int ng = n_groups_of(x, g);
+        loom_plan_strategy old[LOOM_PLAN_TASKS];
+        for (int i = 0; i < x->nt; i++)
+                old[i] = strat_of(x, g, i);
+        int start[LOOM_PLAN_TASKS + 1], off = 0, ntask[LOOM_PLAN_TASKS] = {0};
+        for (int k = 0; k < ng; k++) {
+                start[k] = off;
+                off += g->size[k];
+        }
+        for (int i = 0; i < x->nt; i++) {
+                if (lab[i] < 0 || lab[i] >= ng)
+                        return false;
+                ntask[lab[i]]++;
+        }
+        for (int k = 0; k < ng; k++)
+                if (!ntask[k] && (into[k] < 0 || into[k] >= ng || !ntask[into[k]]))
+                        return false;
+        int map[LOOM_PLAN_TASKS], next = 0, src[LOOM_PLAN_TASKS];
+        for (int k = 0; k < ng; k++)
+                map[k] = -1;
+        for (int i = 0; i < x->nt; i++)
+                if (map[lab[i]] < 0) {
+                        src[next] = lab[i];
+                        map[lab[i]] = next++;
+                }
+        plan_geno h = *g;
+        unsigned changed = 0;
+        int p = 0;
+        for (int n = 0; n < next; n++) {
+                int k = src[n];
+                h.size[n] = 0;
+                for (int e = 0; e < ng; e++) {
+                        if (e != k && (ntask[e] || into[e] != k))
+                                continue;
+                        memcpy(h.perm + p, g->perm + start[e], (size_t)g->size[e]);
+                        p += g->size[e];
+                        h.size[n] += g->size[e];
+                        if (e != k)
+                                changed |= 1u << n;
+                }
+        }
+        for (int k = next; k < LOOM_PLAN_TASKS; k++)
+                h.size[k] = 0;
+        for (int i = 0; i < x->nt; i++) {
+                h.rgs[i] = map[lab[i]];
+                if (lab[i] != g->rgs[i])
+                        changed |= 1u << h.rgs[i];
+        }
+        for (int i = 0; i < x->nt; i++)
+                h.strat[i] = (uint16_t)closest_strat(x, h.size[h.rgs[i]], old[i]);
+        if (!s->stop)
+                h.cost = plan_eval(s, &h, &s->scratch);
+        for (int k = 0; k < next && !s->stop; k++) {
+                if (!(changed >> k & 1))
+                        continue;
+                /* the REGROUP_STARTS cheapest shared strategies, each refitted per task */
+                plan_geno top[REGROUP_STARTS];
+                int nt = 0, ns = plan_n_strats(x, h.size[k]);
+                for (int j = 0; j < ns && !s->stop; j++) {
+                        plan_geno f = h;
+                        for (int i = 0; i < x->nt; i++)
+                                if (f.rgs[i] == k)
+                                        f.strat[i] = (uint16_t)j;
+                        f.cost = plan_eval(s, &f, &s->scratch);
+                        int at = nt < REGROUP_STARTS ? nt++ : REGROUP_STARTS;
+                        while (at > 0 && f.cost < top[at - 1].cost) {
+                                if (at < REGROUP_STARTS)
+                                        top[at] = top[at - 1];
+                                at--;
+                        }
+                        if (at < REGROUP_STARTS)
+                                top[at] = f;
+                }
+                refit(s, &h, k, k);
+                for (int j = 0; j < nt && !s->stop; j++) {
+                        refit(s, &top[j], k, k);
+                        if (top[j].cost < h.cost)
+                                h = top[j];
+                }
+        }
+        *g = h;
+        return true;
 }

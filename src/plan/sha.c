@@ -14,6 +14,8 @@
 #define SPLIT_ARMS 16       /* GPU-count splits tried per task grouping (level-2 arms) */
 #define POLISH_GROUPINGS 48 /* groupings whose best plan gets the final hill climb */
 #define LOCAL_STEPS 4       /* swaps of the locality search per offspring */
+#define REGROUP_MAX 64      /* neighbouring groupings of the best plan (15 + 30 + 15 at most) */
+#define REGROUP_CLIMBS 4    /* of them, the cheapest that get the hill climb */
 
 typedef struct arm {
         int size[LOOM_PLAN_TASKS];
@@ -85,7 +87,7 @@ static int arm_step(plan_search *s, const tg_arm *tg, arm *a, uint64_t *rng)
 
 /* Level 2 arms for a grouping of ng groups: every composition of N into ng parts when there are
  * few, else a seeded sample (the even split always among them). */
-static int make_splits(plan_search *s, tg_arm *tg, uint64_t *rng)
+static int make_splits(plan_search *s, tg_arm *tg, uint64_t *rng, int cap)
 {
         int n = s->x.n, ng = tg->ng;
         tg->splits = calloc(SPLIT_ARMS, sizeof *tg->splits);
@@ -98,7 +100,7 @@ static int make_splits(plan_search *s, tg_arm *tg, uint64_t *rng)
         for (int g = 0; g < ng; g++)
                 tg->splits[0].size[g] = n / ng + (g < n % ng);
         k = 1;
-        for (int tries = 0; k < SPLIT_ARMS && tries < SPLIT_ARMS * 20; tries++) {
+        for (int tries = 0; k < cap && tries < cap * 20; tries++) {
                 int cuts[LOOM_PLAN_TASKS + 1];
                 int sz[LOOM_PLAN_TASKS] = {0};
                 if (ng == 1)
@@ -167,6 +169,87 @@ static void best_half_arms(arm *a, int *n)
         *n = (*n + 1) / 2;
 }
 
+static bool same_cost(double a, double b)
+{
+        return fabs(a - b) <= 1e-9 * fabs(b);
+}
+
+static int cmp_geno(const void *a, const void *b)
+{
+        double x = ((const plan_geno *)a)->cost, y = ((const plan_geno *)b)->cost;
+        return x < y ? -1 : x > y;
+}
+
+/* Other groupings next to the best plan's: two of its groups merged (tasks and GPUs), one task
+ * moved to another group, two tasks of different groups exchanged; the GPUs stay where they
+ * are and the strategies are refitted (plan_regroup). The REGROUP_CLIMBS cheapest neighbours
+ * get the hill climb; whenever that improves the best plan, start over from it. The halving
+ * compares groupings with little budget each, so a grouping whose arms started badly can be
+ * dropped although it is a neighbour of the winner and better. Returns the best cost after. */
+static double regroup_descent(plan_search *s)
+{
+        const plan_ctx *x = &s->x;
+        plan_geno *cand = malloc(sizeof *cand * REGROUP_MAX);
+        if (!cand)
+                return s->best_cost;
+        bool again = true;
+        while (again && !s->stop) {
+                again = false;
+                plan_geno base = s->best_geno;
+                double before = s->best_cost;
+                int ng = 0, ntask[LOOM_PLAN_TASKS] = {0}, nc = 0;
+                for (int i = 0; i < x->nt; i++) {
+                        ntask[base.rgs[i]]++;
+                        if (base.rgs[i] + 1 > ng)
+                                ng = base.rgs[i] + 1;
+                }
+                int lab[LOOM_PLAN_TASKS], into[LOOM_PLAN_TASKS];
+                /* kind 0: merge a <- b; 1: task a to group b; 2: tasks a and b exchanged */
+                for (int kind = 0; kind < 3; kind++)
+                        for (int a = 0; a < (kind ? x->nt : ng); a++)
+                                for (int b = kind == 1 ? 0 : a + 1;
+                                     b < (kind == 2 ? x->nt : ng) && !s->stop; b++) {
+                                        for (int i = 0; i < x->nt; i++)
+                                                lab[i] = base.rgs[i];
+                                        for (int k = 0; k < LOOM_PLAN_TASKS; k++)
+                                                into[k] = -1;
+                                        if (kind == 0) {
+                                                for (int i = 0; i < x->nt; i++)
+                                                        if (lab[i] == b)
+                                                                lab[i] = a;
+                                                into[b] = a;
+                                        } else if (kind == 1) {
+                                                if (b == base.rgs[a] || ntask[base.rgs[a]] < 2)
+                                                        continue;
+                                                lab[a] = b;
+                                        } else {
+                                                if (base.rgs[a] == base.rgs[b])
+                                                        continue;
+                                                lab[a] = base.rgs[b];
+                                                lab[b] = base.rgs[a];
+                                        }
+                                        plan_geno g = base;
+                                        if (nc < REGROUP_MAX && plan_regroup(s, &g, lab, into))
+                                                cand[nc++] = g;
+                                }
+                qsort(cand, (size_t)nc, sizeof *cand, cmp_geno);
+                /* drop neighbours that price like the best plan or like the previous one
+                 * (tasks of the same cost exchanged) */
+                int nu = 0;
+                for (int c = 0; c < nc; c++)
+                        if (!same_cost(cand[c].cost, before) &&
+                            (nu == 0 || !same_cost(cand[c].cost, cand[nu - 1].cost)))
+                                cand[nu++] = cand[c];
+                nc = nu;
+                for (int c = 0; c < nc && c < REGROUP_CLIMBS && !again && !s->stop; c++) {
+                        plan_polish(s, &cand[c]);
+                        again = s->best_cost < before;
+                }
+        }
+        free(cand);
+        return s->best_cost;
+}
+
 int plan_run_sha_ea(plan_search *s)
 {
         int rgs[203][LOOM_PLAN_TASKS];
@@ -175,6 +258,24 @@ int plan_run_sha_ea(plan_search *s)
         tg_arm *tgs = calloc((size_t)ntg, sizeof *tgs);
         if (!tgs)
                 return LOOM_ENOMEM;
+        /* Level-2 arms per grouping: as many as leave each arm of the first round at least
+         * one evaluation per two GPUs (a genotype orders every GPU) and no fewer than a
+         * population (up to SPLIT_ARMS). Arms that start with a handful of
+         * random plans rank the groupings by noise; the EA of an arm still moves GPUs between
+         * its groups, so fewer arms only means fewer starting splits. */
+        int fit = 0;
+        for (int i = 0; i < ntg; i++) {
+                int ng = 0;
+                for (int k = 0; k < s->x.nt; k++)
+                        if (rgs[i][k] + 1 > ng)
+                                ng = rgs[i][k] + 1;
+                fit += ng <= s->x.n;
+        }
+        int64_t b0 = s->budget > 0 ? (s->budget - s->evals) * 3 / 5 : 0;
+        int64_t bm0 = fit > 0 ? b0 / ((int64_t)fit * ceil_log2(fit)) : 0;
+        int cap = SPLIT_ARMS, min_evals = s->x.n / 2 > POP ? s->x.n / 2 : POP;
+        while (cap > 1 && bm0 / ((int64_t)cap * ceil_log2(cap)) < min_evals)
+                cap /= 2;
         int live = 0;
         for (int i = 0; i < ntg; i++) {
                 tg_arm *t = &tgs[live];
@@ -186,7 +287,7 @@ int plan_run_sha_ea(plan_search *s)
                 t->best = INFINITY;
                 if (t->ng > s->x.n)
                         continue; /* more groups than GPUs */
-                if (make_splits(s, t, &rng)) {
+                if (make_splits(s, t, &rng, cap)) {
                         free_tgs(tgs, live + 1);
                         return LOOM_ENOMEM;
                 }
@@ -237,6 +338,7 @@ int plan_run_sha_ea(plan_search *s)
                 /* the best genotype of each of the best few groupings, best first */
                 qsort(tgs, (size_t)total_tg, sizeof *tgs, cmp_tg);
                 live = 1;
+                double merged = INFINITY;
                 for (int i = 0; i < total_tg && i < POLISH_GROUPINGS && !s->stop; i++)
                         for (int k = 0; k < 2 && k < tgs[i].nsplits && !s->stop; k++) {
                                 const arm *a = &tgs[i].splits[k];
@@ -248,6 +350,8 @@ int plan_run_sha_ea(plan_search *s)
                                                 b = j;
                                 plan_geno g = a->pop[b];
                                 plan_polish(s, &g);
+                                if (s->best_cost < merged)
+                                        merged = regroup_descent(s);
                         }
                 /* Iterated local search on what is left: kick the best plan with a few
                  * mutations and climb again. */

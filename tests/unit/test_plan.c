@@ -324,6 +324,29 @@ Test(plan_search, sha_ea_beats_baselines_on_a_mixed_fleet)
                 cr_assert_eq(memcmp(&v.plan.st[t], &v.plan.st[0], sizeof v.plan.st[0]), 0);
 }
 
+/* Async PPO on the mixed 16-GPU fleet: the optimum puts generation alone on the L4s and every
+ * other task on one group of the rest, a grouping the halving ranks below a three-group one;
+ * the regrouping after the halving (merging two groups) has to find it. */
+Test(plan_search, sha_ea_reaches_the_exact_optimum_on_async_ppo)
+{
+        loom_plan_cluster c;
+        small16(&c);
+        loom_plan_workflow w;
+        loom_plan_workflow_default(&w);
+        loom_plan_model_lookup("qwen3-8b", &w.model);
+        w.async = true;
+        loom_plan_opts o = {.solver = LOOM_PLAN_EXACT, .seed = 1};
+        loom_plan_result x, h;
+        cr_assert_eq(loom_plan_search(&c, &w, &o, &x, NULL), 0);
+        cr_assert(x.found && x.optimal);
+        o.solver = LOOM_PLAN_SHA_EA;
+        cr_assert_eq(loom_plan_search(&c, &w, &o, &h, NULL), 0);
+        cr_assert(h.found);
+        cr_assert_geq(h.cost.iteration_s, x.cost.iteration_s * (1 - 1e-9));
+        cr_assert_leq(h.cost.iteration_s, x.cost.iteration_s * 1.01,
+                      "sha-ea %.3f s, optimum %.3f s", h.cost.iteration_s, x.cost.iteration_s);
+}
+
 Test(plan_search, streamrl_splits_by_type)
 {
         loom_plan_cluster c;
