@@ -50,7 +50,7 @@ done
 echo
 echo "== serving density (paper Table 5)"
 for d in 1 2 4; do # batch 1024: with 256 the rollout is bound by its longest trajectory
-        run harvest sim --policy rose,static --density "$d" --steps 3 --batch 1024
+        run harvest sim --policy rose,static,preempt --density "$d" --steps 3 --batch 1024
 done
 
 echo

@@ -237,6 +237,8 @@ uint32_t loom_harvest_router_route(loom_harvest_router *r, loom_us now, uint32_t
 void loom_harvest_router_done(loom_harvest_router *r, uint32_t traj);
 /* The turn was aborted (stall, emergency cut, failure): the worker lost the prefix. */
 void loom_harvest_router_abort(loom_harvest_router *r, uint32_t traj);
+/* The trajectory's last turn is done: a pinned trajectory gives its worker slot back. */
+void loom_harvest_router_finish(loom_harvest_router *r, uint32_t traj);
 /* The worker no longer holds traj's prefix (lease expired). */
 void loom_harvest_router_forget(loom_harvest_router *r, uint32_t traj, uint32_t w);
 /* Workers whose heartbeat is older than the timeout are marked dead; the trajectories running
@@ -275,8 +277,9 @@ typedef enum loom_harvest_policy {
         LOOM_HARVEST_TTFT_ONLY,
         LOOM_HARVEST_TPOT_ONLY,
         LOOM_HARVEST_PINNED,   /* a trajectory stays on one worker */
-        LOOM_HARVEST_PREEMPT,  /* rose without prefix caching (memory ablation) */
+        LOOM_HARVEST_PREEMPT,  /* memory ablation: static + preemptive sharing (spatial) */
         LOOM_HARVEST_TURNWISE, /* turn-wise routing without cache affinity (router ablation) */
+        LOOM_HARVEST_PREFIX,   /* memory ablation: preempt + prefix caching (spatial) */
         LOOM_HARVEST_NPOLICIES
 } loom_harvest_policy;
 

@@ -7,8 +7,8 @@
 #include "sim_int.h"
 
 static const char *const names[LOOM_HARVEST_NPOLICIES] = {
-    "rose",      "roll",      "static", "serverless", "prism",
-    "ttft-only", "tpot-only", "pinned", "preempt",    "turnwise",
+    "rose",      "roll",   "static",  "serverless", "prism",  "ttft-only",
+    "tpot-only", "pinned", "preempt", "turnwise",   "prefix",
 };
 
 const char *loom_harvest_policy_name(loom_harvest_policy p)
@@ -25,7 +25,7 @@ int loom_harvest_policy_parse(const char *s, loom_harvest_policy *out, loom_err 
                 }
         return loom_err_set(e, LOOM_EINVAL, "policy",
                             "'%s' is not one of rose, roll, static, serverless, prism, ttft-only, "
-                            "tpot-only, pinned, preempt, turnwise",
+                            "tpot-only, pinned, preempt, turnwise, prefix",
                             s);
 }
 
@@ -66,8 +66,14 @@ void hv_policy_flags(loom_harvest_policy p, hv_flags *f)
         case LOOM_HARVEST_PINNED:
                 f->pinned = 1;
                 break;
-        case LOOM_HARVEST_PREEMPT:
+        case LOOM_HARVEST_PREEMPT: /* the memory ablation runs with spatial sharing, as static */
+                f->admit = LOOM_HARVEST_ADMIT_NONE;
+                f->chunk = 0;
                 f->prefix_cache = 0;
+                break;
+        case LOOM_HARVEST_PREFIX:
+                f->admit = LOOM_HARVEST_ADMIT_NONE;
+                f->chunk = 0;
                 break;
         case LOOM_HARVEST_TURNWISE:
                 f->affinity = 0;

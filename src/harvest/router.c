@@ -10,7 +10,9 @@
  *   3. the least-loaded eligible serving GPU (spill);
  *   4. none: the caller queues the turn and routes it again when capacity frees.
  * A worker is eligible only while its heartbeat is fresh and its weights are within the allowed
- * staleness. Pinned mode (a baseline) keeps a trajectory on its first worker for good.
+ * staleness. Pinned mode (a baseline) keeps a trajectory on its first worker for good, and in
+ * one of that worker's slots from its first turn until it finishes (environment steps included),
+ * as a rollout engine that runs whole trajectories does.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +28,7 @@ typedef struct worker {
 
 typedef struct traj {
         uint32_t holder, running, pinned;
+        uint32_t held; /* pinned: the worker slot kept between turns, or NONE */
 } traj;
 
 struct loom_harvest_router {
@@ -97,7 +100,8 @@ static traj *get(loom_harvest_router *r, uint32_t id)
                 if (loom_reserve(&r->t, &r->capt, (size_t)id + 1, sizeof *r->t, 256))
                         return NULL;
                 for (size_t i = r->nt; i <= id; i++)
-                        r->t[i] = (traj){LOOM_HARVEST_NONE, LOOM_HARVEST_NONE, LOOM_HARVEST_NONE};
+                        r->t[i] = (traj){LOOM_HARVEST_NONE, LOOM_HARVEST_NONE, LOOM_HARVEST_NONE,
+                                         LOOM_HARVEST_NONE};
                 r->nt = (size_t)id + 1;
         }
         return &r->t[id];
@@ -137,6 +141,15 @@ uint32_t loom_harvest_router_route(loom_harvest_router *r, loom_us now, uint32_t
         if (!t || t->running != LOOM_HARVEST_NONE)
                 return LOOM_HARVEST_NONE;
         uint32_t w = LOOM_HARVEST_NONE;
+        if (t->held != LOOM_HARVEST_NONE) { /* pinned: its slot waited through the env step */
+                w = t->held;
+                if (!r->w[w].alive || !fresh(r, &r->w[w]) || now < r->w[w].closed_until)
+                        return LOOM_HARVEST_NONE;
+                if (affine)
+                        *affine = t->holder == w;
+                t->running = w;
+                return w;
+        }
         if (r->cfg.pinned && t->pinned != LOOM_HARVEST_NONE && r->w[t->pinned].alive) {
                 if (!eligible(r, t->pinned, now))
                         return LOOM_HARVEST_NONE; /* wait for its own worker */
@@ -173,7 +186,22 @@ void loom_harvest_router_done(loom_harvest_router *r, uint32_t id)
                 return;
         traj *t = &r->t[id];
         t->holder = t->running;
+        if (r->cfg.pinned) { /* the trajectory keeps its slot until it finishes */
+                t->held = t->running;
+                t->running = LOOM_HARVEST_NONE;
+                return;
+        }
         release(r, t);
+}
+
+void loom_harvest_router_finish(loom_harvest_router *r, uint32_t id)
+{
+        if (id >= r->nt || r->t[id].held == LOOM_HARVEST_NONE)
+                return;
+        traj *t = &r->t[id];
+        if (r->w[t->held].load > 0)
+                r->w[t->held].load--;
+        t->held = LOOM_HARVEST_NONE;
 }
 
 void loom_harvest_router_abort(loom_harvest_router *r, uint32_t id)
@@ -183,6 +211,7 @@ void loom_harvest_router_abort(loom_harvest_router *r, uint32_t id)
         traj *t = &r->t[id];
         if (t->holder == t->running)
                 t->holder = LOOM_HARVEST_NONE;
+        t->held = LOOM_HARVEST_NONE; /* a pinned trajectory waits for a new slot on its worker */
         release(r, t);
 }
 
@@ -206,6 +235,8 @@ size_t loom_harvest_router_check(loom_harvest_router *r, loom_us now, uint32_t *
                                 t->holder = LOOM_HARVEST_NONE;
                         if (t->pinned == i)
                                 t->pinned = LOOM_HARVEST_NONE;
+                        if (t->held == i)
+                                t->held = LOOM_HARVEST_NONE;
                         if (t->running == i) {
                                 release(r, t);
                                 if (n < cap)

@@ -342,6 +342,7 @@ static void cb_turn_done(void *arg, loom_us now, uint32_t traj, uint32_t gpu)
                 push(s, now + t->env[t->k - 1], E_TURN, i);
         } else {
                 t->done = 1;
+                loom_harvest_router_finish(s->r, traj);
                 if (--s->remaining == 0)
                         end_step(s, now);
         }

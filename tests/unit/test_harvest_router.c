@@ -78,22 +78,41 @@ Test(router, affinity_returns_to_prefix_holder)
         loom_harvest_router_free(n);
 }
 
-Test(router, pinned_waits_for_its_worker)
+Test(router, pinned_holds_its_slot_and_waits_for_its_worker)
 {
         loom_harvest_router *r = mk(0, 1);
         uint32_t w = loom_harvest_router_route(r, 0, 1, NULL);
         loom_harvest_router_done(r, 1);
-        /* other trajectories fill both dedicated GPUs */
+        /* between turns a pinned trajectory keeps its slot (the environment step idles it) */
+        cr_assert_eq(loom_harvest_router_load(r, w), 1);
+        /* other trajectories fill both dedicated GPUs around it */
         for (uint32_t t = 10; t < 10 + 31; t++)
                 cr_assert(loom_harvest_router_route(r, 0, t, NULL) < 2);
         cr_assert_eq(loom_harvest_router_load(r, w), 16);
-        /* serving GPUs have room, but a pinned trajectory waits for its own worker */
+        int affine = 0;
+        cr_assert_eq(loom_harvest_router_route(r, 0, 1, &affine), w); /* its own slot */
+        cr_assert(affine);
+        cr_assert_eq(loom_harvest_router_load(r, w), 16);
+        /* an aborted turn loses the slot: serving GPUs have room, but it waits for its worker */
+        loom_harvest_router_abort(r, 1);
+        cr_assert_eq(loom_harvest_router_load(r, w), 15);
+        uint32_t y = 100;
+        while (loom_harvest_router_route(r, 0, y, NULL) != w)
+                y++; /* another trajectory takes the freed slot */
         cr_assert_eq(loom_harvest_router_route(r, 0, 1, NULL), LOOM_HARVEST_NONE);
         uint32_t x = 10;
         while (loom_harvest_router_running(r, x) != w)
                 x++;
         loom_harvest_router_done(r, x);
+        cr_assert_eq(loom_harvest_router_load(r, w), 16); /* x keeps its slot too */
+        loom_harvest_router_finish(r, x);                 /* x's last turn: the slot is free */
+        cr_assert_eq(loom_harvest_router_load(r, w), 15);
         cr_assert_eq(loom_harvest_router_route(r, 0, 1, NULL), w);
+        loom_harvest_router_done(r, 1);
+        loom_harvest_router_finish(r, 1);
+        cr_assert_eq(loom_harvest_router_load(r, w), 15);
+        loom_harvest_router_finish(r, 1); /* twice changes nothing */
+        cr_assert_eq(loom_harvest_router_load(r, w), 15);
         loom_harvest_router_free(r);
 }
 

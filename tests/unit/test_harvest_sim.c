@@ -2,7 +2,8 @@
  * test_harvest_sim.c - the co-serving executor and the simulator: a serving burst on a decode
  * GPU forces the emergency cut while rollouts run and every serving request still completes;
  * dual-SLO admission keeps the SLOs where single-objective admission breaks one of them;
- * borrowed GPUs speed rollouts up more the more there are; the memory and routing ablations;
+ * borrowed GPUs speed rollouts up more the more there are; the memory and routing ablations
+ * (static, preempt, prefix; turnwise, pinned);
  * determinism; trace errors with positions; weights catch-up through the sync codec.
  */
 #include <criterion/criterion.h>
@@ -96,16 +97,22 @@ Test(sim, memory_and_routing_ablations)
 {
         loom_harvest_sim_result st = run(LOOM_HARVEST_STATIC, 16);
         loom_harvest_sim_result pre = run(LOOM_HARVEST_PREEMPT, 16);
+        loom_harvest_sim_result pfx = run(LOOM_HARVEST_PREFIX, 16);
         loom_harvest_sim_result rose = run(LOOM_HARVEST_ROSE, 16);
         loom_harvest_sim_result tw = run(LOOM_HARVEST_TURNWISE, 16);
-        /* preemptive sharing beats the static split; prefix caching then shortens rollouts */
-        cr_assert(pre.rollout_s < st.rollout_s, "%g vs %g", pre.rollout_s, st.rollout_s);
-        cr_assert(rose.rollout_s < pre.rollout_s, "%g vs %g", rose.rollout_s, pre.rollout_s);
-        cr_assert(rose.affinity_hits > 0);
-        cr_assert(pre.affinity_hits < rose.affinity_hits); /* dedicated GPUs still cache */
+        loom_harvest_sim_result pin = run(LOOM_HARVEST_PINNED, 16);
+        /* preemptive sharing never does worse than the static split (spatial sharing both) */
+        cr_assert(pre.rollout_s <= st.rollout_s, "%g vs %g", pre.rollout_s, st.rollout_s);
+        cr_assert(pre.tpot_p99_ms <= st.tpot_p99_ms, "%g vs %g", pre.tpot_p99_ms, st.tpot_p99_ms);
+        /* prefix caching on top shortens rollouts; dedicated GPUs cache in every policy */
+        cr_assert(pfx.rollout_s < pre.rollout_s, "%g vs %g", pfx.rollout_s, pre.rollout_s);
+        cr_assert(pre.affinity_hits > 0);
+        cr_assert(pre.affinity_hits < pfx.affinity_hits);
         /* cache affinity: routing a turn back to its prefix beats routing it anywhere */
         cr_assert(rose.rollout_s < tw.rollout_s, "%g vs %g", rose.rollout_s, tw.rollout_s);
         cr_assert(rose.affinity_hits > tw.affinity_hits);
+        /* a pinned trajectory idles its slot through environment steps */
+        cr_assert(rose.rollout_s < pin.rollout_s, "%g vs %g", rose.rollout_s, pin.rollout_s);
 }
 
 Test(sim, late_weights_keep_stale_workers_out)
