@@ -139,10 +139,14 @@ int srv_replay_observe(loom_server *s, srv_job *j, uint32_t core, const char *re
         if (rc < 0 || loom_sched_job_info(s->sched, core, &in) || rc != o.result ||
             in.learned_roll != o.roll || in.learned_train != o.train ||
             in.learned_budget != o.budget)
-                return loom_err_set(e, LOOM_ECORRUPT, "store",
-                                    "replay learned job %u's profile differently from the stored "
-                                    "observation (result %d, stored %d)",
-                                    j->id, rc, o.result);
+                return loom_err_set(
+                    e, LOOM_ECORRUPT, "store",
+                    "replay learned job %u's profile differently from the stored observation: "
+                    "result %d, rollout %.6f s, train %.6f s, budget %.6f s (stored %d, %.6f s, "
+                    "%.6f s, %.6f s)",
+                    j->id, rc, loom_us_to_s(in.learned_roll), loom_us_to_s(in.learned_train),
+                    loom_us_to_s(in.learned_budget), o.result, loom_us_to_s(o.roll),
+                    loom_us_to_s(o.train), loom_us_to_s(o.budget));
         keep(j, &in);
         if (rc == 1)
                 j->replans++;

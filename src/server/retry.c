@@ -4,7 +4,8 @@
  *
  * A job keeps its loomd id (the API's) for its whole life, but each admission is a separate
  * job of the core: a re-admission exits the current core job (its pins are freed, the rest of
- * its group keeps its round-robin) and submits the job again; `retry.core` follows. Two causes:
+ * its group keeps its round-robin) and submits the job again; `retry.core` follows. Three
+ * causes:
  *
  *   restart  a lease or an unclaimed permit expired, a phase was released "failed", or a new
  *            worker process attached and took the job over from a dead one. While
@@ -13,11 +14,21 @@
  *            phase is the rollout of iteration done + 1, and `done` only moves on a released
  *            train, so no iteration is counted twice.
  *   drift    after each released train, the p95 of each phase's last drift_window lease
- *            lengths (grant -> release) is compared with the phase time the admission was
- *            planned with (the training time scaled to the group's training pool, as the core
- *            planned it). Above drift_threshold, the job is re-admitted with that phase's
- *            planned time raised to the observed p95 (scaled back to the job's own training
- *            GPUs): WEAVE's "stop and resubmit the job", done by loomd.
+ *            lengths (grant -> release) is compared with the phase time the core plans the
+ *            job on (the training time scaled to the group's training pool). Above drift_threshold,
+ * the job is re-admitted with that phase's planned time raised to the observed p95 (scaled back to
+ * the job's own training GPUs): WEAVE's "stop and resubmit the job", done by loomd. learned
+ * admission p99/p95 only (learn.c): the core, fed this train phase, found that the job's group no
+ * longer meets the job's SLO budget measured on its mean observed solo iteration
+ * (loom_sched_observe returned 2). The job is re-admitted on its learned profile, held to that
+ * budget (t_solo_ref).
+ *
+ * Order after a train release: the core observes the phase first (and may re-plan the group);
+ * a "learned" re-admission, if the core asks for one, replaces the drift check; otherwise drift
+ * compares the recent phase times with what the core plans the job on now (its learned profile
+ * once it has one, else the admission's profile). Every re-admission is a new core job whose
+ * learned history starts empty: a restart keeps the admission's profile (and t_solo_ref), a
+ * drift re-admission is a new declaration measured against itself.
  *
  * Every re-admission is one "readmit" entry in the store's log carrying the new core id, the
  * profile and the placement, so a restart of loomd replays it and checks the placement like a
