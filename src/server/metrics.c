@@ -147,9 +147,8 @@ char *srv_metrics_render(loom_server *s)
             (unsigned long long)m->permits_expired);
         put(&b,
             "# HELP loom_readmissions_total Jobs admitted again, by cause (restart: a failure "
-            "retried; drift: phases longer than planned; learned: its group lost the job's budget "
-            "on its "
-            "learned profile).\n"
+            "retried; drift: phases longer than planned; learned: its group lost the job's "
+            "budget on its learned profile).\n"
             "# TYPE loom_readmissions_total counter\n"
             "loom_readmissions_total{cause=\"restart\"} %llu\n"
             "loom_readmissions_total{cause=\"drift\"} %llu\n"

@@ -15,13 +15,14 @@
  *            train, so no iteration is counted twice.
  *   drift    after each released train, the p95 of each phase's last drift_window lease
  *            lengths (grant -> release) is compared with the phase time the core plans the
- *            job on (the training time scaled to the group's training pool). Above drift_threshold,
- * the job is re-admitted with that phase's planned time raised to the observed p95 (scaled back to
- * the job's own training GPUs): WEAVE's "stop and resubmit the job", done by loomd. learned
- * admission p99/p95 only (learn.c): the core, fed this train phase, found that the job's group no
- * longer meets the job's SLO budget measured on its mean observed solo iteration
- * (loom_sched_observe returned 2). The job is re-admitted on its learned profile, held to that
- * budget (t_solo_ref).
+ *            job on (training scaled to the group's training pool). Above drift_threshold,
+ *            the job is re-admitted with that phase's planned time raised to the observed p95
+ *            (scaled back to the job's own training GPUs): WEAVE's "stop and resubmit the
+ *            job", done by loomd.
+ *   learned  admission p99/p95 only (learn.c): the core, fed this train phase, found that the
+ *            job's group no longer meets the job's SLO budget measured on its mean observed
+ *            solo iteration (loom_sched_observe returned 2). The job is re-admitted on its
+ *            learned profile, held to that budget (t_solo_ref).
  *
  * Order after a train release: the core observes the phase first (and may re-plan the group);
  * a "learned" re-admission, if the core asks for one, replaces the drift check; otherwise drift

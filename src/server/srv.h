@@ -130,9 +130,9 @@ typedef struct srv_retry {
         loom_us plan_roll, plan_train; /* profile the current admission was placed with */
         loom_us obs[2][SRV_DRIFT_MAX]; /* [0] rollout, [1] train; ring, newest at n - 1 */
         int n_obs[2];                  /* observed since the current admission */
-        char cause[16];  /* of the last re-admission: "restart", "drift", "learned", "" */
-        char why[200];   /* a sentence saying why */
-        int64_t at_wall; /* when (us since the epoch), 0 if never */
+        char cause[16];                /* of the last re-admission: "restart", "drift", "learned" */
+        char why[200];                 /* a sentence saying why */
+        int64_t at_wall;               /* when (us since the epoch), 0 if never */
 } srv_retry;
 
 /* What loomd keeps about a job besides the core's view; index id - 1 in srv->jobs. */

@@ -1,9 +1,9 @@
 """Learned-profile admission against a real loomd (docs/operations.md, "Admission"):
 
 - bad --admission / --learn-after / policy.admission values are refused naming the option;
-- A (SLO 3) declares a 1 s rollout and a 3 s training but its worker takes 0.5 s and 0.4 s. B
-  (1 s + 1 s, SLO 1.5) cannot join A's group on A's worst case (A alone runs 4 s > B's 3 s budget): it gets
-  a group of its own, and is cancelled. After three iterations A's group is re-planned on A's
+- A (SLO 3) declares a 1 s rollout and a 3 s training but its worker takes 0.5 s and 0.4 s.
+  B (1 s + 1 s, SLO 1.5) cannot join A's group on A's worst case (A alone runs 4 s > B's 3 s
+  budget): it gets a group of its own, and is cancelled. After three iterations A's group is re-planned on A's
   observed p99 (replans > 0, the learned profile in A's JSON and /metrics), and the same B now
   direct-packs into A's group at +$0/h;
 - loomd is killed with SIGKILL and started again on the same data dir: every job's placement,
@@ -39,7 +39,8 @@ def usage_error(*args):
 
 # ---- 1. configuration ---------------------------------------------------------------------
 rc, err = usage_error("--admission", "p50")
-check(rc == 2 and "--admission" in err, f"--admission p50 is bad usage naming the option ({err.strip()})")
+check(rc == 2 and "--admission" in err,
+      f"--admission p50 is bad usage naming the option ({err.strip()})")
 rc, err = usage_error("--learn-after", "0")
 check(rc == 2 and "--learn-after" in err, f"--learn-after 0 is refused ({err.strip()})")
 rc, err = usage_error("--learn-after", "21")
@@ -64,7 +65,8 @@ check(cl["policy"]["admission"] == "p99" and cl["policy"]["learn_after"] == 3,
 
 def phase(jid, ph, secs):
     st, lease = d.req("POST", f"/v1/jobs/{jid}/phases/{ph}/acquire?wait=20")
-    check(st == 200, f"job {jid} acquires {ph} ({st} {lease})") if st != 200 else None
+    if st != 200:
+        check(False, f"job {jid} acquires {ph} ({st} {lease})")
     time.sleep(secs)
     st, body = d.req("POST", f"/v1/leases/{lease['lease']}/release", {"status": "ok"})
     if st != 200:
@@ -103,10 +105,12 @@ for it in range(1, 4):
         check(body["replans"] == 0 and not body["learned"], f"no re-plan after iteration {it}")
 ja = job(a["id"])
 lp = ja["learned_profile"]
-check(ja["learned"] and ja["replans"] == 1, f"after 3 iterations A's group is re-planned ({ja['replans']})")
+check(ja["learned"] and ja["replans"] == 1,
+      f"after 3 iterations A's group is re-planned ({ja['replans']})")
 check(0.5 <= lp["t_roll_s"] < 0.75 and 0.4 <= lp["t_train_s"] < 0.65,
       f"on A's observed p99: rollout {lp['t_roll_s']:.3f} s, train {lp['t_train_s']:.3f} s")
-check(2.7 <= lp["budget_s"] < 3.9, f"A is held to 3 x its mean solo iteration ({lp['budget_s']:.3f} s)")
+check(2.7 <= lp["budget_s"] < 3.9,
+      f"A is held to 3 x its mean solo iteration ({lp['budget_s']:.3f} s)")
 check(ja["spec"]["t_roll_s"] == 1.0 and ja["profile"]["t_train_s"] == 3.0,
       "the declared spec and the admission profile are kept")
 _, m = d.req("GET", "/metrics")
@@ -249,5 +253,6 @@ check(job(y["id"])["group"] == y["group"] and job(x["id"])["iterations_done"] ==
 before = snapshot()
 d.kill9()
 d.start()
-check(snapshot() == before, "after kill -9 the re-admission and what X learned since replay the same")
+check(snapshot() == before,
+      "after kill -9 the re-admission and what X learned since replay the same")
 check(d.stop() == 0, "loomd stops cleanly")
