@@ -3,14 +3,17 @@
 - bad --admission / --learn-after / policy.admission values are refused naming the option;
 - A (SLO 3) declares a 1 s rollout and a 3 s training but its worker takes 0.5 s and 0.4 s.
   B (1 s + 1 s, SLO 1.5) cannot join A's group on A's worst case (A alone runs 4 s > B's 3 s
-  budget): it gets a group of its own, and is cancelled. After three iterations A's group is re-planned on A's
-  observed p99 (replans > 0, the learned profile in A's JSON and /metrics), and the same B now
-  direct-packs into A's group at +$0/h;
+  budget): it gets a group of its own, and is cancelled. After three iterations A's group is
+  re-planned on A's observed p99 (replans > 0, the learned profile in A's JSON and /metrics),
+  and the same B now direct-packs into A's group at +$0/h;
 - loomd is killed with SIGKILL and started again on the same data dir: every job's placement,
   learned profile and replans, the groups, the cluster view and the counters are the same;
   both jobs then run in the shared group and A keeps learning;
 - the store is refused (exit 1) if an observation in its log is altered, or if loomd is started
-  on it with admission worst.
+  on it with admission worst;
+- X, packed beside Y on their declared profiles, really runs five times faster: measured on
+  that, no group holding Y meets its budget, so loomd re-admits X on its learned profile (cause
+  "learned"), Y keeps running, and kill -9 replays it.
 The phase lengths are the worker's sleeps: wall time, as loomd measures every lease.
 """
 
