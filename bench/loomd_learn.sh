@@ -12,7 +12,7 @@ jobs=${2:-200}
 iters=${3:-50}
 root=$(mktemp -d /tmp/loomd-learn-bench-XXXXXX)
 pid=
-trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; wait 2>/dev/null; rm -rf "$root"' EXIT
+trap 'if [ -n "$pid" ]; then kill -9 $pid 2>/dev/null || true; fi; wait 2>/dev/null || true; rm -rf "$root"' EXIT
 
 start() { # DIR MODE: start loomd, wait for its port file; took = the seconds it needed
   rm -f "$1/port"

@@ -98,7 +98,8 @@ check(st == 201 and b1["decision"]["decision"] == "new_group"
       and b1["decision"]["marginal_cost_per_hour"] > 0,
       f"on A's worst case B cannot join A's group: {b1['decision']['decision']}, "
       f"+${b1['decision']['marginal_cost_per_hour']:.2f}/h")
-d.req("DELETE", f"/v1/jobs/{b1['id']}")
+st, _ = d.req("DELETE", f"/v1/jobs/{b1['id']}")
+check(st == 200, "B is cancelled, its group released")
 check(a["learned"] is False and a["replans"] == 0 and a["learned_profile"] is None,
       "A starts on its declared profile")
 for it in range(1, 4):
