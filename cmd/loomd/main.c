@@ -39,6 +39,11 @@ static void usage(FILE *f)
                    "                        re-admission)\n"
                    "  --drift-threshold X   re-admit a job whose recent p95 phase time exceeds\n"
                    "                        X times the planned one (default 1.05)\n"
+                   "  --admission A         worst (default) | p99 | p95: after --learn-after\n"
+                   "                        iterations, re-plan a job's group on that quantile\n"
+                   "                        of its observed phase times (docs/operations.md)\n"
+                   "  --learn-after K       iterations observed before re-planning (1..20,\n"
+                   "                        default 3); with --admission p99|p95\n"
                    "  --sync-full           fsync every commit (survives power loss, slower)\n"
                    "  --port-file FILE      write the bound port to FILE once serving\n"
                    "  --state [NODE=]SOCK   loom-state socket (all nodes, or NODE): prefetch\n"
@@ -157,6 +162,8 @@ int main(int argc, char **argv)
             {"port-file", required_argument, NULL, 'p'},
             {"quiet", no_argument, NULL, 'q'},
             {"state", required_argument, NULL, 'L'},
+            {"admission", required_argument, NULL, 'A'},
+            {"learn-after", required_argument, NULL, 'K'},
             {"help", no_argument, NULL, 'h'},
             {NULL, 0, NULL, 0},
         };
@@ -165,6 +172,10 @@ int main(int argc, char **argv)
         cfg.log = daemon_log_line;
         cfg.log_arg = "loomd";
         const char *port_file = NULL;
+        /* applied after every option: they override a --cluster file's policy wherever given */
+        bool set_admission = false;
+        loom_admission admission = LOOM_ADMIT_WORST;
+        int learn_after = 0;
         loomd_state *st = NULL;
         int c;
         while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -227,6 +238,29 @@ int main(int argc, char **argv)
                         if (loomd_state_add(&st, optarg))
                                 return 2;
                         break;
+                case 'A':
+                        if (loom_admission_parse(optarg, &admission)) {
+                                fprintf(stderr,
+                                        "loomd: --admission: expected worst, p99 or p95, got "
+                                        "'%s'\n",
+                                        optarg);
+                                return 2;
+                        }
+                        set_admission = true;
+                        break;
+                case 'K': {
+                        char *end;
+                        long v = strtol(optarg, &end, 10);
+                        if (end == optarg || *end || v < 1 || v > LOOM_LEARN_WINDOW) {
+                                fprintf(stderr,
+                                        "loomd: --learn-after: expected 1..%d iterations, got "
+                                        "'%s'\n",
+                                        LOOM_LEARN_WINDOW, optarg);
+                                return 2;
+                        }
+                        learn_after = (int)v;
+                        break;
+                }
                 case 'h':
                         usage(stdout);
                         return 0;
@@ -243,6 +277,10 @@ int main(int argc, char **argv)
                 usage(stderr);
                 return 2;
         }
+        if (set_admission)
+                cfg.policy.admission = admission;
+        if (learn_after)
+                cfg.policy.learn_after = learn_after;
         raise_nofile();
         /* Block the stop signals in every thread; main collects them with sigwait. */
         sigset_t stop;
@@ -269,9 +307,10 @@ int main(int argc, char **argv)
                 }
         }
         if (cfg.log) {
-                char line[128];
-                snprintf(line, sizeof line, "serving on %s:%d, data in %s", cfg.listen_host,
-                         loom_server_port(s), cfg.data_dir);
+                char line[512];
+                snprintf(line, sizeof line, "serving on %s:%d, data in %s, admission %s",
+                         cfg.listen_host, loom_server_port(s), cfg.data_dir,
+                         loom_admission_name(cfg.policy.admission));
                 daemon_log_line("loomd", line);
         }
         int status = 0;

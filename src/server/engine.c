@@ -180,6 +180,7 @@ json_t *srv_job_json(loom_server *s, const srv_job *j, bool full)
                                                    : json_null());
         json_object_set_new(o, "permit", json_boolean(j->permit));
         srv_retry_json(s, j, o);
+        srv_learn_json(s, j, o);
         if (full) {
                 json_object_set_new(o, "spec", loom_job_spec_to_json(&j->spec));
                 json_object_set(o, "decision", j->decision);
@@ -694,13 +695,17 @@ static void h_cluster(loom_server *s, srv_req *r)
         const loom_cluster_cfg *c = loom_sched_cluster(s->sched);
         double pr = loom_cluster_node_price(c, LOOM_POOL_ROLLOUT);
         double pt = loom_cluster_node_price(c, LOOM_POOL_TRAIN);
+        const loom_policy_cfg *p = loom_sched_policy(s->sched);
         srv_reply_json(
             r, 200,
-            json_pack("{s:o,s:{s:i,s:i},s:{s:f,s:f},s:f,s:i,s:i}", "cluster",
-                      loom_cluster_cfg_to_json(c), "nodes", "rollout", st.nodes[LOOM_POOL_ROLLOUT],
-                      "train", st.nodes[LOOM_POOL_TRAIN], "cost_per_hour_by_pool", "rollout",
-                      pr * st.nodes[LOOM_POOL_ROLLOUT], "train", pt * st.nodes[LOOM_POOL_TRAIN],
-                      "cost_per_hour", st.cost_per_hour, "jobs", st.jobs, "groups", st.groups));
+            json_pack("{s:o,s:{s:s,s:i,s:s},s:{s:i,s:i},s:{s:f,s:f},s:f,s:i,s:i,s:I}", "cluster",
+                      loom_cluster_cfg_to_json(c), "policy", "admission",
+                      loom_admission_name(p->admission), "learn_after", p->learn_after, "dispatch",
+                      loom_dispatch_name(p->dispatch), "nodes", "rollout",
+                      st.nodes[LOOM_POOL_ROLLOUT], "train", st.nodes[LOOM_POOL_TRAIN],
+                      "cost_per_hour_by_pool", "rollout", pr * st.nodes[LOOM_POOL_ROLLOUT], "train",
+                      pt * st.nodes[LOOM_POOL_TRAIN], "cost_per_hour", st.cost_per_hour, "jobs",
+                      st.jobs, "groups", st.groups, "replans", (json_int_t)st.replans));
 }
 
 static void handle(loom_server *s, srv_req *r, loom_us now)

@@ -130,6 +130,11 @@ char *srv_metrics_render(loom_server *s)
                     loom_decision_kind_name((loom_decision_kind)k),
                     (unsigned long long)st.decisions[k]);
         put(&b,
+            "# HELP loom_replans_total Groups re-planned on a job's learned profile (admission "
+            "p99/p95), replayed ones included.\n"
+            "# TYPE loom_replans_total counter\nloom_replans_total %llu\n",
+            (unsigned long long)st.replans);
+        put(&b,
             "# HELP loom_tail_migrations_total Rollout tails migrated.\n"
             "# TYPE loom_tail_migrations_total counter\nloom_tail_migrations_total %llu\n",
             (unsigned long long)m->migrations);
@@ -142,16 +147,19 @@ char *srv_metrics_render(loom_server *s)
             (unsigned long long)m->permits_expired);
         put(&b,
             "# HELP loom_readmissions_total Jobs admitted again, by cause (restart: a failure "
-            "retried; drift: phases longer than planned).\n"
+            "retried; drift: phases longer than planned; learned: its group lost the job's "
+            "budget on its learned profile).\n"
             "# TYPE loom_readmissions_total counter\n"
             "loom_readmissions_total{cause=\"restart\"} %llu\n"
             "loom_readmissions_total{cause=\"drift\"} %llu\n"
+            "loom_readmissions_total{cause=\"learned\"} %llu\n"
             "# HELP loom_jobs_failed_total Jobs failed for good (restarts used up).\n"
             "# TYPE loom_jobs_failed_total counter\nloom_jobs_failed_total %llu\n"
             "# HELP loom_attaches_total Workers attached to a job.\n"
             "# TYPE loom_attaches_total counter\nloom_attaches_total %llu\n",
             (unsigned long long)m->restarts, (unsigned long long)m->drift_resubmits,
-            (unsigned long long)m->failed_final, (unsigned long long)m->attaches);
+            (unsigned long long)m->learned_resubmits, (unsigned long long)m->failed_final,
+            (unsigned long long)m->attaches);
         put(&b, "# HELP loom_job_phase_drift_ratio p95 of a live job's recent phase times over "
                 "the planned time (absent until the window is full).\n"
                 "# TYPE loom_job_phase_drift_ratio gauge\n");

@@ -4,7 +4,8 @@
  *
  * A job keeps its loomd id (the API's) for its whole life, but each admission is a separate
  * job of the core: a re-admission exits the current core job (its pins are freed, the rest of
- * its group keeps its round-robin) and submits the job again; `retry.core` follows. Two causes:
+ * its group keeps its round-robin) and submits the job again; `retry.core` follows. Three
+ * causes:
  *
  *   restart  a lease or an unclaimed permit expired, a phase was released "failed", or a new
  *            worker process attached and took the job over from a dead one. While
@@ -13,11 +14,22 @@
  *            phase is the rollout of iteration done + 1, and `done` only moves on a released
  *            train, so no iteration is counted twice.
  *   drift    after each released train, the p95 of each phase's last drift_window lease
- *            lengths (grant -> release) is compared with the phase time the admission was
- *            planned with (the training time scaled to the group's training pool, as the core
- *            planned it). Above drift_threshold, the job is re-admitted with that phase's
- *            planned time raised to the observed p95 (scaled back to the job's own training
- *            GPUs): WEAVE's "stop and resubmit the job", done by loomd.
+ *            lengths (grant -> release) is compared with the phase time the core plans the
+ *            job on (training scaled to the group's training pool). Above drift_threshold,
+ *            the job is re-admitted with that phase's planned time raised to the observed p95
+ *            (scaled back to the job's own training GPUs): WEAVE's "stop and resubmit the
+ *            job", done by loomd.
+ *   learned  admission p99/p95 only (learn.c): the core, fed this train phase, found that the
+ *            job's group no longer meets the job's SLO budget measured on its mean observed
+ *            solo iteration (loom_sched_observe returned 2). The job is re-admitted on its
+ *            learned profile, held to that budget (t_solo_ref).
+ *
+ * Order after a train release: the core observes the phase first (and may re-plan the group);
+ * a "learned" re-admission, if the core asks for one, replaces the drift check; otherwise drift
+ * compares the recent phase times with what the core plans the job on now (its learned profile
+ * once it has one, else the admission's profile). Every re-admission is a new core job whose
+ * learned history starts empty: a restart keeps the admission's profile (and t_solo_ref), a
+ * drift re-admission is a new declaration measured against itself.
  *
  * Every re-admission is one "readmit" entry in the store's log carrying the new core id, the
  * profile and the placement, so a restart of loomd replays it and checks the placement like a
@@ -90,15 +102,36 @@ static loom_us p95_last(const srv_retry *r, int phase, int w)
         return v[lo] + (loom_us)llround((pos - lo) * (double)(v[hi] - v[lo]));
 }
 
-/* The phase time the current admission was planned with, as the core runs it. */
+/* The phase time the core plans the current admission on now, as the job's group runs it:
+ * the admission's profile, or its learned one once the core re-planned it (learn.c). */
 static loom_us planned(loom_server *s, const srv_job *j, int phase)
 {
-        if (phase == 0)
-                return j->retry.plan_roll;
         loom_job_info info;
-        if (loom_sched_job_info(s->sched, j->retry.core, &info) == 0 && info.t_train_in_group > 0)
-                return info.t_train_in_group;
+        if (loom_sched_job_info(s->sched, j->retry.core, &info) == 0) {
+                if (phase == 0)
+                        return info.spec.t_roll;
+                if (info.t_train_in_group > 0)
+                        return info.t_train_in_group;
+        }
+        return phase == 0 ? j->retry.plan_roll : j->retry.plan_train;
+}
+
+/* The training time the core plans now, on the job's own train_gpus (planned() unscaled). */
+static loom_us planned_own_train(loom_server *s, const srv_job *j)
+{
+        loom_job_info info;
+        if (loom_sched_job_info(s->sched, j->retry.core, &info) == 0)
+                return info.spec.t_train;
         return j->retry.plan_train;
+}
+
+/* The solo iteration the current admission's SLO is measured against, if not its profile's
+ * (a re-admission on a learned profile, loom_job_spec.t_solo_ref). */
+static loom_us solo_ref(loom_server *s, const srv_job *j)
+{
+        loom_job_info info;
+        return loom_sched_job_info(s->sched, j->retry.core, &info) == 0 ? info.declared.t_solo_ref
+                                                                        : 0;
 }
 
 double srv_drift_ratio(loom_server *s, const srv_job *j, int phase)
@@ -125,23 +158,26 @@ static json_t *ids_json(const loom_node_id *n, int count)
  * any, ends as lease_state. On a placement failure the job fails. The caller applies the
  * core's actions afterwards (srv_apply_actions), which may grant the new permit.
  */
-/* Let core admission `old` go as failed and submit j's spec again planned on (roll, train);
- * d is initialised here and the caller frees it. */
+/* Let core admission `old` go as failed and submit j's spec again planned on (roll, train),
+ * its SLO measured against solo (0: against that profile); d is initialised here and the
+ * caller frees it. The new admission has no learned profile yet. */
 static int resubmit(loom_server *s, srv_job *j, int64_t at, uint32_t old, loom_us roll,
-                    loom_us train, loom_decision *d, loom_job_id *core, loom_err *e)
+                    loom_us train, loom_us solo, loom_decision *d, loom_job_id *core, loom_err *e)
 {
         loom_sched_job_exit(s->sched, at, old, LOOM_EXIT_FAILED);
+        j->learned = false;
         loom_job_spec spec = j->spec;
         spec.iterations = 0;
         spec.t_roll = roll;
         spec.t_train = train;
+        spec.t_solo_ref = solo;
         loom_decision_init(d, false);
         *core = 0;
         return loom_sched_submit(s->sched, at, &spec, d, core, e);
 }
 
 static void readmit(loom_server *s, srv_job *j, const char *cause, const char *why, loom_us roll,
-                    loom_us train, const char *lease_state)
+                    loom_us train, loom_us solo, const char *lease_state)
 {
         loom_err e;
         loom_err_clear(&e);
@@ -164,7 +200,7 @@ static void readmit(loom_server *s, srv_job *j, const char *cause, const char *w
         uint32_t old = j->retry.core;
         loom_decision d;
         loom_job_id core;
-        int rc = resubmit(s, j, wall, old, roll, train, &d, &core, &e);
+        int rc = resubmit(s, j, wall, old, roll, train, solo, &d, &core, &e);
         if (!rc && srv_core_map(s, core, j->id)) {
                 loom_sched_job_exit(s->sched, wall, core, LOOM_EXIT_CANCELLED);
                 rc = loom_err_set(&e, LOOM_ENOMEM, "", "out of memory");
@@ -191,6 +227,9 @@ static void readmit(loom_server *s, srv_job *j, const char *cause, const char *w
         if (!strcmp(cause, "drift")) {
                 r->resubmits++;
                 s->m.drift_resubmits++;
+        } else if (!strcmp(cause, "learned")) {
+                r->resubmits++;
+                s->m.learned_resubmits++;
         } else {
                 r->restarts++;
                 s->m.restarts++;
@@ -202,6 +241,8 @@ static void readmit(loom_server *s, srv_job *j, const char *cause, const char *w
                                 "t_train_us", (json_int_t)train, "group", (json_int_t)d.group,
                                 "rollout_nodes", ids_json(d.rollout_nodes, d.n_rollout_nodes),
                                 "train_nodes", ids_json(d.train_nodes, d.n_train_nodes));
+        if (log && solo > 0) /* absent: measured against the profile, as before learning */
+                json_object_set_new(log, "t_solo_ref_us", json_integer(solo));
         char *text = log ? json_dumps(log, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
         json_decref(log);
         if (!text) {
@@ -225,7 +266,8 @@ void srv_job_failed(loom_server *s, srv_job *j, const char *lease_state, const c
         if (!srv_job_live(j->state))
                 return;
         if (j->retry.restarts < j->spec.max_restarts) {
-                readmit(s, j, "restart", why, j->retry.plan_roll, j->retry.plan_train, lease_state);
+                readmit(s, j, "restart", why, j->retry.plan_roll, j->retry.plan_train,
+                        solo_ref(s, j), lease_state);
                 return;
         }
         char w[240];
@@ -233,6 +275,27 @@ void srv_job_failed(loom_server *s, srv_job *j, const char *lease_state, const c
                  j->spec.max_restarts);
         s->m.failed_final++;
         srv_end_job(s, j, SJ_FAILED, lease_state, w);
+}
+
+/* The core found that j's group cannot meet j's SLO budget measured on its mean observed solo
+ * iteration: re-admit j on its learned profile, held to that budget (t_solo_ref). Returns
+ * whether it did. */
+static bool readmit_learned(loom_server *s, srv_job *j)
+{
+        loom_job_info in;
+        loom_group_info g;
+        if (loom_sched_job_info(s->sched, j->retry.core, &in) || in.learned_roll <= 0 ||
+            loom_sched_group_info(s->sched, in.group, &g))
+                return false;
+        char why[200];
+        snprintf(why, sizeof why,
+                 "group %u's period %.3f s exceeds the %.3f s budget measured on its mean "
+                 "observed solo iteration",
+                 in.group, loom_us_to_s(g.t_meta), loom_us_to_s(in.learned_budget));
+        loom_us solo = (loom_us)((double)in.learned_budget / in.spec.slo);
+        readmit(s, j, "learned", why, in.learned_roll, in.learned_train, solo > 0 ? solo : 1,
+                "released");
+        return true;
 }
 
 void srv_observe_phase(loom_server *s, srv_job *j, loom_phase phase, loom_us dur, loom_us now)
@@ -249,6 +312,14 @@ void srv_observe_phase(loom_server *s, srv_job *j, loom_phase phase, loom_us dur
         bool drifted = false;
         loom_us roll = r->plan_roll, train = r->plan_train;
         char why[200] = "";
+        /* Learned admission first: the core learns from this phase and may re-plan the group
+         * (or find it no longer meets the job's real budget: then the job is re-admitted on its
+         * learned profile and the drift check is moot, the new admission starts afresh). */
+        int learned = srv_learn_observe(s, j, phase, dur);
+        if (learned == 2 && p == 1 && srv_job_live(j->state) && !j->has_lease &&
+            readmit_learned(s, j))
+                return;
+        /* Drift: against what the core plans on now, the learned profile once it has one. */
         if (p == 1 && srv_job_live(j->state) && !j->has_lease) {
                 double rr = srv_drift_ratio(s, j, 0), rt = srv_drift_ratio(s, j, 1);
                 if (rr > s->cfg.drift_threshold) {
@@ -259,7 +330,7 @@ void srv_observe_phase(loom_server *s, srv_job *j, loom_phase phase, loom_us dur
                         /* observed on the group's training nodes; the job's spec is per its own
                          * train_gpus, as the core scales it */
                         loom_us obs = p95_last(r, 1, s->cfg.drift_window);
-                        train = (loom_us)llround((double)obs * (double)r->plan_train /
+                        train = (loom_us)llround((double)obs * (double)planned_own_train(s, j) /
                                                  (double)planned(s, j, 1));
                         drifted = true;
                 }
@@ -269,8 +340,8 @@ void srv_observe_phase(loom_server *s, srv_job *j, loom_phase phase, loom_us dur
                                  "and %.2fx the planned train (threshold %.2fx)",
                                  s->cfg.drift_window, rr, rt, s->cfg.drift_threshold);
         }
-        if (drifted)
-                readmit(s, j, "drift", why, roll, train, "released");
+        if (drifted) /* a new declaration, its SLO measured against itself */
+                readmit(s, j, "drift", why, roll, train, 0, "released");
         else
                 store_note(s, srv_store_retry_save(s->store, j, &e), &e);
 }
@@ -363,7 +434,8 @@ int srv_replay_readmit(loom_server *s, srv_job *j, uint32_t *core, const char *r
         json_int_t want = json_integer_value(json_object_get(o, "core"));
         json_int_t roll = json_integer_value(json_object_get(o, "t_roll_us"));
         json_int_t train = json_integer_value(json_object_get(o, "t_train_us"));
-        if (!o || want <= 0 || roll <= 0 || train <= 0) {
+        json_int_t solo = json_integer_value(json_object_get(o, "t_solo_ref_us")); /* 0: none */
+        if (!o || want <= 0 || roll <= 0 || train <= 0 || solo < 0) {
                 json_decref(o);
                 return loom_err_set(e, LOOM_ECORRUPT, "store", "job %u: unreadable readmit entry",
                                     j->id);
@@ -371,7 +443,7 @@ int srv_replay_readmit(loom_server *s, srv_job *j, uint32_t *core, const char *r
         loom_decision d;
         loom_job_id got;
         loom_err e2;
-        int rc = resubmit(s, j, at, *core, roll, train, &d, &got, &e2);
+        int rc = resubmit(s, j, at, *core, roll, train, solo, &d, &got, &e2);
         bool same = rc == 0 && got == (loom_job_id)want && srv_same_placement(o, &d);
         loom_decision_free(&d);
         json_decref(o);

@@ -6,7 +6,10 @@
  * of submits and exits, so the stored log is replayed into a fresh loom_sched; each replayed
  * submit must land on the stored job id, group and nodes, or loomd refuses to start
  * (LOOM_ECORRUPT) rather than run jobs somewhere their state is not. A "readmit" entry
- * (retry.c) replays as an exit and a submit on the logged profile, checked the same way.
+ * (retry.c) replays as an exit and a submit on the logged profile, checked the same way. An
+ * "observe" entry (learn.c, learned admission only) feeds the logged phase length to the
+ * job's core admission, which re-plans its group exactly as it did, checked against the
+ * logged outcome.
  * Phase state is not replayed: every live job is put back waiting for the phase its row says
  * is next (loom_sched_job_resume), and leases that were active at the crash are marked lost,
  * so their workers are told to acquire again. Iteration counts only move on a committed train
@@ -97,6 +100,13 @@ static int settle_cluster(loom_server *s, loom_err *e)
         snprintf(pol, sizeof pol, "%d %.17g %lld %d %.17g %d %d %llu", p->max_group_size,
                  p->train_scaling_efficiency, (long long)p->warm_switch, p->tail_migration,
                  p->tail_threshold, p->tail_keep_gpus, (int)p->placer, (unsigned long long)p->seed);
+        /* Learned admission re-plans groups from the logged observations, which replay only
+         * under the same mode and learn_after; worst keeps the fingerprint stores always had. */
+        if (p->admission != LOOM_ADMIT_WORST) {
+                size_t n = strlen(pol);
+                snprintf(pol + n, sizeof pol - n, " admission=%s learn_after=%d",
+                         loom_admission_name(p->admission), p->learn_after);
+        }
         char *old = NULL;
         rc = srv_store_meta_get(s->store, "policy", &old, e);
         if (!rc && !old)
@@ -143,6 +153,11 @@ static int replay_one(void *arg, const char *kind, uint32_t id, const char *reas
         }
         if (!strcmp(kind, "readmit"))
                 return srv_replay_readmit(s, j, &rp->core[id - 1], reason, at, rp->e);
+        if (!strcmp(kind, "observe")) {
+                int rc = srv_replay_observe(s, j, rp->core[id - 1], reason, rp->e);
+                drain_discard(s->sched);
+                return rc;
+        }
         /* A submit's reason is the core id it got (none in stores older than re-admission,
          * where the two ids were the same). */
         uint32_t want = reason ? (uint32_t)strtoul(reason, NULL, 10) : id;

@@ -130,7 +130,7 @@ typedef struct srv_retry {
         loom_us plan_roll, plan_train; /* profile the current admission was placed with */
         loom_us obs[2][SRV_DRIFT_MAX]; /* [0] rollout, [1] train; ring, newest at n - 1 */
         int n_obs[2];                  /* observed since the current admission */
-        char cause[16];                /* of the last re-admission: "restart", "drift", "" */
+        char cause[16];                /* of the last re-admission: "restart", "drift", "learned" */
         char why[200];                 /* a sentence saying why */
         int64_t at_wall;               /* when (us since the epoch), 0 if never */
 } srv_retry;
@@ -162,6 +162,12 @@ typedef struct srv_job {
         srv_retry retry;                 /* admissions, restarts, drift (retry.c) */
         int permit_call, permit_n_calls; /* see loom_action.call */
         loom_us calls_took;              /* training calls released so far this phase */
+
+        /* learned-profile admission (learn.c), as the core last reported it; kept here so an
+         * ended job still shows it, rebuilt by replay */
+        bool learned;     /* the current admission is planned on its learned profile */
+        uint64_t replans; /* learned re-plans of its group, over all its admissions */
+        loom_us learned_roll, learned_train, learned_budget; /* 0 before any */
 } srv_job;
 
 /* Prometheus histogram with fixed upper bounds in seconds. */
@@ -182,6 +188,7 @@ typedef struct srv_metrics {
         uint64_t requests, replies_by_class[6]; /* 1xx..5xx */
         uint64_t leases_granted, leases_expired, permits_expired, migrations;
         uint64_t restarts, drift_resubmits, failed_final, attaches;
+        uint64_t learned_resubmits; /* re-admissions on a learned profile (observe said 2) */
         uint64_t commits;
 } srv_metrics;
 
@@ -272,6 +279,26 @@ int srv_replay_readmit(loom_server *s, srv_job *j, uint32_t *core, const char *r
 /* p95 of the last drift_window durations of phase (0 rollout, 1 train) over the planned
  * duration in the job's group; 0 when fewer samples were seen. */
 double srv_drift_ratio(loom_server *s, const srv_job *j, int phase);
+
+/* learn.c: learned-profile admission (policy.admission p99/p95). One "observe" log entry per
+ * finished phase: what was measured and what the core made of it. */
+typedef struct srv_observe_rec {
+        uint32_t core; /* the core job observed */
+        loom_phase phase;
+        loom_us took;
+        int result;                  /* loom_sched_observe's: 0, 1 re-planned, 2 budget lost */
+        loom_us roll, train, budget; /* the job's learned profile afterwards (0 before any) */
+} srv_observe_rec;
+char *srv_observe_encode(const srv_observe_rec *o); /* malloc'd JSON text, NULL on ENOMEM */
+/* 0, or LOOM_ECORRUPT with e naming the bad key. */
+int srv_observe_decode(const char *text, srv_observe_rec *o, loom_err *e);
+/* Feed a finished phase of a live job to the core and log it (nothing under admission
+ * worst). Returns loom_sched_observe's result, 0 when not observed. */
+int srv_learn_observe(loom_server *s, srv_job *j, loom_phase phase, loom_us took);
+/* Replay of one "observe" entry against core job `core`; 0 or LOOM_ECORRUPT with e filled. */
+int srv_replay_observe(loom_server *s, srv_job *j, uint32_t core, const char *reason, loom_err *e);
+/* "learned", "learned_profile", "replans" of the job JSON. */
+void srv_learn_json(loom_server *s, const srv_job *j, json_t *o);
 
 /* statehook.c: prefetch hints and host-tier accounting through cfg.state */
 void srv_state_granted(loom_server *s, const srv_job *j);

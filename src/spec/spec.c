@@ -307,6 +307,8 @@ int loom_policy_cfg_from_json(json_t *obj, const char *where, const char *text, 
                                             "plex_w1",
                                             "plex_w2",
                                             "plex_duty_max",
+                                            "admission",
+                                            "learn_after",
                                             NULL};
         dctx c = {where ? where : "", text, len, e};
         if (!json_is_object(obj))
@@ -356,6 +358,14 @@ int loom_policy_cfg_from_json(json_t *obj, const char *where, const char *text, 
         json_t *dp = json_object_get(obj, "dispatch");
         if (dp && loom_dispatch_parse(json_is_string(dp) ? json_string_value(dp) : "", &p.dispatch))
                 return fail(&c, "dispatch", "must be \"rr\", \"hrrs\" or \"fcfs\"");
+        json_t *ad = json_object_get(obj, "admission");
+        if (ad &&
+            loom_admission_parse(json_is_string(ad) ? json_string_value(ad) : "", &p.admission))
+                return fail(&c, "admission", "must be \"worst\", \"p99\" or \"p95\"");
+        if ((rc = get_int(&c, obj, "learn_after", false, 1, LOOM_LEARN_WINDOW, &v)) < 0)
+                return rc;
+        if (rc == 0)
+                p.learn_after = (int)v;
         if ((rc = get_number(&c, obj, "preempt_margin", false, &p.preempt_margin)) < 0 ||
             (rc = get_number(&c, obj, "plex_alpha", false, &p.plex_alpha)) < 0 ||
             (rc = get_number(&c, obj, "plex_w1", false, &p.plex_w1)) < 0 ||

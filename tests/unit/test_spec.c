@@ -20,7 +20,7 @@ Test(spec, a_full_scenario_decodes)
         const char *t = "{\"cluster\":{\"gpus_per_node\":4,\"host_mem_gb\":1000,"
                         "\"rollout_gpu\":{\"name\":\"L40\",\"price_per_hour\":1.0}},"
                         "\"policy\":{\"max_group_size\":3,\"tail_threshold\":0.9,"
-                        "\"placer\":\"greedy\"},"
+                        "\"placer\":\"greedy\",\"admission\":\"p95\",\"learn_after\":5},"
                         "\"jobs\":[{\"id\":\"a\"," JOB ",\"sync_s\":5,\"model_b\":7,"
                         "\"iterations\":10}]}";
         loom_scenario sc;
@@ -32,6 +32,8 @@ Test(spec, a_full_scenario_decodes)
         cr_assert_float_eq(sc.cluster.gpu[1].price_per_hour, 5.28, 1e-12);
         cr_assert_eq(sc.policy.max_group_size, 3);
         cr_assert_eq(sc.policy.placer, LOOM_PLACER_GREEDY);
+        cr_assert_eq(sc.policy.admission, LOOM_ADMIT_P95);
+        cr_assert_eq(sc.policy.learn_after, 5);
         cr_assert_eq(sc.n_jobs, 1);
         cr_assert_eq(sc.jobs[0].t_sync, 5 * LOOM_US_PER_S);
         cr_assert_eq(sc.jobs[0].mem_rollout, loom_table2_mem_rollout(7));
@@ -66,6 +68,8 @@ Test(spec, invalid_input_names_field_line_and_column)
             {"{\"cluster\":{\"gpus_per_node\":0},\"jobs\":[]}", "cluster.gpus_per_node", 1, 29},
             {"{\"policy\":{\"tail_threshold\":1.5},\"jobs\":[]}", "policy.tail_threshold", 1, 29},
             {"{\"policy\":{\"placer\":\"best\"},\"jobs\":[]}", "policy.placer", 1, 21},
+            {"{\"policy\":{\"admission\":\"p50\"},\"jobs\":[]}", "policy.admission", 1, 24},
+            {"{\"policy\":{\"learn_after\":0},\"jobs\":[]}", "policy.learn_after", 1, 26},
             {"{\"jobs\":{}}", "jobs", 1, 9},
             {"[1,2]", "", 1, 1},
             {"{\"jobs\":[{\"id\":\"x\"," JOB "},{\"id\":\"x\"," JOB "}]}", "jobs[1].id", 1, 99},

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# What learned-profile admission costs loomd: the same work under --admission worst and p99,
+# JOBS jobs (each alone in its group) run ITERS iterations each over one keep-alive connection
+# (phases of ~0 s: the figure is loomd's own cost per released phase, which under p99 also logs
+# an observation), then loomd is killed with SIGKILL and started again on its data dir: the
+# restart replays the store's log, which under p99 holds two observations per iteration.
+# Prints figures (restart: best of 3); never fails on timing.
+# Usage: bench/loomd_learn.sh BUILD_DIR [JOBS] [ITERS]
+set -euo pipefail
+b=${1:-build}
+jobs=${2:-200}
+iters=${3:-50}
+root=$(mktemp -d /tmp/loomd-learn-bench-XXXXXX)
+pid=
+trap 'if [ -n "$pid" ]; then kill -9 $pid 2>/dev/null || true; fi; wait 2>/dev/null || true; rm -rf "$root"' EXIT
+
+start() { # DIR MODE: start loomd, wait for its port file; took = the seconds it needed
+  rm -f "$1/port"
+  local t0
+  t0=$(date +%s.%N)
+  "$b/loomd" --data-dir "$1" --listen 127.0.0.1:0 --port-file "$1/port" --quiet \
+    --admission "$2" --lease-timeout 600 </dev/null >/dev/null &
+  pid=$!
+  for _ in $(seq 6000); do [ -s "$1/port" ] && break; sleep 0.005; done
+  took=$(echo "$(date +%s.%N) - $t0" | bc)
+}
+
+for mode in worst p99; do
+  dir="$root/$mode"
+  mkdir -p "$dir"
+  start "$dir" "$mode"
+  drive=$(python3 - "$(cat "$dir/port")" "$jobs" "$iters" <<'PY'
+import http.client, json, sys, time
+
+port, J, K = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+
+
+def req(method, path, body=None):
+    c.request(method, path, body=json.dumps(body) if body is not None else None,
+              headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    data = r.read()
+    if r.status >= 300:
+        sys.exit(f"{method} {path}: {r.status} {data[:200]}")
+    return json.loads(data) if data else None
+
+
+# SLO 1.0 and training longer than rollout: no job can share a group.
+ids = [req("POST", "/v1/jobs", {"name": f"j{i}", "rollout_gpus": 8, "train_gpus": 8,
+                                "t_roll_s": 1, "t_train_s": 2, "slo": 1.0})["id"]
+       for i in range(J)]
+t0 = time.perf_counter()
+for _ in range(K):
+    for j in ids:
+        for ph in ("rollout", "train"):
+            lease = req("POST", f"/v1/jobs/{j}/phases/{ph}/acquire?wait=5")
+            req("POST", f"/v1/leases/{lease['lease']}/release", {"status": "ok"})
+print(f"{(time.perf_counter() - t0) / (J * K * 2) * 1e6:.0f}")
+PY
+)
+  kill -9 $pid
+  wait $pid 2>/dev/null || true
+  ts=()
+  for _ in 1 2 3; do
+    start "$dir" "$mode"
+    ts+=("$took")
+    kill -9 $pid
+    wait $pid 2>/dev/null || true
+  done
+  best=$(printf '%s\n' "${ts[@]}" | sort -g | head -1)
+  rows=$(python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute(
+\"SELECT count(*) FROM log WHERE kind='observe'\").fetchone()[0])" "$dir/loom.db")
+  size=$(du -sk "$dir" | cut -f1)
+  printf '%-6s %d jobs x %d iterations: %s us per released phase (acquire + release), ' \
+    "$mode" "$jobs" "$iters" "$drive"
+  printf '%d observe entries, store %d KiB, restart (replay) best of 3: %.3f s\n' \
+    "$rows" "$size" "$best"
+  eval "drive_$mode=$drive restart_$mode=$best rows_$mode=$rows"
+done
+echo "p99 / worst per released phase: $(echo "scale=2; $drive_p99 / $drive_worst" | bc)x"
+echo "p99 / worst restart: $(echo "scale=2; $restart_p99 / $restart_worst" | bc)x," \
+  "$(echo "scale=2; ($restart_p99 - $restart_worst) * 1000000 / $rows_p99" | bc) us per replayed observation"

@@ -1,0 +1,168 @@
+/*
+ * learn.c - learned-profile admission in loomd (policy.admission p99 / p95, see
+ * docs/scheduling.md "admission on learned profiles" and docs/operations.md).
+ *
+ * Every finished phase's length (grant -> release of its lease; a training phase run call by
+ * call is the sum of its calls) is handed to loom_sched_observe, which after learn_after
+ * iterations re-plans the job's group on the observed quantile. A re-plan changes where later
+ * jobs are placed, so it must replay: each observation is one "observe" entry in the store's
+ * log, written in the same transaction as the release that measured it (committed before the
+ * release's reply, like every log entry), carrying what the core made of it:
+ *
+ *     {"core":7,"phase":"train","took_us":612034,"result":1,
+ *      "t_roll_us":1004211,"t_train_us":611200,"budget_us":3241000}
+ *
+ * result is loom_sched_observe's (0 nothing changed, 1 re-planned, 2 the group no longer meets
+ * the job's real budget) and the three times are the job's learned profile after it. Replay
+ * feeds the same lengths to the same core job, in log order between the submits, exits and
+ * re-admissions, and refuses to start (LOOM_ECORRUPT) unless the result and the learned profile
+ * come out the same.
+ *
+ * Under admission worst nothing is observed or logged: loomd behaves as before.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "srv.h"
+
+static void store_note(loom_server *s, int rc, const loom_err *e)
+{
+        if (rc && !s->store_failed) {
+                s->store_failed = true;
+                srv_log(s, "store failure, stopping: %s", e->msg);
+        }
+}
+
+char *srv_observe_encode(const srv_observe_rec *o)
+{
+        json_t *j = json_pack("{s:I,s:s,s:I,s:i,s:I,s:I,s:I}", "core", (json_int_t)o->core, "phase",
+                              loom_phase_name(o->phase), "took_us", (json_int_t)o->took, "result",
+                              o->result, "t_roll_us", (json_int_t)o->roll, "t_train_us",
+                              (json_int_t)o->train, "budget_us", (json_int_t)o->budget);
+        char *t = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+        json_decref(j);
+        return t;
+}
+
+static int get_us(json_t *o, const char *k, loom_us *out)
+{
+        json_t *v = json_object_get(o, k);
+        if (!json_is_integer(v) || json_integer_value(v) < 0)
+                return -1;
+        *out = (loom_us)json_integer_value(v);
+        return 0;
+}
+
+int srv_observe_decode(const char *text, srv_observe_rec *o, loom_err *e)
+{
+        memset(o, 0, sizeof *o);
+        json_error_t je;
+        json_t *j = text ? json_loads(text, 0, &je) : NULL;
+        json_t *core = json_object_get(j, "core"), *res = json_object_get(j, "result");
+        const char *phase = json_string_value(json_object_get(j, "phase"));
+        const char *bad =
+            !json_is_object(j) ? "entry"
+            : !json_is_integer(core) || json_integer_value(core) <= 0 ||
+                    json_integer_value(core) > UINT32_MAX
+                ? "core"
+            : !phase || loom_phase_parse(phase, &o->phase) || o->phase == LOOM_PHASE_SYNC ? "phase"
+            : get_us(j, "took_us", &o->took) ? "took_us"
+            : !json_is_integer(res) || json_integer_value(res) < 0 || json_integer_value(res) > 2
+                ? "result"
+            : get_us(j, "t_roll_us", &o->roll)   ? "t_roll_us"
+            : get_us(j, "t_train_us", &o->train) ? "t_train_us"
+            : get_us(j, "budget_us", &o->budget) ? "budget_us"
+                                                 : NULL;
+        if (!bad) {
+                o->core = (uint32_t)json_integer_value(core);
+                o->result = (int)json_integer_value(res);
+        }
+        json_decref(j);
+        return bad ? loom_err_set(e, LOOM_ECORRUPT, bad, "unreadable observe entry (%s)", bad) : 0;
+}
+
+/* Keep the job's learned view (the core forgets it when the job ends). */
+static void keep(srv_job *j, const loom_job_info *in)
+{
+        j->learned = in->learned;
+        j->learned_roll = in->learned_roll;
+        j->learned_train = in->learned_train;
+        j->learned_budget = in->learned_budget;
+}
+
+int srv_learn_observe(loom_server *s, srv_job *j, loom_phase phase, loom_us took)
+{
+        if (loom_sched_policy(s->sched)->admission == LOOM_ADMIT_WORST || !srv_job_live(j->state))
+                return 0;
+        int rc = loom_sched_observe(s->sched, srv_now_wall(), j->retry.core, phase, took);
+        loom_job_info in;
+        if (rc < 0 || loom_sched_job_info(s->sched, j->retry.core, &in)) {
+                srv_log(s, "job %u: observation refused: %s", j->id, loom_strerror(rc));
+                return 0;
+        }
+        keep(j, &in);
+        if (rc == 1)
+                j->replans++;
+        srv_observe_rec o = {j->retry.core,    phase, took, rc, in.learned_roll, in.learned_train,
+                             in.learned_budget};
+        loom_err e;
+        loom_err_clear(&e);
+        char *text = srv_observe_encode(&o);
+        if (!text)
+                store_note(s, loom_err_set(&e, LOOM_ENOMEM, "", "out of memory"), &e);
+        else
+                store_note(s, srv_store_log(s->store, "observe", j->id, text, &e), &e);
+        free(text);
+        if (rc == 1)
+                srv_log(s,
+                        "job %u (%s) group %u re-planned on its %s profile: rollout %.3f s, "
+                        "train %.3f s, budget %.3f s",
+                        j->id, j->name, in.group,
+                        loom_admission_name(loom_sched_policy(s->sched)->admission),
+                        loom_us_to_s(in.learned_roll), loom_us_to_s(in.learned_train),
+                        loom_us_to_s(in.learned_budget));
+        return rc;
+}
+
+int srv_replay_observe(loom_server *s, srv_job *j, uint32_t core, const char *reason, loom_err *e)
+{
+        srv_observe_rec o;
+        loom_err e2;
+        if (srv_observe_decode(reason, &o, &e2))
+                return loom_err_set(e, LOOM_ECORRUPT, "store", "job %u: %s", j->id, e2.msg);
+        if (o.core != core)
+                return loom_err_set(e, LOOM_ECORRUPT, "store",
+                                    "job %u: observe entry names core job %u, replay is at %u",
+                                    j->id, o.core, core);
+        int rc = loom_sched_observe(s->sched, 0, core, o.phase, o.took);
+        loom_job_info in;
+        if (rc < 0 || loom_sched_job_info(s->sched, core, &in) || rc != o.result ||
+            in.learned_roll != o.roll || in.learned_train != o.train ||
+            in.learned_budget != o.budget)
+                return loom_err_set(
+                    e, LOOM_ECORRUPT, "store",
+                    "replay learned job %u's profile differently from the stored observation: "
+                    "result %d, rollout %.6f s, train %.6f s, budget %.6f s (stored %d, %.6f s, "
+                    "%.6f s, %.6f s)",
+                    j->id, rc, loom_us_to_s(in.learned_roll), loom_us_to_s(in.learned_train),
+                    loom_us_to_s(in.learned_budget), o.result, loom_us_to_s(o.roll),
+                    loom_us_to_s(o.train), loom_us_to_s(o.budget));
+        keep(j, &in);
+        if (rc == 1)
+                j->replans++;
+        return 0;
+}
+
+void srv_learn_json(loom_server *s, const srv_job *j, json_t *o)
+{
+        (void)s;
+        json_object_set_new(o, "learned", json_boolean(j->learned));
+        json_object_set_new(o, "replans", json_integer((json_int_t)j->replans));
+        json_object_set_new(o, "learned_profile",
+                            j->learned_roll > 0
+                                ? json_pack("{s:f,s:f,s:f}", "t_roll_s",
+                                            loom_us_to_s(j->learned_roll), "t_train_s",
+                                            loom_us_to_s(j->learned_train), "budget_s",
+                                            loom_us_to_s(j->learned_budget))
+                                : json_null());
+}

@@ -1,0 +1,262 @@
+"""Learned-profile admission against a real loomd (docs/operations.md, "Admission"):
+
+- bad --admission / --learn-after / policy.admission values are refused naming the option;
+- A (SLO 3) declares a 1 s rollout and a 3 s training but its worker takes 0.5 s and 0.4 s.
+  B (1 s + 1 s, SLO 1.5) cannot join A's group on A's worst case (A alone runs 4 s > B's 3 s
+  budget): it gets a group of its own, and is cancelled. After three iterations A's group is
+  re-planned on A's observed p99 (replans > 0, the learned profile in A's JSON and /metrics),
+  and the same B now direct-packs into A's group at +$0/h;
+- loomd is killed with SIGKILL and started again on the same data dir: every job's placement,
+  learned profile and replans, the groups, the cluster view and the counters are the same;
+  both jobs then run in the shared group and A keeps learning;
+- the store is refused (exit 1) if an observation in its log is altered, or if loomd is started
+  on it with admission worst;
+- X, packed beside Y on their declared profiles, really runs five times faster: measured on
+  that, no group holding Y meets its budget, so loomd re-admits X on its learned profile (cause
+  "learned"), Y keeps running, and kill -9 replays it.
+The phase lengths are the worker's sleeps: wall time, as loomd measures every lease.
+"""
+
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from loomd_harness import Loomd, check, job_spec  # noqa: E402
+
+build, source = sys.argv[1], sys.argv[2]
+loomd = os.path.join(build, "loomd")
+ARGS = ["--admission", "p99", "--learn-after", "3", "--lease-timeout", "60", "--quiet"]
+
+
+def usage_error(*args):
+    p = subprocess.run([loomd, "--data-dir", "/nonexistent-loomd-learn"] + list(args),
+                       capture_output=True, text=True)
+    return p.returncode, p.stderr
+
+
+# ---- 1. configuration ---------------------------------------------------------------------
+rc, err = usage_error("--admission", "p50")
+check(rc == 2 and "--admission" in err,
+      f"--admission p50 is bad usage naming the option ({err.strip()})")
+rc, err = usage_error("--learn-after", "0")
+check(rc == 2 and "--learn-after" in err, f"--learn-after 0 is refused ({err.strip()})")
+rc, err = usage_error("--learn-after", "21")
+check(rc == 2 and "--learn-after" in err, "--learn-after above the learning window is refused")
+tmp = tempfile.mkdtemp(prefix="loomd-learn-")
+try:
+    bad = os.path.join(tmp, "policy.json")
+    with open(bad, "w") as f:
+        f.write('{"cluster": {},\n "policy": {"admission": "p50"}}\n')
+    p = subprocess.run([loomd, "--data-dir", tmp, "--cluster", bad], capture_output=True,
+                       text=True)
+    check(p.returncode == 1 and "policy.admission" in p.stderr and ":2:" in p.stderr,
+          f"a bad policy.admission names the field and line ({p.stderr.strip()})")
+finally:
+    shutil.rmtree(tmp, True)
+
+d = Loomd(build, *ARGS).start()
+_, cl = d.req("GET", "/v1/cluster")
+check(cl["policy"]["admission"] == "p99" and cl["policy"]["learn_after"] == 3,
+      f"/v1/cluster reports the admission mode ({cl['policy']})")
+
+
+def phase(jid, ph, secs):
+    st, lease = d.req("POST", f"/v1/jobs/{jid}/phases/{ph}/acquire?wait=20")
+    if st != 200:
+        check(False, f"job {jid} acquires {ph} ({st} {lease})")
+    time.sleep(secs)
+    st, body = d.req("POST", f"/v1/leases/{lease['lease']}/release", {"status": "ok"})
+    if st != 200:
+        check(False, f"job {jid} releases {ph} ({st} {body})")
+    return body
+
+
+def job(jid):
+    return d.req("GET", f"/v1/jobs/{jid}")[1]
+
+
+def metric(text, name):
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return None
+
+
+# ---- 2. learning opens the slack a worst-case plan keeps -------------------------------------
+st, a = d.req("POST", "/v1/jobs", job_spec("A", 1.0, 3.0, 3.0, 0))
+check(st == 201 and a["decision"]["decision"] == "new_group", "A gets a group")
+B = job_spec("B", 1.0, 1.0, 1.5, 0)
+st, b1 = d.req("POST", "/v1/jobs", B)
+check(st == 201 and b1["decision"]["decision"] == "new_group"
+      and b1["decision"]["group"] != a["decision"]["group"]
+      and b1["decision"]["marginal_cost_per_hour"] > 0,
+      f"on A's worst case B cannot join A's group: {b1['decision']['decision']}, "
+      f"+${b1['decision']['marginal_cost_per_hour']:.2f}/h")
+st, _ = d.req("DELETE", f"/v1/jobs/{b1['id']}")
+check(st == 200, "B is cancelled, its group released")
+check(a["learned"] is False and a["replans"] == 0 and a["learned_profile"] is None,
+      "A starts on its declared profile")
+for it in range(1, 4):
+    phase(a["id"], "rollout", 0.5)
+    body = phase(a["id"], "train", 0.4)
+    if it < 3:
+        check(body["replans"] == 0 and not body["learned"], f"no re-plan after iteration {it}")
+ja = job(a["id"])
+lp = ja["learned_profile"]
+check(ja["learned"] and ja["replans"] == 1,
+      f"after 3 iterations A's group is re-planned ({ja['replans']})")
+check(0.5 <= lp["t_roll_s"] < 0.75 and 0.4 <= lp["t_train_s"] < 0.65,
+      f"on A's observed p99: rollout {lp['t_roll_s']:.3f} s, train {lp['t_train_s']:.3f} s")
+check(2.7 <= lp["budget_s"] < 3.9,
+      f"A is held to 3 x its mean solo iteration ({lp['budget_s']:.3f} s)")
+check(ja["spec"]["t_roll_s"] == 1.0 and ja["profile"]["t_train_s"] == 3.0,
+      "the declared spec and the admission profile are kept")
+_, m = d.req("GET", "/metrics")
+check(metric(m, "loom_replans_total") == 1, "/metrics counts the re-plan")
+st, b2 = d.req("POST", "/v1/jobs", B)
+dec = b2["decision"]
+check(st == 201 and dec["decision"] == "direct_pack" and dec["group"] == a["decision"]["group"]
+      and dec["marginal_cost_per_hour"] == 0,
+      f"the same B now packs into A's group: {dec['decision']}, "
+      f"+${dec['marginal_cost_per_hour']:.2f}/h, T_meta {dec['t_meta_s']:.3f} s")
+
+
+# ---- 3. kill -9 and replay --------------------------------------------------------------------
+KEYS = ["id", "state", "group", "rollout_nodes", "train_nodes", "iterations_done", "learned",
+        "learned_profile", "replans", "profile", "restarts", "resubmits", "next_phase"]
+
+
+def snapshot():
+    _, jobs = d.req("GET", "/v1/jobs")
+    _, groups = d.req("GET", "/v1/groups")
+    _, cluster = d.req("GET", "/v1/cluster")
+    _, m = d.req("GET", "/metrics")
+    counters = [ln for ln in m.splitlines()
+                if ln.startswith(("loom_replans_total", "loom_decisions_total", "loom_nodes",
+                                  "loom_groups"))]
+    return ([{k: j[k] for k in KEYS} for j in jobs["jobs"]], groups, cluster, counters)
+
+
+before = snapshot()
+d.kill9()
+d.start()
+after = snapshot()
+for i, what in enumerate(["jobs (placements, learned profiles, replans)", "groups",
+                          "cluster view", "counters"]):
+    if before[i] != after[i]:
+        print("before:", before[i], "\nafter: ", after[i], file=sys.stderr)
+    check(before[i] == after[i], f"after kill -9 the replayed {what}: the same")
+
+# Both jobs run in the shared group; A keeps learning.
+errors = []
+
+
+def run(jid, roll, train, iters):
+    try:
+        for _ in range(iters):
+            phase(jid, "rollout", roll)
+            phase(jid, "train", train)
+    except BaseException as e:  # noqa: BLE001
+        errors.append(e)
+
+
+ts = [threading.Thread(target=run, args=(a["id"], 0.5, 0.4, 2)),
+      threading.Thread(target=run, args=(b2["id"], 0.3, 0.3, 2))]
+for t in ts:
+    t.start()
+for t in ts:
+    t.join(timeout=60)
+check(not errors and not any(t.is_alive() for t in ts), "A and B run two iterations side by side")
+ja, jb = job(a["id"]), job(b2["id"])
+check(ja["iterations_done"] == 5 and jb["iterations_done"] == 2
+      and ja["group"] == jb["group"] == a["decision"]["group"],
+      "in the shared group")
+check(ja["replans"] >= 1 and ja["learned"] and ja["resubmits"] == 0,
+      f"A stays on a learned plan ({ja['replans']} re-plans, no re-admission)")
+final = snapshot()
+check(d.stop() == 0, "loomd stops cleanly")
+
+# ---- 4. the store is the truth --------------------------------------------------------------
+d.start()
+check(snapshot() == final, "a clean restart replays the same state")
+check(d.stop() == 0, "loomd stops cleanly")
+
+copy = tempfile.mkdtemp(prefix="loomd-learn-copy-")
+try:
+    shutil.copy(os.path.join(d.dir, "loom.db"), copy)
+    db = sqlite3.connect(os.path.join(copy, "loom.db"))
+    seq, reason = db.execute("SELECT seq, reason FROM log WHERE kind='observe' AND job=? "
+                             "AND reason LIKE '%\"phase\":\"train\"%' ORDER BY seq LIMIT 1",
+                             (a["id"],)).fetchone()
+    db.execute("UPDATE log SET reason=? WHERE seq=?",
+               (reason.replace('"took_us":', '"took_us":9'), seq))
+    db.commit()
+    db.close()
+    p = subprocess.run([loomd, "--data-dir", copy, "--listen", "127.0.0.1:0"] + ARGS,
+                       capture_output=True, text=True, timeout=30)
+    check(p.returncode == 1 and "replay" in p.stderr,
+          f"an altered observation is refused ({p.stderr.strip()})")
+    p = subprocess.run([loomd, "--data-dir", d.dir, "--listen", "127.0.0.1:0", "--quiet"],
+                       capture_output=True, text=True, timeout=30)
+    check(p.returncode == 1 and "another policy" in p.stderr,
+          f"the store keeps its admission mode ({p.stderr.strip()})")
+finally:
+    shutil.rmtree(copy, True)
+
+# ---- 5. a job whose group cannot meet its real budget is re-admitted on its learned profile ----
+# X and Y (0.5 s + 0.5 s, SLO 2) share a group. X really takes 0.1 s + 0.1 s: measured on that,
+# its budget is 0.4 s, which no group holding Y (a 1 s solo iteration) meets, so after its
+# third iteration loomd re-admits X on its learned profile, held to that budget, in a group
+# of its own. Y really takes 0.4 s + 0.4 s (no drift) and keeps running where it was.
+d = Loomd(build, *ARGS).start()
+_, x = d.req("POST", "/v1/jobs", job_spec("X", 0.5, 0.5, 2.0, 0))
+_, y = d.req("POST", "/v1/jobs", job_spec("Y", 0.5, 0.5, 2.0, 0))
+check(y["decision"]["decision"] == "direct_pack" and y["group"] == x["group"],
+      "X and Y share a group on their declared profiles")
+stop = threading.Event()
+errors = []
+
+
+def run_y():
+    try:
+        while not stop.is_set():
+            phase(y["id"], "rollout", 0.4)
+            phase(y["id"], "train", 0.4)
+    except BaseException as e:  # noqa: BLE001
+        errors.append(e)
+
+
+ty = threading.Thread(target=run_y)
+ty.start()
+for it in range(3):
+    phase(x["id"], "rollout", 0.1)
+    phase(x["id"], "train", 0.1)
+jx = job(x["id"])
+check(jx["readmission"] and jx["readmission"]["cause"] == "learned" and jx["resubmits"] == 1,
+      f"X is re-admitted: {jx['readmission'] and jx['readmission']['reason']}")
+check(jx["profile"]["t_roll_s"] < 0.2 and jx["profile"]["t_train_s"] < 0.2
+      and jx["learned_profile"]["budget_s"] < 0.6,
+      f"on its learned profile ({jx['profile']}, budget {jx['learned_profile']['budget_s']:.3f} s)")
+check(jx["group"] != y["group"] and jx["restarts"] == 0, "in a group of its own, no restart used")
+for it in range(2):
+    phase(x["id"], "rollout", 0.1)
+    phase(x["id"], "train", 0.1)
+_, m = d.req("GET", "/metrics")
+check('loom_readmissions_total{cause="learned"} 1' in m, "/metrics counts the re-admission")
+stop.set()
+ty.join(timeout=30)
+check(not errors, f"Y kept running ({errors})")
+check(job(y["id"])["group"] == y["group"] and job(x["id"])["iterations_done"] == 5,
+      "Y stays in its group, X carries on")
+before = snapshot()
+d.kill9()
+d.start()
+check(snapshot() == before,
+      "after kill -9 the re-admission and what X learned since replay the same")
+check(d.stop() == 0, "loomd stops cleanly")
