@@ -142,10 +142,11 @@ for n, j in zip(NAMES, jobs):
     check(deltas and all(r["pull_bytes"] == by_version[r["version"]]["delta_bytes"]
                          for r in deltas),
           f"{n}: a delta pull moves exactly the published delta")
-    check(len(repulls) == len(killed_trains[n])
+    check(len(repulls) == len(killed_trains[n]) and (repulls or not killed_trains[n])
           and all(not r["pull_dense"] and r["pull_changed"] == 0 for r in repulls),
-          f"{n}: after each of the {len(repulls)} trainer restarts the rollout worker kept its "
-          "copy of the version (checksums matched the new publisher's), no dense re-pull")
+          f"{n}: after each of the {len(killed_trains[n])} trainer restarts the rollout worker "
+          "kept its copy of the version (checksums matched the new publisher's), no dense re-pull"
+          if killed_trains[n] else f"{n}: no trainer restart, no rollout redone")
     leases_train = {r["lease"] for r in tr}
     leases_roll = {r["lease"] for r in ro}
     check(len(leases_train) == STEPS and len(leases_roll) == len(ro)
@@ -195,3 +196,48 @@ check(res["a"]["final_digest"] == res["b"]["final_digest"] == res["c"]["final_di
       "a and b, killed, end with weights bit-identical to c's, never killed (same seed)")
 print(f"     rewards a {res['a']['rewards']}, held-out {res['a']['heldout_start']} -> "
       f"{res['a']['heldout_end']}")
+
+# A trainer resumes only from the checkpoint of loomd's count, made by this very job: restore()
+# (what a restarted trainer runs) on the finished jobs' checkpoints.
+sys.path.insert(0, os.path.join(source, "examples", "rl"))
+import copy  # noqa: E402
+
+import torch  # noqa: E402
+
+import grpo as G  # noqa: E402
+import job as J  # noqa: E402
+
+G.setup_torch()
+
+
+def trainer_state(n, **change):
+    cfg = dict(J.load_cfg(os.path.join(work, n)), **change)
+    model, _ = J.warm_policy(cfg, G)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg["lr"])
+    return J.TrainerState(model, opt, copy.deepcopy(model), cfg, cfg["dir"],
+                          key=f"{cfg['name']}-{cfg['job']}")
+
+
+def refusal(ts, n):
+    try:
+        ts.restore(n)
+    except J.CheckpointError as err:
+        return str(err)
+    return None
+
+
+for n in ("a", "b"):
+    ts = trainer_state(n)
+    hdr = ts.restore(STEPS)
+    digest = loom.weights.digest(loom.weights.bf16_bits(ts.params))
+    check(hdr["iteration"] == STEPS and digest == hdr["digest"] == res[n]["final_digest"],
+          f"{n}: checkpoint {STEPS} restores the final weights bit for bit")
+    why = refusal(trainer_state(n), STEPS + 1)
+    check(why is not None and f"newest is iteration {STEPS}, behind loomd's count" in why,
+          f"{n}: a checkpoint behind loomd's count is refused: {why}")
+why = refusal(trainer_state("b"), 2)
+check(why is not None and "no checkpoint of iteration 2" in why,
+      f"b: a missing checkpoint is refused: {why}")
+why = refusal(trainer_state("b", lr=2e-3), STEPS)
+check(why is not None and "config is" in why and "refusing" in why,
+      f"b: another job's checkpoint (a different learning rate) is refused: {why}")
