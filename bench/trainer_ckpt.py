@@ -98,12 +98,24 @@ def main():
                     ts.save(k, k, "")
                     saves.append(ts.save_s)
                     ts.prune(k)
+                # a restarted trainer: a fresh process's state restored from the last one, then
+                # its first grant; its weights must be the saved ones, bit for bit
+                k = rounds + 1
+                want = J.tensor_digest(model.parameters())
+                fresh = G.make_policy(size, 2)
+                fopt = torch.optim.Adam(fresh.parameters(), lr=1e-3)
+                t = time.monotonic()
+                again = J.TrainerState(fresh, fopt, copy.deepcopy(model), cfg, d, key=key)
+                again.restore(k)
+                again.load(Lease(k + 1))
+                resume_s = time.monotonic() - t
+                assert J.tensor_digest(fresh.parameters()) == want, "restore is not bit-exact"
                 ts.load(Lease(rounds + 2))  # the moments back, for the next mode
                 if mode == "loom-state":
                     st.drop(key)
                 print(f"size {size} ({n:7d} params) {mode:<10}  checkpoint {ts.save_bytes:8d} B "
                       f"{ms(saves)}  |  Adam moments alone {base_bytes:8d} B {ms(base_t)}  |  "
-                      f"moments back at grant {ms(loads)}")
+                      f"moments back at grant {ms(loads)}  |  resume {resume_s * 1e3:.1f} ms")
 
 
 main()

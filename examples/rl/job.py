@@ -6,12 +6,13 @@ engine and the rollout worker pulls it before its next rollout.
 
     job.py launch --warmup-only --task reverse --size m --dir DIR --cache CACHE
     job.py launch --url URL --job ID --task reverse --size m --steps 20 --dir DIR --cache CACHE
-    job.py rollout DIR      (started by launch, pinned to CPU 0; restarted if it dies)
-    job.py trainer DIR      (started by launch, pinned to CPU 1)
+    job.py rollout DIR      (started by launch, pinned to CPU 0; restarted if killed)
+    job.py trainer DIR      (started by launch, pinned to CPU 1; restarted if killed)
 
 Rollouts reach the trainer as files in DIR (batch-<it>.pt, written atomically); weights go
-through loom (job.publish / job.pull). Each process appends what it did to DIR/<role>.jsonl;
-launch folds those into DIR/result.json.
+through loom (job.publish / job.pull). The trainer checkpoints at the end of every train permit
+(TrainerState) and a restarted one resumes from the checkpoint of loomd's count. Each process
+appends what it did to DIR/<role>.jsonl; launch folds those into DIR/result.json.
 
 The supervised warm-up is the job's initialisation: run it (--warmup-only) before submitting
 the job, since loomd's first permit expires if nobody claims it within one lease timeout. It
@@ -739,8 +740,10 @@ def main(argv):
     la.add_argument("--dir", required=True, help="the job's working directory")
     la.add_argument("--name", help="name in the timeline (default: the task)")
     la.add_argument("--cache", help="directory for warm-up checkpoints (default: --dir)")
-    la.add_argument("--state-sock", help="the node's loom-state socket: the trainer offloads "
-                    "its optimizer state there between train permits (--residency loom-state)")
+    la.add_argument("--state-sock", help="the node's loom-state socket: the trainer's "
+                    "checkpoint (fp32 weights, Adam state) goes there at the end of every train "
+                    "permit (--residency loom-state; file: the job's directory; keep: the Adam "
+                    "state stays in the process, the checkpoint goes to the directory)")
     for k, v in DEFAULTS.items():
         la.add_argument("--" + k.replace("_", "-"), dest=k, type=type(v),
                         help=f"default {v}")
