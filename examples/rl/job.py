@@ -369,7 +369,11 @@ class TrainerState:
             hdr = json.loads(bytes(raw.numpy()).decode())
             self._check(hdr, n, where)
             rng = torch.empty_like(torch.get_rng_state())
-            self.st.load(self._tensors(hdr, moments=False, rng=rng), job=self.key, version=n)
+            try:
+                self.st.load(self._tensors(hdr, moments=False, rng=rng), job=self.key,
+                             version=n)
+            except loom.state.StateError as err:
+                raise CheckpointError(f"checkpoint {where}: {err}") from None
             self.steps = {int(i): s for i, s in hdr["steps"].items()}
         else:
             path = self.path(n)
@@ -379,8 +383,11 @@ class TrainerState:
                 why = (f"the newest is iteration {have[-1]}, behind loomd's count" if have and
                        have[-1] < n else f"checkpoints present: {have or 'none'}")
                 raise CheckpointError(f"no checkpoint of iteration {n} at {path}: {why}")
-            obj = torch.load(path)
-            hdr, rng = obj["header"], obj["rng"]
+            try:
+                obj = torch.load(path)
+                hdr, rng = obj["header"], obj["rng"]
+            except Exception as err:  # noqa: BLE001 (whatever torch.load says, with the path)
+                raise CheckpointError(f"checkpoint {path} is unreadable: {err}") from None
             self._check(hdr, n, path)
             with torch.no_grad():
                 for p, w in zip(self.params, obj["weights"]):
