@@ -2,9 +2,10 @@
 
 Three jobs with the same seed share the CPUs (rollout pool CPU 0, training pool CPU 1). Job a's
 rollout worker is killed with SIGKILL in the middle of a rollout by this test, and its trainer
-once after saving a checkpoint but before releasing its lease; job b's trainer is killed twice:
-right after an optimizer step (nothing published or saved) and in the middle of writing a
-checkpoint (the temporary file complete, not renamed). The trainer kills are placed exactly
+once after saving a checkpoint but before releasing its lease; job b's trainer is killed three
+times: right after an optimizer step (nothing published or saved), right after publishing the
+new version (not yet saved), and in the middle of writing a checkpoint (the temporary file
+complete, not renamed). The trainer kills are placed exactly
 by examples/rl/job.py's $LOOM_RL_KILL hook (a SIGKILL the process sends itself at that point).
 Job c is never killed. Every killed process is restarted by its launcher. Checks:
 
@@ -78,10 +79,11 @@ subprocess.run([sys.executable, job_py, "launch", "--warmup-only", "--dir", work
 NAMES = ("a", "b", "c")
 jobs = [loom.Job.submit(url, job_spec(n, 1.0, 1.0, 3.0, STEPS)) for n in NAMES]
 check(jobs[0].decision["group"] == jobs[1].decision["group"], "a and b share one group")
-residency = {"a": ["--state-sock", sock], "b": ["--residency", "file"],
+residency = {"a": ["--state-sock", sock], "b": ["--residency", "file", "--max-restarts", "3"],
              "c": ["--residency", "keep"]}
 # trainer kills (job.py's $LOOM_RL_KILL): the j-th entry kills the j-th trainer process
-kills = {"a": "trainer:release:1", "b": "trainer:step:1,trainer:checkpoint:3", "c": ""}
+kills = {"a": "trainer:release:1", "b": "trainer:step:1,trainer:publish:2,trainer:checkpoint:3",
+         "c": ""}
 killed_trains = {n: sorted(int(k.split(":")[2]) for k in v.split(",") if k)
                  for n, v in kills.items()}
 procs = [subprocess.Popen([sys.executable, job_py, "launch", "--url", url, "--job", str(j.id),
