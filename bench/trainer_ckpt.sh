@@ -3,6 +3,7 @@
 # permit end for policy sizes s, m, l, to loom-state and to a file (tmp + fsync + rename),
 # against the Adam-moments-only offload a permit end did before, in the same process.
 # Needs /usr/bin/python3 with torch and numpy. Usage: bench/trainer_ckpt.sh BUILD_DIR [ROUNDS]
+# ($LOOM_STATE_BIN: another loom-state binary, e.g. a sanitized one)
 set -euo pipefail
 b=$(cd "${1:-build}" && pwd)
 rounds=${2:-20}

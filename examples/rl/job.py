@@ -521,6 +521,10 @@ def trainer_main(d):
             say(cfg, f"trainer  job restarted by loomd; resuming at iteration "
                      f"{r.iterations_done}")
             continue
+        except CheckpointError as err:  # the lease was released as failed
+            say(cfg, f"trainer  checkpoint: {err}")
+            log(out, {"event": "checkpoint_failed", "it": it, "error": str(err)})
+            raise SystemExit(1)
         res.prune(it + 1)  # iteration it + 1 is counted: checkpoint it can go
         rec.update(optimizer_offloaded_bytes=res.bytes, optimizer_found=res.found,
                    optimizer_load_s=res.seconds, ckpt_bytes=res.save_bytes,
