@@ -183,8 +183,27 @@ class Puller:
 
     def pull(self, flat, want, timeout_s=60.0):
         """Bring flat (uint16, updated in place) to the latest version >= want. Returns the
-        pull's statistics; raises SyncError (flat unchanged) on a timeout or a bad frame."""
-        host, port = self._resolve(timeout_s)
+        pull's statistics; raises SyncError (flat unchanged) on a timeout or a bad frame.
+
+        When the endpoint is a file, a publisher that cannot be reached (or does not answer)
+        is looked up again in the file every second until timeout_s: a trainer that was
+        restarted serves from a new port. Its version `have` is accepted only if its checksums
+        match the bits held here."""
+        import time
+        end = time.monotonic() + timeout_s
+        from_file = ":" not in self.endpoint or os.path.sep in self.endpoint
+        while True:
+            host, port = self._resolve(max(end - time.monotonic(), 0.05))
+            left = max(end - time.monotonic(), 0.05)
+            try:
+                return self._pull_once(host, port, flat, want, min(left, 1.0) if from_file
+                                       else left)
+            except SyncError as err:
+                if (not from_file or err.code not in (_native.EIO, _native.ETIMEDOUT)
+                        or time.monotonic() >= end):
+                    raise
+
+    def _pull_once(self, host, port, flat, want, timeout_s):
         have = NO_VERSION if self.version is None else self.version
         st, err = _PullStats(), _native.Err()
         rc = self.lib.loom_sync_pull(host.encode(), port, self._shards, len(self.sizes),

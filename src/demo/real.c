@@ -433,8 +433,9 @@ static int real_run(const loom_demo_real_opts *o, const char *src, const char *r
                 url, root, CPU_ROLLOUT, CPU_TRAIN, o->steps, (unsigned long long)o->seed);
         if (state_sock[0])
                 fprintf(out,
-                        "loom-state at %s: each trainer's Adam state is offloaded there when its "
-                        "train permit ends and loaded when the next is granted\n\n",
+                        "loom-state at %s: each trainer's checkpoint (fp32 weights, Adam state) "
+                        "goes there when its train permit ends; the Adam state comes back when "
+                        "the next is granted\n\n",
                         state_sock);
         run shared[REAL_JOBS] = {0}, alone[REAL_JOBS] = {0};
         char t0[32];

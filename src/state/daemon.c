@@ -95,9 +95,12 @@ static int map_fd(conn *c, int fd, uint64_t off, uint64_t len, uint8_t **p, loom
                                     "buffer [%" PRIu64 ", +%" PRIu64 ") beyond the %lld-byte fd",
                                     off, len, (long long)st.st_size);
         }
+        /* Reuse a mapping only while it covers the whole file: a memfd that grew since (the
+         * client's staging buffer) is mapped again at its first item, so that no item of one
+         * request points into a mapping that a later item of it replaces. */
         for (int i = 0; i < c->nmaps; i++)
                 if (c->maps[i].dev == st.st_dev && c->maps[i].ino == st.st_ino &&
-                    c->maps[i].len >= off + len) {
+                    c->maps[i].len >= (uint64_t)st.st_size) {
                         close(fd);
                         *p = c->maps[i].p + off;
                         return 0;

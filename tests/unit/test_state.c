@@ -132,6 +132,45 @@ Test(state, offload_load_roundtrip_fd_and_staged)
         fx_stop(&f, 1);
 }
 
+/* The client's staging memfd grows when a request of plain memory outgrows it: the daemon must
+ * map it again for the whole request, not keep the first item in the old, smaller mapping that
+ * a later item of the same request replaces. */
+Test(state, staging_buffer_that_grows_between_requests)
+{
+        fx f;
+        fx_start(&f, 32 << 20, 64 << 20, 0, 1);
+        loom_state_result r;
+        loom_err e;
+        float *small = malloc(4096 * 4);
+        fill((uint8_t *)small, 4096 * 4, 3);
+        loom_state_io one = io_at("g", 1, "s", 4096, -1, 0);
+        one.ptr = small;
+        cr_assert_eq(loom_state_offload(f.c, &one, 1, LOOM_STATE_HOST, &r, &e), 0, "%s", e.msg);
+        /* two items of 768 KiB: the first fits the 1 MiB buffer mapped so far, the second not */
+        enum { N = 3 << 16 };
+        uint8_t *x = malloc(4 * N), *y = malloc(4 * N);
+        fill(x, 4 * N, 4);
+        fill(y, 4 * N, 5);
+        loom_state_io two[2] = {io_at("g", 2, "x", N, -1, 0), io_at("g", 2, "y", N, -1, 0)};
+        two[0].ptr = x;
+        two[1].ptr = y;
+        cr_assert_eq(loom_state_offload(f.c, two, 2, LOOM_STATE_HOST, &r, &e), 0, "%s", e.msg);
+        cr_assert_eq(r.staged_bytes, 8 * N);
+        memset(x, 0, 4 * N);
+        memset(y, 0, 4 * N);
+        cr_assert_eq(loom_state_load(f.c, two, 2, "", &r, &e), 0, "%s", e.msg);
+        uint8_t *chk = malloc(4 * N);
+        fill(chk, 4 * N, 4);
+        cr_assert_eq(memcmp(x, chk, 4 * N), 0);
+        fill(chk, 4 * N, 5);
+        cr_assert_eq(memcmp(y, chk, 4 * N), 0);
+        free(chk);
+        free(x);
+        free(y);
+        free(small);
+        fx_stop(&f, 1);
+}
+
 /* Saved by TP=2 ranks, reloaded by TP=4 ranks and by a TP=1 rank: every rectangle is assembled
  * from the stored ones and equals the synthetic weights. */
 Test(state, relayout_reload_via_shard_maps)

@@ -104,6 +104,71 @@ Test(sync_pubsub, mismatch_and_timeout_leave_weights_alone)
         free(keep);
 }
 
+/* A trainer killed and restarted from its checkpoint of version N starts a new publisher whose
+ * first publish is N again: a puller that holds N from the dead publisher keeps it (only the
+ * manifest crosses, its checksums verify the bits held), then receives N+1 as a delta. If the
+ * new publisher's N is not the old one's bits, the checksums refuse it and nothing changes. */
+Test(sync_pubsub, restarted_publisher_resumes_at_version_n)
+{
+        loom_err e;
+        loom_sync_pub *p;
+        uint16_t *a = malloc(2 * ELEMS), *b = malloc(2 * ELEMS), *c = malloc(2 * ELEMS);
+        uint16_t *got = calloc(ELEMS, 2);
+        fill(a, 11);
+        memcpy(b, a, 2 * ELEMS);
+        for (int k = 0; k < 50; k++)
+                b[(k * 97) % ELEMS] ^= (uint16_t)(3 + k);
+        memcpy(c, b, 2 * ELEMS);
+        for (int k = 0; k < 30; k++)
+                c[(k * 211) % ELEMS] ^= (uint16_t)(7 + k);
+        loom_sync_pull_stats st;
+        loom_sync_pub_stats ps;
+        /* the first trainer publishes 6 and 7; the puller ends with 7 */
+        cr_assert_eq(loom_sync_pub_new(shards, 3, 512, "127.0.0.1", 0, &p, &e), 0, "%s", e.msg);
+        cr_assert_eq(loom_sync_pub_publish(p, 6, a, NULL, &e), 0, "%s", e.msg);
+        cr_assert_eq(loom_sync_pub_publish(p, 7, b, NULL, &e), 0, "%s", e.msg);
+        cr_assert_eq(loom_sync_pull("127.0.0.1", loom_sync_pub_port(p), shards, 3, got,
+                                    LOOM_SYNC_NO_VERSION, 7, 5, &st, &e),
+                     0, "%s", e.msg);
+        loom_sync_pub_free(p); /* the trainer dies */
+        /* its successor resumes at 7 with the same bits */
+        cr_assert_eq(loom_sync_pub_new(shards, 3, 512, "127.0.0.1", 0, &p, &e), 0, "%s", e.msg);
+        uint16_t port = loom_sync_pub_port(p);
+        cr_assert_eq(loom_sync_pub_publish(p, 7, b, &ps, &e), 0, "%s", e.msg);
+        cr_assert_eq(ps.changed, ELEMS); /* its first version: no base to diff against */
+        cr_assert_eq(loom_sync_pull("127.0.0.1", port, shards, 3, got, 7, 7, 5, &st, &e), 0, "%s",
+                     e.msg);
+        cr_assert_eq(st.version, 7);
+        cr_assert_eq(st.base, 7);
+        cr_assert_eq(st.changed, 0);
+        cr_assert_eq(st.bytes, LOOM_SYNC_FRAME_HDR + 8 * 3); /* the manifest alone */
+        cr_assert_eq(memcmp(got, b, 2 * ELEMS), 0);
+        /* 8 is a delta against the resumed 7 */
+        cr_assert_eq(loom_sync_pub_publish(p, 8, c, &ps, &e), 0, "%s", e.msg);
+        cr_assert_eq(ps.changed, 30);
+        cr_assert_eq(loom_sync_pull("127.0.0.1", port, shards, 3, got, 7, 8, 5, &st, &e), 0, "%s",
+                     e.msg);
+        cr_assert_eq(st.base, 7);
+        cr_assert_eq(st.bytes, ps.delta_bytes);
+        cr_assert_lt(ps.delta_bytes, ps.dense_bytes / 4);
+        cr_assert_eq(memcmp(got, c, 2 * ELEMS), 0);
+        loom_sync_pub_free(p);
+        /* a successor that resumes at 8 with other bits (a diverged rerun) is refused by the
+         * checksums, and the puller keeps what it had */
+        cr_assert_eq(loom_sync_pub_new(shards, 3, 512, "127.0.0.1", 0, &p, &e), 0, "%s", e.msg);
+        cr_assert_eq(loom_sync_pub_publish(p, 8, b, NULL, &e), 0, "%s", e.msg);
+        int rc =
+            loom_sync_pull("127.0.0.1", loom_sync_pub_port(p), shards, 3, got, 8, 8, 5, &st, &e);
+        cr_assert_eq(rc, LOOM_ECORRUPT, "%d %s", rc, e.msg);
+        cr_assert_str_eq(e.field, "checksum");
+        cr_assert_eq(memcmp(got, c, 2 * ELEMS), 0);
+        loom_sync_pub_free(p);
+        free(a);
+        free(b);
+        free(c);
+        free(got);
+}
+
 Test(sync_pubsub, bad_arguments)
 {
         loom_err e;
