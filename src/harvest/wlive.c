@@ -116,9 +116,9 @@ static void pull_once(loom_harvest_wlive *l, uint64_t have, uint64_t latest)
         loom_sync_pull_stats ps;
         const loom_harvest_wlive_cfg *c = &l->cfg;
         /* the staging buffer must hold the served version for a delta to apply to it */
+        double t0 = now_s();
         if (have)
                 memcpy(l->stage, l->serve, 2 * c->elems);
-        double t0 = now_s();
         int rc = loom_sync_pull(l->ip, c->port, l->shard, c->shards, l->stage,
                                 have ? have : LOOM_SYNC_NO_VERSION, latest, c->timeout_s, &ps, &e);
         double dt = now_s() - t0;
