@@ -434,7 +434,8 @@ void loom_harvest_node_stats_get(loom_harvest_node *n, loom_harvest_node_stats *
                 n->st.policy_version =
                     (uint32_t)(n->st.w.latest > n->st.w.version ? n->st.w.latest : n->st.w.version);
         }
-        n->st.routable = n->st.policy_version - n->st.version <= n->cfg.staleness;
+        n->st.routable = n->st.policy_version - n->st.version <= n->cfg.staleness &&
+                         (!n->wl || n->st.version > 0);
         *s = n->st;
         pthread_mutex_unlock(&n->mu);
 }

@@ -15,6 +15,7 @@
  * host buffer is the thing served and hashed.
  */
 #define _GNU_SOURCE
+#include <arpa/inet.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -204,6 +205,9 @@ int loom_harvest_wlive_addr(const char *s, char *ip, size_t cap, uint16_t *port,
         snprintf(ip, cap, "%.*s", (int)iplen, s);
         if (!iplen)
                 snprintf(ip, cap, "127.0.0.1");
+        struct in_addr a;
+        if (inet_pton(AF_INET, ip, &a) != 1)
+                return loom_err_set(e, LOOM_EINVAL, "weights", "'%s' is not an IPv4 address", ip);
         *port = (uint16_t)p;
         return 0;
 }

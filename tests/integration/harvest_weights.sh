@@ -105,6 +105,7 @@ check "shape mismatch reported" wait_for probes_failed 1 /v1/weights
 check "error names the shapes" grep -q "shape mismatch" <<<"$st"
 check "nothing applied" test "$(field "$st" version)" = 0
 check "no rollouts without weights" test "$(field "$st" turns_done)" = 0
+check "not routable without weights" test "$(field "$st" routable)" = false
 stop_node
 
 # ---- follow the publisher, bit for bit, version after version

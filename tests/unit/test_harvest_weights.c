@@ -83,7 +83,9 @@ Test(harvest_weights, generator_is_seeded_and_sparse)
         cr_assert_eq(port, 7000);
         cr_assert_eq(loom_harvest_wlive_addr("7001", ip, sizeof ip, &port, &e), 0);
         cr_assert_str_eq(ip, "127.0.0.1");
-        cr_assert_eq(loom_harvest_wlive_addr("host:0", ip, sizeof ip, &port, &e), LOOM_EINVAL);
+        cr_assert_eq(loom_harvest_wlive_addr("127.0.0.1:0", ip, sizeof ip, &port, &e), LOOM_EINVAL);
+        cr_assert_eq(loom_harvest_wlive_addr("host:7000", ip, sizeof ip, &port, &e), LOOM_EINVAL);
+        cr_assert(strstr(e.msg, "IPv4"), "%s", e.msg);
         cr_assert_str_eq(e.field, "weights");
         free(a);
         free(b);
