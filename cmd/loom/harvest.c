@@ -4,6 +4,7 @@
  *   loom harvest sim    [options]   trace-driven simulation, one result per policy
  *   loom harvest node   [options]   a live co-serving executor of one emulated GPU over HTTP
  *   loom harvest replay [options]   drive a node with a trace, print client-side TTFT/TPOT
+ *   loom harvest publish [options]  publish new rollout weights every N s (harvest_weights.c)
  *
  * Exit status: 0 ok, 1 invalid input, 2 bad usage.
  */
@@ -14,19 +15,21 @@
 #include <unistd.h>
 
 #include "cmd.h"
+#include "harvest_cmd.h"
 #include "loom/harvest.h"
 
 static void usage(FILE *f)
 {
         fprintf(
             f,
-            "usage: loom harvest <sim|node|replay> [options]\n"
+            "usage: loom harvest <sim|node|replay|publish> [options]\n"
             "\n"
             "  sim      replay a serving trace on PD-disaggregated serving GPUs while an agentic\n"
             "           RL job rolls out on dedicated and borrowed serving GPUs; one result per\n"
             "           policy (GPU time is simulated from latency models)\n"
             "  node     one emulated serving GPU running the co-serving executor behind HTTP\n"
             "  replay   drive a node with a trace at (compressed) wall-clock speed\n"
+            "  publish  publish new rollout weights every N seconds for nodes to pull\n"
             "\n"
             "sim options:\n"
             "  --trace FILE        CSV TIMESTAMP,ContextTokens,GeneratedTokens\n"
@@ -50,7 +53,7 @@ static void usage(FILE *f)
             "  --seed N            workload seed (default 1)\n"
             "  --json              one JSON object per policy\n"
             "\n"
-            "`loom harvest node --help` and `loom harvest replay --help` describe those.\n");
+            "`loom harvest <node|replay|publish> --help` describe those.\n");
 }
 
 static int integer(const char *name, const char *v, double lo, double hi, uint32_t *out)
@@ -281,7 +284,9 @@ static void node_usage(FILE *f)
             "until SIGINT/SIGTERM or --for-s, then prints its statistics as JSON.\n"
             "\n"
             "  GET /v1/generate?prompt=N&gen=M   streams \"first\" then \"done TTFT_MS TPOT_MS\"\n"
-            "  GET /v1/stats                     counters, pages, cuts, routing latency\n"
+            "  GET /v1/stats                     counters, pages, cuts, routing latency,\n"
+            "                                    weight version, hash, bytes, last pull\n"
+            "  GET /v1/weights[?hold=1|0]        the same; hold or resume weight pulls\n"
             "\n"
             "  --port N            (default 0: any free port)\n"
             "  --pair P            7b (default) or 32b\n"
@@ -295,6 +300,7 @@ static void node_usage(FILE *f)
             "                      (default 1000, 300, 8)\n"
             "  --ttft-ms, --tpot-ms, --lease-s, --stall-s   SLOs and timers\n"
             "  --for-s S           stop after S wall seconds\n");
+        fputs(harvest_cmd_node_help, f);
 }
 
 static int cmd_node(int argc, char **argv)
@@ -318,7 +324,8 @@ static int cmd_node(int argc, char **argv)
                 }
                 const char *v = argv[++i];
                 int bad = 0;
-                if (!strcmp(a, "--port")) {
+                if (harvest_cmd_node_opt(a, v, &c, &bad)) {
+                } else if (!strcmp(a, "--port")) {
                         bad = integer(a, v, 0, 65535, &u);
                         c.port = (uint16_t)u;
                 } else if (!strcmp(a, "--pair")) {
@@ -406,13 +413,9 @@ static int cmd_node(int argc, char **argv)
         loom_harvest_node_stats s;
         loom_harvest_node_stats_get(n, &s);
         loom_harvest_node_stop(n);
-        printf("{\"served\":%llu,\"turns_done\":%llu,\"turns_aborted\":%llu,\"cuts\":%llu,"
-               "\"stalls\":%llu,\"busy_serving_s\":%.3f,\"busy_rollout_s\":%.3f,"
-               "\"route_calls\":%llu,\"route_us_max\":%.3f}\n",
-               (unsigned long long)s.served, (unsigned long long)s.turns_done,
-               (unsigned long long)s.turns_aborted, (unsigned long long)s.cuts,
-               (unsigned long long)s.stalls, s.busy_serving_s, s.busy_rollout_s,
-               (unsigned long long)s.route_calls, s.route_us_max);
+        char line[2048];
+        loom_harvest_node_stats_json(&s, c.weights != NULL, line, sizeof line);
+        fputs(line, stdout);
         return 0;
 }
 
@@ -538,6 +541,8 @@ int loom_cmd_harvest(int argc, char **argv)
                 return cmd_node(argc - 1, argv + 1);
         if (!strcmp(argv[1], "replay"))
                 return cmd_replay(argc - 1, argv + 1);
+        if (!strcmp(argv[1], "publish"))
+                return harvest_cmd_publish(argc - 1, argv + 1);
         fprintf(stderr, "loom harvest: unknown command '%s'\n", argv[1]);
         usage(stderr);
         return 2;

@@ -370,6 +370,62 @@ void loom_harvest_wsub_free(loom_harvest_worker_weights *ww);
 /* Does the worker's copy equal the synthetic version bit for bit? */
 int loom_harvest_wsub_verify(const loom_harvest_worker_weights *ww, const loom_harvest_wpub *p);
 
+/* ---- live weights: a node's rollout model kept current over src/sync's publish / pull ---- */
+
+/* Synthetic trainer weights: step 0 fills w[0..n) with loom_sync_synth's version-0 values;
+ * step k >= 1 flips low mantissa bits of about `density` of the elements in place (a pure
+ * function of seed, k and the element index, with no limit on k). */
+void loom_harvest_wgen(uint64_t seed, uint32_t step, double density, uint16_t *w, uint64_t n);
+/* The shard sizes publisher and node both use: elems cut into nshards near-equal shards. */
+int loom_harvest_wshards(uint64_t elems, uint32_t nshards, uint64_t *out, loom_err *e);
+/* What a node reports of its weights: loom_sync_hash (g0 0) and CRC32C of the bytes. */
+void loom_harvest_wdigest(const uint16_t *w, uint64_t n, uint64_t *hash, uint32_t *crc);
+/* Parse "IP:PORT" or "PORT" (127.0.0.1) into ip (capacity cap) and port. */
+int loom_harvest_wlive_addr(const char *s, char *ip, size_t cap, uint16_t *port, loom_err *e);
+
+typedef struct loom_harvest_wlive_cfg {
+        const char *ip; /* the publisher (loom_sync_pub, `loom harvest publish`) */
+        uint16_t port;
+        uint64_t elems;   /* bf16 elements of the rollout model's weight buffer */
+        uint32_t shards;  /* must match the publisher's */
+        double poll_s;    /* a probe waits this long for a new version; retry pause on errors */
+        double timeout_s; /* one pull */
+} loom_harvest_wlive_cfg;
+
+typedef struct loom_harvest_wlive_stats {
+        uint64_t version; /* version served (0: nothing yet) */
+        uint64_t latest;  /* the publisher's latest version, as last seen */
+        uint64_t hash;    /* loom_sync_hash of the served weights */
+        uint32_t crc;     /* CRC32C of the served weights' bytes */
+        uint64_t elems;   /* elements in the buffer */
+        uint64_t pulls, pulls_delta, pulls_dense, pulls_failed, probes_failed;
+        uint64_t bytes;        /* received by every pull, failed ones included */
+        uint64_t last_bytes;   /* received by the last applied pull */
+        uint64_t last_changed; /* elements it changed */
+        double last_pull_s;    /* wall time of the last applied pull: request, transfer, checks,
+                                * apply */
+        double last_ok_at_s;   /* when it was applied (seconds since start) */
+        double now_s;          /* seconds since start */
+        int held;              /* pulls held (probes go on) */
+        char last_error[192];  /* the last failed pull or probe, "" if none */
+} loom_harvest_wlive_stats;
+
+typedef struct loom_harvest_wlive loom_harvest_wlive;
+
+/* Start the pull thread: it probes the publisher for its latest version and, unless held,
+ * pulls it (a delta from the version before, else dense); a pull is applied only when every
+ * frame CRC and every shard hash matched, else the served weights stay as they were. */
+int loom_harvest_wlive_start(const loom_harvest_wlive_cfg *c, loom_harvest_wlive **out,
+                             loom_err *e);
+/* Hold (1) or resume (0) pulls; while held the thread still learns the latest version. */
+void loom_harvest_wlive_hold(loom_harvest_wlive *l, int hold);
+/* Version served and the newest version known (>= served). */
+void loom_harvest_wlive_versions(loom_harvest_wlive *l, uint64_t *served, uint64_t *latest);
+void loom_harvest_wlive_stats_get(loom_harvest_wlive *l, loom_harvest_wlive_stats *s);
+/* Copy the served weights (elems values) into out; returns their version. */
+uint64_t loom_harvest_wlive_copy(loom_harvest_wlive *l, uint16_t *out);
+void loom_harvest_wlive_stop(loom_harvest_wlive *l);
+
 /* ---- live executor: `loom harvest node` and `loom harvest replay` ----------------------- */
 
 /* One emulated serving GPU: the co-serving executor (the simulator's engine) on the wall clock,
@@ -387,12 +443,27 @@ typedef struct loom_harvest_node_cfg {
         uint32_t rollouts;                      /* rollout turns kept in flight (0: serving only) */
         uint32_t turn_prompt, turn_resp, turns; /* rollout trajectories: first prompt, response
                                                  * per turn, turns per trajectory */
+        const char *weights;     /* publisher "IP:PORT" or "PORT"; NULL: no weights, version 0 */
+        uint64_t weights_elems;  /* rollout weight buffer, bf16 elements (default 4 Mi) */
+        uint32_t weights_shards; /* as the publisher's (default 8) */
+        double weights_poll_s;   /* probe wait (default 0.2) */
+        uint32_t staleness;      /* route rollouts here only within this many versions (0) */
 } loom_harvest_node_cfg;
+
+#define LOOM_HARVEST_NODE_VERSIONS 8 /* turns done per version, for the last versions */
 
 typedef struct loom_harvest_node_stats {
         uint64_t served, turns_done, turns_aborted, cuts, stalls, route_calls;
         uint32_t pages, pool_serving, pool_rollout, budget;
         double busy_serving_s, busy_rollout_s, route_us_max;
+        /* weights (with cfg.weights) */
+        uint32_t version, policy_version; /* served; the newest known (the router's policy) */
+        int routable;                     /* within the staleness: rollout turns may start */
+        uint64_t route_stale; /* routing attempts refused while the node was too stale */
+        uint64_t turns_stale; /* turns started while too stale (the router never does) */
+        uint64_t turn_version[LOOM_HARVEST_NODE_VERSIONS]; /* turns done under version... */
+        uint64_t turn_count[LOOM_HARVEST_NODE_VERSIONS];   /* ...this many (0: slot unused) */
+        loom_harvest_wlive_stats w;
 } loom_harvest_node_stats;
 
 typedef struct loom_harvest_node loom_harvest_node;
@@ -404,6 +475,12 @@ void loom_harvest_node_defaults(loom_harvest_node_cfg *c);
 int loom_harvest_node_start(const loom_harvest_node_cfg *c, loom_harvest_node **out, loom_err *e);
 uint16_t loom_harvest_node_port(const loom_harvest_node *n);
 void loom_harvest_node_stats_get(loom_harvest_node *n, loom_harvest_node_stats *s);
+/* Hold (1) or resume (0) the node's weight pulls (an emulated partition of the weight path;
+ * the publisher's latest version is still learned). No-op without weights. */
+void loom_harvest_node_hold(loom_harvest_node *n, int hold);
+/* The node's stats as one line of JSON (with a "weights" object when it has weights). */
+void loom_harvest_node_stats_json(const loom_harvest_node_stats *s, int weights, char *buf,
+                                  size_t cap);
 /* Stop serving, end the threads, unmap the pool, free. NULL does nothing. */
 void loom_harvest_node_stop(loom_harvest_node *n);
 

@@ -392,4 +392,12 @@ int loom_sync_pull(const char *ip, uint16_t port, const uint64_t *shard_elems, s
                    uint16_t *w, uint64_t have, uint64_t want, double timeout_s,
                    loom_sync_pull_stats *st, loom_err *e);
 
+/* The publisher's latest version, waiting up to timeout_s for one >= want (0: whatever it has),
+ * without moving weights: the publisher answers a probe with the manifest alone. A worker that
+ * must not or cannot pull yet still learns how far behind it is. */
+#define LOOM_SYNC_PULL_PROBE UINT32_C(1)
+int loom_sync_pull_latest(const char *ip, uint16_t port, const uint64_t *shard_elems,
+                          size_t nshards, uint64_t want, double timeout_s, uint64_t *version,
+                          loom_err *e);
+
 #endif

@@ -10,6 +10,12 @@
  * routed again. After every engine action the KV page pool (pool.c, real memory: memfd pages
  * mapped into PROT_NONE-reserved ranges) is brought to the engine's page accounting. One mutex
  * guards the engine, router, pool and requests.
+ *
+ * With weights (cfg.weights), wlive.c's pull thread keeps the rollout model's weight buffer at
+ * the publisher's latest version. Before routing, the feeder tells the router the version this
+ * node serves (its heartbeat) and the newest version known (the policy version): a node more
+ * than cfg.staleness versions behind gets no new turns until it has caught up. Every turn is
+ * tagged with the version it started under.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -22,6 +28,7 @@
 #include <time.h>
 
 #include "engine.h"
+#include "loom/sync.h"
 
 typedef struct live_req {
         int refs;
@@ -50,6 +57,10 @@ struct loom_harvest_node {
         uint32_t next_traj, in_flight;
         uint32_t *turn_of; /* per trajectory: turns done */
         size_t cap_turn_of;
+        uint32_t *ver_of; /* per trajectory: version its running turn started under */
+        size_t cap_ver_of;
+        loom_harvest_wlive *wl;
+        uint32_t version, policy; /* as of the last feed */
         loom_harvest_node_stats st;
 };
 
@@ -112,8 +123,13 @@ static void submit_turn(loom_harvest_node *n, loom_us now, uint32_t traj)
         n->st.route_calls++;
         if (us > n->st.route_us_max)
                 n->st.route_us_max = us;
-        if (w == LOOM_HARVEST_NONE)
+        int stale = n->policy - n->version > n->cfg.staleness;
+        if (w == LOOM_HARVEST_NONE) {
+                n->st.route_stale += stale;
                 return;
+        }
+        n->st.turns_stale += stale;
+        n->ver_of[traj] = n->version;
         uint32_t k = n->turn_of[traj];
         if (hv_engine_submit_turn(&n->g, now, traj, turn_prompt(n, k), n->cfg.turn_resp, NULL)) {
                 loom_harvest_router_abort(n->r, traj);
@@ -125,7 +141,16 @@ static void submit_turn(loom_harvest_node *n, loom_us now, uint32_t traj)
 
 static void feed(loom_harvest_node *n, loom_us now)
 {
-        loom_harvest_router_heartbeat(n->r, 0, now, 0);
+        if (n->wl) {
+                uint64_t served, latest;
+                loom_harvest_wlive_versions(n->wl, &served, &latest);
+                n->version = (uint32_t)served;
+                n->policy = (uint32_t)latest;
+                loom_harvest_router_set_version(n->r, n->policy);
+        }
+        loom_harvest_router_heartbeat(n->r, 0, now, n->version);
+        if (n->wl && n->version == 0)
+                return; /* no rollout model to run until the first version is in */
         /* resume trajectories that are between turns, then start new ones */
         for (uint32_t t = 0; t < n->next_traj && n->in_flight < n->cfg.rollouts; t++)
                 if (n->turn_of[t] < n->cfg.turns &&
@@ -134,7 +159,8 @@ static void feed(loom_harvest_node *n, loom_us now)
         while (n->in_flight < n->cfg.rollouts) {
                 uint32_t t = n->next_traj;
                 if (loom_reserve(&n->turn_of, &n->cap_turn_of, (size_t)t + 1, sizeof *n->turn_of,
-                                 256))
+                                 256) ||
+                    loom_reserve(&n->ver_of, &n->cap_ver_of, (size_t)t + 1, sizeof *n->ver_of, 256))
                         return;
                 n->turn_of[t] = 0;
                 n->next_traj++;
@@ -152,6 +178,12 @@ static void cb_turn_done(void *arg, loom_us now, uint32_t traj, uint32_t gpu)
         n->turn_of[traj]++;
         n->in_flight--;
         n->st.turns_done++;
+        uint32_t v = n->ver_of[traj], slot = v % LOOM_HARVEST_NODE_VERSIONS;
+        if (n->st.turn_version[slot] != v || n->st.turn_count[slot] == 0) {
+                n->st.turn_version[slot] = v;
+                n->st.turn_count[slot] = 0;
+        }
+        n->st.turn_count[slot]++;
 }
 
 static void cb_turn_aborted(void *arg, loom_us now, uint32_t traj, uint32_t gpu, int why)
@@ -341,21 +373,21 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                 return reply(c, 405, "GET only\n");
         if (!strcmp(url, "/v1/generate"))
                 return generate(n, c);
-        if (!strcmp(url, "/v1/stats")) {
+        int weights = !strcmp(url, "/v1/weights");
+        if (weights) {
+                if (!n->wl)
+                        return reply(c, 404, "this node has no weights (--weights)\n");
+                const char *h = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "hold");
+                if (h && strcmp(h, "0") && strcmp(h, "1"))
+                        return reply(c, 400, "hold: need 0 or 1\n");
+                if (h)
+                        loom_harvest_wlive_hold(n->wl, *h == '1');
+        }
+        if (weights || !strcmp(url, "/v1/stats")) {
                 loom_harvest_node_stats s;
                 loom_harvest_node_stats_get(n, &s);
-                char body[768];
-                snprintf(
-                    body, sizeof body,
-                    "{\"served\":%llu,\"turns_done\":%llu,\"turns_aborted\":%llu,\"cuts\":%llu,"
-                    "\"stalls\":%llu,\"pages\":%u,\"budget\":%u,\"pool_serving\":%u,"
-                    "\"pool_rollout\":%u,\"busy_serving_s\":%.3f,\"busy_rollout_s\":%.3f,"
-                    "\"route_calls\":%llu,\"route_us_max\":%.3f}\n",
-                    (unsigned long long)s.served, (unsigned long long)s.turns_done,
-                    (unsigned long long)s.turns_aborted, (unsigned long long)s.cuts,
-                    (unsigned long long)s.stalls, s.pages, s.budget, s.pool_serving, s.pool_rollout,
-                    s.busy_serving_s, s.busy_rollout_s, (unsigned long long)s.route_calls,
-                    s.route_us_max);
+                char body[2048];
+                loom_harvest_node_stats_json(&s, n->wl != NULL, body, sizeof body);
                 return reply(c, 200, body);
         }
         return reply(c, 404, "not found\n");
@@ -375,7 +407,16 @@ void loom_harvest_node_defaults(loom_harvest_node_cfg *c)
                                      .rollouts = 16,
                                      .turn_prompt = 1000,
                                      .turn_resp = 300,
-                                     .turns = 8};
+                                     .turns = 8,
+                                     .weights_elems = UINT64_C(4) << 20,
+                                     .weights_shards = 8,
+                                     .weights_poll_s = 0.2};
+}
+
+void loom_harvest_node_hold(loom_harvest_node *n, int hold)
+{
+        if (n->wl)
+                loom_harvest_wlive_hold(n->wl, hold);
 }
 
 void loom_harvest_node_stats_get(loom_harvest_node *n, loom_harvest_node_stats *s)
@@ -387,6 +428,14 @@ void loom_harvest_node_stats_get(loom_harvest_node *n, loom_harvest_node_stats *
         n->st.budget = n->g.mem.budget;
         n->st.busy_serving_s = loom_us_to_s(n->g.busy_serving);
         n->st.busy_rollout_s = loom_us_to_s(n->g.busy_rollout);
+        if (n->wl) {
+                loom_harvest_wlive_stats_get(n->wl, &n->st.w);
+                n->st.version = (uint32_t)n->st.w.version;
+                n->st.policy_version =
+                    (uint32_t)(n->st.w.latest > n->st.w.version ? n->st.w.latest : n->st.w.version);
+        }
+        n->st.routable = n->st.policy_version - n->st.version <= n->cfg.staleness &&
+                         (!n->wl || n->st.version > 0);
         *s = n->st;
         pthread_mutex_unlock(&n->mu);
 }
@@ -459,7 +508,7 @@ int loom_harvest_node_start(const loom_harvest_node_cfg *c, loom_harvest_node **
                                         .serving_cap = c->rollouts ? c->rollouts : 1,
                                         .affinity = 1,
                                         .heartbeat_timeout = 5 * LOOM_US_PER_S,
-                                        .max_staleness = 1};
+                                        .max_staleness = c->staleness};
         if ((rc = loom_harvest_router_new(&rcfg, &n->r, e)))
                 goto fail;
         loom_harvest_router_add(n->r, LOOM_HARVEST_W_SERVING, 0);
@@ -470,6 +519,18 @@ int loom_harvest_node_start(const loom_harvest_node_cfg *c, loom_harvest_node **
         if (!n->vp[0] || !n->vp[1]) {
                 rc = loom_err_set(e, LOOM_ENOMEM, "node", "out of memory");
                 goto fail;
+        }
+        if (c->weights) {
+                loom_harvest_wlive_cfg wc = {.elems = c->weights_elems,
+                                             .shards = c->weights_shards,
+                                             .poll_s = c->weights_poll_s,
+                                             .timeout_s = 10};
+                char ip[64];
+                if ((rc = loom_harvest_wlive_addr(c->weights, ip, sizeof ip, &wc.port, e)))
+                        goto fail;
+                wc.ip = ip;
+                if ((rc = loom_harvest_wlive_start(&wc, &n->wl, e)))
+                        goto fail;
         }
         clock_gettime(CLOCK_MONOTONIC, &n->wall0);
         struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(c->port)};
@@ -510,6 +571,7 @@ void loom_harvest_node_stop(loom_harvest_node *n)
                 MHD_stop_daemon(n->mhd); /* joins the connection threads */
         if (n->exec_started)
                 pthread_join(n->exec, NULL);
+        loom_harvest_wlive_stop(n->wl);
         /* requests still inside the engine hold one reference each */
         for (size_t i = n->g.pq_head; i < n->g.pq_n; i++)
                 free(n->g.pq[i].user);
@@ -523,6 +585,7 @@ void loom_harvest_node_stop(loom_harvest_node *n)
         free(n->vp[0]);
         free(n->vp[1]);
         free(n->turn_of);
+        free(n->ver_of);
         pthread_cond_destroy(&n->cv_exec);
         pthread_cond_destroy(&n->cv_req);
         pthread_mutex_destroy(&n->mu);

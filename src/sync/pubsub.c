@@ -4,8 +4,8 @@
  * serves pulls over TCP, and the puller applies what it gets only after every checksum matched.
  *
  * Wire (all little-endian, after connect):
- *   puller -> request: magic "LSYM", nshards, have, want, elems, CRC32C of the shard sizes
- *               (40 bytes)
+ *   puller -> request: magic "LSYM", nshards, have, want, elems, CRC32C of the shard sizes,
+ *               flags (40 bytes; flag 1: a probe, answered with the manifest alone)
  *   publisher -> a MANIFEST frame: version, start = base version (LOOM_SYNC_NO_VERSION for a
  *               dense reply), elems = model elements, nnz = bucket frames that follow, payload
  *               = one additive hash per shard; or an END frame whose payload says why not.
@@ -288,8 +288,9 @@ static void serve(loom_sync_pub *p, int fd)
         memcpy(&nshards, req + 4, 4);
         uint64_t have = loom__get64(req + 8), want = loom__get64(req + 16),
                  elems = loom__get64(req + 24);
-        uint32_t shape;
+        uint32_t shape, flags;
         memcpy(&shape, req + 32, 4);
+        memcpy(&flags, req + 36, 4);
         if (magic != REQ_MAGIC) {
                 send_end(fd, "not a loom weight pull");
                 return;
@@ -309,8 +310,8 @@ static void serve(loom_sync_pub *p, int fd)
         pver *v = wait_version(p, fd, want, loom__now() + 3600);
         if (!v)
                 return;
-        if (have == v->version)
-                send_manifest(fd, p, v, v->version, 0);
+        if (have == v->version || (flags & LOOM_SYNC_PULL_PROBE))
+                send_manifest(fd, p, v, v->version, 0); /* no frames: nothing to apply */
         else if (have != LOOM_SYNC_NO_VERSION && have == v->base)
                 (void)(send_manifest(fd, p, v, v->base, v->nframes) ||
                        loom__write_all(fd, v->delta, v->delta_len));

@@ -97,8 +97,9 @@ static int verify(const pull *p, const uint64_t *hash, int dense, loom_err *e)
         return 0;
 }
 
-static int exchange(int fd, pull *p, uint16_t *w, uint64_t have, uint64_t want,
-                    loom_sync_pull_stats *st, loom_err *e)
+/* Send the request and receive the manifest. */
+static int request(int fd, pull *p, uint64_t have, uint64_t want, uint32_t flags,
+                   loom_sync_frame *m, uint64_t **hash, uint64_t *bytes, loom_err *e)
 {
         uint8_t req[40] = {0};
         uint32_t magic = REQ_MAGIC, ns = (uint32_t)p->nshards;
@@ -109,18 +110,26 @@ static int exchange(int fd, pull *p, uint16_t *w, uint64_t have, uint64_t want,
         memcpy(req + 16, &want, 8);
         memcpy(req + 24, &p->elems, 8);
         memcpy(req + 32, &shape, 4);
+        memcpy(req + 36, &flags, 4);
         if (loom__write_all(fd, req, sizeof req))
                 return loom_err_set(e, LOOM_EIO, "publisher",
                                     "connection lost sending the request");
+        int rc = recv_manifest(fd, p, m, hash, bytes, e);
+        if (rc == LOOM_EIO)
+                return loom_err_set(e, LOOM_ETIMEDOUT, "want", "no version >= %llu in time",
+                                    (unsigned long long)want);
+        return rc;
+}
+
+static int exchange(int fd, pull *p, uint16_t *w, uint64_t have, uint64_t want,
+                    loom_sync_pull_stats *st, loom_err *e)
+{
         double t0 = loom__now();
         loom_sync_frame m;
         uint64_t *hash = NULL;
-        int rc = recv_manifest(fd, p, &m, &hash, &st->bytes, e);
+        int rc = request(fd, p, have, want, 0, &m, &hash, &st->bytes, e);
         if (rc)
-                return rc == LOOM_EIO
-                           ? loom_err_set(e, LOOM_ETIMEDOUT, "want", "no version >= %llu in time",
-                                          (unsigned long long)want)
-                           : rc;
+                return rc;
         st->wait_s = loom__now() - t0;
         int dense = m.start == LOOM_SYNC_NO_VERSION;
         if (!dense && m.start != have)
@@ -143,6 +152,49 @@ static int exchange(int fd, pull *p, uint16_t *w, uint64_t have, uint64_t want,
                 st->base = dense ? LOOM_SYNC_NO_VERSION : m.start;
         }
         free(hash);
+        return rc;
+}
+
+/* Connect with the remaining time as the receive timeout. */
+static int open_conn(const char *ip, uint16_t port, double timeout_s, double t0, int *fd,
+                     loom_err *e)
+{
+        int rc = loom__connect(ip, port, timeout_s, fd, e);
+        if (rc)
+                return rc;
+        double left = timeout_s - (loom__now() - t0);
+        left = left > 0.05 ? left : 0.05;
+        struct timeval tv = {.tv_sec = (time_t)left,
+                             .tv_usec = (suseconds_t)((left - (double)(time_t)left) * 1e6)};
+        setsockopt(*fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        return 0;
+}
+
+int loom_sync_pull_latest(const char *ip, uint16_t port, const uint64_t *shard_elems,
+                          size_t nshards, uint64_t want, double timeout_s, uint64_t *version,
+                          loom_err *e)
+{
+        if (!shard_elems || nshards == 0 || nshards > UINT32_MAX)
+                return loom_err_set(e, LOOM_EINVAL, "shards", "need at least one shard");
+        if (!(timeout_s > 0))
+                return loom_err_set(e, LOOM_EINVAL, "timeout_s", "must be > 0");
+        pull p = {.shard = shard_elems, .nshards = nshards};
+        for (size_t s = 0; s < nshards; s++)
+                p.elems += shard_elems[s];
+        int fd = -1;
+        uint64_t bytes = 0, *hash = NULL;
+        loom_sync_frame m;
+        int rc = open_conn(ip, port, timeout_s, loom__now(), &fd, e);
+        if (!rc)
+                rc = request(fd, &p, LOOM_SYNC_NO_VERSION, want, LOOM_SYNC_PULL_PROBE, &m, &hash,
+                             &bytes, e);
+        if (!rc && m.nnz != 0)
+                rc = loom_err_set(e, LOOM_EPROTO, "manifest", "a probe got weights");
+        if (!rc)
+                *version = m.version;
+        free(hash);
+        if (fd >= 0)
+                close(fd);
         return rc;
 }
 
@@ -173,15 +225,9 @@ int loom_sync_pull(const char *ip, uint16_t port, const uint64_t *shard_elems, s
         if (!p.scratch || !p.covered)
                 rc = loom_err_set(e, LOOM_ENOMEM, NULL, "out of memory");
         if (!rc)
-                rc = loom__connect(ip, port, timeout_s, &fd, e);
-        if (!rc) {
-                double left = timeout_s - (loom__now() - t0);
-                left = left > 0.05 ? left : 0.05;
-                struct timeval tv = {.tv_sec = (time_t)left,
-                                     .tv_usec = (suseconds_t)((left - (double)(time_t)left) * 1e6)};
-                setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+                rc = open_conn(ip, port, timeout_s, t0, &fd, e);
+        if (!rc)
                 rc = exchange(fd, &p, w, have, want, st, e);
-        }
         if (fd >= 0)
                 close(fd);
         st->seconds = loom__now() - t0;

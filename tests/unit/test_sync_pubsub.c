@@ -182,3 +182,43 @@ Test(sync_pubsub, bad_arguments)
         cr_assert_str_eq(e.field, "ip");
         loom_sync_pub_free(NULL);
 }
+
+Test(sync_pubsub, probe_reports_latest_without_weights)
+{
+        loom_err e;
+        loom_sync_pub *p;
+        cr_assert_eq(loom_sync_pub_new(shards, 3, 512, "127.0.0.1", 0, &p, &e), 0, "%s", e.msg);
+        uint16_t port = loom_sync_pub_port(p);
+        uint64_t v = 99;
+        /* nothing published yet: the probe times out and says so */
+        cr_assert_eq(loom_sync_pull_latest("127.0.0.1", port, shards, 3, 0, 0.3, &v, &e),
+                     LOOM_ETIMEDOUT);
+        cr_assert_eq(v, 99);
+        uint16_t *a = malloc(2 * ELEMS), *got = calloc(ELEMS, 2);
+        fill(a, 7);
+        for (uint64_t ver = 1; ver <= 3; ver++) {
+                a[ver * 11] ^= 1;
+                cr_assert_eq(loom_sync_pub_publish(p, ver, a, NULL, &e), 0, "%s", e.msg);
+        }
+        cr_assert_eq(loom_sync_pull_latest("127.0.0.1", port, shards, 3, 0, 5, &v, &e), 0, "%s",
+                     e.msg);
+        cr_assert_eq(v, 3);
+        /* waits for a newer one */
+        cr_assert_eq(loom_sync_pull_latest("127.0.0.1", port, shards, 3, 4, 0.3, &v, &e),
+                     LOOM_ETIMEDOUT);
+        cr_assert_eq(v, 3);
+        /* the probe moved nothing: a pull from scratch is still a dense copy of version 3 */
+        loom_sync_pull_stats st;
+        cr_assert_eq(
+            loom_sync_pull("127.0.0.1", port, shards, 3, got, LOOM_SYNC_NO_VERSION, 0, 5, &st, &e),
+            0, "%s", e.msg);
+        cr_assert_eq(st.version, 3);
+        cr_assert_eq(memcmp(got, a, 2 * ELEMS), 0);
+        /* a shape the publisher does not have is refused by name */
+        const uint64_t other[2] = {1000, 5037};
+        cr_assert_eq(loom_sync_pull_latest("127.0.0.1", port, other, 2, 0, 5, &v, &e), LOOM_EPROTO);
+        cr_assert(strstr(e.msg, "shape mismatch"), "%s", e.msg);
+        loom_sync_pub_free(p);
+        free(a);
+        free(got);
+}

@@ -1,0 +1,195 @@
+#!/usr/bin/env bash
+# `loom harvest publish` + `loom harvest node --weights` end to end over loopback: the node's
+# rollout weights equal the publisher's bit for bit (hash and CRC32C) after each version, pulled
+# as sparse deltas; with pulls held across 3+ versions the node knows it is stale, the router
+# sends it no rollout turns while serving requests are all answered, and on release it catches
+# up densely and takes turns again; the same after the whole node was frozen (SIGSTOP). Also a
+# shape mismatch is reported and nothing applied, bad input exits 1, bad usage 2.
+# $1 build dir, $2 source dir.
+set -u
+b=$1
+loom="$b/loom"
+tmp=$(mktemp -d)
+node_pid= pub_pid=
+fail=0 pass=0
+cleanup() {
+        [ -n "$node_pid" ] && kill -CONT "$node_pid" 2>/dev/null
+        for p in $node_pid $pub_pid; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+        if [ "$fail" -gt 0 ]; then
+                for f in node.err pub.err pub.out; do
+                        [ -s "$tmp/$f" ] && { echo "--- $f"; tail -c 3000 "$tmp/$f"; }
+                done
+        fi
+        rm -rf "$tmp"
+}
+trap cleanup EXIT
+check() { # name, condition...
+        local name=$1
+        shift
+        if "$@"; then pass=$((pass + 1)); else echo "FAIL: $name"; fail=$((fail + 1)); fi
+}
+field() { # json-line key -> value (the last occurrence of the key)
+        sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p" <<<"$1"
+}
+get() { # path: a body line from the node, over bash's /dev/tcp
+        local line
+        exec 3<>"/dev/tcp/127.0.0.1/$port" || return 1
+        printf 'GET %s HTTP/1.0\r\n\r\n' "$1" >&3
+        while IFS= read -r line <&3; do
+                case $line in "{"*) printf '%s\n' "$line" ;; esac
+        done
+        exec 3<&-
+}
+ge() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a >= b) }'; }
+pub_line() { grep "^{\"version\":$1," "$tmp/pub.out"; }
+pub_latest() { field "$(grep '^{"version"' "$tmp/pub.out" | tail -1)" version; }
+wait_for() { # key min [path]: poll the node (up to 15 s) until key >= min
+        for _ in $(seq 300); do
+                st=$(get "${3:-/v1/stats}")
+                ge "$(field "$st" "$1")" "$2" && return 0
+                sleep 0.05
+        done
+        return 1
+}
+# The node serves the publisher's bytes of the version it claims: same hash, same CRC32C.
+same_as_publisher() {
+        local v p
+        v=$(field "$st" version)
+        p=$(pub_line "$v")
+        [ "$v" -ge 1 ] && [ -n "$p" ] && [ "$(field "$st" hash)" = "$(field "$p" hash)" ] &&
+                [ "$(field "$st" crc32c)" = "$(field "$p" crc32c)" ]
+}
+# Up to date with the publisher's newest version (which moves every interval).
+caught_up() {
+        for _ in $(seq 300); do
+                st=$(get /v1/weights)
+                [ "$(field "$st" version)" = "$(pub_latest)" ] && return 0
+                sleep 0.02
+        done
+        return 1
+}
+
+# ---- publisher: a new version every 0.5 s, 1% of 4 Mi bf16 elements change
+"$loom" harvest publish --interval-s 0.5 --density 0.01 >"$tmp/pub.out" 2>"$tmp/pub.err" &
+pub_pid=$!
+for _ in $(seq 100); do
+        wport=$(sed -n 's/^publishing on 127.0.0.1:\([0-9]*\)$/\1/p' "$tmp/pub.out")
+        [ -n "$wport" ] && break
+        sleep 0.05
+done
+check "publisher starts" test -n "$wport"
+
+start_node() { # args...
+        "$loom" harvest node "$@" >"$tmp/node.out" 2>"$tmp/node.err" &
+        node_pid=$!
+        port=
+        for _ in $(seq 100); do
+                port=$(sed -n 's/^listening on 127.0.0.1:\([0-9]*\)$/\1/p' "$tmp/node.out")
+                [ -n "$port" ] && return 0
+                sleep 0.05
+        done
+        return 1
+}
+stop_node() {
+        kill -TERM "$node_pid"
+        wait "$node_pid"
+        local rc=$?
+        node_pid=
+        return $rc
+}
+
+# ---- a shard layout the publisher does not have: refused by name, nothing applied
+start_node --speed 20 --rollouts 4 --weights "$wport" --weights-shards 3 --weights-poll-ms 50
+check "mismatched node starts" test -n "$port"
+check "shape mismatch reported" wait_for probes_failed 1 /v1/weights
+check "error names the shapes" grep -q "shape mismatch" <<<"$st"
+check "nothing applied" test "$(field "$st" version)" = 0
+check "no rollouts without weights" test "$(field "$st" turns_done)" = 0
+check "not routable without weights" test "$(field "$st" routable)" = false
+stop_node
+
+# ---- follow the publisher, bit for bit, version after version
+start_node --speed 20 --rollouts 8 --weights "127.0.0.1:$wport" --weights-poll-ms 50
+check "node starts" test -n "$port"
+seen=0 last=0
+for _ in $(seq 3); do
+        wait_for version $((last + 1)) /v1/weights
+        last=$(field "$st" version)
+        same_as_publisher && seen=$((seen + 1))
+done
+check "3 versions served bit-exact ($seen)" test "$seen" = 3
+check "sparse deltas after the first pull" ge "$(field "$st" pulls_delta)" 2
+check "no failed pulls" test "$(field "$st" pulls_failed)" = 0
+check "rollouts run" wait_for turns_done 1
+delta=$(field "$st" last_bytes)
+dense=$(field "$(pub_line "$last")" dense_bytes)
+check "a delta moves under 5% of dense ($delta / $dense)" test "$((delta * 20))" -lt "$dense"
+
+# ---- hold pulls across 3 versions: stale, not routed, serving unaffected
+st=$(get "/v1/weights?hold=1")
+held=$(field "$st" version)
+dense0=$(field "$st" pulls_dense)
+check "hold acknowledged" test "$(field "$st" held)" = true
+check "the node learns it is 3 behind" wait_for policy_version $((held + 3)) /v1/weights
+check "held version still served" test "$(field "$st" version)" = "$held"
+check "stale node not routable" test "$(field "$st" routable)" = false
+sleep 0.3 # in-flight turns finish; no new ones start
+t1=$(field "$(get /v1/stats)" turns_done)
+{
+        echo "TIMESTAMP,ContextTokens,GeneratedTokens"
+        for i in $(seq 0 19); do printf '%d.%03d,800,20\n' 0 $((i * 50)); done
+} >"$tmp/burst.csv"
+"$loom" harvest replay --port "$port" --speed 20 --trace "$tmp/burst.csv" --json >"$tmp/replay" 2>&1
+check "serving answered every request while stale" test "$(field "$(cat "$tmp/replay")" ok)" = 20
+st=$(get /v1/stats)
+check "no turns started while stale" test "$(field "$st" turns_done)" = "$t1"
+check "router refused the stale node" ge "$(field "$st" route_stale)" 1
+check "the feeder never bypassed the router" test "$(field "$st" turns_stale)" = 0
+
+# ---- release: dense catch-up to the latest, routable again
+get "/v1/weights?hold=0" >/dev/null
+check "caught up after the hold" caught_up
+check "catch-up bit-exact" same_as_publisher
+check "catch-up was dense" test "$(field "$st" pulls_dense)" = $((dense0 + 1))
+check "routable again" test "$(field "$st" routable)" = true
+check "rollouts resume" wait_for turns_done $((t1 + 1))
+
+# ---- freeze the whole node across 3 versions (a partition), then thaw
+v0=$(pub_latest)
+kill -STOP "$node_pid"
+for _ in $(seq 100); do [ "$(pub_latest)" -ge $((v0 + 3)) ] && break; sleep 0.05; done
+kill -CONT "$node_pid"
+check "caught up after SIGSTOP" caught_up
+check "thawed catch-up bit-exact" same_as_publisher
+check "no failed pulls overall" test "$(field "$st" pulls_failed)" = 0
+tagged() { # rollout turns were done under the version now served
+        for _ in $(seq 300); do
+                st=$(get /v1/stats)
+                grep -q "\"turns_by_version\":{.*\"$(field "$st" version)\":" <<<"$st" && return 0
+                sleep 0.05
+        done
+        return 1
+}
+check "rollouts tagged with the version they ran under" tagged
+stop_node
+check "node stops cleanly with weights" test $? -eq 0
+check "node prints its weights" grep -q '"weights":{"version":' "$tmp/node.out"
+
+# ---- bad input and usage
+"$loom" harvest node --weights nowhere >/dev/null 2>"$tmp/err"
+check "node --weights bad address exits 1" test $? -eq 1
+check "error names --weights" grep -q -- "--weights" "$tmp/err"
+"$loom" harvest node --weights 1 --weights-elems 0 >/dev/null 2>&1
+check "node --weights-elems 0 exits 1" test $? -eq 1
+"$loom" harvest publish --density 2 >/dev/null 2>&1
+check "publish --density 2 exits 1" test $? -eq 1
+"$loom" harvest publish --bogus 1 >/dev/null 2>&1
+check "publish unknown option exits 2" test $? -eq 2
+"$loom" harvest publish --help | grep -q -- "--interval-s"
+check "publish --help" test $? -eq 0
+"$loom" harvest node --help | grep -q -- "--weights"
+check "node --help lists --weights" test $? -eq 0
+
+echo "publisher: $(pub_line "$last")"
+echo "harvest_weights: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
