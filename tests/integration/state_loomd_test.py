@@ -19,9 +19,10 @@ st = subprocess.Popen([os.path.join(build, "loom-state"), "--dir", tmp, "--sock"
 
 
 def stat():
-    out = subprocess.run([os.path.join(build, "loom-state"), "stat", "--sock", sock, "--json"],
-                         capture_output=True, text=True, check=True).stdout
-    return json.loads(out)
+    r = subprocess.run([os.path.join(build, "loom-state"), "stat", "--sock", sock, "--json"],
+                       capture_output=True, text=True)
+    check(r.returncode == 0, f"loom-state stat answered (exit {r.returncode}: {r.stderr.strip()})")
+    return json.loads(r.stdout)
 
 
 try:
