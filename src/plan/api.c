@@ -70,6 +70,7 @@ int loom_plan_search(const loom_plan_cluster *c, const loom_plan_workflow *w,
         }
         s->o = o;
         s->best_cost = INFINITY;
+        s->kept = INFINITY;
         s->t0 = o->now && o->time_s > 0 ? o->now(o->now_ctx) : 0;
         s->budget = o->budget > 0 ? o->budget : 300000;
         if (o->time_s > 0 && o->budget <= 0 &&
