@@ -86,9 +86,9 @@ for f in s1-single-region s3-multi-country; do
         echo "$f: ${ref_s} s reference ${ref} s/iteration"
         hit=none
         for t in 5 10 20 40 60; do
-                v=$("$loom" plan --cluster "$ex/$f.json" --time $t --json | jq_iter | cut -d' ' -f1)
+                read -r v _ n <<<"$("$loom" plan --cluster "$ex/$f.json" --time $t --json | jq_iter)"
                 ok=$(python3 -c "print('yes' if $v <= $ref * 1.01 else 'no')")
-                printf '  %3d s: %10.2f s/iteration, within 1%%: %s\n' $t "$v" "$ok"
+                printf '  %3d s: %10.2f s/iteration after %d evaluations, within 1%%: %s\n' $t "$v" "$n" "$ok"
                 [ "$ok" = yes ] && [ "$hit" = none ] && hit=$t
         done
         echo "$f: first within 1% at ${hit} s"

@@ -165,8 +165,11 @@ int loom_plan_solver_from_name(const char *name); /* -1 when unknown */
 typedef struct loom_plan_opts {
         int solver;
         uint64_t seed;
-        int64_t budget;           /* cost-model evaluations; 0 = solver default */
-        double time_s;            /* > 0: stop after this many seconds by now() */
+        int64_t budget; /* cost-model evaluations; 0 = solver default */
+        double time_s;  /* > 0: stop after this many seconds by now() */
+        /* SHA-EA: budgets above this many evaluations, and time budgets, run as successive
+         * independent rounds of this size, keeping the best plan; 0 = 3,000,000. */
+        int64_t round_evals;
         double (*now)(void *ctx); /* monotonic seconds; needed only with time_s */
         void *now_ctx;
         /* Optional progress: called with the best cost whenever evaluations cross a multiple

@@ -23,8 +23,9 @@ int loom_plan_solver_from_name(const char *name)
         return -1;
 }
 
-/* With a time budget the search still runs by evaluations (SHA needs a total to divide): the
- * rate of the first evaluations sets it, and the clock stops the run in any case. */
+/* With a time budget the plain EA still runs by evaluations: the rate of the first
+ * evaluations sets it, and the clock stops the run in any case. (SHA-EA runs fixed-size
+ * rounds until the clock stops it, sha.c.) */
 static int64_t budget_for_time(plan_search *s)
 {
         uint64_t rng = s->o->seed ^ 0x7177ULL;
@@ -70,10 +71,10 @@ int loom_plan_search(const loom_plan_cluster *c, const loom_plan_workflow *w,
         }
         s->o = o;
         s->best_cost = INFINITY;
+        s->kept = INFINITY;
         s->t0 = o->now && o->time_s > 0 ? o->now(o->now_ctx) : 0;
         s->budget = o->budget > 0 ? o->budget : 300000;
-        if (o->time_s > 0 && o->budget <= 0 &&
-            (o->solver == LOOM_PLAN_SHA_EA || o->solver == LOOM_PLAN_EA))
+        if (o->time_s > 0 && o->budget <= 0 && o->solver == LOOM_PLAN_EA)
                 s->budget = budget_for_time(s);
         if (o->solver == LOOM_PLAN_VERL || o->solver == LOOM_PLAN_STREAMRL ||
             o->solver == LOOM_PLAN_EXACT)

@@ -50,12 +50,14 @@ typedef struct plan_search {
         plan_ctx x;
         const loom_plan_opts *o;
         int64_t budget;
+        int64_t hard; /* > 0: no evaluation past this count, whatever budget says */
         int64_t evals;
         double t0;
         bool stop;
         bool optimal;
         int arms_groupings, arms_splits;
         double best_cost;
+        double kept; /* the best cost of earlier SHA-EA rounds (INFINITY: none) */
         loom_plan best;
         plan_geno best_geno;
         loom_plan scratch;

@@ -185,11 +185,14 @@ double plan_eval(plan_search *s, const plan_geno *g, loom_plan *scratch)
                 s->best_geno = *g;
         }
         if (s->o->trace && s->o->trace_every > 0 && s->evals % s->o->trace_every == 0)
-                s->o->trace(s->o->trace_ctx, s->evals, s->best_cost);
+                s->o->trace(s->o->trace_ctx, s->evals,
+                            s->best_cost < s->kept ? s->best_cost : s->kept);
         if (s->o->time_s > 0 && s->o->now && (s->evals & 255) == 0 &&
             s->o->now(s->o->now_ctx) - s->t0 >= s->o->time_s)
                 s->stop = true;
         if (s->budget > 0 && s->evals >= s->budget)
+                s->stop = true;
+        if (s->hard > 0 && s->evals >= s->hard)
                 s->stop = true;
         return v;
 }

@@ -250,11 +250,14 @@ static double regroup_descent(plan_search *s)
         return s->best_cost;
 }
 
-int plan_run_sha_ea(plan_search *s)
+/* One run of Algorithm 1 plus the local searches over s->budget evaluations from s->evals;
+ * clock: with a time budget and no evaluation budget, the local searches run until the clock
+ * stops them. */
+static int sha_round(plan_search *s, uint64_t seed, bool clock)
 {
         int rgs[203][LOOM_PLAN_TASKS];
         int ntg = loom_plan_groupings(s->x.nt, rgs, 203);
-        uint64_t rng = s->o->seed ^ 0x5eedULL;
+        uint64_t rng = seed ^ 0x5eedULL;
         tg_arm *tgs = calloc((size_t)ntg, sizeof *tgs);
         if (!tgs)
                 return LOOM_ENOMEM;
@@ -330,7 +333,6 @@ int plan_run_sha_ea(plan_search *s)
         }
         /* The rest: hill climbs. With a time budget they run until the clock stops them (the
          * evaluation budget only sized the halving). */
-        bool clock = s->o->time_s > 0 && s->o->now;
         bool timed_out = s->stop && (full <= 0 || s->evals < s->budget);
         s->budget = full > 0 && !clock ? full : 0;
         s->stop = timed_out || (!clock && full > 0 && s->evals >= full);
@@ -373,6 +375,58 @@ int plan_run_sha_ea(plan_search *s)
         s->arms_groupings = total_tg;
 
         free_tgs(tgs, total_tg);
+        return 0;
+}
+
+/* Anytime: an evaluation budget above ANYTIME_B0 (or opts.round_evals), and any time budget,
+ * runs as successive independent rounds of the above, each of ANYTIME_B0 evaluations with its
+ * own seed (round 0 uses the run's seed, so it is the single run of ANYTIME_B0), and keeps the
+ * best plan. Which grouping one run settles on is a lottery of its halving schedule; more
+ * rounds are more draws. Each round searches on its own (its regroup descent and iterated
+ * local search start from its own best, not an earlier round's, which would pull every round
+ * into the same basin). The rounds' sizes do not depend on the total, so a run of N
+ * evaluations is a prefix of a run of N' > N (the last round is cut, not shrunk): above
+ * ANYTIME_B0 a larger budget never ends worse, and a time budget ends where an evaluation
+ * budget of the same count would. */
+#define ANYTIME_B0 3000000
+
+int plan_run_sha_ea(plan_search *s)
+{
+        bool timed = s->o->time_s > 0 && s->o->now && s->o->budget <= 0;
+        int64_t total = timed ? 0 : s->budget;
+        int64_t b0 = s->o->round_evals > 0 ? s->o->round_evals : ANYTIME_B0;
+        if (!timed && total <= b0)
+                return sha_round(s, s->o->seed, s->o->time_s > 0 && s->o->now);
+        s->hard = total;
+        int arms = 0;
+        for (int k = 0; !s->stop; k++) {
+                uint64_t seed = s->o->seed, z = (uint64_t)k * 0x9e3779b97f4a7c15ULL;
+                if (k > 0) { /* splitmix64 of the round number */
+                        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+                        z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+                        seed ^= z ^ (z >> 31);
+                }
+                s->budget = s->evals + b0;
+                double keep_cost = s->best_cost;
+                loom_plan keep = s->best;
+                plan_geno keep_geno = s->best_geno;
+                s->kept = keep_cost;
+                s->best_cost = INFINITY;
+                int rc = sha_round(s, seed, false);
+                if (rc)
+                        return rc;
+                if (!(s->best_cost < keep_cost)) {
+                        s->best_cost = keep_cost;
+                        s->best = keep;
+                        s->best_geno = keep_geno;
+                }
+                if (!arms)
+                        arms = s->arms_splits;
+                s->arms_splits = arms;
+                bool out = (total > 0 && s->evals >= total) ||
+                           (timed && s->o->now(s->o->now_ctx) - s->t0 >= s->o->time_s);
+                s->stop = out;
+        }
         return 0;
 }
 

@@ -303,6 +303,32 @@ Test(plan_search, deterministic_and_counts_evaluations)
         cr_assert_eq(a.arms_groupings, 203);
 }
 
+/* Above one round's evaluations the search runs rounds of a fixed size and keeps the best, so
+ * a run is a prefix of any longer one with the same seed: more evaluations never end worse, the
+ * result is reproducible. */
+Test(plan_search, larger_budgets_never_end_worse)
+{
+        loom_plan_cluster c;
+        small16(&c);
+        loom_plan_workflow w;
+        loom_plan_workflow_default(&w);
+        loom_plan_model_lookup("qwen3-4b", &w.model);
+        loom_plan_opts o = {.solver = LOOM_PLAN_SHA_EA, .seed = 3, .round_evals = 4000};
+        double prev = INFINITY;
+        loom_plan_result r, again;
+        for (int64_t b = 4000; b <= 40000; b += 3000) {
+                o.budget = b;
+                cr_assert_eq(loom_plan_search(&c, &w, &o, &r, NULL), 0);
+                cr_assert(r.found);
+                cr_assert_eq(r.evaluations, b);
+                cr_assert_leq(r.cost.iteration_s, prev, "budget %lld: %f after %f", (long long)b,
+                              r.cost.iteration_s, prev);
+                prev = r.cost.iteration_s;
+        }
+        cr_assert_eq(loom_plan_search(&c, &w, &o, &again, NULL), 0);
+        cr_assert_eq(memcmp(&r.plan, &again.plan, sizeof r.plan), 0);
+}
+
 Test(plan_search, sha_ea_beats_baselines_on_a_mixed_fleet)
 {
         loom_plan_cluster c;
