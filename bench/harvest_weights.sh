@@ -37,6 +37,8 @@ stat_of() { # values... -> "best median"
 }
 
 for density in 0.001 0.01 0.1; do
+        : >"$tmp/pub"  # truncated before the launch: the last round's port must not be read
+        : >"$tmp/node"
         "$loom" harvest publish --interval-s 0.3 --density "$density" >"$tmp/pub" 2>&1 &
         pids+=($!)
         wport=$(listen "$tmp/pub" publishing)

@@ -40,6 +40,7 @@ stats() { # the node's /v1/stats body, over bash's /dev/tcp (no HTTP client need
 ge() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a >= b) }'; }
 
 start_node() { # args...
+        : >"$tmp/node.out" # truncated here: the child's redirection may run after our first read
         "$loom" harvest node "$@" >"$tmp/node.out" 2>"$tmp/node.err" &
         node_pid=$!
         for _ in $(seq 100); do

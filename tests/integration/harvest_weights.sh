@@ -13,10 +13,15 @@ tmp=$(mktemp -d)
 node_pid= pub_pid=
 fail=0 pass=0
 cleanup() {
+        if [ -n "$node_pid" ] && ! kill -0 "$node_pid" 2>/dev/null; then
+                wait "$node_pid"
+                echo "node exited early with status $?"
+                node_pid=
+        fi
         [ -n "$node_pid" ] && kill -CONT "$node_pid" 2>/dev/null
         for p in $node_pid $pub_pid; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
         if [ "$fail" -gt 0 ]; then
-                for f in node.err pub.err pub.out; do
+                for f in node.out node.err pub.err pub.out; do
                         [ -s "$tmp/$f" ] && { echo "--- $f"; tail -c 3000 "$tmp/$f"; }
                 done
         fi
@@ -80,6 +85,7 @@ done
 check "publisher starts" test -n "$wport"
 
 start_node() { # args...
+        : >"$tmp/node.out" # truncated here: the child's redirection may run after our first read
         "$loom" harvest node "$@" >"$tmp/node.out" 2>"$tmp/node.err" &
         node_pid=$!
         port=
