@@ -50,6 +50,8 @@ int harvest_cmd_node_opt(const char *a, const char *v, loom_harvest_node_cfg *c,
         } else if (!strcmp(a, "--weights-shards")) {
                 *bad = whole(cmd, a, v, 1, 65536, &u);
                 c->weights_shards = (uint32_t)u;
+        } else if (!strcmp(a, "--weights-model")) {
+                c->weights_model = v;
         } else if (!strcmp(a, "--weights-poll-ms")) {
                 *bad = loom_cmd_num(cmd, a, v, 1, 60000, &d);
                 c->weights_poll_s = d / 1e3;
@@ -70,6 +72,8 @@ const char *harvest_cmd_node_help =
     "  --weights-elems N   bf16 elements of the rollout weight buffer (default 4194304);\n"
     "                      must match the publisher's\n"
     "  --weights-shards N  shards, as the publisher's (default 8)\n"
+    "  --weights-model ID  accept only a publisher serving model ID (its --model);\n"
+    "                      default: any publisher of the same shape\n"
     "  --weights-poll-ms M a probe waits this long for a new version (default 200)\n"
     "  --staleness N       route rollout turns here only while at most N versions behind\n"
     "                      the newest published (default 0)\n";
@@ -98,6 +102,8 @@ static void publish_usage(FILE *f)
                 "until SIGINT/SIGTERM or --for-s.\n"
                 "\n"
                 "  --ip A              listen address (default 127.0.0.1)\n"
+                "  --model ID          serve under model id ID: a puller naming another id\n"
+                "                      is refused (default: none)\n"
                 "  --port N            (default 0: any free port)\n"
                 "  --elems N           bf16 elements (default 4194304, the node's default)\n"
                 "  --shards N          shards (default 8, the node's default)\n"
@@ -111,7 +117,7 @@ static void publish_usage(FILE *f)
 }
 
 typedef struct pub_opts {
-        const char *ip;
+        const char *ip, *model;
         uint64_t port, elems, shards, bucket, versions, seed;
         double density, interval_s, for_s;
 } pub_opts;
@@ -120,7 +126,7 @@ typedef struct pub_opts {
 static int parse_publish(int argc, char **argv, pub_opts *o)
 {
         const char *cmd = "loom harvest publish";
-        *o = (pub_opts){"127.0.0.1", 0, UINT64_C(4) << 20, 8, 65536, 0, 1, 0.01, 1, 0};
+        *o = (pub_opts){"127.0.0.1", NULL, 0, UINT64_C(4) << 20, 8, 65536, 0, 1, 0.01, 1, 0};
         for (int i = 1; i < argc; i++) {
                 const char *a = argv[i];
                 if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -137,6 +143,8 @@ static int parse_publish(int argc, char **argv, pub_opts *o)
                 int bad = 0;
                 if (!strcmp(a, "--ip"))
                         o->ip = v;
+                else if (!strcmp(a, "--model"))
+                        o->model = v;
                 else if (!strcmp(a, "--port"))
                         bad = whole(cmd, a, v, 0, 65535, &o->port);
                 else if (!strcmp(a, "--elems"))
@@ -210,7 +218,7 @@ int harvest_cmd_publish(int argc, char **argv)
         }
         loom_sync_pub *p = NULL;
         if (loom_harvest_wshards(o.elems, (uint32_t)o.shards, shard, &e) ||
-            loom_sync_pub_new(shard, o.shards, o.bucket, o.ip, (uint16_t)o.port, &p, &e)) {
+            loom_sync_pub_new(o.model, shard, o.shards, o.bucket, o.ip, (uint16_t)o.port, &p, &e)) {
                 fprintf(stderr, "loom harvest publish: %s: %s\n", e.field, e.msg);
                 free(shard);
                 free(w);

@@ -386,10 +386,11 @@ int loom_harvest_wlive_addr(const char *s, char *ip, size_t cap, uint16_t *port,
 typedef struct loom_harvest_wlive_cfg {
         const char *ip; /* the publisher (loom_sync_pub, `loom harvest publish`) */
         uint16_t port;
-        uint64_t elems;   /* bf16 elements of the rollout model's weight buffer */
-        uint32_t shards;  /* must match the publisher's */
-        double poll_s;    /* a probe waits this long for a new version; retry pause on errors */
-        double timeout_s; /* one pull */
+        const char *model; /* the publisher's model id; NULL: accept any (loom_sync_pull) */
+        uint64_t elems;    /* bf16 elements of the rollout model's weight buffer */
+        uint32_t shards;   /* must match the publisher's */
+        double poll_s;     /* a probe waits this long for a new version; retry pause on errors */
+        double timeout_s;  /* one pull */
 } loom_harvest_wlive_cfg;
 
 typedef struct loom_harvest_wlive_stats {
@@ -443,11 +444,12 @@ typedef struct loom_harvest_node_cfg {
         uint32_t rollouts;                      /* rollout turns kept in flight (0: serving only) */
         uint32_t turn_prompt, turn_resp, turns; /* rollout trajectories: first prompt, response
                                                  * per turn, turns per trajectory */
-        const char *weights;     /* publisher "IP:PORT" or "PORT"; NULL: no weights, version 0 */
-        uint64_t weights_elems;  /* rollout weight buffer, bf16 elements (default 4 Mi) */
-        uint32_t weights_shards; /* as the publisher's (default 8) */
-        double weights_poll_s;   /* probe wait (default 0.2) */
-        uint32_t staleness;      /* route rollouts here only within this many versions (0) */
+        const char *weights;       /* publisher "IP:PORT" or "PORT"; NULL: no weights, version 0 */
+        uint64_t weights_elems;    /* rollout weight buffer, bf16 elements (default 4 Mi) */
+        uint32_t weights_shards;   /* as the publisher's (default 8) */
+        const char *weights_model; /* the publisher's model id; NULL: any */
+        double weights_poll_s;     /* probe wait (default 0.2) */
+        uint32_t staleness;        /* route rollouts here only within this many versions (0) */
 } loom_harvest_node_cfg;
 
 #define LOOM_HARVEST_NODE_VERSIONS 8 /* turns done per version, for the last versions */

@@ -346,7 +346,13 @@ int loom_sync_codec_bench(
  * puller checks each shard's additive hash (loom_sync_hash, g0 = the shard's first element)
  * against the publisher's manifest before it overwrites anything, so a failed pull leaves the
  * caller's weights as they were. Implemented in pubsub.c; the Python package reaches it
- * through libloomsync.so. */
+ * through libloomsync.so.
+ *
+ * Model ids: a publisher may serve under a model id (a job's name or id, up to 127 bytes) and a
+ * puller may name the id it wants. A puller that names one is served only by a publisher of
+ * that id (a publisher with another id, or none, is refused with LOOM_ENOENT, field "model"),
+ * so a worker whose trainer died never takes the weights of another job's publisher that took
+ * over the port. NULL or "" means no id: such a puller takes any publisher of the same shape. */
 
 #define LOOM_SYNC_NO_VERSION UINT64_MAX
 
@@ -364,10 +370,12 @@ typedef struct loom_sync_pub_stats {
         double encode_s;      /* wall seconds spent encoding */
 } loom_sync_pub_stats;
 
-/* Listen on ip:port (port 0: ephemeral) for pulls of a model of nshards shards of
- * shard_elems[i] elements, cut into buckets of bucket_elems. Starts the serving thread. */
-int loom_sync_pub_new(const uint64_t *shard_elems, size_t nshards, uint64_t bucket_elems,
-                      const char *ip, uint16_t port, loom_sync_pub **out, loom_err *e);
+/* Listen on ip:port (port 0: ephemeral) for pulls of model `model` (NULL: no id) of nshards
+ * shards of shard_elems[i] elements, cut into buckets of bucket_elems. Starts the serving
+ * thread. */
+int loom_sync_pub_new(const char *model, const uint64_t *shard_elems, size_t nshards,
+                      uint64_t bucket_elems, const char *ip, uint16_t port, loom_sync_pub **out,
+                      loom_err *e);
 uint16_t loom_sync_pub_port(const loom_sync_pub *p);
 /* Make w (every element of the model, copied) version `version`, which must be greater than
  * the last one; encodes its delta against the last version. Pulls waiting for it wake up. */
@@ -387,17 +395,18 @@ typedef struct loom_sync_pull_stats {
 
 /* Bring w (the model's every element; version `have`, or LOOM_SYNC_NO_VERSION when it holds
  * nothing) to the publisher's latest version, waiting up to timeout_s for one >= want. The
- * shard sizes must be the publisher's. On any failure w is unchanged. */
-int loom_sync_pull(const char *ip, uint16_t port, const uint64_t *shard_elems, size_t nshards,
-                   uint16_t *w, uint64_t have, uint64_t want, double timeout_s,
+ * shard sizes must be the publisher's, and its model id `model` when not NULL. On any failure
+ * w is unchanged. */
+int loom_sync_pull(const char *model, const char *ip, uint16_t port, const uint64_t *shard_elems,
+                   size_t nshards, uint16_t *w, uint64_t have, uint64_t want, double timeout_s,
                    loom_sync_pull_stats *st, loom_err *e);
 
 /* The publisher's latest version, waiting up to timeout_s for one >= want (0: whatever it has),
  * without moving weights: the publisher answers a probe with the manifest alone. A worker that
  * must not or cannot pull yet still learns how far behind it is. */
 #define LOOM_SYNC_PULL_PROBE UINT32_C(1)
-int loom_sync_pull_latest(const char *ip, uint16_t port, const uint64_t *shard_elems,
-                          size_t nshards, uint64_t want, double timeout_s, uint64_t *version,
-                          loom_err *e);
+int loom_sync_pull_latest(const char *model, const char *ip, uint16_t port,
+                          const uint64_t *shard_elems, size_t nshards, uint64_t want,
+                          double timeout_s, uint64_t *version, loom_err *e);
 
 #endif

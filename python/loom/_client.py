@@ -238,13 +238,21 @@ class Job:
 
     # -- weights (loom.weights: the sync engine through libloomsync) ------------------------
 
+    @property
+    def model_id(self):
+        """The id this job's weights are published under: "job <id>", the job's loomd id,
+        which a restarted trainer or worker keeps."""
+        return f"job {self.id}"
+
     def publish(self, tensors, version, endpoint_file=None, **opts):
         """Publish the bf16 bits of tensors (a list of torch tensors, one shard each) as
         `version`. The first call starts the publisher; its "host:port" is written to
-        endpoint_file. Returns the delta's statistics and the digest of the bits."""
+        endpoint_file. It serves under the model id "job <id>" (see :attr:`model_id`).
+        Returns the delta's statistics and the digest of the bits."""
         from . import weights
         bits = weights.bf16_bits(tensors)
         if self._pub is None:
+            opts.setdefault("model", self.model_id)
             self._pub = weights.Publisher([t.numel() for t in tensors],
                                           endpoint_file=endpoint_file, **opts)
         st = self._pub.publish(version, bits)
@@ -254,12 +262,15 @@ class Job:
     def pull(self, tensors, version, endpoint, timeout_s=60.0):
         """Bring tensors to the published version >= `version` (sparse delta when this process
         holds the previous one, dense otherwise) and set them to its bf16 values exactly.
-        endpoint: "host:port" or the publisher's endpoint_file. Returns the pull's statistics
+        endpoint: "host:port" or the publisher's endpoint_file. Only this job's publisher
+        (model id "job <id>") is accepted: after a trainer dies, whatever takes over its port
+        is refused and the endpoint looked up again. Returns the pull's statistics
         and the digest of the bits now held."""
         from . import weights
         if self._puller is None:
             import numpy as np
-            self._puller = weights.Puller(endpoint, [t.numel() for t in tensors])
+            self._puller = weights.Puller(endpoint, [t.numel() for t in tensors],
+                                          model=self.model_id)
             self._bits = np.zeros(self._puller.elems, dtype=np.uint16)
         st = self._puller.pull(self._bits, version, timeout_s)
         if st["changed"] or st["dense"]:

@@ -52,13 +52,13 @@ def _load():
 
 def _declare(lib):
     P, U64P, E = ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(_native.Err)
-    lib.loom_sync_pub_new.argtypes = [U64P, ctypes.c_size_t, ctypes.c_uint64, ctypes.c_char_p,
+    lib.loom_sync_pub_new.argtypes = [ctypes.c_char_p, U64P, ctypes.c_size_t, ctypes.c_uint64, ctypes.c_char_p,
                                       ctypes.c_uint16, ctypes.POINTER(P), E]
     lib.loom_sync_pub_port.argtypes = [P]
     lib.loom_sync_pub_port.restype = ctypes.c_uint16
     lib.loom_sync_pub_publish.argtypes = [P, ctypes.c_uint64, P, ctypes.POINTER(_PubStats), E]
     lib.loom_sync_pub_free.argtypes = [P]
-    lib.loom_sync_pull.argtypes = [ctypes.c_char_p, ctypes.c_uint16, U64P, ctypes.c_size_t,
+    lib.loom_sync_pull.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_uint16, U64P, ctypes.c_size_t,
                                    P, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_double,
                                    ctypes.POINTER(_PullStats), E]
     return lib
@@ -113,17 +113,23 @@ def digest(flat):
 
 # ---- publisher and puller -------------------------------------------------------------------
 
+def _model(model):
+    return None if model is None else str(model).encode()
+
+
 class Publisher(_native.Handle):
-    """The trainer's side: serves its latest weights. shards: element count per shard."""
+    """The trainer's side: serves its latest weights. shards: element count per shard.
+    model: the id it serves under (a puller that names another id is refused)."""
 
     def __init__(self, shards, host="127.0.0.1", port=0, bucket_elems=1 << 14,
-                 endpoint_file=None):
+                 endpoint_file=None, model=None):
         self.lib = _load()
         self._shards, self.sizes = _shards(shards)
         self.elems = sum(self.sizes)
         self.h = ctypes.c_void_p()
         err = _native.Err()
-        rc = self.lib.loom_sync_pub_new(self._shards, len(self.sizes), int(bucket_elems),
+        self.model = model
+        rc = self.lib.loom_sync_pub_new(_model(model), self._shards, len(self.sizes), int(bucket_elems),
                                         host.encode(), int(port), ctypes.byref(self.h),
                                         ctypes.byref(err))
         if rc:
@@ -158,13 +164,14 @@ class Publisher(_native.Handle):
 
 class Puller:
     """The rollout worker's side. endpoint: "host:port", or a file the publisher wrote it to
-    (waited for)."""
+    (waited for). model: accept only a publisher serving this id (None: any of this shape)."""
 
-    def __init__(self, endpoint, shards):
+    def __init__(self, endpoint, shards, model=None):
         self.lib = _load()
         self._shards, self.sizes = _shards(shards)
         self.elems = sum(self.sizes)
         self.endpoint = endpoint
+        self.model = model
         self.version = None
 
     def _resolve(self, timeout_s):
@@ -187,7 +194,8 @@ class Puller:
 
         When the endpoint is a file, a publisher that cannot be reached (or does not answer)
         is looked up again in the file every second until timeout_s: a trainer that was
-        restarted serves from a new port. Its version `have` is accepted only if its checksums
+        restarted serves from a new port (and whatever took over its old port serves another
+        model, which is refused and retried the same way). Its version `have` is accepted only if its checksums
         match the bits held here."""
         import time
         end = time.monotonic() + timeout_s
@@ -199,14 +207,17 @@ class Puller:
                 return self._pull_once(host, port, flat, want, min(left, 1.0) if from_file
                                        else left)
             except SyncError as err:
-                if (not from_file or err.code not in (_native.EIO, _native.ETIMEDOUT)
+                if (not from_file
+                        or err.code not in (_native.EIO, _native.ETIMEDOUT, _native.ENOENT)
                         or time.monotonic() >= end):
                     raise
+                if err.code == _native.ENOENT:  # another model answered: not ours, look again
+                    time.sleep(0.05)
 
     def _pull_once(self, host, port, flat, want, timeout_s):
         have = NO_VERSION if self.version is None else self.version
         st, err = _PullStats(), _native.Err()
-        rc = self.lib.loom_sync_pull(host.encode(), port, self._shards, len(self.sizes),
+        rc = self.lib.loom_sync_pull(_model(self.model), host.encode(), port, self._shards, len(self.sizes),
                                      _buffer(flat, self.elems), have, int(want),
                                      float(timeout_s), ctypes.byref(st), ctypes.byref(err))
         if rc:

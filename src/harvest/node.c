@@ -523,6 +523,7 @@ int loom_harvest_node_start(const loom_harvest_node_cfg *c, loom_harvest_node **
         if (c->weights) {
                 loom_harvest_wlive_cfg wc = {.elems = c->weights_elems,
                                              .shards = c->weights_shards,
+                                             .model = c->weights_model,
                                              .poll_s = c->weights_poll_s,
                                              .timeout_s = 10};
                 char ip[64];

@@ -28,6 +28,7 @@
 struct loom_harvest_wlive {
         loom_harvest_wlive_cfg cfg;
         char ip[64];
+        char model[128];
         uint64_t *shard;
         uint16_t *serve, *stage; /* served weights; scratch for the next version */
         pthread_mutex_t mu;
@@ -120,7 +121,7 @@ static void pull_once(loom_harvest_wlive *l, uint64_t have, uint64_t latest)
         double t0 = now_s();
         if (have)
                 memcpy(l->stage, l->serve, 2 * c->elems);
-        int rc = loom_sync_pull(l->ip, c->port, l->shard, c->shards, l->stage,
+        int rc = loom_sync_pull(c->model, l->ip, c->port, l->shard, c->shards, l->stage,
                                 have ? have : LOOM_SYNC_NO_VERSION, latest, c->timeout_s, &ps, &e);
         double dt = now_s() - t0;
         uint64_t hash = 0;
@@ -173,8 +174,8 @@ static void *pull_main(void *arg)
                 /* up to date (or held): wait for the publisher to announce a newer version */
                 loom_err e;
                 uint64_t v = 0;
-                int rc = loom_sync_pull_latest(l->ip, c->port, l->shard, c->shards, latest + 1,
-                                               c->poll_s, &v, &e);
+                int rc = loom_sync_pull_latest(c->model, l->ip, c->port, l->shard, c->shards,
+                                               latest + 1, c->poll_s, &v, &e);
                 pthread_mutex_lock(&l->mu);
                 if (!rc && v > l->st.latest)
                         l->st.latest = v;
@@ -219,6 +220,8 @@ int loom_harvest_wlive_start(const loom_harvest_wlive_cfg *c, loom_harvest_wlive
                 return loom_err_set(e, LOOM_EINVAL, "weights", "need the publisher's address");
         if (c->elems == 0 || c->elems > (UINT64_C(1) << 32))
                 return loom_err_set(e, LOOM_EINVAL, "weights_elems", "must be in [1, 2^32]");
+        if (c->model && strlen(c->model) > 127)
+                return loom_err_set(e, LOOM_EINVAL, "weights_model", "longer than 127 bytes");
         if (!(c->poll_s > 0 && c->poll_s <= 60) || !(c->timeout_s > 0))
                 return loom_err_set(e, LOOM_EINVAL, "weights_poll",
                                     "poll must be in (0, 60] s, timeout > 0");
@@ -228,6 +231,8 @@ int loom_harvest_wlive_start(const loom_harvest_wlive_cfg *c, loom_harvest_wlive
         l->cfg = *c;
         snprintf(l->ip, sizeof l->ip, "%s", c->ip);
         l->cfg.ip = l->ip;
+        snprintf(l->model, sizeof l->model, "%s", c->model ? c->model : "");
+        l->cfg.model = c->model ? l->model : NULL;
         l->shard = calloc(c->shards ? c->shards : 1, sizeof *l->shard);
         l->serve = calloc(c->elems, 2);
         l->stage = calloc(c->elems, 2);

@@ -190,3 +190,28 @@ int loom__spawn_detached(void *(*fn)(void *), void *arg)
         pthread_attr_destroy(&at);
         return rc;
 }
+
+uint64_t loom__model_hash(const char *model)
+{
+        if (!model || !*model)
+                return 0;
+        uint64_t h = UINT64_C(0xcbf29ce484222325);
+        for (const unsigned char *c = (const unsigned char *)model; *c; c++)
+                h = (h ^ *c) * UINT64_C(0x100000001b3);
+        return h ? h : 1; /* 0 means "no id" on the wire */
+}
+
+int loom__model_check(const char *model, loom_err *e)
+{
+        if (!model)
+                return 0;
+        size_t n = strlen(model);
+        if (n > LOOM__MODEL_MAX)
+                return loom_err_set(e, LOOM_EINVAL, "model", "longer than %d bytes",
+                                    LOOM__MODEL_MAX);
+        for (size_t i = 0; i < n; i++)
+                if ((unsigned char)model[i] < 0x20 || model[i] == 0x7f)
+                        return loom_err_set(e, LOOM_EINVAL, "model",
+                                            "control character at byte %zu", i);
+        return 0;
+}

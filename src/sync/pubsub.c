@@ -4,14 +4,16 @@
  * serves pulls over TCP, and the puller applies what it gets only after every checksum matched.
  *
  * Wire (all little-endian, after connect):
- *   puller -> request: magic "LSYM", nshards, have, want, elems, CRC32C of the shard sizes,
- *               flags (40 bytes; flag 1: a probe, answered with the manifest alone)
+ *   puller -> request: magic "LSYN", nshards, have, want, elems, CRC32C of the shard sizes,
+ *               flags, FNV-1a of the model id wanted or 0 (48 bytes; flag 1: a probe, answered
+ *               with the manifest alone)
  *   publisher -> a MANIFEST frame: version, start = base version (LOOM_SYNC_NO_VERSION for a
  *               dense reply), elems = model elements, nnz = bucket frames that follow, payload
  *               = one additive hash per shard; or an END frame whose payload says why not.
  *             -> that many BUCKET frames: stream = shard, seq = bucket in the shard, start =
  *               first element within the shard. A delta skips unchanged buckets; a dense reply
  *               covers every element.
+ * A refusal (other magic, shape or model id) is an END frame saying why.
  * One connection serves one pull; each connection gets its own thread. The puller is pull.c.
  *
  * Versions are reference counted: publish swaps in the new one while a pull keeps sending the
@@ -29,9 +31,6 @@
 
 #include "internal.h"
 
-#define REQ_MAGIC UINT32_C(0x4D59534C) /* "LSYM" */
-#define REQ_LEN 40
-
 typedef struct pver {
         uint64_t version, base; /* base: the version the delta applies to, or NO_VERSION */
         uint16_t *w;            /* every element */
@@ -43,6 +42,8 @@ typedef struct pver {
 } pver;
 
 struct loom_sync_pub {
+        char model[LOOM__MODEL_MAX + 1]; /* "" for none */
+        uint64_t model_hash;
         uint64_t *shard, *shard_off, elems, bucket;
         size_t nshards;
         int lfd;
@@ -277,7 +278,7 @@ static int send_dense(int fd, const loom_sync_pub *p, const pver *v)
 
 static void serve(loom_sync_pub *p, int fd)
 {
-        uint8_t req[REQ_LEN];
+        uint8_t req[LOOM__PULL_REQ_LEN];
         uint32_t magic, nshards;
         struct timeval tv = {.tv_sec = 10};
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
@@ -291,8 +292,18 @@ static void serve(loom_sync_pub *p, int fd)
         uint32_t shape, flags;
         memcpy(&shape, req + 32, 4);
         memcpy(&flags, req + 36, 4);
-        if (magic != REQ_MAGIC) {
-                send_end(fd, "not a loom weight pull");
+        if (magic != LOOM__PULL_MAGIC) {
+                send_end(fd, magic == LOOM__PULL_MAGIC_OLD
+                                 ? "the puller speaks an older protocol (no model ids): upgrade it"
+                                 : "not a loom weight pull");
+                return;
+        }
+        uint64_t model = loom__get64(req + 40);
+        if (model && model != p->model_hash) {
+                char why[LOOM__MODEL_MAX + 64];
+                snprintf(why, sizeof why, "model mismatch: this publisher serves %s%s%s",
+                         p->model[0] ? "model '" : "no model id", p->model, p->model[0] ? "'" : "");
+                send_end(fd, why);
                 return;
         }
         if (nshards != p->nshards || elems != p->elems ||
@@ -381,12 +392,15 @@ static int check_shards(const uint64_t *shard_elems, size_t nshards, uint64_t *e
         return 0;
 }
 
-int loom_sync_pub_new(const uint64_t *shard_elems, size_t nshards, uint64_t bucket_elems,
-                      const char *ip, uint16_t port, loom_sync_pub **out, loom_err *e)
+int loom_sync_pub_new(const char *model, const uint64_t *shard_elems, size_t nshards,
+                      uint64_t bucket_elems, const char *ip, uint16_t port, loom_sync_pub **out,
+                      loom_err *e)
 {
         *out = NULL;
         uint64_t elems = 0;
-        int rc = check_shards(shard_elems, nshards, &elems, e);
+        int rc = loom__model_check(model, e);
+        if (!rc)
+                rc = check_shards(shard_elems, nshards, &elems, e);
         if (rc)
                 return rc;
         if (bucket_elems == 0 || bucket_elems > LOOM_SYNC_FRAME_MAX_PAYLOAD / 4)
@@ -403,6 +417,9 @@ int loom_sync_pub_new(const uint64_t *shard_elems, size_t nshards, uint64_t buck
                 free(p);
                 return loom_err_set(e, LOOM_ENOMEM, NULL, "out of memory");
         }
+        if (model)
+                strcpy(p->model, model); /* length checked above */
+        p->model_hash = loom__model_hash(model);
         p->nshards = nshards;
         p->elems = elems;
         p->bucket = bucket_elems;

@@ -12,9 +12,8 @@
 
 #include "internal.h"
 
-#define REQ_MAGIC UINT32_C(0x4D59534C) /* "LSYM" */
-
 typedef struct pull {
+        const char *model;
         const uint64_t *shard;
         uint64_t *off;
         size_t nshards;
@@ -35,10 +34,18 @@ static int recv_manifest(int fd, pull *p, loom_sync_frame *m, uint64_t **hash, u
                 return loom_err_set(e, LOOM_ECORRUPT, "manifest", "payload checksum mismatch");
         }
         if (m->type == LOOM_SYNC_FRAME_END) {
-                loom_err_set(e, LOOM_EPROTO, "publisher", "%.*s", (int)m->payload_len,
-                             pl ? (const char *)pl : "refused");
+                /* A publisher of another model (e.g. one that took over a dead trainer's port)
+                 * is "no such model here", which a caller may retry elsewhere. */
+                const char *why = pl ? (const char *)pl : "refused";
+                int len = (int)m->payload_len,
+                    mismatch = len >= 14 && !memcmp(why, "model mismatch", 14);
+                if (mismatch)
+                        loom_err_set(e, LOOM_ENOENT, "model", "want '%s', but %.*s", p->model,
+                                     len - 16 > 0 ? len - 16 : 0, why + 16);
+                else
+                        loom_err_set(e, LOOM_EPROTO, "publisher", "%.*s", len, why);
                 free(pl);
-                return LOOM_EPROTO;
+                return mismatch ? LOOM_ENOENT : LOOM_EPROTO;
         }
         if (m->type != LOOM_SYNC_FRAME_MANIFEST || m->payload_len != 8 * p->nshards ||
             m->elems != p->elems) {
@@ -101,8 +108,9 @@ static int verify(const pull *p, const uint64_t *hash, int dense, loom_err *e)
 static int request(int fd, pull *p, uint64_t have, uint64_t want, uint32_t flags,
                    loom_sync_frame *m, uint64_t **hash, uint64_t *bytes, loom_err *e)
 {
-        uint8_t req[40] = {0};
-        uint32_t magic = REQ_MAGIC, ns = (uint32_t)p->nshards;
+        uint8_t req[LOOM__PULL_REQ_LEN] = {0};
+        uint32_t magic = LOOM__PULL_MAGIC, ns = (uint32_t)p->nshards;
+        uint64_t model = loom__model_hash(p->model);
         uint32_t shape = loom_sync_crc32c(0, p->shard, p->nshards * sizeof *p->shard);
         memcpy(req, &magic, 4);
         memcpy(req + 4, &ns, 4);
@@ -111,6 +119,7 @@ static int request(int fd, pull *p, uint64_t have, uint64_t want, uint32_t flags
         memcpy(req + 24, &p->elems, 8);
         memcpy(req + 32, &shape, 4);
         memcpy(req + 36, &flags, 4);
+        memcpy(req + 40, &model, 8);
         if (loom__write_all(fd, req, sizeof req))
                 return loom_err_set(e, LOOM_EIO, "publisher",
                                     "connection lost sending the request");
@@ -170,15 +179,17 @@ static int open_conn(const char *ip, uint16_t port, double timeout_s, double t0,
         return 0;
 }
 
-int loom_sync_pull_latest(const char *ip, uint16_t port, const uint64_t *shard_elems,
-                          size_t nshards, uint64_t want, double timeout_s, uint64_t *version,
-                          loom_err *e)
+int loom_sync_pull_latest(const char *model, const char *ip, uint16_t port,
+                          const uint64_t *shard_elems, size_t nshards, uint64_t want,
+                          double timeout_s, uint64_t *version, loom_err *e)
 {
+        if (loom__model_check(model, e))
+                return LOOM_EINVAL;
         if (!shard_elems || nshards == 0 || nshards > UINT32_MAX)
                 return loom_err_set(e, LOOM_EINVAL, "shards", "need at least one shard");
         if (!(timeout_s > 0))
                 return loom_err_set(e, LOOM_EINVAL, "timeout_s", "must be > 0");
-        pull p = {.shard = shard_elems, .nshards = nshards};
+        pull p = {.model = model, .shard = shard_elems, .nshards = nshards};
         for (size_t s = 0; s < nshards; s++)
                 p.elems += shard_elems[s];
         int fd = -1;
@@ -198,8 +209,8 @@ int loom_sync_pull_latest(const char *ip, uint16_t port, const uint64_t *shard_e
         return rc;
 }
 
-int loom_sync_pull(const char *ip, uint16_t port, const uint64_t *shard_elems, size_t nshards,
-                   uint16_t *w, uint64_t have, uint64_t want, double timeout_s,
+int loom_sync_pull(const char *model, const char *ip, uint16_t port, const uint64_t *shard_elems,
+                   size_t nshards, uint16_t *w, uint64_t have, uint64_t want, double timeout_s,
                    loom_sync_pull_stats *st, loom_err *e)
 {
         loom_sync_pull_stats tmp;
@@ -210,7 +221,9 @@ int loom_sync_pull(const char *ip, uint16_t port, const uint64_t *shard_elems, s
                 return loom_err_set(e, LOOM_EINVAL, "shards", "need at least one shard");
         if (!(timeout_s > 0))
                 return loom_err_set(e, LOOM_EINVAL, "timeout_s", "must be > 0");
-        pull p = {.shard = shard_elems, .nshards = nshards};
+        if (loom__model_check(model, e))
+                return LOOM_EINVAL;
+        pull p = {.model = model, .shard = shard_elems, .nshards = nshards};
         p.off = malloc(nshards * sizeof *p.off);
         if (!p.off)
                 return loom_err_set(e, LOOM_ENOMEM, NULL, "out of memory");

@@ -75,7 +75,7 @@ caught_up() {
 }
 
 # ---- publisher: a new version every 0.5 s, 1% of 4 Mi bf16 elements change
-"$loom" harvest publish --interval-s 0.5 --density 0.01 >"$tmp/pub.out" 2>"$tmp/pub.err" &
+"$loom" harvest publish --model trainer-a --interval-s 0.5 --density 0.01 >"$tmp/pub.out" 2>"$tmp/pub.err" &
 pub_pid=$!
 for _ in $(seq 100); do
         wport=$(sed -n 's/^publishing on 127.0.0.1:\([0-9]*\)$/\1/p' "$tmp/pub.out")
@@ -114,8 +114,16 @@ check "no rollouts without weights" test "$(field "$st" turns_done)" = 0
 check "not routable without weights" test "$(field "$st" routable)" = false
 stop_node
 
+# ---- another model's publisher: refused by model id, nothing applied
+start_node --speed 20 --rollouts 4 --weights "$wport" --weights-model trainer-b --weights-poll-ms 50
+check "model-mismatch node starts" test -n "$port"
+check "model mismatch reported" wait_for probes_failed 1 /v1/weights
+check "error names both models" grep -q "want 'trainer-b', but this publisher serves model 'trainer-a'" <<<"$st"
+check "nothing applied from another model" test "$(field "$st" version)" = 0
+stop_node
+
 # ---- follow the publisher, bit for bit, version after version
-start_node --speed 20 --rollouts 8 --weights "127.0.0.1:$wport" --weights-poll-ms 50
+start_node --speed 20 --rollouts 8 --weights "127.0.0.1:$wport" --weights-model trainer-a --weights-poll-ms 50
 check "node starts" test -n "$port"
 seen=0 last=0
 for _ in $(seq 3); do

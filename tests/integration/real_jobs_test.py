@@ -243,3 +243,42 @@ check(why is not None and "no checkpoint of iteration 2" in why,
 why = refusal(trainer_state("b", lr=2e-3), STEPS)
 check(why is not None and "config is" in why and "refusing" in why,
       f"b: another job's checkpoint (a different learning rate) is refused: {why}")
+
+# A job's weights are published under its model id ("job <id>"). A rollout worker whose endpoint
+# file names another job's publisher (its own trainer died and another took the port) refuses
+# it, keeps its weights, and takes its own trainer's publisher as soon as the file names it.
+import threading  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+W = loom.weights
+ep = os.path.join(d.dir, "swap.endpoint")
+bits = np.arange(100, dtype=np.uint16)
+foreign = W.Publisher([64, 36], model=jobs[1].model_id, endpoint_file=ep)
+foreign.publish(1, bits)
+puller = W.Puller(ep, [64, 36], model=jobs[0].model_id)
+held = np.full(100, 7, dtype=np.uint16)
+try:
+    puller.pull(held, 1, timeout_s=1.0)
+    err = None
+except W.SyncError as e:
+    err = e
+check(err is not None and err.field == "model" and f"'{jobs[1].model_id}'" in str(err),
+      f"another job's publisher is refused by model id: {err}")
+check((held == 7).all() and puller.version is None, "nothing of it was applied")
+own = W.Publisher([64, 36], model=jobs[0].model_id)
+own.publish(1, bits + 1)
+
+
+def repoint():
+    with open(ep + ".tmp", "w") as f:
+        f.write(own.endpoint + "\n")
+    os.replace(ep + ".tmp", ep)
+
+
+threading.Timer(0.5, repoint).start()
+st = puller.pull(held, 1, timeout_s=10)
+check(st["version"] == 1 and st["dense"] and (held == bits + 1).all(),
+      "the worker takes its own trainer's publisher once the endpoint file names it")
+foreign.close()
+own.close()

@@ -103,8 +103,8 @@ static void trainer_new(trainer *t)
 {
         loom_err e;
         cr_assert_eq(loom_harvest_wshards(ELEMS, SHARDS, t->shard, &e), 0);
-        cr_assert_eq(loom_sync_pub_new(t->shard, SHARDS, 4096, "127.0.0.1", 0, &t->p, &e), 0, "%s",
-                     e.msg);
+        cr_assert_eq(loom_sync_pub_new(NULL, t->shard, SHARDS, 4096, "127.0.0.1", 0, &t->p, &e), 0,
+                     "%s", e.msg);
         t->w = malloc(2 * ELEMS);
         t->version = 0;
 }
@@ -212,7 +212,7 @@ static int read_full(int fd, void *buf, size_t n)
 /* One pull: forward the request, read the publisher's whole reply, corrupt it, pass it on. */
 static void relay_one(mitm *m, int cfd)
 {
-        uint8_t req[40];
+        uint8_t req[48]; /* pubsub.c's request */
         struct timeval tv = {.tv_sec = 5};
         setsockopt(cfd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
         if (read_full(cfd, req, sizeof req))
@@ -220,7 +220,8 @@ static void relay_one(mitm *m, int cfd)
         int ufd = socket(AF_INET, SOCK_STREAM, 0);
         struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(m->up)};
         sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        if (connect(ufd, (struct sockaddr *)&sa, sizeof sa) || write(ufd, req, 40) != 40) {
+        if (connect(ufd, (struct sockaddr *)&sa, sizeof sa) ||
+            write(ufd, req, sizeof req) != (ssize_t)sizeof req) {
                 close(ufd);
                 return;
         }

@@ -24,7 +24,8 @@ Test(sync_pubsub, dense_then_sparse_delta_bit_exact)
 {
         loom_err e;
         loom_sync_pub *p;
-        cr_assert_eq(loom_sync_pub_new(shards, 3, 512, "127.0.0.1", 0, &p, &e), 0, "%s", e.msg);
+        cr_assert_eq(loom_sync_pub_new(NULL, shards, 3, 512, "127.0.0.1", 0, &p, &e), 0, "%s",
+                     e.msg);
         uint16_t *a = malloc(2 * ELEMS), *b = malloc(2 * ELEMS), *got = calloc(ELEMS, 2);
         fill(a, 1);
         loom_sync_pub_stats ps;
@@ -32,9 +33,9 @@ Test(sync_pubsub, dense_then_sparse_delta_bit_exact)
         cr_assert_eq(ps.changed, ELEMS);
         loom_sync_pull_stats st;
         uint16_t port = loom_sync_pub_port(p);
-        cr_assert_eq(
-            loom_sync_pull("127.0.0.1", port, shards, 3, got, LOOM_SYNC_NO_VERSION, 0, 5, &st, &e),
-            0, "%s", e.msg);
+        cr_assert_eq(loom_sync_pull(NULL, "127.0.0.1", port, shards, 3, got, LOOM_SYNC_NO_VERSION,
+                                    0, 5, &st, &e),
+                     0, "%s", e.msg);
         cr_assert_eq(st.version, 0);
         cr_assert_eq(st.base, LOOM_SYNC_NO_VERSION);
         cr_assert_eq(memcmp(got, a, 2 * ELEMS), 0);
@@ -45,22 +46,22 @@ Test(sync_pubsub, dense_then_sparse_delta_bit_exact)
         cr_assert_eq(loom_sync_pub_publish(p, 1, b, &ps, &e), 0, "%s", e.msg);
         cr_assert_eq(ps.changed, 40);
         cr_assert_lt(ps.delta_bytes, ps.dense_bytes / 4);
-        cr_assert_eq(loom_sync_pull("127.0.0.1", port, shards, 3, got, 0, 1, 5, &st, &e), 0, "%s",
-                     e.msg);
+        cr_assert_eq(loom_sync_pull(NULL, "127.0.0.1", port, shards, 3, got, 0, 1, 5, &st, &e), 0,
+                     "%s", e.msg);
         cr_assert_eq(st.version, 1);
         cr_assert_eq(st.base, 0);
         cr_assert_eq(st.changed, 40);
         cr_assert_eq(st.bytes, ps.delta_bytes);
         cr_assert_eq(memcmp(got, b, 2 * ELEMS), 0);
         /* up to date: nothing but the manifest, weights unchanged */
-        cr_assert_eq(loom_sync_pull("127.0.0.1", port, shards, 3, got, 1, 1, 5, &st, &e), 0, "%s",
-                     e.msg);
+        cr_assert_eq(loom_sync_pull(NULL, "127.0.0.1", port, shards, 3, got, 1, 1, 5, &st, &e), 0,
+                     "%s", e.msg);
         cr_assert_eq(st.changed, 0);
         cr_assert_eq(memcmp(got, b, 2 * ELEMS), 0);
         /* a worker that restarted with nothing gets the latest dense */
         uint16_t *fresh = calloc(ELEMS, 2);
-        cr_assert_eq(loom_sync_pull("127.0.0.1", port, shards, 3, fresh, LOOM_SYNC_NO_VERSION, 1, 5,
-                                    &st, &e),
+        cr_assert_eq(loom_sync_pull(NULL, "127.0.0.1", port, shards, 3, fresh, LOOM_SYNC_NO_VERSION,
+                                    1, 5, &st, &e),
                      0, "%s", e.msg);
         cr_assert_eq(memcmp(fresh, b, 2 * ELEMS), 0);
         /* versions only move forward */
@@ -76,7 +77,8 @@ Test(sync_pubsub, mismatch_and_timeout_leave_weights_alone)
 {
         loom_err e;
         loom_sync_pub *p;
-        cr_assert_eq(loom_sync_pub_new(shards, 3, 512, "127.0.0.1", 0, &p, &e), 0, "%s", e.msg);
+        cr_assert_eq(loom_sync_pub_new(NULL, shards, 3, 512, "127.0.0.1", 0, &p, &e), 0, "%s",
+                     e.msg);
         uint16_t *a = malloc(2 * ELEMS), *got = malloc(2 * ELEMS), *keep = malloc(2 * ELEMS);
         fill(a, 2);
         fill(got, 3);
@@ -84,18 +86,18 @@ Test(sync_pubsub, mismatch_and_timeout_leave_weights_alone)
         cr_assert_eq(loom_sync_pub_publish(p, 5, a, NULL, &e), 0, "%s", e.msg);
         uint16_t port = loom_sync_pub_port(p);
         const uint64_t other[3] = {1000, 5001, 36};
-        int rc =
-            loom_sync_pull("127.0.0.1", port, other, 3, got, LOOM_SYNC_NO_VERSION, 0, 5, NULL, &e);
+        int rc = loom_sync_pull(NULL, "127.0.0.1", port, other, 3, got, LOOM_SYNC_NO_VERSION, 0, 5,
+                                NULL, &e);
         cr_assert_eq(rc, LOOM_EPROTO);
         cr_assert(strstr(e.msg, "shape mismatch"), "%s", e.msg);
         cr_assert_eq(memcmp(got, keep, 2 * ELEMS), 0);
         /* version 6 never comes */
-        rc = loom_sync_pull("127.0.0.1", port, shards, 3, got, LOOM_SYNC_NO_VERSION, 6, 0.3, NULL,
-                            &e);
+        rc = loom_sync_pull(NULL, "127.0.0.1", port, shards, 3, got, LOOM_SYNC_NO_VERSION, 6, 0.3,
+                            NULL, &e);
         cr_assert_eq(rc, LOOM_ETIMEDOUT, "%d %s", rc, e.msg);
         cr_assert_eq(memcmp(got, keep, 2 * ELEMS), 0);
         /* a delta against a version the puller does not have is refused */
-        rc = loom_sync_pull("127.0.0.1", port, shards, 3, got, 4, 5, 5, NULL, &e);
+        rc = loom_sync_pull(NULL, "127.0.0.1", port, shards, 3, got, 4, 5, 5, NULL, &e);
         cr_assert_eq(rc, 0, "%s", e.msg); /* base is none: the publisher answers dense */
         cr_assert_eq(memcmp(got, a, 2 * ELEMS), 0);
         loom_sync_pub_free(p);
@@ -124,20 +126,22 @@ Test(sync_pubsub, restarted_publisher_resumes_at_version_n)
         loom_sync_pull_stats st;
         loom_sync_pub_stats ps;
         /* the first trainer publishes 6 and 7; the puller ends with 7 */
-        cr_assert_eq(loom_sync_pub_new(shards, 3, 512, "127.0.0.1", 0, &p, &e), 0, "%s", e.msg);
+        cr_assert_eq(loom_sync_pub_new(NULL, shards, 3, 512, "127.0.0.1", 0, &p, &e), 0, "%s",
+                     e.msg);
         cr_assert_eq(loom_sync_pub_publish(p, 6, a, NULL, &e), 0, "%s", e.msg);
         cr_assert_eq(loom_sync_pub_publish(p, 7, b, NULL, &e), 0, "%s", e.msg);
-        cr_assert_eq(loom_sync_pull("127.0.0.1", loom_sync_pub_port(p), shards, 3, got,
+        cr_assert_eq(loom_sync_pull(NULL, "127.0.0.1", loom_sync_pub_port(p), shards, 3, got,
                                     LOOM_SYNC_NO_VERSION, 7, 5, &st, &e),
                      0, "%s", e.msg);
         loom_sync_pub_free(p); /* the trainer dies */
         /* its successor resumes at 7 with the same bits */
-        cr_assert_eq(loom_sync_pub_new(shards, 3, 512, "127.0.0.1", 0, &p, &e), 0, "%s", e.msg);
+        cr_assert_eq(loom_sync_pub_new(NULL, shards, 3, 512, "127.0.0.1", 0, &p, &e), 0, "%s",
+                     e.msg);
         uint16_t port = loom_sync_pub_port(p);
         cr_assert_eq(loom_sync_pub_publish(p, 7, b, &ps, &e), 0, "%s", e.msg);
         cr_assert_eq(ps.changed, ELEMS); /* its first version: no base to diff against */
-        cr_assert_eq(loom_sync_pull("127.0.0.1", port, shards, 3, got, 7, 7, 5, &st, &e), 0, "%s",
-                     e.msg);
+        cr_assert_eq(loom_sync_pull(NULL, "127.0.0.1", port, shards, 3, got, 7, 7, 5, &st, &e), 0,
+                     "%s", e.msg);
         cr_assert_eq(st.version, 7);
         cr_assert_eq(st.base, 7);
         cr_assert_eq(st.changed, 0);
@@ -146,8 +150,8 @@ Test(sync_pubsub, restarted_publisher_resumes_at_version_n)
         /* 8 is a delta against the resumed 7 */
         cr_assert_eq(loom_sync_pub_publish(p, 8, c, &ps, &e), 0, "%s", e.msg);
         cr_assert_eq(ps.changed, 30);
-        cr_assert_eq(loom_sync_pull("127.0.0.1", port, shards, 3, got, 7, 8, 5, &st, &e), 0, "%s",
-                     e.msg);
+        cr_assert_eq(loom_sync_pull(NULL, "127.0.0.1", port, shards, 3, got, 7, 8, 5, &st, &e), 0,
+                     "%s", e.msg);
         cr_assert_eq(st.base, 7);
         cr_assert_eq(st.bytes, ps.delta_bytes);
         cr_assert_lt(ps.delta_bytes, ps.dense_bytes / 4);
@@ -155,10 +159,11 @@ Test(sync_pubsub, restarted_publisher_resumes_at_version_n)
         loom_sync_pub_free(p);
         /* a successor that resumes at 8 with other bits (a diverged rerun) is refused by the
          * checksums, and the puller keeps what it had */
-        cr_assert_eq(loom_sync_pub_new(shards, 3, 512, "127.0.0.1", 0, &p, &e), 0, "%s", e.msg);
+        cr_assert_eq(loom_sync_pub_new(NULL, shards, 3, 512, "127.0.0.1", 0, &p, &e), 0, "%s",
+                     e.msg);
         cr_assert_eq(loom_sync_pub_publish(p, 8, b, NULL, &e), 0, "%s", e.msg);
-        int rc =
-            loom_sync_pull("127.0.0.1", loom_sync_pub_port(p), shards, 3, got, 8, 8, 5, &st, &e);
+        int rc = loom_sync_pull(NULL, "127.0.0.1", loom_sync_pub_port(p), shards, 3, got, 8, 8, 5,
+                                &st, &e);
         cr_assert_eq(rc, LOOM_ECORRUPT, "%d %s", rc, e.msg);
         cr_assert_str_eq(e.field, "checksum");
         cr_assert_eq(memcmp(got, c, 2 * ELEMS), 0);
@@ -174,11 +179,11 @@ Test(sync_pubsub, bad_arguments)
         loom_err e;
         loom_sync_pub *p;
         const uint64_t empty[1] = {0};
-        cr_assert_eq(loom_sync_pub_new(empty, 1, 512, "127.0.0.1", 0, &p, &e), LOOM_EINVAL);
+        cr_assert_eq(loom_sync_pub_new(NULL, empty, 1, 512, "127.0.0.1", 0, &p, &e), LOOM_EINVAL);
         cr_assert_str_eq(e.field, "shards");
-        cr_assert_eq(loom_sync_pub_new(shards, 3, 0, "127.0.0.1", 0, &p, &e), LOOM_EINVAL);
+        cr_assert_eq(loom_sync_pub_new(NULL, shards, 3, 0, "127.0.0.1", 0, &p, &e), LOOM_EINVAL);
         cr_assert_str_eq(e.field, "bucket_elems");
-        cr_assert_eq(loom_sync_pub_new(shards, 3, 512, "localhost", 0, &p, &e), LOOM_EINVAL);
+        cr_assert_eq(loom_sync_pub_new(NULL, shards, 3, 512, "localhost", 0, &p, &e), LOOM_EINVAL);
         cr_assert_str_eq(e.field, "ip");
         loom_sync_pub_free(NULL);
 }
@@ -187,11 +192,12 @@ Test(sync_pubsub, probe_reports_latest_without_weights)
 {
         loom_err e;
         loom_sync_pub *p;
-        cr_assert_eq(loom_sync_pub_new(shards, 3, 512, "127.0.0.1", 0, &p, &e), 0, "%s", e.msg);
+        cr_assert_eq(loom_sync_pub_new(NULL, shards, 3, 512, "127.0.0.1", 0, &p, &e), 0, "%s",
+                     e.msg);
         uint16_t port = loom_sync_pub_port(p);
         uint64_t v = 99;
         /* nothing published yet: the probe times out and says so */
-        cr_assert_eq(loom_sync_pull_latest("127.0.0.1", port, shards, 3, 0, 0.3, &v, &e),
+        cr_assert_eq(loom_sync_pull_latest(NULL, "127.0.0.1", port, shards, 3, 0, 0.3, &v, &e),
                      LOOM_ETIMEDOUT);
         cr_assert_eq(v, 99);
         uint16_t *a = malloc(2 * ELEMS), *got = calloc(ELEMS, 2);
@@ -200,25 +206,89 @@ Test(sync_pubsub, probe_reports_latest_without_weights)
                 a[ver * 11] ^= 1;
                 cr_assert_eq(loom_sync_pub_publish(p, ver, a, NULL, &e), 0, "%s", e.msg);
         }
-        cr_assert_eq(loom_sync_pull_latest("127.0.0.1", port, shards, 3, 0, 5, &v, &e), 0, "%s",
-                     e.msg);
+        cr_assert_eq(loom_sync_pull_latest(NULL, "127.0.0.1", port, shards, 3, 0, 5, &v, &e), 0,
+                     "%s", e.msg);
         cr_assert_eq(v, 3);
         /* waits for a newer one */
-        cr_assert_eq(loom_sync_pull_latest("127.0.0.1", port, shards, 3, 4, 0.3, &v, &e),
+        cr_assert_eq(loom_sync_pull_latest(NULL, "127.0.0.1", port, shards, 3, 4, 0.3, &v, &e),
                      LOOM_ETIMEDOUT);
         cr_assert_eq(v, 3);
         /* the probe moved nothing: a pull from scratch is still a dense copy of version 3 */
         loom_sync_pull_stats st;
-        cr_assert_eq(
-            loom_sync_pull("127.0.0.1", port, shards, 3, got, LOOM_SYNC_NO_VERSION, 0, 5, &st, &e),
-            0, "%s", e.msg);
+        cr_assert_eq(loom_sync_pull(NULL, "127.0.0.1", port, shards, 3, got, LOOM_SYNC_NO_VERSION,
+                                    0, 5, &st, &e),
+                     0, "%s", e.msg);
         cr_assert_eq(st.version, 3);
         cr_assert_eq(memcmp(got, a, 2 * ELEMS), 0);
         /* a shape the publisher does not have is refused by name */
         const uint64_t other[2] = {1000, 5037};
-        cr_assert_eq(loom_sync_pull_latest("127.0.0.1", port, other, 2, 0, 5, &v, &e), LOOM_EPROTO);
+        cr_assert_eq(loom_sync_pull_latest(NULL, "127.0.0.1", port, other, 2, 0, 5, &v, &e),
+                     LOOM_EPROTO);
         cr_assert(strstr(e.msg, "shape mismatch"), "%s", e.msg);
         loom_sync_pub_free(p);
         free(a);
         free(got);
+}
+
+/* Model ids: a puller that names one is served only by a publisher of that id; a publisher of
+ * another id (say another job's trainer that took over a dead trainer's port) or of none is
+ * refused with ENOENT on field "model", and the puller's weights stay as they were. A puller
+ * that names none takes any publisher of the same shape. */
+Test(sync_pubsub, model_id_refuses_another_jobs_publisher)
+{
+        loom_err e;
+        loom_sync_pub *p, *anon;
+        cr_assert_eq(loom_sync_pub_new("job-17", shards, 3, 512, "127.0.0.1", 0, &p, &e), 0, "%s",
+                     e.msg);
+        cr_assert_eq(loom_sync_pub_new(NULL, shards, 3, 512, "127.0.0.1", 0, &anon, &e), 0, "%s",
+                     e.msg);
+        uint16_t *a = malloc(2 * ELEMS), *got = malloc(2 * ELEMS), *keep = malloc(2 * ELEMS);
+        fill(a, 5);
+        fill(got, 6);
+        memcpy(keep, got, 2 * ELEMS);
+        cr_assert_eq(loom_sync_pub_publish(p, 1, a, NULL, &e), 0, "%s", e.msg);
+        cr_assert_eq(loom_sync_pub_publish(anon, 1, a, NULL, &e), 0, "%s", e.msg);
+        uint16_t port = loom_sync_pub_port(p), aport = loom_sync_pub_port(anon);
+        int rc = loom_sync_pull("job-18", "127.0.0.1", port, shards, 3, got, LOOM_SYNC_NO_VERSION,
+                                0, 5, NULL, &e);
+        cr_assert_eq(rc, LOOM_ENOENT, "%d %s", rc, e.msg);
+        cr_assert_str_eq(e.field, "model");
+        cr_assert(strstr(e.msg, "'job-18'") && strstr(e.msg, "'job-17'"), "%s", e.msg);
+        cr_assert_eq(memcmp(got, keep, 2 * ELEMS), 0);
+        uint64_t v = 0;
+        cr_assert_eq(loom_sync_pull_latest("job-18", "127.0.0.1", port, shards, 3, 0, 5, &v, &e),
+                     LOOM_ENOENT);
+        /* a publisher with no id cannot prove it serves job-17 */
+        rc = loom_sync_pull("job-17", "127.0.0.1", aport, shards, 3, got, LOOM_SYNC_NO_VERSION, 0,
+                            5, NULL, &e);
+        cr_assert_eq(rc, LOOM_ENOENT, "%d %s", rc, e.msg);
+        cr_assert(strstr(e.msg, "no model id"), "%s", e.msg);
+        cr_assert_eq(memcmp(got, keep, 2 * ELEMS), 0);
+        /* the right id, and no id at all, are served */
+        cr_assert_eq(loom_sync_pull("job-17", "127.0.0.1", port, shards, 3, got,
+                                    LOOM_SYNC_NO_VERSION, 0, 5, NULL, &e),
+                     0, "%s", e.msg);
+        cr_assert_eq(memcmp(got, a, 2 * ELEMS), 0);
+        memcpy(got, keep, 2 * ELEMS);
+        cr_assert_eq(loom_sync_pull(NULL, "127.0.0.1", port, shards, 3, got, LOOM_SYNC_NO_VERSION,
+                                    0, 5, NULL, &e),
+                     0, "%s", e.msg);
+        cr_assert_eq(memcmp(got, a, 2 * ELEMS), 0);
+        /* bad ids are refused up front, by name */
+        char longid[200];
+        memset(longid, 'x', sizeof longid - 1);
+        longid[sizeof longid - 1] = 0;
+        cr_assert_eq(loom_sync_pull(longid, "127.0.0.1", port, shards, 3, got, LOOM_SYNC_NO_VERSION,
+                                    0, 5, NULL, &e),
+                     LOOM_EINVAL);
+        cr_assert_str_eq(e.field, "model");
+        loom_sync_pub *bad;
+        cr_assert_eq(loom_sync_pub_new("a\nb", shards, 3, 512, "127.0.0.1", 0, &bad, &e),
+                     LOOM_EINVAL);
+        cr_assert_str_eq(e.field, "model");
+        loom_sync_pub_free(p);
+        loom_sync_pub_free(anon);
+        free(a);
+        free(got);
+        free(keep);
 }
