@@ -107,10 +107,19 @@ static int settle_cluster(loom_server *s, loom_err *e)
                 snprintf(pol + n, sizeof pol - n, " admission=%s learn_after=%d",
                          loom_admission_name(p->admission), p->learn_after);
         }
+        /* The plex placer's shift bound, weights and duty bound decide where it places (the
+         * dispatch order and preemption margin only decide when phases run, which is not
+         * replayed, so they may change between starts). */
+        size_t legacy = strlen(pol); /* what stores before this had */
+        if (p->placer == LOOM_PLACER_PLEX) {
+                size_t n = strlen(pol);
+                snprintf(pol + n, sizeof pol - n, " plex=%.17g,%.17g,%.17g,%.17g", p->plex_alpha,
+                         p->plex_w1, p->plex_w2, p->plex_duty_max);
+        }
         char *old = NULL;
         rc = srv_store_meta_get(s->store, "policy", &old, e);
-        if (!rc && !old)
-                rc = srv_store_meta_set(s->store, "policy", pol, e);
+        if (!rc && (!old || (strlen(old) == legacy && !strncmp(old, pol, legacy))))
+                rc = srv_store_meta_set(s->store, "policy", pol, e); /* new, or upgraded */
         else if (!rc && strcmp(old, pol))
                 rc = loom_err_set(e, LOOM_EINVAL, "policy",
                                   "%s was created with another policy (%s)", s->data_dir, old);

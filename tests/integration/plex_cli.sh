@@ -140,6 +140,23 @@ assert seen == [0, 1, 2], seen
 j = get("/v1/jobs/1")
 assert j["iterations_done"] == 1 and j["next_phase"] == "rollout", j
 PY
+# The plex placer's settings decide placement, so the data dir refuses another plex_alpha (the
+# dispatch order may change: it is not replayed).
+kill $lpid
+wait $lpid 2>/dev/null
+printf '{"cluster":{},"policy":{"placer":"plex","dispatch":"hrrs","plex_alpha":0.9}}' >"$tmp/alpha.json"
+set +e
+timeout 20 "$loomd" --data-dir "$tmp/d" --listen 127.0.0.1:0 --cluster "$tmp/alpha.json" --quiet 2>"$tmp/err"
+rc=$?
+set -e
+[ $rc -eq 1 ] && grep -q 'another policy' "$tmp/err" || fail "another plex_alpha must be refused ($rc): $(cat "$tmp/err")"
+printf '{"cluster":{},"policy":{"placer":"plex","dispatch":"rr"}}' >"$tmp/rr.json"
+"$loomd" --data-dir "$tmp/d" --listen 127.0.0.1:0 --port-file "$tmp/d/port2" \
+        --cluster "$tmp/rr.json" --quiet &
+lpid=$!
+for _ in $(seq 100); do [ -s "$tmp/d/port2" ] && break; sleep 0.1; done
+curl -sf "127.0.0.1:$(cat "$tmp/d/port2")/v1/groups" | grep -q '"members":\[1,2\]' ||
+        fail "restart with another dispatch order keeps the groups"
 printf '{"cluster":{},"policy":{"placer":"plex","dispatch":"lifo"}}' >"$tmp/bad.json"
 set +e
 "$loomd" --data-dir "$tmp/d2" --cluster "$tmp/bad.json" 2>"$tmp/err"; rc=$?
