@@ -2,9 +2,9 @@
 # Live rollout weights (`loom harvest publish` -> `loom harvest node --weights`): bytes moved per
 # version against a dense copy at the publisher's density, and the node's pull + apply time per
 # version (request, transfer over loopback TCP, CRC and shard-hash checks, swap) for the default
-# 4 Mi-element (8 MiB) buffer, plus a dense catch-up after missed versions. Byte counts are
-# exact; times are best and median over the versions of one run on a shared machine. Never fails
-# on timing. $1: build folder.
+# 4 Mi-element (8 MiB) buffer, plus the catch-up after 3 missed versions (one pull of the delta
+# chain). Byte counts are exact; times are best and median over the versions of one run on a
+# shared machine. Never fails on timing. $1: build folder.
 set -uo pipefail
 b=${1:-build}
 loom="$b/loom"
@@ -71,15 +71,18 @@ for density in 0.001 0.01 0.1; do
                         [ "$(field "$(get /v1/weights)" policy_version)" -ge $((h + 3)) ] && break
                         sleep 0.05
                 done
-                d0=$(field "$(get /v1/weights)" pulls_dense)
+                st=$(get /v1/weights)
+                n0=$(($(field "$st" pulls_dense) + $(field "$st" pulls_delta)))
                 get "/v1/weights?hold=0" >/dev/null
                 for _ in $(seq 200); do
                         st=$(get /v1/weights)
-                        [ "$(field "$st" pulls_dense)" -gt "$d0" ] && break
+                        [ "$(($(field "$st" pulls_dense) + $(field "$st" pulls_delta)))" -gt "$n0" ] && break
                         sleep 0.02
                 done
-                echo "density $density: dense catch-up after 3+ missed versions: $(field "$st" last_bytes) B" \
-                        "in $(field "$st" last_pull_ms) ms"
+                kind=delta-chain
+                [ "$(field "$st" pulls_dense)" -gt 1 ] && kind=dense
+                echo "density $density: catch-up from version $h to $(field "$st" version)" \
+                        "($kind): $(field "$st" last_bytes) B vs dense $dense B in $(field "$st" last_pull_ms) ms"
         fi
         for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
         pids=()

@@ -341,8 +341,11 @@ int loom_sync_codec_bench(
 
 /* The trainer publishes each new version of its bf16 weights (a flat array cut into shards,
  * e.g. one per tensor); a publisher thread serves pulls over TCP. A puller that holds the
- * previous version receives sparse XOR deltas (only the buckets that changed); any other puller
- * (a new or restarted worker) receives the version dense. Every frame carries CRC32C; the
+ * previous version receives sparse XOR deltas (only the buckets that changed); one a few
+ * versions behind receives the chain of deltas since its version while the publisher keeps them
+ * (the last 16 versions, at most twice the dense size in all) and they are smaller than a dense
+ * copy; any other puller (a new or restarted worker, or one too far behind) receives the version
+ * dense. Every frame carries CRC32C; the
  * puller checks each shard's additive hash (loom_sync_hash, g0 = the shard's first element)
  * against the publisher's manifest before it overwrites anything, so a failed pull leaves the
  * caller's weights as they were. Implemented in pubsub.c; the Python package reaches it

@@ -1,7 +1,8 @@
 /*
  * pubsub.c - a live model's weights from a trainer process to its rollout workers: the
- * publisher keeps the latest version and its sparse delta against the one before, a thread
- * serves pulls over TCP, and the puller applies what it gets only after every checksum matched.
+ * publisher keeps the latest version and the sparse deltas of the last versions (each against
+ * the one before), a thread serves pulls over TCP, and the puller applies what it gets only
+ * after every checksum matched.
  *
  * Wire (all little-endian, after connect):
  *   puller -> request: magic "LSYN", nshards, have, want, elems, CRC32C of the shard sizes,
@@ -11,8 +12,11 @@
  *               dense reply), elems = model elements, nnz = bucket frames that follow, payload
  *               = one additive hash per shard; or an END frame whose payload says why not.
  *             -> that many BUCKET frames: stream = shard, seq = bucket in the shard, start =
- *               first element within the shard. A delta skips unchanged buckets; a dense reply
- *               covers every element.
+ *               first element within the shard, version = the version the frame brings the
+ *               bucket to. A delta skips unchanged buckets; a dense reply covers every element.
+ *               A puller several versions behind gets the chain of deltas from its version to
+ *               the latest, oldest first (each frame XORs onto the one before), when the
+ *               publisher still keeps them and they are smaller than a dense copy.
  * A refusal (other magic, shape or model id) is an END frame saying why.
  * One connection serves one pull; each connection gets its own thread. The puller is pull.c.
  *
@@ -31,13 +35,25 @@
 
 #include "internal.h"
 
+/* How far back a delta chain reaches: at most this many versions, and at most twice the
+ * model's dense size in all. */
+#define CHAIN_VERSIONS 16
+
+/* The delta that made `version` from `base`, and (older) the one before it: the chain. */
+typedef struct pdelta {
+        uint64_t version, base; /* base: the version the delta applies to, or NO_VERSION */
+        uint8_t *frames;        /* packed frames (header + payload) of the changed buckets */
+        size_t len;
+        uint64_t nframes;
+        struct pdelta *older; /* referenced; NULL past the kept history */
+        int refs;
+} pdelta;
+
 typedef struct pver {
         uint64_t version, base; /* base: the version the delta applies to, or NO_VERSION */
         uint16_t *w;            /* every element */
         uint64_t *hash;         /* per shard */
-        uint8_t *delta;         /* packed frames (header + payload) of the changed buckets */
-        size_t delta_len;
-        uint64_t nframes;
+        pdelta *d;              /* its delta (referenced) */
         int refs;
 } pver;
 
@@ -60,12 +76,22 @@ typedef struct conn {
         int fd;
 } conn;
 
+static void pdelta_unref(pdelta *d)
+{
+        while (d && --d->refs == 0) {
+                pdelta *older = d->older;
+                free(d->frames);
+                free(d);
+                d = older;
+        }
+}
+
 static void pver_unref(pver *v)
 {
         if (v && --v->refs == 0) {
                 free(v->w);
                 free(v->hash);
-                free(v->delta);
+                pdelta_unref(v->d);
                 free(v);
         }
 }
@@ -81,18 +107,19 @@ static uint64_t buckets_of(const loom_sync_pub *p)
 }
 
 /* Encode the changed buckets of v against old (NULL: the first version, all of it) into
- * v->delta. */
+ * v->d. */
 static int encode_delta(loom_sync_pub *p, pver *v, const uint16_t *old, loom_sync_pub_stats *st,
                         loom_err *e)
 {
+        pdelta *d = v->d;
         size_t cap = 0;
         for (size_t s = 0; s < p->nshards; s++)
                 for (uint64_t b = 0; b < p->shard[s]; b += p->bucket) {
                         uint64_t n = p->shard[s] - b < p->bucket ? p->shard[s] - b : p->bucket;
                         cap += LOOM_SYNC_FRAME_HDR + loom_sync_enc_bound((size_t)n);
                 }
-        v->delta = malloc(cap ? cap : 1);
-        if (!v->delta)
+        d->frames = malloc(cap ? cap : 1);
+        if (!d->frames)
                 return loom_err_set(e, LOOM_ENOMEM, NULL, "out of memory");
         for (size_t s = 0; s < p->nshards; s++) {
                 uint64_t off = p->shard_off[s];
@@ -106,14 +133,14 @@ static int encode_delta(loom_sync_pub *p, pver *v, const uint16_t *old, loom_syn
                                              .seq = (uint32_t)seq,
                                              .version = v->version,
                                              .start = b};
-                        uint8_t *hdr = v->delta + v->delta_len;
+                        uint8_t *hdr = d->frames + d->len;
                         int rc = loom_sync_encode(o, v->w + off + b, n, LOOM_SYNC_ENC_AUTO,
                                                   hdr + LOOM_SYNC_FRAME_HDR, &f, e);
                         if (rc)
                                 return rc;
                         loom_sync_frame_pack(&f, hdr);
-                        v->delta_len += LOOM_SYNC_FRAME_HDR + f.payload_len;
-                        v->nframes++;
+                        d->len += LOOM_SYNC_FRAME_HDR + f.payload_len;
+                        d->nframes++;
                         st->changed += f.enc == LOOM_SYNC_ENC_DENSE && o ? 0 : f.nnz;
                         if (f.enc == LOOM_SYNC_ENC_DENSE) {
                                 if (!o)
@@ -124,7 +151,26 @@ static int encode_delta(loom_sync_pub *p, pver *v, const uint16_t *old, loom_syn
                         }
                 }
         }
+        uint8_t *fit = realloc(d->frames, d->len ? d->len : 1); /* kept in the history */
+        if (fit)
+                d->frames = fit;
         return 0;
+}
+
+/* Cut the chain from d to CHAIN_VERSIONS deltas and `budget` bytes (under p->mu). */
+static void trim_chain(pdelta *d, size_t budget)
+{
+        size_t bytes = 0;
+        for (int depth = 1; d; depth++) {
+                bytes += d->len;
+                pdelta *older = d->older;
+                if (older && (depth >= CHAIN_VERSIONS || bytes + older->len > budget)) {
+                        d->older = NULL;
+                        pdelta_unref(older);
+                        return;
+                }
+                d = older;
+        }
 }
 
 int loom_sync_pub_publish(loom_sync_pub *p, uint64_t version, const uint16_t *w,
@@ -149,13 +195,16 @@ int loom_sync_pub_publish(loom_sync_pub *p, uint64_t version, const uint16_t *w,
         }
         v = calloc(1, sizeof *v);
         if (!v || !(v->w = malloc(2 * p->elems + 2)) ||
-            !(v->hash = calloc(p->nshards, sizeof *v->hash))) {
+            !(v->hash = calloc(p->nshards, sizeof *v->hash)) || !(v->d = calloc(1, sizeof *v->d))) {
                 rc = loom_err_set(e, LOOM_ENOMEM, NULL, "out of memory");
                 goto out;
         }
         v->refs = 1;
         v->version = version;
         v->base = old ? old->version : LOOM_SYNC_NO_VERSION;
+        v->d->refs = 1;
+        v->d->version = v->version;
+        v->d->base = v->base;
         memcpy(v->w, w, 2 * p->elems);
         for (size_t s = 0; s < p->nshards; s++)
                 v->hash[s] =
@@ -167,11 +216,16 @@ int loom_sync_pub_publish(loom_sync_pub *p, uint64_t version, const uint16_t *w,
         st->version = version;
         st->elems = p->elems;
         st->buckets = (uint32_t)nb;
-        st->sent = (uint32_t)v->nframes;
-        st->delta_bytes = manifest + v->delta_len;
+        st->sent = (uint32_t)v->d->nframes;
+        st->delta_bytes = manifest + v->d->len;
         st->dense_bytes = manifest + nb * LOOM_SYNC_FRAME_HDR + 2 * p->elems;
         pthread_mutex_lock(&p->mu);
         pver *prev = p->cur;
+        if (prev && prev->d) { /* the chain: this delta, then the ones before it */
+                v->d->older = prev->d;
+                prev->d->refs++;
+                trim_chain(v->d, (size_t)(2 * st->dense_bytes));
+        }
         p->cur = v;
         v = NULL;
         pver_unref(prev);
@@ -276,6 +330,26 @@ static int send_dense(int fd, const loom_sync_pub *p, const pver *v)
         return rc;
 }
 
+/* The deltas from `have` to v, newest first, referenced, when the publisher still keeps them
+ * all and they are smaller than a dense copy; else 0. */
+static int chain_from(loom_sync_pub *p, const pver *v, uint64_t have, pdelta **out)
+{
+        size_t bytes = 0, dense = (size_t)(buckets_of(p) * LOOM_SYNC_FRAME_HDR + 2 * p->elems);
+        int n = 0;
+        pthread_mutex_lock(&p->mu);
+        for (pdelta *d = v->d; d && n < CHAIN_VERSIONS && d->version > have; d = d->older) {
+                out[n++] = d;
+                bytes += d->len;
+                if (d->base == have)
+                        break;
+        }
+        int ok = n > 0 && out[n - 1]->base == have && (n == 1 || bytes < dense);
+        for (int i = 0; ok && i < n; i++)
+                out[i]->refs++;
+        pthread_mutex_unlock(&p->mu);
+        return ok ? n : 0;
+}
+
 static void serve(loom_sync_pub *p, int fd)
 {
         uint8_t req[LOOM__PULL_REQ_LEN];
@@ -321,12 +395,22 @@ static void serve(loom_sync_pub *p, int fd)
         pver *v = wait_version(p, fd, want, loom__now() + 3600);
         if (!v)
                 return;
+        pdelta *chain[CHAIN_VERSIONS];
+        int n = 0;
         if (have == v->version || (flags & LOOM_SYNC_PULL_PROBE))
                 send_manifest(fd, p, v, v->version, 0); /* no frames: nothing to apply */
-        else if (have != LOOM_SYNC_NO_VERSION && have == v->base)
-                (void)(send_manifest(fd, p, v, v->base, v->nframes) ||
-                       loom__write_all(fd, v->delta, v->delta_len));
-        else
+        else if (have != LOOM_SYNC_NO_VERSION && (n = chain_from(p, v, have, chain)) > 0) {
+                uint64_t frames = 0;
+                for (int i = 0; i < n; i++)
+                        frames += chain[i]->nframes;
+                int rc = send_manifest(fd, p, v, have, frames);
+                for (int i = n - 1; i >= 0 && !rc; i--) /* oldest first */
+                        rc = loom__write_all(fd, chain[i]->frames, chain[i]->len);
+                pthread_mutex_lock(&p->mu);
+                for (int i = 0; i < n; i++)
+                        pdelta_unref(chain[i]);
+                pthread_mutex_unlock(&p->mu);
+        } else
                 send_dense(fd, p, v);
         pthread_mutex_lock(&p->mu);
         pver_unref(v);

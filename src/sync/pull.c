@@ -1,10 +1,12 @@
 /*
  * pull.c - the rollout worker's side of pubsub.c: ask the trainer's publisher for the latest
- * version, apply its sparse delta (or dense copy) to a scratch copy of the weights, check every
+ * version, apply its sparse delta, chain of deltas or dense copy to a scratch copy of the
+ * weights, check every
  * frame's CRC, the coverage of a dense reply and each shard's additive hash against the
  * manifest, and only then overwrite the caller's weights.
  */
 #define _GNU_SOURCE
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -20,6 +22,7 @@ typedef struct pull {
         uint64_t elems;
         uint16_t *scratch;
         uint64_t *covered; /* per shard, dense replies only */
+        uint64_t at;       /* a delta chain: the version of the last frame applied */
 } pull;
 
 static int recv_manifest(int fd, pull *p, loom_sync_frame *m, uint64_t **hash, uint64_t *bytes,
@@ -64,12 +67,18 @@ static int apply_frame(int fd, pull *p, const loom_sync_frame *m, int dense, uin
         int rc = loom__frame_recv(fd, &f, &pl, LOOM_SYNC_FRAME_MAX_PAYLOAD, bytes, e);
         if (rc)
                 return rc;
-        if (f.type != LOOM_SYNC_FRAME_BUCKET || f.version != m->version || f.stream >= p->nshards ||
+        /* a dense reply and a single delta are all of the manifest's version; a chain's frames
+         * go from just after the base to it, oldest first */
+        int in_order = dense
+                           ? f.version == m->version
+                           : f.version > m->start && f.version <= m->version && f.version >= p->at;
+        if (f.type != LOOM_SYNC_FRAME_BUCKET || !in_order || f.stream >= p->nshards ||
             f.elems == 0 || f.start > p->shard[f.stream] ||
             f.elems > p->shard[f.stream] - f.start || (dense && f.enc != LOOM_SYNC_ENC_DENSE)) {
                 free(pl);
                 return loom_err_set(e, LOOM_EPROTO, "frame", "bucket outside the model");
         }
+        p->at = f.version;
         uint16_t *at = p->scratch + p->off[f.stream] + f.start;
         size_t n = (size_t)f.elems;
         uint16_t *before = NULL;
@@ -151,10 +160,19 @@ static int exchange(int fd, pull *p, uint16_t *w, uint64_t have, uint64_t want,
                 else
                         memcpy(p->scratch, w, 2 * p->elems);
         }
-        for (uint64_t i = 0; i < m.nnz && !rc; i++)
+        p->at = 0;
+        bool chain = false;
+        for (uint64_t i = 0; i < m.nnz && !rc; i++) {
                 rc = apply_frame(fd, p, &m, dense, &st->bytes, &st->changed, e);
+                chain |= !dense && p->at != m.version;
+        }
         if (!rc)
                 rc = verify(p, hash, dense, e);
+        if (!rc && chain) { /* an element may change in several links: count it once */
+                st->changed = 0;
+                for (uint64_t i = 0; i < p->elems; i++)
+                        st->changed += w[i] != p->scratch[i];
+        }
         if (!rc) {
                 memcpy(w, p->scratch, 2 * p->elems);
                 st->version = m.version;

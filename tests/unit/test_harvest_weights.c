@@ -175,9 +175,20 @@ Test(harvest_weights, follows_the_publisher_and_catches_up)
         loom_harvest_wlive_versions(l, &served, &latest);
         cr_assert_eq(served, 3);
         cr_assert_eq(latest, 6);
-        /* released: one dense catch-up straight to the latest */
+        /* released: one pull of the chain of the three deltas, straight to the latest */
         loom_harvest_wlive_hold(l, 0);
         cr_assert(wait_until(l, at_version, 6, &st));
+        assert_same(l, &t);
+        cr_assert_eq(st.pulls_dense, 1);
+        cr_assert_eq(st.pulls_delta, 3);
+        cr_assert_lt(st.last_bytes, 2 * ELEMS / 3); /* three 1% deltas, not a dense copy */
+        /* further behind than the publisher keeps deltas (16 versions): one dense catch-up */
+        loom_harvest_wlive_hold(l, 1);
+        for (int k = 0; k < 17; k++)
+                trainer_publish(&t);
+        cr_assert(wait_until(l, knows, t.version, &st));
+        loom_harvest_wlive_hold(l, 0);
+        cr_assert(wait_until(l, at_version, t.version, &st));
         assert_same(l, &t);
         cr_assert_eq(st.pulls_dense, 2);
         cr_assert_gt(st.last_bytes, 2 * ELEMS);

@@ -292,3 +292,53 @@ Test(sync_pubsub, model_id_refuses_another_jobs_publisher)
         free(got);
         free(keep);
 }
+
+/* A puller a few versions behind gets the chain of deltas since its version in one pull: bit
+ * exact, its base is the version it held, an element changed in several versions counts once,
+ * and it moves far less than a dense copy. A version the publisher never had gets dense. */
+Test(sync_pubsub, delta_chain_for_a_puller_behind)
+{
+        loom_err e;
+        loom_sync_pub *p;
+        cr_assert_eq(loom_sync_pub_new(NULL, shards, 3, 512, "127.0.0.1", 0, &p, &e), 0, "%s",
+                     e.msg);
+        uint16_t port = loom_sync_pub_port(p);
+        uint16_t *a = malloc(2 * ELEMS), *v1 = malloc(2 * ELEMS), *got = calloc(ELEMS, 2);
+        fill(a, 21);
+        loom_sync_pub_stats ps;
+        cr_assert_eq(loom_sync_pub_publish(p, 1, a, &ps, &e), 0, "%s", e.msg);
+        memcpy(v1, a, 2 * ELEMS);
+        loom_sync_pull_stats st;
+        cr_assert_eq(loom_sync_pull(NULL, "127.0.0.1", port, shards, 3, got, LOOM_SYNC_NO_VERSION,
+                                    1, 5, &st, &e),
+                     0, "%s", e.msg);
+        uint64_t delta_sum = 0;
+        for (uint64_t ver = 2; ver <= 4; ver++) { /* 30 changes each; element 7 in every one */
+                a[7] ^= (uint16_t)ver;
+                for (int k = 1; k < 30; k++)
+                        a[(k * 173 + ver * 31) % ELEMS] ^= (uint16_t)(k + ver);
+                cr_assert_eq(loom_sync_pub_publish(p, ver, a, &ps, &e), 0, "%s", e.msg);
+                delta_sum += ps.delta_bytes;
+        }
+        uint64_t changed = 0;
+        for (size_t i = 0; i < ELEMS; i++)
+                changed += v1[i] != a[i];
+        cr_assert_eq(loom_sync_pull(NULL, "127.0.0.1", port, shards, 3, got, 1, 4, 5, &st, &e), 0,
+                     "%s", e.msg);
+        cr_assert_eq(memcmp(got, a, 2 * ELEMS), 0);
+        cr_assert_eq(st.version, 4);
+        cr_assert_eq(st.base, 1);
+        cr_assert_eq(st.changed, changed);
+        cr_assert_lt(st.bytes, delta_sum); /* one manifest, not three */
+        cr_assert_lt(st.bytes, ps.dense_bytes / 4);
+        /* held version unknown to the publisher: dense */
+        memcpy(got, v1, 2 * ELEMS);
+        cr_assert_eq(loom_sync_pull(NULL, "127.0.0.1", port, shards, 3, got, 99, 4, 5, &st, &e), 0,
+                     "%s", e.msg);
+        cr_assert_eq(st.base, LOOM_SYNC_NO_VERSION);
+        cr_assert_eq(memcmp(got, a, 2 * ELEMS), 0);
+        loom_sync_pub_free(p);
+        free(a);
+        free(v1);
+        free(got);
+}
