@@ -95,34 +95,42 @@ static int settle_cluster(loom_server *s, loom_err *e)
                 return rc;
         /* The policy is not stored: placement only replays exactly under the same policy, so
          * it is part of what --cluster fixes; record a fingerprint and compare. */
-        char pol[256];
+        char base[160], adm[64] = "", plx[128] = "", pol[352], worst[288], legacy[224];
         const loom_policy_cfg *p = &s->cfg.policy;
-        snprintf(pol, sizeof pol, "%d %.17g %lld %d %.17g %d %d %llu", p->max_group_size,
+        snprintf(base, sizeof base, "%d %.17g %lld %d %.17g %d %d %llu", p->max_group_size,
                  p->train_scaling_efficiency, (long long)p->warm_switch, p->tail_migration,
                  p->tail_threshold, p->tail_keep_gpus, (int)p->placer, (unsigned long long)p->seed);
         /* Learned admission re-plans groups from the logged observations, which replay only
          * under the same mode and learn_after; worst keeps the fingerprint stores always had. */
-        if (p->admission != LOOM_ADMIT_WORST) {
-                size_t n = strlen(pol);
-                snprintf(pol + n, sizeof pol - n, " admission=%s learn_after=%d",
+        if (p->admission != LOOM_ADMIT_WORST)
+                snprintf(adm, sizeof adm, " admission=%s learn_after=%d",
                          loom_admission_name(p->admission), p->learn_after);
-        }
         /* The plex placer's shift bound, weights and duty bound decide where it places (the
          * dispatch order and preemption margin only decide when phases run, which is not
          * replayed, so they may change between starts). */
-        size_t legacy = strlen(pol); /* what stores before this had */
-        if (p->placer == LOOM_PLACER_PLEX) {
-                size_t n = strlen(pol);
-                snprintf(pol + n, sizeof pol - n, " plex=%.17g,%.17g,%.17g,%.17g", p->plex_alpha,
+        if (p->placer == LOOM_PLACER_PLEX)
+                snprintf(plx, sizeof plx, " plex=%.17g,%.17g,%.17g,%.17g", p->plex_alpha,
                          p->plex_w1, p->plex_w2, p->plex_duty_max);
-        }
+        snprintf(pol, sizeof pol, "%s%s%s", base, adm, plx);
+        snprintf(legacy, sizeof legacy, "%s%s", base, adm); /* a plex store before plx */
+        snprintf(worst, sizeof worst, "%s%s", base, plx);
         char *old = NULL;
         rc = srv_store_meta_get(s->store, "policy", &old, e);
-        if (!rc && (!old || (strlen(old) == legacy && !strncmp(old, pol, legacy))))
-                rc = srv_store_meta_set(s->store, "policy", pol, e); /* new, or upgraded */
-        else if (!rc && strcmp(old, pol))
+        if (rc)
+                return rc;
+        /* Upgrades: a plex store from before plx takes the current settings. A store written
+         * under worst may move to a learned mode: worst logs no observations and, without
+         * history, a learned mode places exactly as worst does, so its log replays the same;
+         * from then on it is a learned store (and going back is refused). */
+        bool from_worst = adm[0] && old && (!strcmp(old, worst) || (plx[0] && !strcmp(old, base)));
+        if (!old || from_worst || (plx[0] && !strcmp(old, legacy)))
+                rc = srv_store_meta_set(s->store, "policy", pol, e);
+        else if (strcmp(old, pol))
                 rc = loom_err_set(e, LOOM_EINVAL, "policy",
                                   "%s was created with another policy (%s)", s->data_dir, old);
+        if (!rc && from_worst)
+                srv_log(s, "%s: admission switched from worst to %s (learn_after %d)", s->data_dir,
+                        loom_admission_name(p->admission), p->learn_after);
         free(old);
         return rc;
 }

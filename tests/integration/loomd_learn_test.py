@@ -209,6 +209,27 @@ try:
 finally:
     shutil.rmtree(copy, True)
 
+# ---- 4b. a store written under worst may move to a learned mode, and not back ----
+w = Loomd(build, "--lease-timeout", "60", "--quiet").start()
+placed = {}
+for n in ("W1", "W2"):
+    st, j = w.req("POST", "/v1/jobs", job_spec(n, 1.0, 1.0, 1.5, 0))
+    check(st == 201, f"worst store: {n} submitted ({st})")
+    placed[j["id"]] = j["decision"]
+w.stop()
+w.args = ["--admission", "p99", "--learn-after", "3", "--lease-timeout", "60", "--quiet"]
+w.start()
+st, cl = w.req("GET", "/v1/cluster")
+check(cl["policy"]["admission"] == "p99", "a worst store restarts under p99")
+for i, dec in placed.items():
+    st, j = w.req("GET", f"/v1/jobs/{i}")
+    check(j["decision"] == dec, f"job {i} replays to the same placement under p99")
+w.stop()
+p = subprocess.run([loomd, "--data-dir", w.dir, "--listen", "127.0.0.1:0", "--quiet"],
+                   capture_output=True, text=True, timeout=30)
+check(p.returncode == 1 and "another policy" in p.stderr,
+      f"once learned, it does not go back to worst ({p.stderr.strip()})")
+
 # ---- 5. a job whose group cannot meet its real budget is re-admitted on its learned profile ----
 # X and Y (0.5 s + 0.5 s, SLO 2) share a group. X really takes 0.1 s + 0.1 s: measured on that,
 # its budget is 0.4 s, which no group holding Y (a 1 s solo iteration) meets, so after its
