@@ -210,8 +210,9 @@ int loom_sched_job_exit(loom_sched *s, loom_us now, loom_job_id job, loom_exit r
 
 /* For a driver that lost the job's phase state (loomd after a restart): put the job back
  * waiting for `phase` (rollout or train); any phase it was running is forgotten and its
- * resources freed. */
-int loom_sched_job_resume(loom_sched *s, loom_us now, loom_job_id job, loom_phase phase);
+ * resources freed. call: for a training phase run call by call, the call to start at (the
+ * calls before it finished; 0: the first); must be 0 otherwise. */
+int loom_sched_job_resume(loom_sched *s, loom_us now, loom_job_id job, loom_phase phase, int call);
 
 typedef enum loom_action_type {
         LOOM_ACT_START_PHASE = 0, /* job may run phase on nodes/gpus now */

@@ -606,9 +606,11 @@ static void h_release(loom_server *s, srv_req *r, loom_us now)
                 j->has_lease = false;
                 if (l.phase == LOOM_PHASE_ROLLOUT || l.call + 1 < l.n_calls) {
                         j->next = LOOM_PHASE_TRAIN; /* or the next call of the phase */
+                        j->next_call = l.phase == LOOM_PHASE_TRAIN ? l.call + 1 : 0;
                 } else {
                         j->done++;
                         j->next = LOOM_PHASE_ROLLOUT;
+                        j->next_call = 0;
                 }
                 loom_sched_phase_done(s->sched, wall, j->retry.core, l.phase);
                 if (j->target && j->done >= j->target)

@@ -235,6 +235,7 @@ static void readmit(loom_server *s, srv_job *j, const char *cause, const char *w
                 s->m.restarts++;
         }
         j->next = LOOM_PHASE_ROLLOUT;
+        j->next_call = 0;
 
         json_t *log = json_pack("{s:s,s:s,s:I,s:I,s:I,s:I,s:o,s:o}", "cause", cause, "why", why,
                                 "core", (json_int_t)core, "t_roll_us", (json_int_t)roll,

@@ -242,12 +242,13 @@ static int recover(loom_server *s, loom_err *e)
                 live++;
                 /* A permit handed out while replaying earlier resumes is void now. */
                 j->permit = false;
-                rc = loom_sched_job_resume(s->sched, srv_now_wall(), j->retry.core, j->next);
+                rc = loom_sched_job_resume(s->sched, srv_now_wall(), j->retry.core, j->next,
+                                           j->next_call);
                 if (rc) {
                         srv_store_rollback(s->store);
-                        return loom_err_set(e, LOOM_ECORRUPT, "store",
-                                            "cannot resume job %u at %s: %s", j->id,
-                                            loom_phase_name(j->next), loom_strerror(rc));
+                        return loom_err_set(
+                            e, LOOM_ECORRUPT, "store", "cannot resume job %u at %s (call %d): %s",
+                            j->id, loom_phase_name(j->next), j->next_call, loom_strerror(rc));
                 }
                 srv_apply_actions(s, now);
         }

@@ -143,6 +143,8 @@ typedef struct srv_job {
         int64_t target; /* iterations asked; 0 = unbounded */
         int64_t done;
         loom_phase next; /* rollout or train: what the job runs next */
+        int next_call;   /* a training phase run call by call: the call it runs next (0: the
+                          * first); stored with next_phase, so a restart does not redo calls */
         loom_job_spec spec;
         json_t *decision; /* placement decision as replied at submit */
         int64_t submitted_wall, ended_wall;

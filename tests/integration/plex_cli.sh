@@ -157,6 +157,35 @@ lpid=$!
 for _ in $(seq 100); do [ -s "$tmp/d/port2" ] && break; sleep 0.1; done
 curl -sf "127.0.0.1:$(cat "$tmp/d/port2")/v1/groups" | grep -q '"members":\[1,2\]' ||
         fail "restart with another dispatch order keeps the groups"
+# A crash between two training calls: after kill -9 and a restart, job 1 goes on with its
+# second call; the first is not run again, and the iteration counts once.
+calls() { # port, then the calls expected (name:index), each granted and released
+        $py - "$@" <<'PY'
+import json, sys, urllib.request
+base = "http://127.0.0.1:%s" % sys.argv[1]
+def post(path, body=None):
+    req = urllib.request.Request(base + path, data=json.dumps(body or {}).encode(), method="POST")
+    return json.load(urllib.request.urlopen(req, timeout=10))
+for want in sys.argv[2:]:
+    phase = "rollout" if want == "rollout" else "train"
+    l = post("/v1/jobs/1/phases/%s/acquire?wait=5" % phase)
+    got = "rollout" if phase == "rollout" else "%s:%d" % (l.get("call"), l.get("call_index", -1))
+    assert got == want, (got, want, l)
+    post("/v1/leases/%d/release" % l["lease"], {"status": "ok"})
+PY
+}
+calls "$(cat "$tmp/d/port2")" rollout compute_log_prob:0 || fail "first call before the crash"
+kill -9 $lpid
+wait $lpid 2>/dev/null || true
+"$loomd" --data-dir "$tmp/d" --listen 127.0.0.1:0 --port-file "$tmp/d/port3" \
+        --cluster "$tmp/rr.json" --quiet &
+lpid=$!
+for _ in $(seq 100); do [ -s "$tmp/d/port3" ] && break; sleep 0.1; done
+p3=$(cat "$tmp/d/port3")
+curl -sf "127.0.0.1:$p3/v1/jobs/1" | grep -q '"iterations_done":1,' || fail "1 iteration before the crash"
+calls "$p3" update_actor:1 sync_weight:2 || fail "after the crash the calls go on, not over"
+curl -sf "127.0.0.1:$p3/v1/jobs/1" | grep -q '"iterations_done":2,' ||
+        fail "the iteration across the crash counts once: $(curl -s "127.0.0.1:$p3/v1/jobs/1")"
 printf '{"cluster":{},"policy":{"placer":"plex","dispatch":"lifo"}}' >"$tmp/bad.json"
 set +e
 "$loomd" --data-dir "$tmp/d2" --cluster "$tmp/bad.json" 2>"$tmp/err"; rc=$?

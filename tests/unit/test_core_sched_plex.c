@@ -276,3 +276,46 @@ Test(plexsched, training_calls_are_dispatched_one_by_one)
         po.preempt_margin = 1.0;
         cr_assert_eq(after_first_call(LOOM_DISPATCH_HRRS, 30), 2);
 }
+
+/* A driver that lost its state mid-chain (loomd restarted after A's first call) resumes A at
+ * its second call: the calls before it are not run again, the next rollout follows the third
+ * call, and the iteration is counted once. A call past the last, or a call for a rollout, is
+ * refused. */
+Test(plexsched, resume_at_a_call_does_not_rerun_the_calls_before_it)
+{
+        loom_err e;
+        loom_sched *s = loom_sched_new(&cl, &po, &e);
+        loom_decision d;
+        loom_decision_init(&d, false);
+        loom_job_id a = submit(s, calls_spec(100, 10, 20, 5), &d);
+        drain(s);
+        cr_assert_eq(loom_sched_job_resume(s, 0, a, LOOM_PHASE_TRAIN, 3), LOOM_EINVAL);
+        cr_assert_eq(loom_sched_job_resume(s, 0, a, LOOM_PHASE_ROLLOUT, 1), LOOM_EINVAL);
+        cr_assert_eq(loom_sched_job_resume(s, 0, a, LOOM_PHASE_TRAIN, -1), LOOM_EINVAL);
+        cr_assert_eq(loom_sched_job_resume(s, loom_us_from_s(1), a, LOOM_PHASE_TRAIN, 1), 0);
+        int call = -1, n = 0;
+        cr_assert_eq(next_train(s, &call, &n), a);
+        cr_assert_eq(call, LOOM_CALL_UPDATE_ACTOR);
+        cr_assert_eq(n, 3);
+        cr_assert_eq(loom_sched_phase_done(s, loom_us_from_s(21), a, LOOM_PHASE_TRAIN), 0);
+        cr_assert_eq(next_train(s, &call, &n), a);
+        cr_assert_eq(call, LOOM_CALL_SYNC_WEIGHT);
+        loom_job_info ji;
+        loom_sched_job_info(s, a, &ji);
+        cr_assert_eq(ji.iterations_done, 0);
+        cr_assert_eq(loom_sched_phase_done(s, loom_us_from_s(26), a, LOOM_PHASE_TRAIN), 0);
+        loom_sched_job_info(s, a, &ji);
+        cr_assert_eq(ji.iterations_done, 1);
+        /* then the next round: a rollout, and the training starts at its first call again */
+        loom_action act;
+        bool rolled = false;
+        while (loom_sched_next_action(s, &act))
+                rolled |= act.type == LOOM_ACT_START_PHASE && act.phase == LOOM_PHASE_ROLLOUT &&
+                          act.job == a;
+        cr_assert(rolled);
+        cr_assert_eq(loom_sched_phase_done(s, loom_us_from_s(130), a, LOOM_PHASE_ROLLOUT), 0);
+        cr_assert_eq(next_train(s, &call, &n), a);
+        cr_assert_eq(call, LOOM_CALL_LOG_PROB);
+        loom_decision_free(&d);
+        loom_sched_free(s);
+}
