@@ -221,7 +221,9 @@ int loom_sync_pub_publish(loom_sync_pub *p, uint64_t version, const uint16_t *w,
         st->dense_bytes = manifest + nb * LOOM_SYNC_FRAME_HDR + 2 * p->elems;
         pthread_mutex_lock(&p->mu);
         pver *prev = p->cur;
-        if (prev && prev->d) { /* the chain: this delta, then the ones before it */
+        /* the chain: this delta, then the ones before it (not the first version's frames,
+         * which are the whole model and no link of any chain) */
+        if (prev && prev->d && prev->d->base != LOOM_SYNC_NO_VERSION) {
                 v->d->older = prev->d;
                 prev->d->refs++;
                 trim_chain(v->d, (size_t)(2 * st->dense_bytes));
