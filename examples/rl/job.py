@@ -764,8 +764,8 @@ def main(argv):
     if a.cmd == "launch":
         if a.task is not None and a.task not in ("add", "sort", "reverse", "rotate"):
             p.error(f"--task: add, sort, reverse or rotate, not {a.task!r}")
-        if a.size is not None and a.size not in ("s", "m", "l"):
-            p.error(f"--size: s, m or l, not {a.size!r}")
+        if a.size is not None and a.size not in ("s", "m", "l", "xl"):  # grpo.SIZES
+            p.error(f"--size: s, m, l or xl, not {a.size!r}")
         if a.steps is not None and not 1 <= a.steps <= 10000:
             p.error("--steps: 1 to 10000")
         if a.group is not None and a.group < 2:
