@@ -13,7 +13,6 @@ pkgs=(
   libcriterion-dev                               # unit tests
   iproute2                                       # network namespaces + tc for sync bench
   python3                                        # Python client shim and its tests
-  libglpk-dev                                    # exact solver of loom plan (ILP)
   python3-numpy python3-torch                    # real example RL jobs (CPU PyTorch), tensor buffers
 )
 
