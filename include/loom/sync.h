@@ -358,6 +358,7 @@ int loom_sync_codec_bench(
  * over the port. NULL or "" means no id: such a puller takes any publisher of the same shape. */
 
 #define LOOM_SYNC_NO_VERSION UINT64_MAX
+#define LOOM_SYNC_MODEL_MAX 127 /* bytes of a model id */
 
 typedef struct loom_sync_pub loom_sync_pub;
 

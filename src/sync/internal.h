@@ -57,16 +57,21 @@ static inline uint64_t loom__get64(const uint8_t *p)
 
 /* ---- sockets --------------------------------------------------------------------------- */
 
-/* Listening TCP socket on addr (host order, e.g. INADDR_ANY) and an ephemeral port. */
-/* The pull request of pubsub.c / pull.c (see pubsub.c for the layout). */
+/* The pull request of pubsub.c / pull.c (see pubsub.c for the layout): the first 40 bytes are
+ * those of the request before model ids ("LSYM"), the model id's hash follows. */
 #define LOOM__PULL_MAGIC UINT32_C(0x4E59534C)     /* "LSYN" */
 #define LOOM__PULL_MAGIC_OLD UINT32_C(0x4D59534C) /* "LSYM": before model ids, refused */
+#define LOOM__PULL_REQ_OLD_LEN 40
 #define LOOM__PULL_REQ_LEN 48
-#define LOOM__MODEL_MAX 127 /* bytes of a model id */
+/* An END frame refusing a pull says why in its payload and what kind in its stream field. */
+enum { LOOM__REFUSED = 0, LOOM__REFUSED_MODEL = 1 };
 /* FNV-1a (64) of a model id; 0 for none (NULL or ""). */
 uint64_t loom__model_hash(const char *model);
+/* NULL, or at most LOOM_SYNC_MODEL_MAX bytes without control characters; else EINVAL on
+ * field "model". */
 int loom__model_check(const char *model, loom_err *e);
 
+/* Listening TCP socket on addr (host order, e.g. INADDR_ANY) and an ephemeral port. */
 int loom__listen(uint32_t addr, uint16_t *port, int *fd, loom_err *e);
 /* Connect to ip:port, retrying until timeout_s (the peer may still be starting). */
 int loom__connect(const char *ip, uint16_t port, double timeout_s, int *fd, loom_err *e);

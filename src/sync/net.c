@@ -206,9 +206,9 @@ int loom__model_check(const char *model, loom_err *e)
         if (!model)
                 return 0;
         size_t n = strlen(model);
-        if (n > LOOM__MODEL_MAX)
+        if (n > LOOM_SYNC_MODEL_MAX)
                 return loom_err_set(e, LOOM_EINVAL, "model", "longer than %d bytes",
-                                    LOOM__MODEL_MAX);
+                                    LOOM_SYNC_MODEL_MAX);
         for (size_t i = 0; i < n; i++)
                 if ((unsigned char)model[i] < 0x20 || model[i] == 0x7f)
                         return loom_err_set(e, LOOM_EINVAL, "model",

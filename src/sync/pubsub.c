@@ -50,15 +50,15 @@ typedef struct pdelta {
 } pdelta;
 
 typedef struct pver {
-        uint64_t version, base; /* base: the version the delta applies to, or NO_VERSION */
-        uint16_t *w;            /* every element */
-        uint64_t *hash;         /* per shard */
-        pdelta *d;              /* its delta (referenced) */
+        uint64_t version;
+        uint16_t *w;    /* every element */
+        uint64_t *hash; /* per shard */
+        pdelta *d;      /* its delta (referenced) */
         int refs;
 } pver;
 
 struct loom_sync_pub {
-        char model[LOOM__MODEL_MAX + 1]; /* "" for none */
+        char model[LOOM_SYNC_MODEL_MAX + 1]; /* "" for none */
         uint64_t model_hash;
         uint64_t *shard, *shard_off, elems, bucket;
         size_t nshards;
@@ -104,6 +104,12 @@ static uint64_t buckets_of(const loom_sync_pub *p)
         for (size_t s = 0; s < p->nshards; s++)
                 n += (p->shard[s] + p->bucket - 1) / p->bucket;
         return n;
+}
+
+/* Bytes of a dense reply's bucket frames (the manifest not counted). */
+static uint64_t dense_frames_bytes(const loom_sync_pub *p)
+{
+        return buckets_of(p) * LOOM_SYNC_FRAME_HDR + 2 * p->elems;
 }
 
 /* Encode the changed buckets of v against old (NULL: the first version, all of it) into
@@ -201,10 +207,9 @@ int loom_sync_pub_publish(loom_sync_pub *p, uint64_t version, const uint16_t *w,
         }
         v->refs = 1;
         v->version = version;
-        v->base = old ? old->version : LOOM_SYNC_NO_VERSION;
         v->d->refs = 1;
-        v->d->version = v->version;
-        v->d->base = v->base;
+        v->d->version = version;
+        v->d->base = old ? old->version : LOOM_SYNC_NO_VERSION;
         memcpy(v->w, w, 2 * p->elems);
         for (size_t s = 0; s < p->nshards; s++)
                 v->hash[s] =
@@ -218,12 +223,12 @@ int loom_sync_pub_publish(loom_sync_pub *p, uint64_t version, const uint16_t *w,
         st->buckets = (uint32_t)nb;
         st->sent = (uint32_t)v->d->nframes;
         st->delta_bytes = manifest + v->d->len;
-        st->dense_bytes = manifest + nb * LOOM_SYNC_FRAME_HDR + 2 * p->elems;
+        st->dense_bytes = manifest + dense_frames_bytes(p);
         pthread_mutex_lock(&p->mu);
         pver *prev = p->cur;
         /* the chain: this delta, then the ones before it (not the first version's frames,
          * which are the whole model and no link of any chain) */
-        if (prev && prev->d && prev->d->base != LOOM_SYNC_NO_VERSION) {
+        if (prev && prev->d->base != LOOM_SYNC_NO_VERSION) {
                 v->d->older = prev->d;
                 prev->d->refs++;
                 trim_chain(v->d, (size_t)(2 * st->dense_bytes));
@@ -247,9 +252,10 @@ out:
 
 /* ---- serving --------------------------------------------------------------------------- */
 
-static int send_end(int fd, const char *why)
+static int send_end(int fd, uint32_t kind, const char *why)
 {
-        loom_sync_frame f = {.type = LOOM_SYNC_FRAME_END, .payload_len = strlen(why)};
+        loom_sync_frame f = {
+            .type = LOOM_SYNC_FRAME_END, .stream = kind, .payload_len = strlen(why)};
         f.payload_crc = loom_sync_crc32c(0, why, f.payload_len);
         return loom__frame_send(fd, &f, why, NULL);
 }
@@ -336,7 +342,7 @@ static int send_dense(int fd, const loom_sync_pub *p, const pver *v)
  * all and they are smaller than a dense copy; else 0. */
 static int chain_from(loom_sync_pub *p, const pver *v, uint64_t have, pdelta **out)
 {
-        size_t bytes = 0, dense = (size_t)(buckets_of(p) * LOOM_SYNC_FRAME_HDR + 2 * p->elems);
+        size_t bytes = 0, dense = (size_t)dense_frames_bytes(p);
         int n = 0;
         pthread_mutex_lock(&p->mu);
         for (pdelta *d = v->d; d && n < CHAIN_VERSIONS && d->version > have; d = d->older) {
@@ -359,27 +365,32 @@ static void serve(loom_sync_pub *p, int fd)
         struct timeval tv = {.tv_sec = 10};
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-        if (loom__read_all(fd, req, sizeof req))
+        /* the part every version of the request has, then the model id when it is this one */
+        if (loom__read_all(fd, req, LOOM__PULL_REQ_OLD_LEN))
                 return;
         memcpy(&magic, req, 4);
+        if (magic != LOOM__PULL_MAGIC) {
+                send_end(fd, LOOM__REFUSED,
+                         magic == LOOM__PULL_MAGIC_OLD
+                             ? "the puller speaks an older protocol (no model ids): upgrade it"
+                             : "not a loom weight pull");
+                return;
+        }
+        if (loom__read_all(fd, req + LOOM__PULL_REQ_OLD_LEN,
+                           LOOM__PULL_REQ_LEN - LOOM__PULL_REQ_OLD_LEN))
+                return;
         memcpy(&nshards, req + 4, 4);
         uint64_t have = loom__get64(req + 8), want = loom__get64(req + 16),
                  elems = loom__get64(req + 24);
         uint32_t shape, flags;
         memcpy(&shape, req + 32, 4);
         memcpy(&flags, req + 36, 4);
-        if (magic != LOOM__PULL_MAGIC) {
-                send_end(fd, magic == LOOM__PULL_MAGIC_OLD
-                                 ? "the puller speaks an older protocol (no model ids): upgrade it"
-                                 : "not a loom weight pull");
-                return;
-        }
         uint64_t model = loom__get64(req + 40);
         if (model && model != p->model_hash) {
-                char why[LOOM__MODEL_MAX + 64];
-                snprintf(why, sizeof why, "model mismatch: this publisher serves %s%s%s",
+                char why[LOOM_SYNC_MODEL_MAX + 64];
+                snprintf(why, sizeof why, "this publisher serves %s%s%s",
                          p->model[0] ? "model '" : "no model id", p->model, p->model[0] ? "'" : "");
-                send_end(fd, why);
+                send_end(fd, LOOM__REFUSED_MODEL, why);
                 return;
         }
         if (nshards != p->nshards || elems != p->elems ||
@@ -390,7 +401,7 @@ static void serve(loom_sync_pub *p, int fd)
                          "puller %u / %llu (or other shard sizes)",
                          p->nshards, (unsigned long long)p->elems, nshards,
                          (unsigned long long)elems);
-                send_end(fd, why);
+                send_end(fd, LOOM__REFUSED, why);
                 return;
         }
         /* The puller bounds its own wait; an hour here only stops a forgotten connection. */

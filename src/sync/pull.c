@@ -40,15 +40,13 @@ static int recv_manifest(int fd, pull *p, loom_sync_frame *m, uint64_t **hash, u
                 /* A publisher of another model (e.g. one that took over a dead trainer's port)
                  * is "no such model here", which a caller may retry elsewhere. */
                 const char *why = pl ? (const char *)pl : "refused";
-                int len = (int)m->payload_len,
-                    mismatch = len >= 14 && !memcmp(why, "model mismatch", 14);
-                if (mismatch)
-                        loom_err_set(e, LOOM_ENOENT, "model", "want '%s', but %.*s", p->model,
-                                     len - 16 > 0 ? len - 16 : 0, why + 16);
-                else
-                        loom_err_set(e, LOOM_EPROTO, "publisher", "%.*s", len, why);
+                int len = (int)m->payload_len;
+                rc = m->stream == LOOM__REFUSED_MODEL
+                         ? loom_err_set(e, LOOM_ENOENT, "model", "want '%s', but %.*s",
+                                        p->model ? p->model : "", len, why)
+                         : loom_err_set(e, LOOM_EPROTO, "publisher", "%.*s", len, why);
                 free(pl);
-                return mismatch ? LOOM_ENOENT : LOOM_EPROTO;
+                return rc;
         }
         if (m->type != LOOM_SYNC_FRAME_MANIFEST || m->payload_len != 8 * p->nshards ||
             m->elems != p->elems) {
@@ -197,23 +195,35 @@ static int open_conn(const char *ip, uint16_t port, double timeout_s, double t0,
         return 0;
 }
 
-int loom_sync_pull_latest(const char *model, const char *ip, uint16_t port,
-                          const uint64_t *shard_elems, size_t nshards, uint64_t want,
-                          double timeout_s, uint64_t *version, loom_err *e)
+/* The arguments both calls take, checked, into p (model, shards, elements). */
+static int pull_args(const char *model, const uint64_t *shard_elems, size_t nshards,
+                     double timeout_s, pull *p, loom_err *e)
 {
-        if (loom__model_check(model, e))
-                return LOOM_EINVAL;
         if (!shard_elems || nshards == 0 || nshards > UINT32_MAX)
                 return loom_err_set(e, LOOM_EINVAL, "shards", "need at least one shard");
         if (!(timeout_s > 0))
                 return loom_err_set(e, LOOM_EINVAL, "timeout_s", "must be > 0");
-        pull p = {.model = model, .shard = shard_elems, .nshards = nshards};
+        int rc = loom__model_check(model, e);
+        if (rc)
+                return rc;
+        *p = (pull){.model = model, .shard = shard_elems, .nshards = nshards};
         for (size_t s = 0; s < nshards; s++)
-                p.elems += shard_elems[s];
+                p->elems += shard_elems[s];
+        return 0;
+}
+
+int loom_sync_pull_latest(const char *model, const char *ip, uint16_t port,
+                          const uint64_t *shard_elems, size_t nshards, uint64_t want,
+                          double timeout_s, uint64_t *version, loom_err *e)
+{
+        pull p;
+        int rc = pull_args(model, shard_elems, nshards, timeout_s, &p, e);
+        if (rc)
+                return rc;
         int fd = -1;
         uint64_t bytes = 0, *hash = NULL;
         loom_sync_frame m;
-        int rc = open_conn(ip, port, timeout_s, loom__now(), &fd, e);
+        rc = open_conn(ip, port, timeout_s, loom__now(), &fd, e);
         if (!rc)
                 rc = request(fd, &p, LOOM_SYNC_NO_VERSION, want, LOOM_SYNC_PULL_PROBE, &m, &hash,
                              &bytes, e);
@@ -235,22 +245,18 @@ int loom_sync_pull(const char *model, const char *ip, uint16_t port, const uint6
         st = st ? st : &tmp;
         memset(st, 0, sizeof *st);
         st->version = have;
-        if (!shard_elems || nshards == 0 || nshards > UINT32_MAX)
-                return loom_err_set(e, LOOM_EINVAL, "shards", "need at least one shard");
-        if (!(timeout_s > 0))
-                return loom_err_set(e, LOOM_EINVAL, "timeout_s", "must be > 0");
-        if (loom__model_check(model, e))
-                return LOOM_EINVAL;
-        pull p = {.model = model, .shard = shard_elems, .nshards = nshards};
+        pull p;
+        int rc = pull_args(model, shard_elems, nshards, timeout_s, &p, e);
+        if (rc)
+                return rc;
         p.off = malloc(nshards * sizeof *p.off);
         if (!p.off)
                 return loom_err_set(e, LOOM_ENOMEM, NULL, "out of memory");
-        for (size_t s = 0; s < nshards; s++) {
-                p.off[s] = p.elems;
-                p.elems += shard_elems[s];
-        }
+        uint64_t before = 0; /* elements of the shards before */
+        for (size_t s = 0; s < nshards; before += shard_elems[s++])
+                p.off[s] = before;
         double t0 = loom__now();
-        int fd = -1, rc = 0;
+        int fd = -1;
         p.scratch = malloc(2 * p.elems + 2);
         p.covered = calloc(nshards, sizeof *p.covered);
         if (!p.scratch || !p.covered)
