@@ -395,7 +395,7 @@ typedef struct loom_harvest_wlive_cfg {
 
 typedef struct loom_harvest_wlive_stats {
         uint64_t version; /* version served (0: nothing yet) */
-        uint64_t latest;  /* the publisher's latest version, as last seen */
+        uint64_t latest;  /* the publisher's latest version, as last seen (>= version) */
         uint64_t hash;    /* loom_sync_hash of the served weights */
         uint32_t crc;     /* CRC32C of the served weights' bytes */
         uint64_t elems;   /* elements in the buffer */

@@ -431,8 +431,7 @@ void loom_harvest_node_stats_get(loom_harvest_node *n, loom_harvest_node_stats *
         if (n->wl) {
                 loom_harvest_wlive_stats_get(n->wl, &n->st.w);
                 n->st.version = (uint32_t)n->st.w.version;
-                n->st.policy_version =
-                    (uint32_t)(n->st.w.latest > n->st.w.version ? n->st.w.latest : n->st.w.version);
+                n->st.policy_version = (uint32_t)n->st.w.latest;
         }
         n->st.routable = n->st.policy_version - n->st.version <= n->cfg.staleness &&
                          (!n->wl || n->st.version > 0);

@@ -2,100 +2,85 @@
  * node_json.c - a live node's statistics as one line of JSON: GET /v1/stats, GET /v1/weights
  * and the line `loom harvest node` prints when it stops.
  */
-#include <stdarg.h>
+#include <jansson.h>
+#include <math.h>
 #include <stdio.h>
-#include <string.h>
+#include <stdlib.h>
 
 #include "loom/harvest.h"
 
-typedef struct out {
-        char *buf;
-        size_t cap, len;
-} out;
-
-static void put(out *o, const char *fmt, ...)
+/* Times are printed to the millisecond (or microsecond for routing): more is noise. */
+static json_t *r3(double x)
 {
-        if (o->len >= o->cap)
-                return;
-        va_list ap;
-        va_start(ap, fmt);
-        int k = vsnprintf(o->buf + o->len, o->cap - o->len, fmt, ap);
-        va_end(ap);
-        if (k > 0)
-                o->len += (size_t)k;
+        return json_real(round(x * 1e3) / 1e3);
 }
 
-/* A JSON string: quotes and backslashes escaped, control characters dropped. */
-static void put_str(out *o, const char *s)
+static json_t *hex(const char *fmt, unsigned long long v)
 {
-        put(o, "\"");
-        for (; *s; s++) {
-                if (*s == '"' || *s == '\\')
-                        put(o, "\\%c", *s);
-                else if ((unsigned char)*s >= 0x20)
-                        put(o, "%c", *s);
-        }
-        put(o, "\"");
+        char b[24];
+        snprintf(b, sizeof b, fmt, v);
+        return json_string(b);
 }
 
-static void put_weights(out *o, const loom_harvest_node_stats *s)
+/* Turns done per weight version, oldest version first. */
+static json_t *turns_by_version(const loom_harvest_node_stats *s)
 {
-        const loom_harvest_wlive_stats *w = &s->w;
-        put(o,
-            ",\"weights\":{\"version\":%u,\"policy_version\":%u,\"routable\":%s,\"hash\":"
-            "\"%016llx\",\"crc32c\":\"%08x\",\"elems\":%llu,\"pulls\":%llu,\"pulls_delta\":%llu,"
-            "\"pulls_dense\":%llu,\"pulls_failed\":%llu,\"probes_failed\":%llu,\"bytes\":%llu,"
-            "\"last_bytes\":%llu,\"last_changed\":%llu,\"last_pull_ms\":%.3f,",
-            s->version, s->policy_version, s->routable ? "true" : "false",
-            (unsigned long long)w->hash, w->crc, (unsigned long long)w->elems,
-            (unsigned long long)w->pulls, (unsigned long long)w->pulls_delta,
-            (unsigned long long)w->pulls_dense, (unsigned long long)w->pulls_failed,
-            (unsigned long long)w->probes_failed, (unsigned long long)w->bytes,
-            (unsigned long long)w->last_bytes, (unsigned long long)w->last_changed,
-            w->last_pull_s * 1e3);
-        if (w->version)
-                put(o, "\"last_pull_age_s\":%.3f,", w->now_s - w->last_ok_at_s);
-        put(o, "\"held\":%s,\"route_stale\":%llu,\"turns_stale\":%llu,\"turns_by_version\":{",
-            w->held ? "true" : "false", (unsigned long long)s->route_stale,
-            (unsigned long long)s->turns_stale);
-        /* oldest version first */
+        json_t *o = json_object();
         uint32_t top = 0;
         for (int i = 0; i < LOOM_HARVEST_NODE_VERSIONS; i++)
                 if (s->turn_count[i] && s->turn_version[i] > top)
                         top = s->turn_version[i];
-        int first = 1;
         for (uint32_t k = LOOM_HARVEST_NODE_VERSIONS; k-- > 0;) {
                 if (top < k)
                         continue;
                 uint32_t v = top - k, slot = v % LOOM_HARVEST_NODE_VERSIONS;
                 if (!s->turn_count[slot] || s->turn_version[slot] != v)
                         continue;
-                put(o, "%s\"%u\":%llu", first ? "" : ",", v,
-                    (unsigned long long)s->turn_count[slot]);
-                first = 0;
+                char key[16];
+                snprintf(key, sizeof key, "%u", v);
+                json_object_set_new(o, key, json_integer((json_int_t)s->turn_count[slot]));
         }
-        put(o, "},\"last_error\":");
-        put_str(o, w->last_error);
-        put(o, "}");
+        return o;
 }
 
-void loom_harvest_node_stats_json(const loom_harvest_node_stats *s, int weights, char *buf,
+static json_t *weights(const loom_harvest_node_stats *s)
+{
+        const loom_harvest_wlive_stats *w = &s->w;
+        json_t *o = json_pack(
+            "{s:I,s:I,s:b,s:o,s:o,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:o}", "version",
+            (json_int_t)s->version, "policy_version", (json_int_t)s->policy_version, "routable",
+            s->routable, "hash", hex("%016llx", w->hash), "crc32c", hex("%08llx", w->crc), "elems",
+            (json_int_t)w->elems, "pulls", (json_int_t)w->pulls, "pulls_delta",
+            (json_int_t)w->pulls_delta, "pulls_dense", (json_int_t)w->pulls_dense, "pulls_failed",
+            (json_int_t)w->pulls_failed, "probes_failed", (json_int_t)w->probes_failed, "bytes",
+            (json_int_t)w->bytes, "last_bytes", (json_int_t)w->last_bytes, "last_changed",
+            (json_int_t)w->last_changed, "last_pull_ms", r3(w->last_pull_s * 1e3));
+        if (w->version)
+                json_object_set_new(o, "last_pull_age_s", r3(w->now_s - w->last_ok_at_s));
+        json_object_set_new(o, "held", json_boolean(w->held));
+        json_object_set_new(o, "route_stale", json_integer((json_int_t)s->route_stale));
+        json_object_set_new(o, "turns_stale", json_integer((json_int_t)s->turns_stale));
+        json_object_set_new(o, "turns_by_version", turns_by_version(s));
+        json_object_set_new(o, "last_error", json_string(w->last_error));
+        return o;
+}
+
+void loom_harvest_node_stats_json(const loom_harvest_node_stats *s, int with_weights, char *buf,
                                   size_t cap)
 {
-        out o = {buf, cap, 0};
-        if (cap)
-                buf[0] = 0;
-        put(&o,
-            "{\"served\":%llu,\"turns_done\":%llu,\"turns_aborted\":%llu,\"cuts\":%llu,"
-            "\"stalls\":%llu,\"pages\":%u,\"budget\":%u,\"pool_serving\":%u,"
-            "\"pool_rollout\":%u,\"busy_serving_s\":%.3f,\"busy_rollout_s\":%.3f,"
-            "\"route_calls\":%llu,\"route_us_max\":%.3f",
-            (unsigned long long)s->served, (unsigned long long)s->turns_done,
-            (unsigned long long)s->turns_aborted, (unsigned long long)s->cuts,
-            (unsigned long long)s->stalls, s->pages, s->budget, s->pool_serving, s->pool_rollout,
-            s->busy_serving_s, s->busy_rollout_s, (unsigned long long)s->route_calls,
-            s->route_us_max);
-        if (weights)
-                put_weights(&o, s);
-        put(&o, "}\n");
+        json_t *o = json_pack(
+            "{s:I,s:I,s:I,s:I,s:I,s:i,s:i,s:i,s:i,s:o,s:o,s:I,s:o}", "served",
+            (json_int_t)s->served, "turns_done", (json_int_t)s->turns_done, "turns_aborted",
+            (json_int_t)s->turns_aborted, "cuts", (json_int_t)s->cuts, "stalls",
+            (json_int_t)s->stalls, "pages", (int)s->pages, "budget", (int)s->budget, "pool_serving",
+            (int)s->pool_serving, "pool_rollout", (int)s->pool_rollout, "busy_serving_s",
+            r3(s->busy_serving_s), "busy_rollout_s", r3(s->busy_rollout_s), "route_calls",
+            (json_int_t)s->route_calls, "route_us_max", r3(s->route_us_max));
+        if (o && with_weights)
+                json_object_set_new(o, "weights", weights(s));
+        char *t =
+            o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(12)) : NULL;
+        snprintf(buf, cap, "%s\n", t ? t : "{}");
+        free(t);
+        json_decref(o);
 }

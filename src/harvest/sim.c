@@ -125,17 +125,9 @@ static ev pop(sim *s)
 
 /* ---- randomness: a pure function of (seed, keys) -------------------------------------- */
 
-static uint64_t mix(uint64_t z)
-{
-        z += UINT64_C(0x9E3779B97F4A7C15);
-        z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-        z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-        return z ^ (z >> 31);
-}
-
 static double unif(uint64_t *st)
 {
-        *st = mix(*st);
+        *st = hv_mix(*st);
         return (double)(*st >> 11) / 9007199254740992.0;
 }
 
@@ -147,8 +139,8 @@ static double normal(uint64_t *st)
 
 static void make_trajectory(const sim *s, uint32_t step, uint32_t i, trj *t)
 {
-        uint64_t gst = mix(s->cfg->seed ^ mix(((uint64_t)step << 32) | (i / s->cfg->group)));
-        uint64_t st = mix(s->cfg->seed ^ mix(((uint64_t)step << 32) | i) ^ 0x5bd1e995);
+        uint64_t gst = hv_mix(s->cfg->seed ^ hv_mix(((uint64_t)step << 32) | (i / s->cfg->group)));
+        uint64_t st = hv_mix(s->cfg->seed ^ hv_mix(((uint64_t)step << 32) | i) ^ 0x5bd1e995);
         memset(t, 0, sizeof *t);
         t->prompt = 600 + (uint32_t)(unif(&gst) * 800); /* the group's shared task prompt */
         uint32_t turns = 2;

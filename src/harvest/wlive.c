@@ -24,11 +24,12 @@
 
 #include "loom/harvest.h"
 #include "loom/sync.h"
+#include "sim_int.h"
 
 struct loom_harvest_wlive {
         loom_harvest_wlive_cfg cfg;
         char ip[64];
-        char model[128];
+        char model[LOOM_SYNC_MODEL_MAX + 1];
         uint64_t *shard;
         uint16_t *serve, *stage; /* served weights; scratch for the next version */
         pthread_mutex_t mu;
@@ -46,14 +47,6 @@ static double now_s(void)
         return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
-static inline uint64_t mix(uint64_t z)
-{
-        z += UINT64_C(0x9E3779B97F4A7C15);
-        z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-        z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-        return z ^ (z >> 31);
-}
-
 void loom_harvest_wgen(uint64_t seed, uint32_t version, double density, uint16_t *w, uint64_t n)
 {
         if (version == 0) {
@@ -63,14 +56,14 @@ void loom_harvest_wgen(uint64_t seed, uint32_t version, double density, uint16_t
         uint32_t thr = density <= 0 ? 0 : density >= 1 ? 65536 : (uint32_t)(density * 65536 + 0.5);
         if (!thr)
                 return;
-        uint64_t vs = mix(mix(seed) ^ mix(UINT64_C(0xA0761D6478BD642F) * version));
+        uint64_t vs = hv_mix(hv_mix(seed) ^ hv_mix(UINT64_C(0xA0761D6478BD642F) * version));
         for (uint64_t blk = 0; blk * 4 < n; blk++) {
-                uint64_t ch = mix(vs ^ blk), fl = 0;
+                uint64_t ch = hv_mix(vs ^ blk), fl = 0;
                 for (unsigned j = 0; j < 4 && blk * 4 + j < n; j++) {
                         if (((ch >> (16 * j)) & 0xffff) >= thr)
                                 continue;
                         if (!fl)
-                                fl = mix(ch) | 1;
+                                fl = hv_mix(ch) | 1;
                         w[blk * 4 + j] ^= (uint16_t)(1 + ((fl >> (16 * j)) & 0x3f));
                 }
         }
@@ -220,8 +213,9 @@ int loom_harvest_wlive_start(const loom_harvest_wlive_cfg *c, loom_harvest_wlive
                 return loom_err_set(e, LOOM_EINVAL, "weights", "need the publisher's address");
         if (c->elems == 0 || c->elems > (UINT64_C(1) << 32))
                 return loom_err_set(e, LOOM_EINVAL, "weights_elems", "must be in [1, 2^32]");
-        if (c->model && strlen(c->model) > 127)
-                return loom_err_set(e, LOOM_EINVAL, "weights_model", "longer than 127 bytes");
+        if (c->model && strlen(c->model) > LOOM_SYNC_MODEL_MAX)
+                return loom_err_set(e, LOOM_EINVAL, "weights_model", "longer than %d bytes",
+                                    LOOM_SYNC_MODEL_MAX);
         if (!(c->poll_s > 0 && c->poll_s <= 60) || !(c->timeout_s > 0))
                 return loom_err_set(e, LOOM_EINVAL, "weights_poll",
                                     "poll must be in (0, 60] s, timeout > 0");
@@ -278,7 +272,7 @@ void loom_harvest_wlive_versions(loom_harvest_wlive *l, uint64_t *served, uint64
 {
         pthread_mutex_lock(&l->mu);
         *served = l->st.version;
-        *latest = l->st.latest > l->st.version ? l->st.latest : l->st.version;
+        *latest = l->st.latest; /* >= version: a pull raises it to what it applied */
         pthread_mutex_unlock(&l->mu);
 }
 
