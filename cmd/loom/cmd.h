@@ -3,6 +3,7 @@
 #define LOOM_CMD_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 
 int loom_cmd_place(int argc, char **argv);
@@ -28,6 +29,10 @@ const char *loom_cmd_bundled(const char *rel, char *buf, size_t len);
  * that names the subcommand cmd ("loom sync"), the option and the range. options.c */
 int loom_cmd_num(const char *cmd, const char *name, const char *v, double lo, double hi,
                  double *out);
+
+/* The same for a whole number in [lo, hi] (lo >= 0). options.c */
+int loom_cmd_whole(const char *cmd, const char *name, const char *v, double lo, double hi,
+                   uint64_t *out);
 
 /* An option getopt_long did not know, or one missing its value (argv[optind - 1]): a line on
  * stderr naming cmd and the option, then usage(stderr) unless usage is NULL. Returns 2, the exit

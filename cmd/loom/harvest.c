@@ -58,14 +58,10 @@ static void usage(FILE *f)
 
 static int integer(const char *name, const char *v, double lo, double hi, uint32_t *out)
 {
-        double d;
-        if (loom_cmd_num("loom harvest", name, v, lo, hi, &d))
+        uint64_t u;
+        if (loom_cmd_whole("loom harvest", name, v, lo, hi, &u))
                 return 1;
-        if (d != (double)(uint32_t)d) {
-                fprintf(stderr, "loom harvest: %s: '%s' is not a whole number\n", name, v);
-                return 1;
-        }
-        *out = (uint32_t)d;
+        *out = (uint32_t)u;
         return 0;
 }
 
@@ -271,6 +267,18 @@ static void on_signal(int sig)
         got_signal = sig;
 }
 
+void harvest_cmd_catch_stop(void)
+{
+        struct sigaction sa = {.sa_handler = on_signal};
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGTERM, &sa, NULL);
+}
+
+int harvest_cmd_stopping(void)
+{
+        return got_signal != 0;
+}
+
 static void node_usage(FILE *f)
 {
         fprintf(
@@ -400,13 +408,11 @@ static int cmd_node(int argc, char **argv)
                 fprintf(stderr, "loom harvest node: %s: %s\n", e.field, e.msg);
                 return 1;
         }
-        struct sigaction sa = {.sa_handler = on_signal};
-        sigaction(SIGINT, &sa, NULL);
-        sigaction(SIGTERM, &sa, NULL);
+        harvest_cmd_catch_stop();
         printf("listening on 127.0.0.1:%u\n", loom_harvest_node_port(n));
         fflush(stdout);
         double waited = 0;
-        while (!got_signal && (for_s <= 0 || waited < for_s)) {
+        while (!harvest_cmd_stopping() && (for_s <= 0 || waited < for_s)) {
                 usleep(20000);
                 waited += 0.02;
         }

@@ -11,5 +11,8 @@ int harvest_cmd_publish(int argc, char **argv);
 int harvest_cmd_node_opt(const char *a, const char *v, loom_harvest_node_cfg *c, int *bad);
 /* The --help lines of those options. */
 extern const char *harvest_cmd_node_help;
+/* SIGINT and SIGTERM set a flag instead of killing (harvest.c); has one come? */
+void harvest_cmd_catch_stop(void);
+int harvest_cmd_stopping(void);
 
 #endif

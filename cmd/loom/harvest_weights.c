@@ -6,7 +6,6 @@
  *
  * Exit status: 0 ok, 1 invalid input, 2 bad usage.
  */
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,20 +16,6 @@
 #include "harvest_cmd.h"
 #include "loom/harvest.h"
 #include "loom/sync.h"
-
-static int whole(const char *cmd, const char *name, const char *v, double lo, double hi,
-                 uint64_t *out)
-{
-        double d;
-        if (loom_cmd_num(cmd, name, v, lo, hi, &d))
-                return 1;
-        if (d != (double)(uint64_t)d) {
-                fprintf(stderr, "%s: %s: '%s' is not a whole number\n", cmd, name, v);
-                return 1;
-        }
-        *out = (uint64_t)d;
-        return 0;
-}
 
 int harvest_cmd_node_opt(const char *a, const char *v, loom_harvest_node_cfg *c, int *bad)
 {
@@ -46,9 +31,9 @@ int harvest_cmd_node_opt(const char *a, const char *v, loom_harvest_node_cfg *c,
                         fprintf(stderr, "%s: --weights: %s\n", cmd, e.msg);
                 c->weights = v;
         } else if (!strcmp(a, "--weights-elems")) {
-                *bad = whole(cmd, a, v, 1, 4294967296.0, &c->weights_elems);
+                *bad = loom_cmd_whole(cmd, a, v, 1, 4294967296.0, &c->weights_elems);
         } else if (!strcmp(a, "--weights-shards")) {
-                *bad = whole(cmd, a, v, 1, 65536, &u);
+                *bad = loom_cmd_whole(cmd, a, v, 1, 65536, &u);
                 c->weights_shards = (uint32_t)u;
         } else if (!strcmp(a, "--weights-model")) {
                 c->weights_model = v;
@@ -56,7 +41,7 @@ int harvest_cmd_node_opt(const char *a, const char *v, loom_harvest_node_cfg *c,
                 *bad = loom_cmd_num(cmd, a, v, 1, 60000, &d);
                 c->weights_poll_s = d / 1e3;
         } else if (!strcmp(a, "--staleness")) {
-                *bad = whole(cmd, a, v, 0, 1000000, &u);
+                *bad = loom_cmd_whole(cmd, a, v, 0, 1000000, &u);
                 c->staleness = (uint32_t)u;
         } else {
                 return 0;
@@ -79,13 +64,6 @@ const char *harvest_cmd_node_help =
     "                      the newest published (default 0)\n";
 
 /* ---- publish ------------------------------------------------------------------------------ */
-
-static volatile sig_atomic_t got_signal;
-
-static void on_signal(int sig)
-{
-        got_signal = sig;
-}
 
 static void publish_usage(FILE *f)
 {
@@ -146,21 +124,21 @@ static int parse_publish(int argc, char **argv, pub_opts *o)
                 else if (!strcmp(a, "--model"))
                         o->model = v;
                 else if (!strcmp(a, "--port"))
-                        bad = whole(cmd, a, v, 0, 65535, &o->port);
+                        bad = loom_cmd_whole(cmd, a, v, 0, 65535, &o->port);
                 else if (!strcmp(a, "--elems"))
-                        bad = whole(cmd, a, v, 1, 4294967296.0, &o->elems);
+                        bad = loom_cmd_whole(cmd, a, v, 1, 4294967296.0, &o->elems);
                 else if (!strcmp(a, "--shards"))
-                        bad = whole(cmd, a, v, 1, 65536, &o->shards);
+                        bad = loom_cmd_whole(cmd, a, v, 1, 65536, &o->shards);
                 else if (!strcmp(a, "--bucket-elems"))
-                        bad = whole(cmd, a, v, 1, 1 << 30, &o->bucket);
+                        bad = loom_cmd_whole(cmd, a, v, 1, 1 << 30, &o->bucket);
                 else if (!strcmp(a, "--density"))
                         bad = loom_cmd_num(cmd, a, v, 0, 1, &o->density);
                 else if (!strcmp(a, "--interval-s"))
                         bad = loom_cmd_num(cmd, a, v, 0.001, 1e6, &o->interval_s);
                 else if (!strcmp(a, "--versions"))
-                        bad = whole(cmd, a, v, 0, 4294967295.0, &o->versions);
+                        bad = loom_cmd_whole(cmd, a, v, 0, 4294967295.0, &o->versions);
                 else if (!strcmp(a, "--seed"))
-                        bad = whole(cmd, a, v, 0, 1e18, &o->seed);
+                        bad = loom_cmd_whole(cmd, a, v, 0, 1e18, &o->seed);
                 else if (!strcmp(a, "--for-s"))
                         bad = loom_cmd_num(cmd, a, v, 0, 1e7, &o->for_s);
                 else {
@@ -224,15 +202,13 @@ int harvest_cmd_publish(int argc, char **argv)
                 free(w);
                 return 1;
         }
-        struct sigaction sa = {.sa_handler = on_signal};
-        sigaction(SIGINT, &sa, NULL);
-        sigaction(SIGTERM, &sa, NULL);
+        harvest_cmd_catch_stop();
         printf("publishing on %s:%u\n", o.ip, loom_sync_pub_port(p));
         double t0 = now_s(), next = t0 + o.interval_s;
         uint64_t v = 1;
         loom_harvest_wgen(o.seed, 0, o.density, w, o.elems);
         rc = publish_one(p, v, w, o.elems, t0);
-        while (!rc && !got_signal && (o.for_s <= 0 || now_s() - t0 < o.for_s)) {
+        while (!rc && !harvest_cmd_stopping() && (o.for_s <= 0 || now_s() - t0 < o.for_s)) {
                 usleep(5000);
                 if ((o.versions && v >= o.versions) || now_s() < next)
                         continue;
