@@ -36,8 +36,9 @@ static const char *const stmt_sql[ST_N] = {
     [ST_JOB_INSERT] =
         "INSERT INTO jobs(id,name,idem_key,state,target,done,next_phase,rollout_gpus,"
         "train_gpus,t_roll_us,t_train_us,t_sync_us,slo,mem_rollout,mem_train,decision,"
-        "submitted_us,ended_us,calls) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-    [ST_JOB_UPDATE] = "UPDATE jobs SET state=?,done=?,next_phase=?,ended_us=? WHERE id=?",
+        "submitted_us,ended_us,calls,next_call) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+    [ST_JOB_UPDATE] =
+        "UPDATE jobs SET state=?,done=?,next_phase=?,ended_us=?,next_call=? WHERE id=?",
     [ST_JOB_BY_KEY] = "SELECT id FROM jobs WHERE idem_key=?",
     [ST_LOG] = "INSERT INTO log(kind,job,reason,at_us) VALUES(?,?,?,?)",
     [ST_LEASE_INSERT] = "INSERT INTO leases(id,job,phase,state,nodes,gpus,granted_us) "
@@ -60,7 +61,9 @@ static const char schema[] =
     " t_roll_us INTEGER NOT NULL, t_train_us INTEGER NOT NULL, t_sync_us INTEGER NOT NULL,"
     " slo REAL NOT NULL, mem_rollout INTEGER NOT NULL, mem_train INTEGER NOT NULL,"
     " decision TEXT NOT NULL, submitted_us INTEGER NOT NULL, ended_us INTEGER,"
-    " calls TEXT);" /* a training phase run call by call: "us,us,us" per LOOM_CALL_*; else NULL */
+    /* a training phase run call by call: "us,us,us" per LOOM_CALL_* (else NULL), and the call
+     * it runs next (the calls before it finished) */
+    " calls TEXT, next_call INTEGER NOT NULL DEFAULT 0);"
     "CREATE TABLE IF NOT EXISTS log("
     " seq INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT NOT NULL, job INTEGER NOT NULL,"
     " reason TEXT, at_us INTEGER NOT NULL);"
@@ -148,6 +151,20 @@ static int exec(srv_store *st, const char *sql, loom_err *e)
         return 0;
 }
 
+/* Add a column to jobs unless it is there (a store from before it). */
+static int add_column(srv_store *st, const char *name, const char *type, loom_err *e)
+{
+        char sql[160];
+        snprintf(sql, sizeof sql, "SELECT %s FROM jobs LIMIT 0", name);
+        sqlite3_stmt *probe = NULL;
+        int have = sqlite3_prepare_v2(st->db, sql, -1, &probe, NULL) == SQLITE_OK;
+        sqlite3_finalize(probe);
+        if (have)
+                return 0;
+        snprintf(sql, sizeof sql, "ALTER TABLE jobs ADD COLUMN %s %s", name, type);
+        return exec(st, sql, e);
+}
+
 int srv_store_open(srv_store **out, const char *dir, bool sync_full, loom_err *e)
 {
         *out = NULL;
@@ -174,12 +191,11 @@ int srv_store_open(srv_store **out, const char *dir, bool sync_full, loom_err *e
                           e);
         if (!rc)
                 rc = exec(st, schema, e);
-        /* stores from before call-by-call training lack jobs.calls */
-        sqlite3_stmt *probe = NULL;
-        if (!rc && sqlite3_prepare_v2(st->db, "SELECT calls FROM jobs LIMIT 0", -1, &probe, NULL) !=
-                       SQLITE_OK)
-                rc = exec(st, "ALTER TABLE jobs ADD COLUMN calls TEXT", e);
-        sqlite3_finalize(probe);
+        /* stores from before call-by-call training lack these columns */
+        if (!rc)
+                rc = add_column(st, "calls", "TEXT", e);
+        if (!rc)
+                rc = add_column(st, "next_call", "INTEGER NOT NULL DEFAULT 0", e);
         for (int i = 0; !rc && i < ST_N; i++)
                 if (sqlite3_prepare_v3(st->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT,
                                        &st->st[i], NULL) != SQLITE_OK)
@@ -294,35 +310,29 @@ int srv_store_meta_set(srv_store *st, const char *key, const char *val, loom_err
         return rc;
 }
 
-/* next_phase: "rollout", "train", or "train#K" when a training phase run call by call has
- * finished its calls before K (stores from before call progress have no "#K": call 0). */
-static void next_text(const srv_job *j, char out[32])
+/* jobs.calls: the spec's call durations, "us,us,us" (LOOM_N_CALLS of them); false when the
+ * job trains in one call (stored as NULL). */
+static bool calls_text(const loom_job_spec *sp, char out[96])
 {
-        if (j->next == LOOM_PHASE_TRAIN && j->next_call > 0)
-                snprintf(out, 32, "%s#%d", loom_phase_name(j->next), j->next_call);
-        else
-                snprintf(out, 32, "%s", loom_phase_name(j->next));
+        bool any = false;
+        for (int c = 0, n = 0; c < LOOM_N_CALLS; c++) {
+                any |= sp->t_calls[c] > 0;
+                n += snprintf(out + n, 96 - (size_t)n, "%s%lld", c ? "," : "",
+                              (long long)sp->t_calls[c]);
+        }
+        return any;
 }
 
-static int next_parse(const char *text, srv_job *j)
+static int calls_parse(const char *t, loom_job_spec *sp)
 {
-        char ph[32];
-        const char *hash = strchr(text, '#');
-        size_t n = hash ? (size_t)(hash - text) : strlen(text);
-        if (n >= sizeof ph)
-                return -1;
-        memcpy(ph, text, n);
-        ph[n] = 0;
-        j->next_call = 0;
-        if (loom_phase_parse(ph, &j->next))
-                return -1;
-        if (!hash)
-                return 0;
-        char *end;
-        long k = strtol(hash + 1, &end, 10);
-        if (j->next != LOOM_PHASE_TRAIN || end == hash + 1 || *end || k < 1 || k >= LOOM_N_CALLS)
-                return -1;
-        j->next_call = (int)k;
+        for (int c = 0; t && c < LOOM_N_CALLS; c++) {
+                char *end;
+                long long v = strtoll(t, &end, 10);
+                if (end == t || v < 0 || (*end != (c + 1 < LOOM_N_CALLS ? ',' : 0)))
+                        return -1;
+                sp->t_calls[c] = (loom_us)v;
+                t = end + (c + 1 < LOOM_N_CALLS);
+        }
         return 0;
 }
 
@@ -342,9 +352,7 @@ int srv_store_job_insert(srv_store *st, const srv_job *j, const char *key, loom_
         sqlite3_bind_text(q, i++, srv_job_state_name(j->state), -1, SQLITE_STATIC);
         sqlite3_bind_int64(q, i++, j->target);
         sqlite3_bind_int64(q, i++, j->done);
-        char next[32];
-        next_text(j, next);
-        sqlite3_bind_text(q, i++, next, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(q, i++, loom_phase_name(j->next), -1, SQLITE_STATIC);
         sqlite3_bind_int(q, i++, j->spec.rollout_gpus);
         sqlite3_bind_int(q, i++, j->spec.train_gpus);
         sqlite3_bind_int64(q, i++, j->spec.t_roll);
@@ -356,34 +364,28 @@ int srv_store_job_insert(srv_store *st, const srv_job *j, const char *key, loom_
         sqlite3_bind_text(q, i++, dec, -1, SQLITE_TRANSIENT);
         sqlite3_bind_int64(q, i++, j->submitted_wall);
         sqlite3_bind_null(q, i++);
-        char calls[96] = "";
-        bool any = false;
-        for (int c = 0, n = 0; c < LOOM_N_CALLS; c++) {
-                any |= j->spec.t_calls[c] > 0;
-                n += snprintf(calls + n, sizeof calls - (size_t)n, "%s%lld", c ? "," : "",
-                              (long long)j->spec.t_calls[c]);
-        }
-        if (any)
+        char calls[96];
+        if (calls_text(&j->spec, calls))
                 sqlite3_bind_text(q, i++, calls, -1, SQLITE_TRANSIENT);
         else
                 sqlite3_bind_null(q, i++);
+        sqlite3_bind_int(q, i++, j->next_call);
         free(dec);
         return step_done(st, ST_JOB_INSERT, e);
 }
 
 int srv_store_job_update(srv_store *st, const srv_job *j, loom_err *e)
 {
-        char next[32];
-        next_text(j, next);
         sqlite3_stmt *q = st->st[ST_JOB_UPDATE];
         sqlite3_bind_text(q, 1, srv_job_state_name(j->state), -1, SQLITE_STATIC);
         sqlite3_bind_int64(q, 2, j->done);
-        sqlite3_bind_text(q, 3, next, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(q, 3, loom_phase_name(j->next), -1, SQLITE_STATIC);
         if (j->ended_wall)
                 sqlite3_bind_int64(q, 4, j->ended_wall);
         else
                 sqlite3_bind_null(q, 4);
-        sqlite3_bind_int64(q, 5, j->id);
+        sqlite3_bind_int(q, 5, j->next_call);
+        sqlite3_bind_int64(q, 6, j->id);
         return step_done(st, ST_JOB_UPDATE, e);
 }
 
@@ -531,19 +533,14 @@ static int row_to_job(sqlite3_stmt *q, srv_job *j, loom_err *e)
         j->submitted_wall = sqlite3_column_int64(q, i++);
         j->ended_wall = sqlite3_column_type(q, i) == SQLITE_NULL ? 0 : sqlite3_column_int64(q, i);
         i++;
-        const char *calls = (const char *)sqlite3_column_text(q, i++);
-        for (int c = 0; calls && c < LOOM_N_CALLS; c++) {
-                char *end;
-                long long v = strtoll(calls, &end, 10);
-                if (end == calls || v < 0 || (*end != (c + 1 < LOOM_N_CALLS ? ',' : 0)))
-                        return loom_err_set(e, LOOM_ECORRUPT, "store", "job %u: unreadable calls",
-                                            j->id);
-                j->spec.t_calls[c] = (loom_us)v;
-                calls = end + (c + 1 < LOOM_N_CALLS);
-        }
+        if (calls_parse((const char *)sqlite3_column_text(q, i++), &j->spec))
+                return loom_err_set(e, LOOM_ECORRUPT, "store", "job %u: unreadable calls", j->id);
+        j->next_call = sqlite3_column_int(q, i++);
         json_error_t je;
         j->decision = dec ? json_loads(dec, 0, &je) : NULL;
-        if (j->state < 0 || !next || next_parse(next, j) || !j->decision)
+        if (j->state < 0 || !next || loom_phase_parse(next, &j->next) || !j->decision ||
+            j->next_call < 0 || j->next_call >= LOOM_N_CALLS ||
+            (j->next_call > 0 && j->next != LOOM_PHASE_TRAIN))
                 return loom_err_set(e, LOOM_ECORRUPT, "store", "job %u: unreadable row", j->id);
         return 0;
 }
@@ -555,7 +552,7 @@ int srv_store_load_jobs(srv_store *st, loom_server *s, loom_err *e)
                 st->db,
                 "SELECT id,name,state,target,done,next_phase,rollout_gpus,"
                 "train_gpus,t_roll_us,t_train_us,t_sync_us,slo,mem_rollout,"
-                "mem_train,decision,submitted_us,ended_us,calls FROM jobs ORDER BY id",
+                "mem_train,decision,submitted_us,ended_us,calls,next_call FROM jobs ORDER BY id",
                 -1, &q, NULL) != SQLITE_OK)
                 return db_err(st, e, "load jobs");
         int rc = 0, step;
