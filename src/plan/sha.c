@@ -400,12 +400,8 @@ int plan_run_sha_ea(plan_search *s)
         s->hard = total;
         int arms = 0;
         for (int k = 0; !s->stop; k++) {
-                uint64_t seed = s->o->seed, z = (uint64_t)k * 0x9e3779b97f4a7c15ULL;
-                if (k > 0) { /* splitmix64 of the round number */
-                        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-                        z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-                        seed ^= z ^ (z >> 31);
-                }
+                uint64_t round = (uint64_t)(k - 1) * 0x9e3779b97f4a7c15ULL; /* its k-th output */
+                uint64_t seed = k > 0 ? s->o->seed ^ plan_rng_next(&round) : s->o->seed;
                 s->budget = s->evals + b0;
                 double keep_cost = s->best_cost;
                 loom_plan keep = s->best;
@@ -423,9 +419,8 @@ int plan_run_sha_ea(plan_search *s)
                 if (!arms)
                         arms = s->arms_splits;
                 s->arms_splits = arms;
-                bool out = (total > 0 && s->evals >= total) ||
-                           (timed && s->o->now(s->o->now_ctx) - s->t0 >= s->o->time_s);
-                s->stop = out;
+                s->stop = (total > 0 && s->evals >= total) ||
+                          (timed && s->o->now(s->o->now_ctx) - s->t0 >= s->o->time_s);
         }
         return 0;
 }
