@@ -20,43 +20,7 @@ cleanup() {
         rm -rf "$tmp"
 }
 trap cleanup EXIT
-check() { # name, condition...
-        local name=$1
-        shift
-        if "$@"; then pass=$((pass + 1)); else echo "FAIL: $name"; fail=$((fail + 1)); fi
-}
-field() { # json-line key -> value
-        sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p" <<<"$1"
-}
-stats() { # the node's /v1/stats body, over bash's /dev/tcp (no HTTP client needed)
-        local line
-        exec 3<>"/dev/tcp/127.0.0.1/$port" || return 1
-        printf 'GET /v1/stats HTTP/1.0\r\n\r\n' >&3
-        while IFS= read -r line <&3; do
-                case $line in "{"*) printf '%s\n' "$line" ;; esac
-        done
-        exec 3<&-
-}
-ge() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a >= b) }'; }
-
-start_node() { # args...
-        : >"$tmp/node.out" # truncated here: the child's redirection may run after our first read
-        "$loom" harvest node "$@" >"$tmp/node.out" 2>"$tmp/node.err" &
-        node_pid=$!
-        for _ in $(seq 100); do
-                port=$(sed -n 's/^listening on 127.0.0.1:\([0-9]*\)$/\1/p' "$tmp/node.out")
-                [ -n "$port" ] && return 0
-                sleep 0.05
-        done
-        return 1
-}
-stop_node() {
-        kill -TERM "$node_pid"
-        wait "$node_pid"
-        local rc=$?
-        node_pid=
-        return $rc
-}
+. "$src/tests/integration/lib/harvest_node.sh"
 
 # a burst: 40 requests within one emulated second, 1000-token prompts, 40 tokens each
 {
@@ -69,21 +33,13 @@ node_args=(--speed 20 --pages 600 --headroom-pages 200 --turn-prompt 2000 --turn
 # ---- with rollouts: the burst forces the emergency cut, nothing is lost
 start_node "${node_args[@]}" --rollouts 16
 check "node starts" test -n "$port"
-wait_for() { # key min: poll the node's stats (up to 20 s) until key >= min
-        for _ in $(seq 400); do
-                st=$(stats)
-                ge "$(field "$st" "$1")" "$2" && return 0
-                sleep 0.05
-        done
-        return 1
-}
 check "rollouts hold pages before the burst" wait_for pool_rollout 300
 "$loom" harvest replay --port "$port" --speed 20 --trace "$tmp/burst.csv" --json >"$tmp/with" 2>"$tmp/err"
 check "replay exits 0" test $? -eq 0
 with=$(cat "$tmp/with")
 check "every request answered" test "$(field "$with" ok)" = 40
 check "no request failed" test "$(field "$with" failed)" = 0
-after=$(stats)
+after=$(get /v1/stats)
 check "emergency cut fired" ge "$(field "$after" cuts)" 1
 check "rollout requests aborted" ge "$(field "$after" turns_aborted)" 1
 check "budget halved" test "$(field "$after" budget)" = 200
@@ -97,7 +53,7 @@ start_node "${node_args[@]}" --rollouts 0
 "$loom" harvest replay --port "$port" --speed 20 --trace "$tmp/burst.csv" --json >"$tmp/without"
 check "replay without rollouts exits 0" test $? -eq 0
 without=$(cat "$tmp/without")
-check "nothing aborted without rollouts" test "$(field "$(stats)" turns_aborted)" = 0
+check "nothing aborted without rollouts" test "$(field "$(get /v1/stats)" turns_aborted)" = 0
 stop_node
 echo "with rollouts:    $with"
 echo "without rollouts: $without"

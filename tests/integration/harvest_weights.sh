@@ -29,34 +29,9 @@ cleanup() {
         rm -rf "$tmp"
 }
 trap cleanup EXIT
-check() { # name, condition...
-        local name=$1
-        shift
-        if "$@"; then pass=$((pass + 1)); else echo "FAIL: $name"; fail=$((fail + 1)); fi
-}
-field() { # json-line key -> value (the last occurrence of the key)
-        sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p" <<<"$1"
-}
-get() { # path: a body line from the node, over bash's /dev/tcp
-        local line
-        exec 3<>"/dev/tcp/127.0.0.1/$port" || return 1
-        printf 'GET %s HTTP/1.0\r\n\r\n' "$1" >&3
-        while IFS= read -r line <&3; do
-                case $line in "{"*) printf '%s\n' "$line" ;; esac
-        done
-        exec 3<&-
-}
-ge() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a >= b) }'; }
+. "$2/tests/integration/lib/harvest_node.sh"
 pub_line() { grep "^{\"version\":$1," "$tmp/pub.out"; }
 pub_latest() { field "$(grep '^{"version"' "$tmp/pub.out" | tail -1)" version; }
-wait_for() { # key min [path]: poll the node (up to 15 s) until key >= min
-        for _ in $(seq 300); do
-                st=$(get "${3:-/v1/stats}")
-                ge "$(field "$st" "$1")" "$2" && return 0
-                sleep 0.05
-        done
-        return 1
-}
 # The node serves the publisher's bytes of the version it claims: same hash, same CRC32C.
 same_as_publisher() {
         local v p
@@ -78,32 +53,8 @@ caught_up() {
 # ---- publisher: a new version every 0.5 s, 1% of 4 Mi bf16 elements change
 "$loom" harvest publish --model trainer-a --interval-s 0.5 --density 0.01 >"$tmp/pub.out" 2>"$tmp/pub.err" &
 pub_pid=$!
-for _ in $(seq 100); do
-        wport=$(sed -n 's/^publishing on 127.0.0.1:\([0-9]*\)$/\1/p' "$tmp/pub.out")
-        [ -n "$wport" ] && break
-        sleep 0.05
-done
+wport=$(listen_port "$tmp/pub.out" publishing)
 check "publisher starts" test -n "$wport"
-
-start_node() { # args...
-        : >"$tmp/node.out" # truncated here: the child's redirection may run after our first read
-        "$loom" harvest node "$@" >"$tmp/node.out" 2>"$tmp/node.err" &
-        node_pid=$!
-        port=
-        for _ in $(seq 100); do
-                port=$(sed -n 's/^listening on 127.0.0.1:\([0-9]*\)$/\1/p' "$tmp/node.out")
-                [ -n "$port" ] && return 0
-                sleep 0.05
-        done
-        return 1
-}
-stop_node() {
-        kill -TERM "$node_pid"
-        wait "$node_pid"
-        local rc=$?
-        node_pid=
-        return $rc
-}
 
 # ---- a shard layout the publisher does not have: refused by name, nothing applied
 start_node --speed 20 --rollouts 4 --weights "$wport" --weights-shards 3 --weights-poll-ms 50
