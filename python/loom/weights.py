@@ -52,15 +52,15 @@ def _load():
 
 def _declare(lib):
     P, U64P, E = ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(_native.Err)
-    lib.loom_sync_pub_new.argtypes = [ctypes.c_char_p, U64P, ctypes.c_size_t, ctypes.c_uint64, ctypes.c_char_p,
-                                      ctypes.c_uint16, ctypes.POINTER(P), E]
+    lib.loom_sync_pub_new.argtypes = [ctypes.c_char_p, U64P, ctypes.c_size_t, ctypes.c_uint64,
+                                      ctypes.c_char_p, ctypes.c_uint16, ctypes.POINTER(P), E]
     lib.loom_sync_pub_port.argtypes = [P]
     lib.loom_sync_pub_port.restype = ctypes.c_uint16
     lib.loom_sync_pub_publish.argtypes = [P, ctypes.c_uint64, P, ctypes.POINTER(_PubStats), E]
     lib.loom_sync_pub_free.argtypes = [P]
-    lib.loom_sync_pull.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_uint16, U64P, ctypes.c_size_t,
-                                   P, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_double,
-                                   ctypes.POINTER(_PullStats), E]
+    lib.loom_sync_pull.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_uint16, U64P,
+                                   ctypes.c_size_t, P, ctypes.c_uint64, ctypes.c_uint64,
+                                   ctypes.c_double, ctypes.POINTER(_PullStats), E]
     return lib
 
 
@@ -129,9 +129,9 @@ class Publisher(_native.Handle):
         self.h = ctypes.c_void_p()
         err = _native.Err()
         self.model = model
-        rc = self.lib.loom_sync_pub_new(_model(model), self._shards, len(self.sizes), int(bucket_elems),
-                                        host.encode(), int(port), ctypes.byref(self.h),
-                                        ctypes.byref(err))
+        rc = self.lib.loom_sync_pub_new(_model(model), self._shards, len(self.sizes),
+                                        int(bucket_elems), host.encode(), int(port),
+                                        ctypes.byref(self.h), ctypes.byref(err))
         if rc:
             _raise(rc, err, "publisher")
         self.endpoint = f"{host}:{self.lib.loom_sync_pub_port(self.h)}"
@@ -171,12 +171,13 @@ class Puller:
         self._shards, self.sizes = _shards(shards)
         self.elems = sum(self.sizes)
         self.endpoint = endpoint
+        self.from_file = ":" not in endpoint or os.path.sep in endpoint
         self.model = model
         self.version = None
 
     def _resolve(self, timeout_s):
         ep = self.endpoint
-        if ":" not in ep or os.path.sep in ep:
+        if self.from_file:
             import time
             end = time.monotonic() + timeout_s
             while not os.path.exists(ep):
@@ -195,19 +196,18 @@ class Puller:
         When the endpoint is a file, a publisher that cannot be reached (or does not answer)
         is looked up again in the file every second until timeout_s: a trainer that was
         restarted serves from a new port (and whatever took over its old port serves another
-        model, which is refused and retried the same way). Its version `have` is accepted only if its checksums
-        match the bits held here."""
+        model, which is refused and retried the same way). Its version `have` is accepted only
+        if its checksums match the bits held here."""
         import time
         end = time.monotonic() + timeout_s
-        from_file = ":" not in self.endpoint or os.path.sep in self.endpoint
         while True:
             host, port = self._resolve(max(end - time.monotonic(), 0.05))
             left = max(end - time.monotonic(), 0.05)
             try:
-                return self._pull_once(host, port, flat, want, min(left, 1.0) if from_file
-                                       else left)
+                return self._pull_once(host, port, flat, want,
+                                       min(left, 1.0) if self.from_file else left)
             except SyncError as err:
-                if (not from_file
+                if (not self.from_file
                         or err.code not in (_native.EIO, _native.ETIMEDOUT, _native.ENOENT)
                         or time.monotonic() >= end):
                     raise
@@ -217,8 +217,8 @@ class Puller:
     def _pull_once(self, host, port, flat, want, timeout_s):
         have = NO_VERSION if self.version is None else self.version
         st, err = _PullStats(), _native.Err()
-        rc = self.lib.loom_sync_pull(_model(self.model), host.encode(), port, self._shards, len(self.sizes),
-                                     _buffer(flat, self.elems), have, int(want),
+        rc = self.lib.loom_sync_pull(_model(self.model), host.encode(), port, self._shards,
+                                     len(self.sizes), _buffer(flat, self.elems), have, int(want),
                                      float(timeout_s), ctypes.byref(st), ctypes.byref(err))
         if rc:
             _raise(rc, err, "pull")
