@@ -140,16 +140,22 @@ static void assert_same(loom_harvest_wlive *l, const trainer *t)
         free(got);
 }
 
+/* A node's pull thread on 127.0.0.1:port, probing every 50 ms. */
+static loom_harvest_wlive_cfg puller_cfg(uint16_t port)
+{
+        return (loom_harvest_wlive_cfg){.ip = "127.0.0.1",
+                                        .port = port,
+                                        .elems = ELEMS,
+                                        .shards = SHARDS,
+                                        .poll_s = 0.05,
+                                        .timeout_s = 5};
+}
+
 Test(harvest_weights, follows_the_publisher_and_catches_up)
 {
         trainer t;
         trainer_new(&t);
-        loom_harvest_wlive_cfg c = {.ip = "127.0.0.1",
-                                    .port = loom_sync_pub_port(t.p),
-                                    .elems = ELEMS,
-                                    .shards = SHARDS,
-                                    .poll_s = 0.05,
-                                    .timeout_s = 5};
+        loom_harvest_wlive_cfg c = puller_cfg(loom_sync_pub_port(t.p));
         loom_harvest_wlive *l;
         loom_err e;
         cr_assert_eq(loom_harvest_wlive_start(&c, &l, &e), 0, "%s", e.msg);
@@ -340,12 +346,7 @@ Test(harvest_weights, corrupt_transfer_keeps_the_old_version)
         trainer_new(&t);
         mitm m;
         mitm_start(&m, loom_sync_pub_port(t.p));
-        loom_harvest_wlive_cfg c = {.ip = "127.0.0.1",
-                                    .port = m.port,
-                                    .elems = ELEMS,
-                                    .shards = SHARDS,
-                                    .poll_s = 0.05,
-                                    .timeout_s = 5};
+        loom_harvest_wlive_cfg c = puller_cfg(m.port);
         loom_harvest_wlive *l;
         loom_err e;
         /* the first (dense) reply has one value changed and its checksums recomputed: only the
