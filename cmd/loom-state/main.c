@@ -34,7 +34,8 @@ static void usage(FILE *f)
             "serve options:\n"
             "  --dir DIR            disk tier directory (created; recovered on start)\n"
             "  --sock PATH          Unix socket (default DIR/loom-state.sock)\n"
-            "  --host-bytes N       host tier capacity, suffix K/M/G (default 1G)\n"
+            "  --host-bytes N       host tier capacity (default 1G); sizes take a suffix\n"
+            "                       K, M, G, T or P (powers of 1024)\n"
             "  --disk-bytes N       disk tier capacity (default 16G)\n"
             "  --device-bytes N     per emulated device; 0 = no device residency (default 0)\n"
             "  --no-mlock           do not pin the host pool\n"
@@ -50,23 +51,13 @@ static void usage(FILE *f)
 
 static int parse_bytes(const char *opt, const char *v, uint64_t *out)
 {
-        char *end;
-        errno = 0;
-        double x = strtod(v, &end);
-        uint64_t mul = 1;
-        if (*end == 'K' || *end == 'k')
-                mul = 1u << 10, end++;
-        else if (*end == 'M' || *end == 'm')
-                mul = 1u << 20, end++;
-        else if (*end == 'G' || *end == 'g')
-                mul = 1u << 30, end++;
-        if (errno || end == v || *end || !(x >= 0) || x * (double)mul > 1e15) {
-                fprintf(stderr, "loom-state: %s: '%s' is not a size in bytes (e.g. 512M)\n", opt,
-                        v);
-                return -1;
-        }
-        *out = (uint64_t)(x * (double)mul);
-        return 0;
+        if (loom_state_parse_bytes(v, out) == 0)
+                return 0;
+        fprintf(stderr,
+                "loom-state: %s: '%s' is not a size in bytes (a number with an optional suffix "
+                "K, M, G, T or P, powers of 1024, e.g. 512M or 1T)\n",
+                opt, v);
+        return -1;
 }
 
 typedef struct runner {

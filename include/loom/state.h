@@ -166,6 +166,10 @@ typedef struct loom_state_cfg {
 } loom_state_cfg;
 
 void loom_state_cfg_default(loom_state_cfg *cfg);
+/* A size in bytes: a number (a fraction allowed) and an optional binary suffix K, M, G, T or P
+ * (either case; 1K = 1024). Returns 0, or LOOM_EINVAL for anything else (a sign, another
+ * suffix, more than 2^60 bytes) and leaves *out unchanged. */
+int loom_state_parse_bytes(const char *text, uint64_t *out);
 
 typedef struct loom_state_daemon loom_state_daemon;
 

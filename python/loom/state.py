@@ -30,6 +30,7 @@ libloomstate.so (found like libloomclient.so, see ``loom._native``; $LOOM_STATE_
 """
 
 import ctypes
+import fcntl
 import mmap
 import os
 
@@ -177,8 +178,10 @@ class DeviceBuffer:
     :meth:`reset` to reuse the space."""
 
     def __init__(self, nbytes, name="loom-device"):
-        self.fd = os.memfd_create(name, os.MFD_CLOEXEC)
+        self.fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         os.ftruncate(self.fd, nbytes)
+        # loom-state maps the buffer and refuses one that could shrink under its copy
+        fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
         self.size = nbytes
         self.mm = mmap.mmap(self.fd, nbytes)
         self.base = ctypes.addressof(ctypes.c_char.from_buffer(self.mm))

@@ -10,6 +10,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -129,10 +130,11 @@ int loom__demo_state_open(demo_state **out, const char *sock, const char *job, u
         loom_err e;
         if (!s)
                 return LOOM_ENOMEM;
-        s->fd = memfd_create("loom-demo-device", MFD_CLOEXEC);
+        s->fd = memfd_create("loom-demo-device", MFD_CLOEXEC | MFD_ALLOW_SEALING);
         s->len = bytes;
         snprintf(s->job, sizeof s->job, "%s", job);
         if (s->fd < 0 || ftruncate(s->fd, (off_t)bytes) ||
+            fcntl(s->fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0 || /* loom-state requires it */
             (s->p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0)) ==
                 MAP_FAILED ||
             loom_state_connect(sock, &s->c, &e)) {

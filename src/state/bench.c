@@ -10,6 +10,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -378,8 +379,9 @@ int loom_state_bench(const loom_state_bench_cfg *in, loom_state_bench_result *r,
         }
         rc = loom_state_connect(loom_state_daemon_sock(b.d), &b.c, e);
         if (!rc) {
-                b.dev_fd = memfd_create("loom-bench-device", MFD_CLOEXEC);
+                b.dev_fd = memfd_create("loom-bench-device", MFD_CLOEXEC | MFD_ALLOW_SEALING);
                 if (b.dev_fd < 0 || ftruncate(b.dev_fd, (off_t)b.dev_len) != 0 ||
+                    fcntl(b.dev_fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0 ||
                     (b.dev = mmap(NULL, b.dev_len, PROT_READ | PROT_WRITE, MAP_SHARED, b.dev_fd,
                                   0)) == MAP_FAILED) {
                         b.dev = NULL;

@@ -5,6 +5,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,9 +63,10 @@ static int stage_reserve(loom_state_client *c, uint64_t len, loom_err *e)
         if (len <= c->stage_len)
                 return 0;
         if (c->stage_fd < 0) {
-                c->stage_fd = memfd_create("loom-state-stage", MFD_CLOEXEC);
-                if (c->stage_fd < 0)
-                        return loom_err_set(e, LOOM_EIO, "stage", "memfd_create: %s",
+                /* sealed against shrinking, as the daemon requires; it still grows */
+                c->stage_fd = memfd_create("loom-state-stage", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+                if (c->stage_fd < 0 || fcntl(c->stage_fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0)
+                        return loom_err_set(e, LOOM_EIO, "stage", "sealed memfd: %s",
                                             strerror(errno));
         }
         uint64_t want = len < (UINT64_C(1) << 20) ? (UINT64_C(1) << 20) : len;
@@ -183,8 +185,10 @@ static int transfer(loom_state_client *c, const loom_state_io *io, size_t n, int
                 json_array_append_new(items, it);
         }
         json_t *req = json_pack("{s:s, s:o}", "op", load ? "load" : "offload", "items", items);
+        /* Staged bytes pass through the client's own buffer, which the next request reuses:
+         * the daemon cannot know they are still in the caller's memory, so no residency. */
         if (load)
-                json_object_set_new(req, "device", json_string(device ? device : ""));
+                json_object_set_new(req, "device", json_string(device && !staged ? device : ""));
         else
                 json_object_set_new(req, "tier", json_string(loom_state_tier_name(tier)));
         json_t *rep = NULL;

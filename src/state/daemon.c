@@ -4,9 +4,11 @@
  *
  * Requests (JSON objects, see wire.c) have an "op": offload, load, prefetch, order, drop, stat.
  * offload and load carry "items" ([{key..., "fd": i, "off": o, "len": n}]) and the memfds of the
- * client's buffers. The connection maps each memfd once (MAP_SHARED, the whole file) and keeps
- * the mapping for the connection's life, like a registered buffer: the copy into or out of the
- * client's memory is one memcpy with no page faults after the first use. A reply is
+ * client's buffers, each sealed with F_SEAL_SHRINK (refused otherwise: a buffer that shrinks
+ * under a copy would fault the daemon). The connection maps each memfd once (MAP_SHARED, the
+ * whole file) and keeps the mapping for later requests (the MAX_MAPS most recently used), like
+ * a registered buffer: the copy into or out of the client's memory is one memcpy with no page
+ * faults after the first use. A reply is
  * {"ok": true, ...} or {"ok": false, "code": c, "error": msg, "field": f}; it is sent only after
  * the work is done (synchronous semantics).
  *
@@ -29,7 +31,7 @@
 
 #include "internal.h"
 
-#define MAX_MAPS 16
+#define MAX_MAPS 16 /* mappings a connection keeps between requests */
 #define MAX_CONNS 256
 
 typedef struct st_map {
@@ -37,6 +39,8 @@ typedef struct st_map {
         ino_t ino;
         uint8_t *p;
         uint64_t len;
+        uint64_t used; /* the connection's request counter at the last use */
+        bool stale;    /* replaced by a larger mapping of the same file */
 } st_map;
 
 struct loom_state_daemon {
@@ -58,8 +62,9 @@ struct loom_state_daemon {
 typedef struct conn {
         loom_state_daemon *d;
         int fd;
-        st_map maps[MAX_MAPS];
-        int nmaps;
+        st_map *maps; /* kept between requests: at most MAX_MAPS after each */
+        size_t nmaps, capmaps;
+        uint64_t tick; /* requests served */
 } conn;
 
 void loom_state_cfg_default(loom_state_cfg *cfg)
@@ -81,13 +86,30 @@ const char *loom_state_daemon_sock(const loom_state_daemon *d)
 
 /* ---- buffer mappings -------------------------------------------------------------------- */
 
-/* Map (or reuse the mapping of) memfd `fd` covering [off, off + len). Takes ownership of fd. */
-static int map_fd(conn *c, int fd, uint64_t off, uint64_t len, uint8_t **p, loom_err *e)
+/* Map (or reuse the mapping of) memfd `fd` covering [off, off + len). Takes ownership of fd.
+ *
+ * The buffer must be sealed against shrinking (F_SEAL_SHRINK): a file that its owner truncates
+ * while the daemon copies would raise SIGBUS in the daemon. Growing stays allowed (the client's
+ * staging buffer grows), and a mapping of the old size still covers valid pages.
+ *
+ * Mappings used by the running request are never unmapped here, however many distinct files it
+ * names: a replaced or surplus mapping is only marked, and trim_maps() unmaps it after the
+ * request. */
+static int map_fd(conn *c, int fd, uint64_t off, uint64_t len, uint8_t **p, st_where *at,
+                  loom_err *e)
 {
         struct stat st;
         if (fstat(fd, &st) != 0) {
                 close(fd);
                 return loom_err_set(e, LOOM_EIO, "fd", "fstat: %s", strerror(errno));
+        }
+        *at = (st_where){(uint64_t)st.st_dev, (uint64_t)st.st_ino, off};
+        int seals = fcntl(fd, F_GET_SEALS);
+        if (seals < 0 || !(seals & F_SEAL_SHRINK)) {
+                close(fd);
+                return loom_err_set(e, LOOM_EINVAL, "fd",
+                                    "buffer is not a memfd sealed with F_SEAL_SHRINK (create it "
+                                    "with MFD_ALLOW_SEALING and add the seal with F_ADD_SEALS)");
         }
         if (off + len < off || off + len > (uint64_t)st.st_size) {
                 close(fd);
@@ -96,32 +118,51 @@ static int map_fd(conn *c, int fd, uint64_t off, uint64_t len, uint8_t **p, loom
                                     off, len, (long long)st.st_size);
         }
         /* Reuse a mapping only while it covers the whole file: a memfd that grew since (the
-         * client's staging buffer) is mapped again at its first item, so that no item of one
-         * request points into a mapping that a later item of it replaces. */
-        for (int i = 0; i < c->nmaps; i++)
-                if (c->maps[i].dev == st.st_dev && c->maps[i].ino == st.st_ino &&
-                    c->maps[i].len >= (uint64_t)st.st_size) {
+         * client's staging buffer) is mapped again. */
+        for (size_t i = 0; i < c->nmaps; i++)
+                if (!c->maps[i].stale && c->maps[i].dev == st.st_dev &&
+                    c->maps[i].ino == st.st_ino && c->maps[i].len >= (uint64_t)st.st_size) {
                         close(fd);
+                        c->maps[i].used = c->tick;
                         *p = c->maps[i].p + off;
                         return 0;
                 }
+        if (loom_reserve(&c->maps, &c->capmaps, c->nmaps + 1, sizeof *c->maps, MAX_MAPS)) {
+                close(fd);
+                return loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
+        }
         uint8_t *m = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         close(fd);
         if (m == MAP_FAILED)
                 return loom_err_set(e, LOOM_EIO, "fd", "mmap: %s", strerror(errno));
-        int slot = -1;
-        for (int i = 0; i < c->nmaps; i++)
+        for (size_t i = 0; i < c->nmaps; i++)
                 if (c->maps[i].dev == st.st_dev && c->maps[i].ino == st.st_ino)
-                        slot = i; /* the file grew: replace the old mapping */
-        if (slot < 0 && c->nmaps == MAX_MAPS)
-                slot = 0;
-        if (slot < 0)
-                slot = c->nmaps++;
-        else
-                munmap(c->maps[slot].p, c->maps[slot].len);
-        c->maps[slot] = (st_map){st.st_dev, st.st_ino, m, (uint64_t)st.st_size};
+                        c->maps[i].stale = true; /* the file grew: the new mapping replaces it */
+        c->maps[c->nmaps++] =
+            (st_map){st.st_dev, st.st_ino, m, (uint64_t)st.st_size, c->tick, false};
         *p = m + off;
         return 0;
+}
+
+/* After a request: unmap replaced mappings, then the least recently used beyond MAX_MAPS. */
+static void trim_maps(conn *c)
+{
+        for (;;) {
+                size_t victim = SIZE_MAX, live = 0;
+                for (size_t i = 0; i < c->nmaps; i++) {
+                        live += !c->maps[i].stale;
+                        if (c->maps[i].stale)
+                                victim = i;
+                }
+                if (victim == SIZE_MAX && live > MAX_MAPS)
+                        for (size_t i = 0; i < c->nmaps; i++)
+                                if (victim == SIZE_MAX || c->maps[i].used < c->maps[victim].used)
+                                        victim = i;
+                if (victim == SIZE_MAX)
+                        return;
+                munmap(c->maps[victim].p, c->maps[victim].len);
+                c->maps[victim] = c->maps[--c->nmaps];
+        }
 }
 
 /* ---- requests --------------------------------------------------------------------------- */
@@ -181,7 +222,8 @@ static int parse_items(conn *c, json_t *req, int *fds, int nfds, st_buf **out, s
                         rc = loom_err_set(e, LOOM_EIO, field, "dup: %s", strerror(errno));
                         break;
                 }
-                rc = map_fd(c, dupfd, (uint64_t)json_integer_value(jo), b[i].len, &b[i].p, e);
+                rc = map_fd(c, dupfd, (uint64_t)json_integer_value(jo), b[i].len, &b[i].p, &b[i].at,
+                            e);
         }
         for (int i = 0; i < nfds; i++)
                 close(fds[i]);
@@ -252,6 +294,7 @@ static json_t *handle(conn *c, json_t *req, int *fds, int nfds)
                 size_t n = 0;
                 loom_state_result res;
                 double t0 = loom__state_now();
+                c->tick++;
                 int rc = parse_items(c, req, fds, nfds, &b, &n, &e);
                 if (!rc && !strcmp(op, "offload")) {
                         loom_state_tier tier = LOOM_STATE_HOST;
@@ -265,6 +308,7 @@ static json_t *handle(conn *c, json_t *req, int *fds, int nfds)
                         rc = loom__store_load(&d->store, b, n, dev ? dev : "", &res, &e);
                 }
                 free(b);
+                trim_maps(c);
                 if (rc)
                         return reply_err(rc, &e);
                 res.seconds = loom__state_now() - t0;
@@ -310,8 +354,8 @@ static json_t *handle(conn *c, json_t *req, int *fds, int nfds)
                 if (!job || !json_is_integer(v))
                         return reply_err(
                             loom_err_set(&e, LOOM_EINVAL, "job", "job and version needed"), &e);
-                loom__store_drop(&d->store, job, (uint64_t)json_integer_value(v));
-                return json_pack("{s:b}", "ok", 1);
+                int rc = loom__store_drop(&d->store, job, (uint64_t)json_integer_value(v), &e);
+                return rc ? reply_err(rc, &e) : json_pack("{s:b}", "ok", 1);
         }
         if (!strcmp(op, "stat"))
                 return stat_reply(d, &e);
@@ -337,8 +381,9 @@ static void *conn_main(void *arg)
                 if (rc)
                         break;
         }
-        for (int i = 0; i < c->nmaps; i++)
+        for (size_t i = 0; i < c->nmaps; i++)
                 munmap(c->maps[i].p, c->maps[i].len);
+        free(c->maps);
         loom_state_daemon *d = c->d;
         pthread_mutex_lock(&d->mu);
         for (int i = 0; i < d->nconns; i++)

@@ -12,11 +12,11 @@
 
 #include "loom/state.h"
 
-#define ST_ALIGN 4096u           /* O_DIRECT and host-pool granularity */
-#define ST_HDR 4096u             /* slice file header, one aligned block */
-#define ST_MAX_FDS 64            /* descriptors per request */
-#define ST_MAX_MSG (64u << 20)   /* control message bytes */
-#define ST_IO_CHUNK (8u << 20)   /* O_DIRECT request size */
+#define ST_ALIGN 4096u         /* O_DIRECT and host-pool granularity */
+#define ST_HDR 4096u           /* slice file header, one aligned block */
+#define ST_MAX_FDS 64          /* descriptors per request */
+#define ST_MAX_MSG (64u << 20) /* control message bytes */
+#define ST_IO_CHUNK (8u << 20) /* O_DIRECT request size */
 
 static inline uint64_t st_round(uint64_t n)
 {
@@ -51,10 +51,22 @@ typedef struct st_slice {
         int pin;           /* taking part in the running operation: never evicted */
 } st_slice;
 
+/* Where a request's buffer lives: the file (device and inode numbers) and the offset in it. */
+typedef struct st_where {
+        uint64_t fdev, fino, off;
+} st_where;
+
+typedef struct st_dev_item { /* one tensor slice of a resident state, and where it sits */
+        loom_state_key key;
+        st_where at;
+} st_dev_item;
+
 typedef struct st_dev_rec { /* a job's state resident on an emulated device */
         char dev[64];
         char job[LOOM_STATE_JOB_MAX];
         uint64_t version, bytes, used;
+        st_dev_item *items; /* exactly what the load that made it resident asked for; owned */
+        size_t nitems;
 } st_dev_rec;
 
 typedef struct st_extent {
@@ -85,6 +97,7 @@ typedef struct st_buf {
         loom_state_key key;
         uint8_t *p;
         uint64_t len;
+        st_where at;
 } st_buf;
 
 int loom__store_open(st_store *s, const loom_state_cfg *cfg, loom_err *e);
@@ -98,7 +111,8 @@ int loom__store_load(st_store *s, const st_buf *b, size_t n, const char *dev,
  * one, 0 when nothing is left, < 0 on error. */
 int loom__store_prefetch_step(st_store *s, const char *job, loom_err *e);
 int loom__store_order(st_store *s, const char *const *jobs, size_t n);
-int loom__store_drop(st_store *s, const char *job, uint64_t version);
+/* Forget every slice of `job` up to `version`; fsyncs the directory after unlinking files. */
+int loom__store_drop(st_store *s, const char *job, uint64_t version, loom_err *e);
 int loom__store_stat(st_store *s, loom_state_stats *out, loom_err *e);
 /* Read a slice's file into an aligned buffer (the bench's disk figure uses it). */
 int loom__store_read_file(st_store *s, uint64_t id, uint8_t *dst, uint64_t bytes, loom_err *e);

@@ -1,6 +1,9 @@
 /*
  * key.c - canonical keys: dtypes, checks, tier names, and the key of a src/sync tensor shard.
  */
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +23,25 @@ double loom__state_now(void)
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int loom_state_parse_bytes(const char *text, uint64_t *out)
+{
+        static const char suffixes[] = "kmgtp";
+        char *end;
+        errno = 0;
+        double x = strtod(text, &end);
+        double mul = 1;
+        const char *s = *end ? strchr(suffixes, tolower((unsigned char)*end)) : NULL;
+        if (s) {
+                mul = ldexp(1.0, 10 * (int)(s - suffixes + 1));
+                end++;
+        }
+        if (errno || end == text || *end || text[0] == '-' || text[0] == '+' || !(x >= 0) ||
+            x * mul > ldexp(1.0, 60))
+                return LOOM_EINVAL;
+        *out = (uint64_t)(x * mul);
+        return 0;
 }
 
 size_t loom_state_dtype_size(const char *dtype)

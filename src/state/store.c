@@ -15,8 +15,9 @@
  * predicted to run furthest in the future (loom_state_order; unknown jobs first), oldest use
  * first among equals.
  *
- * The device tier is the caller's memory: the store only records which job's state was last
- * loaded onto which emulated device (st_dev_rec), so a switch back to it copies nothing.
+ * The device tier is the caller's memory: the store only records which slices of which job were
+ * last loaded onto which emulated device, and where in the caller's buffers (st_dev_rec), so a
+ * load of exactly those again copies nothing; any other load copies.
  *
  * One mutex guards everything, copies included: operations are synchronous and a node has a
  * handful of clients, so the simpler invariant wins over overlapping copies of different jobs.
@@ -618,23 +619,50 @@ static st_dev_rec *dev_find(st_store *s, const char *dev, const char *job)
 
 static void dev_remove(st_store *s, size_t i)
 {
+        free(s->devs[i].items);
         s->devs[i] = s->devs[--s->ndevs];
 }
 
-/* Record that `job` now occupies `bytes` of device `dev`, displacing the least recently loaded
- * jobs beyond the device's capacity. */
-static void dev_note(st_store *s, const char *dev, const char *job, uint64_t version,
-                     uint64_t bytes)
+/* Does the device still hold what this load asks for: the same slices, into the same places of
+ * the same buffers, in the same order? Totals alone would take one tensor for another. */
+static bool dev_holds(const st_dev_rec *r, const st_buf *b, size_t n)
 {
+        if (r->nitems != n)
+                return false;
+        for (size_t i = 0; i < n; i++) {
+                const st_dev_item *it = &r->items[i];
+                if (!same_tensor(&it->key, &b[i].key) || !same_rect(&it->key, &b[i].key) ||
+                    it->at.fdev != b[i].at.fdev || it->at.fino != b[i].at.fino ||
+                    it->at.off != b[i].at.off)
+                        return false;
+        }
+        return true;
+}
+
+/* Record that `job` now occupies `bytes` of device `dev` with the request's slices, displacing
+ * the least recently loaded jobs beyond the device's capacity. */
+static void dev_note(st_store *s, const char *dev, const char *job, uint64_t version,
+                     uint64_t bytes, const st_buf *b, size_t n)
+{
+        st_dev_item *items = malloc(n * sizeof *items);
+        if (!items)
+                return; /* residency is an optimisation; without room, forget it */
+        for (size_t i = 0; i < n; i++)
+                items[i] = (st_dev_item){b[i].key, b[i].at};
         st_dev_rec *r = dev_find(s, dev, job);
         if (!r) {
-                if (loom_reserve(&s->devs, &s->capdevs, s->ndevs + 1, sizeof *s->devs, 8))
-                        return; /* residency is an optimisation; without room, forget it */
+                if (loom_reserve(&s->devs, &s->capdevs, s->ndevs + 1, sizeof *s->devs, 8)) {
+                        free(items);
+                        return;
+                }
                 r = &s->devs[s->ndevs++];
                 memset(r, 0, sizeof *r);
                 snprintf(r->dev, sizeof r->dev, "%s", dev);
                 snprintf(r->job, sizeof r->job, "%s", job);
         }
+        free(r->items);
+        r->items = items;
+        r->nitems = n;
         r->version = version;
         r->bytes = bytes;
         r->used = ++s->tick;
@@ -692,7 +720,7 @@ int loom__store_load(st_store *s, const st_buf *b, size_t n, const char *dev,
         st_dev_rec *r = !rc && one_job && dev && dev[0] && s->cfg.device_bytes
                             ? dev_find(s, dev, b[0].key.job)
                             : NULL;
-        if (r && r->version == b[0].key.version && r->bytes == total) {
+        if (r && r->version == b[0].key.version && r->bytes == total && dev_holds(r, b, n)) {
                 r->used = ++s->tick;
                 res->found = LOOM_STATE_DEVICE;
                 unpin_all(s);
@@ -723,7 +751,7 @@ int loom__store_load(st_store *s, const st_buf *b, size_t n, const char *dev,
                 res->bytes += b[i].len;
         }
         if (!rc && one_job && dev && dev[0] && s->cfg.device_bytes)
-                dev_note(s, dev, b[0].key.job, b[0].key.version, total);
+                dev_note(s, dev, b[0].key.job, b[0].key.version, total, b, n);
         unpin_all(s);
         pthread_mutex_unlock(&s->mu);
         return rc;
@@ -779,13 +807,15 @@ int loom__store_order(st_store *s, const char *const *jobs, size_t n)
         return rc;
 }
 
-int loom__store_drop(st_store *s, const char *job, uint64_t version)
+int loom__store_drop(st_store *s, const char *job, uint64_t version, loom_err *e)
 {
         pthread_mutex_lock(&s->mu);
         size_t k = 0;
+        bool unlinked = false;
         for (size_t i = 0; i < s->nslices; i++) {
                 st_slice *sl = s->slices[i];
                 if (!strcmp(sl->key.job, job) && sl->key.version <= version) {
+                        unlinked = unlinked || sl->on_disk;
                         host_drop(s, sl);
                         disk_drop(s, sl);
                         free(sl);
@@ -796,8 +826,11 @@ int loom__store_drop(st_store *s, const char *job, uint64_t version)
         for (size_t i = s->ndevs; i-- > 0;)
                 if (!strcmp(s->devs[i].job, job))
                         dev_remove(s, i);
+        /* the unlinks are durable only once the directory is: else a dropped slice could come
+         * back after a power loss (recovery then also refuses overlaps, see recover()) */
+        int rc = unlinked ? fsync_dir(s, e) : 0;
         pthread_mutex_unlock(&s->mu);
-        return 0;
+        return rc;
 }
 
 int loom__store_stat(st_store *s, loom_state_stats *out, loom_err *e)
@@ -847,6 +880,46 @@ int loom__store_stat(st_store *s, loom_state_stats *out, loom_err *e)
 }
 
 /* ---- open and recovery ------------------------------------------------------------------ */
+
+static int by_id_desc(const void *a, const void *b)
+{
+        uint64_t x = (*(st_slice *const *)a)->id, y = (*(st_slice *const *)b)->id;
+        return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* Slices of one tensor version never overlap (offload refuses it), so overlapping files on disk
+ * are a slice that was dropped and came back (its unlink lost with the power) beside one written
+ * after it. Keep the newest (ids grow with time), remove the files of the others. */
+static int drop_overlaps(st_store *s, loom_err *e)
+{
+        if (s->nslices)
+                qsort(s->slices, s->nslices, sizeof *s->slices, by_id_desc);
+        size_t k = 0;
+        bool removed = false;
+        for (size_t i = 0; i < s->nslices; i++) {
+                st_slice *sl = s->slices[i];
+                const st_slice *newer = NULL;
+                uint64_t q[4];
+                for (size_t j = 0; j < k && !newer; j++)
+                        if (same_tensor(&s->slices[j]->key, &sl->key) &&
+                            inter(&s->slices[j]->key, &sl->key, q))
+                                newer = s->slices[j];
+                if (!newer) {
+                        s->slices[k++] = sl;
+                        continue;
+                }
+                char a[400], b[400];
+                loom__state_key_str(&sl->key, a, sizeof a);
+                loom__state_key_str(&newer->key, b, sizeof b);
+                logf_(s, "removing slice file %016" PRIx64 " (%s): it overlaps the newer %s",
+                      sl->id, a, b);
+                disk_drop(s, sl);
+                free(sl);
+                removed = true;
+        }
+        s->nslices = k;
+        return removed ? fsync_dir(s, e) : 0;
+}
 
 static int recover(st_store *s, loom_err *e)
 {
@@ -906,6 +979,8 @@ static int recover(st_store *s, loom_err *e)
                         s->next_id = id + 1;
         }
         closedir(d);
+        if (!rc)
+                rc = drop_overlaps(s, e);
         if (!rc && s->nslices)
                 logf_(s, "recovered %zu slices (%" PRIu64 " bytes) from %s", s->nslices,
                       s->disk_used, s->dir);
@@ -964,6 +1039,8 @@ void loom__store_close(st_store *s)
                 free(s->slices[i]);
         free(s->slices);
         free(s->free);
+        for (size_t i = 0; i < s->ndevs; i++)
+                free(s->devs[i].items);
         free(s->devs);
         free(s->order);
         if (s->pool)

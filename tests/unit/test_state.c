@@ -62,10 +62,13 @@ static void fx_stop(fx *f, int remove)
         }
 }
 
+/* A device buffer as clients make them: a memfd sealed against shrinking (the daemon refuses
+ * others). */
 static uint8_t *device(int *fd, size_t len)
 {
-        *fd = memfd_create("test-device", MFD_CLOEXEC);
+        *fd = memfd_create("test-device", MFD_CLOEXEC | MFD_ALLOW_SEALING);
         cr_assert(*fd >= 0 && ftruncate(*fd, (off_t)len) == 0);
+        cr_assert_eq(fcntl(*fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
         uint8_t *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, *fd, 0);
         cr_assert(p != MAP_FAILED);
         return p;
@@ -471,4 +474,165 @@ Test(state, device_residency_until_displaced)
         munmap(dev, 2 << 20);
         close(fd);
         fx_stop(&f, 1);
+}
+
+/* One request of 20 tensors, each in its own memfd: more distinct buffers than the daemon keeps
+ * mapped between requests. Every item must still point into a live mapping while it is copied. */
+Test(state, one_request_of_many_memfds)
+{
+        enum { K = 20, N = 1 << 18 };
+        fx f;
+        fx_start(&f, 64 << 20, 64 << 20, 0, 1);
+        int fds[K];
+        uint8_t *bufs[K];
+        loom_state_io io[K];
+        char names[K][16];
+        for (int i = 0; i < K; i++) {
+                bufs[i] = device(&fds[i], 4 * N);
+                fill(bufs[i], 4 * N, 100 + (uint32_t)i);
+                snprintf(names[i], sizeof names[i], "t%d", i);
+                io[i] = io_at("many", 1, names[i], N, fds[i], 0);
+        }
+        loom_state_result r;
+        loom_err e;
+        cr_assert_eq(loom_state_offload(f.c, io, K, LOOM_STATE_HOST, &r, &e), 0, "%s", e.msg);
+        cr_assert_eq(r.bytes, (uint64_t)K * 4 * N);
+        for (int i = 0; i < K; i++)
+                memset(bufs[i], 0, 4 * N);
+        cr_assert_eq(loom_state_load(f.c, io, K, "", &r, &e), 0, "%s", e.msg);
+        uint8_t *chk = malloc(4 * N);
+        for (int i = 0; i < K; i++) {
+                fill(chk, 4 * N, 100 + (uint32_t)i);
+                cr_assert_eq(memcmp(bufs[i], chk, 4 * N), 0, "tensor %d", i);
+                munmap(bufs[i], 4 * N);
+                close(fds[i]);
+        }
+        free(chk);
+        fx_stop(&f, 1);
+}
+
+/* A memfd its owner can shrink while the daemon copies from it would fault the daemon: such a
+ * buffer is refused with a message that says what to do, and nothing is stored. */
+Test(state, unsealed_memfd_is_refused)
+{
+        fx f;
+        fx_start(&f, 4 << 20, 16 << 20, 0, 1);
+        int fd = memfd_create("unsealed", MFD_CLOEXEC);
+        cr_assert(fd >= 0 && ftruncate(fd, 1 << 20) == 0);
+        loom_state_io io = io_at("u", 1, "w", 65536, fd, 0);
+        loom_state_result r;
+        loom_err e;
+        cr_assert_eq(loom_state_offload(f.c, &io, 1, LOOM_STATE_HOST, &r, &e), LOOM_EINVAL);
+        cr_assert(strstr(e.msg, "F_SEAL_SHRINK"), "%s", e.msg);
+        cr_assert_eq(job_bytes(&f, "u", 0), 0);
+        /* sealed, the same buffer is accepted, and can no longer shrink under the daemon */
+        int sfd;
+        uint8_t *dev = device(&sfd, 1 << 20);
+        io.fd = sfd;
+        cr_assert_eq(loom_state_offload(f.c, &io, 1, LOOM_STATE_HOST, &r, &e), 0, "%s", e.msg);
+        cr_assert_neq(ftruncate(sfd, 4096), 0);
+        munmap(dev, 1 << 20);
+        close(sfd);
+        close(fd);
+        fx_stop(&f, 1);
+}
+
+/* Residency is per tensor: a different tensor of the same size and job version on the same
+ * device is not "already there". */
+Test(state, device_residency_compares_tensors)
+{
+        fx f;
+        fx_start(&f, 8 << 20, 16 << 20, 4 << 20, 1);
+        int fd;
+        uint8_t *dev = device(&fd, 1 << 20);
+        loom_state_io w1 = io_at("j", 1, "w1", 262144, fd, 0);
+        loom_state_io w2 = io_at("j", 1, "w2", 262144, fd, 0);
+        loom_state_result r;
+        loom_err e;
+        fill(dev, 1 << 20, 7);
+        cr_assert_eq(loom_state_offload(f.c, &w1, 1, LOOM_STATE_HOST, &r, &e), 0, "%s", e.msg);
+        fill(dev, 1 << 20, 8);
+        cr_assert_eq(loom_state_offload(f.c, &w2, 1, LOOM_STATE_HOST, &r, &e), 0, "%s", e.msg);
+        cr_assert_eq(loom_state_load(f.c, &w1, 1, "gpu0", &r, &e), 0, "%s", e.msg);
+        cr_assert_eq(r.found, LOOM_STATE_HOST);
+        cr_assert_eq(loom_state_load(f.c, &w2, 1, "gpu0", &r, &e), 0, "%s", e.msg);
+        cr_assert_eq(r.found, LOOM_STATE_HOST);
+        uint8_t *want = malloc(1 << 20);
+        fill(want, 1 << 20, 8);
+        cr_assert_eq(memcmp(dev, want, 1 << 20), 0);
+        /* the same tensor into another place of the device is not resident either */
+        int fd2;
+        uint8_t *dev2 = device(&fd2, 1 << 20);
+        w2.fd = fd2;
+        cr_assert_eq(loom_state_load(f.c, &w2, 1, "gpu0", &r, &e), 0, "%s", e.msg);
+        cr_assert_eq(r.found, LOOM_STATE_HOST);
+        cr_assert_eq(memcmp(dev2, want, 1 << 20), 0);
+        cr_assert_eq(loom_state_load(f.c, &w2, 1, "gpu0", &r, &e), 0, "%s", e.msg);
+        cr_assert_eq(r.found, LOOM_STATE_DEVICE);
+        free(want);
+        munmap(dev2, 1 << 20);
+        close(fd2);
+        munmap(dev, 1 << 20);
+        close(fd);
+        fx_stop(&f, 1);
+}
+
+/* Two slice files that overlap (a dropped slice whose unlink did not reach the disk, and the
+ * slice written after it): recovery keeps the newer one and loads return its bytes. */
+Test(state, recovery_drops_overlapping_slices)
+{
+        fx f;
+        fx_start(&f, 4 << 20, 16 << 20, 0, 1);
+        int fd;
+        uint8_t *dev = device(&fd, 1 << 20);
+        loom_state_io io = io_at("o", 1, "w", 262144, fd, 0);
+        loom_state_result r;
+        loom_err e;
+        fill(dev, 1 << 20, 11);
+        cr_assert_eq(loom_state_offload(f.c, &io, 1, LOOM_STATE_DISK, &r, &e), 0, "%s", e.msg);
+        char cmd[512];
+        snprintf(cmd, sizeof cmd, "cp %s/0000000000000000.slc %s/keep.old", f.dir, f.dir);
+        cr_assert_eq(system(cmd), 0);
+        cr_assert_eq(loom_state_drop(f.c, "o", 1, &e), 0, "%s", e.msg);
+        /* a slice of the same tensor covering half of the old one's rows, written later */
+        loom_state_io half = io;
+        half.key.r1 = 131072;
+        half.len = loom_state_key_bytes(&half.key);
+        fill(dev, 1 << 20, 12);
+        cr_assert_eq(loom_state_offload(f.c, &half, 1, LOOM_STATE_DISK, &r, &e), 0, "%s", e.msg);
+        fx_stop(&f, 0);
+        snprintf(cmd, sizeof cmd, "mv %s/keep.old %s/0000000000000000.slc", f.dir, f.dir);
+        cr_assert_eq(system(cmd), 0); /* the dropped slice reappears */
+        fx_start(&f, 4 << 20, 16 << 20, 0, 0);
+        cr_assert_eq(job_bytes(&f, "o", 1), ST_HDR + 131072 * 4);
+        memset(dev, 0, 1 << 20);
+        cr_assert_eq(loom_state_load(f.c, &half, 1, "", &r, &e), 0, "%s", e.msg);
+        uint8_t *want = malloc(1 << 20);
+        fill(want, 1 << 20, 12);
+        cr_assert_eq(memcmp(dev, want, 131072 * 4), 0);
+        cr_assert_eq(loom_state_load(f.c, &io, 1, "", &r, &e), LOOM_ENOENT);
+        free(want);
+        munmap(dev, 1 << 20);
+        close(fd);
+        fx_stop(&f, 1);
+}
+
+Test(state, byte_sizes_with_suffixes)
+{
+        uint64_t v;
+        cr_assert_eq(loom_state_parse_bytes("1T", &v), 0);
+        cr_assert_eq(v, UINT64_C(1) << 40);
+        cr_assert_eq(loom_state_parse_bytes("512M", &v), 0);
+        cr_assert_eq(v, UINT64_C(512) << 20);
+        cr_assert_eq(loom_state_parse_bytes("1.5g", &v), 0);
+        cr_assert_eq(v, UINT64_C(3) << 29);
+        cr_assert_eq(loom_state_parse_bytes("4096", &v), 0);
+        cr_assert_eq(v, 4096);
+        cr_assert_eq(loom_state_parse_bytes("2K", &v), 0);
+        cr_assert_eq(v, 2048);
+        cr_assert_neq(loom_state_parse_bytes("1X", &v), 0);
+        cr_assert_neq(loom_state_parse_bytes("", &v), 0);
+        cr_assert_neq(loom_state_parse_bytes("-1G", &v), 0);
+        cr_assert_neq(loom_state_parse_bytes("1TB", &v), 0);
+        cr_assert_neq(loom_state_parse_bytes("99999P", &v), 0);
 }
