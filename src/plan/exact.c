@@ -43,6 +43,7 @@ typedef struct ex {
         int k[LOOM_PLAN_TASKS];   /* per task position: strategy index */
         double best;
         int64_t nodes;
+        loom_plan alone; /* plan_task_alone's scratch */
 } ex;
 
 static int vec_size(const ex *x, int v)
@@ -83,8 +84,8 @@ static memo *get_memo(ex *x, int i, int v)
         m->lb = INFINITY;
         for (int k = 0; k < ns; k++) {
                 loom_plan_strategy st = px->strats[px->strat_off[n] + k];
-                m->cost[k] =
-                    plan_task_alone(px->c, px->w, px->tasks[i], &st, devs, n, &m->mm[k], &m->wk[k]);
+                m->cost[k] = plan_task_alone(px->c, px->w, px->tasks[i], &st, devs, n, &x->alone,
+                                             &m->mm[k], &m->wk[k]);
                 if (m->cost[k] < m->lb)
                         m->lb = m->cost[k];
         }

@@ -565,15 +565,11 @@ double plan_tasklet_mem(const loom_plan_workflow *w, int t, const loom_plan_stra
 }
 
 double plan_task_alone(const loom_plan_cluster *c, const loom_plan_workflow *w, int t,
-                       const loom_plan_strategy *st, const int *devs, int n, double *model_mem,
-                       double *work_mem)
+                       const loom_plan_strategy *st, const int *devs, int n, loom_plan *p,
+                       double *model_mem, double *work_mem)
 {
         static const loom_plan zero;
-        loom_plan *p = malloc(sizeof *p);
-        scratch *sc = malloc(sizeof *sc);
-        double v = INFINITY;
-        if (!p || !sc)
-                goto out;
+        scratch sc = {{0}, {0}};
         *p = zero;
         p->n_groups = 1;
         p->group_size[0] = n;
@@ -586,17 +582,13 @@ double plan_task_alone(const loom_plan_cluster *c, const loom_plan_workflow *w, 
         *model_mem = tasklet_model_mem(w, t, st, &sh);
         *work_mem = t == LOOM_PLAN_GEN ? kv_seq_bytes(w, st, &sh) : tasklet_work_mem(w, t, st, &sh);
         for (int i = 0; i < n; i++) {
-                sc->model[devs[i]] = *model_mem;
+                sc.model[devs[i]] = *model_mem;
                 if (*model_mem + *work_mem > c->types[c->dev[devs[i]].type].hbm_gb * 1e9)
-                        goto out;
+                        return INFINITY;
         }
         task_detail td;
-        task_cost(c, w, p, t, sc, &td);
-        v = td.total;
-out:
-        free(p);
-        free(sc);
-        return v;
+        task_cost(c, w, p, t, &sc, &td);
+        return td.total;
 }
 
 static int check_plan(const loom_plan_cluster *c, const loom_plan_workflow *w, const loom_plan *p,

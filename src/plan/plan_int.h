@@ -11,10 +11,12 @@ double plan_cost_search(const loom_plan_cluster *c, const loom_plan_workflow *w,
                         const loom_plan *p);
 /* Task t alone on devs (every one used, in this order) with strategy st: its cost when only its
  * own tasklets sit on those GPUs (a lower bound of its cost next to others), and its
- * per-tasklet model memory and working set. INFINITY when it does not fit alone. */
+ * per-tasklet model memory and working set. INFINITY means exactly "does not fit alone": the
+ * exact solver prunes on it, so the function allocates nothing and cannot fail otherwise; p is
+ * the caller's scratch plan. */
 double plan_task_alone(const loom_plan_cluster *c, const loom_plan_workflow *w, int t,
-                       const loom_plan_strategy *st, const int *devs, int n, double *model_mem,
-                       double *work_mem);
+                       const loom_plan_strategy *st, const int *devs, int n, loom_plan *p,
+                       double *model_mem, double *work_mem);
 /* Model memory of one tasklet of task t under st; *work gets its working set. */
 double plan_tasklet_mem(const loom_plan_workflow *w, int t, const loom_plan_strategy *st,
                         double *work);

@@ -466,3 +466,142 @@ Test(plan_model, p2p_by_level_equals_all_pairs)
         }
         cr_assert_gt(checked, 50);
 }
+
+/* ---- the exact solver against brute force on tiny fleets ----
+ * Every task grouping, every assignment of every GPU to a group, and every (dp, pp, tp) that
+ * uses all of the group's GPUs (heads, KV heads and layers divisible, dp at most the samples),
+ * priced by loom_plan_evaluate with each group's GPUs in index order (the fleets below list them
+ * by region, machine and type, the solver's rank layout). Written without the solver's code. */
+typedef struct brute {
+        const loom_plan_cluster *c;
+        const loom_plan_workflow *w;
+        int tasks[LOOM_PLAN_TASKS], nt, ng;
+        int rgs[LOOM_PLAN_TASKS];
+        int owner[LOOM_PLAN_MAX_DEV];
+        loom_plan p;
+        double best;
+        long plans;
+} brute;
+
+static bool strat_ok(const loom_plan_workflow *w, loom_plan_strategy s)
+{
+        const loom_plan_model *m = &w->model;
+        return m->heads % s.tp == 0 && m->kv_heads % s.tp == 0 && m->layers % s.pp == 0 &&
+               s.dp <= w->batch * w->responses;
+}
+
+static void brute_strats(brute *b, int i)
+{
+        if (i == b->nt) {
+                loom_plan_cost cost;
+                loom_err e;
+                cr_assert_eq(loom_plan_evaluate(b->c, b->w, &b->p, &cost, &e), 0, "%s", e.msg);
+                b->plans++;
+                if (cost.feasible && cost.iteration_s < b->best)
+                        b->best = cost.iteration_s;
+                return;
+        }
+        int t = b->tasks[i], n = b->p.group_size[b->p.group[t]];
+        for (int dp = 1; dp <= n; dp++)
+                for (int pp = 1; dp * pp <= n; pp++) {
+                        if (n % (dp * pp))
+                                continue;
+                        loom_plan_strategy s = {dp, pp, n / (dp * pp)};
+                        if (!strat_ok(b->w, s))
+                                continue;
+                        b->p.st[t] = s;
+                        brute_strats(b, i + 1);
+                }
+}
+
+static void brute_assign(brute *b, int d)
+{
+        if (d == b->c->n_dev) {
+                memset(&b->p, 0, sizeof b->p);
+                b->p.n_groups = b->ng;
+                for (int t = 0; t < LOOM_PLAN_TASKS; t++)
+                        b->p.group[t] = -1;
+                for (int k = 0; k < b->c->n_dev; k++) {
+                        int g = b->owner[k];
+                        b->p.group_dev[g][b->p.group_size[g]++] = k;
+                }
+                for (int g = 0; g < b->ng; g++)
+                        if (!b->p.group_size[g])
+                                return;
+                for (int i = 0; i < b->nt; i++) {
+                        int t = b->tasks[i], g = b->rgs[i];
+                        b->p.group[t] = g;
+                        memcpy(b->p.order[t], b->p.group_dev[g], sizeof b->p.order[t]);
+                }
+                brute_strats(b, 0);
+                return;
+        }
+        for (int g = 0; g < b->ng; g++) {
+                b->owner[d] = g;
+                brute_assign(b, d + 1);
+        }
+}
+
+static double brute_force(const loom_plan_cluster *c, const loom_plan_workflow *w, long *plans)
+{
+        brute b = {.c = c, .w = w, .best = INFINITY};
+        b.nt = loom_plan_workflow_tasks(w, b.tasks);
+        int rgs[203][LOOM_PLAN_TASKS];
+        int n = loom_plan_groupings(b.nt, rgs, 203);
+        for (int k = 0; k < n; k++) {
+                memcpy(b.rgs, rgs[k], sizeof b.rgs);
+                b.ng = 0;
+                for (int i = 0; i < b.nt; i++)
+                        if (b.rgs[i] + 1 > b.ng)
+                                b.ng = b.rgs[i] + 1;
+                if (b.ng <= c->n_dev)
+                        brute_assign(&b, 0);
+        }
+        *plans = b.plans;
+        return b.best;
+}
+
+static void exact_matches_brute_force(const loom_plan_cluster *c, const char *model,
+                                      const char *workflow, bool async)
+{
+        loom_plan_workflow w;
+        loom_plan_workflow_default(&w);
+        cr_assert_eq(loom_plan_model_lookup(model, &w.model), 0);
+        w.grpo = !strcmp(workflow, "grpo");
+        w.async = async;
+        long plans;
+        double want = brute_force(c, &w, &plans);
+        cr_assert(isfinite(want), "no plan fits: pick a fleet where one does");
+        loom_plan_opts o = {.solver = LOOM_PLAN_EXACT, .seed = 1};
+        loom_plan_result x;
+        loom_err e;
+        cr_assert_eq(loom_plan_search(c, &w, &o, &x, &e), 0, "%s", e.msg);
+        cr_assert(x.found && x.optimal);
+        cr_assert(fabs(x.cost.iteration_s - want) <= want * 1e-9,
+                  "%s %s %s, %d GPUs: exact %.9g s, brute force %.9g s over %ld plans", model,
+                  workflow, async ? "async" : "sync", c->n_dev, x.cost.iteration_s, want, plans);
+}
+
+Test(plan_exact, matches_brute_force_on_4_gpus)
+{
+        /* two A100 on one machine, two L40S on another */
+        static const int d[4][3] = {{0, 0, 0}, {0, 0, 0}, {1, 1, 0}, {1, 1, 0}};
+        loom_plan_cluster c;
+        mk(&c, 4, d, 1, 0, 1);
+        exact_matches_brute_force(&c, "qwen3-4b", "grpo", false);
+        exact_matches_brute_force(&c, "qwen3-4b", "grpo", true);
+        exact_matches_brute_force(&c, "qwen3-4b", "ppo", false);
+}
+
+Test(plan_exact, matches_brute_force_on_5_and_6_gpus)
+{
+        /* three kinds on three machines, two regions with a slow link between them */
+        static const int d5[5][3] = {{0, 0, 0}, {0, 0, 0}, {1, 1, 0}, {2, 2, 1}, {2, 2, 1}};
+        loom_plan_cluster c;
+        mk(&c, 5, d5, 2, 30, 5);
+        exact_matches_brute_force(&c, "qwen3-4b", "grpo", false);
+        static const int d6[6][3] = {{0, 0, 0}, {0, 0, 0}, {1, 1, 0},
+                                     {1, 1, 0}, {2, 2, 0}, {2, 2, 0}};
+        mk(&c, 6, d6, 1, 0, 1);
+        exact_matches_brute_force(&c, "qwen3-4b", "grpo", true);
+}
