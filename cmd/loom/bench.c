@@ -31,17 +31,9 @@ static void usage(FILE *f)
                    "usage: loom bench hrrs [--queued N] [--probes P]: one HRRS decision\n");
 }
 
-static uint64_t rng_next(uint64_t *s)
-{
-        uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-        return z ^ (z >> 31);
-}
-
 static double uni(uint64_t *s, double lo, double hi)
 {
-        return lo + (hi - lo) * (double)(rng_next(s) >> 11) / 9007199254740992.0;
+        return lo + (hi - lo) * (double)(loom_splitmix64(s) >> 11) / 9007199254740992.0;
 }
 
 /* WEAVE Table 6: [profile][size] = {roll lo, roll hi, train lo, train hi} seconds. */
@@ -54,14 +46,14 @@ static const double table6[3][3][4] = {
 static void draw_job(uint64_t *r, int i, loom_job_spec *sp)
 {
         static const double models[] = {3, 7, 14, 32};
-        const double *t = table6[rng_next(r) % 3][rng_next(r) % 3];
+        const double *t = table6[loom_splitmix64(r) % 3][loom_splitmix64(r) % 3];
         loom_job_spec_init(sp);
         snprintf(sp->id, sizeof sp->id, "j%d", i);
         sp->rollout_gpus = sp->train_gpus = 8;
         sp->t_roll = loom_us_from_s(uni(r, t[0], t[1]));
         sp->t_train = loom_us_from_s(uni(r, t[2], t[3]));
         sp->slo = uni(r, 1.0, 2.0);
-        double b = models[rng_next(r) % 4];
+        double b = models[loom_splitmix64(r) % 4];
         sp->mem_rollout = loom_table2_mem_rollout(b);
         sp->mem_train = loom_table2_mem_train(b);
 }
@@ -85,12 +77,6 @@ static long rss_kib(const char *key)
         if (f)
                 fclose(f);
         return v;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-        double x = *(const double *)a, y = *(const double *)b;
-        return (x > y) - (x < y);
 }
 
 /* Live groups, the denominator of the pruned fraction. */
@@ -150,8 +136,8 @@ static int bench_one(int n, int probes, uint64_t seed, loom_placer placer)
                 }
                 seen += st_groups(s), pruned += d.groups_pruned_bound;
         }
-        qsort(lat, (size_t)probes, sizeof *lat, cmp_double);
-        qsort(cpu, (size_t)probes, sizeof *cpu, cmp_double);
+        qsort(lat, (size_t)probes, sizeof *lat, loom_cmp_double);
+        qsort(cpu, (size_t)probes, sizeof *cpu, loom_cmp_double);
         loom_sched_stats st;
         loom_sched_stats_get(s, &st);
         printf("{\"bench\":\"placement\",\"jobs\":%d,\"groups\":%d,\"rollout_nodes\":%d,"
@@ -162,8 +148,10 @@ static int bench_one(int n, int probes, uint64_t seed, loom_placer placer)
                "\"peak_rss_mib\":%.1f,\"placer\":\"%s\",\"pruned_fraction\":%.4f}\n",
                n, st.groups, st.nodes[0], st.nodes[1],
                d.groups_pruned_saturated + d.groups_pruned_full, d.groups_pruned_bound,
-               st.cost_per_hour, probes, lat[probes / 2], lat[(int)(probes * 0.99)],
-               lat[probes - 1], cpu[probes / 2], cpu[(int)(probes * 0.99)], fill_s,
+               st.cost_per_hour, probes, loom_quantile_rank(lat, (size_t)probes, 0.5),
+               loom_quantile_rank(lat, (size_t)probes, 0.99), lat[probes - 1],
+               loom_quantile_rank(cpu, (size_t)probes, 0.5),
+               loom_quantile_rank(cpu, (size_t)probes, 0.99), fill_s,
                (double)rss_kib("VmRSS:") / 1024.0, (double)rss_kib("VmHWM:") / 1024.0,
                placer == LOOM_PLACER_PLEX ? "plex" : "loom",
                seen ? (double)pruned / (double)seen : 0.0);

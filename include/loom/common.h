@@ -50,6 +50,38 @@ enum {
  */
 int loom_reserve(void *arrp, size_t *cap, size_t need, size_t size, size_t first);
 
+/*
+ * splitmix64, the one generator of every seeded stream in loom (workloads, searches, synthetic
+ * weights, tests). A stream is its 64-bit state: loom_splitmix64() advances *state and returns
+ * the next output; loom_mix64(z) is the output for state z without keeping one, for values that
+ * are pure functions of a key (hash of (seed, job, iteration)). loom_mix64(s) is the output that
+ * loom_splitmix64(&s) returns.
+ */
+static inline uint64_t loom_mix64(uint64_t z)
+{
+        z += UINT64_C(0x9E3779B97F4A7C15);
+        z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+        z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+        return z ^ (z >> 31);
+}
+static inline uint64_t loom_splitmix64(uint64_t *state)
+{
+        uint64_t z = loom_mix64(*state);
+        *state += UINT64_C(0x9E3779B97F4A7C15);
+        return z;
+}
+
+/*
+ * Quantiles of an ascending array v[0..n), n >= 1 (sort it with qsort and loom_cmp_double).
+ * loom_quantile: linear interpolation between the closest ranks, v[i] + f * (v[i+1] - v[i]) at
+ * position q * (n - 1) = i + f (numpy's default). loom_quantile_rank: the nearest rank, the
+ * ceil(q * n)-th smallest value (at least the first). q in [0, 1].
+ */
+double loom_quantile(const double *v, size_t n, double q);
+double loom_quantile_rank(const double *v, size_t n, double q);
+/* qsort comparison of two doubles, ascending. */
+int loom_cmp_double(const void *a, const void *b);
+
 /* Static text for a LOOM_E* code; never NULL. */
 const char *loom_strerror(int code);
 

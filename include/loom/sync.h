@@ -177,6 +177,14 @@ static inline uint64_t loom_sync_stream_buckets(const loom_sync_plan *p, const l
         return (s->elems + p->bucket_elems - 1) / p->bucket_elems;
 }
 
+/* ---- byte streams (net.c; loom-state's control socket uses them too) --------------------- */
+
+/* Send or receive exactly len bytes on a stream socket, retrying short transfers and EINTR
+ * (send never raises SIGPIPE). 0, LOOM_EIO on a socket error (errno says which), or for
+ * loom__read_all LOOM_EPROTO when the peer closed before len bytes came. */
+int loom__write_all(int fd, const void *buf, size_t len);
+int loom__read_all(int fd, void *buf, size_t len);
+
 /* ---- checksums ------------------------------------------------------------------------- */
 
 /* CRC32C (Castagnoli) of buf, continuing from crc (start with 0). */

@@ -1,4 +1,5 @@
-/* common.c - error codes and the error buffer. */
+/* common.c - error codes, the error buffer, growable arrays and quantiles. */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,4 +75,26 @@ int loom_reserve(void *arrp, size_t *cap, size_t need, size_t size, size_t first
         memcpy(arrp, &p, sizeof p);
         *cap = n;
         return 0;
+}
+
+double loom_quantile(const double *v, size_t n, double q)
+{
+        double pos = q * (double)(n - 1);
+        size_t i = (size_t)pos;
+        if (i >= n - 1)
+                return v[n - 1];
+        return v[i] + (pos - (double)i) * (v[i + 1] - v[i]);
+}
+
+double loom_quantile_rank(const double *v, size_t n, double q)
+{
+        size_t i = (size_t)ceil(q * (double)n);
+        i = i > 0 ? i - 1 : 0;
+        return v[i < n ? i : n - 1];
+}
+
+int loom_cmp_double(const void *a, const void *b)
+{
+        double x = *(const double *)a, y = *(const double *)b;
+        return (x > y) - (x < y);
 }

@@ -25,12 +25,6 @@
 
 #include "internal.h"
 
-static int cmp_double(const void *a, const void *b)
-{
-        double x = *(const double *)a, y = *(const double *)b;
-        return (x > y) - (x < y);
-}
-
 /* The q-quantile (linear interpolation) and the mean of v[0..n), n >= 1. */
 static void summarise(const double *v, int n, double q, double *quant, double *mean)
 {
@@ -40,10 +34,8 @@ static void summarise(const double *v, int n, double q, double *quant, double *m
                 s[i] = v[i];
                 sum += v[i];
         }
-        qsort(s, (size_t)n, sizeof *s, cmp_double);
-        double pos = q * (n - 1);
-        int i = (int)pos;
-        *quant = i >= n - 1 ? s[n - 1] : s[i] + (pos - i) * (s[i + 1] - s[i]);
+        qsort(s, (size_t)n, sizeof *s, loom_cmp_double);
+        *quant = loom_quantile(s, (size_t)n, q);
         *mean = sum / n;
 }
 

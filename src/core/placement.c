@@ -430,14 +430,6 @@ static void isolated(const search *x, cand *c)
         c->util = c->t_meta > 0 ? (double)load / (double)c->t_meta : 0;
 }
 
-static uint64_t splitmix(uint64_t *st)
-{
-        uint64_t z = (*st += UINT64_C(0x9e3779b97f4a7c15));
-        z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-        z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-        return z ^ (z >> 31);
-}
-
 /* Group idleness for Greedy: 1 - mean of rollout and training utilisation. */
 static double group_idle(const group *g)
 {
@@ -571,12 +563,12 @@ static int search_baseline(search *x, uint64_t *rng)
                 if (ok > 1 && cs[feasible[ok - 1]].kind == LOOM_DECISION_ROLLOUT_SCALE)
                         ok--;
                 if (ok)
-                        opts[n_opts++] = cs[feasible[splitmix(rng) % (uint64_t)ok]];
+                        opts[n_opts++] = cs[feasible[loom_splitmix64(rng) % (uint64_t)ok]];
         }
         cand iso;
         isolated(x, &iso);
         if (is_random(s->policy.placer)) {
-                uint64_t pick = splitmix(rng) % (uint64_t)(n_opts + 1);
+                uint64_t pick = loom_splitmix64(rng) % (uint64_t)(n_opts + 1);
                 x->best = pick == (uint64_t)n_opts ? iso : opts[pick];
         } else {
                 x->best = n_opts ? opts[0] : iso;

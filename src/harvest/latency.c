@@ -93,27 +93,17 @@ uint32_t loom_harvest_kv_pages(const loom_harvest_model *m, uint64_t tokens)
         return (uint32_t)pages;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-        double x = *(const double *)a, y = *(const double *)b;
-        return (x > y) - (x < y);
-}
-
-/* The p-quantile of sorted v[0..n): the ceil(p * n)-th value; 0 when n is 0. */
+/* The p-quantile of sorted v[0..n): the nearest rank; 0 when n is 0. */
 static double pct(const double *v, size_t n, double p)
 {
-        if (n == 0)
-                return 0;
-        size_t i = (size_t)ceil(p * (double)n);
-        i = i > 0 ? i - 1 : 0;
-        return v[i < n ? i : n - 1];
+        return n ? loom_quantile_rank(v, n, p) : 0;
 }
 
 void hv_latency_pcts(double *ttft, double *tpot, size_t n, double *ttft_p50, double *ttft_p99,
                      double *tpot_p50, double *tpot_p99)
 {
-        qsort(ttft, n, sizeof *ttft, cmp_double);
-        qsort(tpot, n, sizeof *tpot, cmp_double);
+        qsort(ttft, n, sizeof *ttft, loom_cmp_double);
+        qsort(tpot, n, sizeof *tpot, loom_cmp_double);
         *ttft_p50 = pct(ttft, n, 0.5);
         *ttft_p99 = pct(ttft, n, 0.99);
         *tpot_p50 = pct(tpot, n, 0.5);

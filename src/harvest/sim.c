@@ -127,7 +127,7 @@ static ev pop(sim *s)
 
 static double unif(uint64_t *st)
 {
-        *st = hv_mix(*st);
+        *st = loom_mix64(*st);
         return (double)(*st >> 11) / 9007199254740992.0;
 }
 
@@ -139,8 +139,10 @@ static double normal(uint64_t *st)
 
 static void make_trajectory(const sim *s, uint32_t step, uint32_t i, trj *t)
 {
-        uint64_t gst = hv_mix(s->cfg->seed ^ hv_mix(((uint64_t)step << 32) | (i / s->cfg->group)));
-        uint64_t st = hv_mix(s->cfg->seed ^ hv_mix(((uint64_t)step << 32) | i) ^ 0x5bd1e995);
+        uint64_t gst =
+            loom_mix64(s->cfg->seed ^ loom_mix64(((uint64_t)step << 32) | (i / s->cfg->group)));
+        uint64_t st =
+            loom_mix64(s->cfg->seed ^ loom_mix64(((uint64_t)step << 32) | i) ^ 0x5bd1e995);
         memset(t, 0, sizeof *t);
         t->prompt = 600 + (uint32_t)(unif(&gst) * 800); /* the group's shared task prompt */
         uint32_t turns = 2;

@@ -17,16 +17,6 @@ typedef struct hv_flags {
 
 void hv_policy_flags(loom_harvest_policy p, hv_flags *f);
 
-/* splitmix64's output for state z: the simulator's workload and the live node's synthetic
- * weights are pure functions of (seed, keys) through it. */
-static inline uint64_t hv_mix(uint64_t z)
-{
-        z += UINT64_C(0x9E3779B97F4A7C15);
-        z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-        z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-        return z ^ (z >> 31);
-}
-
 /* Sort ttft[0..n) and tpot[0..n) (ms) in place and give the p50 and p99 of each (0 when n is
  * 0). latency.c */
 void hv_latency_pcts(double *ttft, double *tpot, size_t n, double *ttft_p50, double *ttft_p99,

@@ -56,14 +56,15 @@ void loom_harvest_wgen(uint64_t seed, uint32_t version, double density, uint16_t
         uint32_t thr = density <= 0 ? 0 : density >= 1 ? 65536 : (uint32_t)(density * 65536 + 0.5);
         if (!thr)
                 return;
-        uint64_t vs = hv_mix(hv_mix(seed) ^ hv_mix(UINT64_C(0xA0761D6478BD642F) * version));
+        uint64_t vs =
+            loom_mix64(loom_mix64(seed) ^ loom_mix64(UINT64_C(0xA0761D6478BD642F) * version));
         for (uint64_t blk = 0; blk * 4 < n; blk++) {
-                uint64_t ch = hv_mix(vs ^ blk), fl = 0;
+                uint64_t ch = loom_mix64(vs ^ blk), fl = 0;
                 for (unsigned j = 0; j < 4 && blk * 4 + j < n; j++) {
                         if (((ch >> (16 * j)) & 0xffff) >= thr)
                                 continue;
                         if (!fl)
-                                fl = hv_mix(ch) | 1;
+                                fl = loom_mix64(ch) | 1;
                         w[blk * 4 + j] ^= (uint16_t)(1 + ((fl >> (16 * j)) & 0x3f));
                 }
         }

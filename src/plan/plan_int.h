@@ -65,7 +65,6 @@ typedef struct plan_search {
         loom_plan scratch;
 } plan_search;
 
-uint64_t plan_rng_next(uint64_t *s);
 int plan_rng_int(uint64_t *s, int n);
 /* Order devices by (region, machine, type): the rank layout of every task. */
 void plan_sort_local(const loom_plan_cluster *c, int *a, int n);

@@ -26,22 +26,14 @@
 #include "plan_int.h"
 
 /* ---- random numbers ---- */
-uint64_t plan_rng_next(uint64_t *s)
-{
-        uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-        return z ^ (z >> 31);
-}
-
 int plan_rng_int(uint64_t *s, int n)
 {
-        return (int)(plan_rng_next(s) % (uint64_t)n);
+        return (int)(loom_splitmix64(s) % (uint64_t)n);
 }
 
 static double rng_unit(uint64_t *s)
 {
-        return (double)(plan_rng_next(s) >> 11) / 9007199254740992.0;
+        return (double)(loom_splitmix64(s) >> 11) / 9007199254740992.0;
 }
 
 /* ---- groupings (level 1) ---- */

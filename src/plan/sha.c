@@ -401,7 +401,7 @@ int plan_run_sha_ea(plan_search *s)
         int arms = 0;
         for (int k = 0; !s->stop; k++) {
                 uint64_t round = (uint64_t)(k - 1) * 0x9e3779b97f4a7c15ULL; /* its k-th output */
-                uint64_t seed = k > 0 ? s->o->seed ^ plan_rng_next(&round) : s->o->seed;
+                uint64_t seed = k > 0 ? s->o->seed ^ loom_splitmix64(&round) : s->o->seed;
                 s->budget = s->evals + b0;
                 double keep_cost = s->best_cost;
                 loom_plan keep = s->best;

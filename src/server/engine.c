@@ -62,7 +62,7 @@ int srv_job_add(loom_server *s, srv_job *j)
 
 /* A store write failed: from here on nothing is acknowledged; the batch is rolled back and
  * the server stops (fail-stop: the store is the truth, a restart replays it). */
-static void store_check(loom_server *s, int rc, const loom_err *e)
+void srv_store_note(loom_server *s, int rc, const loom_err *e)
 {
         if (rc && !s->store_failed) {
                 s->store_failed = true;
@@ -254,10 +254,10 @@ static void grant(loom_server *s, srv_job *j, loom_us now)
         note_deadline(s, l->deadline);
         j->permit = false;
         j->has_lease = true;
-        store_check(s, srv_store_lease_insert(s->store, j->id, l, &e), &e);
+        srv_store_note(s, srv_store_lease_insert(s->store, j->id, l, &e), &e);
         if (j->state == SJ_QUEUED) {
                 j->state = SJ_RUNNING;
-                store_check(s, srv_store_job_update(s->store, j, &e), &e);
+                srv_store_note(s, srv_store_job_update(s->store, j, &e), &e);
         }
         loom_sched_phase_started(s->sched, l->granted_wall, j->retry.core, l->phase);
         srv_state_granted(s, j);
@@ -282,8 +282,8 @@ static void end_job(loom_server *s, srv_job *j, int state, const char *lease_sta
         loom_err e;
         int64_t wall = srv_now_wall();
         if (j->has_lease) {
-                store_check(s, srv_store_lease_end(s->store, j->lease.id, lease_state, wall, &e),
-                            &e);
+                srv_store_note(s, srv_store_lease_end(s->store, j->lease.id, lease_state, wall, &e),
+                               &e);
                 j->has_lease = false;
         }
         j->permit = false;
@@ -293,8 +293,8 @@ static void end_job(loom_server *s, srv_job *j, int state, const char *lease_sta
                       : state == SJ_CANCELLED ? LOOM_EXIT_CANCELLED
                                               : LOOM_EXIT_FAILED;
         loom_sched_job_exit(s->sched, wall, j->retry.core, x);
-        store_check(s, srv_store_job_update(s->store, j, &e), &e);
-        store_check(s, srv_store_log(s->store, "exit", j->id, loom_exit_name(x), &e), &e);
+        srv_store_note(s, srv_store_job_update(s->store, j, &e), &e);
+        srv_store_note(s, srv_store_log(s->store, "exit", j->id, loom_exit_name(x), &e), &e);
         char msg[96];
         snprintf(msg, sizeof msg, "job %u is %s", j->id, srv_job_state_name(state));
         waiters_fail(s, j, 409, msg);
@@ -462,9 +462,9 @@ static void h_submit(loom_server *s, srv_req *r, loom_us now)
         }
         char core_id[16];
         snprintf(core_id, sizeof core_id, "%u", id); /* the core's id, checked by replay */
-        store_check(s, srv_store_job_insert(s->store, j, r->key, &e), &e);
-        store_check(s, srv_store_log(s->store, "submit", j->id, core_id, &e), &e);
-        store_check(s, srv_store_retry_save(s->store, j, &e), &e);
+        srv_store_note(s, srv_store_job_insert(s->store, j, r->key, &e), &e);
+        srv_store_note(s, srv_store_log(s->store, "submit", j->id, core_id, &e), &e);
+        srv_store_note(s, srv_store_retry_save(s->store, j, &e), &e);
         if (overcommit) { /* placed by the model, refused by the measured host tier */
                 end_job(s, j, SJ_CANCELLED, "ended", over);
                 srv_apply_actions(s, now);
@@ -602,7 +602,7 @@ static void h_release(loom_server *s, srv_req *r, loom_us now)
                 srv_job_failed(s, j, "failed", "a phase was released as failed", now);
         } else {
                 int64_t wall = srv_now_wall();
-                store_check(s, srv_store_lease_end(s->store, l.id, "released", wall, &e), &e);
+                srv_store_note(s, srv_store_lease_end(s->store, l.id, "released", wall, &e), &e);
                 j->has_lease = false;
                 if (l.phase == LOOM_PHASE_ROLLOUT || l.call + 1 < l.n_calls) {
                         j->next = LOOM_PHASE_TRAIN; /* or the next call of the phase */
@@ -616,7 +616,7 @@ static void h_release(loom_server *s, srv_req *r, loom_us now)
                 if (j->target && j->done >= j->target)
                         end_job(s, j, SJ_FINISHED, "released", "reached its iterations");
                 else
-                        store_check(s, srv_store_job_update(s->store, j, &e), &e);
+                        srv_store_note(s, srv_store_job_update(s->store, j, &e), &e);
                 /* drift watches whole phases: a training phase run call by call is observed
                  * once, as the sum of its calls */
                 loom_us took = now - l.granted_mono;
@@ -827,7 +827,7 @@ static void finish_batch(loom_server *s)
         loom_err e;
         loom_err_clear(&e);
         if (!s->store_failed) {
-                store_check(s, srv_store_commit(s->store, &e), &e);
+                srv_store_note(s, srv_store_commit(s->store, &e), &e);
                 s->m.commits++;
         }
         if (s->store_failed) {
@@ -873,7 +873,7 @@ void *srv_engine_main(void *arg)
 
                 loom_us now = srv_now_mono();
                 loom_err e;
-                store_check(s, srv_store_begin(s->store, &e), &e);
+                srv_store_note(s, srv_store_begin(s->store, &e), &e);
                 for (srv_req *r = batch, *nx; r; r = nx) {
                         nx = r->qnext;
                         handle(s, r, now);

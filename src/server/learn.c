@@ -25,14 +25,6 @@
 
 #include "srv.h"
 
-static void store_note(loom_server *s, int rc, const loom_err *e)
-{
-        if (rc && !s->store_failed) {
-                s->store_failed = true;
-                srv_log(s, "store failure, stopping: %s", e->msg);
-        }
-}
-
 char *srv_observe_encode(const srv_observe_rec *o)
 {
         json_t *j = json_pack("{s:I,s:s,s:I,s:i,s:I,s:I,s:I}", "core", (json_int_t)o->core, "phase",
@@ -109,9 +101,9 @@ int srv_learn_observe(loom_server *s, srv_job *j, loom_phase phase, loom_us took
         loom_err_clear(&e);
         char *text = srv_observe_encode(&o);
         if (!text)
-                store_note(s, loom_err_set(&e, LOOM_ENOMEM, "", "out of memory"), &e);
+                srv_store_note(s, loom_err_set(&e, LOOM_ENOMEM, "", "out of memory"), &e);
         else
-                store_note(s, srv_store_log(s->store, "observe", j->id, text, &e), &e);
+                srv_store_note(s, srv_store_log(s->store, "observe", j->id, text, &e), &e);
         free(text);
         if (rc == 1)
                 srv_log(s,

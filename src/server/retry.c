@@ -42,14 +42,6 @@
 #include "loom/spec.h"
 #include "srv.h"
 
-static void store_note(loom_server *s, int rc, const loom_err *e)
-{
-        if (rc && !s->store_failed) {
-                s->store_failed = true;
-                srv_log(s, "store failure, stopping: %s", e->msg);
-        }
-}
-
 int srv_core_map(loom_server *s, uint32_t core, uint32_t job)
 {
         if (core == 0)
@@ -82,24 +74,15 @@ void srv_retry_init(srv_job *j)
 
 /* ---- observed phase times -------------------------------------------------------------------- */
 
-static int cmp_us(const void *a, const void *b)
-{
-        loom_us x = *(const loom_us *)a, y = *(const loom_us *)b;
-        return (x > y) - (x < y);
-}
-
 /* p95 by linear interpolation between the closest ranks of the last w samples. */
 static loom_us p95_last(const srv_retry *r, int phase, int w)
 {
-        loom_us v[SRV_DRIFT_MAX];
+        double v[SRV_DRIFT_MAX];
         int n = r->n_obs[phase];
         for (int i = 0; i < w; i++)
-                v[i] = r->obs[phase][(n - w + i) % SRV_DRIFT_MAX];
-        qsort(v, (size_t)w, sizeof *v, cmp_us);
-        double pos = 0.95 * (w - 1);
-        int lo = (int)floor(pos);
-        int hi = lo + 1 < w ? lo + 1 : lo;
-        return v[lo] + (loom_us)llround((pos - lo) * (double)(v[hi] - v[lo]));
+                v[i] = (double)r->obs[phase][(n - w + i) % SRV_DRIFT_MAX];
+        qsort(v, (size_t)w, sizeof *v, loom_cmp_double);
+        return (loom_us)llround(loom_quantile(v, (size_t)w, 0.95));
 }
 
 /* The phase time the core plans the current admission on now, as the job's group runs it:
@@ -183,8 +166,8 @@ static void readmit(loom_server *s, srv_job *j, const char *cause, const char *w
         loom_err_clear(&e);
         int64_t wall = srv_now_wall();
         if (j->has_lease) {
-                store_note(s, srv_store_lease_end(s->store, j->lease.id, lease_state, wall, &e),
-                           &e);
+                srv_store_note(s, srv_store_lease_end(s->store, j->lease.id, lease_state, wall, &e),
+                               &e);
                 j->has_lease = false;
         }
         j->permit = false;
@@ -248,13 +231,13 @@ static void readmit(loom_server *s, srv_job *j, const char *cause, const char *w
         json_decref(log);
         if (!text) {
                 loom_err_set(&e, LOOM_ENOMEM, "", "out of memory");
-                store_note(s, LOOM_ENOMEM, &e);
+                srv_store_note(s, LOOM_ENOMEM, &e);
         } else {
-                store_note(s, srv_store_log(s->store, "readmit", j->id, text, &e), &e);
+                srv_store_note(s, srv_store_log(s->store, "readmit", j->id, text, &e), &e);
                 free(text);
         }
-        store_note(s, srv_store_job_update(s->store, j, &e), &e);
-        store_note(s, srv_store_retry_save(s->store, j, &e), &e);
+        srv_store_note(s, srv_store_job_update(s->store, j, &e), &e);
+        srv_store_note(s, srv_store_retry_save(s->store, j, &e), &e);
         srv_log(s, "job %u (%s) re-admitted (%s: %s): core job %u -> %u, %s, group %u", j->id,
                 j->name, cause, why, old, core, loom_decision_kind_name(d.kind), d.group);
         loom_decision_free(&d);
@@ -344,7 +327,7 @@ void srv_observe_phase(loom_server *s, srv_job *j, loom_phase phase, loom_us dur
         if (drifted) /* a new declaration, its SLO measured against itself */
                 readmit(s, j, "drift", why, roll, train, 0, "released");
         else
-                store_note(s, srv_store_retry_save(s->store, j, &e), &e);
+                srv_store_note(s, srv_store_retry_save(s->store, j, &e), &e);
 }
 
 /* ---- API ------------------------------------------------------------------------------------- */

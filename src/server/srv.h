@@ -255,6 +255,9 @@ int srv_job_add(loom_server *s, srv_job *j);
 void srv_apply_actions(loom_server *s, loom_us now);
 json_t *srv_job_json(loom_server *s, const srv_job *j, bool full);
 void srv_log(loom_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A store call's result: on the first failure, log it and stop the server (fail-stop: the store
+ * is the truth, a restart replays it). engine.c */
+void srv_store_note(loom_server *s, int rc, const loom_err *e);
 
 /* engine.c, for retry.c: end a live job; answer every waiter of j with one error */
 void srv_end_job(loom_server *s, srv_job *j, int state, const char *lease_state, const char *why);

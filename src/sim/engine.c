@@ -536,7 +536,7 @@ static int check_drift(engine *g, int ji, int64_t it)
                 double v[5];
                 for (int k = 0; k < 5; k++)
                         v[k] = j->recent[p][k];
-                qsort(v, 5, sizeof *v, sim_cmp_double);
+                qsort(v, 5, sizeof *v, loom_cmp_double);
                 p95[p] = sim_pct(v, 5, 0.95);
                 mx[p] = v[4];
         }

@@ -119,7 +119,7 @@ int loom__sim_finish_jobs(const loom_sim_cfg *c, const loom_sim_workload *w, con
                         met_wc++;
                 sorted[n_done++] = r->slowdown[i];
         }
-        qsort(sorted, (size_t)n_done, sizeof *sorted, sim_cmp_double);
+        qsort(sorted, (size_t)n_done, sizeof *sorted, loom_cmp_double);
         r->jobs_done = n_done;
         r->slo_attainment = w->n ? (double)met / w->n : 1.0;
         r->slo_attainment_wc = w->n ? (double)met_wc / w->n : 1.0;

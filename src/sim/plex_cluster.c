@@ -87,18 +87,9 @@ typedef struct run {
         int32_t offset;   /* its phase on the timeline, slots */
 } run;
 
-static int cmp_d(const void *a, const void *b)
-{
-        double x = *(const double *)a, y = *(const double *)b;
-        return (x > y) - (x < y);
-}
-
 static double pct(const double *sorted, int n, double q)
 {
-        if (n == 0)
-                return 0;
-        int i = (int)ceil(q * n) - 1;
-        return sorted[i < 0 ? 0 : i];
+        return n > 0 ? loom_quantile_rank(sorted, (size_t)n, q) : 0;
 }
 
 typedef struct ctx {
@@ -253,7 +244,7 @@ int loom_plexsim_cluster_run(loom_plexsim_policy pol, const loom_plexsim_job *jo
         double *s = malloc(sizeof *s * (size_t)(n ? n : 1));
         if (s) {
                 memcpy(s, out->queue_delay, sizeof *s * (size_t)n);
-                qsort(s, (size_t)n, sizeof *s, cmp_d);
+                qsort(s, (size_t)n, sizeof *s, loom_cmp_double);
                 out->queue_delay_p50 = pct(s, n, 0.50);
                 out->queue_delay_p99 = pct(s, n, 0.99);
                 out->queue_delay_max = n ? s[n - 1] : 0;

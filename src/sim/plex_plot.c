@@ -11,12 +11,6 @@
 
 #include "loom/plexsim.h"
 
-static int cmp_d(const void *a, const void *b)
-{
-        double x = *(const double *)a, y = *(const double *)b;
-        return (x > y) - (x < y);
-}
-
 /* x in [1e-3, 1e2] on a log axis; delays below 1e-3 (no wait) sit on the left edge. */
 static double xpos(double v, double x0, double w)
 {
@@ -63,7 +57,7 @@ int loom_plexsim_plot_cdf(const char *path, const loom_plexsim_cluster_res *r, i
                 if (!s)
                         break;
                 memcpy(s, r[k].queue_delay, sizeof *s * (size_t)r[k].n);
-                qsort(s, (size_t)r[k].n, sizeof *s, cmp_d);
+                qsort(s, (size_t)r[k].n, sizeof *s, loom_cmp_double);
                 const double *c = col[k % 4];
                 cairo_set_source_rgb(cr, c[0], c[1], c[2]);
                 cairo_set_line_width(cr, 2);

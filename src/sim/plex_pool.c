@@ -31,19 +31,13 @@ typedef struct pjob {
         uint64_t seq;
 } pjob;
 
-static uint64_t mix(uint64_t z)
-{
-        z += UINT64_C(0x9e3779b97f4a7c15);
-        z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-        z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-        return z ^ (z >> 31);
-}
-
 /* The rollout of job k's iteration i: depends only on (seed, k, i). */
 static double roll_len(const loom_plexsim_pool_cfg *c, const pjob *p, int k)
 {
-        double u = (double)(mix(c->seed ^ mix((uint64_t)k * 1000003u + (uint64_t)p->iter)) >> 11) /
-                   9007199254740992.0;
+        double u =
+            (double)(loom_mix64(c->seed ^ loom_mix64((uint64_t)k * 1000003u + (uint64_t)p->iter)) >>
+                     11) /
+            9007199254740992.0;
         return p->j->roll_s * (1 + p->j->jitter * (2 * u - 1));
 }
 
@@ -53,12 +47,6 @@ static double chain_left(const pjob *p)
         for (int i = p->call; i < p->j->n_calls; i++)
                 w += p->j->calls_s[i];
         return w;
-}
-
-static int cmp_d(const void *a, const void *b)
-{
-        double x = *(const double *)a, y = *(const double *)b;
-        return (x > y) - (x < y);
 }
 
 static loom_us us(double s)
@@ -223,10 +211,10 @@ int loom_plexsim_pool_run(const loom_plexsim_pool_cfg *c, const loom_plexsim_poo
         double sum = 0;
         for (int64_t i = 0; i < nd; i++)
                 sum += delay[i];
-        qsort(delay, (size_t)nd, sizeof *delay, cmp_d);
+        qsort(delay, (size_t)nd, sizeof *delay, loom_cmp_double);
         out->delay_mean = nd ? sum / (double)nd : 0;
-        out->delay_p50 = nd ? delay[(int64_t)ceil(0.50 * (double)nd) - 1] : 0;
-        out->delay_p99 = nd ? delay[(int64_t)ceil(0.99 * (double)nd) - 1] : 0;
+        out->delay_p50 = nd ? loom_quantile_rank(delay, (size_t)nd, 0.50) : 0;
+        out->delay_p99 = nd ? loom_quantile_rank(delay, (size_t)nd, 0.99) : 0;
         free(delay);
         free(p);
         return 0;

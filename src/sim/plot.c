@@ -241,7 +241,7 @@ static void draw_cdf(cairo_t *cr, const void *varg)
                 for (int k = 0; k < r->jobs; k++)
                         if (isfinite(r->slowdown[k]))
                                 v[m++] = r->slowdown[k];
-                qsort(v, (size_t)m, sizeof *v, sim_cmp_double);
+                qsort(v, (size_t)m, sizeof *v, loom_cmp_double);
                 color(cr, i, 0.9);
                 cairo_set_line_width(cr, 2);
                 cairo_move_to(cr, px(&f, f.x0), py(&f, 0));

@@ -20,10 +20,7 @@ typedef struct sim_rng {
 
 static inline uint64_t sim_rng_next(sim_rng *r)
 {
-        uint64_t z = (r->s += UINT64_C(0x9E3779B97F4A7C15));
-        z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-        z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-        return z ^ (z >> 31);
+        return loom_splitmix64(&r->s);
 }
 
 /* A stream for a key path (seed, a, b): independent of how many draws other keys made. */
@@ -151,22 +148,10 @@ int loom__sim_gantt_add(loom_sim_result *r, size_t *cap, const loom_sim_interval
 /* Append a point to r's cost/GPU series (capacity in *cap); 0 or LOOM_ENOMEM. */
 int loom__sim_series_add(loom_sim_result *r, size_t *cap, loom_sim_point pt);
 
-/* The q-quantile (0..1) of v[0..n) (sorted in place), NaN when n == 0. */
-static inline int sim_cmp_double(const void *a, const void *b)
+/* The q-quantile (0..1) of sorted v[0..n) by linear interpolation, NaN when n == 0. */
+static inline double sim_pct(const double *v, int n, double q)
 {
-        double x = *(const double *)a, y = *(const double *)b;
-        return (x > y) - (x < y);
-}
-
-static inline double sim_pct(double *v, int n, double q)
-{
-        if (n <= 0)
-                return NAN;
-        double pos = q * (n - 1);
-        int i = (int)pos;
-        if (i >= n - 1)
-                return v[n - 1];
-        return v[i] + (pos - i) * (v[i + 1] - v[i]);
+        return n > 0 ? loom_quantile(v, (size_t)n, q) : NAN;
 }
 
 #endif

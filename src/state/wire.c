@@ -10,34 +10,22 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "loom/sync.h"
 
 static int write_all(int fd, const void *p, size_t n, loom_err *e)
 {
-        const uint8_t *b = p;
-        while (n) {
-                ssize_t w = send(fd, b, n, MSG_NOSIGNAL);
-                if (w < 0 && errno == EINTR)
-                        continue;
-                if (w <= 0)
-                        return loom_err_set(e, LOOM_EIO, "socket", "send: %s", strerror(errno));
-                b += w, n -= (size_t)w;
-        }
+        if (loom__write_all(fd, p, n))
+                return loom_err_set(e, LOOM_EIO, "socket", "send: %s", strerror(errno));
         return 0;
 }
 
 static int read_all(int fd, void *p, size_t n, loom_err *e)
 {
-        uint8_t *b = p;
-        while (n) {
-                ssize_t r = recv(fd, b, n, 0);
-                if (r < 0 && errno == EINTR)
-                        continue;
-                if (r == 0)
-                        return loom_err_set(e, LOOM_EIO, "socket", "closed mid-message");
-                if (r < 0)
-                        return loom_err_set(e, LOOM_EIO, "socket", "recv: %s", strerror(errno));
-                b += r, n -= (size_t)r;
-        }
+        int rc = loom__read_all(fd, p, n);
+        if (rc == LOOM_EPROTO)
+                return loom_err_set(e, LOOM_EIO, "socket", "closed mid-message");
+        if (rc)
+                return loom_err_set(e, LOOM_EIO, "socket", "recv: %s", strerror(errno));
         return 0;
 }
 

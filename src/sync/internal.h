@@ -75,8 +75,6 @@ int loom__model_check(const char *model, loom_err *e);
 int loom__listen(uint32_t addr, uint16_t *port, int *fd, loom_err *e);
 /* Connect to ip:port, retrying until timeout_s (the peer may still be starting). */
 int loom__connect(const char *ip, uint16_t port, double timeout_s, int *fd, loom_err *e);
-int loom__write_all(int fd, const void *buf, size_t len);
-int loom__read_all(int fd, void *buf, size_t len);
 
 /* Lower the calling thread's CPU priority: it moves bytes on the (emulated) fast intra-cluster
  * fabric and must not starve the slow link of CPU on a shared host. */

@@ -10,14 +10,6 @@
  */
 #include "loom/sync.h"
 
-static inline uint64_t mix(uint64_t z)
-{
-        z += UINT64_C(0x9E3779B97F4A7C15);
-        z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-        z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-        return z ^ (z >> 31);
-}
-
 static inline uint16_t base_value(uint16_t lane)
 {
         uint16_t sign = lane & 0x8000, mant = lane & 0x7f;
@@ -29,25 +21,25 @@ void loom_sync_synth(uint64_t seed, uint32_t version, double density, uint64_t g
                      uint16_t *out)
 {
         uint32_t thr = density <= 0 ? 0 : density >= 1 ? 65536 : (uint32_t)(density * 65536 + 0.5);
-        uint64_t sbase = mix(seed), vseed[8];
+        uint64_t sbase = loom_mix64(seed), vseed[8];
         uint32_t nv = version < 8 ? version : 8;
         for (uint32_t v = 0; v < nv; v++)
-                vseed[v] = mix(sbase + (v + 1) * UINT64_C(0xD1B54A32D192ED03));
+                vseed[v] = loom_mix64(sbase + (v + 1) * UINT64_C(0xD1B54A32D192ED03));
         size_t i = 0;
         while (i < n) {
                 uint64_t g = g0 + i, blk = g >> 2;
                 unsigned lane = (unsigned)(g & 3), first = lane;
-                uint64_t w = mix(sbase ^ blk);
+                uint64_t w = loom_mix64(sbase ^ blk);
                 uint16_t x[4];
                 for (unsigned j = 0; j < 4; j++)
                         x[j] = base_value((uint16_t)(w >> (16 * j)));
                 for (uint32_t v = 0; v < nv && thr; v++) {
-                        uint64_t ch = mix(vseed[v] ^ blk), fl = 0;
+                        uint64_t ch = loom_mix64(vseed[v] ^ blk), fl = 0;
                         for (unsigned j = 0; j < 4; j++) {
                                 if (((ch >> (16 * j)) & 0xffff) >= thr)
                                         continue;
                                 if (!fl)
-                                        fl = mix(ch) | 1; /* only for blocks with a change */
+                                        fl = loom_mix64(ch) | 1; /* only for blocks with a change */
                                 x[j] ^= (uint16_t)(1 + ((fl >> (16 * j)) & 0x3f));
                         }
                 }
