@@ -13,6 +13,17 @@ rc=0; "$ls" --dir /tmp/x --host-bytes abc 2>/dev/null || rc=$?
 [ "$rc" -eq 2 ] || { echo "FAIL: bad --host-bytes exited $rc, want 2"; exit 1; }
 rc=0; "$ls" --dir /proc/no/such --no-mlock 2>/dev/null || rc=$?
 [ "$rc" -eq 1 ] || { echo "FAIL: unusable --dir exited $rc, want 1"; exit 1; }
+# sizes with a T suffix (docs/state.md's example): the daemon starts with a 1 TiB disk tier
+scratch1=$(mktemp -d)
+"$ls" --dir "$scratch1" --host-bytes 16M --disk-bytes 1T --no-mlock --quiet &
+sp=$!
+for _ in $(seq 200); do [ -S "$scratch1/loom-state.sock" ] && break; sleep 0.05; done
+cap=$("$ls" stat --sock "$scratch1/loom-state.sock" --json | sed -n 's/.*"disk_cap": *\([0-9]*\).*/\1/p')
+kill "$sp"; wait "$sp" || true; rm -rf "$scratch1"
+[ "$cap" = 1099511627776 ] || { echo "FAIL: --disk-bytes 1T gave disk_cap '$cap'"; exit 1; }
+echo "ok: --disk-bytes 1T accepted (disk_cap $cap)"
+rc=0; "$ls" --dir /tmp/x --disk-bytes 1TB 2>/dev/null || rc=$?
+[ "$rc" -eq 2 ] || { echo "FAIL: --disk-bytes 1TB exited $rc, want 2"; exit 1; }
 # the bench's JSON has every key of the figures; the DP=8 footprint is exactly 1/8
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
