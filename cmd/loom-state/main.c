@@ -212,11 +212,18 @@ static int bench(int argc, char **argv)
                        "\"prefetch_hidden_fraction\": %.4f, \"switch_noprefetch_s\": %.4f, "
                        "\"switch_prefetch_s\": %.4f, \"state_bytes\": %" PRIu64
                        ", \"state_scale\": %" PRIu64 ", \"cold_switch_s\": %.4f, "
-                       "\"warm_switch_s\": %.4f, \"host_locked\": %s}\n",
+                       "\"warm_switch_s\": %.4f, \"host_locked\": %s, "
+                       "\"prefetch_by_phase\": [",
                        r.load_gbps, r.memcpy_gbps, r.disk_read_gbps, r.dd_direct_gbps,
                        r.dedup_ratio, r.prefetch_hidden_fraction, r.switch_noprefetch_s,
                        r.switch_prefetch_s, r.state_bytes, r.state_scale, r.cold_switch_s,
                        r.warm_switch_s, r.host_locked ? "true" : "false");
+                for (int i = 0; i < 4; i++)
+                        printf("%s{\"phase_vs_cold_load\": %.2f, \"hidden_fraction\": %.4f, "
+                               "\"switch_s\": %.4f}",
+                               i ? ", " : "", r.phase_fraction[i], r.hidden_at[i],
+                               r.switch_at_s[i]);
+                printf("]}\n");
                 return 0;
         }
         printf("host -> device load      %8.2f GB/s   memcpy %8.2f GB/s   ratio %.2f\n",
@@ -227,6 +234,9 @@ static int bench(int argc, char **argv)
         printf("DP=8 offload footprint   %8.4f of the naive bytes\n", r.dedup_ratio);
         printf("prefetch one phase ahead %8.1f%% of the load hidden (%.3f s -> %.3f s)\n",
                100 * r.prefetch_hidden_fraction, r.switch_noprefetch_s, r.switch_prefetch_s);
+        for (int i = 0; i < 4; i++)
+                printf("  phase %4.2fx the cold load %8.1f%% hidden (%.3f s)\n",
+                       r.phase_fraction[i], 100 * r.hidden_at[i], r.switch_at_s[i]);
         printf("7B-class state (1/%" PRIu64 ", %.0f MiB)  cold %.3f s  warm %.3f s;"
                "  full size ~ cold %.1f s  warm %.1f s\n",
                r.state_scale, (double)r.state_bytes / (1 << 20), r.cold_switch_s, r.warm_switch_s,

@@ -197,8 +197,11 @@ typedef struct loom_state_bench_result {
         double load_gbps, memcpy_gbps;
         double disk_read_gbps, dd_direct_gbps;
         double dedup_ratio;
-        double prefetch_hidden_fraction;
+        double prefetch_hidden_fraction; /* the intervening phase 2x the cold load + 50 ms */
         double switch_noprefetch_s, switch_prefetch_s;
+        /* The same with the intervening phase at LOOM_STATE_BENCH_PHASES fractions of the cold
+         * load (0.25, 0.5, 1, 2): a phase shorter than the load leaves the rest to the load. */
+        double phase_fraction[4], hidden_at[4], switch_at_s[4];
         double cold_switch_s, warm_switch_s; /* 7B-class scaled state: from disk vs from host */
         uint64_t state_bytes;                /* bytes of the scaled 7B-class state */
         uint64_t state_scale;                /* the full state is this many times larger */

@@ -239,47 +239,71 @@ static int on_disk(bench *b, size_t n, uint64_t each, const char *job, int fill,
         return loom_state_offload(b->c, *io, n, LOOM_STATE_DISK, &res, e);
 }
 
-/* A switch to job `job` whose state is on disk, with and without a prefetch one phase ahead. */
-static int fig_prefetch(bench *b, loom_state_bench_result *r, loom_err *e)
+/* A switch to a job whose state is on disk, with and without a prefetch hint given when the
+ * phase before it starts. That phase is emulated by a sleep of `phase` x the cold load time (or,
+ * phase < 0, 2x it + 50 ms): a hint given one phase ahead has that long to promote the state. */
+static int switch_with_hint(bench *b, loom_state_io *io, size_t n, double phase, double *cold,
+                            double *warm, loom_err *e)
 {
-        uint64_t each = b->cfg->tensor_bytes, n = b->cfg->switch_bytes / each;
-        loom_state_io *io;
         loom_state_result res;
-        int rc = on_disk(b, n, each, "bench-next", 3, &io, e);
-        double cold = 1e30, warm = 1e30;
+        int rc = 0;
+        *cold = *warm = 1e30;
         for (int k = 0; k < b->cfg->repeats && !rc; k++) {
                 double t0 = loom__state_now(), dt;
                 rc = timed_load(b, io, n, &res, &dt, e);
                 if (!rc && res.found != LOOM_STATE_DISK)
                         rc = loom_err_set(e, LOOM_ESTATE, "prefetch", "cold switch found %s",
                                           loom_state_tier_name(res.found));
-                if (dt < cold)
-                        cold = dt;
+                if (dt < *cold)
+                        *cold = dt;
                 /* back to disk only; then the scheduler's hint one phase ahead */
                 if (!rc)
                         rc = loom_state_offload(b->c, io, n, LOOM_STATE_DISK, &res, e);
                 if (!rc)
                         rc = loom_state_prefetch(b->c, "bench-next", e);
-                /* the phase of the job that runs meanwhile: longer than the cold load */
-                double phase = 2 * dt + 0.05;
-                while (loom__state_now() - t0 - dt < phase)
+                double len = phase < 0 ? 2 * dt + 0.05 : phase * dt;
+                while (loom__state_now() - t0 - dt < len)
                         usleep(1000);
                 if (!rc)
                         rc = timed_load(b, io, n, &res, &dt, e);
-                if (!rc && res.found != LOOM_STATE_HOST)
+                if (!rc && phase < 0 && res.found != LOOM_STATE_HOST)
                         rc = loom_err_set(e, LOOM_ESTATE, "prefetch", "prefetched switch found %s",
                                           loom_state_tier_name(res.found));
-                if (dt < warm)
-                        warm = dt;
+                if (dt < *warm)
+                        *warm = dt;
+                /* the prefetch thread, if it was still promoting when the load came, finds
+                 * nothing left once the load is done; let it see that before the state goes
+                 * back to disk, or it would promote part of the next cold switch */
+                usleep(20000);
                 if (!rc)
                         rc = loom_state_offload(b->c, io, n, LOOM_STATE_DISK, &res, e);
+        }
+        return rc;
+}
+
+static int fig_prefetch(bench *b, loom_state_bench_result *r, loom_err *e)
+{
+        static const double phases[4] = {0.25, 0.5, 1, 2};
+        uint64_t each = b->cfg->tensor_bytes, n = b->cfg->switch_bytes / each;
+        loom_state_io *io;
+        int rc = on_disk(b, n, each, "bench-next", 3, &io, e);
+        double cold, warm;
+        if (!rc)
+                rc = switch_with_hint(b, io, n, -1, &cold, &warm, e);
+        if (!rc) {
+                r->switch_noprefetch_s = cold;
+                r->switch_prefetch_s = warm;
+                r->prefetch_hidden_fraction = 1 - warm / cold;
+        }
+        for (int i = 0; i < 4 && !rc; i++) {
+                rc = switch_with_hint(b, io, n, phases[i], &cold, &warm, e);
+                r->phase_fraction[i] = phases[i];
+                r->hidden_at[i] = 1 - warm / cold;
+                r->switch_at_s[i] = warm;
         }
         free(io);
         if (rc)
                 return rc;
-        r->switch_noprefetch_s = cold;
-        r->switch_prefetch_s = warm;
-        r->prefetch_hidden_fraction = 1 - warm / cold;
         return loom_state_drop(b->c, "bench-next", UINT64_MAX, e);
 }
 
