@@ -174,8 +174,9 @@ def _rect(shape):
 class DeviceBuffer:
     """Emulated device memory: a memfd the worker owns, mapped into this process. Arrays made by
     :meth:`array` (numpy) or :meth:`tensor` (torch) live in it and travel to the daemon by file
-    descriptor with no staging copy. Allocation is a bump pointer (64-byte aligned); call
-    :meth:`reset` to reuse the space."""
+    descriptor with no staging copy. The memfd is sealed against shrinking (``F_SEAL_SHRINK``),
+    as the daemon requires of every buffer it maps. Allocation is a bump pointer (64-byte
+    aligned); call :meth:`reset` to reuse the space."""
 
     def __init__(self, nbytes, name="loom-device"):
         self.fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
