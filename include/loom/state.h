@@ -71,8 +71,8 @@ void loom_state_key_flat(loom_state_key *k, const char *job, uint64_t version, c
  * One key and the caller's buffer for it. The buffer is either a region of a memfd the caller
  * owns (fd >= 0, off: the emulated device memory; passed to the daemon by SCM_RIGHTS and mapped
  * there, no extra copy; it must be sealed with F_SEAL_SHRINK, else the request fails with
- * LOOM_EINVAL on field "fd") or plain memory (fd = -1, ptr), which the client library stages through
- * a memfd of its own (one extra copy, said in the result). len must equal the key's bytes.
+ * LOOM_EINVAL on field "fd") or plain memory (fd = -1, ptr), which the client library stages
+ * through a memfd of its own (one extra copy, said in the result). len must equal the key's bytes.
  */
 typedef struct loom_state_io {
         loom_state_key key;
