@@ -115,13 +115,13 @@ static json_t *plan_json(const loom_plan_cluster *c, const loom_plan_workflow *w
                 for (int j = 0; j < st->pp && j < LOOM_PLAN_MAX_PP; j++)
                         json_array_append_new(layers, json_integer(k->layers[t][j]));
                 json_array_append_new(
-                    tasks, json_pack("{s:s,s:i,s:i,s:i,s:i,s:o,s:o,s:b,s:f,s:f,s:f,s:f,s:f,s:f,s:f}",
-                                     "task", loom_plan_task_name(t), "group", p->group[t], "dp",
-                                     st->dp, "pp", st->pp, "tp", st->tp, "gpus", ids, "layers",
-                                     layers, "balanced", k->balanced[t], "cost_s",
-                                     k->task_s[t], "compute_s", k->comp_s[t], "tp_s", k->tp_s[t],
-                                     "pp_s", k->pp_s[t], "dp_s", k->dp_s[t], "bubble_s",
-                                     k->bubble_s[t], "hbm_s", k->hbm_s[t]));
+                    tasks,
+                    json_pack("{s:s,s:i,s:i,s:i,s:i,s:o,s:o,s:b,s:f,s:f,s:f,s:f,s:f,s:f,s:f}",
+                              "task", loom_plan_task_name(t), "group", p->group[t], "dp", st->dp,
+                              "pp", st->pp, "tp", st->tp, "gpus", ids, "layers", layers, "balanced",
+                              k->balanced[t], "cost_s", k->task_s[t], "compute_s", k->comp_s[t],
+                              "tp_s", k->tp_s[t], "pp_s", k->pp_s[t], "dp_s", k->dp_s[t],
+                              "bubble_s", k->bubble_s[t], "hbm_s", k->hbm_s[t]));
         }
         return json_pack("{s:o,s:o,s:f,s:f,s:f,s:f,s:b}", "groups", groups, "tasks", tasks,
                          "generation_s", k->generation_s, "rest_s", k->rest_s, "reshard_s",

@@ -140,10 +140,10 @@ typedef struct loom_plan_cost {
         double task_s[LOOM_PLAN_TASKS]; /* C^t */
         double comp_s[LOOM_PLAN_TASKS], tp_s[LOOM_PLAN_TASKS], pp_s[LOOM_PLAN_TASKS];
         double dp_s[LOOM_PLAN_TASKS], bubble_s[LOOM_PLAN_TASKS], hbm_s[LOOM_PLAN_TASKS];
-        double reshard_s, sync_s;    /* the weight-movement term used (one of them is 0) */
-        double generation_s, rest_s; /* C^1 and the inference + training phases after it */
-        bool overlapped;             /* async generation overlapped the rest */
-        double mem_over_gb;          /* worst C3 overflow over devices (0 when it fits) */
+        double reshard_s, sync_s;       /* the weight-movement term used (one of them is 0) */
+        double generation_s, rest_s;    /* C^1 and the inference + training phases after it */
+        bool overlapped;                /* async generation overlapped the rest */
+        double mem_over_gb;             /* worst C3 overflow over devices (0 when it fits) */
         bool balanced[LOOM_PLAN_TASKS]; /* the task's cost is its load-balanced execution */
         int layers[LOOM_PLAN_TASKS][LOOM_PLAN_MAX_PP]; /* layers per pipeline stage */
         int mem_worst_dev;

@@ -136,7 +136,7 @@ static bool is_train(int t)
 typedef struct scratch {
         double model[LOOM_PLAN_MAX_DEV];
         double work[LOOM_PLAN_MAX_DEV];
-        bool uneven[LOOM_PLAN_TASKS];               /* nl[t] is the task's layer split */
+        bool uneven[LOOM_PLAN_TASKS];              /* nl[t] is the task's layer split */
         int nl[LOOM_PLAN_TASKS][LOOM_PLAN_MAX_PP]; /* layers per stage (balanced) */
 } scratch;
 
@@ -205,6 +205,7 @@ bool plan_strategy_ok(const loom_plan_workflow *w, const loom_plan_strategy *st,
 typedef struct task_detail {
         double total, comp, tp, pp, dp, bubble, hbm;
         bool balanced; /* the load-balanced execution priced lower than the uniform one */
+        bool uneven;   /* ... with the uneven layer split */
 } task_detail;
 
 /* Layers per stage of task t under HetRL's layer-level balancing: stage j's speed is the
@@ -212,8 +213,8 @@ typedef struct task_detail {
  * gradients would not line up), and layers go one at a time to the stage whose time after the
  * addition is least (min-max of a separable increasing function: the greedy is optimal).
  * Returns false (nl untouched) when the uniform split is as good or there is one stage. */
-static bool layer_split(const loom_plan_cluster *c, const loom_plan_workflow *w,
-                        const loom_plan *p, int t, int *nl)
+static bool layer_split(const loom_plan_cluster *c, const loom_plan_workflow *w, const loom_plan *p,
+                        int t, int *nl)
 {
         const loom_plan_strategy *st = &p->st[t];
         int L = w->model.layers;
@@ -263,8 +264,8 @@ static double samples_within(double T, double a, double k, double cap, double b)
 /* Data-level balancing: the least T at which the replicas, each given the samples it finishes
  * within T, cover the whole batch (bisection; the fractional split is the planner's average,
  * off by at most one sample per replica). hi is the uniform split's time. */
-static double balance_samples(const double *a, const double *k, const double *cap,
-                              const double *b, int n, double samples, double hi)
+static double balance_samples(const double *a, const double *k, const double *cap, const double *b,
+                              int n, double samples, double hi)
 {
         double lo = 0;
         for (int it = 0; it < 48; it++) {
@@ -343,8 +344,7 @@ static void task_cost_split(const loom_plan_cluster *c, const loom_plan_workflow
                                         }
                                 }
                         }
-                        double comp =
-                            comp_mult * sh.nm * sh.mbs * nlj * fwd / (minflops * st->tp);
+                        double comp = comp_mult * sh.nm * sh.mbs * nlj * fwd / (minflops * st->tp);
                         double tpc = 0;
                         if (st->tp > 1)
                                 tpc = tp_mult * sh.nm * nlj * loom_plan_ring(c, sl, st->tp, cv_tp);
@@ -403,8 +403,8 @@ static void task_cost_split(const loom_plan_cluster *c, const loom_plan_workflow
                         out->hbm = hbm_i;
         }
         if (bal && uneven_rates) {
-                double v = balance_samples(la, lk, lcap, lb, st->dp,
-                                           (double)w->batch * w->responses, psi);
+                double v =
+                    balance_samples(la, lk, lcap, lb, st->dp, (double)w->batch * w->responses, psi);
                 if (v < psi) {
                         psi = v;
                         out->balanced = true;
@@ -442,7 +442,7 @@ static void task_cost(const loom_plan_cluster *c, const loom_plan_workflow *w, c
         task_cost_split(c, w, p, t, sc, sc->nl[t], &u);
         if (u.total < out->total) {
                 *out = u;
-                out->balanced = true;
+                out->balanced = out->uneven = true;
         }
 }
 
@@ -603,8 +603,10 @@ static double mem_over(const loom_plan_cluster *c, const loom_plan *p, const scr
  * with and without it. With w->balance, each task's uneven layer split (in task order) is then
  * kept only if everything still fits. Returns the worst overflow in bytes (<= 0: fits). */
 static double memory_pass(const loom_plan_cluster *c, const loom_plan_workflow *w,
-                          const loom_plan *p, const int *tasks, int nt, scratch *sc, int *worst)
+                          const loom_plan *p, const int *tasks, int nt, scratch *sc, int *worst,
+                          scratch *uni, bool *has_uni)
 {
+        *has_uni = false;
         for (int g = 0; g < p->n_groups; g++)
                 for (int i = 0; i < p->group_size[g]; i++) {
                         sc->model[p->group_dev[g][i]] = 0;
@@ -622,6 +624,8 @@ static double memory_pass(const loom_plan_cluster *c, const loom_plan_workflow *
                 if (!layer_split(c, w, p, t, sc->nl[t]))
                         continue;
                 scratch keep = *sc;
+                if (!*has_uni)
+                        *uni = keep;
                 mem_add(w, p, t, NULL, -1, sc);
                 mem_add(w, p, t, sc->nl[t], 1, sc);
                 if (mem_over(c, p, sc, &wd) > 0) {
@@ -629,6 +633,7 @@ static double memory_pass(const loom_plan_cluster *c, const loom_plan_workflow *
                         continue;
                 }
                 sc->uneven[t] = true;
+                *has_uni = true;
         }
         return over;
 }
@@ -679,9 +684,7 @@ static double compose(const loom_plan_cluster *c, const loom_plan_workflow *w, c
                         const loom_plan_strategy *st = &p->st[t];
                         for (int j = 0; j < st->pp && j < LOOM_PLAN_MAX_PP; j++)
                                 out->layers[t][j] =
-                                    sc->uneven[t] && td[t].balanced && w->balance
-                                        ? sc->nl[t][j]
-                                        : w->model.layers / st->pp;
+                                    td[t].uneven ? sc->nl[t][j] : w->model.layers / st->pp;
                 }
                 out->reshard_s = reshard;
                 out->sync_s = sync;
@@ -690,6 +693,27 @@ static double compose(const loom_plan_cluster *c, const loom_plan_workflow *w, c
                 out->overlapped = overlap;
         }
         return total;
+}
+
+/* compose on the memory of the kept layer splits and, where some were kept, on even layers'
+ * memory too (uneven layers move model memory, and with it a colocated generation's decoding
+ * batch): the cheaper, so that balancing never prices a plan above its even execution. */
+static double compose_best(const loom_plan_cluster *c, const loom_plan_workflow *w,
+                           const loom_plan *p, const int *tasks, int nt, const scratch *sc,
+                           const scratch *uni, bool has_uni, loom_plan_cost *out)
+{
+        double a = compose(c, w, p, tasks, nt, sc, out);
+        if (!has_uni)
+                return a;
+        if (!out)
+                return fmin(a, compose(c, w, p, tasks, nt, uni, NULL));
+        loom_plan_cost tmp = *out;
+        double b = compose(c, w, p, tasks, nt, uni, &tmp);
+        if (b < a) {
+                *out = tmp;
+                return b;
+        }
+        return a;
 }
 
 /* The cost of p, or with a memory overflow INFINITY, or with `graded` a value above
@@ -706,10 +730,12 @@ static double cost_of(const loom_plan_cluster *c, const loom_plan_workflow *w, c
                 if (!plan_strategy_ok(w, &p->st[t], p->group_size[p->group[t]]))
                         return INFINITY;
         }
-        double over = memory_pass(c, w, p, tasks, nt, &sc, &worst);
+        scratch uni;
+        bool has_uni;
+        double over = memory_pass(c, w, p, tasks, nt, &sc, &worst, &uni, &has_uni);
         if (over > 0)
                 return graded ? PLAN_INFEASIBLE + over / 1e9 : INFINITY;
-        return compose(c, w, p, tasks, nt, &sc, NULL);
+        return compose_best(c, w, p, tasks, nt, &sc, &uni, has_uni, NULL);
 }
 
 double loom_plan_cost_fast(const loom_plan_cluster *c, const loom_plan_workflow *w,
@@ -841,9 +867,11 @@ int loom_plan_evaluate(const loom_plan_cluster *c, const loom_plan_workflow *w, 
                 return rc;
         memset(cost, 0, sizeof *cost);
         scratch sc;
-        double over = memory_pass(c, w, p, tasks, nt, &sc, &cost->mem_worst_dev);
+        scratch uni;
+        bool has_uni;
+        double over = memory_pass(c, w, p, tasks, nt, &sc, &cost->mem_worst_dev, &uni, &has_uni);
         cost->mem_over_gb = over > 0 ? over / 1e9 : 0;
-        double total = compose(c, w, p, tasks, nt, &sc, cost);
+        double total = compose_best(c, w, p, tasks, nt, &sc, &uni, has_uni, cost);
         cost->feasible = over <= 0;
         cost->iteration_s = cost->feasible ? total : INFINITY;
         double tokens = (double)w->batch * w->responses * (w->seq_in + w->seq_out);

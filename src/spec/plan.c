@@ -435,7 +435,7 @@ int loom_plan_workflow_parse(const char *text, size_t len, loom_plan_workflow *w
         }
         static const char *const known[] = {"algorithm",        "mode",  "model",     "seq_in",
                                             "seq_out",          "batch", "responses", "micro_batch",
-                                            "max_decode_batch", "eta",   "balance",     NULL};
+                                            "max_decode_batch", "eta",   "balance",   NULL};
         if ((rc = unknown_fields(&c, root, "", known)))
                 goto out;
         const char *s;
