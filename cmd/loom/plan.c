@@ -42,6 +42,8 @@ static void usage(FILE *f)
                "  --emit-job       a loom job spec (docs/formats.md) for `loom place`/loomd\n"
                "  --balance        HetRL's load balancing: samples by replica speed, uneven\n"
                "                   pipeline stages (--no-balance: off; default: workflow file)\n"
+               "  --free-layout    then search near the plan outside the layout rule (tasks on\n"
+               "                   fewer GPUs than their group, other rank orders): what it costs\n"
                "  --slo X          the job spec's SLO (default 1.5)\n"
                "  --gpus-per-node N  GPU counts of the job spec round up to this (default 8)\n"
                "\n"
@@ -293,6 +295,7 @@ int loom_cmd_plan(int argc, char **argv)
         double slo = 1.5;
         int gpn = 8;
         int balance = -1; /* -1: as the workflow file says */
+        bool free_layout = false;
         for (int i = 1; i < argc; i++) {
                 const char *a = argv[i];
                 bool has = i + 1 < argc;
@@ -304,6 +307,8 @@ int loom_cmd_plan(int argc, char **argv)
                         json = true;
                 } else if (!strcmp(a, "--emit-job")) {
                         emit = true;
+                } else if (!strcmp(a, "--free-layout")) {
+                        free_layout = true;
                 } else if (!strcmp(a, "--balance")) {
                         balance = 1;
                 } else if (!strcmp(a, "--no-balance")) {
@@ -438,6 +443,16 @@ int loom_cmd_plan(int argc, char **argv)
                         (long long)r->evaluations);
                 goto out;
         }
+        double free_s = NAN;
+        if (free_layout) {
+                loom_plan *fp = malloc(sizeof *fp);
+                if (!fp || (*fp = r->plan, loom_plan_free_layout(c, &w, fp, 0, &free_s))) {
+                        fprintf(stderr, "loom plan: the layout search failed\n");
+                        free(fp);
+                        goto out;
+                }
+                free(fp);
+        }
         if (emit) {
                 loom_plan_job j;
                 loom_plan_to_job(&r->plan, &r->cost, &j);
@@ -460,12 +475,17 @@ int loom_cmd_plan(int argc, char **argv)
                     (json_int_t)o.seed, "evaluations", (json_int_t)r->evaluations, "search_s",
                     search_s, "iteration_s", r->cost.iteration_s, "tokens_per_s",
                     r->cost.tokens_per_s, "optimal", r->optimal, "plan", plan_json(c, &w, r));
+                if (free_layout)
+                        json_object_set_new(out, "free_layout_s", json_real(free_s));
                 char *s = json_dumps(out, JSON_COMPACT | JSON_REAL_PRECISION(9));
                 printf("%s\n", s);
                 free(s);
                 json_decref(out);
         } else {
                 print_text(cname, c, &w, &o, r, search_s);
+                if (free_layout)
+                        printf("free layout: %.2f s (%.2f%% below the plan)\n", free_s,
+                               100 * (1 - free_s / r->cost.iteration_s));
         }
         ret = 0;
 out:

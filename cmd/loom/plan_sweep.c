@@ -169,7 +169,8 @@ static int plot(const char *dir, const row *rows, int n)
 /* ---- --ablation load-balance: HetRL section 5.3 ---- */
 typedef struct brow {
         int scen, model, grpo;
-        double off, on; /* tokens/s without / with load balancing */
+        double off, on;      /* tokens/s without / with load balancing */
+        double search_short; /* how far the balanced search alone ended below `on` */
 } brow;
 
 static void draw_balance(cairo_t *cr, const brow *rows, int n, int W, int H)
@@ -282,7 +283,7 @@ static void balance_pair(const loom_plan_cluster *c, loom_plan_workflow *w, int6
         loom_plan_result *res = malloc(sizeof *res);
         loom_plan_cost k;
         loom_err e = {0};
-        r->off = r->on = 0;
+        r->off = r->on = r->search_short = 0;
         if (!res)
                 return;
         w->balance = false;
@@ -293,9 +294,12 @@ static void balance_pair(const loom_plan_cluster *c, loom_plan_workflow *w, int6
                         r->on = k.tokens_per_s;
         }
         w->balance = true;
-        if (loom_plan_search(c, w, &o, res, &e) == 0 && res->found &&
-            res->cost.tokens_per_s > r->on)
-                r->on = res->cost.tokens_per_s;
+        if (loom_plan_search(c, w, &o, res, &e) == 0 && res->found) {
+                if (res->cost.tokens_per_s > r->on)
+                        r->on = res->cost.tokens_per_s;
+                else if (res->cost.tokens_per_s < r->on * (1 - 1e-9))
+                        r->search_short = 1 - res->cost.tokens_per_s / r->on;
+        }
         free(res);
 }
 
@@ -340,6 +344,12 @@ static int ablation_balance(const char *scen, const char *models, int64_t budget
                 }
         }
         free(c);
+        for (int i = 0; i < n; i++)
+                if (rows[i].search_short > 0)
+                        printf("note: %s %s %s: the balanced search alone ended %.1f%% below the "
+                               "unbalanced plan run balanced\n",
+                               scen_names[rows[i].scen], model_names[rows[i].model],
+                               rows[i].grpo ? "grpo" : "ppo", 100 * rows[i].search_short);
         for (int reg = 0; reg < 2; reg++) {
                 double lo = INFINITY, hi = -INFINITY;
                 for (int i = 0; i < n; i++)

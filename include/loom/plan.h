@@ -201,6 +201,13 @@ typedef struct loom_plan_result {
 int loom_plan_search(const loom_plan_cluster *c, const loom_plan_workflow *w,
                      const loom_plan_opts *o, loom_plan_result *r, loom_err *e);
 
+/* What the layout rule costs: from plan p (modified in place), a local search that lets each
+ * task use fewer GPUs than its group and other rank orders (see src/plan/layout.c), within
+ * budget cost-model evaluations (0: 2,000,000). *cost gets the best iteration time found.
+ * Returns 0, or LOOM_EINVAL when p does not fit. Not a proof: it searches near p only. */
+int loom_plan_free_layout(const loom_plan_cluster *c, const loom_plan_workflow *w, loom_plan *p,
+                          int64_t budget, double *cost);
+
 /* A random plan from the search space (a random grouping, split, strategies and layout, as the
  * plain EA starts from), for benchmarks and tests. Returns 0 or LOOM_ENOMEM. */
 int loom_plan_sample(const loom_plan_cluster *c, const loom_plan_workflow *w, uint64_t *rng,
