@@ -444,14 +444,15 @@ int loom_cmd_plan(int argc, char **argv)
                 goto out;
         }
         double free_s = NAN;
+        loom_plan_result *fr = NULL;
         if (free_layout) {
-                loom_plan *fp = malloc(sizeof *fp);
-                if (!fp || (*fp = r->plan, loom_plan_free_layout(c, &w, fp, 0, &free_s))) {
+                fr = malloc(sizeof *fr);
+                if (!fr || (*fr = *r, loom_plan_free_layout(c, &w, &fr->plan, 0, &free_s)) ||
+                    loom_plan_evaluate(c, &w, &fr->plan, &fr->cost, NULL)) {
                         fprintf(stderr, "loom plan: the layout search failed\n");
-                        free(fp);
+                        free(fr);
                         goto out;
                 }
-                free(fp);
         }
         if (emit) {
                 loom_plan_job j;
@@ -475,8 +476,10 @@ int loom_cmd_plan(int argc, char **argv)
                     (json_int_t)o.seed, "evaluations", (json_int_t)r->evaluations, "search_s",
                     search_s, "iteration_s", r->cost.iteration_s, "tokens_per_s",
                     r->cost.tokens_per_s, "optimal", r->optimal, "plan", plan_json(c, &w, r));
-                if (free_layout)
+                if (fr) {
                         json_object_set_new(out, "free_layout_s", json_real(free_s));
+                        json_object_set_new(out, "free_layout_plan", plan_json(c, &w, fr));
+                }
                 char *s = json_dumps(out, JSON_COMPACT | JSON_REAL_PRECISION(9));
                 printf("%s\n", s);
                 free(s);
@@ -487,6 +490,7 @@ int loom_cmd_plan(int argc, char **argv)
                         printf("free layout: %.2f s (%.2f%% below the plan)\n", free_s,
                                100 * (1 - free_s / r->cost.iteration_s));
         }
+        free(fr);
         ret = 0;
 out:
         free(c);
