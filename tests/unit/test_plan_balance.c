@@ -153,7 +153,7 @@ Test(plan_balance, never_slower_never_changes_feasibility)
         mk(&c, 16, type, mach);
         uint64_t rng = 42;
         int balanced = 0, feasible = 0;
-        for (int k = 0; k < 3000; k++) {
+        for (int k = 0; k < 1500; k++) {
                 loom_plan_workflow w;
                 loom_plan_workflow_default(&w);
                 loom_plan_model_lookup(k % 2 ? "qwen3-4b" : "qwen3-8b", &w.model);
@@ -173,7 +173,7 @@ Test(plan_balance, never_slower_never_changes_feasibility)
                 cr_assert_leq(on.iteration_s, off.iteration_s * (1 + 1e-12));
                 balanced += on.iteration_s < off.iteration_s * (1 - 1e-9);
         }
-        cr_assert_gt(feasible, 300);
+        cr_assert_gt(feasible, 150);
         cr_assert_gt(balanced, feasible / 10, "%d of %d plans gained", balanced, feasible);
 }
 
@@ -186,23 +186,23 @@ Test(plan_balance, exact_solver_still_proves_the_optimum)
                 type[i] = mach[i] = i < 8 ? 0 : i < 12 ? 1 : 2;
         loom_plan_cluster c;
         mk(&c, 16, type, mach);
-        for (int grpo = 0; grpo < 2; grpo++) {
-                loom_plan_workflow w;
-                loom_plan_workflow_default(&w);
-                loom_plan_model_lookup("qwen3-4b", &w.model);
-                w.grpo = grpo;
-                loom_plan_opts o = {.solver = LOOM_PLAN_EXACT, .seed = 1};
-                loom_plan_result off, on, h;
-                cr_assert_eq(loom_plan_search(&c, &w, &o, &off, NULL), 0);
-                w.balance = true;
-                cr_assert_eq(loom_plan_search(&c, &w, &o, &on, NULL), 0);
-                cr_assert(off.optimal && on.optimal && on.found);
-                cr_assert_leq(on.cost.iteration_s, off.cost.iteration_s * (1 + 1e-12));
-                o.solver = LOOM_PLAN_SHA_EA;
-                o.budget = 100000;
-                cr_assert_eq(loom_plan_search(&c, &w, &o, &h, NULL), 0);
-                cr_assert_geq(h.cost.iteration_s, on.cost.iteration_s * (1 - 1e-9),
-                              "sha-ea %.4f below the proved optimum %.4f", h.cost.iteration_s,
-                              on.cost.iteration_s);
-        }
+        loom_plan_workflow w; /* GRPO sync, Qwen3-4B: seconds under the sanitizers */
+        loom_plan_workflow_default(&w);
+        loom_plan_model_lookup("qwen3-4b", &w.model);
+        w.grpo = true;
+        loom_plan_opts o = {.solver = LOOM_PLAN_EXACT, .seed = 1};
+        loom_plan_result off, on, h;
+        cr_assert_eq(loom_plan_search(&c, &w, &o, &off, NULL), 0);
+        w.balance = true;
+        cr_assert_eq(loom_plan_search(&c, &w, &o, &on, NULL), 0);
+        cr_assert(off.optimal && on.optimal && on.found);
+        cr_assert_lt(on.cost.iteration_s, off.cost.iteration_s * 0.99,
+                     "balanced optimum %.3f s, unbalanced %.3f s", on.cost.iteration_s,
+                     off.cost.iteration_s);
+        o.solver = LOOM_PLAN_SHA_EA;
+        o.budget = 30000;
+        cr_assert_eq(loom_plan_search(&c, &w, &o, &h, NULL), 0);
+        cr_assert_geq(h.cost.iteration_s, on.cost.iteration_s * (1 - 1e-9),
+                      "sha-ea %.4f below the proved optimum %.4f", h.cost.iteration_s,
+                      on.cost.iteration_s);
 }
