@@ -206,3 +206,25 @@ Test(plan_balance, exact_solver_still_proves_the_optimum)
                       "sha-ea %.4f below the proved optimum %.4f", h.cost.iteration_s,
                       on.cost.iteration_s);
 }
+
+/* Same seed and budget, same balanced plan. */
+Test(plan_balance, balanced_search_is_deterministic)
+{
+        int type[16], mach[16];
+        for (int i = 0; i < 16; i++)
+                type[i] = mach[i] = i < 8 ? 0 : i < 12 ? 1 : 2;
+        loom_plan_cluster c;
+        mk(&c, 16, type, mach);
+        loom_plan_workflow w;
+        loom_plan_workflow_default(&w);
+        loom_plan_model_lookup("qwen3-4b", &w.model);
+        w.balance = true;
+        loom_plan_opts o = {.solver = LOOM_PLAN_SHA_EA, .seed = 3, .budget = 8000};
+        loom_plan_result a, b;
+        cr_assert_eq(loom_plan_search(&c, &w, &o, &a, NULL), 0);
+        cr_assert_eq(loom_plan_search(&c, &w, &o, &b, NULL), 0);
+        cr_assert(a.found);
+        cr_assert_eq(a.evaluations, 8000);
+        cr_assert_eq(memcmp(&a.plan, &b.plan, sizeof a.plan), 0);
+        cr_assert_eq(a.cost.iteration_s, b.cost.iteration_s);
+}
