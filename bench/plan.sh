@@ -8,7 +8,10 @@
 #      Qwen3-8B PPO sync). Target: never worse at any checkpoint.
 #   3. Cost-model evaluations per second on 64 GPUs, one core. Target: >= 100,000.
 #   4. Time for a 64-GPU search to get within 1% of a long run's plan (LOOM_PLAN_REF_S seconds,
-#      default 600; the figure uses 3600). Target: <= 60 s.
+#      default 600; the figure in docs uses 3600). Target: <= 60 s.
+#   5. Load balancing on and off (HetRL section 5.3): sync PPO/GRPO, S1-S4, Qwen3 4B/8B/14B at
+#      LOOM_PLAN_BUDGET evaluations. Target: gains >= 0, up to about 12% single-region and 18%
+#      cross-region.
 # $1: build folder. Never fails on timing.
 set -uo pipefail
 b=${1:-build}
@@ -96,3 +99,7 @@ for f in s1-single-region s3-multi-country; do
         done
         echo "$f: first within 1% at ${hit} s"
 done
+
+echo
+echo "== 5. load balancing ablation (HetRL section 5.3), sync PPO/GRPO, S1-S4 x Qwen3 4B/8B/14B"
+(cd "$src" && "$loom" plan sweep --ablation load-balance --budget "$budget")

@@ -40,6 +40,10 @@ static void usage(FILE *f)
                "  --json           one JSON object: iteration_s, tokens_per_s, evaluations,\n"
                "                   search_s, plan\n"
                "  --emit-job       a loom job spec (docs/formats.md) for `loom place`/loomd\n"
+               "  --balance        HetRL's load balancing: samples by replica speed, uneven\n"
+               "                   pipeline stages (--no-balance: off; default: workflow file)\n"
+               "  --free-layout    then search near the plan outside the layout rule (tasks on\n"
+               "                   fewer GPUs than their group, other rank orders): what it costs\n"
                "  --slo X          the job spec's SLO (default 1.5)\n"
                "  --gpus-per-node N  GPU counts of the job spec round up to this (default 8)\n"
                "\n"
@@ -109,13 +113,17 @@ static json_t *plan_json(const loom_plan_cluster *c, const loom_plan_workflow *w
                 json_t *ids = json_array();
                 for (int i = 0; i < st->dp * st->pp * st->tp; i++)
                         json_array_append_new(ids, json_integer(p->order[t][i]));
+                json_t *layers = json_array();
+                for (int j = 0; j < st->pp && j < LOOM_PLAN_MAX_PP; j++)
+                        json_array_append_new(layers, json_integer(k->layers[t][j]));
                 json_array_append_new(
-                    tasks, json_pack("{s:s,s:i,s:i,s:i,s:i,s:o,s:f,s:f,s:f,s:f,s:f,s:f,s:f}",
-                                     "task", loom_plan_task_name(t), "group", p->group[t], "dp",
-                                     st->dp, "pp", st->pp, "tp", st->tp, "gpus", ids, "cost_s",
-                                     k->task_s[t], "compute_s", k->comp_s[t], "tp_s", k->tp_s[t],
-                                     "pp_s", k->pp_s[t], "dp_s", k->dp_s[t], "bubble_s",
-                                     k->bubble_s[t], "hbm_s", k->hbm_s[t]));
+                    tasks,
+                    json_pack("{s:s,s:i,s:i,s:i,s:i,s:o,s:o,s:b,s:f,s:f,s:f,s:f,s:f,s:f,s:f}",
+                              "task", loom_plan_task_name(t), "group", p->group[t], "dp", st->dp,
+                              "pp", st->pp, "tp", st->tp, "gpus", ids, "layers", layers, "balanced",
+                              k->balanced[t], "cost_s", k->task_s[t], "compute_s", k->comp_s[t],
+                              "tp_s", k->tp_s[t], "pp_s", k->pp_s[t], "dp_s", k->dp_s[t],
+                              "bubble_s", k->bubble_s[t], "hbm_s", k->hbm_s[t]));
         }
         return json_pack("{s:o,s:o,s:f,s:f,s:f,s:f,s:b}", "groups", groups, "tasks", tasks,
                          "generation_s", k->generation_s, "rest_s", k->rest_s, "reshard_s",
@@ -163,7 +171,14 @@ static void print_text(const char *cname, const loom_plan_cluster *c, const loom
                                 printf(", decode %.2f", k->hbm_s[t]);
                         if (t == LOOM_PLAN_ACTOR_TRAIN || t == LOOM_PLAN_CRITIC_TRAIN)
                                 printf(", dp %.2f, bubble %.2f", k->dp_s[t], k->bubble_s[t]);
-                        printf(")\n");
+                        printf(")%s", k->balanced[t] ? " balanced" : "");
+                        if (k->balanced[t] && st->pp > 1 &&
+                            k->layers[t][0] * st->pp != w->model.layers) {
+                                printf(", layers");
+                                for (int j = 0; j < st->pp && j < LOOM_PLAN_MAX_PP; j++)
+                                        printf("%s%d", j ? "/" : " ", k->layers[t][j]);
+                        }
+                        printf("\n");
                 }
         }
         printf("weights: %s %.2f s\n", k->reshard_s > 0 || k->sync_s == 0 ? "reshard" : "sync",
@@ -279,6 +294,8 @@ int loom_cmd_plan(int argc, char **argv)
         bool json = false, emit = false;
         double slo = 1.5;
         int gpn = 8;
+        int balance = -1; /* -1: as the workflow file says */
+        bool free_layout = false;
         for (int i = 1; i < argc; i++) {
                 const char *a = argv[i];
                 bool has = i + 1 < argc;
@@ -290,6 +307,12 @@ int loom_cmd_plan(int argc, char **argv)
                         json = true;
                 } else if (!strcmp(a, "--emit-job")) {
                         emit = true;
+                } else if (!strcmp(a, "--free-layout")) {
+                        free_layout = true;
+                } else if (!strcmp(a, "--balance")) {
+                        balance = 1;
+                } else if (!strcmp(a, "--no-balance")) {
+                        balance = 0;
                 } else if (!has) {
                         fprintf(stderr, "loom plan: %s needs a value or is unknown\n", a);
                         usage(stderr);
@@ -386,6 +409,8 @@ int loom_cmd_plan(int argc, char **argv)
                 }
                 w.async = !strcmp(mode, "async");
         }
+        if (balance >= 0)
+                w.balance = balance;
         if (model && loom_plan_model_lookup(model, &w.model)) {
                 fprintf(stderr, "loom plan: unknown model '%s' (qwen3-4b, qwen3-8b, qwen3-14b)\n",
                         model);
@@ -418,6 +443,17 @@ int loom_cmd_plan(int argc, char **argv)
                         (long long)r->evaluations);
                 goto out;
         }
+        double free_s = NAN;
+        loom_plan_result *fr = NULL;
+        if (free_layout) {
+                fr = malloc(sizeof *fr);
+                if (!fr || (*fr = *r, loom_plan_free_layout(c, &w, &fr->plan, 0, &free_s)) ||
+                    loom_plan_evaluate(c, &w, &fr->plan, &fr->cost, NULL)) {
+                        fprintf(stderr, "loom plan: the layout search failed\n");
+                        free(fr);
+                        goto out;
+                }
+        }
         if (emit) {
                 loom_plan_job j;
                 loom_plan_to_job(&r->plan, &r->cost, &j);
@@ -440,13 +476,21 @@ int loom_cmd_plan(int argc, char **argv)
                     (json_int_t)o.seed, "evaluations", (json_int_t)r->evaluations, "search_s",
                     search_s, "iteration_s", r->cost.iteration_s, "tokens_per_s",
                     r->cost.tokens_per_s, "optimal", r->optimal, "plan", plan_json(c, &w, r));
+                if (fr) {
+                        json_object_set_new(out, "free_layout_s", json_real(free_s));
+                        json_object_set_new(out, "free_layout_plan", plan_json(c, &w, fr));
+                }
                 char *s = json_dumps(out, JSON_COMPACT | JSON_REAL_PRECISION(9));
                 printf("%s\n", s);
                 free(s);
                 json_decref(out);
         } else {
                 print_text(cname, c, &w, &o, r, search_s);
+                if (free_layout)
+                        printf("free layout: %.2f s (%.2f%% below the plan)\n", free_s,
+                               100 * (1 - free_s / r->cost.iteration_s));
         }
+        free(fr);
         ret = 0;
 out:
         free(c);

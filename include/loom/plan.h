@@ -27,6 +27,7 @@
 #define LOOM_PLAN_MAX_REGIONS 16
 #define LOOM_PLAN_MAX_MACHINES 256
 #define LOOM_PLAN_TASKS 6
+#define LOOM_PLAN_MAX_PP 16 /* pipeline stages the search tries (and balances) at most */
 #define LOOM_PLAN_BF16 2.0
 
 /* Tasks of the workflow, in the paper's order. GRPO has no critic (tasks 3 and 5 absent). */
@@ -97,6 +98,10 @@ typedef struct loom_plan_workflow {
         int mbs;              /* micro-batch size of inference and training (default 8) */
         int max_decode_batch; /* serving engine's cap on concurrent sequences (256) */
         double eta;           /* Phi's task parallelism in [0,1]; < 0: from the placement */
+        /* HetRL's load balancing (section 4.2): each task's samples split across its replicas
+         * by their modelled speed (rollout batches; longer sequences to faster GPUs for the
+         * rest) and uneven layer counts across pipeline stages. Off: uniform work. */
+        bool balance;
 } loom_plan_workflow;
 /* Paper defaults: PPO sync, Qwen3-8B, 1024/1024, 384 x 8, mbs 8, decode cap 256, eta auto. */
 void loom_plan_workflow_default(loom_plan_workflow *w);
@@ -135,10 +140,12 @@ typedef struct loom_plan_cost {
         double task_s[LOOM_PLAN_TASKS]; /* C^t */
         double comp_s[LOOM_PLAN_TASKS], tp_s[LOOM_PLAN_TASKS], pp_s[LOOM_PLAN_TASKS];
         double dp_s[LOOM_PLAN_TASKS], bubble_s[LOOM_PLAN_TASKS], hbm_s[LOOM_PLAN_TASKS];
-        double reshard_s, sync_s;    /* the weight-movement term used (one of them is 0) */
-        double generation_s, rest_s; /* C^1 and the inference + training phases after it */
-        bool overlapped;             /* async generation overlapped the rest */
-        double mem_over_gb;          /* worst C3 overflow over devices (0 when it fits) */
+        double reshard_s, sync_s;       /* the weight-movement term used (one of them is 0) */
+        double generation_s, rest_s;    /* C^1 and the inference + training phases after it */
+        bool overlapped;                /* async generation overlapped the rest */
+        double mem_over_gb;             /* worst C3 overflow over devices (0 when it fits) */
+        bool balanced[LOOM_PLAN_TASKS]; /* the task's cost is its load-balanced execution */
+        int layers[LOOM_PLAN_TASKS][LOOM_PLAN_MAX_PP]; /* layers per pipeline stage */
         int mem_worst_dev;
         double tokens_per_s;
 } loom_plan_cost;
@@ -193,6 +200,13 @@ typedef struct loom_plan_result {
  * LOOM_ERANGE when the exact solver is asked for a fleet beyond its limit, LOOM_ENOMEM. */
 int loom_plan_search(const loom_plan_cluster *c, const loom_plan_workflow *w,
                      const loom_plan_opts *o, loom_plan_result *r, loom_err *e);
+
+/* What the layout rule costs: from plan p (modified in place), a local search that lets each
+ * task use fewer GPUs than its group and other rank orders (see src/plan/layout.c), within
+ * budget cost-model evaluations (0: 2,000,000). *cost gets the best iteration time found.
+ * Returns 0, or LOOM_EINVAL when p does not fit. Not a proof: it searches near p only. */
+int loom_plan_free_layout(const loom_plan_cluster *c, const loom_plan_workflow *w, loom_plan *p,
+                          int64_t budget, double *cost);
 
 /* A random plan from the search space (a random grouping, split, strategies and layout, as the
  * plain EA starts from), for benchmarks and tests. Returns 0 or LOOM_ENOMEM. */

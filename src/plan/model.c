@@ -136,6 +136,8 @@ static bool is_train(int t)
 typedef struct scratch {
         double model[LOOM_PLAN_MAX_DEV];
         double work[LOOM_PLAN_MAX_DEV];
+        bool uneven[LOOM_PLAN_TASKS];              /* nl[t] is the task's layer split */
+        int nl[LOOM_PLAN_TASKS][LOOM_PLAN_MAX_PP]; /* layers per stage (balanced) */
 } scratch;
 
 typedef struct shape {
@@ -202,11 +204,87 @@ bool plan_strategy_ok(const loom_plan_workflow *w, const loom_plan_strategy *st,
 
 typedef struct task_detail {
         double total, comp, tp, pp, dp, bubble, hbm;
+        bool balanced; /* the load-balanced execution priced lower than the uniform one */
+        bool uneven;   /* ... with the uneven layer split */
 } task_detail;
 
-/* Price one task: Psi^gen, Psi^inf or Psi^train over its tasklets. */
-static void task_cost(const loom_plan_cluster *c, const loom_plan_workflow *w, const loom_plan *p,
-                      int t, const scratch *sc, task_detail *out)
+/* Layers per stage of task t under HetRL's layer-level balancing: stage j's speed is the
+ * slowest TFLOPS of its shards over all replicas (replicas must share one partition, or their
+ * gradients would not line up), and layers go one at a time to the stage whose time after the
+ * addition is least (min-max of a separable increasing function: the greedy is optimal).
+ * Returns false (nl untouched) when the uniform split is as good or there is one stage. */
+static bool layer_split(const loom_plan_cluster *c, const loom_plan_workflow *w, const loom_plan *p,
+                        int t, int *nl)
+{
+        const loom_plan_strategy *st = &p->st[t];
+        int L = w->model.layers;
+        if (st->pp < 2 || st->pp > LOOM_PLAN_MAX_PP || L < st->pp)
+                return false;
+        double f[LOOM_PLAN_MAX_PP], fmin = INFINITY;
+        for (int j = 0; j < st->pp; j++) {
+                f[j] = INFINITY;
+                for (int i = 0; i < st->dp; i++)
+                        for (int k = 0; k < st->tp; k++) {
+                                int d = p->order[t][(i * st->pp + j) * st->tp + k];
+                                double x = c->types[c->dev[d].type].tflops;
+                                if (x < f[j])
+                                        f[j] = x;
+                        }
+                if (f[j] < fmin)
+                        fmin = f[j];
+        }
+        for (int j = 0; j < st->pp; j++)
+                nl[j] = 1;
+        for (int left = L - st->pp; left > 0; left--) {
+                int b = 0;
+                for (int j = 1; j < st->pp; j++)
+                        if ((nl[j] + 1) / f[j] < (nl[b] + 1) / f[b])
+                                b = j;
+                nl[b]++;
+        }
+        double mx = 0;
+        for (int j = 0; j < st->pp; j++)
+                if (nl[j] / f[j] > mx)
+                        mx = nl[j] / f[j];
+        return mx < (double)(L / st->pp) / fmin * (1 - 1e-9);
+}
+
+/* Samples replica i can take within time T under f(s) = a s + k max(1, s / cap) + b (k: the
+ * memory-bound decoding of a batch that fits at once; b: the pipeline bubble). */
+static double samples_within(double T, double a, double k, double cap, double b)
+{
+        if (T <= b + k)
+                return 0;
+        double s = (T - b - k) / a;
+        if (k > 0 && s > cap)
+                s = (T - b) / (a + k / cap);
+        return s;
+}
+
+/* Data-level balancing: the least T at which the replicas, each given the samples it finishes
+ * within T, cover the whole batch (bisection; the fractional split is the planner's average,
+ * off by at most one sample per replica). hi is the uniform split's time. */
+static double balance_samples(const double *a, const double *k, const double *cap, const double *b,
+                              int n, double samples, double hi)
+{
+        double lo = 0;
+        for (int it = 0; it < 48; it++) {
+                double mid = 0.5 * (lo + hi), got = 0;
+                for (int i = 0; i < n; i++)
+                        got += samples_within(mid, a[i], k[i], cap[i], b[i]);
+                if (got >= samples)
+                        hi = mid;
+                else
+                        lo = mid;
+        }
+        return hi;
+}
+
+/* Price one task with layers nl[j] on stage j (NULL: layers / pp each): Psi^gen, Psi^inf or
+ * Psi^train over its tasklets, and with w->balance the data-level balanced split too. */
+static void task_cost_split(const loom_plan_cluster *c, const loom_plan_workflow *w,
+                            const loom_plan *p, int t, const scratch *sc, const int *nl,
+                            task_detail *out)
 {
         const loom_plan_strategy *st = &p->st[t];
         const int *ord = p->order[t];
@@ -220,15 +298,25 @@ static void task_cost(const loom_plan_cluster *c, const loom_plan_workflow *w, c
         double pp_mult = train ? 2.0 : 1.0;
         double cv_tp = LOOM_PLAN_BF16 * sh.mbs * sh.seq * m->h1 * 2.0 * (st->tp - 1) / st->tp;
         double cv_pp = LOOM_PLAN_BF16 * sh.mbs * sh.seq * m->h1;
-        double w_stage = loom_plan_weight_bytes(m, sh.nl_j);
-        double kv = gen ? kv_seq_bytes(w, st, &sh) : 0;
+        /* Batch sizes follow speed only for rollout: the other tasks keep equal sample counts
+         * per replica and balance by handing longer sequences to faster GPUs, which gains
+         * nothing here, where every sequence is priced at its limit. */
+        bool bal = w->balance && gen && st->dp > 1 && st->dp <= LOOM_PLAN_MAX_DEV;
+        double la[LOOM_PLAN_MAX_DEV], lk[LOOM_PLAN_MAX_DEV], lcap[LOOM_PLAN_MAX_DEV],
+            lb[LOOM_PLAN_MAX_DEV];
+        bool uneven_rates = false;
         memset(out, 0, sizeof *out);
         double psi = 0;
         for (int i = 0; i < st->dp; i++) {
-                double stage_max = 0, bubble = 0, hbm_i = 0;
+                double stage_max = 0, bubble = 0, hbm_i = 0, k_i = 0, cap_i = 1;
                 double comp_max = 0, tp_max = 0, pp_max = 0;
                 for (int j = 0; j < st->pp; j++) {
                         const int *sl = ord + (i * st->pp + j) * st->tp;
+                        int nlj = nl ? nl[j] : sh.nl_j;
+                        shape shj = sh;
+                        shj.nl_j = nlj;
+                        double w_stage = loom_plan_weight_bytes(m, nlj);
+                        double kv = gen ? kv_seq_bytes(w, st, &shj) : 0;
                         double minflops = INFINITY, hbm_j = 0;
                         for (int k = 0; k < st->tp; k++) {
                                 int d = sl[k];
@@ -238,25 +326,28 @@ static void task_cost(const loom_plan_cluster *c, const loom_plan_workflow *w, c
                                         minflops = f;
                                 if (gen) {
                                         double freeb = g->hbm_gb * 1e9 - sc->model[d];
-                                        double dbs = floor(freeb / kv);
-                                        if (dbs > w->max_decode_batch)
-                                                dbs = w->max_decode_batch;
-                                        if (dbs > sh.samples_i)
-                                                dbs = sh.samples_i;
-                                        if (dbs < 1)
-                                                dbs = 1;
-                                        double h = w->seq_out * sh.nm * sh.mbs * w_stage /
-                                                   (dbs * g->hbm_gbps * 1e9 * st->tp);
-                                        if (h > hbm_j)
+                                        double cap = floor(freeb / kv);
+                                        if (cap > w->max_decode_batch)
+                                                cap = w->max_decode_batch;
+                                        if (cap < 1)
+                                                cap = 1;
+                                        double dbs = cap > sh.samples_i ? sh.samples_i : cap;
+                                        double unit =
+                                            w->seq_out * w_stage / (g->hbm_gbps * 1e9 * st->tp);
+                                        double h = unit * sh.nm * sh.mbs / dbs;
+                                        if (h > hbm_j) {
                                                 hbm_j = h;
+                                                if (h > hbm_i) {
+                                                        k_i = unit;
+                                                        cap_i = cap;
+                                                }
+                                        }
                                 }
                         }
-                        double comp =
-                            comp_mult * sh.nm * sh.mbs * sh.nl_j * fwd / (minflops * st->tp);
+                        double comp = comp_mult * sh.nm * sh.mbs * nlj * fwd / (minflops * st->tp);
                         double tpc = 0;
                         if (st->tp > 1)
-                                tpc = tp_mult * sh.nm * sh.nl_j *
-                                      loom_plan_ring(c, sl, st->tp, cv_tp);
+                                tpc = tp_mult * sh.nm * nlj * loom_plan_ring(c, sl, st->tp, cv_tp);
                         double ppc = 0;
                         if (j + 1 < st->pp) {
                                 const int *nx = sl + st->tp;
@@ -292,6 +383,14 @@ static void task_cost(const loom_plan_cluster *c, const loom_plan_workflow *w, c
                         r += hbm_i;
                 if (r > psi)
                         psi = r;
+                if (bal) {
+                        la[i] = stage_max / (sh.nm * sh.mbs);
+                        lk[i] = gen ? k_i : 0;
+                        lcap[i] = cap_i;
+                        lb[i] = train ? bubble : 0;
+                        if (i > 0 && (la[i] != la[0] || lk[i] != lk[0] || lcap[i] != lcap[0]))
+                                uneven_rates = true;
+                }
                 if (comp_max > out->comp)
                         out->comp = comp_max;
                 if (tp_max > out->tp)
@@ -303,12 +402,21 @@ static void task_cost(const loom_plan_cluster *c, const loom_plan_workflow *w, c
                 if (hbm_i > out->hbm)
                         out->hbm = hbm_i;
         }
+        if (bal && uneven_rates) {
+                double v =
+                    balance_samples(la, lk, lcap, lb, st->dp, (double)w->batch * w->responses, psi);
+                if (v < psi) {
+                        psi = v;
+                        out->balanced = true;
+                }
+        }
         if (train && st->dp > 1) {
-                double cv_dp = LOOM_PLAN_BF16 * sh.nl_j *
-                               (4.0 * m->h1 * (double)m->h1 + 3.0 * m->h1 * (double)m->h2) * 2.0 *
-                               (st->dp - 1) / ((double)st->dp * st->tp);
                 int ring[LOOM_PLAN_MAX_DEV];
-                for (int j = 0; j < st->pp; j++)
+                for (int j = 0; j < st->pp; j++) {
+                        int nlj = nl ? nl[j] : sh.nl_j;
+                        double cv_dp = LOOM_PLAN_BF16 * nlj *
+                                       (4.0 * m->h1 * (double)m->h1 + 3.0 * m->h1 * (double)m->h2) *
+                                       2.0 * (st->dp - 1) / ((double)st->dp * st->tp);
                         for (int k = 0; k < st->tp; k++) {
                                 for (int i = 0; i < st->dp; i++)
                                         ring[i] = ord[(i * st->pp + j) * st->tp + k];
@@ -316,9 +424,26 @@ static void task_cost(const loom_plan_cluster *c, const loom_plan_workflow *w, c
                                 if (x > out->dp)
                                         out->dp = x;
                         }
+                }
                 psi += out->dp;
         }
         out->total = psi;
+}
+
+/* Price one task: uniform layers, and with w->balance also the layer split sc->nl[t] when the
+ * memory pass kept it; the cheaper of the two is what a balancing launcher would run. */
+static void task_cost(const loom_plan_cluster *c, const loom_plan_workflow *w, const loom_plan *p,
+                      int t, const scratch *sc, task_detail *out)
+{
+        task_cost_split(c, w, p, t, sc, NULL, out);
+        if (!w->balance || !sc->uneven[t])
+                return;
+        task_detail u;
+        task_cost_split(c, w, p, t, sc, sc->nl[t], &u);
+        if (u.total < out->total) {
+                *out = u;
+                out->balanced = out->uneven = true;
+        }
 }
 
 /* All-gather over each replica of a task: max (reshard) or min (sync) over replicas. */
@@ -432,31 +557,32 @@ static double phi_set(const loom_plan *p, const double *cost, const int *set, in
         return mx;
 }
 
-/* The memory pass (C3). Returns the worst overflow in bytes (<= 0 when everything fits). */
-static double memory_pass(const loom_plan_cluster *c, const loom_plan_workflow *w,
-                          const loom_plan *p, const int *tasks, int nt, scratch *sc, int *worst)
+/* Add (sign +1) or remove (-1) task t's model memory, and raise working sets, on its devices;
+ * nl: layers per stage (NULL: uniform). */
+static void mem_add(const loom_plan_workflow *w, const loom_plan *p, int t, const int *nl,
+                    double sign, scratch *sc)
 {
-        for (int g = 0; g < p->n_groups; g++)
-                for (int i = 0; i < p->group_size[g]; i++) {
-                        sc->model[p->group_dev[g][i]] = 0;
-                        sc->work[p->group_dev[g][i]] = 0;
-                }
-        for (int x = 0; x < nt; x++) {
-                int t = tasks[x];
-                const loom_plan_strategy *st = &p->st[t];
-                shape sh;
-                task_shape(w, t, st, &sh);
-                double mm = tasklet_model_mem(w, t, st, &sh);
-                double wk =
-                    t == LOOM_PLAN_GEN ? kv_seq_bytes(w, st, &sh) : tasklet_work_mem(w, t, st, &sh);
-                int n = st->dp * st->pp * st->tp;
-                for (int i = 0; i < n; i++) {
-                        int d = p->order[t][i];
-                        sc->model[d] += mm;
-                        if (wk > sc->work[d])
-                                sc->work[d] = wk;
-                }
+        const loom_plan_strategy *st = &p->st[t];
+        shape sh;
+        task_shape(w, t, st, &sh);
+        int n = st->dp * st->pp * st->tp;
+        for (int i = 0; i < n; i++) {
+                shape shj = sh;
+                if (nl)
+                        shj.nl_j = nl[(i / st->tp) % st->pp];
+                double mm = tasklet_model_mem(w, t, st, &shj);
+                double wk = t == LOOM_PLAN_GEN ? kv_seq_bytes(w, st, &shj)
+                                               : tasklet_work_mem(w, t, st, &shj);
+                int d = p->order[t][i];
+                sc->model[d] += sign * mm;
+                if (sign > 0 && wk > sc->work[d])
+                        sc->work[d] = wk;
         }
+}
+
+static double mem_over(const loom_plan_cluster *c, const loom_plan *p, const scratch *sc,
+                       int *worst)
+{
         double over = -INFINITY;
         *worst = -1;
         for (int g = 0; g < p->n_groups; g++)
@@ -469,6 +595,46 @@ static double memory_pass(const loom_plan_cluster *c, const loom_plan_workflow *
                                 *worst = d;
                         }
                 }
+        return over;
+}
+
+/* The memory pass (C3) with every task's layers split evenly: whether a plan fits does not
+ * depend on balancing, so the search space and the exact solver's memory checks are the same
+ * with and without it. With w->balance, each task's uneven layer split (in task order) is then
+ * kept only if everything still fits. Returns the worst overflow in bytes (<= 0: fits). */
+static double memory_pass(const loom_plan_cluster *c, const loom_plan_workflow *w,
+                          const loom_plan *p, const int *tasks, int nt, scratch *sc, int *worst,
+                          scratch *uni, bool *has_uni)
+{
+        *has_uni = false;
+        for (int g = 0; g < p->n_groups; g++)
+                for (int i = 0; i < p->group_size[g]; i++) {
+                        sc->model[p->group_dev[g][i]] = 0;
+                        sc->work[p->group_dev[g][i]] = 0;
+                }
+        for (int x = 0; x < nt; x++) {
+                sc->uneven[tasks[x]] = false;
+                mem_add(w, p, tasks[x], NULL, 1, sc);
+        }
+        double over = mem_over(c, p, sc, worst);
+        if (over > 0 || !w->balance)
+                return over;
+        for (int x = 0; x < nt; x++) {
+                int t = tasks[x], wd;
+                if (!layer_split(c, w, p, t, sc->nl[t]))
+                        continue;
+                scratch keep = *sc;
+                if (!*has_uni)
+                        *uni = keep;
+                mem_add(w, p, t, NULL, -1, sc);
+                mem_add(w, p, t, sc->nl[t], 1, sc);
+                if (mem_over(c, p, sc, &wd) > 0) {
+                        *sc = keep;
+                        continue;
+                }
+                sc->uneven[t] = true;
+                *has_uni = true;
+        }
         return over;
 }
 
@@ -514,6 +680,11 @@ static double compose(const loom_plan_cluster *c, const loom_plan_workflow *w, c
                         out->dp_s[t] = td[t].dp;
                         out->bubble_s[t] = td[t].bubble;
                         out->hbm_s[t] = td[t].hbm;
+                        out->balanced[t] = td[t].balanced;
+                        const loom_plan_strategy *st = &p->st[t];
+                        for (int j = 0; j < st->pp && j < LOOM_PLAN_MAX_PP; j++)
+                                out->layers[t][j] =
+                                    td[t].uneven ? sc->nl[t][j] : w->model.layers / st->pp;
                 }
                 out->reshard_s = reshard;
                 out->sync_s = sync;
@@ -522,6 +693,27 @@ static double compose(const loom_plan_cluster *c, const loom_plan_workflow *w, c
                 out->overlapped = overlap;
         }
         return total;
+}
+
+/* compose on the memory of the kept layer splits and, where some were kept, on even layers'
+ * memory too (uneven layers move model memory, and with it a colocated generation's decoding
+ * batch): the cheaper, so that balancing never prices a plan above its even execution. */
+static double compose_best(const loom_plan_cluster *c, const loom_plan_workflow *w,
+                           const loom_plan *p, const int *tasks, int nt, const scratch *sc,
+                           const scratch *uni, bool has_uni, loom_plan_cost *out)
+{
+        double a = compose(c, w, p, tasks, nt, sc, out);
+        if (!has_uni)
+                return a;
+        if (!out)
+                return fmin(a, compose(c, w, p, tasks, nt, uni, NULL));
+        loom_plan_cost tmp = *out;
+        double b = compose(c, w, p, tasks, nt, uni, &tmp);
+        if (b < a) {
+                *out = tmp;
+                return b;
+        }
+        return a;
 }
 
 /* The cost of p, or with a memory overflow INFINITY, or with `graded` a value above
@@ -538,10 +730,12 @@ static double cost_of(const loom_plan_cluster *c, const loom_plan_workflow *w, c
                 if (!plan_strategy_ok(w, &p->st[t], p->group_size[p->group[t]]))
                         return INFINITY;
         }
-        double over = memory_pass(c, w, p, tasks, nt, &sc, &worst);
+        scratch uni;
+        bool has_uni;
+        double over = memory_pass(c, w, p, tasks, nt, &sc, &worst, &uni, &has_uni);
         if (over > 0)
                 return graded ? PLAN_INFEASIBLE + over / 1e9 : INFINITY;
-        return compose(c, w, p, tasks, nt, &sc, NULL);
+        return compose_best(c, w, p, tasks, nt, &sc, &uni, has_uni, NULL);
 }
 
 double loom_plan_cost_fast(const loom_plan_cluster *c, const loom_plan_workflow *w,
@@ -585,6 +779,20 @@ double plan_task_alone(const loom_plan_cluster *c, const loom_plan_workflow *w, 
                 sc.model[devs[i]] = *model_mem;
                 if (*model_mem + *work_mem > c->types[c->dev[devs[i]].type].hbm_gb * 1e9)
                         return INFINITY;
+        }
+        /* Balanced layers alone (kept if they fit): next to other tasks the memory pass may
+         * fall back to even layers, which only costs more, so this stays a lower bound. */
+        sc->uneven[t] = false;
+        if (w->balance) {
+                for (int i = 0; i < n; i++)
+                        sc->model[devs[i]] = sc->work[devs[i]] = 0;
+                int wd;
+                if (layer_split(c, w, p, t, sc->nl[t])) {
+                        mem_add(w, p, t, sc->nl[t], 1, sc);
+                        sc->uneven[t] = mem_over(c, p, sc, &wd) <= 0;
+                }
+                for (int i = 0; i < n; i++)
+                        sc->model[devs[i]] = *model_mem;
         }
         task_detail td;
         task_cost(c, w, p, t, &sc, &td);
@@ -651,9 +859,11 @@ int loom_plan_evaluate(const loom_plan_cluster *c, const loom_plan_workflow *w, 
                 return rc;
         memset(cost, 0, sizeof *cost);
         scratch sc;
-        double over = memory_pass(c, w, p, tasks, nt, &sc, &cost->mem_worst_dev);
+        scratch uni;
+        bool has_uni;
+        double over = memory_pass(c, w, p, tasks, nt, &sc, &cost->mem_worst_dev, &uni, &has_uni);
         cost->mem_over_gb = over > 0 ? over / 1e9 : 0;
-        double total = compose(c, w, p, tasks, nt, &sc, cost);
+        double total = compose_best(c, w, p, tasks, nt, &sc, &uni, has_uni, cost);
         cost->feasible = over <= 0;
         cost->iteration_s = cost->feasible ? total : INFINITY;
         double tokens = (double)w->batch * w->responses * (w->seq_in + w->seq_out);

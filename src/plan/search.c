@@ -76,7 +76,7 @@ int plan_ctx_init(plan_ctx *x, const loom_plan_cluster *c, const loom_plan_workf
         for (int size = 1; size <= x->n; size++) {
                 x->strat_off[size] = (int)len;
                 for (int tp = 1; tp <= 8 && tp <= size; tp *= 2)
-                        for (int pp = 1; pp * tp <= size && pp <= 16; pp++)
+                        for (int pp = 1; pp * tp <= size && pp <= LOOM_PLAN_MAX_PP; pp++)
                                 for (int dp = 1; dp * pp * tp <= size; dp++) {
                                         /* A task runs on every GPU of its group. */
                                         if (dp * pp * tp != size)

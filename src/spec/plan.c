@@ -435,7 +435,7 @@ int loom_plan_workflow_parse(const char *text, size_t len, loom_plan_workflow *w
         }
         static const char *const known[] = {"algorithm",        "mode",  "model",     "seq_in",
                                             "seq_out",          "batch", "responses", "micro_batch",
-                                            "max_decode_batch", "eta",   NULL};
+                                            "max_decode_batch", "eta",   "balance",   NULL};
         if ((rc = unknown_fields(&c, root, "", known)))
                 goto out;
         const char *s;
@@ -503,6 +503,14 @@ int loom_plan_workflow_parse(const char *text, size_t len, loom_plan_workflow *w
                         goto out;
                 }
                 *idst[i] = (int)json_integer_value(v);
+        }
+        json_t *bal = json_object_get(root, "balance");
+        if (bal) {
+                if (!json_is_boolean(bal)) {
+                        rc = fail(&c, "balance", "must be true or false");
+                        goto out;
+                }
+                w->balance = json_is_true(bal);
         }
         json_t *eta = json_object_get(root, "eta");
         if (eta) {

@@ -93,6 +93,45 @@ check "bad workflow names mode" grep -q "wfbad.json:2:.*mode: must be \"sync\" o
 printf '{"model": {"hidden": 4096, "layers": 36}}\n' >"$tmp/wfmodel.json"
 "$loom" plan --cluster "$ex/small-8.json" --workflow "$tmp/wfmodel.json" >/dev/null 2>"$tmp/err"
 check "incomplete model names the field" grep -q "model: missing required field \"intermediate\"" "$tmp/err"
+printf '{"algorithm": "grpo",\n "balance": "yes"}\n' >"$tmp/wfbal.json"
+"$loom" plan --cluster "$ex/small-8.json" --workflow "$tmp/wfbal.json" >"$tmp/out" 2>"$tmp/err"
+check "non-boolean balance exits 1" test $? -eq 1
+check "non-boolean balance names the field" grep -q "wfbal.json:2:.*balance: must be true or false" "$tmp/err"
+
+# Load balancing: a balanced plan of the mixed fleet is never slower; --json says which tasks
+# ran balanced and how their layers are split; the workflow file's flag is honoured.
+"$loom" plan --cluster "$ex/small-16.json" --model qwen3-4b --workflow grpo --solver exact --json \
+        >"$tmp/off.json"
+"$loom" plan --cluster "$ex/small-16.json" --model qwen3-4b --workflow grpo --solver exact --json \
+        --balance >"$tmp/on.json"
+check "balanced exact optimum is proved and no slower" python3 -c "
+import json; a = json.load(open('$tmp/off.json')); b = json.load(open('$tmp/on.json'))
+assert a['optimal'] and b['optimal'] and b['iteration_s'] <= a['iteration_s'] * (1 + 1e-12)
+for t in b['plan']['tasks']:
+    assert sum(t['layers']) == 36 and len(t['layers']) == t['pp'] and t['balanced'] in (True, False)"
+printf '{"algorithm": "grpo", "model": "qwen3-4b", "balance": true}\n' >"$tmp/wfon.json"
+"$loom" plan --cluster "$ex/small-16.json" --workflow "$tmp/wfon.json" --solver exact --json >"$tmp/on2.json"
+check "workflow balance flag is used" test "$(field "$tmp/on2.json" "d['iteration_s']")" = \
+        "$(field "$tmp/on.json" "d['iteration_s']")"
+"$loom" plan --cluster "$ex/small-16.json" --workflow "$tmp/wfon.json" --solver exact --json \
+        --no-balance >"$tmp/off2.json"
+check "--no-balance overrides the file" test "$(field "$tmp/off2.json" "d['iteration_s']")" = \
+        "$(field "$tmp/off.json" "d['iteration_s']")"
+(cd "$src" && "$loom" plan sweep --ablation load-balance --scenarios S1 --models qwen3-4b \
+        --budget 3000 --plot "$tmp/plot") >"$tmp/abl"
+check "ablation exits 0" test $? -eq 0
+check "ablation has two rows and a gain line" test "$(grep -c '^S1 ' "$tmp/abl")" -eq 2 -a \
+        "$(grep -c '^single-region: gain' "$tmp/abl")" -eq 1
+check "ablation plot written" test -s "$tmp/plot/plan-balance.png" -a -s "$tmp/plot/plan-balance.svg"
+"$loom" plan sweep --ablation speed >/dev/null 2>&1
+check "unknown ablation exits 2" test $? -eq 2
+
+# What the layout rule costs: the free layout is never above the plan.
+"$loom" plan --cluster "$ex/small-16.json" --model qwen3-4b --workflow grpo --solver exact \
+        --free-layout --json >"$tmp/free.json"
+check "free layout at or below the optimum" python3 -c "
+import json; d = json.load(open('$tmp/free.json'))
+assert d['free_layout_s'] <= d['iteration_s'] and d['free_layout_plan']['tasks']"
 
 # Usage errors exit 2.
 "$loom" plan --model qwen3-4b >/dev/null 2>&1
