@@ -518,8 +518,8 @@ static int on_fail(engine *g, int ji)
 }
 
 /* After job ji's iteration `it`: has it outgrown the profile it was admitted with (an upper
- * bound on the p95 of the last five iterations above drift_trigger x declared, per phase)? Then stop it and re-admit
- * it on what it was observed to need. Returns 1 if it did. */
+ * bound on the p95 of the last five iterations above drift_trigger x declared, per phase)? Then
+ * stop it and re-admit it on what it was observed to need. Returns 1 if it did. */
 static int check_drift(engine *g, int ji, int64_t it)
 {
         sjob *j = &g->jobs[ji];
