@@ -62,6 +62,8 @@ static void usage(FILE *f)
                "  --plot DIR             cost.svg/png, gpus.svg/png, slowdown.svg/png\n"
                "  --per-job FILE         CSV of every job under every policy (slowdown, SLO)\n"
                "  --no-progress          no progress bar (it is drawn only on a terminal)\n"
+               "  --decompose            the cost as a ladder from the fluid lower bound, one\n"
+               "                         constraint per rung (docs/sim.md); --json for lines\n"
                "sweep (Figure 15 a-c on the trace window, loom/random/greedy/random-slo/\n"
                "greedy-slo vs lb):\n"
                "  --seeds N              seeds per setting (default 3)\n"
@@ -73,7 +75,7 @@ static void usage(FILE *f)
 typedef struct opts {
         const char *trace, *plot, *per_job;
         int start, count;
-        bool poisson, json, csv, progress, sweep;
+        bool poisson, json, csv, progress, sweep, decompose;
         unsigned policies;
         int seeds, threads;
         loom_sim_cfg sim;
@@ -151,7 +153,8 @@ static int parse(int argc, char **argv, opts *o)
                 O_MTBF,
                 O_MAXRS,
                 O_ADMIT,
-                O_LEARN
+                O_LEARN,
+                O_DECOMP
         };
         static const struct option lo[] = {{"trace", 1, 0, O_TRACE},
                                            {"rows", 1, 0, O_ROWS},
@@ -179,6 +182,7 @@ static int parse(int argc, char **argv, opts *o)
                                            {"max-restarts", 1, 0, O_MAXRS},
                                            {"admission", 1, 0, O_ADMIT},
                                            {"learn-after", 1, 0, O_LEARN},
+                                           {"decompose", 0, 0, O_DECOMP},
                                            {"help", 0, 0, 'h'},
                                            {0, 0, 0, 0}};
         int c, v;
@@ -254,6 +258,9 @@ static int parse(int argc, char **argv, opts *o)
                         break;
                 case O_JSON:
                         o->json = true;
+                        break;
+                case O_DECOMP:
+                        o->decompose = true;
                         break;
                 case O_CSV:
                         o->csv = true;
@@ -538,6 +545,15 @@ int loom_cmd_sim(int argc, char **argv)
         if (rc) {
                 print_err(&e);
                 return 1;
+        }
+        if (o.decompose) {
+                loom_sim_rung rungs[LOOM_SIM_RUNGS];
+                if ((rc = loom_sim_decompose(&o.sim, &w, rungs, &e)))
+                        print_err(&e);
+                else
+                        loom_sim_decompose_print(stdout, rungs, o.json);
+                loom_sim_workload_free(&w);
+                return rc ? 1 : 0;
         }
         if (!o.policies)
                 o.policies = (1u << LOOM_SIM_NPOLICIES) - 1;

@@ -264,6 +264,28 @@ void loom_sim_result_free(loom_sim_result *r);
 int loom_sim_run(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_policy p,
                  loom_sim_result *out, loom_err *e);
 
+/* ---- where the cost goes (decompose.c, `loom sim --decompose`) ------------------------------ */
+
+#define LOOM_SIM_RUNGS 6
+
+/* One rung of the ladder from the fluid lower bound to loom; each adds one constraint. */
+typedef struct loom_sim_rung {
+        const char *name;       /* fluid, nodes, memory, regroup, online, multirate (static) */
+        const char *adds;       /* the constraint it adds (static) */
+        bool measured;          /* false: not run (multirate until the policy has it) */
+        double total_cost;      /* $ */
+        double avg_cost_per_hour;
+        double slo_attainment;  /* NaN for the rungs that are not schedules */
+} loom_sim_rung;
+
+/* Measure every rung on workload w under cfg (its policy is loom's: admission, group size).
+ * 0, LOOM_EINVAL or LOOM_ENOMEM. */
+int loom_sim_decompose(const loom_sim_cfg *cfg, const loom_sim_workload *w,
+                       loom_sim_rung out[LOOM_SIM_RUNGS], loom_err *e);
+/* The ladder as a table (x_fluid: cost over the fluid bound; step: over the rung below), or
+ * one JSON object per rung per line. */
+void loom_sim_decompose_print(FILE *f, const loom_sim_rung *r, bool json);
+
 /* ---- the Figure 15 sweep ------------------------------------------------------------------- */
 
 /* WEAVE Figure 15: (a) workload type, (b) SLO, (c) max group size, each varied alone around the

@@ -511,3 +511,34 @@ Test(sim_switch, warm_switch_hides_in_idle_time_and_first_phase_waits_for_the_lo
         loom_sim_result_free(&r);
         loom_sim_workload_free(&w);
 }
+
+/* ---- the decomposition ladder ---------------------------------------------------------------- */
+
+/* Its first rung is the lb policy's cost, whole nodes and memory residency can only add to the
+ * fluid schedule, and its schedule rungs are the regroup and loom runs of the same workload. */
+Test(sim_decompose, rungs_are_the_bound_the_node_rounding_and_the_runs)
+{
+        loom_sim_cfg c;
+        loom_sim_cfg_default(&c);
+        loom_sim_workload w;
+        poisson(&w, 3, 20, 2, 4, false, LOOM_SIM_MIXED);
+        loom_sim_rung r[LOOM_SIM_RUNGS];
+        loom_err e;
+        loom_err_clear(&e);
+        cr_assert_eq(loom_sim_decompose(&c, &w, r, &e), 0, "%s", e.msg);
+        loom_sim_result lb, loom, rg;
+        run(&c, &w, LOOM_SIM_LB, &lb);
+        run(&c, &w, LOOM_SIM_LOOM, &loom);
+        run(&c, &w, LOOM_SIM_REGROUP, &rg);
+        cr_assert_float_eq(r[0].total_cost, lb.total_cost, 1e-6);
+        cr_assert_gt(r[1].total_cost, r[0].total_cost, "whole nodes round the fluid rates up");
+        cr_assert_geq(r[2].total_cost, r[1].total_cost);
+        cr_assert_float_eq(r[3].total_cost, rg.total_cost, 1e-6);
+        cr_assert_float_eq(r[4].total_cost, loom.total_cost, 1e-6);
+        cr_assert_float_eq(r[4].slo_attainment, loom.slo_attainment, 1e-12);
+        cr_assert_not(r[5].measured);
+        loom_sim_result_free(&lb);
+        loom_sim_result_free(&loom);
+        loom_sim_result_free(&rg);
+        loom_sim_workload_free(&w);
+}
