@@ -50,7 +50,8 @@ for (f, s), d in by.items():
           f\"gs {100 * d['greedy-slo']['slo_attainment']:.1f}%\")
 print(f'  settings where loom is not cheaper than both (target 0): {worse}')"
 
-echo "-- learned-profile admission: the trade-off curve on four Philly virtual clusters"
+echo "-- learned-profile admission (plans on a 90% upper bound of the quantile, docs/scheduling.md):"
+echo "   the trade-off curve on four Philly virtual clusters"
 echo "   (target on the default window, p99: colocated/loom >= 1.3, solo/loom >= 1.6, SLO >= 99%)"
 for w in "103959.csv 165:300" "0e4a51.csv 0:300" "6214e9.csv 0:300" "b436b2.csv 0:300"; do
   set -- $w
@@ -77,6 +78,12 @@ for r in map(json.loads, sys.stdin):
         print(f\"  ${o:-default}: {r['policy']:<8} \${r['avg_cost_per_hour']:.1f}/h  x_lb \"
               f\"{r['cost_vs_lb']:.3f}  SLO {100 * r['slo_attainment']:.1f}%  train idle \"
               f\"{100 * r['train_bubble']:.0f}%\")"
+done
+
+echo "-- where the cost goes: the ladder from the fluid bound (loom sim --decompose), default window"
+for a in worst p99; do
+  echo "   admission $a"
+  "$loom" sim --decompose --admission "$a" --no-progress | sed 's/^/  /'
 done
 
 echo "-- drift (WEAVE §6.6, Figure 17): static loom vs hourly regroup on the default window"
