@@ -161,6 +161,7 @@ typedef enum loom_sim_policy {
         LOOM_SIM_RANDOM_SLO, /* Random restricted to SLO- and memory-feasible candidates */
         LOOM_SIM_GREEDY_SLO, /* Greedy restricted to SLO- and memory-feasible candidates */
         LOOM_SIM_REGROUP,    /* loom, plus an hourly re-placement of every active job */
+        LOOM_SIM_GAVEL,      /* Gavel+: job-level time fractions, no phase interleaving */
         LOOM_SIM_NPOLICIES
 } loom_sim_policy;
 
