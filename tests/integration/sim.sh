@@ -50,7 +50,7 @@ import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 pol = {r["policy"]: r for r in rows}
 want = ["loom", "loom-nomig", "solo", "colocated", "random", "greedy", "oracle", "lb",
-        "random-slo", "greedy-slo", "regroup"]
+        "random-slo", "greedy-slo", "regroup", "gavel"]
 assert list(pol) == want, list(pol)
 keys = ["policy", "avg_cost_per_hour", "total_cost", "peak_cost_per_hour", "peak_rollout_gpus",
         "peak_train_gpus", "slo_attainment", "slowdown_p50", "slowdown_p99", "rollout_bubble",
@@ -144,6 +144,31 @@ assert pol["loom"]["throughput_per_dollar_vs_solo"] > 1.5, pol["loom"]
 assert pol["loom"]["throughput_per_dollar_vs_colocated"] > 1.1, pol["loom"]
 PY
 done
+
+# the decomposition ladder: six rungs, the first the lb policy's cost, the schedules measured
+"$loom" sim --decompose --json --no-progress >"$tmp/dec.json"
+"$loom" sim --policy lb,loom --json --no-progress >"$tmp/dec-ref.json"
+python3 - "$tmp/dec.json" "$tmp/dec-ref.json" <<'PY'
+import json, sys
+rungs = [json.loads(l) for l in open(sys.argv[1])]
+ref = {r["policy"]: r for r in map(json.loads, open(sys.argv[2]))}
+assert [r["rung"] for r in rungs] == ["fluid", "nodes", "memory", "regroup", "online",
+                                      "multirate"], rungs
+assert abs(rungs[0]["total_cost"] - ref["lb"]["total_cost"]) < 0.01, rungs[0]
+assert abs(rungs[4]["total_cost"] - ref["loom"]["total_cost"]) < 0.01, rungs[4]
+assert rungs[0]["total_cost"] < rungs[1]["total_cost"] <= rungs[2]["total_cost"], rungs
+assert all(r["measured"] for r in rungs[:5]) and not rungs[5]["measured"]
+PY
+
+# Gavel+ in the micro-benchmarks: job-level time-sharing fills no bubble, loom does
+"$loom" micro temporal --json >"$tmp/gavel.json"
+python3 - "$tmp/gavel.json" <<'PY'
+import json, sys
+pol = {r["policy"]: r for r in map(json.loads, open(sys.argv[1]))}
+g = pol["gavel"]["iterations_per_dollar"]
+assert pol["loom"]["iterations_per_dollar"] > 1.5 * g, pol
+assert abs(pol["gavel"]["throughput_per_dollar_vs_solo"] - 1) < 0.02, pol["gavel"]
+PY
 
 # the sweep (one seed here; bench/sim.sh runs three)
 "$loom" sim sweep --seeds 1 --json >"$tmp/sweep.json"
