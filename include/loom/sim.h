@@ -156,7 +156,7 @@ typedef enum loom_sim_policy {
         LOOM_SIM_COLOCATED,  /* veRL-style: every phase on the job's training GPUs */
         LOOM_SIM_RANDOM,     /* WEAVE §6.5 Random, through the core */
         LOOM_SIM_GREEDY,     /* WEAVE §6.5 Greedy (most idle), through the core */
-        LOOM_SIM_ORACLE,     /* exact regrouping at every arrival and departure (<= 12 jobs) */
+        LOOM_SIM_ORACLE,     /* optimal regrouping at every arrival and departure (<= 24 jobs) */
         LOOM_SIM_LB,         /* fluid lower bound on cost, valid for any policy */
         LOOM_SIM_RANDOM_SLO, /* Random restricted to SLO- and memory-feasible candidates */
         LOOM_SIM_GREEDY_SLO, /* Greedy restricted to SLO- and memory-feasible candidates */
@@ -170,7 +170,7 @@ int loom_sim_policy_parse(const char *s, loom_sim_policy *out);
 /* "loom,solo" or "all" into a mask of (1u << policy); LOOM_EINVAL naming "policy". */
 int loom_sim_policy_list_parse(const char *s, unsigned *mask, loom_err *e);
 
-#define LOOM_SIM_ORACLE_MAX_JOBS 12
+#define LOOM_SIM_ORACLE_MAX_JOBS 24
 
 typedef struct loom_sim_cfg {
         loom_cluster_cfg cluster;
@@ -256,6 +256,7 @@ typedef struct loom_sim_result {
         uint64_t resubmits;         /* drifted jobs re-admitted on their observed profile */
         uint64_t replans;           /* learned-profile re-plans (admission p99/p95) */
         int jobs_failed;            /* failed after their last restart */
+        double oracle_gap; /* oracle: largest proven relative gap to the optimum (0: exact) */
 } loom_sim_result;
 
 void loom_sim_result_free(loom_sim_result *r);
