@@ -199,16 +199,46 @@ Test(sim_bounds, lb_le_oracle_le_loom_stochastic)
         bound_chain(false);
 }
 
-Test(sim_bounds, oracle_gives_up_beyond_twelve_active_jobs)
+/* 20 jobs arrive within ~20 minutes and run 10 h each: all 20 are active at once, and the
+ * branch and bound still proves its grouping optimal at every event (groups of up to 3 keep
+ * the test fast; bench/sim.sh runs groups of 5). */
+Test(sim_bounds, oracle_is_exact_with_twenty_active_jobs)
 {
         loom_sim_cfg c;
         loom_sim_cfg_default(&c);
+        c.policy.max_group_size = 3;
         loom_sim_workload w;
-        poisson(&w, 5, 20, 60, 10, true, LOOM_SIM_MIXED); /* 20 jobs in ~20 minutes, 10 h each */
+        poisson(&w, 5, 20, 60, 10, true, LOOM_SIM_MIXED);
+        loom_sim_result opt, lm, lb;
+        run(&c, &w, LOOM_SIM_ORACLE, &opt);
+        run(&c, &w, LOOM_SIM_LOOM, &lm);
+        run(&c, &w, LOOM_SIM_LB, &lb);
+        cr_assert(opt.ran, "oracle gave up: %s", opt.note);
+        cr_assert(strstr(opt.note, "up to 20 jobs active; exact"), "note: %s", opt.note);
+        cr_assert_eq(opt.oracle_gap, 0);
+        cr_assert_leq(lb.total_cost, opt.total_cost * (1 + 1e-9));
+        cr_assert_leq(opt.total_cost, lm.total_cost * (1 + 1e-9), "oracle %.2f > loom %.2f",
+                      opt.total_cost, lm.total_cost);
+        cr_assert_eq(opt.slo_attainment_wc, 1.0);
+        loom_sim_result_free(&opt);
+        loom_sim_result_free(&lm);
+        loom_sim_result_free(&lb);
+        loom_sim_workload_free(&w);
+}
+
+Test(sim_bounds, oracle_gives_up_beyond_its_limit)
+{
+        loom_sim_cfg c;
+        loom_sim_cfg_default(&c);
+        c.policy.max_group_size = 1; /* every job alone: the search is trivial up to the limit */
+        loom_sim_workload w;
+        poisson(&w, 5, LOOM_SIM_ORACLE_MAX_JOBS + 2, 60, 10, true, LOOM_SIM_MIXED);
         loom_sim_result r;
         run(&c, &w, LOOM_SIM_ORACLE, &r);
         cr_assert(!r.ran);
-        cr_assert(strstr(r.note, "13 jobs active"), "note: %s", r.note);
+        char want[32];
+        snprintf(want, sizeof want, "%d jobs active", LOOM_SIM_ORACLE_MAX_JOBS + 1);
+        cr_assert(strstr(r.note, want), "note: %s", r.note);
         loom_sim_result_free(&r);
         loom_sim_workload_free(&w);
 }
