@@ -119,5 +119,18 @@ print(f'  seed $s: lb \${c[\"lb\"]:.0f}  oracle \${c[\"oracle\"]:.0f}  loom \${c
       f'  loom/oracle {c[\"loom\"] / c[\"oracle\"]:.3f}  oracle wall {float(r[\"oracle\"][\"wall_s\"]):.3f} s')"
 done
 
+echo "-- the oracle with 20 jobs active at once (20 jobs in ~20 min, 10 h each; branch and bound)"
+for s in 1 2 3; do
+  "$loom" sim --arrivals poisson:60 --jobs 20 --duration-h 10 --seed "$s" --policy loom,oracle,lb \
+    --json --no-progress | python3 -c "
+import json, sys
+r = {x['policy']: x for x in map(json.loads, sys.stdin)}
+c = {p: r[p]['total_cost'] for p in r}
+print(f\"  seed $s: lb \${c['lb']:.0f}  oracle \${c['oracle']:.0f}  loom \${c['loom']:.0f}  loom/oracle \"
+      f\"{c['loom'] / c['oracle']:.3f}  oracle wall {r['oracle']['wall_s']:.2f} s ({r['oracle']['note']})\")"
+done
+echo "-- the oracle on the default window, against loom, Solo-D and colocated"
+"$loom" sim --policy loom,solo,colocated,oracle,gavel,lb --no-progress
+
 echo "-- WEAVE §6.2 micro-benchmarks"
 for m in temporal trainmux spatial; do "$loom" micro "$m"; done

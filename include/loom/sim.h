@@ -268,16 +268,17 @@ int loom_sim_run(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_pol
 
 /* ---- where the cost goes (decompose.c, `loom sim --decompose`) ------------------------------ */
 
-#define LOOM_SIM_RUNGS 6
+#define LOOM_SIM_RUNGS 7
 
 /* One rung of the ladder from the fluid lower bound to loom; each adds one constraint. */
 typedef struct loom_sim_rung {
-        const char *name;       /* fluid, nodes, memory, regroup, online, multirate (static) */
+        const char *name; /* fluid, nodes, memory, optimal, regroup, online, multirate (static) */
         const char *adds;       /* the constraint it adds (static) */
         bool measured;          /* false: not run (multirate until the policy has it) */
         double total_cost;      /* $ */
         double avg_cost_per_hour;
         double slo_attainment;  /* NaN for the rungs that are not schedules */
+        char note[256];         /* why a rung was not measured */
 } loom_sim_rung;
 
 /* Measure every rung on workload w under cfg (its policy is loom's: admission, group size).
