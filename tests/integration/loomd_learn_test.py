@@ -1,9 +1,9 @@
 """Learned-profile admission against a real loomd (docs/operations.md, "Admission"):
 
 - bad --admission / --learn-after / policy.admission values are refused naming the option;
-- A (SLO 3) declares a 0.1 s rollout and a 0.3 s training but its worker takes 0.05 s and
-  0.04 s. B (0.1 s + 0.1 s, SLO 1.5) cannot join A's group on A's worst case (A alone runs
-  0.4 s > B's 0.3 s budget): it gets a group of its own, and is cancelled. After three
+- A (SLO 3) declares a 0.4 s rollout and a 1.2 s training but its worker takes 0.1 s and
+  0.08 s. B (0.2 s + 0.2 s, SLO 1.5) cannot join A's group on A's worst case (A alone runs
+  1.6 s > B's 0.6 s budget): it gets a group of its own, and is cancelled. After three
   iterations A's budget is its measured solo iteration, but its plan stays on its worst case:
   the core plans on an upper confidence bound of the p95 (90%), which 45 iterations are needed
   to give. After the 45th A's group is re-planned on that bound (the learned profile in A's
@@ -91,9 +91,9 @@ def metric(text, name):
 
 
 # ---- 2. learning opens the slack a worst-case plan keeps -------------------------------------
-st, a = d.req("POST", "/v1/jobs", job_spec("A", 0.1, 0.3, 3.0, 0))
+st, a = d.req("POST", "/v1/jobs", job_spec("A", 0.4, 1.2, 3.0, 0))
 check(st == 201 and a["decision"]["decision"] == "new_group", "A gets a group")
-B = job_spec("B", 0.1, 0.1, 1.5, 0)
+B = job_spec("B", 0.2, 0.2, 1.5, 0)
 st, b1 = d.req("POST", "/v1/jobs", B)
 check(st == 201 and b1["decision"]["decision"] == "new_group"
       and b1["decision"]["group"] != a["decision"]["group"]
@@ -105,33 +105,33 @@ check(st == 200, "B is cancelled, its group released")
 check(a["learned"] is False and a["replans"] == 0 and a["learned_profile"] is None,
       "A starts on its declared profile")
 for it in range(1, 4):
-    phase(a["id"], "rollout", 0.05)
-    body = phase(a["id"], "train", 0.04)
+    phase(a["id"], "rollout", 0.1)
+    body = phase(a["id"], "train", 0.08)
     if it < 3:
         check(body["replans"] == 0 and not body["learned"], f"no re-plan after iteration {it}")
 ja = job(a["id"])
 lp = ja["learned_profile"]
 check(ja["learned"] and ja["replans"] == 1,
       f"after 3 iterations A's budget is re-planned ({ja['replans']})")
-check(lp["t_roll_s"] == 0.1 and lp["t_train_s"] == 0.3 and 0.27 <= lp["budget_s"] < 0.6,
+check(lp["t_roll_s"] == 0.4 and lp["t_train_s"] == 1.2 and 0.54 <= lp["budget_s"] < 2.4,
       f"3 samples bound no p95: A stays on its worst case ({lp['t_roll_s']:.3f} s, "
       f"{lp['t_train_s']:.3f} s), held to 3 x its mean solo iteration ({lp['budget_s']:.3f} s)")
 for it in range(4, 46):
-    phase(a["id"], "rollout", 0.05)
-    phase(a["id"], "train", 0.04)
+    phase(a["id"], "rollout", 0.1)
+    phase(a["id"], "train", 0.08)
     if it == 44:
         lp = job(a["id"])["learned_profile"]
-        check(lp["t_roll_s"] == 0.1 and lp["t_train_s"] == 0.3,
+        check(lp["t_roll_s"] == 0.4 and lp["t_train_s"] == 1.2,
               "44 samples bound no p95 at 90% (1 - 0.95^44 < 0.9): still the worst case")
 ja = job(a["id"])
 lp = ja["learned_profile"]
 check(ja["learned"] and ja["replans"] >= 2,
       f"after 45 iterations A's group is re-planned on the bound ({ja['replans']})")
-check(0.05 <= lp["t_roll_s"] < 0.09 and 0.04 <= lp["t_train_s"] < 0.2,
+check(0.1 <= lp["t_roll_s"] < 0.4 and 0.08 <= lp["t_train_s"] < 0.6,
       f"on the bound of A's p95: rollout {lp['t_roll_s']:.3f} s, train {lp['t_train_s']:.3f} s")
-check(0.27 <= lp["budget_s"] < 0.6,
+check(0.54 <= lp["budget_s"] < 2.4,
       f"A is held to 3 x its mean solo iteration ({lp['budget_s']:.3f} s)")
-check(ja["spec"]["t_roll_s"] == 0.1 and ja["profile"]["t_train_s"] == 0.3,
+check(ja["spec"]["t_roll_s"] == 0.4 and ja["profile"]["t_train_s"] == 1.2,
       "the declared spec and the admission profile are kept")
 _, m = d.req("GET", "/metrics")
 check(metric(m, "loom_replans_total") == ja["replans"], "/metrics counts the re-plans")
@@ -182,8 +182,8 @@ def run(jid, roll, train, iters):
         errors.append(e)
 
 
-ts = [threading.Thread(target=run, args=(a["id"], 0.05, 0.04, 2)),
-      threading.Thread(target=run, args=(b2["id"], 0.03, 0.03, 2))]
+ts = [threading.Thread(target=run, args=(a["id"], 0.1, 0.08, 2)),
+      threading.Thread(target=run, args=(b2["id"], 0.06, 0.06, 2))]
 for t in ts:
     t.start()
 for t in ts:
