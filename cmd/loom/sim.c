@@ -318,6 +318,12 @@ static int parse(int argc, char **argv, opts *o)
                 fprintf(stderr, "loom sim: --trace and --arrivals exclude each other\n");
                 return 2;
         }
+        if (o->decompose && (o->sweep || o->csv || o->plot || o->per_job || o->policies)) {
+                fprintf(stderr, "loom sim: --decompose runs its own policies and prints its own "
+                                "table (or --json): not with sweep, --policy, --csv, --plot or "
+                                "--per-job\n");
+                return 2;
+        }
         return 0;
 }
 

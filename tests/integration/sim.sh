@@ -22,6 +22,7 @@ set +e
 "$loom" sim --policy nonsense >/dev/null 2>&1; [ $? -eq 2 ] || fail "unknown policy must exit 2"
 "$loom" sim --rows 5 >/dev/null 2>&1; [ $? -eq 2 ] || fail "bad --rows must exit 2"
 "$loom" micro nosuch >/dev/null 2>&1; [ $? -eq 2 ] || fail "unknown micro must exit 2"
+"$loom" sim --decompose --policy loom >/dev/null 2>&1; [ $? -eq 2 ] || fail "--decompose with --policy must exit 2"
 set -e
 
 # malformed trace rows: exit 1, file:line:column, no report and no plot written
