@@ -125,15 +125,16 @@ for f in cost gpus slowdown; do
   head -c 8 "$tmp/plots/$f.png" | od -An -tx1 | grep -q '89 50 4e 47' || fail "$f.png"
 done
 
-# Poisson arrivals
-"$loom" sim --arrivals poisson:2 --jobs 25 --policy loom,oracle,lb --json --no-progress \
+# Poisson arrivals (groups of up to 3: with 21 jobs active at once and groups of 5 the oracle's
+# search takes half a minute, several under the sanitizers)
+"$loom" sim --arrivals poisson:2 --jobs 25 --max-group 3 --policy loom,oracle,lb --json --no-progress \
   >"$tmp/p.json"
 python3 - "$tmp/p.json" <<'PY'
 import json, sys
 pol = {r["policy"]: r for r in map(json.loads, open(sys.argv[1]))}
 assert pol["loom"]["jobs"] == 25
-if pol["oracle"]["ran"]:
-    assert pol["lb"]["total_cost"] <= pol["oracle"]["total_cost"] <= pol["loom"]["total_cost"] * (1 + 1e-9)
+assert pol["oracle"]["ran"], pol["oracle"]["note"]
+assert pol["lb"]["total_cost"] <= pol["oracle"]["total_cost"] <= pol["loom"]["total_cost"] * (1 + 1e-9)
 PY
 
 # micro-benchmarks: loom beats Solo-D and colocated on throughput per dollar; Gantt charts
