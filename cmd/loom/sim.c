@@ -51,7 +51,7 @@ static void usage(FILE *f)
                "                         or PlexRL's plex-isolated, plex-pack, plex-spread,\n"
                "                         plex-backfill, plex-all (--policy plex-all --help)\n"
                "  --admission A          worst (default) | p99 | p95: after --learn-after\n"
-               "                         iterations, plan each job on a 90% upper bound of\n"
+               "                         iterations, plan each job on a 90%% upper bound of\n"
                "                         that quantile of its observed phase times (worst\n"
                "                         case until enough iterations bound it)\n"
                "  --learn-after K        iterations observed before re-planning (default 3)\n"
