@@ -189,7 +189,7 @@ typedef struct loom_sim_cfg {
         /* drift and failures (live-system behaviour, docs/sim.md) */
         double restart_s[4];   /* migration-and-restart per model size 3/7/14/32B, seconds */
         int max_restarts;      /* a failed job is re-admitted this often; default 3 */
-        double drift_trigger;  /* resubmit when the p95 bound of the last 5 > this x declared; 1.05 */
+        double drift_trigger;  /* resubmit past this x declared (p95 bound, last 5); 1.05 */
         double drift_headroom; /* a resubmitted profile is the observed worst x this; 1.15 */
         double regroup_period_h; /* regroup: hours between re-placements; default 1 */
         /* re-admit a job whose group cannot serve its learned profile only when its remaining
