@@ -66,7 +66,7 @@ const char *loom_admission_name(loom_admission a); /* "worst", "p99", "p95" */
 /* 0 or LOOM_EINVAL. */
 int loom_admission_parse(const char *s, loom_admission *out);
 
-#define LOOM_LEARN_WINDOW 20 /* observed iterations a learned profile is computed from */
+#define LOOM_LEARN_WINDOW 20      /* observed iterations a learned profile is computed from */
 #define LOOM_LEARN_CONFIDENCE 0.9 /* of the upper bound on a learned quantile */
 
 /*

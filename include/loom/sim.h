@@ -187,10 +187,10 @@ typedef struct loom_sim_cfg {
         void (*progress)(void *ctx, const char *label, double frac);
         void *progress_ctx;
         /* drift and failures (live-system behaviour, docs/sim.md) */
-        double restart_s[4];   /* migration-and-restart per model size 3/7/14/32B, seconds */
-        int max_restarts;      /* a failed job is re-admitted this often; default 3 */
-        double drift_trigger;  /* resubmit past this x declared (p95 bound, last 5); 1.05 */
-        double drift_headroom; /* a resubmitted profile is the observed worst x this; 1.15 */
+        double restart_s[4];     /* migration-and-restart per model size 3/7/14/32B, seconds */
+        int max_restarts;        /* a failed job is re-admitted this often; default 3 */
+        double drift_trigger;    /* resubmit past this x declared (p95 bound, last 5); 1.05 */
+        double drift_headroom;   /* a resubmitted profile is the observed worst x this; 1.15 */
         double regroup_period_h; /* regroup: hours between re-placements; default 1 */
         /* re-admit a job whose group cannot serve its learned profile only when its remaining
          * iterations' SLO budget is at least this many restart times; default 10 */
@@ -272,13 +272,13 @@ int loom_sim_run(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_pol
 
 /* One rung of the ladder from the fluid lower bound to loom; each adds one constraint. */
 typedef struct loom_sim_rung {
-        const char *name; /* fluid, nodes, memory, optimal, regroup, online, multirate (static) */
-        const char *adds;       /* the constraint it adds (static) */
-        bool measured;          /* false: not run (multirate until the policy has it) */
-        double total_cost;      /* $ */
+        const char *name;  /* fluid, nodes, memory, optimal, regroup, online, multirate (static) */
+        const char *adds;  /* the constraint it adds (static) */
+        bool measured;     /* false: not run (multirate until the policy has it) */
+        double total_cost; /* $ */
         double avg_cost_per_hour;
-        double slo_attainment;  /* NaN for the rungs that are not schedules */
-        char note[256];         /* why a rung was not measured */
+        double slo_attainment; /* NaN for the rungs that are not schedules */
+        char note[256];        /* why a rung was not measured */
 } loom_sim_rung;
 
 /* Measure every rung on workload w under cfg (its policy is loom's: admission, group size).
