@@ -50,7 +50,8 @@ for (f, s), d in by.items():
           f\"gs {100 * d['greedy-slo']['slo_attainment']:.1f}%\")
 print(f'  settings where loom is not cheaper than both (target 0): {worse}')"
 
-echo "-- learned-profile admission: the trade-off curve on four Philly virtual clusters"
+echo "-- learned-profile admission (plans on a 90% upper bound of the quantile, docs/scheduling.md):"
+echo "   the trade-off curve on four Philly virtual clusters"
 echo "   (target on the default window, p99: colocated/loom >= 1.3, solo/loom >= 1.6, SLO >= 99%)"
 for w in "103959.csv 165:300" "0e4a51.csv 0:300" "6214e9.csv 0:300" "b436b2.csv 0:300"; do
   set -- $w
@@ -77,6 +78,12 @@ for r in map(json.loads, sys.stdin):
         print(f\"  ${o:-default}: {r['policy']:<8} \${r['avg_cost_per_hour']:.1f}/h  x_lb \"
               f\"{r['cost_vs_lb']:.3f}  SLO {100 * r['slo_attainment']:.1f}%  train idle \"
               f\"{100 * r['train_bubble']:.0f}%\")"
+done
+
+echo "-- where the cost goes: the ladder from the fluid bound (loom sim --decompose), default window"
+for a in worst p99; do
+  echo "   admission $a"
+  "$loom" sim --decompose --admission "$a" --no-progress | sed 's/^/  /'
 done
 
 echo "-- drift (WEAVE §6.6, Figure 17): static loom vs hourly regroup on the default window"
@@ -111,6 +118,19 @@ c = {p: float(r[p]['total_cost']) for p in r}
 print(f'  seed $s: lb \${c[\"lb\"]:.0f}  oracle \${c[\"oracle\"]:.0f}  loom \${c[\"loom\"]:.0f}'
       f'  loom/oracle {c[\"loom\"] / c[\"oracle\"]:.3f}  oracle wall {float(r[\"oracle\"][\"wall_s\"]):.3f} s')"
 done
+
+echo "-- the oracle with 20 jobs active at once (20 jobs in ~20 min, 10 h each; branch and bound)"
+for s in 1 2 3; do
+  "$loom" sim --arrivals poisson:60 --jobs 20 --duration-h 10 --seed "$s" --policy loom,oracle,lb \
+    --json --no-progress | python3 -c "
+import json, sys
+r = {x['policy']: x for x in map(json.loads, sys.stdin)}
+c = {p: r[p]['total_cost'] for p in r}
+print(f\"  seed $s: lb \${c['lb']:.0f}  oracle \${c['oracle']:.0f}  loom \${c['loom']:.0f}  loom/oracle \"
+      f\"{c['loom'] / c['oracle']:.3f}  oracle wall {r['oracle']['wall_s']:.2f} s ({r['oracle']['note']})\")"
+done
+echo "-- the oracle on the default window, against loom, Solo-D and colocated"
+"$loom" sim --policy loom,solo,colocated,oracle,gavel,lb --no-progress
 
 echo "-- WEAVE §6.2 micro-benchmarks"
 for m in temporal trainmux spatial; do "$loom" micro "$m"; done

@@ -47,12 +47,13 @@ static void usage(FILE *f)
                "policies:\n"
                "  --policy LIST          comma list or all (default all): loom, loom-nomig,\n"
                "                         solo, colocated, random, greedy, oracle, lb,\n"
-               "                         random-slo, greedy-slo, regroup\n"
+               "                         random-slo, greedy-slo, regroup, gavel (Gavel+)\n"
                "                         or PlexRL's plex-isolated, plex-pack, plex-spread,\n"
                "                         plex-backfill, plex-all (--policy plex-all --help)\n"
                "  --admission A          worst (default) | p99 | p95: after --learn-after\n"
-               "                         iterations, plan each job on that quantile of its\n"
-               "                         observed phase times\n"
+               "                         iterations, plan each job on a 90%% upper bound of\n"
+               "                         that quantile of its observed phase times (worst\n"
+               "                         case until enough iterations bound it)\n"
                "  --learn-after K        iterations observed before re-planning (default 3)\n"
                "  --max-group N          max jobs per group (default 5)\n"
                "  --colocated-factor F   rollout time on a training GPU vs a rollout GPU (1.0)\n"
@@ -62,6 +63,8 @@ static void usage(FILE *f)
                "  --plot DIR             cost.svg/png, gpus.svg/png, slowdown.svg/png\n"
                "  --per-job FILE         CSV of every job under every policy (slowdown, SLO)\n"
                "  --no-progress          no progress bar (it is drawn only on a terminal)\n"
+               "  --decompose            the cost as a ladder from the fluid lower bound, one\n"
+               "                         constraint per rung (docs/sim.md); --json for lines\n"
                "sweep (Figure 15 a-c on the trace window, loom/random/greedy/random-slo/\n"
                "greedy-slo vs lb):\n"
                "  --seeds N              seeds per setting (default 3)\n"
@@ -73,7 +76,7 @@ static void usage(FILE *f)
 typedef struct opts {
         const char *trace, *plot, *per_job;
         int start, count;
-        bool poisson, json, csv, progress, sweep;
+        bool poisson, json, csv, progress, sweep, decompose;
         unsigned policies;
         int seeds, threads;
         loom_sim_cfg sim;
@@ -151,7 +154,8 @@ static int parse(int argc, char **argv, opts *o)
                 O_MTBF,
                 O_MAXRS,
                 O_ADMIT,
-                O_LEARN
+                O_LEARN,
+                O_DECOMP
         };
         static const struct option lo[] = {{"trace", 1, 0, O_TRACE},
                                            {"rows", 1, 0, O_ROWS},
@@ -179,6 +183,7 @@ static int parse(int argc, char **argv, opts *o)
                                            {"max-restarts", 1, 0, O_MAXRS},
                                            {"admission", 1, 0, O_ADMIT},
                                            {"learn-after", 1, 0, O_LEARN},
+                                           {"decompose", 0, 0, O_DECOMP},
                                            {"help", 0, 0, 'h'},
                                            {0, 0, 0, 0}};
         int c, v;
@@ -255,6 +260,9 @@ static int parse(int argc, char **argv, opts *o)
                 case O_JSON:
                         o->json = true;
                         break;
+                case O_DECOMP:
+                        o->decompose = true;
+                        break;
                 case O_CSV:
                         o->csv = true;
                         break;
@@ -309,6 +317,12 @@ static int parse(int argc, char **argv, opts *o)
         }
         if (o->poisson && o->trace) {
                 fprintf(stderr, "loom sim: --trace and --arrivals exclude each other\n");
+                return 2;
+        }
+        if (o->decompose && (o->sweep || o->csv || o->plot || o->per_job || o->policies)) {
+                fprintf(stderr, "loom sim: --decompose runs its own policies and prints its own "
+                                "table (or --json): not with sweep, --policy, --csv, --plot or "
+                                "--per-job\n");
                 return 2;
         }
         return 0;
@@ -538,6 +552,15 @@ int loom_cmd_sim(int argc, char **argv)
         if (rc) {
                 print_err(&e);
                 return 1;
+        }
+        if (o.decompose) {
+                loom_sim_rung rungs[LOOM_SIM_RUNGS];
+                if ((rc = loom_sim_decompose(&o.sim, &w, rungs, &e)))
+                        print_err(&e);
+                else
+                        loom_sim_decompose_print(stdout, rungs, o.json);
+                loom_sim_workload_free(&w);
+                return rc ? 1 : 0;
         }
         if (!o.policies)
                 o.policies = (1u << LOOM_SIM_NPOLICIES) - 1;

@@ -66,7 +66,20 @@ const char *loom_admission_name(loom_admission a); /* "worst", "p99", "p95" */
 /* 0 or LOOM_EINVAL. */
 int loom_admission_parse(const char *s, loom_admission *out);
 
-#define LOOM_LEARN_WINDOW 20 /* observed iterations a learned profile is computed from */
+#define LOOM_LEARN_WINDOW 20      /* observed iterations a learned profile is computed from */
+#define LOOM_LEARN_CONFIDENCE 0.9 /* of the upper bound on a learned quantile */
+
+/*
+ * A distribution-free upper confidence bound on the q-quantile of a phase time, from the `m`
+ * largest of n i.i.d. samples, sorted descending in top[0..m) (m <= n). The r-th largest
+ * sample lies at or above the q-quantile unless fewer than r samples do, so it is a bound at
+ * confidence P(Binomial(n, 1 - q) >= r); this returns the smallest such sample whose confidence
+ * is at least conf, and sets *ok. When even the largest (confidence 1 - q^n) falls short, n is
+ * too small to bound the quantile at all: *ok is false and top[0] is returned; the caller
+ * falls back to its worst case. When the rank needed is past m, top[m - 1] is returned: larger,
+ * so still a bound.
+ */
+double loom_quantile_ucb(const double *top, int m, int64_t n, double q, double conf, bool *ok);
 
 typedef struct loom_policy_cfg {
         int max_group_size;              /* default 5, at most LOOM_MAX_GROUP_SIZE */

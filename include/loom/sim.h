@@ -156,11 +156,12 @@ typedef enum loom_sim_policy {
         LOOM_SIM_COLOCATED,  /* veRL-style: every phase on the job's training GPUs */
         LOOM_SIM_RANDOM,     /* WEAVE §6.5 Random, through the core */
         LOOM_SIM_GREEDY,     /* WEAVE §6.5 Greedy (most idle), through the core */
-        LOOM_SIM_ORACLE,     /* exact regrouping at every arrival and departure (<= 12 jobs) */
+        LOOM_SIM_ORACLE,     /* optimal regrouping at every arrival and departure (<= 24 jobs) */
         LOOM_SIM_LB,         /* fluid lower bound on cost, valid for any policy */
         LOOM_SIM_RANDOM_SLO, /* Random restricted to SLO- and memory-feasible candidates */
         LOOM_SIM_GREEDY_SLO, /* Greedy restricted to SLO- and memory-feasible candidates */
         LOOM_SIM_REGROUP,    /* loom, plus an hourly re-placement of every active job */
+        LOOM_SIM_GAVEL,      /* Gavel+: job-level time fractions, no phase interleaving */
         LOOM_SIM_NPOLICIES
 } loom_sim_policy;
 
@@ -169,7 +170,7 @@ int loom_sim_policy_parse(const char *s, loom_sim_policy *out);
 /* "loom,solo" or "all" into a mask of (1u << policy); LOOM_EINVAL naming "policy". */
 int loom_sim_policy_list_parse(const char *s, unsigned *mask, loom_err *e);
 
-#define LOOM_SIM_ORACLE_MAX_JOBS 12
+#define LOOM_SIM_ORACLE_MAX_JOBS 24
 
 typedef struct loom_sim_cfg {
         loom_cluster_cfg cluster;
@@ -186,10 +187,10 @@ typedef struct loom_sim_cfg {
         void (*progress)(void *ctx, const char *label, double frac);
         void *progress_ctx;
         /* drift and failures (live-system behaviour, docs/sim.md) */
-        double restart_s[4];   /* migration-and-restart per model size 3/7/14/32B, seconds */
-        int max_restarts;      /* a failed job is re-admitted this often; default 3 */
-        double drift_trigger;  /* resubmit when p95 of the last 5 phases > this x declared; 1.05 */
-        double drift_headroom; /* a resubmitted profile is the observed worst x this; 1.15 */
+        double restart_s[4];     /* migration-and-restart per model size 3/7/14/32B, seconds */
+        int max_restarts;        /* a failed job is re-admitted this often; default 3 */
+        double drift_trigger;    /* resubmit past this x declared (p95 bound, last 5); 1.05 */
+        double drift_headroom;   /* a resubmitted profile is the observed worst x this; 1.15 */
         double regroup_period_h; /* regroup: hours between re-placements; default 1 */
         /* re-admit a job whose group cannot serve its learned profile only when its remaining
          * iterations' SLO budget is at least this many restart times; default 10 */
@@ -255,6 +256,7 @@ typedef struct loom_sim_result {
         uint64_t resubmits;         /* drifted jobs re-admitted on their observed profile */
         uint64_t replans;           /* learned-profile re-plans (admission p99/p95) */
         int jobs_failed;            /* failed after their last restart */
+        double oracle_gap; /* oracle: largest proven relative gap to the optimum (0: exact) */
 } loom_sim_result;
 
 void loom_sim_result_free(loom_sim_result *r);
@@ -263,6 +265,29 @@ void loom_sim_result_free(loom_sim_result *r);
  * ran == false and a note), LOOM_EINVAL on a bad config, LOOM_ENOMEM. */
 int loom_sim_run(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_policy p,
                  loom_sim_result *out, loom_err *e);
+
+/* ---- where the cost goes (decompose.c, `loom sim --decompose`) ------------------------------ */
+
+#define LOOM_SIM_RUNGS 7
+
+/* One rung of the ladder from the fluid lower bound to loom; each adds one constraint. */
+typedef struct loom_sim_rung {
+        const char *name;  /* fluid, nodes, memory, optimal, regroup, online, multirate (static) */
+        const char *adds;  /* the constraint it adds (static) */
+        bool measured;     /* false: not run (multirate until the policy has it) */
+        double total_cost; /* $ */
+        double avg_cost_per_hour;
+        double slo_attainment; /* NaN for the rungs that are not schedules */
+        char note[256];        /* why a rung was not measured */
+} loom_sim_rung;
+
+/* Measure every rung on workload w under cfg (its policy is loom's: admission, group size).
+ * 0, LOOM_EINVAL or LOOM_ENOMEM. */
+int loom_sim_decompose(const loom_sim_cfg *cfg, const loom_sim_workload *w,
+                       loom_sim_rung out[LOOM_SIM_RUNGS], loom_err *e);
+/* The ladder as a table (x_fluid: cost over the fluid bound; step: over the rung below), or
+ * one JSON object per rung per line. */
+void loom_sim_decompose_print(FILE *f, const loom_sim_rung *r, bool json);
 
 /* ---- the Figure 15 sweep ------------------------------------------------------------------- */
 

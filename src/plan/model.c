@@ -763,7 +763,8 @@ double plan_task_alone(const loom_plan_cluster *c, const loom_plan_workflow *w, 
                        double *model_mem, double *work_mem)
 {
         static const loom_plan zero;
-        scratch sc = {{0}, {0}};
+        scratch sc_v, *sc = &sc_v;
+        memset(sc, 0, sizeof *sc);
         *p = zero;
         p->n_groups = 1;
         p->group_size[0] = n;
@@ -776,7 +777,7 @@ double plan_task_alone(const loom_plan_cluster *c, const loom_plan_workflow *w, 
         *model_mem = tasklet_model_mem(w, t, st, &sh);
         *work_mem = t == LOOM_PLAN_GEN ? kv_seq_bytes(w, st, &sh) : tasklet_work_mem(w, t, st, &sh);
         for (int i = 0; i < n; i++) {
-                sc.model[devs[i]] = *model_mem;
+                sc->model[devs[i]] = *model_mem;
                 if (*model_mem + *work_mem > c->types[c->dev[devs[i]].type].hbm_gb * 1e9)
                         return INFINITY;
         }
@@ -795,7 +796,7 @@ double plan_task_alone(const loom_plan_cluster *c, const loom_plan_workflow *w, 
                         sc->model[devs[i]] = *model_mem;
         }
         task_detail td;
-        task_cost(c, w, p, t, &sc, &td);
+        task_cost(c, w, p, t, sc, &td);
         return td.total;
 }
 

@@ -517,9 +517,9 @@ static int on_fail(engine *g, int ji)
         return resubmit_later(g, ji, loom__sim_restart(g->c, g->w->jobs[ji].model_b));
 }
 
-/* After job ji's iteration `it`: has it outgrown the profile it was admitted with (p95 of the
- * last five iterations above drift_trigger x declared, per phase)? Then stop it and re-admit
- * it on what it was observed to need. Returns 1 if it did. */
+/* After job ji's iteration `it`: has it outgrown the profile it was admitted with (an upper
+ * bound on the p95 of the last five iterations above drift_trigger x declared, per phase)? Then
+ * stop it and re-admit it on what it was observed to need. Returns 1 if it did. */
 static int check_drift(engine *g, int ji, int64_t it)
 {
         sjob *j = &g->jobs[ji];
@@ -531,13 +531,19 @@ static int check_drift(engine *g, int ji, int64_t it)
         j->n_recent++;
         if (!g->resubmit_drift || j->n_recent < 5 || j->iter >= sj->spec.iterations)
                 return 0;
+        /* The p95 is bounded as admission bounds its quantiles (loom_quantile_ucb at
+         * LOOM_LEARN_CONFIDENCE); five iterations are too few to bound a p95 (45 are needed at
+         * 90%), so this is the worst case seen, the largest of the five: a sample p95 of five
+         * would be no bound either, and it interpolated below the largest. */
         double p95[2], mx[2];
         for (int p = 0; p < 2; p++) {
                 double v[5];
                 for (int k = 0; k < 5; k++)
                         v[k] = j->recent[p][k];
                 qsort(v, 5, sizeof *v, loom_cmp_double);
-                p95[p] = sim_pct(v, 5, 0.95);
+                double top[5] = {v[4], v[3], v[2], v[1], v[0]};
+                bool ok;
+                p95[p] = loom_quantile_ucb(top, 5, 5, 0.95, LOOM_LEARN_CONFIDENCE, &ok);
                 mx[p] = v[4];
         }
         if (p95[0] <= g->c->drift_trigger && p95[1] <= g->c->drift_trigger)

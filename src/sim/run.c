@@ -75,6 +75,9 @@ int loom_sim_run(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_pol
         case LOOM_SIM_LB:
                 rc = loom__sim_run_lb(c, w, out, e);
                 break;
+        case LOOM_SIM_GAVEL:
+                rc = loom__sim_run_gavel(c, w, out, e);
+                break;
         default:
                 rc = loom__sim_run_core(c, w, p, out, e);
                 break;

@@ -113,6 +113,9 @@ int loom__sim_run_private(const loom_sim_cfg *c, const loom_sim_workload *w, loo
                           loom_sim_result *r, loom_err *e);
 int loom__sim_run_oracle(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_result *r,
                          loom_err *e);
+/* Gavel+ (gavel.c): job-level time fractions on shared node sets, no phase interleaving. */
+int loom__sim_run_gavel(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_result *r,
+                        loom_err *e);
 int loom__sim_run_lb(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_result *r,
                      loom_err *e);
 

@@ -34,8 +34,8 @@ int loom_sim_profile_parse(const char *s, loom_sim_profile *out)
 }
 
 static const char *const policy_names[LOOM_SIM_NPOLICIES] = {
-    "loom",   "loom-nomig", "solo",       "colocated",  "random", "greedy",
-    "oracle", "lb",         "random-slo", "greedy-slo", "regroup"};
+    "loom",   "loom-nomig", "solo",       "colocated",  "random",  "greedy",
+    "oracle", "lb",         "random-slo", "greedy-slo", "regroup", "gavel"};
 
 const char *loom_sim_policy_name(loom_sim_policy p)
 {

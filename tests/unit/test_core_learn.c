@@ -102,7 +102,9 @@ Test(learn, names_parse_and_config_is_checked)
 /*
  * A (100 s rollout, 300 s training worst case, SLO 2) really trains for 60 s. B (100 s + 100 s,
  * SLO 1.0) cannot join A's group on A's worst case (T_cycle 400 s > B's 200 s budget). After
- * three observed iterations A is planned on (100 s, 60 s): T_cycle 200 s, B fits.
+ * learn_after (3) iterations A's budget is its measured solo iteration, but its plan stays on
+ * the worst case: a p99 is bounded at 90% confidence only from 230 iterations (1 - 0.99^230 >=
+ * 0.9). From then on A is planned on (100 s, 60 s): T_cycle 200 s, B fits.
  */
 Test(learn, a_learned_profile_opens_slack_for_a_new_member)
 {
@@ -114,8 +116,16 @@ Test(learn, a_learned_profile_opens_slack_for_a_new_member)
         cr_assert_eq(decide(s, b), LOOM_DECISION_NEW_GROUP);
         cr_assert_eq(run_alone(s, a, 2, 100, 60), 0, "no re-plan before learn_after iterations");
         cr_assert_eq(decide(s, b), LOOM_DECISION_NEW_GROUP);
-        cr_assert_eq(run_alone(s, a, 1, 100, 60), 1);
+        cr_assert_eq(run_alone(s, a, 1, 100, 60), 1, "the budget is re-planned at learn_after");
         loom_job_info ji;
+        cr_assert_eq(loom_sched_job_info(s, a, &ji), 0);
+        cr_assert_eq(ji.learned_budget, loom_us_from_s(2.0 * 160));
+        cr_assert_eq(ji.spec.t_train, loom_us_from_s(300), "3 samples do not bound a p99");
+        cr_assert_eq(run_alone(s, a, 226, 100, 60), 0);
+        cr_assert_eq(loom_sched_job_info(s, a, &ji), 0);
+        cr_assert_eq(ji.spec.t_train, loom_us_from_s(300), "229 samples do not bound a p99");
+        cr_assert_eq(decide(s, b), LOOM_DECISION_NEW_GROUP);
+        cr_assert_eq(run_alone(s, a, 1, 100, 60), 1);
         cr_assert_eq(loom_sched_job_info(s, a, &ji), 0);
         cr_assert(ji.learned);
         cr_assert_eq(ji.spec.t_train, loom_us_from_s(60));
@@ -124,7 +134,7 @@ Test(learn, a_learned_profile_opens_slack_for_a_new_member)
         cr_assert_neq(decide(s, b), LOOM_DECISION_NEW_GROUP);
         loom_sched_stats st;
         loom_sched_stats_get(s, &st);
-        cr_assert_eq(st.replans, 1);
+        cr_assert_eq(st.replans, 2);
         loom_sched_free(s);
 }
 
@@ -244,4 +254,26 @@ Test(learn, fair_baselines_check_slos)
         cr_assert_eq(violations(LOOM_PLACER_GREEDY_SLO), 0);
         cr_assert_gt(violations(LOOM_PLACER_RANDOM), 0);
         cr_assert_gt(violations(LOOM_PLACER_GREEDY), 0);
+}
+
+/* The bound is the order statistic whose binomial confidence reaches the level asked; too few
+ * samples give none. Values checked against the binomial tail by hand. */
+Test(learn, quantile_upper_bound_is_an_order_statistic_at_the_stated_confidence)
+{
+        double top[10] = {10, 9, 8, 7, 6, 5, 4, 3, 2, 1};
+        bool ok = true;
+        /* p99 from 3 samples: the largest is a bound only at 1 - 0.99^3 = 3% */
+        cr_assert_eq(loom_quantile_ucb(top, 3, 3, 0.99, 0.9, &ok), 10);
+        cr_assert_not(ok);
+        /* p95 at 90%: 44 samples give 1 - 0.95^44 = 0.895, 45 give 0.901 */
+        loom_quantile_ucb(top, 10, 44, 0.95, 0.9, &ok);
+        cr_assert_not(ok);
+        cr_assert_eq(loom_quantile_ucb(top, 10, 45, 0.95, 0.9, &ok), 10);
+        cr_assert(ok);
+        /* p50 of 10 at 90%: P(Bin(10, 0.5) >= r) >= 0.9 up to r = 3 (0.945; r = 4: 0.828) */
+        cr_assert_eq(loom_quantile_ucb(top, 10, 10, 0.5, 0.9, &ok), 8);
+        cr_assert(ok);
+        /* a rank past the kept values: the smallest kept, larger, still a bound */
+        cr_assert_eq(loom_quantile_ucb(top, 4, 1000, 0.5, 0.9, &ok), 7);
+        cr_assert(ok);
 }

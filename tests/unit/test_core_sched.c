@@ -738,3 +738,37 @@ Test(sched, equal_cost_ties_go_to_the_group_the_job_outlives_least)
         }
         loom_decision_free(&d);
 }
+
+/*
+ * Jobs that never end (iterations 0) tie on both lifetime keys, so the next key decides: the
+ * group the job packs tightest (highest T_load / T_meta), not the one with the most SLO slack.
+ * A (100 s + 100 s, SLO 1.5) and B (100 s + 20 s, SLO 1.3) hold a group each; E (50 s + 40 s)
+ * fits either at +$0/h. Beside A it runs in A's bubble (T_meta 200 s, utilisation 0.75, 100 s
+ * of slack); beside B it saturates the group (utilisation 1, little slack). Spreading such jobs
+ * by slack keeps many groups open, and every later decision scans them.
+ */
+Test(sched, unbounded_jobs_tie_on_lifetime_and_pack_tightest)
+{
+        loom_decision d;
+        loom_decision_init(&d, true);
+        loom_sched *s = loom_sched_new(&cl, &po, NULL);
+        loom_job_spec a = spec("A", 100, 100, 1.5), b = spec("B", 100, 20, 1.3);
+        a.mem_train = b.mem_train = cl.host_mem_bytes - 100 * LOOM_GB;
+        submit(s, a, &d);
+        submit(s, b, &d);
+        cr_assert_eq(d.kind, LOOM_DECISION_NEW_GROUP, "A and B cannot share training nodes");
+        loom_job_spec e = spec("E", 50, 40, 3.0);
+        e.mem_train = 50 * LOOM_GB;
+        submit(s, e, &d);
+        cr_assert_eq(d.kind, LOOM_DECISION_DIRECT_PACK);
+        cr_assert_float_eq(d.marginal_cost_per_hour, 0.0, 1e-9);
+        const loom_candidate *o = find_cand(&d, 0, LOOM_DECISION_DIRECT_PACK, 0);
+        cr_assert(o && o->reject == LOOM_REJECT_COSTLIER && o->marginal_cost_per_hour == 0,
+                  "A's group is an equally cheap, feasible candidate");
+        cr_assert_eq(o->t_meta, loom_us_from_s(200));
+        cr_assert_eq(d.group, 1, "E went to group %u (T_meta %.1f s, utilisation %.2f)",
+                     (unsigned)d.group, loom_us_to_s(d.t_meta), d.utilisation);
+        cr_assert_gt(d.utilisation, 0.75 + 1e-6);
+        loom_sched_free(s);
+        loom_decision_free(&d);
+}

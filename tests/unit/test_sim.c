@@ -199,16 +199,46 @@ Test(sim_bounds, lb_le_oracle_le_loom_stochastic)
         bound_chain(false);
 }
 
-Test(sim_bounds, oracle_gives_up_beyond_twelve_active_jobs)
+/* 20 jobs arrive within ~20 minutes and run 10 h each: all 20 are active at once, and the
+ * branch and bound still proves its grouping optimal at every event (groups of up to 3 keep
+ * the test fast; bench/sim.sh runs groups of 5). */
+Test(sim_bounds, oracle_is_exact_with_twenty_active_jobs)
 {
         loom_sim_cfg c;
         loom_sim_cfg_default(&c);
+        c.policy.max_group_size = 3;
         loom_sim_workload w;
-        poisson(&w, 5, 20, 60, 10, true, LOOM_SIM_MIXED); /* 20 jobs in ~20 minutes, 10 h each */
+        poisson(&w, 5, 20, 60, 10, true, LOOM_SIM_MIXED);
+        loom_sim_result opt, lm, lb;
+        run(&c, &w, LOOM_SIM_ORACLE, &opt);
+        run(&c, &w, LOOM_SIM_LOOM, &lm);
+        run(&c, &w, LOOM_SIM_LB, &lb);
+        cr_assert(opt.ran, "oracle gave up: %s", opt.note);
+        cr_assert(strstr(opt.note, "up to 20 jobs active; exact"), "note: %s", opt.note);
+        cr_assert_eq(opt.oracle_gap, 0);
+        cr_assert_leq(lb.total_cost, opt.total_cost * (1 + 1e-9));
+        cr_assert_leq(opt.total_cost, lm.total_cost * (1 + 1e-9), "oracle %.2f > loom %.2f",
+                      opt.total_cost, lm.total_cost);
+        cr_assert_eq(opt.slo_attainment_wc, 1.0);
+        loom_sim_result_free(&opt);
+        loom_sim_result_free(&lm);
+        loom_sim_result_free(&lb);
+        loom_sim_workload_free(&w);
+}
+
+Test(sim_bounds, oracle_gives_up_beyond_its_limit)
+{
+        loom_sim_cfg c;
+        loom_sim_cfg_default(&c);
+        c.policy.max_group_size = 1; /* every job alone: the search is trivial up to the limit */
+        loom_sim_workload w;
+        poisson(&w, 5, LOOM_SIM_ORACLE_MAX_JOBS + 2, 60, 10, true, LOOM_SIM_MIXED);
         loom_sim_result r;
         run(&c, &w, LOOM_SIM_ORACLE, &r);
         cr_assert(!r.ran);
-        cr_assert(strstr(r.note, "13 jobs active"), "note: %s", r.note);
+        char want[32];
+        snprintf(want, sizeof want, "%d jobs active", LOOM_SIM_ORACLE_MAX_JOBS + 1);
+        cr_assert(strstr(r.note, want), "note: %s", r.note);
         loom_sim_result_free(&r);
         loom_sim_workload_free(&w);
 }
@@ -510,4 +540,104 @@ Test(sim_switch, warm_switch_hides_in_idle_time_and_first_phase_waits_for_the_lo
         cr_assert_gt(r.warm_switches, 0);
         loom_sim_result_free(&r);
         loom_sim_workload_free(&w);
+}
+
+/* ---- the decomposition ladder ---------------------------------------------------------------- */
+
+/* Its first rung is the lb policy's cost, whole nodes and memory residency can only add to the
+ * fluid schedule, and its schedule rungs are the regroup and loom runs of the same workload. */
+Test(sim_decompose, rungs_are_the_bound_the_node_rounding_and_the_runs)
+{
+        loom_sim_cfg c;
+        loom_sim_cfg_default(&c);
+        loom_sim_workload w;
+        poisson(&w, 3, 20, 2, 4, false, LOOM_SIM_MIXED);
+        loom_sim_rung r[LOOM_SIM_RUNGS];
+        loom_err e;
+        loom_err_clear(&e);
+        cr_assert_eq(loom_sim_decompose(&c, &w, r, &e), 0, "%s", e.msg);
+        loom_sim_result lb, opt, loom, rg;
+        run(&c, &w, LOOM_SIM_LB, &lb);
+        run(&c, &w, LOOM_SIM_ORACLE, &opt);
+        run(&c, &w, LOOM_SIM_LOOM, &loom);
+        run(&c, &w, LOOM_SIM_REGROUP, &rg);
+        cr_assert(opt.ran, "%s", opt.note);
+        cr_assert_float_eq(r[0].total_cost, lb.total_cost, 1e-6);
+        cr_assert_gt(r[1].total_cost, r[0].total_cost, "whole nodes round the fluid rates up");
+        cr_assert_geq(r[2].total_cost, r[1].total_cost);
+        cr_assert_float_eq(r[3].total_cost, opt.total_cost, 1e-6);
+        cr_assert_float_eq(r[4].total_cost, rg.total_cost, 1e-6);
+        cr_assert_float_eq(r[5].total_cost, loom.total_cost, 1e-6);
+        cr_assert_float_eq(r[5].slo_attainment, loom.slo_attainment, 1e-12);
+        cr_assert_leq(r[3].total_cost, r[5].total_cost * (1 + 1e-9), "the optimum is below loom");
+        cr_assert_not(r[6].measured);
+        loom_sim_result_free(&lb);
+        loom_sim_result_free(&opt);
+        loom_sim_result_free(&loom);
+        loom_sim_result_free(&rg);
+        loom_sim_workload_free(&w);
+}
+
+/* ---- Gavel+ -----------------------------------------------------------------------------------
+ */
+
+/*
+ * Two Type-A jobs (125 s + 120 s + 12.7 s sync, 10 iterations, switches free). Under SLO 1.1
+ * neither can give up half of a set's time, so Gavel+ gives each its own nodes and costs what
+ * Solo-D costs. Under SLO 3 they share one set, taking whole iterations in turn: one set's
+ * price, but each job's iteration is about the pair's, because nothing runs in the other
+ * job's bubbles; loom interleaves their phases instead.
+ */
+static void gavel_pair(double slo, loom_sim_result *gv, loom_sim_result *solo,
+                       loom_sim_result *loom)
+{
+        loom_sim_cfg c;
+        loom_sim_cfg_default(&c);
+        for (int i = 0; i < 4; i++)
+                c.warm_s[i] = c.cold_s[i] = 0;
+        c.policy.warm_switch = 0;
+        loom_job_spec specs[2];
+        job(&specs[0], "A1", 125, 120, 12.7, 10);
+        job(&specs[1], "A2", 125, 120, 12.7, 10);
+        specs[0].slo = specs[1].slo = slo;
+        loom_sim_noise noise;
+        loom_sim_noise_default(&noise);
+        noise.deterministic = true;
+        loom_sim_workload w;
+        loom_err e;
+        loom_err_clear(&e);
+        cr_assert_eq(loom_sim_workload_from_specs(specs, NULL, 2, &noise, 1, &c.cluster, &w, &e), 0,
+                     "%s", e.msg);
+        run(&c, &w, LOOM_SIM_GAVEL, gv);
+        run(&c, &w, LOOM_SIM_SOLO, solo);
+        run(&c, &w, LOOM_SIM_LOOM, loom);
+        loom_sim_workload_free(&w);
+}
+
+Test(sim_gavel, job_level_fractions_share_only_what_the_slos_allow)
+{
+        loom_sim_result gv, solo, lm;
+        gavel_pair(1.1, &gv, &solo, &lm);
+        cr_assert_eq(gv.peak_gpus[0], 16, "SLO 1.1: a set each");
+        cr_assert_float_eq(gv.total_cost, solo.total_cost, 1e-6 * solo.total_cost);
+        cr_assert_float_eq(gv.iter_s[0], solo.iter_s[0], 1e-6);
+        loom_sim_result_free(&gv);
+        loom_sim_result_free(&solo);
+        loom_sim_result_free(&lm);
+
+        gavel_pair(3.0, &gv, &solo, &lm);
+        cr_assert_eq(gv.peak_gpus[0], 8, "SLO 3: one shared set");
+        cr_assert_eq(gv.peak_gpus[1], 8);
+        cr_assert_float_eq(gv.slo_attainment, 1.0, 1e-12);
+        /* each runs every other turn: its 10th iteration ends 18 turns of 257.7 s and 245 s
+         * after its first starts, less A1's last sync (none after a job's last iteration) for
+         * A2 */
+        for (int j = 0; j < 2; j++)
+                cr_assert_float_eq(gv.iter_s[j], (18 * 257.7 + 245 - 12.7 * j) / 10, 1e-3,
+                                   "job %d: %.3f s per iteration", j, gv.iter_s[j]);
+        cr_assert_lt(lm.iter_s[0], 0.6 * gv.iter_s[0], "loom interleaves the phases instead");
+        cr_assert_lt(lm.total_cost, 0.6 * gv.total_cost);
+        loom_sim_result_free(&gv);
+        loom_sim_result_free(&solo);
+        loom_sim_result_free(&lm);
 }
