@@ -880,6 +880,7 @@ void *srv_engine_main(void *arg)
                 }
                 if (now >= s->next_check)
                         expire_due(s, now);
+                srv_exec_tick(s, now);
                 if (stop)
                         shutdown_waiters(s);
                 finish_batch(s);

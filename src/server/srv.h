@@ -192,6 +192,7 @@ typedef struct srv_metrics {
         uint64_t restarts, drift_resubmits, failed_final, attaches;
         uint64_t learned_resubmits; /* re-admissions on a learned profile (observe said 2) */
         uint64_t commits;
+        uint64_t exec_failures; /* worker failures seen by the executor */
 } srv_metrics;
 
 typedef struct srv_store srv_store;
@@ -228,6 +229,7 @@ struct loom_server {
         srv_req *resume_head; /* replies to send after the commit (linked by qnext) */
         _Atomic int inflight; /* requests created and not yet completed (HTTP thread) */
         srv_metrics m;
+        loom_us exec_next, exec_warn; /* exechook.c */
 };
 
 /* clocks */
@@ -306,6 +308,9 @@ void srv_learn_json(loom_server *s, const srv_job *j, json_t *o);
 void srv_state_granted(loom_server *s, const srv_job *j);
 int srv_state_admit(loom_server *s, const loom_job_spec *spec, const loom_decision *d, char *why,
                     size_t len);
+
+/* exechook.c: reconcile cfg.exec with the live jobs (at most every 0.5 s; lowers next_check) */
+void srv_exec_tick(loom_server *s, loom_us now);
 
 /* metrics.c */
 void srv_metrics_init(srv_metrics *m);
