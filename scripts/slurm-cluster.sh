@@ -60,7 +60,7 @@ write_conf() {
   cat >"$dir/resume.sh" <<RES
 #!/bin/bash
 # ResumeProgram: start each node's slurmd as a freshly booted host (see docs/slurm.md).
-export SLURM_CONF=$conf
+export SLURM_CONF=$conf PATH=/usr/sbin:/usr/bin:/sbin:/bin
 sleep 2
 for n in \$(scontrol show hostnames "\$1"); do
   perl -MPOSIX -e 'sigprocmask(SIG_SETMASK, POSIX::SigSet->new); exec @ARGV' -- \\
@@ -71,7 +71,7 @@ RES
   cat >"$dir/suspend.sh" <<SUS
 #!/bin/bash
 # SuspendProgram: stop each node's slurmd (by its pid file).
-export SLURM_CONF=$conf
+export SLURM_CONF=$conf PATH=/usr/sbin:/usr/bin:/sbin:/bin
 for n in \$(scontrol show hostnames "\$1"); do
   f=$dir/run/slurmd-\$n.pid
   [ -s "\$f" ] && kill -TERM "\$(cat "\$f")" 2>/dev/null

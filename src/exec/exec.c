@@ -190,23 +190,107 @@ static bool wanted(const loom_exec_job *want, int n, const loom_exec_worker *w)
         return false;
 }
 
-/* Power every mapped node up or down; ready[pool][i] says which are up and wanted. */
+/* ---- nodes: loom's node ids bound to the cluster's nodes -----------------------------------
+ *
+ * The core names a node it provisions by a new id every time (ids are never reused), like a
+ * cloud instance id; the node map lists the cluster's nodes of each pool. A wanted id is bound
+ * to a free node of its pool (one already up first) and unbound when loom releases it. The
+ * bindings are kept in DIR/exec-nodes.txt (replaced atomically on every change) so that a
+ * restarted loomd finds its workers' nodes where it left them. */
+
+static void bind_save(loom_exec *x)
+{
+        char path[600], tmp[610];
+        snprintf(path, sizeof path, "%s/exec-nodes.txt", x->cfg.dir);
+        snprintf(tmp, sizeof tmp, "%s.tmp", path);
+        FILE *f = fopen(tmp, "w");
+        if (!f)
+                return;
+        for (int p = 0; p < 2; p++)
+                for (int i = 0; i < x->cfg.n_nodes[p]; i++)
+                        if (x->bound[p][i])
+                                fprintf(f, "%d %s %lld\n", p, x->cfg.nodes[p][i],
+                                        (long long)(x->bound[p][i] - 1));
+        if (fclose(f) == 0)
+                rename(tmp, path);
+}
+
+static void bind_load(loom_exec *x)
+{
+        char path[600], name[LOOM_EXEC_NAME_MAX];
+        snprintf(path, sizeof path, "%s/exec-nodes.txt", x->cfg.dir);
+        FILE *f = fopen(path, "r");
+        int p;
+        unsigned id;
+        while (f && fscanf(f, "%d %63s %u", &p, name, &id) == 3)
+                for (int i = 0; p >= 0 && p < 2 && i < x->cfg.n_nodes[p]; i++)
+                        if (!strcmp(x->cfg.nodes[p][i], name))
+                                x->bound[p][i] = (int64_t)id + 1;
+        if (f)
+                fclose(f);
+        x->bound_loaded = true;
+}
+
+static int slot_of(const loom_exec *x, int p, loom_node_id id)
+{
+        for (int i = 0; i < x->cfg.n_nodes[p]; i++)
+                if (x->bound[p][i] == (int64_t)id + 1)
+                        return i;
+        return -1;
+}
+
+static bool in(const loom_node_id *v, int n, int64_t id)
+{
+        for (int k = 0; k < n; k++)
+                if ((int64_t)v[k] == id)
+                        return true;
+        return false;
+}
+
+/* Bind every wanted id, unbind the others; false if nothing changed. */
+static bool bind_nodes(loom_exec *x, const loom_node_id *const up[2], const int n_up[2])
+{
+        bool changed = false;
+        for (int p = 0; p < 2; p++) {
+                for (int i = 0; i < x->cfg.n_nodes[p]; i++)
+                        if (x->bound[p][i] && !in(up[p], n_up[p], x->bound[p][i] - 1))
+                                x->bound[p][i] = 0, changed = true;
+                for (int k = 0; k < n_up[p]; k++) {
+                        if (slot_of(x, p, up[p][k]) >= 0)
+                                continue;
+                        int pick = -1;
+                        for (int i = 0; i < x->cfg.n_nodes[p]; i++)
+                                if (!x->bound[p][i] && (pick < 0 || (x->was_up[p][i] &&
+                                                                     !x->was_up[p][pick])))
+                                        pick = i;
+                        if (pick >= 0)
+                                x->bound[p][pick] = (int64_t)up[p][k] + 1, changed = true;
+                }
+        }
+        return changed;
+}
+
+/* Power every mapped node up (bound) or down (free); ready[pool][slot] says which bound ones
+ * are up. */
 static int power_nodes(loom_exec *x, const loom_node_id *const up[2], const int n_up[2],
                        bool ready[2][LOOM_EXEC_MAX_NODES], loom_err *e)
 {
+        if (!x->bound_loaded)
+                bind_load(x);
+        if (bind_nodes(x, up, n_up))
+                bind_save(x);
         for (int p = 0; p < 2; p++)
                 for (int i = 0; i < x->cfg.n_nodes[p]; i++) {
-                        bool want = false;
-                        for (int k = 0; k < n_up[p]; k++)
-                                want |= up[p][k] == (loom_node_id)i;
+                        bool want = x->bound[p][i] != 0;
                         if (!x->cfg.manage_power) {
-                                ready[p][i] = true;
+                                ready[p][i] = want;
                                 continue;
                         }
                         int rc = x->ops->power(x->impl, x->cfg.nodes[p][i], want, e);
                         if (rc < 0)
                                 return rc;
                         ready[p][i] = want && rc == 1;
+                        x->was_up[p][i] = want ? rc == 1 : rc == 0;
                 }
         return 0;
 }
@@ -218,7 +302,7 @@ static int launch(loom_exec *x, const loom_exec_job *j, int p, int rank, loom_er
                               .pool = (loom_pool)p,
                               .rank = rank,
                               .gpus = j->gpus[p]};
-        snprintf(w.node, sizeof w.node, "%s", x->cfg.nodes[p][j->nodes[p][rank]]);
+        snprintf(w.node, sizeof w.node, "%s", x->cfg.nodes[p][slot_of(x, p, j->nodes[p][rank])]);
         char v[10][192];
         snprintf(v[0], sizeof v[0], "LOOM_URL=%s", x->cfg.url);
         snprintf(v[1], sizeof v[1], "LOOM_JOB=%u", j->job);
@@ -241,10 +325,11 @@ static bool all_ready(const loom_exec *x, const loom_exec_job *j,
                       bool ready[2][LOOM_EXEC_MAX_NODES])
 {
         for (int p = 0; p < 2; p++)
-                for (int i = 0; i < j->n_nodes[p]; i++)
-                        if (j->nodes[p][i] >= (loom_node_id)x->cfg.n_nodes[p] ||
-                            !ready[p][j->nodes[p][i]])
+                for (int i = 0; i < j->n_nodes[p]; i++) {
+                        int slot = slot_of(x, p, j->nodes[p][i]);
+                        if (slot < 0 || !ready[p][slot])
                                 return false;
+                }
         return true;
 }
 
@@ -273,18 +358,6 @@ static int reconcile_job(loom_exec *x, const loom_exec_job *j, bool ready[2][LOO
 {
         for (int p = 0; p < 2; p++)
                 for (int r = 0; r < j->n_nodes[p]; r++) {
-                        if (j->nodes[p][r] >= (loom_node_id)x->cfg.n_nodes[p]) {
-                                char id[16];
-                                snprintf(id, sizeof id, "%u", j->nodes[p][r]);
-                                exec_rec *rc = rec_find(x, j->job, j->admission, p, r);
-                                if (!rc && (rc = rec_add(x, j->job, j->admission, p, r))) {
-                                        rc->reported = true;
-                                        report(ev, max_ev, n_ev, j,
-                                               "%s node %s is not in the executor's node map",
-                                               loom_pool_name((loom_pool)p), id);
-                                }
-                                continue;
-                        }
                         exec_rec *rec = rec_find(x, j->job, j->admission, p, r);
                         const loom_exec_worker *live = listed(x, j->job, j->admission, p, r, false);
                         if (live) {

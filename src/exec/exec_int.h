@@ -24,6 +24,10 @@ struct loom_exec {
         size_t cap_recs;
         loom_exec_worker *listed;
         int n_listed;
+        /* node map slot -> loom node id + 1 bound to it (0: free); exec.c */
+        int64_t bound[2][LOOM_EXEC_MAX_NODES];
+        bool was_up[2][LOOM_EXEC_MAX_NODES];
+        bool bound_loaded;
 };
 
 /* A child process this executor started (local workers; srun clients of Slurm steps). */
