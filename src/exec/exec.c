@@ -260,8 +260,8 @@ static bool bind_nodes(loom_exec *x, const loom_node_id *const up[2], const int 
                                 continue;
                         int pick = -1;
                         for (int i = 0; i < x->cfg.n_nodes[p]; i++)
-                                if (!x->bound[p][i] && (pick < 0 || (x->was_up[p][i] &&
-                                                                     !x->was_up[p][pick])))
+                                if (!x->bound[p][i] &&
+                                    (pick < 0 || (x->was_up[p][i] && !x->was_up[p][pick])))
                                         pick = i;
                         if (pick >= 0)
                                 x->bound[p][pick] = (int64_t)up[p][k] + 1, changed = true;

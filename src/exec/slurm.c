@@ -219,11 +219,14 @@ static int sl_list(void *impl, loom_exec_worker *out, int max, loom_err *e)
         }
         /* an ended srun whose step is still listed: the step is ending, not running */
         for (int k = ended; k < n; k++)
-                for (int i = 0; i < ended; i++)
-                        if (out[k].job == out[i].job && out[k].admission == out[i].admission &&
-                            out[k].pool == out[i].pool && out[k].rank == out[i].rank)
-                                out[k].ended = true, out[k].exit_code = out[i].exit_code,
-                                snprintf(out[k].why, sizeof out[k].why, "%s", out[i].why);
+                for (int i = 0; i < ended; i++) {
+                        if (out[k].job != out[i].job || out[k].admission != out[i].admission ||
+                            out[k].pool != out[i].pool || out[k].rank != out[i].rank)
+                                continue;
+                        out[k].ended = true;
+                        out[k].exit_code = out[i].exit_code;
+                        memcpy(out[k].why, out[i].why, sizeof out[k].why);
+                }
         return n;
 }
 
