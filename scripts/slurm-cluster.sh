@@ -63,6 +63,9 @@ write_conf() {
 export SLURM_CONF=$conf PATH=/usr/sbin:/usr/bin:/sbin:/bin
 sleep 2
 for n in \$(scontrol show hostnames "\$1"); do
+  # a slurmd still stopping from the last power down holds the node's port and pid file
+  f=$dir/run/slurmd-\$n.pid
+  for i in \$(seq 100); do [ -s "\$f" ] && kill -0 "\$(cat "\$f")" 2>/dev/null || break; sleep 0.1; done
   perl -MPOSIX -e 'sigprocmask(SIG_SETMASK, POSIX::SigSet->new); exec @ARGV' -- \\
     unshare --time --fork --boottime=-\$(cut -d. -f1 /proc/uptime) \\
     slurmd -f $conf -N "\$n" </dev/null >>$dir/log/resume.log 2>&1 &

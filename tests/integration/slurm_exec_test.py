@@ -166,9 +166,17 @@ want = {1: (bmap[(0, a["rollout_nodes"][0])], bmap[(1, a["train_nodes"][0])]),
         2: (bmap[(0, b["rollout_nodes"][0])], bmap[(1, b["train_nodes"][0])])}
 
 
+cost_match = []
+
+
 def watch():
     for name, v in steps().items():
         seen.setdefault(name, set()).update(node for _, node in v)
+    if len(seen) == 4 and not cost_match:
+        c = ld.req("GET", "/v1/cluster")[1]["nodes"]
+        held = [n for n in ROLL + TRAIN if holder(n)]
+        up = [n for n, s in node_states().items() if not s.endswith(("~", "%", "#"))]
+        cost_match.append((c["rollout"] + c["train"], len(held), len(up)))
 
 
 wait(lambda: all(job(i)["state"] == "finished" for i in (1, 2)), "a and b finish", 60,
@@ -184,6 +192,9 @@ check(f"node {want[1][0]} " in log and "gpus 0,1,2,3,4,5,6,7" in log,
       "slurmd ran job 1's rollout worker on its node with 8 GPUs (SLURMD_NODENAME, "
       "CUDA_VISIBLE_DEVICES)")
 check(all(len(v) == 1 for v in seen.values()), "never two steps for one worker")
+check(cost_match and cost_match[0][0] == cost_match[0][1] == cost_match[0][2] == 2,
+      f"the nodes loom pays for are the nodes Slurm has up and allocated to it "
+      f"(loom, allocated, up: {cost_match})")
 
 # ---- idle nodes are powered down, and up again for a new job -----------------------------
 used = set(want[1])
@@ -218,6 +229,16 @@ check(j["restarts"] == 1 and j["iterations_done"] == 12,
 # ---- kill -9 of loomd mid-run: the workers are adopted, none lost, none doubled -------------
 submit("e", 16)
 wait(lambda: job(5)["iterations_done"] >= 2, "e is running")
+
+# ---- a job loom cancels is cancelled in Slurm --------------------------------------------------
+submit("f", 100)
+wait(lambda: sum(n.startswith("loom-j6-") for n in steps()) == 2, "f's two steps run")
+st, _ = ld.req("DELETE", "/v1/jobs/6")
+check(st == 200, "f cancelled in loomd")
+t0 = time.time()
+wait(lambda: not any(n.startswith("loom-j6-") for n in steps()),
+     "f's steps are gone from squeue", 10)
+print(f"     f's steps gone {time.time() - t0:.1f} s after the cancel")
 before = {n: v for n, v in steps().items() if n.startswith("loom-j5-")}
 ld.kill9()
 time.sleep(1)
