@@ -119,7 +119,7 @@ nodes_file = os.path.join(DIR, "nodes.json")
 with open(nodes_file, "w") as f:
     json.dump({"rollout": {"partition": "rollout", "nodes": ROLL},
                "train": {"partition": "train", "nodes": TRAIN}}, f)
-worker = f"python3 {SRC}/tests/integration/slurm_worker.py 0.2"
+worker = f"python3 {SRC}/tests/integration/exec_worker.py 0.2"
 LPORT = BASE + 6
 os.makedirs(os.path.join(DIR, "loomd"))
 ld = Loomd(BUILD, "--executor", "slurm", "--exec-nodes", nodes_file, "--worker", worker,

@@ -5,7 +5,7 @@ Environment (set by loomd's executor): LOOM_URL, LOOM_JOB, LOOM_PHASE (rollout|t
 LOOM_NODE_RANK, LOOM_GPUS; under Slurm also SLURMD_NODENAME, SLURM_JOB_ID, SLURM_STEP_ID,
 CUDA_VISIBLE_DEVICES. Rank 0 acquires its phase, works PHASE_S seconds, releases, and again
 until its job has ended; other ranks wait for the end. One line per phase on stdout.
-Usage: slurm_worker.py PHASE_S
+Usage: exec_worker.py PHASE_S
 """
 import json
 import os
@@ -44,8 +44,8 @@ def live():
 
 
 def say(what):
-    print("%.3f job %d %s rank %d %s node %s slurm %s.%s gpus %s" % (
-        time.time(), JOB, PHASE, RANK, what, os.environ.get("SLURMD_NODENAME", "-"),
+    print("%.3f job %d %s rank %d %s pid %d node %s slurm %s.%s gpus %s" % (
+        time.time(), JOB, PHASE, RANK, what, os.getpid(), os.environ.get("SLURMD_NODENAME", "-"),
         os.environ.get("SLURM_JOB_ID", "-"), os.environ.get("SLURM_STEP_ID", "-"),
         os.environ.get("CUDA_VISIBLE_DEVICES", "-")), flush=True)
 
