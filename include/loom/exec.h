@@ -32,6 +32,7 @@
 
 #define LOOM_EXEC_NAME_MAX 64
 #define LOOM_EXEC_MAX_NODES 256 /* per pool in an executor's node map */
+#define LOOM_EXEC_UNUSABLE 2    /* loom_exec_ops.power: the node cannot come up */
 
 /* One worker: the process of one job admission on one node of one pool. */
 typedef struct loom_exec_worker {
@@ -76,7 +77,9 @@ typedef struct loom_exec_ops {
          * dropped), or < 0. Names are parsed back into job/admission/pool/rank. */
         int (*list)(void *impl, loom_exec_worker *out, int max, loom_err *e);
         /* Bring node up (provisioned, able to run workers) or down. Returns 1 when the node is
-         * in that state now, 0 when it is on its way, < 0 on error. Called every apply. */
+         * in that state now, 0 when it is on its way, LOOM_EXEC_UNUSABLE when it cannot come up
+         * (failed, drained: its loom node id is bound to another node), < 0 on error. Called
+         * every apply. */
         int (*power)(void *impl, const char *node, bool up, loom_err *e);
         void (*free)(void *impl);
 } loom_exec_ops;

@@ -196,7 +196,8 @@ static bool wanted(const loom_exec_job *want, int n, const loom_exec_worker *w)
  * cloud instance id; the node map lists the cluster's nodes of each pool. A wanted id is bound
  * to a free node of its pool (one already up first) and unbound when loom releases it. The
  * bindings are kept in DIR/exec-nodes.txt (replaced atomically on every change) so that a
- * restarted loomd finds its workers' nodes where it left them. */
+ * restarted loomd finds its workers' nodes where it left them. A node the backend finds unusable
+ * (failed, drained) loses its binding and is not picked again by this executor. */
 
 static void bind_save(loom_exec *x)
 {
@@ -260,7 +261,7 @@ static bool bind_nodes(loom_exec *x, const loom_node_id *const up[2], const int 
                                 continue;
                         int pick = -1;
                         for (int i = 0; i < x->cfg.n_nodes[p]; i++)
-                                if (!x->bound[p][i] &&
+                                if (!x->bound[p][i] && !x->broken[p][i] &&
                                     (pick < 0 || (x->was_up[p][i] && !x->was_up[p][pick])))
                                         pick = i;
                         if (pick >= 0)
@@ -289,6 +290,12 @@ static int power_nodes(loom_exec *x, const loom_node_id *const up[2], const int 
                         int rc = x->ops->power(x->impl, x->cfg.nodes[p][i], want, e);
                         if (rc < 0)
                                 return rc;
+                        if (rc == LOOM_EXEC_UNUSABLE) { /* bind its id elsewhere next time */
+                                x->broken[p][i] = true;
+                                x->bound[p][i] = 0;
+                                bind_save(x);
+                                rc = 0;
+                        }
                         ready[p][i] = want && rc == 1;
                         x->was_up[p][i] = want ? rc == 1 : rc == 0;
                 }

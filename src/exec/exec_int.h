@@ -27,6 +27,7 @@ struct loom_exec {
         /* node map slot -> loom node id + 1 bound to it (0: free); exec.c */
         int64_t bound[2][LOOM_EXEC_MAX_NODES];
         bool was_up[2][LOOM_EXEC_MAX_NODES];
+        bool broken[2][LOOM_EXEC_MAX_NODES]; /* unusable: never bound again */
         bool bound_loaded;
 };
 

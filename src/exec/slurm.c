@@ -278,8 +278,10 @@ static int sl_power(void *impl, const char *node, bool up, loom_err *e)
                         scontrol_power(s, node, "power_up");
                         return 0;
                 }
-                if (down || going_down || coming_up || strstr(st, "down") || strstr(st, "drain") ||
-                    strstr(st, "unknown"))
+                if (!down && !coming_up &&
+                    (strstr(st, "down") || strstr(st, "drain") || strstr(st, "fail")))
+                        return LOOM_EXEC_UNUSABLE; /* the cluster took it out of service */
+                if (down || going_down || coming_up || strstr(st, "unknown"))
                         return 0;
                 return submit_holder(s, node, e) ? LOOM_EIO : 0;
         }

@@ -23,7 +23,8 @@ typedef struct fake {
         int launches, stops;
         char up[8][LOOM_EXEC_NAME_MAX]; /* nodes powered up */
         int n_up;
-        bool slow_power; /* a node takes one apply to come up */
+        bool slow_power;                 /* a node takes one apply to come up */
+        char failed[LOOM_EXEC_NAME_MAX]; /* a node the cluster took out of service */
         char env0[192];
 } fake;
 
@@ -63,6 +64,8 @@ static int f_list(void *impl, loom_exec_worker *out, int max, loom_err *e)
 static int f_power(void *impl, const char *node, bool up, loom_err *e)
 {
         fake *f = impl;
+        if (up && !strcmp(node, f->failed))
+                return LOOM_EXEC_UNUSABLE;
         int at = -1;
         for (int i = 0; i < f->n_up; i++)
                 if (!strcmp(f->up[i], node))
@@ -265,4 +268,21 @@ Test(exec, node_map_file_and_names)
         cr_assert(v.job == 12 && v.admission == 30 && v.pool == LOOM_POOL_TRAIN && v.rank == 1);
         cr_assert_not(loom_exec_worker_parse("loom-j12-a30-train-1x", &v));
         cr_assert_not(loom_exec_worker_parse("loom-node-r1", &v));
+}
+
+Test(exec, a_node_out_of_service_is_replaced)
+{
+        fake f = {0};
+        snprintf(f.failed, sizeof f.failed, "r1");
+        loom_exec *x = make(&f);
+        loom_exec_event ev[8];
+        loom_exec_job j = job(1, 1, 4, 4);
+        cr_assert_eq(apply(x, &j, 1, 4, 4, ev), 0);
+        cr_assert_eq(f.launches, 0, "r1 cannot come up");
+        cr_assert_eq(apply(x, &j, 1, 4, 4, ev), 0);
+        cr_assert_eq(f.launches, 2, "rollout node 4 bound to r2 instead");
+        for (int i = 0; i < f.n_live; i++)
+                if (f.live[i].pool == LOOM_POOL_ROLLOUT)
+                        cr_assert_str_eq(f.live[i].node, "r2");
+        loom_exec_free(x);
 }
