@@ -63,8 +63,8 @@ typedef struct loom_server_cfg {
         void *log_arg;
         loom_server_state_hooks state;
         /* Executor that starts, watches and stops the jobs' workers and powers nodes
-         * (loom/exec.h, docs/slurm.md); NULL: workers are started by hand. Not owned; used on
-         * the scheduler thread only. */
+         * (loom/exec.h, docs/slurm.md); NULL: workers are started by hand. Not owned; used by
+         * loomd's executor thread only, from the start until loom_server_stop returns. */
         struct loom_exec *exec;
 } loom_server_cfg;
 

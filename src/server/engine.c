@@ -889,6 +889,7 @@ void *srv_engine_main(void *arg)
                 if (stop || s->store_failed)
                         break;
         }
+        srv_exec_stop(s);
         return NULL;
 }
 

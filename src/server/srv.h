@@ -229,7 +229,8 @@ struct loom_server {
         srv_req *resume_head; /* replies to send after the commit (linked by qnext) */
         _Atomic int inflight; /* requests created and not yet completed (HTTP thread) */
         srv_metrics m;
-        loom_us exec_next, exec_warn; /* exechook.c */
+        struct srv_exec *exec_rt; /* exechook.c: the executor thread, started on first use */
+        loom_us exec_next;
 };
 
 /* clocks */
@@ -309,8 +310,11 @@ void srv_state_granted(loom_server *s, const srv_job *j);
 int srv_state_admit(loom_server *s, const loom_job_spec *spec, const loom_decision *d, char *why,
                     size_t len);
 
-/* exechook.c: reconcile cfg.exec with the live jobs (at most every 0.5 s; lowers next_check) */
+/* exechook.c: publish the live jobs to cfg.exec's thread and take its failures (every 0.5 s;
+ * lowers next_check); stop that thread (the scheduler thread, as it ends) */
+typedef struct srv_exec srv_exec;
 void srv_exec_tick(loom_server *s, loom_us now);
+void srv_exec_stop(loom_server *s);
 
 /* metrics.c */
 void srv_metrics_init(srv_metrics *m);

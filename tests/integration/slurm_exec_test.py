@@ -123,7 +123,7 @@ worker = f"python3 {SRC}/tests/integration/exec_worker.py 0.2"
 LPORT = BASE + 6
 os.makedirs(os.path.join(DIR, "loomd"))
 ld = Loomd(BUILD, "--executor", "slurm", "--exec-nodes", nodes_file, "--worker", worker,
-           "--exec-dir", DIR, "--lease-timeout", "10",
+           "--exec-dir", DIR,
            data_dir=os.path.join(DIR, "loomd")).start(LPORT)
 print(f"cluster in {CDIR}, loomd on {LPORT}")
 
@@ -181,6 +181,7 @@ def watch():
 
 wait(lambda: all(job(i)["state"] == "finished" for i in (1, 2)), "a and b finish", 60,
      on_tick=watch)
+check(job(1)["restarts"] == 0 and job(2)["restarts"] == 0, "a and b ran without a restart")
 for i in (1, 2):
     for pool, node in (("rollout", want[i][0]), ("train", want[i][1])):
         name = f"loom-j{i}-a{i}-{pool}-0"
@@ -213,7 +214,9 @@ wait(lambda: job(3)["state"] == "finished", "c finishes on the powered-up node",
 
 # ---- a worker killed in Slurm is retried, counted once --------------------------------------
 submit("d", 12)
-sid = wait(lambda: steps().get("loom-j4-a4-train-0"), "d's train step runs")[0][0]
+sid = wait(lambda: next((v[0][0] for n, v in steps().items()
+                        if n.startswith("loom-j4-") and n.endswith("-train-0")), None),
+           "d's train step runs")
 wait(lambda: job(4)["iterations_done"] >= 1, "d makes progress")
 subprocess.run(["scancel", sid], check=True)
 t0 = time.time()
