@@ -81,4 +81,18 @@ check(j["restarts"] == 1 and j["iterations_done"] == 30,
 old = pids("loom-j3-a3-")
 wait(lambda: not any(alive(x) for x in old.values()),
      "the failed admission's other worker was stopped", 10)
+# a job on two rollout nodes: a worker per node, rank 0 follows the permits, rank 1 waits
+st, _ = ld.req("POST", "/v1/jobs", {"name": "wide", "rollout_gpus": 16, "train_gpus": 8,
+                                   "t_roll_s": 2.0, "t_train_s": 1.0, "slo": 2.0,
+                                   "iterations": 2})
+check(st == 201, "a job on two rollout nodes admitted")
+wait(lambda: job(4)["state"] == "finished", "it finishes")
+w = pids("loom-j4-")
+names = sorted(re.sub(r"-a\d+-", "-", f) for f in w)
+check(names == ["loom-j4-rollout-0.out", "loom-j4-rollout-1.out", "loom-j4-train-0.out"],
+      f"one worker per node ({sorted(w)})")
+r1 = open(os.path.join(out, next(f for f in w if f.endswith("rollout-1.out")))).read()
+check(" rank 1 " in r1 and " iteration " not in r1,
+      "rank 1 saw its rank and left the permits to rank 0")
+wait(lambda: not any(alive(x) for x in w.values()), "all three exited with the job", 10)
 check(ld.stop() == 0, "loomd stops cleanly")
