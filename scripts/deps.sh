@@ -14,6 +14,8 @@ pkgs=(
   iproute2                                       # network namespaces + tc for sync bench
   python3                                        # Python client shim and its tests
   python3-numpy python3-torch                    # real example RL jobs (CPU PyTorch), tensor buffers
+  slurmctld slurmd slurm-client munge            # the Slurm executor's local test cluster
+  perl util-linux                                # its power-up script (signal mask, time namespace)
 )
 
 missing=()

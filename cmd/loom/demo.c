@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cmd.h"
 #include "loom/demo.h"
@@ -44,8 +45,16 @@ static void usage(FILE *f)
                 "                  instead of loom-state) and\n"
                 "  --steps N       GRPO steps per job (default 20)\n"
                 "  --plot FILE     write the reward curves there (PNG)\n"
-                "  --python PATH   interpreter with torch and numpy (default /usr/bin/python3)\n");
+                "  --python PATH   interpreter with torch and numpy (default /usr/bin/python3)\n"
+                "\n"
+                "  --executor slurm  instead: the jobs through a Slurm cluster started on this\n"
+                "                  machine (scripts/slurm-cluster.sh, as root), printing where\n"
+                "                  Slurm ran each phase (docs/slurm.md). With --data-dir, --keep,\n"
+                "                  --quiet\n");
 }
+
+static bool via_slurm;       /* --executor slurm */
+static double worker_s = -1; /* --exec-worker S: run as an executor's worker */
 
 static int parse_opts(int argc, char **argv, loom_demo_opts *o, loom_demo_real_opts *r, bool *real)
 {
@@ -64,6 +73,8 @@ static int parse_opts(int argc, char **argv, loom_demo_opts *o, loom_demo_real_o
             {"steps", required_argument, NULL, 'N'},
             {"plot", required_argument, NULL, 'P'},
             {"python", required_argument, NULL, 'Y'},
+            {"executor", required_argument, NULL, 'E'},
+            {"exec-worker", required_argument, NULL, 'W'},
             {NULL, 0, NULL, 0},
         };
         loom_demo_opts_default(o);
@@ -126,6 +137,16 @@ static int parse_opts(int argc, char **argv, loom_demo_opts *o, loom_demo_real_o
                 case 'Y':
                         r->python = optarg;
                         break;
+                case 'E':
+                        if (strcmp(optarg, "slurm") && strcmp(optarg, "local"))
+                                return fprintf(stderr, "loom demo: --executor local|slurm\n"), 2;
+                        via_slurm = !strcmp(optarg, "slurm");
+                        break;
+                case 'W':
+                        worker_s = strtod(optarg, &end);
+                        if (*end || !(worker_s >= 0 && worker_s <= 3600))
+                                return fprintf(stderr, "loom demo: --exec-worker S\n"), 2;
+                        break;
                 case 'h':
                         usage(stdout);
                         return -1;
@@ -150,6 +171,20 @@ int loom_cmd_demo(int argc, char **argv)
         if (rc)
                 return rc < 0 ? 0 : rc;
         loom_err e;
+        if (worker_s >= 0)
+                return loom_demo_exec_worker(worker_s);
+        if (via_slurm) {
+                loom_demo_slurm_opts so;
+                loom_demo_slurm_opts_default(&so);
+                so.dir = o.dir;
+                so.keep = o.keep;
+                so.quiet = o.quiet;
+                rc = loom_demo_slurm_run(&so, stdout, &e);
+                if (rc && rc != LOOM_ECORRUPT)
+                        fprintf(stderr, "loom demo: %s%s%s\n", e.field, e.field[0] ? ": " : "",
+                                e.msg);
+                return rc ? 1 : 0;
+        }
         if (real) {
                 r.seed = o.seed;
                 r.dir = o.dir;

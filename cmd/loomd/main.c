@@ -18,6 +18,7 @@
 #include "../daemon.h"
 #include "loom/server.h"
 #include "loom/spec.h"
+#include "loomd_exec.h"
 #include "loomd_state.h"
 
 static void usage(FILE *f)
@@ -48,6 +49,13 @@ static void usage(FILE *f)
                    "  --port-file FILE      write the bound port to FILE once serving\n"
                    "  --state [NODE=]SOCK   loom-state socket (all nodes, or NODE): prefetch\n"
                    "                        hints and host-tier accounting (docs/state.md)\n"
+                   "  --executor local|slurm  start, watch and stop the jobs' workers (with\n"
+                   "                        --worker CMD) and power nodes (docs/slurm.md)\n"
+                   "  --exec-nodes FILE     pools -> partitions, node ids -> node names\n"
+                   "  --worker CMD          each worker's command (sh -c), env LOOM_URL, ...\n"
+                   "  --exec-dir DIR        workers' output files (default: the data dir)\n"
+                   "  --slurm-conf FILE     slurm.conf for the Slurm tools\n"
+                   "  --no-power            leave node power to the cluster\n"
                    "  --quiet               no event log on stderr\n"
                    "  --help                this text\n");
 }
@@ -164,6 +172,12 @@ int main(int argc, char **argv)
             {"state", required_argument, NULL, 'L'},
             {"admission", required_argument, NULL, 'A'},
             {"learn-after", required_argument, NULL, 'K'},
+            {"executor", required_argument, NULL, 'X'},
+            {"exec-nodes", required_argument, NULL, 'N'},
+            {"worker", required_argument, NULL, 'R'},
+            {"exec-dir", required_argument, NULL, 'D'},
+            {"slurm-conf", required_argument, NULL, 'C'},
+            {"no-power", no_argument, NULL, 'P'},
             {"help", no_argument, NULL, 'h'},
             {NULL, 0, NULL, 0},
         };
@@ -177,6 +191,8 @@ int main(int argc, char **argv)
         loom_admission admission = LOOM_ADMIT_WORST;
         int learn_after = 0;
         loomd_state *st = NULL;
+        loomd_exec_opts xo = {0};
+        loom_exec *exec = NULL;
         int c;
         while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
                 switch (c) {
@@ -261,6 +277,24 @@ int main(int argc, char **argv)
                         learn_after = (int)v;
                         break;
                 }
+                case 'X':
+                        xo.kind = optarg;
+                        break;
+                case 'N':
+                        xo.nodes = optarg;
+                        break;
+                case 'R':
+                        xo.worker = optarg;
+                        break;
+                case 'D':
+                        xo.dir = optarg;
+                        break;
+                case 'C':
+                        xo.slurm_conf = optarg;
+                        break;
+                case 'P':
+                        xo.no_power = true;
+                        break;
                 case 'h':
                         usage(stdout);
                         return 0;
@@ -287,12 +321,18 @@ int main(int argc, char **argv)
         daemon_block_stop(&stop);
 
         loomd_state_wire(st, &cfg);
+        int xrc = loomd_exec_create(&xo, &cfg, &exec);
+        if (xrc)
+                return xrc;
         loom_err e;
         loom_server *s = loom_server_new(&cfg, &e);
+        if (s)
+                loomd_exec_bound(exec, &cfg, loom_server_port(s));
         if (!s || loom_server_start(s, &e)) {
                 fprintf(stderr, "loomd: %s%s%s\n", e.field[0] ? e.field : "",
                         e.field[0] ? ": " : "", e.msg);
                 loom_server_free(s);
+                loom_exec_free(exec);
                 return 1;
         }
         if (port_file) {
@@ -326,6 +366,7 @@ int main(int argc, char **argv)
         }
         loom_server_stop(s);
         loom_server_free(s);
+        loom_exec_free(exec);
         loomd_state_free(st);
         if (cfg.log)
                 daemon_log_line("loomd", status ? "stopped after a store failure" : "stopped");

@@ -80,4 +80,30 @@ typedef struct loom_demo_real_opts {
 void loom_demo_real_opts_default(loom_demo_real_opts *o);
 int loom_demo_real_run(const loom_demo_real_opts *o, FILE *out, loom_err *e);
 
+/*
+ * `loom demo --executor slurm`: the demo's jobs (math, code, chat) through a Slurm cluster on
+ * this machine (scripts/slurm-cluster.sh: munge, slurmctld, 2 rollout + 2 training nodes with 8
+ * GRES GPUs each, in a temporary directory) driven by loomd's Slurm executor (docs/slurm.md).
+ * Prints the placement, each Slurm step as squeue lists it, where Slurm ran every job's phases
+ * and the nodes' power states after the run; tears the cluster down. The work of a phase is
+ * emulated (the worker sleeps). Returns 0 when every job finished its iterations;
+ * LOOM_ECORRUPT when one did not; LOOM_ENOENT without the source tree's script, LOOM_ESTATE when
+ * not root, LOOM_EIO when the cluster or loomd did not start (the reason in e).
+ */
+typedef struct loom_demo_slurm_opts {
+        int iterations;  /* per job, 1..100; default 3 */
+        double phase_s;  /* emulated length of a phase; default 0.3 */
+        const char *dir; /* working directory (kept); NULL: a temporary one */
+        bool keep;       /* keep the temporary directory */
+        bool quiet;      /* no step lines, only the placement and the tables */
+} loom_demo_slurm_opts;
+
+void loom_demo_slurm_opts_default(loom_demo_slurm_opts *o);
+int loom_demo_slurm_run(const loom_demo_slurm_opts *o, FILE *out, loom_err *e);
+
+/* The worker an executor launches for the demo (`loom demo --exec-worker S`): reads LOOM_URL,
+ * LOOM_JOB, LOOM_PHASE, LOOM_NODE_RANK; rank 0 acquires its phase, sleeps S seconds, releases,
+ * until the job has ended. Returns the exit status. */
+int loom_demo_exec_worker(double phase_s);
+
 #endif

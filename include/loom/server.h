@@ -23,6 +23,7 @@
 #include "loom/sched.h"
 
 typedef struct loom_server loom_server;
+struct loom_exec;
 
 /* One line about something that happened (job accepted, permit granted, lease expired, ...),
  * for the daemon's log. Called on the scheduler thread; must not call back into the server. */
@@ -61,6 +62,10 @@ typedef struct loom_server_cfg {
         loom_server_log_fn log;
         void *log_arg;
         loom_server_state_hooks state;
+        /* Executor that starts, watches and stops the jobs' workers and powers nodes
+         * (loom/exec.h, docs/slurm.md); NULL: workers are started by hand. Not owned; used by
+         * loomd's executor thread only, from the start until loom_server_stop returns. */
+        struct loom_exec *exec;
 } loom_server_cfg;
 
 void loom_server_cfg_default(loom_server_cfg *c);

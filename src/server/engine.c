@@ -863,6 +863,8 @@ static void wait_for_work(loom_server *s)
 void *srv_engine_main(void *arg)
 {
         loom_server *s = arg;
+        if (s->cfg.exec) /* reconcile with the cluster at once (exechook.c) */
+                s->next_check = srv_now_mono();
         for (;;) {
                 pthread_mutex_lock(&s->mu);
                 wait_for_work(s);
@@ -880,12 +882,14 @@ void *srv_engine_main(void *arg)
                 }
                 if (now >= s->next_check)
                         expire_due(s, now);
+                srv_exec_tick(s, now);
                 if (stop)
                         shutdown_waiters(s);
                 finish_batch(s);
                 if (stop || s->store_failed)
                         break;
         }
+        srv_exec_stop(s);
         return NULL;
 }
 

@@ -187,6 +187,12 @@ char *srv_metrics_render(loom_server *s)
         for (int k = 1; k <= 5; k++)
                 put(&b, "loom_http_replies_total{code=\"%dxx\"} %llu\n", k,
                     (unsigned long long)m->replies_by_class[k]);
+        if (s->cfg.exec)
+                put(&b,
+                    "# HELP loom_exec_failures_total Workers the executor saw fail in the "
+                    "cluster.\n# TYPE loom_exec_failures_total counter\n"
+                    "loom_exec_failures_total %llu\n",
+                    (unsigned long long)m->exec_failures);
         put(&b,
             "# HELP loom_store_commits_total Store transactions committed.\n"
             "# TYPE loom_store_commits_total counter\nloom_store_commits_total %llu\n",

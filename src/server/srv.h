@@ -192,6 +192,7 @@ typedef struct srv_metrics {
         uint64_t restarts, drift_resubmits, failed_final, attaches;
         uint64_t learned_resubmits; /* re-admissions on a learned profile (observe said 2) */
         uint64_t commits;
+        uint64_t exec_failures; /* worker failures seen by the executor */
 } srv_metrics;
 
 typedef struct srv_store srv_store;
@@ -228,6 +229,8 @@ struct loom_server {
         srv_req *resume_head; /* replies to send after the commit (linked by qnext) */
         _Atomic int inflight; /* requests created and not yet completed (HTTP thread) */
         srv_metrics m;
+        struct srv_exec *exec_rt; /* exechook.c: the executor thread, started on first use */
+        loom_us exec_next;
 };
 
 /* clocks */
@@ -309,6 +312,12 @@ void srv_learn_json(loom_server *s, const srv_job *j, json_t *o);
 void srv_state_granted(loom_server *s, const srv_job *j);
 int srv_state_admit(loom_server *s, const loom_job_spec *spec, const loom_decision *d, char *why,
                     size_t len);
+
+/* exechook.c: publish the live jobs to cfg.exec's thread and take its failures (every 0.5 s;
+ * lowers next_check); stop that thread (the scheduler thread, as it ends) */
+typedef struct srv_exec srv_exec;
+void srv_exec_tick(loom_server *s, loom_us now);
+void srv_exec_stop(loom_server *s);
 
 /* metrics.c */
 void srv_metrics_init(srv_metrics *m);

@@ -1,0 +1,51 @@
+/* exec_int.h - what the files of src/exec share (not API; see loom/exec.h). */
+#ifndef LOOM_EXEC_INT_H
+#define LOOM_EXEC_INT_H
+
+#include <sys/types.h>
+
+#include "loom/exec.h"
+
+#define EXEC_MAX_LISTED 1024
+
+/* A worker this executor launched (or adopted), by key. */
+typedef struct exec_rec {
+        uint32_t job, admission;
+        int pool, rank;
+        bool reported; /* its failure went to loomd */
+} exec_rec;
+
+struct loom_exec {
+        loom_exec_cfg cfg;
+        const loom_exec_ops *ops;
+        void *impl;
+        exec_rec *recs;
+        int n_recs;
+        size_t cap_recs;
+        loom_exec_worker *listed;
+        int n_listed;
+        /* node map slot -> loom node id + 1 bound to it (0: free); exec.c */
+        int64_t bound[2][LOOM_EXEC_MAX_NODES];
+        bool was_up[2][LOOM_EXEC_MAX_NODES];
+        bool broken[2][LOOM_EXEC_MAX_NODES]; /* unusable: never bound again */
+        bool bound_loaded;
+};
+
+/* A child process this executor started (local workers; srun clients of Slurm steps). */
+typedef struct exec_child {
+        pid_t pid;
+        loom_exec_worker w;
+} exec_child;
+
+/* proc.c: start `argv` (or sh -c cmd when argv is NULL) in a new session with env added to the
+ * environment and stdout/stderr to out_path; *pid set. 0 or LOOM_EIO with e filled. */
+int exec_spawn(const char *const *argv, const char *cmd, const char *const *env,
+               const char *out_path, pid_t *pid, loom_err *e);
+/* Reap ended children of the table: moves each ended one's worker (ended, exit_code, why) to
+ * out; returns how many. */
+int exec_reap(exec_child *kids, int *n_kids, loom_exec_worker *out, int max);
+/* Run argv, capturing up to cap - 1 bytes of stdout into buf (NUL-terminated); returns the
+ * exit status (0..255), or -1 when it could not run or was killed. Waits at most timeout_s. */
+int exec_capture(const char *const *argv, char *buf, size_t cap, double timeout_s);
+
+#endif

@@ -1,0 +1,339 @@
+/*
+ * slurm.c - the `slurm` executor: loom's workers as Slurm job steps, driven through Slurm's
+ * command-line tools (sbatch, srun, squeue, sinfo, scontrol, scancel; docs/slurm.md says why
+ * not libslurm or slurmrestd).
+ *
+ * Nodes. A node loom's groups hold is one Slurm allocation named `loom-node-NAME`: an exclusive
+ * batch job on exactly that node, in its pool's partition, with all its GPUs (--gres=gpu:G),
+ * that sleeps. Jobs of one co-execution group time-share those GPUs under loom's permits, which
+ * Slurm cannot express with per-job GRES (a second gpu:8 job on a node would wait), so the
+ * allocation is the group's and each worker is a step in it:
+ *
+ *   srun --jobid=HOLDER --overlap -w NODE -N1 -n1 --gres=gpu:N -J loom-jJ-aA-POOL-RANK CMD
+ *
+ * (--overlap lets the steps of several jobs share the node's CPUs and GPUs; each still sees
+ * CUDA_VISIBLE_DEVICES for its N GPUs.) srun runs as a child of loomd in its own session, so
+ * a kill -9 of loomd leaves the step running and the restarted loomd adopts it by name.
+ *
+ * Provisioning. A node loom holds is powered up (`scontrol update state=power_up`, Slurm's
+ * ResumeProgram starts the instance), then its holder is submitted; a node loom does not hold
+ * has its holder cancelled and is powered down (`state=power_down`, SuspendProgram).
+ *
+ *   power down:  idle~ --power_up--> idle# ... idle --sbatch holder--> alloc (ready)
+ *   power up:    alloc --scancel holder--> idle --power_down--> idle% ... idle~ (down)
+ *
+ * Watching. Each apply reads squeue (steps and jobs) and sinfo once and reaps the srun clients:
+ * a step whose srun exited is reported with its status (a step killed in Slurm, a failed node,
+ * a cancelled holder all end its srun); a step that vanished while loomd was down is reported
+ * by the reconciler as vanished.
+ */
+#define _GNU_SOURCE
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec_int.h"
+
+#define SL_OUT (256 * 1024)
+
+typedef struct holder {
+        char node[LOOM_EXEC_NAME_MAX];
+        char id[24];
+        bool running;
+} holder;
+
+typedef struct slurm {
+        loom_exec_cfg cfg;
+        exec_child *kids;
+        int n_kids;
+        size_t cap_kids;
+        char *buf;
+        holder *holders; /* as last listed */
+        int n_holders;
+        char (*state)[2][LOOM_EXEC_NAME_MAX]; /* node, sinfo state, as last listed */
+        int n_state;
+} slurm;
+
+static int tool(slurm *s, const char *const *argv)
+{
+        return exec_capture(argv, s->buf, SL_OUT, 10.0);
+}
+
+static const holder *holder_of(const slurm *s, const char *node)
+{
+        for (int i = 0; i < s->n_holders; i++)
+                if (!strcmp(s->holders[i].node, node))
+                        return &s->holders[i];
+        return NULL;
+}
+
+static const char *node_state(const slurm *s, const char *node)
+{
+        for (int i = 0; i < s->n_state; i++)
+                if (!strcmp(s->state[i][0], node))
+                        return s->state[i][1];
+        return "unknown";
+}
+
+static int pool_of(const slurm *s, const char *node)
+{
+        for (int p = 0; p < 2; p++)
+                for (int i = 0; i < s->cfg.n_nodes[p]; i++)
+                        if (!strcmp(s->cfg.nodes[p][i], node))
+                                return p;
+        return -1;
+}
+
+static int sl_launch(void *impl, const loom_exec_worker *w, const char *const *env, loom_err *e)
+{
+        slurm *s = impl;
+        const holder *h = holder_of(s, w->node);
+        if (!h || !h->running)
+                return loom_err_set(e, LOOM_ESTATE, "", "node %s has no running allocation",
+                                    w->node);
+        if (loom_reserve(&s->kids, &s->cap_kids, (size_t)s->n_kids + 1, sizeof *s->kids, 16))
+                return loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
+        char name[96], out[700], srun_out[700], gres[32], jobid[40], node[80];
+        loom_exec_worker_name(w, name, sizeof name);
+        snprintf(out, sizeof out, "--output=%s/%s.out", s->cfg.dir, name);
+        snprintf(srun_out, sizeof srun_out, "%s/%s.srun", s->cfg.dir, name);
+        snprintf(gres, sizeof gres, "--gres=gpu:%d", w->gpus);
+        snprintf(jobid, sizeof jobid, "--jobid=%s", h->id);
+        snprintf(node, sizeof node, "--nodelist=%s", w->node);
+        const char *argv[] = {"srun",
+                              jobid,
+                              "--overlap",
+                              node,
+                              "--nodes=1",
+                              "--ntasks=1",
+                              gres,
+                              "--job-name",
+                              name,
+                              out,
+                              "--kill-on-bad-exit=1",
+                              "/bin/sh",
+                              "-c",
+                              s->cfg.command,
+                              NULL};
+        exec_child *k = &s->kids[s->n_kids];
+        k->w = *w;
+        int rc = exec_spawn(argv, NULL, env, srun_out, &k->pid, e);
+        if (rc)
+                return rc;
+        snprintf(k->w.id, sizeof k->w.id, "pid:%d", (int)k->pid);
+        s->n_kids++;
+        return 0;
+}
+
+static int sl_stop(void *impl, const loom_exec_worker *w, loom_err *e)
+{
+        slurm *s = impl;
+        if (!strncmp(w->id, "pid:", 4)) { /* srun has not made its step yet */
+                kill(-(pid_t)atoi(w->id + 4), SIGKILL);
+                return 0;
+        }
+        const char *argv[] = {"scancel", w->id, NULL};
+        if (tool(s, argv) != 0)
+                return loom_err_set(e, LOOM_EIO, "", "scancel %s failed", w->id);
+        return 0;
+}
+
+/* squeue's steps: "123.0|loom-j1-a1-rollout-0|node" */
+static int list_steps(slurm *s, loom_exec_worker *out, int n, int max)
+{
+        const char *argv[] = {"squeue", "-h", "-a", "-s", "-o", "%i|%j|%N", NULL};
+        if (tool(s, argv) != 0)
+                return -1;
+        for (char *save, *line = strtok_r(s->buf, "\n", &save); line && n < max;
+             line = strtok_r(NULL, "\n", &save)) {
+                char id[32], name[96], where[LOOM_EXEC_NAME_MAX];
+                if (sscanf(line, "%31[^|]|%95[^|]|%63s", id, name, where) != 3)
+                        continue;
+                loom_exec_worker w = {0};
+                if (!loom_exec_worker_parse(name, &w))
+                        continue;
+                snprintf(w.id, sizeof w.id, "%s", id);
+                snprintf(w.where, sizeof w.where, "%s", where);
+                snprintf(w.node, sizeof w.node, "%s", where);
+                out[n++] = w;
+        }
+        return n;
+}
+
+static int list_holders(slurm *s)
+{
+        const char *argv[] = {"squeue", "-h", "-a", "-o", "%i|%j|%T", NULL};
+        if (tool(s, argv) != 0)
+                return -1;
+        s->n_holders = 0;
+        for (char *save, *line = strtok_r(s->buf, "\n", &save); line;
+             line = strtok_r(NULL, "\n", &save)) {
+                char id[24], name[96], st[32];
+                if (sscanf(line, "%23[^|]|%95[^|]|%31s", id, name, st) != 3 ||
+                    strncmp(name, "loom-node-", 10) || s->n_holders >= 2 * LOOM_EXEC_MAX_NODES)
+                        continue;
+                holder *h = &s->holders[s->n_holders++];
+                snprintf(h->node, sizeof h->node, "%.63s", name + 10);
+                snprintf(h->id, sizeof h->id, "%s", id);
+                h->running = !strcmp(st, "RUNNING");
+        }
+        return 0;
+}
+
+static int list_nodes(slurm *s)
+{
+        const char *argv[] = {"sinfo", "-h", "-N", "-o", "%N|%T", NULL};
+        if (tool(s, argv) != 0)
+                return -1;
+        s->n_state = 0;
+        for (char *save, *line = strtok_r(s->buf, "\n", &save); line;
+             line = strtok_r(NULL, "\n", &save)) {
+                char node[LOOM_EXEC_NAME_MAX], st[LOOM_EXEC_NAME_MAX];
+                if (sscanf(line, "%63[^|]|%63s", node, st) != 2 ||
+                    s->n_state >= 2 * LOOM_EXEC_MAX_NODES)
+                        continue;
+                snprintf(s->state[s->n_state][0], LOOM_EXEC_NAME_MAX, "%s", node);
+                snprintf(s->state[s->n_state][1], LOOM_EXEC_NAME_MAX, "%s", st);
+                s->n_state++;
+        }
+        return 0;
+}
+
+static int sl_list(void *impl, loom_exec_worker *out, int max, loom_err *e)
+{
+        slurm *s = impl;
+        int n = exec_reap(s->kids, &s->n_kids, out, max);
+        int ended = n;
+        if ((n = list_steps(s, out, n, max)) < 0 || list_holders(s) || list_nodes(s))
+                return loom_err_set(e, LOOM_EIO, "", "squeue/sinfo did not answer (slurmctld?)");
+        /* srun clients whose step squeue does not show yet (or no longer) */
+        for (int i = 0; i < s->n_kids && n < max; i++) {
+                bool seen = false;
+                for (int k = ended; k < n && !seen; k++)
+                        seen = out[k].job == s->kids[i].w.job &&
+                               out[k].admission == s->kids[i].w.admission &&
+                               out[k].pool == s->kids[i].w.pool && out[k].rank == s->kids[i].w.rank;
+                if (!seen)
+                        out[n++] = s->kids[i].w;
+        }
+        /* an ended srun whose step is still listed: the step is ending, not running */
+        for (int k = ended; k < n; k++)
+                for (int i = 0; i < ended; i++) {
+                        if (out[k].job != out[i].job || out[k].admission != out[i].admission ||
+                            out[k].pool != out[i].pool || out[k].rank != out[i].rank)
+                                continue;
+                        out[k].ended = true;
+                        out[k].exit_code = out[i].exit_code;
+                        memcpy(out[k].why, out[i].why, sizeof out[k].why);
+                }
+        return n;
+}
+
+static int scontrol_power(slurm *s, const char *node, const char *state)
+{
+        char n[96], st[48];
+        snprintf(n, sizeof n, "nodename=%s", node);
+        snprintf(st, sizeof st, "state=%s", state);
+        const char *argv[] = {"scontrol", "update", n, st, NULL};
+        return tool(s, argv);
+}
+
+static int submit_holder(slurm *s, const char *node, loom_err *e)
+{
+        int p = pool_of(s, node);
+        char name[96], part[96], nl[96], gres[32];
+        snprintf(name, sizeof name, "--job-name=loom-node-%s", node);
+        snprintf(part, sizeof part, "--partition=%s", s->cfg.partition[p < 0 ? 0 : p]);
+        snprintf(nl, sizeof nl, "--nodelist=%s", node);
+        snprintf(gres, sizeof gres, "--gres=gpu:%d", s->cfg.gpus_per_node);
+        const char *argv[] = {"sbatch",
+                              "--parsable",
+                              name,
+                              part,
+                              nl,
+                              gres,
+                              "--exclusive",
+                              "--no-requeue",
+                              "--output=/dev/null",
+                              "--wrap",
+                              "exec sleep 2147483647",
+                              NULL};
+        if (tool(s, argv) != 0)
+                return loom_err_set(e, LOOM_EIO, "", "sbatch of node %s's allocation failed", node);
+        return 0;
+}
+
+static int sl_power(void *impl, const char *node, bool up, loom_err *e)
+{
+        slurm *s = impl;
+        const holder *h = holder_of(s, node);
+        const char *st = node_state(s, node);
+        bool down = strchr(st, '~') != NULL, going_down = strchr(st, '%') != NULL;
+        bool coming_up = strchr(st, '#') != NULL;
+        if (up) {
+                if (h)
+                        return h->running ? 1 : 0;
+                if (down && !coming_up) {
+                        scontrol_power(s, node, "power_up");
+                        return 0;
+                }
+                if (!down && !coming_up &&
+                    (strstr(st, "down") || strstr(st, "drain") || strstr(st, "fail")))
+                        return LOOM_EXEC_UNUSABLE; /* the cluster took it out of service */
+                if (down || going_down || coming_up || strstr(st, "unknown"))
+                        return 0;
+                return submit_holder(s, node, e) ? LOOM_EIO : 0;
+        }
+        if (h) {
+                const char *argv[] = {"scancel", h->id, NULL};
+                tool(s, argv);
+                return 0;
+        }
+        if (down)
+                return 1;
+        if (!going_down && !coming_up && strstr(st, "idle"))
+                scontrol_power(s, node, "power_down");
+        return 0;
+}
+
+static void sl_free(void *impl)
+{
+        slurm *s = impl;
+        free(s->kids); /* srun clients are left running: their steps outlive loomd */
+        free(s->buf);
+        free(s->holders);
+        free(s->state);
+        free(s);
+}
+
+static const loom_exec_ops slurm_ops = {"slurm", sl_launch, sl_stop, sl_list, sl_power, sl_free};
+
+loom_exec *loom_exec_slurm_new(const loom_exec_cfg *c, loom_err *e)
+{
+        if (c->n_nodes[0] == 0 && c->n_nodes[1] == 0)
+                return loom_err_set(e, LOOM_EINVAL, "nodes",
+                                    "the slurm executor needs a node map (--exec-nodes)"),
+                       NULL;
+        slurm *s = calloc(1, sizeof *s);
+        if (s) {
+                s->buf = malloc(SL_OUT);
+                s->holders = calloc(2 * LOOM_EXEC_MAX_NODES, sizeof *s->holders);
+                s->state = calloc(2 * LOOM_EXEC_MAX_NODES, sizeof *s->state);
+        }
+        if (!s || !s->buf || !s->holders || !s->state) {
+                if (s)
+                        sl_free(s);
+                return loom_err_set(e, LOOM_ENOMEM, "", "out of memory"), NULL;
+        }
+        s->cfg = *c;
+        if (c->slurm_conf[0])
+                setenv("SLURM_CONF", c->slurm_conf, 1);
+        const char *argv[] = {"scontrol", "ping", NULL};
+        if (tool(s, argv) != 0) {
+                sl_free(s);
+                return loom_err_set(e, LOOM_EIO, "", "scontrol ping: no Slurm controller answers"),
+                       NULL;
+        }
+        return loom_exec_new(c, &slurm_ops, s, e);
+}

@@ -1,0 +1,224 @@
+/*
+ * exechook.c - loomd's side of the executor (loom/exec.h, docs/slurm.md).
+ *
+ * Two threads. The scheduler thread, every half second, publishes what should run - a worker
+ * per node of every live job's current admission, on the nodes the core placed it on, and the
+ * nodes its groups hold - and takes the failures the executor has seen since, feeding each into
+ * the retry path (retry.c) if it concerns the job's current admission (one restart per failed
+ * admission). The executor thread reconciles the cluster with the latest published state: that
+ * is where the cluster's tools run (tens of milliseconds a round, seconds when the controller is
+ * slow), so they never hold up permits. Since the desired state comes from the job table
+ * (rebuilt from the store), the first round after a restart reconciles with what the cluster
+ * still runs.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "loom/exec.h"
+#include "srv.h"
+
+#define EXEC_TICK_US (500 * 1000)
+#define EXEC_MAX_EV 64
+
+struct srv_exec {
+        pthread_t thread;
+        pthread_mutex_t mu;
+        pthread_cond_t cv;
+        loom_exec *x; /* the executor thread's only */
+        /* guarded by mu */
+        bool stop;
+        loom_exec_job *want;
+        int n_want;
+        size_t cap_want;
+        loom_node_id up[2][LOOM_EXEC_MAX_NODES];
+        int n_up[2];
+        loom_exec_event ev[EXEC_MAX_EV];
+        int n_ev;
+        char err[200]; /* the last round's error, "" if it went through */
+        loom_us warned;
+};
+
+static void *exec_main(void *arg)
+{
+        srv_exec *t = arg;
+        loom_exec_job *want = NULL;
+        size_t cap = 0;
+        loom_node_id(*up)[LOOM_EXEC_MAX_NODES] = calloc(2, sizeof *up);
+        loom_exec_event ev[32];
+        pthread_mutex_lock(&t->mu);
+        while (!t->stop && up) {
+                int n = t->n_want, n_up[2] = {t->n_up[0], t->n_up[1]};
+                if (loom_reserve(&want, &cap, (size_t)n + 1, sizeof *want, 16) == 0) {
+                        memcpy(want, t->want, (size_t)n * sizeof *want);
+                        memcpy(up, t->up, sizeof t->up);
+                        pthread_mutex_unlock(&t->mu);
+                        loom_err e;
+                        loom_err_clear(&e);
+                        int n_ev = 0;
+                        const loom_node_id *const cup[2] = {up[0], up[1]};
+                        int rc = loom_exec_apply(t->x, want, n, cup, n_up, ev, 32, &n_ev, &e);
+                        pthread_mutex_lock(&t->mu);
+                        for (int i = 0; i < n_ev && t->n_ev < EXEC_MAX_EV; i++)
+                                t->ev[t->n_ev++] = ev[i];
+                        snprintf(t->err, sizeof t->err, "%.190s", rc ? e.msg : "");
+                }
+                if (t->stop)
+                        break;
+                loom_us until = srv_now_mono() + EXEC_TICK_US;
+                struct timespec ts = {.tv_sec = until / LOOM_US_PER_S,
+                                      .tv_nsec = (long)(until % LOOM_US_PER_S) * 1000};
+                pthread_cond_timedwait(&t->cv, &t->mu, &ts);
+        }
+        pthread_mutex_unlock(&t->mu);
+        free(want);
+        free(up);
+        return NULL;
+}
+
+static srv_exec *exec_start(loom_server *s)
+{
+        srv_exec *t = calloc(1, sizeof *t);
+        if (!t)
+                return NULL;
+        t->x = s->cfg.exec;
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* srv_now_mono's clock */
+        pthread_mutex_init(&t->mu, NULL);
+        pthread_cond_init(&t->cv, &ca);
+        pthread_condattr_destroy(&ca);
+        if (pthread_create(&t->thread, NULL, exec_main, t)) {
+                pthread_mutex_destroy(&t->mu);
+                pthread_cond_destroy(&t->cv);
+                free(t);
+                return NULL;
+        }
+        return t;
+}
+
+void srv_exec_stop(loom_server *s)
+{
+        srv_exec *t = s->exec_rt;
+        if (!t)
+                return;
+        pthread_mutex_lock(&t->mu);
+        t->stop = true;
+        pthread_cond_signal(&t->cv);
+        pthread_mutex_unlock(&t->mu);
+        pthread_join(t->thread, NULL);
+        pthread_mutex_destroy(&t->mu);
+        pthread_cond_destroy(&t->cv);
+        free(t->want);
+        free(t);
+        s->exec_rt = NULL;
+}
+
+/* What should run, into t (under its lock). */
+static int publish_jobs(loom_server *s, srv_exec *t)
+{
+        if (loom_reserve(&t->want, &t->cap_want, (size_t)s->n_jobs + 1, sizeof *t->want, 16))
+                return LOOM_ENOMEM;
+        const loom_cluster_cfg *c = loom_sched_cluster(s->sched);
+        int n = 0;
+        for (uint32_t i = 0; i < s->n_jobs; i++) {
+                srv_job *j = s->jobs[i];
+                loom_job_info in;
+                if (!srv_job_live(j->state) || loom_sched_job_info(s->sched, j->retry.core, &in))
+                        continue;
+                loom_exec_job *w = &t->want[n++];
+                memset(w, 0, sizeof *w);
+                w->job = j->id;
+                w->admission = j->retry.core;
+                snprintf(w->name, sizeof w->name, "%s", j->name);
+                w->n_nodes[0] = in.n_rollout_nodes;
+                memcpy(w->nodes[0], in.rollout_nodes, sizeof in.rollout_nodes);
+                w->n_nodes[1] = in.n_train_nodes;
+                memcpy(w->nodes[1], in.train_nodes, sizeof in.train_nodes);
+                /* a member rolls out on its own GPUs, and trains on every training node of its
+                 * group (data parallelism scaled to the group's training pool) */
+                int r = in.n_rollout_nodes ? j->spec.rollout_gpus / in.n_rollout_nodes : 0;
+                w->gpus[0] = r > 0 && r < c->gpus_per_node ? r : c->gpus_per_node;
+                w->gpus[1] = c->gpus_per_node;
+        }
+        t->n_want = n;
+        return 0;
+}
+
+static int add_node(loom_node_id *v, int n, loom_node_id id)
+{
+        for (int i = 0; i < n; i++)
+                if (v[i] == id)
+                        return n;
+        if (n >= LOOM_EXEC_MAX_NODES)
+                return n;
+        v[n] = id;
+        return n + 1;
+}
+
+/* The nodes of every group, by pool, into t (under its lock). */
+static void publish_nodes(loom_server *s, srv_exec *t)
+{
+        t->n_up[0] = t->n_up[1] = 0;
+        int n = loom_sched_groups(s->sched, NULL, 0);
+        loom_group_id *ids = calloc((size_t)(n > 0 ? n : 1), sizeof *ids);
+        loom_group_info *g = malloc(sizeof *g);
+        n = ids && g ? loom_sched_groups(s->sched, ids, n) : 0;
+        for (int i = 0; i < n; i++) {
+                if (loom_sched_group_info(s->sched, ids[i], g))
+                        continue;
+                for (int k = 0; k < g->n_rollout_nodes; k++)
+                        t->n_up[0] = add_node(t->up[0], t->n_up[0], g->rollout_nodes[k]);
+                for (int k = 0; k < g->n_train_nodes; k++)
+                        t->n_up[1] = add_node(t->up[1], t->n_up[1], g->train_nodes[k]);
+        }
+        free(ids);
+        free(g);
+}
+
+void srv_exec_tick(loom_server *s, loom_us now)
+{
+        if (!s->cfg.exec)
+                return;
+        if (now < s->exec_next) {
+                if (s->exec_next < s->next_check)
+                        s->next_check = s->exec_next;
+                return;
+        }
+        s->exec_next = now + EXEC_TICK_US;
+        if (s->exec_next < s->next_check)
+                s->next_check = s->exec_next;
+        if (!s->exec_rt && !(s->exec_rt = exec_start(s))) {
+                srv_log(s, "executor: cannot start its thread");
+                return;
+        }
+        srv_exec *t = s->exec_rt;
+        loom_exec_event ev[EXEC_MAX_EV];
+        char err[200] = "";
+        pthread_mutex_lock(&t->mu);
+        if (publish_jobs(s, t) == 0)
+                publish_nodes(s, t);
+        int n_ev = t->n_ev;
+        memcpy(ev, t->ev, (size_t)n_ev * sizeof *ev);
+        t->n_ev = 0;
+        if (t->err[0] && now >= t->warned) {
+                snprintf(err, sizeof err, "%s", t->err);
+                t->warned = now + 10 * LOOM_US_PER_S;
+        }
+        pthread_cond_signal(&t->cv);
+        pthread_mutex_unlock(&t->mu);
+        if (err[0])
+                srv_log(s, "executor %s: %s", loom_exec_name(s->cfg.exec), err);
+        for (int i = 0; i < n_ev; i++) {
+                srv_job *j = srv_job_get(s, ev[i].job);
+                if (!j || !srv_job_live(j->state) || j->retry.core != ev[i].admission)
+                        continue;
+                char why[200];
+                snprintf(why, sizeof why, "%s: %.160s", loom_exec_name(s->cfg.exec), ev[i].why);
+                srv_log(s, "job %u (%s): %s", j->id, j->name, why);
+                s->m.exec_failures++;
+                srv_job_failed(s, j, "failed", why, now);
+        }
+        if (n_ev)
+                srv_apply_actions(s, now);
+}

@@ -1,0 +1,98 @@
+"""loomd --executor local (docs/slurm.md): workers as local processes."""
+
+import atexit
+import os
+import re
+import shutil
+import signal
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from loomd_harness import Loomd, check  # noqa: E402
+
+BUILD, SRC = sys.argv[1], sys.argv[2]
+out = tempfile.mkdtemp(prefix="loom-exec-local-")
+if not os.environ.get("LOOM_KEEP_TEST_DATA"):
+    atexit.register(shutil.rmtree, out, True)
+worker = f"exec python3 {SRC}/tests/integration/exec_worker.py 0.05"
+ld = Loomd(BUILD, "--executor", "local", "--worker", worker, "--exec-dir", out).start()
+
+
+def job(i):
+    return ld.req("GET", f"/v1/jobs/{i}")[1]
+
+
+def wait(cond, what, timeout=30):
+    end = time.time() + timeout
+    while time.time() < end:
+        v = cond()
+        if v:
+            return v
+        time.sleep(0.1)
+    check(False, what)
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except OSError:
+        return False
+
+
+def pids(prefix):
+    r = {}
+    for f in os.listdir(out):
+        if f.startswith(prefix) and f.endswith(".out"):
+            m = re.search(r" start pid (\d+) ", open(os.path.join(out, f)).read())
+            if m:
+                r[f] = int(m.group(1))
+    return r
+
+
+for name, it in (("a", 3), ("b", 3)):
+    st, _ = ld.req("POST", "/v1/jobs", {"name": name, "rollout_gpus": 8, "train_gpus": 8,
+                                       "t_roll_s": 2.0, "t_train_s": 1.0, "slo": 2.0,
+                                       "iterations": it})
+    check(st == 201, f"job {name} admitted")
+wait(lambda: all(job(i)["state"] == "finished" for i in (1, 2)), "a and b finish")
+check(all(job(i)["iterations_done"] == 3 for i in (1, 2)), "each did exactly 3 iterations")
+p = pids("loom-j1-")
+check(len(p) == 2, f"job 1 ran a rollout and a train worker ({sorted(p)})")
+wait(lambda: not any(alive(x) for x in p.values()), "the workers exited with their job", 10)
+text = open(os.path.join(out, "loom-j1-a1-rollout-0.out")).read()
+check(" iteration 3 " in text, "the rollout worker ran iteration 3 under a permit")
+
+st, _ = ld.req("POST", "/v1/jobs", {"name": "c", "rollout_gpus": 8, "train_gpus": 8,
+                                   "t_roll_s": 2.0, "t_train_s": 1.0, "slo": 2.0,
+                                   "iterations": 30})
+wait(lambda: job(3)["iterations_done"] >= 2, "c is running")
+victim = wait(lambda: pids("loom-j3-a3-train").get("loom-j3-a3-train-0.out"), "c's train pid")
+os.kill(victim, signal.SIGKILL)
+t0 = time.time()
+wait(lambda: job(3)["restarts"] == 1, "the killed worker is seen and c retried", 10)
+print(f"     retried {time.time() - t0:.1f} s after kill -9 of the worker")
+wait(lambda: job(3)["state"] == "finished", "c finishes after its restart", 60)
+j = job(3)
+check(j["restarts"] == 1 and j["iterations_done"] == 30,
+      f"one restart, exactly 30 iterations ({j['restarts']}, {j['iterations_done']})")
+old = pids("loom-j3-a3-")
+wait(lambda: not any(alive(x) for x in old.values()),
+     "the failed admission's other worker was stopped", 10)
+# a job on two rollout nodes: a worker per node, rank 0 follows the permits, rank 1 waits
+st, _ = ld.req("POST", "/v1/jobs", {"name": "wide", "rollout_gpus": 16, "train_gpus": 8,
+                                   "t_roll_s": 2.0, "t_train_s": 1.0, "slo": 2.0,
+                                   "iterations": 2})
+check(st == 201, "a job on two rollout nodes admitted")
+wait(lambda: job(4)["state"] == "finished", "it finishes")
+w = pids("loom-j4-")
+names = sorted(re.sub(r"-a\d+-", "-", f) for f in w)
+check(names == ["loom-j4-rollout-0.out", "loom-j4-rollout-1.out", "loom-j4-train-0.out"],
+      f"one worker per node ({sorted(w)})")
+r1 = open(os.path.join(out, next(f for f in w if f.endswith("rollout-1.out")))).read()
+check(" rank 1 " in r1 and " iteration " not in r1,
+      "rank 1 saw its rank and left the permits to rank 0")
+wait(lambda: not any(alive(x) for x in w.values()), "all three exited with the job", 10)
+check(ld.stop() == 0, "loomd stops cleanly")

@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""A worker as an executor launches it (docs/slurm.md): the permit loop of one pool's phase.
+
+Environment (set by loomd's executor): LOOM_URL, LOOM_JOB, LOOM_PHASE (rollout|train),
+LOOM_NODE_RANK, LOOM_GPUS; under Slurm also SLURMD_NODENAME, SLURM_JOB_ID, SLURM_STEP_ID,
+CUDA_VISIBLE_DEVICES. Rank 0 acquires its phase, works PHASE_S seconds, releases, and again
+until its job has ended; other ranks wait for the end. One line per phase on stdout.
+Usage: exec_worker.py PHASE_S
+"""
+import json
+import os
+import sys
+import time
+import urllib.error
+import urllib.request
+
+URL = os.environ["LOOM_URL"]
+JOB = int(os.environ["LOOM_JOB"])
+PHASE = os.environ["LOOM_PHASE"]
+RANK = int(os.environ.get("LOOM_NODE_RANK", "0"))
+WORK_S = float(sys.argv[1]) if len(sys.argv) > 1 else 0.2
+
+
+def call(method, path, body=None):
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(URL + path, data=data, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            text = r.read()
+            return r.status, json.loads(text) if text else None
+    except urllib.error.HTTPError as e:
+        text = e.read()
+        return e.code, json.loads(text) if text else None
+
+
+def live():
+    for _ in range(50):
+        try:
+            st, j = call("GET", "/v1/jobs/%d" % JOB)
+            return st == 200 and j["state"] in ("queued", "running")
+        except (urllib.error.URLError, OSError):  # loomd restarting
+            time.sleep(0.2)
+    return False
+
+
+def say(what):
+    print("%.3f job %d %s rank %d %s pid %d node %s slurm %s.%s gpus %s" % (
+        time.time(), JOB, PHASE, RANK, what, os.getpid(), os.environ.get("SLURMD_NODENAME", "-"),
+        os.environ.get("SLURM_JOB_ID", "-"), os.environ.get("SLURM_STEP_ID", "-"),
+        os.environ.get("CUDA_VISIBLE_DEVICES", "-")), flush=True)
+
+
+def main():
+    say("start")
+    if RANK > 0:
+        while live():
+            time.sleep(0.5)
+        return 0
+    while True:
+        try:
+            st, lease = call("POST", "/v1/jobs/%d/phases/%s/acquire?wait=5" % (JOB, PHASE))
+        except (urllib.error.URLError, OSError):
+            time.sleep(0.2)  # loomd is restarting
+            continue
+        if st == 204:
+            continue
+        if st == 409:
+            if not live():
+                say("end")
+                return 0
+            time.sleep(0.05)  # the other pool's phase is next
+            continue
+        if st != 200:
+            say("refused %d %s" % (st, lease))
+            return 1
+        say("iteration %d" % lease["iteration"])
+        time.sleep(WORK_S)
+        try:
+            st, _ = call("POST", "/v1/leases/%d/release" % lease["lease"], {"status": "ok"})
+        except (urllib.error.URLError, OSError):
+            continue  # lost with a loomd restart: acquire again
+        if st not in (200, 410):
+            say("release refused %d" % st)
+            return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
