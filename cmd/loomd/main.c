@@ -19,10 +19,12 @@
 #include "loom/server.h"
 #include "loom/spec.h"
 #include "loomd_state.h"
+#include "loomd_token.h"
 
 static void usage(FILE *f)
 {
         fprintf(f, "usage: loomd --data-dir DIR [options]\n"
+                   "       loomd token create|list|revoke|rotate-secret ... (loomd token --help)\n"
                    "\n"
                    "The loom control plane: schedules the phases of RL jobs (docs/api.md).\n"
                    "\n"
@@ -48,6 +50,14 @@ static void usage(FILE *f)
                    "  --port-file FILE      write the bound port to FILE once serving\n"
                    "  --state [NODE=]SOCK   loom-state socket (all nodes, or NODE): prefetch\n"
                    "                        hints and host-tier accounting (docs/state.md)\n"
+                   "  --tls-cert FILE       serve HTTPS with this PEM certificate (chain)...\n"
+                   "  --tls-key FILE        ...and its PEM key; required off loopback\n"
+                   "  --require-auth        tokens even before any exists (default: tokens\n"
+                   "                        once `loomd token create` made one; none on\n"
+                   "                        loopback until then; docs/security.md)\n"
+                   "  --insecure-loopback   no authentication, every caller is admin; refused\n"
+                   "                        unless --listen is a loopback address\n"
+                   "  --public-metrics      /metrics without a token (default: admin only)\n"
                    "  --quiet               no event log on stderr\n"
                    "  --help                this text\n");
 }
@@ -164,9 +174,16 @@ int main(int argc, char **argv)
             {"state", required_argument, NULL, 'L'},
             {"admission", required_argument, NULL, 'A'},
             {"learn-after", required_argument, NULL, 'K'},
+            {"tls-cert", required_argument, NULL, 'C'},
+            {"tls-key", required_argument, NULL, 'k'},
+            {"require-auth", no_argument, NULL, 'R'},
+            {"insecure-loopback", no_argument, NULL, 'I'},
+            {"public-metrics", no_argument, NULL, 'M'},
             {"help", no_argument, NULL, 'h'},
             {NULL, 0, NULL, 0},
         };
+        if (argc > 1 && !strcmp(argv[1], "token"))
+                return loomd_token_main(argc - 1, argv + 1);
         loom_server_cfg cfg;
         loom_server_cfg_default(&cfg);
         cfg.log = daemon_log_line;
@@ -261,6 +278,24 @@ int main(int argc, char **argv)
                         learn_after = (int)v;
                         break;
                 }
+                case 'C':
+                        cfg.tls_cert = optarg;
+                        break;
+                case 'k':
+                        cfg.tls_key = optarg;
+                        break;
+                case 'R':
+                case 'I':
+                        if (cfg.auth != LOOM_AUTH_AUTO) {
+                                fprintf(stderr, "loomd: --require-auth and --insecure-loopback "
+                                                "exclude each other\n");
+                                return 2;
+                        }
+                        cfg.auth = c == 'R' ? LOOM_AUTH_TOKENS : LOOM_AUTH_NONE;
+                        break;
+                case 'M':
+                        cfg.public_metrics = true;
+                        break;
                 case 'h':
                         usage(stdout);
                         return 0;
@@ -308,9 +343,9 @@ int main(int argc, char **argv)
         }
         if (cfg.log) {
                 char line[512];
-                snprintf(line, sizeof line, "serving on %s:%d, data in %s, admission %s",
-                         cfg.listen_host, loom_server_port(s), cfg.data_dir,
-                         loom_admission_name(cfg.policy.admission));
+                snprintf(line, sizeof line, "serving %s on %s:%d, data in %s, admission %s",
+                         cfg.tls_cert ? "https" : "http", cfg.listen_host, loom_server_port(s),
+                         cfg.data_dir, loom_admission_name(cfg.policy.admission));
                 daemon_log_line("loomd", line);
         }
         int status = 0;
