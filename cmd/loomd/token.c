@@ -67,8 +67,9 @@ int loomd_token_main(int argc, char **argv)
                         break;
                 case 'r':
                         if (loom_role_parse(optarg, &role)) {
-                                fprintf(stderr, "loomd token: --role: expected admin or tenant, "
-                                                "got '%s'\n",
+                                fprintf(stderr,
+                                        "loomd token: --role: expected admin or tenant, "
+                                        "got '%s'\n",
                                         optarg);
                                 return 2;
                         }
@@ -76,8 +77,9 @@ int loomd_token_main(int argc, char **argv)
                 case 'T':
                         ttl = strtoll(optarg, &end, 10);
                         if (end == optarg || *end || ttl <= 0) {
-                                fprintf(stderr, "loomd token: --ttl: '%s' is not a number of "
-                                                "seconds > 0\n",
+                                fprintf(stderr,
+                                        "loomd token: --ttl: '%s' is not a number of "
+                                        "seconds > 0\n",
                                         optarg);
                                 return 2;
                         }
@@ -122,9 +124,9 @@ int loomd_token_main(int argc, char **argv)
                         char cr[32], ex[32];
                         when(t[i].created_s, cr, sizeof cr);
                         when(t[i].expires_s, ex, sizeof ex);
-                        const char *st = t[i].revoked                                  ? "revoked"
+                        const char *st = t[i].revoked                              ? "revoked"
                                          : t[i].expires_s && now >= t[i].expires_s ? "expired"
-                                                                                     : "active";
+                                                                                   : "active";
                         printf("%-6lld %-8s %-20s %-22s %-22s %s\n", (long long)t[i].id,
                                loom_role_name(t[i].role), t[i].tenant, cr, ex, st);
                 }

@@ -266,7 +266,8 @@ int loom_token_list(const char *data_dir, loom_token_info **out, int *n, loom_er
                 loom_token_info *t = &(*out)[(*n)++];
                 memset(t, 0, sizeof *t);
                 t->id = sqlite3_column_int64(q, 0);
-                snprintf(t->tenant, sizeof t->tenant, "%s", (const char *)sqlite3_column_text(q, 1));
+                snprintf(t->tenant, sizeof t->tenant, "%s",
+                         (const char *)sqlite3_column_text(q, 1));
                 if (loom_role_parse((const char *)sqlite3_column_text(q, 2), &t->role))
                         t->role = LOOM_ROLE_NONE;
                 t->created_s = sqlite3_column_int64(q, 3);
@@ -314,8 +315,8 @@ int loom_token_revoke(const char *data_dir, int64_t id, loom_err *e)
 static int count_tokens(sqlite3 *db, int *n)
 {
         sqlite3_stmt *q = NULL;
-        int rc = sqlite3_prepare_v2(db, "SELECT count(*) FROM tokens WHERE revoked_s=0", -1, &q,
-                                    NULL);
+        int rc =
+            sqlite3_prepare_v2(db, "SELECT count(*) FROM tokens WHERE revoked_s=0", -1, &q, NULL);
         if (rc == SQLITE_OK && sqlite3_step(q) == SQLITE_ROW)
                 *n = sqlite3_column_int(q, 0);
         else
@@ -405,8 +406,7 @@ int srv_auth_open(loom_server *s, loom_err *e)
         if (!rc && sqlite3_prepare_v3(a->db,
                                       "SELECT tenant,role,expires_s,revoked_s FROM tokens "
                                       "WHERE hash=?",
-                                      -1, SQLITE_PREPARE_PERSISTENT, &a->lookup,
-                                      NULL) != SQLITE_OK)
+                                      -1, SQLITE_PREPARE_PERSISTENT, &a->lookup, NULL) != SQLITE_OK)
                 rc = loom_err_set(e, LOOM_EIO, "auth.db", "%s", sqlite3_errmsg(a->db));
         if (rc)
                 return rc;
@@ -434,7 +434,9 @@ static char *read_file(const char *path, const char *field, loom_err *e)
                 return text;
         }
         loom_err_set(e, LOOM_EIO, field, "%s: %s", path,
-                     !f ? strerror(errno) : n >= (1 << 20) ? "larger than 1 MiB" : "unreadable");
+                     !f               ? strerror(errno)
+                     : n >= (1 << 20) ? "larger than 1 MiB"
+                                      : "unreadable");
         free(text);
         if (f)
                 fclose(f);
