@@ -33,7 +33,6 @@ typedef enum loom_role {
 
 #define LOOM_TOKEN_MAX 96  /* token text with its NUL */
 #define LOOM_TENANT_MAX 32 /* tenant name with its NUL: [A-Za-z0-9._-], 1..31 characters */
-#define LOOM_SYNC_KEY_LEN 32
 
 const char *loom_role_name(loom_role r);
 /* "admin" or "tenant" (worker tokens are issued per job, not created): 0 or LOOM_EINVAL. */

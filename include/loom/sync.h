@@ -388,6 +388,7 @@ int loom_sync_pub_publish(loom_sync_pub *p, uint64_t version, const uint16_t *w,
 /* Stops serving (a pull in flight fails) and frees everything. */
 void loom_sync_pub_free(loom_sync_pub *p);
 
+
 typedef struct loom_sync_pull_stats {
         uint64_t version; /* the version now in w */
         uint64_t base;    /* the version the delta applied to; LOOM_SYNC_NO_VERSION when dense */
@@ -412,5 +413,20 @@ int loom_sync_pull(const char *model, const char *ip, uint16_t port, const uint6
 int loom_sync_pull_latest(const char *model, const char *ip, uint16_t port,
                           const uint64_t *shard_elems, size_t nshards, uint64_t want,
                           double timeout_s, uint64_t *version, loom_err *e);
+
+/* Authenticated pulls (docs/security.md). With a key (the job's `sync_key` from loomd: 32
+ * bytes, 64 hex digits in the API) the publisher serves only pullers that prove the same key,
+ * and tags every frame with HMAC-SHA-256 under it, per connection and per frame; a puller given
+ * a key accepts only such frames. A forged frame, one replayed from another pull, re-ordered
+ * or dropped within this one, or another job's, fails the pull with LOOM_ECORRUPT (field
+ * "frame.tag") and leaves w unchanged. Frames are not encrypted. key NULL: as without. */
+#define LOOM_SYNC_KEY_LEN 32
+int loom_sync_pub_set_key(loom_sync_pub *p, const uint8_t *key, loom_err *e);
+int loom_sync_pull_keyed(const uint8_t *key, const char *model, const char *ip, uint16_t port,
+                         const uint64_t *shard_elems, size_t nshards, uint16_t *w, uint64_t have,
+                         uint64_t want, double timeout_s, loom_sync_pull_stats *st, loom_err *e);
+int loom_sync_pull_latest_keyed(const uint8_t *key, const char *model, const char *ip,
+                                uint16_t port, const uint64_t *shard_elems, size_t nshards,
+                                uint64_t want, double timeout_s, uint64_t *version, loom_err *e);
 
 #endif

@@ -73,6 +73,7 @@ static void set_err(loom_client *c, const char *fmt, ...)
 
 void loom_client_opts_default(loom_client_opts *o)
 {
+        memset(o, 0, sizeof *o);
         o->request_timeout_s = 10;
         o->retry_for_s = 60;
         o->heartbeat = true;

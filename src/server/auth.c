@@ -372,6 +372,9 @@ static bool loopback(const char *host)
 
 int srv_auth_check_cfg(const loom_server_cfg *c, loom_err *e)
 {
+        struct in_addr any;
+        if (inet_pton(AF_INET, c->listen_host, &any) != 1)
+                return 0; /* not an address at all: binding says so, naming "listen" */
         bool lo = loopback(c->listen_host);
         if (c->auth == LOOM_AUTH_NONE && !lo)
                 return loom_err_set(e, LOOM_EINVAL, "insecure_loopback",
