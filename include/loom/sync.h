@@ -326,6 +326,10 @@ typedef struct loom_sync_codec_row {
         double size_fraction; /* payload bytes / dense bytes */
         double encode_gbps, decode_gbps;
         int round_trip; /* decode(encode(new)) == new */
+        /* Authenticated pulls: the time to tag (sender) or check (receiver) the frame, as a
+         * fraction of the time to encode / decode it (CRC32C included); UMAC-128 as sent,
+         * and HMAC-SHA-256 over the same bytes for comparison. */
+        double tag_encode_frac, tag_decode_frac, hmac_encode_frac;
 } loom_sync_codec_row;
 
 enum { LOOM_SYNC_CODEC_DENSITIES = 8 };

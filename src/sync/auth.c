@@ -4,14 +4,18 @@
  * so only a process that holds the key can feed a puller weights.
  *
  * Per connection the puller picks a random 16-byte nonce and sends it after its request with
- * a tag over both; the publisher refuses a request whose tag is not its key's (a process
- * without the key learns nothing but the refusal). Each frame the publisher then sends is
- * followed by tag = HMAC(key, "loom sync frame" || nonce || n || header || payload), n = 0, 1,
- * ... counting the frames of this connection. A frame recorded from another pull (another
- * nonce), re-ordered, dropped or repeated within this one (another n), or tagged under another
- * job's key does not verify, and the puller stops before it applies anything (pull.c applies
- * only after every check). What this does not give: secrecy (frames travel in clear) and
- * protection from the holder of the key itself. HMAC and SHA-256 are nettle's.
+ * HMAC-SHA-256(key, "loom sync request" || request || nonce); the publisher refuses a request
+ * whose tag is not its key's (a process without the key learns nothing but the refusal). Both
+ * sides then derive the connection's frame key, HMAC-SHA-256(key, "loom sync session" ||
+ * nonce) cut to 16 bytes, and every frame the publisher sends is followed by its UMAC-128
+ * (RFC 4418) under that key with nonce n = 0, 1, ... counting the frames of the connection.
+ * A frame recorded from another pull (another connection key), re-ordered, dropped or
+ * repeated within this one (another n), or tagged under another job's key does not verify,
+ * and the puller stops before it applies anything (pull.c applies only after every check).
+ * UMAC rather than HMAC for the frames: it runs at about 10 GB/s a core here against 1.8 for
+ * HMAC-SHA-256, which is what keeps the cost near the CRC's on dense frames (loom sync codec
+ * prints both). What this does not give: secrecy (frames travel in clear) and protection
+ * from a holder of the key. HMAC, SHA-256 and UMAC are nettle's.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -22,7 +26,7 @@
 
 #include "internal.h"
 
-static const char frame_label[] = "loom sync frame";
+static const char session_label[] = "loom sync session";
 static const char req_label[] = "loom sync request";
 
 int loom__mac_init(loom__mac *m, const uint8_t *key, loom_err *e)
@@ -48,33 +52,41 @@ int loom__mac_nonce(loom__mac *m, loom_err *e)
 }
 
 void loom__mac_request(const loom__mac *m, const uint8_t *req, size_t len,
-                       uint8_t tag[LOOM__MAC_LEN])
+                       uint8_t tag[LOOM__REQ_TAG_LEN])
 {
         struct hmac_sha256_ctx c = m->base; /* the keyed state, copied: no re-keying per use */
         hmac_sha256_update(&c, sizeof req_label, (const uint8_t *)req_label);
         hmac_sha256_update(&c, len, req);
         hmac_sha256_update(&c, sizeof m->nonce, m->nonce);
-        hmac_sha256_digest(&c, LOOM__MAC_LEN, tag);
+        hmac_sha256_digest(&c, LOOM__REQ_TAG_LEN, tag);
+}
+
+void loom__mac_session(loom__mac *m)
+{
+        struct hmac_sha256_ctx c = m->base;
+        uint8_t k[SHA256_DIGEST_SIZE];
+        hmac_sha256_update(&c, sizeof session_label, (const uint8_t *)session_label);
+        hmac_sha256_update(&c, sizeof m->nonce, m->nonce);
+        hmac_sha256_digest(&c, sizeof k, k);
+        umac128_set_key(&m->frame, k); /* the first 16 bytes: an AES-128 key */
+        m->seq = 0;
 }
 
 void loom__mac_frame(loom__mac *m, const uint8_t hdr[LOOM_SYNC_FRAME_HDR], const void *payload,
                      size_t len, uint8_t tag[LOOM__MAC_LEN])
 {
-        struct hmac_sha256_ctx c = m->base;
         uint8_t n[8];
         loom__put64(n, m->seq++);
-        hmac_sha256_update(&c, sizeof frame_label, (const uint8_t *)frame_label);
-        hmac_sha256_update(&c, sizeof m->nonce, m->nonce);
-        hmac_sha256_update(&c, sizeof n, n);
-        hmac_sha256_update(&c, LOOM_SYNC_FRAME_HDR, hdr);
+        umac128_set_nonce(&m->frame, sizeof n, n);
+        umac128_update(&m->frame, LOOM_SYNC_FRAME_HDR, hdr);
         if (len)
-                hmac_sha256_update(&c, len, payload);
-        hmac_sha256_digest(&c, LOOM__MAC_LEN, tag);
+                umac128_update(&m->frame, len, payload);
+        umac128_digest(&m->frame, LOOM__MAC_LEN, tag);
 }
 
-int loom__mac_equal(const uint8_t *a, const uint8_t *b)
+int loom__mac_equal(const uint8_t *a, const uint8_t *b, size_t n)
 {
-        return memeql_sec(a, b, LOOM__MAC_LEN);
+        return memeql_sec(a, b, n);
 }
 
 int loom__frame_send_mac(int fd, loom__mac *m, const loom_sync_frame *f, const void *payload,
@@ -132,7 +144,7 @@ int loom__frame_check_mac(int fd, loom__mac *m, const loom_sync_frame *f, uint8_
                 rc = loom_err_set(e, LOOM_EIO, "frame", "connection lost before a frame's tag");
         else {
                 loom__mac_frame(m, hdr, *payload, (size_t)f->payload_len, want);
-                if (!loom__mac_equal(tag, want))
+                if (!loom__mac_equal(tag, want, sizeof tag))
                         rc = loom_err_set(e, LOOM_ECORRUPT, "frame.tag",
                                           "frame %llu is not authenticated by the job's sync "
                                           "key (forged, replayed or another job's)",

@@ -103,24 +103,28 @@ int loom__frame_recv(int fd, loom_sync_frame *f, uint8_t **payload, uint64_t max
 /* ---- authenticated frames (auth.c) ------------------------------------------------------ */
 
 #include <nettle/hmac.h>
+#include <nettle/umac.h>
 
-#define LOOM__MAC_LEN 32
+#define LOOM__REQ_TAG_LEN 32 /* HMAC-SHA-256 of the request */
+#define LOOM__MAC_LEN 16     /* UMAC-128 of a frame */
 #define LOOM__PULL_AUTH UINT32_C(2) /* request flag: a nonce and a tag follow the request */
 enum { LOOM__REFUSED_AUTH = 2 };    /* END frame kind: the request's tag was refused */
 /* One connection's authentication state; on = 0 sends and receives frames as they were. */
 typedef struct loom__mac {
         int on;
-        struct hmac_sha256_ctx base; /* keyed */
+        struct hmac_sha256_ctx base; /* keyed with the sync key */
+        struct umac128_ctx frame;    /* keyed with this connection's key */
         uint8_t nonce[16];
         uint64_t seq; /* frames tagged so far */
 } loom__mac;
 int loom__mac_init(loom__mac *m, const uint8_t *key, loom_err *e); /* key NULL: off */
 int loom__mac_nonce(loom__mac *m, loom_err *e);                    /* a fresh random nonce */
 void loom__mac_request(const loom__mac *m, const uint8_t *req, size_t len,
-                       uint8_t tag[LOOM__MAC_LEN]);
+                       uint8_t tag[LOOM__REQ_TAG_LEN]);
+void loom__mac_session(loom__mac *m); /* once the nonce is agreed: the frames' key */
 void loom__mac_frame(loom__mac *m, const uint8_t hdr[LOOM_SYNC_FRAME_HDR], const void *payload,
                      size_t len, uint8_t tag[LOOM__MAC_LEN]);
-int loom__mac_equal(const uint8_t *a, const uint8_t *b); /* constant time */
+int loom__mac_equal(const uint8_t *a, const uint8_t *b, size_t n); /* constant time */
 /* loom__frame_send / loom__frame_recv with the tag after each frame (m NULL or off: none). */
 int loom__frame_send_mac(int fd, loom__mac *m, const loom_sync_frame *f, const void *payload,
                          uint64_t *bytes);

@@ -19,7 +19,7 @@
  *               publisher still keeps them and they are smaller than a dense copy.
  * A refusal (other magic, shape or model id) is an END frame saying why.
  * With a sync key (loom_sync_pub_set_key), request flag 2 says a 16-byte nonce and a 32-byte
- * tag follow the request, and every frame of the reply is followed by its tag (auth.c); a
+ * tag follow the request, and every frame of the reply is followed by a 16-byte tag (auth.c); a
  * request without a valid tag is refused with an (untagged) END frame of kind
  * LOOM__REFUSED_AUTH.
  * One connection serves one pull; each connection gets its own thread. The puller is pull.c.
@@ -369,7 +369,7 @@ static int chain_from(loom_sync_pub *p, const pver *v, uint64_t have, pdelta **o
 static int authenticate(loom_sync_pub *p, int fd, const uint8_t *req, uint32_t flags,
                         loom__mac *m)
 {
-        uint8_t extra[sizeof m->nonce + LOOM__MAC_LEN], tag[LOOM__MAC_LEN];
+        uint8_t extra[sizeof m->nonce + LOOM__REQ_TAG_LEN], tag[LOOM__REQ_TAG_LEN];
         if ((flags & LOOM__PULL_AUTH) && loom__read_all(fd, extra, sizeof extra))
                 return -1;
         pthread_mutex_lock(&p->mu);
@@ -384,8 +384,10 @@ static int authenticate(loom_sync_pub *p, int fd, const uint8_t *req, uint32_t f
         else if (keyed) {
                 memcpy(m->nonce, extra, sizeof m->nonce);
                 loom__mac_request(m, req, LOOM__PULL_REQ_LEN, tag);
-                if (!loom__mac_equal(tag, extra + sizeof m->nonce))
+                if (!loom__mac_equal(tag, extra + sizeof m->nonce, sizeof tag))
                         why = "the pull's tag is not this job's sync key";
+                else
+                        loom__mac_session(m);
         }
         if (why)
                 send_end(fd, NULL, LOOM__REFUSED_AUTH, why);

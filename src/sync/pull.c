@@ -138,7 +138,7 @@ static int request(int fd, pull *p, uint64_t have, uint64_t want, uint32_t flags
         memcpy(req + 32, &shape, 4);
         memcpy(req + 36, &flags, 4);
         memcpy(req + 40, &model, 8);
-        uint8_t auth[sizeof p->mac.nonce + LOOM__MAC_LEN];
+        uint8_t auth[sizeof p->mac.nonce + LOOM__REQ_TAG_LEN];
         if (p->mac.on) {
                 flags |= LOOM__PULL_AUTH;
                 memcpy(req + 36, &flags, 4);
@@ -147,6 +147,7 @@ static int request(int fd, pull *p, uint64_t have, uint64_t want, uint32_t flags
                         return rc;
                 memcpy(auth, p->mac.nonce, sizeof p->mac.nonce);
                 loom__mac_request(&p->mac, req, sizeof req, auth + sizeof p->mac.nonce);
+                loom__mac_session(&p->mac);
         }
         if (loom__write_all(fd, req, sizeof req) ||
             (p->mac.on && loom__write_all(fd, auth, sizeof auth)))

@@ -59,7 +59,7 @@ typedef struct mitm {
         uint8_t *reply; /* the publisher's reply as recorded (upstream != 0) or to replay */
         size_t len;
         int forge; /* flip a payload byte of the first bucket frame, recompute its CRCs */
-        size_t tag;   /* bytes after each frame: 32 with a key, 0 without */
+        size_t tag;   /* bytes after each frame: 16 with a key, 0 without */
         size_t nshards;
 } mitm;
 
@@ -217,7 +217,7 @@ Test(sync_auth, a_forged_frame_is_refused_only_a_tag_can_tell)
         for (int keyed = 0; keyed < 2; keyed++) {
                 loom_sync_pub *p = publisher(keyed ? key_a : NULL, w);
                 mitm m = {.upstream = loom_sync_pub_port(p), .req_len = keyed ? 96 : 48,
-                          .forge = 1, .tag = keyed ? 32 : 0, .nshards = 2};
+                          .forge = 1, .tag = keyed ? 16 : 0, .nshards = 2};
                 pthread_t t = mitm_start(&m);
                 int rc = pull(keyed ? key_a : NULL, m.port, got, &e);
                 mitm_end(&m, t);
@@ -245,7 +245,7 @@ Test(sync_auth, a_reply_replayed_to_a_new_pull_is_refused)
         loom_sync_pub *p = publisher(key_a, w);
         loom_err e;
         /* record an honest pull through the middle */
-        mitm rec = {.upstream = loom_sync_pub_port(p), .req_len = 96, .tag = 32, .nshards = 2};
+        mitm rec = {.upstream = loom_sync_pub_port(p), .req_len = 96, .tag = 16, .nshards = 2};
         pthread_t t = mitm_start(&rec);
         cr_assert_eq(pull(key_a, rec.port, got, &e), 0, "%s", e.msg);
         mitm_end(&rec, t);
