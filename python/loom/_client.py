@@ -260,6 +260,7 @@ class Job:
         bits = weights.bf16_bits(tensors)
         if self._pub is None:
             opts.setdefault("model", self.model_id)
+            opts.setdefault("key", self.sync_key)  # None: $LOOM_SYNC_KEY, if set
             self._pub = weights.Publisher([t.numel() for t in tensors],
                                           endpoint_file=endpoint_file, **opts)
         st = self._pub.publish(version, bits)
@@ -277,7 +278,7 @@ class Job:
         if self._puller is None:
             import numpy as np
             self._puller = weights.Puller(endpoint, [t.numel() for t in tensors],
-                                          model=self.model_id)
+                                          model=self.model_id, key=self.sync_key)
             self._bits = np.zeros(self._puller.elems, dtype=np.uint16)
         st = self._puller.pull(self._bits, version, timeout_s)
         if st["changed"] or st["dense"]:
