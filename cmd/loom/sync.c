@@ -526,7 +526,7 @@ static int cmd_codec(const opts *o)
                 return fail("--bucket-mib", &e);
         if (!o->json)
                 printf("bucket %zu elements (%.1f MiB); GB/s are dense bytes per CPU-second;\n"
-                       "tag_%%: UMAC-128 of the frame (keyed pulls) / encode, / decode time;\n"
+                       "tag_%%: UMAC-64 of the frame (keyed pulls) / encode, / decode time;\n"
                        "hmac_%%: HMAC-SHA-256 of the same bytes / encode time\n"
                        "%-8s %-7s %10s %9s %9s %7s %7s %7s\n",
                        n, (double)n * 2 / (1 << 20), "density", "enc", "size_%", "enc_GB/s",

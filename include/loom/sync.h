@@ -327,7 +327,7 @@ typedef struct loom_sync_codec_row {
         double encode_gbps, decode_gbps;
         int round_trip; /* decode(encode(new)) == new */
         /* Authenticated pulls: the time to tag (sender) or check (receiver) the frame, as a
-         * fraction of the time to encode / decode it (CRC32C included); UMAC-128 as sent,
+         * fraction of the time to encode / decode it (CRC32C included); UMAC-64 as sent,
          * and HMAC-SHA-256 over the same bytes for comparison. */
         double tag_encode_frac, tag_decode_frac, hmac_encode_frac;
 } loom_sync_codec_row;

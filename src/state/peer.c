@@ -138,8 +138,8 @@ int loom__owners_check(st_owners *o, const st_peer *p, const char *job, bool cla
         } else if (!w && claim) {
                 FILE *f = fopen(o->path, "a");
                 if (!f || fprintf(f, "%u %s\n", (unsigned)p->uid, job) < 0 || fflush(f))
-                        rc = loom_err_set(e, LOOM_EIO, "owners", "%s: %s", o->path,
-                                          strerror(errno));
+                        rc =
+                            loom_err_set(e, LOOM_EIO, "owners", "%s: %s", o->path, strerror(errno));
                 else if (add(o, job, p->uid))
                         rc = loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
                 if (f)

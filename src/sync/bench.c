@@ -53,7 +53,7 @@ int loom_sync_run_check_memory(const loom_sync_layout *l, const loom_sync_par *r
         return 0;
 }
 
-/* CPU seconds to tag the frame (header + payload) as a keyed pull does (UMAC-128), and
+/* CPU seconds to tag the frame (header + payload) as a keyed pull does (UMAC-64), and
  * *hmac to take HMAC-SHA-256 of the same bytes. */
 static double tag_seconds(const loom_sync_frame *f, const uint8_t *payload, double *hmac);
 

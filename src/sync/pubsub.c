@@ -19,7 +19,7 @@
  *               publisher still keeps them and they are smaller than a dense copy.
  * A refusal (other magic, shape or model id) is an END frame saying why.
  * With a sync key (loom_sync_pub_set_key), request flag 2 says a 16-byte nonce and a 32-byte
- * tag follow the request, and every frame of the reply is followed by a 16-byte tag (auth.c); a
+ * tag follow the request, and every frame of the reply is followed by an 8-byte tag (auth.c); a
  * request without a valid tag is refused with an (untagged) END frame of kind
  * LOOM__REFUSED_AUTH.
  * One connection serves one pull; each connection gets its own thread. The puller is pull.c.

@@ -20,7 +20,7 @@
 static const uint64_t shards[2] = {3000, 1000};
 #define ELEMS 4000
 #define BUCKET 512
-static const uint8_t key_a[32] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16,
+static const uint8_t key_a[32] = {1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16,
                                   17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32};
 static const uint8_t key_b[32] = {99};
 
@@ -58,8 +58,8 @@ typedef struct mitm {
         size_t req_len;
         uint8_t *reply; /* the publisher's reply as recorded (upstream != 0) or to replay */
         size_t len;
-        int forge; /* flip a payload byte of the first bucket frame, recompute its CRCs */
-        size_t tag;   /* bytes after each frame: 16 with a key, 0 without */
+        int forge;  /* flip a payload byte of the first bucket frame, recompute its CRCs */
+        size_t tag; /* bytes after each frame: 8 with a key, 0 without */
         size_t nshards;
 } mitm;
 
@@ -216,8 +216,11 @@ Test(sync_auth, a_forged_frame_is_refused_only_a_tag_can_tell)
         loom_err e;
         for (int keyed = 0; keyed < 2; keyed++) {
                 loom_sync_pub *p = publisher(keyed ? key_a : NULL, w);
-                mitm m = {.upstream = loom_sync_pub_port(p), .req_len = keyed ? 96 : 48,
-                          .forge = 1, .tag = keyed ? 16 : 0, .nshards = 2};
+                mitm m = {.upstream = loom_sync_pub_port(p),
+                          .req_len = keyed ? 96 : 48,
+                          .forge = 1,
+                          .tag = keyed ? 8 : 0,
+                          .nshards = 2};
                 pthread_t t = mitm_start(&m);
                 int rc = pull(keyed ? key_a : NULL, m.port, got, &e);
                 mitm_end(&m, t);
@@ -245,7 +248,7 @@ Test(sync_auth, a_reply_replayed_to_a_new_pull_is_refused)
         loom_sync_pub *p = publisher(key_a, w);
         loom_err e;
         /* record an honest pull through the middle */
-        mitm rec = {.upstream = loom_sync_pub_port(p), .req_len = 96, .tag = 16, .nshards = 2};
+        mitm rec = {.upstream = loom_sync_pub_port(p), .req_len = 96, .tag = 8, .nshards = 2};
         pthread_t t = mitm_start(&rec);
         cr_assert_eq(pull(key_a, rec.port, got, &e), 0, "%s", e.msg);
         mitm_end(&rec, t);
