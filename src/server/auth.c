@@ -392,6 +392,19 @@ int srv_auth_check_cfg(const loom_server_cfg *c, loom_err *e)
         return 0;
 }
 
+/* LOOM_AUTH_AUTO and not a single token: fine on loopback only. */
+static int no_tokens(loom_server *s, loom_err *e)
+{
+        if (!loopback(s->cfg.listen_host))
+                return loom_err_set(e, LOOM_EINVAL, "listen",
+                                    "no tokens in %s/auth.db: refusing to serve %s without "
+                                    "authentication (create one with `loomd token create`)",
+                                    s->data_dir, s->cfg.listen_host);
+        srv_log(s, "no tokens in %s/auth.db: serving without authentication on loopback",
+                s->data_dir);
+        return 0;
+}
+
 int srv_auth_open(loom_server *s, loom_err *e)
 {
         struct srv_auth *a = calloc(1, sizeof *a);
@@ -403,6 +416,10 @@ int srv_auth_open(loom_server *s, loom_err *e)
         if (rc || s->cfg.auth == LOOM_AUTH_NONE)
                 return rc;
         int n = 0;
+        char path[4200];
+        snprintf(path, sizeof path, "%s/auth.db", s->data_dir);
+        if (s->cfg.auth == LOOM_AUTH_AUTO && access(path, F_OK) != 0 && errno == ENOENT)
+                return no_tokens(s, e); /* nobody ran `loomd token create`: leave no file behind */
         rc = db_open(s->data_dir, &a->db, e);
         if (!rc && count_tokens(a->db, &n))
                 rc = loom_err_set(e, LOOM_EIO, "auth.db", "%s", sqlite3_errmsg(a->db));
@@ -414,15 +431,7 @@ int srv_auth_open(loom_server *s, loom_err *e)
         if (rc)
                 return rc;
         a->tokens = s->cfg.auth == LOOM_AUTH_TOKENS || n > 0;
-        if (!a->tokens && !loopback(s->cfg.listen_host))
-                return loom_err_set(e, LOOM_EINVAL, "listen",
-                                    "no tokens in %s/auth.db: refusing to serve %s without "
-                                    "authentication (create one with `loomd token create`)",
-                                    s->data_dir, s->cfg.listen_host);
-        if (!a->tokens)
-                srv_log(s, "no tokens in %s/auth.db: serving without authentication on loopback",
-                        s->data_dir);
-        return 0;
+        return a->tokens ? 0 : no_tokens(s, e);
 }
 
 static char *read_file(const char *path, const char *field, loom_err *e)

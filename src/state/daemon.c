@@ -257,7 +257,8 @@ static json_t *handle(conn *c, json_t *req, int *fds, int nfds)
                 double t0 = loom__state_now();
                 int rc = parse_items(c, req, fds, nfds, &b, &n, &e);
                 for (size_t i = 0; i < n && !rc; i++)
-                        rc = loom__owners_check(d->owners, &c->peer, b[i].key.job, true, &e);
+                        rc = loom__owners_check(d->owners, &c->peer, b[i].key.job,
+                                                !strcmp(op, "offload"), &e);
                 if (!rc && !strcmp(op, "offload")) {
                         loom_state_tier tier = LOOM_STATE_HOST;
                         const char *ts = jstr(req, "tier");
@@ -322,6 +323,8 @@ static json_t *handle(conn *c, json_t *req, int *fds, int nfds)
                 if (rc)
                         return reply_err(rc, &e);
                 loom__store_drop(&d->store, job, (uint64_t)json_integer_value(v));
+                if (json_integer_value(v) == INT64_MAX) /* every version (loom_state_drop) */
+                        loom__owners_release(d->owners, job);
                 return json_pack("{s:b}", "ok", 1);
         }
         if (!strcmp(op, "stat"))

@@ -124,5 +124,7 @@ int loom__peer_cred(int fd, st_peer *p); /* SO_PEERCRED */
 /* 0 when peer may touch job's state; claim: an unowned job becomes the peer's. LOOM_ENOENT
  * (field "job") when another uid owns it. o NULL: everything allowed. */
 int loom__owners_check(st_owners *o, const st_peer *p, const char *job, bool claim, loom_err *e);
+/* job's state was dropped entirely: it has no owner any more. */
+void loom__owners_release(st_owners *o, const char *job);
 
 #endif

@@ -3,10 +3,12 @@
  *
  * loom-state's socket is open to every local user (mode 0666); what protects a job's state is
  * the kernel's word on who is calling (SO_PEERCRED on the Unix socket, which a client cannot
- * forge). The first uid that offloads (or loads) a job's state owns the job; from then on only
+ * forge). The first uid that offloads a job's state owns the job; from then on only
  * that uid, or a member of the group given with --group, may offload, load, prefetch or drop
  * it. Anyone else is told the job has no state (LOOM_ENOENT), as for a job that never had
- * any. Owners survive restarts in DIR/owners, one "uid job" line per claim, appended.
+ * any. Owners survive restarts in DIR/owners, one "uid job" line per claim, appended; a job
+ * whose state is dropped entirely has no owner any more (the file is rewritten, and removed
+ * when no job is owned).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -147,4 +149,25 @@ int loom__owners_check(st_owners *o, const st_peer *p, const char *job, bool cla
         }
         pthread_mutex_unlock(&o->mu);
         return rc;
+}
+
+void loom__owners_release(st_owners *o, const char *job)
+{
+        if (!o)
+                return;
+        pthread_mutex_lock(&o->mu);
+        owner *w = find(o, job);
+        if (w) {
+                *w = o->v[--o->n];
+                char tmp[4300];
+                snprintf(tmp, sizeof tmp, "%s.tmp", o->path);
+                FILE *f = o->n ? fopen(tmp, "w") : NULL;
+                for (size_t i = 0; f && i < o->n; i++)
+                        fprintf(f, "%u %s\n", (unsigned)o->v[i].uid, o->v[i].job);
+                if (f && !fclose(f))
+                        rename(tmp, o->path);
+                else if (!o->n)
+                        unlink(o->path);
+        }
+        pthread_mutex_unlock(&o->mu);
 }
