@@ -48,7 +48,8 @@ typedef struct loom_client_opts {
 void loom_client_opts_default(loom_client_opts *o);
 
 /* url: "http://HOST:PORT" or "https://HOST:PORT" (a trailing slash is fine). opts may be NULL
- * for the defaults. NULL when out of memory, url is empty or $LOOM_TOKEN_FILE is unreadable. Free with loom_client_free (NULL is fine). */
+ * for the defaults. NULL when out of memory, url is empty or $LOOM_TOKEN_FILE is unreadable. Free
+ * with loom_client_free (NULL is fine). */
 loom_client *loom_client_new(const char *url, const loom_client_opts *opts);
 void loom_client_free(loom_client *c);
 

@@ -392,7 +392,6 @@ int loom_sync_pub_publish(loom_sync_pub *p, uint64_t version, const uint16_t *w,
 /* Stops serving (a pull in flight fails) and frees everything. */
 void loom_sync_pub_free(loom_sync_pub *p);
 
-
 typedef struct loom_sync_pull_stats {
         uint64_t version; /* the version now in w */
         uint64_t base;    /* the version the delta applied to; LOOM_SYNC_NO_VERSION when dense */

@@ -36,7 +36,8 @@ static const char *const stmt_sql[ST_N] = {
     [ST_JOB_INSERT] =
         "INSERT INTO jobs(id,name,idem_key,state,target,done,next_phase,rollout_gpus,"
         "train_gpus,t_roll_us,t_train_us,t_sync_us,slo,mem_rollout,mem_train,decision,"
-        "submitted_us,ended_us,calls,next_call,tenant) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        "submitted_us,ended_us,calls,next_call,tenant) "
+        "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
     [ST_JOB_UPDATE] =
         "UPDATE jobs SET state=?,done=?,next_phase=?,ended_us=?,next_call=? WHERE id=?",
     [ST_JOB_BY_KEY] = "SELECT id FROM jobs WHERE idem_key=?",

@@ -105,15 +105,15 @@ int loom__frame_recv(int fd, loom_sync_frame *f, uint8_t **payload, uint64_t max
 #include <nettle/hmac.h>
 #include <nettle/umac.h>
 
-#define LOOM__REQ_TAG_LEN 32 /* HMAC-SHA-256 of the request */
-#define LOOM__MAC_LEN 8      /* UMAC-64 of a frame */
+#define LOOM__REQ_TAG_LEN 32        /* HMAC-SHA-256 of the request */
+#define LOOM__MAC_LEN 8             /* UMAC-64 of a frame */
 #define LOOM__PULL_AUTH UINT32_C(2) /* request flag: a nonce and a tag follow the request */
 enum { LOOM__REFUSED_AUTH = 2 };    /* END frame kind: the request's tag was refused */
 /* One connection's authentication state; on = 0 sends and receives frames as they were. */
 typedef struct loom__mac {
         int on;
         struct hmac_sha256_ctx base; /* keyed with the sync key */
-        struct umac64_ctx frame;    /* keyed with this connection's key */
+        struct umac64_ctx frame;     /* keyed with this connection's key */
         uint8_t nonce[16];
         uint64_t seq; /* frames tagged so far */
 } loom__mac;

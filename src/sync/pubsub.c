@@ -300,8 +300,8 @@ static pver *wait_version(loom_sync_pub *p, int fd, uint64_t want, double deadli
         return v;
 }
 
-static int send_manifest(int fd, loom__mac *m, const loom_sync_pub *p, const pver *v,
-                         uint64_t base, uint64_t nframes)
+static int send_manifest(int fd, loom__mac *m, const loom_sync_pub *p, const pver *v, uint64_t base,
+                         uint64_t nframes)
 {
         uint8_t *buf = malloc(8 * p->nshards);
         if (!buf)
@@ -366,8 +366,7 @@ static int chain_from(loom_sync_pub *p, const pver *v, uint64_t have, pdelta **o
 
 /* Set up m for this connection: off for an unkeyed publisher; otherwise the request must
  * carry a nonce and the tag of the publisher's key. Non-zero when the pull was refused. */
-static int authenticate(loom_sync_pub *p, int fd, const uint8_t *req, uint32_t flags,
-                        loom__mac *m)
+static int authenticate(loom_sync_pub *p, int fd, const uint8_t *req, uint32_t flags, loom__mac *m)
 {
         uint8_t extra[sizeof m->nonce + LOOM__REQ_TAG_LEN], tag[LOOM__REQ_TAG_LEN];
         if ((flags & LOOM__PULL_AUTH) && loom__read_all(fd, extra, sizeof extra))
