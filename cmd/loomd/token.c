@@ -51,6 +51,10 @@ int loomd_token_main(int argc, char **argv)
                 usage(stderr);
                 return 2;
         }
+        if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+                usage(stdout);
+                return 0;
+        }
         const char *verb = argv[1], *dir = NULL, *tenant = NULL;
         loom_role role = LOOM_ROLE_TENANT;
         long long ttl = 0;
