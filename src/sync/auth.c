@@ -73,16 +73,33 @@ void loom__mac_session(loom__mac *m)
         m->seq = 0;
 }
 
-void loom__mac_frame(loom__mac *m, const uint8_t hdr[LOOM_SYNC_FRAME_HDR], const void *payload,
-                     size_t len, uint8_t tag[LOOM__MAC_LEN])
+void loom__mac_begin(loom__mac *m)
 {
         uint8_t n[8];
         loom__put64(n, m->seq++);
         umac64_set_nonce(&m->frame, sizeof n, n);
-        umac64_update(&m->frame, LOOM_SYNC_FRAME_HDR, hdr);
+}
+
+void loom__mac_update(loom__mac *m, const void *p, size_t len)
+{
         if (len)
-                umac64_update(&m->frame, len, payload);
+                umac64_update(&m->frame, len, p);
+}
+
+void loom__mac_end(loom__mac *m, const uint8_t hdr[LOOM_SYNC_FRAME_HDR], uint8_t tag[LOOM__MAC_LEN])
+{
+        /* the header last: a sender can tag the payload while it encodes it, before the
+         * header's fields are final */
+        umac64_update(&m->frame, LOOM_SYNC_FRAME_HDR, hdr);
         umac64_digest(&m->frame, LOOM__MAC_LEN, tag);
+}
+
+void loom__mac_frame(loom__mac *m, const uint8_t hdr[LOOM_SYNC_FRAME_HDR], const void *payload,
+                     size_t len, uint8_t tag[LOOM__MAC_LEN])
+{
+        loom__mac_begin(m);
+        loom__mac_update(m, payload, len);
+        loom__mac_end(m, hdr, tag);
 }
 
 int loom__mac_equal(const uint8_t *a, const uint8_t *b, size_t n)
@@ -90,14 +107,12 @@ int loom__mac_equal(const uint8_t *a, const uint8_t *b, size_t n)
         return memeql_sec(a, b, n);
 }
 
-int loom__frame_send_mac(int fd, loom__mac *m, const loom_sync_frame *f, const void *payload,
-                         uint64_t *bytes)
+static int send_tagged(int fd, loom__mac *m, const loom_sync_frame *f, const void *payload,
+                       uint64_t *bytes)
 {
-        if (!m || !m->on)
-                return loom__frame_send(fd, f, payload, bytes);
         uint8_t hdr[LOOM_SYNC_FRAME_HDR], tag[LOOM__MAC_LEN];
         loom_sync_frame_pack(f, hdr);
-        loom__mac_frame(m, hdr, payload, (size_t)f->payload_len, tag);
+        loom__mac_end(m, hdr, tag);
         int rc = loom__write_all(fd, hdr, sizeof hdr);
         if (!rc && f->payload_len)
                 rc = loom__write_all(fd, payload, (size_t)f->payload_len);
@@ -106,6 +121,22 @@ int loom__frame_send_mac(int fd, loom__mac *m, const loom_sync_frame *f, const v
         if (!rc && bytes)
                 *bytes += sizeof hdr + f->payload_len + sizeof tag;
         return rc;
+}
+
+int loom__frame_send_mac(int fd, loom__mac *m, const loom_sync_frame *f, const void *payload,
+                         uint64_t *bytes)
+{
+        if (!m || !m->on)
+                return loom__frame_send(fd, f, payload, bytes);
+        loom__mac_begin(m);
+        loom__mac_update(m, payload, (size_t)f->payload_len);
+        return send_tagged(fd, m, f, payload, bytes);
+}
+
+int loom__frame_send_tagged(int fd, loom__mac *m, const loom_sync_frame *f, const void *payload,
+                            uint64_t *bytes)
+{
+        return send_tagged(fd, m, f, payload, bytes);
 }
 
 int loom__frames_send_mac(int fd, loom__mac *m, const uint8_t *frames, size_t len)
@@ -129,8 +160,49 @@ int loom__frames_send_mac(int fd, loom__mac *m, const uint8_t *frames, size_t le
 int loom__frame_recv_mac(int fd, loom__mac *m, loom_sync_frame *f, uint8_t **payload,
                          uint64_t max_payload, uint64_t *bytes, loom_err *e)
 {
-        int rc = loom__frame_recv(fd, f, payload, max_payload, bytes, e);
-        return rc ? rc : loom__frame_check_mac(fd, m, f, payload, bytes, e);
+        if (!m || !m->on)
+                return loom__frame_recv(fd, f, payload, max_payload, bytes, e);
+        /* As loom__frame_recv, but the payload is tagged a block at a time as it arrives,
+         * while the block is still in cache: one pass over the bytes. */
+        uint8_t hdr[LOOM_SYNC_FRAME_HDR], tag[LOOM__MAC_LEN], want[LOOM__MAC_LEN];
+        *payload = NULL;
+        if (loom__read_all(fd, hdr, sizeof hdr))
+                return loom_err_set(e, LOOM_EIO, "frame", "connection lost before a frame");
+        int rc = loom_sync_frame_unpack(hdr, f, e);
+        if (rc)
+                return rc;
+        if (f->payload_len > max_payload)
+                return loom_err_set(e, LOOM_ERANGE, "frame.payload_len",
+                                    "frame of %llu bytes, at most %llu expected",
+                                    (unsigned long long)f->payload_len,
+                                    (unsigned long long)max_payload);
+        size_t len = (size_t)f->payload_len;
+        if (len && !(*payload = malloc(len)))
+                return loom_err_set(e, LOOM_ENOMEM, "frame", "out of memory");
+        loom__mac_begin(m);
+        for (size_t off = 0; off < len && !rc; off += LOOM__MAC_BLOCK) {
+                size_t k = len - off < LOOM__MAC_BLOCK ? len - off : LOOM__MAC_BLOCK;
+                if (loom__read_all(fd, *payload + off, k))
+                        rc = loom_err_set(e, LOOM_EIO, "frame", "connection lost mid-frame");
+                else
+                        loom__mac_update(m, *payload + off, k);
+        }
+        if (!rc && loom__read_all(fd, tag, sizeof tag))
+                rc = loom_err_set(e, LOOM_EIO, "frame", "connection lost before a frame's tag");
+        if (!rc) {
+                loom__mac_end(m, hdr, want);
+                if (!loom__mac_equal(tag, want, sizeof tag))
+                        rc = loom_err_set(e, LOOM_ECORRUPT, "frame.tag",
+                                          "frame %llu is not authenticated by the job's sync "
+                                          "key (forged, corrupted, replayed or another job's)",
+                                          (unsigned long long)(m->seq - 1));
+        }
+        if (rc) {
+                free(*payload);
+                *payload = NULL;
+        } else if (bytes)
+                *bytes += sizeof hdr + len + sizeof tag;
+        return rc;
 }
 
 int loom__frame_check_mac(int fd, loom__mac *m, const loom_sync_frame *f, uint8_t **payload,
@@ -148,7 +220,7 @@ int loom__frame_check_mac(int fd, loom__mac *m, const loom_sync_frame *f, uint8_
                 if (!loom__mac_equal(tag, want, sizeof tag))
                         rc = loom_err_set(e, LOOM_ECORRUPT, "frame.tag",
                                           "frame %llu is not authenticated by the job's sync "
-                                          "key (forged, replayed or another job's)",
+                                          "key (forged, corrupted, replayed or another job's)",
                                           (unsigned long long)(m->seq - 1));
         }
         if (!rc && bytes)

@@ -335,10 +335,11 @@ static int send_dense(int fd, loom__mac *m, const loom_sync_pub *p, const pver *
                                              .version = v->version,
                                              .start = b};
                         loom_err e;
-                        rc = loom_sync_encode(NULL, v->w + p->shard_off[s] + b, n,
-                                              LOOM_SYNC_ENC_DENSE, buf, &f, &e);
+                        rc = loom__encode(NULL, v->w + p->shard_off[s] + b, n, LOOM_SYNC_ENC_DENSE,
+                                          buf, &f, m, &e);
                         if (!rc)
-                                rc = loom__frame_send_mac(fd, m, &f, buf, NULL);
+                                rc = m->on ? loom__frame_send_tagged(fd, m, &f, buf, NULL)
+                                           : loom__frame_send(fd, &f, buf, NULL);
                 }
         free(buf);
         return rc;

@@ -58,8 +58,11 @@ typedef struct mitm {
         size_t req_len;
         uint8_t *reply; /* the publisher's reply as recorded (upstream != 0) or to replay */
         size_t len;
-        int forge;  /* flip a payload byte of the first bucket frame, recompute its CRCs */
-        size_t tag; /* bytes after each frame: 8 with a key, 0 without */
+        int forge; /* flip a payload byte of the first bucket frame; 1: recompute its CRCs and
+                    * shard hash (a forgery), 2: leave them (corruption) */
+        uint32_t bucket_crc; /* that bucket's payload_crc as sent */
+        int bucket_crc_ok;   /* ... and whether it was the payload's CRC32C */
+        size_t tag;          /* bytes after each frame: 8 with a key, 0 without */
         size_t nshards;
 } mitm;
 
@@ -95,10 +98,15 @@ static void forge(mitm *m)
         cr_assert_eq(loom_sync_frame_unpack(m->reply + off, &f, NULL), 0);
         cr_assert_eq(f.enc, LOOM_SYNC_ENC_DENSE);
         uint8_t *pl = m->reply + off + 64;
+        /* a keyed bucket carries no CRC (its tag covers the same bytes); a plain one does */
+        m->bucket_crc = f.payload_crc;
+        m->bucket_crc_ok = f.payload_crc == loom_sync_crc32c(0, pl, (size_t)f.payload_len);
         uint16_t was, now;
         memcpy(&was, pl + 6, 2);
         now = was ^ 0x4000;
         memcpy(pl + 6, &now, 2);
+        if (m->forge == 2)
+                return; /* corrupted in flight: nothing else fixed */
         f.payload_crc = loom_sync_crc32c(0, pl, (size_t)f.payload_len);
         loom_sync_frame_pack(&f, m->reply + off);
         cr_assert_eq(loom_sync_frame_unpack(m->reply, &mf, NULL), 0);
@@ -235,6 +243,41 @@ Test(sync_auth, a_forged_frame_is_refused_only_a_tag_can_tell)
                         cr_assert_str_eq(e.field, "frame.tag", "%s", e.msg);
                         cr_assert_eq(memcmp(got, before, 2 * ELEMS), 0);
                 }
+                free(m.reply);
+                loom_sync_pub_free(p);
+        }
+        free(w), free(got), free(before);
+}
+
+/* A bit flipped in flight, nothing recomputed: without a key the CRC refuses it; with a key
+ * the bucket carries no CRC (payload_crc 0) and the tag alone refuses it. Either way the
+ * weights are untouched. */
+Test(sync_auth, a_corrupted_keyed_frame_is_refused_by_its_tag)
+{
+        uint16_t *w = malloc(2 * ELEMS), *got = malloc(2 * ELEMS), *before = malloc(2 * ELEMS);
+        fill(w, 8);
+        fill(got, 9);
+        memcpy(before, got, 2 * ELEMS);
+        loom_err e;
+        for (int keyed = 0; keyed < 2; keyed++) {
+                loom_sync_pub *p = publisher(keyed ? key_a : NULL, w);
+                mitm m = {.upstream = loom_sync_pub_port(p),
+                          .req_len = keyed ? 96 : 48,
+                          .forge = 2,
+                          .tag = keyed ? 8 : 0,
+                          .nshards = 2};
+                pthread_t t = mitm_start(&m);
+                int rc = pull(keyed ? key_a : NULL, m.port, got, &e);
+                mitm_end(&m, t);
+                cr_assert_eq(rc, LOOM_ECORRUPT, "%s", e.msg);
+                if (keyed) {
+                        cr_assert_eq(m.bucket_crc, 0);
+                        cr_assert_str_eq(e.field, "frame.tag", "%s", e.msg);
+                } else {
+                        cr_assert(m.bucket_crc_ok);
+                        cr_assert_str_eq(e.field, "frame.payload_crc", "%s", e.msg);
+                }
+                cr_assert_eq(memcmp(got, before, 2 * ELEMS), 0);
                 free(m.reply);
                 loom_sync_pub_free(p);
         }
