@@ -326,9 +326,10 @@ typedef struct loom_sync_codec_row {
         double size_fraction; /* payload bytes / dense bytes */
         double encode_gbps, decode_gbps;
         int round_trip; /* decode(encode(new)) == new */
-        /* Authenticated pulls: the time to tag (sender) or check (receiver) the frame, as a
-         * fraction of the time to encode / decode it (CRC32C included); UMAC-64 as sent,
-         * and HMAC-SHA-256 over the same bytes for comparison. */
+        /* Authenticated pulls: keyed encode (no CRC, UMAC-64 tag) / plain encode (CRC32C)
+         * time minus one, and the same for decode, medians of runs alternated in this
+         * process (negative: keyed is faster); HMAC-SHA-256 over the same bytes / plain encode
+         * time for comparison. round_trip covers both paths. */
         double tag_encode_frac, tag_decode_frac, hmac_encode_frac;
 } loom_sync_codec_row;
 
