@@ -1,14 +1,18 @@
 /*
- * auth.c - authenticated weight pulls: every frame a publisher sends carries an HMAC-SHA-256
- * tag under the job's sync key (the `sync_key` loomd hands out with the job's worker token),
- * so only a process that holds the key can feed a puller weights.
+ * auth.c - authenticated weight pulls: every frame a publisher sends carries a tag derived
+ * from the job's sync key (the `sync_key` loomd hands out with the job's worker token), so
+ * only a process that holds the key can feed a puller weights.
  *
  * Per connection the puller picks a random 16-byte nonce and sends it after its request with
  * HMAC-SHA-256(key, "loom sync request" || request || nonce); the publisher refuses a request
  * whose tag is not its key's (a process without the key learns nothing but the refusal). Both
  * sides then derive the connection's frame key, HMAC-SHA-256(key, "loom sync session" ||
  * nonce) cut to 16 bytes, and every frame the publisher sends is followed by its UMAC-64
- * (RFC 4418) under that key with nonce n = 0, 1, ... counting the frames of the connection.
+ * (RFC 4418) under that key with nonce n = 0, 1, ... counting the frames of the connection,
+ * taken over the payload then the header (so a dense bucket is tagged while it is copied, and
+ * a received one while it is read, 64 KiB at a time). The tag covers everything the frame's
+ * CRC32C covers, so keyed frames carry payload_crc 0 and nobody computes or checks the CRC:
+ * that, not a faster MAC, is what keeps keyed pulls as cheap as plain ones.
  * A frame recorded from another pull (another connection key), re-ordered, dropped or
  * repeated within this one (another n), or tagged under another job's key does not verify,
  * and the puller stops before it applies anything (pull.c applies only after every check).
