@@ -4,20 +4,29 @@
 # (a) when the job's resource is free (the permit is already there) and (b) when a waiting
 # long-poll is woken because its group-mate released the node. Prints figures; never fails on
 # timing. Usage: bench/loomd.sh BUILD_DIR [SUBMISSIONS] [LONGPOLLS]
+# LOOMD_BENCH_AUTH=1: every request carries an admin bearer token (token lookup per request).
 set -euo pipefail
 b=${1:-build}
 n=${2:-10000}
 polls=${3:-1000}
 dir=$(mktemp -d /tmp/loomd-bench-XXXXXX)
+token=""
+if [ "${LOOMD_BENCH_AUTH:-0}" = 1 ]; then
+  token=$("$b/loomd" token create --data-dir "$dir" --tenant bench --role admin 2>/dev/null)
+  echo "with an admin bearer token on every request"
+fi
+export LOOMD_BENCH_TOKEN=$token
 "$b/loomd" --data-dir "$dir" --listen 127.0.0.1:0 --port-file "$dir/port" --quiet \
   --lease-timeout 600 --max-wait 600 &
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$dir"' EXIT
 for _ in $(seq 500); do [ -s "$dir/port" ] && break; sleep 0.01; done
 python3 - "$(cat "$dir/port")" "$n" "$polls" <<'PY'
-import asyncio, json, statistics, sys, time
+import asyncio, json, os, statistics, sys, time
 
 port, N, POLLS = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+TOKEN = os.environ.get("LOOMD_BENCH_TOKEN", "")
+AUTH = f"Authorization: Bearer {TOKEN}\r\n" if TOKEN else ""
 
 
 class Conn:
@@ -29,7 +38,7 @@ class Conn:
 
     async def req(self, method, path, body=b""):
         self.w.write(f"{method} {path} HTTP/1.1\r\nHost: b\r\nContent-Type: application/json\r\n"
-                     f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+                     f"{AUTH}Content-Length: {len(body)}\r\n\r\n".encode() + body)
         head = await self.r.readuntil(b"\r\n\r\n")
         status = int(head.split(b" ", 2)[1])
         length = 0

@@ -7,7 +7,9 @@ pkgs=(
   build-essential cmake ninja-build pkg-config   # toolchain
   libjansson-dev                                 # JSON
   libsqlite3-dev                                 # loomd store
-  libmicrohttpd-dev                              # loomd HTTP server
+  libmicrohttpd-dev                              # loomd HTTP server (HTTPS through GnuTLS)
+  nettle-dev                                     # SHA-256 / HMAC: tokens, authenticated sync frames
+  openssl                                        # test certificates for the TLS tests
   libcurl4-openssl-dev                           # client library
   libcairo2-dev                                  # plots (SVG/PNG)
   libcriterion-dev                               # unit tests

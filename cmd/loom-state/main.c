@@ -10,6 +10,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <grp.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
@@ -39,6 +40,8 @@ static void usage(FILE *f)
             "  --disk-bytes N       disk tier capacity (default 16G)\n"
             "  --device-bytes N     per emulated device; 0 = no device residency (default 0)\n"
             "  --no-mlock           do not pin the host pool\n"
+            "  --group GROUP        members (name or gid) may touch every job's state; else\n"
+            "                       only the uid that first stored a job's state may\n"
             "  --quiet              no event log on stderr\n"
             "bench options:\n"
             "  --json               one JSON object (load_gbps, memcpy_gbps, disk_read_gbps,\n"
@@ -85,6 +88,7 @@ static int serve(int argc, char **argv)
                                              {"disk-bytes", required_argument, 0, 'D'},
                                              {"device-bytes", required_argument, 0, 'V'},
                                              {"no-mlock", no_argument, 0, 'm'},
+                                             {"group", required_argument, 0, 'g'},
                                              {"quiet", no_argument, 0, 'q'},
                                              {"help", no_argument, 0, 'h'},
                                              {0, 0, 0, 0}};
@@ -112,6 +116,17 @@ static int serve(int argc, char **argv)
                 case 'm':
                         cfg.no_mlock = 1;
                         break;
+                case 'g': {
+                        struct group *g = getgrnam(optarg);
+                        char *end;
+                        long gid = g ? (long)g->gr_gid : strtol(optarg, &end, 10);
+                        if (!g && (end == optarg || *end || gid < 0)) {
+                                fprintf(stderr, "loom-state: --group: no group '%s'\n", optarg);
+                                return 2;
+                        }
+                        cfg.group = gid;
+                        break;
+                }
                 case 'q':
                         cfg.log = NULL;
                         break;

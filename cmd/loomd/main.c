@@ -20,10 +20,12 @@
 #include "loom/spec.h"
 #include "loomd_exec.h"
 #include "loomd_state.h"
+#include "loomd_token.h"
 
 static void usage(FILE *f)
 {
         fprintf(f, "usage: loomd --data-dir DIR [options]\n"
+                   "       loomd token create|list|revoke|rotate-secret ... (loomd token --help)\n"
                    "\n"
                    "The loom control plane: schedules the phases of RL jobs (docs/api.md).\n"
                    "\n"
@@ -56,6 +58,14 @@ static void usage(FILE *f)
                    "  --exec-dir DIR        workers' output files (default: the data dir)\n"
                    "  --slurm-conf FILE     slurm.conf for the Slurm tools\n"
                    "  --no-power            leave node power to the cluster\n"
+                   "  --tls-cert FILE       serve HTTPS with this PEM certificate (chain)...\n"
+                   "  --tls-key FILE        ...and its PEM key; required off loopback\n"
+                   "  --require-auth        tokens even before any exists (default: tokens\n"
+                   "                        once `loomd token create` made one; none on\n"
+                   "                        loopback until then; docs/security.md)\n"
+                   "  --insecure-loopback   no authentication, every caller is admin; refused\n"
+                   "                        unless --listen is a loopback address\n"
+                   "  --public-metrics      /metrics without a token (default: admin only)\n"
                    "  --quiet               no event log on stderr\n"
                    "  --help                this text\n");
 }
@@ -174,13 +184,20 @@ int main(int argc, char **argv)
             {"learn-after", required_argument, NULL, 'K'},
             {"executor", required_argument, NULL, 'X'},
             {"exec-nodes", required_argument, NULL, 'N'},
-            {"worker", required_argument, NULL, 'R'},
+            {"worker", required_argument, NULL, 'E'},
             {"exec-dir", required_argument, NULL, 'D'},
-            {"slurm-conf", required_argument, NULL, 'C'},
+            {"slurm-conf", required_argument, NULL, 'F'},
             {"no-power", no_argument, NULL, 'P'},
+            {"tls-cert", required_argument, NULL, 'C'},
+            {"tls-key", required_argument, NULL, 'k'},
+            {"require-auth", no_argument, NULL, 'R'},
+            {"insecure-loopback", no_argument, NULL, 'I'},
+            {"public-metrics", no_argument, NULL, 'M'},
             {"help", no_argument, NULL, 'h'},
             {NULL, 0, NULL, 0},
         };
+        if (argc > 1 && !strcmp(argv[1], "token"))
+                return loomd_token_main(argc - 1, argv + 1);
         loom_server_cfg cfg;
         loom_server_cfg_default(&cfg);
         cfg.log = daemon_log_line;
@@ -283,17 +300,35 @@ int main(int argc, char **argv)
                 case 'N':
                         xo.nodes = optarg;
                         break;
-                case 'R':
+                case 'E':
                         xo.worker = optarg;
                         break;
                 case 'D':
                         xo.dir = optarg;
                         break;
-                case 'C':
+                case 'F':
                         xo.slurm_conf = optarg;
                         break;
                 case 'P':
                         xo.no_power = true;
+                        break;
+                case 'C':
+                        cfg.tls_cert = optarg;
+                        break;
+                case 'k':
+                        cfg.tls_key = optarg;
+                        break;
+                case 'R':
+                case 'I':
+                        if (cfg.auth != LOOM_AUTH_AUTO) {
+                                fprintf(stderr, "loomd: --require-auth and --insecure-loopback "
+                                                "exclude each other\n");
+                                return 2;
+                        }
+                        cfg.auth = c == 'R' ? LOOM_AUTH_TOKENS : LOOM_AUTH_NONE;
+                        break;
+                case 'M':
+                        cfg.public_metrics = true;
                         break;
                 case 'h':
                         usage(stdout);
@@ -348,9 +383,9 @@ int main(int argc, char **argv)
         }
         if (cfg.log) {
                 char line[512];
-                snprintf(line, sizeof line, "serving on %s:%d, data in %s, admission %s",
-                         cfg.listen_host, loom_server_port(s), cfg.data_dir,
-                         loom_admission_name(cfg.policy.admission));
+                snprintf(line, sizeof line, "serving %s on %s:%d, data in %s, admission %s",
+                         cfg.tls_cert ? "https" : "http", cfg.listen_host, loom_server_port(s),
+                         cfg.data_dir, loom_admission_name(cfg.policy.admission));
                 daemon_log_line("loomd", line);
         }
         int status = 0;

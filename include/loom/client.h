@@ -36,12 +36,20 @@ typedef struct loom_client_opts {
         double request_timeout_s; /* one HTTP attempt, on top of an acquire's wait; default 10 */
         double retry_for_s;       /* keep retrying unreachable/503 this long; default 60 */
         bool heartbeat;           /* renew held leases in the background; default true */
+        /* Bearer token sent with every request (docs/security.md); NULL: $LOOM_TOKEN, else
+         * the first line of the file $LOOM_TOKEN_FILE, else none. Copied by loom_client_new. */
+        const char *token;
+        /* PEM file of the CA that signed loomd's certificate, for an https:// url; NULL:
+         * $LOOM_CA_FILE, else the system's CAs. The certificate and its host name are always
+         * verified. */
+        const char *ca_file;
 } loom_client_opts;
 
 void loom_client_opts_default(loom_client_opts *o);
 
-/* url: "http://HOST:PORT" (a trailing slash is fine). opts may be NULL for the defaults.
- * NULL when out of memory or url is empty. Free with loom_client_free (NULL is fine). */
+/* url: "http://HOST:PORT" or "https://HOST:PORT" (a trailing slash is fine). opts may be NULL
+ * for the defaults. NULL when out of memory, url is empty or $LOOM_TOKEN_FILE is unreadable. Free
+ * with loom_client_free (NULL is fine). */
 loom_client *loom_client_new(const char *url, const loom_client_opts *opts);
 void loom_client_free(loom_client *c);
 

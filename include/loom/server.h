@@ -42,6 +42,15 @@ typedef struct loom_server_state_hooks {
         void *arg;
 } loom_server_state_hooks;
 
+/* Who may call the API (docs/security.md). */
+typedef enum loom_server_auth {
+        /* Tokens when data_dir/auth.db holds any at start; with none, no authentication, which
+         * is allowed on a loopback address only (a non-loopback one refuses to start). */
+        LOOM_AUTH_AUTO = 0,
+        LOOM_AUTH_TOKENS, /* every request but /healthz needs a token (even with none yet) */
+        LOOM_AUTH_NONE,   /* every caller is admin: loopback addresses only (demo, tests) */
+} loom_server_auth;
+
 typedef struct loom_server_cfg {
         const char *data_dir; /* required; created if missing; holds loom.db (+ WAL) */
         char listen_host[64]; /* dotted IPv4; default "127.0.0.1" */
@@ -59,6 +68,10 @@ typedef struct loom_server_cfg {
         bool sync_full;         /* fsync every commit (power-loss safe); default off: a commit
                                    is written to the WAL before the reply, which survives a
                                    crash of loomd but not of the machine */
+        loom_server_auth auth;  /* default LOOM_AUTH_AUTO */
+        bool public_metrics;    /* /metrics without a token (else admin only); /healthz is open */
+        const char *tls_cert;   /* PEM certificate chain and key: serve HTTPS (both or neither); */
+        const char *tls_key;    /* required on a non-loopback address */
         loom_server_log_fn log;
         void *log_arg;
         loom_server_state_hooks state;

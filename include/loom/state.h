@@ -162,6 +162,8 @@ typedef struct loom_state_cfg {
         uint64_t disk_bytes;   /* disk tier capacity (default 16 GiB) */
         uint64_t device_bytes; /* per emulated device (default 0 = device residency off) */
         int no_mlock;          /* do not try to mlock the host pool */
+        long group;            /* gid whose members may touch every job's state; -1 (default):
+                                * only the uid that first stored a job's state (SO_PEERCRED) */
         void (*log)(void *arg, const char *line); /* events and warnings; may be NULL */
         void *log_arg;
 } loom_state_cfg;

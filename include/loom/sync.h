@@ -334,6 +334,11 @@ typedef struct loom_sync_codec_row {
         double size_fraction; /* payload bytes / dense bytes */
         double encode_gbps, decode_gbps;
         int round_trip; /* decode(encode(new)) == new */
+        /* Authenticated pulls: keyed encode (no CRC, UMAC-64 tag) / plain encode (CRC32C)
+         * time minus one, and the same for decode, medians of runs alternated in this
+         * process (negative: keyed is faster); HMAC-SHA-256 over the same bytes / plain encode
+         * time for comparison. round_trip covers both paths. */
+        double tag_encode_frac, tag_decode_frac, hmac_encode_frac;
 } loom_sync_codec_row;
 
 enum { LOOM_SYNC_CODEC_DENSITIES = 8 };
@@ -420,5 +425,20 @@ int loom_sync_pull(const char *model, const char *ip, uint16_t port, const uint6
 int loom_sync_pull_latest(const char *model, const char *ip, uint16_t port,
                           const uint64_t *shard_elems, size_t nshards, uint64_t want,
                           double timeout_s, uint64_t *version, loom_err *e);
+
+/* Authenticated pulls (docs/security.md). With a key (the job's `sync_key` from loomd: 32
+ * bytes, 64 hex digits in the API) the publisher serves only pullers that prove the same key,
+ * and tags every frame with HMAC-SHA-256 under it, per connection and per frame; a puller given
+ * a key accepts only such frames. A forged frame, one replayed from another pull, re-ordered
+ * or dropped within this one, or another job's, fails the pull with LOOM_ECORRUPT (field
+ * "frame.tag") and leaves w unchanged. Frames are not encrypted. key NULL: as without. */
+#define LOOM_SYNC_KEY_LEN 32
+int loom_sync_pub_set_key(loom_sync_pub *p, const uint8_t *key, loom_err *e);
+int loom_sync_pull_keyed(const uint8_t *key, const char *model, const char *ip, uint16_t port,
+                         const uint64_t *shard_elems, size_t nshards, uint16_t *w, uint64_t have,
+                         uint64_t want, double timeout_s, loom_sync_pull_stats *st, loom_err *e);
+int loom_sync_pull_latest_keyed(const uint8_t *key, const char *model, const char *ip,
+                                uint16_t port, const uint64_t *shard_elems, size_t nshards,
+                                uint64_t want, double timeout_s, uint64_t *version, loom_err *e);
 
 #endif

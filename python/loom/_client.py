@@ -65,12 +65,15 @@ class Advice:
 class _Client(_native.Handle):
     """One libloomclient handle. Calls on one handle are serialised."""
 
-    def __init__(self, url, retry_for_s=60.0, request_timeout_s=10.0):
+    def __init__(self, url, retry_for_s=60.0, request_timeout_s=10.0, token=None, ca_file=None):
         self.lib = _native.load()
         opts = _native.Opts()
         self.lib.loom_client_opts_default(ctypes.byref(opts))
         opts.retry_for_s = retry_for_s
         opts.request_timeout_s = request_timeout_s
+        # None: the C client reads $LOOM_TOKEN / $LOOM_TOKEN_FILE and $LOOM_CA_FILE
+        opts.token = token.encode() if token else None
+        opts.ca_file = str(ca_file).encode() if ca_file else None
         self.h = self.lib.loom_client_new(url.encode(), ctypes.byref(opts))
         if not self.h:
             raise LoomError(f"cannot create a client for {url!r}", _native.ENOMEM)
@@ -118,6 +121,10 @@ class Job:
         self._pub = self._puller = self._bits = None
         self._note((reply or {}))
         self.took_over = False
+        # From the submit reply (or info()): what the job's processes need under tokens
+        # (docs/security.md): pass them as LOOM_TOKEN and LOOM_SYNC_KEY.
+        self.worker_token = (reply or {}).get("worker_token")
+        self.sync_key = (reply or {}).get("sync_key")
 
     def _note(self, info):
         """Remember where the job stands (from a job reply)."""
@@ -253,6 +260,7 @@ class Job:
         bits = weights.bf16_bits(tensors)
         if self._pub is None:
             opts.setdefault("model", self.model_id)
+            opts.setdefault("key", self.sync_key)  # None: $LOOM_SYNC_KEY, if set
             self._pub = weights.Publisher([t.numel() for t in tensors],
                                           endpoint_file=endpoint_file, **opts)
         st = self._pub.publish(version, bits)
@@ -270,7 +278,7 @@ class Job:
         if self._puller is None:
             import numpy as np
             self._puller = weights.Puller(endpoint, [t.numel() for t in tensors],
-                                          model=self.model_id)
+                                          model=self.model_id, key=self.sync_key)
             self._bits = np.zeros(self._puller.elems, dtype=np.uint16)
         st = self._puller.pull(self._bits, version, timeout_s)
         if st["changed"] or st["dense"]:

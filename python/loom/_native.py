@@ -39,6 +39,8 @@ class Opts(ctypes.Structure):
         ("request_timeout_s", ctypes.c_double),
         ("retry_for_s", ctypes.c_double),
         ("heartbeat", ctypes.c_bool),
+        ("token", ctypes.c_char_p),
+        ("ca_file", ctypes.c_char_p),
     ]
 
 

@@ -61,7 +61,21 @@ def _declare(lib):
     lib.loom_sync_pull.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_uint16, U64P,
                                    ctypes.c_size_t, P, ctypes.c_uint64, ctypes.c_uint64,
                                    ctypes.c_double, ctypes.POINTER(_PullStats), E]
+    lib.loom_sync_pub_set_key.argtypes = [P, ctypes.c_char_p, E]
+    lib.loom_sync_pull_keyed.argtypes = [ctypes.c_char_p] + lib.loom_sync_pull.argtypes
     return lib
+
+
+def _key(key):
+    """The job's sync key as 32 bytes: key (64 hex digits or bytes), else $LOOM_SYNC_KEY, else
+    None (pulls not authenticated; docs/security.md)."""
+    key = key if key is not None else os.environ.get("LOOM_SYNC_KEY") or None
+    if key is None:
+        return None
+    raw = bytes.fromhex(key) if isinstance(key, str) else bytes(key)
+    if len(raw) != 32:
+        raise SyncError("sync key: expected 32 bytes (64 hex digits)", -1, "sync_key")
+    return raw
 
 
 def _raise(rc, err, what):
@@ -122,7 +136,7 @@ class Publisher(_native.Handle):
     model: the id it serves under (a puller that names another id is refused)."""
 
     def __init__(self, shards, host="127.0.0.1", port=0, bucket_elems=1 << 14,
-                 endpoint_file=None, model=None):
+                 endpoint_file=None, model=None, key=None):
         self.lib = _load()
         self._shards, self.sizes = _shards(shards)
         self.elems = sum(self.sizes)
@@ -134,6 +148,9 @@ class Publisher(_native.Handle):
                                         ctypes.byref(self.h), ctypes.byref(err))
         if rc:
             _raise(rc, err, "publisher")
+        self.key = _key(key)
+        if self.key:
+            self.lib.loom_sync_pub_set_key(self.h, self.key, ctypes.byref(err))
         self.endpoint = f"{host}:{self.lib.loom_sync_pub_port(self.h)}"
         self.version = None
         if endpoint_file:
@@ -166,8 +183,9 @@ class Puller:
     """The rollout worker's side. endpoint: "host:port", or a file the publisher wrote it to
     (waited for). model: accept only a publisher serving this id (None: any of this shape)."""
 
-    def __init__(self, endpoint, shards, model=None):
+    def __init__(self, endpoint, shards, model=None, key=None):
         self.lib = _load()
+        self.key = _key(key)
         self._shards, self.sizes = _shards(shards)
         self.elems = sum(self.sizes)
         self.endpoint = endpoint
@@ -217,9 +235,10 @@ class Puller:
     def _pull_once(self, host, port, flat, want, timeout_s):
         have = NO_VERSION if self.version is None else self.version
         st, err = _PullStats(), _native.Err()
-        rc = self.lib.loom_sync_pull(_model(self.model), host.encode(), port, self._shards,
-                                     len(self.sizes), _buffer(flat, self.elems), have, int(want),
-                                     float(timeout_s), ctypes.byref(st), ctypes.byref(err))
+        rc = self.lib.loom_sync_pull_keyed(self.key, _model(self.model), host.encode(), port,
+                                           self._shards, len(self.sizes),
+                                           _buffer(flat, self.elems), have, int(want),
+                                           float(timeout_s), ctypes.byref(st), ctypes.byref(err))
         if rc:
             _raise(rc, err, "pull")
         self.version = int(st.version)

@@ -31,6 +31,8 @@ typedef struct held {
 
 struct loom_client {
         char url[512];
+        char *auth_hdr; /* "Authorization: Bearer ...", NULL without a token */
+        char *ca_file;
         loom_client_opts o;
         CURL *curl;
         char err[512];
@@ -71,6 +73,7 @@ static void set_err(loom_client *c, const char *fmt, ...)
 
 void loom_client_opts_default(loom_client_opts *o)
 {
+        memset(o, 0, sizeof *o);
         o->request_timeout_s = 10;
         o->retry_for_s = 60;
         o->heartbeat = true;
@@ -110,12 +113,19 @@ static size_t on_data(char *ptr, size_t size, size_t nmemb, void *arg)
 }
 
 /* One attempt. Returns the CURLcode; *status gets the HTTP status (0 if none). */
-static CURLcode attempt(CURL *h, const char *url, const char *method, const char *body,
-                        const char *key, double timeout_s, int *status, reply_buf *out)
+static CURLcode attempt(const loom_client *c, CURL *h, const char *url, const char *method,
+                        const char *body, const char *key, double timeout_s, int *status,
+                        reply_buf *out)
 {
         curl_easy_reset(h);
         struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/json");
         hdr = curl_slist_append(hdr, "Expect:");
+        if (c->auth_hdr)
+                hdr = curl_slist_append(hdr, c->auth_hdr);
+        if (c->ca_file)
+                curl_easy_setopt(h, CURLOPT_CAINFO, c->ca_file);
+        curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 1L);
+        curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 2L);
         char keyhdr[128];
         if (key) {
                 snprintf(keyhdr, sizeof keyhdr, "Idempotency-Key: %s", key);
@@ -172,7 +182,7 @@ static int request(loom_client *c, CURL *h, const char *method, const char *path
         for (;;) {
                 reply_buf b = {0};
                 CURLcode rc =
-                    attempt(h, url, method, body, key,
+                    attempt(c, h, url, method, body, key,
                             c->o.request_timeout_s + (wait_s > 0 ? wait_s : 0), status, &b);
                 if (rc == CURLE_OK && *status != 503) {
                         *out = b.p;
@@ -237,7 +247,8 @@ static void *hb_main(void *arg)
                         int st = 0;
                         /* One attempt; the next beat comes soon enough. */
                         if (h)
-                                attempt(h, url, "POST", "", NULL, c->o.request_timeout_s, &st, &b);
+                                attempt(c, h, url, "POST", "", NULL, c->o.request_timeout_s, &st,
+                                        &b);
                         free(b.p);
                         pthread_mutex_lock(&c->mu);
                         now = now_s();
@@ -290,6 +301,35 @@ static void unhold(loom_client *c, int64_t id)
 
 /* ---- API ------------------------------------------------------------------------------------ */
 
+/* The token (opts, $LOOM_TOKEN, $LOOM_TOKEN_FILE) and CA file (opts, $LOOM_CA_FILE). */
+static int credentials(loom_client *c)
+{
+        const char *tok = c->o.token ? c->o.token : getenv("LOOM_TOKEN");
+        const char *file = tok ? NULL : getenv("LOOM_TOKEN_FILE");
+        char line[256] = "";
+        if (file && *file) {
+                FILE *f = fopen(file, "r");
+                if (!f || !fgets(line, sizeof line, f)) {
+                        if (f)
+                                fclose(f);
+                        return -1;
+                }
+                fclose(f);
+                line[strcspn(line, "\r\n")] = '\0';
+                tok = line;
+        }
+        if (tok && *tok) {
+                size_t n = strlen(tok) + 32;
+                if (!(c->auth_hdr = malloc(n)))
+                        return -1;
+                snprintf(c->auth_hdr, n, "Authorization: Bearer %s", tok);
+        }
+        const char *ca = c->o.ca_file ? c->o.ca_file : getenv("LOOM_CA_FILE");
+        if (ca && *ca && !(c->ca_file = strdup(ca)))
+                return -1;
+        return 0;
+}
+
 loom_client *loom_client_new(const char *url, const loom_client_opts *opts)
 {
         if (!url || !*url || strlen(url) >= 512)
@@ -305,9 +345,13 @@ loom_client *loom_client_new(const char *url, const loom_client_opts *opts)
                 c->o = *opts;
         else
                 loom_client_opts_default(&c->o);
+        int cred = credentials(c);
+        c->o.token = c->o.ca_file = NULL; /* the caller's strings; ours are above */
         curl_global_init(CURL_GLOBAL_DEFAULT);
-        c->curl = curl_easy_init();
+        c->curl = cred ? NULL : curl_easy_init();
         if (!c->curl) {
+                free(c->auth_hdr);
+                free(c->ca_file);
                 free(c);
                 return NULL;
         }
@@ -340,6 +384,8 @@ void loom_client_free(loom_client *c)
         curl_easy_cleanup(c->curl);
         pthread_mutex_destroy(&c->mu);
         pthread_cond_destroy(&c->cv);
+        free(c->auth_hdr);
+        free(c->ca_file);
         free(c);
 }
 

@@ -154,6 +154,8 @@ json_t *srv_job_json(loom_server *s, const srv_job *j, bool full)
                               (json_int_t)j->target, "iterations_done", (json_int_t)j->done);
         if (!o)
                 return NULL;
+        if (j->tenant[0])
+                json_object_set_new(o, "tenant", json_string(j->tenant));
         loom_job_info info;
         if (srv_job_live(j->state) && loom_sched_job_info(s->sched, j->retry.core, &info) == 0) {
                 json_object_set_new(o, "group", json_integer(info.group));
@@ -411,6 +413,7 @@ static void h_submit(loom_server *s, srv_req *r, loom_us now)
         if (r->key[0] && srv_store_job_by_key(s->store, r->key, &existing, &e) == 0) {
                 srv_job *j = srv_job_get(s, existing);
                 json_t *o = j ? srv_job_json(s, j, true) : NULL;
+                srv_auth_creds(s, r, j, o);
                 return o ? srv_reply_json(r, 200, o)
                          : srv_reply_error(r, 500, "", "job %u missing", existing);
         }
@@ -451,6 +454,7 @@ static void h_submit(loom_server *s, srv_req *r, loom_us now)
         j->spec.iterations = j->target;
         j->decision = decision_json(&d, j->name);
         j->submitted_wall = wall;
+        srv_auth_submitted(s, r, j);
         srv_retry_init(j);
         j->retry.core = id;
         loom_decision_free(&d);
@@ -475,7 +479,9 @@ static void h_submit(loom_server *s, srv_req *r, loom_us now)
                 json_string_value(json_object_get(j->decision, "decision")),
                 (long long)json_integer_value(json_object_get(j->decision, "group")));
         srv_apply_actions(s, now);
-        srv_reply_json(r, 201, srv_job_json(s, j, true));
+        json_t *o = srv_job_json(s, j, true);
+        srv_auth_creds(s, r, j, o); /* worker token and sync key: what the job's processes need */
+        srv_reply_json(r, 201, o);
 }
 
 static void h_acquire(loom_server *s, srv_req *r, loom_us now)
@@ -652,7 +658,8 @@ static void h_list_jobs(loom_server *s, srv_req *r)
 {
         json_t *a = json_array();
         for (uint32_t i = 0; a && i < s->n_jobs; i++)
-                json_array_append_new(a, srv_job_json(s, s->jobs[i], false));
+                if (srv_auth_sees(r, s->jobs[i]))
+                        json_array_append_new(a, srv_job_json(s, s->jobs[i], false));
         srv_reply_json(r, 200, json_pack("{s:o}", "jobs", a));
 }
 
@@ -713,6 +720,7 @@ static void h_cluster(loom_server *s, srv_req *r)
 static void handle(loom_server *s, srv_req *r, loom_us now)
 {
         s->m.requests++;
+        srv_auth_scope(s, r); /* not the caller's job or lease: answered 404, kind RQ_BAD */
         switch (r->kind) {
         case RQ_SUBMIT:
                 h_submit(s, r, now);
@@ -734,8 +742,10 @@ static void handle(loom_server *s, srv_req *r, loom_us now)
                 break;
         case RQ_GET_JOB: {
                 srv_job *j = srv_job_get(s, r->job);
+                json_t *o = j ? srv_job_json(s, j, true) : NULL;
+                srv_auth_creds(s, r, j, o);
                 if (j)
-                        srv_reply_json(r, 200, srv_job_json(s, j, true));
+                        srv_reply_json(r, 200, o);
                 else
                         srv_reply_error(r, 404, "id", "no such job: %u", r->job);
                 break;
@@ -766,7 +776,8 @@ static void handle(loom_server *s, srv_req *r, loom_us now)
                                          loom_us_to_s(now - s->start_mono)));
                 break;
         case RQ_BAD:
-                srv_reply_error(r, 400, "", "bad request");
+                if (!r->ready)
+                        srv_reply_error(r, 400, "", "bad request");
                 break;
         }
         /* A waiting acquire is answered later; everything else now. */

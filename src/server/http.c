@@ -395,6 +395,9 @@ static enum MHD_Result send_reply(srv_req *r)
         r->body = NULL; /* owned by resp now */
         if (len)
                 MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, r->ctype);
+        if (r->status == 401)
+                MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
+                                        "Bearer realm=\"loomd\"");
         enum MHD_Result ret = MHD_queue_response(r->conn, (unsigned)r->status, resp);
         MHD_destroy_response(resp);
         return ret;
@@ -451,6 +454,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                                         SRV_MAX_BODY);
                         return send_reply(r);
                 }
+                /* Before any body is read: an unauthenticated client gets 401 at once. */
+                if (!srv_auth_request(s, r, url))
+                        return send_reply(r);
                 return MHD_YES;
         }
         if (r->ready)
@@ -480,6 +486,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                 srv_reply_error(r, 413, "", "request body larger than %u bytes", SRV_MAX_BODY);
         else
                 route(s, r, method, url);
+        srv_auth_route(s, r);
         if (r->ready)
                 return send_reply(r);
         if (!enqueue_or_refuse(s, r)) {
@@ -533,13 +540,25 @@ int srv_http_bind(loom_server *s, loom_err *e)
 int srv_http_start(loom_server *s, loom_err *e)
 {
         unsigned idle = s->cfg.idle_timeout_s < 1 ? 1 : (unsigned)(s->cfg.idle_timeout_s + 0.5);
-        s->mhd = MHD_start_daemon(MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME, 0, NULL,
-                                  NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET, s->listen_fd,
+        const char *cert, *key;
+        if (srv_auth_tls(s, &cert, &key, e))
+                return LOOM_EIO;
+        struct MHD_OptionItem tls[] = {
+            {cert ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, 0, (void *)cert},
+            {MHD_OPTION_HTTPS_MEM_KEY, 0, (void *)key},
+            {MHD_OPTION_END, 0, NULL},
+        };
+        unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME;
+        s->mhd = MHD_start_daemon(flags | (cert ? MHD_USE_TLS : 0), 0, NULL, NULL, on_request, s,
+                                  MHD_OPTION_ARRAY, tls, MHD_OPTION_LISTEN_SOCKET, s->listen_fd,
                                   MHD_OPTION_CONNECTION_TIMEOUT, idle, MHD_OPTION_CONNECTION_LIMIT,
                                   (unsigned)8192, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
                                   MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024, MHD_OPTION_END);
         if (!s->mhd)
-                return loom_err_set(e, LOOM_EIO, "listen", "cannot start the HTTP server");
+                return loom_err_set(e, LOOM_EIO, cert ? "tls_cert" : "listen",
+                                    cert ? "cannot start the HTTPS server (is the key the "
+                                           "certificate's, both PEM?)"
+                                         : "cannot start the HTTP server");
         return 0;
 }
 

@@ -54,7 +54,7 @@ static int check_cfg(const loom_server_cfg *c, loom_err *e)
                 return loom_err_set(e, LOOM_EINVAL, "drift_threshold", "must be in [1, 100]");
         if (strlen(c->data_dir) >= 4000)
                 return loom_err_set(e, LOOM_EINVAL, "data_dir", "path too long");
-        return 0;
+        return srv_auth_check_cfg(c, e);
 }
 
 static char *dump_sorted(json_t *j)
@@ -285,6 +285,8 @@ loom_server *loom_server_new(const loom_server_cfg *cfg, loom_err *e)
 
         int rc = srv_store_open(&s->store, s->data_dir, cfg->sync_full, e);
         if (!rc)
+                rc = srv_auth_open(s, e);
+        if (!rc)
                 rc = settle_cluster(s, e);
         if (!rc) {
                 s->sched = loom_sched_new(&s->cfg.cluster, &s->cfg.policy, e);
@@ -355,6 +357,7 @@ void loom_server_free(loom_server *s)
         }
         free(s->jobs);
         free(s->by_core);
+        srv_auth_close(s);
         loom_sched_free(s->sched);
         pthread_mutex_destroy(&s->mu);
         pthread_cond_destroy(&s->cv);

@@ -31,6 +31,7 @@
 #include <jansson.h>
 #include <sqlite3.h>
 
+#include "loom/auth.h"
 #include "loom/server.h"
 
 struct MHD_Connection;
@@ -64,6 +65,13 @@ enum srv_req_kind {
         RQ_ATTACH,
 };
 
+/* Who sent a request (auth.c): role, tenant, and for a worker token the one job it serves. */
+typedef struct srv_principal {
+        loom_role role;
+        char tenant[LOOM_TENANT_MAX];
+        uint32_t job;
+} srv_principal;
+
 /* One HTTP request. Allocated by http.c when the headers arrive, owned by the connection
  * (freed when libmicrohttpd reports the request completed); the scheduler thread only holds it
  * while the connection is suspended, and never touches it after resuming it. */
@@ -83,7 +91,9 @@ typedef struct srv_req {
         int takeover; /* attach: 0 none, 1 any lease, 2 only a lease of `phase` */
         loom_job_spec spec;
         char name[SRV_NAME_MAX];
-        char key[SRV_KEY_MAX]; /* Idempotency-Key of a submit, "" if none */
+        char key[SRV_KEY_MAX + LOOM_TENANT_MAX]; /* Idempotency-Key of a submit, "" if none;
+                                                  * "tenant/key" under tokens (auth.c) */
+        srv_principal who;
         json_t *body_json;
 
         /* body as it arrives */
@@ -139,6 +149,7 @@ typedef struct srv_retry {
 typedef struct srv_job {
         uint32_t id;
         char name[SRV_NAME_MAX];
+        char tenant[LOOM_TENANT_MAX]; /* who submitted it ("" without authentication) */
         int state;
         int64_t target; /* iterations asked; 0 = unbounded */
         int64_t done;
@@ -231,6 +242,7 @@ struct loom_server {
         srv_metrics m;
         struct srv_exec *exec_rt; /* exechook.c: the executor thread, started on first use */
         loom_us exec_next;
+        struct srv_auth *auth; /* auth.c */
 };
 
 /* clocks */
@@ -307,6 +319,24 @@ int srv_learn_observe(loom_server *s, srv_job *j, loom_phase phase, loom_us took
 int srv_replay_observe(loom_server *s, srv_job *j, uint32_t core, const char *reason, loom_err *e);
 /* "learned", "learned_profile", "replans" of the job JSON. */
 void srv_learn_json(loom_server *s, const srv_job *j, json_t *o);
+
+/* auth.c: tokens and tenant scope (docs/security.md). */
+int srv_auth_check_cfg(const loom_server_cfg *c, loom_err *e); /* loopback, TLS rules */
+int srv_auth_open(loom_server *s, loom_err *e); /* after the store: secret, mode, auth.db */
+/* The PEM texts of cfg.tls_cert/tls_key (owned by s->auth), or NULLs without TLS. */
+int srv_auth_tls(loom_server *s, const char **cert, const char **key, loom_err *e);
+void srv_auth_close(loom_server *s);
+/* HTTP thread, before routing: false when the request was answered (401). */
+bool srv_auth_request(loom_server *s, srv_req *r, const char *url);
+/* HTTP thread, after routing: answers 403 when the role may not make this kind of request. */
+void srv_auth_route(loom_server *s, srv_req *r);
+/* Scheduler thread, before handling: false when the job or lease named is not the caller's
+ * (answered 404, as for one that does not exist). */
+bool srv_auth_scope(loom_server *s, srv_req *r);
+bool srv_auth_sees(const srv_req *r, const srv_job *j);
+/* A submit's tenant, and the job's worker token and sync key for its submitter (o). */
+void srv_auth_submitted(loom_server *s, const srv_req *r, srv_job *j);
+void srv_auth_creds(loom_server *s, const srv_req *r, const srv_job *j, json_t *o);
 
 /* statehook.c: prefetch hints and host-tier accounting through cfg.state */
 void srv_state_granted(loom_server *s, const srv_job *j);

@@ -36,7 +36,8 @@ static const char *const stmt_sql[ST_N] = {
     [ST_JOB_INSERT] =
         "INSERT INTO jobs(id,name,idem_key,state,target,done,next_phase,rollout_gpus,"
         "train_gpus,t_roll_us,t_train_us,t_sync_us,slo,mem_rollout,mem_train,decision,"
-        "submitted_us,ended_us,calls,next_call) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        "submitted_us,ended_us,calls,next_call,tenant) "
+        "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
     [ST_JOB_UPDATE] =
         "UPDATE jobs SET state=?,done=?,next_phase=?,ended_us=?,next_call=? WHERE id=?",
     [ST_JOB_BY_KEY] = "SELECT id FROM jobs WHERE idem_key=?",
@@ -196,6 +197,8 @@ int srv_store_open(srv_store **out, const char *dir, bool sync_full, loom_err *e
                 rc = add_column(st, "calls", "TEXT", e);
         if (!rc)
                 rc = add_column(st, "next_call", "INTEGER NOT NULL DEFAULT 0", e);
+        if (!rc) /* the submitter's tenant (auth.c); "" for stores from before tokens */
+                rc = add_column(st, "tenant", "TEXT NOT NULL DEFAULT ''", e);
         for (int i = 0; !rc && i < ST_N; i++)
                 if (sqlite3_prepare_v3(st->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT,
                                        &st->st[i], NULL) != SQLITE_OK)
@@ -370,6 +373,7 @@ int srv_store_job_insert(srv_store *st, const srv_job *j, const char *key, loom_
         else
                 sqlite3_bind_null(q, i++);
         sqlite3_bind_int(q, i++, j->next_call);
+        sqlite3_bind_text(q, i++, j->tenant, -1, SQLITE_STATIC);
         free(dec);
         return step_done(st, ST_JOB_INSERT, e);
 }
@@ -536,6 +540,7 @@ static int row_to_job(sqlite3_stmt *q, srv_job *j, loom_err *e)
         if (calls_parse((const char *)sqlite3_column_text(q, i++), &j->spec))
                 return loom_err_set(e, LOOM_ECORRUPT, "store", "job %u: unreadable calls", j->id);
         j->next_call = sqlite3_column_int(q, i++);
+        snprintf(j->tenant, sizeof j->tenant, "%s", (const char *)sqlite3_column_text(q, i++));
         json_error_t je;
         j->decision = dec ? json_loads(dec, 0, &je) : NULL;
         if (j->state < 0 || !next || loom_phase_parse(next, &j->next) || !j->decision ||
@@ -552,7 +557,8 @@ int srv_store_load_jobs(srv_store *st, loom_server *s, loom_err *e)
                 st->db,
                 "SELECT id,name,state,target,done,next_phase,rollout_gpus,"
                 "train_gpus,t_roll_us,t_train_us,t_sync_us,slo,mem_rollout,"
-                "mem_train,decision,submitted_us,ended_us,calls,next_call FROM jobs ORDER BY id",
+                "mem_train,decision,submitted_us,ended_us,calls,next_call,tenant FROM jobs "
+                "ORDER BY id",
                 -1, &q, NULL) != SQLITE_OK)
                 return db_err(st, e, "load jobs");
         int rc = 0, step;

@@ -57,11 +57,13 @@ struct loom_state_daemon {
         size_t nqueue, capqueue;
         pthread_t prefetcher;
         bool prefetcher_up;
+        st_owners *owners; /* peer.c: which uid owns which job */
 };
 
 typedef struct conn {
         loom_state_daemon *d;
         int fd;
+        st_peer peer; /* who is calling (SO_PEERCRED) */
         st_map *maps; /* kept between requests: at most MAX_MAPS after each */
         size_t nmaps, capmaps;
         uint64_t tick; /* requests served */
@@ -72,6 +74,7 @@ void loom_state_cfg_default(loom_state_cfg *cfg)
         memset(cfg, 0, sizeof *cfg);
         cfg->host_bytes = LOOM_GIB;
         cfg->disk_bytes = 16 * LOOM_GIB;
+        cfg->group = -1;
 }
 
 st_store *loom__state_daemon_store(loom_state_daemon *d)
@@ -296,6 +299,9 @@ static json_t *handle(conn *c, json_t *req, int *fds, int nfds)
                 double t0 = loom__state_now();
                 c->tick++;
                 int rc = parse_items(c, req, fds, nfds, &b, &n, &e);
+                for (size_t i = 0; i < n && !rc; i++)
+                        rc = loom__owners_check(d->owners, &c->peer, b[i].key.job,
+                                                !strcmp(op, "offload"), &e);
                 if (!rc && !strcmp(op, "offload")) {
                         loom_state_tier tier = LOOM_STATE_HOST;
                         const char *ts = jstr(req, "tier");
@@ -320,6 +326,9 @@ static json_t *handle(conn *c, json_t *req, int *fds, int nfds)
                 const char *job = jstr(req, "job");
                 if (!job || !job[0])
                         return reply_err(loom_err_set(&e, LOOM_EINVAL, "job", "job needed"), &e);
+                int rc = loom__owners_check(d->owners, &c->peer, job, false, &e);
+                if (rc)
+                        return reply_err(rc, &e);
                 pthread_mutex_lock(&d->store.mu);
                 d->store.prefetches++;
                 pthread_mutex_unlock(&d->store.mu);
@@ -354,8 +363,15 @@ static json_t *handle(conn *c, json_t *req, int *fds, int nfds)
                 if (!job || !json_is_integer(v))
                         return reply_err(
                             loom_err_set(&e, LOOM_EINVAL, "job", "job and version needed"), &e);
-                int rc = loom__store_drop(&d->store, job, (uint64_t)json_integer_value(v), &e);
-                return rc ? reply_err(rc, &e) : json_pack("{s:b}", "ok", 1);
+                int rc = loom__owners_check(d->owners, &c->peer, job, false, &e);
+                if (rc)
+                        return reply_err(rc, &e);
+                rc = loom__store_drop(&d->store, job, (uint64_t)json_integer_value(v), &e);
+                if (rc)
+                        return reply_err(rc, &e);
+                if (json_integer_value(v) == INT64_MAX) /* every version (loom_state_drop) */
+                        loom__owners_release(d->owners, job);
+                return json_pack("{s:b}", "ok", 1);
         }
         if (!strcmp(op, "stat"))
                 return stat_reply(d, &e);
@@ -438,6 +454,8 @@ int loom_state_daemon_new(const loom_state_cfg *cfg, loom_state_daemon **out, lo
         d->lfd = -1;
         d->wake[0] = d->wake[1] = -1;
         int rc = loom__store_open(&d->store, cfg, e);
+        if (!rc && (rc = loom__owners_open(&d->owners, cfg->dir, cfg->group, e)))
+                loom__store_close(&d->store);
         if (rc) {
                 free(d);
                 return rc;
@@ -456,7 +474,8 @@ int loom_state_daemon_new(const loom_state_cfg *cfg, loom_state_daemon **out, lo
         unlink(d->sock);
         d->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (d->lfd < 0 || bind(d->lfd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
-            listen(d->lfd, 64) != 0 || pipe2(d->wake, O_CLOEXEC) != 0) {
+            listen(d->lfd, 64) != 0 || pipe2(d->wake, O_CLOEXEC) != 0 ||
+            chmod(d->sock, 0666) != 0) { /* any local user; each job's owner checked (peer.c) */
                 rc = loom_err_set(e, LOOM_EIO, "sock", "%s: %s", d->sock, strerror(errno));
                 loom_state_daemon_free(d);
                 return rc;
@@ -492,6 +511,12 @@ int loom_state_daemon_run(loom_state_daemon *d, loom_err *e)
                         d->conns[d->nconns++] = fd;
                 pthread_mutex_unlock(&d->mu);
                 pthread_t t;
+                if (room && loom__peer_cred(fd, &c->peer)) {
+                        pthread_mutex_lock(&d->mu);
+                        d->nconns--;
+                        pthread_mutex_unlock(&d->mu);
+                        room = false;
+                }
                 if (room) {
                         c->d = d;
                         c->fd = fd;
@@ -543,5 +568,6 @@ void loom_state_daemon_free(loom_state_daemon *d)
                         close(d->wake[i]);
         free(d->queue);
         loom__store_close(&d->store);
+        loom__owners_close(d->owners);
         free(d);
 }

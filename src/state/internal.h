@@ -122,4 +122,23 @@ void loom__store_path(const st_store *s, uint64_t id, const char *ext, char *buf
 /* The daemon's store (the bench reads slice files through it). */
 st_store *loom__state_daemon_store(loom_state_daemon *d);
 
+/* ---- peers and job owners (peer.c) ------------------------------------------------------ */
+
+#include <sys/types.h>
+
+typedef struct st_peer {
+        uid_t uid;
+        gid_t gid;
+} st_peer;
+typedef struct st_owners st_owners;
+/* The owners recorded under dir; group: a gid whose members may touch every job, or -1. */
+int loom__owners_open(st_owners **out, const char *dir, long group, loom_err *e);
+void loom__owners_close(st_owners *o);
+int loom__peer_cred(int fd, st_peer *p); /* SO_PEERCRED */
+/* 0 when peer may touch job's state; claim: an unowned job becomes the peer's. LOOM_ENOENT
+ * (field "job") when another uid owns it. o NULL: everything allowed. */
+int loom__owners_check(st_owners *o, const st_peer *p, const char *job, bool claim, loom_err *e);
+/* job's state was dropped entirely: it has no owner any more. */
+void loom__owners_release(st_owners *o, const char *job);
+
 #endif

@@ -345,8 +345,25 @@ static size_t bitmap_write(const uint16_t *old, const uint16_t *nw, size_t n, ui
         return w;
 }
 
+/* The dense copy with the tag taken a block at a time, while the block is in cache. */
+static void copy_tagged(uint8_t *out, const uint16_t *nw, size_t len, loom__mac *m)
+{
+        const uint8_t *in = (const uint8_t *)nw;
+        for (size_t off = 0; off < len; off += LOOM__MAC_BLOCK) {
+                size_t k = len - off < LOOM__MAC_BLOCK ? len - off : LOOM__MAC_BLOCK;
+                memcpy(out + off, in + off, k);
+                loom__mac_update(m, out + off, k);
+        }
+}
+
 int loom_sync_encode(const uint16_t *old, const uint16_t *nw, size_t n, loom_sync_enc want,
                      uint8_t *out, loom_sync_frame *f, loom_err *e)
+{
+        return loom__encode(old, nw, n, want, out, f, NULL, e);
+}
+
+int loom__encode(const uint16_t *old, const uint16_t *nw, size_t n, loom_sync_enc want,
+                 uint8_t *out, loom_sync_frame *f, loom__mac *m, loom_err *e)
 {
         if (want > LOOM_SYNC_ENC_AUTO)
                 return loom_err_set(e, LOOM_EINVAL, "enc", "unknown encoding %d", (int)want);
@@ -389,13 +406,21 @@ int loom_sync_encode(const uint16_t *old, const uint16_t *nw, size_t n, loom_syn
                         len = bitmap_write(old, nw, n, out);
                 }
         }
+        int keyed = m && m->on;
+        if (keyed)
+                loom__mac_begin(m);
         if (enc == LOOM_SYNC_ENC_DENSE) {
                 f->nnz = 0;
-                memcpy(out, nw, dense);
+                if (keyed)
+                        copy_tagged(out, nw, dense, m);
+                else
+                        memcpy(out, nw, dense);
+        } else if (keyed) {
+                loom__mac_update(m, out, len); /* a sparse payload: small next to its scan */
         }
         f->enc = (uint8_t)enc;
         f->payload_len = len;
-        f->payload_crc = loom_sync_crc32c(0, out, len);
+        f->payload_crc = keyed ? 0 : loom_sync_crc32c(0, out, len);
         return 0;
 }
 
@@ -475,6 +500,11 @@ static int check_bitmap(const loom_sync_frame *f, const uint8_t *p, loom_err *e)
 
 int loom_sync_payload_check(const loom_sync_frame *f, const uint8_t *payload, loom_err *e)
 {
+        return loom__payload_check(f, payload, 1, e);
+}
+
+int loom__payload_check(const loom_sync_frame *f, const uint8_t *payload, int crc, loom_err *e)
+{
         if (f->type != LOOM_SYNC_FRAME_BUCKET)
                 return loom_err_set(e, LOOM_EPROTO, "frame.type", "not a bucket frame");
         if (f->elems > LOOM_SYNC_FRAME_MAX_PAYLOAD / 4 ||
@@ -482,7 +512,7 @@ int loom_sync_payload_check(const loom_sync_frame *f, const uint8_t *payload, lo
                 return loom_err_set(e, LOOM_ERANGE, "frame.payload_len",
                                     "payload larger than any encoding of %llu elements",
                                     (unsigned long long)f->elems);
-        if (loom_sync_crc32c(0, payload, (size_t)f->payload_len) != f->payload_crc)
+        if (crc && loom_sync_crc32c(0, payload, (size_t)f->payload_len) != f->payload_crc)
                 return loom_err_set(e, LOOM_ECORRUPT, "frame.payload_crc",
                                     "bucket %u of stream %u: payload checksum mismatch", f->seq,
                                     f->stream);
@@ -548,11 +578,17 @@ static void xor_into(uint64_t i, uint16_t x, void *arg)
 int loom_sync_decode(const loom_sync_frame *f, const uint8_t *payload, const uint16_t *old,
                      uint16_t *out, size_t n, loom_err *e)
 {
+        return loom__decode(f, payload, old, out, n, 1, e);
+}
+
+int loom__decode(const loom_sync_frame *f, const uint8_t *payload, const uint16_t *old,
+                 uint16_t *out, size_t n, int crc, loom_err *e)
+{
         if (f->elems != n)
                 return loom_err_set(e, LOOM_EPROTO, "frame.elems",
                                     "bucket has %llu elements, receiver expects %zu",
                                     (unsigned long long)f->elems, n);
-        int rc = loom_sync_payload_check(f, payload, e);
+        int rc = loom__payload_check(f, payload, crc, e);
         if (rc)
                 return rc;
         if (f->enc == LOOM_SYNC_ENC_DENSE) {

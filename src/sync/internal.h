@@ -98,6 +98,61 @@ int loom__frame_send(int fd, const loom_sync_frame *f, const void *payload, uint
 int loom__frame_recv(int fd, loom_sync_frame *f, uint8_t **payload, uint64_t max_payload,
                      uint64_t *bytes, loom_err *e);
 
+/* ---- authenticated frames (auth.c) ------------------------------------------------------ */
+
+#include <nettle/hmac.h>
+#include <nettle/umac.h>
+
+#define LOOM__REQ_TAG_LEN 32        /* HMAC-SHA-256 of the request */
+#define LOOM__MAC_LEN 8             /* UMAC-64 of a frame */
+#define LOOM__PULL_AUTH UINT32_C(2) /* request flag: a nonce and a tag follow the request */
+enum { LOOM__REFUSED_AUTH = 2 };    /* END frame kind: the request's tag was refused */
+/* One connection's authentication state; on = 0 sends and receives frames as they were. */
+typedef struct loom__mac {
+        int on;
+        struct hmac_sha256_ctx base; /* keyed with the sync key */
+        struct umac64_ctx frame;     /* keyed with this connection's key */
+        uint8_t nonce[16];
+        uint64_t seq; /* frames tagged so far */
+} loom__mac;
+int loom__mac_init(loom__mac *m, const uint8_t *key, loom_err *e); /* key NULL: off */
+int loom__mac_nonce(loom__mac *m, loom_err *e);                    /* a fresh random nonce */
+void loom__mac_request(const loom__mac *m, const uint8_t *req, size_t len,
+                       uint8_t tag[LOOM__REQ_TAG_LEN]);
+void loom__mac_session(loom__mac *m); /* once the nonce is agreed: the frames' key */
+/* A frame's tag in pieces: begin (the next nonce), the payload in any number of updates, then
+ * end with the final header. loom__mac_frame is the three at once. */
+enum { LOOM__MAC_BLOCK = 64 * 1024 }; /* bytes tagged per step while copying or reading */
+void loom__mac_begin(loom__mac *m);
+void loom__mac_update(loom__mac *m, const void *p, size_t len);
+void loom__mac_end(loom__mac *m, const uint8_t hdr[LOOM_SYNC_FRAME_HDR],
+                   uint8_t tag[LOOM__MAC_LEN]);
+void loom__mac_frame(loom__mac *m, const uint8_t hdr[LOOM_SYNC_FRAME_HDR], const void *payload,
+                     size_t len, uint8_t tag[LOOM__MAC_LEN]);
+int loom__mac_equal(const uint8_t *a, const uint8_t *b, size_t n); /* constant time */
+/* loom__frame_send / loom__frame_recv with the tag after each frame (m NULL or off: none). */
+int loom__frame_send_mac(int fd, loom__mac *m, const loom_sync_frame *f, const void *payload,
+                         uint64_t *bytes);
+int loom__frame_recv_mac(int fd, loom__mac *m, loom_sync_frame *f, uint8_t **payload,
+                         uint64_t max_payload, uint64_t *bytes, loom_err *e);
+/* The tag that follows a frame already received: 0, or the error with *payload freed. */
+int loom__frame_check_mac(int fd, loom__mac *m, const loom_sync_frame *f, uint8_t **payload,
+                          uint64_t *bytes, loom_err *e);
+/* A frame whose payload loom__encode already tagged (m on): the header and the tag. */
+int loom__frame_send_tagged(int fd, loom__mac *m, const loom_sync_frame *f, const void *payload,
+                            uint64_t *bytes);
+/* loom_sync_encode / _decode / _payload_check for a keyed connection (m on / crc 0): the tag
+ * covers everything the CRC would, so a keyed frame carries payload_crc 0 and nobody
+ * computes or checks it. loom__encode tags the payload in the pass that writes it (dense:
+ * 64 KiB blocks copied then tagged while in cache); m NULL or off is loom_sync_encode. */
+int loom__encode(const uint16_t *old, const uint16_t *nw, size_t n, loom_sync_enc want,
+                 uint8_t *out, loom_sync_frame *f, loom__mac *m, loom_err *e);
+int loom__payload_check(const loom_sync_frame *f, const uint8_t *payload, int crc, loom_err *e);
+int loom__decode(const loom_sync_frame *f, const uint8_t *payload, const uint16_t *old,
+                 uint16_t *out, size_t n, int crc, loom_err *e);
+/* Packed frames (header + payload, back to back), each tagged. */
+int loom__frames_send_mac(int fd, loom__mac *m, const uint8_t *frames, size_t len);
+
 /* Manifest entry: a piece and the additive hash of its new values. */
 typedef struct loom__mentry {
         uint32_t piece, pad;

@@ -18,6 +18,10 @@
  *               the latest, oldest first (each frame XORs onto the one before), when the
  *               publisher still keeps them and they are smaller than a dense copy.
  * A refusal (other magic, shape or model id) is an END frame saying why.
+ * With a sync key (loom_sync_pub_set_key), request flag 2 says a 16-byte nonce and a 32-byte
+ * tag follow the request, and every frame of the reply is followed by an 8-byte tag (auth.c); a
+ * request without a valid tag is refused with an (untagged) END frame of kind
+ * LOOM__REFUSED_AUTH.
  * One connection serves one pull; each connection gets its own thread. The puller is pull.c.
  *
  * Versions are reference counted: publish swaps in the new one while a pull keeps sending the
@@ -68,6 +72,8 @@ struct loom_sync_pub {
         pthread_cond_t cv;
         pver *cur;
         int stop, active; /* active: connection threads still running */
+        int keyed;        /* pulls must prove key; frames are tagged (auth.c) */
+        uint8_t key[LOOM_SYNC_KEY_LEN];
         pthread_t accept_thread;
 };
 
@@ -252,12 +258,12 @@ out:
 
 /* ---- serving --------------------------------------------------------------------------- */
 
-static int send_end(int fd, uint32_t kind, const char *why)
+static int send_end(int fd, loom__mac *m, uint32_t kind, const char *why)
 {
         loom_sync_frame f = {
             .type = LOOM_SYNC_FRAME_END, .stream = kind, .payload_len = strlen(why)};
         f.payload_crc = loom_sync_crc32c(0, why, f.payload_len);
-        return loom__frame_send(fd, &f, why, NULL);
+        return loom__frame_send_mac(fd, m, &f, why, NULL);
 }
 
 /* Has the peer gone away (EOF or error while we wait)? */
@@ -294,7 +300,7 @@ static pver *wait_version(loom_sync_pub *p, int fd, uint64_t want, double deadli
         return v;
 }
 
-static int send_manifest(int fd, const loom_sync_pub *p, const pver *v, uint64_t base,
+static int send_manifest(int fd, loom__mac *m, const loom_sync_pub *p, const pver *v, uint64_t base,
                          uint64_t nframes)
 {
         uint8_t *buf = malloc(8 * p->nshards);
@@ -309,14 +315,14 @@ static int send_manifest(int fd, const loom_sync_pub *p, const pver *v, uint64_t
                              .nnz = nframes,
                              .payload_len = 8 * p->nshards};
         f.payload_crc = loom_sync_crc32c(0, buf, f.payload_len);
-        int rc = loom__frame_send(fd, &f, buf, NULL);
+        int rc = loom__frame_send_mac(fd, m, &f, buf, NULL);
         free(buf);
         return rc;
 }
 
-static int send_dense(int fd, const loom_sync_pub *p, const pver *v)
+static int send_dense(int fd, loom__mac *m, const loom_sync_pub *p, const pver *v)
 {
-        int rc = send_manifest(fd, p, v, LOOM_SYNC_NO_VERSION, buckets_of(p));
+        int rc = send_manifest(fd, m, p, v, LOOM_SYNC_NO_VERSION, buckets_of(p));
         uint8_t *buf = malloc(loom_sync_enc_bound((size_t)p->bucket));
         if (!buf)
                 return LOOM_ENOMEM;
@@ -329,10 +335,11 @@ static int send_dense(int fd, const loom_sync_pub *p, const pver *v)
                                              .version = v->version,
                                              .start = b};
                         loom_err e;
-                        rc = loom_sync_encode(NULL, v->w + p->shard_off[s] + b, n,
-                                              LOOM_SYNC_ENC_DENSE, buf, &f, &e);
+                        rc = loom__encode(NULL, v->w + p->shard_off[s] + b, n, LOOM_SYNC_ENC_DENSE,
+                                          buf, &f, m, &e);
                         if (!rc)
-                                rc = loom__frame_send(fd, &f, buf, NULL);
+                                rc = m->on ? loom__frame_send_tagged(fd, m, &f, buf, NULL)
+                                           : loom__frame_send(fd, &f, buf, NULL);
                 }
         free(buf);
         return rc;
@@ -358,6 +365,35 @@ static int chain_from(loom_sync_pub *p, const pver *v, uint64_t have, pdelta **o
         return ok ? n : 0;
 }
 
+/* Set up m for this connection: off for an unkeyed publisher; otherwise the request must
+ * carry a nonce and the tag of the publisher's key. Non-zero when the pull was refused. */
+static int authenticate(loom_sync_pub *p, int fd, const uint8_t *req, uint32_t flags, loom__mac *m)
+{
+        uint8_t extra[sizeof m->nonce + LOOM__REQ_TAG_LEN], tag[LOOM__REQ_TAG_LEN];
+        if ((flags & LOOM__PULL_AUTH) && loom__read_all(fd, extra, sizeof extra))
+                return -1;
+        pthread_mutex_lock(&p->mu);
+        int keyed = p->keyed;
+        loom__mac_init(m, keyed ? p->key : NULL, NULL);
+        pthread_mutex_unlock(&p->mu);
+        const char *why = NULL;
+        if (!keyed && (flags & LOOM__PULL_AUTH))
+                why = "this publisher has no sync key: it cannot authenticate its frames";
+        else if (keyed && !(flags & LOOM__PULL_AUTH))
+                why = "this publisher serves authenticated pulls only: give the job's sync key";
+        else if (keyed) {
+                memcpy(m->nonce, extra, sizeof m->nonce);
+                loom__mac_request(m, req, LOOM__PULL_REQ_LEN, tag);
+                if (!loom__mac_equal(tag, extra + sizeof m->nonce, sizeof tag))
+                        why = "the pull's tag is not this job's sync key";
+                else
+                        loom__mac_session(m);
+        }
+        if (why)
+                send_end(fd, NULL, LOOM__REFUSED_AUTH, why);
+        return why != NULL;
+}
+
 static void serve(loom_sync_pub *p, int fd)
 {
         uint8_t req[LOOM__PULL_REQ_LEN];
@@ -370,7 +406,7 @@ static void serve(loom_sync_pub *p, int fd)
                 return;
         memcpy(&magic, req, 4);
         if (magic != LOOM__PULL_MAGIC) {
-                send_end(fd, LOOM__REFUSED,
+                send_end(fd, NULL, LOOM__REFUSED,
                          magic == LOOM__PULL_MAGIC_OLD
                              ? "the puller speaks an older protocol (no model ids): upgrade it"
                              : "not a loom weight pull");
@@ -386,11 +422,14 @@ static void serve(loom_sync_pub *p, int fd)
         memcpy(&shape, req + 32, 4);
         memcpy(&flags, req + 36, 4);
         uint64_t model = loom__get64(req + 40);
+        loom__mac mac, *m = &mac;
+        if (authenticate(p, fd, req, flags, m))
+                return;
         if (model && model != p->model_hash) {
                 char why[LOOM_SYNC_MODEL_MAX + 64];
                 snprintf(why, sizeof why, "this publisher serves %s%s%s",
                          p->model[0] ? "model '" : "no model id", p->model, p->model[0] ? "'" : "");
-                send_end(fd, LOOM__REFUSED_MODEL, why);
+                send_end(fd, m, LOOM__REFUSED_MODEL, why);
                 return;
         }
         if (nshards != p->nshards || elems != p->elems ||
@@ -401,7 +440,7 @@ static void serve(loom_sync_pub *p, int fd)
                          "puller %u / %llu (or other shard sizes)",
                          p->nshards, (unsigned long long)p->elems, nshards,
                          (unsigned long long)elems);
-                send_end(fd, LOOM__REFUSED, why);
+                send_end(fd, m, LOOM__REFUSED, why);
                 return;
         }
         /* The puller bounds its own wait; an hour here only stops a forgotten connection. */
@@ -411,20 +450,20 @@ static void serve(loom_sync_pub *p, int fd)
         pdelta *chain[CHAIN_VERSIONS];
         int n = 0;
         if (have == v->version || (flags & LOOM_SYNC_PULL_PROBE))
-                send_manifest(fd, p, v, v->version, 0); /* no frames: nothing to apply */
+                send_manifest(fd, m, p, v, v->version, 0); /* no frames: nothing to apply */
         else if (have != LOOM_SYNC_NO_VERSION && (n = chain_from(p, v, have, chain)) > 0) {
                 uint64_t frames = 0;
                 for (int i = 0; i < n; i++)
                         frames += chain[i]->nframes;
-                int rc = send_manifest(fd, p, v, have, frames);
+                int rc = send_manifest(fd, m, p, v, have, frames);
                 for (int i = n - 1; i >= 0 && !rc; i--) /* oldest first */
-                        rc = loom__write_all(fd, chain[i]->frames, chain[i]->len);
+                        rc = loom__frames_send_mac(fd, m, chain[i]->frames, chain[i]->len);
                 pthread_mutex_lock(&p->mu);
                 for (int i = 0; i < n; i++)
                         pdelta_unref(chain[i]);
                 pthread_mutex_unlock(&p->mu);
         } else
-                send_dense(fd, p, v);
+                send_dense(fd, m, p, v);
         pthread_mutex_lock(&p->mu);
         pver_unref(v);
         pthread_mutex_unlock(&p->mu);
@@ -548,6 +587,16 @@ int loom_sync_pub_new(const char *model, const uint64_t *shard_elems, size_t nsh
                 return loom_err_set(e, LOOM_EIO, NULL, "pthread_create failed");
         }
         *out = p;
+        return 0;
+}
+
+int loom_sync_pub_set_key(loom_sync_pub *p, const uint8_t *key, loom_err *e)
+{
+        pthread_mutex_lock(&p->mu);
+        p->keyed = key != NULL;
+        if (key)
+                memcpy(p->key, key, LOOM_SYNC_KEY_LEN);
+        pthread_mutex_unlock(&p->mu);
         return 0;
 }
 

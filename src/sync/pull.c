@@ -3,7 +3,8 @@
  * version, apply its sparse delta, chain of deltas or dense copy to a scratch copy of the
  * weights, check every
  * frame's CRC, the coverage of a dense reply and each shard's additive hash against the
- * manifest, and only then overwrite the caller's weights.
+ * manifest, and only then overwrite the caller's weights. With a sync key, every frame's tag
+ * too (auth.c), before the frame is looked at.
  */
 #define _GNU_SOURCE
 #include <stdbool.h>
@@ -23,6 +24,7 @@ typedef struct pull {
         uint16_t *scratch;
         uint64_t *covered; /* per shard, dense replies only */
         uint64_t at;       /* a delta chain: the version of the last frame applied */
+        loom__mac mac;     /* off without a key */
 } pull;
 
 static int recv_manifest(int fd, pull *p, loom_sync_frame *m, uint64_t **hash, uint64_t *bytes,
@@ -30,6 +32,15 @@ static int recv_manifest(int fd, pull *p, loom_sync_frame *m, uint64_t **hash, u
 {
         uint8_t *pl = NULL;
         int rc = loom__frame_recv(fd, m, &pl, 8 * p->nshards + 4096, bytes, e);
+        if (!rc && p->mac.on && m->type == LOOM_SYNC_FRAME_END && m->stream == LOOM__REFUSED_AUTH) {
+                /* refused before any key was agreed: untagged, and it changes nothing */
+                rc = loom_err_set(e, LOOM_EPROTO, "sync_key", "%.*s", (int)m->payload_len,
+                                  pl ? (const char *)pl : "refused");
+                free(pl);
+                return rc;
+        }
+        if (!rc)
+                rc = loom__frame_check_mac(fd, &p->mac, m, &pl, bytes, e);
         if (rc)
                 return rc;
         if (m->payload_len && loom_sync_crc32c(0, pl, m->payload_len) != m->payload_crc) {
@@ -62,7 +73,7 @@ static int apply_frame(int fd, pull *p, const loom_sync_frame *m, int dense, uin
 {
         loom_sync_frame f;
         uint8_t *pl = NULL;
-        int rc = loom__frame_recv(fd, &f, &pl, LOOM_SYNC_FRAME_MAX_PAYLOAD, bytes, e);
+        int rc = loom__frame_recv_mac(fd, &p->mac, &f, &pl, LOOM_SYNC_FRAME_MAX_PAYLOAD, bytes, e);
         if (rc)
                 return rc;
         /* a dense reply and a single delta are all of the manifest's version; a chain's frames
@@ -82,7 +93,7 @@ static int apply_frame(int fd, pull *p, const loom_sync_frame *m, int dense, uin
         uint16_t *before = NULL;
         if (f.enc == LOOM_SYNC_ENC_DENSE && !dense && (before = malloc(2 * n)))
                 memcpy(before, at, 2 * n);
-        rc = loom_sync_decode(&f, pl, at, at, n, e);
+        rc = loom__decode(&f, pl, at, at, n, !p->mac.on, e); /* keyed: the tag checked it */
         if (!rc && dense)
                 p->covered[f.stream] += n;
         if (!rc)
@@ -127,7 +138,19 @@ static int request(int fd, pull *p, uint64_t have, uint64_t want, uint32_t flags
         memcpy(req + 32, &shape, 4);
         memcpy(req + 36, &flags, 4);
         memcpy(req + 40, &model, 8);
-        if (loom__write_all(fd, req, sizeof req))
+        uint8_t auth[sizeof p->mac.nonce + LOOM__REQ_TAG_LEN];
+        if (p->mac.on) {
+                flags |= LOOM__PULL_AUTH;
+                memcpy(req + 36, &flags, 4);
+                int rc = loom__mac_nonce(&p->mac, e);
+                if (rc)
+                        return rc;
+                memcpy(auth, p->mac.nonce, sizeof p->mac.nonce);
+                loom__mac_request(&p->mac, req, sizeof req, auth + sizeof p->mac.nonce);
+                loom__mac_session(&p->mac);
+        }
+        if (loom__write_all(fd, req, sizeof req) ||
+            (p->mac.on && loom__write_all(fd, auth, sizeof auth)))
                 return loom_err_set(e, LOOM_EIO, "publisher",
                                     "connection lost sending the request");
         int rc = recv_manifest(fd, p, m, hash, bytes, e);
@@ -196,8 +219,8 @@ static int open_conn(const char *ip, uint16_t port, double timeout_s, double t0,
 }
 
 /* The arguments both calls take, checked, into p (model, shards, elements). */
-static int pull_args(const char *model, const uint64_t *shard_elems, size_t nshards,
-                     double timeout_s, pull *p, loom_err *e)
+static int pull_args(const uint8_t *key, const char *model, const uint64_t *shard_elems,
+                     size_t nshards, double timeout_s, pull *p, loom_err *e)
 {
         if (!shard_elems || nshards == 0 || nshards > UINT32_MAX)
                 return loom_err_set(e, LOOM_EINVAL, "shards", "need at least one shard");
@@ -207,6 +230,7 @@ static int pull_args(const char *model, const uint64_t *shard_elems, size_t nsha
         if (rc)
                 return rc;
         *p = (pull){.model = model, .shard = shard_elems, .nshards = nshards};
+        loom__mac_init(&p->mac, key, e);
         for (size_t s = 0; s < nshards; s++)
                 p->elems += shard_elems[s];
         return 0;
@@ -216,8 +240,16 @@ int loom_sync_pull_latest(const char *model, const char *ip, uint16_t port,
                           const uint64_t *shard_elems, size_t nshards, uint64_t want,
                           double timeout_s, uint64_t *version, loom_err *e)
 {
+        return loom_sync_pull_latest_keyed(NULL, model, ip, port, shard_elems, nshards, want,
+                                           timeout_s, version, e);
+}
+
+int loom_sync_pull_latest_keyed(const uint8_t *key, const char *model, const char *ip,
+                                uint16_t port, const uint64_t *shard_elems, size_t nshards,
+                                uint64_t want, double timeout_s, uint64_t *version, loom_err *e)
+{
         pull p;
-        int rc = pull_args(model, shard_elems, nshards, timeout_s, &p, e);
+        int rc = pull_args(key, model, shard_elems, nshards, timeout_s, &p, e);
         if (rc)
                 return rc;
         int fd = -1;
@@ -241,12 +273,20 @@ int loom_sync_pull(const char *model, const char *ip, uint16_t port, const uint6
                    size_t nshards, uint16_t *w, uint64_t have, uint64_t want, double timeout_s,
                    loom_sync_pull_stats *st, loom_err *e)
 {
+        return loom_sync_pull_keyed(NULL, model, ip, port, shard_elems, nshards, w, have, want,
+                                    timeout_s, st, e);
+}
+
+int loom_sync_pull_keyed(const uint8_t *key, const char *model, const char *ip, uint16_t port,
+                         const uint64_t *shard_elems, size_t nshards, uint16_t *w, uint64_t have,
+                         uint64_t want, double timeout_s, loom_sync_pull_stats *st, loom_err *e)
+{
         loom_sync_pull_stats tmp;
         st = st ? st : &tmp;
         memset(st, 0, sizeof *st);
         st->version = have;
         pull p;
-        int rc = pull_args(model, shard_elems, nshards, timeout_s, &p, e);
+        int rc = pull_args(key, model, shard_elems, nshards, timeout_s, &p, e);
         if (rc)
                 return rc;
         p.off = malloc(nshards * sizeof *p.off);
