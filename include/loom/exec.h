@@ -57,6 +57,8 @@ typedef struct loom_exec_job {
         int n_nodes[2];
         loom_node_id nodes[2][LOOM_MAX_JOB_NODES]; /* [pool][i] */
         int gpus[2];                               /* GPUs per node, by pool */
+        char token[96];    /* the job's worker token (LOOM_TOKEN), "" without authentication */
+        char sync_key[65]; /* its weight-sync key, 64 hex digits (LOOM_SYNC_KEY), or "" */
 } loom_exec_job;
 
 /* A wanted worker that failed (exit, node failure, cancellation seen in the cluster). */

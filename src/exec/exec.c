@@ -310,7 +310,7 @@ static int launch(loom_exec *x, const loom_exec_job *j, int p, int rank, loom_er
                               .rank = rank,
                               .gpus = j->gpus[p]};
         snprintf(w.node, sizeof w.node, "%s", x->cfg.nodes[p][slot_of(x, p, j->nodes[p][rank])]);
-        char v[10][192];
+        char v[12][192];
         snprintf(v[0], sizeof v[0], "LOOM_URL=%s", x->cfg.url);
         snprintf(v[1], sizeof v[1], "LOOM_JOB=%u", j->job);
         snprintf(v[2], sizeof v[2], "LOOM_JOB_NAME=%s", j->name);
@@ -321,10 +321,15 @@ static int launch(loom_exec *x, const loom_exec_job *j, int p, int rank, loom_er
         snprintf(v[7], sizeof v[7], "LOOM_GPUS=%d", j->gpus[p]);
         snprintf(v[8], sizeof v[8], "LOOM_NODE=%s", w.node);
         snprintf(v[9], sizeof v[9], "LOOM_NODE_ID=%u", j->nodes[p][rank]);
-        const char *env[11];
-        for (int i = 0; i < 10; i++)
+        int n = 10;
+        if (j->token[0]) /* with authentication: what the job's processes need (security.md) */
+                snprintf(v[n++], sizeof v[0], "LOOM_TOKEN=%s", j->token);
+        if (j->sync_key[0])
+                snprintf(v[n++], sizeof v[0], "LOOM_SYNC_KEY=%s", j->sync_key);
+        const char *env[13];
+        for (int i = 0; i < n; i++)
                 env[i] = v[i];
-        env[10] = NULL;
+        env[n] = NULL;
         return x->ops->launch(x->impl, &w, env, e);
 }
 

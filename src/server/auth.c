@@ -688,6 +688,22 @@ void srv_auth_submitted(loom_server *s, const srv_req *r, srv_job *j)
         snprintf(j->tenant, sizeof j->tenant, "%s", r->who.tenant);
 }
 
+/* The worker token and sync key of job `job` (what its processes get), or "" when loomd runs
+ * without tokens: the executor passes them in the workers' environment. */
+void srv_auth_worker_creds(loom_server *s, uint32_t job, char token[96], char key[65])
+{
+        token[0] = key[0] = '\0';
+        if (!s->auth || !s->auth->tokens)
+                return;
+        uint8_t mac[32];
+        char h[2 * 32 + 1];
+        derive(s->auth->secret, "loom worker token", job, mac);
+        hex(mac, sizeof mac, h);
+        snprintf(token, 96, "loom_w_%u_%s", job, h);
+        derive(s->auth->secret, "loom sync key", job, mac);
+        hex(mac, sizeof mac, key);
+}
+
 void srv_auth_creds(loom_server *s, const srv_req *r, const srv_job *j, json_t *o)
 {
         if (!o || !owns(r, j))

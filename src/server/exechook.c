@@ -131,6 +131,7 @@ static int publish_jobs(loom_server *s, srv_exec *t)
                 w->job = j->id;
                 w->admission = j->retry.core;
                 snprintf(w->name, sizeof w->name, "%s", j->name);
+                srv_auth_worker_creds(s, j->id, w->token, w->sync_key);
                 w->n_nodes[0] = in.n_rollout_nodes;
                 memcpy(w->nodes[0], in.rollout_nodes, sizeof in.rollout_nodes);
                 w->n_nodes[1] = in.n_train_nodes;

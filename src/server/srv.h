@@ -337,6 +337,7 @@ bool srv_auth_sees(const srv_req *r, const srv_job *j);
 /* A submit's tenant, and the job's worker token and sync key for its submitter (o). */
 void srv_auth_submitted(loom_server *s, const srv_req *r, srv_job *j);
 void srv_auth_creds(loom_server *s, const srv_req *r, const srv_job *j, json_t *o);
+void srv_auth_worker_creds(loom_server *s, uint32_t job, char token[96], char key[65]);
 
 /* statehook.c: prefetch hints and host-tier accounting through cfg.state */
 void srv_state_granted(loom_server *s, const srv_job *j);

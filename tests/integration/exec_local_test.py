@@ -96,3 +96,27 @@ check(" rank 1 " in r1 and " iteration " not in r1,
       "rank 1 saw its rank and left the permits to rank 0")
 wait(lambda: not any(alive(x) for x in w.values()), "all three exited with the job", 10)
 check(ld.stop() == 0, "loomd stops cleanly")
+
+# With authentication: the executor hands each worker its job's worker token (LOOM_TOKEN) and
+# sync key; the worker's permits need the token, so the job finishes only if it arrived.
+import subprocess  # noqa: E402
+out2 = os.path.join(out, "auth")
+os.mkdir(out2)
+ld = Loomd(BUILD, "--require-auth", "--executor", "local", "--worker", worker, "--exec-dir", out2)
+p = subprocess.run([os.path.join(BUILD, "loomd"), "token", "create", "--data-dir", ld.dir,
+                    "--tenant", "team-a", "--role", "tenant"], capture_output=True, text=True)
+check(p.returncode == 0, "a tenant token is created")
+auth = {"Authorization": "Bearer " + p.stdout.strip()}
+ld.start()
+st, sub = ld.req("POST", "/v1/jobs", {"name": "t", "rollout_gpus": 8, "train_gpus": 8,
+                                     "t_roll_s": 2.0, "t_train_s": 1.0, "slo": 2.0,
+                                     "iterations": 2}, headers=auth)
+check(st == 201 and sub.get("worker_token"), "the tenant's job admitted with a worker token")
+jid = sub["id"]
+wait(lambda: ld.req("GET", f"/v1/jobs/{jid}", headers=auth)[1]["state"] == "finished",
+     "its workers, authenticated by the token the executor passed, finish it")
+check(ld.req("GET", f"/v1/jobs/{jid}")[0] == 401, "an unauthenticated read is refused")
+text = "".join(open(os.path.join(out2, f)).read() for f in os.listdir(out2)
+               if f.startswith(f"loom-j{jid}-") and f.endswith("rollout-0.out"))
+check(" iteration 2 " in text, "the rollout worker ran under permits it authenticated for")
+check(ld.stop() == 0, "loomd with authentication stops cleanly")

@@ -2,6 +2,7 @@
 """A worker as an executor launches it (docs/slurm.md): the permit loop of one pool's phase.
 
 Environment (set by loomd's executor): LOOM_URL, LOOM_JOB, LOOM_PHASE (rollout|train),
+LOOM_TOKEN and LOOM_SYNC_KEY when loomd authenticates,
 LOOM_NODE_RANK, LOOM_GPUS; under Slurm also SLURMD_NODENAME, SLURM_JOB_ID, SLURM_STEP_ID,
 CUDA_VISIBLE_DEVICES. Rank 0 acquires its phase, works PHASE_S seconds, releases, and again
 until its job has ended; other ranks wait for the end. One line per phase on stdout.
@@ -24,6 +25,8 @@ WORK_S = float(sys.argv[1]) if len(sys.argv) > 1 else 0.2
 def call(method, path, body=None):
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(URL + path, data=data, method=method)
+    if os.environ.get("LOOM_TOKEN"):  # set by the executor when loomd authenticates
+        req.add_header("Authorization", "Bearer " + os.environ["LOOM_TOKEN"])
     try:
         with urllib.request.urlopen(req, timeout=30) as r:
             text = r.read()
