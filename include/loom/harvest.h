@@ -245,6 +245,10 @@ void loom_harvest_router_forget(loom_harvest_router *r, uint32_t traj, uint32_t 
  * on them are written to out (capacity cap) and their turns released. Returns how many. */
 size_t loom_harvest_router_check(loom_harvest_router *r, loom_us now, uint32_t *out, size_t cap);
 uint32_t loom_harvest_router_load(const loom_harvest_router *r, uint32_t w);
+/* Pinned: the worker whose slot traj keeps between turns, or LOOM_HARVEST_NONE. */
+uint32_t loom_harvest_router_held(const loom_harvest_router *r, uint32_t traj);
+/* Free turn slots over the workers a new (not pinned) turn could be routed to now. */
+uint32_t loom_harvest_router_room(const loom_harvest_router *r, loom_us now);
 uint32_t loom_harvest_router_workers(const loom_harvest_router *r);
 /* Worker of traj's running turn, or LOOM_HARVEST_NONE. */
 uint32_t loom_harvest_router_running(const loom_harvest_router *r, uint32_t traj);

@@ -248,6 +248,25 @@ size_t loom_harvest_router_check(loom_harvest_router *r, loom_us now, uint32_t *
         return n;
 }
 
+uint32_t loom_harvest_router_held(const loom_harvest_router *r, uint32_t id)
+{
+        return id < r->nt ? r->t[id].held : LOOM_HARVEST_NONE;
+}
+
+uint32_t loom_harvest_router_room(const loom_harvest_router *r, loom_us now)
+{
+        uint32_t n = 0;
+        for (uint32_t i = 0; i < r->nw; i++) {
+                const worker *w = &r->w[i];
+                if (!eligible(r, i, now))
+                        continue;
+                n += (w->kind == LOOM_HARVEST_W_DEDICATED ? r->cfg.dedicated_cap
+                                                          : r->cfg.serving_cap) -
+                     w->load;
+        }
+        return n;
+}
+
 uint32_t loom_harvest_router_load(const loom_harvest_router *r, uint32_t w)
 {
         return w < r->nw ? r->w[w].load : 0;

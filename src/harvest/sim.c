@@ -66,8 +66,8 @@ typedef struct sim {
         uint64_t ngaps;
         /* RL job */
         trj *t;
-        uint32_t step, remaining, *pending;
-        size_t npending, cappending;
+        uint32_t step, remaining, *pending, *held; /* turns waiting for a slot; for their own */
+        size_t npending, cappending, nheld, capheld;
         loom_us step_start;
         double rollout_sum;
         uint32_t steps_done;
@@ -246,17 +246,34 @@ static void cb_served(void *arg, loom_us now, const hv_sreq *r)
 
 static void route_turn(sim *s, loom_us now, uint32_t i);
 
+/* Route queued turns again, in FIFO order. A turn that holds no slot (every turn but a pinned
+ * trajectory's, which keeps its slot between turns) needs a free slot, so once the router has
+ * none left the rest of the queue stays as it is: a call costs the turns it places, not the
+ * length of the queue (which is most of the batch at 256 x 16). Turns that hold a slot wait in
+ * their own queue for their worker to reopen. */
+static void drain_queue(sim *s, loom_us now, uint32_t *q, size_t *np, int held)
+{
+        size_t n = *np, j = 0;
+        uint32_t room = held ? UINT32_MAX : loom_harvest_router_room(s->r, now);
+        *np = 0;
+        for (; j < n && room > 0; j++) { /* route_turn re-queues what still does not fit */
+                uint64_t before = s->turns;
+                route_turn(s, now, q[j]);
+                if (held)
+                        continue;
+                if (s->turns > before)
+                        room--;
+                else
+                        room = loom_harvest_router_room(s->r, now);
+        }
+        memmove(q + *np, q + j, (n - j) * sizeof *q);
+        *np += n - j;
+}
+
 static void drain(sim *s, loom_us now)
 {
-        size_t n = s->npending, k = 0;
-        uint32_t *q = s->pending;
-        s->npending = 0;
-        for (size_t j = 0; j < n; j++) { /* route_turn re-queues what still does not fit */
-                uint32_t x = q[j];
-                route_turn(s, now, x);
-                k++;
-        }
-        (void)k;
+        drain_queue(s, now, s->held, &s->nheld, 1);
+        drain_queue(s, now, s->pending, &s->npending, 0);
 }
 
 static uint32_t gid(const sim *s, uint32_t i)
@@ -300,6 +317,14 @@ static void route_turn(sim *s, loom_us now, uint32_t i)
                 push(s, now + s->g[gi].stall / 2, E_DRAIN, 0);
                 if (s->g[gi].role == LOOM_HARVEST_DEDICATED)
                         break; /* a dedicated GPU under its cap has memory; do not spin */
+        }
+        if (loom_harvest_router_held(s->r, gid(s, i)) != LOOM_HARVEST_NONE) {
+                if (loom_reserve(&s->held, &s->capheld, s->nheld + 1, sizeof *s->held, 64)) {
+                        s->oom = 1;
+                        return;
+                }
+                s->held[s->nheld++] = i;
+                return;
         }
         if (loom_reserve(&s->pending, &s->cappending, s->npending + 1, sizeof *s->pending, 256)) {
                 s->oom = 1;
@@ -535,6 +560,7 @@ static void teardown(sim *s)
         free(s->ttft);
         free(s->tpot);
         free(s->pending);
+        free(s->held);
         loom_harvest_router_free(s->r);
 }
 
