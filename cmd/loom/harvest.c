@@ -44,7 +44,9 @@ static void usage(FILE *f)
             "  --borrow N          serving GPUs the RL job may borrow (default 16)\n"
             "  --rl-gpus N         dedicated rollout GPUs (default 8)\n"
             "  --steps N           RL steps (default 5; 0 = as many as the trace lasts)\n"
-            "  --batch N, --group N    trajectories per step (256), group size (16)\n"
+            "  --batch N           prompts per RL step (default 256)\n"
+            "  --group N           samples per prompt (default 16): batch x group\n"
+            "                      trajectories per step (4,096)\n"
             "  --train-s S         training + sync time between rollouts (default 60)\n"
             "  --ttft-ms, --tpot-ms    serving SLOs (default 500/150 for 7b, 1000/500 32b)\n"
             "  --lease-s S         prefix-cache lease (default 10)\n"
@@ -160,7 +162,8 @@ static void print_json(const loom_harvest_sim_cfg *c, const loom_harvest_sim_res
                        double roll_s)
 {
         printf(
-            "{\"policy\":\"%s\",\"pair\":\"%s\",\"density\":%g,\"borrow\":%u,\"rollout_s\":%.3f,"
+            "{\"policy\":\"%s\",\"pair\":\"%s\",\"density\":%g,\"borrow\":%u,\"batch\":%u,\"group\":%u,"
+            "\"trajectories_per_step\":%llu,\"rollout_s\":%.3f,"
             "\"ttft_p50_ms\":%.2f,\"ttft_p99_ms\":%.2f,\"tpot_p50_ms\":%.2f,\"tpot_p99_ms\":%.2f,"
             "\"itl_p50_ms\":%.2f,\"itl_p99_ms\":%.2f,\"serving_slo_attainment\":%.5f,\"speedup_vs_"
             "roll\":%.4f,"
@@ -170,7 +173,8 @@ static void print_json(const loom_harvest_sim_cfg *c, const loom_harvest_sim_res
             "us_max\":%.3f,"
             "\"sim_s\":%.1f,\"wall_s\":%.3f}\n",
             loom_harvest_policy_name(r->policy), c->pair, c->density,
-            r->policy == LOOM_HARVEST_ROLL ? 0 : c->borrow, r->rollout_s, r->ttft_p50_ms,
+            r->policy == LOOM_HARVEST_ROLL ? 0 : c->borrow, c->batch, c->group,
+            (unsigned long long)c->batch * c->group, r->rollout_s, r->ttft_p50_ms,
             r->ttft_p99_ms, r->tpot_p50_ms, r->tpot_p99_ms, r->itl_p50_ms, r->itl_p99_ms,
             r->serving_slo_attainment, r->rollout_s > 0 ? roll_s / r->rollout_s : 0,
             r->preempted_gpu_time_frac, (unsigned long long)r->served, (unsigned long long)r->turns,

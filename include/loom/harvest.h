@@ -18,8 +18,7 @@
  *   engine   the co-serving executor of one GPU as a state machine (time is an argument): the
  *            simulator drives it with a virtual clock, `loom harvest node` with the wall clock.
  *   sim      trace-driven simulation of a serving cluster plus an agentic RL job, per policy.
- *   weights  new rollout weights to serving workers through src/sync's sparse bf16 codec:
- *            publisher with a snapshot plus deltas, catch-up of workers that missed versions.
+ *   wlive    a live node's rollout weights kept current over src/sync's publish / pull.
  *
  * Memory: every *_new returns a heap object owned by the caller, released by the matching
  * *_free; *_free(NULL) does nothing. Errors: 0 or a negative LOOM_E* code, message in loom_err.
@@ -312,7 +311,9 @@ typedef struct loom_harvest_sim_cfg {
         double density;    /* inter-arrival times divided by this */
         double duration_s; /* replay at most this much of the (compressed) trace; 0 = all */
         uint32_t serving_gpus, borrow, rl_gpus;
-        uint32_t steps, batch, group;
+        uint32_t steps;
+        uint32_t batch; /* prompts per RL step (ROLL's rollout batch, veRL's train_batch_size) */
+        uint32_t group; /* samples per prompt (veRL's n): batch x group trajectories per step */
         double train_s;          /* training + sync between rollout phases */
         double ttft_ms, tpot_ms; /* SLOs; 0 = the pair's defaults */
         double lease_s, headroom, stall_s;
@@ -322,8 +323,8 @@ typedef struct loom_harvest_sim_cfg {
         uint64_t seed;
 } loom_harvest_sim_cfg;
 
-/* Defaults: rose, 7b, density 1, 16 serving GPUs, 16 borrowed, 8 rl GPUs, 5 steps, batch 256,
- * group 16, train 60 s, lease 10 s, headroom 0.2, stall 2 s, seed 1. */
+/* Defaults: rose, 7b, density 1, 16 serving GPUs, 16 borrowed, 8 rl GPUs, 5 steps, batch 256
+ * prompts x group 16 samples (ROSE's setting: 4,096 trajectories per step), train 60 s, lease 10 s, headroom 0.2, stall 2 s, seed 1. */
 void loom_harvest_sim_defaults(loom_harvest_sim_cfg *c);
 
 typedef struct loom_harvest_sim_result {
@@ -343,36 +344,6 @@ typedef struct loom_harvest_sim_result {
 
 int loom_harvest_sim_run(const loom_harvest_sim_cfg *cfg, loom_harvest_sim_result *res,
                          loom_err *e);
-
-/* ---- weights to the serving side (src/sync codec) -------------------------------------- */
-
-typedef struct loom_harvest_wpub loom_harvest_wpub;
-
-/* A publisher of a synthetic bf16 model of `elems` elements (loom_sync_synth with seed and
- * density), cut into buckets of bucket_elems; it keeps a dense snapshot and at most keep
- * sparse deltas after it. */
-int loom_harvest_wpub_new(uint64_t elems, uint64_t bucket_elems, uint64_t seed, double density,
-                          uint32_t keep, loom_harvest_wpub **out, loom_err *e);
-void loom_harvest_wpub_free(loom_harvest_wpub *p);
-/* Encode the next version's delta (sparse frames through loom_sync_encode). */
-int loom_harvest_wpub_publish(loom_harvest_wpub *p, loom_err *e);
-uint32_t loom_harvest_wpub_version(const loom_harvest_wpub *p);
-
-typedef struct loom_harvest_worker_weights {
-        uint32_t version; /* 0 = nothing loaded yet */
-        int loaded;
-        uint64_t elems;
-        uint16_t *w;
-} loom_harvest_worker_weights;
-
-/* Bring a serving worker's copy to the publisher's version: deltas when it is at most `keep`
- * versions behind, else the snapshot then the deltas. Every frame is checked (CRC) before any
- * value changes. *bytes (may be NULL) receives the payload bytes applied. */
-int loom_harvest_wsub_catchup(loom_harvest_worker_weights *ww, const loom_harvest_wpub *p,
-                              uint64_t *bytes, int *from_snapshot, loom_err *e);
-void loom_harvest_wsub_free(loom_harvest_worker_weights *ww);
-/* Does the worker's copy equal the synthetic version bit for bit? */
-int loom_harvest_wsub_verify(const loom_harvest_worker_weights *ww, const loom_harvest_wpub *p);
 
 /* ---- live weights: a node's rollout model kept current over src/sync's publish / pull ---- */
 

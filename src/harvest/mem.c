@@ -132,24 +132,37 @@ static uint32_t free_pages(const loom_harvest_mem *m)
         return m->cfg.pages - m->serving_used - m->rollout_used;
 }
 
+/* Pages a rollout may still take: the smaller of the budget left and the pool's free pages. */
+static uint32_t rollout_room(const loom_harvest_mem *m)
+{
+        uint32_t b = m->budget > m->rollout_used ? m->budget - m->rollout_used : 0;
+        uint32_t f = free_pages(m);
+        return b < f ? b : f;
+}
+
 int loom_harvest_mem_rollout_take(loom_harvest_mem *m, loom_us now, uint32_t traj, uint32_t pages)
 {
         (void)now;
         loom_harvest_entry *x = loom_harvest_mem_find(m, traj);
         uint32_t have = x ? x->pages : 0;
         uint32_t extra = pages > have ? pages - have : 0;
-        uint32_t room_budget = m->budget > m->rollout_used ? m->budget - m->rollout_used : 0;
-        uint32_t room = room_budget < free_pages(m) ? room_budget : free_pages(m);
-        if (extra > room && extra > room + cached_pages(m, traj))
+        /* Freeing a cached prefix raises the free pages one for one, but the budget's room only
+         * once the rollout side is back under its budget (running requests may hold more than a
+         * budget cut since): what is reachable is the room with every other prefix freed. */
+        uint32_t cached = cached_pages(m, traj);
+        uint32_t used = m->rollout_used - cached;
+        uint32_t b = m->budget > used ? m->budget - used : 0;
+        uint32_t f = free_pages(m) + cached;
+        if (extra > (b < f ? b : f))
                 return LOOM_ERANGE;
         if (!x && m->nentries == m->cap &&
             loom_reserve(&m->entries, &m->cap, m->nentries + 1, sizeof *m->entries, 16))
                 return LOOM_ENOMEM;
-        while (extra > room) { /* reclaim other idle prefixes, nearest expiry first */
+        while (extra > rollout_room(m)) { /* reclaim other idle prefixes, nearest expiry first */
                 long v = victim(m, 0, traj);
+                if (v < 0)
+                        return LOOM_ERANGE; /* unreachable: the check above counted them all */
                 remove_at(m, (size_t)v);
-                room_budget = m->budget > m->rollout_used ? m->budget - m->rollout_used : 0;
-                room = room_budget < free_pages(m) ? room_budget : free_pages(m);
         }
         x = loom_harvest_mem_find(m, traj); /* removals move entries */
         if (!x) {

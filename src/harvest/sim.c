@@ -9,8 +9,8 @@
  * becoming ready after its environment step, the start of an RL step, a closed worker
  * reopening.
  *
- * The RL job: `steps` synchronous steps; each rolls out `batch` trajectories (groups of
- * `group` sharing a prompt), then trains for train_s while borrowed GPUs serve only. A
+ * The RL job: `steps` synchronous steps; each rolls out `batch` prompts sampled `group` times
+ * each (batch x group trajectories; a group shares its prompt), then trains for train_s while borrowed GPUs serve only. A
  * trajectory has 2-32 turns; its prompt grows by each response and observation; responses
  * are log-normal (long tail, capped); environment steps take 0.5-3 s. Trajectories are drawn
  * from (seed, step, index) only, so every policy rolls out the same work.
@@ -32,6 +32,7 @@ typedef struct ev {
 } ev;
 
 #define MAX_TURNS 32
+#define HV_MAX_TRAJ 1048576u /* trajectories per step */
 typedef struct trj {
         uint32_t turns, k, prompt;
         uint32_t resp[MAX_TURNS], obs[MAX_TURNS];
@@ -44,6 +45,7 @@ typedef struct trj {
 
 typedef struct sim {
         const loom_harvest_sim_cfg *cfg;
+        uint32_t ntraj; /* trajectories per step: batch prompts x group samples */
         hv_flags fl;
         loom_harvest_model m;
         loom_us b_ttft, b_tpot;
@@ -278,7 +280,7 @@ static void drain(sim *s, loom_us now)
 
 static uint32_t gid(const sim *s, uint32_t i)
 {
-        return s->step * s->cfg->batch + i;
+        return s->step * s->ntraj + i;
 }
 
 static void route_turn(sim *s, loom_us now, uint32_t i)
@@ -351,7 +353,7 @@ static void cb_turn_done(void *arg, loom_us now, uint32_t traj, uint32_t gpu)
 {
         sim *s = arg;
         loom_harvest_router_done(s->r, traj);
-        uint32_t i = traj - s->step * s->cfg->batch;
+        uint32_t i = traj - s->step * s->ntraj;
         trj *t = &s->t[i];
         t->prompt += t->resp[t->k] + t->obs[t->k];
         t->k++;
@@ -376,7 +378,7 @@ static void cb_turn_aborted(void *arg, loom_us now, uint32_t traj, uint32_t gpu,
                 loom_harvest_router_close(s->r, s->worker_of[gpu], now + s->g[gpu].stall);
                 push(s, now + s->g[gpu].stall, E_DRAIN, 0);
         }
-        route_turn(s, now, traj - s->step * s->cfg->batch);
+        route_turn(s, now, traj - s->step * s->ntraj);
 }
 
 static void cb_evicted(void *arg, loom_us now, uint32_t gpu, loom_us until)
@@ -432,7 +434,7 @@ static void on_step(sim *s, loom_us now, uint32_t step)
 {
         s->step = step;
         s->step_start = now;
-        s->remaining = s->cfg->batch;
+        s->remaining = s->ntraj;
         loom_harvest_router_set_version(s->r, step);
         /* dedicated GPUs get the weights in the training cluster's sync; borrowed ones over the
          * cross-cluster link (src/sync), weights_s after the step starts when that is slower
@@ -449,7 +451,7 @@ static void on_step(sim *s, loom_us now, uint32_t step)
                 push(s, now + loom_us_from_s(s->cfg->weights_s), E_WEIGHTS, step);
         for (uint32_t k = 0; k < s->nserving; k++)
                 hv_engine_rl_step(&s->g[k]);
-        for (uint32_t i = 0; i < s->cfg->batch; i++) {
+        for (uint32_t i = 0; i < s->ntraj; i++) {
                 make_trajectory(s, step, i, &s->t[i]);
                 push(s, now, E_TURN, i);
         }
@@ -474,7 +476,8 @@ static int build(sim *s, loom_err *e)
         s->g = calloc(s->ng, sizeof *s->g);
         s->worker_of = malloc(s->ng * sizeof *s->worker_of);
         s->engine_of = malloc(s->ng * sizeof *s->engine_of);
-        s->t = calloc(c->batch, sizeof *s->t);
+        s->ntraj = c->batch * c->group;
+        s->t = calloc(s->ntraj, sizeof *s->t);
         s->gaps = calloc(GAP_BINS, sizeof *s->gaps);
         if (!s->g || !s->worker_of || !s->engine_of || !s->t || !s->gaps)
                 return loom_err_set(e, LOOM_ENOMEM, "sim", "out of memory");
@@ -593,10 +596,14 @@ static int check_cfg(const loom_harvest_sim_cfg *c, loom_err *e)
                                     c->borrow, c->serving_gpus);
         if (c->rl_gpus == 0)
                 return loom_err_set(e, LOOM_EINVAL, "rl-gpus", "must be at least 1");
-        if (c->batch == 0 || c->group == 0 || c->batch % c->group)
+        if (c->batch == 0)
+                return loom_err_set(e, LOOM_EINVAL, "batch", "must be at least 1 prompt");
+        if (c->group == 0)
+                return loom_err_set(e, LOOM_EINVAL, "group", "must be at least 1 sample");
+        if ((uint64_t)c->batch * c->group > HV_MAX_TRAJ)
                 return loom_err_set(e, LOOM_EINVAL, "batch",
-                                    "must be a positive multiple of the "
-                                    "group size");
+                                    "%u prompts x %u samples exceed %u trajectories per step",
+                                    c->batch, c->group, HV_MAX_TRAJ);
         if (!(c->headroom >= 0 && c->headroom < 1))
                 return loom_err_set(e, LOOM_EINVAL, "headroom", "must be in [0, 1)");
         if (!(c->weights_s >= 0))

@@ -4,7 +4,7 @@
  * dual-SLO admission keeps the SLOs where single-objective admission breaks one of them;
  * borrowed GPUs speed rollouts up more the more there are; the memory and routing ablations
  * (static, preempt, prefix; turnwise, pinned);
- * determinism; trace errors with positions; weights catch-up through the sync codec.
+ * determinism; trace errors with positions.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -288,46 +288,4 @@ Test(engine, burst_forces_cut_and_loses_no_request)
         cr_assert_eq(g.mem.serving_used, 0);
         cr_assert_eq(lg.done + lg.aborted_cut, 8); /* every rollout finished or was handed back */
         hv_engine_fini(&g);
-}
-
-/* ---- weights through the sync codec --------------------------------------------------- */
-
-Test(weights, catchup_by_deltas_or_snapshot)
-{
-        loom_harvest_wpub *p;
-        loom_err e;
-        uint64_t n = 200000;
-        cr_assert_eq(loom_harvest_wpub_new(n, 65536, 7, 0.01, 2, &p, &e), 0, "%s", e.msg);
-        loom_harvest_worker_weights a = {0}, b = {0};
-        uint64_t bytes_full, bytes_delta;
-        int snap;
-        cr_assert_eq(loom_harvest_wsub_catchup(&a, p, &bytes_full, &snap, &e), 0, "%s", e.msg);
-        cr_assert(snap);
-        cr_assert_eq(a.version, 0);
-        cr_assert(loom_harvest_wsub_verify(&a, p));
-        cr_assert_eq(loom_harvest_wsub_catchup(&b, p, NULL, NULL, &e), 0);
-        cr_assert_eq(loom_harvest_wpub_publish(p, &e), 0);
-        cr_assert_eq(loom_harvest_wsub_catchup(&a, p, &bytes_delta, &snap, &e), 0);
-        cr_assert_not(snap);
-        cr_assert_eq(a.version, 1);
-        cr_assert(loom_harvest_wsub_verify(&a, p));
-        cr_assert(bytes_delta * 5 < bytes_full, "%llu vs %llu", (unsigned long long)bytes_delta,
-                  (unsigned long long)bytes_full); /* 1% density: sparse frames */
-        /* b misses three versions; only two deltas are kept: snapshot, then deltas */
-        for (int i = 0; i < 2; i++)
-                cr_assert_eq(loom_harvest_wpub_publish(p, &e), 0);
-        cr_assert_eq(loom_harvest_wpub_version(p), 3);
-        cr_assert_eq(loom_harvest_wsub_catchup(&b, p, NULL, &snap, &e), 0);
-        cr_assert(snap);
-        cr_assert_eq(b.version, 3);
-        cr_assert(loom_harvest_wsub_verify(&b, p));
-        cr_assert_eq(loom_harvest_wsub_catchup(&a, p, NULL, &snap, &e), 0);
-        cr_assert_not(snap); /* two behind: deltas suffice */
-        cr_assert_eq(a.version, 3);
-        cr_assert(loom_harvest_wsub_verify(&a, p));
-        a.w[5] ^= 1; /* a corrupted replica is detected */
-        cr_assert_not(loom_harvest_wsub_verify(&a, p));
-        loom_harvest_wsub_free(&a);
-        loom_harvest_wsub_free(&b);
-        loom_harvest_wpub_free(p);
 }
