@@ -162,7 +162,8 @@ static void print_json(const loom_harvest_sim_cfg *c, const loom_harvest_sim_res
                        double roll_s)
 {
         printf(
-            "{\"policy\":\"%s\",\"pair\":\"%s\",\"density\":%g,\"borrow\":%u,\"batch\":%u,\"group\":%u,"
+            "{\"policy\":\"%s\",\"pair\":\"%s\",\"density\":%g,\"borrow\":%u,\"batch\":%u,"
+            "\"group\":%u,"
             "\"trajectories_per_step\":%llu,\"rollout_s\":%.3f,"
             "\"ttft_p50_ms\":%.2f,\"ttft_p99_ms\":%.2f,\"tpot_p50_ms\":%.2f,\"tpot_p99_ms\":%.2f,"
             "\"itl_p50_ms\":%.2f,\"itl_p99_ms\":%.2f,\"serving_slo_attainment\":%.5f,\"speedup_vs_"
@@ -174,10 +175,10 @@ static void print_json(const loom_harvest_sim_cfg *c, const loom_harvest_sim_res
             "\"sim_s\":%.1f,\"wall_s\":%.3f}\n",
             loom_harvest_policy_name(r->policy), c->pair, c->density,
             r->policy == LOOM_HARVEST_ROLL ? 0 : c->borrow, c->batch, c->group,
-            (unsigned long long)c->batch * c->group, r->rollout_s, r->ttft_p50_ms,
-            r->ttft_p99_ms, r->tpot_p50_ms, r->tpot_p99_ms, r->itl_p50_ms, r->itl_p99_ms,
-            r->serving_slo_attainment, r->rollout_s > 0 ? roll_s / r->rollout_s : 0,
-            r->preempted_gpu_time_frac, (unsigned long long)r->served, (unsigned long long)r->turns,
+            (unsigned long long)c->batch * c->group, r->rollout_s, r->ttft_p50_ms, r->ttft_p99_ms,
+            r->tpot_p50_ms, r->tpot_p99_ms, r->itl_p50_ms, r->itl_p99_ms, r->serving_slo_attainment,
+            r->rollout_s > 0 ? roll_s / r->rollout_s : 0, r->preempted_gpu_time_frac,
+            (unsigned long long)r->served, (unsigned long long)r->turns,
             (unsigned long long)r->turns_on_serving, (unsigned long long)r->affinity_hits,
             (unsigned long long)r->aborted, (unsigned long long)r->stalls,
             (unsigned long long)r->cuts, (unsigned long long)r->evictions, r->route_us_mean,
@@ -311,6 +312,10 @@ static void node_usage(FILE *f)
             "  --turn-prompt N, --turn-resp N, --turns N   rollout trajectory shape\n"
             "                      (default 1000, 300, 8)\n"
             "  --ttft-ms, --tpot-ms, --lease-s, --stall-s   SLOs and timers\n"
+            "  --step-s S          an RL step every S emulated seconds (default 30): the\n"
+            "                      rollout budget is derived again, a cut budget released\n"
+            "  --max-context N     refuse prompt + gen above N tokens with 422 (default\n"
+            "                      32768); KV larger than serving's share of the pool: 413\n"
             "  --for-s S           stop after S wall seconds\n");
         fputs(harvest_cmd_node_help, f);
 }
@@ -392,6 +397,10 @@ static int cmd_node(int argc, char **argv)
                         bad = loom_cmd_num("loom harvest", a, v, 0.001, 1e6, &c.stall_s);
                 else if (!strcmp(a, "--for-s"))
                         bad = loom_cmd_num("loom harvest", a, v, 0, 1e7, &for_s);
+                else if (!strcmp(a, "--step-s"))
+                        bad = loom_cmd_num("loom harvest", a, v, 0.01, 1e7, &c.step_s);
+                else if (!strcmp(a, "--max-context"))
+                        bad = integer(a, v, 1, 100000000, &c.max_context);
                 else {
                         fprintf(stderr, "loom harvest node: unknown option '%s'\n", a);
                         return 2;

@@ -314,7 +314,7 @@ typedef struct loom_harvest_sim_cfg {
         uint32_t steps;
         uint32_t batch; /* prompts per RL step (ROLL's rollout batch, veRL's train_batch_size) */
         uint32_t group; /* samples per prompt (veRL's n): batch x group trajectories per step */
-        double train_s;          /* training + sync between rollout phases */
+        double train_s; /* training + sync between rollout phases */
         double ttft_ms, tpot_ms; /* SLOs; 0 = the pair's defaults */
         double lease_s, headroom, stall_s;
         double weights_s;   /* a step's weights reach borrowed GPUs this long after it starts
@@ -324,7 +324,8 @@ typedef struct loom_harvest_sim_cfg {
 } loom_harvest_sim_cfg;
 
 /* Defaults: rose, 7b, density 1, 16 serving GPUs, 16 borrowed, 8 rl GPUs, 5 steps, batch 256
- * prompts x group 16 samples (ROSE's setting: 4,096 trajectories per step), train 60 s, lease 10 s, headroom 0.2, stall 2 s, seed 1. */
+ * prompts x group 16 samples (ROSE's setting: 4,096 trajectories per step), train 60 s, lease 10 s,
+ * headroom 0.2, stall 2 s, seed 1. */
 void loom_harvest_sim_defaults(loom_harvest_sim_cfg *c);
 
 typedef struct loom_harvest_sim_result {
@@ -425,12 +426,14 @@ typedef struct loom_harvest_node_cfg {
         const char *weights_model; /* the publisher's model id; NULL: any */
         double weights_poll_s;     /* probe wait (default 0.2) */
         uint32_t staleness;        /* route rollouts here only within this many versions (0) */
+        double step_s;        /* an RL step every this many emulated seconds (30): new budget */
+        uint32_t max_context; /* prompt + gen above this is refused with 422 (32768, Qwen2.5) */
 } loom_harvest_node_cfg;
 
 #define LOOM_HARVEST_NODE_VERSIONS 8 /* turns done per version, for the last versions */
 
 typedef struct loom_harvest_node_stats {
-        uint64_t served, turns_done, turns_aborted, cuts, stalls, route_calls;
+        uint64_t served, turns_done, turns_aborted, cuts, stalls, route_calls, rl_steps;
         uint32_t pages, pool_serving, pool_rollout, budget;
         double busy_serving_s, busy_rollout_s, route_us_max;
         /* weights (with cfg.weights) */

@@ -139,7 +139,7 @@ int hv_engine_submit_decode(hv_engine *g, loom_us now, const hv_sreq *r)
                         g->cb.served(g->cb.arg, now, &x);
                 return 0;
         }
-        if (g->ndwait == 0 && start_decode(g, now, &x) == 0)
+        if (start_decode(g, now, &x) == 0)
                 return 0;
         if (loom_reserve(&g->dwait, &g->dwait_cap, g->ndwait + 1, sizeof *g->dwait, 16))
                 return LOOM_ENOMEM;
@@ -371,15 +371,16 @@ int hv_engine_next(hv_engine *g, loom_us now)
 
 /* ---- applying an iteration ------------------------------------------------------------- */
 
+/* Decodes waiting for serving memory start in arrival order, but one that does not fit yet
+ * never holds back a later one that does (first fit): a large request waits for memory
+ * without blocking the queue behind it. */
 static void admit_waiting(hv_engine *g, loom_us now)
 {
         size_t k = 0;
-        while (k < g->ndwait && start_decode(g, now, &g->dwait[k]) == 0)
-                k++;
-        if (k > 0) {
-                memmove(g->dwait, g->dwait + k, (g->ndwait - k) * sizeof *g->dwait);
-                g->ndwait -= k;
-        }
+        for (size_t i = 0; i < g->ndwait; i++)
+                if (start_decode(g, now, &g->dwait[i]) != 0)
+                        g->dwait[k++] = g->dwait[i];
+        g->ndwait = k;
 }
 
 static void finish_prefill(hv_engine *g, loom_us now)

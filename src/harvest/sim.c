@@ -10,10 +10,10 @@
  * reopening.
  *
  * The RL job: `steps` synchronous steps; each rolls out `batch` prompts sampled `group` times
- * each (batch x group trajectories; a group shares its prompt), then trains for train_s while borrowed GPUs serve only. A
- * trajectory has 2-32 turns; its prompt grows by each response and observation; responses
- * are log-normal (long tail, capped); environment steps take 0.5-3 s. Trajectories are drawn
- * from (seed, step, index) only, so every policy rolls out the same work.
+ * each (batch x group trajectories; a group shares its prompt), then trains for train_s while
+ * borrowed GPUs serve only. A trajectory has 2-32 turns; its prompt grows by each response and
+ * observation; responses are log-normal (long tail, capped); environment steps take 0.5-3 s.
+ * Trajectories are drawn from (seed, step, index) only, so every policy rolls out the same work.
  */
 #include <math.h>
 #include <stdlib.h>
