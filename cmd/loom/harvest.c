@@ -52,6 +52,8 @@ static void usage(FILE *f)
             "  --lease-s S         prefix-cache lease (default 10)\n"
             "  --headroom F        serving headroom, fraction of device memory (0.2)\n"
             "  --stall-s S         stall timeout (default 2)\n"
+            "  --noise F           each GPU iteration takes its modelled time x (1 +- up to\n"
+            "                      F), unseen by admission: latency-model error (default 0)\n"
             "  --seed N            workload seed (default 1)\n"
             "  --json              one JSON object per policy\n"
             "\n"
@@ -145,6 +147,8 @@ static int parse_sim(int argc, char **argv, sim_opts *o)
                         bad = loom_cmd_num("loom harvest", a, v, 0, 1e6, &c->weights_s);
                 else if (!strcmp(a, "--staleness"))
                         bad = integer(a, v, 0, 1000000, &c->staleness);
+                else if (!strcmp(a, "--noise"))
+                        bad = loom_cmd_num("loom harvest", a, v, 0, 0.9, &c->noise);
                 else if (!strcmp(a, "--seed")) {
                         bad = loom_cmd_num("loom harvest", a, v, 0, 1e15, &d);
                         c->seed = (uint64_t)d;
@@ -304,7 +308,8 @@ static void node_usage(FILE *f)
             "  --port N            (default 0: any free port)\n"
             "  --pair P            7b (default) or 32b\n"
             "  --role R            colocated (default) or decode\n"
-            "  --admit A           dual (default), ttft, tpot, none\n"
+            "  --admit A           dual (default: sound Eq. 1-2 with the feedback guard),\n"
+            "                      eq12 (the plain Eq. 1-2), ttft, tpot, none\n"
             "  --speed X           emulated seconds per wall second (default 1)\n"
             "  --pages N           KV pool pages of 2 MB (default: from the pair's memory)\n"
             "  --headroom-pages N  serving headroom with --pages (default 20%% of them)\n"
@@ -359,6 +364,9 @@ static int cmd_node(int argc, char **argv)
                                         v);
                                 return 1;
                         }
+                } else if (!strcmp(a, "--admit") && !strcmp(v, "eq12")) {
+                        c.admit = LOOM_HARVEST_ADMIT_DUAL;
+                        c.plain_admission = 1;
                 } else if (!strcmp(a, "--admit")) {
                         const char *names[] = {"dual", "ttft", "tpot", "none"};
                         int k = 0;
@@ -367,7 +375,7 @@ static int cmd_node(int argc, char **argv)
                         if (k == 4) {
                                 fprintf(stderr,
                                         "loom harvest node: --admit: '%s' is not dual, "
-                                        "ttft, tpot or none\n",
+                                        "eq12, ttft, tpot or none\n",
                                         v);
                                 return 1;
                         }

@@ -283,6 +283,8 @@ typedef enum loom_harvest_policy {
         LOOM_HARVEST_PREEMPT,  /* memory ablation: static + preemptive sharing (spatial) */
         LOOM_HARVEST_TURNWISE, /* turn-wise routing without cache affinity (router ablation) */
         LOOM_HARVEST_PREFIX,   /* memory ablation: preempt + prefix caching (spatial) */
+        LOOM_HARVEST_EQ12,     /* rose with the paper's plain Eq. 1-2 admission (no reserve for
+                                * arrivals, no error margin, no feedback guard) */
         LOOM_HARVEST_NPOLICIES
 } loom_harvest_policy;
 
@@ -320,6 +322,8 @@ typedef struct loom_harvest_sim_cfg {
         double weights_s;   /* a step's weights reach borrowed GPUs this long after it starts
                              * (0: during training, before the step) */
         uint32_t staleness; /* route to workers at most this many versions behind (0) */
+        double noise;       /* each GPU iteration takes its modelled time x (1 + U(-noise, noise)),
+                             * unseen by admission: the latency model's error (0) */
         uint64_t seed;
 } loom_harvest_sim_cfg;
 
@@ -428,6 +432,7 @@ typedef struct loom_harvest_node_cfg {
         uint32_t staleness;        /* route rollouts here only within this many versions (0) */
         double step_s;        /* an RL step every this many emulated seconds (30): new budget */
         uint32_t max_context; /* prompt + gen above this is refused with 422 (32768, Qwen2.5) */
+        int plain_admission;  /* dual admission as the plain Eq. 1-2 (no reserve, no guard) */
 } loom_harvest_node_cfg;
 
 #define LOOM_HARVEST_NODE_VERSIONS 8 /* turns done per version, for the last versions */

@@ -523,8 +523,12 @@ int loom_harvest_node_start(const loom_harvest_node_cfg *c, loom_harvest_node **
                                    .watermark = 0.5,
                                    .lease = loom_us_from_s(c->lease_s),
                                    .preempt = 1};
-        hv_policy pol = {
-            .admit = c->admit, .chunk = 512, .prefix_cache = 1, .prefill_batch_tokens = 8192};
+        hv_policy pol = {.admit = c->admit,
+                         .chunk = 512,
+                         .prefix_cache = 1,
+                         .prefill_batch_tokens = 8192,
+                         .sound = c->admit == LOOM_HARVEST_ADMIT_DUAL && !c->plain_admission,
+                         .est_err = HV_EST_ERR};
         hv_callbacks cb = {.arg = n,
                            .prefilled = cb_prefilled,
                            .served = cb_served,

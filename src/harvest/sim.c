@@ -159,11 +159,20 @@ static void make_trajectory(const sim *s, uint32_t step, uint32_t i, trj *t)
 
 /* ---- serving ---------------------------------------------------------------------------- */
 
+/* An iteration takes its modelled time, or with cfg->noise a seeded uniform error of up to
+ * +-noise around it, which the engine's admission does not see (latency-model error). */
 static void kick(sim *s, uint32_t gi, loom_us now)
 {
         hv_engine *g = &s->g[gi];
-        if (!hv_engine_busy(g) && hv_engine_next(g, now))
-                push(s, now + (g->cur.dur > 0 ? g->cur.dur : 1), E_GPU, gi);
+        if (hv_engine_busy(g) || !hv_engine_next(g, now))
+                return;
+        loom_us d = g->cur.dur;
+        if (s->cfg->noise > 0) {
+                uint64_t st =
+                    s->cfg->seed ^ ((uint64_t)gi << 40) ^ g->cur.seq ^ 0x2545f4914f6cdd1dULL;
+                d = (loom_us)((double)d * (1 + s->cfg->noise * (2 * unif(&st) - 1)));
+        }
+        push(s, now + (d > 0 ? d : 1), E_GPU, gi);
 }
 
 static loom_us arrival_of(const sim *s, size_t i, uint64_t cycle)
@@ -498,7 +507,9 @@ static int build(sim *s, loom_err *e)
                         .evict_cost = LOOM_US_PER_S,
                         .cooldown = 10 * LOOM_US_PER_S,
                         .reload = 20 * LOOM_US_PER_S,
-                        .prefill_batch_tokens = 8192};
+                        .prefill_batch_tokens = 8192,
+                        .sound = s->fl.sound && s->fl.admit == LOOM_HARVEST_ADMIT_DUAL,
+                        .est_err = HV_EST_ERR};
         hv_policy dp = sp;
         dp.admit = LOOM_HARVEST_ADMIT_DUAL;
         dp.chunk = 512;
@@ -606,6 +617,8 @@ static int check_cfg(const loom_harvest_sim_cfg *c, loom_err *e)
                                     c->batch, c->group, HV_MAX_TRAJ);
         if (!(c->headroom >= 0 && c->headroom < 1))
                 return loom_err_set(e, LOOM_EINVAL, "headroom", "must be in [0, 1)");
+        if (!(c->noise >= 0 && c->noise < 1))
+                return loom_err_set(e, LOOM_EINVAL, "noise", "must be in [0, 1)");
         if (!(c->weights_s >= 0))
                 return loom_err_set(e, LOOM_EINVAL, "weights-s", "must be >= 0");
         if (!(c->stall_s > 0) || !(c->lease_s >= 0) || !(c->train_s >= 0))
