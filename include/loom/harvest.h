@@ -230,10 +230,22 @@ void loom_harvest_router_set_version(loom_harvest_router *r, uint32_t version);
 void loom_harvest_router_close(loom_harvest_router *r, uint32_t w, loom_us until);
 /* Route the next turn of trajectory traj. Returns the worker id, or LOOM_HARVEST_NONE when no
  * worker can take it now (the caller queues the turn). The turn counts against the worker
- * until _done or _abort. affine (may be NULL) is set when the worker holds the prefix. */
+ * until _done or _abort. affine (may be NULL) is set when the worker holds the prefix.
+ * move_us is what moving the turn away from the worker that holds its prefix costs: the GPU
+ * time of re-prefilling that prefix. When that worker is full, the turn waits for it (NONE,
+ * and _waiting names it) if its expected slot wait (_wait_us) is at most move_us. */
+uint32_t loom_harvest_router_route_cost(loom_harvest_router *r, loom_us now, uint32_t traj,
+                                        loom_us move_us, int *affine);
+/* route_cost with a move cost of 0: a full holder is never waited for. */
 uint32_t loom_harvest_router_route(loom_harvest_router *r, loom_us now, uint32_t traj, int *affine);
-/* The turn finished on its worker, which keeps the prefix (affinity). */
-void loom_harvest_router_done(loom_harvest_router *r, uint32_t traj);
+/* The expected wait for a slot on w: 0 with room, else (turns waiting there + 1) x its moving
+ * mean turn time / its slots; LOOM_HARVEST_INF before any turn finished there. */
+loom_us loom_harvest_router_wait_us(const loom_harvest_router *r, uint32_t w);
+/* The worker whose slot traj waits for (its pinned slot, or a full holder it chose to wait
+ * for), or LOOM_HARVEST_NONE. */
+uint32_t loom_harvest_router_waiting(const loom_harvest_router *r, uint32_t traj);
+/* The turn finished on its worker at `now`, which keeps the prefix (affinity). */
+void loom_harvest_router_done(loom_harvest_router *r, loom_us now, uint32_t traj);
 /* The turn was aborted (stall, emergency cut, failure): the worker lost the prefix. */
 void loom_harvest_router_abort(loom_harvest_router *r, uint32_t traj);
 /* The trajectory's last turn is done: a pinned trajectory gives its worker slot back. */
@@ -244,8 +256,6 @@ void loom_harvest_router_forget(loom_harvest_router *r, uint32_t traj, uint32_t 
  * on them are written to out (capacity cap) and their turns released. Returns how many. */
 size_t loom_harvest_router_check(loom_harvest_router *r, loom_us now, uint32_t *out, size_t cap);
 uint32_t loom_harvest_router_load(const loom_harvest_router *r, uint32_t w);
-/* Pinned: the worker whose slot traj keeps between turns, or LOOM_HARVEST_NONE. */
-uint32_t loom_harvest_router_held(const loom_harvest_router *r, uint32_t traj);
 /* Free turn slots over the workers a new (not pinned) turn could be routed to now. */
 uint32_t loom_harvest_router_room(const loom_harvest_router *r, loom_us now);
 uint32_t loom_harvest_router_workers(const loom_harvest_router *r);

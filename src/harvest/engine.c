@@ -235,6 +235,8 @@ int hv_engine_submit_turn(hv_engine *g, loom_us now, uint32_t traj, uint32_t pro
                 return rc;
         x = loom_harvest_mem_find(&g->mem, traj);
         x->tokens = cached;
+        if (g->nturns == 0)
+                g->rollout_ran = now; /* an idle rollout side starts its clock now */
         g->turns[g->nturns++] = (hv_turn){.traj = traj,
                                           .prompt = prompt,
                                           .cached = cached,
@@ -420,9 +422,13 @@ static int rollout_fits(const hv_engine *g, loom_us now, loom_us work, loom_us *
         return loom_harvest_admit(loom_harvest_slack(g->pol.admit, g->role, sp, sd), work, 0, 1);
 }
 
+/* A turn is stalled when serving has kept the GPU's rollout side from running at all for the
+ * stall timeout (ROSE's signal that the GPU has no slack to lend), not when it merely waits
+ * behind other turns' prefills on a rollout side that is making progress. */
 static void check_stalls(hv_engine *g, loom_us now)
 {
-        if (g->role == LOOM_HARVEST_DEDICATED)
+        if (g->role == LOOM_HARVEST_DEDICATED ||
+            !loom_harvest_stalled(now, g->rollout_ran, g->stall))
                 return;
         for (size_t i = 0; i < g->nturns;) {
                 if (loom_harvest_stalled(now, g->turns[i].last_progress, g->stall)) {
@@ -541,6 +547,7 @@ static void finish_decode(hv_engine *g, loom_us now)
 
 static void finish_rollout(hv_engine *g, loom_us now)
 {
+        g->rollout_ran = now;
         if (g->cur.kind == HV_R_PREFILL) {
                 long i = find_turn(g, g->cur.traj);
                 if (i >= 0) {

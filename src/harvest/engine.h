@@ -126,6 +126,7 @@ typedef struct hv_engine {
         loom_us reload_until;
         uint64_t evictions, stalls, cut_aborts;
         loom_us busy_serving, busy_rollout;
+        loom_us rollout_ran; /* end of the last rollout iteration (stall detection) */
         hv_guard g_ttft, g_tpot;
         uint32_t recent_prompt[HV_RECENT], recent_ctx[HV_RECENT]; /* arrivals, for reserves */
         uint32_t nrecent, recent_pos;

@@ -180,7 +180,7 @@ static void feed(loom_harvest_node *n, loom_us now)
 static void cb_turn_done(void *arg, loom_us now, uint32_t traj, uint32_t gpu)
 {
         loom_harvest_node *n = arg;
-        loom_harvest_router_done(n->r, traj);
+        loom_harvest_router_done(n->r, now, traj);
         n->turn_of[traj]++;
         n->in_flight--;
         n->st.turns_done++;

@@ -43,6 +43,11 @@ typedef struct trj {
 #define GAP_BIN 100 /* us */
 #define GAP_BINS 1200000
 
+typedef struct wqueue {
+        uint32_t *q;
+        size_t n, cap;
+} wqueue;
+
 typedef struct sim {
         const loom_harvest_sim_cfg *cfg;
         uint32_t ntraj; /* trajectories per step: batch prompts x group samples */
@@ -68,8 +73,9 @@ typedef struct sim {
         uint64_t ngaps;
         /* RL job */
         trj *t;
-        uint32_t step, remaining, *pending, *held; /* turns waiting for a slot; for their own */
-        size_t npending, cappending, nheld, capheld;
+        uint32_t step, remaining, *pending; /* turns waiting for a slot anywhere */
+        size_t npending, cappending;
+        wqueue *wq; /* per router worker: turns waiting for a slot there */
         loom_us step_start;
         double rollout_sum;
         uint32_t steps_done;
@@ -257,20 +263,25 @@ static void cb_served(void *arg, loom_us now, const hv_sreq *r)
 
 static void route_turn(sim *s, loom_us now, uint32_t i);
 
-/* Route queued turns again, in FIFO order. A turn that holds no slot (every turn but a pinned
- * trajectory's, which keeps its slot between turns) needs a free slot, so once the router has
- * none left the rest of the queue stays as it is: a call costs the turns it places, not the
- * length of the queue (which is most of the batch at 256 x 16). Turns that hold a slot wait in
- * their own queue for their worker to reopen. */
-static void drain_queue(sim *s, loom_us now, uint32_t *q, size_t *np, int held)
+/* Route queued turns again, in FIFO order. A turn that waits for no particular worker needs a
+ * free slot anywhere, so once the router has none left the rest of the queue stays as it is:
+ * a call costs the turns it places, not the length of the queue (most of the batch at
+ * 256 x 16). A turn that waits for one worker (its prefix is there, or its pinned slot) sits
+ * in that worker's queue, tried when the worker has room (a pinned slot: whenever it reopens). */
+static void drain_queue(sim *s, loom_us now, uint32_t *q, size_t *np, uint32_t w)
 {
         size_t n = *np, j = 0;
-        uint32_t room = held ? UINT32_MAX : loom_harvest_router_room(s->r, now);
+        uint32_t room = w != LOOM_HARVEST_NONE ? 1 : loom_harvest_router_room(s->r, now);
         *np = 0;
         for (; j < n && room > 0; j++) { /* route_turn re-queues what still does not fit */
+                if (w != LOOM_HARVEST_NONE && !s->fl.pinned &&
+                    loom_harvest_router_wait_us(s->r, w) != 0) {
+                        room = 0;
+                        break;
+                }
                 uint64_t before = s->turns;
                 route_turn(s, now, q[j]);
-                if (held)
+                if (w != LOOM_HARVEST_NONE)
                         continue;
                 if (s->turns > before)
                         room--;
@@ -283,13 +294,27 @@ static void drain_queue(sim *s, loom_us now, uint32_t *q, size_t *np, int held)
 
 static void drain(sim *s, loom_us now)
 {
-        drain_queue(s, now, s->held, &s->nheld, 1);
-        drain_queue(s, now, s->pending, &s->npending, 0);
+        for (uint32_t w = 0; w < s->ng; w++)
+                if (s->wq[w].n > 0)
+                        drain_queue(s, now, s->wq[w].q, &s->wq[w].n, w);
+        drain_queue(s, now, s->pending, &s->npending, LOOM_HARVEST_NONE);
 }
 
 static uint32_t gid(const sim *s, uint32_t i)
 {
         return s->step * s->ntraj + i;
+}
+
+/* GPU time a turn costs more where its prefix is not: the whole context prefilled instead of
+ * the new observation after the cached prefix (the holder keeps the last turn's prompt and
+ * response). */
+static loom_us move_cost(const sim *s, const trj *t)
+{
+        if (t->k == 0 || !s->fl.borrow)
+                return 0; /* roll, the baseline, routes as before: a full holder is left */
+        uint32_t obs = t->obs[t->k - 1], prefix = t->prompt - obs;
+        return loom_harvest_t_prefill(&s->m, t->prompt, 0) -
+               loom_harvest_t_prefill(&s->m, obs, prefix);
 }
 
 static void route_turn(sim *s, loom_us now, uint32_t i)
@@ -299,7 +324,8 @@ static void route_turn(sim *s, loom_us now, uint32_t i)
                 struct timespec a, b;
                 int affine;
                 clock_gettime(CLOCK_MONOTONIC, &a);
-                uint32_t w = loom_harvest_router_route(s->r, now, gid(s, i), &affine);
+                uint32_t w =
+                    loom_harvest_router_route_cost(s->r, now, gid(s, i), move_cost(s, t), &affine);
                 clock_gettime(CLOCK_MONOTONIC, &b);
                 double us =
                     (double)(b.tv_sec - a.tv_sec) * 1e6 + (double)(b.tv_nsec - a.tv_nsec) / 1e3;
@@ -329,12 +355,14 @@ static void route_turn(sim *s, loom_us now, uint32_t i)
                 if (s->g[gi].role == LOOM_HARVEST_DEDICATED)
                         break; /* a dedicated GPU under its cap has memory; do not spin */
         }
-        if (loom_harvest_router_held(s->r, gid(s, i)) != LOOM_HARVEST_NONE) {
-                if (loom_reserve(&s->held, &s->capheld, s->nheld + 1, sizeof *s->held, 64)) {
+        uint32_t ww = loom_harvest_router_waiting(s->r, gid(s, i));
+        if (ww != LOOM_HARVEST_NONE) {
+                wqueue *x = &s->wq[ww];
+                if (loom_reserve(&x->q, &x->cap, x->n + 1, sizeof *x->q, 64)) {
                         s->oom = 1;
                         return;
                 }
-                s->held[s->nheld++] = i;
+                x->q[x->n++] = i;
                 return;
         }
         if (loom_reserve(&s->pending, &s->cappending, s->npending + 1, sizeof *s->pending, 256)) {
@@ -361,7 +389,7 @@ static void end_step(sim *s, loom_us now)
 static void cb_turn_done(void *arg, loom_us now, uint32_t traj, uint32_t gpu)
 {
         sim *s = arg;
-        loom_harvest_router_done(s->r, traj);
+        loom_harvest_router_done(s->r, now, traj);
         uint32_t i = traj - s->step * s->ntraj;
         trj *t = &s->t[i];
         t->prompt += t->resp[t->k] + t->obs[t->k];
@@ -488,7 +516,8 @@ static int build(sim *s, loom_err *e)
         s->ntraj = c->batch * c->group;
         s->t = calloc(s->ntraj, sizeof *s->t);
         s->gaps = calloc(GAP_BINS, sizeof *s->gaps);
-        if (!s->g || !s->worker_of || !s->engine_of || !s->t || !s->gaps)
+        s->wq = calloc(s->ng, sizeof *s->wq);
+        if (!s->g || !s->worker_of || !s->engine_of || !s->t || !s->gaps || !s->wq)
                 return loom_err_set(e, LOOM_ENOMEM, "sim", "out of memory");
         hv_callbacks cb = {.arg = s,
                            .prefilled = cb_prefilled,
@@ -574,7 +603,9 @@ static void teardown(sim *s)
         free(s->ttft);
         free(s->tpot);
         free(s->pending);
-        free(s->held);
+        for (uint32_t w = 0; s->wq && w < s->ng; w++)
+                free(s->wq[w].q);
+        free(s->wq);
         loom_harvest_router_free(s->r);
 }
 

@@ -43,7 +43,7 @@ Test(router, cap_then_spill_least_loaded)
         cr_assert_eq(loom_harvest_router_load(r, 3), 4);
         cr_assert_eq(loom_harvest_router_route(r, 0, 40, NULL), LOOM_HARVEST_NONE);
         /* a finished turn frees a dedicated slot: the queued turn goes back there */
-        loom_harvest_router_done(r, 5);
+        loom_harvest_router_done(r, 0, 5);
         uint32_t w = loom_harvest_router_route(r, 0, 40, NULL);
         cr_assert(w < 2);
         loom_harvest_router_free(r);
@@ -56,8 +56,8 @@ Test(router, affinity_returns_to_prefix_holder)
                 loom_harvest_router_route(r, 0, t, NULL);
         uint32_t w = loom_harvest_router_route(r, 0, 100, NULL); /* spilled */
         cr_assert(w >= 2);
-        loom_harvest_router_done(r, 100);
-        loom_harvest_router_done(r, 0); /* room on a dedicated GPU now */
+        loom_harvest_router_done(r, 0, 100);
+        loom_harvest_router_done(r, 0, 0); /* room on a dedicated GPU now */
         int affine;
         cr_assert_eq(loom_harvest_router_route(r, 0, 100, &affine), w);
         cr_assert(affine);
@@ -66,8 +66,8 @@ Test(router, affinity_returns_to_prefix_holder)
         for (uint32_t t = 0; t < 32; t++)
                 loom_harvest_router_route(n, 0, t, NULL);
         uint32_t w2 = loom_harvest_router_route(n, 0, 100, NULL);
-        loom_harvest_router_done(n, 100);
-        loom_harvest_router_done(n, 0);
+        loom_harvest_router_done(n, 0, 100);
+        loom_harvest_router_done(n, 0, 0);
         cr_assert_neq(loom_harvest_router_route(n, 0, 100, &affine), w2);
         cr_assert_not(affine);
         /* an aborted turn loses its prefix: no affinity */
@@ -82,7 +82,7 @@ Test(router, pinned_holds_its_slot_and_waits_for_its_worker)
 {
         loom_harvest_router *r = mk(0, 1);
         uint32_t w = loom_harvest_router_route(r, 0, 1, NULL);
-        loom_harvest_router_done(r, 1);
+        loom_harvest_router_done(r, 0, 1);
         /* between turns a pinned trajectory keeps its slot (the environment step idles it) */
         cr_assert_eq(loom_harvest_router_load(r, w), 1);
         /* other trajectories fill both dedicated GPUs around it */
@@ -103,12 +103,12 @@ Test(router, pinned_holds_its_slot_and_waits_for_its_worker)
         uint32_t x = 10;
         while (loom_harvest_router_running(r, x) != w)
                 x++;
-        loom_harvest_router_done(r, x);
+        loom_harvest_router_done(r, 0, x);
         cr_assert_eq(loom_harvest_router_load(r, w), 16); /* x keeps its slot too */
         loom_harvest_router_finish(r, x);                 /* x's last turn: the slot is free */
         cr_assert_eq(loom_harvest_router_load(r, w), 15);
         cr_assert_eq(loom_harvest_router_route(r, 0, 1, NULL), w);
-        loom_harvest_router_done(r, 1);
+        loom_harvest_router_done(r, 0, 1);
         loom_harvest_router_finish(r, 1);
         cr_assert_eq(loom_harvest_router_load(r, w), 15);
         loom_harvest_router_finish(r, 1); /* twice changes nothing */
