@@ -64,10 +64,10 @@ typedef struct hv_policy {
  * it stays in [0, HV_MARGIN_MAX]. */
 #define HV_EST_ERR 0.05 /* latency-model error the sound admission allows for (5%) */
 #define HV_WIN 128
-#define HV_EVERY 16
+#define HV_EVERY 4
 #define HV_HI 0.90
 #define HV_LO 0.80
-#define HV_GAIN_UP 1.0
+#define HV_GAIN_UP 0.5
 #define HV_GAIN_DOWN 0.25
 #define HV_MARGIN_MAX 0.5
 #define HV_RECENT 64

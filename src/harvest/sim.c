@@ -288,7 +288,8 @@ static void drain_queue(sim *s, loom_us now, uint32_t *q, size_t *np, uint32_t w
                 else
                         room = loom_harvest_router_room(s->r, now);
         }
-        memmove(q + *np, q + j, (n - j) * sizeof *q);
+        if (n > j)
+                memmove(q + *np, q + j, (n - j) * sizeof *q);
         *np += n - j;
 }
 
@@ -757,6 +758,7 @@ int loom_harvest_sim_run(const loom_harvest_sim_cfg *cfg, loom_harvest_sim_resul
         for (uint32_t k = 0; k < s.nserving; k++)
                 res->cuts += s.g[k].mem.cuts;
         res->evictions = s.evictions;
+        res->trajectories = (uint64_t)s.steps_done * s.ntraj;
         res->route_us_max = s.route_max;
         res->route_us_mean = s.routes ? s.route_sum / s.routes : 0;
         uint64_t want = (uint64_t)ceil(0.99 * (double)s.routes), acc = 0;

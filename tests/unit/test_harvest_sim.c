@@ -15,8 +15,9 @@
 #include "engine.h"
 #include "loom/harvest.h"
 
-/* A deterministic conversation-like trace: ~5 requests/s for `secs` seconds. */
-static char *write_trace(double secs)
+/* A deterministic conversation-like trace: ~5 requests/s for `secs` seconds; with burst,
+ * the arrival rate triples between 100 s and 250 s (a step change in load). */
+static char *write_trace_burst(double secs, int burst)
 {
         static char path[64];
         snprintf(path, sizeof path, "/tmp/loom-harvest-trace-%d.csv", (int)getpid());
@@ -27,12 +28,18 @@ static char *write_trace(double secs)
         double t = 0;
         while (t < secs) {
                 x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-                t += 0.05 + (double)((x >> 33) % 1000) / 1000.0 * 0.3;
+                double gap = 0.05 + (double)((x >> 33) % 1000) / 1000.0 * 0.3;
+                t += burst && t >= 100 && t < 250 ? gap / 3 : gap;
                 fprintf(f, "%.4f,%u,%u\n", t, 200 + (unsigned)((x >> 20) % 1800),
                         20 + (unsigned)((x >> 40) % 400));
         }
         fclose(f);
         return path;
+}
+
+static char *write_trace(double secs)
+{
+        return write_trace_burst(secs, 0);
 }
 
 static loom_harvest_trace tr;
@@ -57,7 +64,7 @@ static loom_harvest_sim_result run(loom_harvest_policy pol, uint32_t borrow)
         c.trace = &tr;
         c.policy = pol;
         c.borrow = borrow;
-        c.batch = 512;
+        c.batch = 32; /* prompts, x 16 samples: 512 trajectories */
         c.steps = 1;
         loom_harvest_sim_result r;
         loom_err e;
@@ -115,12 +122,74 @@ Test(sim, memory_and_routing_ablations)
         cr_assert(rose.rollout_s < pin.rollout_s, "%g vs %g", rose.rollout_s, pin.rollout_s);
 }
 
+/* A step change in load with a latency model 20% off (each GPU iteration takes its modelled
+ * time x U(0.8, 1.2), which admission does not see): the plain Eq. 1-2 spends every
+ * microsecond of slack its estimates promise and breaks the TTFT SLO; the sound admission
+ * (5% error allowance, arrival reserve) with the feedback guard keeps both SLOs. */
+Test(sim, burst_breaks_plain_admission_sound_admission_holds)
+{
+        loom_harvest_trace bt;
+        loom_err e;
+        char *p = write_trace_burst(1800, 1);
+        cr_assert_eq(loom_harvest_trace_load(p, &bt, &e), 0, "%s", e.msg);
+        unlink(p);
+        loom_harvest_sim_cfg c;
+        loom_harvest_sim_defaults(&c);
+        c.trace = &bt;
+        c.batch = 32;
+        c.steps = 1;
+        c.noise = 0.2;
+        loom_harvest_sim_result plain, sound;
+        c.policy = LOOM_HARVEST_EQ12;
+        cr_assert_eq(loom_harvest_sim_run(&c, &plain, &e), 0, "%s", e.msg);
+        c.policy = LOOM_HARVEST_ROSE;
+        cr_assert_eq(loom_harvest_sim_run(&c, &sound, &e), 0, "%s", e.msg);
+        cr_assert(plain.ttft_p99_ms > 500.0, "plain ttft p99 %g", plain.ttft_p99_ms);
+        cr_assert(sound.ttft_p99_ms <= 500.0, "sound ttft p99 %g", sound.ttft_p99_ms);
+        cr_assert(sound.tpot_p99_ms <= 150.0, "sound tpot p99 %g", sound.tpot_p99_ms);
+        cr_assert(sound.itl_p99_ms <= 150.0, "sound itl p99 %g", sound.itl_p99_ms);
+        /* the SLO is not bought by giving up on borrowing */
+        cr_assert(sound.turns_on_serving > sound.turns / 4, "%llu of %llu",
+                  (unsigned long long)sound.turns_on_serving, (unsigned long long)sound.turns);
+        loom_harvest_trace_free(&bt);
+}
+
+/* --batch counts prompts, --group samples per prompt: a step rolls out batch x group
+ * trajectories, and doubling either doubles the work (the turns routed). */
+Test(sim, batch_is_prompts_group_is_samples)
+{
+        loom_harvest_sim_cfg c;
+        loom_harvest_sim_defaults(&c);
+        cr_assert_eq(c.batch, 256);
+        cr_assert_eq(c.group, 16);
+        c.trace = &tr;
+        c.policy = LOOM_HARVEST_ROLL;
+        c.steps = 2;
+        c.batch = 8;
+        c.group = 4;
+        loom_harvest_sim_result a, b, g;
+        loom_err e;
+        cr_assert_eq(loom_harvest_sim_run(&c, &a, &e), 0, "%s", e.msg);
+        cr_assert_eq(a.trajectories, 2 * 8 * 4);
+        c.batch = 16;
+        cr_assert_eq(loom_harvest_sim_run(&c, &b, &e), 0, "%s", e.msg);
+        cr_assert_eq(b.trajectories, 2 * 16 * 4);
+        c.batch = 8;
+        c.group = 8;
+        cr_assert_eq(loom_harvest_sim_run(&c, &g, &e), 0, "%s", e.msg);
+        cr_assert_eq(g.trajectories, 2 * 8 * 8);
+        /* 2x the trajectories: close to 2x the turns (each draws 2-32 turns) */
+        cr_assert(b.turns > a.turns * 3 / 2 && b.turns < a.turns * 5 / 2, "%llu vs %llu",
+                  (unsigned long long)b.turns, (unsigned long long)a.turns);
+        cr_assert(g.turns > a.turns * 3 / 2 && g.turns < a.turns * 5 / 2);
+}
+
 Test(sim, late_weights_keep_stale_workers_out)
 {
         loom_harvest_sim_cfg c;
         loom_harvest_sim_defaults(&c);
         c.trace = &tr;
-        c.batch = 512;
+        c.batch = 32;
         c.steps = 2;
         loom_harvest_sim_result fresh, late, stale_ok;
         loom_err e;
@@ -161,8 +230,15 @@ Test(sim, bad_config)
         c.pair = "32b";
         c.rl_gpus = 6; /* not a multiple of the 4-GPU instance */
         cr_assert_eq(loom_harvest_sim_run(&c, &r, &e), LOOM_EINVAL);
-        c.batch = 100;
+        c.batch = 0;
         c.rl_gpus = 8;
+        cr_assert_eq(loom_harvest_sim_run(&c, &r, &e), LOOM_EINVAL);
+        cr_assert_str_eq(e.field, "batch");
+        c.batch = 256;
+        c.group = 0;
+        cr_assert_eq(loom_harvest_sim_run(&c, &r, &e), LOOM_EINVAL);
+        cr_assert_str_eq(e.field, "group");
+        c.group = 100000; /* 25.6 M trajectories per step */
         cr_assert_eq(loom_harvest_sim_run(&c, &r, &e), LOOM_EINVAL);
         cr_assert_str_eq(e.field, "batch");
 }
@@ -288,4 +364,78 @@ Test(engine, burst_forces_cut_and_loses_no_request)
         cr_assert_eq(g.mem.serving_used, 0);
         cr_assert_eq(lg.done + lg.aborted_cut, 8); /* every rollout finished or was handed back */
         hv_engine_fini(&g);
+}
+
+/* ---- memory: the static split against preemptive sharing --------------------------------- */
+
+typedef struct tlog {
+        double max_tpot_ms;
+        int served;
+} tlog_t;
+
+static void on_served_tpot(void *arg, loom_us now, const hv_sreq *r)
+{
+        tlog_t *l = arg;
+        double tpot = (double)(now - r->first) / 1e3 / (r->gen - 1);
+        if (tpot > l->max_tpot_ms)
+                l->max_tpot_ms = tpot;
+        l->served++;
+}
+
+/* 8 rollouts hold 290 of 400 pages of a decode GPU; then 8 serving requests of 1,500 tokens
+ * (42 pages each, 336 in all) arrive at once. Preemptive sharing frees rollout pages and
+ * starts all 8; the static split caps serving at its 200 pages, so 4 wait for the first 4 to
+ * finish and their TPOT (first token at arrival) roughly doubles. The two must differ. */
+static tlog_t split_vs_preempt(int preempt, size_t *waiting)
+{
+        loom_harvest_model m;
+        loom_err e;
+        cr_assert_eq(loom_harvest_model_preset("7b", &m, &e), 0);
+        loom_harvest_mem_cfg mc = {.pages = 400,
+                                   .headroom_pages = 0,
+                                   .watermark = 1,
+                                   .lease = 10 * LOOM_US_PER_S,
+                                   .preempt = preempt};
+        hv_policy pol = {.admit = LOOM_HARVEST_ADMIT_NONE, .prefill_batch_tokens = 8192};
+        tlog_t lg = {0};
+        hv_callbacks cb = {.arg = &lg, .served = on_served_tpot};
+        hv_engine g;
+        cr_assert_eq(hv_engine_init(&g, 0, LOOM_HARVEST_DECODE, &m, &pol, &mc, 500 * 1000,
+                                    150 * 1000, 60 * LOOM_US_PER_S, &cb, &e),
+                     0);
+        hv_engine_rl_step(&g);
+        uint32_t nturns = preempt ? 8 : 5; /* static: the rollout half holds 5 of them */
+        for (uint32_t t = 0; t < nturns; t++)
+                cr_assert_eq(hv_engine_submit_turn(&g, 0, t, 1000, 300, NULL), 0);
+        for (int i = 0; i < 8; i++) {
+                hv_sreq r = {.id = (uint64_t)i,
+                             .arr = 0,
+                             .prompt = 1200,
+                             .gen = 300,
+                             .done = 1,
+                             .first = 0,
+                             .last = 0};
+                cr_assert_eq(hv_engine_submit_decode(&g, 0, &r), 0);
+        }
+        *waiting = g.ndwait;
+        loom_us now = 0;
+        int guard = 0;
+        while (hv_engine_next(&g, now) && guard++ < 1000000) {
+                now += g.cur.dur;
+                hv_engine_finish(&g, now);
+        }
+        cr_assert_eq(lg.served, 8);
+        hv_engine_fini(&g);
+        return lg;
+}
+
+Test(engine, static_split_and_preemption_differ_under_kv_pressure)
+{
+        size_t wait_static, wait_preempt;
+        tlog_t st = split_vs_preempt(0, &wait_static);
+        tlog_t pre = split_vs_preempt(1, &wait_preempt);
+        cr_assert_eq(wait_preempt, 0);
+        cr_assert_eq(wait_static, 4, "%zu", wait_static);
+        cr_assert(st.max_tpot_ms > 1.5 * pre.max_tpot_ms, "static %g vs preempt %g ms",
+                  st.max_tpot_ms, pre.max_tpot_ms);
 }
