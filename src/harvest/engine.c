@@ -36,6 +36,9 @@ int hv_engine_init(hv_engine *g, uint32_t id, loom_harvest_role role, const loom
         g->b_tpot = b_tpot;
         g->stall = stall;
         g->cb = *cb;
+        /* the guard starts cold at its widest margin: no tail observed yet is no evidence of
+         * slack; it opens as observations come in under HV_LO */
+        g->g_ttft.margin = g->g_tpot.margin = HV_MARGIN_MAX;
         return 0;
 }
 

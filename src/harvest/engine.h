@@ -61,7 +61,8 @@ typedef struct hv_policy {
  * HV_WIN samples, as a fraction of the SLO, steers a margin taken off that slack. Every
  * HV_EVERY samples: above HV_HI the margin grows by HV_GAIN_UP x (ratio - HV_HI) of the SLO,
  * below HV_LO it shrinks by HV_GAIN_DOWN x (HV_LO - ratio), in between it holds (hysteresis);
- * it stays in [0, HV_MARGIN_MAX]. */
+ * it stays in [0, HV_MARGIN_MAX] and starts at HV_MARGIN_MAX (cold start: no evidence of slack
+ * yet). */
 #define HV_EST_ERR 0.05 /* latency-model error the sound admission allows for (5%) */
 #define HV_WIN 128
 #define HV_EVERY 4

@@ -259,7 +259,10 @@ static void *exec_main(void *arg)
                 struct timespec t = wall_at(n, end);
                 while (!n->stop && emu_now(n) < end)
                         pthread_cond_timedwait(&n->cv_exec, &n->mu, &t);
-                hv_engine_finish(&n->g, end);
+                /* the iteration ends when the host says so: a sleep that overshot is delay
+                 * the engine's estimates did not have, and the guard must see it */
+                loom_us real = emu_now(n);
+                hv_engine_finish(&n->g, real > end ? real : end);
                 sync_pool(n);
                 pthread_cond_broadcast(&n->cv_req);
         }
