@@ -456,7 +456,6 @@ typedef struct loom_harvest_node_stats {
         uint32_t version, policy_version; /* served; the newest known (the router's policy) */
         int routable;                     /* within the staleness: rollout turns may start */
         uint64_t route_stale; /* routing attempts refused while the node was too stale */
-        uint64_t turns_stale; /* turns started while too stale (the router never does) */
         uint64_t turn_version[LOOM_HARVEST_NODE_VERSIONS]; /* turns done under version... */
         uint64_t turn_count[LOOM_HARVEST_NODE_VERSIONS];   /* ...this many (0: slot unused) */
         loom_harvest_wlive_stats w;

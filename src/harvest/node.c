@@ -129,12 +129,10 @@ static void submit_turn(loom_harvest_node *n, loom_us now, uint32_t traj)
         n->st.route_calls++;
         if (us > n->st.route_us_max)
                 n->st.route_us_max = us;
-        int stale = n->policy - n->version > n->cfg.staleness;
         if (w == LOOM_HARVEST_NONE) {
-                n->st.route_stale += stale;
+                n->st.route_stale += n->policy - n->version > n->cfg.staleness;
                 return;
         }
-        n->st.turns_stale += stale;
         n->ver_of[traj] = n->version;
         uint32_t k = n->turn_of[traj];
         if (hv_engine_submit_turn(&n->g, now, traj, turn_prompt(n, k), n->cfg.turn_resp, NULL)) {
