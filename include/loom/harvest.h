@@ -353,8 +353,8 @@ typedef struct loom_harvest_sim_result {
         double sim_s;  /* simulated seconds */
         double wall_s; /* host time the simulation took */
         uint64_t served, turns, turns_on_serving, affinity_hits, aborted, stalls, cuts;
-        uint64_t evictions; /* serverless: rollout model evictions */
-        uint64_t trajectories; /* rolled out: steps x batch x group */
+        uint64_t evictions;                               /* serverless: rollout model evictions */
+        uint64_t trajectories;                            /* rolled out: steps x batch x group */
         double route_us_max, route_us_mean, route_us_p99; /* host time of routing decisions */
 } loom_harvest_sim_result;
 

@@ -413,7 +413,16 @@ static loom_us min_slack_dec(const hv_engine *g, loom_us now, loom_us queue_end)
 /* The slack a rollout step of `work` must fit in, and whether it does. */
 static int rollout_fits(const hv_engine *g, loom_us now, loom_us work, loom_us *need)
 {
-        loom_us qend, sp = min_slack_prf(g, now, &qend), sd = min_slack_dec(g, now, qend);
+        /* only the slacks something looks at: a long queue makes them O(queue) */
+        loom_harvest_admit_mode mode = g->pol.serverless ? LOOM_HARVEST_ADMIT_DUAL : g->pol.admit;
+        int checks = loom_harvest_checks(mode, g->role);
+        int use_prf = checks && mode != LOOM_HARVEST_ADMIT_TPOT && g->role != LOOM_HARVEST_DECODE;
+        int use_dec = checks && mode != LOOM_HARVEST_ADMIT_TTFT && g->role != LOOM_HARVEST_PREFILL;
+        loom_us qend = 0, sp = LOOM_HARVEST_INF, sd = LOOM_HARVEST_INF;
+        if (use_prf || (use_dec && g->role == LOOM_HARVEST_COLOCATED && g->pol.sound))
+                sp = min_slack_prf(g, now, &qend);
+        if (use_dec)
+                sd = min_slack_dec(g, now, qend);
         *need = loom_harvest_slack(LOOM_HARVEST_ADMIT_DUAL, g->role, sp, sd);
         if (g->pol.sound) {
                 if (sp != LOOM_HARVEST_INF)

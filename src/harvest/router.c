@@ -183,6 +183,27 @@ static void stop_waiting(loom_harvest_router *r, traj *t)
         t->waiting = LOOM_HARVEST_NONE;
 }
 
+/* The cost model, for a turn whose prefix is on h (alive, fresh): staying costs the wait for
+ * h to reopen if closed, plus the wait for a slot there (0 with room), moving costs the re-prefill
+ * of the prefix (move_us of GPU time) on the least-loaded dedicated GPU with room, else serving
+ * GPU. Stay when the wait is no longer than the re-prefill, or when nothing else has room anyway;
+ * staying on a full h waits (NONE, and _waiting names h). */
+static uint32_t stay_or_move(loom_harvest_router *r, traj *t, uint32_t h, loom_us now,
+                             loom_us move_us, int *affine)
+{
+        if (eligible(r, h, now))
+                return take(r, t, h, now, affine);
+        uint32_t w = spill_target(r, now);
+        loom_us wait = loom_harvest_router_wait_us(r, h);
+        if (now < r->w[h].closed_until && wait != LOOM_HARVEST_INF)
+                wait += r->w[h].closed_until - now; /* closed (stall, refusal) until then */
+        if (w != LOOM_HARVEST_NONE && wait > move_us)
+                return take(r, t, w, now, affine);
+        t->waiting = h;
+        r->w[h].waiting++;
+        return LOOM_HARVEST_NONE;
+}
+
 uint32_t loom_harvest_router_route_cost(loom_harvest_router *r, loom_us now, uint32_t id,
                                         loom_us move_us, int *affine)
 {
@@ -209,20 +230,12 @@ uint32_t loom_harvest_router_route_cost(loom_harvest_router *r, loom_us now, uin
                 return take(r, t, t->pinned, now, affine);
         }
         uint32_t h = (r->cfg.affinity || r->cfg.pinned) ? t->holder : LOOM_HARVEST_NONE;
+        int h_ok = h != LOOM_HARVEST_NONE && r->w[h].alive && fresh(r, &r->w[h]);
+        if (h_ok && move_us > 0)
+                return stay_or_move(r, t, h, now, move_us, affine);
         if (h != LOOM_HARVEST_NONE && eligible(r, h, now))
                 return take(r, t, h, now, affine); /* its prefix is there and so is a slot */
         w = spill_target(r, now);
-        /* The holder is full (alive, fresh, open): moving re-prefills the prefix (move_us of GPU
-         * time), staying waits for one of its slots (the expected wait). Stay when that is no
-         * longer than the re-prefill, or when nothing else has room anyway. A move cost of 0
-         * (nothing worth keeping) never waits. */
-        if (h != LOOM_HARVEST_NONE && r->w[h].alive && fresh(r, &r->w[h]) &&
-            now >= r->w[h].closed_until && move_us > 0 &&
-            (w == LOOM_HARVEST_NONE || loom_harvest_router_wait_us(r, h) <= move_us)) {
-                t->waiting = h;
-                r->w[h].waiting++;
-                return LOOM_HARVEST_NONE;
-        }
         if (w == LOOM_HARVEST_NONE)
                 return LOOM_HARVEST_NONE;
         return take(r, t, w, now, affine);

@@ -23,7 +23,7 @@
 #include "engine.h"
 #include "sim_int.h"
 
-enum { E_ARRIVE, E_GPU, E_TURN, E_STEP, E_DRAIN, E_WEIGHTS };
+enum { E_ARRIVE, E_GPU, E_TURN, E_STEP, E_DRAIN, E_WEIGHTS, E_WAKE };
 
 typedef struct ev {
         loom_us t;
@@ -38,6 +38,8 @@ typedef struct trj {
         uint32_t resp[MAX_TURNS], obs[MAX_TURNS];
         loom_us env[MAX_TURNS];
         int done;
+        int queued;    /* in a queue (entries of routed turns are dropped when met) */
+        int impatient; /* waited for its prefix's worker as long as a re-prefill costs */
 } trj;
 
 #define GAP_BIN 100 /* us */
@@ -279,6 +281,8 @@ static void drain_queue(sim *s, loom_us now, uint32_t *q, size_t *np, uint32_t w
                         room = 0;
                         break;
                 }
+                if (!s->t[q[j]].queued)
+                        continue; /* routed meanwhile (a copy left in another queue) */
                 uint64_t before = s->turns;
                 route_turn(s, now, q[j]);
                 if (w != LOOM_HARVEST_NONE)
@@ -321,12 +325,13 @@ static loom_us move_cost(const sim *s, const trj *t)
 static void route_turn(sim *s, loom_us now, uint32_t i)
 {
         trj *t = &s->t[i];
+        loom_us move = t->impatient ? 0 : move_cost(s, t);
+        t->queued = 0;
         for (uint32_t tries = 0; tries <= s->ng; tries++) {
                 struct timespec a, b;
                 int affine;
                 clock_gettime(CLOCK_MONOTONIC, &a);
-                uint32_t w =
-                    loom_harvest_router_route_cost(s->r, now, gid(s, i), move_cost(s, t), &affine);
+                uint32_t w = loom_harvest_router_route_cost(s->r, now, gid(s, i), move, &affine);
                 clock_gettime(CLOCK_MONOTONIC, &b);
                 double us =
                     (double)(b.tv_sec - a.tv_sec) * 1e6 + (double)(b.tv_nsec - a.tv_nsec) / 1e3;
@@ -342,6 +347,7 @@ static void route_turn(sim *s, loom_us now, uint32_t i)
                 int rc = hv_engine_submit_turn(&s->g[gi], now, gid(s, i), t->prompt, t->resp[t->k],
                                                &hit);
                 if (rc == 0) {
+                        t->impatient = 0;
                         s->turns++;
                         s->hits += hit;
                         if (gi < s->nserving)
@@ -356,6 +362,7 @@ static void route_turn(sim *s, loom_us now, uint32_t i)
                 if (s->g[gi].role == LOOM_HARVEST_DEDICATED)
                         break; /* a dedicated GPU under its cap has memory; do not spin */
         }
+        t->queued = 1;
         uint32_t ww = loom_harvest_router_waiting(s->r, gid(s, i));
         if (ww != LOOM_HARVEST_NONE) {
                 wqueue *x = &s->wq[ww];
@@ -364,6 +371,9 @@ static void route_turn(sim *s, loom_us now, uint32_t i)
                         return;
                 }
                 x->q[x->n++] = i;
+                /* waiting longer than the re-prefill would take makes moving the better bet */
+                if (!s->fl.pinned && move > 0)
+                        push(s, now + move, E_WAKE, i);
                 return;
         }
         if (loom_reserve(&s->pending, &s->cappending, s->npending + 1, sizeof *s->pending, 256)) {
@@ -717,6 +727,13 @@ int loom_harvest_sim_run(const loom_harvest_sim_cfg *cfg, loom_harvest_sim_resul
                         drain(&s, now);
                         for (uint32_t k = 0; k < s.ng; k++)
                                 kick(&s, k, now);
+                        break;
+                case E_WAKE:
+                        if (!s.job_done && s.t[x.a].queued && !s.t[x.a].done &&
+                            loom_harvest_router_waiting(s.r, gid(&s, x.a)) != LOOM_HARVEST_NONE) {
+                                s.t[x.a].impatient = 1;
+                                route_turn(&s, now, x.a);
+                        }
                         break;
                 case E_DRAIN:
                         drain(&s, now);

@@ -111,10 +111,11 @@ for c in sim node replay; do
 done
 
 # ---- the simulator's JSON keys
-(cd "$src" && "$loom" harvest sim --policy rose --duration-s 900 --steps 1 --json) >"$tmp/sim" 2>"$tmp/err"
+(cd "$src" && "$loom" harvest sim --policy rose --duration-s 900 --steps 1 --batch 32 --json) >"$tmp/sim" 2>"$tmp/err"
 check "sim exits 0" test $? -eq 0
 line=$(grep '"policy":"rose"' "$tmp/sim")
-for k in rollout_s ttft_p99_ms tpot_p99_ms serving_slo_attainment speedup_vs_roll preempted_gpu_time_frac; do
+check "--batch 32 prompts x 16 samples = 512 trajectories" test "$(field "$line" trajectories_per_step)" = 512
+for k in trajectories_per_step rollout_s ttft_p99_ms tpot_p99_ms serving_slo_attainment speedup_vs_roll preempted_gpu_time_frac; do
         check "sim json has $k" test -n "$(field "$line" $k)"
 done
 
