@@ -95,6 +95,7 @@ typedef struct loom_harvest_mem {
         size_t nentries, cap;
         loom_harvest_entry *entries;
         uint64_t seq;
+        loom_us next_expiry; /* no CACHED lease ends before this (expire skips its scan) */
 } loom_harvest_mem;
 
 int loom_harvest_mem_init(loom_harvest_mem *m, const loom_harvest_mem_cfg *cfg, loom_err *e);

@@ -532,6 +532,7 @@ static void finish_prefill(hv_engine *g, loom_us now)
 
 static void finish_decode(hv_engine *g, loom_us now)
 {
+        loom_us worst = 0; /* the step's longest interval: one guard sample per step */
         for (size_t i = 0; i < g->ndec;) {
                 hv_sreq *r = &g->dec[i];
                 if (r->joined > g->cur.seq) {
@@ -540,7 +541,8 @@ static void finish_decode(hv_engine *g, loom_us now)
                 }
                 if (g->cb.token)
                         g->cb.token(g->cb.arg, now - r->last);
-                hv_guard_observe(&g->g_tpot, (double)(now - r->last) / (double)g->b_tpot);
+                if (now - r->last > worst)
+                        worst = now - r->last;
                 r->last = now;
                 r->done++;
                 g->ctx_dec++;
@@ -554,6 +556,8 @@ static void finish_decode(hv_engine *g, loom_us now)
                         i++;
                 }
         }
+        if (worst > 0)
+                hv_guard_observe(&g->g_tpot, (double)worst / (double)g->b_tpot);
         admit_waiting(g, now);
 }
 

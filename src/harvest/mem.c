@@ -112,7 +112,10 @@ loom_harvest_entry *loom_harvest_mem_find(loom_harvest_mem *m, uint32_t traj)
 
 size_t loom_harvest_mem_expire(loom_harvest_mem *m, loom_us now, uint32_t *out, size_t cap)
 {
+        if (now < m->next_expiry)
+                return 0; /* called before every GPU iteration: most calls end here */
         size_t n = 0;
+        loom_us next = LOOM_HARVEST_INF;
         for (size_t i = 0; i < m->nentries;) {
                 loom_harvest_entry *x = &m->entries[i];
                 if (x->state == LOOM_HARVEST_CACHED && x->expiry <= now) {
@@ -121,9 +124,12 @@ size_t loom_harvest_mem_expire(loom_harvest_mem *m, loom_us now, uint32_t *out, 
                         n++;
                         remove_at(m, i);
                 } else {
+                        if (x->state == LOOM_HARVEST_CACHED && x->expiry < next)
+                                next = x->expiry;
                         i++;
                 }
         }
+        m->next_expiry = next;
         return n < cap ? n : cap;
 }
 
@@ -190,6 +196,8 @@ void loom_harvest_mem_rollout_idle(loom_harvest_mem *m, loom_us now, uint32_t tr
         }
         x->state = LOOM_HARVEST_CACHED;
         x->expiry = now + m->cfg.lease;
+        if (x->expiry < m->next_expiry)
+                m->next_expiry = x->expiry;
 }
 
 void loom_harvest_mem_rollout_drop(loom_harvest_mem *m, uint32_t traj)
