@@ -38,8 +38,9 @@ typedef struct trj {
         uint32_t resp[MAX_TURNS], obs[MAX_TURNS];
         loom_us env[MAX_TURNS];
         int done;
-        int queued;    /* in a queue (entries of routed turns are dropped when met) */
-        int impatient; /* waited for its prefix's worker as long as a re-prefill costs */
+        int queued;     /* in a queue (entries of routed turns are dropped when met) */
+        int impatient;  /* waited for its prefix's worker as long as a re-prefill costs */
+        int in_pending; /* has an entry in the queue for any slot (at most one) */
 } trj;
 
 #define GAP_BIN 100 /* us */
@@ -274,6 +275,7 @@ static void drain_queue(sim *s, loom_us now, uint32_t *q, size_t *np, uint32_t w
 {
         size_t n = *np, j = 0;
         uint32_t room = w != LOOM_HARVEST_NONE ? 1 : loom_harvest_router_room(s->r, now);
+        uint32_t misses = 0;
         *np = 0;
         for (; j < n && room > 0; j++) { /* route_turn re-queues what still does not fit */
                 if (w != LOOM_HARVEST_NONE && !s->fl.pinned &&
@@ -281,16 +283,23 @@ static void drain_queue(sim *s, loom_us now, uint32_t *q, size_t *np, uint32_t w
                         room = 0;
                         break;
                 }
+                if (w == LOOM_HARVEST_NONE)
+                        s->t[q[j]].in_pending = 0;
                 if (!s->t[q[j]].queued)
                         continue; /* routed meanwhile (a copy left in another queue) */
                 uint64_t before = s->turns;
                 route_turn(s, now, q[j]);
                 if (w != LOOM_HARVEST_NONE)
                         continue;
-                if (s->turns > before)
+                if (s->turns > before) {
                         room--;
-                else
+                        misses = 0;
+                } else if (++misses >= 4) {
+                        j++; /* a GPU with slots but no memory (it refuses until turns end) */
+                        break;
+                } else {
                         room = loom_harvest_router_room(s->r, now);
+                }
         }
         if (n > j)
                 memmove(q + *np, q + j, (n - j) * sizeof *q);
@@ -376,10 +385,13 @@ static void route_turn(sim *s, loom_us now, uint32_t i)
                         push(s, now + move, E_WAKE, i);
                 return;
         }
+        if (t->in_pending)
+                return; /* an entry left there (it waited for a worker meanwhile) stands */
         if (loom_reserve(&s->pending, &s->cappending, s->npending + 1, sizeof *s->pending, 256)) {
                 s->oom = 1;
                 return;
         }
+        t->in_pending = 1;
         s->pending[s->npending++] = i;
 }
 
