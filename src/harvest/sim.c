@@ -79,6 +79,7 @@ typedef struct sim {
         uint32_t step, remaining, *pending; /* turns waiting for a slot anywhere */
         size_t npending, cappending;
         wqueue *wq; /* per router worker: turns waiting for a slot there */
+        loom_us last_drain_at;
         loom_us step_start;
         double rollout_sum;
         uint32_t steps_done;
@@ -132,6 +133,16 @@ static ev pop(sim *s)
         if (n > 0)
                 s->heap[i] = x;
         return top;
+}
+
+/* A drain at t (a worker reopens then). Failures at one instant all ask for the same t:
+ * one event serves them (else every refused turn adds one, and each drain refuses more). */
+static void drain_at(sim *s, loom_us t)
+{
+        if (t == s->last_drain_at)
+                return;
+        s->last_drain_at = t;
+        push(s, t, E_DRAIN, 0);
 }
 
 /* ---- randomness: a pure function of (seed, keys) -------------------------------------- */
@@ -367,7 +378,7 @@ static void route_turn(sim *s, loom_us now, uint32_t i)
                 /* no memory there now: give the turn back and keep that worker out a moment */
                 loom_harvest_router_abort(s->r, gid(s, i));
                 loom_harvest_router_close(s->r, w, now + s->g[gi].stall / 2);
-                push(s, now + s->g[gi].stall / 2, E_DRAIN, 0);
+                drain_at(s, now + s->g[gi].stall / 2);
                 if (s->g[gi].role == LOOM_HARVEST_DEDICATED)
                         break; /* a dedicated GPU under its cap has memory; do not spin */
         }
@@ -436,7 +447,7 @@ static void cb_turn_aborted(void *arg, loom_us now, uint32_t traj, uint32_t gpu,
         if (why == HV_ABORT_STALL) {
                 s->stalls++;
                 loom_harvest_router_close(s->r, s->worker_of[gpu], now + s->g[gpu].stall);
-                push(s, now + s->g[gpu].stall, E_DRAIN, 0);
+                drain_at(s, now + s->g[gpu].stall);
         }
         route_turn(s, now, traj - s->step * s->ntraj);
 }
@@ -447,7 +458,7 @@ static void cb_evicted(void *arg, loom_us now, uint32_t gpu, loom_us until)
         s->evictions++;
         s->preempted_gpu_s += loom_us_to_s(s->g[gpu].pol.reload) * s->m.tp;
         loom_harvest_router_close(s->r, s->worker_of[gpu], until);
-        push(s, until, E_DRAIN, 0);
+        drain_at(s, until);
 }
 
 static int first_step(sim *s, loom_us now, loom_err *e)
@@ -484,7 +495,7 @@ static int first_step(sim *s, loom_us now, loom_err *e)
                 s->preempted_gpu_s += loom_us_to_s(act) * s->m.tp;
         }
         if (n > 0)
-                push(s, now + act, E_DRAIN, 0);
+                drain_at(s, now + act);
         free(gpus);
         free(picked);
         return 0;
