@@ -36,7 +36,7 @@ static void usage(FILE *f)
             "                      (default traces/azure/llm-2023-conv.csv)\n"
             "  --policy LIST       comma-separated, or all (default rose,roll): rose, roll,\n"
             "                      static, serverless, prism, ttft-only, tpot-only, pinned,\n"
-            "                      preempt, turnwise, prefix\n"
+            "                      preempt, turnwise, prefix, eq12 (plain Eq. 1-2)\n"
             "  --pair P            7b (default) or 32b model pair on H800\n"
             "  --density D         divide inter-arrival times by D (default 1)\n"
             "  --duration-s S      replay at most S seconds of the compressed trace\n"
