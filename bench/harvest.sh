@@ -1,67 +1,102 @@
 #!/usr/bin/env bash
-# ROSE (`loom harvest`): the simulator's comparisons against the paper's numbers, the speed of a
-# 1-hour simulation, routing decision latency, and a live node driven by `loom harvest replay`
-# with and without rollouts. GPU time is simulated from the latency models (docs/harvest.md);
-# wall times are best of N on a shared machine. Targets: 1-hour trace with its rollouts in
-# under 10 s; routing decisions <= 50 us. Prints text and JSON lines; never fails on timing.
+# ROSE (`loom harvest`): the simulator at the paper's rollout size (batch 256 prompts x group 16
+# = 4,096 trajectories per step) against the paper's numbers, its speed and how it grows with
+# the rollout size, serving SLOs on the bundled trace and on synthetic bursts (with and without
+# latency-model error), routing decision latency, and a live node driven by `loom harvest
+# replay`. GPU time is simulated from the latency models (docs/harvest.md); simulator speed is
+# given in CPU seconds too (bash's `time`), as wall time on a shared machine is not its own. Targets: the whole 1-hour trace at 256 x 16 with every policy
+# in under 10 s; time linear in trajectories; routing decisions <= 50 us; serving P99 TTFT /
+# TPOT within 500 / 150 ms. Prints text and JSON lines; never fails on timing.
 # $1: build folder. Run from the source tree (the trace is traces/azure/llm-2023-conv.csv).
 set -uo pipefail
 b=${1:-build}
 loom="$b/loom"
-n=${LOOM_HARVEST_REPEAT:-3}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
 run() {
         echo "\$ loom $*"
         "$loom" "$@" || echo "(exit $?)"
 }
+num() { sed -n "s/.*\"$1\":\([0-9.]*\).*/\1/p" <<<"$2"; }
+short() { # a JSON line -> the figures the tables use
+        local l=$1
+        printf '%-10s traj/step %5s rollout %7.1f s  speedup %5.3f  TTFT p99 %6.1f  TPOT p99 %6.1f  ITL p99 %6.1f ms  affinity %6s/%-6s turns  wall %5.2f s\n' \
+                "$(sed -n 's/.*"policy":"\([a-z0-9-]*\)".*/\1/p' <<<"$l")" "$(num trajectories_per_step "$l")" \
+                "$(num rollout_s "$l")" "$(num speedup_vs_roll "$l")" "$(num ttft_p99_ms "$l")" \
+                "$(num tpot_p99_ms "$l")" "$(num itl_p99_ms "$l")" "$(num affinity_hits "$l")" \
+                "$(num turns "$l")" "$(num wall_s "$l")"
+}
 
-echo "== 1-hour trace (Azure conversation trace, density 1), RL steps back to back until it ends"
-best=
-for i in $(seq "$n"); do
-        line=$("$loom" harvest sim --policy rose --steps 0 --json | grep '"policy":"rose"')
-        w=$(sed -n 's/.*"wall_s":\([0-9.]*\).*/\1/p' <<<"$line")
-        if [ -z "$best" ] || awk -v a="$w" -v b="$best" 'BEGIN { exit !(a < b) }'; then
-                best=$w
-                keep=$line
-        fi
+echo "== simulator speed: the whole 1-hour trace at 256 x 16, RL steps back to back until it ends"
+echo "   (wall is CPU time on an idle machine; on a shared one compare the CPU seconds)"
+TIMEFORMAT="every policy in one process: %R s wall, %U s user CPU (target < 10 s)"
+time "$loom" harvest sim --policy all --steps 0 --json >"$tmp/all.json"
+while read -r line; do
+        echo "$(sed -n 's/.*"policy":"\([a-z0-9-]*\)".*/\1/p' <<<"$line"): $(num wall_s "$line") s wall" \
+                "($(num sim_s "$line") s simulated, $(num turns "$line") turns)"
+done <"$tmp/all.json"
+keep=$(grep '"policy":"rose"' "$tmp/all.json")
+echo "routing decisions (rose): mean $(num route_us_mean "$keep") us, p99 $(num route_us_p99 "$keep") us," \
+        "max $(num route_us_max "$keep") us over $(num turns "$keep") routed turns (target <= 50 us)"
+
+echo
+echo "== growth with the rollout size: rose, --steps 2, 1x / 4x / 16x trajectories (CPU seconds)"
+for bt in 16 64 256; do
+        TIMEFORMAT="%U"
+        cpu=$({ time "$loom" harvest sim --policy rose --steps 2 --batch "$bt" --json >"$tmp/g.json"; } 2>&1)
+        line=$(head -1 "$tmp/g.json")
+        turns=$(num turns "$line")
+        echo "batch $bt x 16 = $(num trajectories_per_step "$line") trajectories/step: $cpu s CPU (rose and roll)," \
+                "$turns rose turns, $(awk -v w="$cpu" -v t="$turns" 'BEGIN { printf "%.1f", w * 1e6 / t }') us per turn"
 done
-echo "$keep"
-echo "simulated $(sed -n 's/.*"sim_s":\([0-9.]*\).*/\1/p' <<<"$keep") s in ${best} s wall (best of $n; target < 10 s)"
-echo "routing decisions: mean $(sed -n 's/.*"route_us_mean":\([0-9.]*\).*/\1/p' <<<"$keep") us," \
-        "p99 $(sed -n 's/.*"route_us_p99":\([0-9.]*\).*/\1/p' <<<"$keep") us," \
-        "max $(sed -n 's/.*"route_us_max":\([0-9.]*\).*/\1/p' <<<"$keep") us over" \
-        "$(sed -n 's/.*"turns":\([0-9]*\).*/\1/p' <<<"$keep") routed turns (target <= 50 us)"
 
 echo
-echo "== every policy, 7b pair, density 1, 16 of 16 serving GPUs borrowed, batch 256"
-run harvest sim --policy all
-echo
-echo "== the same with 1024 trajectories per step (4x redundant sampling)"
-run harvest sim --policy all --batch 1024 --steps 3
+echo "== every policy at 256 x 16, 7b pair, density 1, 16 of 16 serving GPUs borrowed, 1-hour trace"
+run harvest sim --policy all --steps 0
 
 echo
-echo "== speedup over roll with 4 / 8 / 16 borrowed GPUs (paper: 1.26x / 1.45x / 1.69x)"
-for batch in 256 1024; do
-        for k in 4 8 16; do
-                "$loom" harvest sim --policy rose --borrow "$k" --batch "$batch" --steps 3 --json |
-                        grep '"policy":"rose"' | sed "s/^/batch $batch borrow $k: /"
+echo "== speedup over roll with 4 / 8 / 16 borrowed GPUs at 256 x 16 (paper: 1.26x / 1.45x / 1.69x),"
+echo "   on the bundled trace and on synthetic bursts (bench/harvest_bursts.py), with latency-model"
+echo "   error 0 and 10% (--noise): rose (sound admission + guard) and eq12 (the plain Eq. 1-2)"
+python3 bench/harvest_bursts.py traces/azure/llm-2023-conv.csv "$tmp"
+for tr in traces/azure/llm-2023-conv.csv "$tmp/step.csv" "$tmp/spikes.csv"; do
+        for nz in 0 0.1; do
+                for k in 4 8 16; do
+                        "$loom" harvest sim --trace "$tr" --policy rose,eq12 --borrow "$k" --steps 0 \
+                                --noise "$nz" --json | grep -v '"policy":"roll"' |
+                                while read -r l; do echo "$(basename "$tr") noise $nz borrow $k: $(short "$l")"; done
+                done
         done
 done
 
 echo
-echo "== serving density (paper Table 5)"
-for d in 1 2 4; do # batch 1024: with 256 the rollout is bound by its longest trajectory
-        run harvest sim --policy rose,static,preempt --density "$d" --steps 3 --batch 1024
+echo "== routing ablation (paper Table 3: turn-wise routing and KV-cache affinity, up to 1.48x):"
+echo "   pinned / turnwise (no affinity) / rose, 256 x 16, 16 borrowed"
+for tr in traces/azure/llm-2023-conv.csv "$tmp/step.csv" "$tmp/spikes.csv"; do
+        "$loom" harvest sim --trace "$tr" --policy pinned,turnwise,rose --steps 0 --json |
+                grep -v '"policy":"roll"' | while read -r l; do echo "$(basename "$tr"): $(short "$l")"; done
+done
+for bt in 16 64; do
+        "$loom" harvest sim --policy pinned,rose --steps 0 --batch "$bt" --json |
+                grep -v '"policy":"roll"' | while read -r l; do echo "batch $bt x 16: $(short "$l")"; done
 done
 
 echo
-echo "== 32b pair (TP4 instances)"
+echo "== serving density (paper Table 5), 256 x 16"
+for d in 1 2 4; do
+        run harvest sim --policy rose,static,preempt --density "$d" --steps 0
+done
+
+echo
+echo "== 32b pair (TP4 instances), 256 x 16"
 run harvest sim --pair 32b --policy rose,roll,static,prism,ttft-only,tpot-only --steps 3
 
 echo
 echo "== live node (one colocated GPU: a quarter of the trace, --density 0.25), 120 emulated s at speed 10"
-for r in 16 0; do
+for a in "--rollouts 16" "--rollouts 16 --admit eq12" "--rollouts 0"; do
         out=$(mktemp)
-        "$loom" harvest node --speed 10 --rollouts "$r" >"$out" &
+        # shellcheck disable=SC2086
+        "$loom" harvest node --speed 10 $a >"$out" &
         pid=$!
         port=
         for _ in $(seq 100); do
@@ -69,7 +104,7 @@ for r in 16 0; do
                 [ -n "$port" ] && break
                 sleep 0.05
         done
-        echo "rollouts $r:"
+        echo "$a:"
         "$loom" harvest replay --port "$port" --speed 10 --density 0.25 --duration-s 120 --json
         exec 3<>"/dev/tcp/127.0.0.1/$port" && printf 'GET /v1/stats HTTP/1.0\r\n\r\n' >&3 &&
                 grep '^{' <&3

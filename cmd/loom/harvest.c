@@ -36,7 +36,7 @@ static void usage(FILE *f)
             "                      (default traces/azure/llm-2023-conv.csv)\n"
             "  --policy LIST       comma-separated, or all (default rose,roll): rose, roll,\n"
             "                      static, serverless, prism, ttft-only, tpot-only, pinned,\n"
-            "                      preempt, turnwise, prefix\n"
+            "                      preempt, turnwise, prefix, eq12 (plain Eq. 1-2)\n"
             "  --pair P            7b (default) or 32b model pair on H800\n"
             "  --density D         divide inter-arrival times by D (default 1)\n"
             "  --duration-s S      replay at most S seconds of the compressed trace\n"
@@ -44,12 +44,16 @@ static void usage(FILE *f)
             "  --borrow N          serving GPUs the RL job may borrow (default 16)\n"
             "  --rl-gpus N         dedicated rollout GPUs (default 8)\n"
             "  --steps N           RL steps (default 5; 0 = as many as the trace lasts)\n"
-            "  --batch N, --group N    trajectories per step (256), group size (16)\n"
+            "  --batch N           prompts per RL step (default 256)\n"
+            "  --group N           samples per prompt (default 16): batch x group\n"
+            "                      trajectories per step (4,096)\n"
             "  --train-s S         training + sync time between rollouts (default 60)\n"
             "  --ttft-ms, --tpot-ms    serving SLOs (default 500/150 for 7b, 1000/500 32b)\n"
             "  --lease-s S         prefix-cache lease (default 10)\n"
             "  --headroom F        serving headroom, fraction of device memory (0.2)\n"
             "  --stall-s S         stall timeout (default 2)\n"
+            "  --noise F           each GPU iteration takes its modelled time x (1 +- up to\n"
+            "                      F), unseen by admission: latency-model error (default 0)\n"
             "  --seed N            workload seed (default 1)\n"
             "  --json              one JSON object per policy\n"
             "\n"
@@ -143,6 +147,8 @@ static int parse_sim(int argc, char **argv, sim_opts *o)
                         bad = loom_cmd_num("loom harvest", a, v, 0, 1e6, &c->weights_s);
                 else if (!strcmp(a, "--staleness"))
                         bad = integer(a, v, 0, 1000000, &c->staleness);
+                else if (!strcmp(a, "--noise"))
+                        bad = loom_cmd_num("loom harvest", a, v, 0, 0.9, &c->noise);
                 else if (!strcmp(a, "--seed")) {
                         bad = loom_cmd_num("loom harvest", a, v, 0, 1e15, &d);
                         c->seed = (uint64_t)d;
@@ -160,7 +166,9 @@ static void print_json(const loom_harvest_sim_cfg *c, const loom_harvest_sim_res
                        double roll_s)
 {
         printf(
-            "{\"policy\":\"%s\",\"pair\":\"%s\",\"density\":%g,\"borrow\":%u,\"rollout_s\":%.3f,"
+            "{\"policy\":\"%s\",\"pair\":\"%s\",\"density\":%g,\"borrow\":%u,\"batch\":%u,"
+            "\"group\":%u,"
+            "\"trajectories_per_step\":%llu,\"rollout_s\":%.3f,"
             "\"ttft_p50_ms\":%.2f,\"ttft_p99_ms\":%.2f,\"tpot_p50_ms\":%.2f,\"tpot_p99_ms\":%.2f,"
             "\"itl_p50_ms\":%.2f,\"itl_p99_ms\":%.2f,\"serving_slo_attainment\":%.5f,\"speedup_vs_"
             "roll\":%.4f,"
@@ -170,10 +178,11 @@ static void print_json(const loom_harvest_sim_cfg *c, const loom_harvest_sim_res
             "us_max\":%.3f,"
             "\"sim_s\":%.1f,\"wall_s\":%.3f}\n",
             loom_harvest_policy_name(r->policy), c->pair, c->density,
-            r->policy == LOOM_HARVEST_ROLL ? 0 : c->borrow, r->rollout_s, r->ttft_p50_ms,
-            r->ttft_p99_ms, r->tpot_p50_ms, r->tpot_p99_ms, r->itl_p50_ms, r->itl_p99_ms,
-            r->serving_slo_attainment, r->rollout_s > 0 ? roll_s / r->rollout_s : 0,
-            r->preempted_gpu_time_frac, (unsigned long long)r->served, (unsigned long long)r->turns,
+            r->policy == LOOM_HARVEST_ROLL ? 0 : c->borrow, c->batch, c->group,
+            (unsigned long long)c->batch * c->group, r->rollout_s, r->ttft_p50_ms, r->ttft_p99_ms,
+            r->tpot_p50_ms, r->tpot_p99_ms, r->itl_p50_ms, r->itl_p99_ms, r->serving_slo_attainment,
+            r->rollout_s > 0 ? roll_s / r->rollout_s : 0, r->preempted_gpu_time_frac,
+            (unsigned long long)r->served, (unsigned long long)r->turns,
             (unsigned long long)r->turns_on_serving, (unsigned long long)r->affinity_hits,
             (unsigned long long)r->aborted, (unsigned long long)r->stalls,
             (unsigned long long)r->cuts, (unsigned long long)r->evictions, r->route_us_mean,
@@ -299,7 +308,8 @@ static void node_usage(FILE *f)
             "  --port N            (default 0: any free port)\n"
             "  --pair P            7b (default) or 32b\n"
             "  --role R            colocated (default) or decode\n"
-            "  --admit A           dual (default), ttft, tpot, none\n"
+            "  --admit A           dual (default: sound Eq. 1-2 with the feedback guard),\n"
+            "                      eq12 (the plain Eq. 1-2), ttft, tpot, none\n"
             "  --speed X           emulated seconds per wall second (default 1)\n"
             "  --pages N           KV pool pages of 2 MB (default: from the pair's memory)\n"
             "  --headroom-pages N  serving headroom with --pages (default 20%% of them)\n"
@@ -307,6 +317,10 @@ static void node_usage(FILE *f)
             "  --turn-prompt N, --turn-resp N, --turns N   rollout trajectory shape\n"
             "                      (default 1000, 300, 8)\n"
             "  --ttft-ms, --tpot-ms, --lease-s, --stall-s   SLOs and timers\n"
+            "  --step-s S          an RL step every S emulated seconds (default 30): the\n"
+            "                      rollout budget is derived again, a cut budget released\n"
+            "  --max-context N     refuse prompt + gen above N tokens with 422 (default\n"
+            "                      32768); KV larger than serving's share of the pool: 413\n"
             "  --for-s S           stop after S wall seconds\n");
         fputs(harvest_cmd_node_help, f);
 }
@@ -350,6 +364,9 @@ static int cmd_node(int argc, char **argv)
                                         v);
                                 return 1;
                         }
+                } else if (!strcmp(a, "--admit") && !strcmp(v, "eq12")) {
+                        c.admit = LOOM_HARVEST_ADMIT_DUAL;
+                        c.plain_admission = 1;
                 } else if (!strcmp(a, "--admit")) {
                         const char *names[] = {"dual", "ttft", "tpot", "none"};
                         int k = 0;
@@ -358,7 +375,7 @@ static int cmd_node(int argc, char **argv)
                         if (k == 4) {
                                 fprintf(stderr,
                                         "loom harvest node: --admit: '%s' is not dual, "
-                                        "ttft, tpot or none\n",
+                                        "eq12, ttft, tpot or none\n",
                                         v);
                                 return 1;
                         }
@@ -388,6 +405,10 @@ static int cmd_node(int argc, char **argv)
                         bad = loom_cmd_num("loom harvest", a, v, 0.001, 1e6, &c.stall_s);
                 else if (!strcmp(a, "--for-s"))
                         bad = loom_cmd_num("loom harvest", a, v, 0, 1e7, &for_s);
+                else if (!strcmp(a, "--step-s"))
+                        bad = loom_cmd_num("loom harvest", a, v, 0.01, 1e7, &c.step_s);
+                else if (!strcmp(a, "--max-context"))
+                        bad = integer(a, v, 1, 100000000, &c.max_context);
                 else {
                         fprintf(stderr, "loom harvest node: unknown option '%s'\n", a);
                         return 2;

@@ -18,8 +18,7 @@
  *   engine   the co-serving executor of one GPU as a state machine (time is an argument): the
  *            simulator drives it with a virtual clock, `loom harvest node` with the wall clock.
  *   sim      trace-driven simulation of a serving cluster plus an agentic RL job, per policy.
- *   weights  new rollout weights to serving workers through src/sync's sparse bf16 codec:
- *            publisher with a snapshot plus deltas, catch-up of workers that missed versions.
+ *   wlive    a live node's rollout weights kept current over src/sync's publish / pull.
  *
  * Memory: every *_new returns a heap object owned by the caller, released by the matching
  * *_free; *_free(NULL) does nothing. Errors: 0 or a negative LOOM_E* code, message in loom_err.
@@ -96,6 +95,7 @@ typedef struct loom_harvest_mem {
         size_t nentries, cap;
         loom_harvest_entry *entries;
         uint64_t seq;
+        loom_us next_expiry; /* no CACHED lease ends before this (expire skips its scan) */
 } loom_harvest_mem;
 
 int loom_harvest_mem_init(loom_harvest_mem *m, const loom_harvest_mem_cfg *cfg, loom_err *e);
@@ -231,10 +231,22 @@ void loom_harvest_router_set_version(loom_harvest_router *r, uint32_t version);
 void loom_harvest_router_close(loom_harvest_router *r, uint32_t w, loom_us until);
 /* Route the next turn of trajectory traj. Returns the worker id, or LOOM_HARVEST_NONE when no
  * worker can take it now (the caller queues the turn). The turn counts against the worker
- * until _done or _abort. affine (may be NULL) is set when the worker holds the prefix. */
+ * until _done or _abort. affine (may be NULL) is set when the worker holds the prefix.
+ * move_us is what moving the turn away from the worker that holds its prefix costs: the GPU
+ * time of re-prefilling that prefix. When that worker is full, the turn waits for it (NONE,
+ * and _waiting names it) if its expected slot wait (_wait_us) is at most move_us. */
+uint32_t loom_harvest_router_route_cost(loom_harvest_router *r, loom_us now, uint32_t traj,
+                                        loom_us move_us, int *affine);
+/* route_cost with a move cost of 0: a full holder is never waited for. */
 uint32_t loom_harvest_router_route(loom_harvest_router *r, loom_us now, uint32_t traj, int *affine);
-/* The turn finished on its worker, which keeps the prefix (affinity). */
-void loom_harvest_router_done(loom_harvest_router *r, uint32_t traj);
+/* The expected wait for a slot on w: 0 with room, else (turns waiting there + 1) x its moving
+ * mean turn time / its slots; LOOM_HARVEST_INF before any turn finished there. */
+loom_us loom_harvest_router_wait_us(const loom_harvest_router *r, uint32_t w);
+/* The worker whose slot traj waits for (its pinned slot, or a full holder it chose to wait
+ * for), or LOOM_HARVEST_NONE. */
+uint32_t loom_harvest_router_waiting(const loom_harvest_router *r, uint32_t traj);
+/* The turn finished on its worker at `now`, which keeps the prefix (affinity). */
+void loom_harvest_router_done(loom_harvest_router *r, loom_us now, uint32_t traj);
 /* The turn was aborted (stall, emergency cut, failure): the worker lost the prefix. */
 void loom_harvest_router_abort(loom_harvest_router *r, uint32_t traj);
 /* The trajectory's last turn is done: a pinned trajectory gives its worker slot back. */
@@ -245,6 +257,8 @@ void loom_harvest_router_forget(loom_harvest_router *r, uint32_t traj, uint32_t 
  * on them are written to out (capacity cap) and their turns released. Returns how many. */
 size_t loom_harvest_router_check(loom_harvest_router *r, loom_us now, uint32_t *out, size_t cap);
 uint32_t loom_harvest_router_load(const loom_harvest_router *r, uint32_t w);
+/* Free turn slots over the workers a new (not pinned) turn could be routed to now. */
+uint32_t loom_harvest_router_room(const loom_harvest_router *r, loom_us now);
 uint32_t loom_harvest_router_workers(const loom_harvest_router *r);
 /* Worker of traj's running turn, or LOOM_HARVEST_NONE. */
 uint32_t loom_harvest_router_running(const loom_harvest_router *r, uint32_t traj);
@@ -280,6 +294,8 @@ typedef enum loom_harvest_policy {
         LOOM_HARVEST_PREEMPT,  /* memory ablation: static + preemptive sharing (spatial) */
         LOOM_HARVEST_TURNWISE, /* turn-wise routing without cache affinity (router ablation) */
         LOOM_HARVEST_PREFIX,   /* memory ablation: preempt + prefix caching (spatial) */
+        LOOM_HARVEST_EQ12,     /* rose with the paper's plain Eq. 1-2 admission (no reserve for
+                                * arrivals, no error margin, no feedback guard) */
         LOOM_HARVEST_NPOLICIES
 } loom_harvest_policy;
 
@@ -308,18 +324,23 @@ typedef struct loom_harvest_sim_cfg {
         double density;    /* inter-arrival times divided by this */
         double duration_s; /* replay at most this much of the (compressed) trace; 0 = all */
         uint32_t serving_gpus, borrow, rl_gpus;
-        uint32_t steps, batch, group;
-        double train_s;          /* training + sync between rollout phases */
+        uint32_t steps;
+        uint32_t batch; /* prompts per RL step (ROLL's rollout batch, veRL's train_batch_size) */
+        uint32_t group; /* samples per prompt (veRL's n): batch x group trajectories per step */
+        double train_s; /* training + sync between rollout phases */
         double ttft_ms, tpot_ms; /* SLOs; 0 = the pair's defaults */
         double lease_s, headroom, stall_s;
         double weights_s;   /* a step's weights reach borrowed GPUs this long after it starts
                              * (0: during training, before the step) */
         uint32_t staleness; /* route to workers at most this many versions behind (0) */
+        double noise;       /* each GPU iteration takes its modelled time x (1 + U(-noise, noise)),
+                             * unseen by admission: the latency model's error (0) */
         uint64_t seed;
 } loom_harvest_sim_cfg;
 
-/* Defaults: rose, 7b, density 1, 16 serving GPUs, 16 borrowed, 8 rl GPUs, 5 steps, batch 256,
- * group 16, train 60 s, lease 10 s, headroom 0.2, stall 2 s, seed 1. */
+/* Defaults: rose, 7b, density 1, 16 serving GPUs, 16 borrowed, 8 rl GPUs, 5 steps, batch 256
+ * prompts x group 16 samples (ROSE's setting: 4,096 trajectories per step), train 60 s, lease 10 s,
+ * headroom 0.2, stall 2 s, seed 1. */
 void loom_harvest_sim_defaults(loom_harvest_sim_cfg *c);
 
 typedef struct loom_harvest_sim_result {
@@ -334,41 +355,12 @@ typedef struct loom_harvest_sim_result {
         double wall_s; /* host time the simulation took */
         uint64_t served, turns, turns_on_serving, affinity_hits, aborted, stalls, cuts;
         uint64_t evictions;                               /* serverless: rollout model evictions */
+        uint64_t trajectories;                            /* rolled out: steps x batch x group */
         double route_us_max, route_us_mean, route_us_p99; /* host time of routing decisions */
 } loom_harvest_sim_result;
 
 int loom_harvest_sim_run(const loom_harvest_sim_cfg *cfg, loom_harvest_sim_result *res,
                          loom_err *e);
-
-/* ---- weights to the serving side (src/sync codec) -------------------------------------- */
-
-typedef struct loom_harvest_wpub loom_harvest_wpub;
-
-/* A publisher of a synthetic bf16 model of `elems` elements (loom_sync_synth with seed and
- * density), cut into buckets of bucket_elems; it keeps a dense snapshot and at most keep
- * sparse deltas after it. */
-int loom_harvest_wpub_new(uint64_t elems, uint64_t bucket_elems, uint64_t seed, double density,
-                          uint32_t keep, loom_harvest_wpub **out, loom_err *e);
-void loom_harvest_wpub_free(loom_harvest_wpub *p);
-/* Encode the next version's delta (sparse frames through loom_sync_encode). */
-int loom_harvest_wpub_publish(loom_harvest_wpub *p, loom_err *e);
-uint32_t loom_harvest_wpub_version(const loom_harvest_wpub *p);
-
-typedef struct loom_harvest_worker_weights {
-        uint32_t version; /* 0 = nothing loaded yet */
-        int loaded;
-        uint64_t elems;
-        uint16_t *w;
-} loom_harvest_worker_weights;
-
-/* Bring a serving worker's copy to the publisher's version: deltas when it is at most `keep`
- * versions behind, else the snapshot then the deltas. Every frame is checked (CRC) before any
- * value changes. *bytes (may be NULL) receives the payload bytes applied. */
-int loom_harvest_wsub_catchup(loom_harvest_worker_weights *ww, const loom_harvest_wpub *p,
-                              uint64_t *bytes, int *from_snapshot, loom_err *e);
-void loom_harvest_wsub_free(loom_harvest_worker_weights *ww);
-/* Does the worker's copy equal the synthetic version bit for bit? */
-int loom_harvest_wsub_verify(const loom_harvest_worker_weights *ww, const loom_harvest_wpub *p);
 
 /* ---- live weights: a node's rollout model kept current over src/sync's publish / pull ---- */
 
@@ -450,19 +442,21 @@ typedef struct loom_harvest_node_cfg {
         const char *weights_model; /* the publisher's model id; NULL: any */
         double weights_poll_s;     /* probe wait (default 0.2) */
         uint32_t staleness;        /* route rollouts here only within this many versions (0) */
+        double step_s;        /* an RL step every this many emulated seconds (30): new budget */
+        uint32_t max_context; /* prompt + gen above this is refused with 422 (32768, Qwen2.5) */
+        int plain_admission;  /* dual admission as the plain Eq. 1-2 (no reserve, no guard) */
 } loom_harvest_node_cfg;
 
 #define LOOM_HARVEST_NODE_VERSIONS 8 /* turns done per version, for the last versions */
 
 typedef struct loom_harvest_node_stats {
-        uint64_t served, turns_done, turns_aborted, cuts, stalls, route_calls;
+        uint64_t served, turns_done, turns_aborted, cuts, stalls, route_calls, rl_steps;
         uint32_t pages, pool_serving, pool_rollout, budget;
         double busy_serving_s, busy_rollout_s, route_us_max;
         /* weights (with cfg.weights) */
         uint32_t version, policy_version; /* served; the newest known (the router's policy) */
         int routable;                     /* within the staleness: rollout turns may start */
         uint64_t route_stale; /* routing attempts refused while the node was too stale */
-        uint64_t turns_stale; /* turns started while too stale (the router never does) */
         uint64_t turn_version[LOOM_HARVEST_NODE_VERSIONS]; /* turns done under version... */
         uint64_t turn_count[LOOM_HARVEST_NODE_VERSIONS];   /* ...this many (0: slot unused) */
         loom_harvest_wlive_stats w;

@@ -36,6 +36,9 @@ int hv_engine_init(hv_engine *g, uint32_t id, loom_harvest_role role, const loom
         g->b_tpot = b_tpot;
         g->stall = stall;
         g->cb = *cb;
+        /* the guard starts cold at its widest margin: no tail observed yet is no evidence of
+         * slack; it opens as observations come in under HV_LO */
+        g->g_ttft.margin = g->g_tpot.margin = HV_MARGIN_MAX;
         return 0;
 }
 
@@ -106,8 +109,72 @@ static int serving_take(hv_engine *g, loom_us now, uint32_t pages)
         return 0;
 }
 
+static void note_arrival(hv_engine *g, const hv_sreq *r)
+{
+        g->recent_prompt[g->recent_pos] = r->prompt;
+        g->recent_ctx[g->recent_pos] = r->prompt + r->gen;
+        g->recent_pos = (g->recent_pos + 1) % HV_RECENT;
+        if (g->nrecent < HV_RECENT)
+                g->nrecent++;
+}
+
+static uint32_t recent_max(const uint32_t *v, uint32_t n)
+{
+        uint32_t m = 0;
+        for (uint32_t i = 0; i < n; i++)
+                if (v[i] > m)
+                        m = v[i];
+        return m;
+}
+
+/* The k-th largest of v[0..n) (k >= 1), for the guard's p99 over a small window. */
+static double kth_largest(const double *v, uint32_t n, uint32_t k)
+{
+        double top[8];
+        uint32_t nt = 0;
+        for (uint32_t i = 0; i < n; i++) {
+                uint32_t j = nt < k ? nt++ : k;
+                if (j == k && v[i] <= top[k - 1])
+                        continue;
+                if (j == k)
+                        j = k - 1;
+                while (j > 0 && top[j - 1] < v[i]) {
+                        top[j] = top[j - 1];
+                        j--;
+                }
+                top[j] = v[i];
+        }
+        return nt ? top[nt - 1] : 0;
+}
+
+void hv_guard_observe(hv_guard *gd, double ratio)
+{
+        gd->ring[gd->pos] = ratio;
+        gd->pos = (gd->pos + 1) % HV_WIN;
+        if (gd->n < HV_WIN)
+                gd->n++;
+        if (++gd->since < HV_EVERY)
+                return;
+        gd->since = 0;
+        /* p99 of the window: the ceil(0.01 n)-th largest */
+        uint32_t k = (gd->n + 99) / 100;
+        gd->tail = kth_largest(gd->ring, gd->n, k < 1 ? 1 : k > 8 ? 8 : k);
+        if (gd->tail > HV_HI) {
+                gd->margin += HV_GAIN_UP * (gd->tail - HV_HI);
+                if (gd->margin > HV_MARGIN_MAX)
+                        gd->margin = HV_MARGIN_MAX;
+                gd->raised++;
+        } else if (gd->tail < HV_LO && gd->margin > 0) {
+                gd->margin -= HV_GAIN_DOWN * (HV_LO - gd->tail);
+                if (gd->margin < 0)
+                        gd->margin = 0;
+                gd->lowered++;
+        }
+}
+
 int hv_engine_submit_prefill(hv_engine *g, loom_us now, const hv_sreq *r)
 {
+        note_arrival(g, r);
         if (g->pq_head > 0 && g->pq_head == g->pq_n)
                 g->pq_head = g->pq_n = 0;
         if (loom_reserve(&g->pq, &g->pq_cap, g->pq_n + 1, sizeof *g->pq, 64))
@@ -134,12 +201,14 @@ static int start_decode(hv_engine *g, loom_us now, hv_sreq *r)
 int hv_engine_submit_decode(hv_engine *g, loom_us now, const hv_sreq *r)
 {
         hv_sreq x = *r;
+        if (g->role == LOOM_HARVEST_DECODE)
+                note_arrival(g, r);
         if (x.gen <= 1) { /* the prefill produced the only token */
                 if (g->cb.served)
                         g->cb.served(g->cb.arg, now, &x);
                 return 0;
         }
-        if (g->ndwait == 0 && start_decode(g, now, &x) == 0)
+        if (start_decode(g, now, &x) == 0)
                 return 0;
         if (loom_reserve(&g->dwait, &g->dwait_cap, g->ndwait + 1, sizeof *g->dwait, 16))
                 return LOOM_ENOMEM;
@@ -169,6 +238,8 @@ int hv_engine_submit_turn(hv_engine *g, loom_us now, uint32_t traj, uint32_t pro
                 return rc;
         x = loom_harvest_mem_find(&g->mem, traj);
         x->tokens = cached;
+        if (g->nturns == 0)
+                g->rollout_ran = now; /* an idle rollout side starts its clock now */
         g->turns[g->nturns++] = (hv_turn){.traj = traj,
                                           .prompt = prompt,
                                           .cached = cached,
@@ -252,15 +323,17 @@ static int rollout_step(hv_engine *g, hv_step *s)
         return 1;
 }
 
-/* Eq. 1 over the queue, with each request's prefill estimate taken as the end of the batch it
- * will run in (serving_step cuts the FIFO into batches of at most prefill_batch_tokens). */
 /* Eq. 1 over the queue, each request's prefill estimate taken as the end of the batch it will
- * run in (the same cut as serving_step, without the deadline rule, which only shortens). */
-static loom_us min_slack_prf(const hv_engine *g, loom_us now, loom_us *first_batch)
+ * run in (the same cut as serving_step, without the deadline rule, which only shortens).
+ * Sound: every estimate is inflated by est_err, and a request arriving now with the largest
+ * recent prompt, behind the whole queue in a batch of its own, counts too (an arrival during
+ * the rollout step is delayed by it exactly as a queued request is). *queue_end receives the
+ * end of the last queued batch. */
+static loom_us min_slack_prf(const hv_engine *g, loom_us now, loom_us *queue_end)
 {
+        double inf = g->pol.sound ? 1 + g->pol.est_err : 1;
         loom_us s = LOOM_HARVEST_INF, end = 0;
         size_t i = g->pq_head;
-        *first_batch = 0;
         while (i < g->pq_n) {
                 size_t j = i;
                 uint64_t tok = 0;
@@ -272,9 +345,7 @@ static loom_us min_slack_prf(const hv_engine *g, loom_us now, loom_us *first_bat
                              (j > i ? g->m->prf_overhead : 0);
                         j++;
                 }
-                if (i == g->pq_head)
-                        *first_batch = d;
-                end += d;
+                end += (loom_us)((double)d * inf);
                 for (size_t k = i; k < j; k++) {
                         loom_us x = loom_harvest_slack_ttft(now, g->pq[k].arr, g->b_ttft, end);
                         if (x < s)
@@ -282,12 +353,26 @@ static loom_us min_slack_prf(const hv_engine *g, loom_us now, loom_us *first_bat
                 }
                 i = j;
         }
+        *queue_end = end;
+        if (g->pol.sound && g->role != LOOM_HARVEST_DECODE) {
+                uint32_t p = recent_max(g->recent_prompt, g->nrecent);
+                if (p > 0) {
+                        loom_us t =
+                            end + (loom_us)((double)loom_harvest_t_prefill(g->m, p, 0) * inf);
+                        loom_us x = loom_harvest_slack_ttft(now, now, g->b_ttft, t);
+                        if (x < s)
+                                s = x;
+                }
+        }
         return s;
 }
 
-/* Eq. 2 over the running decodes. Co-located, a queued prefill batch runs before the next
- * decode step, so it counts in the estimate. */
-static loom_us min_slack_dec(const hv_engine *g, loom_us now, loom_us prefill_first)
+/* Eq. 2 over the running decodes. Co-located, queued prefills run before the next decode step
+ * (prefill first), so they count in the estimate: the first batch in the plain form, the whole
+ * queue when sound. Sound, the step is also estimated with the decodes waiting for memory and
+ * one more joiner of the largest recent context (the batch a rollout step's delay lands on
+ * may have grown), inflated by est_err. */
+static loom_us min_slack_dec(const hv_engine *g, loom_us now, loom_us queue_end)
 {
         if (g->ndec == 0)
                 return LOOM_HARVEST_INF;
@@ -295,15 +380,67 @@ static loom_us min_slack_dec(const hv_engine *g, loom_us now, loom_us prefill_fi
         for (size_t i = 1; i < g->ndec; i++)
                 if (g->dec[i].last < last)
                         last = g->dec[i].last;
-        loom_us est = loom_harvest_t_decode(g->m, (uint32_t)g->ndec, g->ctx_dec);
-        if (g->role == LOOM_HARVEST_COLOCATED)
-                est += prefill_first;
+        uint32_t b = (uint32_t)g->ndec;
+        uint64_t ctx = g->ctx_dec;
+        loom_us est;
+        if (g->pol.sound) {
+                for (size_t i = 0; i < g->ndwait; i++)
+                        ctx += g->dwait[i].prompt + g->dwait[i].done;
+                b += (uint32_t)g->ndwait + 1;
+                ctx += recent_max(g->recent_ctx, g->nrecent);
+                est = (loom_us)((double)loom_harvest_t_decode(g->m, b, ctx) * (1 + g->pol.est_err));
+                if (g->role == LOOM_HARVEST_COLOCATED)
+                        est += queue_end;
+        } else {
+                est = loom_harvest_t_decode(g->m, b, ctx);
+                if (g->role == LOOM_HARVEST_COLOCATED && g->pq_n > g->pq_head) {
+                        loom_us first = 0; /* the first batch only */
+                        uint64_t tok = 0;
+                        for (size_t j = g->pq_head; j < g->pq_n; j++) {
+                                if (j > g->pq_head &&
+                                    tok + g->pq[j].prompt > g->pol.prefill_batch_tokens)
+                                        break;
+                                tok += g->pq[j].prompt;
+                                first += loom_harvest_t_prefill(g->m, g->pq[j].prompt, 0) -
+                                         (j > g->pq_head ? g->m->prf_overhead : 0);
+                        }
+                        est += first;
+                }
+        }
         return loom_harvest_slack_tpot(now, last, g->b_tpot, est);
 }
 
+/* The slack a rollout step of `work` must fit in, and whether it does. */
+static int rollout_fits(const hv_engine *g, loom_us now, loom_us work, loom_us *need)
+{
+        /* only the slacks something looks at: a long queue makes them O(queue) */
+        loom_harvest_admit_mode mode = g->pol.serverless ? LOOM_HARVEST_ADMIT_DUAL : g->pol.admit;
+        int checks = loom_harvest_checks(mode, g->role);
+        int use_prf = checks && mode != LOOM_HARVEST_ADMIT_TPOT && g->role != LOOM_HARVEST_DECODE;
+        int use_dec = checks && mode != LOOM_HARVEST_ADMIT_TTFT && g->role != LOOM_HARVEST_PREFILL;
+        loom_us qend = 0, sp = LOOM_HARVEST_INF, sd = LOOM_HARVEST_INF;
+        if (use_prf || (use_dec && g->role == LOOM_HARVEST_COLOCATED && g->pol.sound))
+                sp = min_slack_prf(g, now, &qend);
+        if (use_dec)
+                sd = min_slack_dec(g, now, qend);
+        *need = loom_harvest_slack(LOOM_HARVEST_ADMIT_DUAL, g->role, sp, sd);
+        if (g->pol.sound) {
+                if (sp != LOOM_HARVEST_INF)
+                        sp -= (loom_us)(g->g_ttft.margin * (double)g->b_ttft);
+                if (sd != LOOM_HARVEST_INF)
+                        sd -= (loom_us)(g->g_tpot.margin * (double)g->b_tpot);
+                work = (loom_us)((double)work * (1 + g->pol.est_err));
+        }
+        return loom_harvest_admit(loom_harvest_slack(g->pol.admit, g->role, sp, sd), work, 0, 1);
+}
+
+/* A turn is stalled when serving has kept the GPU's rollout side from running at all for the
+ * stall timeout (ROSE's signal that the GPU has no slack to lend), not when it merely waits
+ * behind other turns' prefills on a rollout side that is making progress. */
 static void check_stalls(hv_engine *g, loom_us now)
 {
-        if (g->role == LOOM_HARVEST_DEDICATED)
+        if (g->role == LOOM_HARVEST_DEDICATED ||
+            !loom_harvest_stalled(now, g->rollout_ran, g->stall))
                 return;
         for (size_t i = 0; i < g->nturns;) {
                 if (loom_harvest_stalled(now, g->turns[i].last_progress, g->stall)) {
@@ -342,21 +479,19 @@ int hv_engine_next(hv_engine *g, loom_us now)
         if (has_r && !has_s) {
                 run_r = 1;
         } else if (has_r && has_s) {
-                loom_us pb, sp = min_slack_prf(g, now, &pb), sd = min_slack_dec(g, now, pb);
-                if (g->pol.serverless) {
-                        loom_us need = loom_harvest_slack(LOOM_HARVEST_ADMIT_DUAL, g->role, sp, sd);
-                        if (need < ro.dur) { /* serving needs the GPU: evict the rollout model */
-                                evict(g, now);
-                                g->cur = (hv_step){
-                                    .kind = HV_EVICT, .dur = g->pol.evict_cost, .seq = ++g->seq};
-                                return 1;
-                        }
+                loom_us need;
+                int fits = rollout_fits(g, now, ro.dur, &need);
+                if (g->pol.serverless && need < ro.dur) {
+                        /* serving needs the GPU: evict the rollout model */
+                        evict(g, now);
+                        g->cur =
+                            (hv_step){.kind = HV_EVICT, .dur = g->pol.evict_cost, .seq = ++g->seq};
+                        return 1;
                 }
                 if (g->pol.admit == LOOM_HARVEST_ADMIT_NONE)
                         run_r = !g->last_rollout;
                 else
-                        run_r = loom_harvest_admit(
-                            loom_harvest_slack(g->pol.admit, g->role, sp, sd), ro.dur, 0, 1);
+                        run_r = fits;
         }
         if (run_r)
                 g->cur = ro;
@@ -371,15 +506,16 @@ int hv_engine_next(hv_engine *g, loom_us now)
 
 /* ---- applying an iteration ------------------------------------------------------------- */
 
+/* Decodes waiting for serving memory start in arrival order, but one that does not fit yet
+ * never holds back a later one that does (first fit): a large request waits for memory
+ * without blocking the queue behind it. */
 static void admit_waiting(hv_engine *g, loom_us now)
 {
         size_t k = 0;
-        while (k < g->ndwait && start_decode(g, now, &g->dwait[k]) == 0)
-                k++;
-        if (k > 0) {
-                memmove(g->dwait, g->dwait + k, (g->ndwait - k) * sizeof *g->dwait);
-                g->ndwait -= k;
-        }
+        for (size_t i = 0; i < g->ndwait; i++)
+                if (start_decode(g, now, &g->dwait[i]) != 0)
+                        g->dwait[k++] = g->dwait[i];
+        g->ndwait = k;
 }
 
 static void finish_prefill(hv_engine *g, loom_us now)
@@ -388,6 +524,7 @@ static void finish_prefill(hv_engine *g, loom_us now)
                 hv_sreq *r = &g->pq[g->pq_head++];
                 r->first = r->last = now;
                 r->done = 1;
+                hv_guard_observe(&g->g_ttft, (double)(now - r->arr) / (double)g->b_ttft);
                 if (g->cb.prefilled)
                         g->cb.prefilled(g->cb.arg, now, r);
         }
@@ -395,6 +532,7 @@ static void finish_prefill(hv_engine *g, loom_us now)
 
 static void finish_decode(hv_engine *g, loom_us now)
 {
+        loom_us worst = 0; /* the step's longest interval: one guard sample per step */
         for (size_t i = 0; i < g->ndec;) {
                 hv_sreq *r = &g->dec[i];
                 if (r->joined > g->cur.seq) {
@@ -403,6 +541,8 @@ static void finish_decode(hv_engine *g, loom_us now)
                 }
                 if (g->cb.token)
                         g->cb.token(g->cb.arg, now - r->last);
+                if (now - r->last > worst)
+                        worst = now - r->last;
                 r->last = now;
                 r->done++;
                 g->ctx_dec++;
@@ -416,11 +556,14 @@ static void finish_decode(hv_engine *g, loom_us now)
                         i++;
                 }
         }
+        if (worst > 0)
+                hv_guard_observe(&g->g_tpot, (double)worst / (double)g->b_tpot);
         admit_waiting(g, now);
 }
 
 static void finish_rollout(hv_engine *g, loom_us now)
 {
+        g->rollout_ran = now;
         if (g->cur.kind == HV_R_PREFILL) {
                 long i = find_turn(g, g->cur.traj);
                 if (i >= 0) {

@@ -48,7 +48,41 @@ typedef struct hv_policy {
         int serverless;   /* evict the rollout model when serving needs the GPU */
         loom_us evict_cost, cooldown, reload;
         uint32_t prefill_batch_tokens;
+        /* Sound admission (0: the plain Eq. 1-2 of the paper, against the current queue only):
+         * serving estimates and the rollout step are inflated by est_err; a request that
+         * arrives during the rollout step (the largest prompt of the last HV_RECENT arrivals)
+         * and one more decode joiner are reserved for; the whole prefill queue counts before a
+         * co-located decode; and the feedback guard's margins are taken off the slack. */
+        int sound;
+        double est_err;
 } hv_policy;
+
+/* The feedback guard: the observed tail of one SLO (TTFT or per-token interval) over the last
+ * HV_WIN samples, as a fraction of the SLO, steers a margin taken off that slack. Every
+ * HV_EVERY samples: above HV_HI the margin grows by HV_GAIN_UP x (ratio - HV_HI) of the SLO,
+ * below HV_LO it shrinks by HV_GAIN_DOWN x (HV_LO - ratio), in between it holds (hysteresis);
+ * it stays in [0, HV_MARGIN_MAX] and starts at HV_MARGIN_MAX (cold start: no evidence of slack
+ * yet). */
+#define HV_EST_ERR 0.05 /* latency-model error the sound admission allows for (5%) */
+#define HV_WIN 128
+#define HV_EVERY 4
+#define HV_HI 0.90
+#define HV_LO 0.80
+#define HV_GAIN_UP 0.5
+#define HV_GAIN_DOWN 0.25
+#define HV_MARGIN_MAX 0.5
+#define HV_RECENT 64
+
+typedef struct hv_guard {
+        double ring[HV_WIN]; /* observed / SLO */
+        uint32_t n, pos, since;
+        double margin; /* fraction of the SLO kept off the slack */
+        double tail;   /* the last p99 estimate (observed / SLO) */
+        uint64_t raised, lowered;
+} hv_guard;
+
+/* Record one observation (observed / SLO) and update the margin. */
+void hv_guard_observe(hv_guard *gd, double ratio);
 
 typedef enum hv_kind {
         HV_IDLE = 0,
@@ -93,6 +127,10 @@ typedef struct hv_engine {
         loom_us reload_until;
         uint64_t evictions, stalls, cut_aborts;
         loom_us busy_serving, busy_rollout;
+        loom_us rollout_ran; /* end of the last rollout iteration (stall detection) */
+        hv_guard g_ttft, g_tpot;
+        uint32_t recent_prompt[HV_RECENT], recent_ctx[HV_RECENT]; /* arrivals, for reserves */
+        uint32_t nrecent, recent_pos;
 } hv_engine;
 
 int hv_engine_init(hv_engine *g, uint32_t id, loom_harvest_role role, const loom_harvest_model *m,

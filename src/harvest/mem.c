@@ -112,7 +112,10 @@ loom_harvest_entry *loom_harvest_mem_find(loom_harvest_mem *m, uint32_t traj)
 
 size_t loom_harvest_mem_expire(loom_harvest_mem *m, loom_us now, uint32_t *out, size_t cap)
 {
+        if (now < m->next_expiry)
+                return 0; /* called before every GPU iteration: most calls end here */
         size_t n = 0;
+        loom_us next = LOOM_HARVEST_INF;
         for (size_t i = 0; i < m->nentries;) {
                 loom_harvest_entry *x = &m->entries[i];
                 if (x->state == LOOM_HARVEST_CACHED && x->expiry <= now) {
@@ -121,9 +124,12 @@ size_t loom_harvest_mem_expire(loom_harvest_mem *m, loom_us now, uint32_t *out, 
                         n++;
                         remove_at(m, i);
                 } else {
+                        if (x->state == LOOM_HARVEST_CACHED && x->expiry < next)
+                                next = x->expiry;
                         i++;
                 }
         }
+        m->next_expiry = next;
         return n < cap ? n : cap;
 }
 
@@ -132,24 +138,37 @@ static uint32_t free_pages(const loom_harvest_mem *m)
         return m->cfg.pages - m->serving_used - m->rollout_used;
 }
 
+/* Pages a rollout may still take: the smaller of the budget left and the pool's free pages. */
+static uint32_t rollout_room(const loom_harvest_mem *m)
+{
+        uint32_t b = m->budget > m->rollout_used ? m->budget - m->rollout_used : 0;
+        uint32_t f = free_pages(m);
+        return b < f ? b : f;
+}
+
 int loom_harvest_mem_rollout_take(loom_harvest_mem *m, loom_us now, uint32_t traj, uint32_t pages)
 {
         (void)now;
         loom_harvest_entry *x = loom_harvest_mem_find(m, traj);
         uint32_t have = x ? x->pages : 0;
         uint32_t extra = pages > have ? pages - have : 0;
-        uint32_t room_budget = m->budget > m->rollout_used ? m->budget - m->rollout_used : 0;
-        uint32_t room = room_budget < free_pages(m) ? room_budget : free_pages(m);
-        if (extra > room && extra > room + cached_pages(m, traj))
+        /* Freeing a cached prefix raises the free pages one for one, but the budget's room only
+         * once the rollout side is back under its budget (running requests may hold more than a
+         * budget cut since): what is reachable is the room with every other prefix freed. */
+        uint32_t cached = cached_pages(m, traj);
+        uint32_t used = m->rollout_used - cached;
+        uint32_t b = m->budget > used ? m->budget - used : 0;
+        uint32_t f = free_pages(m) + cached;
+        if (extra > (b < f ? b : f))
                 return LOOM_ERANGE;
         if (!x && m->nentries == m->cap &&
             loom_reserve(&m->entries, &m->cap, m->nentries + 1, sizeof *m->entries, 16))
                 return LOOM_ENOMEM;
-        while (extra > room) { /* reclaim other idle prefixes, nearest expiry first */
+        while (extra > rollout_room(m)) { /* reclaim other idle prefixes, nearest expiry first */
                 long v = victim(m, 0, traj);
+                if (v < 0)
+                        return LOOM_ERANGE; /* unreachable: the check above counted them all */
                 remove_at(m, (size_t)v);
-                room_budget = m->budget > m->rollout_used ? m->budget - m->rollout_used : 0;
-                room = room_budget < free_pages(m) ? room_budget : free_pages(m);
         }
         x = loom_harvest_mem_find(m, traj); /* removals move entries */
         if (!x) {
@@ -177,6 +196,8 @@ void loom_harvest_mem_rollout_idle(loom_harvest_mem *m, loom_us now, uint32_t tr
         }
         x->state = LOOM_HARVEST_CACHED;
         x->expiry = now + m->cfg.lease;
+        if (x->expiry < m->next_expiry)
+                m->next_expiry = x->expiry;
 }
 
 void loom_harvest_mem_rollout_drop(loom_harvest_mem *m, uint32_t traj)

@@ -11,6 +11,12 @@
  * mapped into PROT_NONE-reserved ranges) is brought to the engine's page accounting. One mutex
  * guards the engine, router, pool and requests.
  *
+ * RL steps: every cfg.step_s emulated seconds the executor starts a new RL step, as the
+ * simulator does at each rollout phase: the rollout budget is derived again from the serving
+ * peak since the last step and a frozen budget (after an emergency cut) is released.
+ * Requests whose KV could never fit serving's share of the pool (413) or that exceed the
+ * model's context (422) are refused at the door, so no request can wait forever.
+ *
  * With weights (cfg.weights), wlive.c's pull thread keeps the rollout model's weight buffer at
  * the publisher's latest version. Before routing, the feeder tells the router the version this
  * node serves (its heartbeat) and the newest version known (the policy version): a node more
@@ -123,12 +129,10 @@ static void submit_turn(loom_harvest_node *n, loom_us now, uint32_t traj)
         n->st.route_calls++;
         if (us > n->st.route_us_max)
                 n->st.route_us_max = us;
-        int stale = n->policy - n->version > n->cfg.staleness;
         if (w == LOOM_HARVEST_NONE) {
-                n->st.route_stale += stale;
+                n->st.route_stale += n->policy - n->version > n->cfg.staleness;
                 return;
         }
-        n->st.turns_stale += stale;
         n->ver_of[traj] = n->version;
         uint32_t k = n->turn_of[traj];
         if (hv_engine_submit_turn(&n->g, now, traj, turn_prompt(n, k), n->cfg.turn_resp, NULL)) {
@@ -174,7 +178,7 @@ static void feed(loom_harvest_node *n, loom_us now)
 static void cb_turn_done(void *arg, loom_us now, uint32_t traj, uint32_t gpu)
 {
         loom_harvest_node *n = arg;
-        loom_harvest_router_done(n->r, traj);
+        loom_harvest_router_done(n->r, now, traj);
         n->turn_of[traj]++;
         n->in_flight--;
         n->st.turns_done++;
@@ -231,12 +235,20 @@ static void *exec_main(void *arg)
 {
         loom_harvest_node *n = arg;
         pthread_mutex_lock(&n->mu);
+        loom_us next_step = loom_us_from_s(n->cfg.step_s);
         while (!n->stop) {
                 loom_us now = emu_now(n);
+                if (now >= next_step) { /* an RL step: new budget from the serving peak, unfreeze */
+                        hv_engine_rl_step(&n->g);
+                        n->st.rl_steps++;
+                        while (next_step <= now)
+                                next_step += loom_us_from_s(n->cfg.step_s);
+                }
                 feed(n, now);
                 if (!hv_engine_next(&n->g, now)) {
                         sync_pool(n);
-                        struct timespec t = wall_at(n, now + (loom_us)(2000 * n->cfg.speed));
+                        loom_us until = now + (loom_us)(2000 * n->cfg.speed);
+                        struct timespec t = wall_at(n, until < next_step ? until : next_step);
                         pthread_cond_timedwait(&n->cv_exec, &n->mu, &t);
                         continue;
                 }
@@ -245,7 +257,10 @@ static void *exec_main(void *arg)
                 struct timespec t = wall_at(n, end);
                 while (!n->stop && emu_now(n) < end)
                         pthread_cond_timedwait(&n->cv_exec, &n->mu, &t);
-                hv_engine_finish(&n->g, end);
+                /* the iteration ends when the host says so: a sleep that overshot is delay
+                 * the engine's estimates did not have, and the guard must see it */
+                loom_us real = emu_now(n);
+                hv_engine_finish(&n->g, real > end ? real : end);
                 sync_pool(n);
                 pthread_cond_broadcast(&n->cv_req);
         }
@@ -323,6 +338,21 @@ static enum MHD_Result generate(loom_harvest_node *n, struct MHD_Connection *c)
                 return reply(c, 400, "prompt: need an integer in [1, 1000000]\n");
         if (arg_u32(c, "gen", 1, &gen))
                 return reply(c, 400, "gen: need an integer in [1, 1000000]\n");
+        char msg[192];
+        if ((uint64_t)prompt + gen > n->cfg.max_context) {
+                snprintf(msg, sizeof msg,
+                         "prompt + gen: %u + %u tokens exceed the model's context of %u\n", prompt,
+                         gen, n->cfg.max_context);
+                return reply(c, 422, msg);
+        }
+        uint32_t pages = loom_harvest_kv_pages(&n->m, (uint64_t)prompt + gen);
+        if (pages > n->g.mem.serving_cap) {
+                snprintf(msg, sizeof msg,
+                         "prompt + gen: their KV (%u pages) exceeds what serving can ever hold on "
+                         "this GPU (%u pages)\n",
+                         pages, n->g.mem.serving_cap);
+                return reply(c, 413, msg);
+        }
         live_req *q = calloc(1, sizeof *q);
         if (!q)
                 return MHD_NO;
@@ -408,6 +438,8 @@ void loom_harvest_node_defaults(loom_harvest_node_cfg *c)
                                      .turn_prompt = 1000,
                                      .turn_resp = 300,
                                      .turns = 8,
+                                     .step_s = 30,
+                                     .max_context = 32768,
                                      .weights_elems = UINT64_C(4) << 20,
                                      .weights_shards = 8,
                                      .weights_poll_s = 0.2};
@@ -456,6 +488,10 @@ static int check(const loom_harvest_node_cfg *c, loom_err *e)
                                     "positive");
         if (!(c->stall_s > 0) || !(c->lease_s >= 0))
                 return loom_err_set(e, LOOM_EINVAL, "stall", "stall must be > 0, lease >= 0");
+        if (!(c->step_s >= 0.01))
+                return loom_err_set(e, LOOM_EINVAL, "step-s", "must be at least 0.01 s");
+        if (c->max_context == 0)
+                return loom_err_set(e, LOOM_EINVAL, "max-context", "must be at least 1 token");
         return 0;
 }
 
@@ -488,8 +524,12 @@ int loom_harvest_node_start(const loom_harvest_node_cfg *c, loom_harvest_node **
                                    .watermark = 0.5,
                                    .lease = loom_us_from_s(c->lease_s),
                                    .preempt = 1};
-        hv_policy pol = {
-            .admit = c->admit, .chunk = 512, .prefix_cache = 1, .prefill_batch_tokens = 8192};
+        hv_policy pol = {.admit = c->admit,
+                         .chunk = 512,
+                         .prefix_cache = 1,
+                         .prefill_batch_tokens = 8192,
+                         .sound = c->admit == LOOM_HARVEST_ADMIT_DUAL && !c->plain_admission,
+                         .est_err = HV_EST_ERR};
         hv_callbacks cb = {.arg = n,
                            .prefilled = cb_prefilled,
                            .served = cb_served,

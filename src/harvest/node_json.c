@@ -59,7 +59,6 @@ static json_t *weights(const loom_harvest_node_stats *s)
                 json_object_set_new(o, "last_pull_age_s", r3(w->now_s - w->last_ok_at_s));
         json_object_set_new(o, "held", json_boolean(w->held));
         json_object_set_new(o, "route_stale", json_integer((json_int_t)s->route_stale));
-        json_object_set_new(o, "turns_stale", json_integer((json_int_t)s->turns_stale));
         json_object_set_new(o, "turns_by_version", turns_by_version(s));
         json_object_set_new(o, "last_error", json_string(w->last_error));
         return o;
@@ -68,14 +67,15 @@ static json_t *weights(const loom_harvest_node_stats *s)
 void loom_harvest_node_stats_json(const loom_harvest_node_stats *s, int with_weights, char *buf,
                                   size_t cap)
 {
-        json_t *o = json_pack(
-            "{s:I,s:I,s:I,s:I,s:I,s:i,s:i,s:i,s:i,s:o,s:o,s:I,s:o}", "served",
-            (json_int_t)s->served, "turns_done", (json_int_t)s->turns_done, "turns_aborted",
-            (json_int_t)s->turns_aborted, "cuts", (json_int_t)s->cuts, "stalls",
-            (json_int_t)s->stalls, "pages", (int)s->pages, "budget", (int)s->budget, "pool_serving",
-            (int)s->pool_serving, "pool_rollout", (int)s->pool_rollout, "busy_serving_s",
-            r3(s->busy_serving_s), "busy_rollout_s", r3(s->busy_rollout_s), "route_calls",
-            (json_int_t)s->route_calls, "route_us_max", r3(s->route_us_max));
+        json_t *o =
+            json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:i,s:i,s:i,s:i,s:o,s:o,s:I,s:o}", "served",
+                      (json_int_t)s->served, "turns_done", (json_int_t)s->turns_done,
+                      "turns_aborted", (json_int_t)s->turns_aborted, "cuts", (json_int_t)s->cuts,
+                      "rl_steps", (json_int_t)s->rl_steps, "stalls", (json_int_t)s->stalls, "pages",
+                      (int)s->pages, "budget", (int)s->budget, "pool_serving", (int)s->pool_serving,
+                      "pool_rollout", (int)s->pool_rollout, "busy_serving_s", r3(s->busy_serving_s),
+                      "busy_rollout_s", r3(s->busy_rollout_s), "route_calls",
+                      (json_int_t)s->route_calls, "route_us_max", r3(s->route_us_max));
         if (o && with_weights)
                 json_object_set_new(o, "weights", weights(s));
         char *t =

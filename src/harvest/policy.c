@@ -8,7 +8,7 @@
 
 static const char *const names[LOOM_HARVEST_NPOLICIES] = {
     "rose",      "roll",   "static",  "serverless", "prism",  "ttft-only",
-    "tpot-only", "pinned", "preempt", "turnwise",   "prefix",
+    "tpot-only", "pinned", "preempt", "turnwise",   "prefix", "eq12",
 };
 
 const char *loom_harvest_policy_name(loom_harvest_policy p)
@@ -25,7 +25,7 @@ int loom_harvest_policy_parse(const char *s, loom_harvest_policy *out, loom_err 
                 }
         return loom_err_set(e, LOOM_EINVAL, "policy",
                             "'%s' is not one of rose, roll, static, serverless, prism, ttft-only, "
-                            "tpot-only, pinned, preempt, turnwise, prefix",
+                            "tpot-only, pinned, preempt, turnwise, prefix, eq12",
                             s);
 }
 
@@ -36,8 +36,9 @@ void hv_policy_flags(loom_harvest_policy p, hv_flags *f)
                         .chunk = 512,
                         .prefix_cache = 1,
                         .preempt = 1,
-                        .affinity = 1};
-        switch (p) {
+                        .affinity = 1,
+                        .sound = 1};
+        switch (p) { /* sound admission only with dual admission, not on ablations of it */
         case LOOM_HARVEST_ROLL:
                 f->borrow = 0;
                 break;
@@ -74,6 +75,9 @@ void hv_policy_flags(loom_harvest_policy p, hv_flags *f)
         case LOOM_HARVEST_PREFIX:
                 f->admit = LOOM_HARVEST_ADMIT_NONE;
                 f->chunk = 0;
+                break;
+        case LOOM_HARVEST_EQ12:
+                f->sound = 0;
                 break;
         case LOOM_HARVEST_TURNWISE:
                 f->affinity = 0;

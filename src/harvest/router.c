@@ -5,7 +5,10 @@
  * so each turn is routed afresh. Order of preference for a turn:
  *   1. the worker that holds the trajectory's prefix KV (affinity), if it has room: a dedicated
  *      GPU below its concurrency cap, a serving GPU below its cap and not closed by a stall
- *      report or an emergency cut;
+ *      report or an emergency cut; if it is full, the turn waits for one of its slots when
+ *      the expected wait (turns queued there + 1, times its mean turn time over its slots)
+ *      is no longer than the GPU time of re-prefilling the prefix elsewhere (the caller's
+ *      move cost), else it moves;
  *   2. the least-loaded dedicated GPU with room;
  *   3. the least-loaded eligible serving GPU (spill);
  *   4. none: the caller queues the turn and routes it again when capacity frees.
@@ -22,13 +25,17 @@
 typedef struct worker {
         loom_harvest_worker_kind kind;
         uint32_t load, version;
+        uint32_t waiting; /* turns waiting for a slot here (their prefix is here) */
         int alive;
         loom_us last_hb, closed_until;
+        double turn_us; /* moving mean of its turn times (route to done), 0: none yet */
 } worker;
 
 typedef struct traj {
         uint32_t holder, running, pinned;
-        uint32_t held; /* pinned: the worker slot kept between turns, or NONE */
+        uint32_t held;    /* pinned: the worker slot kept between turns, or NONE */
+        uint32_t waiting; /* the worker whose slot it waits for, or NONE */
+        loom_us started;  /* its running turn was routed then */
 } traj;
 
 struct loom_harvest_router {
@@ -101,7 +108,7 @@ static traj *get(loom_harvest_router *r, uint32_t id)
                         return NULL;
                 for (size_t i = r->nt; i <= id; i++)
                         r->t[i] = (traj){LOOM_HARVEST_NONE, LOOM_HARVEST_NONE, LOOM_HARVEST_NONE,
-                                         LOOM_HARVEST_NONE};
+                                         LOOM_HARVEST_NONE, LOOM_HARVEST_NONE, 0};
                 r->nt = (size_t)id + 1;
         }
         return &r->t[id];
@@ -133,13 +140,79 @@ static uint32_t least_loaded(const loom_harvest_router *r, loom_harvest_worker_k
         return best;
 }
 
-uint32_t loom_harvest_router_route(loom_harvest_router *r, loom_us now, uint32_t id, int *affine)
+static uint32_t cap_of(const loom_harvest_router *r, const worker *w)
+{
+        return w->kind == LOOM_HARVEST_W_DEDICATED ? r->cfg.dedicated_cap : r->cfg.serving_cap;
+}
+
+loom_us loom_harvest_router_wait_us(const loom_harvest_router *r, uint32_t w)
+{
+        if (w >= r->nw)
+                return LOOM_HARVEST_INF;
+        const worker *x = &r->w[w];
+        uint32_t cap = cap_of(r, x);
+        if (x->load < cap)
+                return 0;
+        if (x->turn_us <= 0 || cap == 0)
+                return LOOM_HARVEST_INF; /* no turn has finished there yet: nothing to expect */
+        return (loom_us)((double)(x->waiting + 1) * x->turn_us / cap);
+}
+
+static uint32_t spill_target(const loom_harvest_router *r, loom_us now)
+{
+        uint32_t w = least_loaded(r, LOOM_HARVEST_W_DEDICATED, now);
+        return w != LOOM_HARVEST_NONE ? w : least_loaded(r, LOOM_HARVEST_W_SERVING, now);
+}
+
+static uint32_t take(loom_harvest_router *r, traj *t, uint32_t w, loom_us now, int *affine)
+{
+        if (affine)
+                *affine = t->holder == w;
+        r->w[w].load++;
+        t->running = w;
+        t->started = now;
+        if (r->cfg.pinned)
+                t->pinned = w;
+        return w;
+}
+
+static void stop_waiting(loom_harvest_router *r, traj *t)
+{
+        if (t->waiting != LOOM_HARVEST_NONE && r->w[t->waiting].waiting > 0)
+                r->w[t->waiting].waiting--;
+        t->waiting = LOOM_HARVEST_NONE;
+}
+
+/* The cost model, for a turn whose prefix is on h (alive, fresh): staying costs the wait for
+ * h to reopen if closed, plus the wait for a slot there (0 with room), moving costs the re-prefill
+ * of the prefix (move_us of GPU time) on the least-loaded dedicated GPU with room, else serving
+ * GPU. Stay when the wait is no longer than the re-prefill, or when nothing else has room anyway;
+ * staying on a full h waits (NONE, and _waiting names h). */
+static uint32_t stay_or_move(loom_harvest_router *r, traj *t, uint32_t h, loom_us now,
+                             loom_us move_us, int *affine)
+{
+        if (eligible(r, h, now))
+                return take(r, t, h, now, affine);
+        uint32_t w = spill_target(r, now);
+        loom_us wait = loom_harvest_router_wait_us(r, h);
+        if (now < r->w[h].closed_until && wait != LOOM_HARVEST_INF)
+                wait += r->w[h].closed_until - now; /* closed (stall, refusal) until then */
+        if (w != LOOM_HARVEST_NONE && wait > move_us)
+                return take(r, t, w, now, affine);
+        t->waiting = h;
+        r->w[h].waiting++;
+        return LOOM_HARVEST_NONE;
+}
+
+uint32_t loom_harvest_router_route_cost(loom_harvest_router *r, loom_us now, uint32_t id,
+                                        loom_us move_us, int *affine)
 {
         traj *t = get(r, id);
         if (affine)
                 *affine = 0;
         if (!t || t->running != LOOM_HARVEST_NONE)
                 return LOOM_HARVEST_NONE;
+        stop_waiting(r, t);
         uint32_t w = LOOM_HARVEST_NONE;
         if (t->held != LOOM_HARVEST_NONE) { /* pinned: its slot waited through the env step */
                 w = t->held;
@@ -148,29 +221,29 @@ uint32_t loom_harvest_router_route(loom_harvest_router *r, loom_us now, uint32_t
                 if (affine)
                         *affine = t->holder == w;
                 t->running = w;
+                t->started = now;
                 return w;
         }
         if (r->cfg.pinned && t->pinned != LOOM_HARVEST_NONE && r->w[t->pinned].alive) {
                 if (!eligible(r, t->pinned, now))
                         return LOOM_HARVEST_NONE; /* wait for its own worker */
-                w = t->pinned;
-        } else if ((r->cfg.affinity || r->cfg.pinned) && t->holder != LOOM_HARVEST_NONE &&
-                   eligible(r, t->holder, now)) {
-                w = t->holder;
-        } else {
-                w = least_loaded(r, LOOM_HARVEST_W_DEDICATED, now);
-                if (w == LOOM_HARVEST_NONE)
-                        w = least_loaded(r, LOOM_HARVEST_W_SERVING, now);
-                if (w == LOOM_HARVEST_NONE)
-                        return LOOM_HARVEST_NONE;
+                return take(r, t, t->pinned, now, affine);
         }
-        if (affine)
-                *affine = t->holder == w;
-        r->w[w].load++;
-        t->running = w;
-        if (r->cfg.pinned)
-                t->pinned = w;
-        return w;
+        uint32_t h = (r->cfg.affinity || r->cfg.pinned) ? t->holder : LOOM_HARVEST_NONE;
+        int h_ok = h != LOOM_HARVEST_NONE && r->w[h].alive && fresh(r, &r->w[h]);
+        if (h_ok && move_us > 0)
+                return stay_or_move(r, t, h, now, move_us, affine);
+        if (h != LOOM_HARVEST_NONE && eligible(r, h, now))
+                return take(r, t, h, now, affine); /* its prefix is there and so is a slot */
+        w = spill_target(r, now);
+        if (w == LOOM_HARVEST_NONE)
+                return LOOM_HARVEST_NONE;
+        return take(r, t, w, now, affine);
+}
+
+uint32_t loom_harvest_router_route(loom_harvest_router *r, loom_us now, uint32_t id, int *affine)
+{
+        return loom_harvest_router_route_cost(r, now, id, 0, affine);
 }
 
 static void release(loom_harvest_router *r, traj *t)
@@ -180,11 +253,14 @@ static void release(loom_harvest_router *r, traj *t)
         t->running = LOOM_HARVEST_NONE;
 }
 
-void loom_harvest_router_done(loom_harvest_router *r, uint32_t id)
+void loom_harvest_router_done(loom_harvest_router *r, loom_us now, uint32_t id)
 {
         if (id >= r->nt || r->t[id].running == LOOM_HARVEST_NONE)
                 return;
         traj *t = &r->t[id];
+        worker *w = &r->w[t->running];
+        double d = (double)(now - t->started);
+        w->turn_us = w->turn_us > 0 ? 0.9 * w->turn_us + 0.1 * d : d;
         t->holder = t->running;
         if (r->cfg.pinned) { /* the trajectory keeps its slot until it finishes */
                 t->held = t->running;
@@ -237,6 +313,8 @@ size_t loom_harvest_router_check(loom_harvest_router *r, loom_us now, uint32_t *
                                 t->pinned = LOOM_HARVEST_NONE;
                         if (t->held == i)
                                 t->held = LOOM_HARVEST_NONE;
+                        if (t->waiting == i)
+                                t->waiting = LOOM_HARVEST_NONE;
                         if (t->running == i) {
                                 release(r, t);
                                 if (n < cap)
@@ -244,6 +322,28 @@ size_t loom_harvest_router_check(loom_harvest_router *r, loom_us now, uint32_t *
                         }
                 }
                 w->load = 0;
+                w->waiting = 0;
+        }
+        return n;
+}
+
+uint32_t loom_harvest_router_waiting(const loom_harvest_router *r, uint32_t id)
+{
+        if (id >= r->nt)
+                return LOOM_HARVEST_NONE;
+        return r->t[id].held != LOOM_HARVEST_NONE ? r->t[id].held : r->t[id].waiting;
+}
+
+uint32_t loom_harvest_router_room(const loom_harvest_router *r, loom_us now)
+{
+        uint32_t n = 0;
+        for (uint32_t i = 0; i < r->nw; i++) {
+                const worker *w = &r->w[i];
+                if (!eligible(r, i, now))
+                        continue;
+                n += (w->kind == LOOM_HARVEST_W_DEDICATED ? r->cfg.dedicated_cap
+                                                          : r->cfg.serving_cap) -
+                     w->load;
         }
         return n;
 }

@@ -9,11 +9,11 @@
  * becoming ready after its environment step, the start of an RL step, a closed worker
  * reopening.
  *
- * The RL job: `steps` synchronous steps; each rolls out `batch` trajectories (groups of
- * `group` sharing a prompt), then trains for train_s while borrowed GPUs serve only. A
- * trajectory has 2-32 turns; its prompt grows by each response and observation; responses
- * are log-normal (long tail, capped); environment steps take 0.5-3 s. Trajectories are drawn
- * from (seed, step, index) only, so every policy rolls out the same work.
+ * The RL job: `steps` synchronous steps; each rolls out `batch` prompts sampled `group` times
+ * each (batch x group trajectories; a group shares its prompt), then trains for train_s while
+ * borrowed GPUs serve only. A trajectory has 2-32 turns; its prompt grows by each response and
+ * observation; responses are log-normal (long tail, capped); environment steps take 0.5-3 s.
+ * Trajectories are drawn from (seed, step, index) only, so every policy rolls out the same work.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -23,7 +23,7 @@
 #include "engine.h"
 #include "sim_int.h"
 
-enum { E_ARRIVE, E_GPU, E_TURN, E_STEP, E_DRAIN, E_WEIGHTS };
+enum { E_ARRIVE, E_GPU, E_TURN, E_STEP, E_DRAIN, E_WEIGHTS, E_WAKE };
 
 typedef struct ev {
         loom_us t;
@@ -32,18 +32,28 @@ typedef struct ev {
 } ev;
 
 #define MAX_TURNS 32
+#define HV_MAX_TRAJ 1048576u /* trajectories per step */
 typedef struct trj {
         uint32_t turns, k, prompt;
         uint32_t resp[MAX_TURNS], obs[MAX_TURNS];
         loom_us env[MAX_TURNS];
         int done;
+        int queued;     /* in a queue (entries of routed turns are dropped when met) */
+        int impatient;  /* waited for its prefix's worker as long as a re-prefill costs */
+        int in_pending; /* has an entry in the queue for any slot (at most one) */
 } trj;
 
 #define GAP_BIN 100 /* us */
 #define GAP_BINS 1200000
 
+typedef struct wqueue {
+        uint32_t *q;
+        size_t n, cap;
+} wqueue;
+
 typedef struct sim {
         const loom_harvest_sim_cfg *cfg;
+        uint32_t ntraj; /* trajectories per step: batch prompts x group samples */
         hv_flags fl;
         loom_harvest_model m;
         loom_us b_ttft, b_tpot;
@@ -66,8 +76,10 @@ typedef struct sim {
         uint64_t ngaps;
         /* RL job */
         trj *t;
-        uint32_t step, remaining, *pending;
+        uint32_t step, remaining, *pending; /* turns waiting for a slot anywhere */
         size_t npending, cappending;
+        wqueue *wq; /* per router worker: turns waiting for a slot there */
+        loom_us last_drain_at;
         loom_us step_start;
         double rollout_sum;
         uint32_t steps_done;
@@ -123,6 +135,16 @@ static ev pop(sim *s)
         return top;
 }
 
+/* A drain at t (a worker reopens then). Failures at one instant all ask for the same t:
+ * one event serves them (else every refused turn adds one, and each drain refuses more). */
+static void drain_at(sim *s, loom_us t)
+{
+        if (t == s->last_drain_at)
+                return;
+        s->last_drain_at = t;
+        push(s, t, E_DRAIN, 0);
+}
+
 /* ---- randomness: a pure function of (seed, keys) -------------------------------------- */
 
 static double unif(uint64_t *st)
@@ -159,11 +181,20 @@ static void make_trajectory(const sim *s, uint32_t step, uint32_t i, trj *t)
 
 /* ---- serving ---------------------------------------------------------------------------- */
 
+/* An iteration takes its modelled time, or with cfg->noise a seeded uniform error of up to
+ * +-noise around it, which the engine's admission does not see (latency-model error). */
 static void kick(sim *s, uint32_t gi, loom_us now)
 {
         hv_engine *g = &s->g[gi];
-        if (!hv_engine_busy(g) && hv_engine_next(g, now))
-                push(s, now + (g->cur.dur > 0 ? g->cur.dur : 1), E_GPU, gi);
+        if (hv_engine_busy(g) || !hv_engine_next(g, now))
+                return;
+        loom_us d = g->cur.dur;
+        if (s->cfg->noise > 0) {
+                uint64_t st =
+                    s->cfg->seed ^ ((uint64_t)gi << 40) ^ g->cur.seq ^ 0x2545f4914f6cdd1dULL;
+                d = (loom_us)((double)d * (1 + s->cfg->noise * (2 * unif(&st) - 1)));
+        }
+        push(s, now + (d > 0 ? d : 1), E_GPU, gi);
 }
 
 static loom_us arrival_of(const sim *s, size_t i, uint64_t cycle)
@@ -248,32 +279,81 @@ static void cb_served(void *arg, loom_us now, const hv_sreq *r)
 
 static void route_turn(sim *s, loom_us now, uint32_t i);
 
+/* Route queued turns again, in FIFO order. A turn that waits for no particular worker needs a
+ * free slot anywhere, so once the router has none left the rest of the queue stays as it is:
+ * a call costs the turns it places, not the length of the queue (most of the batch at
+ * 256 x 16). A turn that waits for one worker (its prefix is there, or its pinned slot) sits
+ * in that worker's queue, tried when the worker has room (a pinned slot: whenever it reopens). */
+static void drain_queue(sim *s, loom_us now, uint32_t *q, size_t *np, uint32_t w)
+{
+        size_t n = *np, j = 0;
+        uint32_t room = w != LOOM_HARVEST_NONE ? 1 : loom_harvest_router_room(s->r, now);
+        uint32_t misses = 0;
+        *np = 0;
+        for (; j < n && room > 0; j++) { /* route_turn re-queues what still does not fit */
+                if (w != LOOM_HARVEST_NONE && !s->fl.pinned &&
+                    loom_harvest_router_wait_us(s->r, w) != 0) {
+                        room = 0;
+                        break;
+                }
+                if (w == LOOM_HARVEST_NONE)
+                        s->t[q[j]].in_pending = 0;
+                if (!s->t[q[j]].queued)
+                        continue; /* routed meanwhile (a copy left in another queue) */
+                uint64_t before = s->turns;
+                route_turn(s, now, q[j]);
+                if (w != LOOM_HARVEST_NONE)
+                        continue;
+                if (s->turns > before) {
+                        room--;
+                        misses = 0;
+                } else if (++misses >= 4) {
+                        j++; /* a GPU with slots but no memory (it refuses until turns end) */
+                        break;
+                } else {
+                        room = loom_harvest_router_room(s->r, now);
+                }
+        }
+        if (n > j)
+                memmove(q + *np, q + j, (n - j) * sizeof *q);
+        *np += n - j;
+}
+
 static void drain(sim *s, loom_us now)
 {
-        size_t n = s->npending, k = 0;
-        uint32_t *q = s->pending;
-        s->npending = 0;
-        for (size_t j = 0; j < n; j++) { /* route_turn re-queues what still does not fit */
-                uint32_t x = q[j];
-                route_turn(s, now, x);
-                k++;
-        }
-        (void)k;
+        for (uint32_t w = 0; w < s->ng; w++)
+                if (s->wq[w].n > 0)
+                        drain_queue(s, now, s->wq[w].q, &s->wq[w].n, w);
+        drain_queue(s, now, s->pending, &s->npending, LOOM_HARVEST_NONE);
 }
 
 static uint32_t gid(const sim *s, uint32_t i)
 {
-        return s->step * s->cfg->batch + i;
+        return s->step * s->ntraj + i;
+}
+
+/* GPU time a turn costs more where its prefix is not: the whole context prefilled instead of
+ * the new observation after the cached prefix (the holder keeps the last turn's prompt and
+ * response). */
+static loom_us move_cost(const sim *s, const trj *t)
+{
+        if (t->k == 0 || !s->fl.borrow)
+                return 0; /* roll, the baseline, routes as before: a full holder is left */
+        uint32_t obs = t->obs[t->k - 1], prefix = t->prompt - obs;
+        return loom_harvest_t_prefill(&s->m, t->prompt, 0) -
+               loom_harvest_t_prefill(&s->m, obs, prefix);
 }
 
 static void route_turn(sim *s, loom_us now, uint32_t i)
 {
         trj *t = &s->t[i];
+        loom_us move = t->impatient ? 0 : move_cost(s, t);
+        t->queued = 0;
         for (uint32_t tries = 0; tries <= s->ng; tries++) {
                 struct timespec a, b;
                 int affine;
                 clock_gettime(CLOCK_MONOTONIC, &a);
-                uint32_t w = loom_harvest_router_route(s->r, now, gid(s, i), &affine);
+                uint32_t w = loom_harvest_router_route_cost(s->r, now, gid(s, i), move, &affine);
                 clock_gettime(CLOCK_MONOTONIC, &b);
                 double us =
                     (double)(b.tv_sec - a.tv_sec) * 1e6 + (double)(b.tv_nsec - a.tv_nsec) / 1e3;
@@ -289,6 +369,7 @@ static void route_turn(sim *s, loom_us now, uint32_t i)
                 int rc = hv_engine_submit_turn(&s->g[gi], now, gid(s, i), t->prompt, t->resp[t->k],
                                                &hit);
                 if (rc == 0) {
+                        t->impatient = 0;
                         s->turns++;
                         s->hits += hit;
                         if (gi < s->nserving)
@@ -299,14 +380,31 @@ static void route_turn(sim *s, loom_us now, uint32_t i)
                 /* no memory there now: give the turn back and keep that worker out a moment */
                 loom_harvest_router_abort(s->r, gid(s, i));
                 loom_harvest_router_close(s->r, w, now + s->g[gi].stall / 2);
-                push(s, now + s->g[gi].stall / 2, E_DRAIN, 0);
+                drain_at(s, now + s->g[gi].stall / 2);
                 if (s->g[gi].role == LOOM_HARVEST_DEDICATED)
                         break; /* a dedicated GPU under its cap has memory; do not spin */
         }
+        t->queued = 1;
+        uint32_t ww = loom_harvest_router_waiting(s->r, gid(s, i));
+        if (ww != LOOM_HARVEST_NONE) {
+                wqueue *x = &s->wq[ww];
+                if (loom_reserve(&x->q, &x->cap, x->n + 1, sizeof *x->q, 64)) {
+                        s->oom = 1;
+                        return;
+                }
+                x->q[x->n++] = i;
+                /* waiting longer than the re-prefill would take makes moving the better bet */
+                if (!s->fl.pinned && move > 0)
+                        push(s, now + move, E_WAKE, i);
+                return;
+        }
+        if (t->in_pending)
+                return; /* an entry left there (it waited for a worker meanwhile) stands */
         if (loom_reserve(&s->pending, &s->cappending, s->npending + 1, sizeof *s->pending, 256)) {
                 s->oom = 1;
                 return;
         }
+        t->in_pending = 1;
         s->pending[s->npending++] = i;
 }
 
@@ -327,8 +425,8 @@ static void end_step(sim *s, loom_us now)
 static void cb_turn_done(void *arg, loom_us now, uint32_t traj, uint32_t gpu)
 {
         sim *s = arg;
-        loom_harvest_router_done(s->r, traj);
-        uint32_t i = traj - s->step * s->cfg->batch;
+        loom_harvest_router_done(s->r, now, traj);
+        uint32_t i = traj - s->step * s->ntraj;
         trj *t = &s->t[i];
         t->prompt += t->resp[t->k] + t->obs[t->k];
         t->k++;
@@ -351,9 +449,9 @@ static void cb_turn_aborted(void *arg, loom_us now, uint32_t traj, uint32_t gpu,
         if (why == HV_ABORT_STALL) {
                 s->stalls++;
                 loom_harvest_router_close(s->r, s->worker_of[gpu], now + s->g[gpu].stall);
-                push(s, now + s->g[gpu].stall, E_DRAIN, 0);
+                drain_at(s, now + s->g[gpu].stall);
         }
-        route_turn(s, now, traj - s->step * s->cfg->batch);
+        route_turn(s, now, traj - s->step * s->ntraj);
 }
 
 static void cb_evicted(void *arg, loom_us now, uint32_t gpu, loom_us until)
@@ -362,7 +460,7 @@ static void cb_evicted(void *arg, loom_us now, uint32_t gpu, loom_us until)
         s->evictions++;
         s->preempted_gpu_s += loom_us_to_s(s->g[gpu].pol.reload) * s->m.tp;
         loom_harvest_router_close(s->r, s->worker_of[gpu], until);
-        push(s, until, E_DRAIN, 0);
+        drain_at(s, until);
 }
 
 static int first_step(sim *s, loom_us now, loom_err *e)
@@ -399,7 +497,7 @@ static int first_step(sim *s, loom_us now, loom_err *e)
                 s->preempted_gpu_s += loom_us_to_s(act) * s->m.tp;
         }
         if (n > 0)
-                push(s, now + act, E_DRAIN, 0);
+                drain_at(s, now + act);
         free(gpus);
         free(picked);
         return 0;
@@ -409,7 +507,7 @@ static void on_step(sim *s, loom_us now, uint32_t step)
 {
         s->step = step;
         s->step_start = now;
-        s->remaining = s->cfg->batch;
+        s->remaining = s->ntraj;
         loom_harvest_router_set_version(s->r, step);
         /* dedicated GPUs get the weights in the training cluster's sync; borrowed ones over the
          * cross-cluster link (src/sync), weights_s after the step starts when that is slower
@@ -426,7 +524,7 @@ static void on_step(sim *s, loom_us now, uint32_t step)
                 push(s, now + loom_us_from_s(s->cfg->weights_s), E_WEIGHTS, step);
         for (uint32_t k = 0; k < s->nserving; k++)
                 hv_engine_rl_step(&s->g[k]);
-        for (uint32_t i = 0; i < s->cfg->batch; i++) {
+        for (uint32_t i = 0; i < s->ntraj; i++) {
                 make_trajectory(s, step, i, &s->t[i]);
                 push(s, now, E_TURN, i);
         }
@@ -451,9 +549,11 @@ static int build(sim *s, loom_err *e)
         s->g = calloc(s->ng, sizeof *s->g);
         s->worker_of = malloc(s->ng * sizeof *s->worker_of);
         s->engine_of = malloc(s->ng * sizeof *s->engine_of);
-        s->t = calloc(c->batch, sizeof *s->t);
+        s->ntraj = c->batch * c->group;
+        s->t = calloc(s->ntraj, sizeof *s->t);
         s->gaps = calloc(GAP_BINS, sizeof *s->gaps);
-        if (!s->g || !s->worker_of || !s->engine_of || !s->t || !s->gaps)
+        s->wq = calloc(s->ng, sizeof *s->wq);
+        if (!s->g || !s->worker_of || !s->engine_of || !s->t || !s->gaps || !s->wq)
                 return loom_err_set(e, LOOM_ENOMEM, "sim", "out of memory");
         hv_callbacks cb = {.arg = s,
                            .prefilled = cb_prefilled,
@@ -472,7 +572,9 @@ static int build(sim *s, loom_err *e)
                         .evict_cost = LOOM_US_PER_S,
                         .cooldown = 10 * LOOM_US_PER_S,
                         .reload = 20 * LOOM_US_PER_S,
-                        .prefill_batch_tokens = 8192};
+                        .prefill_batch_tokens = 8192,
+                        .sound = s->fl.sound && s->fl.admit == LOOM_HARVEST_ADMIT_DUAL,
+                        .est_err = HV_EST_ERR};
         hv_policy dp = sp;
         dp.admit = LOOM_HARVEST_ADMIT_DUAL;
         dp.chunk = 512;
@@ -537,6 +639,9 @@ static void teardown(sim *s)
         free(s->ttft);
         free(s->tpot);
         free(s->pending);
+        for (uint32_t w = 0; s->wq && w < s->ng; w++)
+                free(s->wq[w].q);
+        free(s->wq);
         loom_harvest_router_free(s->r);
 }
 
@@ -569,12 +674,18 @@ static int check_cfg(const loom_harvest_sim_cfg *c, loom_err *e)
                                     c->borrow, c->serving_gpus);
         if (c->rl_gpus == 0)
                 return loom_err_set(e, LOOM_EINVAL, "rl-gpus", "must be at least 1");
-        if (c->batch == 0 || c->group == 0 || c->batch % c->group)
+        if (c->batch == 0)
+                return loom_err_set(e, LOOM_EINVAL, "batch", "must be at least 1 prompt");
+        if (c->group == 0)
+                return loom_err_set(e, LOOM_EINVAL, "group", "must be at least 1 sample");
+        if ((uint64_t)c->batch * c->group > HV_MAX_TRAJ)
                 return loom_err_set(e, LOOM_EINVAL, "batch",
-                                    "must be a positive multiple of the "
-                                    "group size");
+                                    "%u prompts x %u samples exceed %u trajectories per step",
+                                    c->batch, c->group, HV_MAX_TRAJ);
         if (!(c->headroom >= 0 && c->headroom < 1))
                 return loom_err_set(e, LOOM_EINVAL, "headroom", "must be in [0, 1)");
+        if (!(c->noise >= 0 && c->noise < 1))
+                return loom_err_set(e, LOOM_EINVAL, "noise", "must be in [0, 1)");
         if (!(c->weights_s >= 0))
                 return loom_err_set(e, LOOM_EINVAL, "weights-s", "must be >= 0");
         if (!(c->stall_s > 0) || !(c->lease_s >= 0) || !(c->train_s >= 0))
@@ -642,6 +753,13 @@ int loom_harvest_sim_run(const loom_harvest_sim_cfg *cfg, loom_harvest_sim_resul
                         for (uint32_t k = 0; k < s.ng; k++)
                                 kick(&s, k, now);
                         break;
+                case E_WAKE:
+                        if (!s.job_done && s.t[x.a].queued && !s.t[x.a].done &&
+                            loom_harvest_router_waiting(s.r, gid(&s, x.a)) != LOOM_HARVEST_NONE) {
+                                s.t[x.a].impatient = 1;
+                                route_turn(&s, now, x.a);
+                        }
+                        break;
                 case E_DRAIN:
                         drain(&s, now);
                         for (uint32_t k = 0; k < s.ng; k++)
@@ -682,6 +800,7 @@ int loom_harvest_sim_run(const loom_harvest_sim_cfg *cfg, loom_harvest_sim_resul
         for (uint32_t k = 0; k < s.nserving; k++)
                 res->cuts += s.g[k].mem.cuts;
         res->evictions = s.evictions;
+        res->trajectories = (uint64_t)s.steps_done * s.ntraj;
         res->route_us_max = s.route_max;
         res->route_us_mean = s.routes ? s.route_sum / s.routes : 0;
         uint64_t want = (uint64_t)ceil(0.99 * (double)s.routes), acc = 0;

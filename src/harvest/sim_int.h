@@ -13,6 +13,7 @@ typedef struct hv_flags {
         int preempt;      /* serving-first memory; 0 = static 50/50 split */
         int serverless;   /* evict/reload the rollout model */
         int affinity, pinned;
+        int sound; /* sound admission and feedback guard (with dual admission) */
 } hv_flags;
 
 void hv_policy_flags(loom_harvest_policy p, hv_flags *f);

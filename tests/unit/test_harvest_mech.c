@@ -123,6 +123,29 @@ Test(mem, budget_keeps_headroom)
         loom_harvest_mem_fini(&m);
 }
 
+/* A step's budget may fall below what running requests hold; freeing a cached prefix then
+ * raises the free pages but not the budget's room. The take must be refused (it used to run
+ * out of victims and remove entry -1). */
+Test(mem, budget_below_running_requests_refuses_without_reclaiming)
+{
+        loom_harvest_mem m = mk(1);
+        loom_harvest_mem_step(&m, 0); /* budget 80 */
+        cr_assert_eq(loom_harvest_mem_rollout_take(&m, 0, 1, 60), 0);
+        cr_assert_eq(loom_harvest_mem_rollout_take(&m, 0, 2, 5), 0);
+        loom_harvest_mem_step(&m, 30); /* budget 50 < 65 held by running requests */
+        cr_assert_eq(m.budget, 50);
+        loom_harvest_mem_rollout_idle(&m, 0, 2, 1); /* 5 pages cached */
+        cr_assert_eq(loom_harvest_mem_rollout_take(&m, 0, 3, 3), LOOM_ERANGE);
+        cr_assert_eq(m.rollout_used, 65);
+        cr_assert_not_null(loom_harvest_mem_find(&m, 2)); /* nothing changed */
+        cr_assert_null(loom_harvest_mem_find(&m, 3));
+        loom_harvest_mem_rollout_idle(&m, 0, 1, 1); /* now 65 cached: reclaim, then fit */
+        cr_assert_eq(loom_harvest_mem_rollout_take(&m, 0, 3, 40), 0);
+        cr_assert_null(loom_harvest_mem_find(&m, 1)); /* both prefixes had to go */
+        cr_assert(m.rollout_used <= m.budget);
+        loom_harvest_mem_fini(&m);
+}
+
 Test(mem, emergency_cut_halves_once_frees_whole_requests_and_freezes)
 {
         loom_harvest_mem m = mk(1);

@@ -20,6 +20,19 @@ get() { # path: the node's JSON body for GET path, over bash's /dev/tcp (no HTTP
         done
         exec 3<&-
 }
+status() { # path: the HTTP status code and the body's first line, for GET path
+        local line code= body=
+        exec 3<>"/dev/tcp/127.0.0.1/$port" || return 1
+        printf 'GET %s HTTP/1.0\r\n\r\n' "$1" >&3
+        IFS= read -r line <&3
+        code=$(awk '{print $2}' <<<"$line")
+        while IFS= read -r line <&3; do
+                [ "$line" = $'\r' ] && break
+        done
+        IFS= read -r body <&3
+        exec 3<&-
+        printf '%s %s\n' "$code" "$body"
+}
 wait_for() { # key min [path]: poll the node (up to 20 s) until key >= min; the body is in $st
         for _ in $(seq 400); do
                 st=$(get "${3:-/v1/stats}")
