@@ -345,8 +345,9 @@ static int weave(const opts *o, const loom_sim_trace *t)
                 return 1;
         }
         if (!o->json)
-                printf("\n%-12s %10s %9s %9s %10s %10s %7s %7s\n", "placer", "cost_$/h", "slo_att",
-                       "slowdown99", "bubble_tr", "bubble_ro", "joined", "new");
+                printf("\n%-12s %10s %9s %9s %9s %10s %10s %7s %7s\n", "placer", "cost_$/h",
+                       "slo_att", "slo_prof", "slowdown99", "bubble_tr", "bubble_ro", "joined",
+                       "new");
         int rc = 0;
         for (int k = 0; k < 2 && !rc; k++) {
                 cfg.policy.placer = k ? LOOM_PLACER_PLEX : LOOM_PLACER_LOOM;
@@ -361,15 +362,17 @@ static int weave(const opts *o, const loom_sim_trace *t)
                 if (o->json)
                         printf(
                             "{\"compare\":\"weave\",\"placer\":\"%s\",\"avg_cost_per_hour\":%.2f,"
-                            "\"slo_attainment\":%.4f,\"slowdown_p99\":%.4f,\"bubble_train\":"
+                            "\"slo_attainment\":%.4f,\"slo_attainment_profiled\":%.4f,"
+                            "\"slowdown_p99\":%.4f,\"bubble_train\":"
                             "%.4f,\"bubble_rollout\":%.4f,\"makespan_h\":%.3f,"
                             "\"joined_group\":%llu,\"new_group\":%llu}\n",
-                            name, r.avg_cost_per_hour, r.slo_attainment, r.slowdown_p99,
-                            r.bubble[LOOM_POOL_TRAIN], r.bubble[LOOM_POOL_ROLLOUT], r.makespan_h,
-                            joined, fresh);
+                            name, r.avg_cost_per_hour, r.slo_attainment, r.slo_attainment_wc,
+                            r.slowdown_p99, r.bubble[LOOM_POOL_TRAIN], r.bubble[LOOM_POOL_ROLLOUT],
+                            r.makespan_h, joined, fresh);
                 else
-                        printf("%-12s %10.1f %8.1f%% %9.3f %9.1f%% %9.1f%% %7llu %7llu\n", name,
-                               r.avg_cost_per_hour, 100 * r.slo_attainment, r.slowdown_p99,
+                        printf("%-12s %10.1f %8.1f%% %8.1f%% %9.3f %9.1f%% %9.1f%% %7llu %7llu\n",
+                               name, r.avg_cost_per_hour, 100 * r.slo_attainment,
+                               100 * r.slo_attainment_wc, r.slowdown_p99,
                                100 * r.bubble[LOOM_POOL_TRAIN], 100 * r.bubble[LOOM_POOL_ROLLOUT],
                                joined, fresh);
                 loom_sim_result_free(&r);

@@ -223,6 +223,11 @@ typedef struct loom_plex_job {
         int n_seg;
         loom_us seg_at[LOOM_PLEX_MAX_SEGS], seg_len[LOOM_PLEX_MAX_SEGS];
         bool profiled; /* false: cold start */
+        /* capped: the shift may not pass max_shift (the driver's SLO slack: a member waits the
+         * shift for its reserved window); a group that fits only at a larger shift is reported
+         * LOOM_PLEX_SLO. Zero-initialised: only alpha T bounds the shift. */
+        bool capped;
+        loom_us max_shift;
 } loom_plex_job;
 
 /*
@@ -274,6 +279,7 @@ typedef enum loom_plex_outcome {
         LOOM_PLEX_PRUNED_DRIVER,   /* the driver's accept() said no */
         LOOM_PLEX_NO_FIT,          /* fitted: no shift in [0, alpha T] */
         LOOM_PLEX_FITS,            /* fitted: shift, cost and slack are set */
+        LOOM_PLEX_SLO,             /* fits only past the job's max_shift: shift is the least */
 } loom_plex_outcome;
 
 typedef void (*loom_plex_note_fn)(void *ctx, loom_tl_group g, loom_plex_outcome o, int32_t shift,

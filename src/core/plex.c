@@ -315,6 +315,13 @@ static void visit(search *x, loom_tl_group gi)
                         x->nt->fn(x->nt->ctx, gi, LOOM_PLEX_NO_FIT, 0, 0, 0);
                 return;
         }
+        /* The least feasible shift is the Eq. 1 optimum, so past the cap nothing fits. */
+        if (x->j->capped &&
+            (int64_t)c.shift * loom_timeline_slot_us(p->t) > (int64_t)x->j->max_shift) {
+                if (x->nt)
+                        x->nt->fn(x->nt->ctx, gi, LOOM_PLEX_SLO, c.shift, c.cost, c.slack);
+                return;
+        }
         if (x->nt)
                 x->nt->fn(x->nt->ctx, gi, LOOM_PLEX_FITS, c.shift, c.cost, c.slack);
         c.busy = g->busy;

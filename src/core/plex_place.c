@@ -33,12 +33,49 @@ int loom__plex_new(loom_sched *s, loom_err *e)
         return s->plex ? 0 : LOOM_ENOMEM;
 }
 
-static void plex_job(const loom_sched *s, const loom_job_spec *spec, loom_plex_job *j)
+static void plex_job_raw(const loom_sched *s, const loom_job_spec *spec, loom_plex_job *j)
 {
         loom_us t_train = spec->t_train;
         loom_plex_job_from_calls(j, spec->train_gpus / s->cluster.gpus_per_node, spec->t_roll,
                                  &t_train, 1, s->policy.warm_switch, true);
         j->period += spec->t_sync; /* the sync phase uses no pool: idle time of the cycle */
+}
+
+/*
+ * A member's iteration on a shared pool, shift aside: its rollout on its own GPUs, the wait for
+ * its reserved window (the period rounded up to whole slots), its calls, its sync, and the part
+ * of the setup (T_offload + T_load) its rollout does not hide - on a shared pool the state is
+ * another job's when its window opens. Alone in a group nothing is switched: T_solo.
+ */
+static loom_us shared_iter(const loom_sched *s, const loom_job_spec *spec)
+{
+        loom_plex_job j;
+        plex_job_raw(s, spec, &j);
+        const loom_timeline *t = loom_plex_timeline(s->plex);
+        loom_us it = (loom_us)loom_timeline_span(t, j.period) * loom_timeline_slot_us(t);
+        if (s->policy.warm_switch > spec->t_roll)
+                it += s->policy.warm_switch - spec->t_roll;
+        return it;
+}
+
+/* The job's demand, its shift capped by its SLO: the first iteration also waits the shift for
+ * its window, so shared_iter + shift <= slo x T_solo. */
+static void plex_job(const loom_sched *s, const loom_job_spec *spec, loom_plex_job *j)
+{
+        plex_job_raw(s, spec, j);
+        j->capped = true;
+        j->max_shift = loom_job_budget(spec) - shared_iter(s, spec);
+}
+
+/* The first member of g whose SLO a new co-member would break (its iteration turns shared), or
+ * NULL. Residents' reservations never move when a job joins (commit only fills free windows),
+ * so what can change for them is the switch they now pay. */
+static const job *member_broken(const loom_sched *s, const group *g)
+{
+        for (int i = 0; i < g->n_members; i++)
+                if (shared_iter(s, &g->members[i]->spec) > g->members[i]->slo_budget)
+                        return g->members[i];
+        return NULL;
 }
 
 typedef struct mem_ctx {
@@ -55,12 +92,13 @@ static bool mem_ok(void *ctx, loom_tl_group tg)
         if (!g)
                 return false;
         uint64_t mt = loom_group_train_mem(m->spec->mem_train, m->spec->train_gpus, g->train_gpus);
-        return g->train_mem_used + mt <= s->cluster.host_mem_bytes;
+        return g->train_mem_used + mt <= s->cluster.host_mem_bytes && !member_broken(s, g);
 }
 
 /* Every group the search looked at, as a candidate of the decision (record_candidates). */
 typedef struct rec_ctx {
         const loom_sched *s;
+        const loom_job_spec *spec;
         loom_decision *d;
         int k; /* rollout nodes of the job */
         int rc;
@@ -69,14 +107,15 @@ typedef struct rec_ctx {
 static void note(void *ctx, loom_tl_group tg, loom_plex_outcome o, int32_t shift, double cost,
                  int32_t slack)
 {
-        static const loom_reject rej[] = {LOOM_REJECT_FULL,   LOOM_REJECT_NO_FIT,
-                                          LOOM_REJECT_DUTY,   LOOM_REJECT_MEMORY,
-                                          LOOM_REJECT_NO_FIT, LOOM_REJECT_COSTLIER};
+        static const loom_reject rej[] = {
+            LOOM_REJECT_FULL,   LOOM_REJECT_NO_FIT,   LOOM_REJECT_DUTY, LOOM_REJECT_MEMORY,
+            LOOM_REJECT_NO_FIT, LOOM_REJECT_COSTLIER, LOOM_REJECT_SLO};
         static const char *const why[] = {"group has max_group_size members",
                                           "no free window as long as the training phase",
                                           "a resident's foreign duty would pass plex_duty_max",
                                           "training nodes' host memory would overflow",
                                           "no shift in [0, alpha T] fits the free windows",
+                                          "",
                                           ""};
         rec_ctx *r = ctx;
         loom_decision *d = r->d;
@@ -95,10 +134,24 @@ static void note(void *ctx, loom_tl_group tg, loom_plex_outcome o, int32_t shift
                 c->rollout_nodes[i] = r->s->next_rnode + (loom_node_id)i;
         c->marginal_cost_per_hour = r->k * r->s->price[LOOM_POOL_ROLLOUT];
         c->reject = rej[o];
-        if (o == LOOM_PLEX_FITS)
+        const group *g = c->group < r->s->next_group ? r->s->groups[c->group] : NULL;
+        const job *m = o == LOOM_PLEX_PRUNED_DRIVER && g ? member_broken(r->s, g) : NULL;
+        if (o == LOOM_PLEX_FITS) {
                 snprintf(c->why, sizeof c->why, "fits at shift %d s (Eq. 1 cost %.4f, slack %d s)",
                          (int)shift, cost, (int)slack);
-        else
+        } else if (o == LOOM_PLEX_SLO) {
+                loom_us it = shared_iter(r->s, r->spec) + loom_us_from_s(shift);
+                snprintf(c->why, sizeof c->why,
+                         "slo: the new job's iteration %.1f s (shift %d s to its window) > "
+                         "its budget %.1f s",
+                         loom_us_to_s(it), (int)shift, loom_us_to_s(loom_job_budget(r->spec)));
+        } else if (m) {
+                c->reject = LOOM_REJECT_SLO;
+                snprintf(c->why, sizeof c->why,
+                         "slo: job %u's iteration on a shared pool %.1f s > its budget %.1f s",
+                         (unsigned)m->id, loom_us_to_s(shared_iter(r->s, &m->spec)),
+                         loom_us_to_s(m->slo_budget));
+        } else
                 snprintf(c->why, sizeof c->why, "%s", why[o]);
 }
 
@@ -127,7 +180,7 @@ static int decide(const loom_sched *s, const loom_job_spec *spec, loom_plex_deci
         mem_ctx m = {s, spec};
         if (!d || !d->record_candidates)
                 return loom_plex_decide_if(s->plex, &j, mem_ok, &m, o, e);
-        rec_ctx r = {s, d, spec->rollout_gpus / s->cluster.gpus_per_node, 0};
+        rec_ctx r = {s, spec, d, spec->rollout_gpus / s->cluster.gpus_per_node, 0};
         int rc = loom_plex_decide_explain(s->plex, &j, mem_ok, &m, note, &r, o, e);
         if (!rc && r.rc)
                 rc = loom_err_set(e, r.rc, "", "out of memory");
@@ -153,10 +206,24 @@ int loom__plex_place(const loom_sched *s, const loom_job_spec *spec, loom_decisi
                 d->train_nodes[i] = (g ? g->tnode_first : s->next_tnode) + (loom_node_id)i;
         d->marginal_cost_per_hour =
             k * s->price[LOOM_POOL_ROLLOUT] + (g ? 0 : t * s->price[LOOM_POOL_TRAIN]);
-        d->t_meta = loom_job_t_solo(spec) + loom_us_from_s(o.shift);
+        d->t_meta = g ? shared_iter(s, spec) + loom_us_from_s(o.shift) : loom_job_t_solo(spec);
         d->utilisation = 0;
         d->groups_pruned_bound = o.groups_pruned;
         snprintf(d->reason, sizeof d->reason, "plex: %s", o.why);
+        if (!g && !o.cold) {
+                loom_plex_job j;
+                plex_job(s, spec, &j);
+                size_t n = strlen(d->reason);
+                if (j.max_shift < 0)
+                        snprintf(d->reason + n, sizeof d->reason - n,
+                                 "; slo: no shared pool, iteration there %.1f s > budget %.1f s",
+                                 loom_us_to_s(shared_iter(s, spec)),
+                                 loom_us_to_s(loom_job_budget(spec)));
+                else
+                        snprintf(d->reason + n, sizeof d->reason - n,
+                                 "; slo: a shared pool only at shift <= %.1f s",
+                                 loom_us_to_s(j.max_shift));
+        }
         if (!g && d->record_candidates) {
                 if (loom_reserve(&d->candidates, &d->cap_candidates, (size_t)d->n_candidates + 1,
                                  sizeof *d->candidates, 8))

@@ -85,6 +85,7 @@ w = {r["placer"]: r for r in rows if r.get("compare") == "weave"}
 assert set(w) == {"loom+rr", "plex+hrrs"}, rows
 for r in w.values():
     assert r["avg_cost_per_hour"] > 0 and 0 <= r["slo_attainment"] <= 1, r
+    assert 0 <= r["slo_attainment_profiled"] <= 1, r
 PY
 
 # Benchmarks print one JSON line each (figures are in bench/placement.sh, not checked here).

@@ -4,6 +4,7 @@
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "loom/sched.h"
 
@@ -27,7 +28,8 @@ static loom_job_spec spec(double roll, double train, int train_gpus)
         s.train_gpus = train_gpus;
         s.t_roll = loom_us_from_s(roll);
         s.t_train = loom_us_from_s(train);
-        s.slo = 1.0;
+        s.slo =
+            2.0; /* loose enough for every shift up to a whole cycle: the SLO tests set theirs */
         s.mem_rollout = 100 * LOOM_GB;
         s.mem_train = 100 * LOOM_GB;
         return s;
@@ -136,6 +138,76 @@ Test(plexsched, duty_bound_prunes_before_fitting)
         cr_assert_eq(d.kind, LOOM_DECISION_NEW_GROUP, "%s", d.reason);
         cr_assert_eq(d.groups_pruned_bound, 1);
         loom_decision_free(&d);
+        loom_sched_free(s);
+}
+
+/* A member's iteration on the pool is its period in whole slots plus the shift it waits for
+ * its window: 290 s + 59 s for a second 7B job. */
+Test(plexsched, a_job_whose_slo_the_pool_cannot_meet_gets_a_new_group_with_the_reason)
+{
+        loom_err e;
+        loom_sched *s = loom_sched_new(&cl, &po, &e);
+        loom_decision d;
+        loom_decision_init(&d, false);
+        submit(s, spec(231.53, 57.50, 8), &d);
+        loom_group_id g = d.group;
+        loom_job_spec tight = spec(231.53, 57.50, 8);
+        tight.slo = 1.1; /* budget 317.9 s < 349 s */
+        loom_decision ex;
+        loom_decision_init(&ex, true);
+        cr_assert_eq(loom_sched_decide(s, &tight, &ex, &e), 0);
+        cr_assert_eq(ex.kind, LOOM_DECISION_NEW_GROUP, "%s", ex.reason);
+        cr_assert_eq(ex.n_candidates, 2);
+        cr_assert_eq(ex.candidates[0].group, g);
+        cr_assert_eq(ex.candidates[0].reject, LOOM_REJECT_SLO, "%s", ex.candidates[0].why);
+        cr_assert(strstr(ex.candidates[0].why, "349.0 s (shift 59 s") != NULL, "%s",
+                  ex.candidates[0].why);
+        cr_assert(strstr(ex.reason, "slo: a shared pool only at shift <= 27.9 s") != NULL, "%s",
+                  ex.reason);
+        loom_decision_free(&ex);
+        submit(s, tight, &d);
+        cr_assert_eq(d.kind, LOOM_DECISION_NEW_GROUP, "%s", d.reason);
+        cr_assert_eq(d.t_meta, loom_job_t_solo(&tight));
+        /* A job whose budget covers the wait joins. */
+        loom_job_spec ok = spec(231.53, 57.50, 8);
+        ok.slo = 1.25; /* budget 361.3 s >= 349 s */
+        submit(s, ok, &d);
+        cr_assert_eq(d.kind, LOOM_DECISION_ROLLOUT_SCALE, "%s", d.reason);
+        cr_assert_eq(d.group, g);
+        cr_assert_eq(d.t_meta, loom_us_from_s(349));
+        loom_decision_free(&d);
+        loom_sched_free(s);
+}
+
+/* Alone, a resident runs at T_solo; shared, it keeps to its reserved windows, whose period is
+ * rounded up to whole slots (289.03 s -> 290 s): a join would break a resident at SLO 1.0. */
+Test(plexsched, a_join_that_breaks_a_residents_slo_is_refused_naming_the_resident)
+{
+        loom_err e;
+        loom_sched *s = loom_sched_new(&cl, &po, &e);
+        loom_decision d;
+        loom_decision_init(&d, false);
+        loom_job_spec r = spec(231.53, 57.50, 8);
+        r.slo = 1.0;
+        loom_job_id a = submit(s, r, &d);
+        loom_job_spec n = spec(231.53, 57.50, 8);
+        loom_decision ex;
+        loom_decision_init(&ex, true);
+        cr_assert_eq(loom_sched_decide(s, &n, &ex, &e), 0);
+        cr_assert_eq(ex.kind, LOOM_DECISION_NEW_GROUP, "%s", ex.reason);
+        cr_assert_eq(ex.candidates[0].reject, LOOM_REJECT_SLO, "%s", ex.candidates[0].why);
+        char want[64];
+        snprintf(want, sizeof want, "job %u's iteration on a shared pool 290.0 s", (unsigned)a);
+        cr_assert(strstr(ex.candidates[0].why, want) != NULL, "%s", ex.candidates[0].why);
+        loom_decision_free(&ex);
+        /* With room for the rounding the same join goes through. */
+        r.slo = 1.01;
+        loom_sched *s2 = loom_sched_new(&cl, &po, &e);
+        submit(s2, r, &d);
+        submit(s2, n, &d);
+        cr_assert_eq(d.kind, LOOM_DECISION_ROLLOUT_SCALE, "%s", d.reason);
+        loom_decision_free(&d);
+        loom_sched_free(s2);
         loom_sched_free(s);
 }
 
