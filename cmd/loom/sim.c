@@ -54,6 +54,8 @@ static void usage(FILE *f)
                "                         iterations, plan each job on that quantile of its\n"
                "                         observed phase times\n"
                "  --learn-after K        iterations observed before re-planning (default 3)\n"
+               "  --multirate on|off     multi-rate groups: a member may run several iterations\n"
+               "                         per meta-iteration (default on)\n"
                "  --max-group N          max jobs per group (default 5)\n"
                "  --colocated-factor F   rollout time on a training GPU vs a rollout GPU (1.0)\n"
                "  --seed N               workload and placement seed (default 1)\n"
@@ -151,7 +153,8 @@ static int parse(int argc, char **argv, opts *o)
                 O_MTBF,
                 O_MAXRS,
                 O_ADMIT,
-                O_LEARN
+                O_LEARN,
+                O_MULTI
         };
         static const struct option lo[] = {{"trace", 1, 0, O_TRACE},
                                            {"rows", 1, 0, O_ROWS},
@@ -179,6 +182,7 @@ static int parse(int argc, char **argv, opts *o)
                                            {"max-restarts", 1, 0, O_MAXRS},
                                            {"admission", 1, 0, O_ADMIT},
                                            {"learn-after", 1, 0, O_LEARN},
+                                           {"multirate", 1, 0, O_MULTI},
                                            {"help", 0, 0, 'h'},
                                            {0, 0, 0, 0}};
         int c, v;
@@ -294,6 +298,11 @@ static int parse(int argc, char **argv, opts *o)
                 case O_LEARN:
                         if (!parse_int(optarg, 1, LOOM_LEARN_WINDOW, &o->sim.policy.learn_after))
                                 return bad("--learn-after (1..20)", optarg);
+                        break;
+                case O_MULTI:
+                        if (strcmp(optarg, "on") && strcmp(optarg, "off"))
+                                return bad("--multirate (on|off)", optarg);
+                        o->sim.policy.multirate = !strcmp(optarg, "on");
                         break;
                 default:
                         return loom_cmd_bad_option("loom sim", argv, NULL);
