@@ -58,7 +58,8 @@ loom_us loom_meta_t_cycle_r(const loom_meta_job *jobs, const int *rates, int n)
 {
         loom_us c = 0;
         for (int i = 0; i < n; i++) {
-                loom_us solo = rate_of(rates, i) * (jobs[i].t_roll + jobs[i].t_train + jobs[i].t_sync);
+                loom_us solo =
+                    rate_of(rates, i) * (jobs[i].t_roll + jobs[i].t_train + jobs[i].t_sync);
                 if (solo > c)
                         c = solo;
         }
@@ -108,7 +109,8 @@ int loom_meta_order(const loom_meta_job *jobs, const int *rates, int n, int *slo
                 int sj = slots[a], sq = q[a], b = a;
                 for (; b > 0; b--) {
                         int xi = slots[b - 1], rx = rate_of(rates, xi), ry = rate_of(rates, sj);
-                        __int128 lhs = ((__int128)q[b - 1] * H + (__int128)rx * jobs[xi].t_roll) * ry,
+                        __int128 lhs =
+                                     ((__int128)q[b - 1] * H + (__int128)rx * jobs[xi].t_roll) * ry,
                                  rhs = ((__int128)sq * H + (__int128)ry * jobs[sj].t_roll) * rx;
                         if (lhs < rhs || (lhs == rhs && slots[b - 1] <= sj))
                                 break;

@@ -336,7 +336,8 @@ static int evaluate_multi(search *x, cand *c, loom_us tt)
         lifetime(x, c);
         if (bad >= 0) {
                 char lab[LOOM_JOB_ID_MAX + 8];
-                const char *who = bad == n - 1 ? "the new job" : job_label(g->members[bad], lab, sizeof lab);
+                const char *who =
+                    bad == n - 1 ? "the new job" : job_label(g->members[bad], lab, sizeof lab);
                 c->reject = LOOM_REJECT_SLO;
                 snprintf(c->why, sizeof c->why,
                          "T_meta %.1f s: %s at rate %d averages %.1f s (SLO bound %.1f s), "
@@ -384,8 +385,8 @@ static int evaluate(search *x, cand *c)
         }
         if (multirate(x) && checks_slo(s->policy.placer)) {
                 /* single rate first: where it is feasible it is today's answer */
-                bool plain = g->n_coupled == 0 && s->policy.warm_switch == 0 && c->n == 1 &&
-                             sp->t_sync == 0;
+                bool plain =
+                    g->n_coupled == 0 && s->policy.warm_switch == 0 && c->n == 1 && sp->t_sync == 0;
                 loom_us solo_in = sp->t_roll + tt + sp->t_sync;
                 loom_us t_cycle = g->t_cycle > solo_in ? g->t_cycle : solo_in;
                 loom_us sum_train = g->sum_train + tt;
@@ -663,8 +664,8 @@ static int search_baseline(search *x, uint64_t *rng)
                 const group *g = s->groups[gi];
                 if (!g || g->n_members >= s->policy.max_group_size)
                         continue;
-                open_group o = {(group *)g,    g->t_cycle,        g->sum_train,
-                                g->min_budget, g->train_mem_used, g->train_gpus, g->density};
+                open_group o = {(group *)g,        g->t_cycle,    g->sum_train, g->min_budget,
+                                g->train_mem_used, g->train_gpus, g->density};
                 if (group_may_fit(x, &o, NULL, 0) != LOOM_REJECT_NONE)
                         continue;
                 rnode *sorted[LOOM_MAX_GROUP_ROLLOUT_NODES];

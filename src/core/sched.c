@@ -318,13 +318,9 @@ static int open_put(loom_sched *s, group *g)
                         return LOOM_ENOMEM;
                 g->open_idx = s->n_open++;
         }
-        s->open[g->open_idx] = (open_group){g,
-                                            g->t_cycle,
-                                            g->sum_train,
-                                            g->min_budget,
-                                            g->train_mem_used,
-                                            g->train_gpus,
-                                            g->density};
+        s->open[g->open_idx] = (open_group){
+            g,         g->t_cycle, g->sum_train, g->min_budget, g->train_mem_used, g->train_gpus,
+            g->density};
         return 0;
 }
 
@@ -356,9 +352,8 @@ static void group_slots(group *g)
         int slots[LOOM_META_MAX_SLOTS], seen[LOOM_MAX_GROUP_SIZE] = {0}, rates[LOOM_MAX_GROUP_SIZE];
         for (int i = 0; i < g->n_members; i++) {
                 const job *j = g->members[i];
-                mj[i] = (loom_meta_job){.t_roll = j->spec.t_roll,
-                                        .t_train = j->t_train_in,
-                                        .t_sync = j->spec.t_sync};
+                mj[i] = (loom_meta_job){
+                    .t_roll = j->spec.t_roll, .t_train = j->t_train_in, .t_sync = j->spec.t_sync};
                 rates[i] = j->rate;
         }
         int L = loom_meta_order(mj, rates, g->n_members, slots, LOOM_META_MAX_SLOTS);

@@ -161,9 +161,10 @@ json_t *srv_job_json(loom_server *s, const srv_job *j, bool full)
                                     nodes_json(info.rollout_nodes, info.n_rollout_nodes));
                 json_object_set_new(o, "train_nodes",
                                     nodes_json(info.train_nodes, info.n_train_nodes));
+                json_object_set_new(o, "rate", json_integer(info.rate));
         } else {
-                static const char *const keys[] = {"group", "rollout_nodes", "train_nodes"};
-                for (int i = 0; i < 3; i++) {
+                static const char *const keys[] = {"group", "rollout_nodes", "train_nodes", "rate"};
+                for (int i = 0; i < 4; i++) {
                         json_t *v = json_object_get(j->decision, keys[i]);
                         json_object_set(o, keys[i], v ? v : json_null());
                 }
