@@ -38,8 +38,9 @@ typedef struct loom_meta_job {
 #define LOOM_MAX_RATE 16
 #define LOOM_META_MAX_SLOTS 64 /* sum of rates in one group */
 /* The longest gap between two consecutive iteration ends of a member may be at most this many
- * times its SLO budget (docs/scheduling.md, "multi-rate groups"). */
-#define LOOM_GAP_FACTOR 2
+ * times its SLO budget: 1, so every single iteration of a multi-rate member, not only their
+ * mean, stays within the bound a single-rate member has (docs/scheduling.md). */
+#define LOOM_GAP_FACTOR 1
 
 /*
  * The intra-meta-iteration order: slots[0 .. L) (L = sum of rates, returned) name the member
