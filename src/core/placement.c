@@ -268,6 +268,19 @@ static loom_us div_up(loom_us a, loom_us b)
 }
 
 /*
+ * A member starting at a rate > 1 (new, or re-rated: it starts a fresh round) may wait up to a
+ * meta-iteration for its first training slot; every later iteration ends within its longest
+ * gap. A job with `left` iterations to go must still meet its budget over them:
+ * T_meta + (left - 1) gap <= left budget. Unbounded jobs amortise the first wait.
+ */
+static bool first_ok(int64_t left, int rate, int orig, loom_us t_meta, loom_us gap, loom_us budget)
+{
+        if (left <= 0 || rate <= 1 || rate == orig)
+                return true;
+        return (double)t_meta + (double)(left - 1) * (double)gap <= (double)left * (double)budget;
+}
+
+/*
  * Multi-rate evaluation of candidate c (memory already checked): the job starts at the least
  * rate its mean iteration could meet its budget at (T_meta >= the group's weighted cycle), then
  * every member whose mean T_meta / r breaks its budget, or whose longest gap passes
@@ -288,10 +301,19 @@ static int evaluate_multi(search *x, cand *c, loom_us tt)
         for (int i = 0; i < n - 1; i++)
                 budget[i] = g->members[i]->slo_budget;
         budget[n - 1] = x->budget;
+        int64_t left[MAXM];
+        int orig[MAXM];
+        for (int i = 0; i < n; i++) {
+                const job *j = i < n - 1 ? g->members[i] : NULL;
+                int64_t it = j ? j->spec.iterations - j->iterations_done : sp->iterations;
+                left[i] = (j ? j->spec.iterations : sp->iterations) > 0 ? (it > 1 ? it : 1) : 0;
+                orig[i] = j ? rate[i] : 0;
+                gaps[i] = 0;
+        }
         loom_us lo = g->t_cycle > 0 ? div_up(g->t_cycle, x->budget) : 1;
         rate[n - 1] = lo > 1 ? (int)(lo < LOOM_MAX_RATE ? lo : LOOM_MAX_RATE) : 1;
         loom_us t_meta = 0;
-        int bad = -1;
+        int bad = n - 1; /* until a simulation says otherwise */
         for (int round = 0; round < 6; round++) {
                 int slots = 0;
                 for (int i = 0; i < n; i++)
@@ -306,6 +328,12 @@ static int evaluate_multi(search *x, cand *c, loom_us tt)
                 for (int i = 0; i < n; i++) {
                         loom_us need = div_up(t_meta, budget[i]);
                         bool gap = gaps[i] > LOOM_GAP_FACTOR * budget[i];
+                        if (need <= rate[i] && !gap &&
+                            !first_ok(left[i], rate[i], orig[i], t_meta, gaps[i], budget[i])) {
+                                bad = i; /* no rate shortens its first iteration */
+                                stuck = true;
+                                continue;
+                        }
                         if (need <= rate[i] && !gap)
                                 continue;
                         bad = i;
