@@ -165,6 +165,7 @@ static void bound_chain(bool det)
 {
         loom_sim_cfg c;
         loom_sim_cfg_default(&c);
+        c.policy.multirate = false; /* the oracle searches single-rate groupings */
         for (uint64_t seed = 1; seed <= 6; seed++) {
                 loom_sim_workload w;
                 poisson(&w, seed, 10, 1, 4, det, LOOM_SIM_MIXED);
