@@ -104,21 +104,23 @@ int loom_meta_order(const loom_meta_job *jobs, const int *rates, int n, int *slo
                 }
         if (!multi)
                 return L;
-        /* insertion sort by due time q H / r + t_roll, compared exactly as fractions */
+        /* insertion sort (stable: ties stay by member, then repeat) by due time
+         * q H / r + t_roll, scaled by 720720 = lcm(1..16) so it is an exact integer */
+        __int128 key[LOOM_META_MAX_SLOTS];
+        for (int a = 0; a < L; a++) {
+                int r = rate_of(rates, slots[a]);
+                key[a] = ((__int128)q[a] * H + (__int128)r * jobs[slots[a]].t_roll) * (720720 / r);
+        }
         for (int a = 1; a < L; a++) {
-                int sj = slots[a], sq = q[a], b = a;
-                for (; b > 0; b--) {
-                        int xi = slots[b - 1], rx = rate_of(rates, xi), ry = rate_of(rates, sj);
-                        __int128 lhs =
-                                     ((__int128)q[b - 1] * H + (__int128)rx * jobs[xi].t_roll) * ry,
-                                 rhs = ((__int128)sq * H + (__int128)ry * jobs[sj].t_roll) * rx;
-                        if (lhs < rhs || (lhs == rhs && slots[b - 1] <= sj))
-                                break;
+                int sj = slots[a];
+                __int128 k = key[a];
+                int b = a;
+                for (; b > 0 && key[b - 1] > k; b--) {
                         slots[b] = slots[b - 1];
-                        q[b] = q[b - 1];
+                        key[b] = key[b - 1];
                 }
                 slots[b] = sj;
-                q[b] = sq;
+                key[b] = k;
         }
         return L;
 }

@@ -79,6 +79,9 @@ typedef struct group {
         /* rate-weighted (group.h): sum r t_train_in, max r T_solo, T_load; min r x budget */
         loom_us sum_train, t_cycle, t_load, t_meta, min_budget;
         double density; /* sum of t_train_in / budget: > 1 admits no rates at all */
+        /* for the gap bound: the longest t_train_in, and min over members of budget - t_train_in
+         * (another member's training always falls between two of one member's trainings) */
+        loom_us max_train, gap_slack;
         int n_coupled;  /* members with multi-node rollouts, a sync phase or rate > 1 */
         bool saturated;
         bool full;

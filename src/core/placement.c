@@ -281,6 +281,43 @@ static bool first_ok(int64_t left, int rate, int orig, loom_us t_meta, loom_us g
 }
 
 /*
+ * Raise rate[] to what the lower bounds alone demand: T_meta >= the weighted cycle and load,
+ * and member i needs rate >= T_meta / budget_i; repeated to a fixed point (rates only grow, so
+ * every feasible assignment is at least this one). False, with *bad the culprit, when a rate
+ * would pass LOOM_MAX_RATE or the slots LOOM_META_MAX_SLOTS: no simulation can help then.
+ */
+static bool rate_floor(const loom_meta_job *mj, int *rate, const loom_us *budget, int n, int R,
+                       int *bad)
+{
+        for (int round = 0; round < 16; round++) {
+                loom_us c = loom_meta_t_cycle_r(mj, rate, n),
+                        l = loom_meta_t_load_r(mj, rate, n, R);
+                loom_us t = c > l ? c : l;
+                bool raised = false;
+                int slots = 0;
+                for (int i = 0; i < n; i++) {
+                        loom_us need = div_up(t, budget[i]);
+                        if (need > LOOM_MAX_RATE) {
+                                *bad = i;
+                                return false;
+                        }
+                        if (need > rate[i]) {
+                                rate[i] = (int)need;
+                                raised = true;
+                        }
+                        slots += rate[i];
+                }
+                if (slots > LOOM_META_MAX_SLOTS) {
+                        *bad = n - 1;
+                        return false;
+                }
+                if (!raised)
+                        return true;
+        }
+        return true;
+}
+
+/*
  * Multi-rate evaluation of candidate c (memory already checked): the job starts at the least
  * rate its mean iteration could meet its budget at (T_meta >= the group's weighted cycle), then
  * every member whose mean T_meta / r breaks its budget, or whose longest gap passes
@@ -314,6 +351,21 @@ static int evaluate_multi(search *x, cand *c, loom_us tt)
         rate[n - 1] = lo > 1 ? (int)(lo < LOOM_MAX_RATE ? lo : LOOM_MAX_RATE) : 1;
         loom_us t_meta = 0;
         int bad = n - 1; /* until a simulation says otherwise */
+        if (!rate_floor(mj, rate, budget, n, R, &bad)) {
+                /* no rates can work: not even the bounds T_meta >= weighted cycle and load */
+                c->rate = rate[n - 1];
+                c->t_meta = loom_meta_t_cycle_r(mj, rate, n);
+                c->reject = LOOM_REJECT_SLO;
+                if (!x->d->record_candidates)
+                        return 0;
+                char lab[LOOM_JOB_ID_MAX + 8];
+                snprintf(c->why, sizeof c->why,
+                         "no rates fit: %s would need > %d iterations per "
+                         "meta-iteration, or > %d slots",
+                         bad == n - 1 ? "the new job" : job_label(g->members[bad], lab, sizeof lab),
+                         LOOM_MAX_RATE, LOOM_META_MAX_SLOTS);
+                return 0;
+        }
         for (int round = 0; round < 6; round++) {
                 int slots = 0;
                 for (int i = 0; i < n; i++)
@@ -363,10 +415,12 @@ static int evaluate_multi(search *x, cand *c, loom_us tt)
         c->slack = slack;
         lifetime(x, c);
         if (bad >= 0) {
+                c->reject = LOOM_REJECT_SLO;
+                if (!x->d->record_candidates)
+                        return 0; /* formatting costs more than the check */
                 char lab[LOOM_JOB_ID_MAX + 8];
                 const char *who =
                     bad == n - 1 ? "the new job" : job_label(g->members[bad], lab, sizeof lab);
-                c->reject = LOOM_REJECT_SLO;
                 snprintf(c->why, sizeof c->why,
                          "T_meta %.1f s: %s at rate %d averages %.1f s (SLO bound %.1f s), "
                          "longest gap %.1f s",
@@ -490,6 +544,16 @@ static int gen_direct(const search *x, const group *g, rnode **sorted, cand *out
 
 static int consider(search *x, cand *c)
 {
+        /* Multi-rate evaluation simulates: a candidate dearer than a feasible one already
+         * found cannot win (cost is the first key), so it is not simulated. */
+        if (multirate(x) && c->g && x->have_best &&
+            c->n_new * x->s->price[LOOM_POOL_ROLLOUT] > x->best.cost + 1e-9) {
+                c->cost = c->n_new * x->s->price[LOOM_POOL_ROLLOUT];
+                c->rate = 1;
+                c->reject = LOOM_REJECT_COSTLIER;
+                snprintf(c->why, sizeof c->why, "dearer than a feasible candidate: not simulated");
+                return record(x, c);
+        }
         int rc = c->g ? evaluate(x, c) : 0; /* isolated provisioning is priced by isolated() */
         if (rc)
                 return rc;
@@ -541,16 +605,25 @@ static loom_reject group_may_fit(search *x, const open_group *o, char *why, size
                  * carries sum r_k t_train_k >= T_meta sum t_train_k / budget_k: the density
                  * must stay <= 1. And the job's own chain makes its mean >= its solo_in. */
                 double dens = o->density + (double)tt / (double)x->budget;
-                if (solo_in <= x->budget && dens <= 1.0 && o->t_cycle <= LOOM_MAX_RATE * x->budget)
+                /* Between two trainings of any member lies another member's training: the
+                 * gap bound (one budget) needs tt_k + tt_new within both budgets. */
+                const group *g = o->g;
+                bool gap_ok = g->max_train + tt <= LOOM_GAP_FACTOR * x->budget &&
+                              (LOOM_GAP_FACTOR - 1) * g->max_train + g->gap_slack >= tt;
+                if (solo_in <= x->budget && dens <= 1.0 && gap_ok &&
+                    o->t_cycle <= LOOM_MAX_RATE * x->budget)
                         return LOOM_REJECT_NONE;
                 if (why)
                         snprintf(why, n,
-                                 solo_in > x->budget
-                                     ? "the job's iteration in this pool, %.1f s, exceeds its SLO "
-                                       "bound %.1f s"
-                                     : "at their SLO rates the members would need %.0f%% of the "
-                                       "training pool",
-                                 solo_in > x->budget ? loom_us_to_s(solo_in) : 100.0 * dens,
+                                 solo_in > x->budget ? "the job's iteration in this pool, %.1f s, "
+                                                       "exceeds its SLO bound %.1f s"
+                                 : !gap_ok ? "a member's training and the job's would not fit "
+                                             "within one SLO bound (%.1f s; %.1f s)"
+                                           : "at their SLO rates the members would need %.0f%% "
+                                             "of the training pool (%.1f s)",
+                                 solo_in > x->budget ? loom_us_to_s(solo_in)
+                                 : !gap_ok           ? loom_us_to_s(g->max_train + tt)
+                                                     : 100.0 * dens,
                                  loom_us_to_s(x->budget));
                 return LOOM_REJECT_SLO;
         }
@@ -566,12 +639,42 @@ static loom_reject group_may_fit(search *x, const open_group *o, char *why, size
         return LOOM_REJECT_NONE;
 }
 
+/* Whether rate_floor leaves any rates for the job in g on new rollout nodes: the least loaded
+ * placement, so when it fails every candidate in g does. */
+static bool rates_may_fit(const search *x, const group *g)
+{
+        const loom_sched *s = x->s;
+        const loom_job_spec *sp = x->spec;
+        loom_meta_job mj[MAXM];
+        int idx[MAXM][LOOM_MAX_JOB_NODES], R, rate[MAXM], bad;
+        loom_node_id ids[LOOM_MAX_JOB_NODES];
+        loom_us budget[MAXM];
+        for (int k = 0; k < x->k; k++)
+                ids[k] = s->next_rnode + (loom_node_id)k;
+        loom_us tt = loom_group_train_time(sp->t_train, sp->train_gpus, g->train_gpus,
+                                           s->policy.train_scaling_efficiency);
+        loom_us extra[3] = {sp->t_roll, tt, sp->t_sync};
+        int n = meta_jobs(g, extra, ids, x->k, mj, rate, idx, &R);
+        for (int i = 0; i < n - 1; i++)
+                budget[i] = g->members[i]->slo_budget;
+        budget[n - 1] = x->budget;
+        return rate_floor(mj, rate, budget, n, R, &bad);
+}
+
 static int search_group(search *x, const open_group *o)
 {
         const group *g = o->g;
         bool rec = x->d->record_candidates;
         cand c = {.g = g, .kind = LOOM_DECISION_DIRECT_PACK};
         c.reject = group_may_fit(x, o, rec ? c.why : NULL, sizeof c.why);
+        if (c.reject == LOOM_REJECT_NONE && multirate(x) && !rates_may_fit(x, g)) {
+                c.reject = LOOM_REJECT_SLO;
+                if (rec)
+                        snprintf(c.why, sizeof c.why,
+                                 "no rates fit even on new rollout nodes (more than %d iterations "
+                                 "per meta-iteration or %d slots)",
+                                 LOOM_MAX_RATE, LOOM_META_MAX_SLOTS);
+        }
         if (c.reject != LOOM_REJECT_NONE) {
                 x->d->groups_pruned_bound++;
                 return rec ? record(x, &c) : 0;

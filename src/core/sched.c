@@ -371,8 +371,14 @@ void loom__group_refresh(loom_sched *s, group *g)
         g->train_mem_used = 0;
         g->n_coupled = 0;
         g->density = 0;
+        g->max_train = 0;
+        g->gap_slack = INT64_MAX;
         for (int i = 0; i < g->n_members; i++) {
                 const job *j = g->members[i];
+                if (j->t_train_in > g->max_train)
+                        g->max_train = j->t_train_in;
+                if (j->slo_budget - j->t_train_in < g->gap_slack)
+                        g->gap_slack = j->slo_budget - j->t_train_in;
                 g->n_coupled += j->n_rnodes > 1 || j->spec.t_sync > 0 || j->rate > 1;
                 g->sum_train += j->rate * j->t_train_in;
                 g->train_mem_used += j->mem_train_in;
