@@ -216,3 +216,43 @@ Test(multirate, placement_rates_and_dispatch_realise_them)
                 loom_sched_free(s);
         }
 }
+
+/* Learned admission re-plans a multi-rate member on its observed profile: the member keeps its
+ * rate, the group's period does not grow, and the budget it is held to is its rate times its
+ * learned budget. */
+Test(multirate, learned_replan_keeps_the_rates)
+{
+        loom_cluster_cfg cl;
+        loom_policy_cfg po;
+        loom_cluster_cfg_default(&cl);
+        loom_policy_cfg_default(&po);
+        po.admission = LOOM_ADMIT_P99;
+        po.learn_after = 3;
+        loom_sched *s = loom_sched_new(&cl, &po, NULL);
+        loom_job_spec l = spec("long", 800, 200, 1.2), sh = spec("short", 60, 40, 3.0);
+        loom_decision d;
+        loom_job_id il, is;
+        loom_decision_init(&d, false);
+        cr_assert_eq(loom_sched_submit(s, 0, &l, &d, &il, NULL), 0);
+        cr_assert_eq(loom_sched_submit(s, 0, &sh, &d, &is, NULL), 0);
+        cr_assert_gt(d.rate, 1);
+        int rate = d.rate;
+        loom_group_info g0, g1;
+        cr_assert_eq(loom_sched_group_info(s, d.group, &g0), 0);
+        int rc = 0;
+        for (int i = 0; i < 3; i++) {
+                cr_assert_eq(loom_sched_observe(s, 0, is, LOOM_PHASE_ROLLOUT, loom_us_from_s(30)),
+                             0);
+                rc = loom_sched_observe(s, 0, is, LOOM_PHASE_TRAIN, loom_us_from_s(20));
+        }
+        cr_assert_eq(rc, 1, "the short job's group is re-planned (%d)", rc);
+        loom_job_info ji;
+        cr_assert_eq(loom_sched_job_info(s, is, &ji), 0);
+        cr_assert(ji.learned);
+        cr_assert_eq(ji.rate, rate);
+        cr_assert_eq(loom_sched_group_info(s, d.group, &g1), 0);
+        cr_assert_leq(g1.t_meta, g0.t_meta);
+        cr_assert_leq(g1.t_meta, (loom_us)rate * ji.learned_budget);
+        loom_decision_free(&d);
+        loom_sched_free(s);
+}
