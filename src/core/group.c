@@ -94,33 +94,32 @@ int loom_meta_order(const loom_meta_job *jobs, const int *rates, int n, int *slo
                 L += rate_of(rates, i);
                 multi |= rate_of(rates, i) > 1;
         }
-        if (L > cap)
+        if (L > cap || L > LOOM_META_MAX_SLOTS || n > LOOM_META_MAX_SLOTS)
                 return LOOM_EINVAL;
-        int q[LOOM_META_MAX_SLOTS], m = 0;
-        for (int i = 0; i < n; i++)
-                for (int k = 0; k < rate_of(rates, i); k++) {
-                        slots[m] = i;
-                        q[m++] = k;
-                }
-        if (!multi)
+        if (!multi) {
+                for (int i = 0; i < n; i++)
+                        slots[i] = i;
                 return L;
-        /* insertion sort (stable: ties stay by member, then repeat) by due time
-         * q H / r + t_roll, scaled by 720720 = lcm(1..16) so it is an exact integer */
-        __int128 key[LOOM_META_MAX_SLOTS];
-        for (int a = 0; a < L; a++) {
-                int r = rate_of(rates, slots[a]);
-                key[a] = ((__int128)q[a] * H + (__int128)r * jobs[slots[a]].t_roll) * (720720 / r);
         }
-        for (int a = 1; a < L; a++) {
-                int sj = slots[a];
-                __int128 k = key[a];
-                int b = a;
-                for (; b > 0 && key[b - 1] > k; b--) {
-                        slots[b] = slots[b - 1];
-                        key[b] = key[b - 1];
-                }
-                slots[b] = sj;
-                key[b] = k;
+        /* Merge the members' repeats by due time q H / r + t_roll, scaled by 720720 =
+         * lcm(1..16) to an exact integer; ties go to the lower member (a member's own repeats
+         * are already in order). */
+        __int128 next[LOOM_META_MAX_SLOTS], step[LOOM_META_MAX_SLOTS];
+        int left[LOOM_META_MAX_SLOTS];
+        for (int i = 0; i < n; i++) {
+                int r = rate_of(rates, i);
+                next[i] = (__int128)720720 * jobs[i].t_roll;
+                step[i] = (__int128)H * (720720 / r);
+                left[i] = r;
+        }
+        for (int m = 0; m < L; m++) {
+                int b = -1;
+                for (int i = 0; i < n; i++)
+                        if (left[i] && (b < 0 || next[i] < next[b]))
+                                b = i;
+                slots[m] = b;
+                next[b] += step[b];
+                left[b]--;
         }
         return L;
 }
