@@ -82,7 +82,7 @@ typedef struct group {
         /* for the gap bound: the longest t_train_in, and min over members of budget - t_train_in
          * (another member's training always falls between two of one member's trainings) */
         loom_us max_train, gap_slack;
-        int n_coupled;  /* members with multi-node rollouts, a sync phase or rate > 1 */
+        int n_coupled; /* members with multi-node rollouts, a sync phase or rate > 1 */
         bool saturated;
         bool full;
         int open_idx;              /* index in s->open, or -1 */
