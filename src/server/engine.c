@@ -679,14 +679,13 @@ static void h_groups(loom_server *s, srv_req *r)
                         json_array_append_new(rates, json_integer(g->rates[k]));
                 }
                 json_array_append_new(
-                    a,
-                    json_pack("{s:i,s:o,s:o,s:o,s:o,s:f,s:f,s:f,s:b,s:f}", "id", (int)g->id,
-                              "rates", rates, "members",
-                              m, "rollout_nodes", nodes_json(g->rollout_nodes, g->n_rollout_nodes),
-                              "train_nodes", nodes_json(g->train_nodes, g->n_train_nodes),
-                              "t_cycle_s", loom_us_to_s(g->t_cycle), "t_load_s",
-                              loom_us_to_s(g->t_load), "t_meta_s", loom_us_to_s(g->t_meta),
-                              "saturated", g->saturated, "cost_per_hour", g->cost_per_hour));
+                    a, json_pack("{s:i,s:o,s:o,s:o,s:o,s:f,s:f,s:f,s:b,s:f}", "id", (int)g->id,
+                                 "rates", rates, "members", m, "rollout_nodes",
+                                 nodes_json(g->rollout_nodes, g->n_rollout_nodes), "train_nodes",
+                                 nodes_json(g->train_nodes, g->n_train_nodes), "t_cycle_s",
+                                 loom_us_to_s(g->t_cycle), "t_load_s", loom_us_to_s(g->t_load),
+                                 "t_meta_s", loom_us_to_s(g->t_meta), "saturated", g->saturated,
+                                 "cost_per_hour", g->cost_per_hour));
         }
         free(g);
         free(ids);
@@ -706,8 +705,8 @@ static void h_cluster(loom_server *s, srv_req *r)
             json_pack("{s:o,s:{s:s,s:i,s:s,s:b},s:{s:i,s:i},s:{s:f,s:f},s:f,s:i,s:i,s:I}",
                       "cluster", loom_cluster_cfg_to_json(c), "policy", "admission",
                       loom_admission_name(p->admission), "learn_after", p->learn_after, "dispatch",
-                      loom_dispatch_name(p->dispatch), "multirate", p->multirate, "nodes", "rollout",
-                      st.nodes[LOOM_POOL_ROLLOUT], "train", st.nodes[LOOM_POOL_TRAIN],
+                      loom_dispatch_name(p->dispatch), "multirate", p->multirate, "nodes",
+                      "rollout", st.nodes[LOOM_POOL_ROLLOUT], "train", st.nodes[LOOM_POOL_TRAIN],
                       "cost_per_hour_by_pool", "rollout", pr * st.nodes[LOOM_POOL_ROLLOUT], "train",
                       pt * st.nodes[LOOM_POOL_TRAIN], "cost_per_hour", st.cost_per_hour, "jobs",
                       st.jobs, "groups", st.groups, "replans", (json_int_t)st.replans));
