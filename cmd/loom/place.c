@@ -56,7 +56,7 @@ int loom_cmd_place(int argc, char **argv)
 {
         const char *path = NULL;
         bool compact = false;
-        int multirate = -1;
+        int multirate = -1, rightsize = -1;
         for (int i = 1; i < argc; i++) {
                 if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
                         usage(stdout);
@@ -70,6 +70,13 @@ int loom_cmd_place(int argc, char **argv)
                                 return 2;
                         }
                         multirate = !strcmp(argv[++i], "on");
+                } else if (!strcmp(argv[i], "--train-rightsize")) {
+                        if (i + 1 >= argc ||
+                            (strcmp(argv[i + 1], "on") && strcmp(argv[i + 1], "off"))) {
+                                fprintf(stderr, "loom place: --train-rightsize takes on or off\n");
+                                return 2;
+                        }
+                        rightsize = !strcmp(argv[++i], "on");
                 } else if (argv[i][0] == '-' && argv[i][1]) {
                         fprintf(stderr, "loom place: unknown option '%s'\n", argv[i]);
                         usage(stderr);
@@ -95,6 +102,8 @@ int loom_cmd_place(int argc, char **argv)
         }
         if (multirate >= 0)
                 sc.policy.multirate = multirate;
+        if (rightsize >= 0)
+                sc.policy.train_rightsize = rightsize;
         loom_sched *s = loom_sched_new(&sc.cluster, &sc.policy, &e);
         if (!s) {
                 print_err(path, &e);

@@ -87,6 +87,10 @@ typedef struct loom_policy_cfg {
         /* Multi-rate groups (docs/scheduling.md): placement may run a member r >= 1 times per
          * meta-iteration and re-rate members. false: every rate is 1, WEAVE's round robin. */
         bool multirate;
+        /* Training-pool right-sizing (docs/scheduling.md): a job that opens a new group may get
+         * fewer training nodes than it asked for when its SLO and the per-node training memory
+         * still hold there. Default false: a new group gets exactly the job's training nodes. */
+        bool train_rightsize;
 } loom_policy_cfg;
 
 void loom_policy_cfg_default(loom_policy_cfg *p);

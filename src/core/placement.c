@@ -35,6 +35,7 @@ typedef struct cand {
         double horizon; /* s until the group's current members finish, at the new T_meta */
         loom_us slack;  /* tightest SLO budget in the group minus the new T_meta */
         int rate;       /* the job's rate */
+        int tnodes;     /* isolated provisioning: training nodes of the new group */
         int8_t rates[LOOM_MAX_GROUP_SIZE]; /* members' rates after the placement */
         loom_reject reject;
         char why[160];
@@ -124,7 +125,7 @@ static int record(search *x, const cand *c)
         o->n_rollout_nodes = c->n;
         memcpy(o->rollout_nodes, c->ids, sizeof(loom_node_id) * (size_t)c->n);
         o->new_rollout_nodes = c->n_new;
-        o->new_train_nodes = c->g ? 0 : x->spec->train_gpus / x->s->cluster.gpus_per_node;
+        o->new_train_nodes = c->g ? 0 : c->tnodes;
         o->marginal_cost_per_hour = c->cost;
         o->t_meta = c->t_meta;
         o->utilisation = c->util;
@@ -695,6 +696,30 @@ static int search_group(search *x, const open_group *o)
         return 0;
 }
 
+/*
+ * Training nodes for a new group of the job alone. The job's own count, or under
+ * policy.train_rightsize (loom's placer) the fewest nodes P on which the job alone still meets
+ * its SLO budget (t_roll + t_train g / P + t_sync) and its training working set per node
+ * (mem_train g / P) fits: the training pool is the dear one, and a job with SLO slack pays for
+ * nodes it does not need to meet its bound.
+ */
+static int isolated_tnodes(const search *x)
+{
+        const loom_sched *s = x->s;
+        const loom_job_spec *sp = x->spec;
+        int gpn = s->cluster.gpus_per_node, t = sp->train_gpus / gpn;
+        if (!s->policy.train_rightsize || s->policy.placer != LOOM_PLACER_LOOM)
+                return t;
+        for (int p = 1; p < t; p++) {
+                loom_us tt = loom_group_train_time(sp->t_train, sp->train_gpus, p * gpn,
+                                                   s->policy.train_scaling_efficiency);
+                uint64_t mt = loom_group_train_mem(sp->mem_train, sp->train_gpus, p * gpn);
+                if (sp->t_roll + tt + sp->t_sync <= x->budget && mt <= s->cluster.host_mem_bytes)
+                        return p;
+        }
+        return t;
+}
+
 static void isolated(const search *x, cand *c)
 {
         const loom_sched *s = x->s;
@@ -702,11 +727,16 @@ static void isolated(const search *x, cand *c)
         memset(c, 0, sizeof *c);
         c->kind = LOOM_DECISION_NEW_GROUP;
         finish_ids(s, c, 0, x->k);
-        int t = sp->train_gpus / s->cluster.gpus_per_node;
+        int t = isolated_tnodes(x), gpn = s->cluster.gpus_per_node;
+        c->tnodes = t;
         c->cost = x->k * s->price[LOOM_POOL_ROLLOUT] + t * s->price[LOOM_POOL_TRAIN];
-        c->t_meta = loom_job_t_solo(sp);
+        loom_us tt = t == sp->train_gpus / gpn
+                         ? sp->t_train
+                         : loom_group_train_time(sp->t_train, sp->train_gpus, t * gpn,
+                                                 s->policy.train_scaling_efficiency);
+        c->t_meta = sp->t_roll + tt + sp->t_sync;
         c->rate = 1;
-        loom_us load = sp->t_roll > sp->t_train ? sp->t_roll : sp->t_train;
+        loom_us load = sp->t_roll > tt ? sp->t_roll : tt;
         c->util = c->t_meta > 0 ? (double)load / (double)c->t_meta : 0;
 }
 
@@ -895,7 +925,7 @@ static void fill_decision(search *x)
                 d->n_train_nodes = b->g->n_tnodes;
                 loom__tnodes(b->g, d->train_nodes);
         } else {
-                d->n_train_nodes = x->spec->train_gpus / s->cluster.gpus_per_node;
+                d->n_train_nodes = b->tnodes;
                 for (int i = 0; i < d->n_train_nodes; i++)
                         d->train_nodes[i] = s->next_tnode + (loom_node_id)i;
         }

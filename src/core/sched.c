@@ -447,12 +447,12 @@ static int reserve(loom_sched *s, const loom_decision *d)
 }
 
 /* Register a freshly allocated group with the training nodes of `spec`. */
-static void group_open(loom_sched *s, group *g, const loom_job_spec *spec)
+static void group_open(loom_sched *s, group *g, const loom_decision *d)
 {
         g->id = s->next_group++;
         g->open_idx = -1;
-        g->n_tnodes = spec->train_gpus / s->cluster.gpus_per_node;
-        g->train_gpus = spec->train_gpus;
+        g->n_tnodes = d->n_train_nodes; /* the job's own, or fewer under train_rightsize */
+        g->train_gpus = d->n_train_nodes * s->cluster.gpus_per_node;
         g->tnode_first = s->next_tnode;
         s->next_tnode += (uint32_t)g->n_tnodes;
         for (int i = 0; i < g->n_tnodes; i++)
@@ -515,7 +515,7 @@ static int apply(loom_sched *s, loom_us now, const loom_job_spec *spec, const lo
         job *j = m.j;
         group *g = m.g_new ? m.g_new : group_of(s, d->group);
         if (m.g_new)
-                group_open(s, g, spec);
+                group_open(s, g, d);
         for (int k = 0, fresh = 0; k < d->n_rollout_nodes; k++) {
                 loom_node_id nid = d->rollout_nodes[k];
                 if (nid >= s->next_rnode) {

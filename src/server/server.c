@@ -115,6 +115,9 @@ static int settle_cluster(loom_server *s, loom_err *e)
          * from before it, or written with it off, has no suffix: it replays single-rate. */
         if (p->multirate && p->placer == LOOM_PLACER_LOOM)
                 snprintf(base + strlen(base), sizeof base - strlen(base), " multirate=on");
+        /* Right-sized training pools change how many training nodes a new group gets. */
+        if (p->train_rightsize && p->placer == LOOM_PLACER_LOOM)
+                snprintf(base + strlen(base), sizeof base - strlen(base), " train_rightsize=on");
         snprintf(pol, sizeof pol, "%s%s%s", base, adm, plx);
         snprintf(legacy, sizeof legacy, "%s%s", base, adm); /* a plex store before plx */
         snprintf(worst, sizeof worst, "%s%s", base, plx);

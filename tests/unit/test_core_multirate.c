@@ -256,3 +256,96 @@ Test(multirate, learned_replan_keeps_the_rates)
         loom_decision_free(&d);
         loom_sched_free(s);
 }
+
+/* ---- training-pool right-sizing ---------------------------------------------------------- */
+
+/* A job asking for 4 training nodes with SLO slack opens a group of the fewest training nodes
+ * that keep its iteration (t_roll + t_train g / P) within its budget and its training working
+ * set per node (mem_train g / P) within host memory; off, or without slack, or without memory,
+ * it gets the 4 it asked for. The member's in-group training time is the scaled one, and
+ * driving the core with worst-case phases keeps it within its budget. */
+Test(multirate, rightsize_opens_the_fewest_training_nodes_within_slo_and_memory)
+{
+        loom_cluster_cfg cl;
+        loom_policy_cfg po;
+        loom_cluster_cfg_default(&cl);
+        loom_policy_cfg_default(&po);
+        cr_assert_not(po.train_rightsize, "off by default");
+        /* T_solo 300 s, budget 540 s: 1 node -> 100 + 800 = 900 s, 2 -> 500 s fits */
+        loom_job_spec big = spec("big", 100, 200, 1.8);
+        big.train_gpus = 32;
+        struct {
+                bool on;
+                double slo;
+                uint64_t mem;
+                int want;
+        } cases[] = {
+            {false, 1.8, 100 * LOOM_GB, 4}, /* off: what it asked for */
+            {true, 1.8, 100 * LOOM_GB, 2},  /* 2 nodes meet 540 s */
+            {true, 3.0, 100 * LOOM_GB, 1},  /* 900 s fits a 900 s budget */
+            {true, 1.0, 100 * LOOM_GB, 4},  /* no slack */
+            {true, 3.0, 0, 3},              /* memory: set below */
+        };
+        /* x4 on 1 node and x2 on 2 overflow, x4/3 on 3 fits: the SLO alone would allow 1 */
+        cases[4].mem = cl.host_mem_bytes / 2 + LOOM_GB;
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+                po.train_rightsize = cases[c].on;
+                big.slo = cases[c].slo;
+                big.mem_train = cases[c].mem;
+                loom_sched *s = loom_sched_new(&cl, &po, NULL);
+                loom_decision d;
+                loom_job_id id;
+                loom_decision_init(&d, true);
+                cr_assert_eq(loom_sched_submit(s, 0, &big, &d, &id, NULL), 0);
+                cr_assert_eq(d.kind, LOOM_DECISION_NEW_GROUP);
+                cr_assert_eq(d.n_train_nodes, cases[c].want, "case %zu: %d training nodes", c,
+                             d.n_train_nodes);
+                double price = loom_cluster_node_price(&cl, LOOM_POOL_ROLLOUT) +
+                               cases[c].want * loom_cluster_node_price(&cl, LOOM_POOL_TRAIN);
+                cr_assert_float_eq(d.marginal_cost_per_hour, price, 1e-9, "case %zu", c);
+                loom_decision_free(&d);
+                loom_group_info g;
+                cr_assert_eq(loom_sched_group_info(s, 0, &g), 0);
+                cr_assert_eq(g.n_train_nodes, cases[c].want);
+                loom_job_info ji;
+                cr_assert_eq(loom_sched_job_info(s, id, &ji), 0);
+                cr_assert_eq(ji.t_train_in_group,
+                             loom_group_train_time(big.t_train, 32, 8 * cases[c].want, 1.0));
+                cr_assert_eq(ji.t_train_in_group * cases[c].want / 4, big.t_train, "case %zu", c);
+                int64_t count[4] = {0};
+                loom_us from = loom_us_from_s(10000), until = loom_us_from_s(40000);
+                drive(s, from, until, count);
+                /* at most one iteration short of one per budget over the window */
+                int64_t least = (until - from) / loom_job_budget(&big) - 1;
+                cr_assert_geq(count[id], least, "case %zu: %lld iterations < %lld", c,
+                              (long long)count[id], (long long)least);
+                loom_sched_free(s);
+        }
+}
+
+/* A right-sized group takes later jobs on its smaller pool: a job asking for 2 training nodes
+ * joins a one-node group and trains there at t_train g / P. */
+Test(multirate, rightsize_group_takes_jobs_on_its_smaller_pool)
+{
+        loom_cluster_cfg cl;
+        loom_policy_cfg po;
+        loom_cluster_cfg_default(&cl);
+        loom_policy_cfg_default(&po);
+        po.train_rightsize = true;
+        loom_sched *s = loom_sched_new(&cl, &po, NULL);
+        loom_job_spec a = spec("a", 100, 100, 3.0), b = spec("b", 300, 50, 3.0);
+        a.train_gpus = 16; /* 2 nodes asked; 1 meets 3 x 200 s */
+        b.train_gpus = 16;
+        loom_decision d;
+        loom_job_id ia, ib;
+        loom_decision_init(&d, false);
+        cr_assert_eq(loom_sched_submit(s, 0, &a, &d, &ia, NULL), 0);
+        cr_assert_eq(d.n_train_nodes, 1);
+        cr_assert_eq(loom_sched_submit(s, 0, &b, &d, &ib, NULL), 0);
+        cr_assert_eq(d.group, 0, "b joins a's one-node group: %s", d.reason);
+        loom_job_info ji;
+        cr_assert_eq(loom_sched_job_info(s, ib, &ji), 0);
+        cr_assert_eq(ji.t_train_in_group, 2 * b.t_train);
+        loom_decision_free(&d);
+        loom_sched_free(s);
+}
