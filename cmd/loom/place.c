@@ -12,7 +12,8 @@
 static void usage(FILE *f)
 {
         fprintf(f,
-                "usage: loom place [--compact] [--multirate on|off] SCENARIO.json\n"
+                "usage: loom place [--compact] [--multirate on|off] [--train-rightsize on|off]\n"
+                "                  SCENARIO.json\n"
                 "\n"
                 "Reads a cluster (optional), a policy (optional) and a list of job arrivals,\n"
                 "places the jobs in order with loom's inter-group placement (Algorithm 1) and\n"
@@ -22,6 +23,7 @@ static void usage(FILE *f)
                 "\n"
                 "  --compact          leave out the candidate list\n"
                 "  --multirate on|off override the policy's multirate setting\n"
+                "  --train-rightsize on|off  override the policy's train_rightsize setting\n"
                 "\n"
                 "Exit status: 0 placed, 1 invalid scenario, 2 bad usage.\n"
                 "Format: docs/formats.md. Example: examples/temporal-mux.json\n");

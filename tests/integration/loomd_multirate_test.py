@@ -7,7 +7,8 @@
   S trains exactly r times (r training and r rollout permits per meta-iteration);
 - loomd is killed with SIGKILL and started again: both jobs keep their group and rates, and the
   permits go on in the same pattern;
-- the data dir is refused by a loomd started with multirate off (the policy fingerprint).
+- the data dir is refused by a loomd started with multirate off, or with train_rightsize on
+  (the policy fingerprint covers both).
 The workers release at once: the order, not the phase lengths, is what is checked.
 """
 
@@ -34,6 +35,9 @@ try:
     off = os.path.join(tmp, "off.json")
     with open(off, "w") as f:
         f.write('{"cluster": {}, "policy": {"multirate": false}}\n')
+    rightsize = os.path.join(tmp, "rightsize.json")
+    with open(rightsize, "w") as f:
+        f.write('{"cluster": {}, "policy": {"train_rightsize": true}}\n')
 except BaseException:
     shutil.rmtree(tmp, True)
     raise
@@ -110,4 +114,8 @@ p = subprocess.run([loomd, "--data-dir", d.dir, "--cluster", off, "--quiet"],
                    capture_output=True, text=True, timeout=30)
 check(p.returncode == 1 and "another policy" in p.stderr,
       f"multirate off refuses the multi-rate data dir ({p.stderr.strip()[:120]})")
+p = subprocess.run([loomd, "--data-dir", d.dir, "--cluster", rightsize, "--quiet"],
+                   capture_output=True, text=True, timeout=30)
+check(p.returncode == 1 and "another policy" in p.stderr,
+      f"train_rightsize on refuses a data dir written with it off ({p.stderr.strip()[:120]})")
 shutil.rmtree(tmp, True)
