@@ -12,7 +12,8 @@
 static void usage(FILE *f)
 {
         fprintf(f,
-                "usage: loom place [--compact] SCENARIO.json\n"
+                "usage: loom place [--compact] [--multirate on|off] [--train-rightsize on|off]\n"
+                "                  SCENARIO.json\n"
                 "\n"
                 "Reads a cluster (optional), a policy (optional) and a list of job arrivals,\n"
                 "places the jobs in order with loom's inter-group placement (Algorithm 1) and\n"
@@ -20,7 +21,9 @@ static void usage(FILE *f)
                 "cost, the resulting meta-iteration time and every candidate it looked at with\n"
                 "the reason it was not chosen. Use - to read the scenario from stdin.\n"
                 "\n"
-                "  --compact   leave out the candidate list\n"
+                "  --compact          leave out the candidate list\n"
+                "  --multirate on|off override the policy's multirate setting\n"
+                "  --train-rightsize on|off  override the policy's train_rightsize setting\n"
                 "\n"
                 "Exit status: 0 placed, 1 invalid scenario, 2 bad usage.\n"
                 "Format: docs/formats.md. Example: examples/temporal-mux.json\n");
@@ -34,16 +37,48 @@ static void print_err(const char *path, const loom_err *e)
                 fprintf(stderr, "loom place: %s: %s\n", path, e->msg);
 }
 
+/* The group's members after the placement, each with its rate (re-rated ones included). */
+static json_t *members_json(const loom_sched *s, loom_group_id gid)
+{
+        json_t *a = json_array();
+        loom_group_info g;
+        if (loom_sched_group_info(s, gid, &g))
+                return a;
+        for (int i = 0; i < g.n_members; i++) {
+                loom_job_info ji;
+                if (loom_sched_job_info(s, g.members[i], &ji))
+                        continue;
+                json_array_append_new(
+                    a, json_pack("{s:s,s:i}", "job", ji.spec.id, "rate", g.rates[i]));
+        }
+        return a;
+}
+
 int loom_cmd_place(int argc, char **argv)
 {
         const char *path = NULL;
         bool compact = false;
+        int multirate = -1, rightsize = -1;
         for (int i = 1; i < argc; i++) {
                 if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
                         usage(stdout);
                         return 0;
                 } else if (!strcmp(argv[i], "--compact")) {
                         compact = true;
+                } else if (!strcmp(argv[i], "--multirate")) {
+                        if (i + 1 >= argc ||
+                            (strcmp(argv[i + 1], "on") && strcmp(argv[i + 1], "off"))) {
+                                fprintf(stderr, "loom place: --multirate takes on or off\n");
+                                return 2;
+                        }
+                        multirate = !strcmp(argv[++i], "on");
+                } else if (!strcmp(argv[i], "--train-rightsize")) {
+                        if (i + 1 >= argc ||
+                            (strcmp(argv[i + 1], "on") && strcmp(argv[i + 1], "off"))) {
+                                fprintf(stderr, "loom place: --train-rightsize takes on or off\n");
+                                return 2;
+                        }
+                        rightsize = !strcmp(argv[++i], "on");
                 } else if (argv[i][0] == '-' && argv[i][1]) {
                         fprintf(stderr, "loom place: unknown option '%s'\n", argv[i]);
                         usage(stderr);
@@ -67,6 +102,10 @@ int loom_cmd_place(int argc, char **argv)
                 print_err(path, &e);
                 return 1;
         }
+        if (multirate >= 0)
+                sc.policy.multirate = multirate;
+        if (rightsize >= 0)
+                sc.policy.train_rightsize = rightsize;
         loom_sched *s = loom_sched_new(&sc.cluster, &sc.policy, &e);
         if (!s) {
                 print_err(path, &e);
@@ -86,6 +125,8 @@ int loom_cmd_place(int argc, char **argv)
                         break;
                 }
                 json_t *o = loom_decision_to_json(&d, sc.jobs[i].id);
+                if (rc == 0)
+                        json_object_set_new(o, "members", members_json(s, d.group));
                 if (compact)
                         json_object_del(o, "candidates");
                 char *line = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(10));

@@ -55,6 +55,10 @@ static void usage(FILE *f)
                "                         that quantile of its observed phase times (worst\n"
                "                         case until enough iterations bound it)\n"
                "  --learn-after K        iterations observed before re-planning (default 3)\n"
+               "  --multirate on|off     multi-rate groups: a member may run several iterations\n"
+               "                         per meta-iteration (default on)\n"
+               "  --train-rightsize on|off  a new group may get fewer training nodes than its\n"
+               "                         job asked for, within its SLO and memory (default off)\n"
                "  --max-group N          max jobs per group (default 5)\n"
                "  --colocated-factor F   rollout time on a training GPU vs a rollout GPU (1.0)\n"
                "  --seed N               workload and placement seed (default 1)\n"
@@ -155,7 +159,9 @@ static int parse(int argc, char **argv, opts *o)
                 O_MAXRS,
                 O_ADMIT,
                 O_LEARN,
-                O_DECOMP
+                O_DECOMP,
+                O_MULTI,
+                O_RIGHTSIZE
         };
         static const struct option lo[] = {{"trace", 1, 0, O_TRACE},
                                            {"rows", 1, 0, O_ROWS},
@@ -184,6 +190,8 @@ static int parse(int argc, char **argv, opts *o)
                                            {"admission", 1, 0, O_ADMIT},
                                            {"learn-after", 1, 0, O_LEARN},
                                            {"decompose", 0, 0, O_DECOMP},
+                                           {"multirate", 1, 0, O_MULTI},
+                                           {"train-rightsize", 1, 0, O_RIGHTSIZE},
                                            {"help", 0, 0, 'h'},
                                            {0, 0, 0, 0}};
         int c, v;
@@ -302,6 +310,16 @@ static int parse(int argc, char **argv, opts *o)
                 case O_LEARN:
                         if (!parse_int(optarg, 1, LOOM_LEARN_WINDOW, &o->sim.policy.learn_after))
                                 return bad("--learn-after (1..20)", optarg);
+                        break;
+                case O_MULTI:
+                        if (strcmp(optarg, "on") && strcmp(optarg, "off"))
+                                return bad("--multirate (on|off)", optarg);
+                        o->sim.policy.multirate = !strcmp(optarg, "on");
+                        break;
+                case O_RIGHTSIZE:
+                        if (strcmp(optarg, "on") && strcmp(optarg, "off"))
+                                return bad("--train-rightsize (on|off)", optarg);
+                        o->sim.policy.train_rightsize = !strcmp(optarg, "on");
                         break;
                 default:
                         return loom_cmd_bad_option("loom sim", argv, NULL);

@@ -29,6 +29,31 @@ typedef struct loom_meta_job {
         const int *nodes; /* local rollout node indexes, ascending, each < n_rollout_nodes */
 } loom_meta_job;
 
+/*
+ * Multi-rate groups. A member of rate r runs r iterations per meta-iteration (a hyperperiod):
+ * its mean iteration time is T_meta / r. Rates come as an array beside the jobs (NULL: all
+ * 1). Weighted by rate, T_cycle = max r T_solo (the hyperperiod's lower bound from any one
+ * member's own chain) and T_load = max(sum r t_train, max over nodes of sum r t_roll).
+ */
+#define LOOM_MAX_RATE 16
+#define LOOM_META_MAX_SLOTS 64 /* sum of rates in one group */
+/* The longest gap between two consecutive iteration ends of a member may be at most this many
+ * times its SLO budget: 1, so every single iteration of a multi-rate member, not only their
+ * mean, stays within the bound a single-rate member has (docs/scheduling.md). */
+#define LOOM_GAP_FACTOR 1
+
+/*
+ * The intra-meta-iteration order: slots[0 .. L) (L = sum of rates, returned) name the member
+ * of each slot. Each resource serves its members' phases in slot order. All rates 1: member
+ * (admission) order, WEAVE's round robin. Otherwise the q-th repeat (q = 0..r-1) of member k
+ * is due at q H / r_k + t_roll_k, H = max r T_solo (its repeats spread evenly over the
+ * hyperperiod, ordered by when their training can begin), ties by member then repeat.
+ * Returns LOOM_EINVAL when L exceeds cap or a rate is out of range.
+ */
+int loom_meta_order(const loom_meta_job *jobs, const int *rates, int n, int *slots, int cap);
+loom_us loom_meta_t_cycle_r(const loom_meta_job *jobs, const int *rates, int n);
+loom_us loom_meta_t_load_r(const loom_meta_job *jobs, const int *rates, int n, int n_rollout_nodes);
+
 /* In-group training time of a job that asked for g GPUs in a pool of P GPUs. */
 loom_us loom_group_train_time(loom_us t_train, int g, int pool_gpus, double efficiency);
 /* In-group training working set per node. */
@@ -59,5 +84,15 @@ loom_us loom_meta_t_load(const loom_meta_job *jobs, int n, int n_rollout_nodes);
  */
 int loom_meta_period(const loom_meta_job *jobs, int n, int n_rollout_nodes, loom_us warm_switch,
                      loom_us *t_meta, loom_us *starts);
+
+/*
+ * loom_meta_period for multi-rate groups, in the slot order of loom_meta_order: the rollout
+ * of slot i waits for the training (plus sync) of its member's previous slot. When gaps is not
+ * NULL it receives, per member, the longest time between two consecutive ends of its training
+ * in steady state (equal to T_meta for a rate-1 member of a schedule that repeats every
+ * meta-iteration). With every rate 1 the period is exactly loom_meta_period's.
+ */
+int loom_meta_eval(const loom_meta_job *jobs, const int *rates, int n, int n_rollout_nodes,
+                   loom_us warm_switch, loom_us *t_meta, loom_us *gaps, loom_us *starts);
 
 #endif

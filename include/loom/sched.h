@@ -97,6 +97,13 @@ typedef struct loom_policy_cfg {
         /* LOOM_PLACER_PLEX: Eq. 1 shift bound and weights (0.5, 1.0, 0.25), duty bound 0.75 */
         double plex_alpha, plex_w1, plex_w2;
         double plex_duty_max;
+        /* Multi-rate groups (docs/scheduling.md): placement may run a member r >= 1 times per
+         * meta-iteration and re-rate members. false: every rate is 1, WEAVE's round robin. */
+        bool multirate;
+        /* Training-pool right-sizing (docs/scheduling.md): a job that opens a new group may get
+         * fewer training nodes than it asked for when its SLO and the per-node training memory
+         * still hold there. Default false: a new group gets exactly the job's training nodes. */
+        bool train_rightsize;
 } loom_policy_cfg;
 
 void loom_policy_cfg_default(loom_policy_cfg *p);
@@ -139,6 +146,7 @@ typedef struct loom_candidate {
         double marginal_cost_per_hour;
         loom_us t_meta;     /* of the resulting group; 0 if not evaluated */
         double utilisation; /* T_load / T_meta of the resulting group */
+        int rate;           /* the job's iterations per meta-iteration (1 = single rate) */
         loom_reject reject; /* LOOM_REJECT_NONE for the chosen one */
         char why[160];      /* a sentence for the user when rejected */
 } loom_candidate;
@@ -157,6 +165,11 @@ typedef struct loom_decision {
         loom_us t_meta;
         double utilisation;
         char reason[256]; /* why this one (or why rejected) */
+        int rate;         /* the job's iterations per meta-iteration */
+        /* members of the chosen group whose rate changes with this placement */
+        int n_rerated;
+        loom_job_id rerated[LOOM_MAX_GROUP_SIZE];
+        int rerated_rate[LOOM_MAX_GROUP_SIZE];
 
         bool record_candidates;
         loom_candidate *candidates;
@@ -289,6 +302,7 @@ typedef struct loom_job_info {
         /* its last learned profile (0 before any): quantile times, and the SLO budget from
          * its mean observed solo iteration */
         loom_us learned_roll, learned_train, learned_budget;
+        int rate; /* iterations per meta-iteration of its group */
 } loom_job_info;
 
 typedef struct loom_group_info {
@@ -302,6 +316,7 @@ typedef struct loom_group_info {
         loom_us t_cycle, t_load, t_meta;
         bool saturated;
         double cost_per_hour;
+        int rates[LOOM_MAX_GROUP_SIZE]; /* of members[] */
 } loom_group_info;
 
 int loom_sched_job_info(const loom_sched *s, loom_job_id id, loom_job_info *out);

@@ -255,6 +255,8 @@ typedef struct loom_sim_result {
         uint64_t restarts;          /* failed jobs re-admitted */
         uint64_t resubmits;         /* drifted jobs re-admitted on their observed profile */
         uint64_t replans;           /* learned-profile re-plans (admission p99/p95) */
+        bool multirate;             /* the run's placer could run members at rates > 1 */
+        uint64_t rate_sum, rate_n;  /* the rates jobs were admitted at: mean = sum / n */
         int jobs_failed;            /* failed after their last restart */
         double oracle_gap; /* oracle: largest proven relative gap to the optimum (0: exact) */
 } loom_sim_result;

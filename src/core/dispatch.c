@@ -15,6 +15,12 @@
  * simulation assumed (joining in the middle of a round would change which rounds interleave and
  * with it the period).
  *
+ * Multi-rate groups: a member of rate r has r slots per round (loom_meta_order); its n-th phase
+ * since its rate was set is in round round_base + n / r at slot pos[n % r], and keys compare by
+ * (round, slot). A member's slots increase with its repeats, so its keys increase with n, and
+ * with every rate 1 the slot is the admission index: the order above. A member re-rated by a
+ * placement starts its new rate at the new member's round (sched.c).
+ *
  * Liveness: in states a driver can create by hand (loom_sched_job_resume after a restart) keys
  * can wait on each other. If nothing in the group runs while some job waits, the longest
  * waiting job whose resources are free starts out of turn.
@@ -74,22 +80,40 @@ static bool pinned(const job *j, loom_node_id id)
         return false;
 }
 
-/* Keys compare by round, then admission (job ids grow with admission). */
-static bool key_less(int64_t ra, loom_job_id a, int64_t rb, loom_job_id b)
+/* The key of j's n-th phase (n counts rollouts or trainings since it began). */
+typedef struct key {
+        int64_t round;
+        int slot;
+} key;
+
+static key key_of(const job *j, int64_t n)
 {
-        return ra < rb || (ra == rb && a < b);
+        int64_t m = n - j->count_base;
+        if (m < 0)
+                m = 0;
+        return (key){j->round_base + m / j->rate, j->pos[m % j->rate]};
+}
+
+/* Keys compare by round, then slot (with every rate 1, admission order). */
+static bool key_less(key a, key b)
+{
+        return a.round < b.round || (a.round == b.round && a.slot < b.slot);
 }
 
 /* Whose turn it is on rollout node r: the pinned member with the smallest rollout key. */
 static const job *node_turn(const group *g, const rnode *r)
 {
         const job *best = NULL;
+        key bk = {0, 0};
         for (int i = 0; i < g->n_members; i++) {
                 const job *j = g->members[i];
-                if (pinned(j, r->id) &&
-                    (!best || key_less(j->round_base + j->rolls, j->id,
-                                       best->round_base + best->rolls, best->id)))
+                if (!pinned(j, r->id))
+                        continue;
+                key k = key_of(j, j->rolls);
+                if (!best || key_less(k, bk)) {
                         best = j;
+                        bk = k;
+                }
         }
         return best;
 }
@@ -97,11 +121,14 @@ static const job *node_turn(const group *g, const rnode *r)
 static const job *train_turn(const group *g)
 {
         const job *best = NULL;
+        key bk = {0, 0};
         for (int i = 0; i < g->n_members; i++) {
                 const job *j = g->members[i];
-                if (!best || key_less(j->round_base + j->trains, j->id,
-                                      best->round_base + best->trains, best->id))
+                key k = key_of(j, j->trains);
+                if (!best || key_less(k, bk)) {
                         best = j;
+                        bk = k;
+                }
         }
         return best;
 }
@@ -111,8 +138,10 @@ int64_t loom__next_round(const group *g)
         int64_t r = 0;
         for (int i = 0; i < g->n_members; i++) {
                 const job *j = g->members[i];
-                if (j->round_base + j->trains > r)
-                        r = j->round_base + j->trains;
+                int64_t m = j->trains - j->count_base;
+                int64_t next = j->round_base + (m + j->rate - 1) / j->rate;
+                if (next > r)
+                        r = next;
         }
         return r;
 }

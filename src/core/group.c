@@ -8,7 +8,13 @@
  * return that, exactly. When two resources are loaded almost equally the transient can last
  * thousands of iterations; then we build A and return its max-plus eigenvalue, the maximum
  * cycle mean of its graph (Karp's algorithm), which is the same period reached asymptotically.
+ *
+ * A multi-rate group is the same system over slots instead of members (loom_meta_order): a
+ * member of rate r has r slots per meta-iteration, its slot's rollout waits for its previous
+ * slot's training. With every rate 1 the slots are the members in admission order and every
+ * number is the one the single-rate round robin gives.
  */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,32 +39,89 @@ uint64_t loom_group_train_mem(uint64_t mem_train, int g, int pool_gpus)
                           (unsigned)pool_gpus);
 }
 
+static int rate_of(const int *rates, int i)
+{
+        return rates && rates[i] > 1 ? rates[i] : 1;
+}
+
 loom_us loom_meta_t_cycle(const loom_meta_job *jobs, int n)
+{
+        return loom_meta_t_cycle_r(jobs, NULL, n);
+}
+
+loom_us loom_meta_t_load(const loom_meta_job *jobs, int n, int n_rollout_nodes)
+{
+        return loom_meta_t_load_r(jobs, NULL, n, n_rollout_nodes);
+}
+
+loom_us loom_meta_t_cycle_r(const loom_meta_job *jobs, const int *rates, int n)
 {
         loom_us c = 0;
         for (int i = 0; i < n; i++) {
-                loom_us solo = jobs[i].t_roll + jobs[i].t_train + jobs[i].t_sync;
+                loom_us solo =
+                    rate_of(rates, i) * (jobs[i].t_roll + jobs[i].t_train + jobs[i].t_sync);
                 if (solo > c)
                         c = solo;
         }
         return c;
 }
 
-loom_us loom_meta_t_load(const loom_meta_job *jobs, int n, int n_rollout_nodes)
+loom_us loom_meta_t_load_r(const loom_meta_job *jobs, const int *rates, int n, int n_rollout_nodes)
 {
         loom_us train = 0, node_max = 0;
         for (int i = 0; i < n; i++)
-                train += jobs[i].t_train;
+                train += rate_of(rates, i) * jobs[i].t_train;
         for (int r = 0; r < n_rollout_nodes; r++) {
                 loom_us load = 0;
                 for (int i = 0; i < n; i++)
                         for (int k = 0; k < jobs[i].n_nodes; k++)
                                 if (jobs[i].nodes[k] == r)
-                                        load += jobs[i].t_roll;
+                                        load += rate_of(rates, i) * jobs[i].t_roll;
                 if (load > node_max)
                         node_max = load;
         }
         return train > node_max ? train : node_max;
+}
+
+int loom_meta_order(const loom_meta_job *jobs, const int *rates, int n, int *slots, int cap)
+{
+        int L = 0;
+        bool multi = false;
+        loom_us H = loom_meta_t_cycle_r(jobs, rates, n);
+        for (int i = 0; i < n; i++) {
+                if (rates && (rates[i] < 0 || rates[i] > LOOM_MAX_RATE))
+                        return LOOM_EINVAL;
+                L += rate_of(rates, i);
+                multi |= rate_of(rates, i) > 1;
+        }
+        if (L > cap || L > LOOM_META_MAX_SLOTS || n > LOOM_META_MAX_SLOTS)
+                return LOOM_EINVAL;
+        if (!multi) {
+                for (int i = 0; i < n; i++)
+                        slots[i] = i;
+                return L;
+        }
+        /* Merge the members' repeats by due time q H / r + t_roll, scaled by 720720 =
+         * lcm(1..16) to an exact integer; ties go to the lower member (a member's own repeats
+         * are already in order). */
+        __int128 next[LOOM_META_MAX_SLOTS], step[LOOM_META_MAX_SLOTS];
+        int left[LOOM_META_MAX_SLOTS];
+        for (int i = 0; i < n; i++) {
+                int r = rate_of(rates, i);
+                next[i] = (__int128)720720 * jobs[i].t_roll;
+                step[i] = (__int128)H * (720720 / r);
+                left[i] = r;
+        }
+        for (int m = 0; m < L; m++) {
+                int b = -1;
+                for (int i = 0; i < n; i++)
+                        if (left[i] && (b < 0 || next[i] < next[b]))
+                                b = i;
+                slots[m] = b;
+                next[b] += step[b];
+                left[b]--;
+        }
+        return L;
 }
 
 enum { META_MAX_ITERS = 512 };
@@ -69,11 +132,13 @@ enum { META_MAX_ITERS = 512 };
 typedef struct meta_run {
         const loom_meta_job *jobs;
         int n, R, width, hist;
+        int L, slots[LOOM_META_MAX_SLOTS]; /* the slot order */
+        loom_us *train_end;                /* per slot, of the last step */
         loom_us warm;
         loom_us *ring;  /* hist states of width entries */
         int *node_last; /* last job on each rollout node, -1 before any */
         int train_last;
-        loom_us *roll_start, *roll_end;
+        loom_us *roll_start;
 } meta_run;
 
 static loom_us switch_cost(int last, int j, loom_us warm)
@@ -81,12 +146,15 @@ static loom_us switch_cost(int last, int j, loom_us warm)
         return (last >= 0 && last != j) ? warm : 0;
 }
 
-/* One round-robin iteration from state `in` into state `out`. */
+/* One meta-iteration from state `in` into state `out`, slot by slot: the rollout of a slot
+ * needs only earlier slots' phases, so processing each slot's rollout then its training gives
+ * every resource its slot order. */
 static void meta_step(meta_run *m, const loom_us *in, loom_us *out)
 {
         memcpy(out, in, sizeof(loom_us) * (size_t)m->width);
         loom_us *node_free = out, *train_free = out + m->R, *ready = out + m->R + 1;
-        for (int j = 0; j < m->n; j++) {
+        for (int i = 0; i < m->L; i++) {
+                int j = m->slots[i];
                 const loom_meta_job *jb = &m->jobs[j];
                 loom_us s = ready[j];
                 for (int k = 0; k < jb->n_nodes; k++) {
@@ -95,21 +163,29 @@ static void meta_step(meta_run *m, const loom_us *in, loom_us *out)
                         if (t > s)
                                 s = t;
                 }
-                m->roll_start[j] = s;
-                m->roll_end[j] = s + jb->t_roll;
+                loom_us end = s + jb->t_roll;
+                if (m->roll_start[j] == META_NEG)
+                        m->roll_start[j] = s;
                 for (int k = 0; k < jb->n_nodes; k++) {
-                        node_free[jb->nodes[k]] = m->roll_end[j];
+                        node_free[jb->nodes[k]] = end;
                         m->node_last[jb->nodes[k]] = j;
                 }
-        }
-        for (int j = 0; j < m->n; j++) {
-                loom_us s = *train_free + switch_cost(m->train_last, j, m->warm);
-                if (m->roll_end[j] > s)
-                        s = m->roll_end[j];
-                *train_free = s + m->jobs[j].t_train;
+                loom_us t = *train_free + switch_cost(m->train_last, j, m->warm);
+                if (end > t)
+                        t = end;
+                *train_free = t + jb->t_train;
                 m->train_last = j;
-                ready[j] = *train_free + m->jobs[j].t_sync;
+                m->train_end[i] = *train_free;
+                ready[j] = *train_free + jb->t_sync;
         }
+}
+
+/* meta_step recording each member's first rollout start of the step. */
+static void meta_step_rec(meta_run *m, const loom_us *in, loom_us *out)
+{
+        for (int j = 0; j < m->n; j++)
+                m->roll_start[j] = META_NEG;
+        meta_step(m, in, out);
 }
 
 /* If state a equals state b shifted by a constant, return the shift, else -1. */
@@ -154,13 +230,15 @@ static int meta_karp(meta_run *m, loom_us *t_meta)
         for (int k = 0; k < d; k++) {
                 for (int r = 0; r < m->R; r++)
                         m->node_last[r] = -1;
-                for (int j = 0; j < m->n; j++)
+                for (int i = 0; i < m->L; i++) {
+                        int j = m->slots[i];
                         for (int q = 0; q < m->jobs[j].n_nodes; q++)
                                 m->node_last[m->jobs[j].nodes[q]] = j;
-                m->train_last = m->n - 1;
+                }
+                m->train_last = m->slots[m->L - 1];
                 for (int i = 0; i < d; i++)
                         x[i] = i == k ? 0 : META_NEG;
-                meta_step(m, x, y);
+                meta_step_rec(m, x, y);
                 for (int i = 0; i < d; i++)
                         A[(size_t)i * (size_t)d + (size_t)k] =
                             y[i] > META_NEG / 2 ? y[i] : META_NEG;
@@ -202,23 +280,55 @@ static int meta_karp(meta_run *m, loom_us *t_meta)
         return 0;
 }
 
-int loom_meta_period(const loom_meta_job *jobs, int n, int n_rollout_nodes, loom_us warm_switch,
-                     loom_us *t_meta, loom_us *starts)
+/* Longest gap between consecutive training ends of each member over `steps` steps from state
+ * x (the schedule repeats every `steps` steps, shifted by `shift`; shift < 0: no wrap). */
+static void meta_gaps(meta_run *m, loom_us *x, loom_us *y, int steps, loom_us shift, loom_us *gaps)
+{
+        loom_us first[64], last[64];
+        for (int j = 0; j < m->n; j++) {
+                gaps[j] = 0;
+                first[j] = last[j] = META_NEG;
+        }
+        for (int st = 0; st < steps; st++) {
+                meta_step(m, x, y);
+                for (int i = 0; i < m->L; i++) {
+                        int j = m->slots[i];
+                        loom_us e = m->train_end[i];
+                        if (last[j] != META_NEG && e - last[j] > gaps[j])
+                                gaps[j] = e - last[j];
+                        if (first[j] == META_NEG)
+                                first[j] = e;
+                        last[j] = e;
+                }
+                memcpy(x, y, sizeof(loom_us) * (size_t)m->width);
+        }
+        for (int j = 0; j < m->n; j++)
+                if (shift >= 0 && first[j] + shift - last[j] > gaps[j])
+                        gaps[j] = first[j] + shift - last[j];
+}
+
+int loom_meta_eval(const loom_meta_job *jobs, const int *rates, int n, int n_rollout_nodes,
+                   loom_us warm_switch, loom_us *t_meta, loom_us *gaps, loom_us *starts)
 {
         if (!meta_args_ok(jobs, n, n_rollout_nodes) || warm_switch < 0 || !t_meta)
                 return LOOM_EINVAL;
         meta_run m = {.jobs = jobs, .n = n, .R = n_rollout_nodes, .warm = warm_switch};
+        m.L = loom_meta_order(jobs, rates, n, m.slots, LOOM_META_MAX_SLOTS);
+        if (m.L < 0)
+                return LOOM_EINVAL;
         m.width = m.R + 1 + n;
-        m.hist = 2 * n + 4; /* longest period (in iterations) we look for, plus one */
-        size_t bytes = sizeof(loom_us) * ((size_t)m.hist * (size_t)m.width + 2 * (size_t)n) +
+        m.hist = 2 * m.L + 4; /* longest period (in iterations) we look for, plus one */
+        size_t bytes = sizeof(loom_us) * ((size_t)m.hist * (size_t)m.width + (size_t)n +
+                                          (size_t)m.L + 2 * (size_t)m.width) +
                        sizeof(int) * ((size_t)m.R + (size_t)m.width);
         char *mem = calloc(1, bytes);
         if (!mem)
                 return LOOM_ENOMEM;
         m.ring = (loom_us *)mem;
         m.roll_start = m.ring + (size_t)m.hist * (size_t)m.width;
-        m.roll_end = m.roll_start + n;
-        m.node_last = (int *)(m.roll_end + n);
+        m.train_end = m.roll_start + n;
+        loom_us *gx = m.train_end + m.L, *gy = gx + m.width;
+        m.node_last = (int *)(gy + m.width);
         int *used = m.node_last + m.R; /* nodes nobody is pinned to never change: skip them */
         for (int r = 0; r < m.R; r++)
                 m.node_last[r] = -1;
@@ -230,25 +340,45 @@ int loom_meta_period(const loom_meta_job *jobs, int n, int n_rollout_nodes, loom
                         used[jobs[j].nodes[k]] = 1;
         }
 
-        int rc = LOOM_ERANGE;
+        int rc = LOOM_ERANGE, period = 0;
+        loom_us shift = -1;
+        const loom_us *at = NULL;
         for (int it = 1; it <= META_MAX_ITERS; it++) {
                 loom_us *prev = m.ring + (size_t)((it - 1) % m.hist) * (size_t)m.width;
                 loom_us *cur = m.ring + (size_t)(it % m.hist) * (size_t)m.width;
-                meta_step(&m, prev, cur);
+                meta_step_rec(&m, prev, cur);
                 for (int c = 1; c < m.hist && c <= it; c++) {
                         const loom_us *old = m.ring + (size_t)((it - c) % m.hist) * (size_t)m.width;
                         loom_us d = shifted_by(cur, old, m.width, used);
                         if (d >= 0) {
                                 *t_meta = (d + c / 2) / c;
                                 rc = 0;
+                                period = c;
+                                shift = d;
+                                at = cur;
                                 break;
                         }
                 }
                 if (rc == 0)
                         break;
         }
-        if (rc == LOOM_ERANGE)
+        if (rc == 0 && gaps) {
+                memcpy(gx, at, sizeof(loom_us) * (size_t)m.width);
+                meta_gaps(&m, gx, gy, period, shift, gaps);
+        }
+        if (rc == LOOM_ERANGE) {
+                const loom_us *last = m.ring + (size_t)(META_MAX_ITERS % m.hist) * (size_t)m.width;
+                if (gaps)
+                        memcpy(gx, last, sizeof(loom_us) * (size_t)m.width);
                 rc = meta_karp(&m, t_meta);
+                if (rc == 0 && gaps) {
+                        /* no exact repetition: the gaps of a few more steps, at least T_meta/r */
+                        meta_gaps(&m, gx, gy, 4, -1, gaps);
+                        for (int j = 0; j < n; j++)
+                                if (gaps[j] < *t_meta / rate_of(rates, j))
+                                        gaps[j] = *t_meta / rate_of(rates, j);
+                }
+        }
         if (rc == 0 && starts) {
                 loom_us first = m.roll_start[0];
                 for (int j = 1; j < n; j++)
@@ -259,4 +389,10 @@ int loom_meta_period(const loom_meta_job *jobs, int n, int n_rollout_nodes, loom
         }
         free(mem);
         return rc;
+}
+
+int loom_meta_period(const loom_meta_job *jobs, int n, int n_rollout_nodes, loom_us warm_switch,
+                     loom_us *t_meta, loom_us *starts)
+{
+        return loom_meta_eval(jobs, NULL, n, n_rollout_nodes, warm_switch, t_meta, NULL, starts);
 }

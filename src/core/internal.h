@@ -28,6 +28,11 @@ typedef struct job {
         uint64_t wait_seq;     /* when it began waiting (for the liveness fallback) */
         int64_t round_base;    /* the group round of its first iteration (dispatch.c) */
         int64_t rolls, trains; /* phases started: its next keys are round_base + these */
+        /* multi-rate: `rate` iterations per meta-iteration; its n-th phase counted from
+         * count_base is in round round_base + n / rate at slot pos[n % rate] (dispatch.c) */
+        int rate;
+        int64_t count_base;
+        int pos[LOOM_MAX_RATE];
         int64_t iterations_done;
         loom_us submitted_at;
         bool migrated; /* current rollout squeezed onto its tail GPUs */
@@ -71,8 +76,13 @@ typedef struct group {
                                      tnode_first .. tnode_first + n_tnodes - 1 */
         int train_gpus;
         uint64_t train_mem_used; /* per training node */
+        /* rate-weighted (group.h): sum r t_train_in, max r T_solo, T_load; min r x budget */
         loom_us sum_train, t_cycle, t_load, t_meta, min_budget;
-        int n_coupled; /* members with multi-node rollouts or a sync phase (see group.h) */
+        double density; /* sum of t_train_in / budget: > 1 admits no rates at all */
+        /* for the gap bound: the longest t_train_in, and min over members of budget - t_train_in
+         * (another member's training always falls between two of one member's trainings) */
+        loom_us max_train, gap_slack;
+        int n_coupled; /* members with multi-node rollouts, a sync phase or rate > 1 */
         bool saturated;
         bool full;
         int open_idx;              /* index in s->open, or -1 */
@@ -86,6 +96,7 @@ typedef struct open_group {
         loom_us t_cycle, sum_train, min_budget;
         uint64_t train_mem_used;
         int train_gpus;
+        double density;
 } open_group;
 
 typedef struct action_queue {
@@ -138,6 +149,9 @@ job *loom__job(const loom_sched *s, loom_job_id id);
 int loom__push_action(loom_sched *s, const loom_action *a);
 void loom__group_refresh(loom_sched *s, group *g); /* recompute caches + open membership */
 int loom__group_meta(const loom_sched *s, const group *g, loom_us *t_meta);
+/* Set member j's rate (>= 1) now: rollout loads follow, and its next phases start a fresh
+ * round (dispatch keys); the caller refreshes the group. */
+void loom__set_rate(loom_sched *s, job *j, int rate, int64_t round);
 
 /* placement.c */
 int loom__place(const loom_sched *s, const loom_job_spec *spec, loom_decision *d, loom_err *e,

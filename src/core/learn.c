@@ -100,7 +100,7 @@ static void set_plan(loom_sched *s, job *j, loom_us roll, loom_us train, loom_us
 {
         const group *g = j->group;
         for (int k = 0; k < j->n_rnodes; k++)
-                s->rnodes[j->rnodes[k]]->load += roll - j->spec.t_roll;
+                s->rnodes[j->rnodes[k]]->load += j->rate * (roll - j->spec.t_roll);
         j->spec.t_roll = roll;
         j->spec.t_train = train;
         j->t_train_in = loom_group_train_time(train, j->spec.train_gpus, g->train_gpus,

@@ -14,6 +14,7 @@
  * T_load / T_meta, then the most SLO slack left after the job, then the lowest group id and the
  * lowest node ids. Nothing here changes the scheduler.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,9 @@ typedef struct cand {
         double outlive; /* s the job would run past the group's current members */
         double horizon; /* s until the group's current members finish, at the new T_meta */
         loom_us slack;  /* tightest SLO budget in the group minus the new T_meta */
+        int rate;       /* the job's rate */
+        int tnodes;     /* isolated provisioning: training nodes of the new group */
+        int8_t rates[LOOM_MAX_GROUP_SIZE]; /* members' rates after the placement */
         loom_reject reject;
         char why[160];
 } cand;
@@ -129,10 +133,11 @@ static int record(search *x, const cand *c)
         o->n_rollout_nodes = c->n;
         memcpy(o->rollout_nodes, c->ids, sizeof(loom_node_id) * (size_t)c->n);
         o->new_rollout_nodes = c->n_new;
-        o->new_train_nodes = c->g ? 0 : x->spec->train_gpus / x->s->cluster.gpus_per_node;
+        o->new_train_nodes = c->g ? 0 : c->tnodes;
         o->marginal_cost_per_hour = c->cost;
         o->t_meta = c->t_meta;
         o->utilisation = c->util;
+        o->rate = c->rate > 1 ? c->rate : 1;
         o->reject = c->reject;
         snprintf(o->why, sizeof o->why, "%s", c->why);
         return 0;
@@ -155,32 +160,44 @@ static int local_index(const group *g, loom_node_id id)
 }
 
 /*
- * T_meta of group g with, optionally, one more member (times tr/tt/ts on candidate node ids
- * c_ids, some of which may be new). Simulates the round robin.
+ * The members of group g as the meta-iteration sees them, plus, optionally, one more (times
+ * extra[0..3) on candidate node ids c_ids, some of which may be new) into mj[]; idx holds the
+ * node indexes. Rates are the members' own. Returns the member count; *R the node count.
  */
-static int meta_with(const loom_sched *s, const group *g, const loom_us extra[3],
-                     const loom_node_id *c_ids, int c_n, loom_us *t_meta)
+enum { MAXM = LOOM_MAX_GROUP_SIZE + 1 };
+static int meta_jobs(const group *g, const loom_us extra[3], const loom_node_id *c_ids, int c_n,
+                     loom_meta_job *mj, int *rates, int (*idx)[LOOM_MAX_JOB_NODES], int *R)
 {
-        enum { MAXM = LOOM_MAX_GROUP_SIZE + 1 };
-        loom_meta_job mj[MAXM];
-        int idx[MAXM][LOOM_MAX_JOB_NODES];
-        int n = 0, R = g->n_rnodes;
+        int n = 0;
+        *R = g->n_rnodes;
         for (int i = 0; i < g->n_members; i++, n++) {
                 const job *j = g->members[i];
                 mj[n] = (loom_meta_job){j->spec.t_roll, j->t_train_in, j->spec.t_sync, j->n_rnodes,
                                         idx[n]};
+                rates[n] = j->rate;
                 for (int k = 0; k < j->n_rnodes; k++)
                         idx[n][k] = local_index(g, j->rnodes[k]);
         }
         if (extra) {
                 mj[n] = (loom_meta_job){extra[0], extra[1], extra[2], c_n, idx[n]};
+                rates[n] = 1;
                 for (int k = 0; k < c_n; k++) {
                         int li = local_index(g, c_ids[k]);
-                        idx[n][k] = li >= 0 ? li : R++;
+                        idx[n][k] = li >= 0 ? li : (*R)++;
                 }
                 n++;
         }
-        return loom_meta_period(mj, n, R, s->policy.warm_switch, t_meta, NULL);
+        return n;
+}
+
+/* T_meta of group g with, optionally, one more member at rate 1. Simulates the round robin. */
+static int meta_with(const loom_sched *s, const group *g, const loom_us extra[3],
+                     const loom_node_id *c_ids, int c_n, loom_us *t_meta)
+{
+        loom_meta_job mj[MAXM];
+        int idx[MAXM][LOOM_MAX_JOB_NODES], R, rates[MAXM];
+        int n = meta_jobs(g, extra, c_ids, c_n, mj, rates, idx, &R);
+        return loom_meta_eval(mj, rates, n, R, s->policy.warm_switch, t_meta, NULL, NULL);
 }
 
 int loom__group_meta(const loom_sched *s, const group *g, loom_us *t_meta)
@@ -225,7 +242,8 @@ static double run_left(int64_t iterations, loom_us t_meta)
         return iterations > 0 ? (double)iterations * loom_us_to_s(t_meta) : 1e18;
 }
 
-/* The lifetime keys of candidate c at its new period. */
+/* The lifetime keys of candidate c at its new period (a member of rate r runs an iteration
+ * every T_meta / r on average). */
 static void lifetime(const search *x, cand *c)
 {
         const group *g = c->g;
@@ -234,12 +252,192 @@ static void lifetime(const search *x, cand *c)
                 const job *j = g->members[i];
                 int64_t left = j->spec.iterations - j->iterations_done;
                 double l = run_left(j->spec.iterations > 0 && left < 1 ? 1 : left, c->t_meta);
+                if (c->rates[i] > 1)
+                        l /= c->rates[i];
                 if (l > horizon)
                         horizon = l;
         }
         double mine = run_left(x->spec->iterations, c->t_meta);
+        if (c->rate > 1)
+                mine /= c->rate;
         c->horizon = horizon;
         c->outlive = mine > horizon ? mine - horizon : 0;
+}
+
+/* Whether this search may run members at rates > 1: loom's placer under policy multirate
+ * (the baselines stay single-rate). */
+static bool multirate(const search *x)
+{
+        return x->s->policy.multirate && x->s->policy.placer == LOOM_PLACER_LOOM;
+}
+
+static loom_us div_up(loom_us a, loom_us b)
+{
+        return (a + b - 1) / b;
+}
+
+/*
+ * A member starting at a rate > 1 (new, or re-rated: it starts a fresh round) may wait up to a
+ * meta-iteration for its first training slot; every later iteration ends within its longest
+ * gap. A job with `left` iterations to go must still meet its budget over them:
+ * T_meta + (left - 1) gap <= left budget. Unbounded jobs amortise the first wait.
+ */
+static bool first_ok(int64_t left, int rate, int orig, loom_us t_meta, loom_us gap, loom_us budget)
+{
+        if (left <= 0 || rate <= 1 || rate == orig)
+                return true;
+        return (double)t_meta + (double)(left - 1) * (double)gap <= (double)left * (double)budget;
+}
+
+/*
+ * Raise rate[] to what the lower bounds alone demand: T_meta >= the weighted cycle and load,
+ * and member i needs rate >= T_meta / budget_i; repeated to a fixed point (rates only grow, so
+ * every feasible assignment is at least this one). False, with *bad the culprit, when a rate
+ * would pass LOOM_MAX_RATE or the slots LOOM_META_MAX_SLOTS: no simulation can help then.
+ */
+static bool rate_floor(const loom_meta_job *mj, int *rate, const loom_us *budget, int n, int R,
+                       int *bad)
+{
+        for (int round = 0; round < 16; round++) {
+                loom_us c = loom_meta_t_cycle_r(mj, rate, n),
+                        l = loom_meta_t_load_r(mj, rate, n, R);
+                loom_us t = c > l ? c : l;
+                bool raised = false;
+                int slots = 0;
+                for (int i = 0; i < n; i++) {
+                        loom_us need = div_up(t, budget[i]);
+                        if (need > LOOM_MAX_RATE) {
+                                *bad = i;
+                                return false;
+                        }
+                        if (need > rate[i]) {
+                                rate[i] = (int)need;
+                                raised = true;
+                        }
+                        slots += rate[i];
+                }
+                if (slots > LOOM_META_MAX_SLOTS) {
+                        *bad = n - 1;
+                        return false;
+                }
+                if (!raised)
+                        return true;
+        }
+        return true;
+}
+
+/*
+ * Multi-rate evaluation of candidate c (memory already checked): the job starts at the least
+ * rate its mean iteration could meet its budget at (T_meta >= the group's weighted cycle), then
+ * every member whose mean T_meta / r breaks its budget, or whose longest gap passes
+ * LOOM_GAP_FACTOR budgets, is raised to the rate that would meet it at this T_meta, and the
+ * group is simulated again, until every member holds (feasible) or a rate would pass
+ * LOOM_MAX_RATE, the slots LOOM_META_MAX_SLOTS, or a few rounds pass (SLO rejection). Rates
+ * only grow: every member keeps at least its current throughput share.
+ */
+static int evaluate_multi(search *x, cand *c, loom_us tt)
+{
+        const loom_sched *s = x->s;
+        const group *g = c->g;
+        const loom_job_spec *sp = x->spec;
+        loom_meta_job mj[MAXM];
+        int idx[MAXM][LOOM_MAX_JOB_NODES], R, rate[MAXM];
+        loom_us extra[3] = {sp->t_roll, tt, sp->t_sync}, gaps[MAXM], budget[MAXM];
+        int n = meta_jobs(g, extra, c->ids, c->n, mj, rate, idx, &R);
+        for (int i = 0; i < n - 1; i++)
+                budget[i] = g->members[i]->slo_budget;
+        budget[n - 1] = x->budget;
+        int64_t left[MAXM];
+        int orig[MAXM];
+        for (int i = 0; i < n; i++) {
+                const job *j = i < n - 1 ? g->members[i] : NULL;
+                int64_t it = j ? j->spec.iterations - j->iterations_done : sp->iterations;
+                left[i] = (j ? j->spec.iterations : sp->iterations) > 0 ? (it > 1 ? it : 1) : 0;
+                orig[i] = j ? rate[i] : 0;
+                gaps[i] = 0;
+        }
+        loom_us lo = g->t_cycle > 0 ? div_up(g->t_cycle, x->budget) : 1;
+        rate[n - 1] = lo > 1 ? (int)(lo < LOOM_MAX_RATE ? lo : LOOM_MAX_RATE) : 1;
+        loom_us t_meta = 0;
+        int bad = n - 1; /* until a simulation says otherwise */
+        if (!rate_floor(mj, rate, budget, n, R, &bad)) {
+                /* no rates can work: not even the bounds T_meta >= weighted cycle and load */
+                c->rate = rate[n - 1];
+                c->t_meta = loom_meta_t_cycle_r(mj, rate, n);
+                c->reject = LOOM_REJECT_SLO;
+                if (!x->d->record_candidates)
+                        return 0;
+                char lab[LOOM_JOB_ID_MAX + 8];
+                snprintf(c->why, sizeof c->why,
+                         "no rates fit: %s would need > %d iterations per "
+                         "meta-iteration, or > %d slots",
+                         bad == n - 1 ? "the new job" : job_label(g->members[bad], lab, sizeof lab),
+                         LOOM_MAX_RATE, LOOM_META_MAX_SLOTS);
+                return 0;
+        }
+        for (int round = 0; round < 6; round++) {
+                int slots = 0;
+                for (int i = 0; i < n; i++)
+                        slots += rate[i];
+                if (slots > LOOM_META_MAX_SLOTS)
+                        break;
+                int rc = loom_meta_eval(mj, rate, n, R, s->policy.warm_switch, &t_meta, gaps, NULL);
+                if (rc)
+                        return rc;
+                bad = -1;
+                bool raised = false, stuck = false;
+                for (int i = 0; i < n; i++) {
+                        loom_us need = div_up(t_meta, budget[i]);
+                        bool gap = gaps[i] > LOOM_GAP_FACTOR * budget[i];
+                        if (need <= rate[i] && !gap &&
+                            !first_ok(left[i], rate[i], orig[i], t_meta, gaps[i], budget[i])) {
+                                bad = i; /* no rate shortens its first iteration */
+                                stuck = true;
+                                continue;
+                        }
+                        if (need <= rate[i] && !gap)
+                                continue;
+                        bad = i;
+                        if (need <= rate[i])
+                                need = rate[i] + 1; /* more, shorter waits */
+                        if (need > LOOM_MAX_RATE) {
+                                stuck = true;
+                                continue;
+                        }
+                        rate[i] = (int)need;
+                        raised = true;
+                }
+                if (bad < 0 || stuck || !raised)
+                        break;
+        }
+        c->t_meta = t_meta;
+        loom_us t_load = loom_meta_t_load_r(mj, rate, n, R);
+        c->util = t_meta > 0 ? (double)t_load / (double)t_meta : 0;
+        c->rate = rate[n - 1];
+        loom_us slack = INT64_MAX;
+        for (int i = 0; i < n; i++) {
+                if (i < n - 1)
+                        c->rates[i] = (int8_t)rate[i];
+                if (rate[i] * budget[i] - t_meta < slack)
+                        slack = rate[i] * budget[i] - t_meta;
+        }
+        c->slack = slack;
+        lifetime(x, c);
+        if (bad >= 0) {
+                c->reject = LOOM_REJECT_SLO;
+                if (!x->d->record_candidates)
+                        return 0; /* formatting costs more than the check */
+                char lab[LOOM_JOB_ID_MAX + 8];
+                const char *who =
+                    bad == n - 1 ? "the new job" : job_label(g->members[bad], lab, sizeof lab);
+                snprintf(c->why, sizeof c->why,
+                         "T_meta %.1f s: %s at rate %d averages %.1f s (SLO bound %.1f s), "
+                         "longest gap %.1f s",
+                         loom_us_to_s(t_meta), bad == n - 1 ? "the new job" : who, rate[bad],
+                         loom_us_to_s(t_meta) / rate[bad], loom_us_to_s(budget[bad]),
+                         loom_us_to_s(gaps[bad]));
+        }
+        return 0;
 }
 
 /* Evaluate candidate c in group g (memory, SLO, cost, T_meta, utilisation). */
@@ -255,6 +453,9 @@ static int evaluate(search *x, cand *c)
         c->reject = LOOM_REJECT_NONE;
         c->t_meta = 0;
         c->util = 0;
+        c->rate = 1;
+        for (int i = 0; i < g->n_members; i++)
+                c->rates[i] = (int8_t)g->members[i]->rate;
 
         loom_us max_load = sp->t_roll; /* a new node carries only the job */
         for (int i = 0; i < g->n_rnodes; i++) {
@@ -272,6 +473,18 @@ static int evaluate(search *x, cand *c)
                 loom_us load = r->load + (in ? sp->t_roll : 0);
                 if (load > max_load)
                         max_load = load;
+        }
+        if (multirate(x) && checks_slo(s->policy.placer)) {
+                /* single rate first: where it is feasible it is today's answer */
+                bool plain =
+                    g->n_coupled == 0 && s->policy.warm_switch == 0 && c->n == 1 && sp->t_sync == 0;
+                loom_us solo_in = sp->t_roll + tt + sp->t_sync;
+                loom_us t_cycle = g->t_cycle > solo_in ? g->t_cycle : solo_in;
+                loom_us sum_train = g->sum_train + tt;
+                loom_us t_load = sum_train > max_load ? sum_train : max_load;
+                loom_us budget = g->min_budget < x->budget ? g->min_budget : x->budget;
+                if (!(plain && t_load < t_cycle && t_cycle <= budget))
+                        return evaluate_multi(x, c, tt);
         }
         loom_us sum_train = g->sum_train + tt;
         loom_us t_load = sum_train > max_load ? sum_train : max_load;
@@ -340,6 +553,16 @@ static int gen_direct(const search *x, const group *g, rnode **sorted, cand *out
 
 static int consider(search *x, cand *c)
 {
+        /* Multi-rate evaluation simulates: a candidate dearer than a feasible one already
+         * found cannot win (cost is the first key), so it is not simulated. */
+        if (multirate(x) && c->g && x->have_best &&
+            c->n_new * x->s->price[LOOM_POOL_ROLLOUT] > x->best.cost + 1e-9) {
+                c->cost = c->n_new * x->s->price[LOOM_POOL_ROLLOUT];
+                c->rate = 1;
+                c->reject = LOOM_REJECT_COSTLIER;
+                snprintf(c->why, sizeof c->why, "dearer than a feasible candidate: not simulated");
+                return record(x, c);
+        }
         int rc = c->g ? evaluate(x, c) : 0; /* isolated provisioning is priced by isolated() */
         if (rc)
                 return rc;
@@ -386,6 +609,33 @@ static loom_reject group_may_fit(search *x, const open_group *o, char *why, size
         loom_us tt = loom_group_train_time(sp->t_train, sp->train_gpus, o->train_gpus,
                                            s->policy.train_scaling_efficiency);
         loom_us solo_in = sp->t_roll + tt + sp->t_sync;
+        if (multirate(x)) {
+                /* Rates are free: member k needs r_k >= T_meta / budget_k, so the training pool
+                 * carries sum r_k t_train_k >= T_meta sum t_train_k / budget_k: the density
+                 * must stay <= 1. And the job's own chain makes its mean >= its solo_in. */
+                double dens = o->density + (double)tt / (double)x->budget;
+                /* Between two trainings of any member lies another member's training: the
+                 * gap bound (one budget) needs tt_k + tt_new within both budgets. */
+                const group *g = o->g;
+                bool gap_ok = g->max_train + tt <= LOOM_GAP_FACTOR * x->budget &&
+                              (LOOM_GAP_FACTOR - 1) * g->max_train + g->gap_slack >= tt;
+                if (solo_in <= x->budget && dens <= 1.0 && gap_ok &&
+                    o->t_cycle <= LOOM_MAX_RATE * x->budget)
+                        return LOOM_REJECT_NONE;
+                if (why)
+                        snprintf(why, n,
+                                 solo_in > x->budget ? "the job's iteration in this pool, %.1f s, "
+                                                       "exceeds its SLO bound %.1f s"
+                                 : !gap_ok ? "a member's training and the job's would not fit "
+                                             "within one SLO bound (%.1f s; %.1f s)"
+                                           : "at their SLO rates the members would need %.0f%% "
+                                             "of the training pool (%.1f s)",
+                                 solo_in > x->budget ? loom_us_to_s(solo_in)
+                                 : !gap_ok           ? loom_us_to_s(g->max_train + tt)
+                                                     : 100.0 * dens,
+                                 loom_us_to_s(x->budget));
+                return LOOM_REJECT_SLO;
+        }
         loom_us lb = o->t_cycle > solo_in ? o->t_cycle : solo_in;
         if (o->sum_train + tt > lb)
                 lb = o->sum_train + tt;
@@ -398,12 +648,42 @@ static loom_reject group_may_fit(search *x, const open_group *o, char *why, size
         return LOOM_REJECT_NONE;
 }
 
+/* Whether rate_floor leaves any rates for the job in g on new rollout nodes: the least loaded
+ * placement, so when it fails every candidate in g does. */
+static bool rates_may_fit(const search *x, const group *g)
+{
+        const loom_sched *s = x->s;
+        const loom_job_spec *sp = x->spec;
+        loom_meta_job mj[MAXM];
+        int idx[MAXM][LOOM_MAX_JOB_NODES], R, rate[MAXM], bad;
+        loom_node_id ids[LOOM_MAX_JOB_NODES];
+        loom_us budget[MAXM];
+        for (int k = 0; k < x->k; k++)
+                ids[k] = s->next_rnode + (loom_node_id)k;
+        loom_us tt = loom_group_train_time(sp->t_train, sp->train_gpus, g->train_gpus,
+                                           s->policy.train_scaling_efficiency);
+        loom_us extra[3] = {sp->t_roll, tt, sp->t_sync};
+        int n = meta_jobs(g, extra, ids, x->k, mj, rate, idx, &R);
+        for (int i = 0; i < n - 1; i++)
+                budget[i] = g->members[i]->slo_budget;
+        budget[n - 1] = x->budget;
+        return rate_floor(mj, rate, budget, n, R, &bad);
+}
+
 static int search_group(search *x, const open_group *o)
 {
         const group *g = o->g;
         bool rec = x->d->record_candidates;
         cand c = {.g = g, .kind = LOOM_DECISION_DIRECT_PACK};
         c.reject = group_may_fit(x, o, rec ? c.why : NULL, sizeof c.why);
+        if (c.reject == LOOM_REJECT_NONE && multirate(x) && !rates_may_fit(x, g)) {
+                c.reject = LOOM_REJECT_SLO;
+                if (rec)
+                        snprintf(c.why, sizeof c.why,
+                                 "no rates fit even on new rollout nodes (more than %d iterations "
+                                 "per meta-iteration or %d slots)",
+                                 LOOM_MAX_RATE, LOOM_META_MAX_SLOTS);
+        }
         if (c.reject != LOOM_REJECT_NONE) {
                 x->d->groups_pruned_bound++;
                 return rec ? record(x, &c) : 0;
@@ -424,6 +704,30 @@ static int search_group(search *x, const open_group *o)
         return 0;
 }
 
+/*
+ * Training nodes for a new group of the job alone. The job's own count, or under
+ * policy.train_rightsize (loom's placer) the fewest nodes P on which the job alone still meets
+ * its SLO budget (t_roll + t_train g / P + t_sync) and its training working set per node
+ * (mem_train g / P) fits: the training pool is the dear one, and a job with SLO slack pays for
+ * nodes it does not need to meet its bound.
+ */
+static int isolated_tnodes(const search *x)
+{
+        const loom_sched *s = x->s;
+        const loom_job_spec *sp = x->spec;
+        int gpn = s->cluster.gpus_per_node, t = sp->train_gpus / gpn;
+        if (!s->policy.train_rightsize || s->policy.placer != LOOM_PLACER_LOOM)
+                return t;
+        for (int p = 1; p < t; p++) {
+                loom_us tt = loom_group_train_time(sp->t_train, sp->train_gpus, p * gpn,
+                                                   s->policy.train_scaling_efficiency);
+                uint64_t mt = loom_group_train_mem(sp->mem_train, sp->train_gpus, p * gpn);
+                if (sp->t_roll + tt + sp->t_sync <= x->budget && mt <= s->cluster.host_mem_bytes)
+                        return p;
+        }
+        return t;
+}
+
 static void isolated(const search *x, cand *c)
 {
         const loom_sched *s = x->s;
@@ -431,10 +735,16 @@ static void isolated(const search *x, cand *c)
         memset(c, 0, sizeof *c);
         c->kind = LOOM_DECISION_NEW_GROUP;
         finish_ids(s, c, 0, x->k);
-        int t = sp->train_gpus / s->cluster.gpus_per_node;
+        int t = isolated_tnodes(x), gpn = s->cluster.gpus_per_node;
+        c->tnodes = t;
         c->cost = x->k * s->price[LOOM_POOL_ROLLOUT] + t * s->price[LOOM_POOL_TRAIN];
-        c->t_meta = loom_job_t_solo(sp);
-        loom_us load = sp->t_roll > sp->t_train ? sp->t_roll : sp->t_train;
+        loom_us tt = t == sp->train_gpus / gpn
+                         ? sp->t_train
+                         : loom_group_train_time(sp->t_train, sp->train_gpus, t * gpn,
+                                                 s->policy.train_scaling_efficiency);
+        c->t_meta = sp->t_roll + tt + sp->t_sync;
+        c->rate = 1;
+        loom_us load = sp->t_roll > tt ? sp->t_roll : tt;
         c->util = c->t_meta > 0 ? (double)load / (double)c->t_meta : 0;
 }
 
@@ -515,8 +825,8 @@ static int search_baseline(search *x, uint64_t *rng)
                 const group *g = s->groups[gi];
                 if (!g || g->n_members >= s->policy.max_group_size)
                         continue;
-                open_group o = {(group *)g,    g->t_cycle,        g->sum_train,
-                                g->min_budget, g->train_mem_used, g->train_gpus};
+                open_group o = {(group *)g,        g->t_cycle,    g->sum_train, g->min_budget,
+                                g->train_mem_used, g->train_gpus, g->density};
                 if (group_may_fit(x, &o, NULL, 0) != LOOM_REJECT_NONE)
                         continue;
                 rnode *sorted[LOOM_MAX_GROUP_ROLLOUT_NODES];
@@ -615,14 +925,35 @@ static void fill_decision(search *x)
                 d->n_train_nodes = b->g->n_tnodes;
                 loom__tnodes(b->g, d->train_nodes);
         } else {
-                d->n_train_nodes = x->spec->train_gpus / s->cluster.gpus_per_node;
+                d->n_train_nodes = b->tnodes;
                 for (int i = 0; i < d->n_train_nodes; i++)
                         d->train_nodes[i] = s->next_tnode + (loom_node_id)i;
         }
         d->marginal_cost_per_hour = b->cost;
         d->t_meta = b->t_meta;
         d->utilisation = b->util;
-        if (b->g)
+        d->rate = b->rate > 1 ? b->rate : 1;
+        d->n_rerated = 0;
+        char rr[96] = "";
+        for (int i = 0; b->g && i < b->g->n_members; i++) {
+                const job *j = b->g->members[i];
+                if (b->rates[i] == j->rate)
+                        continue;
+                d->rerated[d->n_rerated] = j->id;
+                d->rerated_rate[d->n_rerated++] = b->rates[i];
+                char lab[LOOM_JOB_ID_MAX + 8];
+                size_t len = strlen(rr);
+                snprintf(rr + len, sizeof rr - len, "%s%s x%d->x%d", d->n_rerated > 1 ? "," : "",
+                         job_label(j, lab, sizeof lab), j->rate, b->rates[i]);
+        }
+        if (b->g && (d->rate > 1 || d->n_rerated))
+                snprintf(d->reason, sizeof d->reason,
+                         "%s into group %u at rate %d%s%s: +$%.2f/h, T_meta %.1f s (%.1f s per "
+                         "iteration), utilisation %.2f",
+                         loom_decision_kind_name(b->kind), (unsigned)b->g->id, d->rate,
+                         d->n_rerated ? ", re-rating" : "", rr, b->cost, loom_us_to_s(b->t_meta),
+                         loom_us_to_s(b->t_meta) / d->rate, b->util);
+        else if (b->g)
                 snprintf(d->reason, sizeof d->reason,
                          "%s into group %u: +$%.2f/h, T_meta %.1f s, utilisation %.2f",
                          loom_decision_kind_name(b->kind), (unsigned)b->g->id, b->cost,

@@ -76,6 +76,7 @@ void loom_policy_cfg_default(loom_policy_cfg *p)
         p->plex_duty_max = 0.75;
         p->admission = LOOM_ADMIT_WORST;
         p->learn_after = 3;
+        p->multirate = true;
 }
 
 const char *loom_admission_name(loom_admission a)
@@ -318,7 +319,8 @@ static int open_put(loom_sched *s, group *g)
                 g->open_idx = s->n_open++;
         }
         s->open[g->open_idx] = (open_group){
-            g, g->t_cycle, g->sum_train, g->min_budget, g->train_mem_used, g->train_gpus};
+            g,         g->t_cycle, g->sum_train, g->min_budget, g->train_mem_used, g->train_gpus,
+            g->density};
         return 0;
 }
 
@@ -328,7 +330,7 @@ static void assert_group(const loom_sched *s, const group *g)
         loom_us sum = 0;
         uint64_t mem = 0;
         for (int i = 0; i < g->n_members; i++) {
-                sum += g->members[i]->t_train_in;
+                sum += g->members[i]->rate * g->members[i]->t_train_in;
                 mem += g->members[i]->mem_train_in;
                 assert(g->members[i]->group == g);
         }
@@ -343,6 +345,24 @@ static void assert_group(const loom_sched *s, const group *g)
 #define assert_group(s, g) ((void)0)
 #endif
 
+/* Each member's slots in the group's intra-meta-iteration order (loom_meta_order). */
+static void group_slots(group *g)
+{
+        loom_meta_job mj[LOOM_MAX_GROUP_SIZE];
+        int slots[LOOM_META_MAX_SLOTS], seen[LOOM_MAX_GROUP_SIZE] = {0}, rates[LOOM_MAX_GROUP_SIZE];
+        for (int i = 0; i < g->n_members; i++) {
+                const job *j = g->members[i];
+                mj[i] = (loom_meta_job){
+                    .t_roll = j->spec.t_roll, .t_train = j->t_train_in, .t_sync = j->spec.t_sync};
+                rates[i] = j->rate;
+        }
+        int L = loom_meta_order(mj, rates, g->n_members, slots, LOOM_META_MAX_SLOTS);
+        for (int k = 0; k < L; k++) {
+                job *j = g->members[slots[k]];
+                j->pos[seen[slots[k]]++] = k;
+        }
+}
+
 void loom__group_refresh(loom_sched *s, group *g)
 {
         g->sum_train = 0;
@@ -350,17 +370,26 @@ void loom__group_refresh(loom_sched *s, group *g)
         g->min_budget = INT64_MAX;
         g->train_mem_used = 0;
         g->n_coupled = 0;
+        g->density = 0;
+        g->max_train = 0;
+        g->gap_slack = INT64_MAX;
         for (int i = 0; i < g->n_members; i++) {
                 const job *j = g->members[i];
-                g->n_coupled += j->n_rnodes > 1 || j->spec.t_sync > 0;
-                g->sum_train += j->t_train_in;
+                if (j->t_train_in > g->max_train)
+                        g->max_train = j->t_train_in;
+                if (j->slo_budget - j->t_train_in < g->gap_slack)
+                        g->gap_slack = j->slo_budget - j->t_train_in;
+                g->n_coupled += j->n_rnodes > 1 || j->spec.t_sync > 0 || j->rate > 1;
+                g->sum_train += j->rate * j->t_train_in;
                 g->train_mem_used += j->mem_train_in;
-                loom_us solo = j->spec.t_roll + j->t_train_in + j->spec.t_sync;
+                loom_us solo = j->rate * (j->spec.t_roll + j->t_train_in + j->spec.t_sync);
                 if (solo > g->t_cycle)
                         g->t_cycle = solo;
-                if (j->slo_budget < g->min_budget)
-                        g->min_budget = j->slo_budget;
+                if (j->rate * j->slo_budget < g->min_budget)
+                        g->min_budget = j->rate * j->slo_budget;
+                g->density += (double)j->t_train_in / (double)j->slo_budget;
         }
+        group_slots(g);
         g->t_load = g->sum_train;
         for (int i = 0; i < g->n_rnodes; i++)
                 if (g->rnodes[i]->load > g->t_load)
@@ -418,12 +447,12 @@ static int reserve(loom_sched *s, const loom_decision *d)
 }
 
 /* Register a freshly allocated group with the training nodes of `spec`. */
-static void group_open(loom_sched *s, group *g, const loom_job_spec *spec)
+static void group_open(loom_sched *s, group *g, const loom_decision *d)
 {
         g->id = s->next_group++;
         g->open_idx = -1;
-        g->n_tnodes = spec->train_gpus / s->cluster.gpus_per_node;
-        g->train_gpus = spec->train_gpus;
+        g->n_tnodes = d->n_train_nodes; /* the job's own, or fewer under train_rightsize */
+        g->train_gpus = d->n_train_nodes * s->cluster.gpus_per_node;
         g->tnode_first = s->next_tnode;
         s->next_tnode += (uint32_t)g->n_tnodes;
         for (int i = 0; i < g->n_tnodes; i++)
@@ -486,7 +515,7 @@ static int apply(loom_sched *s, loom_us now, const loom_job_spec *spec, const lo
         job *j = m.j;
         group *g = m.g_new ? m.g_new : group_of(s, d->group);
         if (m.g_new)
-                group_open(s, g, spec);
+                group_open(s, g, d);
         for (int k = 0, fresh = 0; k < d->n_rollout_nodes; k++) {
                 loom_node_id nid = d->rollout_nodes[k];
                 if (nid >= s->next_rnode) {
@@ -499,7 +528,7 @@ static int apply(loom_sched *s, loom_us now, const loom_job_spec *spec, const lo
                         node_action(s, LOOM_ACT_PROVISION_NODE, LOOM_POOL_ROLLOUT, r->id, g->id);
                 }
                 rnode *r = s->rnodes[nid];
-                r->load += spec->t_roll;
+                r->load += (d->rate > 1 ? d->rate : 1) * spec->t_roll;
                 r->mem_used += spec->mem_rollout;
                 r->n_pinned++;
                 j->rnodes[j->n_rnodes++] = nid;
@@ -515,7 +544,14 @@ static int apply(loom_sched *s, loom_us now, const loom_job_spec *spec, const lo
         j->submitted_at = now;
         j->state = LOOM_JOB_WAIT_ROLL;
         j->wait_seq = ++s->seq;
-        j->round_base = loom__next_round(g);
+        int64_t round = loom__next_round(g);
+        j->round_base = round;
+        j->rate = d->rate > 1 ? d->rate : 1;
+        for (int i = 0; i < d->n_rerated; i++) {
+                job *o = loom__job(s, d->rerated[i]);
+                if (o && o->group == g)
+                        loom__set_rate(s, o, d->rerated_rate[i], round);
+        }
         s->jobs[j->id] = j;
         s->live_jobs++;
         g->members[g->n_members++] = j;
@@ -642,11 +678,20 @@ int loom_sched_job_resume(loom_sched *s, loom_us now, loom_job_id id, loom_phase
         return 0;
 }
 
+void loom__set_rate(loom_sched *s, job *j, int rate, int64_t round)
+{
+        for (int k = 0; k < j->n_rnodes; k++)
+                s->rnodes[j->rnodes[k]]->load += (rate - j->rate) * j->spec.t_roll;
+        j->rate = rate;
+        j->round_base = round;
+        j->count_base = j->trains;
+}
+
 static void unpin(loom_sched *s, job *j, group *g)
 {
         for (int k = 0; k < j->n_rnodes; k++) {
                 rnode *r = s->rnodes[j->rnodes[k]];
-                r->load -= j->spec.t_roll;
+                r->load -= j->rate * j->spec.t_roll;
                 r->mem_used -= j->spec.mem_rollout;
                 if (--r->n_pinned > 0)
                         continue;
@@ -723,6 +768,7 @@ int loom_sched_job_info(const loom_sched *s, loom_job_id id, loom_job_info *o)
         o->learned_roll = j->learned_roll;
         o->learned_train = j->learned_train;
         o->learned_budget = j->learned_budget;
+        o->rate = j->rate;
         return 0;
 }
 
@@ -734,8 +780,10 @@ int loom_sched_group_info(const loom_sched *s, loom_group_id id, loom_group_info
         memset(o, 0, sizeof *o);
         o->id = g->id;
         o->n_members = g->n_members;
-        for (int i = 0; i < g->n_members; i++)
+        for (int i = 0; i < g->n_members; i++) {
                 o->members[i] = g->members[i]->id;
+                o->rates[i] = g->members[i]->rate;
+        }
         o->n_rollout_nodes = g->n_rnodes;
         for (int i = 0; i < g->n_rnodes; i++)
                 o->rollout_nodes[i] = g->rnodes[i]->id;

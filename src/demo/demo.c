@@ -34,7 +34,8 @@
 static const shape shapes[MAX_JOBS] = {
     {"math", "rollout-heavy, long reasoning traces", 64, 256, 40, 2.4, 0.8, 1.25, 10, 120},
     {"code", "training-heavy, short answers", 32, 192, 40, 0.6, 1.6, 1.6, 10, 150},
-    {"chat", "small and tolerant", 16, 128, 24, 0.4, 0.4, 5.0, 10, 60},
+    /* Short beside math's cycle: it runs several iterations per meta-iteration (multi-rate). */
+    {"chat", "small and short, several per meta-iteration", 16, 128, 24, 0.4, 0.4, 2.5, 10, 60},
     /* Needs more host memory on a rollout node than a node has: admission rejects it. */
     {"huge", "70B working set beyond a node's DRAM", 16, 128, 24, 1.0, 1.0, 1.5, 4, 2600},
 };
@@ -169,6 +170,7 @@ typedef struct job_run {
         worker_result res;
         char decision[32];
         int group;
+        int rate; /* iterations per meta-iteration */
 } job_run;
 
 static char *spec_json(const shape *sh, const char *name, double unit_s, double scale,
@@ -279,6 +281,7 @@ static int submit(loom_client *c, const char *spec, job_run *r)
         snprintf(r->decision, sizeof r->decision, "%s",
                  json_string_value(json_object_get(dec, "decision")) ?: "rejected");
         r->group = (int)json_integer_value(json_object_get(dec, "group"));
+        r->rate = (int)json_integer_value(json_object_get(dec, "rate"));
         json_decref(j);
         loom_client_free_string(reply);
         return rc;
@@ -459,10 +462,10 @@ static int run_demo(const loom_demo_opts *o, demo *d, FILE *out, loom_err *e)
                         return rc;
                 }
                 fprintf(out,
-                        "submit %-5s (%s): job %u, %s, group %d; worst case rollout %.2fs, "
-                        "train %.2fs, SLO %.2f\n",
-                        sh->name, sh->what, r.id, r.decision, r.group, sh->t_roll_s * o->scale,
-                        sh->t_train_s * o->scale, sh->slo);
+                        "submit %-5s (%s): job %u, %s, group %d, rate %d; worst case rollout "
+                        "%.2fs, train %.2fs, SLO %.2f\n",
+                        sh->name, sh->what, r.id, r.decision, r.group, r.rate > 1 ? r.rate : 1,
+                        sh->t_roll_s * o->scale, sh->t_train_s * o->scale, sh->slo);
                 fill_worker(&wc[n], d, o, sh, r.id, sh->iterations, ru, tu);
                 shared[n++] = r;
         }

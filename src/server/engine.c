@@ -163,9 +163,10 @@ json_t *srv_job_json(loom_server *s, const srv_job *j, bool full)
                                     nodes_json(info.rollout_nodes, info.n_rollout_nodes));
                 json_object_set_new(o, "train_nodes",
                                     nodes_json(info.train_nodes, info.n_train_nodes));
+                json_object_set_new(o, "rate", json_integer(info.rate));
         } else {
-                static const char *const keys[] = {"group", "rollout_nodes", "train_nodes"};
-                for (int i = 0; i < 3; i++) {
+                static const char *const keys[] = {"group", "rollout_nodes", "train_nodes", "rate"};
+                for (int i = 0; i < 4; i++) {
                         json_t *v = json_object_get(j->decision, keys[i]);
                         json_object_set(o, keys[i], v ? v : json_null());
                 }
@@ -678,19 +679,20 @@ static void h_groups(loom_server *s, srv_req *r)
         for (int i = 0; g && i < n; i++) {
                 if (loom_sched_group_info(s->sched, ids[i], g))
                         continue;
-                json_t *m = json_array();
+                json_t *m = json_array(), *rates = json_array();
                 for (int k = 0; k < g->n_members; k++) {
                         srv_job *mj = srv_job_by_core(s, g->members[k]);
                         json_array_append_new(m, json_integer(mj ? mj->id : 0));
+                        json_array_append_new(rates, json_integer(g->rates[k]));
                 }
                 json_array_append_new(
-                    a,
-                    json_pack("{s:i,s:o,s:o,s:o,s:f,s:f,s:f,s:b,s:f}", "id", (int)g->id, "members",
-                              m, "rollout_nodes", nodes_json(g->rollout_nodes, g->n_rollout_nodes),
-                              "train_nodes", nodes_json(g->train_nodes, g->n_train_nodes),
-                              "t_cycle_s", loom_us_to_s(g->t_cycle), "t_load_s",
-                              loom_us_to_s(g->t_load), "t_meta_s", loom_us_to_s(g->t_meta),
-                              "saturated", g->saturated, "cost_per_hour", g->cost_per_hour));
+                    a, json_pack("{s:i,s:o,s:o,s:o,s:o,s:f,s:f,s:f,s:b,s:f}", "id", (int)g->id,
+                                 "rates", rates, "members", m, "rollout_nodes",
+                                 nodes_json(g->rollout_nodes, g->n_rollout_nodes), "train_nodes",
+                                 nodes_json(g->train_nodes, g->n_train_nodes), "t_cycle_s",
+                                 loom_us_to_s(g->t_cycle), "t_load_s", loom_us_to_s(g->t_load),
+                                 "t_meta_s", loom_us_to_s(g->t_meta), "saturated", g->saturated,
+                                 "cost_per_hour", g->cost_per_hour));
         }
         free(g);
         free(ids);
@@ -707,11 +709,11 @@ static void h_cluster(loom_server *s, srv_req *r)
         const loom_policy_cfg *p = loom_sched_policy(s->sched);
         srv_reply_json(
             r, 200,
-            json_pack("{s:o,s:{s:s,s:i,s:s},s:{s:i,s:i},s:{s:f,s:f},s:f,s:i,s:i,s:I}", "cluster",
-                      loom_cluster_cfg_to_json(c), "policy", "admission",
+            json_pack("{s:o,s:{s:s,s:i,s:s,s:b},s:{s:i,s:i},s:{s:f,s:f},s:f,s:i,s:i,s:I}",
+                      "cluster", loom_cluster_cfg_to_json(c), "policy", "admission",
                       loom_admission_name(p->admission), "learn_after", p->learn_after, "dispatch",
-                      loom_dispatch_name(p->dispatch), "nodes", "rollout",
-                      st.nodes[LOOM_POOL_ROLLOUT], "train", st.nodes[LOOM_POOL_TRAIN],
+                      loom_dispatch_name(p->dispatch), "multirate", p->multirate, "nodes",
+                      "rollout", st.nodes[LOOM_POOL_ROLLOUT], "train", st.nodes[LOOM_POOL_TRAIN],
                       "cost_per_hour_by_pool", "rollout", pr * st.nodes[LOOM_POOL_ROLLOUT], "train",
                       pt * st.nodes[LOOM_POOL_TRAIN], "cost_per_hour", st.cost_per_hour, "jobs",
                       st.jobs, "groups", st.groups, "replans", (json_int_t)st.replans));

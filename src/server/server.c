@@ -111,6 +111,13 @@ static int settle_cluster(loom_server *s, loom_err *e)
         if (p->placer == LOOM_PLACER_PLEX)
                 snprintf(plx, sizeof plx, " plex=%.17g,%.17g,%.17g,%.17g", p->plex_alpha,
                          p->plex_w1, p->plex_w2, p->plex_duty_max);
+        /* Multi-rate placement decides rates (and re-rates) on every submit and exit; a store
+         * from before it, or written with it off, has no suffix: it replays single-rate. */
+        if (p->multirate && p->placer == LOOM_PLACER_LOOM)
+                snprintf(base + strlen(base), sizeof base - strlen(base), " multirate=on");
+        /* Right-sized training pools change how many training nodes a new group gets. */
+        if (p->train_rightsize && p->placer == LOOM_PLACER_LOOM)
+                snprintf(base + strlen(base), sizeof base - strlen(base), " train_rightsize=on");
         snprintf(pol, sizeof pol, "%s%s%s", base, adm, plx);
         snprintf(legacy, sizeof legacy, "%s%s", base, adm); /* a plex store before plx */
         snprintf(worst, sizeof worst, "%s%s", base, plx);

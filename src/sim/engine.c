@@ -433,6 +433,8 @@ static int arrival(engine *g, int ji)
         }
         if (d.kind <= LOOM_DECISION_NEW_GROUP)
                 g->r->decisions[d.kind]++;
+        g->r->rate_sum += (uint64_t)(d.rate > 1 ? d.rate : 1);
+        g->r->rate_n++;
         if (loom_reserve(&g->by_id, &g->cap_by_id, (size_t)id + 1, sizeof *g->by_id, 1024))
                 return LOOM_ENOMEM;
         g->by_id[id] = ji;
@@ -769,6 +771,7 @@ int loom__sim_run_core(const loom_sim_cfg *c, const loom_sim_workload *w, loom_s
         if (!r->admits || p == LOOM_SIM_REGROUP)
                 cc.policy.admission = LOOM_ADMIT_WORST;
         r->admission = cc.policy.admission;
+        r->multirate = cc.policy.multirate && cc.policy.placer == LOOM_PLACER_LOOM;
         r->drift = w->drift;
         engine g = {.c = &cc, .w = w, .r = r, .e = e};
         g.resubmit_drift = p != LOOM_SIM_REGROUP && c->drift_trigger > 0;

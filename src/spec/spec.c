@@ -309,6 +309,8 @@ int loom_policy_cfg_from_json(json_t *obj, const char *where, const char *text, 
                                             "plex_duty_max",
                                             "admission",
                                             "learn_after",
+                                            "multirate",
+                                            "train_rightsize",
                                             NULL};
         dctx c = {where ? where : "", text, len, e};
         if (!json_is_object(obj))
@@ -333,6 +335,18 @@ int loom_policy_cfg_from_json(json_t *obj, const char *where, const char *text, 
                 if (!json_is_boolean(tm))
                         return fail(&c, "tail_migration", "must be true or false");
                 p.tail_migration = json_is_true(tm);
+        }
+        json_t *mr = json_object_get(obj, "multirate");
+        if (mr) {
+                if (!json_is_boolean(mr))
+                        return fail(&c, "multirate", "must be true or false");
+                p.multirate = json_is_true(mr);
+        }
+        json_t *rs = json_object_get(obj, "train_rightsize");
+        if (rs) {
+                if (!json_is_boolean(rs))
+                        return fail(&c, "train_rightsize", "must be true or false");
+                p.train_rightsize = json_is_true(rs);
         }
         if ((rc = get_number(&c, obj, "tail_threshold", false, &p.tail_threshold)) < 0)
                 return rc;
@@ -560,6 +574,7 @@ json_t *loom_decision_to_json(const loom_decision *d, const char *job_name)
                                     json_real(round6(d->marginal_cost_per_hour)));
                 json_object_set_new(o, "t_meta_s", json_real(loom_us_to_s(d->t_meta)));
                 json_object_set_new(o, "utilisation", json_real(round6(d->utilisation)));
+                json_object_set_new(o, "rate", json_integer(d->rate > 1 ? d->rate : 1));
         }
         json_t *cs = json_array();
         for (int i = 0; i < d->n_candidates; i++) {
@@ -576,6 +591,7 @@ json_t *loom_decision_to_json(const loom_decision *d, const char *job_name)
                                     json_real(round6(c->marginal_cost_per_hour)));
                 json_object_set_new(j, "t_meta_s", json_real(loom_us_to_s(c->t_meta)));
                 json_object_set_new(j, "utilisation", json_real(round6(c->utilisation)));
+                json_object_set_new(j, "rate", json_integer(c->rate > 1 ? c->rate : 1));
                 json_object_set_new(j, "verdict",
                                     json_string(c->reject == LOOM_REJECT_NONE
                                                     ? "chosen"

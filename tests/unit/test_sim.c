@@ -165,6 +165,7 @@ static void bound_chain(bool det)
 {
         loom_sim_cfg c;
         loom_sim_cfg_default(&c);
+        c.policy.multirate = false; /* the oracle searches single-rate groupings */
         for (uint64_t seed = 1; seed <= 6; seed++) {
                 loom_sim_workload w;
                 poisson(&w, seed, 10, 1, 4, det, LOOM_SIM_MIXED);
@@ -556,7 +557,10 @@ Test(sim_decompose, rungs_are_the_bound_the_node_rounding_and_the_runs)
         loom_err e;
         loom_err_clear(&e);
         cr_assert_eq(loom_sim_decompose(&c, &w, r, &e), 0, "%s", e.msg);
-        loom_sim_result lb, opt, loom, rg;
+        loom_sim_result lb, opt, loom, rg, multi;
+        c.policy.multirate = true;
+        run(&c, &w, LOOM_SIM_LOOM, &multi);
+        c.policy.multirate = false; /* regroup and online are the single-rate rungs */
         run(&c, &w, LOOM_SIM_LB, &lb);
         run(&c, &w, LOOM_SIM_ORACLE, &opt);
         run(&c, &w, LOOM_SIM_LOOM, &loom);
@@ -570,7 +574,9 @@ Test(sim_decompose, rungs_are_the_bound_the_node_rounding_and_the_runs)
         cr_assert_float_eq(r[5].total_cost, loom.total_cost, 1e-6);
         cr_assert_float_eq(r[5].slo_attainment, loom.slo_attainment, 1e-12);
         cr_assert_leq(r[3].total_cost, r[5].total_cost * (1 + 1e-9), "the optimum is below loom");
-        cr_assert_not(r[6].measured);
+        cr_assert(r[6].measured);
+        cr_assert_float_eq(r[6].total_cost, multi.total_cost, 1e-6, "the last rung is multi-rate loom");
+        loom_sim_result_free(&multi);
         loom_sim_result_free(&lb);
         loom_sim_result_free(&opt);
         loom_sim_result_free(&loom);

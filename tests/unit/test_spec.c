@@ -127,3 +127,21 @@ Test(spec, decision_json_has_the_documented_fields)
         cr_assert_float_eq(json_real_value(json_object_get(o, "t_meta_s")), 260.0, 1e-9);
         json_decref(o);
 }
+
+Test(spec, train_rightsize_is_a_policy_bool)
+{
+        loom_scenario sc;
+        loom_err e;
+        cr_assert_eq(parse("{\"jobs\":[]}", &sc, &e), 0, "%s", e.msg);
+        cr_assert_not(sc.policy.train_rightsize, "off by default");
+        loom_scenario_free(&sc);
+        cr_assert_eq(parse("{\"policy\":{\"train_rightsize\":true},\"jobs\":[]}", &sc, &e), 0, "%s",
+                     e.msg);
+        cr_assert(sc.policy.train_rightsize);
+        loom_scenario_free(&sc);
+        cr_assert_eq(parse("{\"policy\":{\"train_rightsize\":1},\"jobs\":[]}", &sc, &e),
+                     LOOM_EINVAL);
+        cr_assert_str_eq(e.field, "policy.train_rightsize", "%s", e.msg);
+        cr_assert_eq(e.line, 1);
+        cr_assert_eq(e.col, 30, "col %d", e.col);
+}

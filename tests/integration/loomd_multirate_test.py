@@ -1,0 +1,121 @@
+"""Multi-rate groups against a real loomd (docs/scheduling.md, "Multi-rate groups"):
+
+- a policy file with a non-boolean policy.multirate is refused naming the field and line;
+- L (8 s rollout, 2 s training, SLO 1.2) gets a group; S (0.6 s + 0.4 s, SLO 3) joins it at a
+  rate r > 1: its decision, its job JSON and its group say so;
+- workers that release every permit at once see the core's order: between two trainings of L,
+  S trains exactly r times (r training and r rollout permits per meta-iteration);
+- loomd is killed with SIGKILL and started again: both jobs keep their group and rates, and the
+  permits go on in the same pattern;
+- the data dir is refused by a loomd started with multirate off, or with train_rightsize on
+  (the policy fingerprint covers both).
+The workers release at once: the order, not the phase lengths, is what is checked.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from loomd_harness import Loomd, check, job_spec  # noqa: E402
+
+build, source = sys.argv[1], sys.argv[2]
+loomd = os.path.join(build, "loomd")
+tmp = tempfile.mkdtemp(prefix="loomd-multirate-")
+try:
+    bad = os.path.join(tmp, "policy.json")
+    with open(bad, "w") as f:
+        f.write('{"cluster": {},\n "policy": {"multirate": "yes"}}\n')
+    p = subprocess.run([loomd, "--data-dir", tmp, "--cluster", bad], capture_output=True,
+                       text=True)
+    check(p.returncode == 1 and "policy.multirate" in p.stderr and ":2:" in p.stderr,
+          f"a bad policy.multirate names the field and line ({p.stderr.strip()})")
+    off = os.path.join(tmp, "off.json")
+    with open(off, "w") as f:
+        f.write('{"cluster": {}, "policy": {"multirate": false}}\n')
+    rightsize = os.path.join(tmp, "rightsize.json")
+    with open(rightsize, "w") as f:
+        f.write('{"cluster": {}, "policy": {"train_rightsize": true}}\n')
+except BaseException:
+    shutil.rmtree(tmp, True)
+    raise
+
+d = Loomd(build, "--lease-timeout", "60", "--quiet").start()
+st, lj = d.req("POST", "/v1/jobs", job_spec("L", 8.0, 2.0, 1.2, 0))
+check(st == 201 and lj["decision"]["decision"] == "new_group", "L gets a group")
+st, sj = d.req("POST", "/v1/jobs", job_spec("S", 0.6, 0.4, 3.0, 0))
+dec = sj["decision"]
+rate = dec.get("rate", 1)
+check(st == 201 and dec["group"] == lj["decision"]["group"] and rate > 1
+      and f"at rate {rate}" in dec["reason"],
+      f"S joins L's group at rate {rate}: {dec['reason']}")
+check(d.req("GET", f"/v1/jobs/{sj['id']}")[1]["rate"] == rate
+      and d.req("GET", f"/v1/jobs/{lj['id']}")[1]["rate"] == 1, "the job JSON shows the rates")
+
+
+def drive(n_trains):
+    """Release permits as they come; the sequence of (job, phase) granted."""
+    seq = []
+    while sum(1 for j, ph in seq if ph == "train") < n_trains:
+        moved = False
+        for jid in (lj["id"], sj["id"]):
+            job = d.req("GET", f"/v1/jobs/{jid}")[1]
+            if not job["permit"]:
+                continue
+            ph = job["next_phase"]
+            st, lease = d.req("POST", f"/v1/jobs/{jid}/phases/{ph}/acquire?wait=1")
+            if st != 200:
+                continue
+            st, _ = d.req("POST", f"/v1/leases/{lease['lease']}/release", {"status": "ok"})
+            if st != 200:
+                check(False, f"job {jid} releases {ph} ({st})")
+            seq.append((jid, ph))
+            moved = True
+        if not moved:
+            check(False, f"no permit is granted (after {seq})")
+    return seq
+
+
+def s_trains_between_l_trains(seq):
+    trains = [j for j, ph in seq if ph == "train"]
+    idx = [i for i, j in enumerate(trains) if j == lj["id"]]
+    return [sum(1 for j in trains[a + 1:b] if j == sj["id"]) for a, b in zip(idx, idx[1:])]
+
+
+seq = drive(6 * (rate + 1))
+runs = s_trains_between_l_trains(seq)
+check(len(runs) >= 3 and all(r == rate for r in runs),
+      f"between two trainings of L, S trains {rate} times: {runs}")
+rolls = sum(1 for j, ph in seq if j == sj["id"] and ph == "rollout")
+trains = sum(1 for j, ph in seq if j == sj["id"] and ph == "train")
+check(abs(rolls - trains) <= 1, f"S gets a rollout permit per training ({rolls}, {trains})")
+
+
+def view():
+    _, jobs = d.req("GET", "/v1/jobs")
+    jobs = jobs["jobs"] if isinstance(jobs, dict) else jobs
+    return sorted((j["id"], j["group"], j["rate"]) for j in jobs)
+
+
+before = view()
+d.kill9()
+d.start()
+after = view()
+check(before == after, f"after kill -9 the jobs keep their groups and rates: {after}")
+seq = drive(4 * (rate + 1))
+runs = s_trains_between_l_trains(seq)
+check(len(runs) >= 2 and all(r == rate for r in runs),
+      f"after the restart S still trains {rate} times per meta-iteration: {runs}")
+d.stop()
+
+p = subprocess.run([loomd, "--data-dir", d.dir, "--cluster", off, "--quiet"],
+                   capture_output=True, text=True, timeout=30)
+check(p.returncode == 1 and "another policy" in p.stderr,
+      f"multirate off refuses the multi-rate data dir ({p.stderr.strip()[:120]})")
+p = subprocess.run([loomd, "--data-dir", d.dir, "--cluster", rightsize, "--quiet"],
+                   capture_output=True, text=True, timeout=30)
+check(p.returncode == 1 and "another policy" in p.stderr,
+      f"train_rightsize on refuses a data dir written with it off ({p.stderr.strip()[:120]})")
+shutil.rmtree(tmp, True)
