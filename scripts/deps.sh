@@ -14,6 +14,7 @@ pkgs=(
   iproute2                                       # network namespaces + tc for sync bench
   python3                                        # Python client shim and its tests
   python3-numpy python3-torch                    # real example RL jobs (CPU PyTorch), tensor buffers
+  clang libclang-rt-14-dev                       # make fuzz: libFuzzer and the sanitizer runtimes
 )
 
 missing=()

@@ -85,6 +85,10 @@ typedef struct srv_req {
         char name[SRV_NAME_MAX];
         char key[SRV_KEY_MAX]; /* Idempotency-Key of a submit, "" if none */
         json_t *body_json;
+        /* Without a connection (the fuzz target), headers and query arguments come from here:
+         * header != 0 for a header, else a query argument; NULL when absent. */
+        const char *(*value)(const struct srv_req *r, int header, const char *key);
+        void *value_arg;
 
         /* body as it arrives */
         char *upload;
@@ -247,6 +251,9 @@ int srv_http_start(loom_server *s, loom_err *e);
 void srv_http_quiesce(loom_server *s);
 void srv_http_stop(loom_server *s);
 void srv_http_resume(srv_req *r); /* from the scheduler thread, after commit */
+/* Decide what a complete request is (r->upload holds its body): either r->kind is set for the
+ * scheduler or a reply is ready. Touches nothing of the scheduler's. */
+void srv_http_route(loom_server *s, srv_req *r, const char *method, const char *url);
 
 /* engine.c: the scheduler thread */
 void *srv_engine_main(void *arg);
