@@ -136,7 +136,7 @@ static int request(int fd, pull *p, uint64_t have, uint64_t want, uint32_t flags
                 return loom_err_set(e, LOOM_EIO, "publisher",
                                     "connection lost sending the request");
         int rc = recv_manifest(fd, p, m, hash, bytes, e);
-        if (rc == LOOM_EIO)
+        if (rc == LOOM_EIO && strcmp(e->field, "publisher")) /* lost, not answered "busy" */
                 return loom_err_set(e, LOOM_ETIMEDOUT, "want", "no version >= %llu in time",
                                     (unsigned long long)want);
         return rc;

@@ -3,4 +3,4 @@
 # over 2 s it connects a handful of times, not thousands.
 # Usage: sync_backoff.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
-exec python3 "$2/tests/integration/sync_backoff_test.py" "$1" "$2"
+exec /usr/bin/python3 "$2/tests/integration/sync_backoff_test.py" "$1" "$2"
