@@ -67,6 +67,11 @@ const char *loom_admission_name(loom_admission a); /* "worst", "p99", "p95" */
 int loom_admission_parse(const char *s, loom_admission *out);
 
 #define LOOM_LEARN_WINDOW 20 /* observed iterations a learned profile is computed from */
+/* The version of the core's arithmetic: bump it with any change to src/core that can place a
+ * job elsewhere or learn a profile differently from the same events. loomd stores it and, when
+ * a data directory was written under another, re-derives its log with this code instead of
+ * demanding the stored outcomes bit for bit (docs/operations.md, "store versioning"). */
+#define LOOM_SCHED_ARITH 1
 
 typedef struct loom_policy_cfg {
         int max_group_size;              /* default 5, at most LOOM_MAX_GROUP_SIZE */

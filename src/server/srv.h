@@ -206,6 +206,14 @@ struct loom_server {
         loom_sched *sched;
         srv_store *store;
 
+        /* Store versioning (server.c): log entries up to seq lenient_through were written
+         * under another core arithmetic and are re-derived, not checked, by replay;
+         * replay_lenient is set for the entry being replayed. rederived_* count what came out
+         * differently. */
+        int64_t lenient_through;
+        bool replay_lenient;
+        int rederived_placements, rederived_profiles;
+
         struct MHD_Daemon *mhd;
         int listen_fd;
         int port;
@@ -328,6 +336,10 @@ int srv_store_meta_get(srv_store *st, const char *key, char **val, loom_err *e);
 int srv_store_meta_set(srv_store *st, const char *key, const char *val, loom_err *e);
 int srv_store_job_insert(srv_store *st, const srv_job *j, const char *key, loom_err *e);
 int srv_store_job_update(srv_store *st, const srv_job *j, loom_err *e);
+/* Replace a job's stored placement decision (a re-derived placement, server.c). */
+int srv_store_job_set_decision(srv_store *st, const srv_job *j, loom_err *e);
+/* The last log entry's seq (0: an empty log). */
+int srv_store_log_last(srv_store *st, int64_t *seq, loom_err *e);
 int srv_store_job_by_key(srv_store *st, const char *key, uint32_t *job, loom_err *e);
 int srv_store_log(srv_store *st, const char *kind, uint32_t job, const char *reason, loom_err *e);
 int srv_store_lease_insert(srv_store *st, uint32_t job, const srv_lease *l, loom_err *e);
@@ -341,8 +353,8 @@ int srv_store_leases_lose_active(srv_store *st, int64_t at, loom_err *e);
 int srv_store_load_jobs(srv_store *st, loom_server *s, loom_err *e);
 /* Call fn for every log entry in order; stops at the first non-zero return. */
 int srv_store_each_log(srv_store *st,
-                       int (*fn)(void *arg, const char *kind, uint32_t job, const char *reason,
-                                 int64_t at),
+                       int (*fn)(void *arg, int64_t seq, const char *kind, uint32_t job,
+                                 const char *reason, int64_t at),
                        void *arg, loom_err *e);
 
 /* store.c: per-job admission state (table `admissions`) */

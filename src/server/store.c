@@ -16,7 +16,10 @@
 
 #include "srv.h"
 
-#define SCHEMA_VERSION "1"
+/* 2: meta "arith" (the core arithmetic the log was written under) and "lenient_through", and
+ * compaction (jobs.replans_compacted, observe entries dropped from the log). A version 1 store
+ * is upgraded in place; a newer one is refused. */
+#define SCHEMA_VERSION "2"
 
 enum {
         ST_JOB_INSERT,
@@ -203,12 +206,13 @@ int srv_store_open(srv_store **out, const char *dir, bool sync_full, loom_err *e
         if (!rc) {
                 char *v = NULL;
                 rc = srv_store_meta_get(st, "schema", &v, e);
-                if (!rc && !v)
+                if (!rc && (!v || !strcmp(v, "1")))
                         rc = srv_store_meta_set(st, "schema", SCHEMA_VERSION, e);
                 else if (!rc && strcmp(v, SCHEMA_VERSION))
                         rc = loom_err_set(e, LOOM_ECORRUPT, "store",
-                                          "%s has schema version %s, this loomd knows %s", path, v,
-                                          SCHEMA_VERSION);
+                                          "%s has schema version %s, this loomd knows up to %s: "
+                                          "run the loomd that wrote it",
+                                          path, v, SCHEMA_VERSION);
                 free(v);
         }
         if (!rc) {
@@ -387,6 +391,38 @@ int srv_store_job_update(srv_store *st, const srv_job *j, loom_err *e)
         sqlite3_bind_int(q, 5, j->next_call);
         sqlite3_bind_int64(q, 6, j->id);
         return step_done(st, ST_JOB_UPDATE, e);
+}
+
+int srv_store_job_set_decision(srv_store *st, const srv_job *j, loom_err *e)
+{
+        char *dec = json_dumps(j->decision, JSON_COMPACT);
+        sqlite3_stmt *q;
+        if (!dec)
+                return loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
+        if (sqlite3_prepare_v2(st->db, "UPDATE jobs SET decision=? WHERE id=?", -1, &q, NULL) !=
+            SQLITE_OK) {
+                free(dec);
+                return db_err(st, e, "decision");
+        }
+        sqlite3_bind_text(q, 1, dec, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int64(q, 2, j->id);
+        int rc = sqlite3_step(q) == SQLITE_DONE ? 0 : db_err(st, e, "decision");
+        sqlite3_finalize(q);
+        free(dec);
+        return rc;
+}
+
+int srv_store_log_last(srv_store *st, int64_t *seq, loom_err *e)
+{
+        sqlite3_stmt *q;
+        if (sqlite3_prepare_v2(st->db, "SELECT COALESCE(MAX(seq),0) FROM log", -1, &q, NULL) !=
+            SQLITE_OK)
+                return db_err(st, e, "log");
+        int rc = sqlite3_step(q) == SQLITE_ROW ? 0 : db_err(st, e, "log");
+        if (!rc)
+                *seq = sqlite3_column_int64(q, 0);
+        sqlite3_finalize(q);
+        return rc;
 }
 
 int srv_store_job_by_key(srv_store *st, const char *key, uint32_t *job, loom_err *e)
@@ -580,19 +616,19 @@ int srv_store_load_jobs(srv_store *st, loom_server *s, loom_err *e)
 }
 
 int srv_store_each_log(srv_store *st,
-                       int (*fn)(void *arg, const char *kind, uint32_t job, const char *reason,
-                                 int64_t at),
+                       int (*fn)(void *arg, int64_t seq, const char *kind, uint32_t job,
+                                 const char *reason, int64_t at),
                        void *arg, loom_err *e)
 {
         sqlite3_stmt *q;
-        if (sqlite3_prepare_v2(st->db, "SELECT kind,job,reason,at_us FROM log ORDER BY seq", -1, &q,
-                               NULL) != SQLITE_OK)
+        if (sqlite3_prepare_v2(st->db, "SELECT seq,kind,job,reason,at_us FROM log ORDER BY seq", -1,
+                               &q, NULL) != SQLITE_OK)
                 return db_err(st, e, "load log");
         int rc = 0, step;
         while (!rc && (step = sqlite3_step(q)) == SQLITE_ROW)
-                rc = fn(arg, (const char *)sqlite3_column_text(q, 0),
-                        (uint32_t)sqlite3_column_int64(q, 1),
-                        (const char *)sqlite3_column_text(q, 2), sqlite3_column_int64(q, 3));
+                rc = fn(arg, sqlite3_column_int64(q, 0), (const char *)sqlite3_column_text(q, 1),
+                        (uint32_t)sqlite3_column_int64(q, 2),
+                        (const char *)sqlite3_column_text(q, 3), sqlite3_column_int64(q, 4));
         if (!rc && step != SQLITE_DONE)
                 rc = db_err(st, e, "load log");
         sqlite3_finalize(q);
