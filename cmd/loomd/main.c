@@ -22,34 +22,37 @@
 
 static void usage(FILE *f)
 {
-        fprintf(f, "usage: loomd --data-dir DIR [options]\n"
-                   "\n"
-                   "The loom control plane: schedules the phases of RL jobs (docs/api.md).\n"
-                   "\n"
-                   "options:\n"
-                   "  --data-dir DIR        store (SQLite, WAL) location; created if missing\n"
-                   "  --listen HOST:PORT    IPv4 address to serve on (default 127.0.0.1:7480;\n"
-                   "                        port 0 picks a free one, see --port-file)\n"
-                   "  --cluster FILE        cluster (and policy) JSON, as in `loom place`\n"
-                   "  --lease-timeout S     lease/permit expiry without renewal (default 30)\n"
-                   "  --idle-timeout S      close idle connections after S seconds (default 10)\n"
-                   "  --max-wait S          upper bound of an acquire's ?wait= (default 300)\n"
-                   "  --drift-window N      iterations whose phase times are checked against\n"
-                   "                        the planned ones (default 5; 0 = no drift\n"
-                   "                        re-admission)\n"
-                   "  --drift-threshold X   re-admit a job whose recent p95 phase time exceeds\n"
-                   "                        X times the planned one (default 1.05)\n"
-                   "  --admission A         worst (default) | p99 | p95: after --learn-after\n"
-                   "                        iterations, re-plan a job's group on that quantile\n"
-                   "                        of its observed phase times (docs/operations.md)\n"
-                   "  --learn-after K       iterations observed before re-planning (1..20,\n"
-                   "                        default 3); with --admission p99|p95\n"
-                   "  --sync-full           fsync every commit (survives power loss, slower)\n"
-                   "  --port-file FILE      write the bound port to FILE once serving\n"
-                   "  --state [NODE=]SOCK   loom-state socket (all nodes, or NODE): prefetch\n"
-                   "                        hints and host-tier accounting (docs/state.md)\n"
-                   "  --quiet               no event log on stderr\n"
-                   "  --help                this text\n");
+        fprintf(
+            f,
+            "usage: loomd --data-dir DIR [options]\n"
+            "\n"
+            "The loom control plane: schedules the phases of RL jobs (docs/api.md).\n"
+            "\n"
+            "options:\n"
+            "  --data-dir DIR        store (SQLite, WAL) location; created if missing\n"
+            "  --listen HOST:PORT    IPv4 address to serve on (default 127.0.0.1:7480;\n"
+            "                        port 0 picks a free one, see --port-file)\n"
+            "  --cluster FILE        cluster (and policy) JSON, as in `loom place`\n"
+            "  --lease-timeout S     lease/permit expiry without renewal (default 30)\n"
+            "  --idle-timeout S      close idle connections after S seconds (default 10)\n"
+            "  --max-wait S          upper bound of an acquire's ?wait= (default 300)\n"
+            "  --drift-window N      iterations whose phase times are checked against\n"
+            "                        the planned ones (default 5; 0 = no drift\n"
+            "                        re-admission)\n"
+            "  --drift-threshold X   re-admit a job whose recent p95 phase time exceeds\n"
+            "                        X times the planned one (default 1.05)\n"
+            "  --admission A         worst (default) | p99 | p95: after --learn-after\n"
+            "                        iterations, re-plan a job's group on that quantile\n"
+            "                        of its observed phase times (docs/operations.md)\n"
+            "  --learn-after K       iterations observed before re-planning (1..20,\n"
+            "                        default 3); with --admission p99|p95\n"
+            "  --sync-full           fsync every commit (survives power loss, slower)\n"
+            "  --compact-min N       compact the store's log from N entries on (4096; 0: never)\n"
+            "  --port-file FILE      write the bound port to FILE once serving\n"
+            "  --state [NODE=]SOCK   loom-state socket (all nodes, or NODE): prefetch\n"
+            "                        hints and host-tier accounting (docs/state.md)\n"
+            "  --quiet               no event log on stderr\n"
+            "  --help                this text\n");
 }
 
 static int parse_seconds(const char *opt, const char *v, double *out)
@@ -164,6 +167,7 @@ int main(int argc, char **argv)
             {"state", required_argument, NULL, 'L'},
             {"admission", required_argument, NULL, 'A'},
             {"learn-after", required_argument, NULL, 'K'},
+            {"compact-min", required_argument, NULL, 'C'},
             {"help", no_argument, NULL, 'h'},
             {NULL, 0, NULL, 0},
         };
@@ -226,6 +230,17 @@ int main(int argc, char **argv)
                                         optarg);
                                 return 2;
                         }
+                        break;
+                }
+                case 'C': {
+                        char *end;
+                        long v = strtol(optarg, &end, 10);
+                        if (end == optarg || *end || v < 0 || v > INT32_MAX) {
+                                fprintf(stderr, "loomd: --compact-min: '%s' is not a count\n",
+                                        optarg);
+                                return 2;
+                        }
+                        cfg.compact_min = (int)v;
                         break;
                 }
                 case 'p':

@@ -58,6 +58,8 @@ typedef struct loom_server_cfg {
         bool sync_full;         /* fsync every commit (power-loss safe); default off: a commit
                                    is written to the WAL before the reply, which survives a
                                    crash of loomd but not of the machine */
+        int compact_min;        /* default 4096: compact the log once it has this many entries
+                                   and has doubled since the last compaction (0: never) */
         loom_server_log_fn log;
         void *log_arg;
         loom_server_state_hooks state;

@@ -890,6 +890,7 @@ void *srv_engine_main(void *arg)
                 finish_batch(s);
                 if (stop || s->store_failed)
                         break;
+                srv_compact_maybe(s); /* between batches: compact.c */
         }
         return NULL;
 }

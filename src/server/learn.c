@@ -143,6 +143,21 @@ int srv_replay_observe(loom_server *s, srv_job *j, uint32_t core, const char *re
                 s->rederived_profiles++;
                 differ = false;
         }
+        if (differ && s->replay_collect) { /* compaction: the entry's new outcome */
+                srv_observe_rec n = {core,
+                                     o.phase,
+                                     o.took,
+                                     rc,
+                                     in.learned_roll,
+                                     in.learned_train,
+                                     in.learned_budget};
+                char *text = srv_observe_encode(&n);
+                int crc = text ? s->collect(s->collect_arg, s->replay_seq, text) : LOOM_ENOMEM;
+                free(text);
+                if (crc)
+                        return loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
+                differ = false;
+        }
         if (fail || differ)
                 return loom_err_set(
                     e, LOOM_ECORRUPT, "store",

@@ -34,6 +34,7 @@ void loom_server_cfg_default(loom_server_cfg *c)
         c->max_wait_s = 300;
         c->drift_window = 5;
         c->drift_threshold = 1.05;
+        c->compact_min = 4096;
 }
 
 static int check_cfg(const loom_server_cfg *c, loom_err *e)
@@ -53,6 +54,8 @@ static int check_cfg(const loom_server_cfg *c, loom_err *e)
                                     SRV_DRIFT_MAX);
         if (!(c->drift_threshold >= 1.0 && c->drift_threshold <= 100))
                 return loom_err_set(e, LOOM_EINVAL, "drift_threshold", "must be in [1, 100]");
+        if (c->compact_min < 0)
+                return loom_err_set(e, LOOM_EINVAL, "compact_min", "must be >= 0 entries");
         if (strlen(c->data_dir) >= 4000)
                 return loom_err_set(e, LOOM_EINVAL, "data_dir", "path too long");
         return 0;
@@ -143,12 +146,6 @@ static void drain_discard(loom_sched *sc)
                 ;
 }
 
-struct replay {
-        loom_server *s;
-        loom_err *e;
-        uint32_t *core; /* per job (id - 1): the core id of its admission so far, 0 = none */
-};
-
 /* Store versioning. The log is replayed by this loomd's core; entries written under another
  * core arithmetic (meta "arith", "1" in stores older than it) cannot be expected to come out
  * bit for bit: every entry up to the last one is marked to re-derive (meta "lenient_through")
@@ -208,13 +205,15 @@ static int take_placement(loom_server *s, srv_job *j, const loom_decision *d, lo
         return srv_store_job_set_decision(s->store, j, e);
 }
 
-static int replay_one(void *arg, int64_t seq, const char *kind, uint32_t id, const char *reason,
-                      int64_t at)
+int srv_replay_one(void *arg, int64_t seq, const char *kind, uint32_t id, const char *reason,
+                   int64_t at)
 {
-        struct replay *rp = arg;
+        srv_replay *rp = arg;
         loom_server *s = rp->s;
         srv_job *j = srv_job_get(s, id);
+        rp->rows++;
         s->replay_lenient = seq <= s->lenient_through;
+        s->replay_seq = seq;
         if (!j)
                 return loom_err_set(rp->e, LOOM_ECORRUPT, "store", "log names unknown job %u", id);
         if (!strcmp(kind, "exit")) {
@@ -282,13 +281,15 @@ static int recover(loom_server *s, loom_err *e)
         int rc = settle_arith(s, was, sizeof was, e);
         if (!rc)
                 rc = srv_store_load_jobs(s->store, s, e);
-        struct replay rp = {s, e, calloc(s->n_jobs + 1, sizeof *rp.core)};
+        srv_replay rp = {s, e, calloc(s->n_jobs + 1, sizeof *rp.core), 0};
         if (!rc && !rp.core)
                 rc = loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
         if (!rc)
-                rc = srv_store_each_log(s->store, replay_one, &rp, e);
+                rc = srv_store_each_log(s->store, srv_replay_one, &rp, e);
         if (!rc)
                 rc = settle_admissions(s, rp.core, e);
+        s->compact_rows = rp.rows;
+        s->compact_at_start = s->cfg.compact_min && rp.rows >= (uint64_t)s->cfg.compact_min;
         free(rp.core);
         if (!rc)
                 rc = srv_store_lease_next_id(s->store, &s->next_lease_id, e);

@@ -171,8 +171,9 @@ typedef struct srv_job {
 
         /* learned-profile admission (learn.c), as the core last reported it; kept here so an
          * ended job still shows it, rebuilt by replay */
-        bool learned;     /* the current admission is planned on its learned profile */
-        uint64_t replans; /* learned re-plans of its group, over all its admissions */
+        bool learned;          /* the current admission is planned on its learned profile */
+        uint64_t replans;      /* learned re-plans of its group, over all its admissions */
+        uint64_t replans_base; /* of those, counted in log entries compaction dropped */
         loom_us learned_roll, learned_train, learned_budget; /* 0 before any */
 } srv_job;
 
@@ -213,6 +214,14 @@ struct loom_server {
         int64_t lenient_through;
         bool replay_lenient;
         int rederived_placements, rederived_profiles;
+        /* Compaction's shadow replay (compact.c): replay_collect takes this core's observe
+         * outcomes and hands each that differs from the entry's text to collect(). */
+        bool replay_collect;
+        int64_t replay_seq;
+        int (*collect)(void *arg, int64_t seq, const char *text);
+        void *collect_arg;
+        uint64_t compact_rows; /* log entries when the log was last compacted (or loaded) */
+        bool compact_at_start; /* a long log was loaded: try once, after the first batch */
 
         struct MHD_Daemon *mhd;
         int listen_fd;
@@ -352,6 +361,42 @@ int srv_store_leases_lose_active(srv_store *st, int64_t at, loom_err *e);
 /* Load every job row into s (ascending id) with state, counters and placement. */
 int srv_store_load_jobs(srv_store *st, loom_server *s, loom_err *e);
 /* Call fn for every log entry in order; stops at the first non-zero return. */
+/* Replay (server.c): one log entry into s->sched, checked against what the store says. */
+typedef struct srv_replay {
+        loom_server *s;
+        loom_err *e;
+        uint32_t *core; /* per job (id - 1): the core id of its admission so far, 0 = none */
+        uint64_t rows;  /* entries replayed */
+} srv_replay;
+int srv_replay_one(void *arg, int64_t seq, const char *kind, uint32_t id, const char *reason,
+                   int64_t at);
+
+/* Compaction (compact.c): drop observe entries the state no longer depends on, verified by
+ * replaying the shorter log into a fresh core; one transaction. *dropped gets how many (0 when
+ * the shorter log would not replay to the same state, which is then left alone). Only between
+ * batches (no transaction open). */
+int srv_compact(loom_server *s, int64_t *dropped, loom_err *e);
+/* Compact when the log has doubled since it was last compacted (and has 4096 entries). */
+void srv_compact_maybe(loom_server *s);
+
+/* Log entries for compaction: every row, in order (the caller frees with srv_log_rows_free). */
+typedef struct srv_log_row {
+        int64_t seq, at;
+        char kind[16];
+        uint32_t job;
+        char *reason;
+} srv_log_row;
+int srv_store_log_rows(srv_store *st, srv_log_row **rows, size_t *n, loom_err *e);
+void srv_log_rows_free(srv_log_row *rows, size_t n);
+/* Log entries appended since the store opened or the last reset. */
+uint64_t srv_store_log_added(const srv_store *st);
+void srv_store_log_added_reset(srv_store *st);
+/* In one transaction: delete the entries in drop[], replace the reasons of rew[] and set each
+ * job's replans_compacted (base[job - 1]). */
+int srv_store_compact(srv_store *st, const int64_t *drop, size_t ndrop, const int64_t *rew_seq,
+                      char *const *rew_text, size_t nrew, const uint64_t *base, uint32_t njobs,
+                      loom_err *e);
+
 int srv_store_each_log(srv_store *st,
                        int (*fn)(void *arg, int64_t seq, const char *kind, uint32_t job,
                                  const char *reason, int64_t at),

@@ -92,7 +92,8 @@ struct srv_store {
         char path[4200];
         pthread_t ckpt;
         bool ckpt_running, ckpt_stop;
-        int ckpt_pages; /* WAL size at the last commit */
+        int ckpt_pages;     /* WAL size at the last commit */
+        uint64_t log_added; /* log entries appended since open / the last reset (compaction) */
         pthread_mutex_t mu;
         pthread_cond_t cv;
 };
@@ -199,6 +200,8 @@ int srv_store_open(srv_store **out, const char *dir, bool sync_full, loom_err *e
                 rc = add_column(st, "calls", "TEXT", e);
         if (!rc)
                 rc = add_column(st, "next_call", "INTEGER NOT NULL DEFAULT 0", e);
+        if (!rc)
+                rc = add_column(st, "replans_compacted", "INTEGER NOT NULL DEFAULT 0", e);
         for (int i = 0; !rc && i < ST_N; i++)
                 if (sqlite3_prepare_v3(st->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT,
                                        &st->st[i], NULL) != SQLITE_OK)
@@ -452,7 +455,9 @@ int srv_store_log(srv_store *st, const char *kind, uint32_t job, const char *rea
         else
                 sqlite3_bind_null(q, 3);
         sqlite3_bind_int64(q, 4, srv_now_wall());
-        return step_done(st, ST_LOG, e);
+        int rc = step_done(st, ST_LOG, e);
+        st->log_added += rc == 0;
+        return rc;
 }
 
 static void nodes_text(char *buf, size_t cap, const loom_node_id *nodes, int n)
@@ -572,6 +577,7 @@ static int row_to_job(sqlite3_stmt *q, srv_job *j, loom_err *e)
         if (calls_parse((const char *)sqlite3_column_text(q, i++), &j->spec))
                 return loom_err_set(e, LOOM_ECORRUPT, "store", "job %u: unreadable calls", j->id);
         j->next_call = sqlite3_column_int(q, i++);
+        j->replans = j->replans_base = (uint64_t)sqlite3_column_int64(q, i++);
         json_error_t je;
         j->decision = dec ? json_loads(dec, 0, &je) : NULL;
         if (j->state < 0 || !next || loom_phase_parse(next, &j->next) || !j->decision ||
@@ -588,7 +594,8 @@ int srv_store_load_jobs(srv_store *st, loom_server *s, loom_err *e)
                 st->db,
                 "SELECT id,name,state,target,done,next_phase,rollout_gpus,"
                 "train_gpus,t_roll_us,t_train_us,t_sync_us,slo,mem_rollout,"
-                "mem_train,decision,submitted_us,ended_us,calls,next_call FROM jobs ORDER BY id",
+                "mem_train,decision,submitted_us,ended_us,calls,next_call,replans_compacted "
+                "FROM jobs ORDER BY id",
                 -1, &q, NULL) != SQLITE_OK)
                 return db_err(st, e, "load jobs");
         int rc = 0, step;
@@ -632,6 +639,101 @@ int srv_store_each_log(srv_store *st,
         if (!rc && step != SQLITE_DONE)
                 rc = db_err(st, e, "load log");
         sqlite3_finalize(q);
+        return rc;
+}
+
+/* ---- compaction (compact.c) ----------------------------------------------------------------- */
+
+uint64_t srv_store_log_added(const srv_store *st)
+{
+        return st->log_added;
+}
+
+void srv_store_log_added_reset(srv_store *st)
+{
+        st->log_added = 0;
+}
+
+void srv_log_rows_free(srv_log_row *rows, size_t n)
+{
+        for (size_t i = 0; rows && i < n; i++)
+                free(rows[i].reason);
+        free(rows);
+}
+
+int srv_store_log_rows(srv_store *st, srv_log_row **rows, size_t *n, loom_err *e)
+{
+        sqlite3_stmt *q;
+        *rows = NULL;
+        *n = 0;
+        if (sqlite3_prepare_v2(st->db, "SELECT seq,kind,job,reason,at_us FROM log ORDER BY seq", -1,
+                               &q, NULL) != SQLITE_OK)
+                return db_err(st, e, "log");
+        size_t cap = 0;
+        int rc = 0, step;
+        while (!rc && (step = sqlite3_step(q)) == SQLITE_ROW) {
+                if (loom_reserve(rows, &cap, *n + 1, sizeof **rows, 1024)) {
+                        rc = loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
+                        break;
+                }
+                srv_log_row *r = &(*rows)[*n];
+                const char *reason = (const char *)sqlite3_column_text(q, 3);
+                r->seq = sqlite3_column_int64(q, 0);
+                snprintf(r->kind, sizeof r->kind, "%s", (const char *)sqlite3_column_text(q, 1));
+                r->job = (uint32_t)sqlite3_column_int64(q, 2);
+                r->at = sqlite3_column_int64(q, 4);
+                r->reason = reason ? strdup(reason) : NULL;
+                (*n)++;
+                if (reason && !r->reason)
+                        rc = loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
+        }
+        if (!rc && step != SQLITE_DONE)
+                rc = db_err(st, e, "log");
+        sqlite3_finalize(q);
+        if (rc) {
+                srv_log_rows_free(*rows, *n);
+                *rows = NULL;
+                *n = 0;
+        }
+        return rc;
+}
+
+static int run1(srv_store *st, const char *sql, int64_t a, const char *text, int64_t b, loom_err *e)
+{
+        sqlite3_stmt *q;
+        if (sqlite3_prepare_v2(st->db, sql, -1, &q, NULL) != SQLITE_OK)
+                return db_err(st, e, "compact");
+        if (text) {
+                sqlite3_bind_text(q, 1, text, -1, SQLITE_STATIC);
+                sqlite3_bind_int64(q, 2, b);
+        } else {
+                sqlite3_bind_int64(q, 1, a);
+                if (b >= 0)
+                        sqlite3_bind_int64(q, 2, b);
+        }
+        int rc = sqlite3_step(q) == SQLITE_DONE ? 0 : db_err(st, e, "compact");
+        sqlite3_finalize(q);
+        return rc;
+}
+
+int srv_store_compact(srv_store *st, const int64_t *drop, size_t ndrop, const int64_t *rew_seq,
+                      char *const *rew_text, size_t nrew, const uint64_t *base, uint32_t njobs,
+                      loom_err *e)
+{
+        /* One transaction: a crash at any point leaves the whole old log or the whole new one
+         * (SQLite's WAL commit is the only step that makes it visible). */
+        int rc = exec(st, "BEGIN IMMEDIATE", e);
+        for (size_t i = 0; !rc && i < ndrop; i++)
+                rc = run1(st, "DELETE FROM log WHERE seq=?", drop[i], NULL, -1, e);
+        for (size_t i = 0; !rc && i < nrew; i++)
+                rc = run1(st, "UPDATE log SET reason=? WHERE seq=?", 0, rew_text[i], rew_seq[i], e);
+        for (uint32_t j = 0; !rc && j < njobs; j++)
+                rc = run1(st, "UPDATE jobs SET replans_compacted=? WHERE id=?", (int64_t)base[j],
+                          NULL, (int64_t)j + 1, e);
+        if (!rc)
+                rc = exec(st, "COMMIT", e);
+        if (rc)
+                srv_store_rollback(st);
         return rc;
 }
 
