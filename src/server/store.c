@@ -98,7 +98,8 @@ struct srv_store {
         pthread_cond_t cv;
 };
 
-#define CKPT_PAGES 1000 /* SQLite's own default threshold */
+#define CKPT_PAGES 1000          /* SQLite's own default threshold */
+#define CKPT_TRUNCATE_PAGES 4000 /* a WAL still this long after a passive pass is truncated */
 
 static int on_wal(void *arg, sqlite3 *db, const char *name, int pages)
 {
@@ -121,6 +122,9 @@ static void *ckpt_main(void *arg)
                 return NULL; /* checkpoints then happen when the store closes */
         }
         sqlite3_busy_timeout(db, 1000);
+        /* A connection that has read nothing has not opened the WAL yet: a checkpoint on it
+         * does nothing (and says -1 frames), so the WAL would only ever grow. */
+        sqlite3_exec(db, "SELECT count(*) FROM meta", NULL, NULL, NULL);
         pthread_mutex_lock(&st->mu);
         while (!st->ckpt_stop) {
                 if (st->ckpt_pages < CKPT_PAGES) {
@@ -130,8 +134,15 @@ static void *ckpt_main(void *arg)
                 st->ckpt_pages = 0;
                 pthread_mutex_unlock(&st->mu);
                 /* PASSIVE never blocks the writer; the WAL restarts from its beginning at the
-                 * first commit after a complete checkpoint. */
-                sqlite3_wal_checkpoint_v2(db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+                 * first commit after a complete checkpoint. Under a steady stream of commits
+                 * that moment never comes (each checkpoint ends behind the frames committed
+                 * meanwhile) and the WAL grows without bound, which a restart after kill -9
+                 * then reads whole: when a passive pass leaves it long, TRUNCATE copies the
+                 * few frames left while holding writers back for that moment, and empties it. */
+                int frames = 0;
+                sqlite3_wal_checkpoint_v2(db, NULL, SQLITE_CHECKPOINT_PASSIVE, &frames, NULL);
+                if (frames >= CKPT_TRUNCATE_PAGES)
+                        sqlite3_wal_checkpoint_v2(db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
                 pthread_mutex_lock(&st->mu);
         }
         pthread_mutex_unlock(&st->mu);
