@@ -184,6 +184,16 @@ while True:
         time.sleep(0.05)
 """], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
+def cleanup():
+    for p in list(procs.values()) + [offloader, st_proc, loomd]:
+        if p.poll() is None:
+            p.kill()
+    if tmpfs:
+        subprocess.run(["umount", "-l", data])
+
+
+import atexit  # noqa: E402
+atexit.register(cleanup)
 for _ in range(a.jobs):
     start_worker(submit())
 t0 = time.time()
@@ -191,7 +201,6 @@ kinds = list(counts)
 for n in range(a.faults):
     time.sleep(rng.uniform(0.05, 0.3))
     ensure_loomd()
-    live = [j for j, p in procs.items() if p.poll() is None]
     for j, p in list(procs.items()):  # a worker whose job ended leaves; a new job comes
         if p.poll() is not None:
             s = job_state(j)
@@ -200,6 +209,7 @@ for n in range(a.faults):
                 start_worker(j)
             else:
                 start_worker(submit())
+    live = [j for j, p in procs.items() if p.poll() is None]
     kind = kinds[n % len(kinds)] if n < len(kinds) else rng.choice(kinds)
     counts[kind] += 1
     if kind == "loomd":
