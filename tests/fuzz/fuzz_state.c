@@ -5,11 +5,13 @@
  *                message's "key" and "items[].key" go through the key parser. Each step either
  *                succeeds or fails with a message.
  *   'D' + bytes: the bytes are what a client sends to a live loom-state daemon (in this
- *                process, on a scratch directory, small tiers), on a fresh connection closed
- *                after the last byte; every reply must be a JSON object with "ok".
+ *                process, on a scratch directory, small tiers); every reply must be a JSON
+ *                object with "ok". The connection is kept for the next input while the
+ *                daemon answers every message (as a client's would be), else reopened.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,7 +101,9 @@ static void wire_side(const uint8_t *data, size_t size)
         close(sv[1]);
 }
 
-static void daemon_side(const uint8_t *data, size_t size)
+static int dconn = -1; /* kept across inputs made only of whole messages */
+
+static int daemon_connect(void)
 {
         int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
         struct sockaddr_un a = {.sun_family = AF_UNIX};
@@ -108,23 +112,57 @@ static void daemon_side(const uint8_t *data, size_t size)
                 abort();
         int big = 4 * MAX_INPUT;
         setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &big, sizeof big);
-        /* the daemon answers each message before it reads the next: send all, then read all */
-        if (size && write(fd, data, size) != (ssize_t)size)
+        return fd;
+}
+
+/* Read one reply; false when the daemon closed the connection. */
+static bool one_reply(int fd)
+{
+        json_t *msg;
+        int fds[ST_MAX_FDS], nfds;
+        loom_err e;
+        if (loom__state_recv(fd, &msg, fds, &nfds, &e))
+                return false;
+        for (int i = 0; i < nfds; i++)
+                close(fds[i]);
+        if (!json_is_boolean(json_object_get(msg, "ok")))
                 abort();
-        shutdown(fd, SHUT_WR);
-        for (;;) {
-                json_t *msg;
-                int fds[ST_MAX_FDS], nfds;
-                loom_err e;
-                if (loom__state_recv(fd, &msg, fds, &nfds, &e))
+        json_decref(msg);
+        return true;
+}
+
+static void daemon_side(const uint8_t *data, size_t size)
+{
+        /* Whole messages (by their length prefix) get one reply each, or the daemon closes the
+         * connection at the first it refuses; a trailing partial message can only end with the
+         * connection, so then the client closes its side and reads to the end. */
+        size_t whole = 0, off = 0;
+        while (size - off >= 4) {
+                size_t n = (size_t)data[off] | (size_t)data[off + 1] << 8 |
+                           (size_t)data[off + 2] << 16 | (size_t)data[off + 3] << 24;
+                if (n > size - off - 4)
                         break;
-                for (int i = 0; i < nfds; i++)
-                        close(fds[i]);
-                if (!json_is_boolean(json_object_get(msg, "ok")))
-                        abort();
-                json_decref(msg);
+                off += 4 + n;
+                whole++;
         }
-        close(fd);
+        if (dconn < 0)
+                dconn = daemon_connect();
+        /* the daemon answers each message before it reads the next: send all, then read */
+        if (size && write(dconn, data, size) != (ssize_t)size)
+                abort();
+        bool open = true;
+        for (size_t i = 0; open && i < whole; i++)
+                open = one_reply(dconn);
+        if (open && off < size) {
+                shutdown(dconn, SHUT_WR);
+                while (one_reply(dconn))
+                        ;
+                open = false;
+        }
+        if (!open) {
+                close(dconn);
+                dconn = -1;
+        }
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
