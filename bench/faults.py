@@ -293,6 +293,7 @@ for v, digest in vers[-8:]:
 st_proc.kill()
 if tmpfs:
     subprocess.run(["umount", "-l", data])
+    tmpfs = False
 print(json.dumps({"faults": counts, "jobs": len(jobs), "finished_exactly": exact,
                   "failed_with_reason": failed, "wrong": wrong,
                   "acked_train_releases_lost": lost, "state_offloads_acked": len(vers),
