@@ -22,7 +22,8 @@ for t in "${targets[@]}"; do
   work="$b/fuzz-work/$t"
   mkdir -p "$work"
   log="$b/fuzz-artifacts/$t.log"
-  args=(-max_total_time="$secs" -max_len=65536 -timeout=10 -rss_limit_mb=4096 -print_final_stats=1
+  # -timeout: a unit that runs 30 s is a hang; at nice 19 on a loaded machine 10 s is not
+  args=(-max_total_time="$secs" -max_len=65536 -timeout=30 -rss_limit_mb=4096 -print_final_stats=1
         -artifact_prefix="$b/fuzz-artifacts/$t-")
   [ "$runs" -gt 0 ] && args+=(-runs="$runs")
   before=$(ls "$b/fuzz-artifacts" | grep -c "^$t-" || true)
