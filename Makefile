@@ -3,12 +3,16 @@
 #   make test     debug build with ASan+UBSan in build-test/, then every test through CTest
 #   make run      the most complete end-to-end thing loom does (see README)
 #   make bench    benchmarks; they print figures and never fail on timing
+#   make fuzz     libFuzzer campaigns (clang), FUZZ_TIME seconds per target (FUZZ_RUNS: a cap)
 #   make format   clang-format every C file
 BUILD      ?= build
 TEST_BUILD ?= build-test
+FUZZ_BUILD ?= build-fuzz
+FUZZ_TIME  ?= 60
+FUZZ_RUNS  ?= 0
 JOBS       ?= $(shell nproc)
 
-.PHONY: all deps build test run bench format clean
+.PHONY: all deps build test run bench fuzz format clean
 
 all: build
 
@@ -31,8 +35,14 @@ run: build
 bench: build
 	@for b in bench/*.sh; do echo "== $$b"; bash $$b $(BUILD) || exit 1; done
 
+fuzz: deps
+	@cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug \
+		-DLOOM_FUZZ=ON >/dev/null
+	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target $$(cd tests/fuzz && ls fuzz_*.c | sed 's/\.c$$//')
+	@bash scripts/fuzz.sh $(FUZZ_BUILD) $(FUZZ_TIME) $(FUZZ_RUNS)
+
 format:
 	@clang-format -i $$(git ls-files '*.c' '*.h')
 
 clean:
-	rm -rf $(BUILD) $(TEST_BUILD)
+	rm -rf $(BUILD) $(TEST_BUILD) $(FUZZ_BUILD)

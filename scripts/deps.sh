@@ -18,6 +18,7 @@ pkgs=(
   python3-numpy python3-torch                    # real example RL jobs (CPU PyTorch), tensor buffers
   slurmctld slurmd slurm-client munge            # the Slurm executor's local test cluster
   perl util-linux                                # its power-up script (signal mask, time namespace)
+  clang libclang-rt-14-dev                       # make fuzz: libFuzzer and the sanitizer runtimes
 )
 
 missing=()

@@ -48,6 +48,7 @@ static void usage(FILE *f)
                    "  --learn-after K       iterations observed before re-planning (1..20,\n"
                    "                        default 3); with --admission p99|p95\n"
                    "  --sync-full           fsync every commit (survives power loss, slower)\n"
+                   "  --compact-min N       compact the store's log from N entries on (4096; 0: never)\n"
                    "  --port-file FILE      write the bound port to FILE once serving\n"
                    "  --state [NODE=]SOCK   loom-state socket (all nodes, or NODE): prefetch\n"
                    "                        hints and host-tier accounting (docs/state.md)\n"
@@ -193,6 +194,7 @@ int main(int argc, char **argv)
             {"require-auth", no_argument, NULL, 'R'},
             {"insecure-loopback", no_argument, NULL, 'I'},
             {"public-metrics", no_argument, NULL, 'M'},
+            {"compact-min", required_argument, NULL, 'O'},
             {"help", no_argument, NULL, 'h'},
             {NULL, 0, NULL, 0},
         };
@@ -259,6 +261,17 @@ int main(int argc, char **argv)
                                         optarg);
                                 return 2;
                         }
+                        break;
+                }
+                case 'O': {
+                        char *end;
+                        long v = strtol(optarg, &end, 10);
+                        if (end == optarg || *end || v < 0 || v > INT32_MAX) {
+                                fprintf(stderr, "loomd: --compact-min: '%s' is not a count\n",
+                                        optarg);
+                                return 2;
+                        }
+                        cfg.compact_min = (int)v;
                         break;
                 }
                 case 'p':

@@ -18,9 +18,18 @@ typedef int64_t loom_us;
 #define LOOM_GB UINT64_C(1000000000) /* host memory sizes in the papers are decimal GB */
 #define LOOM_GIB (UINT64_C(1) << 30)
 
+/* Rounded to the nearest microsecond; saturates at the ends of loom_us (about +-292,000 years)
+ * and maps NaN to 0, so that a reader handed an absurd time never converts out of range. */
 static inline loom_us loom_us_from_s(double s)
 {
-        return (loom_us)(s * 1e6 + (s >= 0 ? 0.5 : -0.5));
+        double us = s * 1e6 + (s >= 0 ? 0.5 : -0.5);
+        if (!(us == us))
+                return 0;
+        if (us >= 9223372036854775807.0)
+                return INT64_MAX;
+        if (us <= -9223372036854775808.0)
+                return INT64_MIN;
+        return (loom_us)us;
 }
 static inline double loom_us_to_s(loom_us t)
 {

@@ -80,6 +80,12 @@ int loom_admission_parse(const char *s, loom_admission *out);
  * so still a bound.
  */
 double loom_quantile_ucb(const double *top, int m, int64_t n, double q, double conf, bool *ok);
+/* The version of the core's arithmetic: bump it with any change to src/core that can place a
+ * job elsewhere or learn a profile differently from the same events. loomd stores it and, when
+ * a data directory was written under another, re-derives its log with this code instead of
+ * demanding the stored outcomes bit for bit (docs/operations.md, "store versioning"). Version 2:
+ * multi-rate groups, the tighter-packing tie-break and the quantile bound of learned profiles. */
+#define LOOM_SCHED_ARITH 2
 
 typedef struct loom_policy_cfg {
         int max_group_size;              /* default 5, at most LOOM_MAX_GROUP_SIZE */

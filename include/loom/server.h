@@ -72,6 +72,8 @@ typedef struct loom_server_cfg {
         bool public_metrics;    /* /metrics without a token (else admin only); /healthz is open */
         const char *tls_cert;   /* PEM certificate chain and key: serve HTTPS (both or neither); */
         const char *tls_key;    /* required on a non-loopback address */
+        int compact_min;        /* default 4096: compact the log once it has this many entries
+                                   and has doubled since the last compaction (0: never) */
         loom_server_log_fn log;
         void *log_arg;
         loom_server_state_hooks state;

@@ -394,6 +394,17 @@ int loom_sync_pub_new(const char *model, const uint64_t *shard_elems, size_t nsh
                       uint64_t bucket_elems, const char *ip, uint16_t port, loom_sync_pub **out,
                       loom_err *e);
 uint16_t loom_sync_pub_port(const loom_sync_pub *p);
+/* What one publisher spends on its pullers (defaults: 256 connections served at once, a request
+ * must arrive within 10 s of the connect, a pull waits at most 300 s for its version). A
+ * connection over the cap is answered "busy" (the puller sees LOOM_EIO) and closed. */
+typedef struct loom_sync_pub_limits {
+        int max_conns;
+        double idle_s;
+        double wait_s;
+} loom_sync_pub_limits;
+void loom_sync_pub_limits_default(loom_sync_pub_limits *l);
+/* 0, or LOOM_EINVAL naming the field; applies to connections accepted from now on. */
+int loom_sync_pub_set_limits(loom_sync_pub *p, const loom_sync_pub_limits *l, loom_err *e);
 /* Make w (every element of the model, copied) version `version`, which must be greater than
  * the last one; encodes its delta against the last version. Pulls waiting for it wake up. */
 int loom_sync_pub_publish(loom_sync_pub *p, uint64_t version, const uint16_t *w,

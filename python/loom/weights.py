@@ -179,6 +179,10 @@ class Publisher(_native.Handle):
             self.h = None
 
 
+RETRY_FIRST_S = 0.05  # the Puller's first pause before it asks a failed endpoint again
+RETRY_MAX_S = 1.0     # and the longest
+
+
 class Puller:
     """The rollout worker's side. endpoint: "host:port", or a file the publisher wrote it to
     (waited for). model: accept only a publisher serving this id (None: any of this shape)."""
@@ -215,9 +219,12 @@ class Puller:
         is looked up again in the file every second until timeout_s: a trainer that was
         restarted serves from a new port (and whatever took over its old port serves another
         model, which is refused and retried the same way). Its version `have` is accepted only
-        if its checksums match the bits held here."""
+        if its checksums match the bits held here. Retries back off (RETRY_FIRST_S doubling to
+        RETRY_MAX_S), so a publisher that accepts and closes at once, or answers "busy", is not
+        hammered."""
         import time
         end = time.monotonic() + timeout_s
+        pause = RETRY_FIRST_S
         while True:
             host, port = self._resolve(max(end - time.monotonic(), 0.05))
             left = max(end - time.monotonic(), 0.05)
@@ -229,8 +236,9 @@ class Puller:
                         or err.code not in (_native.EIO, _native.ETIMEDOUT, _native.ENOENT)
                         or time.monotonic() >= end):
                     raise
-                if err.code == _native.ENOENT:  # another model answered: not ours, look again
-                    time.sleep(0.05)
+                # another model answered, the publisher was busy or closed on us: look again
+                time.sleep(max(0.0, min(pause, end - time.monotonic())))
+                pause = min(pause * 2, RETRY_MAX_S)
 
     def _pull_once(self, host, port, flat, want, timeout_s):
         have = NO_VERSION if self.version is None else self.version

@@ -426,7 +426,20 @@ static void h_submit(loom_server *s, srv_req *r, loom_us now)
         loom_decision_init(&d, r->explain);
         loom_job_id id = 0;
         int64_t wall = srv_now_wall();
-        int rc = loom_sched_submit(s->sched, wall, &core, &d, &id, &e);
+        char over[256];
+        /* The measured host tier may refuse what the model places: ask before submitting, so
+         * that a refused job leaves no trace (no job row, no core id, no log entry). */
+        int rc = s->cfg.state.host_usage ? loom_sched_decide(s->sched, &core, &d, &e) : 0;
+        if (!rc && srv_state_admit(s, &core, &d, over, sizeof over)) {
+                loom_decision_free(&d);
+                return srv_reply_json(
+                    r, 422, json_pack("{s:s,s:s}", "error", over, "field", "mem_rollout"));
+        }
+        if (!rc) {
+                loom_decision_free(&d);
+                loom_decision_init(&d, r->explain);
+                rc = loom_sched_submit(s->sched, wall, &core, &d, &id, &e);
+        }
         if (rc) {
                 json_t *o =
                     json_pack("{s:s,s:s}", "error", e.msg[0] ? e.msg : d.reason, "field", e.field);
@@ -435,8 +448,6 @@ static void h_submit(loom_server *s, srv_req *r, loom_us now)
                 loom_decision_free(&d);
                 return srv_reply_json(r, rc == LOOM_ENOMEM ? 500 : 422, o);
         }
-        char over[256];
-        bool overcommit = srv_state_admit(s, &core, &d, over, sizeof over) != 0;
         srv_job *j = calloc(1, sizeof *j);
         if (!j || srv_core_map(s, id, s->n_jobs + 1)) {
                 free(j);
@@ -470,12 +481,6 @@ static void h_submit(loom_server *s, srv_req *r, loom_us now)
         srv_store_note(s, srv_store_job_insert(s->store, j, r->key, &e), &e);
         srv_store_note(s, srv_store_log(s->store, "submit", j->id, core_id, &e), &e);
         srv_store_note(s, srv_store_retry_save(s->store, j, &e), &e);
-        if (overcommit) { /* placed by the model, refused by the measured host tier */
-                end_job(s, j, SJ_CANCELLED, "ended", over);
-                srv_apply_actions(s, now);
-                return srv_reply_json(
-                    r, 422, json_pack("{s:s,s:s}", "error", over, "field", "mem_rollout"));
-        }
         srv_log(s, "job %u (%s) accepted: %s, group %lld", j->id, j->name,
                 json_string_value(json_object_get(j->decision, "decision")),
                 (long long)json_integer_value(json_object_get(j->decision, "group")));
@@ -901,6 +906,7 @@ void *srv_engine_main(void *arg)
                 finish_batch(s);
                 if (stop || s->store_failed)
                         break;
+                srv_compact_maybe(s); /* between batches: compact.c */
         }
         srv_exec_stop(s);
         return NULL;

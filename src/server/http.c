@@ -60,6 +60,13 @@ void srv_reply_json(srv_req *r, int status, json_t *j)
         srv_reply_text(r, status, text, "application/json");
 }
 
+static bool utf8_ok(const char *s)
+{
+        json_t *j = json_string(s);
+        json_decref(j);
+        return j != NULL;
+}
+
 void srv_reply_error(srv_req *r, int status, const char *field, const char *fmt, ...)
 {
         char msg[512];
@@ -67,12 +74,26 @@ void srv_reply_error(srv_req *r, int status, const char *field, const char *fmt,
         va_start(ap, fmt);
         vsnprintf(msg, sizeof msg, fmt, ap);
         va_end(ap);
-        srv_reply_json(r, status, json_pack("{s:s,s:s}", "error", msg, "field", field));
+        json_t *j = json_pack("{s:s,s:s}", "error", msg, "field", field);
+        if (!j) { /* the message quotes bytes of the request that are not UTF-8 */
+                for (char *c = msg; *c; c++)
+                        *c = (unsigned char)*c < 0x80 ? *c : '?';
+                j = json_pack("{s:s,s:s}", "error", msg, "field", utf8_ok(field) ? field : "?");
+        }
+        srv_reply_json(r, status, j);
 }
 
 void srv_reply_loom_err(srv_req *r, int status, const loom_err *e)
 {
         json_t *j = json_pack("{s:s,s:s}", "error", e->msg, "field", e->field);
+        if (!j) { /* a message quoting bytes of the request that are not UTF-8 */
+                char msg[sizeof e->msg];
+                snprintf(msg, sizeof msg, "%s", e->msg);
+                for (char *c = msg; *c; c++)
+                        *c = (unsigned char)*c < 0x80 ? *c : '?';
+                j = json_pack("{s:s,s:s}", "error", msg, "field",
+                              utf8_ok(e->field) ? e->field : "?");
+        }
         if (j && e->line > 0) {
                 json_object_set_new(j, "line", json_integer(e->line));
                 json_object_set_new(j, "col", json_integer(e->col));
@@ -116,6 +137,15 @@ static int split_path(const char *url, const char *seg[], size_t seglen[], int m
                 p = q;
         }
         return n;
+}
+
+/* A header or query argument of the request (from r->value when there is no connection). */
+static const char *req_value(srv_req *r, bool header, const char *key)
+{
+        if (!r->conn)
+                return r->value ? r->value(r, header, key) : NULL;
+        return MHD_lookup_connection_value(r->conn,
+                                           header ? MHD_HEADER_KIND : MHD_GET_ARGUMENT_KIND, key);
 }
 
 static bool seg_is(const char *seg, size_t len, const char *word)
@@ -179,12 +209,12 @@ static int only_fields(srv_req *r, json_t *obj, const char *const *allowed)
 
 static void parse_submit(loom_server *s, srv_req *r)
 {
-        const char *key = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Idempotency-Key");
+        const char *key = req_value(r, true, "Idempotency-Key");
         if (key && (strlen(key) == 0 || strlen(key) >= SRV_KEY_MAX))
                 return srv_reply_error(r, 422, "Idempotency-Key", "must be 1..%d characters",
                                        SRV_KEY_MAX - 1);
         snprintf(r->key, sizeof r->key, "%s", key ? key : "");
-        const char *ex = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "explain");
+        const char *ex = req_value(r, false, "explain");
         r->explain = ex && (!strcmp(ex, "1") || !strcmp(ex, "true"));
         json_t *obj = body_object(r, true);
         if (!obj)
@@ -216,7 +246,7 @@ static void parse_acquire(loom_server *s, srv_req *r, const char *phase, size_t 
         snprintf(ph, sizeof ph, "%.*s", (int)(len < 15 ? len : 15), phase);
         if (loom_phase_parse(ph, &r->phase) || r->phase == LOOM_PHASE_SYNC)
                 return srv_reply_error(r, 404, "phase", "no phase '%s' (rollout or train)", ph);
-        const char *w = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "wait");
+        const char *w = req_value(r, false, "wait");
         double wait = 0;
         if (w) {
                 char *end;
@@ -305,7 +335,7 @@ static void parse_attach(srv_req *r)
 
 /* Decide what a complete request is. Either r->kind is set (for the scheduler) or a reply is
  * ready. */
-static void route(loom_server *s, srv_req *r, const char *method, const char *url)
+void srv_http_route(loom_server *s, srv_req *r, const char *method, const char *url)
 {
         const char *seg[7];
         size_t len[7];
@@ -485,7 +515,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (r->too_big)
                 srv_reply_error(r, 413, "", "request body larger than %u bytes", SRV_MAX_BODY);
         else
-                route(s, r, method, url);
+                srv_http_route(s, r, method, url);
         srv_auth_route(s, r);
         if (r->ready)
                 return send_reply(r);

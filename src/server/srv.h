@@ -95,6 +95,10 @@ typedef struct srv_req {
                                                   * "tenant/key" under tokens (auth.c) */
         srv_principal who;
         json_t *body_json;
+        /* Without a connection (the fuzz target), headers and query arguments come from here:
+         * header != 0 for a header, else a query argument; NULL when absent. */
+        const char *(*value)(const struct srv_req *r, int header, const char *key);
+        void *value_arg;
 
         /* body as it arrives */
         char *upload;
@@ -178,8 +182,9 @@ typedef struct srv_job {
 
         /* learned-profile admission (learn.c), as the core last reported it; kept here so an
          * ended job still shows it, rebuilt by replay */
-        bool learned;     /* the current admission is planned on its learned profile */
-        uint64_t replans; /* learned re-plans of its group, over all its admissions */
+        bool learned;          /* the current admission is planned on its learned profile */
+        uint64_t replans;      /* learned re-plans of its group, over all its admissions */
+        uint64_t replans_base; /* of those, counted in log entries compaction dropped */
         loom_us learned_roll, learned_train, learned_budget; /* 0 before any */
 } srv_job;
 
@@ -213,6 +218,22 @@ struct loom_server {
         char data_dir[4096];
         loom_sched *sched;
         srv_store *store;
+
+        /* Store versioning (server.c): log entries up to seq lenient_through were written
+         * under another core arithmetic and are re-derived, not checked, by replay;
+         * replay_lenient is set for the entry being replayed. rederived_* count what came out
+         * differently. */
+        int64_t lenient_through;
+        bool replay_lenient;
+        int rederived_placements, rederived_profiles;
+        /* Compaction's shadow replay (compact.c): replay_collect takes this core's observe
+         * outcomes and hands each that differs from the entry's text to collect(). */
+        bool replay_collect;
+        int64_t replay_seq;
+        int (*collect)(void *arg, int64_t seq, const char *text);
+        void *collect_arg;
+        uint64_t compact_rows; /* log entries when the log was last compacted (or loaded) */
+        bool compact_at_start; /* a long log was loaded: try once, after the first batch */
 
         struct MHD_Daemon *mhd;
         int listen_fd;
@@ -262,6 +283,9 @@ int srv_http_start(loom_server *s, loom_err *e);
 void srv_http_quiesce(loom_server *s);
 void srv_http_stop(loom_server *s);
 void srv_http_resume(srv_req *r); /* from the scheduler thread, after commit */
+/* Decide what a complete request is (r->upload holds its body): either r->kind is set for the
+ * scheduler or a reply is ready. Touches nothing of the scheduler's. */
+void srv_http_route(loom_server *s, srv_req *r, const char *method, const char *url);
 
 /* engine.c: the scheduler thread */
 void *srv_engine_main(void *arg);
@@ -364,6 +388,10 @@ int srv_store_meta_get(srv_store *st, const char *key, char **val, loom_err *e);
 int srv_store_meta_set(srv_store *st, const char *key, const char *val, loom_err *e);
 int srv_store_job_insert(srv_store *st, const srv_job *j, const char *key, loom_err *e);
 int srv_store_job_update(srv_store *st, const srv_job *j, loom_err *e);
+/* Replace a job's stored placement decision (a re-derived placement, server.c). */
+int srv_store_job_set_decision(srv_store *st, const srv_job *j, loom_err *e);
+/* The last log entry's seq (0: an empty log). */
+int srv_store_log_last(srv_store *st, int64_t *seq, loom_err *e);
 int srv_store_job_by_key(srv_store *st, const char *key, uint32_t *job, loom_err *e);
 int srv_store_log(srv_store *st, const char *kind, uint32_t job, const char *reason, loom_err *e);
 int srv_store_lease_insert(srv_store *st, uint32_t job, const srv_lease *l, loom_err *e);
@@ -376,9 +404,45 @@ int srv_store_leases_lose_active(srv_store *st, int64_t at, loom_err *e);
 /* Load every job row into s (ascending id) with state, counters and placement. */
 int srv_store_load_jobs(srv_store *st, loom_server *s, loom_err *e);
 /* Call fn for every log entry in order; stops at the first non-zero return. */
+/* Replay (server.c): one log entry into s->sched, checked against what the store says. */
+typedef struct srv_replay {
+        loom_server *s;
+        loom_err *e;
+        uint32_t *core; /* per job (id - 1): the core id of its admission so far, 0 = none */
+        uint64_t rows;  /* entries replayed */
+} srv_replay;
+int srv_replay_one(void *arg, int64_t seq, const char *kind, uint32_t id, const char *reason,
+                   int64_t at);
+
+/* Compaction (compact.c): drop observe entries the state no longer depends on, verified by
+ * replaying the shorter log into a fresh core; one transaction. *dropped gets how many (0 when
+ * the shorter log would not replay to the same state, which is then left alone). Only between
+ * batches (no transaction open). */
+int srv_compact(loom_server *s, int64_t *dropped, loom_err *e);
+/* Compact when the log has doubled since it was last compacted (and has 4096 entries). */
+void srv_compact_maybe(loom_server *s);
+
+/* Log entries for compaction: every row, in order (the caller frees with srv_log_rows_free). */
+typedef struct srv_log_row {
+        int64_t seq, at;
+        char kind[16];
+        uint32_t job;
+        char *reason;
+} srv_log_row;
+int srv_store_log_rows(srv_store *st, srv_log_row **rows, size_t *n, loom_err *e);
+void srv_log_rows_free(srv_log_row *rows, size_t n);
+/* Log entries appended since the store opened or the last reset. */
+uint64_t srv_store_log_added(const srv_store *st);
+void srv_store_log_added_reset(srv_store *st);
+/* In one transaction: delete the entries in drop[], replace the reasons of rew[] and set each
+ * job's replans_compacted (base[job - 1]). */
+int srv_store_compact(srv_store *st, const int64_t *drop, size_t ndrop, const int64_t *rew_seq,
+                      char *const *rew_text, size_t nrew, const uint64_t *base, uint32_t njobs,
+                      loom_err *e);
+
 int srv_store_each_log(srv_store *st,
-                       int (*fn)(void *arg, const char *kind, uint32_t job, const char *reason,
-                                 int64_t at),
+                       int (*fn)(void *arg, int64_t seq, const char *kind, uint32_t job,
+                                 const char *reason, int64_t at),
                        void *arg, loom_err *e);
 
 /* store.c: per-job admission state (table `admissions`) */

@@ -16,7 +16,10 @@
 
 #include "srv.h"
 
-#define SCHEMA_VERSION "1"
+/* 2: meta "arith" (the core arithmetic the log was written under) and "lenient_through", and
+ * compaction (jobs.replans_compacted, observe entries dropped from the log). A version 1 store
+ * is upgraded in place; a newer one is refused. */
+#define SCHEMA_VERSION "2"
 
 enum {
         ST_JOB_INSERT,
@@ -90,12 +93,14 @@ struct srv_store {
         char path[4200];
         pthread_t ckpt;
         bool ckpt_running, ckpt_stop;
-        int ckpt_pages; /* WAL size at the last commit */
+        int ckpt_pages;     /* WAL size at the last commit */
+        uint64_t log_added; /* log entries appended since open / the last reset (compaction) */
         pthread_mutex_t mu;
         pthread_cond_t cv;
 };
 
-#define CKPT_PAGES 1000 /* SQLite's own default threshold */
+#define CKPT_PAGES 1000          /* SQLite's own default threshold */
+#define CKPT_TRUNCATE_PAGES 4000 /* a WAL still this long after a passive pass is truncated */
 
 static int on_wal(void *arg, sqlite3 *db, const char *name, int pages)
 {
@@ -118,6 +123,9 @@ static void *ckpt_main(void *arg)
                 return NULL; /* checkpoints then happen when the store closes */
         }
         sqlite3_busy_timeout(db, 1000);
+        /* A connection that has read nothing has not opened the WAL yet: a checkpoint on it
+         * does nothing (and says -1 frames), so the WAL would only ever grow. */
+        sqlite3_exec(db, "SELECT count(*) FROM meta", NULL, NULL, NULL);
         pthread_mutex_lock(&st->mu);
         while (!st->ckpt_stop) {
                 if (st->ckpt_pages < CKPT_PAGES) {
@@ -127,8 +135,15 @@ static void *ckpt_main(void *arg)
                 st->ckpt_pages = 0;
                 pthread_mutex_unlock(&st->mu);
                 /* PASSIVE never blocks the writer; the WAL restarts from its beginning at the
-                 * first commit after a complete checkpoint. */
-                sqlite3_wal_checkpoint_v2(db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+                 * first commit after a complete checkpoint. Under a steady stream of commits
+                 * that moment never comes (each checkpoint ends behind the frames committed
+                 * meanwhile) and the WAL grows without bound, which a restart after kill -9
+                 * then reads whole: when a passive pass leaves it long, TRUNCATE copies the
+                 * few frames left while holding writers back for that moment, and empties it. */
+                int frames = 0;
+                sqlite3_wal_checkpoint_v2(db, NULL, SQLITE_CHECKPOINT_PASSIVE, &frames, NULL);
+                if (frames >= CKPT_TRUNCATE_PAGES)
+                        sqlite3_wal_checkpoint_v2(db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
                 pthread_mutex_lock(&st->mu);
         }
         pthread_mutex_unlock(&st->mu);
@@ -199,6 +214,8 @@ int srv_store_open(srv_store **out, const char *dir, bool sync_full, loom_err *e
                 rc = add_column(st, "next_call", "INTEGER NOT NULL DEFAULT 0", e);
         if (!rc) /* the submitter's tenant (auth.c); "" for stores from before tokens */
                 rc = add_column(st, "tenant", "TEXT NOT NULL DEFAULT ''", e);
+        if (!rc)
+                rc = add_column(st, "replans_compacted", "INTEGER NOT NULL DEFAULT 0", e);
         for (int i = 0; !rc && i < ST_N; i++)
                 if (sqlite3_prepare_v3(st->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT,
                                        &st->st[i], NULL) != SQLITE_OK)
@@ -206,12 +223,13 @@ int srv_store_open(srv_store **out, const char *dir, bool sync_full, loom_err *e
         if (!rc) {
                 char *v = NULL;
                 rc = srv_store_meta_get(st, "schema", &v, e);
-                if (!rc && !v)
+                if (!rc && (!v || !strcmp(v, "1")))
                         rc = srv_store_meta_set(st, "schema", SCHEMA_VERSION, e);
                 else if (!rc && strcmp(v, SCHEMA_VERSION))
                         rc = loom_err_set(e, LOOM_ECORRUPT, "store",
-                                          "%s has schema version %s, this loomd knows %s", path, v,
-                                          SCHEMA_VERSION);
+                                          "%s has schema version %s, this loomd knows up to %s: "
+                                          "run the loomd that wrote it",
+                                          path, v, SCHEMA_VERSION);
                 free(v);
         }
         if (!rc) {
@@ -393,6 +411,38 @@ int srv_store_job_update(srv_store *st, const srv_job *j, loom_err *e)
         return step_done(st, ST_JOB_UPDATE, e);
 }
 
+int srv_store_job_set_decision(srv_store *st, const srv_job *j, loom_err *e)
+{
+        char *dec = json_dumps(j->decision, JSON_COMPACT);
+        sqlite3_stmt *q;
+        if (!dec)
+                return loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
+        if (sqlite3_prepare_v2(st->db, "UPDATE jobs SET decision=? WHERE id=?", -1, &q, NULL) !=
+            SQLITE_OK) {
+                free(dec);
+                return db_err(st, e, "decision");
+        }
+        sqlite3_bind_text(q, 1, dec, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int64(q, 2, j->id);
+        int rc = sqlite3_step(q) == SQLITE_DONE ? 0 : db_err(st, e, "decision");
+        sqlite3_finalize(q);
+        free(dec);
+        return rc;
+}
+
+int srv_store_log_last(srv_store *st, int64_t *seq, loom_err *e)
+{
+        sqlite3_stmt *q;
+        if (sqlite3_prepare_v2(st->db, "SELECT COALESCE(MAX(seq),0) FROM log", -1, &q, NULL) !=
+            SQLITE_OK)
+                return db_err(st, e, "log");
+        int rc = sqlite3_step(q) == SQLITE_ROW ? 0 : db_err(st, e, "log");
+        if (!rc)
+                *seq = sqlite3_column_int64(q, 0);
+        sqlite3_finalize(q);
+        return rc;
+}
+
 int srv_store_job_by_key(srv_store *st, const char *key, uint32_t *job, loom_err *e)
 {
         sqlite3_stmt *q = st->st[ST_JOB_BY_KEY];
@@ -420,7 +470,9 @@ int srv_store_log(srv_store *st, const char *kind, uint32_t job, const char *rea
         else
                 sqlite3_bind_null(q, 3);
         sqlite3_bind_int64(q, 4, srv_now_wall());
-        return step_done(st, ST_LOG, e);
+        int rc = step_done(st, ST_LOG, e);
+        st->log_added += rc == 0;
+        return rc;
 }
 
 static void nodes_text(char *buf, size_t cap, const loom_node_id *nodes, int n)
@@ -541,6 +593,7 @@ static int row_to_job(sqlite3_stmt *q, srv_job *j, loom_err *e)
                 return loom_err_set(e, LOOM_ECORRUPT, "store", "job %u: unreadable calls", j->id);
         j->next_call = sqlite3_column_int(q, i++);
         snprintf(j->tenant, sizeof j->tenant, "%s", (const char *)sqlite3_column_text(q, i++));
+        j->replans = j->replans_base = (uint64_t)sqlite3_column_int64(q, i++);
         json_error_t je;
         j->decision = dec ? json_loads(dec, 0, &je) : NULL;
         if (j->state < 0 || !next || loom_phase_parse(next, &j->next) || !j->decision ||
@@ -557,8 +610,8 @@ int srv_store_load_jobs(srv_store *st, loom_server *s, loom_err *e)
                 st->db,
                 "SELECT id,name,state,target,done,next_phase,rollout_gpus,"
                 "train_gpus,t_roll_us,t_train_us,t_sync_us,slo,mem_rollout,"
-                "mem_train,decision,submitted_us,ended_us,calls,next_call,tenant FROM jobs "
-                "ORDER BY id",
+                "mem_train,decision,submitted_us,ended_us,calls,next_call,tenant,"
+                "replans_compacted FROM jobs ORDER BY id",
                 -1, &q, NULL) != SQLITE_OK)
                 return db_err(st, e, "load jobs");
         int rc = 0, step;
@@ -586,22 +639,117 @@ int srv_store_load_jobs(srv_store *st, loom_server *s, loom_err *e)
 }
 
 int srv_store_each_log(srv_store *st,
-                       int (*fn)(void *arg, const char *kind, uint32_t job, const char *reason,
-                                 int64_t at),
+                       int (*fn)(void *arg, int64_t seq, const char *kind, uint32_t job,
+                                 const char *reason, int64_t at),
                        void *arg, loom_err *e)
 {
         sqlite3_stmt *q;
-        if (sqlite3_prepare_v2(st->db, "SELECT kind,job,reason,at_us FROM log ORDER BY seq", -1, &q,
-                               NULL) != SQLITE_OK)
+        if (sqlite3_prepare_v2(st->db, "SELECT seq,kind,job,reason,at_us FROM log ORDER BY seq", -1,
+                               &q, NULL) != SQLITE_OK)
                 return db_err(st, e, "load log");
         int rc = 0, step;
         while (!rc && (step = sqlite3_step(q)) == SQLITE_ROW)
-                rc = fn(arg, (const char *)sqlite3_column_text(q, 0),
-                        (uint32_t)sqlite3_column_int64(q, 1),
-                        (const char *)sqlite3_column_text(q, 2), sqlite3_column_int64(q, 3));
+                rc = fn(arg, sqlite3_column_int64(q, 0), (const char *)sqlite3_column_text(q, 1),
+                        (uint32_t)sqlite3_column_int64(q, 2),
+                        (const char *)sqlite3_column_text(q, 3), sqlite3_column_int64(q, 4));
         if (!rc && step != SQLITE_DONE)
                 rc = db_err(st, e, "load log");
         sqlite3_finalize(q);
+        return rc;
+}
+
+/* ---- compaction (compact.c) ----------------------------------------------------------------- */
+
+uint64_t srv_store_log_added(const srv_store *st)
+{
+        return st->log_added;
+}
+
+void srv_store_log_added_reset(srv_store *st)
+{
+        st->log_added = 0;
+}
+
+void srv_log_rows_free(srv_log_row *rows, size_t n)
+{
+        for (size_t i = 0; rows && i < n; i++)
+                free(rows[i].reason);
+        free(rows);
+}
+
+int srv_store_log_rows(srv_store *st, srv_log_row **rows, size_t *n, loom_err *e)
+{
+        sqlite3_stmt *q;
+        *rows = NULL;
+        *n = 0;
+        if (sqlite3_prepare_v2(st->db, "SELECT seq,kind,job,reason,at_us FROM log ORDER BY seq", -1,
+                               &q, NULL) != SQLITE_OK)
+                return db_err(st, e, "log");
+        size_t cap = 0;
+        int rc = 0, step;
+        while (!rc && (step = sqlite3_step(q)) == SQLITE_ROW) {
+                if (loom_reserve(rows, &cap, *n + 1, sizeof **rows, 1024)) {
+                        rc = loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
+                        break;
+                }
+                srv_log_row *r = &(*rows)[*n];
+                const char *reason = (const char *)sqlite3_column_text(q, 3);
+                r->seq = sqlite3_column_int64(q, 0);
+                snprintf(r->kind, sizeof r->kind, "%s", (const char *)sqlite3_column_text(q, 1));
+                r->job = (uint32_t)sqlite3_column_int64(q, 2);
+                r->at = sqlite3_column_int64(q, 4);
+                r->reason = reason ? strdup(reason) : NULL;
+                (*n)++;
+                if (reason && !r->reason)
+                        rc = loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
+        }
+        if (!rc && step != SQLITE_DONE)
+                rc = db_err(st, e, "log");
+        sqlite3_finalize(q);
+        if (rc) {
+                srv_log_rows_free(*rows, *n);
+                *rows = NULL;
+                *n = 0;
+        }
+        return rc;
+}
+
+static int run1(srv_store *st, const char *sql, int64_t a, const char *text, int64_t b, loom_err *e)
+{
+        sqlite3_stmt *q;
+        if (sqlite3_prepare_v2(st->db, sql, -1, &q, NULL) != SQLITE_OK)
+                return db_err(st, e, "compact");
+        if (text) {
+                sqlite3_bind_text(q, 1, text, -1, SQLITE_STATIC);
+                sqlite3_bind_int64(q, 2, b);
+        } else {
+                sqlite3_bind_int64(q, 1, a);
+                if (b >= 0)
+                        sqlite3_bind_int64(q, 2, b);
+        }
+        int rc = sqlite3_step(q) == SQLITE_DONE ? 0 : db_err(st, e, "compact");
+        sqlite3_finalize(q);
+        return rc;
+}
+
+int srv_store_compact(srv_store *st, const int64_t *drop, size_t ndrop, const int64_t *rew_seq,
+                      char *const *rew_text, size_t nrew, const uint64_t *base, uint32_t njobs,
+                      loom_err *e)
+{
+        /* One transaction: a crash at any point leaves the whole old log or the whole new one
+         * (SQLite's WAL commit is the only step that makes it visible). */
+        int rc = exec(st, "BEGIN IMMEDIATE", e);
+        for (size_t i = 0; !rc && i < ndrop; i++)
+                rc = run1(st, "DELETE FROM log WHERE seq=?", drop[i], NULL, -1, e);
+        for (size_t i = 0; !rc && i < nrew; i++)
+                rc = run1(st, "UPDATE log SET reason=? WHERE seq=?", 0, rew_text[i], rew_seq[i], e);
+        for (uint32_t j = 0; !rc && j < njobs; j++)
+                rc = run1(st, "UPDATE jobs SET replans_compacted=? WHERE id=?", (int64_t)base[j],
+                          NULL, (int64_t)j + 1, e);
+        if (!rc)
+                rc = exec(st, "COMMIT", e);
+        if (rc)
+                srv_store_rollback(st);
         return rc;
 }
 

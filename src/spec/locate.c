@@ -22,12 +22,15 @@ static void ws(cur *c)
                 c->i++;
 }
 
+/* Never moves the cursor past the end, even on text jansson would refuse (an unterminated
+ * string, a backslash as the last byte): the function is public and takes any text. */
 static void skip_string(cur *c)
 {
         c->i++; /* opening quote */
         while (c->i < c->n && c->s[c->i] != '"')
-                c->i += c->s[c->i] == '\\' ? 2 : 1;
-        c->i++;
+                c->i += c->s[c->i] == '\\' && c->i + 1 < c->n ? 2 : 1;
+        if (c->i < c->n)
+                c->i++; /* closing quote */
 }
 
 static void skip_value(cur *c)
@@ -67,8 +70,8 @@ static int key_is(cur *c, const char *k, size_t klen)
 {
         size_t start = c->i + 1;
         skip_string(c);
-        size_t len = c->i - start - 1;
-        return len == klen && !memcmp(c->s + start, k, klen);
+        size_t end = c->i > start && c->s[c->i - 1] == '"' ? c->i - 1 : c->i;
+        return end >= start && end - start == klen && !memcmp(c->s + start, k, klen);
 }
 
 static int find_key(cur *c, const char *k, size_t klen)

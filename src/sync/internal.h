@@ -64,7 +64,17 @@ static inline uint64_t loom__get64(const uint8_t *p)
 #define LOOM__PULL_REQ_OLD_LEN 40
 #define LOOM__PULL_REQ_LEN 48
 /* An END frame refusing a pull says why in its payload and what kind in its stream field. */
-enum { LOOM__REFUSED = 0, LOOM__REFUSED_MODEL = 1 };
+enum {
+        LOOM__REFUSED = 0,
+        LOOM__REFUSED_MODEL = 1, /* another model is served here */
+        LOOM__REFUSED_BUSY = 2,  /* the publisher is at its connection cap: retry later */
+        LOOM__REFUSED_WAIT = 3,  /* no version >= want within the publisher's wait bound */
+};
+/* Serve one pull on a connected socket (pubsub.c; the fuzz target calls it on a socketpair). */
+void loom__pub_serve(loom_sync_pub *p, int fd);
+/* Pull over a connected socket (pull.c), as loom_sync_pull does after its connect. */
+int loom__pull_fd(int fd, const char *model, const uint64_t *shard_elems, size_t nshards,
+                  uint16_t *w, uint64_t have, uint64_t want, loom_sync_pull_stats *st, loom_err *e);
 /* FNV-1a (64) of a model id; 0 for none (NULL or ""). */
 uint64_t loom__model_hash(const char *model);
 /* NULL, or at most LOOM_SYNC_MODEL_MAX bytes without control characters; else EINVAL on

@@ -24,6 +24,12 @@
  * LOOM__REFUSED_AUTH.
  * One connection serves one pull; each connection gets its own thread. The puller is pull.c.
  *
+ * Limits, so that a crowd of idle or hostile connections cannot pin threads: at most
+ * max_conns connections are served at once (one more is answered with an END frame "busy" and
+ * closed at once), a request must arrive within idle_s of the connect, and a pull waits at
+ * most wait_s for a version >= want before it is answered with an END frame saying so (the
+ * puller bounds its own wait too, and backs off before it asks again: see docs/sync.md).
+ *
  * Versions are reference counted: publish swaps in the new one while a pull keeps sending the
  * one it started with.
  */
@@ -74,6 +80,7 @@ struct loom_sync_pub {
         int stop, active; /* active: connection threads still running */
         int keyed;        /* pulls must prove key; frames are tagged (auth.c) */
         uint8_t key[LOOM_SYNC_KEY_LEN];
+        loom_sync_pub_limits lim;
         pthread_t accept_thread;
 };
 
@@ -394,11 +401,17 @@ static int authenticate(loom_sync_pub *p, int fd, const uint8_t *req, uint32_t f
         return why != NULL;
 }
 
-static void serve(loom_sync_pub *p, int fd)
+static struct timeval timeval_of(double s)
+{
+        return (struct timeval){.tv_sec = (time_t)s,
+                                .tv_usec = (suseconds_t)((s - (double)(time_t)s) * 1e6)};
+}
+
+void loom__pub_serve(loom_sync_pub *p, int fd)
 {
         uint8_t req[LOOM__PULL_REQ_LEN];
         uint32_t magic, nshards;
-        struct timeval tv = {.tv_sec = 10};
+        struct timeval tv = timeval_of(p->lim.idle_s);
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
         /* the part every version of the request has, then the model id when it is this one */
@@ -443,10 +456,15 @@ static void serve(loom_sync_pub *p, int fd)
                 send_end(fd, m, LOOM__REFUSED, why);
                 return;
         }
-        /* The puller bounds its own wait; an hour here only stops a forgotten connection. */
-        pver *v = wait_version(p, fd, want, loom__now() + 3600);
-        if (!v)
+        /* The puller bounds its own wait; this bound frees the thread of one that forgot. */
+        pver *v = wait_version(p, fd, want, loom__now() + p->lim.wait_s);
+        if (!v) {
+                char why[96];
+                snprintf(why, sizeof why, "no version >= %llu within %.0f s",
+                         (unsigned long long)want, p->lim.wait_s);
+                send_end(fd, m, LOOM__REFUSED_WAIT, why);
                 return;
+        }
         pdelta *chain[CHAIN_VERSIONS];
         int n = 0;
         if (have == v->version || (flags & LOOM_SYNC_PULL_PROBE))
@@ -473,7 +491,7 @@ static void *conn_main(void *arg)
 {
         conn *c = arg;
         loom_sync_pub *p = c->p;
-        serve(p, c->fd);
+        loom__pub_serve(p, c->fd);
         close(c->fd);
         free(c);
         pthread_mutex_lock(&p->mu);
@@ -496,12 +514,26 @@ static void *accept_main(void *arg)
                 if (poll(&pf, 1, 100) <= 0)
                         continue;
                 int fd = accept4(p->lfd, NULL, NULL, SOCK_CLOEXEC);
-                if (fd < 0)
+                if (fd < 0) {
+                        /* out of descriptors: do not spin on a listening socket still ready */
+                        if (errno == EMFILE || errno == ENFILE || errno == ENOMEM)
+                                usleep(10000);
                         continue;
-                conn *c = malloc(sizeof *c);
+                }
                 pthread_mutex_lock(&p->mu);
-                p->active++;
+                int busy = p->active >= p->lim.max_conns;
+                if (!busy)
+                        p->active++;
                 pthread_mutex_unlock(&p->mu);
+                if (busy) {
+                        /* the END goes into an empty socket buffer: this does not block */
+                        char why[64];
+                        snprintf(why, sizeof why, "busy: %d pulls in flight", p->lim.max_conns);
+                        send_end(fd, NULL, LOOM__REFUSED_BUSY, why);
+                        close(fd);
+                        continue;
+                }
+                conn *c = malloc(sizeof *c);
                 if (c)
                         *c = (conn){p, fd};
                 if (!c || loom__spawn_detached(conn_main, c)) {
@@ -564,6 +596,7 @@ int loom_sync_pub_new(const char *model, const uint64_t *shard_elems, size_t nsh
                 p->shard_off[s] = off;
         }
         p->port = port;
+        loom_sync_pub_limits_default(&p->lim);
         rc = loom__listen(ntohl(a.s_addr), &p->port, &p->lfd, e);
         if (rc) {
                 free(p->shard);
@@ -596,6 +629,25 @@ int loom_sync_pub_set_key(loom_sync_pub *p, const uint8_t *key, loom_err *e)
         p->keyed = key != NULL;
         if (key)
                 memcpy(p->key, key, LOOM_SYNC_KEY_LEN);
+        pthread_mutex_unlock(&p->mu);
+        return 0;
+}
+
+void loom_sync_pub_limits_default(loom_sync_pub_limits *l)
+{
+        *l = (loom_sync_pub_limits){.max_conns = 256, .idle_s = 10, .wait_s = 300};
+}
+
+int loom_sync_pub_set_limits(loom_sync_pub *p, const loom_sync_pub_limits *l, loom_err *e)
+{
+        if (l->max_conns < 1 || l->max_conns > 65536)
+                return loom_err_set(e, LOOM_EINVAL, "max_conns", "must be in [1, 65536]");
+        if (!(l->idle_s >= 0.01 && l->idle_s <= 3600))
+                return loom_err_set(e, LOOM_EINVAL, "idle_s", "must be in [0.01, 3600] s");
+        if (!(l->wait_s >= 0 && l->wait_s <= 86400))
+                return loom_err_set(e, LOOM_EINVAL, "wait_s", "must be in [0, 86400] s");
+        pthread_mutex_lock(&p->mu);
+        p->lim = *l;
         pthread_mutex_unlock(&p->mu);
         return 0;
 }

@@ -52,9 +52,14 @@ static int recv_manifest(int fd, pull *p, loom_sync_frame *m, uint64_t **hash, u
                  * is "no such model here", which a caller may retry elsewhere. */
                 const char *why = pl ? (const char *)pl : "refused";
                 int len = (int)m->payload_len;
+                /* busy and "no version in time" are worth asking again (after a pause) */
                 rc = m->stream == LOOM__REFUSED_MODEL
                          ? loom_err_set(e, LOOM_ENOENT, "model", "want '%s', but %.*s",
                                         p->model ? p->model : "", len, why)
+                     : m->stream == LOOM__REFUSED_BUSY
+                         ? loom_err_set(e, LOOM_EIO, "publisher", "%.*s", len, why)
+                     : m->stream == LOOM__REFUSED_WAIT
+                         ? loom_err_set(e, LOOM_ETIMEDOUT, "want", "%.*s", len, why)
                          : loom_err_set(e, LOOM_EPROTO, "publisher", "%.*s", len, why);
                 free(pl);
                 return rc;
@@ -154,7 +159,7 @@ static int request(int fd, pull *p, uint64_t have, uint64_t want, uint32_t flags
                 return loom_err_set(e, LOOM_EIO, "publisher",
                                     "connection lost sending the request");
         int rc = recv_manifest(fd, p, m, hash, bytes, e);
-        if (rc == LOOM_EIO)
+        if (rc == LOOM_EIO && strcmp(e->field, "publisher")) /* lost, not answered "busy" */
                 return loom_err_set(e, LOOM_ETIMEDOUT, "want", "no version >= %llu in time",
                                     (unsigned long long)want);
         return rc;
@@ -269,6 +274,29 @@ int loom_sync_pull_latest_keyed(const uint8_t *key, const char *model, const cha
         return rc;
 }
 
+int loom__pull_fd(int fd, const char *model, const uint64_t *shard_elems, size_t nshards,
+                  uint16_t *w, uint64_t have, uint64_t want, loom_sync_pull_stats *st, loom_err *e)
+{
+        pull p;
+        int rc = pull_args(model, shard_elems, nshards, 1, &p, e);
+        if (rc)
+                return rc;
+        p.off = malloc(nshards * sizeof *p.off);
+        p.scratch = malloc(2 * p.elems + 2);
+        p.covered = calloc(nshards, sizeof *p.covered);
+        if (!p.off || !p.scratch || !p.covered)
+                rc = loom_err_set(e, LOOM_ENOMEM, NULL, "out of memory");
+        uint64_t before = 0; /* elements of the shards before */
+        for (size_t s = 0; !rc && s < nshards; before += shard_elems[s++])
+                p.off[s] = before;
+        if (!rc)
+                rc = exchange(fd, &p, w, have, want, st, e);
+        free(p.scratch);
+        free(p.covered);
+        free(p.off);
+        return rc;
+}
+
 int loom_sync_pull(const char *model, const char *ip, uint16_t port, const uint64_t *shard_elems,
                    size_t nshards, uint16_t *w, uint64_t have, uint64_t want, double timeout_s,
                    loom_sync_pull_stats *st, loom_err *e)
@@ -289,27 +317,13 @@ int loom_sync_pull_keyed(const uint8_t *key, const char *model, const char *ip, 
         int rc = pull_args(key, model, shard_elems, nshards, timeout_s, &p, e);
         if (rc)
                 return rc;
-        p.off = malloc(nshards * sizeof *p.off);
-        if (!p.off)
-                return loom_err_set(e, LOOM_ENOMEM, NULL, "out of memory");
-        uint64_t before = 0; /* elements of the shards before */
-        for (size_t s = 0; s < nshards; before += shard_elems[s++])
-                p.off[s] = before;
         double t0 = loom__now();
         int fd = -1;
-        p.scratch = malloc(2 * p.elems + 2);
-        p.covered = calloc(nshards, sizeof *p.covered);
-        if (!p.scratch || !p.covered)
-                rc = loom_err_set(e, LOOM_ENOMEM, NULL, "out of memory");
+        rc = open_conn(ip, port, timeout_s, t0, &fd, e);
         if (!rc)
-                rc = open_conn(ip, port, timeout_s, t0, &fd, e);
-        if (!rc)
-                rc = exchange(fd, &p, w, have, want, st, e);
+                rc = loom__pull_fd(fd, model, shard_elems, nshards, w, have, want, st, e);
         if (fd >= 0)
                 close(fd);
         st->seconds = loom__now() - t0;
-        free(p.scratch);
-        free(p.covered);
-        free(p.off);
         return rc;
 }

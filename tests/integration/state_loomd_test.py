@@ -66,6 +66,11 @@ try:
     code, j = d.req("POST", "/v1/jobs", job_spec("d", mem_rollout_gb=0.01, mem_train_gb=0.01,
                                                  slo=3.0))
     check(code == 201, "a submit that fits is admitted")
+    # The refused submit left no trace: no job (cancelled or otherwise), ids stay dense.
+    code, jobs = d.req("GET", "/v1/jobs")
+    names = [x["name"] for x in (jobs["jobs"] if isinstance(jobs, dict) else jobs)]
+    check("c" not in names, f"the refused job is not in the job list ({names})")
+    check(j["id"] == ids[-1] + 1, f"the next job takes the next id ({j['id']} after {ids[-1]})")
     d.stop()
 finally:
     st.terminate()

@@ -3,9 +3,15 @@
  * a first pull is dense, the next one a sparse delta smaller than dense, the puller's weights
  * equal the published ones bit for bit, and a mismatched or absent publisher changes nothing.
  */
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "loom/sync.h"
 
@@ -341,4 +347,90 @@ Test(sync_pubsub, delta_chain_for_a_puller_behind)
         free(a);
         free(v1);
         free(got);
+}
+
+static int raw_connect(uint16_t port)
+{
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        cr_assert(fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0);
+        return fd;
+}
+
+/* Whether the peer closed fd within secs (EOF, or a refusal frame then EOF). */
+static bool closed_within(int fd, double secs)
+{
+        char buf[512];
+        for (;;) {
+                struct pollfd pf = {.fd = fd, .events = POLLIN};
+                if (poll(&pf, 1, (int)(secs * 1000)) <= 0)
+                        return false;
+                ssize_t k = recv(fd, buf, sizeof buf, 0);
+                if (k <= 0)
+                        return true;
+        }
+}
+
+static double now_s(void)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* A crowd of connections that never send a request cannot pin the publisher's threads: over the
+ * cap a puller is told "busy" at once, idle connections are closed after idle_s, and a pull for
+ * a version that never comes is answered after wait_s instead of an hour. */
+Test(sync_pubsub, connections_capped_idle_closed_waits_bounded)
+{
+        loom_err e;
+        loom_sync_pub *p;
+        cr_assert_eq(loom_sync_pub_new(NULL, shards, 3, 512, "127.0.0.1", 0, &p, &e), 0, "%s",
+                     e.msg);
+        loom_sync_pub_limits l;
+        loom_sync_pub_limits_default(&l);
+        cr_assert_eq(l.max_conns, 256);
+        l.max_conns = 2;
+        l.idle_s = 0.5;
+        l.wait_s = 0.3;
+        cr_assert_eq(loom_sync_pub_set_limits(p, &l, &e), 0, "%s", e.msg);
+        l.max_conns = 0;
+        cr_assert_eq(loom_sync_pub_set_limits(p, &l, &e), LOOM_EINVAL);
+        cr_assert_str_eq(e.field, "max_conns");
+        uint16_t *a = malloc(2 * ELEMS), *got = calloc(ELEMS, 2), *zero = calloc(ELEMS, 2);
+        fill(a, 9);
+        cr_assert_eq(loom_sync_pub_publish(p, 1, a, NULL, &e), 0, "%s", e.msg);
+        uint16_t port = loom_sync_pub_port(p);
+        int idle[2] = {raw_connect(port), raw_connect(port)};
+        usleep(100000); /* both accepted and counted */
+        loom_sync_pull_stats st;
+        double t0 = now_s();
+        int rc = loom_sync_pull(NULL, "127.0.0.1", port, shards, 3, got, LOOM_SYNC_NO_VERSION, 1, 5,
+                                &st, &e);
+        cr_assert_eq(rc, LOOM_EIO, "over the cap: %d %s", rc, e.msg);
+        cr_assert(strstr(e.msg, "busy"), "%s", e.msg);
+        cr_assert_lt(now_s() - t0, 1.0);
+        cr_assert_eq(memcmp(got, zero, 2 * ELEMS), 0);
+        /* the idle ones are closed by the publisher, well before the old 10 s */
+        for (int i = 0; i < 2; i++) {
+                cr_assert(closed_within(idle[i], 3.0), "idle connection %d still open", i);
+                close(idle[i]);
+        }
+        usleep(100000);
+        cr_assert_eq(loom_sync_pull(NULL, "127.0.0.1", port, shards, 3, got, LOOM_SYNC_NO_VERSION,
+                                    1, 5, &st, &e),
+                     0, "%s", e.msg);
+        cr_assert_eq(memcmp(got, a, 2 * ELEMS), 0);
+        /* a version that never comes: answered after wait_s, though the puller would wait 30 s */
+        t0 = now_s();
+        rc = loom_sync_pull(NULL, "127.0.0.1", port, shards, 3, got, 1, 7, 30, &st, &e);
+        cr_assert_eq(rc, LOOM_ETIMEDOUT, "%d %s", rc, e.msg);
+        cr_assert(strstr(e.msg, "no version >= 7"), "%s", e.msg);
+        cr_assert_lt(now_s() - t0, 5.0);
+        cr_assert_eq(memcmp(got, a, 2 * ELEMS), 0);
+        loom_sync_pub_free(p);
+        free(a);
+        free(got);
+        free(zero);
 }

@@ -1,14 +1,8 @@
 /*
- * sync_decode_fuzz.c - libFuzzer target for the bucket decoder: any byte string, read as a 64-byte
+ * fuzz_sync_frame.c - libFuzzer target for the bucket decoder: any byte string, read as a 64-byte
  * frame header followed by a payload, must be rejected with an error or decode to exactly
- * `elems` values, and must never write to the previous version.
- *
- * Not part of the CMake build (it needs clang's -fsanitize=fuzzer). Build and run:
- *   clang -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude \
- *         tests/fuzz/sync_decode_fuzz.c src/sync/codec.c src/core/common.c -o sync_decode_fuzz
- *   ./sync_decode_fuzz -max_total_time=60
- * The same properties run deterministically in tests/unit/test_sync_codec.c
- * (decoder_fuzz_rejects_bad_frames) on every `make test`.
+ * `elems` values, and must never write to the previous version. (fuzz_sync.c covers the
+ * request, the manifest and delta chains around it.) Build and run with `make fuzz`.
  */
 #include <stdint.h>
 #include <stdlib.h>
