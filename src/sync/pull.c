@@ -278,7 +278,7 @@ int loom__pull_fd(int fd, const char *model, const uint64_t *shard_elems, size_t
                   uint16_t *w, uint64_t have, uint64_t want, loom_sync_pull_stats *st, loom_err *e)
 {
         pull p;
-        int rc = pull_args(model, shard_elems, nshards, 1, &p, e);
+        int rc = pull_args(NULL, model, shard_elems, nshards, 1, &p, e);
         if (rc)
                 return rc;
         p.off = malloc(nshards * sizeof *p.off);
