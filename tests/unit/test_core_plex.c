@@ -293,3 +293,55 @@ Test(plex, segments_that_touch_after_rounding_are_merged)
         cr_assert_str_eq(e.field, "segments");
         loom_timeline_free(tl);
 }
+
+Test(plex, a_smaller_job_joins_a_larger_group_holding_all_its_nodes)
+{
+        loom_plex *p = mk(4, LOOM_PLEX_SPREAD, 1.0);
+        loom_plex_job two, one;
+        job100(&two, true);
+        two.nodes = 2;
+        job100(&one, true);
+        loom_plex_decision a, b;
+        loom_err e;
+        cr_assert_eq(loom_plex_place(p, 1, &two, &a, &e), 0);
+        cr_assert(a.placed && a.new_group);
+        cr_assert_eq(loom_plex_place(p, 2, &one, &b, &e), 0, "%s", e.msg);
+        cr_assert(b.placed && !b.new_group, "%s", b.why);
+        cr_assert_eq(b.group, a.group);
+        cr_assert_eq(b.shift, 30); /* after the 2-node job's 30 s segment */
+        cr_assert_eq(b.groups_seen, 1);
+        const loom_timeline *t = loom_plex_timeline(p);
+        cr_assert_eq(loom_timeline_unassigned(t), 2); /* no node bought for it */
+        cr_assert_eq(loom_timeline_check(t), 0);
+        /* A 3-node job never joins the 2-node group: a group of its own (2 nodes left: none). */
+        loom_plex_job three;
+        job100(&three, true);
+        three.nodes = 3;
+        loom_plex_decision c;
+        cr_assert_eq(loom_plex_decide(p, &three, &c, &e), 0);
+        cr_assert(c.new_group && !c.placed);
+        cr_assert_eq(c.groups_seen, 0);
+        cr_assert_eq(c.groups_fitted, 0);
+        loom_plex_free(p);
+}
+
+Test(plex, between_equal_fits_the_group_of_the_jobs_own_size_wins)
+{
+        loom_plex *p = mk(4, LOOM_PLEX_SPREAD, 1.0);
+        loom_plex_job two, one;
+        job100(&two, false); /* cold: each gets a dedicated group */
+        two.nodes = 2;
+        job100(&one, false);
+        loom_plex_decision a, b, c;
+        loom_err e;
+        cr_assert_eq(loom_plex_place(p, 1, &two, &a, &e), 0);
+        cr_assert_eq(loom_plex_place(p, 2, &one, &b, &e), 0);
+        cr_assert(a.new_group && b.new_group);
+        one.profiled = true;
+        cr_assert_eq(loom_plex_place(p, 3, &one, &c, &e), 0);
+        cr_assert(c.placed && !c.new_group, "%s", c.why);
+        cr_assert_eq(c.groups_seen, 2);
+        cr_assert_eq(c.group, b.group, "%s", c.why); /* same cost: fewer idle nodes */
+        cr_assert_eq(loom_timeline_check(loom_plex_timeline(p)), 0);
+        loom_plex_free(p);
+}
