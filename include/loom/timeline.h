@@ -180,7 +180,8 @@ int loom_hrrs_preempt(const loom_hrrs_req *running, const loom_hrrs_req *q, int 
 
 /*
  * loom_plex places jobs' periodic training demand onto node groups of a loom_timeline:
- *   - warm start (a profile is known): groups of the job's size are pruned by O(1) bounds (duty
+ *   - warm start (a profile is known): groups of at least the job's nodes (a smaller job holds
+ *     the whole larger group during its segments) are pruned by O(1) bounds (duty
  *     bound, longest free window, member limit) through a tree over the groups that skips every
  *     subtree none of whose groups can pass; the rest are fitted (least Eq. 1 shift) and ranked;
  *     if none fits, a new dedicated group is made from unassigned nodes;

@@ -226,7 +226,7 @@ Test(plex, pruning_tree_decides_like_the_full_scan)
         for (int mode = LOOM_PLEX_SPREAD; mode <= LOOM_PLEX_PACK; mode++) {
                 loom_plex *p = mk_alpha(200, (loom_plex_mode)mode, 0.8, 0.5);
                 bool live[400] = {false};
-                int shared = 0;
+                int shared = 0, cross = 0;
                 for (int step = 0; step < 1500; step++) {
                         r ^= r << 13, r ^= r >> 7, r ^= r << 17;
                         uint32_t id = 1 + (uint32_t)(r % 399);
@@ -261,10 +261,14 @@ Test(plex, pruning_tree_decides_like_the_full_scan)
                         loom_plex_decision o;
                         cr_assert_eq(loom_plex_place(p, id, &j, &o, &e), 0);
                         live[id] = o.placed;
+                        cross +=
+                            o.placed && !o.new_group &&
+                            loom_timeline_group_nodes(loom_plex_timeline(p), o.group) > j.nodes;
                 }
                 cr_assert_eq(loom_timeline_check(loom_plex_timeline(p)), 0);
                 cr_assert_gt(loom_plex_groups(p), 3);
                 cr_assert_gt(shared, 100);
+                cr_assert_gt(cross, 10, "1-node jobs on 2-node groups: %d", cross);
                 loom_plex_free(p);
         }
 }
