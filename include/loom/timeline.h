@@ -180,7 +180,8 @@ int loom_hrrs_preempt(const loom_hrrs_req *running, const loom_hrrs_req *q, int 
 
 /*
  * loom_plex places jobs' periodic training demand onto node groups of a loom_timeline:
- *   - warm start (a profile is known): groups of the job's size are pruned by O(1) bounds (duty
+ *   - warm start (a profile is known): groups of at least the job's nodes (a smaller job holds
+ *     the whole larger group during its segments) are pruned by O(1) bounds (duty
  *     bound, longest free window, member limit) through a tree over the groups that skips every
  *     subtree none of whose groups can pass; the rest are fitted (least Eq. 1 shift) and ranked;
  *     if none fits, a new dedicated group is made from unassigned nodes;
@@ -216,7 +217,10 @@ void loom_plex_cfg_default(loom_plex_cfg *c);
 
 #define LOOM_PLEX_MAX_SEGS 8
 
-/* A job's periodic demand on its training nodes: busy segments within a period. */
+/* A job's periodic demand on its training nodes: busy segments within a period. It may join
+ * a group of at least `nodes` nodes; the timeline is per group, so on a larger group its
+ * segments reserve every node of the group (the driver states segments that stay valid there,
+ * e.g. its time on `nodes` nodes, never longer on more). */
 typedef struct loom_plex_job {
         int nodes;
         loom_us period;
@@ -248,7 +252,7 @@ typedef struct loom_plex_decision {
         int32_t shift;     /* slots */
         double cost;       /* Eq. 1 */
         int32_t slack;     /* least slack to a resident's busy time, slots */
-        int groups_seen;   /* live groups of the job's size */
+        int groups_seen;   /* live groups with at least the job's nodes */
         int groups_pruned; /* seen but not fitted: cut by the O(1) bounds (or never reached
                               once a perfect fit ended the search) */
         int groups_fitted; /* fitted (Eq. 2 search) */
@@ -280,6 +284,7 @@ typedef enum loom_plex_outcome {
         LOOM_PLEX_NO_FIT,          /* fitted: no shift in [0, alpha T] */
         LOOM_PLEX_FITS,            /* fitted: shift, cost and slack are set */
         LOOM_PLEX_SLO,             /* fits only past the job's max_shift: shift is the least */
+        LOOM_PLEX_TOO_SMALL,       /* fewer training nodes than the job needs */
 } loom_plex_outcome;
 
 typedef void (*loom_plex_note_fn)(void *ctx, loom_tl_group g, loom_plex_outcome o, int32_t shift,

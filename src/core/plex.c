@@ -32,9 +32,10 @@ typedef struct pg {
 
 /* The pruning tree over groups: each node bounds its subtree's groups, so a search skips every
  * group that the O(1) tests would reject without touching it (range-min of busy time,
- * range-max of the longest free window, the range of node counts). */
+ * range-max of the longest free window, the largest node count: a job joins a group of at
+ * least its nodes). */
 typedef struct tnode {
-        int min_nodes, max_nodes;
+        int max_nodes;
         int32_t max_longest;
         int32_t min_busy;   /* group busy slots */
         int32_t min_others; /* busy slots not of its least busy resident */
@@ -257,6 +258,7 @@ typedef struct pick {
         bool have;
         loom_tl_group g;
         int32_t shift, slack, busy;
+        int nodes;
         double cost;
 } pick;
 
@@ -268,6 +270,8 @@ static bool better(const loom_plex *p, const pick *a, const pick *b)
                 return a->busy > b->busy;
         if (a->cost != b->cost)
                 return a->cost < b->cost;
+        if (a->nodes != b->nodes) /* fewer nodes left idle during the job's segments */
+                return a->nodes < b->nodes;
         if (sa != sb)
                 return sa > sb;
         return a->g < b->g;
@@ -295,11 +299,16 @@ typedef struct search {
         bool stop;
 } search;
 
-/* Look at group gi (of the job's size, live, not excluded). */
+/* Look at group gi (live, not excluded). */
 static void visit(search *x, loom_tl_group gi)
 {
         const loom_plex *p = x->p;
         const pg *g = &p->g[gi];
+        if (g->nodes < x->j->nodes) { /* only when explaining: the tree skips these */
+                if (x->nt)
+                        x->nt->fn(x->nt->ctx, gi, LOOM_PLEX_TOO_SMALL, 0, 0, 0);
+                return;
+        }
         int why = prune(p, gi, x->f);
         if (why < 0 && x->accept && !x->accept(x->ctx, gi))
                 why = LOOM_PLEX_PRUNED_DRIVER;
@@ -325,10 +334,12 @@ static void visit(search *x, loom_tl_group gi)
         if (x->nt)
                 x->nt->fn(x->nt->ctx, gi, LOOM_PLEX_FITS, c.shift, c.cost, c.slack);
         c.busy = g->busy;
+        c.nodes = g->nodes;
         if (!x->b.have || better(p, &c, &x->b))
                 x->b = c;
-        /* Spread: no shift and full slack cannot be beaten. */
-        if (p->c.mode == LOOM_PLEX_SPREAD && x->b.shift == 0 && x->b.slack >= x->guard)
+        /* Spread: no shift and full slack on a group of the job's size cannot be beaten. */
+        if (p->c.mode == LOOM_PLEX_SPREAD && x->b.shift == 0 && x->b.slack >= x->guard &&
+            x->b.nodes == x->j->nodes)
                 x->stop = true;
 }
 
@@ -336,8 +347,7 @@ static void visit(search *x, loom_tl_group gi)
 static bool tree_may(const search *x, const tnode *t)
 {
         double D = x->p->c.duty_max * loom_timeline_slots(x->p->t);
-        return t->min_nodes <= x->j->nodes && x->j->nodes <= t->max_nodes &&
-               t->max_longest >= x->f->longest && t->min_busy <= D &&
+        return x->j->nodes <= t->max_nodes && t->max_longest >= x->f->longest && t->min_busy <= D &&
                (double)t->min_others + x->f->busy <= D;
 }
 
@@ -366,13 +376,13 @@ static void choose(const loom_plex *p, const loom_plex_job *j, fp *f, loom_tl_gr
             p, j, f, exclude, accept, ctx, nt, o, {0}, loom_timeline_span(p->t, p->c.guard), false};
         bool share = p->c.mode != LOOM_PLEX_ISOLATED && j->profiled;
         for (int i = 0; share && i < p->n_sizes; i++)
-                if (p->sizes[i].nodes == j->nodes)
-                        o->groups_seen = p->sizes[i].groups;
-        if (share && exclude < p->n_g && p->g[exclude].n > 0 && p->g[exclude].nodes == j->nodes)
+                if (p->sizes[i].nodes >= j->nodes)
+                        o->groups_seen += p->sizes[i].groups;
+        if (share && exclude < p->n_g && p->g[exclude].n > 0 && p->g[exclude].nodes >= j->nodes)
                 o->groups_seen--;
         if (share && nt) { /* explaining: every group, in order, each with its verdict */
                 for (uint32_t gi = 0; gi < p->n_g && !x.stop; gi++)
-                        if (p->g[gi].n > 0 && p->g[gi].nodes == j->nodes && gi != exclude)
+                        if (p->g[gi].n > 0 && gi != exclude)
                                 visit(&x, gi);
         } else if (share && p->tree_leaves) {
                 tree_walk(&x, 1, 0, p->tree_leaves);
@@ -411,12 +421,11 @@ int loom_plex_decide(const loom_plex *p, const loom_plex_job *j, loom_plex_decis
         return 0;
 }
 
-static const tnode dead = {INT32_MAX, INT32_MIN, -1, INT32_MAX, INT32_MAX};
+static const tnode dead = {INT32_MIN, -1, INT32_MAX, INT32_MAX};
 
 static tnode combine(const tnode *a, const tnode *b)
 {
         tnode t;
-        t.min_nodes = a->min_nodes < b->min_nodes ? a->min_nodes : b->min_nodes;
         t.max_nodes = a->max_nodes > b->max_nodes ? a->max_nodes : b->max_nodes;
         t.max_longest = a->max_longest > b->max_longest ? a->max_longest : b->max_longest;
         t.min_busy = a->min_busy < b->min_busy ? a->min_busy : b->min_busy;
@@ -429,7 +438,7 @@ static tnode leaf_of(const loom_plex *p, loom_tl_group gi)
         const pg *g = &p->g[gi];
         if (g->n == 0 || g->n >= p->c.max_jobs)
                 return dead; /* empty, or full: no job may join */
-        return (tnode){g->nodes, g->nodes, g->longest, g->busy, g->busy - g->min_busy};
+        return (tnode){g->nodes, g->longest, g->busy, g->busy - g->min_busy};
 }
 
 static void tree_update(loom_plex *p, loom_tl_group gi)

@@ -109,12 +109,13 @@ static void note(void *ctx, loom_tl_group tg, loom_plex_outcome o, int32_t shift
 {
         static const loom_reject rej[] = {
             LOOM_REJECT_FULL,   LOOM_REJECT_NO_FIT,   LOOM_REJECT_DUTY, LOOM_REJECT_MEMORY,
-            LOOM_REJECT_NO_FIT, LOOM_REJECT_COSTLIER, LOOM_REJECT_SLO};
+            LOOM_REJECT_NO_FIT, LOOM_REJECT_COSTLIER, LOOM_REJECT_SLO,  LOOM_REJECT_NO_FIT};
         static const char *const why[] = {"group has max_group_size members",
                                           "no free window as long as the training phase",
                                           "a resident's foreign duty would pass plex_duty_max",
                                           "training nodes' host memory would overflow",
                                           "no shift in [0, alpha T] fits the free windows",
+                                          "",
                                           "",
                                           ""};
         rec_ctx *r = ctx;
@@ -145,6 +146,10 @@ static void note(void *ctx, loom_tl_group tg, loom_plex_outcome o, int32_t shift
                          "slo: the new job's iteration %.1f s (shift %d s to its window) > "
                          "its budget %.1f s",
                          loom_us_to_s(it), (int)shift, loom_us_to_s(loom_job_budget(r->spec)));
+        } else if (o == LOOM_PLEX_TOO_SMALL) {
+                snprintf(c->why, sizeof c->why, "pool of %d training nodes < the job's %d",
+                         loom_timeline_group_nodes(loom_plex_timeline(r->s->plex), tg),
+                         r->spec->train_gpus / r->s->cluster.gpus_per_node);
         } else if (m) {
                 c->reject = LOOM_REJECT_SLO;
                 snprintf(c->why, sizeof c->why,

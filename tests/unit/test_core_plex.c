@@ -226,7 +226,7 @@ Test(plex, pruning_tree_decides_like_the_full_scan)
         for (int mode = LOOM_PLEX_SPREAD; mode <= LOOM_PLEX_PACK; mode++) {
                 loom_plex *p = mk_alpha(200, (loom_plex_mode)mode, 0.8, 0.5);
                 bool live[400] = {false};
-                int shared = 0;
+                int shared = 0, cross = 0;
                 for (int step = 0; step < 1500; step++) {
                         r ^= r << 13, r ^= r >> 7, r ^= r << 17;
                         uint32_t id = 1 + (uint32_t)(r % 399);
@@ -261,10 +261,14 @@ Test(plex, pruning_tree_decides_like_the_full_scan)
                         loom_plex_decision o;
                         cr_assert_eq(loom_plex_place(p, id, &j, &o, &e), 0);
                         live[id] = o.placed;
+                        cross +=
+                            o.placed && !o.new_group &&
+                            loom_timeline_group_nodes(loom_plex_timeline(p), o.group) > j.nodes;
                 }
                 cr_assert_eq(loom_timeline_check(loom_plex_timeline(p)), 0);
                 cr_assert_gt(loom_plex_groups(p), 3);
                 cr_assert_gt(shared, 100);
+                cr_assert_gt(cross, 10, "1-node jobs on 2-node groups: %d", cross);
                 loom_plex_free(p);
         }
 }
@@ -292,4 +296,56 @@ Test(plex, segments_that_touch_after_rounding_are_merged)
         cr_assert_eq(loom_timeline_commit(tl, g, 1, &f, &e), LOOM_EINVAL);
         cr_assert_str_eq(e.field, "segments");
         loom_timeline_free(tl);
+}
+
+Test(plex, a_smaller_job_joins_a_larger_group_holding_all_its_nodes)
+{
+        loom_plex *p = mk(4, LOOM_PLEX_SPREAD, 1.0);
+        loom_plex_job two, one;
+        job100(&two, true);
+        two.nodes = 2;
+        job100(&one, true);
+        loom_plex_decision a, b;
+        loom_err e;
+        cr_assert_eq(loom_plex_place(p, 1, &two, &a, &e), 0);
+        cr_assert(a.placed && a.new_group);
+        cr_assert_eq(loom_plex_place(p, 2, &one, &b, &e), 0, "%s", e.msg);
+        cr_assert(b.placed && !b.new_group, "%s", b.why);
+        cr_assert_eq(b.group, a.group);
+        cr_assert_eq(b.shift, 30); /* after the 2-node job's 30 s segment */
+        cr_assert_eq(b.groups_seen, 1);
+        const loom_timeline *t = loom_plex_timeline(p);
+        cr_assert_eq(loom_timeline_unassigned(t), 2); /* no node bought for it */
+        cr_assert_eq(loom_timeline_check(t), 0);
+        /* A 3-node job never joins the 2-node group: a group of its own (2 nodes left: none). */
+        loom_plex_job three;
+        job100(&three, true);
+        three.nodes = 3;
+        loom_plex_decision c;
+        cr_assert_eq(loom_plex_decide(p, &three, &c, &e), 0);
+        cr_assert(c.new_group && !c.placed);
+        cr_assert_eq(c.groups_seen, 0);
+        cr_assert_eq(c.groups_fitted, 0);
+        loom_plex_free(p);
+}
+
+Test(plex, between_equal_fits_the_group_of_the_jobs_own_size_wins)
+{
+        loom_plex *p = mk(4, LOOM_PLEX_SPREAD, 1.0);
+        loom_plex_job two, one;
+        job100(&two, false); /* cold: each gets a dedicated group */
+        two.nodes = 2;
+        job100(&one, false);
+        loom_plex_decision a, b, c;
+        loom_err e;
+        cr_assert_eq(loom_plex_place(p, 1, &two, &a, &e), 0);
+        cr_assert_eq(loom_plex_place(p, 2, &one, &b, &e), 0);
+        cr_assert(a.new_group && b.new_group);
+        one.profiled = true;
+        cr_assert_eq(loom_plex_place(p, 3, &one, &c, &e), 0);
+        cr_assert(c.placed && !c.new_group, "%s", c.why);
+        cr_assert_eq(c.groups_seen, 2);
+        cr_assert_eq(c.group, b.group, "%s", c.why); /* same cost: fewer idle nodes */
+        cr_assert_eq(loom_timeline_check(loom_plex_timeline(p)), 0);
+        loom_plex_free(p);
 }

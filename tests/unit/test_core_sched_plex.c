@@ -70,9 +70,6 @@ Test(plexsched, jobs_share_a_training_pool_with_rollout_nodes_of_their_own)
         loom_sched_job_info(s, b, &jb);
         cr_assert_neq(ja.rollout_nodes[0], jb.rollout_nodes[0]);
         cr_assert_eq(ja.train_nodes[0], jb.train_nodes[0]);
-        /* A job of another training size never joins the group. */
-        submit(s, spec(231.53, 57.50, 16), &d);
-        cr_assert_eq(d.kind, LOOM_DECISION_NEW_GROUP);
         /* Each 7B job holds 59 of every 290 slots; the third goes at shift 118 s, a fourth
          * would need 177 s > alpha T = 145 s: refused by the fitting, a new group. */
         submit(s, spec(231.53, 57.50, 8), &d);
@@ -80,6 +77,9 @@ Test(plexsched, jobs_share_a_training_pool_with_rollout_nodes_of_their_own)
         submit(s, spec(231.53, 57.50, 8), &d);
         cr_assert_eq(d.kind, LOOM_DECISION_NEW_GROUP, "%s", d.reason);
         cr_assert_eq(d.groups_pruned_bound, 0);
+        /* A job larger than every pool never joins one. */
+        submit(s, spec(231.53, 57.50, 16), &d);
+        cr_assert_eq(d.kind, LOOM_DECISION_NEW_GROUP, "%s", d.reason);
         drain(s);
         loom_sched_stats st;
         loom_sched_stats_get(s, &st);
@@ -388,6 +388,65 @@ Test(plexsched, resume_at_a_call_does_not_rerun_the_calls_before_it)
         cr_assert_eq(loom_sched_phase_done(s, loom_us_from_s(130), a, LOOM_PHASE_ROLLOUT), 0);
         cr_assert_eq(next_train(s, &call, &n), a);
         cr_assert_eq(call, LOOM_CALL_LOG_PROB);
+        loom_decision_free(&d);
+        loom_sched_free(s);
+}
+
+Test(plexsched, a_one_node_job_joins_a_two_node_pool_whose_timeline_has_room)
+{
+        loom_err e;
+        loom_sched *s = loom_sched_new(&cl, &po, &e);
+        cr_assert_not_null(s, "%s", e.msg);
+        loom_decision d;
+        loom_decision_init(&d, false);
+        loom_job_id a = submit(s, spec(231.53, 57.50, 16), &d);
+        cr_assert_eq(d.kind, LOOM_DECISION_NEW_GROUP);
+        loom_group_id g = d.group;
+        /* One node of training joins the two-node pool: no new training node is bought, it
+         * holds the whole pool during its window (the timeline is per pool). */
+        loom_job_id b = submit(s, spec(231.53, 57.50, 8), &d);
+        cr_assert_eq(d.kind, LOOM_DECISION_ROLLOUT_SCALE, "%s", d.reason);
+        cr_assert_eq(d.group, g);
+        cr_assert_eq(d.n_train_nodes, 2);
+        cr_assert_float_eq(d.marginal_cost_per_hour,
+                           loom_cluster_node_price(&cl, LOOM_POOL_ROLLOUT), 1e-9);
+        loom_job_info ja, jb;
+        loom_sched_job_info(s, a, &ja);
+        loom_sched_job_info(s, b, &jb);
+        cr_assert_eq(ja.train_nodes[0], jb.train_nodes[0]);
+        cr_assert_eq(ja.n_train_nodes, jb.n_train_nodes);
+        /* The SLO check still applies across sizes: at slo 1.1 the shift to its window
+         * (59 s) passes the 1-node job's budget, so it gets a pool of its own. */
+        loom_job_spec tight = spec(231.53, 57.50, 8);
+        tight.slo = 1.1;
+        submit(s, tight, &d);
+        cr_assert_eq(d.kind, LOOM_DECISION_NEW_GROUP, "%s", d.reason);
+        drain(s);
+        loom_decision_free(&d);
+        loom_sched_free(s);
+}
+
+Test(plexsched, a_job_larger_than_a_pool_never_joins_it_and_the_candidate_says_why)
+{
+        loom_err e;
+        loom_sched *s = loom_sched_new(&cl, &po, &e);
+        cr_assert_not_null(s, "%s", e.msg);
+        loom_decision d;
+        loom_decision_init(&d, false);
+        submit(s, spec(231.53, 57.50, 8), &d); /* a 1-node pool with room for more */
+        loom_decision ex;
+        loom_decision_init(&ex, true);
+        loom_job_spec big = spec(231.53, 57.50, 16);
+        cr_assert_eq(loom_sched_decide(s, &big, &ex, &e), 0, "%s", e.msg);
+        cr_assert_eq(ex.kind, LOOM_DECISION_NEW_GROUP, "%s", ex.reason);
+        cr_assert_eq(ex.n_candidates, 2);
+        cr_assert_eq(ex.candidates[0].reject, LOOM_REJECT_NO_FIT);
+        cr_assert_str_eq(ex.candidates[0].why, "pool of 1 training nodes < the job's 2");
+        cr_assert_eq(ex.candidates[1].kind, LOOM_DECISION_NEW_GROUP);
+        submit(s, big, &d);
+        cr_assert_eq(d.kind, LOOM_DECISION_NEW_GROUP, "%s", d.reason);
+        cr_assert_eq(d.n_train_nodes, 2);
+        loom_decision_free(&ex);
         loom_decision_free(&d);
         loom_sched_free(s);
 }
