@@ -69,6 +69,7 @@ enum {
         LOOM__REFUSED_MODEL = 1, /* another model is served here */
         LOOM__REFUSED_BUSY = 2,  /* the publisher is at its connection cap: retry later */
         LOOM__REFUSED_WAIT = 3,  /* no version >= want within the publisher's wait bound */
+        LOOM__REFUSED_AUTH = 4,  /* the request's tag was refused (auth.c) */
 };
 /* Serve one pull on a connected socket (pubsub.c; the fuzz target calls it on a socketpair). */
 void loom__pub_serve(loom_sync_pub *p, int fd);
@@ -116,7 +117,6 @@ int loom__frame_recv(int fd, loom_sync_frame *f, uint8_t **payload, uint64_t max
 #define LOOM__REQ_TAG_LEN 32        /* HMAC-SHA-256 of the request */
 #define LOOM__MAC_LEN 8             /* UMAC-64 of a frame */
 #define LOOM__PULL_AUTH UINT32_C(2) /* request flag: a nonce and a tag follow the request */
-enum { LOOM__REFUSED_AUTH = 2 };    /* END frame kind: the request's tag was refused */
 /* One connection's authentication state; on = 0 sends and receives frames as they were. */
 typedef struct loom__mac {
         int on;

@@ -274,11 +274,13 @@ int loom_sync_pull_latest_keyed(const uint8_t *key, const char *model, const cha
         return rc;
 }
 
-int loom__pull_fd(int fd, const char *model, const uint64_t *shard_elems, size_t nshards,
-                  uint16_t *w, uint64_t have, uint64_t want, loom_sync_pull_stats *st, loom_err *e)
+/* One pull over a connected fd, with the job's key (or NULL) and the timeout pull_args checks. */
+static int pull_on(int fd, const uint8_t *key, const char *model, const uint64_t *shard_elems,
+                   size_t nshards, double timeout_s, uint16_t *w, uint64_t have, uint64_t want,
+                   loom_sync_pull_stats *st, loom_err *e)
 {
         pull p;
-        int rc = pull_args(NULL, model, shard_elems, nshards, 1, &p, e);
+        int rc = pull_args(key, model, shard_elems, nshards, timeout_s, &p, e);
         if (rc)
                 return rc;
         p.off = malloc(nshards * sizeof *p.off);
@@ -297,6 +299,12 @@ int loom__pull_fd(int fd, const char *model, const uint64_t *shard_elems, size_t
         return rc;
 }
 
+int loom__pull_fd(int fd, const char *model, const uint64_t *shard_elems, size_t nshards,
+                  uint16_t *w, uint64_t have, uint64_t want, loom_sync_pull_stats *st, loom_err *e)
+{
+        return pull_on(fd, NULL, model, shard_elems, nshards, 1, w, have, want, st, e);
+}
+
 int loom_sync_pull(const char *model, const char *ip, uint16_t port, const uint64_t *shard_elems,
                    size_t nshards, uint16_t *w, uint64_t have, uint64_t want, double timeout_s,
                    loom_sync_pull_stats *st, loom_err *e)
@@ -313,7 +321,7 @@ int loom_sync_pull_keyed(const uint8_t *key, const char *model, const char *ip, 
         st = st ? st : &tmp;
         memset(st, 0, sizeof *st);
         st->version = have;
-        pull p;
+        pull p; /* the arguments are checked before anything is connected */
         int rc = pull_args(key, model, shard_elems, nshards, timeout_s, &p, e);
         if (rc)
                 return rc;
@@ -321,7 +329,7 @@ int loom_sync_pull_keyed(const uint8_t *key, const char *model, const char *ip, 
         int fd = -1;
         rc = open_conn(ip, port, timeout_s, t0, &fd, e);
         if (!rc)
-                rc = loom__pull_fd(fd, model, shard_elems, nshards, w, have, want, st, e);
+                rc = pull_on(fd, key, model, shard_elems, nshards, timeout_s, w, have, want, st, e);
         if (fd >= 0)
                 close(fd);
         st->seconds = loom__now() - t0;

@@ -12,6 +12,7 @@
 """
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -23,6 +24,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from loomd_harness import Loomd, check, job_spec  # noqa: E402
 
 build, source = sys.argv[1], sys.argv[2]
+# the core's arithmetic version this build records (include/loom/sched.h)
+ARITH = re.search(r"#define LOOM_SCHED_ARITH (\d+)",
+                  open(os.path.join(source, "include/loom/sched.h")).read()).group(1)
 ARGS = ["--admission", "p99", "--learn-after", "3", "--lease-timeout", "60", "--quiet"]
 
 
@@ -101,7 +105,7 @@ try:
     c = sqlite3.connect(os.path.join(other, "loom.db"))
     meta = dict(c.execute("SELECT key, value FROM meta").fetchall())
     c.close()
-    check(meta.get("arith") == "1" and "re-derived" in meta.get("rederived", "")
+    check(meta.get("arith") == ARITH and "re-derived" in meta.get("rederived", "")
           and "1 learned profiles came out differently" in meta["rederived"],
           f"the re-derivation is recorded ({meta.get('rederived')})")
     # a later start re-derives the same entries the same way
@@ -113,7 +117,11 @@ finally:
     shutil.rmtree(tmp, True)
 
 # ---- 2. compaction -----------------------------------------------------------------------
-d = Loomd(build, *(ARGS + ["--compact-min", "64"])).start()
+# single-rate groups, so that one iteration of each job in turn is the round robin's order
+single = os.path.join(tempfile.mkdtemp(prefix="loomd-store-"), "cluster.json")
+with open(single, "w") as f:
+    f.write('{"cluster": {}, "policy": {"multirate": false}}\n')
+d = Loomd(build, *(ARGS + ["--compact-min", "64", "--cluster", single])).start()
 ids = []
 for name, slo in (("x", 1.0), ("y", 3.0), ("z", 3.0)):
     st, j = d.req("POST", "/v1/jobs", job_spec(name, t_roll=1.0, t_train=0.5, slo=slo,
@@ -147,5 +155,6 @@ for i, jid in enumerate(ids):
           f"placement, learned profile and re-plans ({after[i][1:]})")
 check(any(b[2] > 0 for b in before), f"re-plans happened ({[b[2] for b in before]})")
 d.stop()
+shutil.rmtree(os.path.dirname(single), True)
 
 print("PASS loomd_store")
