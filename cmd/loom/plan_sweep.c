@@ -137,25 +137,24 @@ static void draw(cairo_t *cr, const row *rows, int n, int W, int H)
         cairo_show_text(cr, "HetRL modelled throughput over verl (blue) and StreamRL (orange)");
 }
 
-static int plot(const char *dir, const row *rows, int n)
+/* Draw one figure as DIR/NAME.svg and DIR/NAME.png; draw(cr, ctx, W, H) paints it. */
+static int write_plot(const char *dir, const char *name, int W, int H,
+                      void (*draw_fn)(cairo_t *, const void *, int, int), const void *ctx)
 {
         mkdir(dir, 0755);
-        int W = 80 + 24 * n, H = 480;
-        if (W < 640)
-                W = 640;
         char path[4096];
-        snprintf(path, sizeof path, "%s/plan-sweep.svg", dir);
+        snprintf(path, sizeof path, "%s/%s.svg", dir, name);
         cairo_surface_t *s = cairo_svg_surface_create(path, W, H);
         cairo_t *cr = cairo_create(s);
-        draw(cr, rows, n, W, H);
+        draw_fn(cr, ctx, W, H);
         cairo_destroy(cr);
         cairo_surface_finish(s);
         bool bad = cairo_surface_status(s) != CAIRO_STATUS_SUCCESS;
         cairo_surface_destroy(s);
-        snprintf(path, sizeof path, "%s/plan-sweep.png", dir);
+        snprintf(path, sizeof path, "%s/%s.png", dir, name);
         s = cairo_image_surface_create(CAIRO_FORMAT_RGB24, W, H);
         cr = cairo_create(s);
-        draw(cr, rows, n, W, H);
+        draw_fn(cr, ctx, W, H);
         cairo_destroy(cr);
         bad |= cairo_surface_write_to_png(s, path) != CAIRO_STATUS_SUCCESS;
         cairo_surface_destroy(s);
@@ -164,6 +163,24 @@ static int plot(const char *dir, const row *rows, int n)
                 return 1;
         }
         return 0;
+}
+
+typedef struct rows_ref {
+        const void *rows;
+        int n;
+} rows_ref;
+
+static void draw_sweep(cairo_t *cr, const void *ctx, int W, int H)
+{
+        const rows_ref *r = ctx;
+        draw(cr, r->rows, r->n, W, H);
+}
+
+static int plot(const char *dir, const row *rows, int n)
+{
+        int W = 80 + 24 * n;
+        rows_ref r = {rows, n};
+        return write_plot(dir, "plan-sweep", W < 640 ? 640 : W, 480, draw_sweep, &r);
 }
 
 /* ---- --ablation load-balance: HetRL section 5.3 ---- */
@@ -227,33 +244,17 @@ static void draw_balance(cairo_t *cr, const brow *rows, int n, int W, int H)
                             "orange: cross-region)");
 }
 
+static void draw_balance_ref(cairo_t *cr, const void *ctx, int W, int H)
+{
+        const rows_ref *r = ctx;
+        draw_balance(cr, r->rows, r->n, W, H);
+}
+
 static int plot_balance(const char *dir, const brow *rows, int n)
 {
-        mkdir(dir, 0755);
-        int W = 80 + 30 * n, H = 420;
-        if (W < 640)
-                W = 640;
-        char path[4096];
-        snprintf(path, sizeof path, "%s/plan-balance.svg", dir);
-        cairo_surface_t *s = cairo_svg_surface_create(path, W, H);
-        cairo_t *cr = cairo_create(s);
-        draw_balance(cr, rows, n, W, H);
-        cairo_destroy(cr);
-        cairo_surface_finish(s);
-        bool bad = cairo_surface_status(s) != CAIRO_STATUS_SUCCESS;
-        cairo_surface_destroy(s);
-        snprintf(path, sizeof path, "%s/plan-balance.png", dir);
-        s = cairo_image_surface_create(CAIRO_FORMAT_RGB24, W, H);
-        cr = cairo_create(s);
-        draw_balance(cr, rows, n, W, H);
-        cairo_destroy(cr);
-        bad |= cairo_surface_write_to_png(s, path) != CAIRO_STATUS_SUCCESS;
-        cairo_surface_destroy(s);
-        if (bad) {
-                fprintf(stderr, "loom plan sweep: cannot write the plot into %s\n", dir);
-                return 1;
-        }
-        return 0;
+        int W = 80 + 30 * n;
+        rows_ref r = {rows, n};
+        return write_plot(dir, "plan-balance", W < 640 ? 640 : W, 420, draw_balance_ref, &r);
 }
 
 static int load_scen(int si, loom_plan_cluster *c)
