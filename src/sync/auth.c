@@ -170,16 +170,9 @@ int loom__frame_recv_mac(int fd, loom__mac *m, loom_sync_frame *f, uint8_t **pay
          * while the block is still in cache: one pass over the bytes. */
         uint8_t hdr[LOOM_SYNC_FRAME_HDR], tag[LOOM__MAC_LEN], want[LOOM__MAC_LEN];
         *payload = NULL;
-        if (loom__read_all(fd, hdr, sizeof hdr))
-                return loom_err_set(e, LOOM_EIO, "frame", "connection lost before a frame");
-        int rc = loom_sync_frame_unpack(hdr, f, e);
+        int rc = loom__frame_recv_hdr(fd, hdr, f, max_payload, e);
         if (rc)
                 return rc;
-        if (f->payload_len > max_payload)
-                return loom_err_set(e, LOOM_ERANGE, "frame.payload_len",
-                                    "frame of %llu bytes, at most %llu expected",
-                                    (unsigned long long)f->payload_len,
-                                    (unsigned long long)max_payload);
         size_t len = (size_t)f->payload_len;
         if (len && !(*payload = malloc(len)))
                 return loom_err_set(e, LOOM_ENOMEM, "frame", "out of memory");

@@ -106,6 +106,10 @@ int loom__hello_recv(int fd, loom__hello *h, loom_err *e);
 int loom__frame_send(int fd, const loom_sync_frame *f, const void *payload, uint64_t *bytes);
 /* Read a frame; *payload is malloc'd (NULL when empty) and owned by the caller. Payloads larger
  * than max_payload are refused before allocating. */
+/* Read one frame's header into hdr and check it (payload_len <= max_payload); the payload
+ * stays unread. */
+int loom__frame_recv_hdr(int fd, uint8_t hdr[LOOM_SYNC_FRAME_HDR], loom_sync_frame *f,
+                         uint64_t max_payload, loom_err *e);
 int loom__frame_recv(int fd, loom_sync_frame *f, uint8_t **payload, uint64_t max_payload,
                      uint64_t *bytes, loom_err *e);
 

@@ -142,12 +142,10 @@ int loom__frame_send(int fd, const loom_sync_frame *f, const void *payload, uint
         return rc;
 }
 
-int loom__frame_recv(int fd, loom_sync_frame *f, uint8_t **payload, uint64_t max_payload,
-                     uint64_t *bytes, loom_err *e)
+int loom__frame_recv_hdr(int fd, uint8_t hdr[LOOM_SYNC_FRAME_HDR], loom_sync_frame *f,
+                         uint64_t max_payload, loom_err *e)
 {
-        uint8_t hdr[LOOM_SYNC_FRAME_HDR];
-        *payload = NULL;
-        if (loom__read_all(fd, hdr, sizeof hdr))
+        if (loom__read_all(fd, hdr, LOOM_SYNC_FRAME_HDR))
                 return loom_err_set(e, LOOM_EIO, "frame", "connection lost before a frame");
         int rc = loom_sync_frame_unpack(hdr, f, e);
         if (rc)
@@ -157,6 +155,17 @@ int loom__frame_recv(int fd, loom_sync_frame *f, uint8_t **payload, uint64_t max
                                     "frame of %llu bytes, at most %llu expected",
                                     (unsigned long long)f->payload_len,
                                     (unsigned long long)max_payload);
+        return 0;
+}
+
+int loom__frame_recv(int fd, loom_sync_frame *f, uint8_t **payload, uint64_t max_payload,
+                     uint64_t *bytes, loom_err *e)
+{
+        uint8_t hdr[LOOM_SYNC_FRAME_HDR];
+        *payload = NULL;
+        int rc = loom__frame_recv_hdr(fd, hdr, f, max_payload, e);
+        if (rc)
+                return rc;
         if (f->payload_len) {
                 *payload = malloc((size_t)f->payload_len);
                 if (!*payload)
