@@ -29,6 +29,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "loom/common.h"
 
@@ -108,6 +109,8 @@ typedef struct loom_state_stats {
 } loom_state_stats;
 
 void loom_state_stats_free(loom_state_stats *s);
+/* Print a daemon's usage to f: text (one line, then one per job) or one JSON object. */
+void loom_state_stats_print(FILE *f, const loom_state_stats *st, int json);
 
 /* The key of TP rank `rank` of `tp` for a src/sync tensor (bf16): the rectangle
  * loom_sync_slice() gives that rank. */
@@ -214,5 +217,7 @@ typedef struct loom_state_bench_result {
 
 /* Run the figures with a private daemon in this process's child threads. */
 int loom_state_bench(const loom_state_bench_cfg *cfg, loom_state_bench_result *res, loom_err *e);
+/* Print the figures to f: the text table of bench/state.sh or one JSON object. */
+void loom_state_bench_print(FILE *f, const loom_state_bench_result *r, int json);
 
 #endif
