@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
+#include <sys/resource.h>
 #include <time.h>
 
 /* A log callback (loom_server_cfg.log, loom_state_cfg.log): prog, the program's name, is its arg.
@@ -31,6 +32,16 @@ static inline void daemon_block_stop(sigset_t *stop)
         sigaddset(stop, SIGINT);
         pthread_sigmask(SIG_BLOCK, stop, NULL);
         signal(SIGPIPE, SIG_IGN);
+}
+
+/* Long-polls and peers hold one descriptor each: raise the soft limit to the hard one. */
+static inline void daemon_raise_nofile(void)
+{
+        struct rlimit rl;
+        if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+                rl.rlim_cur = rl.rlim_max;
+                setrlimit(RLIMIT_NOFILE, &rl);
+        }
 }
 
 #endif

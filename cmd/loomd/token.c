@@ -32,14 +32,6 @@ static int fail(const char *what, const loom_err *e)
         return 1;
 }
 
-static void when(int64_t t, char *buf, size_t cap)
-{
-        time_t tt = (time_t)t;
-        struct tm tm;
-        if (!t || !gmtime_r(&tt, &tm) || !strftime(buf, cap, "%Y-%m-%dT%H:%M:%SZ", &tm))
-                snprintf(buf, cap, "never");
-}
-
 int loomd_token_main(int argc, char **argv)
 {
         static const struct option opts[] = {
@@ -121,19 +113,7 @@ int loomd_token_main(int argc, char **argv)
                 int n;
                 if (loom_token_list(dir, &t, &n, &e))
                         return fail("list", &e);
-                printf("%-6s %-8s %-20s %-22s %-22s %s\n", "ID", "ROLE", "TENANT", "CREATED",
-                       "EXPIRES", "STATE");
-                int64_t now = (int64_t)time(NULL);
-                for (int i = 0; i < n; i++) {
-                        char cr[32], ex[32];
-                        when(t[i].created_s, cr, sizeof cr);
-                        when(t[i].expires_s, ex, sizeof ex);
-                        const char *st = t[i].revoked                              ? "revoked"
-                                         : t[i].expires_s && now >= t[i].expires_s ? "expired"
-                                                                                   : "active";
-                        printf("%-6lld %-8s %-20s %-22s %-22s %s\n", (long long)t[i].id,
-                               loom_role_name(t[i].role), t[i].tenant, cr, ex, st);
-                }
+                loom_token_print(stdout, t, n, (int64_t)time(NULL));
                 free(t);
                 return 0;
         }

@@ -21,6 +21,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "loom/common.h"
 
@@ -58,6 +59,9 @@ int loom_token_create(const char *data_dir, const char *tenant, loom_role role, 
                       char out[LOOM_TOKEN_MAX], int64_t *id, loom_err *e);
 /* Every token, ascending id; *out is malloc'd (free it), *n its length. */
 int loom_token_list(const char *data_dir, loom_token_info **out, int *n, loom_err *e);
+/* The table `loomd token list` prints of t[0..n): a header, then one line per token with its
+ * state ("active", "expired" or "revoked") at now (unix seconds). tokenlist.c */
+void loom_token_print(FILE *f, const loom_token_info *t, int n, int64_t now);
 /* Refuse token id from now on (a running loomd checks every request). LOOM_ENOENT if none. */
 int loom_token_revoke(const char *data_dir, int64_t id, loom_err *e);
 /* Replace the secret worker tokens and sync keys derive from (stored in data_dir/loom.db).

@@ -86,6 +86,25 @@ typedef struct loom_server_cfg {
 void loom_server_cfg_default(loom_server_cfg *c);
 
 /*
+ * loomd's command line as configuration (options.c). Each call fills e with the sentence loomd
+ * prints (field "--NAME" where an option's value is wrong) and changes nothing of c it does not
+ * name. Strings are not copied: they must outlive c.
+ *
+ * Apply one option by its long name without dashes ("lease-timeout", "sync-full", ...; value
+ * NULL for a flag): 0, LOOM_EINVAL for a bad value, LOOM_ENOENT for a name it does not know.
+ * "--require-auth" and "--insecure-loopback" exclude each other.
+ */
+int loom_server_cfg_option(loom_server_cfg *c, const char *name, const char *value, loom_err *e);
+/* "HOST:PORT" into listen_host and port. */
+int loom_server_cfg_listen(loom_server_cfg *c, const char *host_port, loom_err *e);
+/* A scenario-shaped file ({"cluster":{..},"policy":{..},...}) or a bare cluster into c->cluster
+ * (and c->policy); sets have_cluster. LOOM_EIO for a file error, else LOOM_EINVAL with e->msg
+ * "PATH:LINE:COL: FIELD: why" (and line, col). */
+int loom_server_cfg_load(loom_server_cfg *c, const char *path, loom_err *e);
+/* The line loomd logs once it serves ("serving http on 127.0.0.1:7480, data in ..."). */
+void loom_server_serving_line(const loom_server_cfg *c, int port, char *buf, size_t len);
+
+/*
  * Open (or create) the store under cfg->data_dir, rebuild the scheduler from it (replaying
  * every accepted submit and exit, checking each placement against the stored one) and bind the
  * listening socket. Returns NULL with e filled: LOOM_EINVAL for a bad config, LOOM_EIO for a
@@ -95,6 +114,9 @@ void loom_server_cfg_default(loom_server_cfg *c);
 loom_server *loom_server_new(const loom_server_cfg *cfg, loom_err *e);
 /* The TCP port actually bound. */
 int loom_server_port(const loom_server *s);
+/* Write the bound port to path (through path.tmp, renamed: a reader never sees half a file).
+ * 0 or LOOM_EIO with e->msg "PATH: why". */
+int loom_server_write_port_file(const loom_server *s, const char *path, loom_err *e);
 /* Start the scheduler thread and begin serving. 0 or LOOM_EIO / LOOM_ENOMEM. */
 int loom_server_start(loom_server *s, loom_err *e);
 /* Stop accepting connections, answer every pending request (long-polls get 503), let the

@@ -1,0 +1,166 @@
+/*
+ * options.c - loomd's configuration from its command line and files: one option at a time into
+ * a loom_server_cfg, the cluster/policy file, the port file and the line loomd logs once it
+ * serves. Every failure comes back through loom_err with the sentence loomd prints after
+ * "loomd: ", so the program only parses argv and prints.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "loom/server.h"
+#include "loom/spec.h"
+
+static int bad(loom_err *e, const char *name, const char *fmt, const char *v)
+{
+        char opt[64];
+        snprintf(opt, sizeof opt, "--%s", name);
+        return loom_err_set(e, LOOM_EINVAL, opt, fmt, v);
+}
+
+static int seconds(const char *name, const char *v, double *out, loom_err *e)
+{
+        char *end;
+        errno = 0;
+        *out = strtod(v, &end);
+        if (errno || end == v || *end || !(*out >= 0))
+                return bad(e, name, "'%s' is not a number of seconds", v);
+        return 0;
+}
+
+static int count(const char *name, const char *v, long max, int *out, loom_err *e)
+{
+        char *end;
+        long n = strtol(v, &end, 10);
+        if (end == v || *end || n < 0 || n > max)
+                return bad(e, name, "'%s' is not a count", v);
+        *out = (int)n;
+        return 0;
+}
+
+int loom_server_cfg_listen(loom_server_cfg *c, const char *v, loom_err *e)
+{
+        const char *colon = strrchr(v, ':');
+        char *end;
+        long port = colon ? strtol(colon + 1, &end, 10) : -1;
+        if (!colon || colon == v || (size_t)(colon - v) >= sizeof c->listen_host ||
+            end == colon + 1 || *end || port < 0 || port > 65535)
+                return bad(e, "listen", "expected HOST:PORT, got '%s'", v);
+        snprintf(c->listen_host, sizeof c->listen_host, "%.*s", (int)(colon - v), v);
+        c->port = (int)port;
+        return 0;
+}
+
+static int set_auth(loom_server_cfg *c, loom_server_auth a, loom_err *e)
+{
+        if (c->auth != LOOM_AUTH_AUTO)
+                return loom_err_set(e, LOOM_EINVAL, "",
+                                    "--require-auth and --insecure-loopback exclude each other");
+        c->auth = a;
+        return 0;
+}
+
+int loom_server_cfg_option(loom_server_cfg *c, const char *name, const char *v, loom_err *e)
+{
+        loom_err_clear(e);
+        if (!strcmp(name, "data-dir"))
+                c->data_dir = v;
+        else if (!strcmp(name, "listen"))
+                return loom_server_cfg_listen(c, v, e);
+        else if (!strcmp(name, "lease-timeout"))
+                return seconds(name, v, &c->lease_timeout_s, e);
+        else if (!strcmp(name, "idle-timeout"))
+                return seconds(name, v, &c->idle_timeout_s, e);
+        else if (!strcmp(name, "max-wait"))
+                return seconds(name, v, &c->max_wait_s, e);
+        else if (!strcmp(name, "drift-window"))
+                return count(name, v, 1000000, &c->drift_window, e);
+        else if (!strcmp(name, "compact-min"))
+                return count(name, v, INT32_MAX, &c->compact_min, e);
+        else if (!strcmp(name, "drift-threshold")) {
+                char *end;
+                errno = 0;
+                c->drift_threshold = strtod(v, &end);
+                if (errno || end == v || *end)
+                        return bad(e, name, "'%s' is not a number", v);
+        } else if (!strcmp(name, "sync-full"))
+                c->sync_full = true;
+        else if (!strcmp(name, "tls-cert"))
+                c->tls_cert = v;
+        else if (!strcmp(name, "tls-key"))
+                c->tls_key = v;
+        else if (!strcmp(name, "require-auth"))
+                return set_auth(c, LOOM_AUTH_TOKENS, e);
+        else if (!strcmp(name, "insecure-loopback"))
+                return set_auth(c, LOOM_AUTH_NONE, e);
+        else if (!strcmp(name, "public-metrics"))
+                c->public_metrics = true;
+        else
+                return loom_err_set(e, LOOM_ENOENT, "", "unknown option --%s", name);
+        return 0;
+}
+
+/* The decoder's error as "PATH[:LINE:COL]: [FIELD: ]MESSAGE" in e->msg (its sentences usually
+ * name the field already). */
+static int file_error(const char *path, int rc, loom_err *e)
+{
+        loom_err in = *e;
+        bool named = !in.field[0] || strstr(in.msg, in.field);
+        char where[64] = "";
+        if (in.line > 0)
+                snprintf(where, sizeof where, ":%d:%d", in.line, in.col);
+        loom_err_set(e, rc, "", "%s%s: %s%s%s", path, where, named ? "" : in.field,
+                     named ? "" : ": ", in.msg);
+        e->line = in.line;
+        e->col = in.col;
+        return rc;
+}
+
+int loom_server_cfg_load(loom_server_cfg *c, const char *path, loom_err *e)
+{
+        loom_err_clear(e);
+        char *text = NULL;
+        size_t len = 0;
+        int rc = loom_spec_read_file(path, &text, &len, e);
+        if (rc) {
+                c->have_cluster = false;
+                return rc;
+        }
+        json_t *root = loom_json_parse(text, len, e);
+        rc = root ? 0 : LOOM_EINVAL;
+        if (root && !json_is_object(root))
+                rc = loom_err_set(e, LOOM_EINVAL, "", "must be a JSON object");
+        if (!rc) {
+                json_t *cl = json_object_get(root, "cluster");
+                json_t *pol = json_object_get(root, "policy");
+                rc = loom_cluster_cfg_from_json(cl ? cl : root, cl ? "cluster" : "", text, len,
+                                                &c->cluster, e);
+                if (!rc && pol)
+                        rc = loom_policy_cfg_from_json(pol, "policy", text, len, &c->cluster,
+                                                       &c->policy, e);
+        }
+        if (rc)
+                file_error(path, rc, e);
+        json_decref(root);
+        free(text);
+        c->have_cluster = rc == 0;
+        return rc;
+}
+
+int loom_server_write_port_file(const loom_server *s, const char *path, loom_err *e)
+{
+        char tmp[4200];
+        snprintf(tmp, sizeof tmp, "%s.tmp", path);
+        FILE *f = fopen(tmp, "w");
+        if (!f || fprintf(f, "%d\n", loom_server_port(s)) < 0 || fclose(f) || rename(tmp, path))
+                return loom_err_set(e, LOOM_EIO, "", "%s: %s", path, strerror(errno));
+        return 0;
+}
+
+void loom_server_serving_line(const loom_server_cfg *c, int port, char *buf, size_t len)
+{
+        snprintf(buf, len, "serving %s on %s:%d, data in %s, admission %s",
+                 c->tls_cert ? "https" : "http", c->listen_host, port, c->data_dir,
+                 loom_admission_name(c->policy.admission));
+}
