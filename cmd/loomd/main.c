@@ -3,7 +3,8 @@
  * and serves until SIGTERM or SIGINT, then stops accepting, finishes the replies in flight and
  * closes the store. Signals are handled by sigwait on the main thread, so no library code runs
  * in signal context. Exit status: 0 after a clean stop, 1 for invalid input or a failed start,
- * 2 for bad usage, 3 when the store failed while running.
+ * 2 for bad usage, 3 when the store could no longer be read while running (a
+ * store that refuses writes is survived: docs/operations.md).
  */
 #include <getopt.h>
 #include <signal.h>

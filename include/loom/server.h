@@ -122,8 +122,11 @@ int loom_server_start(loom_server *s, loom_err *e);
 /* Stop accepting connections, answer every pending request (long-polls get 503), let the
  * scheduler thread finish and close the store. Safe to call twice; not from a signal handler. */
 void loom_server_stop(loom_server *s);
-/* True once a store write failed: the server answers 503 and has stopped scheduling; the
- * program should stop it and exit (a restart replays the store). Thread-safe enough to poll. */
+/* A store write that fails (disk full, I/O error) changes nothing: its batch is rolled back,
+ * its requests get 503, and writes are refused (503, Retry-After) until one commits again,
+ * while reads go on (docs/operations.md). True only when the store could not even be read
+ * back after such a failure: the server has stopped scheduling and the program should stop
+ * it and exit (a restart replays the store). Thread-safe enough to poll. */
 bool loom_server_failed(const loom_server *s);
 /* Stops if needed, then frees. NULL is fine. */
 void loom_server_free(loom_server *s);

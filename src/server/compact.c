@@ -304,7 +304,7 @@ void srv_compact_maybe(loom_server *s)
         uint64_t now = s->compact_rows + srv_store_log_added(s->store);
         uint64_t min = (uint64_t)s->cfg.compact_min;
         uint64_t due = s->compact_rows * 2 > min ? s->compact_rows * 2 : min;
-        if (s->store_failed || !min || (now < due && !s->compact_at_start))
+        if (s->store_failed || s->degraded || !min || (now < due && !s->compact_at_start))
                 return;
         s->compact_at_start = false;
         int64_t dropped = 0;

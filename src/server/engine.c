@@ -60,16 +60,6 @@ int srv_job_add(loom_server *s, srv_job *j)
         return 0;
 }
 
-/* A store write failed: from here on nothing is acknowledged; the batch is rolled back and
- * the server stops (fail-stop: the store is the truth, a restart replays it). */
-void srv_store_note(loom_server *s, int rc, const loom_err *e)
-{
-        if (rc && !s->store_failed) {
-                s->store_failed = true;
-                srv_log(s, "store failure, stopping: %s", e->msg);
-        }
-}
-
 /* The invariants of srv.h's job and lease state machine; checked after every request in
  * debug builds. */
 static void assert_job_state(const srv_job *j)
@@ -728,6 +718,10 @@ static void handle(loom_server *s, srv_req *r, loom_us now)
 {
         s->m.requests++;
         srv_auth_scope(s, r); /* not the caller's job or lease: answered 404, kind RQ_BAD */
+        if (srv_degraded_refuse(s, r)) { /* a write while the store refuses them: 503 */
+                done_req(s, r);
+                return;
+        }
         switch (r->kind) {
         case RQ_SUBMIT:
                 h_submit(s, r, now);
@@ -778,9 +772,7 @@ static void handle(loom_server *s, srv_req *r, loom_us now)
                 srv_h_attach(s, r, now);
                 break;
         case RQ_HEALTH:
-                srv_reply_json(r, 200,
-                               json_pack("{s:s,s:f}", "status", "ok", "uptime_s",
-                                         loom_us_to_s(now - s->start_mono)));
+                srv_reply_json(r, 200, srv_health_json(s, now));
                 break;
         case RQ_BAD:
                 if (!r->ready)
@@ -839,27 +831,86 @@ static void shutdown_waiters(loom_server *s)
         }
 }
 
+/* Every waiting acquire hangs on a job of the memory about to be rebuilt: answer it now. */
+static void store_down_waiters(loom_server *s)
+{
+        while (s->waiters) {
+                srv_req *r = s->waiters;
+                waiter_unlink(s, srv_job_get(s, r->job), r);
+                srv_reply_store_down(s, r);
+                done_req(s, r);
+        }
+}
+
+/* The batch was rolled back. If it had written, memory moved with it: nothing of the batch is
+ * acknowledged and memory goes back to the store's last commit (degrade.c). */
+static void store_failure(loom_server *s, bool rebuild)
+{
+        s->m.store_errors++;
+        if (!s->degraded) {
+                s->degraded_since_wall = srv_now_wall();
+                srv_log(s, "store refuses writes, refusing them too: %s", s->store_error);
+        }
+        s->degraded = true;
+        if (!rebuild)
+                return;
+        store_down_waiters(s);
+        for (srv_req *r = s->resume_head; r; r = r->qnext)
+                srv_reply_store_down(s, r);
+        loom_err e;
+        loom_err_clear(&e);
+        if (srv_rebuild(s, &e)) {
+                s->store_failed = true;
+                srv_log(s, "store failure, stopping: %s; then %s", s->store_error, e.msg);
+                pthread_mutex_lock(&s->mu);
+                s->stopping = true;
+                pthread_mutex_unlock(&s->mu);
+                return;
+        }
+}
+
 /* Commit the batch, then send its replies. On a store failure nothing is acknowledged. */
 static void finish_batch(loom_server *s)
 {
         loom_err e;
         loom_err_clear(&e);
-        if (!s->store_failed) {
-                srv_store_note(s, srv_store_commit(s->store, &e), &e);
-                s->m.commits++;
+        bool probed = false;
+        if (s->degraded && !s->batch_failed)
+                probed = srv_degraded_probe(s, &e) == 0;
+        if (!s->batch_failed && (!s->degraded || probed)) {
+                int rc = srv_store_commit(s->store, &e);
+                if (rc) {
+                        s->batch_failed = true;
+                        snprintf(s->store_error, sizeof s->store_error, "%s", e.msg);
+                } else {
+                        s->m.commits++;
+                }
+        } else if (s->degraded && !s->batch_failed) {
+                s->batch_failed = true; /* the probe failed */
+                snprintf(s->store_error, sizeof s->store_error, "%s", e.msg);
         }
-        if (s->store_failed) {
+        if (s->batch_failed) {
                 srv_store_rollback(s->store);
-                pthread_mutex_lock(&s->mu);
-                s->stopping = true;
-                pthread_mutex_unlock(&s->mu);
-                shutdown_waiters(s);
+                /* A batch that wrote nothing (only the probe, or no transaction) left memory
+                 * as the store has it: its replies stand. */
+                if (s->batch_wrote || !s->degraded)
+                        store_failure(s, s->batch_wrote);
+        } else if (s->degraded) {
+                s->degraded = false;
+                s->next_check = srv_now_mono(); /* expiry was held back meanwhile */
+                srv_log(s, "store takes writes again after %.1f s",
+                        (double)(srv_now_wall() - s->degraded_since_wall) / LOOM_US_PER_S);
         }
+        if (s->degraded) { /* probe again within a second, requests or not */
+                loom_us t = srv_now_mono() + LOOM_US_PER_S;
+                s->next_check = s->next_check < t ? s->next_check : t;
+        }
+        s->batch_wrote = s->batch_failed = false;
+        if (s->store_failed)
+                shutdown_waiters(s);
         while (s->resume_head) {
                 srv_req *r = s->resume_head;
                 s->resume_head = r->qnext;
-                if (s->store_failed)
-                        srv_reply_error(r, 503, "", "loomd store failure; retry after restart");
                 s->m.replies_by_class[r->status / 100 < 6 ? r->status / 100 : 0]++;
                 srv_http_resume(r); /* r belongs to the HTTP thread again */
         }
@@ -893,14 +944,27 @@ void *srv_engine_main(void *arg)
 
                 loom_us now = srv_now_mono();
                 loom_err e;
-                srv_store_note(s, srv_store_begin(s->store, &e), &e);
+                loom_err_clear(&e);
+                bool began = srv_store_begin(s->store, &e) == 0;
+                if (!began) { /* no transaction: nothing may be handled, nothing has changed */
+                        s->batch_failed = true;
+                        snprintf(s->store_error, sizeof s->store_error, "%s", e.msg);
+                }
                 for (srv_req *r = batch, *nx; r; r = nx) {
                         nx = r->qnext;
-                        handle(s, r, now);
+                        if (began) {
+                                handle(s, r, now);
+                        } else {
+                                s->m.requests++;
+                                srv_reply_store_down(s, r);
+                                done_req(s, r);
+                        }
                 }
-                if (now >= s->next_check)
+                /* expiries and the executor's reports are writes: held while degraded */
+                if (now >= s->next_check && began && !s->degraded)
                         expire_due(s, now);
-                srv_exec_tick(s, now);
+                if (began && !s->degraded)
+                        srv_exec_tick(s, now);
                 if (stop)
                         shutdown_waiters(s);
                 finish_batch(s);

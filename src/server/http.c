@@ -425,6 +425,9 @@ static enum MHD_Result send_reply(srv_req *r)
         r->body = NULL; /* owned by resp now */
         if (len)
                 MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, r->ctype);
+        char after[16];
+        if (r->retry_after_s > 0 && snprintf(after, sizeof after, "%d", r->retry_after_s) > 0)
+                MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, after);
         if (r->status == 401)
                 MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
                                         "Bearer realm=\"loomd\"");

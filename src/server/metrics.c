@@ -197,6 +197,13 @@ char *srv_metrics_render(loom_server *s)
             "# HELP loom_store_commits_total Store transactions committed.\n"
             "# TYPE loom_store_commits_total counter\nloom_store_commits_total %llu\n",
             (unsigned long long)m->commits);
+        put(&b,
+            "# HELP loom_store_errors_total Batches rolled back because a store write failed "
+            "(disk full, I/O error).\n# TYPE loom_store_errors_total counter\n"
+            "loom_store_errors_total %llu\n"
+            "# HELP loom_store_writable 0 while the store refuses writes (writes get 503).\n"
+            "# TYPE loom_store_writable gauge\nloom_store_writable %d\n",
+            (unsigned long long)m->store_errors, s->degraded ? 0 : 1);
         if (b.failed) {
                 free(b.p);
                 return NULL;

@@ -281,11 +281,10 @@ static int settle_admissions(loom_server *s, const uint32_t *core, loom_err *e)
         return rc;
 }
 
-/* Rebuild the scheduler from the store and put live jobs back where their rows say. */
-static int recover(loom_server *s, loom_err *e)
+/* The jobs, the core and the admissions as the store has them: rows loaded, log replayed. */
+static int replay_store(loom_server *s, char *was, size_t len, loom_err *e)
 {
-        char was[16];
-        int rc = settle_arith(s, was, sizeof was, e);
+        int rc = settle_arith(s, was, len, e);
         if (!rc)
                 rc = srv_store_load_jobs(s->store, s, e);
         srv_replay rp = {s, e, calloc(s->n_jobs + 1, sizeof *rp.core), 0};
@@ -296,43 +295,137 @@ static int recover(loom_server *s, loom_err *e)
         if (!rc)
                 rc = settle_admissions(s, rp.core, e);
         s->compact_rows = rp.rows;
-        s->compact_at_start = s->cfg.compact_min && rp.rows >= (uint64_t)s->cfg.compact_min;
         free(rp.core);
         if (!rc)
                 rc = srv_store_lease_next_id(s->store, &s->next_lease_id, e);
+        return rc;
+}
+
+/* Put every live job back waiting for the phase its row says is next. */
+static int resume_live(loom_server *s, uint32_t *live, loom_err *e)
+{
+        loom_us now = srv_now_mono();
+        *live = 0;
+        for (uint32_t i = 0; i < s->n_jobs; i++) {
+                srv_job *j = s->jobs[i];
+                if (!srv_job_live(j->state))
+                        continue;
+                (*live)++;
+                /* A permit handed out while replaying earlier resumes is void now. */
+                j->permit = false;
+                int rc = loom_sched_job_resume(s->sched, srv_now_wall(), j->retry.core, j->next,
+                                               j->next_call);
+                if (rc)
+                        return loom_err_set(
+                            e, LOOM_ECORRUPT, "store", "cannot resume job %u at %s (call %d): %s",
+                            j->id, loom_phase_name(j->next), j->next_call, loom_strerror(rc));
+                srv_apply_actions(s, now);
+        }
+        return 0;
+}
+
+/* Rebuild the scheduler from the store and put live jobs back where their rows say. */
+static int recover(loom_server *s, loom_err *e)
+{
+        char was[16];
+        int rc = replay_store(s, was, sizeof was, e);
+        s->compact_at_start = s->cfg.compact_min && s->compact_rows >= (uint64_t)s->cfg.compact_min;
         if (!rc)
                 rc = srv_store_begin(s->store, e);
         if (!rc)
                 rc = srv_store_leases_lose_active(s->store, srv_now_wall(), e);
         if (!rc && was[0])
                 rc = record_rederived(s, was, e);
+        uint32_t live = 0;
+        if (!rc)
+                rc = resume_live(s, &live, e);
         if (rc) {
                 srv_store_rollback(s->store);
                 return rc;
-        }
-        loom_us now = srv_now_mono();
-        uint32_t live = 0;
-        for (uint32_t i = 0; i < s->n_jobs; i++) {
-                srv_job *j = s->jobs[i];
-                if (!srv_job_live(j->state))
-                        continue;
-                live++;
-                /* A permit handed out while replaying earlier resumes is void now. */
-                j->permit = false;
-                rc = loom_sched_job_resume(s->sched, srv_now_wall(), j->retry.core, j->next,
-                                           j->next_call);
-                if (rc) {
-                        srv_store_rollback(s->store);
-                        return loom_err_set(
-                            e, LOOM_ECORRUPT, "store", "cannot resume job %u at %s (call %d): %s",
-                            j->id, loom_phase_name(j->next), j->next_call, loom_strerror(rc));
-                }
-                srv_apply_actions(s, now);
         }
         rc = srv_store_commit(s->store, e);
         if (!rc && s->n_jobs)
                 srv_log(s, "recovered %u jobs (%u live) from %s", s->n_jobs, live, s->data_dir);
         return rc;
+}
+
+/* A lease the store holds as active becomes the job's lease again, from the permit resume_live
+ * gave it: no write, the row is already there. */
+static void keep_lease(void *arg, int64_t id, uint32_t job, loom_phase phase, int64_t granted_us)
+{
+        loom_server *s = arg;
+        srv_job *j = srv_job_get(s, job);
+        if (!j || !srv_job_live(j->state) || !j->permit || j->permit_phase != phase)
+                return; /* its worker is told the lease is gone (410) and acquires again */
+        loom_us now = srv_now_mono();
+        srv_lease *l = &j->lease;
+        memset(l, 0, sizeof *l);
+        l->id = id;
+        l->phase = phase;
+        l->n_nodes = j->permit_n_nodes;
+        memcpy(l->nodes, j->permit_nodes, sizeof l->nodes);
+        l->gpus = j->permit_gpus;
+        l->call = j->permit_call;
+        l->n_calls = j->permit_n_calls;
+        l->granted_mono = now;
+        l->granted_wall = granted_us;
+        l->deadline = now + loom_us_from_s(s->cfg.lease_timeout_s);
+        j->permit = false;
+        j->has_lease = true;
+        loom_sched_phase_started(s->sched, srv_now_wall(), j->retry.core, phase);
+        srv_apply_actions(s, now);
+}
+
+static void drop_jobs(srv_job **jobs, uint32_t n, uint32_t *by_core, loom_sched *sched)
+{
+        for (uint32_t i = 0; i < n; i++) {
+                json_decref(jobs[i]->decision);
+                free(jobs[i]);
+        }
+        free(jobs);
+        free(by_core);
+        loom_sched_free(sched);
+}
+
+int srv_rebuild(loom_server *s, loom_err *e)
+{
+        srv_job **jobs = s->jobs;
+        uint32_t n_jobs = s->n_jobs, n_core = s->n_core, *by_core = s->by_core;
+        size_t cap_jobs = s->cap_jobs, cap_core = s->cap_core;
+        loom_sched *sched = s->sched;
+        int64_t next_lease = s->next_lease_id;
+        uint64_t compact_rows = s->compact_rows;
+        s->jobs = NULL;
+        s->by_core = NULL;
+        s->n_jobs = s->n_core = 0;
+        s->cap_jobs = s->cap_core = 0;
+        s->sched = loom_sched_new(&s->cfg.cluster, &s->cfg.policy, e);
+        char was[16];
+        int rc = s->sched ? replay_store(s, was, sizeof was, e) : LOOM_ENOMEM;
+        uint32_t live = 0;
+        if (!rc)
+                rc = resume_live(s, &live, e);
+        if (!rc)
+                rc = srv_store_leases_active(s->store, keep_lease, s, e);
+        if (rc) { /* keep what was, for the caller to stop on */
+                drop_jobs(s->jobs, s->n_jobs, s->by_core, s->sched);
+                s->jobs = jobs;
+                s->n_jobs = n_jobs;
+                s->cap_jobs = cap_jobs;
+                s->by_core = by_core;
+                s->n_core = n_core;
+                s->cap_core = cap_core;
+                s->sched = sched;
+                s->next_lease_id = next_lease;
+                s->compact_rows = compact_rows;
+                return rc;
+        }
+        drop_jobs(jobs, n_jobs, by_core, sched);
+        if (next_lease > s->next_lease_id)
+                s->next_lease_id = next_lease; /* never hand out an id twice */
+        s->next_check = srv_now_mono();
+        srv_log(s, "rebuilt from the store: %u jobs (%u live)", s->n_jobs, live);
+        return 0;
 }
 
 loom_server *loom_server_new(const loom_server_cfg *cfg, loom_err *e)

@@ -112,6 +112,7 @@ typedef struct srv_req {
         int status;
         char *body;        /* malloc'd */
         const char *ctype; /* static */
+        int retry_after_s; /* > 0: a Retry-After header (503 while the store refuses writes) */
 
         /* links: the scheduler queue; a waiting acquire's per-job and global lists */
         struct srv_req *qnext;
@@ -208,6 +209,7 @@ typedef struct srv_metrics {
         uint64_t restarts, drift_resubmits, failed_final, attaches;
         uint64_t learned_resubmits; /* re-admissions on a learned profile (observe said 2) */
         uint64_t commits;
+        uint64_t store_errors;  /* failed store writes (batches rolled back) */
         uint64_t exec_failures; /* worker failures seen by the executor */
 } srv_metrics;
 
@@ -255,7 +257,13 @@ struct loom_server {
         size_t cap_core;
         srv_req *waiters;
         int64_t next_lease_id;
-        _Atomic bool store_failed;
+        _Atomic bool store_failed; /* the store could not even be read back: fatal */
+        /* Store errors (degrade.c). batch_wrote: a store write was attempted in this batch;
+         * batch_failed: one failed (store_error says how). degraded: the last failure has not
+         * been followed by a successful commit yet, so writes are refused. */
+        bool batch_wrote, batch_failed, degraded;
+        char store_error[sizeof((loom_err *)0)->msg];
+        int64_t degraded_since_wall;
         loom_us start_mono;
         loom_us next_check;   /* no lease, permit or wait ends before this (monotonic) */
         srv_req *resume_head; /* replies to send after the commit (linked by qnext) */
@@ -294,9 +302,26 @@ int srv_job_add(loom_server *s, srv_job *j);
 void srv_apply_actions(loom_server *s, loom_us now);
 json_t *srv_job_json(loom_server *s, const srv_job *j, bool full);
 void srv_log(loom_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* A store call's result: on the first failure, log it and stop the server (fail-stop: the store
- * is the truth, a restart replays it). engine.c */
+/* A store write's result (every write of a batch goes through it): the first failure of a
+ * batch is kept in s->store_error, and the batch is then rolled back and the memory rebuilt
+ * from the store (degrade.c). */
 void srv_store_note(loom_server *s, int rc, const loom_err *e);
+
+/* degrade.c: running on while the store refuses writes (disk full, I/O error). */
+#define SRV_RETRY_AFTER_S 5
+/* While degraded: answers r with 503 and returns true when handling it would write. */
+bool srv_degraded_refuse(loom_server *s, srv_req *r);
+/* 503 naming the store's error, with Retry-After. */
+void srv_reply_store_down(loom_server *s, srv_req *r);
+/* While degraded, a write that tells whether the store takes writes again (in the batch's
+ * transaction; not noted as the batch's). */
+int srv_degraded_probe(loom_server *s, loom_err *e);
+/* The /healthz reply. */
+json_t *srv_health_json(loom_server *s, loom_us now);
+/* After a rolled-back batch: rebuild the jobs, the core and the leases from the store, as a
+ * restart would but writing nothing; leases the store holds as active stay granted. 0, or the
+ * error that left the store unreadable (s unchanged). server.c */
+int srv_rebuild(loom_server *s, loom_err *e);
 
 /* engine.c, for retry.c: end a live job; answer every waiter of j with one error */
 void srv_end_job(loom_server *s, srv_job *j, int state, const char *lease_state, const char *why);
@@ -401,6 +426,11 @@ int srv_store_lease_get(srv_store *st, int64_t id, uint32_t *job, loom_phase *ph
                         loom_err *e);
 int srv_store_lease_next_id(srv_store *st, int64_t *id, loom_err *e);
 int srv_store_leases_lose_active(srv_store *st, int64_t at, loom_err *e);
+/* Call fn for every lease the store holds as active, ascending id (store recovery). */
+int srv_store_leases_active(srv_store *st,
+                            void (*fn)(void *arg, int64_t id, uint32_t job, loom_phase phase,
+                                       int64_t granted_us),
+                            void *arg, loom_err *e);
 /* Load every job row into s (ascending id) with state, counters and placement. */
 int srv_store_load_jobs(srv_store *st, loom_server *s, loom_err *e);
 /* Call fn for every log entry in order; stops at the first non-zero return. */

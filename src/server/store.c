@@ -556,6 +556,30 @@ int srv_store_leases_lose_active(srv_store *st, int64_t at, loom_err *e)
         return rc;
 }
 
+int srv_store_leases_active(srv_store *st,
+                            void (*fn)(void *arg, int64_t id, uint32_t job, loom_phase phase,
+                                       int64_t granted_us),
+                            void *arg, loom_err *e)
+{
+        sqlite3_stmt *q;
+        if (sqlite3_prepare_v2(st->db,
+                               "SELECT id,job,phase,granted_us FROM leases WHERE state='active' "
+                               "ORDER BY id",
+                               -1, &q, NULL) != SQLITE_OK)
+                return db_err(st, e, "leases");
+        int step;
+        while ((step = sqlite3_step(q)) == SQLITE_ROW) {
+                const char *ph = (const char *)sqlite3_column_text(q, 2);
+                loom_phase phase;
+                if (!loom_phase_parse(ph ? ph : "", &phase))
+                        fn(arg, sqlite3_column_int64(q, 0), (uint32_t)sqlite3_column_int64(q, 1),
+                           phase, sqlite3_column_int64(q, 3));
+        }
+        int rc = step == SQLITE_DONE ? 0 : db_err(st, e, "leases");
+        sqlite3_finalize(q);
+        return rc;
+}
+
 static int parse_state(const char *s)
 {
         for (int i = SJ_QUEUED; i <= SJ_CANCELLED; i++)
@@ -606,13 +630,12 @@ static int row_to_job(sqlite3_stmt *q, srv_job *j, loom_err *e)
 int srv_store_load_jobs(srv_store *st, loom_server *s, loom_err *e)
 {
         sqlite3_stmt *q;
-        if (sqlite3_prepare_v2(
-                st->db,
-                "SELECT id,name,state,target,done,next_phase,rollout_gpus,"
-                "train_gpus,t_roll_us,t_train_us,t_sync_us,slo,mem_rollout,"
-                "mem_train,decision,submitted_us,ended_us,calls,next_call,tenant,"
-                "replans_compacted FROM jobs ORDER BY id",
-                -1, &q, NULL) != SQLITE_OK)
+        if (sqlite3_prepare_v2(st->db,
+                               "SELECT id,name,state,target,done,next_phase,rollout_gpus,"
+                               "train_gpus,t_roll_us,t_train_us,t_sync_us,slo,mem_rollout,"
+                               "mem_train,decision,submitted_us,ended_us,calls,next_call,tenant,"
+                               "replans_compacted FROM jobs ORDER BY id",
+                               -1, &q, NULL) != SQLITE_OK)
                 return db_err(st, e, "load jobs");
         int rc = 0, step;
         while (!rc && (step = sqlite3_step(q)) == SQLITE_ROW) {

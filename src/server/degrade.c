@@ -1,0 +1,87 @@
+/*
+ * degrade.c - loomd on a store that refuses writes (disk full: SQLITE_FULL, I/O error:
+ * SQLITE_IOERR). loomd does what SQLite does: the write that failed changes nothing, later
+ * writes are refused with the reason, and reads go on.
+ *
+ *     ok --(a write or commit fails)--> batch rolled back, memory rebuilt from the store
+ *                                       (srv_rebuild), its requests answered 503 --> degraded
+ *     degraded --(a batch's probe write commits)--> ok
+ *     degraded --(the store cannot be read back)--> failed (loomd exits, status 3)
+ *
+ * Invariant: memory is the store's last commit plus what is never stored (permits, lease
+ * deadlines, waiting acquires). A failed batch cannot be undone in memory piece by piece (the
+ * core, the job table and the leases all moved), so memory is rebuilt from the store, which
+ * replay already proves it can be. While degraded, a request whose handling would write gets
+ * 503 with Retry-After before it touches anything; reads, heartbeats, progress and a retried
+ * acquire of a lease already granted are served. Lease and permit expiry and the executor's
+ * reports wait for the store (they are writes): a worker that keeps heartbeating keeps its
+ * lease, one that stopped expires once the store takes writes again.
+ */
+#include <string.h>
+
+#include "srv.h"
+
+void srv_store_note(loom_server *s, int rc, const loom_err *e)
+{
+        s->batch_wrote = true;
+        if (rc && !s->batch_failed) {
+                s->batch_failed = true;
+                snprintf(s->store_error, sizeof s->store_error, "%s", e->msg);
+        }
+}
+
+void srv_reply_store_down(loom_server *s, srv_req *r)
+{
+        srv_reply_error(r, 503, "store",
+                        "the store refuses writes (%s); nothing was changed, retry later",
+                        s->store_error);
+        r->retry_after_s = SRV_RETRY_AFTER_S;
+}
+
+/* Whether an acquire would grant (a write) or wait for a grant: not for a retried acquire of a
+ * lease already held, nor for one the handler refuses anyway. */
+static bool acquire_writes(loom_server *s, const srv_req *r)
+{
+        srv_job *j = srv_job_get(s, r->job);
+        return j && srv_job_live(j->state) && !j->has_lease && r->phase == j->next;
+}
+
+bool srv_degraded_refuse(loom_server *s, srv_req *r)
+{
+        if (!s->degraded)
+                return false;
+        switch (r->kind) {
+        case RQ_SUBMIT:
+        case RQ_CANCEL:
+        case RQ_RELEASE:
+        case RQ_ATTACH:
+                break;
+        case RQ_ACQUIRE:
+                if (!acquire_writes(s, r))
+                        return false;
+                break;
+        default:
+                return false;
+        }
+        srv_reply_store_down(s, r);
+        return true;
+}
+
+int srv_degraded_probe(loom_server *s, loom_err *e)
+{
+        char now[32];
+        snprintf(now, sizeof now, "%lld", (long long)srv_now_wall());
+        return srv_store_meta_set(s->store, "write_probe", now, e);
+}
+
+json_t *srv_health_json(loom_server *s, loom_us now)
+{
+        json_t *o = json_pack("{s:s,s:f}", "status", s->degraded ? "degraded" : "ok", "uptime_s",
+                              loom_us_to_s(now - s->start_mono));
+        if (o && s->degraded)
+                json_object_set_new(
+                    o, "store",
+                    json_pack("{s:b,s:s,s:f}", "writable", 0, "error", s->store_error, "since_s",
+                              (double)(srv_now_wall() - s->degraded_since_wall) / LOOM_US_PER_S));
+        return o;
+}
