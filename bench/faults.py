@@ -4,15 +4,17 @@ N faults of five kinds at random (seeded) moments while jobs run under loomd:
   loomd     kill -9 of loomd, restarted at once
   worker    kill -9 of a job's worker, restarted (it attaches and takes over)
   state     kill -9 of loom-state while a client offloads to its disk tier, restarted
-  diskfull  the store's file system (a small tmpfs) filled to the last byte for a moment
+  diskfull  the store's file system (a small tmpfs) filled to the last byte for a moment:
+            loomd must stay up (writes get 503 meanwhile) and take writes again by itself
   sigstop   a worker frozen with SIGSTOP past its lease, then resumed
 Jobs are submitted continuously (each a few iterations), so faults meet every phase.
 
 At the end (faults stopped, every job given time to end): every job is finished with exactly
 its iterations (loomd's count, the train leases released in the store) or failed with a reason
 after its retries; no acknowledged write is lost (every train release a worker saw
-acknowledged is counted, every offload loom-state acknowledged loads back bit for bit); and the
-times loomd exited on a storage error are counted. Prints the counts.
+acknowledged is counted, every offload loom-state acknowledged loads back bit for bit); loomd
+never exited on a storage error (counted; must be 0), and how often it refused writes while the
+disk was full and took them again without a restart is counted. Prints the counts.
 Usage: faults.py BUILD_DIR SOURCE_DIR [--faults N] [--seed S] [--jobs J]"""
 import argparse
 import hashlib
@@ -53,6 +55,8 @@ tmpfs = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", data]
 LEASE_S = 1.5
 counts = {k: 0 for k in ("loomd", "worker", "state", "diskfull", "sigstop")}
 exits_storage = 0
+degraded_seen = 0  # disk-full faults during which /healthz said the store refused writes
+recovered = 0  # of those, loomd took writes again by itself once space was back
 procs = {}
 
 
@@ -230,8 +234,22 @@ for n in range(a.faults):
             filler = os.path.join(data, "filler")
             subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=64k"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            time.sleep(rng.uniform(0.2, 0.6))
+            until = time.time() + rng.uniform(0.2, 0.6)
+            degraded = False
+            while time.time() < until:
+                _, h = http("GET", "/healthz")
+                degraded = degraded or bool(h and h.get("status") == "degraded")
+                time.sleep(0.05)
             os.unlink(filler)
+            if degraded:
+                degraded_seen += 1
+                back = time.time() + 5
+                while time.time() < back:
+                    _, h = http("GET", "/healthz")
+                    if h and h.get("status") == "ok":
+                        recovered += 1
+                        break
+                    time.sleep(0.05)
     elif kind == "sigstop" and live:
         j = rng.choice(live)
         procs[j].send_signal(signal.SIGSTOP)
@@ -254,6 +272,8 @@ while time.time() < deadline:
 for p in procs.values():
     p.kill()
 offloader.kill()
+if loomd.poll() == 3:
+    exits_storage += 1
 loomd.send_signal(signal.SIGTERM)
 loomd.wait()
 
@@ -291,6 +311,7 @@ for v, digest in vers[-8:]:
     except lstate.StateError:
         state_lost += 1
 st_proc.kill()
+emulated = tmpfs
 if tmpfs:
     subprocess.run(["umount", "-l", data])
     tmpfs = False
@@ -299,9 +320,11 @@ print(json.dumps({"faults": counts, "jobs": len(jobs), "finished_exactly": exact
                   "acked_train_releases_lost": lost, "state_offloads_acked": len(vers),
                   "state_acked_lost_of_last_8": state_lost,
                   "loomd_exits_on_storage_error": exits_storage,
-                  "diskfull_emulated": tmpfs, "seconds": round(time.time() - t0)}))
+                  "diskfull_refused_writes": degraded_seen,
+                  "diskfull_recovered_without_restart": recovered,
+                  "diskfull_emulated": emulated, "seconds": round(time.time() - t0)}))
 if not os.environ.get("LOOM_FAULTS_KEEP"):
     subprocess.run(["rm", "-rf", root])
 else:
     print("kept", root)
-sys.exit(1 if wrong or lost or state_lost else 0)
+sys.exit(1 if wrong or lost or state_lost or exits_storage else 0)

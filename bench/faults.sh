@@ -3,7 +3,8 @@
 # FAULTS (default 1000) faults of five kinds - kill -9 of loomd, of a worker, of loom-state
 # mid-offload; the store's file system full; a worker frozen past its lease - then the counts:
 # jobs finished with exactly their iterations or failed with a reason, acknowledged writes lost
-# (must be 0), loomd exits on storage errors. Usage: bench/faults.sh BUILD_DIR [FAULTS] [SEED]
+# (must be 0), loomd exits on storage errors (must be 0: it refuses writes meanwhile and takes
+# them again by itself). Usage: bench/faults.sh BUILD_DIR [FAULTS] [SEED]
 set -euo pipefail
 b=${1:-build}
 src=$(cd "$(dirname "$0")/.." && pwd)

@@ -14,8 +14,9 @@
  * replay already proves it can be. While degraded, a request whose handling would write gets
  * 503 with Retry-After before it touches anything; reads, heartbeats, progress and a retried
  * acquire of a lease already granted are served. Lease and permit expiry and the executor's
- * reports wait for the store (they are writes): a worker that keeps heartbeating keeps its
- * lease, one that stopped expires once the store takes writes again.
+ * reports wait for the store (they are writes); once it takes writes again every permit and
+ * lease gets a full lease timeout (their workers could not claim or release them), so only a
+ * worker that is really gone makes its job fail.
  */
 #include <string.h>
 
@@ -72,6 +73,22 @@ int srv_degraded_probe(loom_server *s, loom_err *e)
         char now[32];
         snprintf(now, sizeof now, "%lld", (long long)srv_now_wall());
         return srv_store_meta_set(s->store, "write_probe", now, e);
+}
+
+void srv_degraded_end(loom_server *s)
+{
+        loom_us now = srv_now_mono(), until = now + loom_us_from_s(s->cfg.lease_timeout_s);
+        for (uint32_t i = 0; i < s->n_jobs; i++) {
+                srv_job *j = s->jobs[i];
+                if (j->permit && j->permit_deadline < until)
+                        j->permit_deadline = until;
+                if (j->has_lease && j->lease.deadline < until)
+                        j->lease.deadline = until;
+        }
+        s->degraded = false;
+        s->next_check = now; /* expiry was held back meanwhile */
+        srv_log(s, "store takes writes again after %.1f s",
+                (double)(srv_now_wall() - s->degraded_since_wall) / LOOM_US_PER_S);
 }
 
 json_t *srv_health_json(loom_server *s, loom_us now)

@@ -896,10 +896,7 @@ static void finish_batch(loom_server *s)
                 if (s->batch_wrote || !s->degraded)
                         store_failure(s, s->batch_wrote);
         } else if (s->degraded) {
-                s->degraded = false;
-                s->next_check = srv_now_mono(); /* expiry was held back meanwhile */
-                srv_log(s, "store takes writes again after %.1f s",
-                        (double)(srv_now_wall() - s->degraded_since_wall) / LOOM_US_PER_S);
+                srv_degraded_end(s);
         }
         if (s->degraded) { /* probe again within a second, requests or not */
                 loom_us t = srv_now_mono() + LOOM_US_PER_S;

@@ -316,6 +316,9 @@ void srv_reply_store_down(loom_server *s, srv_req *r);
 /* While degraded, a write that tells whether the store takes writes again (in the batch's
  * transaction; not noted as the batch's). */
 int srv_degraded_probe(loom_server *s, loom_err *e);
+/* A commit went through while degraded: writes are accepted again. Permits and leases get a
+ * full lease timeout from now (their workers could not claim or release them meanwhile). */
+void srv_degraded_end(loom_server *s);
 /* The /healthz reply. */
 json_t *srv_health_json(loom_server *s, loom_us now);
 /* After a rolled-back batch: rebuild the jobs, the core and the leases from the store, as a
