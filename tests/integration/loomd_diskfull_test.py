@@ -183,6 +183,7 @@ def scenario(kind, data_dir, refuse, restore):
     log = "".join(d.log)
     check("store refuses writes" in log and "takes writes again" in log,
           "the log says when writes were refused and when they came back")
+    check("Sanitizer" not in log and "runtime error" not in log, "no sanitizer report")
     d = Daemon(data_dir)
     d.start()
     after = snapshot(d)
