@@ -138,8 +138,10 @@ int main(int argc, char **argv)
                         cfg.log = NULL;
                         break;
                 case 'L':
-                        if (loomd_state_add(&st, optarg))
+                        if (loomd_state_add(&st, optarg)) {
+                                loomd_state_free(st);
                                 return 2;
+                        }
                         break;
                 case 'A':
                         if (loom_admission_parse(optarg, &admission)) {

@@ -86,9 +86,9 @@ typedef struct loom_server_cfg {
 void loom_server_cfg_default(loom_server_cfg *c);
 
 /*
- * loomd's command line as configuration (options.c). Each call fills e with the sentence loomd
- * prints (field "--NAME" where an option's value is wrong) and changes nothing of c it does not
- * name. Strings are not copied: they must outlive c.
+ * loomd's command line as configuration (options.c). A call that fails fills e with the
+ * sentence loomd prints (field "--NAME" where an option's value is wrong) and changes nothing.
+ * Strings are not copied: they must outlive c.
  *
  * Apply one option by its long name without dashes ("lease-timeout", "sync-full", ...; value
  * NULL for a flag): 0, LOOM_EINVAL for a bad value, LOOM_ENOENT for a name it does not know.

@@ -23,9 +23,10 @@ static int seconds(const char *name, const char *v, double *out, loom_err *e)
 {
         char *end;
         errno = 0;
-        *out = strtod(v, &end);
-        if (errno || end == v || *end || !(*out >= 0))
+        double x = strtod(v, &end);
+        if (errno || end == v || *end || !(x >= 0))
                 return bad(e, name, "'%s' is not a number of seconds", v);
+        *out = x;
         return 0;
 }
 
@@ -81,9 +82,10 @@ int loom_server_cfg_option(loom_server_cfg *c, const char *name, const char *v, 
         else if (!strcmp(name, "drift-threshold")) {
                 char *end;
                 errno = 0;
-                c->drift_threshold = strtod(v, &end);
+                double x = strtod(v, &end);
                 if (errno || end == v || *end)
                         return bad(e, name, "'%s' is not a number", v);
+                c->drift_threshold = x;
         } else if (!strcmp(name, "sync-full"))
                 c->sync_full = true;
         else if (!strcmp(name, "tls-cert"))
@@ -123,28 +125,32 @@ int loom_server_cfg_load(loom_server_cfg *c, const char *path, loom_err *e)
         char *text = NULL;
         size_t len = 0;
         int rc = loom_spec_read_file(path, &text, &len, e);
-        if (rc) {
-                c->have_cluster = false;
+        if (rc)
                 return rc;
-        }
         json_t *root = loom_json_parse(text, len, e);
         rc = root ? 0 : LOOM_EINVAL;
         if (root && !json_is_object(root))
                 rc = loom_err_set(e, LOOM_EINVAL, "", "must be a JSON object");
+        loom_cluster_cfg cluster = c->cluster; /* decoded over what c has, kept only if valid */
+        loom_policy_cfg policy = c->policy;
         if (!rc) {
                 json_t *cl = json_object_get(root, "cluster");
                 json_t *pol = json_object_get(root, "policy");
                 rc = loom_cluster_cfg_from_json(cl ? cl : root, cl ? "cluster" : "", text, len,
-                                                &c->cluster, e);
+                                                &cluster, e);
                 if (!rc && pol)
-                        rc = loom_policy_cfg_from_json(pol, "policy", text, len, &c->cluster,
-                                                       &c->policy, e);
+                        rc = loom_policy_cfg_from_json(pol, "policy", text, len, &cluster, &policy,
+                                                       e);
         }
-        if (rc)
+        if (rc) {
                 file_error(path, rc, e);
+        } else {
+                c->cluster = cluster;
+                c->policy = policy;
+                c->have_cluster = true;
+        }
         json_decref(root);
         free(text);
-        c->have_cluster = rc == 0;
         return rc;
 }
 
