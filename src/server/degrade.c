@@ -3,10 +3,11 @@
  * SQLITE_IOERR). loomd does what SQLite does: the write that failed changes nothing, later
  * writes are refused with the reason, and reads go on.
  *
- *     ok --(a write or commit fails)--> batch rolled back, memory rebuilt from the store
- *                                       (srv_rebuild), its requests answered 503 --> degraded
- *     degraded --(a batch's probe write commits)--> ok
- *     degraded --(the store cannot be read back)--> failed (loomd exits, status 3)
+ *     ok / degraded --(a write or the commit of a batch that wrote fails)--> the batch is
+ *         rolled back, its requests get 503, memory is rebuilt from the store (srv_rebuild)
+ *         --> degraded
+ *     degraded --(the probe write commits: srv_degraded_end)--> ok
+ *     rebuild fails (the store cannot even be read) --> failed: loomd stops, exit status 3
  *
  * Invariant: memory is the store's last commit plus what is never stored (permits, lease
  * deadlines, waiting acquires). A failed batch cannot be undone in memory piece by piece (the

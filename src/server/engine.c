@@ -6,6 +6,8 @@
  * handler changes the core, the job table and the store together), expire what is due, commit,
  * then resume the connections whose replies are ready. Batching the commit amortises the WAL
  * write over many requests; replying only after the commit is what makes a reply a promise.
+ * A write or commit that fails rolls the batch back, answers it 503 and rebuilds memory from
+ * the store; writes are then refused until one commits again (degrade.c).
  *
  * Run permits: the core's START_PHASE gives a job a permit for its next phase. A waiting
  * acquire (long-poll) is granted at once; otherwise the permit waits for the worker, at most
