@@ -39,4 +39,38 @@ int loom_cmd_whole(const char *cmd, const char *name, const char *v, double lo, 
  * status of bad usage. options.c */
 int loom_cmd_bad_option(const char *cmd, char **argv, void (*usage)(FILE *));
 
+/* An option of a table read by loom_cmd_parse: its name, the variable it sets, and for numbers
+ * their range. kind: 'f' a flag taking no value (int, set to 1), 's' a string (const char *),
+ * 'n' a number (double), 'q' a number truncated to a uint64_t, 'u' a whole number (uint32_t),
+ * 'p' a whole number (uint16_t), 'w' a whole number (uint64_t). */
+typedef struct loom_cmd_opt {
+        const char *name;
+        char kind;
+        double lo, hi;
+        void *to;
+} loom_cmd_opt;
+
+typedef struct loom_cmd_opts {
+        const char *cmd;     /* names the subcommand in usage errors: "loom harvest sim" */
+        const char *num_cmd; /* ... and in errors of values (loom_cmd_num's cmd) */
+        void (*usage)(FILE *);
+        int terse; /* "--x needs a value" rather than "missing value for '--x'" */
+        const loom_cmd_opt *t;
+        size_t n;
+        /* An option with a value that is not in t (NULL: none): 0 taken, 1 invalid after a line
+         * on stderr, -1 unknown. */
+        int (*other)(const char *a, const char *v, void *ctx);
+        void *ctx;
+} loom_cmd_opts;
+
+/* Read argv[1..argc) ("--name value" or a flag) into the variables of p's table: 0; 1 after a
+ * line on stderr when a value is invalid; 2 after one for bad usage (an argument that is not an
+ * option, a missing value, an unknown option); 3 when --help or -h printed p->usage to stdout.
+ * options.c */
+int loom_cmd_parse(const loom_cmd_opts *p, int argc, char **argv);
+
+/* SIGINT and SIGTERM set a flag instead of killing the process; has one come? stop.c */
+void loom_cmd_catch_stop(void);
+int loom_cmd_stopping(void);
+
 #endif

@@ -6,13 +6,10 @@
 
 /* `loom harvest publish`. */
 int harvest_cmd_publish(int argc, char **argv);
-/* A `loom harvest node` weight option a with value v: returns 1 when it is one (*bad set when
- * its value is invalid, after a line on stderr), 0 when it is not. */
-int harvest_cmd_node_opt(const char *a, const char *v, loom_harvest_node_cfg *c, int *bad);
+/* A `loom harvest node` weight option a with value v: 0 when it is one, 1 when it is one whose
+ * value is invalid (after a line on stderr), -1 when it is not one. */
+int harvest_cmd_node_opt(const char *a, const char *v, loom_harvest_node_cfg *c);
 /* The --help lines of those options. */
 extern const char *harvest_cmd_node_help;
-/* SIGINT and SIGTERM set a flag instead of killing (harvest.c); has one come? */
-void harvest_cmd_catch_stop(void);
-int harvest_cmd_stopping(void);
 
 #endif

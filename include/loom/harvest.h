@@ -19,6 +19,8 @@
  *            simulator drives it with a virtual clock, `loom harvest node` with the wall clock.
  *   sim      trace-driven simulation of a serving cluster plus an agentic RL job, per policy.
  *   wlive    a live node's rollout weights kept current over src/sync's publish / pull.
+ *   run      the runs behind `loom harvest sim`, `node` and `replay`, printed to a FILE *.
+ *   publish  a synthetic trainer publishing new rollout weights (`loom harvest publish`).
  *
  * Memory: every *_new returns a heap object owned by the caller, released by the matching
  * *_free; *_free(NULL) does nothing. Errors: 0 or a negative LOOM_E* code, message in loom_err.
@@ -28,6 +30,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "loom/common.h"
 
@@ -362,6 +365,21 @@ typedef struct loom_harvest_sim_result {
 int loom_harvest_sim_run(const loom_harvest_sim_cfg *cfg, loom_harvest_sim_result *res,
                          loom_err *e);
 
+/* A comma-separated list of policy names, or "all" (every policy, in enum order), into out
+ * (capacity LOOM_HARVEST_NPOLICIES); *n receives how many. LOOM_ERANGE past that many. */
+int loom_harvest_policy_list(const char *s, loom_harvest_policy *out, size_t *n, loom_err *e);
+/* One policy's result: a row of the table loom_harvest_sim_report prints, or (json) one line
+ * holding a JSON object. roll_s is roll's rollout_s, the speedup's base. */
+void loom_harvest_sim_print(FILE *f, const loom_harvest_sim_cfg *c,
+                            const loom_harvest_sim_result *r, double roll_s, int json);
+/* Load the trace file `trace`, simulate roll, then each of the n policies of list (cfg gives
+ * the rest; its trace and policy are ignored) and print to out a header and a row per policy,
+ * or (json) a JSON line per policy, flushed one by one. On an error the rows printed stay and
+ * e's message is complete: it names the field, the trace's file:line:col or the policy. */
+int loom_harvest_sim_report(const loom_harvest_sim_cfg *cfg, const char *trace,
+                            const loom_harvest_policy *list, size_t n, int json, FILE *out,
+                            loom_err *e);
+
 /* ---- live weights: a node's rollout model kept current over src/sync's publish / pull ---- */
 
 /* Synthetic trainer weights: step 0 fills w[0..n) with loom_sync_synth's version-0 values;
@@ -418,6 +436,31 @@ void loom_harvest_wlive_stats_get(loom_harvest_wlive *l, loom_harvest_wlive_stat
 /* Copy the served weights (elems values) into out; returns their version. */
 uint64_t loom_harvest_wlive_copy(loom_harvest_wlive *l, uint16_t *out);
 void loom_harvest_wlive_stop(loom_harvest_wlive *l);
+
+/* A synthetic trainer publishing its weights through loom_sync_pub for nodes to pull. */
+typedef struct loom_harvest_publish_cfg {
+        const char *ip;        /* listen address */
+        const char *model;     /* model id served; NULL: none */
+        uint16_t port;         /* 0: any free port */
+        uint64_t elems;        /* bf16 elements */
+        uint32_t shards;       /* loom_harvest_wshards of elems */
+        uint64_t bucket_elems; /* elements per frame */
+        uint64_t versions;     /* stop publishing after this version, keep serving; 0: never */
+        uint64_t seed;         /* loom_harvest_wgen's seed */
+        double density;        /* fraction of the elements each version changes */
+        double interval_s;     /* between versions */
+        double for_s;          /* return after this long; 0: only on stop() */
+} loom_harvest_publish_cfg;
+
+/* 127.0.0.1, any port, no model id, 4 Mi elements in 8 shards, 65,536 per frame, density 0.01
+ * every second, seed 1. */
+void loom_harvest_publish_defaults(loom_harvest_publish_cfg *c);
+/* Publish version 1 (loom_harvest_wgen step 0), print "publishing on IP:PORT" and a JSON line
+ * per version (version, hash, crc32c, changed, delta_bytes, dense_bytes, encode_ms, t_s) to
+ * out, then a new version every interval_s while serving pulls, until stop() returns non-zero
+ * (asked every 5 ms) or for_s passes. On an error e's message is complete. */
+int loom_harvest_publish_serve(const loom_harvest_publish_cfg *c, int (*stop)(void), FILE *out,
+                               loom_err *e);
 
 /* ---- live executor: `loom harvest node` and `loom harvest replay` ----------------------- */
 
@@ -479,6 +522,15 @@ void loom_harvest_node_stats_json(const loom_harvest_node_stats *s, int weights,
                                   size_t cap);
 /* Stop serving, end the threads, unmap the pool, free. NULL does nothing. */
 void loom_harvest_node_stop(loom_harvest_node *n);
+/* "colocated" or "decode". */
+int loom_harvest_role_parse(const char *s, loom_harvest_role *out, loom_err *e);
+/* "dual", "ttft", "tpot", "none", or "eq12": dual with *plain set (the plain Eq. 1-2). */
+int loom_harvest_admit_parse(const char *s, loom_harvest_admit_mode *out, int *plain, loom_err *e);
+/* Start a node, print "listening on 127.0.0.1:PORT" to out, serve until stop() returns non-zero
+ * (asked every 20 ms) or for_s seconds of those polls pass (0: no limit), then stop it and print
+ * its stats as one line of JSON. On an error e's message is complete (it names the field). */
+int loom_harvest_node_serve(const loom_harvest_node_cfg *c, double for_s, int (*stop)(void),
+                            FILE *out, loom_err *e);
 
 typedef struct loom_harvest_replay_cfg {
         const char *host; /* IPv4 address */
@@ -497,5 +549,12 @@ typedef struct loom_harvest_replay_result {
 
 int loom_harvest_replay(const loom_harvest_replay_cfg *c, loom_harvest_replay_result *r,
                         loom_err *e);
+/* A replay's result as one line of text, or (json) of JSON. */
+void loom_harvest_replay_print(FILE *f, const loom_harvest_replay_result *r, int json);
+/* Load the trace file `trace`, replay it (cfg's trace is ignored) and print the result to out.
+ * Requests that failed are counted in r->failed, not an error. On an error e's message is
+ * complete (it names the field or the trace's file:line:col). */
+int loom_harvest_replay_report(const loom_harvest_replay_cfg *cfg, const char *trace, int json,
+                               FILE *out, loom_harvest_replay_result *r, loom_err *e);
 
 #endif

@@ -1,5 +1,6 @@
-/* sim_int.h - what each simulator policy switches on, and the request-latency percentiles the
- * simulator and the replay client report (internal to src/harvest). */
+/* sim_int.h - what each simulator policy switches on, the request-latency percentiles the
+ * simulator and the replay client report, and the complete error messages of the runs behind
+ * `loom harvest` (internal to src/harvest). */
 #ifndef LOOM_HARVEST_SIM_INT_H
 #define LOOM_HARVEST_SIM_INT_H
 
@@ -22,5 +23,9 @@ void hv_policy_flags(loom_harvest_policy p, hv_flags *f);
  * 0). latency.c */
 void hv_latency_pcts(double *ttft, double *tpot, size_t n, double *ttft_p50, double *ttft_p99,
                      double *tpot_p50, double *tpot_p99);
+
+/* Put "what: " in front of e's message (what NULL: e's field; nothing when it is empty), so that
+ * the message is complete on its own; returns rc. Does nothing when rc is 0 or e is NULL. run.c */
+int hv_err_lead(loom_err *e, int rc, const char *what);
 
 #endif
