@@ -83,7 +83,8 @@ const jobLabel = (jobs, id) => {
 /* ---- views ------------------------------------------------------------------------------- */
 
 function renderCluster(c) {
-  const card = (k, v, id) => el("div", { class: "card", id }, el("div", { class: "v" }, v),
+  const card = (k, v, id, cls) => el("div", { class: "card " + (cls || ""), id },
+                                     el("div", { class: "v" }, v),
                                 el("div", { class: "k" }, k));
   const byPool = c.cost_per_hour_by_pool || {};
   fill($("#cluster"), [
@@ -95,7 +96,7 @@ function renderCluster(c) {
     card("groups", c.groups),
     card("jobs", c.jobs),
     card("policy", `${c.policy.admission} · ${c.policy.dispatch}` +
-         (c.policy.multirate ? " · multirate" : "")),
+         (c.policy.multirate ? " · multirate" : ""), "policy", "wide"),
   ]);
 }
 
