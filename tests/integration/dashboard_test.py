@@ -72,9 +72,9 @@ st, err = req("GET", "/v1/timeline?window_s=0", admin)
 check(st == 422 and err["field"] == "window_s", "window_s out of range: 422 naming it")
 
 # -- three jobs of two tenants, run by worker threads ------------------------------------------
-specs = [(ta, job_spec("alpha", t_roll=0.3, t_train=0.15, slo=2.0, iterations=200)),
-         (ta, job_spec("beta", t_roll=0.3, t_train=0.15, slo=2.0, iterations=200)),
-         (tb, job_spec("gamma", t_roll=0.3, t_train=0.15, slo=2.0, iterations=200))]
+specs = [(ta, job_spec("alpha", t_roll=0.6, t_train=0.4, slo=2.0, iterations=200)),
+         (ta, job_spec("beta", t_roll=0.6, t_train=0.4, slo=2.0, iterations=200)),
+         (tb, job_spec("gamma", t_roll=0.6, t_train=0.4, slo=2.0, iterations=200))]
 jobs = []
 for tok, spec in specs:
     st, j = req("POST", "/v1/jobs", tok, spec)
@@ -161,13 +161,15 @@ def chromium(url, *extra, budget=4000):
     return p.stdout
 
 
-def dom(tok):
-    text = chromium(f"{d.url()}/dashboard" + (f"#token={tok}" if tok else ""), "--dump-dom")
+def dom(tok, server=None):
+    base = (server or d).url()
+    text = chromium(f"{base}/dashboard" + (f"#token={tok}" if tok else ""), "--dump-dom")
     parsed = Dom()
     parsed.feed(text)
     return parsed, text
 
 
+st, groups = req("GET", "/v1/groups", admin)  # as the page will find them
 page, text = dom(admin)
 body = page.find("body")[0]
 check(int(body.get("data-polls", "0")) >= 1, f"the page polled loomd ({body.get('data-polls')} "
@@ -204,6 +206,17 @@ check(page.find("tr", data_group=str(jobs[0]["decision"]["group"])),
 page, text = dom(None)
 check("hidden" not in page.find("form", id="login")[0] and not page.find("tr", data_job=str(ids[0])),
       "no token: the token form, and no data")
+
+# -- a loomd without tokens: the page just works ------------------------------------------------
+open_d = Loomd(build, "--quiet", "--insecure-loopback", "--lease-timeout", "60").start()
+st, oj = open_d.req("POST", "/v1/jobs", body=job_spec("open", iterations=1))
+check(st == 201, "a job on a loomd without tokens")
+page, text = dom(None, open_d)
+check("hidden" in page.find("form", id="login")[0], "--insecure-loopback: no token asked")
+check(page.find("tr", data_job=str(oj["id"])), "--insecure-loopback: the job is shown")
+check(page.find("tr", data_group=str(oj["decision"]["group"])),
+      "--insecure-loopback: its group is shown")
+check(open_d.stop() == 0, "that loomd stops cleanly")
 
 shot = os.path.join(build, "dashboard.png")
 chromium(f"{d.url()}/dashboard?window=30#token={admin}", "--screenshot=" + shot,
