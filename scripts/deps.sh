@@ -19,6 +19,7 @@ pkgs=(
   slurmctld slurmd slurm-client munge            # the Slurm executor's local test cluster
   perl util-linux                                # its power-up script (signal mask, time namespace)
   clang libclang-rt-14-dev                       # make fuzz: libFuzzer and the sanitizer runtimes
+  chromium                                       # headless browser for the dashboard test
 )
 
 missing=()

@@ -433,8 +433,9 @@ static int run_demo(const loom_demo_opts *o, demo *d, FILE *out, loom_err *e)
                                     d->why);
         fprintf(out,
                 "loom demo: loomd on 127.0.0.1:%d, data in %s; 1 token unit = %.2f us\n"
-                "rollout pool = cpu%d, training pool = cpu%d; one node of 8 GPUs each\n\n",
-                d->port, d->dir, unit_s * 1e6, CPU_ROLLOUT, CPU_TRAIN);
+                "rollout pool = cpu%d, training pool = cpu%d; one node of 8 GPUs each\n"
+                "dashboard: http://127.0.0.1:%d/dashboard\n\n",
+                d->port, d->dir, unit_s * 1e6, CPU_ROLLOUT, CPU_TRAIN, d->port);
         char url[64];
         snprintf(url, sizeof url, "http://127.0.0.1:%d", d->port);
         loom_client *c = loom_client_new(url, NULL);

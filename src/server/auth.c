@@ -585,6 +585,7 @@ static bool role_may(loom_role role, enum srv_req_kind k, bool public_metrics)
         case RQ_LIST_JOBS:
         case RQ_CANCEL:
         case RQ_CLUSTER:
+        case RQ_TIMELINE: /* a tenant's shows its own jobs only */
                 return role == LOOM_ROLE_ADMIN || role == LOOM_ROLE_TENANT;
         case RQ_GET_JOB:
         case RQ_ACQUIRE:

@@ -773,6 +773,9 @@ static void handle(loom_server *s, srv_req *r, loom_us now)
         case RQ_ATTACH:
                 srv_h_attach(s, r, now);
                 break;
+        case RQ_TIMELINE:
+                srv_h_timeline(s, r, now);
+                break;
         case RQ_HEALTH:
                 srv_reply_json(r, 200, srv_health_json(s, now));
                 break;

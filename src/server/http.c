@@ -363,6 +363,10 @@ void srv_http_route(loom_server *s, srv_req *r, const char *method, const char *
                         if (get)
                                 r->kind = RQ_GROUPS;
                         allowed = "GET";
+                } else if (n == 2 && seg_is(seg[1], len[1], "timeline")) {
+                        if (get)
+                                srv_dashboard_parse(s, r);
+                        allowed = "GET";
                 } else if (n == 2 && seg_is(seg[1], len[1], "cluster")) {
                         if (get)
                                 r->kind = RQ_CLUSTER;
@@ -480,6 +484,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                 r->conn = conn;
                 r->t_arrival = srv_now_mono();
                 *con_cls = r;
+                int page = srv_dashboard_serve(conn, method, url); /* public */
+                if (page >= 0)
+                        return (enum MHD_Result)page;
                 const char *cl =
                     MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
                 if (cl && strtoull(cl, NULL, 10) > SRV_MAX_BODY) {

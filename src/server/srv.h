@@ -63,6 +63,7 @@ enum srv_req_kind {
         RQ_METRICS,
         RQ_HEALTH,
         RQ_ATTACH,
+        RQ_TIMELINE, /* GET /v1/timeline: the dashboard's data (dashboard.c) */
 };
 
 /* Who sent a request (auth.c): role, tenant, and for a worker token the one job it serves. */
@@ -85,6 +86,7 @@ typedef struct srv_req {
         int64_t lease;
         loom_phase phase;
         loom_us wait;
+        loom_us window; /* timeline: how far back */
         int64_t done, total;
         bool ok;
         bool explain; /* submit: list the candidates placement looked at */
@@ -482,5 +484,32 @@ int srv_store_each_log(srv_store *st,
 int srv_store_retry_save(srv_store *st, const srv_job *j, loom_err *e);
 /* Fill j->retry for every job that has a row; others keep srv_retry_init's values. */
 int srv_store_retry_load(srv_store *st, loom_server *s, loom_err *e);
+
+/* store.c: the dashboard's timeline. Leases active now or ended at or after `since` (wall us),
+ * newest first, at most max; then log entries other than "observe" at or after `since`, newest
+ * first, at most max. */
+typedef struct srv_lease_row {
+        int64_t id;
+        uint32_t job;
+        char phase[16], state[16];
+        char nodes[LOOM_MAX_JOB_NODES * 12]; /* "1,2" as stored */
+        int gpus;
+        int64_t granted, ended; /* ended 0: still active */
+} srv_lease_row;
+typedef void (*srv_lease_fn)(void *arg, const srv_lease_row *l);
+typedef void (*srv_log_fn)(void *arg, int64_t seq, const char *kind, uint32_t job,
+                           const char *reason, int64_t at);
+int srv_store_timeline(srv_store *st, int64_t since, int max, srv_lease_fn on_lease,
+                       srv_log_fn on_log, void *arg, loom_err *e);
+
+/* dashboard.c: the operators' dashboard (docs/dashboard.md). srv_dashboard_serve answers GET
+ * /dashboard, its static files and / (a redirect) on the HTTP thread, before authentication:
+ * the page is public, the data it fetches is not. Returns the MHD_Result, or -1 when url is not
+ * one of its. */
+int srv_dashboard_serve(struct MHD_Connection *conn, const char *method, const char *url);
+/* GET /v1/timeline?window_s=S on the HTTP thread: r->kind = RQ_TIMELINE or a 422. */
+void srv_dashboard_parse(loom_server *s, srv_req *r);
+/* The scheduler thread's answer to RQ_TIMELINE. */
+void srv_h_timeline(loom_server *s, srv_req *r, loom_us now);
 
 #endif

@@ -884,3 +884,73 @@ int srv_store_retry_load(srv_store *st, loom_server *s, loom_err *e)
         sqlite3_finalize(q);
         return rc;
 }
+
+/* ---- timeline (dashboard.c) ---------------------------------------------------------------- */
+
+/* Lease ids grow with time, so walking them newest first and stopping once a run of rows lies
+ * wholly before `since` reads only the window, however long the table has grown. */
+#define TIMELINE_STOP_RUN 32
+
+static int timeline_leases(srv_store *st, int64_t since, int max, srv_lease_fn fn, void *arg,
+                           loom_err *e)
+{
+        sqlite3_stmt *q;
+        if (sqlite3_prepare_v2(st->db,
+                               "SELECT id,job,phase,state,nodes,gpus,granted_us,ended_us "
+                               "FROM leases ORDER BY id DESC",
+                               -1, &q, NULL) != SQLITE_OK)
+                return db_err(st, e, "timeline");
+        int n = 0, old = 0, step = SQLITE_DONE;
+        while (n < max && old < TIMELINE_STOP_RUN && (step = sqlite3_step(q)) == SQLITE_ROW) {
+                srv_lease_row l = {.id = sqlite3_column_int64(q, 0),
+                                   .job = (uint32_t)sqlite3_column_int64(q, 1),
+                                   .gpus = sqlite3_column_int(q, 5),
+                                   .granted = sqlite3_column_int64(q, 6),
+                                   .ended = sqlite3_column_int64(q, 7)};
+                if (l.ended != 0 && l.ended < since) {
+                        old++;
+                        continue;
+                }
+                old = 0;
+                snprintf(l.phase, sizeof l.phase, "%s", sqlite3_column_text(q, 2));
+                snprintf(l.state, sizeof l.state, "%s", sqlite3_column_text(q, 3));
+                snprintf(l.nodes, sizeof l.nodes, "%s", sqlite3_column_text(q, 4));
+                fn(arg, &l);
+                n++;
+        }
+        int rc = step != SQLITE_ROW && step != SQLITE_DONE ? db_err(st, e, "timeline") : 0;
+        sqlite3_finalize(q);
+        return rc;
+}
+
+static int timeline_log(srv_store *st, int64_t since, int max, srv_log_fn fn, void *arg,
+                        loom_err *e)
+{
+        sqlite3_stmt *q;
+        if (sqlite3_prepare_v2(st->db,
+                               "SELECT seq,kind,job,reason,at_us FROM log ORDER BY seq DESC", -1,
+                               &q, NULL) != SQLITE_OK)
+                return db_err(st, e, "timeline");
+        int n = 0, step = SQLITE_DONE;
+        while (n < max && (step = sqlite3_step(q)) == SQLITE_ROW) {
+                int64_t at = sqlite3_column_int64(q, 4);
+                if (at < since)
+                        break; /* seq order is commit order, and so time order */
+                const char *kind = (const char *)sqlite3_column_text(q, 1);
+                if (!kind || !strcmp(kind, "observe"))
+                        continue; /* one per phase: the leases say as much */
+                fn(arg, sqlite3_column_int64(q, 0), kind, (uint32_t)sqlite3_column_int64(q, 2),
+                   (const char *)sqlite3_column_text(q, 3), at);
+                n++;
+        }
+        int rc = step != SQLITE_ROW && step != SQLITE_DONE ? db_err(st, e, "timeline") : 0;
+        sqlite3_finalize(q);
+        return rc;
+}
+
+int srv_store_timeline(srv_store *st, int64_t since, int max, srv_lease_fn on_lease,
+                       srv_log_fn on_log, void *arg, loom_err *e)
+{
+        int rc = timeline_leases(st, since, max, on_lease, arg, e);
+        return rc ? rc : timeline_log(st, since, max, on_log, arg, e);
+}
