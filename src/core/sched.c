@@ -261,6 +261,8 @@ static void job_free(job *j)
 {
         if (j && j->rnodes != j->rnodes_inline)
                 free(j->rnodes);
+        if (j)
+                free(j->ls);
         free(j);
 }
 
@@ -484,6 +486,9 @@ static int apply_alloc(loom_sched *s, const loom_decision *d, apply_mem *m)
         group *g = NULL;
         if (!(m->j = job_new(d->n_rollout_nodes)))
                 goto nomem;
+        if (s->policy.admission != LOOM_ADMIT_WORST &&
+            !(m->j->ls = calloc(1, sizeof *m->j->ls)))
+                goto nomem;
         if (d->kind == LOOM_DECISION_NEW_GROUP) {
                 if (!(g = m->g_new = calloc(1, sizeof *g)))
                         goto nomem;
@@ -535,7 +540,8 @@ static int apply(loom_sched *s, loom_us now, const loom_job_spec *spec, const lo
         }
         j->id = s->next_job++;
         j->spec = *spec;
-        j->declared = *spec;
+        if (j->ls)
+                j->ls->declared = *spec;
         j->group = g;
         j->t_train_in = loom_group_train_time(spec->t_train, spec->train_gpus, g->train_gpus,
                                               s->policy.train_scaling_efficiency);
@@ -762,12 +768,14 @@ int loom_sched_job_info(const loom_sched *s, loom_job_id id, loom_job_info *o)
         o->t_train_in_group = j->t_train_in;
         o->submitted_at = j->submitted_at;
         o->tail_migrated = j->migrated;
-        o->declared = j->declared;
-        o->learned = j->learned;
-        o->replans = j->replans;
-        o->learned_roll = j->learned_roll;
-        o->learned_train = j->learned_train;
-        o->learned_budget = j->learned_budget;
+        o->declared = j->ls ? j->ls->declared : j->spec;
+        if (j->ls) {
+                o->learned = j->ls->learned;
+                o->replans = j->ls->replans;
+                o->learned_roll = j->ls->learned_roll;
+                o->learned_train = j->ls->learned_train;
+                o->learned_budget = j->ls->learned_budget;
+        }
         o->rate = j->rate;
         return 0;
 }
