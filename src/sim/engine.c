@@ -93,7 +93,32 @@ typedef struct engine {
         loom_err *e;
         bool resubmit_drift; /* re-admit a job whose phases outgrow its declared profile */
         bool skip_starts;    /* while every job is being stopped (regroup) */
+        int lone_rnodes;     /* rollout nodes of one-member groups, since the last event */
+        loom_group_id *gids; /* scratch for lone_count */
+        int cap_gids;
 } engine;
+
+/* Rollout nodes held by groups with one member now (loom's placer). */
+static int lone_count(engine *g)
+{
+        int n = loom_sched_groups(g->s, g->gids, g->cap_gids);
+        if (n > g->cap_gids) {
+                int cap = n * 2;
+                loom_group_id *p = realloc(g->gids, sizeof *p * (size_t)cap);
+                if (!p)
+                        return -1;
+                g->gids = p;
+                g->cap_gids = cap;
+                n = loom_sched_groups(g->s, g->gids, g->cap_gids);
+        }
+        int lone = 0;
+        for (int i = 0; i < n; i++) {
+                loom_group_info gi;
+                if (!loom_sched_group_info(g->s, g->gids[i], &gi) && gi.n_members == 1)
+                        lone += gi.n_rollout_nodes;
+        }
+        return lone;
+}
 
 static int fail(engine *g, int rc, const char *what)
 {
@@ -749,6 +774,7 @@ static void engine_free(engine *g)
         loom_sched_free(g->s);
         loom__sim_heap_free(&g->heap);
         free(g->jobs);
+        free(g->gids);
         free(g->by_id);
         free(g->nodes[0]);
         free(g->nodes[1]);
@@ -797,6 +823,7 @@ int loom__sim_run_core(const loom_sim_cfg *c, const loom_sim_workload *w, loom_s
                 goto out;
         sim_event ev;
         rc = 0;
+        bool lone = p == LOOM_SIM_LOOM;
         while (!rc && loom__sim_heap_pop(&g.heap, &ev)) {
                 sjob *j = &g.jobs[ev.job];
                 if ((ev.type == SIM_EV_PROGRESS || ev.type == SIM_EV_END) &&
@@ -806,6 +833,8 @@ int loom__sim_run_core(const loom_sim_cfg *c, const loom_sim_workload *w, loom_s
                 if ((ev.type == SIM_EV_FAIL && !j->active) ||
                     (ev.type == SIM_EV_REGROUP && g.finished >= w->n))
                         continue;
+                if (lone)
+                        r->lone_rollout_cost += (double)(ev.t - g.now) * g.lone_rnodes;
                 g.now = ev.t;
                 r->events++;
                 if (ev.type == SIM_EV_ARRIVAL || ev.type == SIM_EV_RESUBMIT)
@@ -818,6 +847,8 @@ int loom__sim_run_core(const loom_sim_cfg *c, const loom_sim_workload *w, loom_s
                         rc = on_progress(&g, (int)ev.job);
                 else
                         rc = on_end(&g, (int)ev.job);
+                if (!rc && lone && (g.lone_rnodes = lone_count(&g)) < 0)
+                        rc = LOOM_ENOMEM;
                 if ((r->events & 0xFFFF) == 0)
                         sim_progress(c, p, (double)g.finished / (w->n ? w->n : 1));
         }
@@ -825,6 +856,7 @@ int loom__sim_run_core(const loom_sim_cfg *c, const loom_sim_workload *w, loom_s
         if (rc)
                 goto out;
         loom__sim_meter_finish(&g.meter, g.now);
+        r->lone_rollout_cost *= loom_cluster_node_price(&cc.cluster, LOOM_POOL_ROLLOUT) / 1e6 / 3600.0;
         loom_sched_stats st;
         loom_sched_stats_get(g.s, &st);
         r->replans = st.replans;
