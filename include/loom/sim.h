@@ -283,8 +283,8 @@ typedef struct loom_sim_rung {
         bool measured;     /* false: not run (multirate until the policy has it) */
         double total_cost; /* $ */
         double avg_cost_per_hour;
-        double slo_attainment; /* NaN for the rungs that are not schedules */
-        char note[256];        /* why a rung was not measured */
+        double slo_attainment;    /* NaN for the rungs that are not schedules */
+        char note[256];           /* why a rung was not measured */
         double lone_rollout_cost; /* online, multirate: loom_sim_result.lone_rollout_cost */
 } loom_sim_rung;
 

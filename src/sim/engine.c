@@ -31,7 +31,7 @@
 #define RES_SLOTS 24 /* resident working sets remembered per node (LRU) */
 
 typedef struct resident {
-        int job; /* workload index + 1; 0 = free */
+        int job; /* workload index + 1 (negated: a lone member's rollout state); 0 = free */
         uint64_t bytes;
         uint64_t stamp;
 } resident;
@@ -114,7 +114,7 @@ static int lone_count(engine *g)
         int lone = 0;
         for (int i = 0; i < n; i++) {
                 loom_group_info gi;
-                if (!loom_sched_group_info(g->s, g->gids[i], &gi) && gi.n_members == 1)
+                if (!loom_sched_group_info(g->s, g->gids[i], &gi) && gi.n_members == 1 && !gi.lone)
                         lone += gi.n_rollout_nodes;
         }
         return lone;
@@ -152,18 +152,20 @@ static uint64_t job_bytes(const engine *g, int ji, loom_pool p, int gpus)
         return loom_group_train_mem(s->mem_train, s->train_gpus, gpus);
 }
 
-/* Switch latency for job ji starting on node n, updating the node's residency. */
-static loom_us node_switch(engine *g, node_state *n, loom_pool pool, int ji, uint64_t bytes,
-                           int *kind)
+/* Switch latency for job ji starting on node n, updating the node's residency. key: the
+ * working set's identity (ji + 1; -(ji + 1) for a lone member's rollout on its training node,
+ * which switches between its rollout and training states as the colocated baseline does). */
+static loom_us node_switch(engine *g, node_state *n, loom_pool pool, int ji, int key,
+                           uint64_t bytes, int *kind)
 {
         const loom_sim_job *j = &g->w->jobs[ji];
         g->stamp++;
         int free_slot = -1;
         for (int i = 0; i < RES_SLOTS; i++) {
-                if (n->res[i].job == ji + 1) {
+                if (n->res[i].job == key) {
                         n->res[i].stamp = g->stamp;
-                        bool same = n->last == ji + 1;
-                        n->last = ji + 1;
+                        bool same = n->last == key;
+                        n->last = key;
                         *kind = same ? 0 : 1;
                         if (same)
                                 return 0;
@@ -190,10 +192,10 @@ static loom_us node_switch(engine *g, node_state *n, loom_pool pool, int ji, uin
                         free_slot = lru;
         }
         if (free_slot >= 0) {
-                n->res[free_slot] = (resident){ji + 1, bytes, g->stamp};
+                n->res[free_slot] = (resident){key, bytes, g->stamp};
                 n->used += bytes;
         }
-        n->last = ji + 1;
+        n->last = key;
         *kind = 2;
         const sjob *sj = &g->jobs[ji];
         if (!sj->touched[pool]) /* the admission-time load: wait for what is left, then warm */
@@ -206,21 +208,23 @@ static loom_us phase_switch(engine *g, int ji, const loom_action *a)
 {
         loom_us worst = 0;
         int kind_max = 0;
+        bool colo = a->phase == LOOM_PHASE_ROLLOUT && a->pool == LOOM_POOL_TRAIN;
+        loom_pool state = colo ? LOOM_POOL_ROLLOUT : a->pool; /* whose working set */
         for (int k = 0; k < a->n_nodes; k++) {
                 node_state *n = node_get(g, a->pool, a->nodes[k]);
                 if (!n)
                         return -1;
                 int kind;
-                int gpus =
-                    a->pool == LOOM_POOL_TRAIN ? a->n_nodes * g->c->cluster.gpus_per_node : 0;
-                loom_us t = node_switch(g, n, a->pool, ji, job_bytes(g, ji, a->pool, gpus), &kind);
+                int gpus = state == LOOM_POOL_TRAIN ? a->n_nodes * g->c->cluster.gpus_per_node : 0;
+                loom_us t = node_switch(g, n, state, ji, colo ? -(ji + 1) : ji + 1,
+                                        job_bytes(g, ji, state, gpus), &kind);
                 if (t > worst)
                         worst = t;
                 if (kind > kind_max)
                         kind_max = kind;
         }
         if (a->n_nodes)
-                g->jobs[ji].touched[a->pool] = true;
+                g->jobs[ji].touched[state] = true;
         if (kind_max == 2)
                 g->r->cold_starts++;
         else if (kind_max == 1)
@@ -271,8 +275,8 @@ static int record(engine *g, int ji, loom_us end)
         for (int k = 0; k < rows; k++) {
                 loom_sim_interval iv = {.job = ji,
                                         .phase = j->phase,
-                                        .pool = j->phase == LOOM_PHASE_TRAIN ? LOOM_POOL_TRAIN
-                                                                             : LOOM_POOL_ROLLOUT,
+                                        .pool = j->phase == LOOM_PHASE_SYNC ? LOOM_POOL_ROLLOUT
+                                                                            : j->busy_pool,
                                         .row = j->n_nodes ? (int)j->nodes[k] : -1,
                                         .start = j->seg_start,
                                         .end = end,
@@ -316,6 +320,10 @@ static int start_phase(engine *g, const loom_action *a)
                 j->rolling = true;
                 j->work = (double)sim_phase_us(sj->spec.t_roll, sj->roll[it]);
                 j->work_q = (double)sim_phase_us(sj->spec.t_roll, sj->tailq[it]);
+                if (a->pool == LOOM_POOL_TRAIN) { /* a lone member, on its training GPUs */
+                        j->work *= g->c->colocated_roll_factor;
+                        j->work_q *= g->c->colocated_roll_factor;
+                }
                 j->anchor_t = g->now + ovh;
                 j->anchor_w = 0;
                 j->rate = a->gpus >= sj->spec.rollout_gpus
@@ -856,7 +864,8 @@ int loom__sim_run_core(const loom_sim_cfg *c, const loom_sim_workload *w, loom_s
         if (rc)
                 goto out;
         loom__sim_meter_finish(&g.meter, g.now);
-        r->lone_rollout_cost *= loom_cluster_node_price(&cc.cluster, LOOM_POOL_ROLLOUT) / 1e6 / 3600.0;
+        r->lone_rollout_cost *=
+            loom_cluster_node_price(&cc.cluster, LOOM_POOL_ROLLOUT) / 1e6 / 3600.0;
         loom_sched_stats st;
         loom_sched_stats_get(g.s, &st);
         r->replans = st.replans;
