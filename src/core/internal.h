@@ -162,6 +162,9 @@ int loom__group_meta(const loom_sched *s, const group *g, loom_us *t_meta);
 /* Whether a group of j alone may run j's rollouts on its training nodes: the policy asks for
  * it, the rollout fits on the training GPUs and both working sets in a node's host memory. */
 bool loom__lone_fits(const loom_sched *s, const loom_job_spec *spec, int train_nodes);
+/* A group left with one member that fits goes lone again: its rollout nodes are released
+ * (planned, not provisioned), unless the member's rollout runs there now; then at its end. */
+void loom__lone_again(loom_sched *s, group *g);
 /* Set member j's rate (>= 1) now: rollout loads follow, and its next phases start a fresh
  * round (dispatch keys); the caller refreshes the group. */
 void loom__set_rate(loom_sched *s, job *j, int rate, int64_t round);

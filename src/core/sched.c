@@ -769,9 +769,23 @@ int loom_sched_job_exit(loom_sched *s, loom_us now, loom_job_id id, loom_exit re
                 group_free(g);
                 return 0;
         }
+        loom__lone_again(s, g);
         loom__group_refresh(s, g);
         loom__dispatch(s, g, now);
         return 0;
+}
+
+void loom__lone_again(loom_sched *s, group *g)
+{
+        if (g->lone || g->n_members != 1)
+                return;
+        job *m = g->members[0];
+        if ((m->state == LOOM_JOB_ROLLING && !m->colo) ||
+            !loom__lone_fits(s, &m->spec, g->n_tnodes))
+                return;
+        for (int i = 0; i < g->n_rnodes; i++)
+                node_action(s, LOOM_ACT_RELEASE_NODE, LOOM_POOL_ROLLOUT, g->rnodes[i]->id, g->id);
+        g->lone = true;
 }
 
 /* ---- queries --------------------------------------------------------------------------- */

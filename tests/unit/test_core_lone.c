@@ -41,6 +41,7 @@ typedef struct seen {
         int provisioned[2], released[2];
         int starts;
         loom_action last_start;
+        loom_action of[8]; /* last start per job id */
 } seen;
 
 static void drain(loom_sched *s, seen *v)
@@ -54,6 +55,8 @@ static void drain(loom_sched *s, seen *v)
                 else if (a.type == LOOM_ACT_START_PHASE) {
                         v->starts++;
                         v->last_start = a;
+                        if (a.job < 8)
+                                v->of[a.job] = a;
                 }
         }
 }
@@ -240,6 +243,63 @@ Test(lone, off_provisions_the_rollout_node_at_once)
         drain(s, &v);
         cr_assert_eq(v.provisioned[LOOM_POOL_ROLLOUT], 1);
         cr_assert_eq(v.last_start.pool, LOOM_POOL_ROLLOUT);
+        loom_decision_free(&d);
+        loom_sched_free(s);
+}
+
+/* Back to one member: its rollout node is released and its rollouts return to the training
+ * nodes, but not while its rollout runs on the node: then at that rollout's end. */
+Test(lone, a_group_left_with_one_member_goes_lone_again)
+{
+        loom_sched *s = loom_sched_new(&cl, &po, NULL);
+        loom_decision d;
+        loom_decision_init(&d, false);
+        loom_job_spec a = spec("A", 100, 50, 2.0), b = spec("B", 40, 40, 2.0);
+        loom_job_id ia = submit(s, &a, &d);
+        loom_group_id grp = d.group;
+        loom_job_id ib = submit(s, &b, &d);
+        seen v = {0};
+        drain(s, &v);
+        /* A's first rollout (on the training nodes) ends; B's ends; A trains, syncs, and its
+         * second rollout starts on the rollout node */
+        cr_assert_eq(loom_sched_phase_done(s, 40, ib, LOOM_PHASE_ROLLOUT), 0);
+        cr_assert_eq(loom_sched_phase_done(s, 100, ia, LOOM_PHASE_ROLLOUT), 0);
+        drain(s, &v);
+        cr_assert_eq(v.last_start.job, ia);
+        cr_assert_eq(v.last_start.phase, LOOM_PHASE_TRAIN);
+        cr_assert_eq(loom_sched_phase_done(s, 150, ia, LOOM_PHASE_TRAIN), 0);
+        drain(s, &v);
+        cr_assert_eq(v.of[ia].phase, LOOM_PHASE_ROLLOUT);
+        cr_assert_eq(v.of[ia].pool, LOOM_POOL_ROLLOUT);
+        /* B leaves while A's rollout runs on the node: nothing is released yet */
+        memset(&v, 0, sizeof v);
+        cr_assert_eq(loom_sched_job_exit(s, 160, ib, LOOM_EXIT_CANCELLED), 0);
+        drain(s, &v);
+        cr_assert_eq(v.released[LOOM_POOL_ROLLOUT], 0, "A's rollout holds the node");
+        loom_group_info g;
+        cr_assert_eq(loom_sched_group_info(s, grp, &g), 0);
+        cr_assert_not(g.lone);
+        /* its end releases the node; the next rollout is on the training nodes */
+        cr_assert_eq(loom_sched_phase_done(s, 250, ia, LOOM_PHASE_ROLLOUT), 0);
+        drain(s, &v);
+        cr_assert_eq(v.released[LOOM_POOL_ROLLOUT], 1);
+        cr_assert_eq(loom_sched_group_info(s, grp, &g), 0);
+        cr_assert(g.lone);
+        loom_sched_stats st;
+        loom_sched_stats_get(s, &st);
+        cr_assert_eq(st.nodes[LOOM_POOL_ROLLOUT], 0);
+        cr_assert_eq(v.of[ia].phase, LOOM_PHASE_TRAIN);
+        cr_assert_eq(loom_sched_phase_done(s, 300, ia, LOOM_PHASE_TRAIN), 0);
+        memset(&v, 0, sizeof v);
+        drain(s, &v);
+        cr_assert_eq(v.of[ia].phase, LOOM_PHASE_ROLLOUT);
+        cr_assert_eq(v.of[ia].pool, LOOM_POOL_TRAIN);
+        /* a newcomer provisions the node again, under the same id */
+        loom_job_spec c = spec("C", 40, 40, 2.0);
+        submit(s, &c, &d);
+        cr_assert_eq(d.group, grp, "%s", d.reason);
+        drain(s, &v);
+        cr_assert_eq(v.provisioned[LOOM_POOL_ROLLOUT], 1);
         loom_decision_free(&d);
         loom_sched_free(s);
 }
