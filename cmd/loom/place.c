@@ -13,7 +13,7 @@ static void usage(FILE *f)
 {
         fprintf(f,
                 "usage: loom place [--compact] [--multirate on|off] [--train-rightsize on|off]\n"
-                "                  SCENARIO.json\n"
+                "                  [--colocate-lone on|off] SCENARIO.json\n"
                 "\n"
                 "Reads a cluster (optional), a policy (optional) and a list of job arrivals,\n"
                 "places the jobs in order with loom's inter-group placement (Algorithm 1) and\n"
@@ -24,6 +24,7 @@ static void usage(FILE *f)
                 "  --compact          leave out the candidate list\n"
                 "  --multirate on|off override the policy's multirate setting\n"
                 "  --train-rightsize on|off  override the policy's train_rightsize setting\n"
+                "  --colocate-lone on|off    override the policy's colocate_lone setting\n"
                 "\n"
                 "Exit status: 0 placed, 1 invalid scenario, 2 bad usage.\n"
                 "Format: docs/formats.md. Example: examples/temporal-mux.json\n");
@@ -58,27 +59,25 @@ int loom_cmd_place(int argc, char **argv)
 {
         const char *path = NULL;
         bool compact = false;
-        int multirate = -1, rightsize = -1;
+        int multirate = -1, rightsize = -1, lone = -1;
         for (int i = 1; i < argc; i++) {
                 if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
                         usage(stdout);
                         return 0;
                 } else if (!strcmp(argv[i], "--compact")) {
                         compact = true;
-                } else if (!strcmp(argv[i], "--multirate")) {
+                } else if (!strcmp(argv[i], "--multirate") ||
+                           !strcmp(argv[i], "--train-rightsize") ||
+                           !strcmp(argv[i], "--colocate-lone")) {
                         if (i + 1 >= argc ||
                             (strcmp(argv[i + 1], "on") && strcmp(argv[i + 1], "off"))) {
-                                fprintf(stderr, "loom place: --multirate takes on or off\n");
+                                fprintf(stderr, "loom place: %s takes on or off\n", argv[i]);
                                 return 2;
                         }
-                        multirate = !strcmp(argv[++i], "on");
-                } else if (!strcmp(argv[i], "--train-rightsize")) {
-                        if (i + 1 >= argc ||
-                            (strcmp(argv[i + 1], "on") && strcmp(argv[i + 1], "off"))) {
-                                fprintf(stderr, "loom place: --train-rightsize takes on or off\n");
-                                return 2;
-                        }
-                        rightsize = !strcmp(argv[++i], "on");
+                        int *v = !strcmp(argv[i], "--multirate")         ? &multirate
+                                 : !strcmp(argv[i], "--train-rightsize") ? &rightsize
+                                                                         : &lone;
+                        *v = !strcmp(argv[++i], "on");
                 } else if (argv[i][0] == '-' && argv[i][1]) {
                         fprintf(stderr, "loom place: unknown option '%s'\n", argv[i]);
                         usage(stderr);
@@ -106,6 +105,8 @@ int loom_cmd_place(int argc, char **argv)
                 sc.policy.multirate = multirate;
         if (rightsize >= 0)
                 sc.policy.train_rightsize = rightsize;
+        if (lone >= 0)
+                sc.policy.colocate_lone = lone;
         loom_sched *s = loom_sched_new(&sc.cluster, &sc.policy, &e);
         if (!s) {
                 print_err(path, &e);

@@ -84,8 +84,9 @@ double loom_quantile_ucb(const double *top, int m, int64_t n, double q, double c
  * job elsewhere or learn a profile differently from the same events. loomd stores it and, when
  * a data directory was written under another, re-derives its log with this code instead of
  * demanding the stored outcomes bit for bit (docs/operations.md, "store versioning"). Version 2:
- * multi-rate groups, the tighter-packing tie-break and the quantile bound of learned profiles. */
-#define LOOM_SCHED_ARITH 2
+ * multi-rate groups, the tighter-packing tie-break and the quantile bound of learned profiles.
+ * Version 3: lone members colocated on their training nodes. */
+#define LOOM_SCHED_ARITH 3
 
 typedef struct loom_policy_cfg {
         int max_group_size;              /* default 5, at most LOOM_MAX_GROUP_SIZE */
@@ -110,6 +111,11 @@ typedef struct loom_policy_cfg {
          * fewer training nodes than it asked for when its SLO and the per-node training memory
          * still hold there. Default false: a new group gets exactly the job's training nodes. */
         bool train_rightsize;
+        /* Lone members colocated (docs/scheduling.md): while a group has a single member, that
+         * member's rollouts run on the group's training nodes, as the colocated baseline runs
+         * every job, and its rollout nodes are provisioned only when a second member joins.
+         * Loom's placer only; default true. */
+        bool colocate_lone;
 } loom_policy_cfg;
 
 void loom_policy_cfg_default(loom_policy_cfg *p);
@@ -321,6 +327,9 @@ typedef struct loom_group_info {
         loom_node_id train_nodes[LOOM_MAX_JOB_NODES];
         loom_us t_cycle, t_load, t_meta;
         bool saturated;
+        /* policy.colocate_lone: the one member rolls out on the training nodes, and the
+         * rollout nodes above are planned, not provisioned (cost_per_hour leaves them out) */
+        bool lone;
         double cost_per_hour;
         int rates[LOOM_MAX_GROUP_SIZE]; /* of members[] */
 } loom_group_info;

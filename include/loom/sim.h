@@ -259,6 +259,10 @@ typedef struct loom_sim_result {
         uint64_t rate_sum, rate_n;  /* the rates jobs were admitted at: mean = sum / n */
         int jobs_failed;            /* failed after their last restart */
         double oracle_gap; /* oracle: largest proven relative gap to the optimum (0: exact) */
+        /* loom: $ spent on the rollout nodes of groups with a single member, which pay a
+         * rollout node beside their training nodes where the colocated baseline pays only
+         * the training nodes: what colocating lone members could save at most */
+        double lone_rollout_cost;
 } loom_sim_result;
 
 void loom_sim_result_free(loom_sim_result *r);
@@ -279,8 +283,9 @@ typedef struct loom_sim_rung {
         bool measured;     /* false: not run (multirate until the policy has it) */
         double total_cost; /* $ */
         double avg_cost_per_hour;
-        double slo_attainment; /* NaN for the rungs that are not schedules */
-        char note[256];        /* why a rung was not measured */
+        double slo_attainment;    /* NaN for the rungs that are not schedules */
+        char note[256];           /* why a rung was not measured */
+        double lone_rollout_cost; /* online, multirate: loom_sim_result.lone_rollout_cost */
 } loom_sim_rung;
 
 /* Measure every rung on workload w under cfg (its policy is loom's: admission, group size).

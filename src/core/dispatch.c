@@ -45,7 +45,11 @@ static void emit_phase(loom_sched *s, job *j, loom_phase phase, loom_us now)
         loom_action a = {
             .type = LOOM_ACT_START_PHASE, .job = j->id, .phase = phase, .group = j->group->id};
         const group *g = j->group;
-        if (phase == LOOM_PHASE_ROLLOUT) {
+        if (phase == LOOM_PHASE_ROLLOUT && j->colo) {
+                a.pool = LOOM_POOL_TRAIN; /* a lone member: on its group's training nodes */
+                a.n_nodes = g->n_tnodes;
+                loom__tnodes(g, a.nodes);
+        } else if (phase == LOOM_PHASE_ROLLOUT) {
                 a.pool = LOOM_POOL_ROLLOUT;
                 a.n_nodes = j->n_rnodes;
                 memcpy(a.nodes, j->rnodes, sizeof(loom_node_id) * (size_t)j->n_rnodes);
@@ -151,6 +155,8 @@ static bool rollout_can_start(const loom_sched *s, const group *g, const job *j,
 {
         if (j->state != LOOM_JOB_WAIT_ROLL)
                 return false;
+        if (g->lone)
+                return !g->train_running;
         for (int k = 0; k < j->n_rnodes; k++) {
                 const rnode *r = node_of(s, j->rnodes[k]);
                 if (r->running || (in_turn && node_turn(g, r) != j))
@@ -161,13 +167,17 @@ static bool rollout_can_start(const loom_sched *s, const group *g, const job *j,
 
 static void start_rollout(loom_sched *s, job *j, loom_us now)
 {
-        for (int k = 0; k < j->n_rnodes; k++)
+        group *g = j->group;
+        j->colo = g->lone;
+        if (j->colo)
+                g->train_running = g->train_last = j->id;
+        for (int k = 0; k < j->n_rnodes && !j->colo; k++)
                 node_of(s, j->rnodes[k])->running = j->id;
         j->rolls++;
         j->state = LOOM_JOB_ROLLING;
         j->migrated = false;
         j->tail_due = false;
-        j->gpus = rollout_gpus_free(s, j);
+        j->gpus = j->colo ? j->spec.rollout_gpus : rollout_gpus_free(s, j);
         emit_phase(s, j, LOOM_PHASE_ROLLOUT, now);
 }
 
@@ -267,7 +277,7 @@ static int migrate_due_tails(loom_sched *s, group *g)
         int n = 0;
         for (int i = 0; i < g->n_members; i++) {
                 job *j = g->members[i];
-                if (j->state == LOOM_JOB_ROLLING && j->tail_due && !j->migrated &&
+                if (j->state == LOOM_JOB_ROLLING && j->tail_due && !j->migrated && !j->colo &&
                     someone_waits(s, g, j)) {
                         migrate_tail(s, j);
                         n++;
@@ -315,7 +325,10 @@ static void return_tail_gpus(loom_sched *s, rnode *r)
 void loom__release_running(loom_sched *s, job *j, loom_us now)
 {
         (void)now;
-        if (j->state == LOOM_JOB_ROLLING) {
+        if (j->state == LOOM_JOB_ROLLING && j->colo) {
+                if (j->group->train_running == j->id)
+                        j->group->train_running = 0;
+        } else if (j->state == LOOM_JOB_ROLLING) {
                 for (int k = 0; k < j->n_rnodes; k++) {
                         rnode *r = node_of(s, j->rnodes[k]);
                         if (r->running == j->id)
@@ -328,6 +341,7 @@ void loom__release_running(loom_sched *s, job *j, loom_us now)
         }
         j->migrated = false;
         j->tail_due = false;
+        j->colo = false;
         j->gpus = 0;
 }
 
@@ -348,6 +362,7 @@ int loom__phase_done(loom_sched *s, job *j, loom_us now, loom_phase phase)
         switch (phase) {
         case LOOM_PHASE_ROLLOUT:
                 wait_for(s, j, LOOM_JOB_WAIT_TRAIN);
+                loom__lone_again(s, g); /* a member left while this rollout ran on its node */
                 j->wait_since = j->chain_since = now;
                 j->call = 0;
                 break;
@@ -365,7 +380,7 @@ int loom__phase_done(loom_sched *s, job *j, loom_us now, loom_phase phase)
                         loom__push_action(s, &a);
                         return loom_sched_job_exit(s, now, j->id, LOOM_EXIT_FINISHED);
                 }
-                if (j->spec.t_sync > 0) {
+                if (j->spec.t_sync > 0 && !g->lone) { /* lone: the weights are where they run */
                         j->state = LOOM_JOB_SYNCING;
                         emit_phase(s, j, LOOM_PHASE_SYNC, now);
                 } else {
@@ -401,8 +416,8 @@ static bool someone_waits(const loom_sched *s, const group *g, const job *j)
 int loom__progress(loom_sched *s, job *j, loom_us now, int64_t done, int64_t total)
 {
         const loom_policy_cfg *p = &s->policy;
-        if (j->state != LOOM_JOB_ROLLING || j->migrated || !p->tail_migration || total <= 0 ||
-            (double)done < p->tail_threshold * (double)total)
+        if (j->state != LOOM_JOB_ROLLING || j->migrated || j->colo || !p->tail_migration ||
+            total <= 0 || (double)done < p->tail_threshold * (double)total)
                 return 0;
         j->tail_due = true;
         loom__dispatch(s, j->group, now);

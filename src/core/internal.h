@@ -36,22 +36,29 @@ typedef struct job {
         int64_t iterations_done;
         loom_us submitted_at;
         bool migrated; /* current rollout squeezed onto its tail GPUs */
+        bool colo;     /* current rollout runs on its group's training nodes (group.lone) */
         bool tail_due; /* current rollout reported past tail_threshold: migrate it as soon as
                           the next rollout on its node is ready */
         int gpus;      /* GPUs of the running phase */
-        /* Learned profiles (learn.c): spec above is what admission plans on; declared is the
-         * spec as submitted. Observations are fractions of the declared times, in rings. */
+        /* Learned profiles (learn.c), allocated only when admission learns (p99, p95): at
+         * 100,000 jobs under worst-case admission it would be 54 MB of zeros. */
+        struct learn_state *ls;
+        /* when it began waiting for its current phase (HRRS, FCFS) */
+        loom_us wait_since;
+        int call;            /* next training call when it trains call by call (plex_place.c) */
+        loom_us chain_since; /* when its current training phase became ready */
+} job;
+
+/* What learned admission keeps of a job (learn.c): spec above is what admission plans on;
+ * declared is the spec as submitted. Observations are fractions of the declared times. */
+typedef struct learn_state {
         loom_job_spec declared;
         double obs[2][LOOM_LEARN_WINDOW]; /* [rollout, train] */
         int n_obs[2];
         bool learned;
         uint64_t replans;
         loom_us learned_roll, learned_train, learned_budget; /* last computed; 0 before */
-        /* when it began waiting for its current phase (HRRS, FCFS) */
-        loom_us wait_since;
-        int call;            /* next training call when it trains call by call (plex_place.c) */
-        loom_us chain_since; /* when its current training phase became ready */
-} job;
+} learn_state;
 
 typedef struct rnode {
         loom_node_id id;
@@ -85,6 +92,9 @@ typedef struct group {
         int n_coupled; /* members with multi-node rollouts, a sync phase or rate > 1 */
         bool saturated;
         bool full;
+        /* One member whose rollouts run on the training nodes (policy.colocate_lone): its
+         * rollout nodes are planned but not provisioned until a second member joins. */
+        bool lone;
         int open_idx;              /* index in s->open, or -1 */
         loom_job_id train_running; /* job holding the training pool, or 0 */
         loom_job_id train_last;    /* the job whose state the training pool holds, or 0 */
@@ -149,6 +159,12 @@ job *loom__job(const loom_sched *s, loom_job_id id);
 int loom__push_action(loom_sched *s, const loom_action *a);
 void loom__group_refresh(loom_sched *s, group *g); /* recompute caches + open membership */
 int loom__group_meta(const loom_sched *s, const group *g, loom_us *t_meta);
+/* Whether a group of j alone may run j's rollouts on its training nodes: the policy asks for
+ * it, the rollout fits on the training GPUs and both working sets in a node's host memory. */
+bool loom__lone_fits(const loom_sched *s, const loom_job_spec *spec, int train_nodes);
+/* A group left with one member that fits goes lone again: its rollout nodes are released
+ * (planned, not provisioned), unless the member's rollout runs there now; then at its end. */
+void loom__lone_again(loom_sched *s, group *g);
 /* Set member j's rate (>= 1) now: rollout loads follow, and its next phases start a fresh
  * round (dispatch keys); the caller refreshes the group. */
 void loom__set_rate(loom_sched *s, job *j, int rate, int64_t round);

@@ -119,15 +119,15 @@ static int replan(loom_sched *s, job *j)
 {
         double q = s->policy.admission == LOOM_ADMIT_P99 ? 0.99 : 0.95;
         double qr, mr, qt, mt;
-        summarise(j->obs[0], j->n_obs[0], q, &qr, &mr);
-        summarise(j->obs[1], j->n_obs[1], q, &qt, &mt);
-        const loom_job_spec *d = &j->declared;
+        summarise(j->ls->obs[0], j->ls->n_obs[0], q, &qr, &mr);
+        summarise(j->ls->obs[1], j->ls->n_obs[1], q, &qt, &mt);
+        const loom_job_spec *d = &j->ls->declared;
         loom_us roll = scaled(d->t_roll, qr), train = scaled(d->t_train, qt);
         double solo = (double)d->t_roll * mr + (double)d->t_train * mt + (double)d->t_sync;
         loom_us budget = (loom_us)(d->slo * solo);
-        j->learned_roll = roll;
-        j->learned_train = train;
-        j->learned_budget = budget;
+        j->ls->learned_roll = roll;
+        j->ls->learned_train = train;
+        j->ls->learned_budget = budget;
         if (roll == j->spec.t_roll && train == j->spec.t_train && budget == j->slo_budget)
                 return 0;
         loom_us old_roll = j->spec.t_roll, old_train = j->spec.t_train;
@@ -144,8 +144,8 @@ static int replan(loom_sched *s, job *j)
                 loom__group_refresh(s, g);
                 return 2;
         }
-        j->learned = true;
-        j->replans++;
+        j->ls->learned = true;
+        j->ls->replans++;
         return 1;
 }
 
@@ -153,16 +153,16 @@ int loom__observe(loom_sched *s, job *j, loom_phase phase, loom_us took)
 {
         if (s->policy.admission == LOOM_ADMIT_WORST || phase == LOOM_PHASE_SYNC)
                 return 0;
-        const loom_job_spec *d = &j->declared;
+        const loom_job_spec *d = &j->ls->declared;
         loom_us ref = phase == LOOM_PHASE_ROLLOUT
                           ? d->t_roll
                           : loom_group_train_time(d->t_train, d->train_gpus, j->group->train_gpus,
                                                   s->policy.train_scaling_efficiency);
         int p = phase == LOOM_PHASE_ROLLOUT ? 0 : 1;
-        remember(j->obs[p], j->n_obs[p], (double)took / (double)ref);
-        j->n_obs[p]++;
-        if (phase != LOOM_PHASE_TRAIN || j->n_obs[0] < s->policy.learn_after ||
-            j->n_obs[1] < s->policy.learn_after)
+        remember(j->ls->obs[p], j->ls->n_obs[p], (double)took / (double)ref);
+        j->ls->n_obs[p]++;
+        if (phase != LOOM_PHASE_TRAIN || j->ls->n_obs[0] < s->policy.learn_after ||
+            j->ls->n_obs[1] < s->policy.learn_after)
                 return 0;
         return replan(s, j);
 }

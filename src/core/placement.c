@@ -271,6 +271,13 @@ static bool multirate(const search *x)
         return x->s->policy.multirate && x->s->policy.placer == LOOM_PLACER_LOOM;
 }
 
+/* What a candidate provisions: its new rollout nodes, and a lone group's planned ones. */
+static double cand_cost(const search *x, const cand *c)
+{
+        int n = c->n_new + (c->g && c->g->lone ? c->g->n_rnodes : 0);
+        return n * x->s->price[LOOM_POOL_ROLLOUT];
+}
+
 static loom_us div_up(loom_us a, loom_us b)
 {
         return (a + b - 1) / b;
@@ -449,7 +456,7 @@ static int evaluate(search *x, cand *c)
         uint64_t host = s->cluster.host_mem_bytes;
         loom_us tt = loom_group_train_time(sp->t_train, sp->train_gpus, g->train_gpus,
                                            s->policy.train_scaling_efficiency);
-        c->cost = c->n_new * s->price[LOOM_POOL_ROLLOUT];
+        c->cost = cand_cost(x, c);
         c->reject = LOOM_REJECT_NONE;
         c->t_meta = 0;
         c->util = 0;
@@ -555,9 +562,8 @@ static int consider(search *x, cand *c)
 {
         /* Multi-rate evaluation simulates: a candidate dearer than a feasible one already
          * found cannot win (cost is the first key), so it is not simulated. */
-        if (multirate(x) && c->g && x->have_best &&
-            c->n_new * x->s->price[LOOM_POOL_ROLLOUT] > x->best.cost + 1e-9) {
-                c->cost = c->n_new * x->s->price[LOOM_POOL_ROLLOUT];
+        if (multirate(x) && c->g && x->have_best && cand_cost(x, c) > x->best.cost + 1e-9) {
+                c->cost = cand_cost(x, c);
                 c->rate = 1;
                 c->reject = LOOM_REJECT_COSTLIER;
                 snprintf(c->why, sizeof c->why, "dearer than a feasible candidate: not simulated");
@@ -737,7 +743,9 @@ static void isolated(const search *x, cand *c)
         finish_ids(s, c, 0, x->k);
         int t = isolated_tnodes(x), gpn = s->cluster.gpus_per_node;
         c->tnodes = t;
-        c->cost = x->k * s->price[LOOM_POOL_ROLLOUT] + t * s->price[LOOM_POOL_TRAIN];
+        /* alone, under colocate_lone, its rollout nodes wait for a second member */
+        c->cost = (loom__lone_fits(s, sp, t) ? 0 : x->k) * s->price[LOOM_POOL_ROLLOUT] +
+                  t * s->price[LOOM_POOL_TRAIN];
         loom_us tt = t == sp->train_gpus / gpn
                          ? sp->t_train
                          : loom_group_train_time(sp->t_train, sp->train_gpus, t * gpn,
@@ -961,8 +969,11 @@ static void fill_decision(search *x)
         else
                 snprintf(d->reason, sizeof d->reason,
                          "no existing group can take the job within memory and SLOs: "
-                         "new group, +$%.2f/h",
-                         b->cost);
+                         "new group, +$%.2f/h%s",
+                         b->cost,
+                         loom__lone_fits(s, x->spec, b->tnodes)
+                             ? " (its rollouts on the training nodes until a second member joins)"
+                             : "");
 }
 
 int loom__place(const loom_sched *s, const loom_job_spec *spec, loom_decision *d, loom_err *e,

@@ -77,6 +77,21 @@ void loom_policy_cfg_default(loom_policy_cfg *p)
         p->admission = LOOM_ADMIT_WORST;
         p->learn_after = 3;
         p->multirate = true;
+        p->colocate_lone = true;
+}
+
+bool loom__lone_fits(const loom_sched *s, const loom_job_spec *spec, int train_nodes)
+{
+        if (!s->policy.colocate_lone || s->policy.placer != LOOM_PLACER_LOOM)
+                return false;
+        int gpus = train_nodes * s->cluster.gpus_per_node;
+        uint64_t mt = loom_group_train_mem(spec->mem_train, spec->train_gpus, gpus);
+        if (spec->rollout_gpus > gpus || mt + spec->mem_rollout > s->cluster.host_mem_bytes)
+                return false;
+        /* every iteration switches the nodes twice (rollout <-> training) and needs no sync */
+        loom_us tt = loom_group_train_time(spec->t_train, spec->train_gpus, gpus,
+                                           s->policy.train_scaling_efficiency);
+        return spec->t_roll + tt + 2 * s->policy.warm_switch <= loom_job_budget(spec);
 }
 
 const char *loom_admission_name(loom_admission a)
@@ -261,6 +276,8 @@ static void job_free(job *j)
 {
         if (j && j->rnodes != j->rnodes_inline)
                 free(j->rnodes);
+        if (j)
+                free(j->ls);
         free(j);
 }
 
@@ -484,6 +501,8 @@ static int apply_alloc(loom_sched *s, const loom_decision *d, apply_mem *m)
         group *g = NULL;
         if (!(m->j = job_new(d->n_rollout_nodes)))
                 goto nomem;
+        if (s->policy.admission != LOOM_ADMIT_WORST && !(m->j->ls = calloc(1, sizeof *m->j->ls)))
+                goto nomem;
         if (d->kind == LOOM_DECISION_NEW_GROUP) {
                 if (!(g = m->g_new = calloc(1, sizeof *g)))
                         goto nomem;
@@ -514,8 +533,17 @@ static int apply(loom_sched *s, loom_us now, const loom_job_spec *spec, const lo
                 return rc;
         job *j = m.j;
         group *g = m.g_new ? m.g_new : group_of(s, d->group);
-        if (m.g_new)
+        if (m.g_new) {
                 group_open(s, g, d);
+                g->lone = loom__lone_fits(s, spec, g->n_tnodes);
+        } else if (g->lone) {
+                /* a second member: the lone member's rollout nodes are provisioned now, and
+                 * its rollouts move there from its next one on */
+                g->lone = false;
+                for (int i = 0; i < g->n_rnodes; i++)
+                        node_action(s, LOOM_ACT_PROVISION_NODE, LOOM_POOL_ROLLOUT, g->rnodes[i]->id,
+                                    g->id);
+        }
         for (int k = 0, fresh = 0; k < d->n_rollout_nodes; k++) {
                 loom_node_id nid = d->rollout_nodes[k];
                 if (nid >= s->next_rnode) {
@@ -525,7 +553,9 @@ static int apply(loom_sched *s, loom_us now, const loom_job_spec *spec, const lo
                         rnodes_insert(g, r);
                         s->next_rnode = nid + 1;
                         s->rnodes[r->id] = r;
-                        node_action(s, LOOM_ACT_PROVISION_NODE, LOOM_POOL_ROLLOUT, r->id, g->id);
+                        if (!g->lone)
+                                node_action(s, LOOM_ACT_PROVISION_NODE, LOOM_POOL_ROLLOUT, r->id,
+                                            g->id);
                 }
                 rnode *r = s->rnodes[nid];
                 r->load += (d->rate > 1 ? d->rate : 1) * spec->t_roll;
@@ -535,7 +565,8 @@ static int apply(loom_sched *s, loom_us now, const loom_job_spec *spec, const lo
         }
         j->id = s->next_job++;
         j->spec = *spec;
-        j->declared = *spec;
+        if (j->ls)
+                j->ls->declared = *spec;
         j->group = g;
         j->t_train_in = loom_group_train_time(spec->t_train, spec->train_gpus, g->train_gpus,
                                               s->policy.train_scaling_efficiency);
@@ -701,7 +732,8 @@ static void unpin(loom_sched *s, job *j, group *g)
                 memmove(&g->rnodes[i], &g->rnodes[i + 1],
                         sizeof(rnode *) * (size_t)(g->n_rnodes - i - 1));
                 g->n_rnodes--;
-                node_action(s, LOOM_ACT_RELEASE_NODE, LOOM_POOL_ROLLOUT, r->id, g->id);
+                if (!g->lone)
+                        node_action(s, LOOM_ACT_RELEASE_NODE, LOOM_POOL_ROLLOUT, r->id, g->id);
                 s->rnodes[r->id] = NULL;
                 free(r);
         }
@@ -737,9 +769,23 @@ int loom_sched_job_exit(loom_sched *s, loom_us now, loom_job_id id, loom_exit re
                 group_free(g);
                 return 0;
         }
+        loom__lone_again(s, g);
         loom__group_refresh(s, g);
         loom__dispatch(s, g, now);
         return 0;
+}
+
+void loom__lone_again(loom_sched *s, group *g)
+{
+        if (g->lone || g->n_members != 1)
+                return;
+        job *m = g->members[0];
+        if ((m->state == LOOM_JOB_ROLLING && !m->colo) ||
+            !loom__lone_fits(s, &m->spec, g->n_tnodes))
+                return;
+        for (int i = 0; i < g->n_rnodes; i++)
+                node_action(s, LOOM_ACT_RELEASE_NODE, LOOM_POOL_ROLLOUT, g->rnodes[i]->id, g->id);
+        g->lone = true;
 }
 
 /* ---- queries --------------------------------------------------------------------------- */
@@ -762,12 +808,14 @@ int loom_sched_job_info(const loom_sched *s, loom_job_id id, loom_job_info *o)
         o->t_train_in_group = j->t_train_in;
         o->submitted_at = j->submitted_at;
         o->tail_migrated = j->migrated;
-        o->declared = j->declared;
-        o->learned = j->learned;
-        o->replans = j->replans;
-        o->learned_roll = j->learned_roll;
-        o->learned_train = j->learned_train;
-        o->learned_budget = j->learned_budget;
+        o->declared = j->ls ? j->ls->declared : j->spec;
+        if (j->ls) {
+                o->learned = j->ls->learned;
+                o->replans = j->ls->replans;
+                o->learned_roll = j->ls->learned_roll;
+                o->learned_train = j->ls->learned_train;
+                o->learned_budget = j->ls->learned_budget;
+        }
         o->rate = j->rate;
         return 0;
 }
@@ -793,8 +841,9 @@ int loom_sched_group_info(const loom_sched *s, loom_group_id id, loom_group_info
         o->t_load = g->t_load;
         o->t_meta = g->t_meta;
         o->saturated = g->saturated;
-        o->cost_per_hour =
-            g->n_rnodes * s->price[LOOM_POOL_ROLLOUT] + g->n_tnodes * s->price[LOOM_POOL_TRAIN];
+        o->lone = g->lone;
+        o->cost_per_hour = (g->lone ? 0 : g->n_rnodes) * s->price[LOOM_POOL_ROLLOUT] +
+                           g->n_tnodes * s->price[LOOM_POOL_TRAIN];
         return 0;
 }
 

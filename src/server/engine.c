@@ -131,12 +131,11 @@ static json_t *lease_json(loom_server *s, const srv_job *j)
 static json_t *lease_json_phase(loom_server *s, const srv_job *j)
 {
         const srv_lease *l = &j->lease;
-        return json_pack(
-            "{s:I,s:I,s:s,s:s,s:o,s:i,s:f,s:I}", "lease", (json_int_t)l->id, "job",
-            (json_int_t)j->id, "phase", loom_phase_name(l->phase), "pool",
-            loom_pool_name(l->phase == LOOM_PHASE_TRAIN ? LOOM_POOL_TRAIN : LOOM_POOL_ROLLOUT),
-            "nodes", nodes_json(l->nodes, l->n_nodes), "gpus", l->gpus, "lease_timeout_s",
-            s->cfg.lease_timeout_s, "iteration", (json_int_t)(j->done + 1));
+        return json_pack("{s:I,s:I,s:s,s:s,s:o,s:i,s:f,s:I}", "lease", (json_int_t)l->id, "job",
+                         (json_int_t)j->id, "phase", loom_phase_name(l->phase), "pool",
+                         loom_pool_name(l->pool), "nodes", nodes_json(l->nodes, l->n_nodes), "gpus",
+                         l->gpus, "lease_timeout_s", s->cfg.lease_timeout_s, "iteration",
+                         (json_int_t)(j->done + 1));
 }
 
 json_t *srv_job_json(loom_server *s, const srv_job *j, bool full)
@@ -238,6 +237,7 @@ static void grant(loom_server *s, srv_job *j, loom_us now)
         memset(l, 0, sizeof *l);
         l->id = s->next_lease_id++;
         l->phase = j->permit_phase;
+        l->pool = j->permit_pool;
         l->n_nodes = j->permit_n_nodes;
         memcpy(l->nodes, j->permit_nodes, sizeof l->nodes);
         l->gpus = j->permit_gpus;
@@ -258,8 +258,7 @@ static void grant(loom_server *s, srv_job *j, loom_us now)
         srv_state_granted(s, j);
         s->m.leases_granted++;
         srv_log(s, "lease %lld: job %u (%s) %s on %s node %u, %d GPUs", (long long)l->id, j->id,
-                j->name, loom_phase_name(l->phase),
-                loom_pool_name(l->phase == LOOM_PHASE_TRAIN ? LOOM_POOL_TRAIN : LOOM_POOL_ROLLOUT),
+                j->name, loom_phase_name(l->phase), loom_pool_name(l->pool),
                 l->n_nodes ? l->nodes[0] : 0, l->gpus);
         while (j->waiters) {
                 srv_req *r = j->waiters;
@@ -310,6 +309,7 @@ static void on_start_phase(loom_server *s, const loom_action *a, loom_us now)
         }
         j->permit = true;
         j->permit_phase = a->phase;
+        j->permit_pool = a->pool;
         j->permit_n_nodes = a->n_nodes;
         memcpy(j->permit_nodes, a->nodes, sizeof j->permit_nodes);
         j->permit_gpus = a->gpus;
@@ -706,14 +706,15 @@ static void h_cluster(loom_server *s, srv_req *r)
         const loom_policy_cfg *p = loom_sched_policy(s->sched);
         srv_reply_json(
             r, 200,
-            json_pack("{s:o,s:{s:s,s:i,s:s,s:b},s:{s:i,s:i},s:{s:f,s:f},s:f,s:i,s:i,s:I}",
+            json_pack("{s:o,s:{s:s,s:i,s:s,s:b,s:b},s:{s:i,s:i},s:{s:f,s:f},s:f,s:i,s:i,s:I}",
                       "cluster", loom_cluster_cfg_to_json(c), "policy", "admission",
                       loom_admission_name(p->admission), "learn_after", p->learn_after, "dispatch",
-                      loom_dispatch_name(p->dispatch), "multirate", p->multirate, "nodes",
-                      "rollout", st.nodes[LOOM_POOL_ROLLOUT], "train", st.nodes[LOOM_POOL_TRAIN],
-                      "cost_per_hour_by_pool", "rollout", pr * st.nodes[LOOM_POOL_ROLLOUT], "train",
-                      pt * st.nodes[LOOM_POOL_TRAIN], "cost_per_hour", st.cost_per_hour, "jobs",
-                      st.jobs, "groups", st.groups, "replans", (json_int_t)st.replans));
+                      loom_dispatch_name(p->dispatch), "multirate", p->multirate, "colocate_lone",
+                      p->colocate_lone, "nodes", "rollout", st.nodes[LOOM_POOL_ROLLOUT], "train",
+                      st.nodes[LOOM_POOL_TRAIN], "cost_per_hour_by_pool", "rollout",
+                      pr * st.nodes[LOOM_POOL_ROLLOUT], "train", pt * st.nodes[LOOM_POOL_TRAIN],
+                      "cost_per_hour", st.cost_per_hour, "jobs", st.jobs, "groups", st.groups,
+                      "replans", (json_int_t)st.replans));
 }
 
 static void handle(loom_server *s, srv_req *r, loom_us now)

@@ -99,7 +99,7 @@ static int settle_cluster(loom_server *s, loom_err *e)
                 return rc;
         /* The policy is not stored: placement only replays exactly under the same policy, so
          * it is part of what --cluster fixes; record a fingerprint and compare. */
-        char base[160], adm[64] = "", plx[128] = "", pol[352], worst[288], legacy[224];
+        char base[192], adm[64] = "", plx[128] = "", pol[384], worst[320], legacy[256];
         const loom_policy_cfg *p = &s->cfg.policy;
         snprintf(base, sizeof base, "%d %.17g %lld %d %.17g %d %d %llu", p->max_group_size,
                  p->train_scaling_efficiency, (long long)p->warm_switch, p->tail_migration,
@@ -122,6 +122,9 @@ static int settle_cluster(loom_server *s, loom_err *e)
         /* Right-sized training pools change how many training nodes a new group gets. */
         if (p->train_rightsize && p->placer == LOOM_PLACER_LOOM)
                 snprintf(base + strlen(base), sizeof base - strlen(base), " train_rightsize=on");
+        /* Colocated lone members change what a new group provisions and what joining costs. */
+        if (p->colocate_lone && p->placer == LOOM_PLACER_LOOM)
+                snprintf(base + strlen(base), sizeof base - strlen(base), " colocate_lone=on");
         snprintf(pol, sizeof pol, "%s%s%s", base, adm, plx);
         snprintf(legacy, sizeof legacy, "%s%s", base, adm); /* a plex store before plx */
         snprintf(worst, sizeof worst, "%s%s", base, plx);

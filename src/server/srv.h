@@ -126,6 +126,7 @@ typedef struct srv_req {
 typedef struct srv_lease {
         int64_t id;
         loom_phase phase;
+        loom_pool pool; /* a lone member's rollout runs on its group's training nodes */
         int n_nodes;
         loom_node_id nodes[LOOM_MAX_JOB_NODES];
         int gpus;
@@ -169,6 +170,7 @@ typedef struct srv_job {
 
         bool permit; /* the core started `permit_phase`; waiting for the worker to claim it */
         loom_phase permit_phase;
+        loom_pool permit_pool;
         int permit_n_nodes;
         loom_node_id permit_nodes[LOOM_MAX_JOB_NODES];
         int permit_gpus;

@@ -15,10 +15,10 @@
 
 #include "srv.h"
 
-static bool on_node(const srv_lease *l, loom_node_id node)
+static bool on_node(const srv_lease *l, loom_pool pool, loom_node_id node)
 {
         for (int i = 0; i < l->n_nodes; i++)
-                if (l->nodes[i] == node)
+                if (l->pool == pool && l->nodes[i] == node)
                         return true;
         return false;
 }
@@ -42,7 +42,7 @@ void srv_state_granted(loom_server *s, const srv_job *j)
                 for (uint32_t i = 0; i < s->n_jobs; i++) {
                         srv_job *o = s->jobs[i];
                         if (o && o != j && srv_job_live(o->state) && o->lease.granted_wall &&
-                            on_node(&o->lease, node))
+                            on_node(&o->lease, j->lease.pool, node))
                                 v[n++] = o;
                 }
                 qsort(v, (size_t)n, sizeof *v, by_grant);

@@ -126,6 +126,7 @@ static int from_run(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_
         set(r, r->name, r->adds, res.total_cost, h);
         r->avg_cost_per_hour = res.avg_cost_per_hour;
         r->slo_attainment = res.slo_attainment;
+        r->lone_rollout_cost = res.lone_rollout_cost;
         loom_sim_result_free(&res);
         return 0;
 }
@@ -193,6 +194,9 @@ void loom_sim_decompose_print(FILE *f, const loom_sim_rung *r, bool json)
                                         x->total_cost, x->avg_cost_per_hour, ratio, step);
                                 if (!isnan(x->slo_attainment))
                                         fprintf(f, ",\"slo_attainment\":%.4f", x->slo_attainment);
+                                if (x->lone_rollout_cost > 0)
+                                        fprintf(f, ",\"lone_rollout_cost\":%.2f",
+                                                x->lone_rollout_cost);
                         }
                         fprintf(f, "}\n");
                 } else if (!x->measured) {
@@ -207,4 +211,15 @@ void loom_sim_decompose_print(FILE *f, const loom_sim_rung *r, bool json)
                 if (x->measured)
                         prev = x->total_cost;
         }
+        const loom_sim_rung *m = &r[LOOM_SIM_RUNGS - 1];
+        if (!json && m->measured && m->lone_rollout_cost > 0 && m->total_cost > 0)
+                fprintf(f,
+                        "%s: $%.0f (%.1f%%) of it on the rollout nodes of one-member groups, "
+                        "which the colocated baseline does not pay for; colocating a lone "
+                        "member's rollouts on its training nodes would save at most that "
+                        "($%.1f/h)\n",
+                        m->name, m->lone_rollout_cost, 100 * m->lone_rollout_cost / m->total_cost,
+                        m->total_cost > 0 && m->avg_cost_per_hour > 0
+                            ? m->lone_rollout_cost * m->avg_cost_per_hour / m->total_cost
+                            : 0);
 }

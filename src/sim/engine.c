@@ -31,7 +31,7 @@
 #define RES_SLOTS 24 /* resident working sets remembered per node (LRU) */
 
 typedef struct resident {
-        int job; /* workload index + 1; 0 = free */
+        int job; /* workload index + 1 (negated: a lone member's rollout state); 0 = free */
         uint64_t bytes;
         uint64_t stamp;
 } resident;
@@ -93,7 +93,32 @@ typedef struct engine {
         loom_err *e;
         bool resubmit_drift; /* re-admit a job whose phases outgrow its declared profile */
         bool skip_starts;    /* while every job is being stopped (regroup) */
+        int lone_rnodes;     /* rollout nodes of one-member groups, since the last event */
+        loom_group_id *gids; /* scratch for lone_count */
+        int cap_gids;
 } engine;
+
+/* Rollout nodes held by groups with one member now (loom's placer). */
+static int lone_count(engine *g)
+{
+        int n = loom_sched_groups(g->s, g->gids, g->cap_gids);
+        if (n > g->cap_gids) {
+                int cap = n * 2;
+                loom_group_id *p = realloc(g->gids, sizeof *p * (size_t)cap);
+                if (!p)
+                        return -1;
+                g->gids = p;
+                g->cap_gids = cap;
+                n = loom_sched_groups(g->s, g->gids, g->cap_gids);
+        }
+        int lone = 0;
+        for (int i = 0; i < n; i++) {
+                loom_group_info gi;
+                if (!loom_sched_group_info(g->s, g->gids[i], &gi) && gi.n_members == 1 && !gi.lone)
+                        lone += gi.n_rollout_nodes;
+        }
+        return lone;
+}
 
 static int fail(engine *g, int rc, const char *what)
 {
@@ -127,18 +152,20 @@ static uint64_t job_bytes(const engine *g, int ji, loom_pool p, int gpus)
         return loom_group_train_mem(s->mem_train, s->train_gpus, gpus);
 }
 
-/* Switch latency for job ji starting on node n, updating the node's residency. */
-static loom_us node_switch(engine *g, node_state *n, loom_pool pool, int ji, uint64_t bytes,
-                           int *kind)
+/* Switch latency for job ji starting on node n, updating the node's residency. key: the
+ * working set's identity (ji + 1; -(ji + 1) for a lone member's rollout on its training node,
+ * which switches between its rollout and training states as the colocated baseline does). */
+static loom_us node_switch(engine *g, node_state *n, loom_pool pool, int ji, int key,
+                           uint64_t bytes, int *kind)
 {
         const loom_sim_job *j = &g->w->jobs[ji];
         g->stamp++;
         int free_slot = -1;
         for (int i = 0; i < RES_SLOTS; i++) {
-                if (n->res[i].job == ji + 1) {
+                if (n->res[i].job == key) {
                         n->res[i].stamp = g->stamp;
-                        bool same = n->last == ji + 1;
-                        n->last = ji + 1;
+                        bool same = n->last == key;
+                        n->last = key;
                         *kind = same ? 0 : 1;
                         if (same)
                                 return 0;
@@ -165,10 +192,10 @@ static loom_us node_switch(engine *g, node_state *n, loom_pool pool, int ji, uin
                         free_slot = lru;
         }
         if (free_slot >= 0) {
-                n->res[free_slot] = (resident){ji + 1, bytes, g->stamp};
+                n->res[free_slot] = (resident){key, bytes, g->stamp};
                 n->used += bytes;
         }
-        n->last = ji + 1;
+        n->last = key;
         *kind = 2;
         const sjob *sj = &g->jobs[ji];
         if (!sj->touched[pool]) /* the admission-time load: wait for what is left, then warm */
@@ -181,21 +208,23 @@ static loom_us phase_switch(engine *g, int ji, const loom_action *a)
 {
         loom_us worst = 0;
         int kind_max = 0;
+        bool colo = a->phase == LOOM_PHASE_ROLLOUT && a->pool == LOOM_POOL_TRAIN;
+        loom_pool state = colo ? LOOM_POOL_ROLLOUT : a->pool; /* whose working set */
         for (int k = 0; k < a->n_nodes; k++) {
                 node_state *n = node_get(g, a->pool, a->nodes[k]);
                 if (!n)
                         return -1;
                 int kind;
-                int gpus =
-                    a->pool == LOOM_POOL_TRAIN ? a->n_nodes * g->c->cluster.gpus_per_node : 0;
-                loom_us t = node_switch(g, n, a->pool, ji, job_bytes(g, ji, a->pool, gpus), &kind);
+                int gpus = state == LOOM_POOL_TRAIN ? a->n_nodes * g->c->cluster.gpus_per_node : 0;
+                loom_us t = node_switch(g, n, state, ji, colo ? -(ji + 1) : ji + 1,
+                                        job_bytes(g, ji, state, gpus), &kind);
                 if (t > worst)
                         worst = t;
                 if (kind > kind_max)
                         kind_max = kind;
         }
         if (a->n_nodes)
-                g->jobs[ji].touched[a->pool] = true;
+                g->jobs[ji].touched[state] = true;
         if (kind_max == 2)
                 g->r->cold_starts++;
         else if (kind_max == 1)
@@ -246,8 +275,8 @@ static int record(engine *g, int ji, loom_us end)
         for (int k = 0; k < rows; k++) {
                 loom_sim_interval iv = {.job = ji,
                                         .phase = j->phase,
-                                        .pool = j->phase == LOOM_PHASE_TRAIN ? LOOM_POOL_TRAIN
-                                                                             : LOOM_POOL_ROLLOUT,
+                                        .pool = j->phase == LOOM_PHASE_SYNC ? LOOM_POOL_ROLLOUT
+                                                                            : j->busy_pool,
                                         .row = j->n_nodes ? (int)j->nodes[k] : -1,
                                         .start = j->seg_start,
                                         .end = end,
@@ -291,6 +320,10 @@ static int start_phase(engine *g, const loom_action *a)
                 j->rolling = true;
                 j->work = (double)sim_phase_us(sj->spec.t_roll, sj->roll[it]);
                 j->work_q = (double)sim_phase_us(sj->spec.t_roll, sj->tailq[it]);
+                if (a->pool == LOOM_POOL_TRAIN) { /* a lone member, on its training GPUs */
+                        j->work *= g->c->colocated_roll_factor;
+                        j->work_q *= g->c->colocated_roll_factor;
+                }
                 j->anchor_t = g->now + ovh;
                 j->anchor_w = 0;
                 j->rate = a->gpus >= sj->spec.rollout_gpus
@@ -749,6 +782,7 @@ static void engine_free(engine *g)
         loom_sched_free(g->s);
         loom__sim_heap_free(&g->heap);
         free(g->jobs);
+        free(g->gids);
         free(g->by_id);
         free(g->nodes[0]);
         free(g->nodes[1]);
@@ -797,6 +831,7 @@ int loom__sim_run_core(const loom_sim_cfg *c, const loom_sim_workload *w, loom_s
                 goto out;
         sim_event ev;
         rc = 0;
+        bool lone = p == LOOM_SIM_LOOM;
         while (!rc && loom__sim_heap_pop(&g.heap, &ev)) {
                 sjob *j = &g.jobs[ev.job];
                 if ((ev.type == SIM_EV_PROGRESS || ev.type == SIM_EV_END) &&
@@ -806,6 +841,8 @@ int loom__sim_run_core(const loom_sim_cfg *c, const loom_sim_workload *w, loom_s
                 if ((ev.type == SIM_EV_FAIL && !j->active) ||
                     (ev.type == SIM_EV_REGROUP && g.finished >= w->n))
                         continue;
+                if (lone)
+                        r->lone_rollout_cost += (double)(ev.t - g.now) * g.lone_rnodes;
                 g.now = ev.t;
                 r->events++;
                 if (ev.type == SIM_EV_ARRIVAL || ev.type == SIM_EV_RESUBMIT)
@@ -818,6 +855,8 @@ int loom__sim_run_core(const loom_sim_cfg *c, const loom_sim_workload *w, loom_s
                         rc = on_progress(&g, (int)ev.job);
                 else
                         rc = on_end(&g, (int)ev.job);
+                if (!rc && lone && (g.lone_rnodes = lone_count(&g)) < 0)
+                        rc = LOOM_ENOMEM;
                 if ((r->events & 0xFFFF) == 0)
                         sim_progress(c, p, (double)g.finished / (w->n ? w->n : 1));
         }
@@ -825,6 +864,8 @@ int loom__sim_run_core(const loom_sim_cfg *c, const loom_sim_workload *w, loom_s
         if (rc)
                 goto out;
         loom__sim_meter_finish(&g.meter, g.now);
+        r->lone_rollout_cost *=
+            loom_cluster_node_price(&cc.cluster, LOOM_POOL_ROLLOUT) / 1e6 / 3600.0;
         loom_sched_stats st;
         loom_sched_stats_get(g.s, &st);
         r->replans = st.replans;

@@ -293,25 +293,16 @@ int loom_cluster_cfg_from_json(json_t *obj, const char *where, const char *text,
 int loom_policy_cfg_from_json(json_t *obj, const char *where, const char *text, size_t len,
                               const loom_cluster_cfg *cl, loom_policy_cfg *out, loom_err *e)
 {
-        static const char *const known[] = {"max_group_size",
-                                            "train_scaling_efficiency",
-                                            "warm_switch_s",
-                                            "tail_migration",
-                                            "tail_threshold",
-                                            "tail_keep_gpus",
-                                            "placer",
-                                            "seed",
-                                            "dispatch",
-                                            "preempt_margin",
-                                            "plex_alpha",
-                                            "plex_w1",
-                                            "plex_w2",
-                                            "plex_duty_max",
-                                            "admission",
-                                            "learn_after",
-                                            "multirate",
-                                            "train_rightsize",
-                                            NULL};
+        static const char *const known[] = {"max_group_size", "train_scaling_efficiency",
+                                            "warm_switch_s",  "tail_migration",
+                                            "tail_threshold", "tail_keep_gpus",
+                                            "placer",         "seed",
+                                            "dispatch",       "preempt_margin",
+                                            "plex_alpha",     "plex_w1",
+                                            "plex_w2",        "plex_duty_max",
+                                            "admission",      "learn_after",
+                                            "multirate",      "train_rightsize",
+                                            "colocate_lone",  NULL};
         dctx c = {where ? where : "", text, len, e};
         if (!json_is_object(obj))
                 return fail(&c, "", "the policy must be a JSON object");
@@ -341,6 +332,12 @@ int loom_policy_cfg_from_json(json_t *obj, const char *where, const char *text, 
                 if (!json_is_boolean(mr))
                         return fail(&c, "multirate", "must be true or false");
                 p.multirate = json_is_true(mr);
+        }
+        json_t *co = json_object_get(obj, "colocate_lone");
+        if (co) {
+                if (!json_is_boolean(co))
+                        return fail(&c, "colocate_lone", "must be true or false");
+                p.colocate_lone = json_is_true(co);
         }
         json_t *rs = json_object_get(obj, "train_rightsize");
         if (rs) {

@@ -9,10 +9,11 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from loomd_harness import Loomd, check, job_spec  # noqa: E402
+from loomd_harness import Loomd, check, job_spec, weave_groups  # noqa: E402
 
 build = sys.argv[1]
-d = Loomd(build, "--idle-timeout", "1", "--lease-timeout", "30", "--quiet").start()
+d = Loomd(build, "--cluster", weave_groups(), "--idle-timeout", "1", "--lease-timeout", "30",
+          "--quiet").start()
 
 
 def state():

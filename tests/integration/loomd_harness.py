@@ -83,6 +83,18 @@ class Loomd:
             return r.status, text
 
 
+def weave_groups():
+    """A --cluster file whose policy turns colocate_lone off: every group provisions its
+    rollout nodes from its first member on, as WEAVE's groups do (for tests of the permit
+    order on shared rollout nodes)."""
+    d = tempfile.mkdtemp(prefix="loomd-policy-")
+    atexit.register(shutil.rmtree, d, True)
+    path = os.path.join(d, "weave.json")
+    with open(path, "w") as f:
+        f.write('{"cluster": {}, "policy": {"colocate_lone": false}}\n')
+    return path
+
+
 def job_spec(name, t_roll=2.0, t_train=1.0, slo=1.5, iterations=2, **extra):
     s = {"name": name, "rollout_gpus": 8, "train_gpus": 8, "t_roll_s": t_roll,
          "t_train_s": t_train, "slo": slo, "iterations": iterations}

@@ -137,8 +137,10 @@ _, m = d.req("GET", "/metrics")
 check(metric(m, "loom_replans_total") == ja["replans"], "/metrics counts the re-plans")
 st, b2 = d.req("POST", "/v1/jobs", B)
 dec = b2["decision"]
+# A alone runs colocated on its training node (policy.colocate_lone): joining it provisions
+# A's planned rollout node, $14.80/h, and nothing else.
 check(st == 201 and dec["decision"] == "direct_pack" and dec["group"] == a["decision"]["group"]
-      and dec["marginal_cost_per_hour"] == 0,
+      and abs(dec["marginal_cost_per_hour"] - 14.80) < 1e-9,
       f"the same B now packs into A's group: {dec['decision']}, "
       f"+${dec['marginal_cost_per_hour']:.2f}/h, T_meta {dec['t_meta_s']:.3f} s")
 

@@ -14,14 +14,14 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from loomd_harness import Loomd, check, import_setup, job_spec  # noqa: E402
+from loomd_harness import Loomd, check, import_setup, job_spec, weave_groups  # noqa: E402
 
 build, source = sys.argv[1], sys.argv[2]
 env = import_setup(build, source)
 import loom  # noqa: E402
 
 TIMEOUT = 2.0
-d = Loomd(build, "--lease-timeout", str(TIMEOUT), "--quiet").start()
+d = Loomd(build, "--cluster", weave_groups(), "--lease-timeout", str(TIMEOUT), "--quiet").start()
 url = d.url()
 
 a = loom.Job.submit(url, job_spec("A", 2, 1, 1.5, 3, max_restarts=0))

@@ -17,7 +17,13 @@ out=$("$loom" place "$src/examples/temporal-mux.json")
 check "example exits 0" test $? -eq 0
 check "two decisions" test "$(printf '%s\n' "$out" | wc -l)" -eq 2
 check "A opens a group" grep -q '"job":"A","decision":"new_group","group":0' <<<"$out"
-check "B direct-packs at 260 s" grep -q '"job":"B","decision":"direct_pack","group":0,"rollout_nodes":\[0\],"train_nodes":\[0\],"marginal_cost_per_hour":0.0,"t_meta_s":260.0' <<<"$out"
+check "B direct-packs at 260 s, paying for A's planned rollout node" grep -q '"job":"B","decision":"direct_pack","group":0,"rollout_nodes":\[0\],"train_nodes":\[0\],"marginal_cost_per_hour":14.8,"t_meta_s":260.0' <<<"$out"
+
+off=$("$loom" place --colocate-lone off "$src/examples/temporal-mux.json")
+check "with --colocate-lone off A pays for its rollout node at once" grep -q '"job":"A","decision":"new_group","group":0,"rollout_nodes":\[0\],"train_nodes":\[0\],"marginal_cost_per_hour":57.04' <<<"$off"
+check "and B direct-packs at +\$0" grep -q '"job":"B","decision":"direct_pack","group":0,"rollout_nodes":\[0\],"train_nodes":\[0\],"marginal_cost_per_hour":0.0,"t_meta_s":260.0' <<<"$off"
+"$loom" place --colocate-lone sometimes "$src/examples/temporal-mux.json" >/dev/null 2>&1
+check "--colocate-lone takes on or off (exit 2)" test $? -eq 2
 
 # Same input, same bytes.
 check "deterministic" test "$("$loom" place "$src/examples/temporal-mux.json")" = "$out"

@@ -271,6 +271,7 @@ Test(multirate, rightsize_opens_the_fewest_training_nodes_within_slo_and_memory)
         loom_cluster_cfg_default(&cl);
         loom_policy_cfg_default(&po);
         cr_assert_not(po.train_rightsize, "off by default");
+        po.colocate_lone = false; /* the price below includes the job's rollout node */
         /* T_solo 300 s, budget 540 s: 1 node -> 100 + 800 = 900 s, 2 -> 500 s fits */
         loom_job_spec big = spec("big", 100, 200, 1.8);
         big.train_gpus = 32;

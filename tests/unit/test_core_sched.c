@@ -16,6 +16,7 @@ static void setup(void)
         loom_cluster_cfg_default(&cl);
         loom_policy_cfg_default(&po);
         po.multirate = false; /* single-rate round robin (test_core_multirate.c covers rates) */
+        po.colocate_lone = false; /* WEAVE's groups (test_core_lone.c covers lone members) */
 }
 
 TestSuite(sched, .init = setup);

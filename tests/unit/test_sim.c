@@ -165,7 +165,8 @@ static void bound_chain(bool det)
 {
         loom_sim_cfg c;
         loom_sim_cfg_default(&c);
-        c.policy.multirate = false; /* the oracle searches single-rate groupings */
+        c.policy.colocate_lone = false; /* WEAVE's groups: a rollout node from the start */
+        c.policy.multirate = false;     /* the oracle searches single-rate groupings */
         for (uint64_t seed = 1; seed <= 6; seed++) {
                 loom_sim_workload w;
                 poisson(&w, seed, 10, 1, 4, det, LOOM_SIM_MIXED);
@@ -278,6 +279,7 @@ Test(sim_micro, temporal_mux_schedule_phase_by_phase)
          * while nobody trains, then B rolls while A trains, and so on. */
         loom_sim_cfg c;
         loom_sim_cfg_default(&c);
+        c.policy.colocate_lone = false; /* WEAVE's groups: a rollout node from the start */
         for (int i = 0; i < 4; i++)
                 c.warm_s[i] = c.cold_s[i] = 0;
         c.policy.warm_switch = 0;
@@ -504,6 +506,7 @@ Test(sim_switch, warm_switch_hides_in_idle_time_and_first_phase_waits_for_the_lo
          * in idle time only partly. */
         loom_sim_cfg c;
         loom_sim_cfg_default(&c);
+        c.policy.colocate_lone = false; /* WEAVE's groups: a rollout node from the start */
         for (int i = 0; i < 4; i++) {
                 c.warm_s[i] = 10;
                 c.cold_s[i] = 30;
@@ -575,12 +578,40 @@ Test(sim_decompose, rungs_are_the_bound_the_node_rounding_and_the_runs)
         cr_assert_float_eq(r[5].slo_attainment, loom.slo_attainment, 1e-12);
         cr_assert_leq(r[3].total_cost, r[5].total_cost * (1 + 1e-9), "the optimum is below loom");
         cr_assert(r[6].measured);
-        cr_assert_float_eq(r[6].total_cost, multi.total_cost, 1e-6, "the last rung is multi-rate loom");
+        cr_assert_float_eq(r[6].total_cost, multi.total_cost, 1e-6,
+                           "the last rung is multi-rate loom");
+        cr_assert_float_eq(r[6].lone_rollout_cost, multi.lone_rollout_cost, 1e-6);
+        cr_assert_float_eq(r[5].lone_rollout_cost, loom.lone_rollout_cost, 1e-6);
+        double roll_price = loom_cluster_node_price(&c.cluster, LOOM_POOL_ROLLOUT);
+        double roll_spend =
+            multi.prov_gpu_h[LOOM_POOL_ROLLOUT] / c.cluster.gpus_per_node * roll_price;
+        cr_assert_gt(multi.lone_rollout_cost, 0, "some job runs alone in its group");
+        cr_assert_leq(multi.lone_rollout_cost, roll_spend * (1 + 1e-9),
+                      "lone members' nodes are a part of the rollout pool's spend");
+        cr_assert_eq(lb.lone_rollout_cost, 0, "only loom's groups are measured");
         loom_sim_result_free(&multi);
         loom_sim_result_free(&lb);
         loom_sim_result_free(&opt);
         loom_sim_result_free(&loom);
         loom_sim_result_free(&rg);
+        loom_sim_workload_free(&w);
+}
+
+/* A job alone all its life: every rollout node the run pays for is a lone member's. */
+Test(sim_decompose, a_lone_job_pays_all_of_its_rollout_nodes_as_lone)
+{
+        loom_sim_cfg c;
+        loom_sim_cfg_default(&c);
+        c.policy.colocate_lone = false; /* WEAVE's groups: a rollout node from the start */
+        loom_sim_workload w;
+        poisson(&w, 5, 1, 1, 2, true, LOOM_SIM_MIXED);
+        loom_sim_result r;
+        run(&c, &w, LOOM_SIM_LOOM, &r);
+        double roll_price = loom_cluster_node_price(&c.cluster, LOOM_POOL_ROLLOUT);
+        double roll_spend = r.prov_gpu_h[LOOM_POOL_ROLLOUT] / c.cluster.gpus_per_node * roll_price;
+        cr_assert_gt(roll_spend, 0);
+        cr_assert_float_eq(r.lone_rollout_cost, roll_spend, 1e-6 * roll_spend);
+        loom_sim_result_free(&r);
         loom_sim_workload_free(&w);
 }
 

@@ -1,0 +1,305 @@
+/*
+ * test_core_lone.c - lone members colocated on their training nodes (policy.colocate_lone):
+ * a group of one runs its member's rollouts on the training pool and provisions no rollout
+ * node; a second member provisions the planned nodes and the first member's rollouts move
+ * there; jobs whose SLO cannot absorb the two switches per iteration, or whose rollout does not
+ * fit the training GPUs or host memory, get their rollout node at once.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "loom/sched.h"
+
+static loom_cluster_cfg cl;
+static loom_policy_cfg po;
+
+static void setup(void)
+{
+        loom_cluster_cfg_default(&cl);
+        loom_policy_cfg_default(&po);
+}
+
+TestSuite(lone, .init = setup);
+
+static loom_job_spec spec(const char *id, double roll, double train, double slo)
+{
+        loom_job_spec s;
+        loom_job_spec_init(&s);
+        snprintf(s.id, sizeof s.id, "%s", id);
+        s.rollout_gpus = 8;
+        s.train_gpus = 8;
+        s.t_roll = loom_us_from_s(roll);
+        s.t_train = loom_us_from_s(train);
+        s.slo = slo;
+        s.mem_rollout = 10 * LOOM_GB;
+        s.mem_train = 20 * LOOM_GB;
+        return s;
+}
+
+typedef struct seen {
+        int provisioned[2], released[2];
+        int starts;
+        loom_action last_start;
+        loom_action of[8]; /* last start per job id */
+} seen;
+
+static void drain(loom_sched *s, seen *v)
+{
+        loom_action a;
+        while (loom_sched_next_action(s, &a)) {
+                if (a.type == LOOM_ACT_PROVISION_NODE)
+                        v->provisioned[a.pool]++;
+                else if (a.type == LOOM_ACT_RELEASE_NODE)
+                        v->released[a.pool]++;
+                else if (a.type == LOOM_ACT_START_PHASE) {
+                        v->starts++;
+                        v->last_start = a;
+                        if (a.job < 8)
+                                v->of[a.job] = a;
+                }
+        }
+}
+
+static loom_job_id submit(loom_sched *s, const loom_job_spec *sp, loom_decision *d)
+{
+        loom_job_id id;
+        loom_err e;
+        loom_err_clear(&e);
+        cr_assert_eq(loom_sched_submit(s, 0, sp, d, &id, &e), 0, "%s", e.msg);
+        return id;
+}
+
+Test(lone, on_by_default_and_a_lone_member_rolls_out_on_its_training_nodes)
+{
+        cr_assert(po.colocate_lone);
+        loom_sched *s = loom_sched_new(&cl, &po, NULL);
+        loom_decision d;
+        loom_decision_init(&d, false);
+        loom_job_spec a = spec("A", 100, 50, 1.5);
+        loom_job_id ia = submit(s, &a, &d);
+        cr_assert_eq(d.kind, LOOM_DECISION_NEW_GROUP);
+        cr_assert_float_eq(d.marginal_cost_per_hour, loom_cluster_node_price(&cl, LOOM_POOL_TRAIN),
+                           1e-9, "only the training node is paid for");
+        cr_assert(strstr(d.reason, "until a second member joins"), "%s", d.reason);
+        seen v = {0};
+        drain(s, &v);
+        cr_assert_eq(v.provisioned[LOOM_POOL_TRAIN], 1);
+        cr_assert_eq(v.provisioned[LOOM_POOL_ROLLOUT], 0, "the rollout node waits");
+        cr_assert_eq(v.starts, 1);
+        cr_assert_eq(v.last_start.phase, LOOM_PHASE_ROLLOUT);
+        cr_assert_eq(v.last_start.pool, LOOM_POOL_TRAIN, "on the training nodes");
+        cr_assert_eq(v.last_start.nodes[0], d.train_nodes[0]);
+        loom_group_info g;
+        cr_assert_eq(loom_sched_group_info(s, d.group, &g), 0);
+        cr_assert(g.lone);
+        cr_assert_float_eq(g.cost_per_hour, loom_cluster_node_price(&cl, LOOM_POOL_TRAIN), 1e-9);
+        loom_sched_stats st;
+        loom_sched_stats_get(s, &st);
+        cr_assert_eq(st.nodes[LOOM_POOL_ROLLOUT], 0);
+
+        /* its rollout holds the training pool; then it trains, and (no sync: the weights are
+         * where they run) rolls out again on the training nodes */
+        cr_assert_eq(loom_sched_phase_done(s, 100, ia, LOOM_PHASE_ROLLOUT), 0);
+        drain(s, &v);
+        cr_assert_eq(v.last_start.phase, LOOM_PHASE_TRAIN);
+        cr_assert_eq(loom_sched_phase_done(s, 150, ia, LOOM_PHASE_TRAIN), 0);
+        drain(s, &v);
+        cr_assert_eq(v.last_start.phase, LOOM_PHASE_ROLLOUT);
+        cr_assert_eq(v.last_start.pool, LOOM_POOL_TRAIN);
+        loom_decision_free(&d);
+        loom_sched_free(s);
+}
+
+/* B joins A's group: A's planned rollout node is provisioned (B pays for it), B's rollout runs
+ * there at once while A's current rollout finishes on the training nodes, and A's next rollout
+ * is on the rollout node. */
+Test(lone, a_second_member_provisions_the_rollout_node_and_moves_the_first_there)
+{
+        loom_sched *s = loom_sched_new(&cl, &po, NULL);
+        loom_decision d;
+        loom_decision_init(&d, false);
+        loom_job_spec a = spec("A", 100, 50, 2.0), b = spec("B", 40, 40, 2.0);
+        loom_job_id ia = submit(s, &a, &d);
+        loom_group_id grp = d.group;
+        seen v = {0};
+        drain(s, &v);
+        loom_job_id ib = submit(s, &b, &d);
+        cr_assert_eq(d.group, grp, "B joins A: %s", d.reason);
+        cr_assert_eq(d.kind, LOOM_DECISION_DIRECT_PACK, "%s", d.reason);
+        cr_assert_float_eq(d.marginal_cost_per_hour,
+                           loom_cluster_node_price(&cl, LOOM_POOL_ROLLOUT), 1e-9,
+                           "joining a lone group pays for its planned rollout node");
+        memset(&v, 0, sizeof v);
+        drain(s, &v);
+        cr_assert_eq(v.provisioned[LOOM_POOL_ROLLOUT], 1);
+        cr_assert_eq(v.starts, 1, "B's rollout starts on the rollout node");
+        cr_assert_eq(v.last_start.job, ib);
+        cr_assert_eq(v.last_start.pool, LOOM_POOL_ROLLOUT);
+        loom_group_info g;
+        cr_assert_eq(loom_sched_group_info(s, grp, &g), 0);
+        cr_assert_not(g.lone);
+        cr_assert_eq(loom_sched_phase_done(s, 40, ib, LOOM_PHASE_ROLLOUT), 0);
+        memset(&v, 0, sizeof v);
+        drain(s, &v);
+        cr_assert_eq(v.starts, 0, "A's rollout still holds the training pool");
+        cr_assert_eq(loom_sched_phase_done(s, 100, ia, LOOM_PHASE_ROLLOUT), 0);
+        drain(s, &v);
+        cr_assert_eq(loom_sched_phase_done(s, 150, ia, LOOM_PHASE_TRAIN), 0);
+        memset(&v, 0, sizeof v);
+        drain(s, &v);
+        loom_job_info ji;
+        cr_assert_eq(loom_sched_job_info(s, ia, &ji), 0);
+        cr_assert(ji.state == LOOM_JOB_ROLLING || ji.state == LOOM_JOB_WAIT_ROLL ||
+                  ji.state == LOOM_JOB_SYNCING);
+        loom_sched_free(s);
+        loom_decision_free(&d);
+}
+
+/* A's rollouts on the rollout node once B is in: driven phase by phase, every rollout start of
+ * A after B joined names the rollout pool. */
+Test(lone, after_the_join_every_rollout_is_on_the_rollout_pool)
+{
+        loom_sched *s = loom_sched_new(&cl, &po, NULL);
+        loom_decision d;
+        loom_decision_init(&d, false);
+        loom_job_spec a = spec("A", 100, 50, 2.0), b = spec("B", 40, 40, 2.0);
+        loom_job_id ia = submit(s, &a, &d);
+        loom_job_id ib = submit(s, &b, &d);
+        /* complete phases in the order they start, 60 of them */
+        loom_action q[64];
+        int head = 0, tail = 0, a_rolls = 0;
+        loom_us now = 0;
+        for (int done = 0; done < 60; done++) {
+                loom_action act;
+                while (loom_sched_next_action(s, &act))
+                        if (act.type == LOOM_ACT_START_PHASE && tail - head < 64)
+                                q[tail++ % 64] = act;
+                cr_assert_lt(head, tail, "something runs");
+                act = q[head++ % 64];
+                if (act.job == ia && act.phase == LOOM_PHASE_ROLLOUT) {
+                        if (a_rolls > 0)
+                                cr_assert_eq(act.pool, LOOM_POOL_ROLLOUT, "A's rollout %d",
+                                             a_rolls);
+                        a_rolls++;
+                }
+                now += 10;
+                cr_assert_eq(loom_sched_phase_done(s, now, act.job, act.phase), 0);
+        }
+        cr_assert_geq(a_rolls, 3);
+        (void)ib;
+        loom_decision_free(&d);
+        loom_sched_free(s);
+}
+
+/* When it stays lone is decided by the SLO and the hardware: two switches per iteration must
+ * fit the job's budget, its rollout the training GPUs, both working sets a node's memory. */
+Test(lone, slo_gpus_and_memory_decide_whether_a_job_may_run_alone_colocated)
+{
+        po.warm_switch = loom_us_from_s(5);
+        struct {
+                double slo;
+                int roll_gpus;
+                uint64_t mem_roll;
+                bool lone;
+        } cases[] = {
+            {1.0, 8, 10 * LOOM_GB, false},  /* no room for 2 x 5 s */
+            {1.1, 8, 10 * LOOM_GB, true},   /* 150 + 10 <= 165 */
+            {1.05, 8, 10 * LOOM_GB, false}, /* 160 > 157.5 */
+            {1.5, 16, 10 * LOOM_GB, false}, /* 16 rollout GPUs on 8 */
+            {1.5, 8, 0, false},             /* memory: set below */
+        };
+        cases[4].mem_roll = cl.host_mem_bytes - 20 * LOOM_GB + 1;
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+                loom_sched *s = loom_sched_new(&cl, &po, NULL);
+                loom_decision d;
+                loom_decision_init(&d, false);
+                loom_job_spec a = spec("A", 100, 50, cases[c].slo);
+                a.rollout_gpus = cases[c].roll_gpus;
+                a.mem_rollout = cases[c].mem_roll;
+                submit(s, &a, &d);
+                loom_group_info g;
+                cr_assert_eq(loom_sched_group_info(s, d.group, &g), 0);
+                cr_assert_eq(g.lone, cases[c].lone, "case %zu", c);
+                seen v = {0};
+                drain(s, &v);
+                cr_assert_eq(v.provisioned[LOOM_POOL_ROLLOUT],
+                             cases[c].lone ? 0 : g.n_rollout_nodes, "case %zu", c);
+                loom_decision_free(&d);
+                loom_sched_free(s);
+        }
+}
+
+/* Off, a new group provisions its rollout node at once, as WEAVE's groups do. */
+Test(lone, off_provisions_the_rollout_node_at_once)
+{
+        po.colocate_lone = false;
+        loom_sched *s = loom_sched_new(&cl, &po, NULL);
+        loom_decision d;
+        loom_decision_init(&d, false);
+        loom_job_spec a = spec("A", 100, 50, 1.5);
+        submit(s, &a, &d);
+        seen v = {0};
+        drain(s, &v);
+        cr_assert_eq(v.provisioned[LOOM_POOL_ROLLOUT], 1);
+        cr_assert_eq(v.last_start.pool, LOOM_POOL_ROLLOUT);
+        loom_decision_free(&d);
+        loom_sched_free(s);
+}
+
+/* Back to one member: its rollout node is released and its rollouts return to the training
+ * nodes, but not while its rollout runs on the node: then at that rollout's end. */
+Test(lone, a_group_left_with_one_member_goes_lone_again)
+{
+        loom_sched *s = loom_sched_new(&cl, &po, NULL);
+        loom_decision d;
+        loom_decision_init(&d, false);
+        loom_job_spec a = spec("A", 100, 50, 2.0), b = spec("B", 40, 40, 2.0);
+        loom_job_id ia = submit(s, &a, &d);
+        loom_group_id grp = d.group;
+        loom_job_id ib = submit(s, &b, &d);
+        seen v = {0};
+        drain(s, &v);
+        /* A's first rollout (on the training nodes) ends; B's ends; A trains, syncs, and its
+         * second rollout starts on the rollout node */
+        cr_assert_eq(loom_sched_phase_done(s, 40, ib, LOOM_PHASE_ROLLOUT), 0);
+        cr_assert_eq(loom_sched_phase_done(s, 100, ia, LOOM_PHASE_ROLLOUT), 0);
+        drain(s, &v);
+        cr_assert_eq(v.last_start.job, ia);
+        cr_assert_eq(v.last_start.phase, LOOM_PHASE_TRAIN);
+        cr_assert_eq(loom_sched_phase_done(s, 150, ia, LOOM_PHASE_TRAIN), 0);
+        drain(s, &v);
+        cr_assert_eq(v.of[ia].phase, LOOM_PHASE_ROLLOUT);
+        cr_assert_eq(v.of[ia].pool, LOOM_POOL_ROLLOUT);
+        /* B leaves while A's rollout runs on the node: nothing is released yet */
+        memset(&v, 0, sizeof v);
+        cr_assert_eq(loom_sched_job_exit(s, 160, ib, LOOM_EXIT_CANCELLED), 0);
+        drain(s, &v);
+        cr_assert_eq(v.released[LOOM_POOL_ROLLOUT], 0, "A's rollout holds the node");
+        loom_group_info g;
+        cr_assert_eq(loom_sched_group_info(s, grp, &g), 0);
+        cr_assert_not(g.lone);
+        /* its end releases the node; the next rollout is on the training nodes */
+        cr_assert_eq(loom_sched_phase_done(s, 250, ia, LOOM_PHASE_ROLLOUT), 0);
+        drain(s, &v);
+        cr_assert_eq(v.released[LOOM_POOL_ROLLOUT], 1);
+        cr_assert_eq(loom_sched_group_info(s, grp, &g), 0);
+        cr_assert(g.lone);
+        loom_sched_stats st;
+        loom_sched_stats_get(s, &st);
+        cr_assert_eq(st.nodes[LOOM_POOL_ROLLOUT], 0);
+        cr_assert_eq(v.of[ia].phase, LOOM_PHASE_TRAIN);
+        cr_assert_eq(loom_sched_phase_done(s, 300, ia, LOOM_PHASE_TRAIN), 0);
+        memset(&v, 0, sizeof v);
+        drain(s, &v);
+        cr_assert_eq(v.of[ia].phase, LOOM_PHASE_ROLLOUT);
+        cr_assert_eq(v.of[ia].pool, LOOM_POOL_TRAIN);
+        /* a newcomer provisions the node again, under the same id */
+        loom_job_spec c = spec("C", 40, 40, 2.0);
+        submit(s, &c, &d);
+        cr_assert_eq(d.group, grp, "%s", d.reason);
+        drain(s, &v);
+        cr_assert_eq(v.provisioned[LOOM_POOL_ROLLOUT], 1);
+        loom_decision_free(&d);
+        loom_sched_free(s);
+}
