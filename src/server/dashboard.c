@@ -181,8 +181,8 @@ static void on_lease(void *arg, const srv_lease_row *l)
         const srv_job *j = srv_job_get(t->s, l->job);
         int keep = j->has_lease && j->lease.id == l->id ? j->lease.keep_gpus : 0;
         json_t *o =
-            json_pack("{s:I,s:i,s:s,s:s,s:o,s:i,s:I}", "lease", (json_int_t)l->id, "job",
-                      (int)l->job, "phase", l->phase, "state", l->state, "nodes",
+            json_pack("{s:I,s:i,s:s,s:s,s:s,s:o,s:i,s:I}", "lease", (json_int_t)l->id, "job",
+                      (int)l->job, "phase", l->phase, "pool", l->pool, "state", l->state, "nodes",
                       nodes_parse(l->nodes), "gpus", l->gpus, "granted_us", (json_int_t)l->granted);
         if (!o)
                 return;
@@ -220,8 +220,9 @@ static void live_state(timeline *t, json_t *permits, json_t *waits, json_t *migr
                         continue;
                 if (j->permit)
                         json_array_append_new(
-                            permits, json_pack("{s:i,s:s,s:o,s:i,s:I}", "job", (int)j->id, "phase",
-                                               loom_phase_name(j->permit_phase), "nodes",
+                            permits, json_pack("{s:i,s:s,s:s,s:o,s:i,s:I}", "job", (int)j->id,
+                                               "phase", loom_phase_name(j->permit_phase), "pool",
+                                               loom_pool_name(j->permit_pool), "nodes",
                                                nodes_array(j->permit_nodes, j->permit_n_nodes),
                                                "gpus", j->permit_gpus, "since_us",
                                                (json_int_t)(wall - (now - j->permit_since))));

@@ -493,7 +493,7 @@ int srv_store_retry_load(srv_store *st, loom_server *s, loom_err *e);
 typedef struct srv_lease_row {
         int64_t id;
         uint32_t job;
-        char phase[16], state[16];
+        char phase[16], state[16], pool[16];
         char nodes[LOOM_MAX_JOB_NODES * 12]; /* "1,2" as stored */
         int gpus;
         int64_t granted, ended; /* ended 0: still active */

@@ -45,8 +45,8 @@ static const char *const stmt_sql[ST_N] = {
         "UPDATE jobs SET state=?,done=?,next_phase=?,ended_us=?,next_call=? WHERE id=?",
     [ST_JOB_BY_KEY] = "SELECT id FROM jobs WHERE idem_key=?",
     [ST_LOG] = "INSERT INTO log(kind,job,reason,at_us) VALUES(?,?,?,?)",
-    [ST_LEASE_INSERT] = "INSERT INTO leases(id,job,phase,state,nodes,gpus,granted_us) "
-                        "VALUES(?,?,?,'active',?,?,?)",
+    [ST_LEASE_INSERT] = "INSERT INTO leases(id,job,phase,state,nodes,gpus,granted_us,pool) "
+                        "VALUES(?,?,?,'active',?,?,?,?)",
     [ST_LEASE_END] = "UPDATE leases SET state=?,ended_us=? WHERE id=?",
     [ST_LEASE_GET] = "SELECT job,phase,state FROM leases WHERE id=?",
     [ST_BEGIN] = "BEGIN IMMEDIATE",
@@ -168,16 +168,17 @@ static int exec(srv_store *st, const char *sql, loom_err *e)
 }
 
 /* Add a column to jobs unless it is there (a store from before it). */
-static int add_column(srv_store *st, const char *name, const char *type, loom_err *e)
+static int add_column(srv_store *st, const char *table, const char *name, const char *type,
+                      loom_err *e)
 {
         char sql[160];
-        snprintf(sql, sizeof sql, "SELECT %s FROM jobs LIMIT 0", name);
+        snprintf(sql, sizeof sql, "SELECT %s FROM %s LIMIT 0", name, table);
         sqlite3_stmt *probe = NULL;
         int have = sqlite3_prepare_v2(st->db, sql, -1, &probe, NULL) == SQLITE_OK;
         sqlite3_finalize(probe);
         if (have)
                 return 0;
-        snprintf(sql, sizeof sql, "ALTER TABLE jobs ADD COLUMN %s %s", name, type);
+        snprintf(sql, sizeof sql, "ALTER TABLE %s ADD COLUMN %s %s", table, name, type);
         return exec(st, sql, e);
 }
 
@@ -209,13 +210,15 @@ int srv_store_open(srv_store **out, const char *dir, bool sync_full, loom_err *e
                 rc = exec(st, schema, e);
         /* stores from before call-by-call training lack these columns */
         if (!rc)
-                rc = add_column(st, "calls", "TEXT", e);
+                rc = add_column(st, "jobs", "calls", "TEXT", e);
         if (!rc)
-                rc = add_column(st, "next_call", "INTEGER NOT NULL DEFAULT 0", e);
+                rc = add_column(st, "jobs", "next_call", "INTEGER NOT NULL DEFAULT 0", e);
         if (!rc) /* the submitter's tenant (auth.c); "" for stores from before tokens */
-                rc = add_column(st, "tenant", "TEXT NOT NULL DEFAULT ''", e);
+                rc = add_column(st, "jobs", "tenant", "TEXT NOT NULL DEFAULT ''", e);
         if (!rc)
-                rc = add_column(st, "replans_compacted", "INTEGER NOT NULL DEFAULT 0", e);
+                rc = add_column(st, "jobs", "replans_compacted", "INTEGER NOT NULL DEFAULT 0", e);
+        if (!rc) /* a lone member's rollout runs on the training pool; NULL: by its phase */
+                rc = add_column(st, "leases", "pool", "TEXT", e);
         for (int i = 0; !rc && i < ST_N; i++)
                 if (sqlite3_prepare_v3(st->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT,
                                        &st->st[i], NULL) != SQLITE_OK)
@@ -494,6 +497,7 @@ int srv_store_lease_insert(srv_store *st, uint32_t job, const srv_lease *l, loom
         sqlite3_bind_text(q, 4, nodes, -1, SQLITE_TRANSIENT);
         sqlite3_bind_int(q, 5, l->gpus);
         sqlite3_bind_int64(q, 6, l->granted_wall);
+        sqlite3_bind_text(q, 7, loom_pool_name(l->pool), -1, SQLITE_STATIC);
         return step_done(st, ST_LEASE_INSERT, e);
 }
 
@@ -896,7 +900,7 @@ static int timeline_leases(srv_store *st, int64_t since, int max, srv_lease_fn f
 {
         sqlite3_stmt *q;
         if (sqlite3_prepare_v2(st->db,
-                               "SELECT id,job,phase,state,nodes,gpus,granted_us,ended_us "
+                               "SELECT id,job,phase,state,nodes,gpus,granted_us,ended_us,pool "
                                "FROM leases ORDER BY id DESC",
                                -1, &q, NULL) != SQLITE_OK)
                 return db_err(st, e, "timeline");
@@ -915,6 +919,11 @@ static int timeline_leases(srv_store *st, int64_t since, int max, srv_lease_fn f
                 snprintf(l.phase, sizeof l.phase, "%s", sqlite3_column_text(q, 2));
                 snprintf(l.state, sizeof l.state, "%s", sqlite3_column_text(q, 3));
                 snprintf(l.nodes, sizeof l.nodes, "%s", sqlite3_column_text(q, 4));
+                const unsigned char *pool = sqlite3_column_text(q, 8);
+                snprintf(l.pool, sizeof l.pool, "%s",
+                         pool ? (const char *)pool
+                              : loom_pool_name(strcmp(l.phase, "train") ? LOOM_POOL_ROLLOUT
+                                                                        : LOOM_POOL_TRAIN));
                 fn(arg, &l);
                 n++;
         }

@@ -143,11 +143,13 @@ function renderGroups(groups, jobs, partial) {
 function renderGantt(tl, jobs) {
   const now = tl.now_us, t0 = now - tl.window_s * 1e6;
   const rows = new Map(); /* "rollout:2" -> {pool, node} */
-  const key = (phase, n) => (phase === "rollout" ? "rollout" : "train") + ":" + n;
-  const addRow = (phase, n) => { if (!rows.has(key(phase, n)))
-    rows.set(key(phase, n), { pool: phase === "rollout" ? "rollout" : "train", node: n }); };
-  for (const l of tl.leases) for (const n of l.nodes) addRow(l.phase, n);
-  for (const p of tl.permits) for (const n of p.nodes) addRow(p.phase, n);
+  /* a lone member's rollout runs on its training node: the lease names the pool */
+  const poolOf = (x) => x.pool || (x.phase === "rollout" ? "rollout" : "train");
+  const key = (pool, n) => pool + ":" + n;
+  const addRow = (pool, n) => { if (!rows.has(key(pool, n)))
+    rows.set(key(pool, n), { pool, node: n }); };
+  for (const l of tl.leases) for (const n of l.nodes) addRow(poolOf(l), n);
+  for (const p of tl.permits) for (const n of p.nodes) addRow(poolOf(p), n);
   const order = [...rows.keys()].sort((a, b) => {
     const [pa, na] = a.split(":"), [pb, nb] = b.split(":");
     return pa === pb ? na - nb : pa === "train" ? -1 : 1;
@@ -169,28 +171,28 @@ function renderGantt(tl, jobs) {
     root.append(svg("text", { x: 4, y: y + 15 }, `${r.pool} node ${r.node}`));
     root.append(svg("line", { class: "axis", x1: left, x2: W - right, y1: y + rowH, y2: y + rowH }));
   });
-  const rowY = (phase, n) => top + order.indexOf(key(phase, n)) * rowH;
+  const rowY = (pool, n) => top + order.indexOf(key(pool, n)) * rowH;
   let bars = 0;
   for (const l of tl.leases) {
     const end = l.ended_us === null ? now : l.ended_us;
     if (end < t0) continue;
     for (const n of l.nodes) {
       const x0 = x(l.granted_us), w = Math.max(1.5, x(end) - x0);
-      const b = svg("rect", { class: `bar ${l.phase} ${l.state}`, x: x0, y: rowY(l.phase, n) + 3,
-        width: w, height: rowH - 6, rx: 2, fill: colour(l.job), "data-job": l.job,
+      const b = svg("rect", { class: `bar ${l.phase} ${l.state}`, x: x0, y: rowY(poolOf(l), n) + 3,
+        width: w, height: rowH - 6, rx: 2, fill: colour(l.job), "data-job": l.job, "data-pool": poolOf(l),
         "data-node": n, "data-phase": l.phase, "data-state": l.state, "data-lease": l.lease });
       b.append(svg("title", {}, `${jobLabel(jobs, l.job)} ${l.phase} (lease ${l.lease}, ` +
         `${l.state}) ${((end - l.granted_us) / 1e6).toFixed(2)} s on ${l.gpus} GPUs`));
       root.append(b);
       bars++;
       if (l.keep_gpus) root.append(svg("rect", { class: "migrate", x: x(end) - 4,
-        y: rowY(l.phase, n) + 1, width: 4, height: rowH - 2 },
+        y: rowY(poolOf(l), n) + 1, width: 4, height: rowH - 2 },
         svg("title", {}, `tail migrated: keeps ${l.keep_gpus} GPUs`)));
     }
   }
   for (const p of tl.permits) for (const n of p.nodes) {
     const x0 = x(p.since_us);
-    root.append(svg("rect", { class: "permit", x: x0, y: rowY(p.phase, n) + 3,
+    root.append(svg("rect", { class: "permit", x: x0, y: rowY(poolOf(p), n) + 3,
       width: Math.max(2, x(now) - x0), height: rowH - 6, stroke: colour(p.job),
       "data-job": p.job }, svg("title", {}, `permit for ${jobLabel(jobs, p.job)} ${p.phase}`)));
   }
