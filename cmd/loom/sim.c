@@ -165,7 +165,7 @@ static int special(opts *o, const char *name, const char *v)
         } else if (!strcmp(name, "admission") && loom_admission_parse(v, &pol->admission)) {
                 return bad("--admission (worst|p99|p95)", v);
         } else if (!strcmp(name, "multirate") || !strcmp(name, "train-rightsize")) {
-                bool multi = name[0] == 'm';
+                bool multi = !strcmp(name, "multirate");
                 if (strcmp(v, "on") && strcmp(v, "off"))
                         return bad(multi ? "--multirate (on|off)" : "--train-rightsize (on|off)",
                                    v);
