@@ -1,12 +1,11 @@
 /*
  * sim.c - `loom sim`: replay a trace (or Poisson arrivals) through placement policies and
- * compare cost, SLO attainment and utilisation; `loom sim sweep`: WEAVE Figure 15 a-c.
- * Everything is computed before anything is printed or written, so invalid input leaves no
- * partial report behind.
+ * compare cost, SLO attainment and utilisation; `loom sim sweep`: WEAVE Figure 15 a-c. The
+ * options become a loom_sim_study_cfg; the study (src/sim/study.c) computes everything before
+ * it prints, so invalid input leaves no partial report behind.
  */
 #include <getopt.h>
 #include <limits.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,13 +77,8 @@ static void usage(FILE *f)
 }
 
 typedef struct opts {
-        const char *trace, *plot, *per_job;
-        int start, count;
-        bool poisson, json, csv, progress, sweep, decompose;
-        unsigned policies;
-        int seeds, threads;
-        loom_sim_cfg sim;
-        loom_sim_workload_cfg wl;
+        loom_sim_study_cfg c;
+        bool poisson, json, csv, no_progress, sweep, decompose;
 } opts;
 
 static void bar(void *ctx, const char *label, double frac)
@@ -109,433 +103,175 @@ static int bad(const char *what, const char *val)
         return 2;
 }
 
-static bool parse_int(const char *s, int lo, int hi, int *out)
+/* s as a number in [lo, hi]: decimal digits into *i when i is given, else any number into *d. */
+static bool number(const char *s, double lo, double hi, int *i, double *d)
 {
         char *end;
-        long v = strtol(s, &end, 10);
-        if (*end || end == s || v < lo || v > hi)
+        double v = i ? (double)strtol(s, &end, 10) : strtod(s, &end);
+        if (*end || end == s || !(v >= lo && v <= hi))
                 return false;
-        *out = (int)v;
+        if (i)
+                *i = (int)v;
+        else
+                *d = v;
         return true;
 }
 
-static bool parse_dbl(const char *s, double lo, double hi, double *out)
+/* One option: getopt's name and what its value does. A number in [lo, hi] goes into *i or *d,
+ * the value itself into *s, and a flag (no value) sets *b; the options with none of these are
+ * read by special(). `what` is how bad() names the option. */
+typedef struct optdef {
+        const char *name, *what;
+        double lo, hi;
+        int *i;
+        double *d;
+        const char **s;
+        bool *b;
+} optdef;
+
+/* The options that are not a plain number, string or flag: 0, or 2 after bad(). */
+static int special(opts *o, const char *name, const char *v)
 {
-        char *end;
-        double v = strtod(s, &end);
-        if (*end || end == s || !(v >= lo && v <= hi))
-                return false;
-        *out = v;
-        return true;
+        loom_sim_workload_cfg *wl = &o->c.workload;
+        loom_policy_cfg *pol = &o->c.sim.policy;
+        loom_err e;
+        double d;
+        int s;
+        if (!strcmp(name, "rows")) {
+                if (sscanf(v, "%d:%d", &o->c.start, &o->c.count) != 2 || o->c.start < 0 ||
+                    o->c.count < 1)
+                        return bad("--rows (START:COUNT)", v);
+        } else if (!strcmp(name, "arrivals")) {
+                if (sscanf(v, "poisson:%lf", &d) != 1 || !(d > 0 && d < 1e6))
+                        return bad("--arrivals (poisson:JOBS_PER_HOUR)", v);
+                o->poisson = true;
+                wl->poisson_per_hour = d;
+        } else if (!strcmp(name, "duration-h")) {
+                if (!number(v, 0.01, 1e5, NULL, &d))
+                        return bad("--duration-h", v);
+                wl->poisson_mean_duration_s = d * 3600;
+        } else if (!strcmp(name, "seed")) {
+                if (!number(v, 0, 1 << 30, &s, NULL))
+                        return bad("--seed", v);
+                wl->seed = pol->seed = (uint64_t)s;
+        } else if (!strcmp(name, "workload") && loom_sim_profile_parse(v, &wl->profile)) {
+                return bad("--workload", v);
+        } else if (!strcmp(name, "slo") && loom_sim_slo_parse(v, &wl->slo, &e)) {
+                return bad("--slo", v);
+        } else if (!strcmp(name, "policy") && loom_sim_policy_list_parse(v, &o->c.policies, &e)) {
+                return bad("--policy", v);
+        } else if (!strcmp(name, "drift") && loom_sim_drift_parse(v, &wl->drift)) {
+                return bad("--drift (none|increasing|decreasing|mixed)", v);
+        } else if (!strcmp(name, "admission") && loom_admission_parse(v, &pol->admission)) {
+                return bad("--admission (worst|p99|p95)", v);
+        } else if (!strcmp(name, "multirate") || !strcmp(name, "train-rightsize")) {
+                bool multi = !strcmp(name, "multirate");
+                if (strcmp(v, "on") && strcmp(v, "off"))
+                        return bad(multi ? "--multirate (on|off)" : "--train-rightsize (on|off)",
+                                   v);
+                *(multi ? &pol->multirate : &pol->train_rightsize) = !strcmp(v, "on");
+        }
+        return 0;
+}
+
+/* The value v of option t: 0, or 2 after bad(). */
+static int apply(opts *o, const optdef *t, const char *v)
+{
+        if (t->b)
+                *t->b = true;
+        else if (t->s)
+                *t->s = v;
+        else if (t->i || t->d)
+                return number(v, t->lo, t->hi, t->i, t->d) ? 0 : bad(t->what, v);
+        else
+                return special(o, t->name, v);
+        return 0;
+}
+
+/* Combinations the options do not allow: 0, or 2 after a line on stderr. */
+static int check(int argc, char **argv, const opts *o)
+{
+        const char *why = NULL;
+        if (optind < argc) {
+                fprintf(stderr, "loom sim: unexpected argument '%s'\n", argv[optind]);
+                return 2;
+        }
+        if (o->json && o->csv)
+                why = "--json and --csv exclude each other";
+        else if (o->poisson && o->c.trace)
+                why = "--trace and --arrivals exclude each other";
+        else if (o->decompose && (o->sweep || o->csv || o->c.plot || o->c.per_job || o->c.policies))
+                why = "--decompose runs its own policies and prints its own table (or --json): not "
+                      "with sweep, --policy, --csv, --plot or --per-job";
+        if (why)
+                fprintf(stderr, "loom sim: %s\n", why);
+        return why ? 2 : 0;
 }
 
 /* 0 ok, 2 bad usage, -1 --help printed */
 static int parse(int argc, char **argv, opts *o)
 {
-        enum {
-                O_TRACE = 256,
-                O_ROWS,
-                O_ARR,
-                O_JOBS,
-                O_DUR,
-                O_WL,
-                O_SLO,
-                O_SIZE,
-                O_SYNC,
-                O_DET,
-                O_POL,
-                O_MAXG,
-                O_COLOC,
-                O_SEED,
-                O_JSON,
-                O_CSV,
-                O_PLOT,
-                O_NOPROG,
-                O_SEEDS,
-                O_THREADS,
-                O_PERJOB,
-                O_DRIFT,
-                O_MTBF,
-                O_MAXRS,
-                O_ADMIT,
-                O_LEARN,
-                O_DECOMP,
-                O_MULTI,
-                O_RIGHTSIZE
+        loom_sim_workload_cfg *wl = &o->c.workload;
+        loom_sim_cfg *sim = &o->c.sim;
+        const optdef t[] = {
+            {"trace", .s = &o->c.trace},
+            {.name = "rows"},
+            {.name = "arrivals"},
+            {"jobs", "--jobs", 1, 10000000, .i = &wl->poisson_jobs},
+            {.name = "duration-h"},
+            {.name = "workload"},
+            {.name = "slo"},
+            {"size", "--size (GPUs, 1..256)", 1, 256, .i = &wl->size_gpus},
+            {"sync", "--sync", 0, 1e5, .d = &wl->sync_s},
+            {"deterministic", .b = &wl->noise.deterministic},
+            {.name = "policy"},
+            {"max-group", "--max-group", 1, LOOM_MAX_GROUP_SIZE, .i = &sim->policy.max_group_size},
+            {"colocated-factor", "--colocated-factor (0.35..100)", 0.35, 100,
+             .d = &sim->colocated_roll_factor},
+            {.name = "seed"},
+            {"json", .b = &o->json},
+            {"csv", .b = &o->csv},
+            {"plot", .s = &o->c.plot},
+            {"no-progress", .b = &o->no_progress},
+            {"seeds", "--seeds", 1, 100, .i = &o->c.seeds},
+            {"threads", "--threads", 1, 64, .i = &o->c.threads},
+            {"per-job", .s = &o->c.per_job},
+            {.name = "drift"},
+            {"mtbf-h", "--mtbf-h (hours, 0..1e6)", 0, 1e6, .d = &wl->mtbf_h},
+            {"max-restarts", "--max-restarts (0..1000)", 0, 1000, .i = &sim->max_restarts},
+            {.name = "admission"},
+            {"learn-after", "--learn-after (1..20)", 1, LOOM_LEARN_WINDOW,
+             .i = &sim->policy.learn_after},
+            {"decompose", .b = &o->decompose},
+            {.name = "multirate"},
+            {.name = "train-rightsize"},
         };
-        static const struct option lo[] = {{"trace", 1, 0, O_TRACE},
-                                           {"rows", 1, 0, O_ROWS},
-                                           {"arrivals", 1, 0, O_ARR},
-                                           {"jobs", 1, 0, O_JOBS},
-                                           {"duration-h", 1, 0, O_DUR},
-                                           {"workload", 1, 0, O_WL},
-                                           {"slo", 1, 0, O_SLO},
-                                           {"size", 1, 0, O_SIZE},
-                                           {"sync", 1, 0, O_SYNC},
-                                           {"deterministic", 0, 0, O_DET},
-                                           {"policy", 1, 0, O_POL},
-                                           {"max-group", 1, 0, O_MAXG},
-                                           {"colocated-factor", 1, 0, O_COLOC},
-                                           {"seed", 1, 0, O_SEED},
-                                           {"json", 0, 0, O_JSON},
-                                           {"csv", 0, 0, O_CSV},
-                                           {"plot", 1, 0, O_PLOT},
-                                           {"no-progress", 0, 0, O_NOPROG},
-                                           {"seeds", 1, 0, O_SEEDS},
-                                           {"threads", 1, 0, O_THREADS},
-                                           {"per-job", 1, 0, O_PERJOB},
-                                           {"drift", 1, 0, O_DRIFT},
-                                           {"mtbf-h", 1, 0, O_MTBF},
-                                           {"max-restarts", 1, 0, O_MAXRS},
-                                           {"admission", 1, 0, O_ADMIT},
-                                           {"learn-after", 1, 0, O_LEARN},
-                                           {"decompose", 0, 0, O_DECOMP},
-                                           {"multirate", 1, 0, O_MULTI},
-                                           {"train-rightsize", 1, 0, O_RIGHTSIZE},
-                                           {"help", 0, 0, 'h'},
-                                           {0, 0, 0, 0}};
-        int c, v;
-        double d;
-        loom_err e;
+        enum { N = sizeof t / sizeof t[0] };
+        struct option lo[N + 2] = {[N] = {"help", 0, 0, 'h'}};
+        for (int k = 0; k < N; k++)
+                lo[k] = (struct option){t[k].name, t[k].b ? 0 : 1, 0, 256 + k};
+        int c, rc;
         opterr = 0;
         optind = 1;
         while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
-                switch (c) {
-                case 'h':
+                if (c == 'h') {
                         usage(stdout);
                         return -1;
-                case O_TRACE:
-                        o->trace = optarg;
-                        break;
-                case O_ROWS:
-                        if (sscanf(optarg, "%d:%d", &o->start, &o->count) != 2 || o->start < 0 ||
-                            o->count < 1)
-                                return bad("--rows (START:COUNT)", optarg);
-                        break;
-                case O_ARR:
-                        if (sscanf(optarg, "poisson:%lf", &d) != 1 || !(d > 0 && d < 1e6))
-                                return bad("--arrivals (poisson:JOBS_PER_HOUR)", optarg);
-                        o->poisson = true;
-                        o->wl.poisson_per_hour = d;
-                        break;
-                case O_JOBS:
-                        if (!parse_int(optarg, 1, 10000000, &o->wl.poisson_jobs))
-                                return bad("--jobs", optarg);
-                        break;
-                case O_DUR:
-                        if (!parse_dbl(optarg, 0.01, 1e5, &d))
-                                return bad("--duration-h", optarg);
-                        o->wl.poisson_mean_duration_s = d * 3600;
-                        break;
-                case O_WL:
-                        if (loom_sim_profile_parse(optarg, &o->wl.profile))
-                                return bad("--workload", optarg);
-                        break;
-                case O_SLO:
-                        if (loom_sim_slo_parse(optarg, &o->wl.slo, &e))
-                                return bad("--slo", optarg);
-                        break;
-                case O_SIZE:
-                        if (!parse_int(optarg, 1, 256, &o->wl.size_gpus))
-                                return bad("--size (GPUs, 1..256)", optarg);
-                        break;
-                case O_SYNC:
-                        if (!parse_dbl(optarg, 0, 1e5, &o->wl.sync_s))
-                                return bad("--sync", optarg);
-                        break;
-                case O_DET:
-                        o->wl.noise.deterministic = true;
-                        break;
-                case O_POL:
-                        if (loom_sim_policy_list_parse(optarg, &o->policies, &e))
-                                return bad("--policy", optarg);
-                        break;
-                case O_MAXG:
-                        if (!parse_int(optarg, 1, LOOM_MAX_GROUP_SIZE, &v))
-                                return bad("--max-group", optarg);
-                        o->sim.policy.max_group_size = v;
-                        break;
-                case O_COLOC:
-                        if (!parse_dbl(optarg, 0.35, 100, &o->sim.colocated_roll_factor))
-                                return bad("--colocated-factor (0.35..100)", optarg);
-                        break;
-                case O_SEED:
-                        if (!parse_int(optarg, 0, 1 << 30, &v))
-                                return bad("--seed", optarg);
-                        o->wl.seed = (uint64_t)v;
-                        o->sim.policy.seed = (uint64_t)v;
-                        break;
-                case O_JSON:
-                        o->json = true;
-                        break;
-                case O_DECOMP:
-                        o->decompose = true;
-                        break;
-                case O_CSV:
-                        o->csv = true;
-                        break;
-                case O_PLOT:
-                        o->plot = optarg;
-                        break;
-                case O_PERJOB:
-                        o->per_job = optarg;
-                        break;
-                case O_NOPROG:
-                        o->progress = false;
-                        break;
-                case O_SEEDS:
-                        if (!parse_int(optarg, 1, 100, &o->seeds))
-                                return bad("--seeds", optarg);
-                        break;
-                case O_THREADS:
-                        if (!parse_int(optarg, 1, 64, &o->threads))
-                                return bad("--threads", optarg);
-                        break;
-                case O_DRIFT:
-                        if (loom_sim_drift_parse(optarg, &o->wl.drift))
-                                return bad("--drift (none|increasing|decreasing|mixed)", optarg);
-                        break;
-                case O_MTBF:
-                        if (!parse_dbl(optarg, 0, 1e6, &o->wl.mtbf_h))
-                                return bad("--mtbf-h (hours, 0..1e6)", optarg);
-                        break;
-                case O_MAXRS:
-                        if (!parse_int(optarg, 0, 1000, &o->sim.max_restarts))
-                                return bad("--max-restarts (0..1000)", optarg);
-                        break;
-                case O_ADMIT:
-                        if (loom_admission_parse(optarg, &o->sim.policy.admission))
-                                return bad("--admission (worst|p99|p95)", optarg);
-                        break;
-                case O_LEARN:
-                        if (!parse_int(optarg, 1, LOOM_LEARN_WINDOW, &o->sim.policy.learn_after))
-                                return bad("--learn-after (1..20)", optarg);
-                        break;
-                case O_MULTI:
-                        if (strcmp(optarg, "on") && strcmp(optarg, "off"))
-                                return bad("--multirate (on|off)", optarg);
-                        o->sim.policy.multirate = !strcmp(optarg, "on");
-                        break;
-                case O_RIGHTSIZE:
-                        if (strcmp(optarg, "on") && strcmp(optarg, "off"))
-                                return bad("--train-rightsize (on|off)", optarg);
-                        o->sim.policy.train_rightsize = !strcmp(optarg, "on");
-                        break;
-                default:
+                }
+                if (c < 256)
                         return loom_cmd_bad_option("loom sim", argv, NULL);
-                }
+                if ((rc = apply(o, &t[c - 256], optarg)))
+                        return rc;
         }
-        if (optind < argc) {
-                fprintf(stderr, "loom sim: unexpected argument '%s'\n", argv[optind]);
-                return 2;
-        }
-        if (o->json && o->csv) {
-                fprintf(stderr, "loom sim: --json and --csv exclude each other\n");
-                return 2;
-        }
-        if (o->poisson && o->trace) {
-                fprintf(stderr, "loom sim: --trace and --arrivals exclude each other\n");
-                return 2;
-        }
-        if (o->decompose && (o->sweep || o->csv || o->plot || o->per_job || o->policies)) {
-                fprintf(stderr, "loom sim: --decompose runs its own policies and prints its own "
-                                "table (or --json): not with sweep, --policy, --csv, --plot or "
-                                "--per-job\n");
-                return 2;
-        }
-        return 0;
-}
-
-static void print_err(const loom_err *e)
-{
-        /* trace errors already start with file:line:column */
-        fprintf(stderr, "loom sim: %s\n", e->msg);
-}
-
-/* One row per job per policy that reports per-job figures. */
-static int write_per_job(const char *path, const loom_sim_workload *w, const loom_sim_result *r,
-                         int n, loom_err *e)
-{
-        FILE *f = fopen(path, "w");
-        if (!f)
-                return loom_err_set(e, LOOM_EIO, "per-job", "%s: cannot create", path);
-        fprintf(f, "policy,job,arrival_h,model_b,gpus,t_roll_s,t_train_s,slo,iterations,"
-                   "slowdown,iteration_s,met\n");
-        for (int i = 0; i < n; i++) {
-                if (!r[i].slowdown)
-                        continue;
-                for (int j = 0; j < w->n; j++) {
-                        const loom_sim_job *sj = &w->jobs[j];
-                        double sd = r[i].slowdown[j];
-                        fprintf(f, "%s,%s,%.4f,%g,%d,%.3f,%.3f,%.4f,%lld,%.5f,%.4f,%d\n",
-                                loom_sim_policy_name(r[i].policy), sj->spec.id,
-                                loom_us_to_s(sj->arrival) / 3600, sj->model_b,
-                                sj->spec.rollout_gpus, loom_us_to_s(sj->spec.t_roll),
-                                loom_us_to_s(sj->spec.t_train), sj->spec.slo,
-                                (long long)sj->spec.iterations, sd, r[i].iter_s[j],
-                                isfinite(sd) && sd <= sj->spec.slo * (1 + 1e-9));
-                }
-        }
-        if (fclose(f))
-                return loom_err_set(e, LOOM_EIO, "per-job", "%s: write failed", path);
-        return 0;
-}
-
-/* One sweep setting x policy, averaged over its seeds. */
-typedef struct sweep_agg {
-        const loom_sim_sweep_row *r; /* the first seed's row: figure, setting, policy */
-        double cost, cost_min, cost_max, slo, slo_min, slo_max, slo_wc, avg;
-} sweep_agg;
-
-/* Rows come ordered by setting, policy, seed: every `seeds` rows make one aggregate. */
-static void sweep_aggregate(const loom_sim_sweep_out *out, int seeds, sweep_agg *a)
-{
-        for (int g = 0; g < out->n / seeds; g++) {
-                const loom_sim_sweep_row *r = &out->rows[g * seeds];
-                sweep_agg x = {r, 0, INFINITY, -INFINITY, 0, INFINITY, -INFINITY, 0, 0};
-                for (int k = 0; k < seeds; k++) {
-                        x.cost += r[k].cost_vs_lb / seeds;
-                        x.cost_min = fmin(x.cost_min, r[k].cost_vs_lb);
-                        x.cost_max = fmax(x.cost_max, r[k].cost_vs_lb);
-                        x.slo += r[k].slo_attainment / seeds;
-                        x.slo_min = fmin(x.slo_min, r[k].slo_attainment);
-                        x.slo_max = fmax(x.slo_max, r[k].slo_attainment);
-                        x.slo_wc += r[k].slo_attainment_wc / seeds;
-                        x.avg += r[k].avg_cost_per_hour / seeds;
-                }
-                a[g] = x;
-        }
-}
-
-static void sweep_print(const opts *o, const sweep_agg *a, int n, int seeds)
-{
-        if (o->csv)
-                printf("figure,setting,policy,cost_vs_lb,cost_vs_lb_min,cost_vs_lb_max,"
-                       "slo_attainment,slo_min,slo_max,slo_attainment_profiled,"
-                       "avg_cost_per_hour\n");
-        else if (!o->json)
-                printf("%-3s %-14s %-10s %9s %9s %9s %7s %7s %7s %7s\n", "fig", "setting", "policy",
-                       "x_lb", "x_lb_min", "x_lb_max", "SLO%", "SLOmin", "SLOmax", "SLOp%");
-        for (int g = 0; g < n; g++) {
-                const sweep_agg *x = &a[g];
-                const char *pn = loom_sim_policy_name(x->r->policy);
-                bool lb = x->r->policy == LOOM_SIM_LB; /* a bound has no SLO figures */
-                char slo[160] = "null,\"slo_min\":null,\"slo_max\":null,"
-                                "\"slo_attainment_profiled\":null";
-                if (!lb)
-                        snprintf(slo, sizeof slo,
-                                 "%.4f,\"slo_min\":%.4f,\"slo_max\":%.4f,"
-                                 "\"slo_attainment_profiled\":%.4f",
-                                 x->slo, x->slo_min, x->slo_max, x->slo_wc);
-                if (o->json)
-                        printf("{\"figure\":\"15%c\",\"setting\":\"%s\",\"policy\":\"%s\","
-                               "\"seeds\":%d,\"cost_vs_lb\":%.4f,\"cost_vs_lb_min\":%.4f,"
-                               "\"cost_vs_lb_max\":%.4f,\"slo_attainment\":%s,"
-                               "\"avg_cost_per_hour\":%.2f}\n",
-                               x->r->figure, x->r->setting, pn, seeds, x->cost, x->cost_min,
-                               x->cost_max, slo, x->avg);
-                else if (o->csv && lb)
-                        printf("15%c,%s,%s,%.4f,%.4f,%.4f,,,,,%.2f\n", x->r->figure, x->r->setting,
-                               pn, x->cost, x->cost_min, x->cost_max, x->avg);
-                else if (o->csv)
-                        printf("15%c,%s,%s,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.2f\n", x->r->figure,
-                               x->r->setting, pn, x->cost, x->cost_min, x->cost_max, x->slo,
-                               x->slo_min, x->slo_max, x->slo_wc, x->avg);
-                else if (lb)
-                        printf("15%c %-14s %-10s %9.3f %9.3f %9.3f %7s %7s %7s %7s\n", x->r->figure,
-                               x->r->setting, pn, x->cost, x->cost_min, x->cost_max, "-", "-", "-",
-                               "-");
-                else
-                        printf("15%c %-14s %-10s %9.3f %9.3f %9.3f %7.1f %7.1f %7.1f %7.1f\n",
-                               x->r->figure, x->r->setting, pn, x->cost, x->cost_min, x->cost_max,
-                               100 * x->slo, 100 * x->slo_min, 100 * x->slo_max, 100 * x->slo_wc);
-        }
-}
-
-/* fig15{a,b,c}_{cost,slo}: one bar group per setting, one bar per policy. */
-static int sweep_plot(const char *dir, const sweep_agg *a, int n, loom_err *e)
-{
-        int npol = 0;
-        const char *pl[LOOM_SIM_NPOLICIES];
-        while (npol < n && !strcmp(a[npol].r->setting, a[0].r->setting))
-                pl[npol] = loom_sim_policy_name(a[npol].r->policy), npol++;
-        int rc = 0;
-        for (int fig = 0; fig < 3 && !rc; fig++) {
-                const char *gl[8];
-                int ng = 0, first = -1;
-                for (int g = 0; g < n && ng < 8; g += npol)
-                        if (a[g].r->figure == 'a' + fig) {
-                                first = first < 0 ? g : first;
-                                gl[ng++] = a[g].r->setting;
-                        }
-                double vals[2][8 * LOOM_SIM_NPOLICIES];
-                for (int k = 0; k < ng * npol; k++) {
-                        bool lb = a[first + k].r->policy == LOOM_SIM_LB;
-                        vals[0][k] = a[first + k].cost;
-                        vals[1][k] = lb ? NAN : 100 * a[first + k].slo;
-                }
-                for (int m = 0; m < 2 && !rc; m++) {
-                        char name[32], title[96];
-                        snprintf(name, sizeof name, "fig15%c_%s", 'a' + fig, m ? "slo" : "cost");
-                        snprintf(title, sizeof title, "Figure 15%c: %s", 'a' + fig,
-                                 m ? "SLO attainment (%)" : "cost / lower bound");
-                        loom_sim_bars b = {
-                            title, m ? "% of jobs" : "x lower bound", ng, npol, gl, pl, vals[m]};
-                        rc = loom_sim_plot_bars(dir, name, &b, e);
-                }
-        }
-        return rc;
-}
-
-static int run_sweep(opts *o, const loom_sim_trace *t)
-{
-        loom_sim_sweep_cfg sc;
-        loom_sim_sweep_cfg_default(&sc);
-        sc.trace = t;
-        sc.sim = o->sim;
-        sc.sim.progress = NULL;
-        sc.workload = o->wl;
-        sc.seeds = o->seeds;
-        sc.threads = o->threads;
-        if (o->policies)
-                sc.policies = o->policies;
-        loom_sim_sweep_out out;
-        loom_err e;
-        loom_err_clear(&e);
-        int rc = loom_sim_sweep(&sc, &out, &e);
-        if (rc) {
-                print_err(&e);
-                return 1;
-        }
-        int n = out.n / sc.seeds;
-        sweep_agg *agg = calloc((size_t)(n ? n : 1), sizeof *agg);
-        if (!agg) {
-                loom_sim_sweep_out_free(&out);
-                fprintf(stderr, "loom sim: out of memory\n");
-                return 1;
-        }
-        sweep_aggregate(&out, sc.seeds, agg);
-        if (o->plot && (rc = sweep_plot(o->plot, agg, n, &e)))
-                print_err(&e);
-        if (!rc) {
-                sweep_print(o, agg, n, sc.seeds);
-                if (!o->json && !o->csv)
-                        printf("%llu events in %.2f s of run time (%.2f M events/s per thread)\n",
-                               (unsigned long long)out.events, out.cpu_s,
-                               out.cpu_s > 0 ? (double)out.events / out.cpu_s / 1e6 : 0);
-        }
-        free(agg);
-        loom_sim_sweep_out_free(&out);
-        return rc ? 1 : 0;
+        return check(argc, argv, o);
 }
 
 int loom_cmd_sim(int argc, char **argv)
 {
         if (loom_cmd_sim_is_plex(argc, argv))
                 return loom_cmd_sim_plex(argc, argv); /* sim_plex.c */
-        opts o = {.start = 165, .count = 300, .progress = true, .seeds = 3, .threads = 2};
-        loom_sim_cfg_default(&o.sim);
-        loom_sim_workload_cfg_default(&o.wl);
+        opts o = {0};
+        loom_sim_study_cfg_default(&o.c);
         if (argc > 1 && !strcmp(argv[1], "sweep")) {
                 o.sweep = true;
                 argc--;
@@ -544,73 +280,21 @@ int loom_cmd_sim(int argc, char **argv)
         int rc = parse(argc, argv, &o);
         if (rc)
                 return rc < 0 ? 0 : rc;
-        o.wl.noise.tail_threshold = o.sim.policy.tail_threshold;
-        if (o.progress && isatty(STDERR_FILENO))
-                o.sim.progress = bar;
+        o.c.kind = o.sweep       ? LOOM_SIM_STUDY_SWEEP
+                   : o.decompose ? LOOM_SIM_STUDY_DECOMPOSE
+                                 : LOOM_SIM_STUDY_COMPARE;
+        o.c.format = o.json ? LOOM_SIM_JSON : o.csv ? LOOM_SIM_CSV : LOOM_SIM_TABLE;
+        if (!o.no_progress && isatty(STDERR_FILENO))
+                o.c.sim.progress = bar;
+        char buf[PATH_MAX + 64];
+        if (!o.c.trace && (!o.poisson || o.sweep))
+                o.c.trace = loom_cmd_bundled(DEFAULT_TRACE, buf, sizeof buf);
         loom_err e;
         loom_err_clear(&e);
-        loom_sim_trace t = {0};
-        if (!o.poisson || o.sweep) {
-                char buf[PATH_MAX + 64];
-                const char *path =
-                    o.trace ? o.trace : loom_cmd_bundled(DEFAULT_TRACE, buf, sizeof buf);
-                if ((rc = loom_sim_trace_load(path, o.start, o.count, &t, &e))) {
-                        print_err(&e);
-                        return 1;
-                }
-        }
-        if (o.sweep) {
-                rc = run_sweep(&o, &t);
-                loom_sim_trace_free(&t);
-                return rc;
-        }
-        loom_sim_workload w;
-        rc = loom_sim_workload_build(&o.wl, o.poisson ? NULL : &t, &o.sim.cluster, &w, &e);
-        loom_sim_trace_free(&t);
-        if (rc) {
-                print_err(&e);
+        if (loom_sim_study(&o.c, stdout, &e)) {
+                /* trace errors already start with file:line:column */
+                fprintf(stderr, "loom sim: %s\n", e.msg);
                 return 1;
         }
-        if (o.decompose) {
-                loom_sim_rung rungs[LOOM_SIM_RUNGS];
-                if ((rc = loom_sim_decompose(&o.sim, &w, rungs, &e)))
-                        print_err(&e);
-                else
-                        loom_sim_decompose_print(stdout, rungs, o.json);
-                loom_sim_workload_free(&w);
-                return rc ? 1 : 0;
-        }
-        if (!o.policies)
-                o.policies = (1u << LOOM_SIM_NPOLICIES) - 1;
-        o.sim.record_series = o.plot != NULL;
-        loom_sim_result res[LOOM_SIM_NPOLICIES];
-        int n = 0;
-        for (int p = 0; p < LOOM_SIM_NPOLICIES && !rc; p++) {
-                if (!(o.policies & (1u << p)))
-                        continue;
-                if ((rc = loom_sim_run(&o.sim, &w, (loom_sim_policy)p, &res[n], &e)))
-                        break;
-                n++;
-        }
-        if (!rc && o.plot)
-                rc = loom_sim_plot(o.plot, res, n, &e);
-        if (!rc && o.per_job)
-                rc = write_per_job(o.per_job, &w, res, n, &e);
-        if (rc) {
-                print_err(&e);
-        } else if (o.json) {
-                loom_sim_report_json(stdout, res, n);
-        } else if (o.csv) {
-                loom_sim_report_csv(stdout, res, n);
-        } else {
-                printf("%d jobs, workload %s, SLO %g..%g, max group %d, seed %llu%s\n", w.n,
-                       loom_sim_profile_name(o.wl.profile), o.wl.slo.lo, o.wl.slo.hi,
-                       o.sim.policy.max_group_size, (unsigned long long)o.wl.seed,
-                       o.wl.noise.deterministic ? ", deterministic" : "");
-                loom_sim_report_table(stdout, res, n);
-        }
-        for (int i = 0; i < n; i++)
-                loom_sim_result_free(&res[i]);
-        loom_sim_workload_free(&w);
-        return rc ? 1 : 0;
+        return 0;
 }

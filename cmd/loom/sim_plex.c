@@ -1,19 +1,17 @@
 /*
  * sim_plex.c - `loom sim --policy plex-...`: PlexRL's cluster reproductions (Figure 8), the
  * HRRS / FCFS / round-robin comparison on shared groups, and loom against PlexRL's placer on
- * WEAVE's default workload. The work is in src/sim (plex_*.c) and src/core (plex.c, hrrs.c).
+ * WEAVE's default workload. The options become a loom_plexsim_study_cfg; the work is in src/sim
+ * (plex_*.c) and src/core (plex.c, hrrs.c).
  */
 #include <getopt.h>
 #include <limits.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "cmd.h"
 #include "loom/plexsim.h"
-#include "loom/sim.h"
 
 #define DEFAULT_TRACE "traces/philly/103959.csv"
 
@@ -61,33 +59,7 @@ bool loom_cmd_sim_is_plex(int argc, char **argv)
         return false;
 }
 
-typedef struct opts {
-        unsigned mask;
-        const char *trace, *plot;
-        int start, count, nodes;
-        double jitter;
-        unsigned long seed;
-        bool json, dispatch, weave, cold;
-} opts;
-
-static int parse_policies(const char *s, unsigned *mask)
-{
-        char buf[256];
-        snprintf(buf, sizeof buf, "%s", s);
-        *mask = 0;
-        for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
-                loom_plexsim_policy p;
-                if (!strcmp(t, "plex-all"))
-                        *mask |= 0xf;
-                else if (loom_plexsim_policy_parse(t, &p) == 0)
-                        *mask |= 1u << p;
-                else
-                        return -1;
-        }
-        return *mask ? 0 : -1;
-}
-
-static int parse(int argc, char **argv, opts *o)
+static int parse(int argc, char **argv, loom_plexsim_study_cfg *o)
 {
         static const struct option lo[] = {{"policy", 1, 0, 'p'},
                                            {"trace", 1, 0, 't'},
@@ -112,7 +84,7 @@ static int parse(int argc, char **argv, opts *o)
                         usage(stdout);
                         return 0;
                 case 'p':
-                        if (parse_policies(optarg, &o->mask))
+                        if (loom_plexsim_policy_list_parse(optarg, &o->policies))
                                 goto bad;
                         break;
                 case 't':
@@ -134,7 +106,7 @@ static int parse(int argc, char **argv, opts *o)
                                 goto bad;
                         break;
                 case 's':
-                        o->seed = strtoul(optarg, &end, 10);
+                        o->seed = strtoull(optarg, &end, 10);
                         if (*end || end == optarg)
                                 goto bad;
                         break;
@@ -178,236 +150,21 @@ bad:
         return 2;
 }
 
-static int cluster(const opts *o, const loom_sim_trace *t)
-{
-        loom_plexsim_job *jobs = calloc((size_t)t->n, sizeof *jobs);
-        double *arr = calloc((size_t)t->n, sizeof *arr), *dur = calloc((size_t)t->n, sizeof *dur);
-        int *gpus = calloc((size_t)t->n, sizeof *gpus);
-        loom_plexsim_cluster_res res[4];
-        int nres = 0, rc = 0;
-        if (!jobs || !arr || !dur || !gpus) {
-                rc = 1;
-                goto out;
-        }
-        for (int i = 0; i < t->n; i++) {
-                arr[i] = t->rows[i].arrival_s;
-                dur[i] = t->rows[i].duration_s;
-                gpus[i] = t->rows[i].gpus;
-        }
-        loom_plexsim_jobs_from_trace(arr, dur, gpus, t->n, jobs);
-        for (int i = 0; i < t->n; i++)
-                jobs[i].cold = o->cold;
-        double iso = 0;
-        if (!o->json)
-                printf("%-14s %10s %8s %9s %9s %11s %8s %7s\n", "policy", "makespan_h", "vs_iso",
-                       "qdelay_50", "qdelay_99", "switches/h", "pruned", "groups");
-        for (int p = 0; p <= LOOM_PLEXSIM_BACKFILL; p++) {
-                if (!(o->mask & (1u << p)) && !(p == 0))
-                        continue;
-                loom_err e;
-                loom_plexsim_cluster_res *r = &res[nres];
-                if (loom_plexsim_cluster_run((loom_plexsim_policy)p, jobs, t->n, o->nodes, r, &e)) {
-                        fprintf(stderr, "loom sim: %s: %s\n", e.field, e.msg);
-                        rc = 1;
-                        goto out;
-                }
-                nres++;
-                if (p == 0)
-                        iso = r->makespan_h;
-                if (!(o->mask & (1u << p)))
-                        continue; /* isolated ran only as the baseline */
-                if (o->json)
-                        printf("{\"policy\":\"%s\",\"jobs\":%d,\"nodes\":%d,\"makespan_h\":%.3f,"
-                               "\"makespan_vs_isolated\":%.4f,\"queue_delay_p50\":%.4f,"
-                               "\"queue_delay_p99\":%.4f,\"queue_delay_max\":%.4f,"
-                               "\"switches_per_h\":%.2f,\"pruned_fraction\":%.4f,"
-                               "\"max_groups\":%d,\"repacked\":%d}\n",
-                               loom_plexsim_policy_name(r->policy), r->n, o->nodes, r->makespan_h,
-                               iso > 0 ? r->makespan_h / iso : 0, r->queue_delay_p50,
-                               r->queue_delay_p99, r->queue_delay_max, r->switches_per_h,
-                               r->pruned_fraction, r->max_groups, r->repacked);
-                else
-                        printf("%-14s %10.1f %7.2fx %9.3f %9.3f %11.1f %7.1f%% %7d\n",
-                               loom_plexsim_policy_name(r->policy), r->makespan_h,
-                               iso > 0 ? r->makespan_h / iso : 0, r->queue_delay_p50,
-                               r->queue_delay_p99, r->switches_per_h, 100 * r->pruned_fraction,
-                               r->max_groups);
-        }
-        if (o->plot) {
-                char path[PATH_MAX];
-                mkdir(o->plot, 0777);
-                snprintf(path, sizeof path, "%s/plex_queue_delay_cdf.svg", o->plot);
-                loom_err e;
-                loom_plexsim_cluster_res show[4];
-                int ns = 0;
-                for (int i = 0; i < nres; i++)
-                        if (o->mask & (1u << res[i].policy))
-                                show[ns++] = res[i];
-                if (loom_plexsim_plot_cdf(path, show, ns, &e)) {
-                        fprintf(stderr, "loom sim: %s\n", e.msg);
-                        rc = 1;
-                } else if (!o->json) {
-                        printf("wrote %s\n", path);
-                }
-        }
-out:
-        for (int i = 0; i < nres; i++)
-                loom_plexsim_cluster_res_free(&res[i]);
-        free(jobs);
-        free(arr);
-        free(dur);
-        free(gpus);
-        return rc;
-}
-
-/* The shared groups: per model, as many jobs as the plex placer puts on one group, at the
- * phase offsets it chose; then each dispatch policy serves them with jittered rollouts. */
-static int dispatch(const opts *o)
-{
-        int nm;
-        const loom_plexsim_model *m = loom_plexsim_models(&nm);
-        if (!o->json)
-                printf("\n%-6s %-5s %4s %11s %10s %10s %10s\n", "model", "disp", "jobs",
-                       "switches/h", "delay_mean", "delay_p50", "delay_p99");
-        for (int i = 0; i < nm; i++) {
-                loom_plex_cfg pc;
-                loom_plex_cfg_default(&pc);
-                pc.nodes = 2 * m[i].train_gpus / 8;
-                loom_plex *p = loom_plex_new(&pc, NULL);
-                if (!p)
-                        return 1;
-                loom_us calls[3];
-                for (int k = 0; k < 3; k++)
-                        calls[k] = loom_us_from_s(m[i].calls_s[k]);
-                loom_plex_job pj;
-                loom_plex_job_from_calls(
-                    &pj, pc.nodes / 2,
-                    loom_us_from_s(m[i].cycle_s) - calls[0] - calls[1] - calls[2], calls, 3,
-                    loom_us_from_s(loom_plexsim_setup_s(m[i].model_b)), true);
-                loom_plexsim_pool_job jobs[16];
-                int n = 0;
-                loom_tl_group g0 = LOOM_TL_NO_GROUP;
-                for (; n < 16; n++) {
-                        loom_plex_decision d;
-                        if (loom_plex_place(p, (uint32_t)n + 1, &pj, &d, NULL) || !d.placed ||
-                            (n > 0 && d.group != g0))
-                                break;
-                        g0 = d.group;
-                        jobs[n] = (loom_plexsim_pool_job){
-                            m[i].cycle_s - m[i].calls_s[0] - m[i].calls_s[1] - m[i].calls_s[2],
-                            3,
-                            {m[i].calls_s[0], m[i].calls_s[1], m[i].calls_s[2]},
-                            loom_plexsim_setup_s(m[i].model_b),
-                            d.shift * loom_us_to_s(pc.slot_us),
-                            200,
-                            o->jitter};
-                }
-                loom_plex_free(p);
-                for (int d = LOOM_DISPATCH_RR; d <= LOOM_DISPATCH_FCFS; d++) {
-                        loom_plexsim_pool_cfg c = {(loom_dispatch)d, 1.1, o->seed};
-                        loom_plexsim_pool_res r;
-                        loom_err e;
-                        if (loom_plexsim_pool_run(&c, jobs, n, &r, &e)) {
-                                fprintf(stderr, "loom sim: %s\n", e.msg);
-                                return 1;
-                        }
-                        if (o->json)
-                                printf("{\"compare\":\"dispatch\",\"model\":\"%s\",\"dispatch\":"
-                                       "\"%s\",\"jobs\":%d,\"makespan_h\":%.3f,\"switches_per_h\":"
-                                       "%.2f,\"delay_mean\":%.4f,\"queue_delay_p50\":%.4f,"
-                                       "\"queue_delay_p99\":%.4f,\"bubble\":%.4f}\n",
-                                       m[i].name, loom_dispatch_name((loom_dispatch)d), n,
-                                       r.makespan_s / 3600, r.switches_per_h, r.delay_mean,
-                                       r.delay_p50, r.delay_p99, r.bubble);
-                        else
-                                printf("%-6s %-5s %4d %11.2f %10.4f %10.4f %10.4f\n", m[i].name,
-                                       loom_dispatch_name((loom_dispatch)d), n, r.switches_per_h,
-                                       r.delay_mean, r.delay_p50, r.delay_p99);
-                }
-        }
-        return 0;
-}
-
-/* loom (Algorithm 1 + round robin) and the plex placer (+ HRRS) through the same core and
- * simulator on WEAVE's default workload. */
-static int weave(const opts *o, const loom_sim_trace *t)
-{
-        loom_sim_cfg cfg;
-        loom_sim_cfg_default(&cfg);
-        loom_sim_workload_cfg wc;
-        loom_sim_workload_cfg_default(&wc);
-        wc.seed = o->seed;
-        wc.noise.tail_threshold = cfg.policy.tail_threshold;
-        loom_sim_workload w;
-        loom_err e;
-        if (loom_sim_workload_build(&wc, t, &cfg.cluster, &w, &e)) {
-                fprintf(stderr, "loom sim: %s\n", e.msg);
-                return 1;
-        }
-        if (!o->json)
-                printf("\n%-12s %10s %9s %9s %9s %10s %10s %7s %7s\n", "placer", "cost_$/h",
-                       "slo_att", "slo_prof", "slowdown99", "bubble_tr", "bubble_ro", "joined",
-                       "new");
-        int rc = 0;
-        for (int k = 0; k < 2 && !rc; k++) {
-                cfg.policy.placer = k ? LOOM_PLACER_PLEX : LOOM_PLACER_LOOM;
-                cfg.policy.dispatch = k ? LOOM_DISPATCH_HRRS : LOOM_DISPATCH_RR;
-                loom_sim_result r;
-                if ((rc = loom_sim_run(&cfg, &w, LOOM_SIM_LOOM, &r, &e))) {
-                        fprintf(stderr, "loom sim: %s\n", e.msg);
-                        break;
-                }
-                const char *name = k ? "plex+hrrs" : "loom+rr";
-                unsigned long long joined = r.decisions[0] + r.decisions[1], fresh = r.decisions[2];
-                if (o->json)
-                        printf(
-                            "{\"compare\":\"weave\",\"placer\":\"%s\",\"avg_cost_per_hour\":%.2f,"
-                            "\"slo_attainment\":%.4f,\"slo_attainment_profiled\":%.4f,"
-                            "\"slowdown_p99\":%.4f,\"bubble_train\":"
-                            "%.4f,\"bubble_rollout\":%.4f,\"makespan_h\":%.3f,"
-                            "\"joined_group\":%llu,\"new_group\":%llu}\n",
-                            name, r.avg_cost_per_hour, r.slo_attainment, r.slo_attainment_wc,
-                            r.slowdown_p99, r.bubble[LOOM_POOL_TRAIN], r.bubble[LOOM_POOL_ROLLOUT],
-                            r.makespan_h, joined, fresh);
-                else
-                        printf("%-12s %10.1f %8.1f%% %8.1f%% %9.3f %9.1f%% %9.1f%% %7llu %7llu\n",
-                               name, r.avg_cost_per_hour, 100 * r.slo_attainment,
-                               100 * r.slo_attainment_wc, r.slowdown_p99,
-                               100 * r.bubble[LOOM_POOL_TRAIN], 100 * r.bubble[LOOM_POOL_ROLLOUT],
-                               joined, fresh);
-                loom_sim_result_free(&r);
-        }
-        loom_sim_workload_free(&w);
-        return rc ? 1 : 0;
-}
-
 int loom_cmd_sim_plex(int argc, char **argv)
 {
-        opts o = {.mask = 0xf,
-                  .start = 165,
-                  .count = 300,
-                  .nodes = 20,
-                  .jitter = 0.2,
-                  .seed = 1,
-                  .dispatch = true,
-                  .weave = true};
-        int rc = parse(argc, argv, &o);
+        loom_plexsim_study_cfg c;
+        loom_plexsim_study_cfg_default(&c);
+        int rc = parse(argc, argv, &c);
         if (rc >= 0)
                 return rc;
         char buf[PATH_MAX];
-        const char *path = o.trace ? o.trace : loom_cmd_bundled(DEFAULT_TRACE, buf, sizeof buf);
-        loom_sim_trace t;
+        if (!c.trace)
+                c.trace = loom_cmd_bundled(DEFAULT_TRACE, buf, sizeof buf);
         loom_err e;
         loom_err_clear(&e);
-        if (loom_sim_trace_load(path, o.start, o.count, &t, &e)) {
+        if (loom_plexsim_study(&c, stdout, &e)) {
                 fprintf(stderr, "loom sim: %s\n", e.msg);
                 return 1;
         }
-        rc = cluster(&o, &t);
-        if (!rc && o.dispatch)
-                rc = dispatch(&o);
-        if (!rc && o.weave)
-                rc = weave(&o, &t);
-        loom_sim_trace_free(&t);
-        return rc;
+        return 0;
 }

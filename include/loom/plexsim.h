@@ -11,6 +11,8 @@
 #ifndef LOOM_PLEXSIM_H
 #define LOOM_PLEXSIM_H
 
+#include <stdio.h>
+
 #include "loom/timeline.h"
 
 /* PlexRL Table 2 (cycle and calls) and Table 1 (parallel settings -> GPUs). */
@@ -106,5 +108,31 @@ void loom_plexsim_cluster_res_free(loom_plexsim_cluster_res *r);
 
 /* Figure 8's CDF of normalised queuing delay, one curve per result, as an SVG file. */
 int loom_plexsim_plot_cdf(const char *path, const loom_plexsim_cluster_res *r, int n, loom_err *e);
+
+/* ---- the whole `loom sim --policy plex-...` study (plex_study.c) ----------------------------- */
+
+typedef struct loom_plexsim_study_cfg {
+        const char *trace; /* Philly-style CSV */
+        int start, count;  /* its rows; default 165:300 */
+        unsigned policies; /* mask of 1u << loom_plexsim_policy; default all four */
+        int nodes;         /* training nodes of the cluster; default 20 */
+        double jitter;     /* rollout spread of the dispatch runs, [0, 1); default 0.2 */
+        uint64_t seed;     /* dispatch jitter and WEAVE workload; default 1 */
+        bool cold;         /* jobs arrive unprofiled (a dedicated group for one cycle) */
+        bool dispatch;     /* HRRS / FCFS / round robin on shared groups; default on */
+        bool weave;        /* loom vs the plex placer on WEAVE's workload; default on */
+        bool json;         /* JSON lines instead of tables */
+        const char *plot;  /* directory for plex_queue_delay_cdf.svg (created), or NULL */
+} loom_plexsim_study_cfg;
+
+void loom_plexsim_study_cfg_default(loom_plexsim_study_cfg *c);
+/* "plex-pack,plex-spread" or "plex-all" into a mask of (1u << policy); -1 on an unknown name or
+ * an empty list. */
+int loom_plexsim_policy_list_parse(const char *s, unsigned *mask);
+/* Figure 8 (isolated always runs as the makespan baseline), then the dispatch and WEAVE
+ * comparisons, each part printed to f as it finishes. On an error e says why (trace errors start
+ * with file:line:column); the parts already done stay printed. 0, LOOM_EINVAL, LOOM_EIO or
+ * LOOM_ENOMEM. */
+int loom_plexsim_study(const loom_plexsim_study_cfg *c, FILE *f, loom_err *e);
 
 #endif

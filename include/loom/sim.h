@@ -353,4 +353,48 @@ typedef struct loom_sim_bars {
 } loom_sim_bars;
 int loom_sim_plot_bars(const char *dir, const char *name, const loom_sim_bars *b, loom_err *e);
 
+/* ---- a whole `loom sim` study (study.c, sweep_report.c) ------------------------------------ */
+
+typedef enum loom_sim_format {
+        LOOM_SIM_TABLE = 0, /* aligned columns for a terminal */
+        LOOM_SIM_JSON,      /* one JSON object per line */
+        LOOM_SIM_CSV,       /* a header line, then one row per line */
+} loom_sim_format;
+
+typedef enum loom_sim_study_kind {
+        LOOM_SIM_STUDY_COMPARE = 0, /* the chosen policies side by side on one workload */
+        LOOM_SIM_STUDY_DECOMPOSE,   /* the cost ladder (loom_sim_decompose); table or JSON */
+        LOOM_SIM_STUDY_SWEEP,       /* Figure 15 a-c (loom_sim_sweep) on the trace window */
+} loom_sim_study_kind;
+
+typedef struct loom_sim_study_cfg {
+        loom_sim_study_kind kind;
+        const char *trace; /* Philly-style CSV; NULL: Poisson arrivals (compare, decompose) */
+        int start, count;  /* the trace rows; default 165:300 */
+        loom_sim_cfg sim;  /* its progress hook is called while policies run (not the sweep) */
+        loom_sim_workload_cfg workload; /* noise.tail_threshold follows sim.policy */
+        unsigned policies;              /* mask; 0: every policy, or the sweep's default */
+        loom_sim_format format;
+        const char *plot;    /* directory for plots (compare, sweep), or NULL */
+        const char *per_job; /* path of the per-job CSV (compare), or NULL */
+        int seeds, threads;  /* sweep; default 3 and 2 */
+} loom_sim_study_cfg;
+
+void loom_sim_study_cfg_default(loom_sim_study_cfg *c);
+/* Run the study and write its plots and files, then print its report to f. On an error
+ * (LOOM_EINVAL for a bad trace or configuration, LOOM_EIO, LOOM_ENOMEM) e says why (trace errors
+ * start with file:line:column) and nothing is printed to f. */
+int loom_sim_study(const loom_sim_study_cfg *c, FILE *f, loom_err *e);
+
+/* Every job under every result that has per-job figures, one CSV row each (slowdown, mean
+ * iteration time, SLO met); path is created or truncated. 0 or LOOM_EIO. */
+int loom_sim_write_per_job(const char *path, const loom_sim_workload *w, const loom_sim_result *r,
+                           int n, loom_err *e);
+
+/* A sweep's rows averaged over their `seeds` seeds (with the min and max across them), printed
+ * to f in fmt; with plot_dir, the fig15{a,b,c}_{cost,slo} bar charts are written there first and
+ * nothing is printed if they fail. 0, LOOM_EINVAL, LOOM_EIO or LOOM_ENOMEM. */
+int loom_sim_sweep_report(FILE *f, const loom_sim_sweep_out *out, int seeds, loom_sim_format fmt,
+                          const char *plot_dir, loom_err *e);
+
 #endif
