@@ -18,6 +18,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include "loom/plan.h"
 #include "loom/sched.h"
 
 /* ---- arrivals and workloads ---------------------------------------------------------------- */
@@ -347,5 +348,10 @@ typedef struct loom_sim_bars {
         const double *values; /* [group * n_series + series] */
 } loom_sim_bars;
 int loom_sim_plot_bars(const char *dir, const char *name, const loom_sim_bars *b, loom_err *e);
+
+/* The chart of a `loom plan sweep` (loom_plan_sweep): <dir>/plan-sweep.svg and .png, HetRL's
+ * ratio to verl and StreamRL per instance; for the load-balancing ablation plan-balance.svg and
+ * .png, the gain per instance. dir is created if missing. */
+int loom_sim_plot_plan_sweep(const char *dir, const loom_plan_sweep_out *o, loom_err *e);
 
 #endif
