@@ -239,11 +239,10 @@ int loom_cmd_plan(int argc, char **argv)
                 return bad_usage("--json or --emit-job, not both");
         loom_plan_workflow w;
         loom_plan_workflow_default(&w);
-        if (!strcmp(workflow, "grpo")) {
+        if (!strcmp(workflow, "grpo"))
                 w.grpo = true;
-        } else if (strcmp(workflow, "ppo") && load(workflow, NULL, NULL, 0, &w)) {
+        else if (strcmp(workflow, "ppo") && load(workflow, NULL, NULL, 0, &w))
                 return 1;
-        }
         if (mode) {
                 if (strcmp(mode, "sync") && strcmp(mode, "async"))
                         return bad_usage("--mode is sync or async");

@@ -49,9 +49,8 @@ static int load_scenario(void *ctx, const char *file, loom_plan_cluster *c, loom
                 free(text);
         }
         if (rc) {
-                char msg[sizeof e->msg];
-                snprintf(msg, sizeof msg, "%s", e->msg);
-                loom_err_set(e, rc, e->field, "%s: %s", path, msg);
+                loom_err in = *e;
+                loom_err_set(e, rc, in.field, "%s: %s", path, in.msg);
         }
         return rc;
 }
