@@ -11,6 +11,11 @@
  *    branch and bound for small fleets;
  *  - helpers to turn a plan into a loom job spec (rollout/training GPUs and phase times).
  *
+ * Beside them, the drivers of `loom plan`: one planning run and its text report, the cost-model
+ * rate benchmark and the comparison grid of HetRL's evaluation (sweep), which write to a FILE *
+ * the caller passes and read cluster files only through a callback. The JSON forms are in
+ * loom/spec.h, the sweep's charts in loom/sim.h.
+ *
  * Units inside this module: seconds (double), bytes (double), FLOP/s, bytes/s. Modelling
  * choices are listed in docs/plan.md.
  */
@@ -19,6 +24,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "loom/common.h"
 
@@ -225,5 +231,89 @@ typedef struct loom_plan_job {
 /* Phases of a plan as a loom job: rollout = actor generation, train = the inference and
  * training tasks after it, sync = resharding or weight synchronisation. */
 void loom_plan_to_job(const loom_plan *p, const loom_plan_cost *cost, loom_plan_job *out);
+
+/* ---- one planning run (`loom plan`) ---- */
+typedef struct loom_plan_report {
+        loom_plan_result result;
+        double search_s;              /* by opts->now; 0 when the caller gave no clock */
+        bool free_layout;             /* free_result and free_s hold the layout search */
+        loom_plan_result free_result; /* the plan loom_plan_free_layout found, evaluated */
+        double free_s;                /* its iteration time as the layout search priced it */
+} loom_plan_report;
+
+/* loom_plan_search, timed by o->now when set; with free_layout, then loom_plan_free_layout near
+ * the plan. Returns 0; LOOM_ENOENT when no plan fits the fleet's memory, the search's error
+ * otherwise, each with a message in e. */
+int loom_plan_run(const loom_plan_cluster *c, const loom_plan_workflow *w, const loom_plan_opts *o,
+                  bool free_layout, loom_plan_report *out, loom_err *e);
+/* The text report: fleet (fleet: its name, "" for none), workflow, solver, each group's GPUs
+ * and each task's strategy and cost terms, the weight term, what sets the iteration time, and
+ * the free layout's time when it was searched. */
+void loom_plan_report_print(FILE *f, const char *fleet, const loom_plan_cluster *c,
+                            const loom_plan_workflow *w, const loom_plan_opts *o,
+                            const loom_plan_report *r);
+
+/* Cost-model evaluations per second over 1000 random plans that fit in memory (an overflowing
+ * plan is rejected before it is priced, which would flatter the rate), priced over and over for
+ * at least `seconds` by now(). */
+typedef struct loom_plan_rate {
+        int64_t evaluations;
+        double elapsed_s;
+        double mean_iteration_s; /* of the priced plans, so the work cannot be optimised away */
+} loom_plan_rate;
+int loom_plan_evalrate(const loom_plan_cluster *c, const loom_plan_workflow *w, double seconds,
+                       double (*now)(void *ctx), void *now_ctx, loom_plan_rate *out, loom_err *e);
+
+/* ---- the comparison grid (`loom plan sweep`) ---- */
+#define LOOM_PLAN_SWEEP_SCENARIOS 4 /* S1-S4, the example fleets of HetRL's network scenarios */
+#define LOOM_PLAN_SWEEP_MODELS 3    /* Qwen3 4B, 8B, 14B */
+#define LOOM_PLAN_SWEEP_MAX_ROWS (LOOM_PLAN_SWEEP_SCENARIOS * LOOM_PLAN_SWEEP_MODELS * 4)
+
+/* Scenario k's name ("S1".."S4") and its cluster file relative to the source tree; model k's
+ * name ("qwen3-4b"...). NULL beyond the range. */
+const char *loom_plan_sweep_scenario(int k);
+const char *loom_plan_sweep_scenario_file(int k);
+const char *loom_plan_sweep_model(int k);
+
+typedef struct loom_plan_sweep_cfg {
+        const char *scenarios, *models; /* comma-separated names to keep; NULL: all */
+        int64_t budget;                 /* SHA-EA evaluations per instance */
+        uint64_t seed;
+        /* HetRL section 5.3 instead of the grid: sync PPO/GRPO without and with balancing. */
+        bool balance_ablation;
+        /* Fills *out with the cluster of the file (loom_plan_sweep_scenario_file); 0, or an error
+         * code with a message in e that names the file. Called once per kept scenario. */
+        int (*load)(void *ctx, const char *file, loom_plan_cluster *out, loom_err *e);
+        void *load_ctx;
+} loom_plan_sweep_cfg;
+
+/* One instance of the grid: modelled tokens/s, 0 when no plan fits (StreamRL: async only). */
+typedef struct loom_plan_sweep_row {
+        int scen, model;
+        bool grpo, async;
+        double hetrl, verl, streamrl;
+} loom_plan_sweep_row;
+
+/* One instance of the ablation: the better of the two searches' plans priced without (off)
+ * and with (on) balancing; search_short > 0: the balanced search alone fell short of `on` by
+ * this fraction, < 0: the unbalanced one of `off`. */
+typedef struct loom_plan_balance_row {
+        int scen, model;
+        bool grpo;
+        double off, on, search_short;
+} loom_plan_balance_row;
+
+typedef struct loom_plan_sweep_out {
+        bool ablation; /* the rows are the ablation's (balance[]), not the grid's */
+        int n;         /* rows of the grid */
+        loom_plan_sweep_row rows[LOOM_PLAN_SWEEP_MAX_ROWS];
+        int n_balance;
+        loom_plan_balance_row balance[LOOM_PLAN_SWEEP_MAX_ROWS / 2];
+} loom_plan_sweep_out;
+
+/* Plans every kept instance and writes the table to f as it goes (a row per instance, flushed),
+ * then the notes and the summary lines. Deterministic for a seed and budget. Returns 0, the
+ * loader's error (rows so far kept in out), or LOOM_ENOMEM; a message in e. */
+int loom_plan_sweep(const loom_plan_sweep_cfg *cfg, FILE *f, loom_plan_sweep_out *out, loom_err *e);
 
 #endif

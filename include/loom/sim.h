@@ -18,6 +18,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include "loom/plan.h"
 #include "loom/sched.h"
 
 /* ---- arrivals and workloads ---------------------------------------------------------------- */
@@ -396,5 +397,10 @@ int loom_sim_write_per_job(const char *path, const loom_sim_workload *w, const l
  * nothing is printed if they fail. 0, LOOM_EINVAL, LOOM_EIO or LOOM_ENOMEM. */
 int loom_sim_sweep_report(FILE *f, const loom_sim_sweep_out *out, int seeds, loom_sim_format fmt,
                           const char *plot_dir, loom_err *e);
+
+/* The chart of a `loom plan sweep` (loom_plan_sweep): <dir>/plan-sweep.svg and .png, HetRL's
+ * ratio to verl and StreamRL per instance; for the load-balancing ablation plan-balance.svg and
+ * .png, the gain per instance. dir is created if missing. */
+int loom_sim_plot_plan_sweep(const char *dir, const loom_plan_sweep_out *o, loom_err *e);
 
 #endif

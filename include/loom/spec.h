@@ -36,6 +36,17 @@ int loom_spec_read_file(const char *path, char **text, size_t *len, loom_err *e)
 int loom_plan_cluster_parse(const char *text, size_t len, loom_plan_cluster *out, char *name,
                             size_t name_len, loom_err *e);
 int loom_plan_workflow_parse(const char *text, size_t len, loom_plan_workflow *w, loom_err *e);
+/* Their outputs (new references; NULL when a value has no JSON form, e.g. an infinite time):
+ * a plan's groups and tasks with every cost term; `loom plan --json`'s object (fleet is the
+ * cluster's name); and the loom job spec of a plan (loom_plan_to_job, GPU counts rounded up to
+ * whole nodes of gpus_per_node, id "<algorithm>-<mode>-<model>"). */
+json_t *loom_plan_to_json(const loom_plan_cluster *c, const loom_plan_workflow *w,
+                          const loom_plan_result *r);
+json_t *loom_plan_report_to_json(const char *fleet, const loom_plan_cluster *c,
+                                 const loom_plan_workflow *w, const loom_plan_opts *o,
+                                 const loom_plan_report *rep);
+json_t *loom_plan_job_to_json(const loom_plan_workflow *w, const loom_plan_result *r, double slo,
+                              int gpus_per_node);
 
 /*
  * Decode one object. `where` is the path prefix used in messages ("jobs[3]", "" for a top-level

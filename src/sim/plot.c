@@ -121,9 +121,7 @@ static void legend(cairo_t *cr, int i, const char *label, bool dashed)
         text(cr, x + 28, y, label, 0, 12);
 }
 
-typedef void (*draw_fn)(cairo_t *cr, const void *arg);
-
-static int ensure_dir(const char *dir, loom_err *e)
+int loom__sim_plot_dir(const char *dir, loom_err *e)
 {
         if (mkdir(dir, 0777) && errno != EEXIST)
                 return loom_err_set(e, LOOM_EIO, "plot", "%s: %s", dir, strerror(errno));
@@ -133,11 +131,12 @@ static int ensure_dir(const char *dir, loom_err *e)
         return 0;
 }
 
-static int render(const char *dir, const char *name, draw_fn fn, const void *arg, loom_err *e)
+int loom__sim_render(const char *dir, const char *name, int w, int h, sim_draw_fn fn,
+                     const void *arg, loom_err *e)
 {
         char path[4096];
         snprintf(path, sizeof path, "%s/%s.svg", dir, name);
-        cairo_surface_t *s = cairo_svg_surface_create(path, W, H);
+        cairo_surface_t *s = cairo_svg_surface_create(path, w, h);
         if (cairo_surface_status(s))
                 return loom_err_set(e, LOOM_EIO, "plot", "%s: cannot create", path);
         cairo_t *cr = cairo_create(s);
@@ -148,7 +147,7 @@ static int render(const char *dir, const char *name, draw_fn fn, const void *arg
         cairo_surface_destroy(s);
         if (bad)
                 return loom_err_set(e, LOOM_EIO, "plot", "%s: write failed", path);
-        s = cairo_image_surface_create(CAIRO_FORMAT_RGB24, W, H);
+        s = cairo_image_surface_create(CAIRO_FORMAT_RGB24, w, h);
         cr = cairo_create(s);
         fn(cr, arg);
         cairo_destroy(cr);
@@ -262,14 +261,14 @@ static void draw_cdf(cairo_t *cr, const void *varg)
 
 int loom_sim_plot(const char *dir, const loom_sim_result *r, int n, loom_err *e)
 {
-        int rc = ensure_dir(dir, e);
+        int rc = loom__sim_plot_dir(dir, e);
         series_arg a = {r, n, 0};
-        if (rc || (rc = render(dir, "cost", draw_series, &a, e)))
+        if (rc || (rc = loom__sim_render(dir, "cost", W, H, draw_series, &a, e)))
                 return rc;
         a.what = 1;
-        if ((rc = render(dir, "gpus", draw_series, &a, e)))
+        if ((rc = loom__sim_render(dir, "gpus", W, H, draw_series, &a, e)))
                 return rc;
-        return render(dir, "slowdown", draw_cdf, &a, e);
+        return loom__sim_render(dir, "slowdown", W, H, draw_cdf, &a, e);
 }
 
 /* ---- Gantt -------------------------------------------------------------------------------- */
@@ -338,7 +337,7 @@ static void draw_gantt(cairo_t *cr, const void *varg)
 int loom_sim_plot_gantt(const char *dir, const char *name, const char *title,
                         const loom_sim_result *r, const loom_sim_workload *w, loom_err *e)
 {
-        int rc = ensure_dir(dir, e);
+        int rc = loom__sim_plot_dir(dir, e);
         if (rc)
                 return rc;
         gantt_arg a = {.r = r, .w = w, .title = title};
@@ -370,7 +369,7 @@ int loom_sim_plot_gantt(const char *dir, const char *name, const char *title,
                         }
         if (row == 0)
                 a.rows[0] = 1;
-        rc = render(dir, name, draw_gantt, &a, e);
+        rc = loom__sim_render(dir, name, W, H, draw_gantt, &a, e);
         free(a.row_of);
         return rc;
 }
@@ -411,6 +410,6 @@ static void draw_bars(cairo_t *cr, const void *varg)
 
 int loom_sim_plot_bars(const char *dir, const char *name, const loom_sim_bars *b, loom_err *e)
 {
-        int rc = ensure_dir(dir, e);
-        return rc ? rc : render(dir, name, draw_bars, b, e);
+        int rc = loom__sim_plot_dir(dir, e);
+        return rc ? rc : loom__sim_render(dir, name, W, H, draw_bars, b, e);
 }

@@ -6,6 +6,7 @@
 #ifndef LOOM_SIM_INT_H
 #define LOOM_SIM_INT_H
 
+#include <cairo.h>
 #include <math.h>
 
 #include "loom/sim.h"
@@ -89,6 +90,16 @@ static inline void sim_progress(const loom_sim_cfg *c, loom_sim_policy p, double
         if (c->progress)
                 c->progress(c->progress_ctx, loom_sim_policy_name(p), frac);
 }
+
+/* ---- charts (plot.c) ---------------------------------------------------------------------- */
+
+/* Paints one chart; runs once for the SVG surface and once for the PNG one. */
+typedef void (*sim_draw_fn)(cairo_t *cr, const void *arg);
+/* Create dir if missing; an error when it is not a directory. */
+int loom__sim_plot_dir(const char *dir, loom_err *e);
+/* Write <dir>/<name>.svg and .png, w x h points, both painted by fn(cr, arg). */
+int loom__sim_render(const char *dir, const char *name, int w, int h, sim_draw_fn fn,
+                     const void *arg, loom_err *e);
 
 /* ---- drift, failures, restarts (drift.c) --------------------------------------------------- */
 

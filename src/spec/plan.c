@@ -93,18 +93,44 @@ static int string(const dctx *c, json_t *obj, const char *where, const char *k, 
         return 0;
 }
 
-/* Table 1 of the HetRL paper. */
+/* The built-in GPU types: {name, dense bf16 TFLOPS, HBM GB, HBM GB/s, intra-machine GB/s}. */
 static const loom_plan_gpu builtin_gpus[] = {
+    /* Table 1 of the HetRL paper. */
     {"A100", 312, 40, 2039, 600},
     {"L40S", 366, 48, 864, 64},
     {"L4", 121, 24, 300, 64},
+    /* H100 SXM5 80GB, NVIDIA H100 Tensor Core GPU datasheet: 989 TFLOPS dense BF16 (1,979 is
+     * with 2:4 sparsity), 80 GB HBM3 at 3.35 TB/s, fourth-generation NVLink at 900 GB/s per GPU
+     * (the A100 row's 600 is NVLink 3 counted the same way). */
+    {"H100", 989, 80, 3350, 900},
 };
+/* Every cluster's type table starts with HetRL's three types, in this order; a later built-in
+ * joins it when the file first names it (in gpu_types or a device). The search draws a random
+ * order over the table's types, so a fleet that never names a newer type keeps its type indices,
+ * random draws and plans when this table grows. */
+#define BUILTIN_ALWAYS 3
 
 static int type_index(const loom_plan_cluster *cl, const char *name)
 {
         int t = 0;
         while (t < cl->n_types && strcmp(cl->types[t].name, name))
                 t++;
+        return t;
+}
+
+/* type_index, adding a built-in type on its first mention: n_types when the name is unknown,
+ * -1 when it is a built-in type that no longer fits the table. */
+static int type_lookup(loom_plan_cluster *cl, const char *name)
+{
+        int t = type_index(cl, name);
+        size_t n = sizeof builtin_gpus / sizeof builtin_gpus[0];
+        for (size_t i = BUILTIN_ALWAYS; i < n && t == cl->n_types; i++)
+                if (!strcmp(builtin_gpus[i].name, name)) {
+                        if (t >= LOOM_PLAN_MAX_TYPES)
+                                return -1;
+                        cl->types[t] = builtin_gpus[i];
+                        return cl->n_types++;
+                }
         return t;
 }
 
@@ -147,7 +173,7 @@ static int link_obj(const dctx *c, json_t *o, const char *where, double *lat_s, 
 static int gpu_types(const dctx *c, json_t *o, loom_plan_cluster *cl)
 {
         cl->n_types = 0;
-        for (size_t i = 0; i < sizeof builtin_gpus / sizeof builtin_gpus[0]; i++)
+        for (int i = 0; i < BUILTIN_ALWAYS; i++)
                 cl->types[cl->n_types++] = builtin_gpus[i];
         if (!o)
                 return 0;
@@ -166,9 +192,9 @@ static int gpu_types(const dctx *c, json_t *o, loom_plan_cluster *cl)
                         return rc;
                 if (strlen(k) < 1 || strlen(k) > 31)
                         return fail(c, where, "a name of 1..31 characters, please");
-                int t = type_index(cl, k);
-                if (t == cl->n_types) {
-                        if (t >= LOOM_PLAN_MAX_TYPES)
+                int t = type_lookup(cl, k);
+                if (t < 0 || t == cl->n_types) {
+                        if (t < 0 || t >= LOOM_PLAN_MAX_TYPES)
                                 return fail(c, where, "at most %d GPU types", LOOM_PLAN_MAX_TYPES);
                         memset(&cl->types[t], 0, sizeof cl->types[t]);
                         snprintf(cl->types[t].name, sizeof cl->types[t].name, "%s", k);
@@ -211,12 +237,14 @@ static int devices(const dctx *c, json_t *arr, loom_plan_cluster *cl, names *mac
                     (rc = string(c, d, where, "region", true, &region)) < 0 ||
                     (rc = string(c, d, where, "zone", false, &zone)) < 0)
                         return rc;
-                int t = type_index(cl, type);
+                int t = type_lookup(cl, type);
                 char p[96];
-                if (t == cl->n_types) {
+                if (t < 0 || t == cl->n_types) {
                         snprintf(p, sizeof p, "%s.type", where);
+                        if (t < 0)
+                                return fail(c, p, "at most %d GPU types", LOOM_PLAN_MAX_TYPES);
                         return fail(c, p,
-                                    "unknown GPU type '%s' (built in: A100, L40S, L4; "
+                                    "unknown GPU type '%s' (built in: A100, L40S, L4, H100; "
                                     "others go in gpu_types)",
                                     type);
                 }

@@ -67,8 +67,8 @@ bad() { # name, file, pattern
         check "$1 prints nothing" test ! -s "$tmp/out"
         check "$1 message" grep -q "$3" "$tmp/err"
 }
-printf '{"devices": [\n  {"type": "A100", "machine": "m", "region": "r", "count": 2},\n  {"type": "H100", "machine": "n", "region": "r"}\n]}\n' >"$tmp/type.json"
-bad "unknown GPU type" "$tmp/type.json" "type.json:3:.*devices\[1\].type: unknown GPU type 'H100'"
+printf '{"devices": [\n  {"type": "A100", "machine": "m", "region": "r", "count": 2},\n  {"type": "B200", "machine": "n", "region": "r"}\n]}\n' >"$tmp/type.json"
+bad "unknown GPU type" "$tmp/type.json" "type.json:3:.*devices\[1\].type: unknown GPU type 'B200'"
 printf '{"devices": [{"type": "A100", "machine": "m", "region": "r", "cuont": 2}]}\n' >"$tmp/typo.json"
 bad "unknown field" "$tmp/typo.json" "typo.json:1:.*devices\[0\].cuont: unknown field"
 printf '{"devices": [{"type": "A100", "machine": "m", "region": "a"},\n {"type": "L4", "machine": "n", "region": "b"}]}\n' >"$tmp/nolink.json"
