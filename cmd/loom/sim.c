@@ -19,61 +19,61 @@
 static void usage(FILE *f)
 {
         fprintf(
-            f, "usage: loom sim [options]\n"
-               "       loom sim sweep [options]\n"
-               "\n"
-               "Simulates RL jobs arriving at a disaggregated cluster (rollout and training\n"
-               "pools, nodes provisioned on demand) under placement policies, all driving the\n"
-               "same scheduling core as loomd. GPU time is modelled, not run (docs/sim.md).\n"
-               "\n"
-               "arrivals:\n"
-               "  --trace FILE           Philly-style CSV (default " DEFAULT_TRACE ")\n"
-               "  --rows START:COUNT     rows of the trace after the header (default 165:300)\n"
-               "  --arrivals poisson:R   Poisson arrivals, R jobs per hour (instead of a trace)\n"
-               "  --jobs N               number of Poisson jobs (default 300)\n"
-               "  --duration-h H         mean Poisson job duration (default 12.5)\n"
-               "jobs:\n"
-               "  --workload W           balanced | rollout-heavy | train-heavy | mixed (default)\n"
-               "  --slo S                uniform:LO,HI (default uniform:1,2) | fixed:X\n"
-               "  --size GPUS            GPUs per pool for every job (default: from the trace)\n"
-               "  --sync SECONDS         weight sync time per iteration (default 0)\n"
-               "  --deterministic        every response at the max-token limit (no noise)\n"
-               "  --drift D              none (default) | increasing | decreasing | mixed:\n"
-               "                         per-job drift templates (WEAVE §6.6)\n"
-               "  --mtbf-h H             a running job fails every H hours on average\n"
-               "                         (default 0: never); failed jobs are re-admitted\n"
-               "  --max-restarts N       re-admissions of a failed job before it fails (3)\n"
-               "policies:\n"
-               "  --policy LIST          comma list or all (default all): loom, loom-nomig,\n"
-               "                         solo, colocated, random, greedy, oracle, lb,\n"
-               "                         random-slo, greedy-slo, regroup, gavel (Gavel+)\n"
-               "                         or PlexRL's plex-isolated, plex-pack, plex-spread,\n"
-               "                         plex-backfill, plex-all (--policy plex-all --help)\n"
-               "  --admission A          worst (default) | p99 | p95: after --learn-after\n"
-               "                         iterations, plan each job on a 90%% upper bound of\n"
-               "                         that quantile of its observed phase times (worst\n"
-               "                         case until enough iterations bound it)\n"
-               "  --learn-after K        iterations observed before re-planning (default 3)\n"
-               "  --multirate on|off     multi-rate groups: a member may run several iterations\n"
-               "                         per meta-iteration (default on)\n"
-               "  --train-rightsize on|off  a new group may get fewer training nodes than its\n"
-               "                         job asked for, within its SLO and memory (default off)\n"
-               "  --max-group N          max jobs per group (default 5)\n"
-               "  --colocated-factor F   rollout time on a training GPU vs a rollout GPU (1.0)\n"
-               "  --seed N               workload and placement seed (default 1)\n"
-               "output:\n"
-               "  --json | --csv         one JSON object per policy per line | CSV\n"
-               "  --plot DIR             cost.svg/png, gpus.svg/png, slowdown.svg/png\n"
-               "  --per-job FILE         CSV of every job under every policy (slowdown, SLO)\n"
-               "  --no-progress          no progress bar (it is drawn only on a terminal)\n"
-               "  --decompose            the cost as a ladder from the fluid lower bound, one\n"
-               "                         constraint per rung (docs/sim.md); --json for lines\n"
-               "sweep (Figure 15 a-c on the trace window, loom/random/greedy/random-slo/\n"
-               "greedy-slo vs lb):\n"
-               "  --seeds N              seeds per setting (default 3)\n"
-               "  --threads N            worker threads (default 2)\n"
-               "\n"
-               "Exit status: 0 ok, 1 invalid input (trace, values), 2 bad usage.\n");
+            f,
+            "usage: loom sim [options]\n"
+            "       loom sim sweep [options]\n"
+            "\n"
+            "Simulates RL jobs arriving at a disaggregated cluster (rollout and training\n"
+            "pools, nodes provisioned on demand) under placement policies, all driving the\n"
+            "same scheduling core as loomd. GPU time is modelled, not run (docs/sim.md).\n"
+            "\n"
+            "arrivals:\n"
+            "  --trace FILE           Philly-style CSV (default " DEFAULT_TRACE ")\n"
+            "  --rows START:COUNT     rows of the trace after the header (default 165:300)\n"
+            "  --arrivals poisson:R   Poisson arrivals, R jobs per hour (instead of a trace)\n"
+            "  --jobs N               number of Poisson jobs (default 300)\n"
+            "  --duration-h H         mean Poisson job duration (default 12.5)\n"
+            "jobs:\n"
+            "  --workload W           balanced | rollout-heavy | train-heavy | mixed (default)\n"
+            "  --slo S                uniform:LO,HI (default uniform:1,2) | fixed:X\n"
+            "  --size GPUS            GPUs per pool for every job (default: from the trace)\n"
+            "  --sync SECONDS         weight sync time per iteration (default 0)\n"
+            "  --deterministic        every response at the max-token limit (no noise)\n"
+            "  --drift D              none (default) | increasing | decreasing | mixed:\n"
+            "                         per-job drift templates (WEAVE §6.6)\n"
+            "  --mtbf-h H             a running job fails every H hours on average\n"
+            "                         (default 0: never); failed jobs are re-admitted\n"
+            "  --max-restarts N       re-admissions of a failed job before it fails (3)\n"
+            "policies:\n"
+            "  --policy LIST          comma list or all (default all): loom, loom-nomig,\n"
+            "                         solo, colocated, random, greedy, oracle, lb,\n"
+            "                         random-slo, greedy-slo, regroup, gavel (Gavel+)\n"
+            "                         or PlexRL's plex-isolated, plex-pack, plex-spread,\n"
+            "                         plex-backfill, plex-all (--policy plex-all --help)\n"
+            "  --admission A          worst (default) | p99 | p95: after --learn-after\n"
+            "                         iterations, plan each job on a 90%% upper bound of\n"
+            "                         that quantile of its observed phase times (worst\n"
+            "                         case until enough iterations bound it)\n"
+            "  --learn-after K        iterations observed before re-planning (default 3)\n"
+            "  --multirate on|off     members may run several iterations per meta-iteration (on)\n"
+            "  --train-rightsize on|off  new groups get the fewest training nodes in SLO (off)\n"
+            "  --colocate-lone on|off a lone member rolls out on its training nodes (on)\n"
+            "  --max-group N          max jobs per group (default 5)\n"
+            "  --colocated-factor F   rollout time on a training GPU vs a rollout GPU (1.0)\n"
+            "  --seed N               workload and placement seed (default 1)\n"
+            "output:\n"
+            "  --json | --csv         one JSON object per policy per line | CSV\n"
+            "  --plot DIR             cost.svg/png, gpus.svg/png, slowdown.svg/png\n"
+            "  --per-job FILE         CSV of every job under every policy (slowdown, SLO)\n"
+            "  --no-progress          no progress bar (it is drawn only on a terminal)\n"
+            "  --decompose            the cost as a ladder from the fluid lower bound, one\n"
+            "                         constraint per rung (docs/sim.md); --json for lines\n"
+            "sweep (Figure 15 a-c on the trace window, loom/random/greedy/random-slo/\n"
+            "greedy-slo vs lb):\n"
+            "  --seeds N              seeds per setting (default 3)\n"
+            "  --threads N            worker threads (default 2)\n"
+            "\n"
+            "Exit status: 0 ok, 1 invalid input (trace, values), 2 bad usage.\n");
 }
 
 typedef struct opts {
@@ -164,12 +164,12 @@ static int special(opts *o, const char *name, const char *v)
                 return bad("--drift (none|increasing|decreasing|mixed)", v);
         } else if (!strcmp(name, "admission") && loom_admission_parse(v, &pol->admission)) {
                 return bad("--admission (worst|p99|p95)", v);
-        } else if (!strcmp(name, "multirate") || !strcmp(name, "train-rightsize")) {
-                bool multi = !strcmp(name, "multirate");
+        } else if (loom_policy_switch(pol, name)) {
+                char what[40];
+                snprintf(what, sizeof what, "--%s (on|off)", name);
                 if (strcmp(v, "on") && strcmp(v, "off"))
-                        return bad(multi ? "--multirate (on|off)" : "--train-rightsize (on|off)",
-                                   v);
-                *(multi ? &pol->multirate : &pol->train_rightsize) = !strcmp(v, "on");
+                        return bad(what, v);
+                *loom_policy_switch(pol, name) = !strcmp(v, "on");
         }
         return 0;
 }
@@ -245,6 +245,7 @@ static int parse(int argc, char **argv, opts *o)
             {"decompose", .b = &o->decompose},
             {.name = "multirate"},
             {.name = "train-rightsize"},
+            {.name = "colocate-lone"},
         };
         enum { N = sizeof t / sizeof t[0] };
         struct option lo[N + 2] = {[N] = {"help", 0, 0, 'h'}};
@@ -291,8 +292,7 @@ int loom_cmd_sim(int argc, char **argv)
                 o.c.trace = loom_cmd_bundled(DEFAULT_TRACE, buf, sizeof buf);
         loom_err e;
         loom_err_clear(&e);
-        if (loom_sim_study(&o.c, stdout, &e)) {
-                /* trace errors already start with file:line:column */
+        if (loom_sim_study(&o.c, stdout, &e)) { /* trace errors start with file:line:col */
                 fprintf(stderr, "loom sim: %s\n", e.msg);
                 return 1;
         }

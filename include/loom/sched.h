@@ -120,6 +120,9 @@ typedef struct loom_policy_cfg {
 
 void loom_policy_cfg_default(loom_policy_cfg *p);
 int loom_policy_cfg_validate(const loom_policy_cfg *p, const loom_cluster_cfg *c, loom_err *e);
+/* The on/off switches of the command lines: "multirate", "train-rightsize", "colocate-lone".
+ * Returns a pointer to p's field for that name, or NULL for another name. */
+bool *loom_policy_switch(loom_policy_cfg *p, const char *name);
 
 /* ---- placement decisions ---------------------------------------------------------------- */
 

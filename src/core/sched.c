@@ -100,6 +100,14 @@ const char *loom_admission_name(loom_admission a)
         return (unsigned)a < 3 ? n[a] : "?";
 }
 
+bool *loom_policy_switch(loom_policy_cfg *p, const char *name)
+{
+        return !strcmp(name, "multirate")         ? &p->multirate
+               : !strcmp(name, "train-rightsize") ? &p->train_rightsize
+               : !strcmp(name, "colocate-lone")   ? &p->colocate_lone
+                                                  : NULL;
+}
+
 int loom_admission_parse(const char *str, loom_admission *out)
 {
         for (int a = LOOM_ADMIT_WORST; a <= LOOM_ADMIT_P95; a++)
