@@ -29,6 +29,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "loom/common.h"
 
@@ -349,6 +350,38 @@ enum { LOOM_SYNC_CODEC_DENSITIES = 8 };
 int loom_sync_codec_bench(
     uint64_t seed, size_t n,
     loom_sync_codec_row rows[LOOM_SYNC_CODEC_DENSITIES * (LOOM_SYNC_ENC_AUTO + 1)], loom_err *e);
+
+/* ---- the `loom sync` commands (report.c, suite.c) --------------------------------------- */
+
+/* What `loom sync layout|plan|bench|codec` take; loom_sync_opts_default fills the defaults. */
+typedef struct loom_sync_opts {
+        const char *model;           /* preset name */
+        uint32_t layers;             /* keep the first N transformer layers; 0: all */
+        const char *train, *rollout; /* "tp=A,pp=B,dp=C" */
+        const char *plan;            /* flat, topo, topo+sparse or all */
+        const char *link;            /* auto, netns or loopback */
+        double gbps, density, bucket_mib, timeout_s;
+        double max_mem_gb; /* 0: 85% of the host's available memory */
+        uint64_t seed;
+        uint32_t late, repeat;
+        int corrupt; /* as loom_sync_run_cfg.corrupt */
+        int json;
+} loom_sync_opts;
+void loom_sync_opts_default(loom_sync_opts *o);
+
+/* Each writes its table (or JSON lines with o->json) to out and returns 0, or an error with
+ * the option at fault in e->field and nothing further written.
+ *   layout   the tensors of the model and how TP splits them
+ *   plan     streams and link volumes of every plan; JSON: the shard map, a line per piece
+ *   codec    loom_sync_codec_bench's rows; LOOM_ECORRUPT when a round trip failed
+ *   bench    loom_sync_run of every plan, o->repeat times each (the fastest is reported; all
+ *            must verify). *verified: every run verified. notes gets a line when the shaped
+ *            link cannot be had and the run falls back to loopback. */
+int loom_sync_layout_print(const loom_sync_opts *o, FILE *out, loom_err *e);
+int loom_sync_plan_print(const loom_sync_opts *o, FILE *out, loom_err *e);
+int loom_sync_codec_print(const loom_sync_opts *o, FILE *out, loom_err *e);
+int loom_sync_bench_print(const loom_sync_opts *o, FILE *out, FILE *notes, int *verified,
+                          loom_err *e);
 
 /* ---- publish / pull: a live model between a trainer and its rollout workers ------------ */
 

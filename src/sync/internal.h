@@ -291,4 +291,23 @@ int loom__link_enter(int fd, loom_err *e);
 #define LOOM__TRAIN_IP "10.213.0.1"
 #define LOOM__ROLL_IP "10.213.0.2"
 
+/* ---- the `loom sync` commands (report.c, suite.c) ---------------------------------------- */
+
+/* What every command builds from its options: the layout, both parallel layouts, the map and
+ * the plans asked for. */
+typedef struct loom__setup {
+        loom_sync_layout *layout;
+        loom_sync_par train, roll;
+        loom_sync_map *map;
+        loom_sync_plan_kind plans[3];
+        int nplans;
+} loom__setup;
+int loom__setup_build(const loom_sync_opts *o, loom__setup *s, loom_err *e); /* free on error too */
+void loom__setup_free(loom__setup *s);
+uint64_t loom__all_ranks(uint32_t n);                 /* mask of rollout ranks 0..n-1 */
+uint64_t loom__bucket_bytes(const loom_sync_opts *o); /* --bucket-mib, even */
+void loom__result_json(const loom_sync_opts *o, const loom__setup *s, const loom_sync_result *r,
+                       FILE *out);
+void loom__result_text(const loom_sync_result *r, FILE *out);
+
 #endif
