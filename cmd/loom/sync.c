@@ -17,37 +17,44 @@
 
 static void usage(FILE *f)
 {
-        fprintf(f, "usage: loom sync <layout|plan|bench> [options]\n"
-                   "\n"
-                   "  layout   list the tensors of a model and how tensor parallelism splits them\n"
-                   "  plan     streams and slow/fast link volumes of each plan, computed only;\n"
-                   "           with --json the shard map: one line per piece with its byte ranges\n"
-                   "  bench    run a real multi-process transfer of one synthetic training step\n"
-                   "  codec    single-core speed and size of each bucket encoding by density\n"
-                   "           (takes --bucket-mib, --seed, --json)\n"
-                   "\n"
-                   "options (plan, bench; layout takes --model and --layers):\n"
-                   "  --model NAME        qwen2.5-0.5b (default), qwen2.5-1.5b, qwen2.5-7b, "
-                   "qwen2.5-14b,\n"
-                   "                      qwen2.5-32b, tiny\n"
-                   "  --layers N          keep only the first N transformer layers of the preset\n"
-                   "  --train tp=A,pp=B,dp=C    training layout (default tp=2,pp=1,dp=4)\n"
-                   "  --rollout tp=A,dp=B       rollout layout (default tp=1,dp=8)\n"
-                   "  --plan P            flat, topo, topo+sparse or all (default all)\n"
-                   "  --link-gbps G       rate of the shaped slow link (default 5; 0 = unshaped)\n"
-                   "  --density D         fraction of elements the step changes (default 0.01)\n"
-                   "  --bucket-mib N      bucket size (default 64)\n"
-                   "  --seed N            synthetic weights seed (default 1)\n"
-                   "  --link L            auto (default): namespaces + veth + tc when root and\n"
-                   "                      iproute2 allow, else loopback; netns; loopback\n"
-                   "  --late N            N rollout ranks join after the step and catch up\n"
-                   "  --repeat N          run each plan N times, report the fastest (default 1)\n"
-                   "  --timeout S         give up after S seconds per plan (default 600)\n"
-                   "  --max-mem-gb G      refuse runs estimated above G GB (default: 85%% of\n"
-                   "                      available memory)\n"
-                   "  --corrupt wire|content  fault injection on one bucket: a byte flipped after\n"
-                   "                      its checksum, or a wrong value in a well-formed frame\n"
-                   "  --json              one JSON object per plan\n");
+        fprintf(f,
+                "usage: loom sync <layout|plan|bench> [options]\n"
+                "\n"
+                "  layout   list the tensors of a model and how tensor parallelism splits them\n"
+                "  plan     streams and slow/fast link volumes of each plan, computed only;\n"
+                "           with --json the shard map: one line per piece with its byte ranges\n"
+                "  bench    run a real multi-process transfer of one synthetic training step\n"
+                "  codec    single-core speed and size of each bucket encoding by density\n"
+                "           (takes --bucket-mib, --seed, --json)\n"
+                "\n"
+                "options (plan, bench; layout takes --model and --layers):\n"
+                "  --model NAME        qwen2.5-0.5b (default), qwen2.5-1.5b, qwen2.5-7b, "
+                "qwen2.5-14b,\n"
+                "                      qwen2.5-32b, tiny\n"
+                "  --layers N          keep only the first N transformer layers of the preset\n"
+                "  --train tp=A,pp=B,dp=C    training layout (default tp=2,pp=1,dp=4)\n"
+                "  --rollout tp=A,dp=B       rollout layout (default tp=1,dp=8)\n"
+                "  --plan P            flat, topo, topo+sparse or all (default all)\n"
+                "  --link-gbps G       rate of the shaped slow link (default 5; 0 = unshaped)\n"
+                "  --density D         fraction of elements the step changes (default 0.01)\n"
+                "  --bucket-mib N      bucket size (default 64)\n"
+                "  --seed N            synthetic weights seed (default 1)\n"
+                "  --link L            auto (default): namespaces + veth + tc when root and\n"
+                "                      iproute2 allow, else loopback; netns; loopback\n"
+                "  --late N            N rollout ranks join after the step and catch up\n"
+                "  --repeat N          run each plan N times, report the fastest (default 1)\n"
+                "  --timeout S         give up after S seconds per plan (default 600)\n"
+                "  --max-mem-gb G      refuse runs estimated above G GB (default: 85%% of\n"
+                "                      available memory)\n"
+                "  --corrupt wire|content  fault injection on one bucket: a byte flipped after\n"
+                "                      its checksum, or a wrong value in a well-formed frame\n"
+                "  --key-file PATH     the job's sync key (64 hex digits; the file must not be\n"
+                "                      group- or world-readable), else $LOOM_SYNC_KEY: frames\n"
+                "                      between ranks carry UMAC-64 tags; without a key they are\n"
+                "                      not authenticated\n"
+                "  --rollout-key-file PATH  the rollout ranks' key, when it is not the job's\n"
+                "                      (fault injection: they must refuse every frame)\n"
+                "  --json              one JSON object per plan\n");
 }
 
 static int whole(const char *name, const char *v, double lo, double hi, uint32_t *out)
@@ -60,6 +67,8 @@ static int whole(const char *name, const char *v, double lo, double hi, uint32_t
 }
 
 /* Returns 0 ok, 1 invalid value, 2 bad usage, 3 help shown. */
+static const char *key_file, *rollout_key_file;
+
 static int parse(int argc, char **argv, loom_sync_opts *o)
 {
         loom_sync_opts_default(o);
@@ -102,6 +111,10 @@ static int parse(int argc, char **argv, loom_sync_opts *o)
                         o->plan = v;
                 else if (!strcmp(key, "--link"))
                         o->link = v;
+                else if (!strcmp(key, "--key-file"))
+                        key_file = v;
+                else if (!strcmp(key, "--rollout-key-file"))
+                        rollout_key_file = v;
                 else if (!strcmp(key, "--corrupt")) {
                         if (strcmp(v, "wire") && strcmp(v, "content")) {
                                 fprintf(stderr,
@@ -158,6 +171,27 @@ static int fail(const loom_err *e)
         return 1;
 }
 
+/* The bench's keys: --key-file, else $LOOM_SYNC_KEY (as loomd starts a job's workers). */
+static int load_keys(loom_sync_opts *o, uint8_t key[LOOM_SYNC_KEY_LEN],
+                     uint8_t rkey[LOOM_SYNC_KEY_LEN], loom_err *e)
+{
+        const char *env = getenv("LOOM_SYNC_KEY");
+        int rc = 0;
+        if (key_file)
+                rc = loom_sync_key_load(key_file, "--key-file", key, e);
+        else if (env && *env)
+                rc = loom_sync_key_parse(env, "LOOM_SYNC_KEY", key, e);
+        if (!rc && (key_file || (env && *env)))
+                o->key = key;
+        if (!rc && rollout_key_file &&
+            !(rc = loom_sync_key_load(rollout_key_file, "--rollout-key-file", rkey, e)))
+                o->rollout_key = rkey;
+        if (!rc && !o->key)
+                fprintf(stderr, "loom sync: no sync key (LOOM_SYNC_KEY or --key-file): frames "
+                                "between ranks are not authenticated\n");
+        return rc;
+}
+
 int loom_cmd_sync(int argc, char **argv)
 {
         if (argc < 2) {
@@ -183,6 +217,9 @@ int loom_cmd_sync(int argc, char **argv)
                 return rc;
         loom_err e = {0};
         int verified = 1;
+        uint8_t key[LOOM_SYNC_KEY_LEN], rkey[LOOM_SYNC_KEY_LEN];
+        if (!strcmp(sub, "bench") && load_keys(&o, key, rkey, &e))
+                return fail(&e);
         if (!strcmp(sub, "layout"))
                 rc = loom_sync_layout_print(&o, stdout, &e);
         else if (!strcmp(sub, "plan"))

@@ -282,6 +282,13 @@ typedef struct loom_sync_run_cfg {
                            * encoding (well-formed frame, wrong weights: only the per-tensor
                            * checksums can tell) */
         double timeout_s; /* whole run; 0 = 600 */
+        /* The job's sync key (LOOM_SYNC_KEY_LEN bytes): every connection between ranks is
+         * keyed with fresh nonces from both ends and every frame carries a UMAC-64 tag, so a
+         * frame forged, replayed from another connection or keyed for another job is refused
+         * before it is looked at (docs/security.md). NULL: frames are not authenticated. */
+        const uint8_t *key;
+        const uint8_t *rollout_key; /* the rollout ranks' key when it is not `key` (to check
+                                     * that ranks keyed for another job refuse); NULL: key */
 } loom_sync_run_cfg;
 
 typedef struct loom_sync_result {
@@ -366,6 +373,7 @@ typedef struct loom_sync_opts {
         uint32_t late, repeat;
         int corrupt; /* as loom_sync_run_cfg.corrupt */
         int json;
+        const uint8_t *key, *rollout_key; /* as loom_sync_run_cfg's; NULL: none */
 } loom_sync_opts;
 void loom_sync_opts_default(loom_sync_opts *o);
 
@@ -477,6 +485,14 @@ int loom_sync_pull_latest(const char *model, const char *ip, uint16_t port,
  * or dropped within this one, or another job's, fails the pull with LOOM_ECORRUPT (field
  * "frame.tag") and leaves w unchanged. Frames are not encrypted. key NULL: as without. */
 #define LOOM_SYNC_KEY_LEN 32
+/* A sync key from its text, 64 hex digits (whitespace around them ignored), or from a file
+ * holding that text (key.c). The file must be a regular file that neither group nor others may
+ * read or write, else LOOM_EINVAL naming it and its mode; field names the source in messages
+ * ("LOOM_SYNC_KEY", "--key-file"). key is written only on success. */
+int loom_sync_key_parse(const char *text, const char *field, uint8_t key[LOOM_SYNC_KEY_LEN],
+                        loom_err *e);
+int loom_sync_key_load(const char *path, const char *field, uint8_t key[LOOM_SYNC_KEY_LEN],
+                       loom_err *e);
 int loom_sync_pub_set_key(loom_sync_pub *p, const uint8_t *key, loom_err *e);
 int loom_sync_pull_keyed(const uint8_t *key, const char *model, const char *ip, uint16_t port,
                          const uint64_t *shard_elems, size_t nshards, uint16_t *w, uint64_t have,

@@ -118,7 +118,9 @@ static int run_plans(const loom_sync_opts *o, const loom__setup *s, int netns, F
                                          .netns = netns,
                                          .late = o->late,
                                          .corrupt = o->corrupt,
-                                         .timeout_s = o->timeout_s};
+                                         .timeout_s = o->timeout_s,
+                                         .key = o->key,
+                                         .rollout_key = o->rollout_key};
                 loom_sync_result r;
                 if ((rc = repeat_plan(o, &cfg, notes, &r, e)))
                         break;
