@@ -220,9 +220,11 @@ static void serve_snap(loom__relay *r, int fd, const loom__hello *h, double dead
                 snap sn = {live, buf, s0};
                 loom__walk(loom__rollout_view(r->owner), p, st, s0, n, snap_run, &sn);
                 loom_sync_frame f = {0};
-                loom_sync_encode(NULL, buf, (size_t)n, LOOM_SYNC_ENC_DENSE, enc, &f, NULL);
+                /* keyed: tagged while encoding, no CRC (auth.c) */
+                loom__encode(NULL, buf, (size_t)n, LOOM_SYNC_ENC_DENSE, enc, &f, m, NULL);
                 f.stream = h->stream, f.seq = (uint32_t)k, f.version = h->version, f.start = s0;
-                rc = loom__frame_send_mac(fd, m, &f, enc, &sent);
+                rc = m->on ? loom__frame_send_tagged(fd, m, &f, enc, &sent)
+                           : loom__frame_send(fd, &f, enc, &sent);
         }
         if (!rc) {
                 for (size_t j = 0; j < st->count; j++) {
@@ -236,7 +238,8 @@ static void serve_snap(loom__relay *r, int fd, const loom__hello *h, double dead
                                      .version = h->version,
                                      .elems = st->count,
                                      .payload_len = st->count * sizeof *man};
-                f.payload_crc = loom_sync_crc32c(0, man, (size_t)f.payload_len);
+                if (!m->on)
+                        f.payload_crc = loom_sync_crc32c(0, man, (size_t)f.payload_len);
                 loom__frame_send_mac(fd, m, &f, man, &sent);
         }
         loom__rollout_snapshot_unlock(r->owner);

@@ -172,24 +172,33 @@ static int push_buckets(pusher *ps, int fd, uint8_t *enc, loom__mac *m)
                         inject(2, &nw, n, NULL, 0, &tmp);
                 double t0 = loom__cpu();
                 if (enc) {
-                        loom_sync_encode(ps->old + s0, nw, (size_t)n, LOOM_SYNC_ENC_AUTO, enc, &f,
-                                         NULL);
+                        /* keyed: the tag is computed in the pass that encodes, and replaces
+                         * the CRC (auth.c) */
+                        loom__encode(ps->old + s0, nw, (size_t)n, LOOM_SYNC_ENC_AUTO, enc, &f, m,
+                                     NULL);
                         payload = enc;
                 } else {
-                        /* dense: the values go out in place; only the checksum is computed */
+                        /* dense: the values go out in place; only the CRC, or keyed the tag,
+                         * is computed */
                         f.type = LOOM_SYNC_FRAME_BUCKET;
                         f.enc = LOOM_SYNC_ENC_DENSE;
                         f.elems = n;
                         f.payload_len = 2 * n;
                         payload = (const uint8_t *)nw;
-                        f.payload_crc = loom_sync_crc32c(0, payload, (size_t)f.payload_len);
+                        if (m->on) {
+                                loom__mac_begin(m);
+                                loom__mac_update(m, payload, (size_t)f.payload_len);
+                        } else
+                                f.payload_crc = loom_sync_crc32c(0, payload, (size_t)f.payload_len);
                 }
                 ps->cpu += loom__cpu() - t0;
                 ps->enc_bytes += 2 * n;
                 f.stream = st->id, f.seq = (uint32_t)k, f.version = 1, f.start = s0;
+                /* a byte flipped after the CRC or the tag was computed: what a wire can do */
                 if (fault == 1 && f.payload_len)
                         payload = inject(1, &nw, n, payload, f.payload_len, &tmp2);
-                int rc = loom__frame_send_mac(fd, m, &f, payload, &ps->sent);
+                int rc = m->on ? loom__frame_send_tagged(fd, m, &f, payload, &ps->sent)
+                               : loom__frame_send(fd, &f, payload, &ps->sent);
                 free(tmp);
                 free(tmp2);
                 if (rc)
@@ -215,7 +224,8 @@ static int push_manifest(pusher *ps, int fd, loom__mac *mac)
                              .version = 1,
                              .elems = st->count,
                              .payload_len = st->count * sizeof *m};
-        f.payload_crc = loom_sync_crc32c(0, m, (size_t)f.payload_len);
+        if (!mac->on) /* keyed frames carry the tag instead */
+                f.payload_crc = loom_sync_crc32c(0, m, (size_t)f.payload_len);
         int rc = loom__frame_send_mac(fd, mac, &f, m, &ps->sent);
         free(m);
         return rc ? loom_err_set(&ps->err, LOOM_EIO, "push", "stream %u: connection lost", st->id)
