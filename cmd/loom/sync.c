@@ -67,9 +67,12 @@ static int whole(const char *name, const char *v, double lo, double hi, uint32_t
 }
 
 /* Returns 0 ok, 1 invalid value, 2 bad usage, 3 help shown. */
-static const char *key_file, *rollout_key_file;
+/* Paths of the key files; read once the options are known to be good. */
+typedef struct key_files {
+        const char *key, *rollout;
+} key_files;
 
-static int parse(int argc, char **argv, loom_sync_opts *o)
+static int parse(int argc, char **argv, loom_sync_opts *o, key_files *kf)
 {
         loom_sync_opts_default(o);
         for (int i = 2; i < argc; i++) {
@@ -112,9 +115,9 @@ static int parse(int argc, char **argv, loom_sync_opts *o)
                 else if (!strcmp(key, "--link"))
                         o->link = v;
                 else if (!strcmp(key, "--key-file"))
-                        key_file = v;
+                        kf->key = v;
                 else if (!strcmp(key, "--rollout-key-file"))
-                        rollout_key_file = v;
+                        kf->rollout = v;
                 else if (!strcmp(key, "--corrupt")) {
                         if (strcmp(v, "wire") && strcmp(v, "content")) {
                                 fprintf(stderr,
@@ -172,19 +175,19 @@ static int fail(const loom_err *e)
 }
 
 /* The bench's keys: --key-file, else $LOOM_SYNC_KEY (as loomd starts a job's workers). */
-static int load_keys(loom_sync_opts *o, uint8_t key[LOOM_SYNC_KEY_LEN],
+static int load_keys(const key_files *kf, loom_sync_opts *o, uint8_t key[LOOM_SYNC_KEY_LEN],
                      uint8_t rkey[LOOM_SYNC_KEY_LEN], loom_err *e)
 {
         const char *env = getenv("LOOM_SYNC_KEY");
         int rc = 0;
-        if (key_file)
-                rc = loom_sync_key_load(key_file, "--key-file", key, e);
+        if (kf->key)
+                rc = loom_sync_key_load(kf->key, "--key-file", key, e);
         else if (env && *env)
                 rc = loom_sync_key_parse(env, "LOOM_SYNC_KEY", key, e);
-        if (!rc && (key_file || (env && *env)))
+        if (!rc && (kf->key || (env && *env)))
                 o->key = key;
-        if (!rc && rollout_key_file &&
-            !(rc = loom_sync_key_load(rollout_key_file, "--rollout-key-file", rkey, e)))
+        if (!rc && kf->rollout &&
+            !(rc = loom_sync_key_load(kf->rollout, "--rollout-key-file", rkey, e)))
                 o->rollout_key = rkey;
         if (!rc && !o->key)
                 fprintf(stderr, "loom sync: no sync key (LOOM_SYNC_KEY or --key-file): frames "
@@ -210,7 +213,8 @@ int loom_cmd_sync(int argc, char **argv)
                 return 2;
         }
         loom_sync_opts o;
-        int rc = parse(argc, argv, &o);
+        key_files kf = {0};
+        int rc = parse(argc, argv, &o, &kf);
         if (rc == 3)
                 return 0;
         if (rc)
@@ -218,7 +222,7 @@ int loom_cmd_sync(int argc, char **argv)
         loom_err e = {0};
         int verified = 1;
         uint8_t key[LOOM_SYNC_KEY_LEN], rkey[LOOM_SYNC_KEY_LEN];
-        if (!strcmp(sub, "bench") && load_keys(&o, key, rkey, &e))
+        if (!strcmp(sub, "bench") && load_keys(&kf, &o, key, rkey, &e))
                 return fail(&e);
         if (!strcmp(sub, "layout"))
                 rc = loom_sync_layout_print(&o, stdout, &e);
