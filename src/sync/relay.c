@@ -8,6 +8,9 @@
  * snapshot instead: dense frames cut from this rank's committed weights, with the per-piece
  * checksums the training ranks sent, so the joiner verifies against the senders, not the relay.
  *
+ * With the job's sync key every connection is keyed (loom__link_accept, auth.c): a pushed frame
+ * whose tag fails is never stored, the stream fails, and the reason is kept for the rank's report.
+ *
  * Threads: one accepting, one per connection. One mutex guards every slot; a condition variable
  * wakes waiters when a frame lands or a stream fails.
  */
