@@ -29,6 +29,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "loom/common.h"
 
@@ -281,6 +282,13 @@ typedef struct loom_sync_run_cfg {
                            * encoding (well-formed frame, wrong weights: only the per-tensor
                            * checksums can tell) */
         double timeout_s; /* whole run; 0 = 600 */
+        /* The job's sync key (LOOM_SYNC_KEY_LEN bytes): every connection between ranks is
+         * keyed with fresh nonces from both ends and every frame carries a UMAC-64 tag, so a
+         * frame forged, replayed from another connection or keyed for another job is refused
+         * before it is looked at (docs/security.md). NULL: frames are not authenticated. */
+        const uint8_t *key;
+        const uint8_t *rollout_key; /* the rollout ranks' key when it is not `key` (to check
+                                     * that ranks keyed for another job refuse); NULL: key */
 } loom_sync_run_cfg;
 
 typedef struct loom_sync_result {
@@ -349,6 +357,39 @@ enum { LOOM_SYNC_CODEC_DENSITIES = 8 };
 int loom_sync_codec_bench(
     uint64_t seed, size_t n,
     loom_sync_codec_row rows[LOOM_SYNC_CODEC_DENSITIES * (LOOM_SYNC_ENC_AUTO + 1)], loom_err *e);
+
+/* ---- the `loom sync` commands (report.c, suite.c) --------------------------------------- */
+
+/* What `loom sync layout|plan|bench|codec` take; loom_sync_opts_default fills the defaults. */
+typedef struct loom_sync_opts {
+        const char *model;           /* preset name */
+        uint32_t layers;             /* keep the first N transformer layers; 0: all */
+        const char *train, *rollout; /* "tp=A,pp=B,dp=C" */
+        const char *plan;            /* flat, topo, topo+sparse or all */
+        const char *link;            /* auto, netns or loopback */
+        double gbps, density, bucket_mib, timeout_s;
+        double max_mem_gb; /* 0: 85% of the host's available memory */
+        uint64_t seed;
+        uint32_t late, repeat;
+        int corrupt; /* as loom_sync_run_cfg.corrupt */
+        int json;
+        const uint8_t *key, *rollout_key; /* as loom_sync_run_cfg's; NULL: none */
+} loom_sync_opts;
+void loom_sync_opts_default(loom_sync_opts *o);
+
+/* Each writes its table (or JSON lines with o->json) to out and returns 0, or an error with
+ * the option at fault in e->field and nothing further written.
+ *   layout   the tensors of the model and how TP splits them
+ *   plan     streams and link volumes of every plan; JSON: the shard map, a line per piece
+ *   codec    loom_sync_codec_bench's rows; LOOM_ECORRUPT when a round trip failed
+ *   bench    loom_sync_run of every plan, o->repeat times each (the fastest is reported; all
+ *            must verify). *verified: every run verified. notes gets a line when the shaped
+ *            link cannot be had and the run falls back to loopback. */
+int loom_sync_layout_print(const loom_sync_opts *o, FILE *out, loom_err *e);
+int loom_sync_plan_print(const loom_sync_opts *o, FILE *out, loom_err *e);
+int loom_sync_codec_print(const loom_sync_opts *o, FILE *out, loom_err *e);
+int loom_sync_bench_print(const loom_sync_opts *o, FILE *out, FILE *notes, int *verified,
+                          loom_err *e);
 
 /* ---- publish / pull: a live model between a trainer and its rollout workers ------------ */
 
@@ -444,6 +485,14 @@ int loom_sync_pull_latest(const char *model, const char *ip, uint16_t port,
  * or dropped within this one, or another job's, fails the pull with LOOM_ECORRUPT (field
  * "frame.tag") and leaves w unchanged. Frames are not encrypted. key NULL: as without. */
 #define LOOM_SYNC_KEY_LEN 32
+/* A sync key from its text, 64 hex digits (whitespace around them ignored), or from a file
+ * holding that text (key.c). The file must be a regular file that neither group nor others may
+ * read or write, else LOOM_EINVAL naming it and its mode; field names the source in messages
+ * ("LOOM_SYNC_KEY", "--key-file"). key is written only on success. */
+int loom_sync_key_parse(const char *text, const char *field, uint8_t key[LOOM_SYNC_KEY_LEN],
+                        loom_err *e);
+int loom_sync_key_load(const char *path, const char *field, uint8_t key[LOOM_SYNC_KEY_LEN],
+                       loom_err *e);
 int loom_sync_pub_set_key(loom_sync_pub *p, const uint8_t *key, loom_err *e);
 int loom_sync_pull_keyed(const uint8_t *key, const char *model, const char *ip, uint16_t port,
                          const uint64_t *shard_elems, size_t nshards, uint16_t *w, uint64_t have,

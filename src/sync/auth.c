@@ -228,3 +228,77 @@ int loom__frame_check_mac(int fd, loom__mac *m, const loom_sync_frame *f, uint8_
         }
         return rc;
 }
+
+/* ---- connections between the ranks of a transfer (loom_sync_run) ------------------------ */
+
+static const char link_label[] = "loom sync link";
+
+/* Both nonces and the hello into the connection's frame key. */
+static void link_session(loom__mac *m, const loom__hello *h, const uint8_t *mine,
+                         const uint8_t *theirs, int opener)
+{
+        uint8_t hb[LOOM__HELLO_LEN], d[SHA256_DIGEST_SIZE];
+        struct hmac_sha256_ctx c = m->base;
+        loom__hello_pack(h, hb);
+        hmac_sha256_update(&c, sizeof link_label, (const uint8_t *)link_label);
+        hmac_sha256_update(&c, sizeof hb, hb);
+        hmac_sha256_update(&c, 16, opener ? mine : theirs);
+        hmac_sha256_update(&c, 16, opener ? theirs : mine);
+        hmac_sha256_digest(&c, sizeof d, d);
+        memcpy(m->nonce, d, sizeof m->nonce);
+        loom__mac_session(m);
+}
+
+int loom__link_open(int fd, loom__hello *h, const uint8_t *key, loom__mac *m, loom_err *e)
+{
+        uint8_t theirs[16];
+        int rc = loom__mac_init(m, key, e);
+        if (!rc && key)
+                rc = loom__mac_nonce(m, e);
+        if (rc)
+                return rc;
+        h->flags = key ? LOOM__HELLO_KEYED : 0;
+        uint8_t mine[sizeof m->nonce];
+        memcpy(mine, m->nonce, sizeof mine);
+        if (loom__hello_send(fd, h) || (key && loom__write_all(fd, mine, sizeof mine)))
+                return loom_err_set(e, LOOM_EIO, "hello", "send failed");
+        if (!key)
+                return 0;
+        if (loom__read_all(fd, theirs, sizeof theirs))
+                return loom_err_set(e, LOOM_EPROTO, "key",
+                                    "the peer refused an authenticated connection (it holds no "
+                                    "sync key)");
+        link_session(m, h, mine, theirs, 1);
+        return 0;
+}
+
+int loom__link_accept(int fd, loom__hello *h, const uint8_t *key, loom__mac *m, loom_err *e)
+{
+        uint8_t theirs[16];
+        int rc = loom__hello_recv(fd, h, e);
+        if (!rc)
+                rc = loom__mac_init(m, key, e);
+        if (rc)
+                return rc;
+        int keyed = (h->flags & LOOM__HELLO_KEYED) != 0;
+        if (keyed && !key)
+                return loom_err_set(e, LOOM_EPROTO, "key",
+                                    "a peer sent authenticated frames but this rank holds no sync "
+                                    "key");
+        if (!keyed && key)
+                return loom_err_set(e, LOOM_EPROTO, "key",
+                                    "a peer sent unauthenticated frames but this rank holds the "
+                                    "job's sync key: refused");
+        if (!key)
+                return 0;
+        if (loom__read_all(fd, theirs, sizeof theirs))
+                return loom_err_set(e, LOOM_EIO, "hello", "connection closed before the nonce");
+        if ((rc = loom__mac_nonce(m, e)))
+                return rc;
+        uint8_t mine[sizeof m->nonce];
+        memcpy(mine, m->nonce, sizeof mine);
+        if (loom__write_all(fd, mine, sizeof mine))
+                return loom_err_set(e, LOOM_EIO, "hello", "send failed");
+        link_session(m, h, mine, theirs, 0);
+        return 0;
+}

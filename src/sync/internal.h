@@ -95,10 +95,14 @@ int loom__spawn_detached(void *(*fn)(void *), void *arg);
 
 /* Connection opening: what the client wants from a relay. */
 enum { LOOM__HELLO_PUSH = 1, LOOM__HELLO_PULL = 2, LOOM__HELLO_SNAP = 3 };
+enum { LOOM__HELLO_KEYED = 1 }; /* flags: a nonce follows, every frame carries a tag */
 typedef struct loom__hello {
         uint32_t kind, stream;
         uint64_t version;
+        uint32_t flags;
 } loom__hello;
+#define LOOM__HELLO_LEN 24
+void loom__hello_pack(const loom__hello *h, uint8_t b[LOOM__HELLO_LEN]);
 int loom__hello_send(int fd, const loom__hello *h);
 int loom__hello_recv(int fd, loom__hello *h, loom_err *e);
 
@@ -164,6 +168,14 @@ int loom__encode(const uint16_t *old, const uint16_t *nw, size_t n, loom_sync_en
 int loom__payload_check(const loom_sync_frame *f, const uint8_t *payload, int crc, loom_err *e);
 int loom__decode(const loom_sync_frame *f, const uint8_t *payload, const uint16_t *old,
                  uint16_t *out, size_t n, int crc, loom_err *e);
+/* A connection between ranks of loom_sync_run (auth.c), keyed when key is not NULL: the
+ * connecting side sends its hello (flag LOOM__HELLO_KEYED) and a fresh nonce, the accepting
+ * side answers with a fresh nonce of its own, and both key the connection's frames with
+ * HMAC-SHA-256(key, hello || both nonces). Each side's own nonce makes frames recorded from
+ * another connection fail their tags, whichever side replays them. A keyed side refuses an
+ * unkeyed peer and the reverse (LOOM_EPROTO, field "key"). key NULL: m off, the hello as it was. */
+int loom__link_open(int fd, loom__hello *h, const uint8_t *key, loom__mac *m, loom_err *e);
+int loom__link_accept(int fd, loom__hello *h, const uint8_t *key, loom__mac *m, loom_err *e);
 /* Packed frames (header + payload, back to back), each tagged. */
 int loom__frames_send_mac(int fd, loom__mac *m, const uint8_t *frames, size_t len);
 
@@ -219,7 +231,9 @@ typedef struct loom__slot {
 
 int loom__relay_start(loom__relay **out, int listen_fd, const loom_sync_plan *plan,
                       const loom_sync_plan *catchup, loom__rollout *owner, uint32_t rank,
-                      double deadline, loom_err *e);
+                      double deadline, const uint8_t *key, loom_err *e);
+/* Why the relay refused a push or a connection ("field: message"), or "" when it did not. */
+void loom__relay_why(loom__relay *r, char *buf, size_t len);
 /* Wait for frame `seq` of stream `stream` (seq == buckets: the manifest). Returns the slot, or
  * NULL on timeout or when the pushing connection broke. A slot starts with one reference per
  * consumer of its stream; each consumer calls loom__relay_release exactly once when done. */
@@ -228,6 +242,12 @@ void loom__relay_release(loom__relay *r, loom__slot *s);
 uint64_t loom__relay_served(loom__relay *r);
 
 /* ---- rank roles (each runs in its own process) ----------------------------------------- */
+
+/* The key the rollout ranks hold: the job's (cfg->key) unless a test gives them another. */
+static inline const uint8_t *loom__rollout_key(const loom_sync_run_cfg *c)
+{
+        return c->rollout_key ? c->rollout_key : c->key;
+}
 
 typedef struct loom__ctx {
         const loom_sync_run_cfg *cfg;
@@ -290,5 +310,24 @@ int loom__link_enter(int fd, loom_err *e);
 
 #define LOOM__TRAIN_IP "10.213.0.1"
 #define LOOM__ROLL_IP "10.213.0.2"
+
+/* ---- the `loom sync` commands (report.c, suite.c) ---------------------------------------- */
+
+/* What every command builds from its options: the layout, both parallel layouts, the map and
+ * the plans asked for. */
+typedef struct loom__setup {
+        loom_sync_layout *layout;
+        loom_sync_par train, roll;
+        loom_sync_map *map;
+        loom_sync_plan_kind plans[3];
+        int nplans;
+} loom__setup;
+int loom__setup_build(const loom_sync_opts *o, loom__setup *s, loom_err *e); /* free on error too */
+void loom__setup_free(loom__setup *s);
+uint64_t loom__all_ranks(uint32_t n);                 /* mask of rollout ranks 0..n-1 */
+uint64_t loom__bucket_bytes(const loom_sync_opts *o); /* --bucket-mib, even */
+void loom__result_json(const loom_sync_opts *o, const loom__setup *s, const loom_sync_result *r,
+                       FILE *out);
+void loom__result_text(const loom_sync_result *r, FILE *out);
 
 #endif

@@ -103,15 +103,20 @@ int loom__read_all(int fd, void *buf, size_t len)
         return 0;
 }
 
-int loom__hello_send(int fd, const loom__hello *h)
+void loom__hello_pack(const loom__hello *h, uint8_t b[LOOM__HELLO_LEN])
 {
-        uint8_t b[24];
         uint32_t magic = HELLO_MAGIC;
         memcpy(b, &magic, 4);
         memcpy(b + 4, &h->kind, 4);
         memcpy(b + 8, &h->stream, 4);
-        memset(b + 12, 0, 4);
+        memcpy(b + 12, &h->flags, 4);
         memcpy(b + 16, &h->version, 8);
+}
+
+int loom__hello_send(int fd, const loom__hello *h)
+{
+        uint8_t b[LOOM__HELLO_LEN];
+        loom__hello_pack(h, b);
         return loom__write_all(fd, b, sizeof b);
 }
 
@@ -126,6 +131,7 @@ int loom__hello_recv(int fd, loom__hello *h, loom_err *e)
                 return loom_err_set(e, LOOM_EPROTO, "hello", "not a loom sync peer");
         memcpy(&h->kind, b + 4, 4);
         memcpy(&h->stream, b + 8, 4);
+        memcpy(&h->flags, b + 12, 4);
         memcpy(&h->version, b + 16, 8);
         return 0;
 }

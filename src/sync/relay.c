@@ -8,6 +8,9 @@
  * snapshot instead: dense frames cut from this rank's committed weights, with the per-piece
  * checksums the training ranks sent, so the joiner verifies against the senders, not the relay.
  *
+ * With the job's sync key every connection is keyed (loom__link_accept, auth.c): a pushed frame
+ * whose tag fails is never stored, the stream fails, and the reason is kept for the rank's report.
+ *
  * Threads: one accepting, one per connection. One mutex guards every slot; a condition variable
  * wakes waiters when a frame lands or a stream fails.
  */
@@ -31,6 +34,8 @@ struct loom__relay {
         int *consumers;     /* by stream id */
         uint64_t served;    /* frame bytes sent to pullers and snapshot readers */
         double deadline;    /* waits for frames or snapshots give up then (monotonic) */
+        const uint8_t *key; /* the job's sync key: every connection is keyed; NULL: none */
+        char why[256];      /* the first refused push or connection, for the rank's report */
         pthread_t accept_thread;
 };
 
@@ -38,6 +43,22 @@ typedef struct conn {
         loom__relay *r;
         int fd;
 } conn;
+
+/* Remember the first reason a push or a connection was refused (field: message). */
+static void note_refusal(loom__relay *r, const loom_err *e)
+{
+        pthread_mutex_lock(&r->mu);
+        if (!r->why[0])
+                snprintf(r->why, sizeof r->why, "%.60s: %.190s", e->field, e->msg);
+        pthread_mutex_unlock(&r->mu);
+}
+
+void loom__relay_why(loom__relay *r, char *buf, size_t len)
+{
+        pthread_mutex_lock(&r->mu);
+        snprintf(buf, len, "%s", r->why);
+        pthread_mutex_unlock(&r->mu);
+}
 
 static void fail_stream(loom__relay *r, uint32_t s)
 {
@@ -105,7 +126,7 @@ static uint64_t max_payload(const loom_sync_plan *p, const loom_sync_stream *st,
 }
 
 /* A training rank pushes one stream: buckets 0..nb-1, then the manifest; we acknowledge it. */
-static void serve_push(loom__relay *r, int fd, const loom__hello *h)
+static void serve_push(loom__relay *r, int fd, const loom__hello *h, loom__mac *m)
 {
         const loom_sync_plan *p = r->plan;
         if (h->stream >= p->nstreams || !r->slots[h->stream])
@@ -115,10 +136,13 @@ static void serve_push(loom__relay *r, int fd, const loom__hello *h)
         for (uint64_t k = 0; k <= nb; k++) {
                 loom_sync_frame f;
                 uint8_t *payload;
-                loom_err e;
-                if (loom__frame_recv(fd, &f, &payload, max_payload(p, st, (uint32_t)k), NULL, &e) ||
-                    f.stream != h->stream || f.seq != k || f.version != h->version ||
+                loom_err e = {0};
+                int rc = loom__frame_recv_mac(fd, m, &f, &payload, max_payload(p, st, (uint32_t)k),
+                                              NULL, &e);
+                if (rc || f.stream != h->stream || f.seq != k || f.version != h->version ||
                     f.type != (k == nb ? LOOM_SYNC_FRAME_MANIFEST : LOOM_SYNC_FRAME_BUCKET)) {
+                        if (rc == LOOM_ECORRUPT) /* a refused tag: say so in the report */
+                                note_refusal(r, &e);
                         free(payload);
                         fail_stream(r, h->stream);
                         return;
@@ -141,11 +165,11 @@ static void serve_push(loom__relay *r, int fd, const loom__hello *h)
                                .stream = h->stream,
                                .version = h->version,
                                .seq = (uint32_t)nb};
-        loom__frame_send(fd, &ack, NULL, NULL);
+        loom__frame_send_mac(fd, m, &ack, NULL, NULL);
 }
 
 /* A peer pulls a stream that landed here, frame by frame as the frames arrive. */
-static void serve_pull(loom__relay *r, int fd, const loom__hello *h, double deadline)
+static void serve_pull(loom__relay *r, int fd, const loom__hello *h, double deadline, loom__mac *m)
 {
         const loom_sync_plan *p = r->plan;
         if (h->stream >= p->nstreams || !r->slots[h->stream])
@@ -156,7 +180,7 @@ static void serve_pull(loom__relay *r, int fd, const loom__hello *h, double dead
                 if (!s)
                         return; /* the puller sees the connection close and gives up */
                 uint64_t sent = 0;
-                int rc = loom__frame_send(fd, &s->f, s->payload, &sent);
+                int rc = loom__frame_send_mac(fd, m, &s->f, s->payload, &sent);
                 loom__relay_release(r, s);
                 add_served(r, sent);
                 if (rc)
@@ -177,7 +201,7 @@ static void snap_run(const loom__run *run, void *arg)
 }
 
 /* A late joiner asks for a catch-up stream: dense frames cut from our committed weights. */
-static void serve_snap(loom__relay *r, int fd, const loom__hello *h, double deadline)
+static void serve_snap(loom__relay *r, int fd, const loom__hello *h, double deadline, loom__mac *m)
 {
         const loom_sync_plan *p = r->catchup;
         if (h->stream >= p->nstreams ||
@@ -199,9 +223,11 @@ static void serve_snap(loom__relay *r, int fd, const loom__hello *h, double dead
                 snap sn = {live, buf, s0};
                 loom__walk(loom__rollout_view(r->owner), p, st, s0, n, snap_run, &sn);
                 loom_sync_frame f = {0};
-                loom_sync_encode(NULL, buf, (size_t)n, LOOM_SYNC_ENC_DENSE, enc, &f, NULL);
+                /* keyed: tagged while encoding, no CRC (auth.c) */
+                loom__encode(NULL, buf, (size_t)n, LOOM_SYNC_ENC_DENSE, enc, &f, m, NULL);
                 f.stream = h->stream, f.seq = (uint32_t)k, f.version = h->version, f.start = s0;
-                rc = loom__frame_send(fd, &f, enc, &sent);
+                rc = m->on ? loom__frame_send_tagged(fd, m, &f, enc, &sent)
+                           : loom__frame_send(fd, &f, enc, &sent);
         }
         if (!rc) {
                 for (size_t j = 0; j < st->count; j++) {
@@ -215,8 +241,9 @@ static void serve_snap(loom__relay *r, int fd, const loom__hello *h, double dead
                                      .version = h->version,
                                      .elems = st->count,
                                      .payload_len = st->count * sizeof *man};
-                f.payload_crc = loom_sync_crc32c(0, man, (size_t)f.payload_len);
-                loom__frame_send(fd, &f, man, &sent);
+                if (!m->on)
+                        f.payload_crc = loom_sync_crc32c(0, man, (size_t)f.payload_len);
+                loom__frame_send_mac(fd, m, &f, man, &sent);
         }
         loom__rollout_snapshot_unlock(r->owner);
         add_served(r, sent);
@@ -230,16 +257,24 @@ static void *conn_main(void *arg)
         conn c = *(conn *)arg;
         free(arg);
         loom__hello h;
-        loom_err e;
+        loom__mac m;
+        loom_err e = {0};
         double deadline = c.r->deadline;
-        if (!loom__hello_recv(c.fd, &h, &e)) {
+        int rc = loom__link_accept(c.fd, &h, c.r->key, &m, &e);
+        if (rc == LOOM_EPROTO) { /* keyed and unkeyed ranks: refused, and said why */
+                note_refusal(c.r, &e);
+                if (h.kind == LOOM__HELLO_PUSH && h.stream < c.r->plan->nstreams &&
+                    c.r->slots[h.stream])
+                        fail_stream(c.r, h.stream);
+        }
+        if (!rc) {
                 if (h.kind == LOOM__HELLO_PUSH)
-                        serve_push(c.r, c.fd, &h);
+                        serve_push(c.r, c.fd, &h, &m);
                 else if (h.kind == LOOM__HELLO_PULL) {
                         loom__fast_link_thread();
-                        serve_pull(c.r, c.fd, &h, deadline);
+                        serve_pull(c.r, c.fd, &h, deadline, &m);
                 } else if (h.kind == LOOM__HELLO_SNAP)
-                        serve_snap(c.r, c.fd, &h, deadline);
+                        serve_snap(c.r, c.fd, &h, deadline, &m);
         }
         close(c.fd);
         return NULL;
@@ -263,7 +298,7 @@ static void *accept_main(void *arg)
 
 int loom__relay_start(loom__relay **out, int lfd, const loom_sync_plan *plan,
                       const loom_sync_plan *catchup, loom__rollout *owner, uint32_t rank,
-                      double deadline, loom_err *e)
+                      double deadline, const uint8_t *key, loom_err *e)
 {
         loom__relay *r = calloc(1, sizeof *r);
         size_t ns = plan->nstreams ? plan->nstreams : 1;
@@ -276,6 +311,7 @@ int loom__relay_start(loom__relay **out, int lfd, const loom_sync_plan *plan,
         r->lfd = lfd;
         r->rank = rank;
         r->deadline = deadline;
+        r->key = key;
         r->plan = plan;
         r->catchup = catchup;
         r->owner = owner;

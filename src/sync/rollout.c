@@ -180,8 +180,8 @@ int loom__rollout_prepare(const loom__ctx *c, uint32_t rank, int late, int liste
                 hash_live(r);
                 r->have = 1;
         }
-        int rc =
-            loom__relay_start(&r->relay, listen_fd, c->plan, c->catchup, r, rank, c->deadline, e);
+        int rc = loom__relay_start(&r->relay, listen_fd, c->plan, c->catchup, r, rank, c->deadline,
+                                   loom__rollout_key(c->cfg), e);
         if (rc)
                 return rc;
         *out = r;
@@ -222,7 +222,8 @@ static int take_bucket(consumer *c, uint64_t k, const loom_sync_frame *f, const 
                                     "stream %u bucket %llu: wrong position or version", c->st->id,
                                     (unsigned long long)k);
         double t0 = loom__cpu();
-        int rc = loom_sync_payload_check(f, payload, &c->err);
+        /* keyed frames passed their tag, which covers what the CRC would (auth.c) */
+        int rc = loom__payload_check(f, payload, !loom__rollout_key(c->r->c->cfg), &c->err);
         if (rc)
                 return rc;
         if (f->enc == LOOM_SYNC_ENC_DENSE) {
@@ -243,7 +244,8 @@ static int take_manifest(consumer *c, const loom_sync_frame *f, const uint8_t *p
 {
         if (f->type != LOOM_SYNC_FRAME_MANIFEST || f->elems != c->st->count ||
             f->payload_len != c->st->count * sizeof(loom__mentry) ||
-            loom_sync_crc32c(0, payload, (size_t)f->payload_len) != f->payload_crc)
+            (!loom__rollout_key(c->r->c->cfg) &&
+             loom_sync_crc32c(0, payload, (size_t)f->payload_len) != f->payload_crc))
                 return loom_err_set(&c->err, LOOM_ECORRUPT, "manifest", "stream %u: bad manifest",
                                     c->st->id);
         c->manifest = malloc((size_t)f->payload_len + 1);
@@ -262,6 +264,11 @@ static int consume_local(consumer *c, double deadline)
 {
         for (uint64_t k = 0; k <= c->nb; k++) {
                 loom__slot *s = loom__relay_get(c->r->relay, c->st->id, (uint32_t)k, deadline);
+                char why[256];
+                if (!s && (loom__relay_why(c->r->relay, why, sizeof why), why[0]))
+                        return loom_err_set(&c->err, LOOM_ECORRUPT, "stream",
+                                            "stream %u from training rank %u: %.200s", c->st->id,
+                                            c->st->src, why);
                 if (!s)
                         return loom_err_set(&c->err, LOOM_EIO, "stream",
                                             "stream %u from training rank %u broke off at frame "
@@ -288,14 +295,15 @@ static int consume_remote(consumer *c, double deadline)
             loom__connect("127.0.0.1", x->ports[c->st->dst], deadline - loom__now(), &fd, &c->err);
         if (rc)
                 return rc;
-        loom__hello h = {c->snap ? LOOM__HELLO_SNAP : LOOM__HELLO_PULL, c->st->id, c->version};
-        rc = loom__hello_send(fd, &h) ? loom_err_set(&c->err, LOOM_EIO, "pull", "send failed") : 0;
+        loom__hello h = {c->snap ? LOOM__HELLO_SNAP : LOOM__HELLO_PULL, c->st->id, c->version, 0};
+        loom__mac m;
+        rc = loom__link_open(fd, &h, loom__rollout_key(x->cfg), &m, &c->err);
         for (uint64_t k = 0; !rc && k <= c->nb; k++) {
                 loom_sync_frame f;
                 uint8_t *payload;
                 uint64_t maxp = k == c->nb ? c->st->count * sizeof(loom__mentry)
                                            : loom_sync_enc_bound((size_t)c->p->bucket_elems);
-                rc = loom__frame_recv(fd, &f, &payload, maxp, &c->pulled, &c->err);
+                rc = loom__frame_recv_mac(fd, &m, &f, &payload, maxp, &c->pulled, &c->err);
                 if (!rc && (f.stream != c->st->id || f.seq != k))
                         rc = loom_err_set(&c->err, LOOM_EPROTO, "frame",
                                           "stream %u: frame out of order", c->st->id);

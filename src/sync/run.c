@@ -241,6 +241,7 @@ static void summarise(coord *co, double t0, double t_late, loom_sync_result *res
 {
         double enc_cpu = 0, dec_cpu = 0;
         uint64_t enc_b = 0, dec_b = 0;
+        int rollout_failed = 0;
         res->verified = 1;
         for (size_t i = 0; i < co->nkids; i++) {
                 const child *k = &co->kids[i];
@@ -269,10 +270,13 @@ static void summarise(coord *co, double t0, double t_late, loom_sync_result *res
                 }
                 if (r->rc || !r->verified) {
                         res->verified = 0;
-                        if (!res->failure[0])
+                        /* a rollout rank's reason first: it judged the frames, while a training
+                         * rank only sees its connection close when a relay refuses its push */
+                        if (!res->failure[0] || (k->role && !rollout_failed))
                                 snprintf(res->failure, sizeof res->failure, "%s rank %u: %.200s",
                                          role_name(k->role), k->rank,
                                          r->msg[0] ? r->msg : "failed");
+                        rollout_failed |= k->role != 0;
                 }
         }
         res->slow_link_copies = (double)res->slow_link_bytes / (double)res->model_bytes;

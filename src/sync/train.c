@@ -154,7 +154,7 @@ static const uint8_t *inject(int mode, const uint16_t **nw, uint64_t n, const ui
         return c ? c : payload;
 }
 
-static int push_buckets(pusher *ps, int fd, uint8_t *enc)
+static int push_buckets(pusher *ps, int fd, uint8_t *enc, loom__mac *m)
 {
         const loom__ctx *c = ps->t->c;
         const loom_sync_plan *p = c->plan;
@@ -172,24 +172,33 @@ static int push_buckets(pusher *ps, int fd, uint8_t *enc)
                         inject(2, &nw, n, NULL, 0, &tmp);
                 double t0 = loom__cpu();
                 if (enc) {
-                        loom_sync_encode(ps->old + s0, nw, (size_t)n, LOOM_SYNC_ENC_AUTO, enc, &f,
-                                         NULL);
+                        /* keyed: the tag is computed in the pass that encodes, and replaces
+                         * the CRC (auth.c) */
+                        loom__encode(ps->old + s0, nw, (size_t)n, LOOM_SYNC_ENC_AUTO, enc, &f, m,
+                                     NULL);
                         payload = enc;
                 } else {
-                        /* dense: the values go out in place; only the checksum is computed */
+                        /* dense: the values go out in place; only the CRC, or keyed the tag,
+                         * is computed */
                         f.type = LOOM_SYNC_FRAME_BUCKET;
                         f.enc = LOOM_SYNC_ENC_DENSE;
                         f.elems = n;
                         f.payload_len = 2 * n;
                         payload = (const uint8_t *)nw;
-                        f.payload_crc = loom_sync_crc32c(0, payload, (size_t)f.payload_len);
+                        if (m->on) {
+                                loom__mac_begin(m);
+                                loom__mac_update(m, payload, (size_t)f.payload_len);
+                        } else
+                                f.payload_crc = loom_sync_crc32c(0, payload, (size_t)f.payload_len);
                 }
                 ps->cpu += loom__cpu() - t0;
                 ps->enc_bytes += 2 * n;
                 f.stream = st->id, f.seq = (uint32_t)k, f.version = 1, f.start = s0;
+                /* a byte flipped after the CRC or the tag was computed: what a wire can do */
                 if (fault == 1 && f.payload_len)
                         payload = inject(1, &nw, n, payload, f.payload_len, &tmp2);
-                int rc = loom__frame_send(fd, &f, payload, &ps->sent);
+                int rc = m->on ? loom__frame_send_tagged(fd, m, &f, payload, &ps->sent)
+                               : loom__frame_send(fd, &f, payload, &ps->sent);
                 free(tmp);
                 free(tmp2);
                 if (rc)
@@ -200,7 +209,7 @@ static int push_buckets(pusher *ps, int fd, uint8_t *enc)
         return 0;
 }
 
-static int push_manifest(pusher *ps, int fd)
+static int push_manifest(pusher *ps, int fd, loom__mac *mac)
 {
         const loom_sync_plan *p = ps->t->c->plan;
         const loom_sync_stream *st = ps->st;
@@ -215,8 +224,9 @@ static int push_manifest(pusher *ps, int fd)
                              .version = 1,
                              .elems = st->count,
                              .payload_len = st->count * sizeof *m};
-        f.payload_crc = loom_sync_crc32c(0, m, (size_t)f.payload_len);
-        int rc = loom__frame_send(fd, &f, m, &ps->sent);
+        if (!mac->on) /* keyed frames carry the tag instead */
+                f.payload_crc = loom_sync_crc32c(0, m, (size_t)f.payload_len);
+        int rc = loom__frame_send_mac(fd, mac, &f, m, &ps->sent);
         free(m);
         return rc ? loom_err_set(&ps->err, LOOM_EIO, "push", "stream %u: connection lost", st->id)
                   : 0;
@@ -238,20 +248,19 @@ static void *push_main(void *arg)
                 close(fd);
                 return NULL;
         }
-        loom__hello h = {LOOM__HELLO_PUSH, ps->st->id, 1};
-        ps->rc = loom__hello_send(fd, &h);
-        if (ps->rc)
-                loom_err_set(&ps->err, LOOM_EIO, "push", "hello failed");
+        loom__hello h = {LOOM__HELLO_PUSH, ps->st->id, 1, 0};
+        loom__mac m;
+        ps->rc = loom__link_open(fd, &h, c->cfg->key, &m, &ps->err);
         if (!ps->rc)
-                ps->rc = push_buckets(ps, fd, enc);
+                ps->rc = push_buckets(ps, fd, enc, &m);
         if (!ps->rc)
-                ps->rc = push_manifest(ps, fd);
+                ps->rc = push_manifest(ps, fd, &m);
         free(enc);
         if (!ps->rc) {
                 /* the relay answers once it holds the whole stream */
                 loom_sync_frame ack;
                 uint8_t *payload;
-                ps->rc = loom__frame_recv(fd, &ack, &payload, 0, NULL, &ps->err);
+                ps->rc = loom__frame_recv_mac(fd, &m, &ack, &payload, 0, NULL, &ps->err);
                 if (!ps->rc && ack.type != LOOM_SYNC_FRAME_END)
                         ps->rc = loom_err_set(&ps->err, LOOM_EPROTO, "push", "no acknowledgement");
                 free(payload);
