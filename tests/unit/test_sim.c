@@ -678,3 +678,25 @@ Test(sim_gavel, job_level_fractions_share_only_what_the_slos_allow)
         loom_sim_result_free(&solo);
         loom_sim_result_free(&lm);
 }
+
+/* Colocating lone members pays for fewer rollout nodes than WEAVE's groups on the same
+ * workload, and keeps every job's profiled SLO. */
+Test(sim_lone, colocating_lone_members_is_cheaper_and_keeps_the_profiled_slo)
+{
+        loom_sim_cfg c;
+        loom_sim_cfg_default(&c);
+        loom_sim_workload w;
+        poisson(&w, 7, 30, 2, 4, false, LOOM_SIM_MIXED);
+        loom_sim_result on, off;
+        run(&c, &w, LOOM_SIM_LOOM, &on);
+        c.policy.colocate_lone = false;
+        run(&c, &w, LOOM_SIM_LOOM, &off);
+        cr_assert_lt(on.total_cost, off.total_cost, "on $%.0f, off $%.0f", on.total_cost,
+                     off.total_cost);
+        cr_assert_lt(on.prov_gpu_h[LOOM_POOL_ROLLOUT], off.prov_gpu_h[LOOM_POOL_ROLLOUT]);
+        cr_assert_float_eq(on.slo_attainment_wc, 1.0, 1e-12, "profiled SLO");
+        cr_assert_eq(on.jobs_done, w.n);
+        loom_sim_result_free(&on);
+        loom_sim_result_free(&off);
+        loom_sim_workload_free(&w);
+}
