@@ -713,6 +713,7 @@ int loom_sched_job_resume(loom_sched *s, loom_us now, loom_job_id id, loom_phase
         if (call > 0)
                 j->trains = j->rolls; /* its training turn of the round has begun */
         j->wait_seq = ++s->seq;
+        loom__lone_again(s, j->group); /* its rollout on a rollout node is over */
         loom__dispatch(s, j->group, now);
         return 0;
 }

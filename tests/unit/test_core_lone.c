@@ -303,3 +303,40 @@ Test(lone, a_group_left_with_one_member_goes_lone_again)
         loom_decision_free(&d);
         loom_sched_free(s);
 }
+
+/* A restart that resumes the member (loom_sched_job_resume, as loomd does after a replay) ends
+ * its rollout on the node: a group left with that member goes lone then, as it would have at
+ * the rollout's end. */
+Test(lone, resuming_the_last_member_makes_its_group_lone)
+{
+        loom_sched *s = loom_sched_new(&cl, &po, NULL);
+        loom_decision d;
+        loom_decision_init(&d, false);
+        loom_job_spec a = spec("A", 100, 50, 2.0), b = spec("B", 40, 40, 2.0);
+        po.colocate_lone = true;
+        loom_job_id ia = submit(s, &a, &d);
+        loom_group_id grp = d.group;
+        loom_job_id ib = submit(s, &b, &d);
+        seen v = {0};
+        drain(s, &v);
+        /* B's rollout runs on the rollout node; B leaves while it does not matter, A rolls on
+         * the training nodes: run A to its next rollout on the node, then remove B */
+        cr_assert_eq(loom_sched_phase_done(s, 40, ib, LOOM_PHASE_ROLLOUT), 0);
+        cr_assert_eq(loom_sched_phase_done(s, 100, ia, LOOM_PHASE_ROLLOUT), 0);
+        cr_assert_eq(loom_sched_phase_done(s, 150, ia, LOOM_PHASE_TRAIN), 0);
+        drain(s, &v);
+        cr_assert_eq(v.of[ia].pool, LOOM_POOL_ROLLOUT);
+        cr_assert_eq(loom_sched_job_exit(s, 160, ib, LOOM_EXIT_CANCELLED), 0);
+        loom_group_info g;
+        cr_assert_eq(loom_sched_group_info(s, grp, &g), 0);
+        cr_assert_not(g.lone, "A's rollout holds the node");
+        cr_assert_eq(loom_sched_job_resume(s, 170, ia, LOOM_PHASE_ROLLOUT, 0), 0);
+        cr_assert_eq(loom_sched_group_info(s, grp, &g), 0);
+        cr_assert(g.lone, "resumed, its rollout restarts on the training nodes");
+        memset(&v, 0, sizeof v);
+        drain(s, &v);
+        cr_assert_eq(v.released[LOOM_POOL_ROLLOUT], 1);
+        cr_assert_eq(v.of[ia].pool, LOOM_POOL_TRAIN);
+        loom_decision_free(&d);
+        loom_sched_free(s);
+}
