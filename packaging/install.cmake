@@ -16,11 +16,15 @@ foreach(prog loom loomd loom-state)
 endforeach()
 install(TARGETS ${loom_programs} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 
-# libloomclient.so.0.1.0, the soname link .so.0 and the development link .so.
+# libloomclient.so.0.1.0, the soname link .so.0 and the development link .so; only the public
+# loom_* API is exported (exports.map).
 set(loom_shared)
 foreach(lib loomclient loomsync loomstate)
   if(TARGET ${lib})
-    set_target_properties(${lib} PROPERTIES VERSION ${PROJECT_VERSION} SOVERSION ${LOOM_SOVERSION})
+    set_target_properties(${lib} PROPERTIES VERSION ${PROJECT_VERSION} SOVERSION ${LOOM_SOVERSION}
+                                            LINK_DEPENDS ${PROJECT_SOURCE_DIR}/packaging/exports.map)
+    target_link_options(${lib} PRIVATE
+                        -Wl,--version-script=${PROJECT_SOURCE_DIR}/packaging/exports.map)
     list(APPEND loom_shared ${lib})
   endif()
 endforeach()

@@ -52,8 +52,11 @@ for lib in loomclient loomsync loomstate; do
         [ -f "$so.0.1.0" ] && [ -L "$so.0" ] && [ -L "$so" ] || fail "lib$lib.so{,.0,.0.1.0} missing"
         soname=$(objdump -p "$so.0.1.0" | awk '$1 == "SONAME" {print $2}')
         [ "$soname" = "lib$lib.so.0" ] || fail "lib$lib soname is '$soname', not lib$lib.so.0"
+        nm -D --defined-only "$so.0.1.0" | grep -q " ${lib/loom/loom_}_" ||
+                fail "lib$lib exports no ${lib/loom/loom_}_* function"
+        ! nm -D --defined-only "$so.0.1.0" | grep ' loom__' || fail "lib$lib exports internals"
 done
-ok "programs, headers, lib{loomclient,loomsync,loomstate}.so.0.1.0 with sonames .so.0"
+ok "programs, headers, lib{loomclient,loomsync,loomstate}.so.0.1.0: sonames .so.0, only loom_* exported"
 
 export PKG_CONFIG_PATH=$pcdir
 for m in loom-client loom-sync loom-state; do
