@@ -39,9 +39,9 @@ foreach(pair "loomclient;loom-client" "loomsync;loom-sync" "loomstate;loom-state
 endforeach()
 file(INSTALL ${pcs} DESTINATION "${libdir_abs}/pkgconfig")
 
-# Units: ExecStart names the installed programs; EnvironmentFile the installed sysconfdir.
+# Units: ExecStart names the installed programs. Their state (/var/lib) and options
+# (/etc/default) are the system's whatever the prefix.
 loom_abs(bindir "${LOOM_BINDIR}")
-loom_abs(sysconfdir "${LOOM_SYSCONFDIR}")
 set(unitdir "${LOOM_SYSTEMD_UNITDIR}")
 if(NOT unitdir)
   set(unitdir "${CMAKE_INSTALL_PREFIX}/lib/systemd/system")
