@@ -2,6 +2,8 @@
 #   make          release build in build/
 #   make test     debug build with ASan+UBSan in build-test/, then every test through CTest
 #   make run      the most complete end-to-end thing loom does (see README)
+#   make install  release build installed under PREFIX (/usr/local), staged under DESTDIR if set:
+#                 programs, libloom{client,sync,state}.so, headers, .pc, man pages, systemd units
 #   make bench    benchmarks; they print figures and never fail on timing
 #   make fuzz     libFuzzer campaigns (clang), FUZZ_TIME seconds per target (FUZZ_RUNS: a cap)
 #   make format   clang-format every C file
@@ -11,8 +13,9 @@ FUZZ_BUILD ?= build-fuzz
 FUZZ_TIME  ?= 60
 FUZZ_RUNS  ?= 0
 JOBS       ?= $(shell nproc)
+PREFIX     ?= /usr/local
 
-.PHONY: all deps build test run bench fuzz format clean
+.PHONY: all deps build test install run bench fuzz format clean
 
 all: build
 
@@ -28,6 +31,10 @@ test: deps
 	@cmake --build $(TEST_BUILD) -j $(JOBS)
 	@cd $(TEST_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 		ctest --output-on-failure -j $(JOBS)
+
+# cmake --install reads DESTDIR from the environment.
+install: build
+	@DESTDIR="$(DESTDIR)" cmake --install $(BUILD) --prefix $(PREFIX)
 
 run: build
 	@bash scripts/run.sh $(BUILD)

@@ -15,6 +15,9 @@ pkgs=(
   libcriterion-dev                               # unit tests
   iproute2                                       # network namespaces + tc for sync bench
   python3                                        # Python client shim and its tests
+  python3-setuptools python3-wheel python3-build # the Python package's wheel (python3 -m build)
+  python3-venv python3-pip                       # install test: the wheel in a clean venv
+  help2man                                       # man pages from --help
   python3-numpy python3-torch                    # real example RL jobs (CPU PyTorch), tensor buffers
   slurmctld slurmd slurm-client munge            # the Slurm executor's local test cluster
   perl util-linux                                # its power-up script (signal mask, time namespace)

@@ -3,14 +3,18 @@ loads loom's shared libraries (libloomclient.so, libloomstate.so, libloomsync.so
 
 A library is looked up in this order: the path in its own variable ($LOOM_CLIENT_LIB,
 $LOOM_STATE_LIB, $LOOM_SYNC_LIB); the library in $LOOM_BUILD_DIR; beside $LOOM_CLIENT_LIB; in
-the repository's build folders (build, build-test, build-*) next to this package; then the
-system's library path. Each is loaded once per process.
+the repository's build folders (build, build-test, build-*) next to this package; then an
+installed library: its soname (libloomclient.so.0) through the dynamic loader's own search
+($LD_LIBRARY_PATH, the ld.so cache, /usr/lib), ctypes.util.find_library, and last the libdir
+that pkg-config gives for loom-client, loom-state or loom-sync ($PKG_CONFIG_PATH). Each is
+loaded once per process.
 """
 
 import ctypes
 import ctypes.util
 import glob
 import os
+import subprocess
 import threading
 
 # Error codes of include/loom/common.h.
@@ -85,9 +89,28 @@ def _candidates(name, env):
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     for d in ["build", "build-test"] + sorted(glob.glob(os.path.join(root, "build-*"))):
         yield os.path.join(root, d, file)
+    yield f"lib{name}.so.{SOVERSION}"
     found = ctypes.util.find_library(name)
     if found:
         yield found
+    libdir = _pkg_config_libdir(_PC_NAMES.get(name, name))
+    if libdir:
+        yield os.path.join(libdir, f"lib{name}.so.{SOVERSION}")
+
+
+# The installed libraries' soname version (LOOM_SOVERSION in packaging/install.cmake) and their
+# pkg-config modules.
+SOVERSION = 0
+_PC_NAMES = {"loomclient": "loom-client", "loomstate": "loom-state", "loomsync": "loom-sync"}
+
+
+def _pkg_config_libdir(module):
+    try:
+        r = subprocess.run(["pkg-config", "--variable=libdir", module], capture_output=True,
+                           text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return r.stdout.strip() if r.returncode == 0 and r.stdout.strip() else None
 
 
 def _open(name, env):
@@ -100,7 +123,8 @@ def _open(name, env):
             return ctypes.CDLL(path)
         except OSError as e:
             tried.append(f"{path}: {e}")
-    raise OSError(f"lib{name}.so not found (set {env}); tried:\n  " + "\n  ".join(tried))
+    raise OSError(f"lib{name}.so not found (install loom, or set {env} or LOOM_BUILD_DIR); "
+                  "tried:\n  " + "\n  ".join(tried))
 
 
 _libs = {}

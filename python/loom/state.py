@@ -10,7 +10,7 @@ resident in the tier asked for; when ``load`` returns the bytes are in your buff
     import numpy as np
     from loom import state
 
-    st = state.Client("/var/lib/loom-state/loom-state.sock")
+    st = state.Client("/run/loom-state/loom-state.sock")
     dev = state.DeviceBuffer(256 << 20)          # emulated device memory (a memfd)
     w = dev.array((4096, 4096), np.float32)       # a tensor living in it
     st.offload({"w": w}, job="math-7b", version=3)            # device -> host
