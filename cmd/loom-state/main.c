@@ -200,11 +200,11 @@ static int bench(int argc, char **argv)
         loom_state_gpu_bench_cfg g = {0};
         int json = 0, cuda = 0;
         static const struct option opts[] = {
-            {"json", no_argument, 0, 'j'},      {"dir", required_argument, 0, 'd'},
-            {"quick", no_argument, 0, 'k'},     {"repeats", required_argument, 0, 'r'},
+            {"json", no_argument, 0, 'j'},         {"dir", required_argument, 0, 'd'},
+            {"quick", no_argument, 0, 'k'},        {"repeats", required_argument, 0, 'r'},
             {"device", required_argument, 0, 'D'}, {"bytes", required_argument, 0, 'b'},
             {"bucket", required_argument, 0, 'B'}, {"gpu", required_argument, 0, 'g'},
-            {"help", no_argument, 0, 'h'},      {0, 0, 0, 0}};
+            {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
         int o;
         while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
                 switch (o) {
@@ -219,8 +219,9 @@ static int bench(int argc, char **argv)
                         break;
                 case 'D':
                         if (strcmp(optarg, "cuda") && strcmp(optarg, "emulated")) {
-                                fprintf(stderr, "loom-state: --device: cuda or emulated, got "
-                                                "'%s'\n",
+                                fprintf(stderr,
+                                        "loom-state: --device: cuda or emulated, got "
+                                        "'%s'\n",
                                         optarg);
                                 return 2;
                         }

@@ -268,10 +268,10 @@ typedef struct loom_state_gpu_bench_result {
         char lib[256]; /* the CUDA runtime loaded */
         int device;
         uint64_t bytes;
-        double offload_gbps, load_gbps;      /* GPU -> host tier, host tier -> GPU */
+        double offload_gbps, load_gbps;              /* GPU -> host tier, host tier -> GPU */
         double pinned_d2h_gbps, pinned_h2d_gbps;     /* cudaMemcpy to/from cudaMallocHost */
         double pageable_d2h_gbps, pageable_h2d_gbps; /* cudaMemcpy to/from malloc */
-        double switch_gbps;                  /* offload one state while loading another */
+        double switch_gbps;                          /* offload one state while loading another */
         double switch_s;
         uint32_t buckets; /* per offload of one state */
         int host_locked;

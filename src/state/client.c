@@ -153,7 +153,8 @@ int loom__state_check_io(const loom_state_io *io, size_t n, loom_err *e)
 
 /* offload (load = 0) or load (load = 1). */
 int loom__state_transfer(loom_state_client *c, const loom_state_io *io, size_t n, int load,
-                    loom_state_tier tier, const char *device, loom_state_result *res, loom_err *e)
+                         loom_state_tier tier, const char *device, loom_state_result *res,
+                         loom_err *e)
 {
         loom_state_result dummy;
         if (!res)

@@ -136,8 +136,7 @@ static int setup(loom_state_client *c, uint64_t half, st_client_cuda **out, loom
 
 /* Cut io[0..n) into buckets of whole tensors of at most `bucket` bytes (64-byte aligned in the
  * half); starts[k] is bucket k's first io, starts[nb] = n. Returns the largest bucket's bytes. */
-static uint64_t cut(const loom_state_io *io, size_t n, uint64_t bucket, size_t *starts,
-                    size_t *nb)
+static uint64_t cut(const loom_state_io *io, size_t n, uint64_t bucket, size_t *starts, size_t *nb)
 {
         uint64_t fill = 0, most = 0;
         *nb = 0;
@@ -172,8 +171,8 @@ static size_t bucket_ios(const st_client_cuda *cu, const loom_state_io *io, cons
 }
 
 /* Issue the copies of bucket k between the device and half h, then record h's event. */
-static int issue(st_client_cuda *cu, const loom_state_io *io, const size_t *starts, size_t k,
-                 int h, int kind, loom_err *e)
+static int issue(st_client_cuda *cu, const loom_state_io *io, const size_t *starts, size_t k, int h,
+                 int kind, loom_err *e)
 {
         const st_cuda *a = cu->api;
         uint8_t *host = cu->buf + (uint64_t)h * cu->half;
@@ -185,8 +184,9 @@ static int issue(st_client_cuda *cu, const loom_state_io *io, const size_t *star
                                       "cudaMemcpyAsync", e);
                 host += (io[i].len + 63) & ~UINT64_C(63);
         }
-        return rc ? rc : loom__cuda_check(a, a->EventRecord(cu->ev[h], cu->stream),
-                                          "cudaEventRecord", e);
+        return rc ? rc
+                  : loom__cuda_check(a, a->EventRecord(cu->ev[h], cu->stream), "cudaEventRecord",
+                                     e);
 }
 
 static void add_result(loom_state_result *sum, const loom_state_result *r)
@@ -212,8 +212,10 @@ static int run(loom_state_client *c, const loom_state_io *io, size_t n, int devi
         int rc = loom__state_check_io(io, n, e);
         for (size_t i = 0; i < n && !rc; i++)
                 if (io[i].fd >= 0 || !io[i].ptr)
-                        rc = loom_err_set(e, LOOM_EINVAL, "io", "io[%zu]: a CUDA buffer is a "
-                                          "device pointer (ptr) with fd -1", i);
+                        rc = loom_err_set(e, LOOM_EINVAL, "io",
+                                          "io[%zu]: a CUDA buffer is a "
+                                          "device pointer (ptr) with fd -1",
+                                          i);
         if (rc || !n)
                 return rc;
         size_t *starts = malloc((n + 1) * sizeof *starts);
@@ -223,8 +225,9 @@ static int run(loom_state_client *c, const loom_state_io *io, size_t n, int devi
         if (!starts || !tmp)
                 rc = loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
         if (!rc)
-                rc = setup(c, st_round(cut(io, n, bucket_of(*loom__state_client_cu(c)), starts, &nb)), &cu,
-                           e);
+                rc = setup(c,
+                           st_round(cut(io, n, bucket_of(*loom__state_client_cu(c)), starts, &nb)),
+                           &cu, e);
         if (!rc)
                 rc = loom__cuda_check(cu->api, cu->api->SetDevice(device), "cudaSetDevice", e);
         int kind = load ? ST_CUDA_H2D : ST_CUDA_D2H;

@@ -13,8 +13,8 @@
 
 static pthread_mutex_t cuda_mu = PTHREAD_MUTEX_INITIALIZER;
 static st_cuda cuda_tab;
-static int cuda_done;    /* 1 once the load was tried */
-static int cuda_rc;      /* its outcome */
+static int cuda_done;     /* 1 once the load was tried */
+static int cuda_rc;       /* its outcome */
 static loom_err cuda_err; /* its message when it failed */
 
 static int load_syms(void *h, st_cuda *cu, loom_err *e)
@@ -24,13 +24,26 @@ static int load_syms(void *h, st_cuda *cu, loom_err *e)
                 size_t off;
         } syms[] = {
 #define S(f) {"cuda" #f, offsetof(st_cuda, f)}
-            S(GetDeviceCount), S(SetDevice),       S(HostRegister),
-            S(HostUnregister), S(Malloc),          S(Free),
-            S(MallocHost),     S(FreeHost),        S(Memset),
-            S(Memcpy),         S(MemcpyAsync),     S(StreamCreateWithFlags),
-            S(StreamSynchronize), S(StreamDestroy), S(EventCreateWithFlags),
-            S(EventRecord),    S(EventSynchronize), S(EventDestroy),
-            S(DeviceSynchronize), S(GetErrorString),
+            S(GetDeviceCount),
+            S(SetDevice),
+            S(HostRegister),
+            S(HostUnregister),
+            S(Malloc),
+            S(Free),
+            S(MallocHost),
+            S(FreeHost),
+            S(Memset),
+            S(Memcpy),
+            S(MemcpyAsync),
+            S(StreamCreateWithFlags),
+            S(StreamSynchronize),
+            S(StreamDestroy),
+            S(EventCreateWithFlags),
+            S(EventRecord),
+            S(EventSynchronize),
+            S(EventDestroy),
+            S(DeviceSynchronize),
+            S(GetErrorString),
 #undef S
         };
         for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
@@ -54,8 +67,8 @@ static int load(st_cuda *cu, loom_err *e)
                 h = dlopen(env, RTLD_NOW | RTLD_LOCAL);
                 snprintf(cu->lib, sizeof cu->lib, "%s", env);
                 if (!h)
-                        return loom_err_set(e, LOOM_EIO, "cuda", "no CUDA runtime: LOOM_CUDART=%s: %s",
-                                            env, dlerror());
+                        return loom_err_set(e, LOOM_EIO, "cuda",
+                                            "no CUDA runtime: LOOM_CUDART=%s: %s", env, dlerror());
         }
         for (size_t i = 0; !h && i < sizeof names / sizeof names[0]; i++) {
                 h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);

@@ -62,8 +62,8 @@ static int fill(gbench *b, int s, loom_err *e)
         for (uint64_t i = 0; i < b->cfg->bytes; i++)
                 b->host[i] = (uint8_t)((i * 2654435761u >> 13) + (uint64_t)s * 77);
         b->crc[s] = loom_sync_crc32c(0, b->host, b->cfg->bytes);
-        return loom__cuda_check(b->cu, b->cu->Memcpy(b->gpu[s], b->host, b->cfg->bytes, ST_CUDA_H2D),
-                                "cudaMemcpy", e);
+        return loom__cuda_check(
+            b->cu, b->cu->Memcpy(b->gpu[s], b->host, b->cfg->bytes, ST_CUDA_H2D), "cudaMemcpy", e);
 }
 
 static int verify(gbench *b, int s, const char *what, loom_err *e)
@@ -92,8 +92,8 @@ static int copy_time(gbench *b, void *h, int kind, double *best, loom_err *e)
 static int fig_baselines(gbench *b, loom_state_gpu_bench_result *r, loom_err *e)
 {
         void *pin = NULL;
-        int rc = loom__cuda_check(b->cu, b->cu->MallocHost(&pin, b->cfg->bytes), "cudaMallocHost",
-                                  e);
+        int rc =
+            loom__cuda_check(b->cu, b->cu->MallocHost(&pin, b->cfg->bytes), "cudaMallocHost", e);
         double pd = 1e30, ph = 1e30, gd = 1e30, gh = 1e30;
         for (int k = 0; k < b->cfg->repeats && !rc; k++) {
                 rc = copy_time(b, pin, ST_CUDA_D2H, &pd, e);
@@ -127,8 +127,8 @@ static int fig_offload_load(gbench *b, loom_state_gpu_bench_result *r, loom_err 
                 ios(b, 0, "gpu-a", (uint64_t)k + 1, io, n);
                 loom_state_result res;
                 double t0 = loom__state_now();
-                rc = loom_state_cuda_offload(b->c[0], io, n, b->cfg->device, LOOM_STATE_HOST,
-                                             &res, e);
+                rc = loom_state_cuda_offload(b->c[0], io, n, b->cfg->device, LOOM_STATE_HOST, &res,
+                                             e);
                 double dt = loom__state_now() - t0;
                 off = dt < off ? dt : off;
                 r->buckets = res.buckets;
@@ -309,19 +309,21 @@ void loom_state_gpu_bench_print(FILE *f, const loom_state_gpu_bench_result *r, i
                         "\"pageable_h2d_gbps\":%.3f,\"switch_gbps\":%.3f,\"switch_s\":%.4f,"
                         "\"buckets\":%u,\"host_locked\":%s}\n",
                         r->lib, r->device, (unsigned long long)r->bytes, r->offload_gbps,
-                        r->load_gbps, r->pinned_d2h_gbps, r->pinned_h2d_gbps,
-                        r->pageable_d2h_gbps, r->pageable_h2d_gbps, r->switch_gbps, r->switch_s,
-                        r->buckets, r->host_locked ? "true" : "false");
+                        r->load_gbps, r->pinned_d2h_gbps, r->pinned_h2d_gbps, r->pageable_d2h_gbps,
+                        r->pageable_h2d_gbps, r->switch_gbps, r->switch_s, r->buckets,
+                        r->host_locked ? "true" : "false");
                 return;
         }
         fprintf(f, "loom-state bench, path cuda (%s, device %d), state %.2f GiB in %u buckets\n",
                 r->lib, r->device, gib, r->buckets);
-        fprintf(f, "  offload GPU -> host tier   %8.2f GB/s  (pinned cudaMemcpy D2H %.2f, "
-                   "pageable %.2f; %.0f%% of pinned)\n",
+        fprintf(f,
+                "  offload GPU -> host tier   %8.2f GB/s  (pinned cudaMemcpy D2H %.2f, "
+                "pageable %.2f; %.0f%% of pinned)\n",
                 r->offload_gbps, r->pinned_d2h_gbps, r->pageable_d2h_gbps,
                 100 * r->offload_gbps / r->pinned_d2h_gbps);
-        fprintf(f, "  load host tier -> GPU      %8.2f GB/s  (pinned cudaMemcpy H2D %.2f, "
-                   "pageable %.2f; %.0f%% of pinned)\n",
+        fprintf(f,
+                "  load host tier -> GPU      %8.2f GB/s  (pinned cudaMemcpy H2D %.2f, "
+                "pageable %.2f; %.0f%% of pinned)\n",
                 r->load_gbps, r->pinned_h2d_gbps, r->pageable_h2d_gbps,
                 100 * r->load_gbps / r->pinned_h2d_gbps);
         fprintf(f, "  switch (offload B + load A, two streams) %.2f GB/s combined, %.3f s\n",

@@ -5,7 +5,7 @@
 #
 # Each step prints its figures or "SKIP: <reason>" when this machine lacks what it needs (a CUDA
 # runtime and device; torch with CUDA; transformers). Exit status: 1 when a step that could run
-# failed, else 0. GPU_STATE_BYTES sets the bench's state size (default 4G).
+# failed, else 0. GPU_STATE_BYTES sets the bench's state size (default 4G); PYTHON the Python.
 set -uo pipefail
 b=$(cd "${1:-.}" && pwd)
 here=$(cd "$(dirname "$0")" && pwd)
@@ -14,33 +14,36 @@ export LOOM_STATE_LIB=$b/libloomstate.so LOOM_SYNC_LIB=$b/libloomsync.so LOOM_CL
 py=$b/python
 [ -d "$py" ] || py=$(cd "$here/../.." && pwd)/python
 export PYTHONPATH=$py:$here${PYTHONPATH:+:$PYTHONPATH}
+PY=${PYTHON:-python3}  # the Python with torch (and transformers for the plan step)
 fail=0
 step() { echo; echo "== $*"; }
 
 step "loom-state bench --device cuda (offload/load vs pinned and pageable cudaMemcpy, switch)"
-"$b/loom-state" bench --device cuda --bytes "${GPU_STATE_BYTES:-4G}" --dir "${TMPDIR:-/tmp}"
+err=$(mktemp)
+"$b/loom-state" bench --device cuda --bytes "${GPU_STATE_BYTES:-4G}" --dir "${TMPDIR:-/tmp}" 2>"$err"
 rc=$?
+cat "$err" >&2
 if [ $rc -ne 0 ]; then
-        if "$b/loom-state" bench --device cuda --bytes 64M --dir "${TMPDIR:-/tmp}" 2>&1 |
-                grep -q "no CUDA"; then
-                echo "SKIP: no CUDA runtime or device on this machine (the error above says which)"
+        if grep -q "no CUDA" "$err"; then
+                echo "SKIP: no CUDA runtime or device on this machine (the line above says which)"
         else
                 fail=1
         fi
 fi
+rm -f "$err"
 
 step "loom.state with CUDA torch tensors (bf16 weights, fp32 Adam moments)"
-python3 "$here/torch_state.py" "$b" || fail=1
+"$PY" "$here/torch_state.py" "$b" || fail=1
 
 step "GRPO trainer step and its Adam state through loom-state's CUDA tier"
 ex=$b/examples/rl
 [ -d "$ex" ] || ex=$(cd "$here/../.." && pwd)/examples/rl
-python3 "$ex/gpu_bench.py" --loom-state "$b/loom-state" || fail=1
+"$PY" "$ex/gpu_bench.py" --loom-state "$b/loom-state" || fail=1
 
 step "loom plan's cost model against measured Qwen3-shaped prefill, decode and train steps"
 pv=$b/scripts/gpu/plan_validate.py
 [ -f "$pv" ] || pv=$(cd "$here/../.." && pwd)/scripts/gpu/plan_validate.py
-python3 "$pv" --loom "$b/loom" || fail=1
+"$PY" "$pv" --loom "$b/loom" || fail=1
 
 echo
 [ $fail -eq 0 ] && echo "test-gpu: every step passed or was skipped with its reason" ||
