@@ -5,11 +5,16 @@
  * and the round trip are checked in CI. Real GPUs are measured by `make test-gpu` (docs/gpu.md).
  *
  *   cudaMalloc         malloc, and the range is recorded as "device memory"
- *   cudaMemcpy(Async)  memcpy, at once (streams are in order trivially); the device side must lie
- *                      in a cudaMalloc'd range (else cudaErrorInvalidValue), and an async copy
- *                      whose host side is not registered or cudaMallocHost'd is counted unpinned
+ *   cudaMemcpy         memcpy; the device side must lie in a cudaMalloc'd range (else
+ *                      cudaErrorInvalidValue)
+ *   cudaMemcpyAsync    the same checks when called, and an async copy whose host side is not
+ *                      registered or cudaMallocHost'd is counted unpinned; the memcpy runs at
+ *                      once, or, with $FAKECUDART_ASYNC=1, later on the stream's own thread
+ *                      (in order, each after $FAKECUDART_DELAY_US microseconds), so a caller
+ *                      that reads or reuses a buffer before synchronizing sees the wrong bytes
  *   cudaHostRegister   records the range; unregister drops it
- *   streams, events    tokens; synchronize does nothing
+ *   streams, events    a queue and a thread per stream (async mode) or tokens; an event is the
+ *                      count of copies queued on its stream when it was recorded
  *
  * $FAKECUDART_DEVICES sets the device count (default 1; 0 makes cudaGetDeviceCount fail with
  * cudaErrorNoDevice). fakecudart_stats() gives the tests the counters.
@@ -18,6 +23,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define FAKE_MAX 256
 
@@ -188,8 +194,57 @@ int cudaMemset(void *p, int v, size_t len)
         return 0;
 }
 
-/* kind 1: host -> device, 2: device -> host */
-static int copy(void *dst, const void *src, size_t len, int kind, int async)
+typedef struct fop { /* one queued copy */
+        void *dst;
+        const void *src;
+        size_t len;
+        struct fop *next;
+} fop;
+
+typedef struct fstream {
+        pthread_mutex_t mu;
+        pthread_cond_t cv;
+        pthread_t thr;
+        int async, stop;
+        fop *head, *tail;
+        unsigned long queued, done;
+} fstream;
+
+typedef struct fevent {
+        fstream *s;
+        unsigned long ticket;
+} fevent;
+
+static void *worker(void *arg)
+{
+        fstream *s = arg;
+        const char *d = getenv("FAKECUDART_DELAY_US");
+        unsigned delay = d ? (unsigned)atoi(d) : 0;
+        pthread_mutex_lock(&s->mu);
+        for (;;) {
+                while (!s->head && !s->stop)
+                        pthread_cond_wait(&s->cv, &s->mu);
+                if (!s->head)
+                        break;
+                fop *o = s->head;
+                s->head = o->next;
+                if (!s->head)
+                        s->tail = NULL;
+                pthread_mutex_unlock(&s->mu);
+                if (delay)
+                        usleep(delay);
+                memcpy(o->dst, o->src, o->len);
+                free(o);
+                pthread_mutex_lock(&s->mu);
+                s->done++;
+                pthread_cond_broadcast(&s->cv);
+        }
+        pthread_mutex_unlock(&s->mu);
+        return NULL;
+}
+
+/* kind 1: host -> device, 2: device -> host. Checks and counts; 0 when the copy may run. */
+static int check(void *dst, const void *src, size_t len, int kind, int async)
 {
         if (kind != 1 && kind != 2)
                 return 1;
@@ -204,37 +259,97 @@ static int copy(void *dst, const void *src, size_t len, int kind, int async)
                 cnt.sync_copies++;
         }
         pthread_mutex_unlock(&mu);
-        if (!ok)
-                return 1;
-        memcpy(dst, src, len);
-        return 0;
+        return ok ? 0 : 1;
 }
 
 int cudaMemcpy(void *dst, const void *src, size_t len, int kind)
 {
-        return copy(dst, src, len, kind, 0);
+        int rc = check(dst, src, len, kind, 0);
+        if (!rc)
+                memcpy(dst, src, len);
+        return rc;
 }
 
 int cudaMemcpyAsync(void *dst, const void *src, size_t len, int kind, void *stream)
 {
-        (void)stream;
-        return copy(dst, src, len, kind, 1);
+        fstream *s = stream;
+        int rc = s ? check(dst, src, len, kind, 1) : 1;
+        if (rc)
+                return rc;
+        if (!s->async) {
+                memcpy(dst, src, len);
+                s->queued++;
+                s->done++;
+                return 0;
+        }
+        fop *o = calloc(1, sizeof *o);
+        if (!o)
+                return 2;
+        *o = (fop){dst, src, len, NULL};
+        pthread_mutex_lock(&s->mu);
+        if (s->tail)
+                s->tail->next = o;
+        else
+                s->head = o;
+        s->tail = o;
+        s->queued++;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        return 0;
 }
 
-int cudaStreamCreateWithFlags(void **s, unsigned flags)
+int cudaStreamCreateWithFlags(void **out, unsigned flags)
 {
         (void)flags;
-        *s = malloc(1);
-        return *s ? 0 : 2;
+        fstream *s = calloc(1, sizeof *s);
+        if (!s)
+                return 2;
+        pthread_mutex_init(&s->mu, NULL);
+        pthread_cond_init(&s->cv, NULL);
+        const char *a = getenv("FAKECUDART_ASYNC");
+        s->async = a && atoi(a) > 0;
+        if (s->async && pthread_create(&s->thr, NULL, worker, s) != 0) {
+                free(s);
+                return 2;
+        }
+        *out = s;
+        return 0;
 }
 
-int cudaStreamSynchronize(void *s)
+static void wait_done(fstream *s, unsigned long ticket)
 {
-        return s ? 0 : 1;
+        pthread_mutex_lock(&s->mu);
+        while (s->done < ticket)
+                pthread_cond_wait(&s->cv, &s->mu);
+        pthread_mutex_unlock(&s->mu);
 }
 
-int cudaStreamDestroy(void *s)
+int cudaStreamSynchronize(void *stream)
 {
+        fstream *s = stream;
+        if (!s)
+                return 1;
+        pthread_mutex_lock(&s->mu);
+        unsigned long q = s->queued;
+        pthread_mutex_unlock(&s->mu);
+        wait_done(s, q);
+        return 0;
+}
+
+int cudaStreamDestroy(void *stream)
+{
+        fstream *s = stream;
+        if (!s)
+                return 1;
+        if (s->async) {
+                pthread_mutex_lock(&s->mu);
+                s->stop = 1;
+                pthread_cond_broadcast(&s->cv);
+                pthread_mutex_unlock(&s->mu);
+                pthread_join(s->thr, NULL); /* drains the queue first, as CUDA does */
+        }
+        pthread_mutex_destroy(&s->mu);
+        pthread_cond_destroy(&s->cv);
         free(s);
         return 0;
 }
@@ -242,18 +357,31 @@ int cudaStreamDestroy(void *s)
 int cudaEventCreateWithFlags(void **ev, unsigned flags)
 {
         (void)flags;
-        *ev = malloc(1);
+        *ev = calloc(1, sizeof(fevent));
         return *ev ? 0 : 2;
 }
 
-int cudaEventRecord(void *ev, void *s)
+int cudaEventRecord(void *event, void *stream)
 {
-        return ev && s ? 0 : 1;
+        fevent *ev = event;
+        fstream *s = stream;
+        if (!ev || !s)
+                return 1;
+        pthread_mutex_lock(&s->mu);
+        ev->s = s;
+        ev->ticket = s->queued;
+        pthread_mutex_unlock(&s->mu);
+        return 0;
 }
 
-int cudaEventSynchronize(void *ev)
+int cudaEventSynchronize(void *event)
 {
-        return ev ? 0 : 1;
+        fevent *ev = event;
+        if (!ev)
+                return 1;
+        if (ev->s) /* never recorded: complete, as in CUDA */
+                wait_done(ev->s, ev->ticket);
+        return 0;
 }
 
 int cudaEventDestroy(void *ev)

@@ -18,7 +18,9 @@ dir=$(mktemp -d)
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$dir"' EXIT
 export LOOM_STATE_LIB=$build/libloomstate.so PYTHONPATH=$src/python:$src/tests/integration
-LOOM_CUDART=$build/libfakecudart.so /usr/bin/python3 - "$dir/loom-state.sock" <<'PY'
+# the double's copies complete late, on a thread per stream: the call must wait for them
+FAKECUDART_ASYNC=1 FAKECUDART_DELAY_US=500 LOOM_CUDART=$build/libfakecudart.so \
+        /usr/bin/python3 - "$dir/loom-state.sock" <<'PY'
 import ctypes, os, sys
 import numpy as np
 from loomd_harness import wait_unix_socket

@@ -149,7 +149,7 @@ Test(state_cuda, no_device_is_a_clear_error)
         cr_assert_eq(loom_state_gpu_bench(&g, &r, &e), LOOM_ENOENT);
 }
 
-Test(state_cuda, round_trip_in_buckets_through_registered_staging)
+static void round_trip(void)
 {
         const st_cuda *cu = fake();
         char lib[256];
@@ -205,6 +205,37 @@ Test(state_cuda, round_trip_in_buckets_through_registered_staging)
                 cu->Free(io[i].ptr);
         }
         fx_stop(&f);
+}
+
+Test(state_cuda, round_trip_in_buckets_through_registered_staging)
+{
+        round_trip();
+}
+
+/* The double's copies run later on a thread per stream, each 2 ms after the previous one: a
+ * bucket handed to the daemon before its D2H finished, a half refilled before its H2D finished,
+ * or a return before the stream drained would show as wrong bytes. */
+Test(state_cuda, round_trip_with_copies_that_complete_late)
+{
+        setenv("FAKECUDART_ASYNC", "1", 1);
+        setenv("FAKECUDART_DELAY_US", "2000", 1);
+        round_trip();
+}
+
+Test(state_cuda, bench_with_copies_that_complete_late)
+{
+        setenv("FAKECUDART_ASYNC", "1", 1);
+        setenv("FAKECUDART_DELAY_US", "200", 1);
+        fake();
+        loom_state_gpu_bench_cfg g = {.dir = "/tmp",
+                                      .bytes = 4 << 20,
+                                      .tensor_bytes = 256 << 10,
+                                      .bucket_bytes = 1 << 20,
+                                      .repeats = 1};
+        loom_state_gpu_bench_result r;
+        loom_err e;
+        cr_assert_eq(loom_state_gpu_bench(&g, &r, &e), 0, "%s", e.msg);
+        cr_assert_eq(r.buckets, 4);
 }
 
 Test(state_cuda, offload_of_one_bucket_and_growth_of_the_staging)
