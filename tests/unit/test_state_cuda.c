@@ -329,3 +329,45 @@ Test(state_cuda, bench_runs_and_checks_every_load)
         cr_assert_eq(loom_state_gpu_bench(&g, &r, &e), LOOM_EINVAL);
         cr_assert_str_eq(e.field, "bytes");
 }
+
+/* The machine's own CUDA runtime, when there is one: every entry point loom uses must resolve in
+ * it (a missing symbol is a failure, whatever the machine), and with a device the round trip
+ * runs on the GPU. Without a runtime or a device the test says why and checks nothing more. */
+Test(state_cuda, real_runtime_round_trip_or_the_reason)
+{
+        unsetenv("LOOM_CUDART");
+        char lib[256];
+        loom_err e;
+        int n = loom_state_cuda_probe(lib, sizeof lib, &e);
+        if (n <= 0) {
+                cr_assert(!strstr(e.msg, " has no "), "a CUDA entry point is missing: %s", e.msg);
+                cr_assert(strstr(e.msg, "no CUDA runtime") || strstr(e.msg, "no CUDA device"), "%s",
+                          e.msg);
+                cr_log_warn("SKIP real GPU round trip: %s", e.msg);
+                return;
+        }
+        const st_cuda *cu;
+        cr_assert_eq(loom__cuda_get(&cu, &e), 0);
+        fx f;
+        fx_start(&f);
+        loom_state_cuda_bucket(f.c, 65536);
+        loom_state_io io[NT];
+        uint8_t *host[NT];
+        tensors(cu, io, host, 1);
+        loom_state_result res;
+        cr_assert_eq(loom_state_cuda_offload(f.c, io, NT, 0, LOOM_STATE_HOST, &res, &e), 0, "%s",
+                     e.msg);
+        for (size_t i = 0; i < NT; i++)
+                cr_assert_eq(cu->Memset(io[i].ptr, 0, sizes[i]), 0);
+        cr_assert_eq(loom_state_cuda_load(f.c, io, NT, 0, &res, &e), 0, "%s", e.msg);
+        cr_assert_str_eq(res.path, "cuda");
+        for (size_t i = 0; i < NT; i++) {
+                uint8_t *back = malloc(sizes[i]);
+                cr_assert_eq(cu->Memcpy(back, io[i].ptr, sizes[i], ST_CUDA_D2H), 0);
+                cr_assert_eq(memcmp(back, host[i], sizes[i]), 0, "tensor %zu on %s", i, lib);
+                free(back);
+                free(host[i]);
+                cu->Free(io[i].ptr);
+        }
+        fx_stop(&f);
+}
