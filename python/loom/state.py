@@ -238,9 +238,19 @@ def _cudart_in_process():
     return None
 
 
+_cuda_probe = None  # cuda_available()'s answer: the runtime is loaded once per process
+
+
 def cuda_available():
     """(True, runtime file) when loom-state's CUDA path can run, else (False, the reason: "no CUDA
-    runtime: ..." or "no CUDA device: ...")."""
+    runtime: ..." or "no CUDA device: ..."). Asked once per process."""
+    global _cuda_probe
+    if _cuda_probe is None:
+        _cuda_probe = _probe_cuda()
+    return _cuda_probe
+
+
+def _probe_cuda():
     lib = _load_lib()
     if not os.environ.get("LOOM_CUDART"):
         found = _cudart_in_process()
