@@ -54,7 +54,8 @@ static void usage(FILE *f)
             "                       memory through the CUDA runtime (dlopen'd libcudart;\n"
             "                       LOOM_CUDART=PATH picks the file), with pinned and pageable\n"
             "                       cudaMemcpy baselines and a two-stream switch\n"
-            "  --bytes N            cuda: one state in GPU memory (default 4G)\n"
+            "  --bytes N            cuda: one state in GPU memory (default 4G), 64M tensors\n"
+            "                       (under 1G: 16 tensors)\n"
             "  --bucket N           cuda: the client's bucket (default 64M)\n"
             "  --gpu I              cuda: device ordinal (default 0)\n"
             "  --help               this text\n");

@@ -258,7 +258,7 @@ void loom_state_bench_print(FILE *f, const loom_state_bench_result *r, int json)
 typedef struct loom_state_gpu_bench_cfg {
         const char *dir;       /* scratch directory of the private daemon */
         uint64_t bytes;        /* one state in GPU memory (default 4 GiB) */
-        uint64_t tensor_bytes; /* per tensor (default 64 MiB) */
+        uint64_t tensor_bytes; /* per tensor (default 64 MiB; under 1 GiB: bytes / 16) */
         uint64_t bucket_bytes; /* the client's bucket (default 64 MiB) */
         int device;            /* CUDA device ordinal */
         int repeats;           /* best of N (default 3) */

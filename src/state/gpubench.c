@@ -264,8 +264,9 @@ int loom_state_gpu_bench(const loom_state_gpu_bench_cfg *in, loom_state_gpu_benc
         loom_state_gpu_bench_cfg cfg = *in;
         if (!cfg.bytes)
                 cfg.bytes = UINT64_C(4) << 30;
-        if (!cfg.tensor_bytes)
-                cfg.tensor_bytes = UINT64_C(64) << 20;
+        if (!cfg.tensor_bytes) /* 64 MiB, or 16 tensors of a smaller state */
+                cfg.tensor_bytes = cfg.bytes >= (UINT64_C(1) << 30) ? UINT64_C(64) << 20
+                                                                    : st_round(cfg.bytes / 16);
         if (cfg.repeats <= 0)
                 cfg.repeats = 3;
         if (!cfg.dir)

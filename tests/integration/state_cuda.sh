@@ -104,3 +104,22 @@ except state.StateError as e:
 assert "none" not in c.stats()["jobs"]
 print("ok: without a CUDA runtime, GPU tensors are refused with:", why)
 PY
+# the bench: without a runtime exit 1 with the reason; bad usage exit 2; on the double it runs
+set +e
+LOOM_CUDART=/nonexistent/libcudart.so "$build/loom-state" bench --device cuda --dir "$dir" 2>"$dir/err"
+rc=$?
+set -e
+[ $rc -eq 1 ] && grep -q "^loom-state bench --device cuda: no CUDA runtime: LOOM_CUDART=/nonexistent" "$dir/err"
+for bad in "--device gpu" "--device cuda --bytes 1TB" "--device cuda --gpu -1"; do
+        set +e
+        # shellcheck disable=SC2086
+        "$build/loom-state" bench $bad 2>/dev/null
+        rc=$?
+        set -e
+        [ $rc -eq 2 ] || { echo "FAIL: bench $bad exited $rc, not 2"; exit 1; }
+done
+out=$(LOOM_CUDART=$build/libfakecudart.so "$build/loom-state" bench --device cuda --bytes 8M \
+        --bucket 1M --dir "$dir" --repeats 1 --json)
+echo "$out"
+grep -q '"path":"cuda".*"buckets":8,' <<<"$out"
+echo "ok: loom-state bench --device cuda: no runtime exit 1, bad usage exit 2, runs on the double"
