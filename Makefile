@@ -7,6 +7,8 @@
 #   make bench    benchmarks; they print figures and never fail on timing
 #   make fuzz     libFuzzer campaigns (clang), FUZZ_TIME seconds per target (FUZZ_RUNS: a cap)
 #   make format   clang-format every C file
+#   make gpu-bundle  programs, libraries, Python package and GPU tests in one folder (GPU_BUNDLE)
+#   make test-gpu    GPU tests and benchmarks from a bundle: make test-gpu BUNDLE=dir (docs/gpu.md)
 BUILD      ?= build
 TEST_BUILD ?= build-test
 FUZZ_BUILD ?= build-fuzz
@@ -14,8 +16,9 @@ FUZZ_TIME  ?= 60
 FUZZ_RUNS  ?= 0
 JOBS       ?= $(shell nproc)
 PREFIX     ?= /usr/local
+GPU_BUNDLE ?= gpu-bundle
 
-.PHONY: all deps build test install run bench fuzz format clean
+.PHONY: all deps build test install run bench fuzz format clean gpu-bundle test-gpu
 
 all: build
 
@@ -47,6 +50,14 @@ fuzz: deps
 		-DLOOM_FUZZ=ON >/dev/null
 	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target $$(cd tests/fuzz && ls fuzz_*.c | sed 's/\.c$$//')
 	@bash scripts/fuzz.sh $(FUZZ_BUILD) $(FUZZ_TIME) $(FUZZ_RUNS)
+
+gpu-bundle: build
+	@bash scripts/gpu-bundle.sh $(BUILD) $(GPU_BUNDLE)
+
+# From a bundle made elsewhere (BUNDLE=dir), or, without BUNDLE, one made here from the build.
+test-gpu:
+	@if [ -n "$(BUNDLE)" ]; then bash tests/gpu/run.sh $(BUNDLE); \
+	else $(MAKE) --no-print-directory gpu-bundle && bash tests/gpu/run.sh $(GPU_BUNDLE); fi
 
 format:
 	@clang-format -i $$(git ls-files '*.c' '*.h')

@@ -27,6 +27,7 @@ static void usage(FILE *f)
             f,
             "usage: loom-state --dir DIR [options]      serve\n"
             "       loom-state bench [--json] [--dir DIR] [--quick] [--repeats N]\n"
+            "       loom-state bench --device cuda [--bytes N] [--bucket N] [--gpu I] [--json]\n"
             "       loom-state stat --sock PATH [--json]\n"
             "\n"
             "The per-node state manager: holds each job's tensors on the device, host\n"
@@ -48,7 +49,15 @@ static void usage(FILE *f)
             "                       dd_direct_gbps, dedup_ratio, prefetch_hidden_fraction, ...)\n"
             "  --dir DIR            scratch directory on the disk to measure (default .)\n"
             "  --quick              small sizes (seconds, for tests)\n"
-            "  --repeats N          best of N (default 5)\n"
+            "  --repeats N          best of N (default 5; cuda: 3)\n"
+            "  --device D           emulated (default: the memfd device tier) or cuda: GPU\n"
+            "                       memory through the CUDA runtime (dlopen'd libcudart;\n"
+            "                       LOOM_CUDART=PATH picks the file), with pinned and pageable\n"
+            "                       cudaMemcpy baselines and a two-stream switch\n"
+            "  --bytes N            cuda: one state in GPU memory (default 4G), 64M tensors\n"
+            "                       (under 1G: 16 tensors)\n"
+            "  --bucket N           cuda: the client's bucket (default 64M)\n"
+            "  --gpu I              cuda: device ordinal (default 0)\n"
             "  --help               this text\n");
 }
 
@@ -171,14 +180,32 @@ static int serve(int argc, char **argv)
         return r.rc ? 1 : 0;
 }
 
+static int bench_cuda(const loom_state_bench_cfg *cfg, loom_state_gpu_bench_cfg *g, int json)
+{
+        g->dir = cfg->dir;
+        g->repeats = cfg->repeats;
+        loom_state_gpu_bench_result r;
+        loom_err e;
+        loom_err_clear(&e);
+        if (loom_state_gpu_bench(g, &r, &e)) {
+                fprintf(stderr, "loom-state bench --device cuda: %s\n", e.msg);
+                return 1;
+        }
+        loom_state_gpu_bench_print(stdout, &r, json);
+        return 0;
+}
+
 static int bench(int argc, char **argv)
 {
         loom_state_bench_cfg cfg = {.dir = "."};
-        int json = 0;
+        loom_state_gpu_bench_cfg g = {0};
+        int json = 0, cuda = 0;
         static const struct option opts[] = {
-            {"json", no_argument, 0, 'j'},  {"dir", required_argument, 0, 'd'},
-            {"quick", no_argument, 0, 'k'}, {"repeats", required_argument, 0, 'r'},
-            {"help", no_argument, 0, 'h'},  {0, 0, 0, 0}};
+            {"json", no_argument, 0, 'j'},         {"dir", required_argument, 0, 'd'},
+            {"quick", no_argument, 0, 'k'},        {"repeats", required_argument, 0, 'r'},
+            {"device", required_argument, 0, 'D'}, {"bytes", required_argument, 0, 'b'},
+            {"bucket", required_argument, 0, 'B'}, {"gpu", required_argument, 0, 'g'},
+            {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
         int o;
         while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
                 switch (o) {
@@ -191,15 +218,37 @@ static int bench(int argc, char **argv)
                 case 'k':
                         cfg.quick = 1;
                         break;
-                case 'r': {
-                        char *end;
-                        long v = strtol(optarg, &end, 10);
-                        if (*end || v < 1 || v > 100) {
-                                fprintf(stderr, "loom-state: --repeats: 1..100, got '%s'\n",
+                case 'D':
+                        if (strcmp(optarg, "cuda") && strcmp(optarg, "emulated")) {
+                                fprintf(stderr,
+                                        "loom-state: --device: cuda or emulated, got "
+                                        "'%s'\n",
                                         optarg);
                                 return 2;
                         }
-                        cfg.repeats = (int)v;
+                        cuda = !strcmp(optarg, "cuda");
+                        break;
+                case 'b':
+                        if (parse_bytes("--bytes", optarg, &g.bytes))
+                                return 2;
+                        break;
+                case 'B':
+                        if (parse_bytes("--bucket", optarg, &g.bucket_bytes))
+                                return 2;
+                        break;
+                case 'g':
+                case 'r': {
+                        char *end;
+                        long v = strtol(optarg, &end, 10);
+                        if (*end || v < (o == 'g' ? 0 : 1) || v > 100) {
+                                fprintf(stderr, "loom-state: --%s: %d..100, got '%s'\n",
+                                        o == 'g' ? "gpu" : "repeats", o == 'g' ? 0 : 1, optarg);
+                                return 2;
+                        }
+                        if (o == 'g')
+                                g.device = (int)v;
+                        else
+                                cfg.repeats = (int)v;
                         break;
                 }
                 case 'h':
@@ -214,6 +263,8 @@ static int bench(int argc, char **argv)
                 usage(stderr);
                 return 2;
         }
+        if (cuda)
+                return bench_cuda(&cfg, &g, json);
         loom_state_bench_result r;
         loom_err e;
         loom_err_clear(&e);

@@ -1,4 +1,4 @@
-"""A small but real GRPO job on CPU: tasks with a verifiable reward, a tiny transformer policy,
+"""A small but real GRPO job (CPU by default; a CUDA device with --device cuda): tasks with a verifiable reward, a tiny transformer policy,
 sampling with a KV cache, the GRPO loss with a KL penalty to a frozen reference, and the
 supervised warm-up that gives the policy something to improve on.
 
@@ -129,6 +129,9 @@ SIZES = {  # d_model, layers, heads
     "m": (96, 2, 4),
     "l": (128, 2, 4),
     "xl": (256, 4, 8),  # about 3.2 M parameters: minutes per step-set on a laptop-class CPU
+    # sizes for a GPU (random init is enough to measure): 85 M and 302 M parameters
+    "100m": (768, 12, 12),
+    "350m": (1024, 24, 16),
 }
 MAX_LEN = 16
 
@@ -158,7 +161,7 @@ class Block(torch.nn.Module):
             cache["k"], cache["v"] = k, v
         att = (q @ k.transpose(-2, -1)) / math.sqrt(D // h)
         S = k.shape[2]
-        causal = torch.ones(T, S, dtype=torch.bool).tril(diagonal=past)
+        causal = torch.ones(T, S, dtype=torch.bool, device=x.device).tril(diagonal=past)
         att = att.masked_fill(~causal, float("-inf")).softmax(dim=-1)
         y = (att @ v).transpose(1, 2).reshape(B, T, D)
         x = x + self.proj(y)
@@ -176,7 +179,7 @@ class Policy(torch.nn.Module):
         self.head = torch.nn.Linear(d, VOCAB, bias=False)
 
     def forward(self, idx, caches=None, start=0):
-        pos = torch.arange(start, start + idx.shape[1])
+        pos = torch.arange(start, start + idx.shape[1], device=idx.device)
         x = self.tok(idx) + self.pos(pos)[None]
         for i, b in enumerate(self.blocks):
             x = b(x, None if caches is None else caches[i])
@@ -192,8 +195,23 @@ def n_params(model):
     return sum(p.numel() for p in model.parameters())
 
 
-def setup_torch():
+def pick_device(name):
+    """'cpu', 'cuda' or 'auto' (cuda when torch sees a CUDA device) -> a torch.device."""
+    if name not in ("cpu", "cuda", "auto"):
+        raise ValueError(f"device: cpu, cuda or auto, not {name!r}")
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("device cuda: torch sees no CUDA device (torch.cuda.is_available())")
+    return torch.device(name)
+
+
+def setup_torch(device="cpu"):
     torch.set_num_threads(1)
+    if str(device).startswith("cuda"):
+        # deterministic cuBLAS needs a fixed workspace (set before its first use)
+        import os
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(True)
 
 
@@ -206,26 +224,32 @@ def gen(seed, *parts):
     return g, np.random.default_rng(s)
 
 
-def prompt_tensor(prompts):
-    return torch.tensor([[BOS] + encode(p) for p in prompts], dtype=torch.long)
+def device_of(model):
+    return next(model.parameters()).device
+
+
+def prompt_tensor(prompts, device=None):
+    return torch.tensor([[BOS] + encode(p) for p in prompts], dtype=torch.long, device=device)
 
 
 @torch.no_grad()
 def sample(model, prompts, max_new, g, temperature=1.0):
     """Sample completions (with a KV cache). Returns (tokens [B, max_new], logp [B, max_new],
     mask [B, max_new]): the sampled tokens, their log-probabilities under model, and 1 up to
-    and including the first EOS."""
-    x = prompt_tensor(prompts)
+    and including the first EOS. The draw itself runs on the CPU generator g whatever the
+    model's device, so the noise is the same on every device."""
+    dev = device_of(model)
+    x = prompt_tensor(prompts, dev)
     B = x.shape[0]
     caches = [{} for _ in model.blocks]
     logits = model(x, caches)[:, -1]
     toks, logps = [], []
-    done = torch.zeros(B, dtype=torch.bool)
+    done = torch.zeros(B, dtype=torch.bool, device=dev)
     mask = []
     pos = x.shape[1]
     for _ in range(max_new):
         lp = F.log_softmax(logits / temperature, dim=-1)
-        t = torch.multinomial(lp.exp(), 1, generator=g).squeeze(1)
+        t = torch.multinomial(lp.exp().cpu(), 1, generator=g).squeeze(1).to(dev)
         toks.append(t)
         logps.append(lp.gather(1, t[:, None]).squeeze(1))
         mask.append(~done)
@@ -237,7 +261,7 @@ def sample(model, prompts, max_new, g, temperature=1.0):
 
 def token_logp(model, prompts, toks):
     """Log-probabilities of completion tokens toks [B, n] after prompts, with gradients."""
-    x = torch.cat([prompt_tensor(prompts), toks], dim=1)
+    x = torch.cat([prompt_tensor(prompts, toks.device), toks], dim=1)
     logits = model(x[:, :-1])[:, -toks.shape[1]:]
     return F.log_softmax(logits, dim=-1).gather(2, toks[:, :, None]).squeeze(2)
 
@@ -252,7 +276,8 @@ def warmup(model, task, steps, seed, batch=64, lr=2e-3):
         prompts = task.draw(rng, batch)
         ans = [encode(task.answer(p)) + [EOS] for p in prompts]
         n = task.max_new
-        toks = torch.tensor([a + [PAD] * (n - len(a)) for a in ans], dtype=torch.long)
+        toks = torch.tensor([a + [PAD] * (n - len(a)) for a in ans], dtype=torch.long,
+                            device=device_of(model))
         mask = (toks != PAD).float()
         lp = token_logp(model, prompts, toks.clamp(max=VOCAB - 1))
         loss = -(lp * mask).sum() / mask.sum()

@@ -18,6 +18,11 @@ The supervised warm-up is the job's initialisation: run it (--warmup-only) befor
 the job, since loomd's first permit expires if nobody claims it within one lease timeout. It
 is deterministic and cached in CACHE by its inputs, so a rerun of the job (alone, say) starts
 from the same bits without redoing it.
+
+--device cpu (default), cuda or auto (cuda when torch sees a CUDA device) puts the policy, the
+reference model and Adam's state on that device; the sync engine still publishes and pulls
+through host memory, and with --residency loom-state the Adam moments and master weights go
+through loom-state's CUDA tier (docs/gpu.md). --size 100m / 350m are models for a GPU.
 """
 
 import argparse
@@ -39,7 +44,7 @@ CPU_ROLLOUT, CPU_TRAIN = 0, 1
 DEFAULTS = {
     "task": "reverse", "size": "m", "steps": 20, "seed": 1, "prompts": 8, "group": 8,
     "lr": 1e-3, "beta": 0.02, "warmup_steps": 30, "eval_prompts": 128, "bucket_elems": 4096,
-    "residency": "file", "max_restarts": 2, "lease_wait_s": 60.0,
+    "residency": "file", "max_restarts": 2, "lease_wait_s": 60.0, "device": "cpu",
 }
 
 
@@ -178,7 +183,7 @@ def fsync_dir(path):
 def tensor_digest(tensors):
     h = hashlib.sha256()
     for t in tensors:
-        h.update(t.detach().contiguous().numpy().tobytes())
+        h.update(t.detach().contiguous().cpu().numpy().tobytes())
     return h.hexdigest()
 
 
@@ -250,8 +255,9 @@ class TrainerState:
             for i in map(int, hdr["steps"]):
                 s = self.opt.state.get(self.params[i])
                 shape = self.params[i].shape
-                out[f"m.{i}"] = s["exp_avg"] if s else torch.empty(shape)
-                out[f"v.{i}"] = s["exp_avg_sq"] if s else torch.empty(shape)
+                dev = self.params[i].device
+                out[f"m.{i}"] = s["exp_avg"] if s else torch.empty(shape, device=dev)
+                out[f"v.{i}"] = s["exp_avg_sq"] if s else torch.empty(shape, device=dev)
         if rng is not None:
             out["rng"] = rng
         return out
@@ -273,7 +279,10 @@ class TrainerState:
         elif self.mode == "loom-state" and self.steps:
             bufs = {}
             for i, step in self.steps.items():
-                ea, eas = torch.empty(self.params[i].shape), torch.empty(self.params[i].shape)
+                # on the parameter's device: CUDA moments come back through loom-state's
+                # CUDA tier (loom.state picks the path by the tensor's device)
+                shape, dev = self.params[i].shape, self.params[i].device
+                ea, eas = torch.empty(shape, device=dev), torch.empty(shape, device=dev)
                 bufs[f"m.{i}"], bufs[f"v.{i}"] = ea, eas
                 self.opt.state[self.params[i]] = {"step": torch.tensor(float(step)),
                                                   "exp_avg": ea, "exp_avg_sq": eas}
@@ -406,9 +415,12 @@ class TrainerState:
 def warm_policy(cfg, G):
     """The policy after the supervised warm-up. The warm-up is deterministic, so it is cached
     by its inputs: a solo run of the same job starts from the very same bits."""
-    model = G.make_policy(cfg["size"], cfg["seed"])
-    key = hashlib.sha256(json.dumps([cfg[k] for k in ("task", "size", "seed", "warmup_steps")])
-                         .encode()).hexdigest()[:16]
+    dev = G.pick_device(cfg.get("device", "cpu"))
+    model = G.make_policy(cfg["size"], cfg["seed"]).to(dev)
+    inputs = [cfg[k] for k in ("task", "size", "seed", "warmup_steps")]
+    if dev.type != "cpu":  # another device computes other bits: its own cache entry
+        inputs.append(dev.type)
+    key = hashlib.sha256(json.dumps(inputs).encode()).hexdigest()[:16]
     cache = os.path.join(cfg.get("cache") or cfg["dir"], f"warm-{key}.pt")
     import torch
     if os.path.exists(cache):
@@ -424,7 +436,8 @@ def trainer_main(d):
     pin(CPU_TRAIN)
     import torch
     import grpo as G
-    G.setup_torch()
+    dev = G.pick_device(cfg.get("device", "cpu"))
+    G.setup_torch(dev)
     # A restarted trainer (its predecessor died) takes over the train lease the dead one held,
     # if any: loomd fails it and restarts the job from its last counted iteration, whose
     # checkpoint this process loads. It never touches the rollout worker's lease.
@@ -447,6 +460,10 @@ def trainer_main(d):
     opt = torch.optim.Adam(model.parameters(), lr=cfg["lr"])
     res = TrainerState(model, opt, ref, cfg, d, key=f"{cfg['name']}-{cfg['job']}")
     params = list(model.parameters())
+
+    def host(ps):  # the sync engine publishes from host memory (docs/gpu.md)
+        return ps if dev.type == "cpu" else [p.detach().cpu() for p in ps]
+
     out = os.path.join(d, "trainer.jsonl")
     n = job.iterations_done
     t = time.monotonic()
@@ -463,7 +480,7 @@ def trainer_main(d):
                     "no checkpoint needed"))
     # Version n again, from this process: a rollout worker that holds it (from the dead
     # trainer) keeps it, verified against the new publisher's checksums; n + 1 is a delta.
-    st = job.publish(params, n, endpoint_file=ep, bucket_elems=cfg["bucket_elems"])
+    st = job.publish(host(params), n, endpoint_file=ep, bucket_elems=cfg["bucket_elems"])
     if hdr and st["digest"] != hdr["digest"]:
         say(cfg, f"trainer  checkpoint {n} restored weights whose bf16 digest "
                  f"{st['digest'][:12]} is not the published {hdr['digest'][:12]}")
@@ -495,7 +512,7 @@ def trainer_main(d):
         fault("trainer", "step", it)  # the master weights moved; nothing published or saved
         if it == cfg["steps"] - 1:
             rec["heldout_end"] = G.evaluate(model, task, cfg["seed"], cfg["eval_prompts"])
-        st = job.publish(params, it + 1)
+        st = job.publish(host(params), it + 1)
         published[0] = st["digest"]
         fault("trainer", "publish", it)  # version it + 1 served, not yet checkpointed
         rec.update(loss=float(loss), kl=kl, reward=float(batch["rewards"].mean()),
@@ -512,7 +529,7 @@ def trainer_main(d):
         wait_file(batch_path(d, it))
         if wait_turn(job, "train") is None:
             break
-        batch = torch.load(batch_path(d, it))
+        batch = torch.load(batch_path(d, it), map_location=dev)
         if batch["version"] != it:
             raise RuntimeError(f"rollout {it} used weights version {batch['version']}")
         try:
@@ -546,7 +563,8 @@ def rollout_main(d):
     import torch
     import grpo as G
     from loom import weights
-    G.setup_torch()
+    dev = G.pick_device(cfg.get("device", "cpu"))
+    G.setup_torch(dev)
     # A restarted worker (its predecessor died) takes over the rollout lease the dead one held,
     # if any: loomd fails it at once and restarts the job from its last counted iteration,
     # instead of waiting for the lease to time out. It never touches the trainer's lease.
@@ -558,7 +576,8 @@ def rollout_main(d):
                  f"job restarts {job.restarts}")
     task = G.TASKS[cfg["task"]]
     model = G.make_policy(cfg["size"], cfg["seed"] + 1)  # overwritten by the first pull
-    params = list(model.parameters())
+    params = list(model.parameters())  # host memory: the sync engine pulls into it
+    run = model if dev.type == "cpu" else copy.deepcopy(model).to(dev)
     out = os.path.join(d, "rollout.jsonl")
     ep = os.path.join(d, "weights.endpoint")
     first = True
@@ -575,7 +594,9 @@ def rollout_main(d):
         used = weights.digest(weights.bf16_bits(params))
         g, rng = G.gen(cfg["seed"], "rollout", it)
         prompts = [p for p in task.draw(rng, cfg["prompts"]) for _ in range(cfg["group"])]
-        toks, logp, mask = G.sample(model, prompts, task.max_new, g)
+        if run is not model:
+            run.load_state_dict(model.state_dict())  # the pulled weights onto the device
+        toks, logp, mask = (t.cpu() for t in G.sample(run, prompts, task.max_new, g))
         rewards = torch.tensor([G.reward(task, p, t.tolist()) for p, t in zip(prompts, toks)])
         atomic_save({"prompts": prompts, "tokens": toks, "logp": logp, "mask": mask,
                      "rewards": rewards, "group": cfg["group"], "version": st["version"]},
@@ -671,9 +692,9 @@ def summarize(cfg, d, restarts):
 def launch(a):
     if a.warmup_only:
         import grpo as G
-        G.setup_torch()
         cfg = dict(DEFAULTS)
         cfg.update({k: getattr(a, k) for k in DEFAULTS if getattr(a, k, None) is not None})
+        G.setup_torch(G.pick_device(cfg["device"]))
         cfg.update(dir=a.dir, cache=a.cache, name=a.name or cfg["task"])
         os.makedirs(a.cache or a.dir, exist_ok=True)
         t = time.monotonic()
@@ -764,14 +785,16 @@ def main(argv):
     if a.cmd == "launch":
         if a.task is not None and a.task not in ("add", "sort", "reverse", "rotate"):
             p.error(f"--task: add, sort, reverse or rotate, not {a.task!r}")
-        if a.size is not None and a.size not in ("s", "m", "l", "xl"):  # grpo.SIZES
-            p.error(f"--size: s, m, l or xl, not {a.size!r}")
+        if a.size is not None and a.size not in ("s", "m", "l", "xl", "100m", "350m"):
+            p.error(f"--size: s, m, l, xl, 100m or 350m (grpo.SIZES), not {a.size!r}")
         if a.steps is not None and not 1 <= a.steps <= 10000:
             p.error("--steps: 1 to 10000")
         if a.group is not None and a.group < 2:
             p.error("--group: at least 2")
         if a.residency not in (None, "loom-state", "file", "keep"):
             p.error(f"--residency: loom-state, file or keep, not {a.residency!r}")
+        if a.device is not None and a.device not in ("cpu", "cuda", "auto"):
+            p.error(f"--device: cpu, cuda or auto, not {a.device!r}")
         if a.residency == "loom-state" and not a.state_sock:
             p.error("--residency loom-state needs --state-sock")
         return launch(a)

@@ -91,6 +91,8 @@ typedef struct loom_state_result {
         uint64_t disk_bytes;   /* bytes read from or written to the disk tier */
         uint64_t staged_bytes; /* bytes the client copied through its staging memfd */
         double seconds;        /* daemon-side time of the call */
+        uint32_t buckets;      /* CUDA path: requests the call was cut into (else 1) */
+        char path[16];         /* which copy path ran: "cuda" or "emulated" (memfd/plain memory) */
 } loom_state_result;
 
 /* Usage of one job (or the whole daemon, job = ""). */
@@ -156,6 +158,37 @@ int loom_state_drop(loom_state_client *c, const char *job, uint64_t version, loo
 /* Usage per job and tier. */
 int loom_state_stat(loom_state_client *c, loom_state_stats *out, loom_err *e);
 
+/* ---- CUDA device tier -------------------------------------------------------------------
+ *
+ * Tensors in GPU memory, through the CUDA runtime loaded with dlopen at run time (libcudart.so,
+ * .so.13, .so.12, .so.11, or the file $LOOM_CUDART names; loom never links it). The client owns
+ * a staging memfd of two buckets (default 64 MiB each), registered with cudaHostRegister (pinned)
+ * and mapped by the daemon like any other buffer, and a CUDA stream of its own. An offload copies
+ * bucket i+1 device -> staging (cudaMemcpyAsync) while the daemon stores bucket i from the other
+ * half; a load has the daemon fill one half while the other half goes staging -> device. A
+ * bucket is whole tensors; a tensor bigger than the bucket is a bucket of its own.
+ *
+ * io[i].ptr is a device pointer on CUDA device `device` and io[i].fd must be -1. The call
+ * returns when every copy it issued is complete (the stream is synchronized), with res->path
+ * "cuda" and res->buckets the number of daemon requests. Each bucket is one request, all or
+ * nothing on its own: a call that fails at bucket k leaves buckets < k stored (an offload that
+ * is retried finds them as dedup_bytes). Loads never count as device resident (the staging
+ * buffer is the client's). Errors: LOOM_EIO "no CUDA runtime: ...", LOOM_ENOENT "no CUDA
+ * device: ...", LOOM_EIO naming the CUDA call that failed. The caller orders its own streams
+ * before the call (e.g. torch.cuda.current_stream().synchronize()).
+ */
+
+/* The number of CUDA devices (> 0), or a negative LOOM_E* with the reason in e. lib (may be
+ * NULL) gets the runtime file that was loaded. */
+int loom_state_cuda_probe(char *lib, size_t len, loom_err *e);
+int loom_state_cuda_offload(loom_state_client *c, const loom_state_io *io, size_t n, int device,
+                            loom_state_tier tier, loom_state_result *res, loom_err *e);
+int loom_state_cuda_load(loom_state_client *c, const loom_state_io *io, size_t n, int device,
+                         loom_state_result *res, loom_err *e);
+/* Bucket size of the client's CUDA path (rounded up to 4 KiB; 0: the default, 64 MiB). Takes
+ * effect at the next CUDA call. */
+void loom_state_cuda_bucket(loom_state_client *c, uint64_t bytes);
+
 /* ---- daemon ---------------------------------------------------------------------------- */
 
 typedef struct loom_state_cfg {
@@ -219,5 +252,37 @@ typedef struct loom_state_bench_result {
 int loom_state_bench(const loom_state_bench_cfg *cfg, loom_state_bench_result *res, loom_err *e);
 /* Print the figures to f: the text table of bench/state.sh or one JSON object. */
 void loom_state_bench_print(FILE *f, const loom_state_bench_result *r, int json);
+
+/* ---- CUDA bench (`loom-state bench --device cuda`) ------------------------------------- */
+
+typedef struct loom_state_gpu_bench_cfg {
+        const char *dir;       /* scratch directory of the private daemon */
+        uint64_t bytes;        /* one state in GPU memory (default 4 GiB) */
+        uint64_t tensor_bytes; /* per tensor (default 64 MiB; under 1 GiB: bytes / 16) */
+        uint64_t bucket_bytes; /* the client's bucket (default 64 MiB) */
+        int device;            /* CUDA device ordinal */
+        int repeats;           /* best of N (default 3) */
+} loom_state_gpu_bench_cfg;
+
+typedef struct loom_state_gpu_bench_result {
+        char lib[256]; /* the CUDA runtime loaded */
+        int device;
+        uint64_t bytes;
+        double offload_gbps, load_gbps;              /* GPU -> host tier, host tier -> GPU */
+        double pinned_d2h_gbps, pinned_h2d_gbps;     /* cudaMemcpy to/from cudaMallocHost */
+        double pageable_d2h_gbps, pageable_h2d_gbps; /* cudaMemcpy to/from malloc */
+        double switch_gbps;                          /* offload one state while loading another */
+        double switch_s;
+        uint32_t buckets; /* per offload of one state */
+        int host_locked;
+} loom_state_gpu_bench_result;
+
+/* Offload and load cfg->bytes of GPU memory through a private daemon (in this process's threads)
+ * over the CUDA path, with the pinned and pageable cudaMemcpy baselines and a switch (two
+ * clients, two streams) in the same run. Every load is checked byte for byte. Fails with "no
+ * CUDA runtime: ..." / "no CUDA device: ..." where there is none. */
+int loom_state_gpu_bench(const loom_state_gpu_bench_cfg *cfg, loom_state_gpu_bench_result *res,
+                         loom_err *e);
+void loom_state_gpu_bench_print(FILE *f, const loom_state_gpu_bench_result *r, int json);
 
 #endif

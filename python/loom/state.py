@@ -18,10 +18,13 @@ resident in the tier asked for; when ``load`` returns the bytes are in your buff
     res = st.load({"w": w}, job="math-7b", version=3, device="gpu0")
     print(res.found, res.seconds)                            # 'host', 0.01
 
-Tensors are numpy arrays or CPU PyTorch tensors (C-contiguous), handed over as raw buffers: an
+Tensors are numpy arrays or PyTorch tensors (C-contiguous), handed over as raw buffers: an
 array that lives in a :class:`DeviceBuffer` goes to the daemon by file descriptor with no extra
 copy; any other array is staged through the client's own memfd (one copy, counted in
-``Result.staged_bytes``). A dict key is a tensor name (the whole tensor) or a :class:`Slice`
+``Result.staged_bytes``). CUDA tensors (torch on a ``cuda`` device, bf16 included, or any object
+with ``__cuda_array_interface__``) go through the CUDA path: the client library loads libcudart
+with dlopen and copies through a pinned staging buffer the daemon shares (docs/gpu.md);
+``Result.path`` says which path ran, ``cuda_available()`` whether it can. A dict key is a tensor name (the whole tensor) or a :class:`Slice`
 (a rectangle of a bigger tensor, e.g. one tensor-parallel rank's shard). Shapes map to
 rectangles as rows x cols: 1-D (n,) is n x 1; N-D is shape[0] x prod(shape[1:]).
 
@@ -64,7 +67,8 @@ class _Io(ctypes.Structure):
 class _Result(ctypes.Structure):
     _fields_ = [("found", ctypes.c_int), ("bytes", ctypes.c_uint64),
                 ("dedup_bytes", ctypes.c_uint64), ("disk_bytes", ctypes.c_uint64),
-                ("staged_bytes", ctypes.c_uint64), ("seconds", ctypes.c_double)]
+                ("staged_bytes", ctypes.c_uint64), ("seconds", ctypes.c_double),
+                ("buckets", ctypes.c_uint32), ("path", ctypes.c_char * 16)]
 
 
 class _Usage(ctypes.Structure):
@@ -85,19 +89,33 @@ class _Stats(ctypes.Structure):
 class Result:
     """What a call did: ``found`` ('device', 'host', 'disk'), ``bytes`` copied, ``dedup_bytes``
     (offload: already stored), ``disk_bytes``, ``staged_bytes`` (copied through the client's
-    staging memfd) and ``seconds`` (daemon side)."""
+    staging memfd), ``seconds`` (daemon side), ``path``: which copy path ran ('cuda': GPU
+    memory through the CUDA runtime; 'emulated': memfd device buffers and plain memory;
+    'cuda+emulated' when a call had both) and ``buckets`` (daemon requests)."""
 
-    def __init__(self, r):
-        self.found = TIERS.get(r.found, "none")
-        self.bytes = r.bytes
-        self.dedup_bytes = r.dedup_bytes
-        self.disk_bytes = r.disk_bytes
-        self.staged_bytes = r.staged_bytes
-        self.seconds = r.seconds
+    def __init__(self, r=None):
+        self.found, self.path = "none", ""
+        self.bytes = self.dedup_bytes = self.disk_bytes = self.staged_bytes = self.buckets = 0
+        self.seconds = 0.0
+        if r is not None:
+            self.add(r)
+
+    def add(self, r):
+        found = TIERS.get(r.found, "none")
+        if _TIER_CODE[found] > _TIER_CODE[self.found]:
+            self.found = found
+        self.bytes += r.bytes
+        self.dedup_bytes += r.dedup_bytes
+        self.disk_bytes += r.disk_bytes
+        self.staged_bytes += r.staged_bytes
+        self.seconds += r.seconds
+        self.buckets += r.buckets
+        path = r.path.decode()
+        self.path = path if self.path in ("", path) else "cuda+emulated"
 
     def __repr__(self):
         return (f"Result(found={self.found!r}, bytes={self.bytes}, dedup_bytes={self.dedup_bytes}"
-                f", disk_bytes={self.disk_bytes}, seconds={self.seconds:.6f})")
+                f", disk_bytes={self.disk_bytes}, seconds={self.seconds:.6f}, path={self.path!r})")
 
 
 class Slice:
@@ -129,6 +147,12 @@ def _declare(lib):
     lib.loom_state_drop.argtypes = [P, ctypes.c_char_p, ctypes.c_uint64, E]
     lib.loom_state_stat.argtypes = [P, ctypes.POINTER(_Stats), E]
     lib.loom_state_stats_free.argtypes = [ctypes.POINTER(_Stats)]
+    lib.loom_state_cuda_probe.argtypes = [ctypes.c_char_p, ctypes.c_size_t, E]
+    lib.loom_state_cuda_offload.argtypes = [P, ctypes.POINTER(_Io), ctypes.c_size_t, ctypes.c_int,
+                                            ctypes.c_int, ctypes.POINTER(_Result), E]
+    lib.loom_state_cuda_load.argtypes = [P, ctypes.POINTER(_Io), ctypes.c_size_t, ctypes.c_int,
+                                         ctypes.POINTER(_Result), E]
+    lib.loom_state_cuda_bucket.argtypes = [P, ctypes.c_uint64]
     return lib
 
 
@@ -142,22 +166,101 @@ _NP_DTYPES = {"float16": "f16", "float32": "f32", "float64": "f64", "int8": "i8"
               "int16": "i16", "int32": "i32", "int64": "i64", "bfloat16": "bf16"}
 
 
+# __cuda_array_interface__ type strings (CuPy, Numba, ...) by daemon dtype name
+_CAI_DTYPES = {"<f2": "f16", "<f4": "f32", "<f8": "f64", "|i1": "i8", "|u1": "u8", "<i2": "i16",
+               "<i4": "i32", "<i8": "i64"}
+
+
+def _cuda_device(t):
+    """The CUDA device ordinal of a GPU tensor, or None for host memory: torch tensors on a
+    'cuda' device and objects with ``__cuda_array_interface__`` (device: their ``.device.id``,
+    else 0)."""
+    if type(t).__module__.startswith("torch"):
+        return t.device.index if t.device.type == "cuda" else None
+    if hasattr(t, "__cuda_array_interface__"):
+        return getattr(getattr(t, "device", None), "id", 0) or 0
+    return None
+
+
 def _buffer(t):
-    """(address, nbytes, dtype name, shape) of a C-contiguous numpy array or CPU torch tensor."""
+    """(address, nbytes, dtype name, shape) of a C-contiguous numpy array, torch tensor (CPU or
+    CUDA) or object with ``__cuda_array_interface__``."""
     mod = type(t).__module__
     if mod.startswith("torch"):
-        if t.device.type != "cpu" or not t.is_contiguous():
-            raise ValueError("torch tensors must be contiguous and on the CPU")
+        if t.device.type not in ("cpu", "cuda") or not t.is_contiguous():
+            raise ValueError("torch tensors must be contiguous, on the CPU or a CUDA device")
         name = str(t.dtype).replace("torch.", "")
         if name not in _NP_DTYPES:
             raise ValueError(f"dtype {t.dtype} is not supported")
         return t.data_ptr(), t.numel() * t.element_size(), _NP_DTYPES[name], tuple(t.shape)
+    cai = getattr(t, "__cuda_array_interface__", None)
+    if cai is not None:
+        if cai.get("strides") is not None:
+            raise ValueError("CUDA arrays must be C-contiguous (strides None)")
+        if cai["typestr"] not in _CAI_DTYPES:
+            raise ValueError(f"typestr {cai['typestr']} is not supported")
+        dt, shape = _CAI_DTYPES[cai["typestr"]], tuple(cai["shape"])
+        n = 1
+        for d in shape:
+            n *= d
+        return cai["data"][0], n * _ESIZE[dt], dt, shape
     if not t.flags["C_CONTIGUOUS"]:
         raise ValueError("numpy arrays must be C-contiguous")
     name = str(t.dtype)
     if name not in _NP_DTYPES:
         raise ValueError(f"dtype {t.dtype} is not supported")
     return t.ctypes.data, t.nbytes, _NP_DTYPES[name], tuple(t.shape)
+
+
+def _sync_torch(tensors):
+    """Wait for the work queued on torch's current stream of each CUDA device used: the copies run
+    on loom-state's own stream, which does not order itself after torch's."""
+    import sys
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    for dev in {t.device.index for t in tensors
+                if type(t).__module__.startswith("torch") and t.device.type == "cuda"}:
+        torch.cuda.current_stream(dev).synchronize()
+
+
+def _cudart_in_process():
+    """The libcudart already mapped into this process (by torch or CuPy), so loom-state uses the
+    same runtime; None when there is none (a runtime linked statically leaves no file)."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                path = line.split()[-1]
+                if "/libcudart.so" in path and os.path.exists(path):
+                    return path
+    except OSError:
+        pass
+    return None
+
+
+_cuda_probe = None  # cuda_available()'s answer: the runtime is loaded once per process
+
+
+def cuda_available():
+    """(True, runtime file) when loom-state's CUDA path can run, else (False, the reason: "no CUDA
+    runtime: ..." or "no CUDA device: ..."). Asked once per process."""
+    global _cuda_probe
+    if _cuda_probe is None:
+        _cuda_probe = _probe_cuda()
+    return _cuda_probe
+
+
+def _probe_cuda():
+    lib = _load_lib()
+    if not os.environ.get("LOOM_CUDART"):
+        found = _cudart_in_process()
+        if found:
+            os.environ["LOOM_CUDART"] = found
+    buf, err = ctypes.create_string_buffer(256), _native.Err()
+    n = lib.loom_state_cuda_probe(buf, 256, ctypes.byref(err))
+    if n <= 0:
+        return False, err.msg.decode(errors="replace")
+    return True, buf.value.decode()
 
 
 def _rect(shape):
@@ -263,6 +366,8 @@ class Client(_native.Handle):
         self.close()
 
     def _ios(self, tensors, job, version):
+        """The ctypes ios of ``{name or Slice: tensor}`` and, beside them, each one's CUDA device
+        ordinal (None: host memory)."""
         items = list(tensors.items())
         ios = (_Io * len(items))()
         keep = []
@@ -293,27 +398,58 @@ class Client(_native.Handle):
                     break
             if io.fd < 0:
                 io.ptr = addr
-            keep.append(t)
+            keep.append(_cuda_device(t))
         return ios, keep
+
+    def _run(self, tensors, job, version, load, tier="host", device=""):
+        """One call per path: host buffers through the emulated path, CUDA tensors through the
+        CUDA path, one call per CUDA device."""
+        ios, devs = self._ios(tensors, job, version)
+        if any(d is not None for d in devs):
+            ok, why = cuda_available()
+            if not ok:
+                raise StateError(EIO, why, "cuda")
+            _sync_torch(list(tensors.values()))
+        out = Result()
+        for want in sorted({-1 if d is None else d for d in devs}):
+            sel = [i for i, d in enumerate(devs) if (-1 if d is None else d) == want]
+            sub = (_Io * len(sel))(*[ios[i] for i in sel])
+            res, err = _Result(), _native.Err()
+            if want < 0 and load:
+                rc = self._lib.loom_state_load(self._h, sub, len(sel), device.encode(),
+                                               ctypes.byref(res), ctypes.byref(err))
+            elif want < 0:
+                rc = self._lib.loom_state_offload(self._h, sub, len(sel), _TIER_CODE[tier],
+                                                  ctypes.byref(res), ctypes.byref(err))
+            elif load:
+                rc = self._lib.loom_state_cuda_load(self._h, sub, len(sel), want,
+                                                    ctypes.byref(res), ctypes.byref(err))
+            else:
+                rc = self._lib.loom_state_cuda_offload(self._h, sub, len(sel), want,
+                                                       _TIER_CODE[tier], ctypes.byref(res),
+                                                       ctypes.byref(err))
+            _check(rc, err)
+            out.add(res)
+        return out
+
+    def cuda_bucket(self, nbytes):
+        """Bucket size of the CUDA path (default 64 MiB): the copies of one bucket to or from the
+        GPU overlap the daemon's work on the previous one."""
+        self._lib.loom_state_cuda_bucket(self._h, nbytes)
 
     def offload(self, tensors, job, version=0, tier="host"):
         """Copy ``{name or Slice: tensor}`` into `tier` ('host' or 'disk') under (job, version).
-        All or nothing; raises StateError (code ERANGE) when the tier is full."""
-        ios, _keep = self._ios(tensors, job, version)
-        res, err = _Result(), _native.Err()
-        _check(self._lib.loom_state_offload(self._h, ios, len(ios), _TIER_CODE[tier],
-                                            ctypes.byref(res), ctypes.byref(err)), err)
-        return Result(res)
+        All or nothing for host buffers; CUDA tensors go in buckets, each all or nothing (see
+        docs/state.md). Raises StateError (code ERANGE) when the tier is full, (EIO, field
+        'cuda') for CUDA tensors where the CUDA path cannot run."""
+        return self._run(tensors, job, version, load=False, tier=tier)
 
     def load(self, tensors, job, version=0, device=""):
-        """Fill ``{name or Slice: tensor}`` in place from the stored slices of (job, version).
-        ``device`` names the emulated device the buffers belong to. Raises StateError (ENOENT:
-        not covered, ECORRUPT: a disk slice failed its checksum; ``field`` is the key)."""
-        ios, _keep = self._ios(tensors, job, version)
-        res, err = _Result(), _native.Err()
-        _check(self._lib.loom_state_load(self._h, ios, len(ios), device.encode(),
-                                         ctypes.byref(res), ctypes.byref(err)), err)
-        return Result(res)
+        """Fill ``{name or Slice: tensor}`` in place from the stored slices of (job, version):
+        CUDA tensors are filled on the GPU they live on. ``device`` names the emulated device the
+        host buffers belong to. Raises StateError (ENOENT: not covered, ECORRUPT: a disk slice
+        failed its checksum; ``field`` is the key)."""
+        return self._run(tensors, job, version, load=True, device=device)
 
     def prefetch(self, job):
         """Hint: `job` runs next; the daemon pulls its state up to host memory in the background."""

@@ -50,7 +50,8 @@ static void *exec_main(void *arg)
         while (!t->stop && up) {
                 int n = t->n_want, n_up[2] = {t->n_up[0], t->n_up[1]};
                 if (loom_reserve(&want, &cap, (size_t)n + 1, sizeof *want, 16) == 0) {
-                        memcpy(want, t->want, (size_t)n * sizeof *want);
+                        if (n > 0) /* t->want is NULL before the first job */
+                                memcpy(want, t->want, (size_t)n * sizeof *want);
                         memcpy(up, t->up, sizeof t->up);
                         pthread_mutex_unlock(&t->mu);
                         loom_err e;

@@ -21,7 +21,13 @@ struct loom_state_client {
         int stage_fd;
         uint8_t *stage;
         uint64_t stage_len;
+        struct st_client_cuda *cu; /* the CUDA path's stream and staging (client_cuda.c) */
 };
+
+struct st_client_cuda **loom__state_client_cu(loom_state_client *c)
+{
+        return &c->cu;
+}
 
 int loom_state_connect(const char *sock_path, loom_state_client **out, loom_err *e)
 {
@@ -55,6 +61,7 @@ void loom_state_close(loom_state_client *c)
                 munmap(c->stage, c->stage_len);
         if (c->stage_fd >= 0)
                 close(c->stage_fd);
+        loom__state_cuda_free(c->cu);
         free(c);
 }
 
@@ -125,15 +132,8 @@ static void fill_result(json_t *rep, loom_state_result *res)
         res->seconds = json_real_value(json_object_get(rep, "seconds"));
 }
 
-/* offload (load = 0) or load (load = 1). */
-static int transfer(loom_state_client *c, const loom_state_io *io, size_t n, int load,
-                    loom_state_tier tier, const char *device, loom_state_result *res, loom_err *e)
+int loom__state_check_io(const loom_state_io *io, size_t n, loom_err *e)
 {
-        loom_state_result dummy;
-        if (!res)
-                res = &dummy;
-        memset(res, 0, sizeof *res);
-        uint64_t staged = 0;
         for (size_t i = 0; i < n; i++) {
                 char field[32];
                 snprintf(field, sizeof field, "io[%zu]", i);
@@ -145,13 +145,31 @@ static int transfer(loom_state_client *c, const loom_state_io *io, size_t n, int
                                             "len %llu is not the slice's %llu bytes",
                                             (unsigned long long)io[i].len,
                                             (unsigned long long)loom_state_key_bytes(&io[i].key));
-                if (io[i].fd < 0) {
-                        if (!io[i].ptr)
-                                return loom_err_set(e, LOOM_EINVAL, field, "no fd and no ptr");
-                        staged += (io[i].len + 63) & ~UINT64_C(63);
-                }
+                if (io[i].fd < 0 && !io[i].ptr)
+                        return loom_err_set(e, LOOM_EINVAL, field, "no fd and no ptr");
         }
-        int rc = staged ? stage_reserve(c, staged, e) : 0;
+        return 0;
+}
+
+/* offload (load = 0) or load (load = 1). */
+int loom__state_transfer(loom_state_client *c, const loom_state_io *io, size_t n, int load,
+                         loom_state_tier tier, const char *device, loom_state_result *res,
+                         loom_err *e)
+{
+        loom_state_result dummy;
+        if (!res)
+                res = &dummy;
+        memset(res, 0, sizeof *res);
+        snprintf(res->path, sizeof res->path, "emulated");
+        res->buckets = 1;
+        int rc = loom__state_check_io(io, n, e);
+        if (rc)
+                return rc;
+        uint64_t staged = 0;
+        for (size_t i = 0; i < n; i++)
+                if (io[i].fd < 0)
+                        staged += (io[i].len + 63) & ~UINT64_C(63);
+        rc = staged ? stage_reserve(c, staged, e) : 0;
         if (rc)
                 return rc;
         int fds[ST_MAX_FDS], nfds = 0;
@@ -214,13 +232,13 @@ static int transfer(loom_state_client *c, const loom_state_io *io, size_t n, int
 int loom_state_offload(loom_state_client *c, const loom_state_io *io, size_t n,
                        loom_state_tier tier, loom_state_result *res, loom_err *e)
 {
-        return transfer(c, io, n, 0, tier, NULL, res, e);
+        return loom__state_transfer(c, io, n, 0, tier, NULL, res, e);
 }
 
 int loom_state_load(loom_state_client *c, const loom_state_io *io, size_t n, const char *device,
                     loom_state_result *res, loom_err *e)
 {
-        return transfer(c, io, n, 1, LOOM_STATE_NONE, device, res, e);
+        return loom__state_transfer(c, io, n, 1, LOOM_STATE_NONE, device, res, e);
 }
 
 static int simple(loom_state_client *c, json_t *req, loom_err *e)

@@ -122,6 +122,19 @@ void loom__store_path(const st_store *s, uint64_t id, const char *ext, char *buf
 /* The daemon's store (the bench reads slice files through it). */
 st_store *loom__state_daemon_store(loom_state_daemon *d);
 
+/* ---- client.c and client_cuda.c ------------------------------------------------------- */
+
+/* Check each io's key, length and buffer (fields io[i]). */
+int loom__state_check_io(const loom_state_io *io, size_t n, loom_err *e);
+/* One offload (load = 0) or load (load = 1) request of buffers in memfds or plain memory. */
+int loom__state_transfer(loom_state_client *c, const loom_state_io *io, size_t n, int load,
+                         loom_state_tier tier, const char *device, loom_state_result *res,
+                         loom_err *e);
+struct st_client_cuda;
+/* The client's CUDA state (NULL until its first CUDA call); freed with the client. */
+struct st_client_cuda **loom__state_client_cu(loom_state_client *c);
+void loom__state_cuda_free(struct st_client_cuda *cu);
+
 /* ---- peers and job owners (peer.c) ------------------------------------------------------ */
 
 #include <sys/types.h>
