@@ -20,8 +20,9 @@
 
 #include "../daemon.h"
 #include "loom/state.h"
+#include "state_cmd.h"
 
-static void usage(FILE *f)
+void loom_state_cmd_usage(FILE *f)
 {
         fprintf(
             f,
@@ -61,7 +62,7 @@ static void usage(FILE *f)
             "  --help               this text\n");
 }
 
-static int parse_bytes(const char *opt, const char *v, uint64_t *out)
+int loom_state_cmd_bytes(const char *opt, const char *v, uint64_t *out)
 {
         if (loom_state_parse_bytes(v, out) == 0)
                 return 0;
@@ -111,15 +112,15 @@ static int serve(int argc, char **argv)
                         cfg.sock_path = optarg;
                         break;
                 case 'H':
-                        if (parse_bytes("--host-bytes", optarg, &cfg.host_bytes))
+                        if (loom_state_cmd_bytes("--host-bytes", optarg, &cfg.host_bytes))
                                 return 2;
                         break;
                 case 'D':
-                        if (parse_bytes("--disk-bytes", optarg, &cfg.disk_bytes))
+                        if (loom_state_cmd_bytes("--disk-bytes", optarg, &cfg.disk_bytes))
                                 return 2;
                         break;
                 case 'V':
-                        if (parse_bytes("--device-bytes", optarg, &cfg.device_bytes))
+                        if (loom_state_cmd_bytes("--device-bytes", optarg, &cfg.device_bytes))
                                 return 2;
                         break;
                 case 'm':
@@ -140,17 +141,17 @@ static int serve(int argc, char **argv)
                         cfg.log = NULL;
                         break;
                 case 'h':
-                        usage(stdout);
+                        loom_state_cmd_usage(stdout);
                         return 0;
                 default:
-                        usage(stderr);
+                        loom_state_cmd_usage(stderr);
                         return 2;
                 }
         }
         if (optind < argc || !cfg.dir) {
                 fprintf(stderr, "loom-state: %s\n",
                         optind < argc ? "unexpected argument" : "--dir is required");
-                usage(stderr);
+                loom_state_cmd_usage(stderr);
                 return 2;
         }
         cfg.host_bytes = (cfg.host_bytes + 4095) & ~UINT64_C(4095);
@@ -180,147 +181,12 @@ static int serve(int argc, char **argv)
         return r.rc ? 1 : 0;
 }
 
-static int bench_cuda(const loom_state_bench_cfg *cfg, loom_state_gpu_bench_cfg *g, int json)
-{
-        g->dir = cfg->dir;
-        g->repeats = cfg->repeats;
-        loom_state_gpu_bench_result r;
-        loom_err e;
-        loom_err_clear(&e);
-        if (loom_state_gpu_bench(g, &r, &e)) {
-                fprintf(stderr, "loom-state bench --device cuda: %s\n", e.msg);
-                return 1;
-        }
-        loom_state_gpu_bench_print(stdout, &r, json);
-        return 0;
-}
-
-static int bench(int argc, char **argv)
-{
-        loom_state_bench_cfg cfg = {.dir = "."};
-        loom_state_gpu_bench_cfg g = {0};
-        int json = 0, cuda = 0;
-        static const struct option opts[] = {
-            {"json", no_argument, 0, 'j'},         {"dir", required_argument, 0, 'd'},
-            {"quick", no_argument, 0, 'k'},        {"repeats", required_argument, 0, 'r'},
-            {"device", required_argument, 0, 'D'}, {"bytes", required_argument, 0, 'b'},
-            {"bucket", required_argument, 0, 'B'}, {"gpu", required_argument, 0, 'g'},
-            {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
-        int o;
-        while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-                switch (o) {
-                case 'j':
-                        json = 1;
-                        break;
-                case 'd':
-                        cfg.dir = optarg;
-                        break;
-                case 'k':
-                        cfg.quick = 1;
-                        break;
-                case 'D':
-                        if (strcmp(optarg, "cuda") && strcmp(optarg, "emulated")) {
-                                fprintf(stderr,
-                                        "loom-state: --device: cuda or emulated, got "
-                                        "'%s'\n",
-                                        optarg);
-                                return 2;
-                        }
-                        cuda = !strcmp(optarg, "cuda");
-                        break;
-                case 'b':
-                        if (parse_bytes("--bytes", optarg, &g.bytes))
-                                return 2;
-                        break;
-                case 'B':
-                        if (parse_bytes("--bucket", optarg, &g.bucket_bytes))
-                                return 2;
-                        break;
-                case 'g':
-                case 'r': {
-                        char *end;
-                        long v = strtol(optarg, &end, 10);
-                        if (*end || v < (o == 'g' ? 0 : 1) || v > 100) {
-                                fprintf(stderr, "loom-state: --%s: %d..100, got '%s'\n",
-                                        o == 'g' ? "gpu" : "repeats", o == 'g' ? 0 : 1, optarg);
-                                return 2;
-                        }
-                        if (o == 'g')
-                                g.device = (int)v;
-                        else
-                                cfg.repeats = (int)v;
-                        break;
-                }
-                case 'h':
-                        usage(stdout);
-                        return 0;
-                default:
-                        usage(stderr);
-                        return 2;
-                }
-        }
-        if (optind < argc) {
-                usage(stderr);
-                return 2;
-        }
-        if (cuda)
-                return bench_cuda(&cfg, &g, json);
-        loom_state_bench_result r;
-        loom_err e;
-        loom_err_clear(&e);
-        if (loom_state_bench(&cfg, &r, &e)) {
-                fprintf(stderr, "loom-state bench: %s\n", e.msg);
-                return 1;
-        }
-        loom_state_bench_print(stdout, &r, json);
-        return 0;
-}
-
-static int stat_cmd(int argc, char **argv)
-{
-        const char *sock = NULL;
-        int json = 0;
-        static const struct option opts[] = {{"sock", required_argument, 0, 's'},
-                                             {"json", no_argument, 0, 'j'},
-                                             {"help", no_argument, 0, 'h'},
-                                             {0, 0, 0, 0}};
-        int o;
-        while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-                if (o == 's')
-                        sock = optarg;
-                else if (o == 'j')
-                        json = 1;
-                else if (o == 'h') {
-                        usage(stdout);
-                        return 0;
-                } else {
-                        usage(stderr);
-                        return 2;
-                }
-        }
-        if (!sock || optind < argc) {
-                fprintf(stderr, "loom-state stat: --sock is required\n");
-                return 2;
-        }
-        loom_state_client *c;
-        loom_state_stats st;
-        loom_err e;
-        if (loom_state_connect(sock, &c, &e) || loom_state_stat(c, &st, &e)) {
-                fprintf(stderr, "loom-state stat: %s\n", e.msg);
-                return 1;
-        }
-        loom_state_close(c);
-        loom_state_stats_print(stdout, &st, json);
-        loom_state_stats_free(&st);
-        return 0;
-}
-
 int main(int argc, char **argv)
 {
         if (argc > 1 && !strcmp(argv[1], "bench"))
-                return bench(argc - 1, argv + 1);
+                return loom_state_cmd_bench(argc - 1, argv + 1); /* tools.c */
         if (argc > 1 && !strcmp(argv[1], "stat"))
-                return stat_cmd(argc - 1, argv + 1);
+                return loom_state_cmd_stat(argc - 1, argv + 1);
         if (argc > 1 && !strcmp(argv[1], "serve"))
                 return serve(argc - 1, argv + 1);
         return serve(argc, argv);
