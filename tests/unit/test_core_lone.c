@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core_spec.h"
 #include "loom/sched.h"
 
 static loom_cluster_cfg cl;
@@ -24,17 +25,7 @@ TestSuite(lone, .init = setup);
 
 static loom_job_spec spec(const char *id, double roll, double train, double slo)
 {
-        loom_job_spec s;
-        loom_job_spec_init(&s);
-        snprintf(s.id, sizeof s.id, "%s", id);
-        s.rollout_gpus = 8;
-        s.train_gpus = 8;
-        s.t_roll = loom_us_from_s(roll);
-        s.t_train = loom_us_from_s(train);
-        s.slo = slo;
-        s.mem_rollout = 10 * LOOM_GB;
-        s.mem_train = 20 * LOOM_GB;
-        return s;
+        return core_spec(id, roll, train, slo, 10 * LOOM_GB, 20 * LOOM_GB);
 }
 
 typedef struct seen {

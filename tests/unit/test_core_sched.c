@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core_spec.h"
 #include "loom/sched.h"
 
 static loom_cluster_cfg cl;
@@ -15,7 +16,7 @@ static void setup(void)
 {
         loom_cluster_cfg_default(&cl);
         loom_policy_cfg_default(&po);
-        po.multirate = false; /* single-rate round robin (test_core_multirate.c covers rates) */
+        po.multirate = false;     /* single-rate round robin (test_core_multirate.c covers rates) */
         po.colocate_lone = false; /* WEAVE's groups (test_core_lone.c covers lone members) */
 }
 
@@ -23,17 +24,7 @@ TestSuite(sched, .init = setup);
 
 static loom_job_spec spec(const char *id, double roll, double train, double slo)
 {
-        loom_job_spec s;
-        loom_job_spec_init(&s);
-        snprintf(s.id, sizeof s.id, "%s", id);
-        s.rollout_gpus = 8;
-        s.train_gpus = 8;
-        s.t_roll = loom_us_from_s(roll);
-        s.t_train = loom_us_from_s(train);
-        s.slo = slo;
-        s.mem_rollout = 300 * LOOM_GB;
-        s.mem_train = 300 * LOOM_GB;
-        return s;
+        return core_spec(id, roll, train, slo, 300 * LOOM_GB, 300 * LOOM_GB);
 }
 
 static loom_job_id submit(loom_sched *s, loom_job_spec sp, loom_decision *d)
