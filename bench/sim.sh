@@ -135,18 +135,20 @@ echo "-- the oracle on the default window, against loom, Solo-D and colocated"
 echo "-- WEAVE §6.2 micro-benchmarks"
 for m in temporal trainmux spatial; do "$loom" micro "$m"; done
 
-echo "-- multi-rate groups: loom with --multirate on and off on four Philly virtual clusters"
+echo "-- multi-rate groups and colocated lone members: loom with --multirate and --colocate-lone"
+echo "   on and off on four Philly virtual clusters"
 echo "   (targets on the default window, p99: colocated/loom >= 1.2, solo/loom >= 1.6, SLO >= 99%)"
 for w in "103959.csv 165:300" "0e4a51.csv 0:300" "6214e9.csv 0:300" "b436b2.csv 0:300"; do
   set -- $w
   for a in worst p99; do
-    for m in on off; do
-      "$loom" sim --trace "traces/philly/$1" --rows "$2" --admission "$a" --multirate "$m" \
-        --policy loom,solo,colocated,lb --json --no-progress | python3 -c "
+    for m in "on on" "on off" "off off"; do
+      set -- $1 $2 $m
+      "$loom" sim --trace "traces/philly/$1" --rows "$2" --admission "$a" --multirate "$3" \
+        --colocate-lone "$4" --policy loom,solo,colocated,lb --json --no-progress | python3 -c "
 import json, sys
 p = {r['policy']: r for r in map(json.loads, sys.stdin)}
 l = p['loom']
-print(f\"  $1 $2 {'$a':<5} multirate {'$m':<3}: \${l['avg_cost_per_hour']:.1f}/h  \"
+print(f\"  $1 $2 {'$a':<5} multirate {'$3':<3} lone {'$4':<3}: \${l['avg_cost_per_hour']:.1f}/h  \"
       f\"colocated/loom {p['colocated']['total_cost'] / l['total_cost']:.3f}  \"
       f\"solo/loom {p['solo']['total_cost'] / l['total_cost']:.3f}  \"
       f\"SLO {100 * l['slo_attainment']:.1f}% (profiled {100 * l['slo_attainment_profiled']:.1f}%)  \"
