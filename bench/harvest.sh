@@ -78,7 +78,7 @@ for tr in traces/azure/llm-2023-conv.csv "$tmp/step.csv" "$tmp/spikes.csv" trace
         "$loom" harvest sim --trace "$tr" --policy pinned,turnwise,rose --steps 0 --json |
                 grep -v '"policy":"roll"' | while read -r l; do echo "$(basename "$tr"): $(short "$l")"; done
 done
-for bt in 16 64; do
+for bt in 16 32 64; do
         "$loom" harvest sim --policy pinned,rose --steps 0 --batch "$bt" --json |
                 grep -v '"policy":"roll"' | while read -r l; do echo "batch $bt x 16: $(short "$l")"; done
 done

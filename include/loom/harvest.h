@@ -252,7 +252,9 @@ uint32_t loom_harvest_router_waiting(const loom_harvest_router *r, uint32_t traj
 void loom_harvest_router_done(loom_harvest_router *r, loom_us now, uint32_t traj);
 /* The turn was aborted (stall, emergency cut, failure): the worker lost the prefix. */
 void loom_harvest_router_abort(loom_harvest_router *r, uint32_t traj);
-/* The trajectory's last turn is done: a pinned trajectory gives its worker slot back. */
+/* The trajectory's last turn is done: it is no longer active and gives its worker slot back
+ * (pinned, or reserved between turns while the active trajectories fit in twice the slots;
+ * past that, slots are lent between turns until none is active). Call it for every trajectory. */
 void loom_harvest_router_finish(loom_harvest_router *r, uint32_t traj);
 /* The worker no longer holds traj's prefix (lease expired). */
 void loom_harvest_router_forget(loom_harvest_router *r, uint32_t traj, uint32_t w);

@@ -180,6 +180,8 @@ static void cb_turn_done(void *arg, loom_us now, uint32_t traj, uint32_t gpu)
         loom_harvest_node *n = arg;
         loom_harvest_router_done(n->r, now, traj);
         n->turn_of[traj]++;
+        if (n->turn_of[traj] >= n->cfg.turns)
+                loom_harvest_router_finish(n->r, traj); /* its reserved slot is free again */
         n->in_flight--;
         n->st.turns_done++;
         uint32_t v = n->ver_of[traj], slot = v % LOOM_HARVEST_NODE_VERSIONS;

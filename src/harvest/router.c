@@ -16,6 +16,9 @@
  * staleness. Pinned mode (a baseline) keeps a trajectory on its first worker for good, and in
  * one of that worker's slots from its first turn until it finishes (environment steps included),
  * as a rollout engine that runs whole trajectories does.
+ * While the active trajectories fit in twice the slots, rose reserves a trajectory's slot on its
+ * prefix worker between turns too (the step is bound by its longest trajectories, not by slots;
+ * see reserving() below); with more, slots are lent between turns.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +29,7 @@ typedef struct worker {
         loom_harvest_worker_kind kind;
         uint32_t load, version;
         uint32_t waiting; /* turns waiting for a slot here (their prefix is here) */
+        uint32_t idle;    /* trajectories between turns whose slot here is reserved */
         int alive;
         loom_us last_hb, closed_until;
         double turn_us; /* moving mean of its turn times (route to done), 0: none yet */
@@ -35,6 +39,8 @@ typedef struct traj {
         uint32_t holder, running, pinned;
         uint32_t held;    /* pinned: the worker slot kept between turns, or NONE */
         uint32_t waiting; /* the worker whose slot it waits for, or NONE */
+        uint32_t idle_on; /* between turns: the worker holding its prefix, or NONE */
+        int active;       /* routed at least once and not finished */
         loom_us started;  /* its running turn was routed then */
 } traj;
 
@@ -45,6 +51,8 @@ struct loom_harvest_router {
         traj *t;
         size_t nt, capt;
         uint32_t version;
+        uint32_t active; /* trajectories routed at least once and not finished */
+        int bound;       /* slots bound since active was last 0: turn-level slots */
 };
 
 int loom_harvest_router_new(const loom_harvest_router_cfg *cfg, loom_harvest_router **out,
@@ -107,8 +115,14 @@ static traj *get(loom_harvest_router *r, uint32_t id)
                 if (loom_reserve(&r->t, &r->capt, (size_t)id + 1, sizeof *r->t, 256))
                         return NULL;
                 for (size_t i = r->nt; i <= id; i++)
-                        r->t[i] = (traj){LOOM_HARVEST_NONE, LOOM_HARVEST_NONE, LOOM_HARVEST_NONE,
-                                         LOOM_HARVEST_NONE, LOOM_HARVEST_NONE, 0};
+                        r->t[i] = (traj){LOOM_HARVEST_NONE,
+                                         LOOM_HARVEST_NONE,
+                                         LOOM_HARVEST_NONE,
+                                         LOOM_HARVEST_NONE,
+                                         LOOM_HARVEST_NONE,
+                                         LOOM_HARVEST_NONE,
+                                         0,
+                                         0};
                 r->nt = (size_t)id + 1;
         }
         return &r->t[id];
@@ -119,30 +133,70 @@ static int fresh(const loom_harvest_router *r, const worker *w)
         return r->version <= w->version || r->version - w->version <= r->cfg.max_staleness;
 }
 
-static int eligible(const loom_harvest_router *r, uint32_t id, loom_us now)
+static uint32_t cap_of(const loom_harvest_router *r, const worker *w)
+{
+        return w->kind == LOOM_HARVEST_W_DEDICATED ? r->cfg.dedicated_cap : r->cfg.serving_cap;
+}
+
+/* Reservation while slots do not bind. As long as the active trajectories (routed at least once,
+ * not finished) number at most HV_RESERVE x the slots of the live workers with usable weights
+ * (closed ones included: a closure is temporary), the step is bound by its longest trajectories,
+ * not by slots: a trajectory between turns keeps a slot reserved on the worker that holds its
+ * prefix, as a pinned engine does, so the workers open first do not pile up trajectories whose
+ * next turns then wait or re-prefill elsewhere. A queued turn gives its reservation up. Once
+ * more are active, slots bind and are lent between turns (turn-level routing) until no
+ * trajectory is active any more (the end of the step), so one step never mixes the two. */
+#define HV_RESERVE 2
+static void note_active(loom_harvest_router *r)
+{
+        uint64_t slots = 0;
+        for (uint32_t i = 0; i < r->nw; i++)
+                if (r->w[i].alive && fresh(r, &r->w[i]))
+                        slots += cap_of(r, &r->w[i]);
+        if (r->active > HV_RESERVE * slots)
+                r->bound = 1;
+}
+
+static int reserving(const loom_harvest_router *r)
+{
+        return !r->cfg.pinned && !r->bound;
+}
+
+/* Slots taken on w, for trajectory t (NULL: any): running turns, plus, while reserving, the
+ * trajectories between turns whose slot is there (t's own excepted). */
+static uint32_t used(const loom_harvest_router *r, uint32_t id, const traj *t, int rsv)
+{
+        const worker *w = &r->w[id];
+        if (!rsv)
+                return w->load;
+        return w->load + w->idle - (t && t->idle_on == id && w->idle > 0);
+}
+
+static int eligible_for(const loom_harvest_router *r, uint32_t id, const traj *t, int rsv,
+                        loom_us now)
 {
         const worker *w = &r->w[id];
         if (!w->alive || !fresh(r, w))
                 return 0;
-        if (w->kind == LOOM_HARVEST_W_DEDICATED)
-                return w->load < r->cfg.dedicated_cap;
-        return w->load < r->cfg.serving_cap && now >= w->closed_until;
+        if (used(r, id, t, rsv) >= cap_of(r, w))
+                return 0;
+        return w->kind == LOOM_HARVEST_W_DEDICATED || now >= w->closed_until;
+}
+
+static int eligible(const loom_harvest_router *r, uint32_t id, loom_us now)
+{
+        return eligible_for(r, id, NULL, 0, now);
 }
 
 static uint32_t least_loaded(const loom_harvest_router *r, loom_harvest_worker_kind kind,
-                             loom_us now)
+                             const traj *t, int rsv, loom_us now)
 {
         uint32_t best = LOOM_HARVEST_NONE;
         for (uint32_t i = 0; i < r->nw; i++)
-                if (r->w[i].kind == kind && eligible(r, i, now) &&
-                    (best == LOOM_HARVEST_NONE || r->w[i].load < r->w[best].load))
+                if (r->w[i].kind == kind && eligible_for(r, i, t, rsv, now) &&
+                    (best == LOOM_HARVEST_NONE || used(r, i, t, rsv) < used(r, best, t, rsv)))
                         best = i;
         return best;
-}
-
-static uint32_t cap_of(const loom_harvest_router *r, const worker *w)
-{
-        return w->kind == LOOM_HARVEST_W_DEDICATED ? r->cfg.dedicated_cap : r->cfg.serving_cap;
 }
 
 loom_us loom_harvest_router_wait_us(const loom_harvest_router *r, uint32_t w)
@@ -151,23 +205,31 @@ loom_us loom_harvest_router_wait_us(const loom_harvest_router *r, uint32_t w)
                 return LOOM_HARVEST_INF;
         const worker *x = &r->w[w];
         uint32_t cap = cap_of(r, x);
-        if (x->load < cap)
+        if (used(r, w, NULL, reserving(r)) < cap)
                 return 0;
         if (x->turn_us <= 0 || cap == 0)
                 return LOOM_HARVEST_INF; /* no turn has finished there yet: nothing to expect */
         return (loom_us)((double)(x->waiting + 1) * x->turn_us / cap);
 }
 
-static uint32_t spill_target(const loom_harvest_router *r, loom_us now)
+static uint32_t spill_target(const loom_harvest_router *r, const traj *t, int rsv, loom_us now)
 {
-        uint32_t w = least_loaded(r, LOOM_HARVEST_W_DEDICATED, now);
-        return w != LOOM_HARVEST_NONE ? w : least_loaded(r, LOOM_HARVEST_W_SERVING, now);
+        uint32_t w = least_loaded(r, LOOM_HARVEST_W_DEDICATED, t, rsv, now);
+        return w != LOOM_HARVEST_NONE ? w : least_loaded(r, LOOM_HARVEST_W_SERVING, t, rsv, now);
+}
+
+static void unreserve(loom_harvest_router *r, traj *t)
+{
+        if (t->idle_on != LOOM_HARVEST_NONE && r->w[t->idle_on].idle > 0)
+                r->w[t->idle_on].idle--;
+        t->idle_on = LOOM_HARVEST_NONE;
 }
 
 static uint32_t take(loom_harvest_router *r, traj *t, uint32_t w, loom_us now, int *affine)
 {
         if (affine)
                 *affine = t->holder == w;
+        unreserve(r, t);
         r->w[w].load++;
         t->running = w;
         t->started = now;
@@ -188,12 +250,12 @@ static void stop_waiting(loom_harvest_router *r, traj *t)
  * of the prefix (move_us of GPU time) on the least-loaded dedicated GPU with room, else serving
  * GPU. Stay when the wait is no longer than the re-prefill, or when nothing else has room anyway;
  * staying on a full h waits (NONE, and _waiting names h). */
-static uint32_t stay_or_move(loom_harvest_router *r, traj *t, uint32_t h, loom_us now,
+static uint32_t stay_or_move(loom_harvest_router *r, traj *t, uint32_t h, int rsv, loom_us now,
                              loom_us move_us, int *affine)
 {
-        if (eligible(r, h, now))
+        if (eligible_for(r, h, t, rsv, now))
                 return take(r, t, h, now, affine);
-        uint32_t w = spill_target(r, now);
+        uint32_t w = spill_target(r, t, rsv, now);
         loom_us wait = loom_harvest_router_wait_us(r, h);
         if (now < r->w[h].closed_until && wait != LOOM_HARVEST_INF)
                 wait += r->w[h].closed_until - now; /* closed (stall, refusal) until then */
@@ -204,6 +266,8 @@ static uint32_t stay_or_move(loom_harvest_router *r, traj *t, uint32_t h, loom_u
         return LOOM_HARVEST_NONE;
 }
 
+static uint32_t route(loom_harvest_router *r, traj *t, loom_us now, loom_us move_us, int *affine);
+
 uint32_t loom_harvest_router_route_cost(loom_harvest_router *r, loom_us now, uint32_t id,
                                         loom_us move_us, int *affine)
 {
@@ -212,7 +276,20 @@ uint32_t loom_harvest_router_route_cost(loom_harvest_router *r, loom_us now, uin
                 *affine = 0;
         if (!t || t->running != LOOM_HARVEST_NONE)
                 return LOOM_HARVEST_NONE;
+        uint32_t w = route(r, t, now, move_us, affine);
+        if (w == LOOM_HARVEST_NONE)
+                unreserve(r, t); /* queued now: its reserved slot goes to whoever comes first */
+        return w;
+}
+
+static uint32_t route(loom_harvest_router *r, traj *t, loom_us now, loom_us move_us, int *affine)
+{
         stop_waiting(r, t);
+        if (!t->active) {
+                t->active = 1;
+                r->active++;
+                note_active(r);
+        }
         uint32_t w = LOOM_HARVEST_NONE;
         if (t->held != LOOM_HARVEST_NONE) { /* pinned: its slot waited through the env step */
                 w = t->held;
@@ -231,11 +308,12 @@ uint32_t loom_harvest_router_route_cost(loom_harvest_router *r, loom_us now, uin
         }
         uint32_t h = (r->cfg.affinity || r->cfg.pinned) ? t->holder : LOOM_HARVEST_NONE;
         int h_ok = h != LOOM_HARVEST_NONE && r->w[h].alive && fresh(r, &r->w[h]);
+        int rsv = reserving(r);
         if (h_ok && move_us > 0)
-                return stay_or_move(r, t, h, now, move_us, affine);
-        if (h != LOOM_HARVEST_NONE && eligible(r, h, now))
+                return stay_or_move(r, t, h, rsv, now, move_us, affine);
+        if (h != LOOM_HARVEST_NONE && eligible_for(r, h, t, rsv, now))
                 return take(r, t, h, now, affine); /* its prefix is there and so is a slot */
-        w = spill_target(r, now);
+        w = spill_target(r, t, rsv, now);
         if (w == LOOM_HARVEST_NONE)
                 return LOOM_HARVEST_NONE;
         return take(r, t, w, now, affine);
@@ -268,13 +346,25 @@ void loom_harvest_router_done(loom_harvest_router *r, loom_us now, uint32_t id)
                 return;
         }
         release(r, t);
+        if (r->cfg.affinity) { /* its slot there is reserved while slots do not bind */
+                t->idle_on = t->holder;
+                r->w[t->holder].idle++;
+        }
 }
 
 void loom_harvest_router_finish(loom_harvest_router *r, uint32_t id)
 {
-        if (id >= r->nt || r->t[id].held == LOOM_HARVEST_NONE)
+        if (id >= r->nt)
                 return;
         traj *t = &r->t[id];
+        unreserve(r, t);
+        if (t->active) {
+                t->active = 0;
+                if (--r->active == 0)
+                        r->bound = 0;
+        }
+        if (t->held == LOOM_HARVEST_NONE)
+                return;
         if (r->w[t->held].load > 0)
                 r->w[t->held].load--;
         t->held = LOOM_HARVEST_NONE;
@@ -293,8 +383,11 @@ void loom_harvest_router_abort(loom_harvest_router *r, uint32_t id)
 
 void loom_harvest_router_forget(loom_harvest_router *r, uint32_t id, uint32_t w)
 {
-        if (id < r->nt && r->t[id].holder == w)
+        if (id < r->nt && r->t[id].holder == w) {
                 r->t[id].holder = LOOM_HARVEST_NONE;
+                if (r->t[id].idle_on == w)
+                        unreserve(r, &r->t[id]);
+        }
 }
 
 size_t loom_harvest_router_check(loom_harvest_router *r, loom_us now, uint32_t *out, size_t cap)
@@ -315,6 +408,8 @@ size_t loom_harvest_router_check(loom_harvest_router *r, loom_us now, uint32_t *
                                 t->held = LOOM_HARVEST_NONE;
                         if (t->waiting == i)
                                 t->waiting = LOOM_HARVEST_NONE;
+                        if (t->idle_on == i)
+                                t->idle_on = LOOM_HARVEST_NONE;
                         if (t->running == i) {
                                 release(r, t);
                                 if (n < cap)
@@ -323,6 +418,7 @@ size_t loom_harvest_router_check(loom_harvest_router *r, loom_us now, uint32_t *
                 }
                 w->load = 0;
                 w->waiting = 0;
+                w->idle = 0;
         }
         return n;
 }
@@ -337,14 +433,10 @@ uint32_t loom_harvest_router_waiting(const loom_harvest_router *r, uint32_t id)
 uint32_t loom_harvest_router_room(const loom_harvest_router *r, loom_us now)
 {
         uint32_t n = 0;
-        for (uint32_t i = 0; i < r->nw; i++) {
-                const worker *w = &r->w[i];
-                if (!eligible(r, i, now))
-                        continue;
-                n += (w->kind == LOOM_HARVEST_W_DEDICATED ? r->cfg.dedicated_cap
-                                                          : r->cfg.serving_cap) -
-                     w->load;
-        }
+        int rsv = reserving(r);
+        for (uint32_t i = 0; i < r->nw; i++)
+                if (eligible_for(r, i, NULL, rsv, now))
+                        n += cap_of(r, &r->w[i]) - used(r, i, NULL, rsv);
         return n;
 }
 

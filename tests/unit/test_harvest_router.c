@@ -25,6 +25,19 @@ static loom_harvest_router *mk(int affinity, int pinned)
         return r;
 }
 
+/* More than twice the 40 slots active once: slots bind for the rest of the step (turn-level
+ * routing, slots lent between turns); one trajectory stays queued so the step does not end. */
+static void bind_slots(loom_harvest_router *r)
+{
+        for (uint32_t t = 1000; t <= 1080; t++)
+                loom_harvest_router_route(r, 0, t, NULL);
+        for (uint32_t t = 1000; t < 1080; t++) {
+                loom_harvest_router_done(r, 0, t);
+                loom_harvest_router_finish(r, t);
+        }
+        cr_assert_eq(loom_harvest_router_room(r, 0), 40);
+}
+
 Test(router, cap_then_spill_least_loaded)
 {
         loom_harvest_router *r = mk(1, 0);
@@ -42,8 +55,9 @@ Test(router, cap_then_spill_least_loaded)
         cr_assert_eq(loom_harvest_router_load(r, 2), 4);
         cr_assert_eq(loom_harvest_router_load(r, 3), 4);
         cr_assert_eq(loom_harvest_router_route(r, 0, 40, NULL), LOOM_HARVEST_NONE);
-        /* a finished turn frees a dedicated slot: the queued turn goes back there */
+        /* a finished trajectory frees its dedicated slot: the queued turn goes there */
         loom_harvest_router_done(r, 0, 5);
+        loom_harvest_router_finish(r, 5);
         uint32_t w = loom_harvest_router_route(r, 0, 40, NULL);
         cr_assert(w < 2);
         loom_harvest_router_free(r);
@@ -185,6 +199,7 @@ Test(router, wait_for_the_prefix_when_the_wait_is_shorter_than_the_re_prefill)
         cr_assert(small < 50000, "%lld", (long long)small);
 
         loom_harvest_router *r = mk(1, 0);
+        bind_slots(r);
         for (uint32_t t = 0; t < 32; t++) /* the dedicated GPUs are full */
                 cr_assert(loom_harvest_router_route(r, 0, t, NULL) < 2);
         cr_assert_eq(loom_harvest_router_route(r, 0, 100, NULL), 2);
@@ -223,5 +238,29 @@ Test(router, wait_for_the_prefix_when_the_wait_is_shorter_than_the_re_prefill)
         cr_assert_eq(loom_harvest_router_route_cost(r, now, 100, big, &affine), 2);
         cr_assert(affine);
         cr_assert_eq(loom_harvest_router_waiting(r, 100), LOOM_HARVEST_NONE);
+        loom_harvest_router_free(r);
+}
+
+/* While the active trajectories fit in twice the slots (40 here), a trajectory between turns
+ * keeps its slot on its prefix worker: a new trajectory does not take it, its own next turn
+ * does. Once more are active, slots are lent between turns until the step's end. */
+Test(router, reserves_slots_between_turns_until_slots_bind)
+{
+        loom_harvest_router *r = mk(1, 0);
+        for (uint32_t t = 0; t < 40; t++)
+                cr_assert_neq(loom_harvest_router_route(r, 0, t, NULL), LOOM_HARVEST_NONE);
+        uint32_t w0 = loom_harvest_router_running(r, 0);
+        loom_harvest_router_done(r, 0, 0); /* trajectory 0 waits for its environment */
+        cr_assert_eq(loom_harvest_router_room(r, 0), 0);
+        cr_assert_eq(loom_harvest_router_route(r, 0, 40, NULL), LOOM_HARVEST_NONE);
+        int affine;
+        cr_assert_eq(loom_harvest_router_route(r, 0, 0, &affine), w0);
+        cr_assert(affine);
+        /* 81 active trajectories > 2 x 40 slots: slots bind, a free slot is lent */
+        for (uint32_t t = 41; t <= 80; t++)
+                cr_assert_eq(loom_harvest_router_route(r, 0, t, NULL), LOOM_HARVEST_NONE);
+        loom_harvest_router_done(r, 0, 1);
+        cr_assert_eq(loom_harvest_router_room(r, 0), 1);
+        cr_assert_neq(loom_harvest_router_route(r, 0, 40, NULL), LOOM_HARVEST_NONE);
         loom_harvest_router_free(r);
 }
