@@ -94,6 +94,7 @@ typedef struct engine {
         bool resubmit_drift; /* re-admit a job whose phases outgrow its declared profile */
         bool skip_starts;    /* while every job is being stopped (regroup) */
         int lone_rnodes;     /* rollout nodes of one-member groups, since the last event */
+        bool lone_dirty;     /* membership or nodes changed: lone_rnodes is recounted */
         loom_group_id *gids; /* scratch for lone_count */
         int cap_gids;
 } engine;
@@ -404,10 +405,12 @@ static int apply(engine *g, const loom_action *a)
                 if (!n)
                         return LOOM_ENOMEM;
                 memset(n, 0, sizeof *n); /* a node comes and goes with an empty host memory */
+                g->lone_dirty = true;
                 return loom__sim_meter_nodes(&g->meter, g->now, a->pool,
                                              a->type == LOOM_ACT_PROVISION_NODE ? 1 : -1);
         }
         case LOOM_ACT_JOB_DONE:
+                g->lone_dirty = true;
                 ji = g->by_id[a->job];
                 g->jobs[ji].active = false;
                 g->jobs[ji].done_at = g->now;
@@ -446,6 +449,7 @@ static int arrival(engine *g, int ji)
         loom_err e2;
         loom_err_clear(&e2);
         int rc = loom_sched_submit(g->s, g->now, &j->cur, &d, &id, &e2);
+        g->lone_dirty = true;
         loom_decision_free(&d);
         if (rc == LOOM_EREJECT || rc == LOOM_ERANGE) {
                 /* ERANGE: the core could not evaluate a candidate group (its meta-iteration
@@ -504,6 +508,7 @@ static int stop_job(engine *g, int ji, loom_exit why)
                 return rc;
         j->version++;
         j->active = false;
+        g->lone_dirty = true;
         if ((rc = loom_sched_job_exit(g->s, g->now, j->id, why)))
                 return fail(g, rc, "job_exit");
         return 0;
@@ -855,8 +860,9 @@ int loom__sim_run_core(const loom_sim_cfg *c, const loom_sim_workload *w, loom_s
                         rc = on_progress(&g, (int)ev.job);
                 else
                         rc = on_end(&g, (int)ev.job);
-                if (!rc && lone && (g.lone_rnodes = lone_count(&g)) < 0)
+                if (!rc && lone && g.lone_dirty && (g.lone_rnodes = lone_count(&g)) < 0)
                         rc = LOOM_ENOMEM;
+                g.lone_dirty = false;
                 if ((r->events & 0xFFFF) == 0)
                         sim_progress(c, p, (double)g.finished / (w->n ? w->n : 1));
         }
