@@ -59,25 +59,29 @@ int loom_cmd_place(int argc, char **argv)
 {
         const char *path = NULL;
         bool compact = false;
-        int multirate = -1, rightsize = -1, lone = -1;
+        /* policy switches given (loom_policy_switch names), applied over the scenario's */
+        const char *sw[4];
+        bool on[4];
+        int nsw = 0;
+        loom_policy_cfg probe;
         for (int i = 1; i < argc; i++) {
                 if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
                         usage(stdout);
                         return 0;
                 } else if (!strcmp(argv[i], "--compact")) {
                         compact = true;
-                } else if (!strcmp(argv[i], "--multirate") ||
-                           !strcmp(argv[i], "--train-rightsize") ||
-                           !strcmp(argv[i], "--colocate-lone")) {
+                } else if (!strncmp(argv[i], "--", 2) && loom_policy_switch(&probe, argv[i] + 2)) {
                         if (i + 1 >= argc ||
                             (strcmp(argv[i + 1], "on") && strcmp(argv[i + 1], "off"))) {
                                 fprintf(stderr, "loom place: %s takes on or off\n", argv[i]);
                                 return 2;
                         }
-                        int *v = !strcmp(argv[i], "--multirate")         ? &multirate
-                                 : !strcmp(argv[i], "--train-rightsize") ? &rightsize
-                                                                         : &lone;
-                        *v = !strcmp(argv[++i], "on");
+                        int k = 0; /* the same switch again: the last one wins */
+                        while (k < nsw && strcmp(sw[k], argv[i] + 2))
+                                k++;
+                        sw[k] = argv[i] + 2;
+                        on[k] = !strcmp(argv[++i], "on");
+                        nsw += k == nsw;
                 } else if (argv[i][0] == '-' && argv[i][1]) {
                         fprintf(stderr, "loom place: unknown option '%s'\n", argv[i]);
                         usage(stderr);
@@ -101,12 +105,8 @@ int loom_cmd_place(int argc, char **argv)
                 print_err(path, &e);
                 return 1;
         }
-        if (multirate >= 0)
-                sc.policy.multirate = multirate;
-        if (rightsize >= 0)
-                sc.policy.train_rightsize = rightsize;
-        if (lone >= 0)
-                sc.policy.colocate_lone = lone;
+        for (int k = 0; k < nsw; k++)
+                *loom_policy_switch(&sc.policy, sw[k]) = on[k];
         loom_sched *s = loom_sched_new(&sc.cluster, &sc.policy, &e);
         if (!s) {
                 print_err(path, &e);
