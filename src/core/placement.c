@@ -36,6 +36,7 @@ typedef struct cand {
         loom_us slack;  /* tightest SLO budget in the group minus the new T_meta */
         int rate;       /* the job's rate */
         int tnodes;     /* isolated provisioning: training nodes of the new group */
+        bool lone;      /* isolated provisioning: the job alone rolls out on them */
         int8_t rates[LOOM_MAX_GROUP_SIZE]; /* members' rates after the placement */
         loom_reject reject;
         char why[160];
@@ -744,8 +745,9 @@ static void isolated(const search *x, cand *c)
         int t = isolated_tnodes(x), gpn = s->cluster.gpus_per_node;
         c->tnodes = t;
         /* alone, under colocate_lone, its rollout nodes wait for a second member */
-        c->cost = (loom__lone_fits(s, sp, t) ? 0 : x->k) * s->price[LOOM_POOL_ROLLOUT] +
-                  t * s->price[LOOM_POOL_TRAIN];
+        c->lone = loom__lone_fits(s, sp, t);
+        c->cost =
+            (c->lone ? 0 : x->k) * s->price[LOOM_POOL_ROLLOUT] + t * s->price[LOOM_POOL_TRAIN];
         loom_us tt = t == sp->train_gpus / gpn
                          ? sp->t_train
                          : loom_group_train_time(sp->t_train, sp->train_gpus, t * gpn,
@@ -971,7 +973,7 @@ static void fill_decision(search *x)
                          "no existing group can take the job within memory and SLOs: "
                          "new group, +$%.2f/h%s",
                          b->cost,
-                         loom__lone_fits(s, x->spec, b->tnodes)
+                         b->lone
                              ? " (its rollouts on the training nodes until a second member joins)"
                              : "");
 }
