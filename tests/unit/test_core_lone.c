@@ -238,6 +238,28 @@ Test(lone, off_provisions_the_rollout_node_at_once)
         loom_sched_free(s);
 }
 
+/* A alone, then B joins; driven until A's second rollout runs on the rollout node. */
+static void pair_until_a_rolls_on_the_node(loom_sched *s, loom_decision *d, loom_job_id *ia,
+                                           loom_job_id *ib, loom_group_id *grp, seen *v)
+{
+        loom_job_spec a = spec("A", 100, 50, 2.0), b = spec("B", 40, 40, 2.0);
+        *ia = submit(s, &a, d);
+        *grp = d->group;
+        *ib = submit(s, &b, d);
+        drain(s, v);
+        /* A's first rollout (on the training nodes) ends; B's ends; A trains, and its second
+         * rollout starts on the rollout node */
+        cr_assert_eq(loom_sched_phase_done(s, 40, *ib, LOOM_PHASE_ROLLOUT), 0);
+        cr_assert_eq(loom_sched_phase_done(s, 100, *ia, LOOM_PHASE_ROLLOUT), 0);
+        drain(s, v);
+        cr_assert_eq(v->last_start.job, *ia);
+        cr_assert_eq(v->last_start.phase, LOOM_PHASE_TRAIN);
+        cr_assert_eq(loom_sched_phase_done(s, 150, *ia, LOOM_PHASE_TRAIN), 0);
+        drain(s, v);
+        cr_assert_eq(v->of[*ia].phase, LOOM_PHASE_ROLLOUT);
+        cr_assert_eq(v->of[*ia].pool, LOOM_POOL_ROLLOUT);
+}
+
 /* Back to one member: its rollout node is released and its rollouts return to the training
  * nodes, but not while its rollout runs on the node: then at that rollout's end. */
 Test(lone, a_group_left_with_one_member_goes_lone_again)
@@ -245,23 +267,10 @@ Test(lone, a_group_left_with_one_member_goes_lone_again)
         loom_sched *s = loom_sched_new(&cl, &po, NULL);
         loom_decision d;
         loom_decision_init(&d, false);
-        loom_job_spec a = spec("A", 100, 50, 2.0), b = spec("B", 40, 40, 2.0);
-        loom_job_id ia = submit(s, &a, &d);
-        loom_group_id grp = d.group;
-        loom_job_id ib = submit(s, &b, &d);
+        loom_job_id ia, ib;
+        loom_group_id grp;
         seen v = {0};
-        drain(s, &v);
-        /* A's first rollout (on the training nodes) ends; B's ends; A trains, syncs, and its
-         * second rollout starts on the rollout node */
-        cr_assert_eq(loom_sched_phase_done(s, 40, ib, LOOM_PHASE_ROLLOUT), 0);
-        cr_assert_eq(loom_sched_phase_done(s, 100, ia, LOOM_PHASE_ROLLOUT), 0);
-        drain(s, &v);
-        cr_assert_eq(v.last_start.job, ia);
-        cr_assert_eq(v.last_start.phase, LOOM_PHASE_TRAIN);
-        cr_assert_eq(loom_sched_phase_done(s, 150, ia, LOOM_PHASE_TRAIN), 0);
-        drain(s, &v);
-        cr_assert_eq(v.of[ia].phase, LOOM_PHASE_ROLLOUT);
-        cr_assert_eq(v.of[ia].pool, LOOM_POOL_ROLLOUT);
+        pair_until_a_rolls_on_the_node(s, &d, &ia, &ib, &grp, &v);
         /* B leaves while A's rollout runs on the node: nothing is released yet */
         memset(&v, 0, sizeof v);
         cr_assert_eq(loom_sched_job_exit(s, 160, ib, LOOM_EXIT_CANCELLED), 0);
@@ -303,20 +312,10 @@ Test(lone, resuming_the_last_member_makes_its_group_lone)
         loom_sched *s = loom_sched_new(&cl, &po, NULL);
         loom_decision d;
         loom_decision_init(&d, false);
-        loom_job_spec a = spec("A", 100, 50, 2.0), b = spec("B", 40, 40, 2.0);
-        po.colocate_lone = true;
-        loom_job_id ia = submit(s, &a, &d);
-        loom_group_id grp = d.group;
-        loom_job_id ib = submit(s, &b, &d);
+        loom_job_id ia, ib;
+        loom_group_id grp;
         seen v = {0};
-        drain(s, &v);
-        /* B's rollout runs on the rollout node; B leaves while it does not matter, A rolls on
-         * the training nodes: run A to its next rollout on the node, then remove B */
-        cr_assert_eq(loom_sched_phase_done(s, 40, ib, LOOM_PHASE_ROLLOUT), 0);
-        cr_assert_eq(loom_sched_phase_done(s, 100, ia, LOOM_PHASE_ROLLOUT), 0);
-        cr_assert_eq(loom_sched_phase_done(s, 150, ia, LOOM_PHASE_TRAIN), 0);
-        drain(s, &v);
-        cr_assert_eq(v.of[ia].pool, LOOM_POOL_ROLLOUT);
+        pair_until_a_rolls_on_the_node(s, &d, &ia, &ib, &grp, &v);
         cr_assert_eq(loom_sched_job_exit(s, 160, ib, LOOM_EXIT_CANCELLED), 0);
         loom_group_info g;
         cr_assert_eq(loom_sched_group_info(s, grp, &g), 0);
