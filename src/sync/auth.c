@@ -98,14 +98,6 @@ void loom__mac_end(loom__mac *m, const uint8_t hdr[LOOM_SYNC_FRAME_HDR], uint8_t
         umac64_digest(&m->frame, LOOM__MAC_LEN, tag);
 }
 
-void loom__mac_frame(loom__mac *m, const uint8_t hdr[LOOM_SYNC_FRAME_HDR], const void *payload,
-                     size_t len, uint8_t tag[LOOM__MAC_LEN])
-{
-        loom__mac_begin(m);
-        loom__mac_update(m, payload, len);
-        loom__mac_end(m, hdr, tag);
-}
-
 int loom__mac_equal(const uint8_t *a, const uint8_t *b, size_t n)
 {
         return memeql_sec(a, b, n);
@@ -161,6 +153,22 @@ int loom__frames_send_mac(int fd, loom__mac *m, const uint8_t *frames, size_t le
         return 0;
 }
 
+/* Read the tag that follows a frame and check it against the frame's (begun and updated with
+ * the payload; hdr ends it). */
+static int read_tag(int fd, loom__mac *m, const uint8_t hdr[LOOM_SYNC_FRAME_HDR], loom_err *e)
+{
+        uint8_t tag[LOOM__MAC_LEN], want[LOOM__MAC_LEN];
+        if (loom__read_all(fd, tag, sizeof tag))
+                return loom_err_set(e, LOOM_EIO, "frame", "connection lost before a frame's tag");
+        loom__mac_end(m, hdr, want);
+        if (!loom__mac_equal(tag, want, sizeof tag))
+                return loom_err_set(e, LOOM_ECORRUPT, "frame.tag",
+                                    "frame %llu is not authenticated by the job's sync key "
+                                    "(forged, corrupted, replayed or another job's)",
+                                    (unsigned long long)(m->seq - 1));
+        return 0;
+}
+
 int loom__frame_recv_mac(int fd, loom__mac *m, loom_sync_frame *f, uint8_t **payload,
                          uint64_t max_payload, uint64_t *bytes, loom_err *e)
 {
@@ -168,7 +176,7 @@ int loom__frame_recv_mac(int fd, loom__mac *m, loom_sync_frame *f, uint8_t **pay
                 return loom__frame_recv(fd, f, payload, max_payload, bytes, e);
         /* As loom__frame_recv, but the payload is tagged a block at a time as it arrives,
          * while the block is still in cache: one pass over the bytes. */
-        uint8_t hdr[LOOM_SYNC_FRAME_HDR], tag[LOOM__MAC_LEN], want[LOOM__MAC_LEN];
+        uint8_t hdr[LOOM_SYNC_FRAME_HDR];
         *payload = NULL;
         int rc = loom__frame_recv_hdr(fd, hdr, f, max_payload, e);
         if (rc)
@@ -184,21 +192,13 @@ int loom__frame_recv_mac(int fd, loom__mac *m, loom_sync_frame *f, uint8_t **pay
                 else
                         loom__mac_update(m, *payload + off, k);
         }
-        if (!rc && loom__read_all(fd, tag, sizeof tag))
-                rc = loom_err_set(e, LOOM_EIO, "frame", "connection lost before a frame's tag");
-        if (!rc) {
-                loom__mac_end(m, hdr, want);
-                if (!loom__mac_equal(tag, want, sizeof tag))
-                        rc = loom_err_set(e, LOOM_ECORRUPT, "frame.tag",
-                                          "frame %llu is not authenticated by the job's sync "
-                                          "key (forged, corrupted, replayed or another job's)",
-                                          (unsigned long long)(m->seq - 1));
-        }
+        if (!rc)
+                rc = read_tag(fd, m, hdr, e);
         if (rc) {
                 free(*payload);
                 *payload = NULL;
         } else if (bytes)
-                *bytes += sizeof hdr + len + sizeof tag;
+                *bytes += sizeof hdr + len + LOOM__MAC_LEN;
         return rc;
 }
 
@@ -208,20 +208,13 @@ int loom__frame_check_mac(int fd, loom__mac *m, const loom_sync_frame *f, uint8_
         int rc = 0;
         if (!m || !m->on)
                 return 0;
-        uint8_t hdr[LOOM_SYNC_FRAME_HDR], tag[LOOM__MAC_LEN], want[LOOM__MAC_LEN];
+        uint8_t hdr[LOOM_SYNC_FRAME_HDR];
         loom_sync_frame_pack(f, hdr);
-        if (loom__read_all(fd, tag, sizeof tag))
-                rc = loom_err_set(e, LOOM_EIO, "frame", "connection lost before a frame's tag");
-        else {
-                loom__mac_frame(m, hdr, *payload, (size_t)f->payload_len, want);
-                if (!loom__mac_equal(tag, want, sizeof tag))
-                        rc = loom_err_set(e, LOOM_ECORRUPT, "frame.tag",
-                                          "frame %llu is not authenticated by the job's sync "
-                                          "key (forged, corrupted, replayed or another job's)",
-                                          (unsigned long long)(m->seq - 1));
-        }
+        loom__mac_begin(m);
+        loom__mac_update(m, *payload, (size_t)f->payload_len);
+        rc = read_tag(fd, m, hdr, e);
         if (!rc && bytes)
-                *bytes += sizeof tag;
+                *bytes += LOOM__MAC_LEN;
         if (rc) {
                 free(*payload);
                 *payload = NULL;

@@ -139,14 +139,12 @@ void loom__mac_request(const loom__mac *m, const uint8_t *req, size_t len,
                        uint8_t tag[LOOM__REQ_TAG_LEN]);
 void loom__mac_session(loom__mac *m); /* once the nonce is agreed: the frames' key */
 /* A frame's tag in pieces: begin (the next nonce), the payload in any number of updates, then
- * end with the final header. loom__mac_frame is the three at once. */
+ * end with the final header. */
 enum { LOOM__MAC_BLOCK = 64 * 1024 }; /* bytes tagged per step while copying or reading */
 void loom__mac_begin(loom__mac *m);
 void loom__mac_update(loom__mac *m, const void *p, size_t len);
 void loom__mac_end(loom__mac *m, const uint8_t hdr[LOOM_SYNC_FRAME_HDR],
                    uint8_t tag[LOOM__MAC_LEN]);
-void loom__mac_frame(loom__mac *m, const uint8_t hdr[LOOM_SYNC_FRAME_HDR], const void *payload,
-                     size_t len, uint8_t tag[LOOM__MAC_LEN]);
 int loom__mac_equal(const uint8_t *a, const uint8_t *b, size_t n); /* constant time */
 /* loom__frame_send / loom__frame_recv with the tag after each frame (m NULL or off: none). */
 int loom__frame_send_mac(int fd, loom__mac *m, const loom_sync_frame *f, const void *payload,

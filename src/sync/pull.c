@@ -274,35 +274,33 @@ int loom_sync_pull_latest_keyed(const uint8_t *key, const char *model, const cha
         return rc;
 }
 
-/* One pull over a connected fd, with the job's key (or NULL) and the timeout pull_args checks. */
-static int pull_on(int fd, const uint8_t *key, const char *model, const uint64_t *shard_elems,
-                   size_t nshards, double timeout_s, uint16_t *w, uint64_t have, uint64_t want,
+/* One pull over a connected fd, with the arguments pull_args checked into p. */
+static int pull_on(int fd, pull *p, uint16_t *w, uint64_t have, uint64_t want,
                    loom_sync_pull_stats *st, loom_err *e)
 {
-        pull p;
-        int rc = pull_args(key, model, shard_elems, nshards, timeout_s, &p, e);
-        if (rc)
-                return rc;
-        p.off = malloc(nshards * sizeof *p.off);
-        p.scratch = malloc(2 * p.elems + 2);
-        p.covered = calloc(nshards, sizeof *p.covered);
-        if (!p.off || !p.scratch || !p.covered)
+        int rc = 0;
+        p->off = malloc(p->nshards * sizeof *p->off);
+        p->scratch = malloc(2 * p->elems + 2);
+        p->covered = calloc(p->nshards, sizeof *p->covered);
+        if (!p->off || !p->scratch || !p->covered)
                 rc = loom_err_set(e, LOOM_ENOMEM, NULL, "out of memory");
         uint64_t before = 0; /* elements of the shards before */
-        for (size_t s = 0; !rc && s < nshards; before += shard_elems[s++])
-                p.off[s] = before;
+        for (size_t s = 0; !rc && s < p->nshards; before += p->shard[s++])
+                p->off[s] = before;
         if (!rc)
-                rc = exchange(fd, &p, w, have, want, st, e);
-        free(p.scratch);
-        free(p.covered);
-        free(p.off);
+                rc = exchange(fd, p, w, have, want, st, e);
+        free(p->scratch);
+        free(p->covered);
+        free(p->off);
         return rc;
 }
 
 int loom__pull_fd(int fd, const char *model, const uint64_t *shard_elems, size_t nshards,
                   uint16_t *w, uint64_t have, uint64_t want, loom_sync_pull_stats *st, loom_err *e)
 {
-        return pull_on(fd, NULL, model, shard_elems, nshards, 1, w, have, want, st, e);
+        pull p;
+        int rc = pull_args(NULL, model, shard_elems, nshards, 1, &p, e);
+        return rc ? rc : pull_on(fd, &p, w, have, want, st, e);
 }
 
 int loom_sync_pull(const char *model, const char *ip, uint16_t port, const uint64_t *shard_elems,
@@ -329,7 +327,7 @@ int loom_sync_pull_keyed(const uint8_t *key, const char *model, const char *ip, 
         int fd = -1;
         rc = open_conn(ip, port, timeout_s, t0, &fd, e);
         if (!rc)
-                rc = pull_on(fd, key, model, shard_elems, nshards, timeout_s, w, have, want, st, e);
+                rc = pull_on(fd, &p, w, have, want, st, e);
         if (fd >= 0)
                 close(fd);
         st->seconds = loom__now() - t0;

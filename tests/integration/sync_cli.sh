@@ -10,15 +10,7 @@ loom="$b/loom"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail=0 pass=0
-check() { # name, condition...
-        local name=$1
-        shift
-        if "$@"; then pass=$((pass + 1)); else echo "FAIL: $name"; fail=$((fail + 1)); fi
-}
-field() { # json-line key -> value
-        sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p" <<<"$1"
-}
-lt() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a < b) }'; }
+. "$2/tests/integration/lib/sync.sh"
 
 small=(--model tiny --bucket-mib 0.01 --density 0.02)
 

@@ -9,11 +9,7 @@ loom="$b/loom"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail=0 pass=0
-check() { # name, condition...
-        local name=$1
-        shift
-        if "$@"; then pass=$((pass + 1)); else echo "FAIL: $name"; fail=$((fail + 1)); fi
-}
+. "$2/tests/integration/lib/sync.sh"
 small=(--model tiny --bucket-mib 0.01 --density 0.02)
 
 # ---- shaped link: only where namespaces can be made

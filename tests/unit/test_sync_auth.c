@@ -160,6 +160,24 @@ static void mitm_end(mitm *m, pthread_t t)
         close(m->lfd);
 }
 
+/* Pull through a middle that alters the first bucket in flight (forge: as mitm.forge), with
+ * the job's key or without one; m keeps what the middle saw and its recorded reply. */
+static int pull_altered(int keyed, int forge, const uint16_t *w, uint16_t *got, mitm *m,
+                        loom_err *e)
+{
+        loom_sync_pub *p = publisher(keyed ? key_a : NULL, w);
+        *m = (mitm){.upstream = loom_sync_pub_port(p),
+                    .req_len = keyed ? 96 : 48,
+                    .forge = forge,
+                    .tag = keyed ? 8 : 0,
+                    .nshards = 2};
+        pthread_t t = mitm_start(m);
+        int rc = pull(keyed ? key_a : NULL, m->port, got, e);
+        mitm_end(m, t);
+        loom_sync_pub_free(p);
+        return rc;
+}
+
 /* ---- tests ----------------------------------------------------------------------------------- */
 
 Test(sync_auth, the_jobs_key_pulls_dense_and_delta_bit_exact)
@@ -223,15 +241,8 @@ Test(sync_auth, a_forged_frame_is_refused_only_a_tag_can_tell)
         memcpy(before, got, 2 * ELEMS);
         loom_err e;
         for (int keyed = 0; keyed < 2; keyed++) {
-                loom_sync_pub *p = publisher(keyed ? key_a : NULL, w);
-                mitm m = {.upstream = loom_sync_pub_port(p),
-                          .req_len = keyed ? 96 : 48,
-                          .forge = 1,
-                          .tag = keyed ? 8 : 0,
-                          .nshards = 2};
-                pthread_t t = mitm_start(&m);
-                int rc = pull(keyed ? key_a : NULL, m.port, got, &e);
-                mitm_end(&m, t);
+                mitm m;
+                int rc = pull_altered(keyed, 1, w, got, &m, &e);
                 if (!keyed) {
                         /* the forgery lands: element 3 is the forger's, not the trainer's */
                         cr_assert_eq(rc, 0, "%s", e.msg);
@@ -244,7 +255,6 @@ Test(sync_auth, a_forged_frame_is_refused_only_a_tag_can_tell)
                         cr_assert_eq(memcmp(got, before, 2 * ELEMS), 0);
                 }
                 free(m.reply);
-                loom_sync_pub_free(p);
         }
         free(w), free(got), free(before);
 }
@@ -260,15 +270,8 @@ Test(sync_auth, a_corrupted_keyed_frame_is_refused_by_its_tag)
         memcpy(before, got, 2 * ELEMS);
         loom_err e;
         for (int keyed = 0; keyed < 2; keyed++) {
-                loom_sync_pub *p = publisher(keyed ? key_a : NULL, w);
-                mitm m = {.upstream = loom_sync_pub_port(p),
-                          .req_len = keyed ? 96 : 48,
-                          .forge = 2,
-                          .tag = keyed ? 8 : 0,
-                          .nshards = 2};
-                pthread_t t = mitm_start(&m);
-                int rc = pull(keyed ? key_a : NULL, m.port, got, &e);
-                mitm_end(&m, t);
+                mitm m;
+                int rc = pull_altered(keyed, 2, w, got, &m, &e);
                 cr_assert_eq(rc, LOOM_ECORRUPT, "%s", e.msg);
                 if (keyed) {
                         cr_assert_eq(m.bucket_crc, 0);
@@ -279,7 +282,6 @@ Test(sync_auth, a_corrupted_keyed_frame_is_refused_by_its_tag)
                 }
                 cr_assert_eq(memcmp(got, before, 2 * ELEMS), 0);
                 free(m.reply);
-                loom_sync_pub_free(p);
         }
         free(w), free(got), free(before);
 }
