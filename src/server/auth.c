@@ -662,10 +662,11 @@ bool srv_auth_scope(loom_server *s, srv_req *r)
         case RQ_RELEASE:
         case RQ_HEARTBEAT: {
                 loom_err e;
-                loom_phase ph;
-                char state[16];
-                if (srv_store_lease_get(s->store, r->lease, &job, &ph, state, &e))
+                if (srv_store_lease_get(s->store, r->lease, &r->lease_job, &r->lease_phase,
+                                        r->lease_state, &e))
                         return true; /* the handler answers: no such lease, or the error */
+                r->lease_read = true;
+                job = r->lease_job;
                 lease = true;
                 break;
         }

@@ -521,10 +521,11 @@ static srv_job *lease_job(loom_server *s, srv_req *r)
 {
         loom_err e;
         loom_err_clear(&e);
-        uint32_t job;
-        loom_phase phase;
-        char state[16];
-        int rc = srv_store_lease_get(s->store, r->lease, &job, &phase, state, &e);
+        int rc = r->lease_read ? 0
+                               : srv_store_lease_get(s->store, r->lease, &r->lease_job,
+                                                     &r->lease_phase, r->lease_state, &e);
+        uint32_t job = r->lease_job;
+        const char *state = r->lease_state;
         if (rc == LOOM_ENOENT)
                 return srv_reply_error(r, 404, "lease", "no such lease: %lld", (long long)r->lease),
                        NULL;

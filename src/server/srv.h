@@ -96,6 +96,11 @@ typedef struct srv_req {
         char key[SRV_KEY_MAX + LOOM_TENANT_MAX]; /* Idempotency-Key of a submit, "" if none;
                                                   * "tenant/key" under tokens (auth.c) */
         srv_principal who;
+        /* a lease call's row as srv_auth_scope read it, for lease_job in the same batch */
+        bool lease_read;
+        uint32_t lease_job;
+        loom_phase lease_phase;
+        char lease_state[16];
         json_t *body_json;
         /* Without a connection (the fuzz target), headers and query arguments come from here:
          * header != 0 for a header, else a query argument; NULL when absent. */
