@@ -230,12 +230,11 @@ static void waiters_fail(loom_server *s, srv_job *j, int status, const char *msg
 /* ---- permits, leases, job ends -------------------------------------------------------------- */
 
 /* Turn j's permit into a lease and answer its waiters with it. */
-static void grant(loom_server *s, srv_job *j, loom_us now)
+void srv_lease_from_permit(loom_server *s, srv_job *j, int64_t id, loom_us now, int64_t wall)
 {
-        loom_err e;
         srv_lease *l = &j->lease;
         memset(l, 0, sizeof *l);
-        l->id = s->next_lease_id++;
+        l->id = id;
         l->phase = j->permit_phase;
         l->pool = j->permit_pool;
         l->n_nodes = j->permit_n_nodes;
@@ -244,11 +243,18 @@ static void grant(loom_server *s, srv_job *j, loom_us now)
         l->call = j->permit_call;
         l->n_calls = j->permit_n_calls;
         l->granted_mono = now;
-        l->granted_wall = srv_now_wall();
+        l->granted_wall = wall;
         l->deadline = now + loom_us_from_s(s->cfg.lease_timeout_s);
         note_deadline(s, l->deadline);
         j->permit = false;
         j->has_lease = true;
+}
+
+static void grant(loom_server *s, srv_job *j, loom_us now)
+{
+        loom_err e;
+        srv_lease *l = &j->lease;
+        srv_lease_from_permit(s, j, s->next_lease_id++, now, srv_now_wall());
         srv_store_note(s, srv_store_lease_insert(s->store, j->id, l, &e), &e);
         if (j->state == SJ_QUEUED) {
                 j->state = SJ_RUNNING;

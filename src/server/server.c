@@ -361,20 +361,7 @@ static void keep_lease(void *arg, int64_t id, uint32_t job, loom_phase phase, in
         if (!j || !srv_job_live(j->state) || !j->permit || j->permit_phase != phase)
                 return; /* its worker is told the lease is gone (410) and acquires again */
         loom_us now = srv_now_mono();
-        srv_lease *l = &j->lease;
-        memset(l, 0, sizeof *l);
-        l->id = id;
-        l->phase = phase;
-        l->n_nodes = j->permit_n_nodes;
-        memcpy(l->nodes, j->permit_nodes, sizeof l->nodes);
-        l->gpus = j->permit_gpus;
-        l->call = j->permit_call;
-        l->n_calls = j->permit_n_calls;
-        l->granted_mono = now;
-        l->granted_wall = granted_us;
-        l->deadline = now + loom_us_from_s(s->cfg.lease_timeout_s);
-        j->permit = false;
-        j->has_lease = true;
+        srv_lease_from_permit(s, j, id, now, granted_us);
         loom_sched_phase_started(s->sched, srv_now_wall(), j->retry.core, phase);
         srv_apply_actions(s, now);
 }

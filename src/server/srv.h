@@ -309,6 +309,9 @@ void *srv_engine_main(void *arg);
 srv_job *srv_job_get(loom_server *s, uint32_t id);
 int srv_job_add(loom_server *s, srv_job *j);
 void srv_apply_actions(loom_server *s, loom_us now);
+/* Turn j's permit into its lease `id` (granted at monotonic `now`, wall clock `wall`): the
+ * permit's phase, pool, nodes, GPUs and call, and a lease-timeout deadline. */
+void srv_lease_from_permit(loom_server *s, srv_job *j, int64_t id, loom_us now, int64_t wall);
 json_t *srv_job_json(loom_server *s, const srv_job *j, bool full);
 void srv_log(loom_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A store write's result (every write of a batch goes through it): the first failure of a
