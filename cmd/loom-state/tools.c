@@ -29,6 +29,19 @@ static int bench_cuda(const loom_state_bench_cfg *cfg, loom_state_gpu_bench_cfg 
         return 0;
 }
 
+/* An integer option's value in lo..100 into *out: 0, or -1 after a message. */
+static int int_opt(const char *opt, const char *v, int lo, int *out)
+{
+        char *end;
+        long n = strtol(v, &end, 10);
+        if (*end || n < lo || n > 100) {
+                fprintf(stderr, "loom-state: %s: %d..100, got '%s'\n", opt, lo, v);
+                return -1;
+        }
+        *out = (int)n;
+        return 0;
+}
+
 int loom_state_cmd_bench(int argc, char **argv)
 {
         loom_state_bench_cfg cfg = {.dir = "."};
@@ -71,20 +84,13 @@ int loom_state_cmd_bench(int argc, char **argv)
                                 return 2;
                         break;
                 case 'g':
-                case 'r': {
-                        char *end;
-                        long v = strtol(optarg, &end, 10);
-                        if (*end || v < (o == 'g' ? 0 : 1) || v > 100) {
-                                fprintf(stderr, "loom-state: --%s: %d..100, got '%s'\n",
-                                        o == 'g' ? "gpu" : "repeats", o == 'g' ? 0 : 1, optarg);
+                        if (int_opt("--gpu", optarg, 0, &g.device))
                                 return 2;
-                        }
-                        if (o == 'g')
-                                g.device = (int)v;
-                        else
-                                cfg.repeats = (int)v;
                         break;
-                }
+                case 'r':
+                        if (int_opt("--repeats", optarg, 1, &cfg.repeats))
+                                return 2;
+                        break;
                 case 'h':
                         loom_state_cmd_usage(stdout);
                         return 0;

@@ -370,7 +370,7 @@ class Client(_native.Handle):
         ordinal (None: host memory)."""
         items = list(tensors.items())
         ios = (_Io * len(items))()
-        keep = []
+        devs = []
         for i, (k, t) in enumerate(items):
             addr, nbytes, dt, shape = _buffer(t)
             rows, cols = _rect(shape)
@@ -398,8 +398,8 @@ class Client(_native.Handle):
                     break
             if io.fd < 0:
                 io.ptr = addr
-            keep.append(_cuda_device(t))
-        return ios, keep
+            devs.append(_cuda_device(t))
+        return ios, devs
 
     def _run(self, tensors, job, version, load, tier="host", device=""):
         """One call per path: host buffers through the emulated path, CUDA tensors through the

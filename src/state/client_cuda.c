@@ -62,16 +62,20 @@ static uint64_t bucket_of(const st_client_cuda *cu)
         return cu && cu->want_bucket ? cu->want_bucket : ST_CUDA_BUCKET;
 }
 
-void loom_state_cuda_bucket(loom_state_client *c, uint64_t bytes)
+/* The client's CUDA state, made on first use; NULL when out of memory. */
+static st_client_cuda *state_of(loom_state_client *c)
 {
         st_client_cuda **p = loom__state_client_cu(c);
-        if (!*p) {
-                *p = calloc(1, sizeof **p);
-                if (!*p)
-                        return; /* the next CUDA call reports the allocation failure */
+        if (!*p && (*p = calloc(1, sizeof **p)))
                 (*p)->fd = -1;
-        }
-        (*p)->want_bucket = st_round(bytes);
+        return *p;
+}
+
+void loom_state_cuda_bucket(loom_state_client *c, uint64_t bytes)
+{
+        st_client_cuda *cu = state_of(c);
+        if (cu) /* else the next CUDA call reports the allocation failure */
+                cu->want_bucket = st_round(bytes);
 }
 
 int loom_state_cuda_probe(char *lib, size_t len, loom_err *e)
@@ -86,14 +90,9 @@ int loom_state_cuda_probe(char *lib, size_t len, loom_err *e)
 /* The client's CUDA state with a registered staging of two halves of at least `half` bytes. */
 static int setup(loom_state_client *c, uint64_t half, st_client_cuda **out, loom_err *e)
 {
-        st_client_cuda **p = loom__state_client_cu(c);
-        if (!*p) {
-                *p = calloc(1, sizeof **p);
-                if (!*p)
-                        return loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
-                (*p)->fd = -1;
-        }
-        st_client_cuda *cu = *p;
+        st_client_cuda *cu = state_of(c);
+        if (!cu)
+                return loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
         *out = cu;
         int rc = cu->api ? 0 : loom__cuda_get(&cu->api, e);
         const st_cuda *a = cu->api;

@@ -110,6 +110,24 @@ static void tensors(const st_cuda *cu, loom_state_io *io, uint8_t **host, uint64
         }
 }
 
+static void tensors_free(const st_cuda *cu, loom_state_io *io, uint8_t **host)
+{
+        for (size_t i = 0; i < NT; i++) {
+                free(host[i]);
+                cu->Free(io[i].ptr);
+        }
+}
+
+/* A 4 MiB state of 256 KiB tensors in 1 MiB buckets, through the double. */
+static loom_state_gpu_bench_cfg small_bench(int repeats)
+{
+        return (loom_state_gpu_bench_cfg){.dir = "/tmp",
+                                          .bytes = 4 << 20,
+                                          .tensor_bytes = 256 << 10,
+                                          .bucket_bytes = 1 << 20,
+                                          .repeats = repeats};
+}
+
 Test(state_cuda, no_runtime_is_a_clear_error)
 {
         setenv("LOOM_CUDART", "/nonexistent/libcudart.so", 1);
@@ -227,11 +245,7 @@ Test(state_cuda, bench_with_copies_that_complete_late)
         setenv("FAKECUDART_ASYNC", "1", 1);
         setenv("FAKECUDART_DELAY_US", "200", 1);
         fake();
-        loom_state_gpu_bench_cfg g = {.dir = "/tmp",
-                                      .bytes = 4 << 20,
-                                      .tensor_bytes = 256 << 10,
-                                      .bucket_bytes = 1 << 20,
-                                      .repeats = 1};
+        loom_state_gpu_bench_cfg g = small_bench(1);
         loom_state_gpu_bench_result r;
         loom_err e;
         cr_assert_eq(loom_state_gpu_bench(&g, &r, &e), 0, "%s", e.msg);
@@ -264,10 +278,7 @@ Test(state_cuda, offload_of_one_bucket_and_growth_of_the_staging)
         cr_assert_eq(loom_state_cuda_offload(f.c, io, NT, 0, LOOM_STATE_HOST, &res, &e), 0);
         cr_assert_eq(res.bytes, 0);
         cr_assert_eq(res.dedup_bytes, 16384 * 5 + 204800 + 8192);
-        for (size_t i = 0; i < NT; i++) {
-                free(host[i]);
-                cu->Free(io[i].ptr);
-        }
+        tensors_free(cu, io, host);
         fx_stop(&f);
 }
 
@@ -303,21 +314,14 @@ Test(state_cuda, bad_buffers_are_refused)
         cr_assert_eq(loom_state_stat(f.c, &st, &e), 0);
         cr_assert_eq(st.host_used, 0, "nothing stored");
         loom_state_stats_free(&st);
-        for (size_t i = 0; i < NT; i++) {
-                free(host[i]);
-                cu->Free(io[i].ptr);
-        }
+        tensors_free(cu, io, host);
         fx_stop(&f);
 }
 
 Test(state_cuda, bench_runs_and_checks_every_load)
 {
         fake();
-        loom_state_gpu_bench_cfg g = {.dir = "/tmp",
-                                      .bytes = 4 << 20,
-                                      .tensor_bytes = 256 << 10,
-                                      .bucket_bytes = 1 << 20,
-                                      .repeats = 2};
+        loom_state_gpu_bench_cfg g = small_bench(2);
         loom_state_gpu_bench_result r;
         loom_err e;
         cr_assert_eq(loom_state_gpu_bench(&g, &r, &e), 0, "%s", e.msg);

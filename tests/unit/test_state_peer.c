@@ -32,13 +32,9 @@ static void *serve(void *arg)
         return NULL;
 }
 
-static void fx_start(fx *f, long group)
+/* A daemon on f->dir, serving in a thread. */
+static void fx_serve(fx *f, long group)
 {
-        if (geteuid() != 0)
-                cr_skip_test("needs root to act as a second uid");
-        snprintf(f->dir, sizeof f->dir, "/tmp/loom-state-peer-XXXXXX");
-        cr_assert(mkdtemp(f->dir));
-        chmod(f->dir, 0755); /* the other uid must reach the socket */
         loom_state_cfg cfg;
         loom_state_cfg_default(&cfg);
         cfg.dir = f->dir;
@@ -49,11 +45,26 @@ static void fx_start(fx *f, long group)
         cr_assert_eq(pthread_create(&f->t, NULL, serve, f->d), 0);
 }
 
-static void fx_stop(fx *f)
+static void fx_start(fx *f, long group)
+{
+        if (geteuid() != 0)
+                cr_skip_test("needs root to act as a second uid");
+        snprintf(f->dir, sizeof f->dir, "/tmp/loom-state-peer-XXXXXX");
+        cr_assert(mkdtemp(f->dir));
+        chmod(f->dir, 0755); /* the other uid must reach the socket */
+        fx_serve(f, group);
+}
+
+static void fx_halt(fx *f)
 {
         loom_state_daemon_stop(f->d);
         pthread_join(f->t, NULL);
         loom_state_daemon_free(f->d);
+}
+
+static void fx_stop(fx *f)
+{
+        fx_halt(f);
         char cmd[128];
         snprintf(cmd, sizeof cmd, "rm -rf %s", f->dir);
         cr_assert_eq(system(cmd), 0);
@@ -152,15 +163,8 @@ Test(state_peer, the_configured_group_may_touch_every_job_and_owners_survive_res
         cr_assert_eq(io(sock, "root-job", 1, 1, NULL, &e), 0, "%s", e.msg);
         cr_assert_eq(as_other(other_reads_root_job, sock), 0);
         /* the owner list is on disk: a restarted daemon (no group now) still refuses */
-        loom_state_daemon_stop(f.d);
-        pthread_join(f.t, NULL);
-        loom_state_daemon_free(f.d);
-        loom_state_cfg cfg;
-        loom_state_cfg_default(&cfg);
-        cfg.dir = f.dir;
-        cfg.no_mlock = 1;
-        cr_assert_eq(loom_state_daemon_new(&cfg, &f.d, &e), 0, "%s", e.msg);
-        cr_assert_eq(pthread_create(&f.t, NULL, serve, f.d), 0);
+        fx_halt(&f);
+        fx_serve(&f, -1);
         cr_assert_eq(as_other(other_reads_root_job, loom_state_daemon_sock(f.d)), 1);
         fx_stop(&f);
 }
