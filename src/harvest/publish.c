@@ -23,13 +23,6 @@ void loom_harvest_publish_defaults(loom_harvest_publish_cfg *c)
                                         .interval_s = 1};
 }
 
-static double now_s(void)
-{
-        struct timespec t;
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
 /* Publish w as version, then its line: version, digests, what the encoding cost, when. */
 static int publish_one(loom_sync_pub *p, uint64_t version, const uint16_t *w, uint64_t elems,
                        double t0, FILE *out, loom_err *e)
@@ -46,7 +39,7 @@ static int publish_one(loom_sync_pub *p, uint64_t version, const uint16_t *w, ui
                 "\"delta_bytes\":%llu,\"dense_bytes\":%llu,\"encode_ms\":%.3f,\"t_s\":%.3f}\n",
                 (unsigned long long)version, (unsigned long long)hash, crc,
                 (unsigned long long)ps.changed, (unsigned long long)ps.delta_bytes,
-                (unsigned long long)ps.dense_bytes, ps.encode_s * 1e3, now_s() - t0);
+                (unsigned long long)ps.dense_bytes, ps.encode_s * 1e3, hv_now_s() - t0);
         fflush(out);
         return 0;
 }
@@ -55,13 +48,13 @@ static int publish_one(loom_sync_pub *p, uint64_t version, const uint16_t *w, ui
 static int publish_loop(const loom_harvest_publish_cfg *c, loom_sync_pub *p, uint16_t *w,
                         int (*stop)(void), FILE *out, loom_err *e)
 {
-        double t0 = now_s(), next = t0 + c->interval_s;
+        double t0 = hv_now_s(), next = t0 + c->interval_s;
         uint64_t v = 1;
         loom_harvest_wgen(c->seed, 0, c->density, w, c->elems);
         int rc = publish_one(p, v, w, c->elems, t0, out, e);
-        while (!rc && !stop() && (c->for_s <= 0 || now_s() - t0 < c->for_s)) {
+        while (!rc && !stop() && (c->for_s <= 0 || hv_now_s() - t0 < c->for_s)) {
                 usleep(5000);
-                if ((c->versions && v >= c->versions) || now_s() < next)
+                if ((c->versions && v >= c->versions) || hv_now_s() < next)
                         continue;
                 next += c->interval_s;
                 v++;

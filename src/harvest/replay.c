@@ -39,13 +39,6 @@ typedef struct job {
         uint32_t prompt, gen;
 } job;
 
-static double wall(void)
-{
-        struct timespec t;
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
 static int one(const job *j, double *ttft, double *tpot)
 {
         const loom_harvest_replay_cfg *c = j->s->cfg;
@@ -54,7 +47,7 @@ static int one(const job *j, double *ttft, double *tpot)
                 return -1;
         struct timeval tv = {.tv_sec = (time_t)(c->timeout_s > 0 ? c->timeout_s : 60)};
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-        double t0 = wall(), t_first = 0, t_done = 0;
+        double t0 = hv_now_s(), t_first = 0, t_done = 0;
         if (connect(fd, (const struct sockaddr *)&j->s->sa, sizeof j->s->sa)) {
                 close(fd);
                 return -1;
@@ -80,9 +73,9 @@ static int one(const job *j, double *ttft, double *tpot)
                 if (!body && strstr(buf, "\r\n\r\n"))
                         body = 1;
                 if (body && !t_first && strstr(buf, "\nfirst\n"))
-                        t_first = wall();
+                        t_first = hv_now_s();
                 if (body && !t_done && strstr(buf, "\ndone "))
-                        t_done = wall();
+                        t_done = hv_now_s();
                 if (have >= sizeof buf - 1)
                         break;
         }
@@ -142,12 +135,12 @@ int loom_harvest_replay(const loom_harvest_replay_cfg *c, loom_harvest_replay_re
         pthread_attr_init(&at);
         pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
         pthread_attr_setstacksize(&at, 128 * 1024);
-        double t0 = wall();
+        double t0 = hv_now_s();
         for (size_t i = 0; i < n; i++) {
                 double emu = (double)c->trace->reqs[i].arrival / 1e6 / c->density;
                 if (c->duration_s > 0 && emu > c->duration_s)
                         break;
-                double at_wall = t0 + emu / c->speed, now = wall();
+                double at_wall = t0 + emu / c->speed, now = hv_now_s();
                 if (at_wall > now) {
                         struct timespec d = {.tv_sec = (time_t)(at_wall - now)};
                         d.tv_nsec = (long)((at_wall - now - (double)d.tv_sec) * 1e9);
@@ -175,7 +168,7 @@ int loom_harvest_replay(const loom_harvest_replay_cfg *c, loom_harvest_replay_re
                 pthread_cond_wait(&s.cv, &s.mu);
         pthread_mutex_unlock(&s.mu);
         pthread_attr_destroy(&at);
-        res->wall_s = wall() - t0;
+        res->wall_s = hv_now_s() - t0;
         res->ok = s.ok;
         res->failed = s.failed;
         hv_latency_pcts(s.ttft, s.tpot, s.ok, &res->ttft_p50_ms, &res->ttft_p99_ms,

@@ -4,6 +4,8 @@
 #ifndef LOOM_HARVEST_SIM_INT_H
 #define LOOM_HARVEST_SIM_INT_H
 
+#include <time.h>
+
 #include "loom/harvest.h"
 
 typedef struct hv_flags {
@@ -27,5 +29,13 @@ void hv_latency_pcts(double *ttft, double *tpot, size_t n, double *ttft_p50, dou
 /* Put "what: " in front of e's message (what NULL: e's field; nothing when it is empty), so that
  * the message is complete on its own; returns rc. Does nothing when rc is 0 or e is NULL. run.c */
 int hv_err_lead(loom_err *e, int rc, const char *what);
+
+/* Seconds on the monotonic clock. */
+static inline double hv_now_s(void)
+{
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
 
 #endif

@@ -40,13 +40,6 @@ struct loom_harvest_wlive {
         loom_harvest_wlive_stats st;
 };
 
-static double now_s(void)
-{
-        struct timespec t;
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
 void loom_harvest_wgen(uint64_t seed, uint32_t version, double density, uint16_t *w, uint64_t n)
 {
         if (version == 0) {
@@ -97,7 +90,7 @@ static void set_error(loom_harvest_wlive *l, const loom_err *e)
 
 static void pause_for(loom_harvest_wlive *l, double s)
 {
-        double until = now_s() + s;
+        double until = hv_now_s() + s;
         struct timespec t = {.tv_sec = (time_t)until,
                              .tv_nsec = (long)((until - (double)(time_t)until) * 1e9)};
         pthread_mutex_lock(&l->mu);
@@ -112,12 +105,12 @@ static void pull_once(loom_harvest_wlive *l, uint64_t have, uint64_t latest)
         loom_sync_pull_stats ps;
         const loom_harvest_wlive_cfg *c = &l->cfg;
         /* the staging buffer must hold the served version for a delta to apply to it */
-        double t0 = now_s();
+        double t0 = hv_now_s();
         if (have)
                 memcpy(l->stage, l->serve, 2 * c->elems);
         int rc = loom_sync_pull(c->model, l->ip, c->port, l->shard, c->shards, l->stage,
                                 have ? have : LOOM_SYNC_NO_VERSION, latest, c->timeout_s, &ps, &e);
-        double dt = now_s() - t0;
+        double dt = hv_now_s() - t0;
         uint64_t hash = 0;
         uint32_t crc = 0;
         if (!rc)
@@ -139,7 +132,7 @@ static void pull_once(loom_harvest_wlive *l, uint64_t have, uint64_t latest)
                 l->st.last_bytes = ps.bytes;
                 l->st.last_changed = ps.changed;
                 l->st.last_pull_s = dt;
-                l->st.last_ok_at_s = now_s() - l->t0;
+                l->st.last_ok_at_s = hv_now_s() - l->t0;
                 if (ps.base == LOOM_SYNC_NO_VERSION)
                         l->st.pulls_dense++;
                 else
@@ -251,7 +244,7 @@ int loom_harvest_wlive_start(const loom_harvest_wlive_cfg *c, loom_harvest_wlive
         pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
         pthread_cond_init(&l->cv, &ca);
         pthread_condattr_destroy(&ca);
-        l->t0 = now_s();
+        l->t0 = hv_now_s();
         if (pthread_create(&l->th, NULL, pull_main, l)) {
                 loom_harvest_wlive_stop(l);
                 return loom_err_set(e, LOOM_EIO, "weights", "cannot start the pull thread");
@@ -282,7 +275,7 @@ void loom_harvest_wlive_stats_get(loom_harvest_wlive *l, loom_harvest_wlive_stat
         pthread_mutex_lock(&l->mu);
         *s = l->st;
         s->held = l->held;
-        s->now_s = now_s() - l->t0;
+        s->now_s = hv_now_s() - l->t0;
         pthread_mutex_unlock(&l->mu);
 }
 

@@ -12,6 +12,18 @@ typedef struct sweep_arg {
         int w, h;
 } sweep_arg;
 
+/* one horizontal grid line across the plot at y, labelled `lab` at x = lx */
+static void grid_line(cairo_t *cr, double ml, double pw, double y, const char *lab, double lx)
+{
+        cairo_set_source_rgb(cr, 0.85, 0.85, 0.85);
+        cairo_move_to(cr, ml, y);
+        cairo_line_to(cr, ml + pw, y);
+        cairo_stroke(cr);
+        cairo_set_source_rgb(cr, 0, 0, 0);
+        cairo_move_to(cr, lx, y + 4);
+        cairo_show_text(cr, lab);
+}
+
 /* horizontal grid lines at 1, 2, 5 x 10^k on a log axis of `top` decades */
 static void log_grid(cairo_t *cr, double top, double ml, double mt, double pw, double ph)
 {
@@ -20,16 +32,9 @@ static void log_grid(cairo_t *cr, double top, double ml, double mt, double pw, d
                         double v = m * pow(10, k);
                         if (log10(v) > top + 1e-9)
                                 continue;
-                        double y = mt + ph - ph * log10(v) / top;
-                        cairo_set_source_rgb(cr, 0.85, 0.85, 0.85);
-                        cairo_move_to(cr, ml, y);
-                        cairo_line_to(cr, ml + pw, y);
-                        cairo_stroke(cr);
                         char lab[16];
                         snprintf(lab, sizeof lab, "%gx", v);
-                        cairo_set_source_rgb(cr, 0, 0, 0);
-                        cairo_move_to(cr, ml - 45, y + 4);
-                        cairo_show_text(cr, lab);
+                        grid_line(cr, ml, pw, mt + ph - ph * log10(v) / top, lab, ml - 45);
                 }
 }
 
@@ -115,16 +120,9 @@ static void draw_balance(cairo_t *cr, const void *varg)
         cairo_select_font_face(cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
         cairo_set_font_size(cr, 11);
         for (double v = 0; v <= top + 1e-9; v += 5) {
-                double y = mt + ph - ph * v / top;
-                cairo_set_source_rgb(cr, 0.85, 0.85, 0.85);
-                cairo_move_to(cr, ml, y);
-                cairo_line_to(cr, ml + pw, y);
-                cairo_stroke(cr);
                 char lab[16];
                 snprintf(lab, sizeof lab, "%g%%", v);
-                cairo_set_source_rgb(cr, 0, 0, 0);
-                cairo_move_to(cr, ml - 40, y + 4);
-                cairo_show_text(cr, lab);
+                grid_line(cr, ml, pw, mt + ph - ph * v / top, lab, ml - 40);
         }
         for (int i = 0; i < n; i++) {
                 double g = rows[i].off > 0 ? 100 * (rows[i].on / rows[i].off - 1) : 0;
