@@ -28,7 +28,8 @@
 typedef struct gset {
         int k_roll, k_train; /* nodes per pool */
         int *members;        /* workload indices */
-        int n, cap;
+        int n;
+        size_t cap;
         loom_us now; /* when the set is free to start the next iteration */
         int last;    /* member that ran last, -1 */
         double need; /* sum of members' minimal fractions */
@@ -53,7 +54,8 @@ typedef struct gavel {
         const loom_sim_cfg *c;
         const loom_sim_workload *w;
         gset *sets;
-        int n_sets, cap_sets;
+        int n_sets;
+        size_t cap_sets;
         gjob *jobs;
         gev *ev;
         size_t n_ev, cap_ev;
@@ -61,14 +63,8 @@ typedef struct gavel {
 
 static int push(gavel *g, loom_us t, int kind, int pool, int delta)
 {
-        if (g->n_ev == g->cap_ev) {
-                size_t cap = g->cap_ev ? 2 * g->cap_ev : 1024;
-                gev *p = realloc(g->ev, cap * sizeof *p);
-                if (!p)
-                        return LOOM_ENOMEM;
-                g->ev = p;
-                g->cap_ev = cap;
-        }
+        if (loom_reserve(&g->ev, &g->cap_ev, g->n_ev + 1, sizeof *g->ev, 1024))
+                return LOOM_ENOMEM;
         g->ev[g->n_ev++] = (gev){t, pool, delta, kind};
         return 0;
 }
@@ -174,14 +170,9 @@ static int admit(gavel *g, int ji)
         int gpn = g->c->cluster.gpus_per_node;
         int si = best_set(g, ji);
         if (si < 0) {
-                if (g->n_sets == g->cap_sets) {
-                        int cap = g->cap_sets ? 2 * g->cap_sets : 64;
-                        gset *p = realloc(g->sets, (size_t)cap * sizeof *p);
-                        if (!p)
-                                return LOOM_ENOMEM;
-                        g->sets = p;
-                        g->cap_sets = cap;
-                }
+                if (loom_reserve(&g->sets, &g->cap_sets, (size_t)g->n_sets + 1, sizeof *g->sets,
+                                 64))
+                        return LOOM_ENOMEM;
                 si = g->n_sets++;
                 gset *s = &g->sets[si];
                 *s = (gset){.k_roll = j->spec.rollout_gpus / gpn,
@@ -196,14 +187,8 @@ static int admit(gavel *g, int ji)
                         return rc;
         }
         gset *s = &g->sets[si];
-        if (s->n == s->cap) {
-                int cap = s->cap ? 2 * s->cap : 4;
-                int *p = realloc(s->members, (size_t)cap * sizeof *p);
-                if (!p)
-                        return LOOM_ENOMEM;
-                s->members = p;
-                s->cap = cap;
-        }
+        if (loom_reserve(&s->members, &s->cap, (size_t)s->n + 1, sizeof *s->members, 4))
+                return LOOM_ENOMEM;
         /* a newcomer starts level with the members, not owed their past turns */
         double v = 0;
         for (int i = 0; i < s->n; i++)
