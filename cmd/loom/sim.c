@@ -2,8 +2,7 @@
  * sim.c - `loom sim`: replay a trace (or Poisson arrivals) through placement policies and
  * compare cost, SLO attainment and utilisation; `loom sim sweep`: WEAVE Figure 15 a-c. The
  * options become a loom_sim_study_cfg; the study (src/sim/study.c) computes everything before
- * it prints, so invalid input leaves no partial report behind.
- */
+ * it prints, so invalid input leaves no partial report behind. */
 #include <getopt.h>
 #include <limits.h>
 #include <stdio.h>
@@ -50,11 +49,11 @@ static void usage(FILE *f)
             "                         random-slo, greedy-slo, regroup, gavel (Gavel+)\n"
             "                         or PlexRL's plex-isolated, plex-pack, plex-spread,\n"
             "                         plex-backfill, plex-all (--policy plex-all --help)\n"
-            "  --admission A          worst (default) | p99 | p95: after --learn-after\n"
-            "                         iterations, plan each job on a 90%% upper bound of\n"
-            "                         that quantile of its observed phase times (worst\n"
-            "                         case until enough iterations bound it)\n"
+            "  --admission A          worst (default) | p99 | p95: plan each job on a 90%%\n"
+            "                         bound of that quantile of its observed phase times\n"
             "  --learn-after K        iterations observed before re-planning (default 3)\n"
+            "  --learn-bound B        normal (default) | order: the quantile's bound\n"
+            "  --move-lone on|off     learned lone members move to cheaper groups (on)\n"
             "  --multirate on|off     members may run several iterations per meta-iteration (on)\n"
             "  --train-rightsize on|off  new groups get the fewest training nodes in SLO (off)\n"
             "  --colocate-lone on|off a lone member rolls out on its training nodes (on)\n"
@@ -68,10 +67,8 @@ static void usage(FILE *f)
             "  --no-progress          no progress bar (it is drawn only on a terminal)\n"
             "  --decompose            the cost as a ladder from the fluid lower bound, one\n"
             "                         constraint per rung (docs/sim.md); --json for lines\n"
-            "sweep (Figure 15 a-c on the trace window, loom/random/greedy/random-slo/\n"
-            "greedy-slo vs lb):\n"
-            "  --seeds N              seeds per setting (default 3)\n"
-            "  --threads N            worker threads (default 2)\n"
+            "sweep (Figure 15 a-c: loom/random/greedy/random-slo/greedy-slo vs lb):\n"
+            "  --seeds N              seeds per setting (3)   --threads N  worker threads (2)\n"
             "\n"
             "Exit status: 0 ok, 1 invalid input (trace, values), 2 bad usage.\n");
 }
@@ -88,12 +85,11 @@ static void bar(void *ctx, const char *label, double frac)
                 fprintf(stderr, "\r%70s\r", "");
                 return;
         }
-        int width = 40, fill = (int)(frac * width + 0.5);
-        char b[64];
-        for (int i = 0; i < width; i++)
-                b[i] = i < fill ? '#' : '.';
-        b[width] = 0;
-        fprintf(stderr, "\r%-11s [%s] %3d%%", label, b, (int)(frac * 100 + 0.5));
+        static const char hash[] = "########################################", /* 40 */
+                          dots[] = "........................................";
+        int fill = (int)(frac * 40 + 0.5);
+        fprintf(stderr, "\r%-11s [%.*s%.*s] %3d%%", label, fill, hash, 40 - fill, dots,
+                (int)(frac * 100 + 0.5));
         fflush(stderr);
 }
 
@@ -164,6 +160,8 @@ static int special(opts *o, const char *name, const char *v)
                 return bad("--drift (none|increasing|decreasing|mixed)", v);
         } else if (!strcmp(name, "admission") && loom_admission_parse(v, &pol->admission)) {
                 return bad("--admission (worst|p99|p95)", v);
+        } else if (!strcmp(name, "learn-bound") && loom_learn_bound_parse(v, &pol->learn_bound)) {
+                return bad("--learn-bound (normal|order)", v);
         } else if (loom_policy_switch(pol, name)) {
                 char what[40];
                 snprintf(what, sizeof what, "--%s (on|off)", name);
@@ -246,6 +244,8 @@ static int parse(int argc, char **argv, opts *o)
             {.name = "multirate"},
             {.name = "train-rightsize"},
             {.name = "colocate-lone"},
+            {.name = "learn-bound"},
+            {.name = "move-lone"},
         };
         enum { N = sizeof t / sizeof t[0] };
         struct option lo[N + 2] = {[N] = {"help", 0, 0, 'h'}};

@@ -68,6 +68,32 @@ int loom_admission_parse(const char *s, loom_admission *out);
 
 #define LOOM_LEARN_WINDOW 20      /* observed iterations a learned profile is computed from */
 #define LOOM_LEARN_CONFIDENCE 0.9 /* of the upper bound on a learned quantile */
+#define LOOM_PRIOR_JOBS 16        /* ended jobs the budget prior of a new job is taken from */
+#define LOOM_MOVE_GAIN 0.5        /* a lone member moves only if that halves what it costs */
+
+/* How a learned quantile is bounded (docs/scheduling.md, learned profiles).
+ * NORMAL: a one-sided normal tolerance bound, mean + k(n) s over the last LOOM_LEARN_WINDOW / 2
+ * iterations, from learn_after iterations on; sound where a phase's length is a sum over many
+ * responses (training, a rollout's token total), which the central limit theorem makes close
+ * to normal. ORDER: the distribution-free order statistic (loom_quantile_ucb), which needs 230
+ * iterations for a p99 and 45 for a p95 before it bounds anything; for heavy-tailed phases. */
+typedef enum loom_learn_bound {
+        LOOM_LEARN_NORMAL = 0,
+        LOOM_LEARN_ORDER,
+} loom_learn_bound;
+
+const char *loom_learn_bound_name(loom_learn_bound b); /* "normal", "order" */
+/* 0 or LOOM_EINVAL. */
+int loom_learn_bound_parse(const char *s, loom_learn_bound *out);
+
+/*
+ * The one-sided normal tolerance factor k for n samples: with probability LOOM_LEARN_CONFIDENCE
+ * the sample mean plus k times the sample standard deviation of n i.i.d. normal samples lies
+ * at or above their q-quantile. k = t'/sqrt(n), t' the LOOM_LEARN_CONFIDENCE quantile of the
+ * noncentral t distribution with n - 1 degrees of freedom and noncentrality z_q sqrt(n)
+ * (tabulated for q = 0.95 and 0.99, n = 2 .. LOOM_LEARN_WINDOW / 2). INFINITY outside them.
+ */
+double loom_normal_tolerance_k(int n, double q);
 
 /*
  * A distribution-free upper confidence bound on the q-quantile of a phase time, from the `m`
@@ -85,8 +111,9 @@ double loom_quantile_ucb(const double *top, int m, int64_t n, double q, double c
  * a data directory was written under another, re-derives its log with this code instead of
  * demanding the stored outcomes bit for bit (docs/operations.md, "store versioning"). Version 2:
  * multi-rate groups, the tighter-packing tie-break and the quantile bound of learned profiles.
- * Version 3: lone members colocated on their training nodes. */
-#define LOOM_SCHED_ARITH 3
+ * Version 3: lone members colocated on their training nodes. Version 4: learned profiles
+ * bounded by a normal tolerance bound (policy.learn_bound). */
+#define LOOM_SCHED_ARITH 4
 
 typedef struct loom_policy_cfg {
         int max_group_size;              /* default 5, at most LOOM_MAX_GROUP_SIZE */
@@ -99,6 +126,7 @@ typedef struct loom_policy_cfg {
         uint64_t seed;                   /* for LOOM_PLACER_RANDOM */
         loom_admission admission;        /* default LOOM_ADMIT_WORST */
         int learn_after;                 /* iterations observed before re-planning; default 3 */
+        loom_learn_bound learn_bound;    /* how a learned quantile is bounded; default NORMAL */
         loom_dispatch dispatch;          /* training-pool order; default LOOM_DISPATCH_RR */
         double preempt_margin;           /* HRRS preemption margin, >= 1; default 1.1 */
         /* LOOM_PLACER_PLEX: Eq. 1 shift bound and weights (0.5, 1.0, 0.25), duty bound 0.75 */
@@ -116,11 +144,16 @@ typedef struct loom_policy_cfg {
          * every job, and its rollout nodes are provisioned only when a second member joins.
          * Loom's placer only; default true. */
         bool colocate_lone;
+        /* Lone members moved (docs/scheduling.md): under learned admission, a lone member that
+         * another group would take for less than LOOM_MOVE_GAIN of its own group's cost is
+         * re-admitted there (loom_sched_observe returns 3). Loom's placer only; default true. */
+        bool move_lone;
 } loom_policy_cfg;
 
 void loom_policy_cfg_default(loom_policy_cfg *p);
 int loom_policy_cfg_validate(const loom_policy_cfg *p, const loom_cluster_cfg *c, loom_err *e);
-/* The on/off switches of the command lines: "multirate", "train-rightsize", "colocate-lone".
+/* The on/off switches of the command lines: "multirate", "train-rightsize", "colocate-lone",
+ * "move-lone".
  * Returns a pointer to p's field for that name, or NULL for another name. */
 bool *loom_policy_switch(loom_policy_cfg *p, const char *name);
 
@@ -234,8 +267,11 @@ int loom_sched_phase_done(loom_sched *s, loom_us now, loom_job_id job, loom_phas
  * LOOM_ADMIT_WORST and for sync. Returns 1 when the job's group was re-planned on its new
  * profile, 0 when not, 2 when its group cannot meet the job's SLO budget measured on what it
  * achieves alone (the group is closed to new members; the driver should stop the job and
- * re-admit it on loom_job_info.learned_*), LOOM_ENOENT / LOOM_EINVAL for an unknown job or a
- * negative length. */
+ * re-admit it on loom_job_info.learned_*), 3 when the job runs alone on its training nodes and
+ * another group would take it for less than LOOM_MOVE_GAIN of what its own group costs
+ * (policy.move_lone; the driver moves it by re-admitting it the same way, and the placement
+ * search then finds that group), LOOM_ENOENT / LOOM_EINVAL for an unknown job or a negative
+ * length. */
 int loom_sched_observe(loom_sched *s, loom_us now, loom_job_id job, loom_phase phase, loom_us took);
 
 typedef enum loom_exit {

@@ -254,7 +254,9 @@ typedef struct loom_sim_result {
         double regroup_migration_h; /* job-hours regroup spent migrating and restarting */
         uint64_t regroups;          /* regroupings applied (regroup) */
         uint64_t restarts;          /* failed jobs re-admitted */
-        uint64_t resubmits;         /* drifted jobs re-admitted on their observed profile */
+        uint64_t resubmits;         /* jobs re-admitted on their observed profile (drift,
+                                       learned budget, moves) */
+        uint64_t moves;             /* of them, lone members moved to another group */
         uint64_t replans;           /* learned-profile re-plans (admission p99/p95) */
         bool multirate;             /* the run's placer could run members at rates > 1 */
         uint64_t rate_sum, rate_n;  /* the rates jobs were admitted at: mean = sum / n */

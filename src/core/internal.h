@@ -145,6 +145,11 @@ struct loom_sched {
         uint64_t rng; /* LOOM_PLACER_RANDOM */
         loom_sched_stats stats;
         struct loom_plex *plex; /* LOOM_PLACER_PLEX: the timeline placer; else NULL */
+        const struct group *exclude; /* a group loom__place skips (move.c), or NULL */
+        /* learn.c: the mean [rollout, train] fractions of the last LOOM_PRIOR_JOBS jobs that
+         * ended with a learned profile, a ring (n_prior counts every one) */
+        double prior[LOOM_PRIOR_JOBS][2];
+        uint64_t n_prior;
 };
 
 /* The ids of g's training nodes into out[0 .. g->n_tnodes). */
@@ -168,6 +173,14 @@ void loom__lone_again(loom_sched *s, group *g);
 /* Set member j's rate (>= 1) now: rollout loads follow, and its next phases start a fresh
  * round (dispatch keys); the caller refreshes the group. */
 void loom__set_rate(loom_sched *s, job *j, int rate, int64_t round);
+
+/* learn.c: a job ends (its means feed the prior); a new job's budget from the prior. */
+void loom__learn_exit(loom_sched *s, const job *j);
+void loom__learn_prior(const loom_sched *s, loom_job_spec *spec);
+
+/* move.c: whether learned-profile job j, alone on its training nodes, would cost less than
+ * LOOM_MOVE_GAIN of its group in another group (policy.move_lone). */
+bool loom__move_pays(loom_sched *s, const job *j);
 
 /* placement.c */
 int loom__place(const loom_sched *s, const loom_job_spec *spec, loom_decision *d, loom_err *e,

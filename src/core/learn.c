@@ -7,25 +7,36 @@
  * length (loom_sched_observe); once a job has learn_after observed iterations its group is
  * re-planned on the job's observed profile:
  *
- *   planned t_roll, t_train  = declared x an upper confidence bound on the quantile of the
- *                              observed fractions (loom_quantile_ucb at LOOM_LEARN_CONFIDENCE,
- *                              over every iteration since admission), or the declared worst
- *                              case while there are too few iterations to bound it: what
- *                              T_meta is simulated on;
+ *   planned t_roll, t_train  = declared x an upper confidence bound (at LOOM_LEARN_CONFIDENCE)
+ *                              on the quantile of the observed fractions: what T_meta is
+ *                              simulated on;
  *   SLO budget               = slo x (declared t_roll x mean + declared t_train x mean + sync):
  *                              the solo iteration the job actually achieves (mean of the last
  *                              LOOM_LEARN_WINDOW / 2 iterations), so the realised slowdown, not
  *                              only the profiled one, stays within the SLO.
  *
  * The sample quantile of a handful of iterations is no bound at all: the "p99" of three is
- * their maximum, below the true p99 with probability 0.99^3 = 97%. The order statistic used
- * instead is a bound at the stated confidence whatever the distribution, which needs at least
- * log(1 - conf) / log(q) samples (230 for p99, 45 for p95 at 90%); until then the job stays on
- * its declared worst case (or its largest observation, if that is worse). Each job's
- * observation array holds two halves: a ring of the last LOOM_LEARN_WINDOW / 2 fractions (the
- * mean) and the LOOM_LEARN_WINDOW / 2 largest fractions since admission, descending (the
- * bound); the rank the bound needs stays within them up to about a thousand iterations, and
- * past that the largest kept is used, which is larger and so still a bound.
+ * their maximum, below the true p99 with probability 0.99^3 = 97%. Two bounds are offered
+ * (policy.learn_bound):
+ *
+ *   normal (default)  mean + k(n) s of the last n <= LOOM_LEARN_WINDOW / 2 fractions, k the
+ *                     one-sided normal tolerance factor (loom_normal_tolerance_k: 7.34 at
+ *                     n = 3, 3.53 at n = 10 for a p99). A phase's length is a sum over many
+ *                     responses (training processes every token; a rollout's length is set by
+ *                     its token total or, at the limit, by the declared worst case itself), so
+ *                     the central limit theorem makes it close to normal; a job is re-planned
+ *                     from its second observed iteration on (or learn_after, if later). Never
+ *                     above the declared worst case or the largest fraction seen, if larger.
+ *   order             the distribution-free order statistic (loom_quantile_ucb), a bound
+ *                     whatever the distribution, which needs log(1 - conf) / log(q) samples
+ *                     (230 for p99, 45 for p95 at 90%); until then the job stays on its
+ *                     declared worst case (or its largest observation, if that is worse).
+ *
+ * Each job's observation array holds two halves: a ring of the last LOOM_LEARN_WINDOW / 2
+ * fractions (the mean, the normal bound) and the LOOM_LEARN_WINDOW / 2 largest fractions since
+ * admission, descending (the order bound); the rank the order bound needs stays within them up
+ * to about a thousand iterations, and past that the largest kept is used, which is larger and
+ * so still a bound.
  *
  * The re-plan is made only if the group's T_meta stays within every member's budget
  * afterwards; otherwise the job keeps its previous plan (and is retried after its next
@@ -37,10 +48,41 @@
  */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "internal.h"
 
 #define HALF (LOOM_LEARN_WINDOW / 2)
+
+/* k(n) for n = 2 .. 10 at 90% confidence, from the noncentral t distribution (the unit test
+ * recomputes each by numerical integration; n = 3 .. 10 match the published tables). */
+static const double tol_k[2][9] = {
+    {13.0909, 5.3115, 3.9566, 3.3998, 3.0919, 2.8938, 2.7543, 2.6499, 2.5684}, /* q = 0.95 */
+    {18.5002, 7.3404, 5.4382, 4.6660, 4.2425, 3.9720, 3.7825, 3.6414, 3.5317}, /* q = 0.99 */
+};
+
+double loom_normal_tolerance_k(int n, double q)
+{
+        int row = q == 0.95 ? 0 : q == 0.99 ? 1 : -1;
+        if (row < 0 || n < 2 || n > HALF)
+                return INFINITY;
+        return tol_k[row][n - 2];
+}
+
+const char *loom_learn_bound_name(loom_learn_bound b)
+{
+        return b == LOOM_LEARN_NORMAL ? "normal" : b == LOOM_LEARN_ORDER ? "order" : "?";
+}
+
+int loom_learn_bound_parse(const char *str, loom_learn_bound *out)
+{
+        for (int b = LOOM_LEARN_NORMAL; b <= LOOM_LEARN_ORDER; b++)
+                if (!strcmp(str, loom_learn_bound_name((loom_learn_bound)b))) {
+                        *out = (loom_learn_bound)b;
+                        return 0;
+                }
+        return LOOM_EINVAL;
+}
 
 /* P(Binomial(n, p) >= r) for small r, by summing the terms below r. */
 static double binom_tail(int64_t n, double p, int r)
@@ -83,16 +125,27 @@ static void remember(double *v, int64_t n_before, double f)
 }
 
 /* The planned fraction of one phase (bound, or worst case) and the mean of the recent ones. */
-static void summarise(const double *v, int n, double q, double *plan, double *mean)
+static void summarise(const double *v, int n, double q, loom_learn_bound how, double *plan,
+                      double *mean)
 {
         int recent = n < HALF ? n : HALF, kept = recent;
         double sum = 0;
         for (int i = 0; i < recent; i++)
                 sum += v[i];
         *mean = sum / recent;
+        double worst = v[HALF] > 1.0 ? v[HALF] : 1.0;
+        if (how == LOOM_LEARN_NORMAL) {
+                double ss = 0;
+                for (int i = 0; i < recent; i++)
+                        ss += (v[i] - *mean) * (v[i] - *mean);
+                double k = loom_normal_tolerance_k(recent, q);
+                double b = recent >= 2 ? *mean + k * sqrt(ss / (recent - 1)) : INFINITY;
+                *plan = b < worst ? b : worst;
+                return;
+        }
         bool ok;
         double ucb = loom_quantile_ucb(v + HALF, kept, n, q, LOOM_LEARN_CONFIDENCE, &ok);
-        *plan = ok ? ucb : (v[HALF] > 1.0 ? v[HALF] : 1.0);
+        *plan = ok ? ucb : worst;
 }
 
 /* Put job j on plan (roll, train, budget), keeping its rollout nodes' loads consistent. */
@@ -114,13 +167,54 @@ static loom_us scaled(loom_us t, double f)
         return v > 0 ? v : 1;
 }
 
+/* The mean of the last HALF fractions of one phase, or -1 with fewer than n_min. */
+static double recent_mean(const double *v, int n, int n_min)
+{
+        int recent = n < HALF ? n : HALF;
+        if (n < n_min || recent < 1)
+                return -1;
+        double sum = 0;
+        for (int i = 0; i < recent; i++)
+                sum += v[i];
+        return sum / recent;
+}
+
+void loom__learn_exit(loom_sched *s, const job *j)
+{
+        if (!j->ls)
+                return;
+        double r = recent_mean(j->ls->obs[0], j->ls->n_obs[0], s->policy.learn_after);
+        double t = recent_mean(j->ls->obs[1], j->ls->n_obs[1], s->policy.learn_after);
+        if (r < 0 || t < 0)
+                return;
+        double *p = s->prior[s->n_prior++ % LOOM_PRIOR_JOBS];
+        p[0] = r;
+        p[1] = t;
+}
+
+void loom__learn_prior(const loom_sched *s, loom_job_spec *spec)
+{
+        if (s->policy.admission == LOOM_ADMIT_WORST || spec->t_solo_ref > 0 || !s->n_prior)
+                return;
+        int n = s->n_prior < LOOM_PRIOR_JOBS ? (int)s->n_prior : LOOM_PRIOR_JOBS;
+        double f[2] = {0, 0};
+        for (int i = 0; i < n; i++)
+                for (int p = 0; p < 2; p++)
+                        f[p] += s->prior[i][p] / n;
+        double solo = (double)spec->t_roll * f[0] + (double)spec->t_train * f[1] +
+                      (double)spec->t_sync;
+        loom_us ref = (loom_us)solo;
+        if (ref >= 1 && ref < loom_job_t_solo(spec))
+                spec->t_solo_ref = ref;
+}
+
 /* Re-plan j's group on j's observed profile if every member's budget still holds. */
 static int replan(loom_sched *s, job *j)
 {
         double q = s->policy.admission == LOOM_ADMIT_P99 ? 0.99 : 0.95;
         double qr, mr, qt, mt;
-        summarise(j->ls->obs[0], j->ls->n_obs[0], q, &qr, &mr);
-        summarise(j->ls->obs[1], j->ls->n_obs[1], q, &qt, &mt);
+        summarise(j->ls->obs[0], j->ls->n_obs[0], q, s->policy.learn_bound, &qr, &mr);
+        summarise(j->ls->obs[1], j->ls->n_obs[1], q, s->policy.learn_bound, &qt, &mt);
         const loom_job_spec *d = &j->ls->declared;
         loom_us roll = scaled(d->t_roll, qr), train = scaled(d->t_train, qt);
         double solo = (double)d->t_roll * mr + (double)d->t_train * mt + (double)d->t_sync;
@@ -164,5 +258,6 @@ int loom__observe(loom_sched *s, job *j, loom_phase phase, loom_us took)
         if (phase != LOOM_PHASE_TRAIN || j->ls->n_obs[0] < s->policy.learn_after ||
             j->ls->n_obs[1] < s->policy.learn_after)
                 return 0;
-        return replan(s, j);
+        int rc = replan(s, j);
+        return rc != 2 && loom__move_pays(s, j) ? 3 : rc;
 }

@@ -1018,7 +1018,8 @@ int loom__place(const loom_sched *s, const loom_job_spec *spec, loom_decision *d
         int rc = 0;
         if (s->policy.placer == LOOM_PLACER_LOOM) {
                 for (int i = 0; i < s->n_open && !rc; i++)
-                        rc = search_group(&x, &s->open[i]);
+                        if (s->open[i].g != s->exclude)
+                                rc = search_group(&x, &s->open[i]);
                 if (!rc) {
                         cand iso;
                         isolated(&x, &iso);

@@ -76,8 +76,10 @@ void loom_policy_cfg_default(loom_policy_cfg *p)
         p->plex_duty_max = 0.75;
         p->admission = LOOM_ADMIT_WORST;
         p->learn_after = 3;
+        p->learn_bound = LOOM_LEARN_NORMAL;
         p->multirate = true;
         p->colocate_lone = true;
+        p->move_lone = true;
 }
 
 bool loom__lone_fits(const loom_sched *s, const loom_job_spec *spec, int train_nodes)
@@ -105,6 +107,7 @@ bool *loom_policy_switch(loom_policy_cfg *p, const char *name)
         return !strcmp(name, "multirate")         ? &p->multirate
                : !strcmp(name, "train-rightsize") ? &p->train_rightsize
                : !strcmp(name, "colocate-lone")   ? &p->colocate_lone
+               : !strcmp(name, "move-lone")       ? &p->move_lone
                                                   : NULL;
 }
 
@@ -145,6 +148,9 @@ int loom_policy_cfg_validate(const loom_policy_cfg *p, const loom_cluster_cfg *c
                 return loom_err_set(e, LOOM_EINVAL, "learn_after",
                                     "learn_after must be 1..%d iterations, got %d",
                                     LOOM_LEARN_WINDOW, p->learn_after);
+        if ((unsigned)p->learn_bound > LOOM_LEARN_ORDER)
+                return loom_err_set(e, LOOM_EINVAL, "learn_bound",
+                                    "learn_bound must be normal or order");
         if ((unsigned)p->dispatch > LOOM_DISPATCH_FCFS)
                 return loom_err_set(e, LOOM_EINVAL, "dispatch", "unknown dispatch");
         if (!(p->preempt_margin >= 1.0))
@@ -600,21 +606,28 @@ static int apply(loom_sched *s, loom_us now, const loom_job_spec *spec, const lo
         return 0;
 }
 
-int loom_sched_decide(const loom_sched *s, const loom_job_spec *spec, loom_decision *d, loom_err *e)
+int loom_sched_decide(const loom_sched *s, const loom_job_spec *spec_in, loom_decision *d,
+                      loom_err *e)
 {
-        int rc = loom_job_spec_validate(spec, &s->cluster, e);
+        int rc = loom_job_spec_validate(spec_in, &s->cluster, e);
         if (rc)
                 return rc;
+        loom_job_spec sp = *spec_in;
+        loom__learn_prior(s, &sp);
         uint64_t rng = s->rng;
-        return loom__place(s, spec, d, e, &rng);
+        return loom__place(s, &sp, d, e, &rng);
 }
 
-int loom_sched_submit(loom_sched *s, loom_us now, const loom_job_spec *spec, loom_decision *d,
+int loom_sched_submit(loom_sched *s, loom_us now, const loom_job_spec *spec_in, loom_decision *d,
                       loom_job_id *id, loom_err *e)
 {
-        int rc = loom_job_spec_validate(spec, &s->cluster, e);
+        int rc = loom_job_spec_validate(spec_in, &s->cluster, e);
         if (rc)
                 return rc;
+        /* under learned admission a job without history is held to the fleet's prior */
+        loom_job_spec sp = *spec_in;
+        const loom_job_spec *spec = &sp;
+        loom__learn_prior(s, &sp);
         uint64_t rng = s->rng;
         rc = loom__place(s, spec, d, e, &rng);
         if (rc == LOOM_EREJECT)
@@ -764,6 +777,7 @@ int loom_sched_job_exit(loom_sched *s, loom_us now, loom_job_id id, loom_exit re
                 loom__plex_release(s, id);
         loom__release_running(s, j, now);
         unpin(s, j, g);
+        loom__learn_exit(s, j);
         s->jobs[id] = NULL;
         s->live_jobs--;
         job_free(j);

@@ -59,7 +59,7 @@ int srv_observe_decode(const char *text, srv_observe_rec *o, loom_err *e)
                 ? "core"
             : !phase || loom_phase_parse(phase, &o->phase) || o->phase == LOOM_PHASE_SYNC ? "phase"
             : get_us(j, "took_us", &o->took) ? "took_us"
-            : !json_is_integer(res) || json_integer_value(res) < 0 || json_integer_value(res) > 2
+            : !json_is_integer(res) || json_integer_value(res) < 0 || json_integer_value(res) > 3
                 ? "result"
             : get_us(j, "t_roll_us", &o->roll)   ? "t_roll_us"
             : get_us(j, "t_train_us", &o->train) ? "t_train_us"

@@ -23,6 +23,10 @@
  *            job's group no longer meets the job's SLO budget measured on its mean observed
  *            solo iteration (loom_sched_observe returned 2). The job is re-admitted on its
  *            learned profile, held to that budget (t_solo_ref).
+ *   moved    admission p99/p95 and policy.move_lone: the job runs alone on its training nodes
+ *            and another group would take it for less than LOOM_MOVE_GAIN of what its group
+ *            costs (loom_sched_observe returned 3): re-admitted the same way, and placement
+ *            puts it in that group.
  *
  * Order after a train release: the core observes the phase first (and may re-plan the group);
  * a "learned" re-admission, if the core asks for one, replaces the drift check; otherwise drift
@@ -213,6 +217,9 @@ static void readmit(loom_server *s, srv_job *j, const char *cause, const char *w
         } else if (!strcmp(cause, "learned")) {
                 r->resubmits++;
                 s->m.learned_resubmits++;
+        } else if (!strcmp(cause, "moved")) {
+                r->resubmits++;
+                s->m.moved_resubmits++;
         } else {
                 r->restarts++;
                 s->m.restarts++;
@@ -264,7 +271,8 @@ void srv_job_failed(loom_server *s, srv_job *j, const char *lease_state, const c
 /* The core found that j's group cannot meet j's SLO budget measured on its mean observed solo
  * iteration: re-admit j on its learned profile, held to that budget (t_solo_ref). Returns
  * whether it did. */
-static bool readmit_learned(loom_server *s, srv_job *j)
+/* observe's result 2 (its group cannot serve it) or 3 (a lone member moved). */
+static bool readmit_learned(loom_server *s, srv_job *j, int result)
 {
         loom_job_info in;
         loom_group_info g;
@@ -272,13 +280,19 @@ static bool readmit_learned(loom_server *s, srv_job *j)
             loom_sched_group_info(s->sched, in.group, &g))
                 return false;
         char why[200];
-        snprintf(why, sizeof why,
-                 "group %u's period %.3f s exceeds the %.3f s budget measured on its mean "
-                 "observed solo iteration",
-                 in.group, loom_us_to_s(g.t_meta), loom_us_to_s(in.learned_budget));
+        if (result == 3)
+                snprintf(why, sizeof why,
+                         "alone in group %u at $%.2f/h; another group takes it for less than "
+                         "%.0f%% of that",
+                         in.group, g.cost_per_hour, 100 * LOOM_MOVE_GAIN);
+        else
+                snprintf(why, sizeof why,
+                         "group %u's period %.3f s exceeds the %.3f s budget measured on its "
+                         "mean observed solo iteration",
+                         in.group, loom_us_to_s(g.t_meta), loom_us_to_s(in.learned_budget));
         loom_us solo = (loom_us)((double)in.learned_budget / in.spec.slo);
-        readmit(s, j, "learned", why, in.learned_roll, in.learned_train, solo > 0 ? solo : 1,
-                "released");
+        readmit(s, j, result == 3 ? "moved" : "learned", why, in.learned_roll, in.learned_train,
+                solo > 0 ? solo : 1, "released");
         return true;
 }
 
@@ -300,8 +314,8 @@ void srv_observe_phase(loom_server *s, srv_job *j, loom_phase phase, loom_us dur
          * (or find it no longer meets the job's real budget: then the job is re-admitted on its
          * learned profile and the drift check is moot, the new admission starts afresh). */
         int learned = srv_learn_observe(s, j, phase, dur);
-        if (learned == 2 && p == 1 && srv_job_live(j->state) && !j->has_lease &&
-            readmit_learned(s, j))
+        if ((learned == 2 || learned == 3) && p == 1 && srv_job_live(j->state) &&
+            !j->has_lease && readmit_learned(s, j, learned))
                 return;
         /* Drift: against what the core plans on now, the learned profile once it has one. */
         if (p == 1 && srv_job_live(j->state) && !j->has_lease) {

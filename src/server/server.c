@@ -99,7 +99,7 @@ static int settle_cluster(loom_server *s, loom_err *e)
                 return rc;
         /* The policy is not stored: placement only replays exactly under the same policy, so
          * it is part of what --cluster fixes; record a fingerprint and compare. */
-        char base[192], adm[64] = "", plx[128] = "", pol[384], worst[320], legacy[256];
+        char base[192], adm[112] = "", plx[128] = "", pol[384], worst[320], legacy[256];
         const loom_policy_cfg *p = &s->cfg.policy;
         snprintf(base, sizeof base, "%d %.17g %lld %d %.17g %d %d %llu", p->max_group_size,
                  p->train_scaling_efficiency, (long long)p->warm_switch, p->tail_migration,
@@ -107,8 +107,12 @@ static int settle_cluster(loom_server *s, loom_err *e)
         /* Learned admission re-plans groups from the logged observations, which replay only
          * under the same mode and learn_after; worst keeps the fingerprint stores always had. */
         if (p->admission != LOOM_ADMIT_WORST)
-                snprintf(adm, sizeof adm, " admission=%s learn_after=%d",
-                         loom_admission_name(p->admission), p->learn_after);
+                snprintf(adm, sizeof adm, " admission=%s learn_after=%d%s%s",
+                         loom_admission_name(p->admission), p->learn_after,
+                         /* the normal bound, the fleet prior and moves re-plan and re-admit
+                          * differently from the same observations */
+                         p->learn_bound == LOOM_LEARN_NORMAL ? " learn_bound=normal" : "",
+                         p->move_lone && p->placer == LOOM_PLACER_LOOM ? " move_lone=on" : "");
         /* The plex placer's shift bound, weights and duty bound decide where it places (the
          * dispatch order and preemption margin only decide when phases run, which is not
          * replayed, so they may change between starts). */

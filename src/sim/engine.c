@@ -657,8 +657,13 @@ static int on_end(engine *g, int ji)
                 j->iter++;
                 if ((rc = check_drift(g, ji, j->iter - 1)))
                         return rc < 0 ? rc : drain(g);
-                if (obs == 2 && (rc = readmit_learned(g, ji)))
+                /* 2: its group cannot serve it; 3: another group would take it for less (a
+                 * lone member moved): either way it is re-admitted on its learned profile */
+                if ((obs == 2 || obs == 3) && (rc = readmit_learned(g, ji))) {
+                        if (rc > 0 && obs == 3)
+                                g->r->moves++;
                         return rc < 0 ? rc : drain(g);
+                }
         }
         if ((rc = loom_sched_phase_done(g->s, g->now, j->id, ph)))
                 return fail(g, rc, "phase_done");

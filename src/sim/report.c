@@ -74,11 +74,12 @@ void loom_sim_report_table(FILE *f, const loom_sim_result *r, int n)
         for (int i = 0; i < n; i++)
                 if (r[i].ran && (r[i].restarts || r[i].resubmits || r[i].regroups))
                         fprintf(f,
-                                "%s: %llu restarts, %llu resubmits, %d failed, %llu regroups "
-                                "(%.1f job-h migrating)\n",
+                                "%s: %llu restarts, %llu resubmits (%llu moves), %d failed, "
+                                "%llu regroups (%.1f job-h migrating)\n",
                                 loom_sim_policy_name(r[i].policy),
                                 (unsigned long long)r[i].restarts,
-                                (unsigned long long)r[i].resubmits, r[i].jobs_failed,
+                                (unsigned long long)r[i].resubmits,
+                                (unsigned long long)r[i].moves, r[i].jobs_failed,
                                 (unsigned long long)r[i].regroups, r[i].regroup_migration_h);
 }
 
@@ -132,6 +133,7 @@ static json_t *to_json(const loom_sim_result *x, const loom_sim_result *lb,
         json_object_set_new(o, "regroup_migration_h", real(x->regroup_migration_h, 3));
         json_object_set_new(o, "restarts", json_integer((json_int_t)x->restarts));
         json_object_set_new(o, "resubmits", json_integer((json_int_t)x->resubmits));
+        json_object_set_new(o, "moves", json_integer((json_int_t)x->moves));
         json_object_set_new(o, "replans", json_integer((json_int_t)x->replans));
         json_object_set_new(o, "regroups", json_integer((json_int_t)x->regroups));
         json_object_set_new(o, "jobs_failed", json_integer(x->jobs_failed));

@@ -302,7 +302,8 @@ int loom_policy_cfg_from_json(json_t *obj, const char *where, const char *text, 
                                             "plex_w2",        "plex_duty_max",
                                             "admission",      "learn_after",
                                             "multirate",      "train_rightsize",
-                                            "colocate_lone",  NULL};
+                                            "colocate_lone",  "learn_bound",
+                                            "move_lone",      NULL};
         dctx c = {where ? where : "", text, len, e};
         if (!json_is_object(obj))
                 return fail(&c, "", "the policy must be a JSON object");
@@ -339,6 +340,16 @@ int loom_policy_cfg_from_json(json_t *obj, const char *where, const char *text, 
                         return fail(&c, "colocate_lone", "must be true or false");
                 p.colocate_lone = json_is_true(co);
         }
+        json_t *ml = json_object_get(obj, "move_lone");
+        if (ml) {
+                if (!json_is_boolean(ml))
+                        return fail(&c, "move_lone", "must be true or false");
+                p.move_lone = json_is_true(ml);
+        }
+        json_t *lb = json_object_get(obj, "learn_bound");
+        if (lb && loom_learn_bound_parse(json_is_string(lb) ? json_string_value(lb) : "",
+                                         &p.learn_bound))
+                return fail(&c, "learn_bound", "must be \"normal\" or \"order\"");
         json_t *rs = json_object_get(obj, "train_rightsize");
         if (rs) {
                 if (!json_is_boolean(rs))
