@@ -86,7 +86,7 @@ static void bar(void *ctx, const char *label, double frac)
                 return;
         }
         static const char hash[] = "########################################", /* 40 */
-                          dots[] = "........................................";
+            dots[] = "........................................";
         int fill = (int)(frac * 40 + 0.5);
         fprintf(stderr, "\r%-11s [%.*s%.*s] %3d%%", label, fill, hash, 40 - fill, dots,
                 (int)(frac * 100 + 0.5));

@@ -201,8 +201,8 @@ void loom__learn_prior(const loom_sched *s, loom_job_spec *spec)
         for (int i = 0; i < n; i++)
                 for (int p = 0; p < 2; p++)
                         f[p] += s->prior[i][p] / n;
-        double solo = (double)spec->t_roll * f[0] + (double)spec->t_train * f[1] +
-                      (double)spec->t_sync;
+        double solo =
+            (double)spec->t_roll * f[0] + (double)spec->t_train * f[1] + (double)spec->t_sync;
         loom_us ref = (loom_us)solo;
         if (ref >= 1 && ref < loom_job_t_solo(spec))
                 spec->t_solo_ref = ref;

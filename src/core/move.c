@@ -31,9 +31,11 @@ bool loom__move_pays(loom_sched *s, const job *j)
             g->n_members != 1 || !j->ls || !j->ls->learned_budget)
                 return false;
         loom_job_spec sp = j->spec;
-        sp.iterations = j->spec.iterations - j->iterations_done;
-        if (sp.iterations < 1)
-                return false;
+        if (sp.iterations > 0) { /* 0: runs until it stops */
+                sp.iterations -= j->iterations_done;
+                if (sp.iterations < 1)
+                        return false;
+        }
         /* the re-admission's profile: its learned plan, held to its measured solo iteration */
         sp.t_solo_ref = (loom_us)((double)j->ls->learned_budget / sp.slo);
         if (sp.t_solo_ref < 1)

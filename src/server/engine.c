@@ -719,11 +719,11 @@ static void h_cluster(loom_server *s, srv_req *r)
                       loom_admission_name(p->admission), "learn_after", p->learn_after,
                       "learn_bound", loom_learn_bound_name(p->learn_bound), "dispatch",
                       loom_dispatch_name(p->dispatch), "multirate", p->multirate, "colocate_lone",
-                      p->colocate_lone, "move_lone", p->move_lone, "nodes", "rollout", st.nodes[LOOM_POOL_ROLLOUT], "train",
-                      st.nodes[LOOM_POOL_TRAIN], "cost_per_hour_by_pool", "rollout",
-                      pr * st.nodes[LOOM_POOL_ROLLOUT], "train", pt * st.nodes[LOOM_POOL_TRAIN],
-                      "cost_per_hour", st.cost_per_hour, "jobs", st.jobs, "groups", st.groups,
-                      "replans", (json_int_t)st.replans));
+                      p->colocate_lone, "move_lone", p->move_lone, "nodes", "rollout",
+                      st.nodes[LOOM_POOL_ROLLOUT], "train", st.nodes[LOOM_POOL_TRAIN],
+                      "cost_per_hour_by_pool", "rollout", pr * st.nodes[LOOM_POOL_ROLLOUT], "train",
+                      pt * st.nodes[LOOM_POOL_TRAIN], "cost_per_hour", st.cost_per_hour, "jobs",
+                      st.jobs, "groups", st.groups, "replans", (json_int_t)st.replans));
 }
 
 static void handle(loom_server *s, srv_req *r, loom_us now)

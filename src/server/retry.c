@@ -314,8 +314,8 @@ void srv_observe_phase(loom_server *s, srv_job *j, loom_phase phase, loom_us dur
          * (or find it no longer meets the job's real budget: then the job is re-admitted on its
          * learned profile and the drift check is moot, the new admission starts afresh). */
         int learned = srv_learn_observe(s, j, phase, dur);
-        if ((learned == 2 || learned == 3) && p == 1 && srv_job_live(j->state) &&
-            !j->has_lease && readmit_learned(s, j, learned))
+        if ((learned == 2 || learned == 3) && p == 1 && srv_job_live(j->state) && !j->has_lease &&
+            readmit_learned(s, j, learned))
                 return;
         /* Drift: against what the core plans on now, the learned profile once it has one. */
         if (p == 1 && srv_job_live(j->state) && !j->has_lease) {

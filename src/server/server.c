@@ -99,7 +99,7 @@ static int settle_cluster(loom_server *s, loom_err *e)
                 return rc;
         /* The policy is not stored: placement only replays exactly under the same policy, so
          * it is part of what --cluster fixes; record a fingerprint and compare. */
-        char base[192], adm[112] = "", plx[128] = "", pol[384], worst[320], legacy[256];
+        char base[192], adm[112] = "", plx[128] = "", pol[448], worst[320], legacy[320];
         const loom_policy_cfg *p = &s->cfg.policy;
         snprintf(base, sizeof base, "%d %.17g %lld %d %.17g %d %d %llu", p->max_group_size,
                  p->train_scaling_efficiency, (long long)p->warm_switch, p->tail_migration,

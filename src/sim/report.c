@@ -78,9 +78,9 @@ void loom_sim_report_table(FILE *f, const loom_sim_result *r, int n)
                                 "%llu regroups (%.1f job-h migrating)\n",
                                 loom_sim_policy_name(r[i].policy),
                                 (unsigned long long)r[i].restarts,
-                                (unsigned long long)r[i].resubmits,
-                                (unsigned long long)r[i].moves, r[i].jobs_failed,
-                                (unsigned long long)r[i].regroups, r[i].regroup_migration_h);
+                                (unsigned long long)r[i].resubmits, (unsigned long long)r[i].moves,
+                                r[i].jobs_failed, (unsigned long long)r[i].regroups,
+                                r[i].regroup_migration_h);
 }
 
 /* A real that JSON can carry (null for NaN), rounded so output bytes are stable. */

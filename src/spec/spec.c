@@ -347,8 +347,8 @@ int loom_policy_cfg_from_json(json_t *obj, const char *where, const char *text, 
                 p.move_lone = json_is_true(ml);
         }
         json_t *lb = json_object_get(obj, "learn_bound");
-        if (lb && loom_learn_bound_parse(json_is_string(lb) ? json_string_value(lb) : "",
-                                         &p.learn_bound))
+        if (lb &&
+            loom_learn_bound_parse(json_is_string(lb) ? json_string_value(lb) : "", &p.learn_bound))
                 return fail(&c, "learn_bound", "must be \"normal\" or \"order\"");
         json_t *rs = json_object_get(obj, "train_rightsize");
         if (rs) {

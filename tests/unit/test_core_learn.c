@@ -4,6 +4,7 @@
  * greedy-slo.
  */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -94,13 +95,15 @@ Test(learn, names_parse_and_config_is_checked)
 /*
  * A (100 s rollout, 300 s training worst case, SLO 2) really trains for 60 s. B (100 s + 100 s,
  * SLO 1.0) cannot join A's group on A's worst case (T_cycle 400 s > B's 200 s budget). After
- * learn_after (3) iterations A's budget is its measured solo iteration, but its plan stays on
- * the worst case: a p99 is bounded at 90% confidence only from 230 iterations (1 - 0.99^230 >=
- * 0.9). From then on A is planned on (100 s, 60 s): T_cycle 200 s, B fits.
+ * learn_after (3) iterations A's budget is its measured solo iteration, but under the order
+ * bound its plan stays on the worst case: a p99 is bounded at 90% confidence only from 230
+ * iterations (1 - 0.99^230 >= 0.9). From then on A is planned on (100 s, 60 s): T_cycle 200 s,
+ * B fits.
  */
 Test(learn, a_learned_profile_opens_slack_for_a_new_member)
 {
         po.admission = LOOM_ADMIT_P99;
+        po.learn_bound = LOOM_LEARN_ORDER;
         po.warm_switch = 0;
         loom_sched *s = loom_sched_new(&cl, &po, NULL);
         loom_job_id a = submit(s, spec("A", 100, 300, 2.0));
@@ -268,4 +271,167 @@ Test(learn, quantile_upper_bound_is_an_order_statistic_at_the_stated_confidence)
         /* a rank past the kept values: the smallest kept, larger, still a bound */
         cr_assert_eq(loom_quantile_ucb(top, 4, 1000, 0.5, 0.9, &ok), 7);
         cr_assert(ok);
+}
+
+/* The same A under the normal bound: re-planned at learn_after on mean + k(3) s of its three
+ * iterations. Identical iterations (s = 0) plan A on exactly what it ran, and B fits at once;
+ * spread ones (50, 60, 70 s: mean 60, s 10) plan it on 60 + 7.3404 x 10 s. */
+Test(learn, the_normal_bound_replans_after_learn_after_iterations)
+{
+        po.admission = LOOM_ADMIT_P99;
+        cr_assert_eq(po.learn_bound, LOOM_LEARN_NORMAL, "the default");
+        loom_sched *s = loom_sched_new(&cl, &po, NULL);
+        loom_job_id a = submit(s, spec("A", 100, 300, 2.0));
+        loom_job_spec b = spec("B", 100, 100, 1.0);
+        cr_assert_eq(run_alone(s, a, 2, 100, 60), 0);
+        cr_assert_eq(decide(s, b), LOOM_DECISION_NEW_GROUP);
+        cr_assert_eq(run_alone(s, a, 1, 100, 60), 1);
+        loom_job_info ji;
+        cr_assert_eq(loom_sched_job_info(s, a, &ji), 0);
+        cr_assert(ji.learned);
+        cr_assert_eq(ji.spec.t_train, loom_us_from_s(60), "s = 0: the bound is the mean");
+        cr_assert_eq(ji.spec.t_roll, loom_us_from_s(100));
+        cr_assert_eq(ji.learned_budget, loom_us_from_s(2.0 * 160));
+        cr_assert_neq(decide(s, b), LOOM_DECISION_NEW_GROUP);
+        loom_sched_free(s);
+
+        s = loom_sched_new(&cl, &po, NULL);
+        a = submit(s, spec("A", 100, 300, 2.0));
+        cr_assert_eq(run_alone(s, a, 1, 100, 50), 0);
+        cr_assert_eq(run_alone(s, a, 1, 100, 60), 0);
+        cr_assert_eq(run_alone(s, a, 1, 100, 70), 1);
+        cr_assert_eq(loom_sched_job_info(s, a, &ji), 0);
+        double f = 0.2 + 7.3404 * (10.0 / 300); /* fractions of the declared 300 s */
+        cr_assert_leq(llabs(ji.spec.t_train - (loom_us)(300e6 * f + 0.5)), 1, "%lld",
+                      (long long)ji.spec.t_train);
+        loom_sched_free(s);
+}
+
+/* P(T' <= t) for T' noncentral t with nu degrees of freedom and noncentrality delta:
+ * E over V ~ chi(nu) of Phi(t V / sqrt(nu) - delta), by Simpson's rule. */
+static double nct_cdf(double t, int nu, double delta)
+{
+        const int n = 4000;
+        double hi = sqrt((double)nu) + 12, h = hi / n, sum = 0;
+        double lc = (1 - nu / 2.0) * log(2.0) - lgamma(nu / 2.0);
+        for (int i = 1; i <= n; i++) {
+                double v = i * h, f = exp(lc + (nu - 1) * log(v) - v * v / 2);
+                double w = i == n ? 1 : i % 2 ? 4 : 2;
+                sum += w * f * 0.5 * erfc(-(t * v / sqrt((double)nu) - delta) / sqrt(2.0));
+        }
+        return sum * h / 3;
+}
+
+/* The tabulated factors are the noncentral t quantiles, recomputed here by integration, and
+ * the published one-sided tolerance factors where tables give them. */
+Test(learn, tolerance_factors_are_noncentral_t_quantiles)
+{
+        const double z[2] = {1.6448536, 2.3263479}, q[2] = {0.95, 0.99};
+        for (int r = 0; r < 2; r++)
+                for (int n = 2; n <= LOOM_LEARN_WINDOW / 2; n++) {
+                        double lo = 0, hi = 1000, d = z[r] * sqrt((double)n);
+                        for (int it = 0; it < 60; it++) {
+                                double m = (lo + hi) / 2;
+                                if (nct_cdf(m, n - 1, d) < LOOM_LEARN_CONFIDENCE)
+                                        lo = m;
+                                else
+                                        hi = m;
+                        }
+                        double k = (lo + hi) / 2 / sqrt((double)n);
+                        cr_assert_float_eq(loom_normal_tolerance_k(n, q[r]), k, 1e-3,
+                                           "q %g n %d: %g", q[r], n, k);
+                }
+        cr_assert_float_eq(loom_normal_tolerance_k(3, 0.99), 7.340, 1e-3);
+        cr_assert_float_eq(loom_normal_tolerance_k(10, 0.99), 3.532, 1e-3);
+        cr_assert_float_eq(loom_normal_tolerance_k(5, 0.95), 3.400, 1e-3);
+        cr_assert(isinf(loom_normal_tolerance_k(1, 0.99)));
+        cr_assert(isinf(loom_normal_tolerance_k(11, 0.99)));
+        cr_assert(isinf(loom_normal_tolerance_k(5, 0.9)));
+        loom_learn_bound b;
+        cr_assert_eq(loom_learn_bound_parse("order", &b), 0);
+        cr_assert_eq(b, LOOM_LEARN_ORDER);
+        cr_assert_str_eq(loom_learn_bound_name(LOOM_LEARN_NORMAL), "normal");
+        cr_assert_eq(loom_learn_bound_parse("p99", &b), LOOM_EINVAL);
+        po.learn_bound = (loom_learn_bound)5;
+        loom_err e;
+        cr_assert_eq(loom_policy_cfg_validate(&po, &cl, &e), LOOM_EINVAL);
+        cr_assert_str_eq(e.field, "learn_bound");
+}
+
+/* A job without history is held to the fleet's prior once a learned job has ended: its budget
+ * is slo x (t_roll x mean rollout fraction + t_train x mean training fraction); under worst
+ * admission, or with t_solo_ref given, its own declaration. */
+Test(learn, new_jobs_are_held_to_the_fleet_prior)
+{
+        po.admission = LOOM_ADMIT_P99;
+        loom_sched *s = loom_sched_new(&cl, &po, NULL);
+        loom_job_id a = submit(s, spec("A", 100, 300, 2.0));
+        loom_job_info ji;
+        cr_assert_eq(loom_sched_job_info(s, a, &ji), 0);
+        cr_assert_eq(ji.spec.t_solo_ref, 0, "no job has ended: no prior");
+        cr_assert_eq(run_alone(s, a, 3, 50, 60), 1);
+        cr_assert_eq(loom_sched_job_exit(s, 0, a, LOOM_EXIT_FINISHED), 0);
+        loom_job_id c = submit(s, spec("C", 100, 300, 2.0));
+        cr_assert_eq(loom_sched_job_info(s, c, &ji), 0);
+        /* A's means: rollout 50/100, training 60/300 */
+        cr_assert_eq(ji.spec.t_solo_ref, loom_us_from_s(100 * 0.5 + 300 * 0.2));
+        loom_job_spec given = spec("D", 100, 300, 2.0);
+        given.t_solo_ref = loom_us_from_s(350);
+        loom_job_id d = submit(s, given);
+        cr_assert_eq(loom_sched_job_info(s, d, &ji), 0);
+        cr_assert_eq(ji.spec.t_solo_ref, loom_us_from_s(350));
+        loom_sched_free(s);
+
+        po.admission = LOOM_ADMIT_WORST;
+        s = loom_sched_new(&cl, &po, NULL);
+        a = submit(s, spec("A", 100, 300, 2.0));
+        run_alone(s, a, 3, 50, 60);
+        cr_assert_eq(loom_sched_job_exit(s, 0, a, LOOM_EXIT_FINISHED), 0);
+        c = submit(s, spec("C", 100, 300, 2.0));
+        cr_assert_eq(loom_sched_job_info(s, c, &ji), 0);
+        cr_assert_eq(ji.spec.t_solo_ref, 0);
+        loom_sched_free(s);
+}
+
+/*
+ * Moving a lone member. B (100 s + 30 s, SLO 2) has working sets too big to run its rollouts
+ * on its training node (1,500 GB each, 2,000 GB per node), so its group has a rollout node.
+ * A (100 s + 300 s worst case, SLO 2) cannot join it on its worst case (T_meta 400 s, past
+ * B's 260 s budget) and runs alone on its own training node. Learned at 60 s, it fits on B's
+ * rollout node for nothing: observe says 3, and a re-admission on the learned profile joins
+ * B's group. With move_lone off it stays.
+ */
+Test(learn, a_lone_member_moves_when_another_group_takes_it_for_less)
+{
+        for (int on = 0; on < 2; on++) {
+                po.admission = LOOM_ADMIT_P99;
+                po.move_lone = on;
+                loom_sched *s = loom_sched_new(&cl, &po, NULL);
+                loom_job_id b =
+                    submit(s, core_spec("B", 100, 30, 2.0, 1500 * LOOM_GB, 1500 * LOOM_GB));
+                loom_job_id a = submit(s, spec("A", 100, 300, 2.0));
+                loom_job_info ja, jb;
+                cr_assert_eq(loom_sched_job_info(s, a, &ja), 0);
+                cr_assert_eq(loom_sched_job_info(s, b, &jb), 0);
+                cr_assert_neq(ja.group, jb.group);
+                loom_group_info ga, gb;
+                cr_assert_eq(loom_sched_group_info(s, ja.group, &ga), 0);
+                cr_assert_eq(loom_sched_group_info(s, jb.group, &gb), 0);
+                cr_assert(ga.lone);
+                cr_assert_not(gb.lone);
+                cr_assert_eq(run_alone(s, a, 2, 100, 60), 0);
+                int rc = run_alone(s, a, 1, 100, 60);
+                cr_assert_eq(rc, on ? 3 : 1, "move_lone %d: observe said %d", on, rc);
+                cr_assert_eq(loom_sched_job_info(s, a, &ja), 0);
+                loom_job_spec moved = ja.spec;
+                moved.t_solo_ref = (loom_us)((double)ja.learned_budget / moved.slo);
+                loom_decision d;
+                loom_decision_init(&d, false);
+                cr_assert_eq(loom_sched_job_exit(s, 0, a, LOOM_EXIT_CANCELLED), 0);
+                loom_job_id id;
+                cr_assert_eq(loom_sched_submit(s, 0, &moved, &d, &id, NULL), 0);
+                cr_assert_eq(d.group, jb.group, "the re-admission joins B's group: %s", d.reason);
+                cr_assert_lt(d.marginal_cost_per_hour, LOOM_MOVE_GAIN * ga.cost_per_hour);
+                loom_sched_free(s);
+        }
 }

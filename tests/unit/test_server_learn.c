@@ -56,7 +56,7 @@ Test(server_learn, a_damaged_observe_entry_names_the_key)
             {"{\"core\":1,\"phase\":\"train\",\"took_us\":1.5,\"result\":0,\"t_roll_us\":0,"
              "\"t_train_us\":0,\"budget_us\":0}",
              "took_us"},
-            {"{\"core\":1,\"phase\":\"train\",\"took_us\":1,\"result\":3,\"t_roll_us\":0,"
+            {"{\"core\":1,\"phase\":\"train\",\"took_us\":1,\"result\":4,\"t_roll_us\":0,"
              "\"t_train_us\":0,\"budget_us\":0}",
              "result"},
             {"{\"core\":1,\"phase\":\"train\",\"took_us\":1,\"result\":1,\"t_train_us\":0,"
