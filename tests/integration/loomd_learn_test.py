@@ -16,6 +16,8 @@
 - X, packed beside Y on their declared profiles, really runs five times faster: measured on
   that, no group holding Y meets its budget, so loomd re-admits X on its learned profile (cause
   "learned"), Y keeps running, and kill -9 replays it.
+- under the defaults (normal bound, move_lone), A alone on its training node learns its p99 in
+  three iterations and is moved into B's group (cause "moved"); kill -9 replays it.
 The phase lengths are the worker's sleeps: wall time, as loomd measures every lease.
 """
 
@@ -33,7 +35,13 @@ from loomd_harness import Loomd, check, job_spec  # noqa: E402
 
 build, source = sys.argv[1], sys.argv[2]
 loomd = os.path.join(build, "loomd")
-ARGS = ["--admission", "p95", "--learn-after", "3", "--lease-timeout", "60", "--quiet"]
+# Sections 2-5 exercise the distribution-free order bound and keep lone members where they
+# are; section 6 runs the defaults (the normal bound, moves).
+ORDER = os.path.join(tempfile.mkdtemp(prefix="loomd-learn-pol-"), "cluster.json")
+with open(ORDER, "w") as f:
+    f.write('{"cluster": {}, "policy": {"learn_bound": "order", "move_lone": false}}\n')
+ARGS = ["--admission", "p95", "--learn-after", "3", "--lease-timeout", "60", "--quiet",
+        "--cluster", ORDER]
 
 
 def usage_error(*args):
@@ -300,3 +308,35 @@ d.start()
 check(snapshot() == before,
       "after kill -9 the re-admission and what X learned since replay the same")
 check(d.stop() == 0, "loomd stops cleanly")
+
+# ---- 6. the defaults: the normal bound, and a lone member moved ----
+# B's working sets (1,500 GB each) do not fit one node together, so its group has a rollout
+# node. A (0.4 s + 1.2 s declared, SLO 3) cannot join it on its worst case (1.6 s against B's
+# 0.6 s budget) and runs alone on its training node. It really takes 0.1 s + 0.08 s: three
+# iterations bound its p99 (normal bound), and on that profile B's group takes it on B's
+# rollout node, for less than half of A's training node: loomd moves it (cause "moved").
+m = Loomd(build, "--admission", "p99", "--learn-after", "3", "--lease-timeout", "60",
+          "--quiet").start()
+d = m
+_, cl = m.req("GET", "/v1/cluster")
+check(cl["policy"]["learn_bound"] == "normal" and cl["policy"]["move_lone"] is True,
+      f"the defaults: normal bound, moves on ({cl['policy']})")
+_, b = m.req("POST", "/v1/jobs", job_spec("B", 0.2, 0.2, 1.5, 0, mem_rollout_gb=1500,
+                                              mem_train_gb=1500))
+_, a = m.req("POST", "/v1/jobs", job_spec("A", 0.4, 1.2, 3.0, 0))
+check(a["group"] != b["group"], "on its worst case A gets a group of its own")
+for it in range(3):
+    phase(a["id"], "rollout", 0.1)
+    phase(a["id"], "train", 0.08)
+ja = job(a["id"])
+check(ja["readmission"] and ja["readmission"]["cause"] == "moved"
+      and ja["group"] == b["group"],
+      f"A is moved into B's group ({ja['readmission']}, group {ja['group']} vs {b['group']})")
+_, met = m.req("GET", "/metrics")
+check('loom_readmissions_total{cause="moved"} 1' in met, "/metrics counts the move")
+before = snapshot()
+m.kill9()
+m.start()
+check(snapshot() == before, "after kill -9 the move replays the same")
+check(m.stop() == 0, "loomd stops cleanly")
+shutil.rmtree(os.path.dirname(ORDER), True)

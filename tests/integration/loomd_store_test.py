@@ -120,7 +120,8 @@ finally:
 # single-rate groups, so that one iteration of each job in turn is the round robin's order
 single = os.path.join(tempfile.mkdtemp(prefix="loomd-store-"), "cluster.json")
 with open(single, "w") as f:
-    f.write('{"cluster": {}, "policy": {"multirate": false}}\n')
+    f.write('{"cluster": {}, "policy": {"multirate": false, "learn_bound": "order", '
+            '"move_lone": false}}\n')
 d = Loomd(build, *(ARGS + ["--compact-min", "64", "--cluster", single])).start()
 ids = []
 for name, slo in (("x", 1.0), ("y", 3.0), ("z", 3.0)):
