@@ -15,8 +15,9 @@
  * re-admission (result 2): stop after this iteration, restart from its checkpoint, submit on
  * the learned profile. The gain must be large because a move costs the job a restart (its SLO
  * pays for it) and takes a place in the other group that a later arrival might have used;
- * the driver also declines when the job's remaining run is short next to a restart
- * (`loom sim`'s readmit_min_ratio, loomd's the same rule).
+ * a driver may also decline when the job's remaining run is short next to a restart (`loom
+ * sim` does below readmit_min_ratio restart times, as for result 2; loomd moves at once, the
+ * job's worker restarting from its last checkpoint).
  *
  * Only lone members are moved: leaving saves their group's whole cost (its training nodes),
  * which is known exactly, while what a member of a shared group saves by leaving depends on
