@@ -47,6 +47,17 @@ static int fail(const dctx *c, const char *field, const char *fmt, ...)
         return rc;
 }
 
+/* An optional boolean: 0 (absent: *out unchanged) or the failure. */
+static int get_bool(const dctx *c, json_t *obj, const char *k, bool *out)
+{
+        json_t *v = json_object_get(obj, k);
+        if (v && !json_is_boolean(v))
+                return fail(c, k, "must be true or false");
+        if (v)
+                *out = json_is_true(v);
+        return 0;
+}
+
 static int get_number(const dctx *c, json_t *obj, const char *k, bool required, double *out)
 {
         json_t *v = json_object_get(obj, k);
@@ -322,40 +333,16 @@ int loom_policy_cfg_from_json(json_t *obj, const char *where, const char *text, 
                 return rc;
         if ((rc = get_seconds(&c, obj, "warm_switch_s", false, false, &p.warm_switch)) < 0)
                 return rc;
-        json_t *tm = json_object_get(obj, "tail_migration");
-        if (tm) {
-                if (!json_is_boolean(tm))
-                        return fail(&c, "tail_migration", "must be true or false");
-                p.tail_migration = json_is_true(tm);
-        }
-        json_t *mr = json_object_get(obj, "multirate");
-        if (mr) {
-                if (!json_is_boolean(mr))
-                        return fail(&c, "multirate", "must be true or false");
-                p.multirate = json_is_true(mr);
-        }
-        json_t *co = json_object_get(obj, "colocate_lone");
-        if (co) {
-                if (!json_is_boolean(co))
-                        return fail(&c, "colocate_lone", "must be true or false");
-                p.colocate_lone = json_is_true(co);
-        }
-        json_t *ml = json_object_get(obj, "move_lone");
-        if (ml) {
-                if (!json_is_boolean(ml))
-                        return fail(&c, "move_lone", "must be true or false");
-                p.move_lone = json_is_true(ml);
-        }
+        if ((rc = get_bool(&c, obj, "tail_migration", &p.tail_migration)) ||
+            (rc = get_bool(&c, obj, "multirate", &p.multirate)) ||
+            (rc = get_bool(&c, obj, "colocate_lone", &p.colocate_lone)) ||
+            (rc = get_bool(&c, obj, "move_lone", &p.move_lone)) ||
+            (rc = get_bool(&c, obj, "train_rightsize", &p.train_rightsize)))
+                return rc;
         json_t *lb = json_object_get(obj, "learn_bound");
         if (lb &&
             loom_learn_bound_parse(json_is_string(lb) ? json_string_value(lb) : "", &p.learn_bound))
                 return fail(&c, "learn_bound", "must be \"normal\" or \"order\"");
-        json_t *rs = json_object_get(obj, "train_rightsize");
-        if (rs) {
-                if (!json_is_boolean(rs))
-                        return fail(&c, "train_rightsize", "must be true or false");
-                p.train_rightsize = json_is_true(rs);
-        }
         if ((rc = get_number(&c, obj, "tail_threshold", false, &p.tail_threshold)) < 0)
                 return rc;
         if ((rc = get_int(&c, obj, "tail_keep_gpus", false, 1, 64, &v)) < 0)
