@@ -557,9 +557,9 @@ typedef struct loom_harvest_replay_result {
         double ttft_p50_ms, ttft_p99_ms, tpot_p50_ms, tpot_p99_ms;
         /* The node's own, from its "done" line: on its monotonic clock from accepting the
          * request to the token (node_*: what the engine and its admission delivered, the
-         * SLOs' figures); host_*_p99_ms: the P99 of the part of them the node's executor lost
-         * to the host (late wake-ups, overshot sleeps; per token for TPOT), for judging the
-         * host, not to subtract (an admission re-plans around a delay it sees). */
+         * figures the SLOs are on). host_*_p99_ms: how much of the P99 request's figure (the
+         * request at that rank; per token for TPOT) the node's executor lost to the host (late
+         * wake-ups, overshot sleeps), to tell a loaded host from the admission's doing. */
         double node_ttft_p50_ms, node_ttft_p99_ms, node_tpot_p50_ms, node_tpot_p99_ms;
         double host_ttft_p99_ms, host_tpot_p99_ms;
         uint64_t node_figures;      /* answered requests whose "done" line carried them */

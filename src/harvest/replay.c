@@ -122,39 +122,49 @@ static void *worker(void *arg)
         return NULL;
 }
 
-/* The quantile q of column k (less column minus, when >= 0) over rows[0..n), only those with
- * the node's figures when node; tmp holds n values. */
-static double col(const row *rows, size_t n, double *tmp, int node, int k, int minus, double q)
+typedef struct pick {
+        double v, with; /* v first: sorted by loom_cmp_double */
+} pick;
+
+/* The quantile q (nearest rank) of column k less column minus (when >= 0) over rows[0..n), only
+ * those with the node's figures when node; *with (when w >= 0) gets column w of the row at
+ * that rank. tmp holds n picks. */
+static double col(const row *rows, size_t n, pick *tmp, int node, int k, int minus, int w, double q,
+                  double *with)
 {
         size_t m = 0;
         for (size_t i = 0; i < n; i++)
                 if (!node || rows[i].node)
-                        tmp[m++] = rows[i].v[k] - (minus >= 0 ? rows[i].v[minus] : 0);
+                        tmp[m++] = (pick){rows[i].v[k] - (minus >= 0 ? rows[i].v[minus] : 0),
+                                          w >= 0 ? rows[i].v[w] : 0};
         if (m == 0)
                 return 0;
         qsort(tmp, m, sizeof *tmp, loom_cmp_double);
-        return loom_quantile_rank(tmp, m, q);
+        size_t r = (size_t)ceil(q * (double)m);
+        r = r > 0 ? r - 1 : 0;
+        r = r < m ? r : m - 1;
+        if (with)
+                *with = tmp[r].with;
+        return tmp[r].v;
 }
 
 static int summarise(const row *rows, size_t n, loom_harvest_replay_result *r)
 {
-        double *t = malloc((n ? n : 1) * sizeof *t);
+        pick *t = malloc((n ? n : 1) * sizeof *t);
         if (!t)
                 return LOOM_ENOMEM;
-        r->ttft_p50_ms = col(rows, n, t, 0, C_TTFT, -1, 0.5);
-        r->ttft_p99_ms = col(rows, n, t, 0, C_TTFT, -1, 0.99);
-        r->tpot_p50_ms = col(rows, n, t, 0, C_TPOT, -1, 0.5);
-        r->tpot_p99_ms = col(rows, n, t, 0, C_TPOT, -1, 0.99);
-        r->send_lag_max_ms = col(rows, n, t, 0, SEND_LAG, -1, 1);
+        r->ttft_p50_ms = col(rows, n, t, 0, C_TTFT, -1, -1, 0.5, NULL);
+        r->ttft_p99_ms = col(rows, n, t, 0, C_TTFT, -1, -1, 0.99, NULL);
+        r->tpot_p50_ms = col(rows, n, t, 0, C_TPOT, -1, -1, 0.5, NULL);
+        r->tpot_p99_ms = col(rows, n, t, 0, C_TPOT, -1, -1, 0.99, NULL);
+        r->send_lag_max_ms = col(rows, n, t, 0, SEND_LAG, -1, -1, 1, NULL);
         for (size_t i = 0; i < n; i++)
                 r->node_figures += rows[i].node != 0;
-        r->node_ttft_p50_ms = col(rows, n, t, 1, N_TTFT, -1, 0.5);
-        r->node_ttft_p99_ms = col(rows, n, t, 1, N_TTFT, -1, 0.99);
-        r->node_tpot_p50_ms = col(rows, n, t, 1, N_TPOT, -1, 0.5);
-        r->node_tpot_p99_ms = col(rows, n, t, 1, N_TPOT, -1, 0.99);
-        r->host_ttft_p99_ms = col(rows, n, t, 1, H_TTFT, -1, 0.99);
-        r->host_tpot_p99_ms = col(rows, n, t, 1, H_TPOT, -1, 0.99);
-        r->client_extra_p99_ms = col(rows, n, t, 1, C_TTFT, N_TTFT, 0.99);
+        r->node_ttft_p50_ms = col(rows, n, t, 1, N_TTFT, -1, -1, 0.5, NULL);
+        r->node_ttft_p99_ms = col(rows, n, t, 1, N_TTFT, -1, H_TTFT, 0.99, &r->host_ttft_p99_ms);
+        r->node_tpot_p50_ms = col(rows, n, t, 1, N_TPOT, -1, -1, 0.5, NULL);
+        r->node_tpot_p99_ms = col(rows, n, t, 1, N_TPOT, -1, H_TPOT, 0.99, &r->host_tpot_p99_ms);
+        r->client_extra_p99_ms = col(rows, n, t, 1, C_TTFT, N_TTFT, -1, 0.99, NULL);
         free(t);
         return 0;
 }

@@ -192,7 +192,8 @@ void loom_harvest_replay_print(FILE *f, const loom_harvest_replay_result *r, int
                 fprintf(f,
                         "sent %llu ok %llu failed %llu (%.1f s wall); emulated ms:\n"
                         "  node    ttft p50 %.1f p99 %.1f  tpot p50 %.1f p99 %.1f  (its clock, "
-                        "from accepting each request; host delays in them p99 %.1f / %.1f)\n"
+                        "from accepting each request; the p99 request lost %.1f / %.1f of it to "
+                        "the host)\n"
                         "  client  ttft p50 %.1f p99 %.1f  tpot p50 %.1f p99 %.1f  (adds p99 %.1f "
                         "to ttft; sent up to %.1f late)\n",
                         (unsigned long long)r->sent, (unsigned long long)r->ok,

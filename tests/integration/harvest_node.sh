@@ -91,11 +91,32 @@ lat_run() { # out-name trace-args node-args...: a node at speed 10, one replay; 
         check "$name: every request answered, with the node's figures" \
                 test "$(field "$lat" failed)" = 0 -a "$(field "$lat" node_figures)" = "$(field "$lat" ok)"
         echo "$name: node P99 TTFT $(field "$lat" node_ttft_p99_ms) TPOT $(field "$lat" node_tpot_p99_ms) ms" \
-                "(host delays in them $(field "$lat" host_ttft_p99_ms) / $(field "$lat" host_tpot_p99_ms));" \
+                "(lost to the host: $(field "$lat" host_ttft_p99_ms) / $(field "$lat" host_tpot_p99_ms));" \
                 "client $(field "$lat" ttft_p99_ms) / $(field "$lat" tpot_p99_ms) ms;" \
                 "$(field "$lat_stats" turns_done) rollout turns"
 }
 within() { awk -v t="$1" -v p="$2" 'BEGIN { exit !(t > 0 && t <= 500 && p > 0 && p <= 150) }'; }
+# rose's SLOs on the node's figures in $lat, $lat_stats. When the P99 request is over an SLO
+# by less than it lost to the host and the host held the executor up for over 50 emulated ms
+# at once in that run (5 ms wall at speed 10: descheduled, which no admission plans for; the
+# small overshoot of every sleep, which the admission does see and must absorb, stays below),
+# the host was too loaded for the check and that is said instead.
+rose_within() { # what
+        local t p ht hp
+        t=$(field "$lat" node_ttft_p99_ms) p=$(field "$lat" node_tpot_p99_ms)
+        ht=$(field "$lat" host_ttft_p99_ms) hp=$(field "$lat" host_tpot_p99_ms)
+        if [ $loaded = 1 ]; then
+                return
+        elif ! within "$t" "$p" && ge "$(field "$lat_stats" host_lag_max_ms)" 50 &&
+                within "$(awk -v a="$t" -v b="$ht" 'BEGIN { print a - b }')" \
+                        "$(awk -v a="$p" -v b="$hp" 'BEGIN { print a - b }')"; then
+                echo "NOTE: host too loaded for rose's SLO check ($1): P99 TTFT $t / TPOT $p ms on" \
+                        "the node's clock, of which the host took $ht / $hp; it held the executor" \
+                        "up for $(field "$lat_stats" host_lag_max_ms) ms at once"
+        else
+                check "rose: node P99 TTFT <= 500 ms and TPOT <= 150 ms ($1)" within "$t" "$p"
+        fi
+}
 quarter="--density 0.25 --duration-s 60"
 
 # serving alone first: if it already misses an SLO on the node's clock, the host is too loaded
@@ -114,10 +135,7 @@ fi
 lat_run rose "$quarter" --rollouts 16
 rose=$lat
 check "rollouts ran beside serving" ge "$(field "$lat_stats" turns_done)" 50
-if [ $loaded = 0 ]; then
-        check "rose: node P99 TTFT <= 500 ms and TPOT <= 150 ms on the quarter trace" \
-                within "$(field "$rose" node_ttft_p99_ms)" "$(field "$rose" node_tpot_p99_ms)"
-fi
+rose_within "quarter trace"
 
 # The check can fail: requests arriving one by one at a GPU busy with rollouts (no decode
 # running, so only TTFT binds and an admission may spend all of it), iterations 10% off the
@@ -133,10 +151,7 @@ eq12=$lat
 check "eq12 is caught: node P99 TTFT above 500 ms or TPOT above 150 ms on isolated requests" \
         eval '! within "$(field "$eq12" node_ttft_p99_ms)" "$(field "$eq12" node_tpot_p99_ms)"'
 lat_run rose-isolated "$isolated" --rollouts 16 --noise 0.1
-if [ $loaded = 0 ]; then
-        check "rose: node P99 TTFT <= 500 ms and TPOT <= 150 ms on the same isolated requests" \
-                within "$(field "$lat" node_ttft_p99_ms)" "$(field "$lat" node_tpot_p99_ms)"
-fi
+rose_within "isolated requests"
 echo "quarter trace, serving alone:   $alone"
 echo "quarter trace, 16 rollouts:     $rose"
 echo "isolated requests, eq12:        $eq12"
