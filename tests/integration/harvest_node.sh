@@ -90,6 +90,9 @@ lat_run() { # out-name trace-args node-args...: a node at speed 10, one replay; 
         stop_node
         check "$name: every request answered, with the node's figures" \
                 test "$(field "$lat" failed)" = 0 -a "$(field "$lat" node_figures)" = "$(field "$lat" ok)"
+        # per request the node's window lies inside the client's, so its P99 does too
+        check "$name: node P99 TTFT within the client's" \
+                ge "$(awk -v c="$(field "$lat" ttft_p99_ms)" 'BEGIN { print c + 0.02 }')" "$(field "$lat" node_ttft_p99_ms)"
         echo "$name: node P99 TTFT $(field "$lat" node_ttft_p99_ms) TPOT $(field "$lat" node_tpot_p99_ms) ms" \
                 "(lost to the host: $(field "$lat" host_ttft_p99_ms) / $(field "$lat" host_tpot_p99_ms));" \
                 "client $(field "$lat" ttft_p99_ms) / $(field "$lat" tpot_p99_ms) ms;" \
