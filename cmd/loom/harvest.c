@@ -3,7 +3,7 @@
  *
  *   loom harvest sim    [options]   trace-driven simulation, one result per policy
  *   loom harvest node   [options]   a live co-serving executor of one emulated GPU over HTTP
- *   loom harvest replay [options]   drive a node with a trace, print client-side TTFT/TPOT
+ *   loom harvest replay [options]   drive a node with a trace, print its TTFT/TPOT (node, client)
  *   loom harvest publish [options]  publish new rollout weights every N s (harvest_weights.c)
  *
  * Exit status: 0 ok, 1 invalid input, 2 bad usage.

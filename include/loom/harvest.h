@@ -518,8 +518,10 @@ typedef struct loom_harvest_node loom_harvest_node;
 
 void loom_harvest_node_defaults(loom_harvest_node_cfg *c);
 /* Start the HTTP server and the executor thread. GET /v1/generate?prompt=N&gen=M streams one
- * line "first" at the first token and "done TTFT_MS TPOT_MS" (emulated) at the last;
- * GET /v1/stats returns loom_harvest_node_stats as JSON. */
+ * line "first" at the first token and "done TTFT TPOT HOST_TTFT HOST_TPOT" at the last:
+ * emulated ms on the node's clock from accepting the request, and how much of each the
+ * executor lost to the host (TPOT's per token); GET /v1/stats returns loom_harvest_node_stats
+ * as JSON. */
 int loom_harvest_node_start(const loom_harvest_node_cfg *c, loom_harvest_node **out, loom_err *e);
 uint16_t loom_harvest_node_port(const loom_harvest_node *n);
 void loom_harvest_node_stats_get(loom_harvest_node *n, loom_harvest_node_stats *s);
