@@ -99,6 +99,7 @@ lat_run() { # out-name trace-args node-args...: a node at speed 10, one replay; 
                 "$(field "$lat_stats" turns_done) rollout turns"
 }
 within() { awk -v t="$1" -v p="$2" 'BEGIN { exit !(t > 0 && t <= 500 && p > 0 && p <= 150) }'; }
+over() { awk -v t="$1" -v p="$2" 'BEGIN { exit !(t > 500 || p > 150) }'; }
 # rose's SLOs on the node's figures in $lat, $lat_stats. When the P99 request is over an SLO
 # by less than it lost to the host and the host held the executor up for over 50 emulated ms
 # at once in that run (5 ms wall at speed 10: descheduled, which no admission plans for; the
@@ -152,7 +153,7 @@ isolated="--trace $tmp/isolated.csv --duration-s 100"
 lat_run eq12-isolated "$isolated" --rollouts 16 --noise 0.1 --admit eq12
 eq12=$lat
 check "eq12 is caught: node P99 TTFT above 500 ms or TPOT above 150 ms on isolated requests" \
-        eval '! within "$(field "$eq12" node_ttft_p99_ms)" "$(field "$eq12" node_tpot_p99_ms)"'
+        over "$(field "$eq12" node_ttft_p99_ms)" "$(field "$eq12" node_tpot_p99_ms)"
 lat_run rose-isolated "$isolated" --rollouts 16 --noise 0.1
 rose_within "isolated requests"
 echo "quarter trace, serving alone:   $alone"
