@@ -95,12 +95,12 @@ run harvest sim --pair 32b --policy rose,roll,static,prism,ttft-only,tpot-only -
 
 echo
 echo "== live node (one colocated GPU, speed 10): a quarter of the trace (--density 0.25, 120"
-echo "   emulated s), then 40 isolated requests (2 s apart, 1000 tokens in, 4 out) with iterations"
+echo "   emulated s), then 80 isolated requests (1 s apart, 1000 tokens in, 2 out) with iterations"
 echo "   10% off the model (--noise 0.1). node_*: each request on the node's clock from accepting"
 echo "   it (what the admission controls; host_*: the host's delays inside those); ttft/tpot_*: the"
 echo "   client's, with loopback, HTTP and its threads. SLOs 500 / 150 ms."
 printf 'TIMESTAMP,ContextTokens,GeneratedTokens\n' >"$tmp/isolated.csv"
-for i in $(seq 0 39); do echo "$((i * 2)),1000,4"; done >>"$tmp/isolated.csv"
+for i in $(seq 0 79); do echo "$i,1000,2"; done >>"$tmp/isolated.csv"
 live() { # replay-args, node-args...
         local targs=$1 out pid port=
         shift

@@ -147,7 +147,7 @@ rose_within "quarter trace"
 # microsecond and misses; rose's allowance for model error, arrival reserve and guard hold.
 {
         echo "TIMESTAMP,ContextTokens,GeneratedTokens"
-        for i in $(seq 0 39); do echo "$((i * 2)),1000,4"; done
+        for i in $(seq 0 79); do echo "$i,1000,2"; done
 } >"$tmp/isolated.csv"
 isolated="--trace $tmp/isolated.csv --duration-s 100"
 lat_run eq12-isolated "$isolated" --rollouts 16 --noise 0.1 --admit eq12
