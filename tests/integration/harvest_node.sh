@@ -101,17 +101,18 @@ lat_run() { # out-name trace-args node-args...: a node at speed 10, one replay; 
 within() { awk -v t="$1" -v p="$2" 'BEGIN { exit !(t > 0 && t <= 500 && p > 0 && p <= 150) }'; }
 over() { awk -v t="$1" -v p="$2" 'BEGIN { exit !(t > 500 || p > 150) }'; }
 # rose's SLOs on the node's figures in $lat, $lat_stats. When the P99 request is over an SLO
-# by less than it lost to the host and the host held the executor up for over 50 emulated ms
-# at once in that run (5 ms wall at speed 10: descheduled, which no admission plans for; the
-# small overshoot of every sleep, which the admission does see and must absorb, stays below),
-# the host was too loaded for the check and that is said instead.
+# by less than it lost to the host and the host held the executor up for over 100 emulated ms
+# at once in that run (10 ms wall at speed 10: descheduled for a scheduler slice or more, which
+# no admission plans for; the small overshoot of every sleep, which the admission does see and
+# must absorb, stays far below: 24-52 ms on a quiet host), the host was too loaded for the
+# check and that is said instead.
 rose_within() { # what
         local t p ht hp
         t=$(field "$lat" node_ttft_p99_ms) p=$(field "$lat" node_tpot_p99_ms)
         ht=$(field "$lat" host_ttft_p99_ms) hp=$(field "$lat" host_tpot_p99_ms)
         if [ $loaded = 1 ]; then
                 return
-        elif ! within "$t" "$p" && ge "$(field "$lat_stats" host_lag_max_ms)" 50 &&
+        elif ! within "$t" "$p" && ge "$(field "$lat_stats" host_lag_max_ms)" 100 &&
                 within "$(awk -v a="$t" -v b="$ht" 'BEGIN { print a - b }')" \
                         "$(awk -v a="$p" -v b="$hp" 'BEGIN { print a - b }')"; then
                 echo "NOTE: host too loaded for rose's SLO check ($1): P99 TTFT $t / TPOT $p ms on" \
