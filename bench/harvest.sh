@@ -94,24 +94,41 @@ echo "== 32b pair (TP4 instances), 256 x 16"
 run harvest sim --pair 32b --policy rose,roll,static,prism,ttft-only,tpot-only --steps 3
 
 echo
-echo "== live node (one colocated GPU: a quarter of the trace, --density 0.25), 120 emulated s at speed 10"
-for a in "--rollouts 16" "--rollouts 16 --admit eq12" "--rollouts 0"; do
+echo "== live node (one colocated GPU, speed 10): a quarter of the trace (--density 0.25, 120"
+echo "   emulated s), then 80 isolated requests (1 s apart, 1000 tokens in, 2 out) with iterations"
+echo "   10% off the model (--noise 0.1). node_*: each request on the node's clock from accepting"
+echo "   it (what the admission controls; host_*: the host's delays inside those); ttft/tpot_*: the"
+echo "   client's, with loopback, HTTP and its threads. SLOs 500 / 150 ms."
+printf 'TIMESTAMP,ContextTokens,GeneratedTokens\n' >"$tmp/isolated.csv"
+for i in $(seq 0 79); do echo "$i,1000,2"; done >>"$tmp/isolated.csv"
+live() { # replay-args, node-args...
+        local targs=$1 out pid port=
+        shift
         out=$(mktemp)
-        # shellcheck disable=SC2086
-        "$loom" harvest node --speed 10 $a >"$out" &
+        "$loom" harvest node --speed 10 "$@" >"$out" &
         pid=$!
-        port=
         for _ in $(seq 100); do
                 port=$(sed -n 's/^listening on 127.0.0.1:\([0-9]*\)$/\1/p' "$out")
                 [ -n "$port" ] && break
                 sleep 0.05
         done
-        echo "$a:"
-        "$loom" harvest replay --port "$port" --speed 10 --density 0.25 --duration-s 120 --json
+        echo "node $*, replay $targs:"
+        # shellcheck disable=SC2086
+        "$loom" harvest replay --port "$port" --speed 10 $targs --json
         exec 3<>"/dev/tcp/127.0.0.1/$port" && printf 'GET /v1/stats HTTP/1.0\r\n\r\n' >&3 &&
                 grep '^{' <&3
         exec 3<&-
         kill "$pid"
         wait "$pid" 2>/dev/null
         rm -f "$out"
+}
+echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+for a in "--rollouts 16" "--rollouts 16 --admit eq12" "--rollouts 0"; do
+        # shellcheck disable=SC2086
+        live "--density 0.25 --duration-s 120" $a
 done
+for a in "--admit dual" "--admit eq12"; do
+        # shellcheck disable=SC2086
+        live "--trace $tmp/isolated.csv --duration-s 100" --rollouts 16 --noise 0.1 $a
+done
+echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -3,7 +3,7 @@
  *
  *   loom harvest sim    [options]   trace-driven simulation, one result per policy
  *   loom harvest node   [options]   a live co-serving executor of one emulated GPU over HTTP
- *   loom harvest replay [options]   drive a node with a trace, print client-side TTFT/TPOT
+ *   loom harvest replay [options]   drive a node with a trace, print its TTFT/TPOT (node, client)
  *   loom harvest publish [options]  publish new rollout weights every N s (harvest_weights.c)
  *
  * Exit status: 0 ok, 1 invalid input, 2 bad usage.
@@ -134,7 +134,11 @@ static void node_usage(FILE *f)
             "the KV page pool in real memory. Prints \"listening on 127.0.0.1:PORT\", serves\n"
             "until SIGINT/SIGTERM or --for-s, then prints its statistics as JSON.\n"
             "\n"
-            "  GET /v1/generate?prompt=N&gen=M   streams \"first\" then \"done TTFT_MS TPOT_MS\"\n"
+            "  GET /v1/generate?prompt=N&gen=M   streams \"first\", then \"done TTFT TPOT "
+            "HOST_TTFT\n"
+            "                                    HOST_TPOT\": emulated ms on the node's clock "
+            "from\n"
+            "                                    accepting it, and the host's delays in each\n"
             "  GET /v1/stats                     counters, pages, cuts, routing latency,\n"
             "                                    weight version, hash, bytes, last pull\n"
             "  GET /v1/weights[?hold=1|0]        the same; hold or resume weight pulls\n"
@@ -155,6 +159,8 @@ static void node_usage(FILE *f)
             "                      rollout budget is derived again, a cut budget released\n"
             "  --max-context N     refuse prompt + gen above N tokens with 422 (default\n"
             "                      32768); KV larger than serving's share of the pool: 413\n"
+            "  --noise F           each iteration runs its modelled time x (1 +- up to F),\n"
+            "                      unseen by the admission (latency-model error; default 0)\n"
             "  --for-s S           stop after S wall seconds\n");
         fputs(harvest_cmd_node_help, f);
 }
@@ -199,6 +205,7 @@ static int cmd_node(int argc, char **argv)
             {"--for-s", 'n', 0, 1e7, &for_s},
             {"--step-s", 'n', 0.01, 1e7, &c.step_s},
             {"--max-context", 'u', 1, 1e8, &c.max_context},
+            {"--noise", 'n', 0, 0.9, &c.noise},
         };
         loom_cmd_opts p = {
             "loom harvest node", "loom harvest", node_usage, 0, t, N(t), node_other, &c};
@@ -227,8 +234,9 @@ static void replay_usage(FILE *f)
                 "usage: loom harvest replay --port N [options]\n"
                 "\n"
                 "Send a trace's requests to a node at their arrival times (divided by --density,\n"
-                "then by --speed on the wall clock) and print TTFT and TPOT percentiles measured\n"
-                "at the client, in emulated milliseconds.\n"
+                "then by --speed on the wall clock) and print TTFT and TPOT percentiles, in\n"
+                "emulated milliseconds, as the node measured them (its clock, from accepting each\n"
+                "request: what the admission controls) and as the client saw them.\n"
                 "\n"
                 "  --host A            IPv4 address (default 127.0.0.1)\n"
                 "  --port N            the node's port (required)\n"

@@ -490,6 +490,8 @@ typedef struct loom_harvest_node_cfg {
         double step_s;        /* an RL step every this many emulated seconds (30): new budget */
         uint32_t max_context; /* prompt + gen above this is refused with 422 (32768, Qwen2.5) */
         int plain_admission;  /* dual admission as the plain Eq. 1-2 (no reserve, no guard) */
+        double noise; /* each iteration runs its modelled time x (1 + U(-noise, noise)) (seed 1),
+                       * which the admission does not see: latency-model error, as sim's */
 } loom_harvest_node_cfg;
 
 #define LOOM_HARVEST_NODE_VERSIONS 8 /* turns done per version, for the last versions */
@@ -498,6 +500,11 @@ typedef struct loom_harvest_node_stats {
         uint64_t served, turns_done, turns_aborted, cuts, stalls, route_calls, rl_steps;
         uint32_t pages, pool_serving, pool_rollout, budget;
         double busy_serving_s, busy_rollout_s, route_us_max;
+        /* Host lag: emulated time the executor lost to the host (late wake-ups, sleeps that
+         * overshot), in all and the longest single delay. Not GPU time: on a real GPU the
+         * iteration would have ended on time. */
+        double host_lag_s;
+        loom_us host_lag_max_us;
         /* weights (with cfg.weights) */
         uint32_t version, policy_version; /* served; the newest known (the router's policy) */
         int routable;                     /* within the staleness: rollout turns may start */
@@ -511,8 +518,10 @@ typedef struct loom_harvest_node loom_harvest_node;
 
 void loom_harvest_node_defaults(loom_harvest_node_cfg *c);
 /* Start the HTTP server and the executor thread. GET /v1/generate?prompt=N&gen=M streams one
- * line "first" at the first token and "done TTFT_MS TPOT_MS" (emulated) at the last;
- * GET /v1/stats returns loom_harvest_node_stats as JSON. */
+ * line "first" at the first token and "done TTFT TPOT HOST_TTFT HOST_TPOT" at the last:
+ * emulated ms on the node's clock from accepting the request, and how much of each the
+ * executor lost to the host (TPOT's per token); GET /v1/stats returns loom_harvest_node_stats
+ * as JSON. */
 int loom_harvest_node_start(const loom_harvest_node_cfg *c, loom_harvest_node **out, loom_err *e);
 uint16_t loom_harvest_node_port(const loom_harvest_node *n);
 void loom_harvest_node_stats_get(loom_harvest_node *n, loom_harvest_node_stats *s);
@@ -545,7 +554,19 @@ typedef struct loom_harvest_replay_cfg {
 
 typedef struct loom_harvest_replay_result {
         uint64_t sent, ok, failed;
-        double ttft_p50_ms, ttft_p99_ms, tpot_p50_ms, tpot_p99_ms; /* client-measured, emulated */
+        /* Emulated milliseconds throughout. The client's figures: from sending the request to
+         * reading its "first" / "done" lines (HTTP, loopback, the client's threads included). */
+        double ttft_p50_ms, ttft_p99_ms, tpot_p50_ms, tpot_p99_ms;
+        /* The node's own, from its "done" line: on its monotonic clock from accepting the
+         * request to the token (node_*: what the engine and its admission delivered, the
+         * figures the SLOs are on). host_*_p99_ms: how much of the P99 request's figure (the
+         * request at that rank; per token for TPOT) the node's executor lost to the host (late
+         * wake-ups, overshot sleeps), to tell a loaded host from the admission's doing. */
+        double node_ttft_p50_ms, node_ttft_p99_ms, node_tpot_p50_ms, node_tpot_p99_ms;
+        double host_ttft_p99_ms, host_tpot_p99_ms;
+        uint64_t node_figures;      /* answered requests whose "done" line carried them */
+        double client_extra_p99_ms; /* P99 of client TTFT - node TTFT: connect, HTTP, threads */
+        double send_lag_max_ms;     /* the latest a request was sent against the trace */
         double wall_s;
 } loom_harvest_replay_result;
 

@@ -57,6 +57,16 @@ int hv_engine_busy(const hv_engine *g)
         return g->cur.kind != HV_IDLE;
 }
 
+loom_us hv_noisy(loom_us d, double noise, uint64_t seed, uint32_t gpu, uint64_t seq)
+{
+        if (!(noise > 0))
+                return d;
+        uint64_t st = loom_mix64(seed ^ ((uint64_t)gpu << 40) ^ seq ^ 0x2545f4914f6cdd1dULL);
+        double u = (double)(st >> 11) / 9007199254740992.0;
+        d = (loom_us)((double)d * (1 + noise * (2 * u - 1)));
+        return d > 0 ? d : 1;
+}
+
 size_t hv_engine_serving_load(const hv_engine *g)
 {
         return (g->pq_n - g->pq_head) + g->ndec + g->ndwait;

@@ -151,6 +151,10 @@ int hv_engine_next(hv_engine *g, loom_us now);
 /* The current iteration ended at `now`. */
 void hv_engine_finish(hv_engine *g, loom_us now);
 int hv_engine_busy(const hv_engine *g);
+/* An iteration of modelled duration d as the GPU runs it with latency-model error `noise`:
+ * d x (1 + U(-noise, noise)), a pure function of (seed, gpu, seq); d itself when noise is 0.
+ * The admission keeps planning with d: the error a real GPU's profile has. */
+loom_us hv_noisy(loom_us d, double noise, uint64_t seed, uint32_t gpu, uint64_t seq);
 size_t hv_engine_serving_load(const hv_engine *g);
 
 #endif

@@ -40,6 +40,7 @@ typedef struct live_req {
         int refs;
         int first, done, phase;
         loom_us arr, t_first, t_done;
+        loom_us lag_arr, lag_first, lag_done; /* the executor's host lag at those instants */
         uint32_t gen;
         struct loom_harvest_node *n;
 } live_req;
@@ -67,6 +68,11 @@ struct loom_harvest_node {
         size_t cap_ver_of;
         loom_harvest_wlive *wl;
         uint32_t version, policy; /* as of the last feed */
+        /* Host lag: emulated time the executor lost to the host (a sleep that overshot, a
+         * wake-up or a start that came late), summed since start. From late_since on, the
+         * executor is behind (the planned end of the running iteration, the end of the last
+         * one, or the arrival that should have woken it); LOOM_HARVEST_INF while idle. */
+        loom_us lag, late_since;
         loom_harvest_node_stats st;
 };
 
@@ -90,6 +96,20 @@ static struct timespec wall_at(const loom_harvest_node *n, loom_us emu)
                 t.tv_nsec -= 1000000000L;
         }
         return t;
+}
+
+/* The host lag accrued by emulated time t (now or later): what is summed, plus the delay
+ * running at t. */
+static loom_us lag_at(const loom_harvest_node *n, loom_us t)
+{
+        return n->lag + (t > n->late_since ? t - n->late_since : 0);
+}
+
+static void add_lag(loom_harvest_node *n, loom_us d)
+{
+        n->lag += d;
+        if (d > n->st.host_lag_max_us)
+                n->st.host_lag_max_us = d;
 }
 
 /* ---- page pool mirrors the engine's accounting ----------------------------------------- */
@@ -216,6 +236,7 @@ static void cb_prefilled(void *arg, loom_us now, const hv_sreq *r)
         live_req *q = r->user;
         q->first = 1;
         q->t_first = now;
+        q->lag_first = n->lag;
         hv_engine_submit_decode(&n->g, now, r);
         pthread_cond_broadcast(&n->cv_req);
 }
@@ -226,6 +247,7 @@ static void cb_served(void *arg, loom_us now, const hv_sreq *r)
         live_req *q = r->user;
         q->done = 1;
         q->t_done = now;
+        q->lag_done = n->lag;
         n->st.served++;
         pthread_cond_broadcast(&n->cv_req);
         unref(q); /* the engine's reference */
@@ -233,6 +255,9 @@ static void cb_served(void *arg, loom_us now, const hv_sreq *r)
 
 /* ---- executor ------------------------------------------------------------------------------ */
 
+/* The executor. Host lag (see struct loom_harvest_node) is counted where the host, not the
+ * engine, set the time: an iteration that starts after the last one finished (or after the
+ * arrival that woke an idle executor), and one whose sleep ends after its modelled end. */
 static void *exec_main(void *arg)
 {
         loom_harvest_node *n = arg;
@@ -248,21 +273,29 @@ static void *exec_main(void *arg)
                 }
                 feed(n, now);
                 if (!hv_engine_next(&n->g, now)) {
+                        n->late_since = LOOM_HARVEST_INF; /* idle: nothing is late */
                         sync_pool(n);
                         loom_us until = now + (loom_us)(2000 * n->cfg.speed);
                         struct timespec t = wall_at(n, until < next_step ? until : next_step);
                         pthread_cond_timedwait(&n->cv_exec, &n->mu, &t);
                         continue;
                 }
+                if (now > n->late_since)
+                        add_lag(n, now - n->late_since);
                 sync_pool(n);
-                loom_us end = now + n->g.cur.dur;
+                /* the GPU's time, model error included; the host's delays come on top */
+                loom_us end = now + hv_noisy(n->g.cur.dur, n->cfg.noise, 1, 0, n->g.cur.seq);
+                n->late_since = end;
                 struct timespec t = wall_at(n, end);
                 while (!n->stop && emu_now(n) < end)
                         pthread_cond_timedwait(&n->cv_exec, &n->mu, &t);
                 /* the iteration ends when the host says so: a sleep that overshot is delay
                  * the engine's estimates did not have, and the guard must see it */
                 loom_us real = emu_now(n);
-                hv_engine_finish(&n->g, real > end ? real : end);
+                if (real > end)
+                        add_lag(n, real - end);
+                n->late_since = real > end ? real : end;
+                hv_engine_finish(&n->g, n->late_since);
                 sync_pool(n);
                 pthread_cond_broadcast(&n->cv_req);
         }
@@ -286,10 +319,12 @@ static ssize_t stream(void *cls, uint64_t pos, char *buf, size_t max)
                 len = snprintf(buf, max, "first\n");
                 q->phase = 1;
         } else if (q->phase == 1) {
+                double per = q->gen > 1 ? 1e3 * (q->gen - 1) : 0;
                 double ttft = (double)(q->t_first - q->arr) / 1e3;
-                double tpot =
-                    q->gen > 1 ? (double)(q->t_done - q->t_first) / 1e3 / (q->gen - 1) : 0;
-                len = snprintf(buf, max, "done %.3f %.3f\n", ttft, tpot);
+                double tpot = per > 0 ? (double)(q->t_done - q->t_first) / per : 0;
+                double lttft = (double)(q->lag_first - q->lag_arr) / 1e3;
+                double ltpot = per > 0 ? (double)(q->lag_done - q->lag_first) / per : 0;
+                len = snprintf(buf, max, "done %.3f %.3f %.3f %.3f\n", ttft, tpot, lttft, ltpot);
                 q->phase = 2;
         } else {
                 len = MHD_CONTENT_READER_END_OF_STREAM;
@@ -364,6 +399,9 @@ static enum MHD_Result generate(loom_harvest_node *n, struct MHD_Connection *c)
         pthread_mutex_lock(&n->mu);
         loom_us now = emu_now(n);
         q->arr = now;
+        if (n->late_since == LOOM_HARVEST_INF && !hv_engine_busy(&n->g))
+                n->late_since = now; /* an idle executor should start on it now */
+        q->lag_arr = q->lag_first = lag_at(n, now);
         hv_sreq r = {.id = n->next_id++, .arr = now, .prompt = prompt, .gen = gen, .user = q};
         int rc;
         if (n->cfg.role == LOOM_HARVEST_DECODE) {
@@ -462,6 +500,7 @@ void loom_harvest_node_stats_get(loom_harvest_node *n, loom_harvest_node_stats *
         n->st.budget = n->g.mem.budget;
         n->st.busy_serving_s = loom_us_to_s(n->g.busy_serving);
         n->st.busy_rollout_s = loom_us_to_s(n->g.busy_rollout);
+        n->st.host_lag_s = loom_us_to_s(lag_at(n, emu_now(n)));
         if (n->wl) {
                 loom_harvest_wlive_stats_get(n->wl, &n->st.w);
                 n->st.version = (uint32_t)n->st.w.version;
@@ -494,6 +533,8 @@ static int check(const loom_harvest_node_cfg *c, loom_err *e)
                 return loom_err_set(e, LOOM_EINVAL, "step-s", "must be at least 0.01 s");
         if (c->max_context == 0)
                 return loom_err_set(e, LOOM_EINVAL, "max-context", "must be at least 1 token");
+        if (!(c->noise >= 0 && c->noise < 1))
+                return loom_err_set(e, LOOM_EINVAL, "noise", "must be in [0, 1)");
         return 0;
 }
 
@@ -575,6 +616,7 @@ int loom_harvest_node_start(const loom_harvest_node_cfg *c, loom_harvest_node **
                         goto fail;
         }
         clock_gettime(CLOCK_MONOTONIC, &n->wall0);
+        n->late_since = LOOM_HARVEST_INF;
         struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(c->port)};
         sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
         n->mhd = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD,

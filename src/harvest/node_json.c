@@ -76,6 +76,10 @@ void loom_harvest_node_stats_json(const loom_harvest_node_stats *s, int with_wei
                       "pool_rollout", (int)s->pool_rollout, "busy_serving_s", r3(s->busy_serving_s),
                       "busy_rollout_s", r3(s->busy_rollout_s), "route_calls",
                       (json_int_t)s->route_calls, "route_us_max", r3(s->route_us_max));
+        if (o) {
+                json_object_set_new(o, "host_lag_s", r3(s->host_lag_s));
+                json_object_set_new(o, "host_lag_max_ms", r3((double)s->host_lag_max_us / 1e3));
+        }
         if (o && with_weights)
                 json_object_set_new(o, "weights", weights(s));
         char *t =

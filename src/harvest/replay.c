@@ -6,6 +6,10 @@
  * sends GET /v1/generate over HTTP/1.0 and timestamps the "first" and "done" lines as they
  * arrive. Wall times are multiplied by the speed to give emulated milliseconds, comparable
  * with the SLOs. A request counts as failed on any socket error, timeout or missing line.
+ *
+ * The "done" line also carries the node's own figures (TTFT and TPOT on its clock from
+ * accepting the request, and the host lag inside each), kept beside the client's: the client's
+ * include loopback, HTTP and its own threads' scheduling, which no admission controls.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -23,6 +27,14 @@
 #include "loom/harvest.h"
 #include "sim_int.h"
 
+/* One answered request's figures, emulated ms: client, node, host lag, send lag. */
+enum { C_TTFT, C_TPOT, N_TTFT, N_TPOT, H_TTFT, H_TPOT, SEND_LAG, NCOL };
+
+typedef struct row {
+        double v[NCOL];
+        int node; /* the node's figures came with it */
+} row;
+
 typedef struct shared {
         const loom_harvest_replay_cfg *cfg;
         struct sockaddr_in sa;
@@ -30,16 +42,16 @@ typedef struct shared {
         pthread_cond_t cv;
         size_t running;
         uint64_t ok, failed;
-        double *ttft, *tpot;
-        size_t n;
+        row *rows;
 } shared;
 
 typedef struct job {
         shared *s;
         uint32_t prompt, gen;
+        double at_wall; /* when the trace says it arrives */
 } job;
 
-static int one(const job *j, double *ttft, double *tpot)
+static int one(const job *j, row *out)
 {
         const loom_harvest_replay_cfg *c = j->s->cfg;
         int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -48,6 +60,7 @@ static int one(const job *j, double *ttft, double *tpot)
         struct timeval tv = {.tv_sec = (time_t)(c->timeout_s > 0 ? c->timeout_s : 60)};
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
         double t0 = hv_now_s(), t_first = 0, t_done = 0;
+        out->v[SEND_LAG] = t0 > j->at_wall ? (t0 - j->at_wall) * c->speed * 1e3 : 0;
         if (connect(fd, (const struct sockaddr *)&j->s->sa, sizeof j->s->sa)) {
                 close(fd);
                 return -1;
@@ -82,8 +95,11 @@ static int one(const job *j, double *ttft, double *tpot)
         close(fd);
         if (status != 200 || !t_first || !t_done)
                 return -1;
-        *ttft = (t_first - t0) * c->speed * 1e3;
-        *tpot = j->gen > 1 ? (t_done - t_first) * c->speed * 1e3 / (j->gen - 1) : 0;
+        out->v[C_TTFT] = (t_first - t0) * c->speed * 1e3;
+        out->v[C_TPOT] = j->gen > 1 ? (t_done - t_first) * c->speed * 1e3 / (j->gen - 1) : 0;
+        const char *d = strstr(buf, "\ndone ");
+        out->node = sscanf(d + 6, "%lf %lf %lf %lf", &out->v[N_TTFT], &out->v[N_TPOT],
+                           &out->v[H_TTFT], &out->v[H_TPOT]) == 4;
         return 0;
 }
 
@@ -91,13 +107,11 @@ static void *worker(void *arg)
 {
         job *j = arg;
         shared *s = j->s;
-        double ttft = 0, tpot = 0;
-        int rc = one(j, &ttft, &tpot);
+        row r = {0};
+        int rc = one(j, &r);
         pthread_mutex_lock(&s->mu);
         if (rc == 0) {
-                s->ttft[s->ok] = ttft;
-                s->tpot[s->ok] = tpot;
-                s->ok++;
+                s->rows[s->ok++] = r;
         } else {
                 s->failed++;
         }
@@ -108,10 +122,58 @@ static void *worker(void *arg)
         return NULL;
 }
 
+typedef struct pick {
+        double v, with; /* v first: sorted by loom_cmp_double */
+} pick;
+
+/* The quantile q (nearest rank) of column k less column minus (when >= 0) over rows[0..n), only
+ * those with the node's figures when node; *with (when w >= 0) gets column w of the row at
+ * that rank. tmp holds n picks. */
+static double col(const row *rows, size_t n, pick *tmp, int node, int k, int minus, int w, double q,
+                  double *with)
+{
+        size_t m = 0;
+        for (size_t i = 0; i < n; i++)
+                if (!node || rows[i].node)
+                        tmp[m++] = (pick){rows[i].v[k] - (minus >= 0 ? rows[i].v[minus] : 0),
+                                          w >= 0 ? rows[i].v[w] : 0};
+        if (m == 0)
+                return 0;
+        qsort(tmp, m, sizeof *tmp, loom_cmp_double);
+        size_t r = (size_t)ceil(q * (double)m);
+        r = r > 0 ? r - 1 : 0;
+        r = r < m ? r : m - 1;
+        if (with)
+                *with = tmp[r].with;
+        return tmp[r].v;
+}
+
+static int summarise(const row *rows, size_t n, loom_harvest_replay_result *r)
+{
+        pick *t = malloc((n ? n : 1) * sizeof *t);
+        if (!t)
+                return LOOM_ENOMEM;
+        r->ttft_p50_ms = col(rows, n, t, 0, C_TTFT, -1, -1, 0.5, NULL);
+        r->ttft_p99_ms = col(rows, n, t, 0, C_TTFT, -1, -1, 0.99, NULL);
+        r->tpot_p50_ms = col(rows, n, t, 0, C_TPOT, -1, -1, 0.5, NULL);
+        r->tpot_p99_ms = col(rows, n, t, 0, C_TPOT, -1, -1, 0.99, NULL);
+        r->send_lag_max_ms = col(rows, n, t, 0, SEND_LAG, -1, -1, 1, NULL);
+        for (size_t i = 0; i < n; i++)
+                r->node_figures += rows[i].node != 0;
+        r->node_ttft_p50_ms = col(rows, n, t, 1, N_TTFT, -1, -1, 0.5, NULL);
+        r->node_ttft_p99_ms = col(rows, n, t, 1, N_TTFT, -1, H_TTFT, 0.99, &r->host_ttft_p99_ms);
+        r->node_tpot_p50_ms = col(rows, n, t, 1, N_TPOT, -1, -1, 0.5, NULL);
+        r->node_tpot_p99_ms = col(rows, n, t, 1, N_TPOT, -1, H_TPOT, 0.99, &r->host_tpot_p99_ms);
+        r->client_extra_p99_ms = col(rows, n, t, 1, C_TTFT, N_TTFT, -1, 0.99, NULL);
+        free(t);
+        return 0;
+}
+
 int loom_harvest_replay(const loom_harvest_replay_cfg *c, loom_harvest_replay_result *res,
                         loom_err *e)
 {
         memset(res, 0, sizeof *res);
+        int rc;
         if (!c->trace || c->trace->n == 0)
                 return loom_err_set(e, LOOM_EINVAL, "trace", "no requests");
         if (!(c->speed > 0) || !(c->density > 0))
@@ -122,13 +184,9 @@ int loom_harvest_replay(const loom_harvest_replay_cfg *c, loom_harvest_replay_re
         if (inet_pton(AF_INET, c->host, &s.sa.sin_addr) != 1)
                 return loom_err_set(e, LOOM_EINVAL, "host", "'%s' is not an IPv4 address", c->host);
         size_t n = c->trace->n;
-        s.ttft = malloc(n * sizeof *s.ttft);
-        s.tpot = malloc(n * sizeof *s.tpot);
-        if (!s.ttft || !s.tpot) {
-                free(s.ttft);
-                free(s.tpot);
+        s.rows = malloc(n * sizeof *s.rows);
+        if (!s.rows)
                 return loom_err_set(e, LOOM_ENOMEM, "replay", "out of memory");
-        }
         pthread_mutex_init(&s.mu, NULL);
         pthread_cond_init(&s.cv, NULL);
         pthread_attr_t at;
@@ -149,7 +207,7 @@ int loom_harvest_replay(const loom_harvest_replay_cfg *c, loom_harvest_replay_re
                 job *j = malloc(sizeof *j);
                 if (!j)
                         break;
-                *j = (job){&s, c->trace->reqs[i].prompt, c->trace->reqs[i].gen};
+                *j = (job){&s, c->trace->reqs[i].prompt, c->trace->reqs[i].gen, at_wall};
                 pthread_t th;
                 pthread_mutex_lock(&s.mu);
                 s.running++;
@@ -171,11 +229,9 @@ int loom_harvest_replay(const loom_harvest_replay_cfg *c, loom_harvest_replay_re
         res->wall_s = hv_now_s() - t0;
         res->ok = s.ok;
         res->failed = s.failed;
-        hv_latency_pcts(s.ttft, s.tpot, s.ok, &res->ttft_p50_ms, &res->ttft_p99_ms,
-                        &res->tpot_p50_ms, &res->tpot_p99_ms);
-        free(s.ttft);
-        free(s.tpot);
+        rc = summarise(s.rows, s.ok, res);
+        free(s.rows);
         pthread_mutex_destroy(&s.mu);
         pthread_cond_destroy(&s.cv);
-        return 0;
+        return rc ? loom_err_set(e, rc, "replay", "out of memory") : 0;
 }

@@ -178,17 +178,29 @@ void loom_harvest_replay_print(FILE *f, const loom_harvest_replay_result *r, int
                 fprintf(f,
                         "{\"sent\":%llu,\"ok\":%llu,\"failed\":%llu,\"ttft_p50_ms\":%.2f,"
                         "\"ttft_p99_ms\":%.2f,\"tpot_p50_ms\":%.2f,\"tpot_p99_ms\":%.2f,"
-                        "\"wall_s\":%.2f}\n",
+                        "\"node_figures\":%llu,\"node_ttft_p50_ms\":%.2f,\"node_ttft_p99_ms\":%.2f,"
+                        "\"node_tpot_p50_ms\":%.2f,\"node_tpot_p99_ms\":%.2f,"
+                        "\"host_ttft_p99_ms\":%.2f,\"host_tpot_p99_ms\":%.2f,"
+                        "\"client_extra_p99_ms\":%.2f,\"send_lag_max_ms\":%.2f,\"wall_s\":%.2f}\n",
                         (unsigned long long)r->sent, (unsigned long long)r->ok,
                         (unsigned long long)r->failed, r->ttft_p50_ms, r->ttft_p99_ms,
-                        r->tpot_p50_ms, r->tpot_p99_ms, r->wall_s);
+                        r->tpot_p50_ms, r->tpot_p99_ms, (unsigned long long)r->node_figures,
+                        r->node_ttft_p50_ms, r->node_ttft_p99_ms, r->node_tpot_p50_ms,
+                        r->node_tpot_p99_ms, r->host_ttft_p99_ms, r->host_tpot_p99_ms,
+                        r->client_extra_p99_ms, r->send_lag_max_ms, r->wall_s);
         else
                 fprintf(f,
-                        "sent %llu ok %llu failed %llu  ttft p50 %.1f p99 %.1f ms  tpot p50 %.1f "
-                        "p99 %.1f ms  (client-measured, emulated; %.1f s wall)\n",
+                        "sent %llu ok %llu failed %llu (%.1f s wall); emulated ms:\n"
+                        "  node    ttft p50 %.1f p99 %.1f  tpot p50 %.1f p99 %.1f  (its clock, "
+                        "from accepting each request; the p99 request lost %.1f / %.1f of it to "
+                        "the host)\n"
+                        "  client  ttft p50 %.1f p99 %.1f  tpot p50 %.1f p99 %.1f  (adds p99 %.1f "
+                        "to ttft; sent up to %.1f late)\n",
                         (unsigned long long)r->sent, (unsigned long long)r->ok,
-                        (unsigned long long)r->failed, r->ttft_p50_ms, r->ttft_p99_ms,
-                        r->tpot_p50_ms, r->tpot_p99_ms, r->wall_s);
+                        (unsigned long long)r->failed, r->wall_s, r->node_ttft_p50_ms,
+                        r->node_ttft_p99_ms, r->node_tpot_p50_ms, r->node_tpot_p99_ms,
+                        r->host_ttft_p99_ms, r->host_tpot_p99_ms, r->ttft_p50_ms, r->ttft_p99_ms,
+                        r->tpot_p50_ms, r->tpot_p99_ms, r->client_extra_p99_ms, r->send_lag_max_ms);
 }
 
 int loom_harvest_replay_report(const loom_harvest_replay_cfg *cfg, const char *trace, int json,

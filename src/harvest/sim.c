@@ -188,12 +188,7 @@ static void kick(sim *s, uint32_t gi, loom_us now)
         hv_engine *g = &s->g[gi];
         if (hv_engine_busy(g) || !hv_engine_next(g, now))
                 return;
-        loom_us d = g->cur.dur;
-        if (s->cfg->noise > 0) {
-                uint64_t st =
-                    s->cfg->seed ^ ((uint64_t)gi << 40) ^ g->cur.seq ^ 0x2545f4914f6cdd1dULL;
-                d = (loom_us)((double)d * (1 + s->cfg->noise * (2 * unif(&st) - 1)));
-        }
+        loom_us d = hv_noisy(g->cur.dur, s->cfg->noise, s->cfg->seed, gi, g->cur.seq);
         push(s, now + (d > 0 ? d : 1), E_GPU, gi);
 }
 

@@ -75,20 +75,92 @@ stop_node
 echo "with rollouts:    $with"
 echo "without rollouts: $without"
 
-# ---- serving latency on a quarter of the bundled trace with 16 rollouts in flight: the SLOs
-# (500 ms TTFT, 150 ms TPOT) are what the admission plans for, client-measured here
-start_node --speed 10 --rollouts 16
-(cd "$src" && "$loom" harvest replay --port "$port" --speed 10 --density 0.25 --duration-s 60 --json) >"$tmp/lat" 2>"$tmp/err"
-lat=$(cat "$tmp/lat")
-check "quarter trace all answered" test "$(field "$lat" failed)" = 0
-# tolerance: 1.5x the SLOs, for the host (client threads, HTTP, a loaded machine's scheduling
-# delays all land in the client's figures); admission that lets rollouts run ahead of serving
-# (tpot-only here) misses by orders of magnitude, and a quiet host gives 280 / 125 ms
-check "P99 TTFT within 1.5x the 500 ms SLO" awk -v x="$(field "$lat" ttft_p99_ms)" 'BEGIN { exit !(x > 0 && x <= 750) }'
-check "P99 TPOT within 1.5x the 150 ms SLO" awk -v x="$(field "$lat" tpot_p99_ms)" 'BEGIN { exit !(x > 0 && x <= 225) }'
-check "rollouts ran beside serving" ge "$(field "$(get /v1/stats)" turns_done)" 50
-stop_node
-echo "quarter trace with 16 rollouts: $lat"
+# ---- serving latency, on the node's own clock: each request's TTFT and TPOT from the moment the
+# node accepted it, what the admission controls and the figures the SLOs (500 ms TTFT, 150 ms
+# TPOT) are asserted on. The client's figures (loopback, HTTP, its threads' scheduling on a
+# loaded host) are printed beside, not asserted.
+lat_run() { # out-name trace-args node-args...: a node at speed 10, one replay; $lat, $lat_stats
+        local name=$1 targs=$2
+        shift 2
+        start_node --speed 10 "$@"
+        # shellcheck disable=SC2086
+        (cd "$src" && "$loom" harvest replay --port "$port" --speed 10 $targs --json) >"$tmp/$name" 2>"$tmp/err"
+        lat=$(cat "$tmp/$name")
+        lat_stats=$(get /v1/stats)
+        stop_node
+        check "$name: every request answered, with the node's figures" \
+                test "$(field "$lat" failed)" = 0 -a "$(field "$lat" node_figures)" = "$(field "$lat" ok)"
+        # per request the node's window lies inside the client's, so its P99 does too
+        check "$name: node P99 TTFT within the client's" \
+                ge "$(awk -v c="$(field "$lat" ttft_p99_ms)" 'BEGIN { print c + 0.02 }')" "$(field "$lat" node_ttft_p99_ms)"
+        echo "$name: node P99 TTFT $(field "$lat" node_ttft_p99_ms) TPOT $(field "$lat" node_tpot_p99_ms) ms" \
+                "(lost to the host: $(field "$lat" host_ttft_p99_ms) / $(field "$lat" host_tpot_p99_ms));" \
+                "client $(field "$lat" ttft_p99_ms) / $(field "$lat" tpot_p99_ms) ms;" \
+                "$(field "$lat_stats" turns_done) rollout turns"
+}
+within() { awk -v t="$1" -v p="$2" 'BEGIN { exit !(t > 0 && t <= 500 && p > 0 && p <= 150) }'; }
+over() { awk -v t="$1" -v p="$2" 'BEGIN { exit !(t > 500 || p > 150) }'; }
+# rose's SLOs on the node's figures in $lat, $lat_stats. When the P99 request is over an SLO
+# by less than it lost to the host and the host held the executor up for over 100 emulated ms
+# at once in that run (10 ms wall at speed 10: descheduled for a scheduler slice or more, which
+# no admission plans for; the small overshoot of every sleep, which the admission does see and
+# must absorb, stays far below: 24-52 ms on a quiet host), the host was too loaded for the
+# check and that is said instead.
+rose_within() { # what
+        local t p ht hp
+        t=$(field "$lat" node_ttft_p99_ms) p=$(field "$lat" node_tpot_p99_ms)
+        ht=$(field "$lat" host_ttft_p99_ms) hp=$(field "$lat" host_tpot_p99_ms)
+        if [ $loaded = 1 ]; then
+                return
+        elif ! within "$t" "$p" && ge "$(field "$lat_stats" host_lag_max_ms)" 100 &&
+                within "$(awk -v a="$t" -v b="$ht" 'BEGIN { print a - b }')" \
+                        "$(awk -v a="$p" -v b="$hp" 'BEGIN { print a - b }')"; then
+                echo "NOTE: host too loaded for rose's SLO check ($1): P99 TTFT $t / TPOT $p ms on" \
+                        "the node's clock, of which the host took $ht / $hp; it held the executor" \
+                        "up for $(field "$lat_stats" host_lag_max_ms) ms at once"
+        else
+                check "rose: node P99 TTFT <= 500 ms and TPOT <= 150 ms ($1)" within "$t" "$p"
+        fi
+}
+quarter="--density 0.25 --duration-s 60"
+
+# serving alone first: if it already misses an SLO on the node's clock, the host is too loaded
+# for the executor to keep time and no admission can be judged here
+lat_run alone "$quarter" --rollouts 0
+alone=$lat
+loaded=0
+if ! within "$(field "$alone" node_ttft_p99_ms)" "$(field "$alone" node_tpot_p99_ms)"; then
+        loaded=1
+        echo "NOTE: host too loaded for the SLO checks: serving alone, no rollouts, already gives" \
+                "P99 TTFT $(field "$alone" node_ttft_p99_ms) / TPOT $(field "$alone" node_tpot_p99_ms) ms" \
+                "on the node's clock; rose's SLO checks are not made this run"
+fi
+
+# a quarter of the bundled trace with 16 rollouts in flight (RL steps every 30 emulated s)
+lat_run rose "$quarter" --rollouts 16
+rose=$lat
+check "rollouts ran beside serving" ge "$(field "$lat_stats" turns_done)" 50
+rose_within "quarter trace"
+
+# The check can fail: requests arriving one by one at a GPU busy with rollouts (no decode
+# running, so only TTFT binds and an admission may spend all of it), iterations 10% off the
+# latency model (--noise, as `harvest sim --noise`). The plain Eq. 1-2 spends the slack to the
+# microsecond and misses; rose's allowance for model error, arrival reserve and guard hold.
+{
+        echo "TIMESTAMP,ContextTokens,GeneratedTokens"
+        for i in $(seq 0 79); do echo "$i,1000,2"; done
+} >"$tmp/isolated.csv"
+isolated="--trace $tmp/isolated.csv --duration-s 100"
+lat_run eq12-isolated "$isolated" --rollouts 16 --noise 0.1 --admit eq12
+eq12=$lat
+check "eq12 is caught: node P99 TTFT above 500 ms or TPOT above 150 ms on isolated requests" \
+        over "$(field "$eq12" node_ttft_p99_ms)" "$(field "$eq12" node_tpot_p99_ms)"
+lat_run rose-isolated "$isolated" --rollouts 16 --noise 0.1
+rose_within "isolated requests"
+echo "quarter trace, serving alone:   $alone"
+echo "quarter trace, 16 rollouts:     $rose"
+echo "isolated requests, eq12:        $eq12"
+echo "isolated requests, rose:        $lat"
 
 # ---- bad input and usage
 "$loom" harvest node --speed 0 >/dev/null 2>&1
