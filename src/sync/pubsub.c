@@ -78,8 +78,11 @@ struct loom_sync_pub {
         pthread_cond_t cv;
         pver *cur;
         int stop, active; /* active: connection threads still running */
-        int keyed;        /* pulls must prove key; frames are tagged (auth.c) */
-        uint8_t key[LOOM_SYNC_KEY_LEN];
+        /* With a sync key, pulls must prove it and frames are tagged (auth.c). The HMAC
+         * state is keyed once, by loom_sync_pub_set_key; a pull copies it (under mu) and
+         * does the rest of its work on the copy. */
+        int keyed;
+        struct hmac_sha256_ctx key_base;
         loom_sync_pub_limits lim;
         pthread_t accept_thread;
 };
@@ -379,9 +382,11 @@ static int authenticate(loom_sync_pub *p, int fd, const uint8_t *req, uint32_t f
         uint8_t extra[sizeof m->nonce + LOOM__REQ_TAG_LEN], tag[LOOM__REQ_TAG_LEN];
         if ((flags & LOOM__PULL_AUTH) && loom__read_all(fd, extra, sizeof extra))
                 return -1;
+        loom__mac_init(m, NULL, NULL);
         pthread_mutex_lock(&p->mu);
-        int keyed = p->keyed;
-        loom__mac_init(m, keyed ? p->key : NULL, NULL);
+        int keyed = m->on = p->keyed;
+        if (keyed)
+                m->base = p->key_base; /* keyed once, by loom_sync_pub_set_key */
         pthread_mutex_unlock(&p->mu);
         const char *why = NULL;
         if (!keyed && (flags & LOOM__PULL_AUTH))
@@ -411,7 +416,12 @@ void loom__pub_serve(loom_sync_pub *p, int fd)
 {
         uint8_t req[LOOM__PULL_REQ_LEN];
         uint32_t magic, nshards;
-        struct timeval tv = timeval_of(p->lim.idle_s);
+        /* loom_sync_pub_set_limits may change p->lim from another thread at any time: this
+         * connection keeps the limits in force when it started */
+        pthread_mutex_lock(&p->mu);
+        loom_sync_pub_limits lim = p->lim;
+        pthread_mutex_unlock(&p->mu);
+        struct timeval tv = timeval_of(lim.idle_s);
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
         /* the part every version of the request has, then the model id when it is this one */
@@ -457,11 +467,11 @@ void loom__pub_serve(loom_sync_pub *p, int fd)
                 return;
         }
         /* The puller bounds its own wait; this bound frees the thread of one that forgot. */
-        pver *v = wait_version(p, fd, want, loom__now() + p->lim.wait_s);
+        pver *v = wait_version(p, fd, want, loom__now() + lim.wait_s);
         if (!v) {
                 char why[96];
                 snprintf(why, sizeof why, "no version >= %llu within %.0f s",
-                         (unsigned long long)want, p->lim.wait_s);
+                         (unsigned long long)want, lim.wait_s);
                 send_end(fd, m, LOOM__REFUSED_WAIT, why);
                 return;
         }
@@ -521,14 +531,14 @@ static void *accept_main(void *arg)
                         continue;
                 }
                 pthread_mutex_lock(&p->mu);
-                int busy = p->active >= p->lim.max_conns;
+                int cap = p->lim.max_conns, busy = p->active >= cap;
                 if (!busy)
                         p->active++;
                 pthread_mutex_unlock(&p->mu);
                 if (busy) {
                         /* the END goes into an empty socket buffer: this does not block */
                         char why[64];
-                        snprintf(why, sizeof why, "busy: %d pulls in flight", p->lim.max_conns);
+                        snprintf(why, sizeof why, "busy: %d pulls in flight", cap);
                         send_end(fd, NULL, LOOM__REFUSED_BUSY, why);
                         close(fd);
                         continue;
@@ -625,10 +635,13 @@ int loom_sync_pub_new(const char *model, const uint64_t *shard_elems, size_t nsh
 
 int loom_sync_pub_set_key(loom_sync_pub *p, const uint8_t *key, loom_err *e)
 {
+        loom__mac m; /* keyed here, outside the lock: pulls only copy the keyed state */
+        int rc = loom__mac_init(&m, key, e);
+        if (rc)
+                return rc;
         pthread_mutex_lock(&p->mu);
-        p->keyed = key != NULL;
-        if (key)
-                memcpy(p->key, key, LOOM_SYNC_KEY_LEN);
+        p->keyed = m.on;
+        p->key_base = m.base;
         pthread_mutex_unlock(&p->mu);
         return 0;
 }
