@@ -128,10 +128,10 @@ static uint64_t dense_frames_bytes(const loom_sync_pub *p)
         return buckets_of(p) * LOOM_SYNC_FRAME_HDR + 2 * p->elems;
 }
 
-/* Encode the changed buckets of v against old (NULL: the first version, all of it) into
- * v->d. */
-static int encode_delta(loom_sync_pub *p, pver *v, const uint16_t *old, loom_sync_pub_stats *st,
-                        loom_err *e)
+/* Fill v->w bucket by bucket from fill, hash each bucket into its shard's sum and encode the
+ * changed ones against old (NULL: the first version, all of it) into v->d. */
+static int encode_delta(loom_sync_pub *p, pver *v, const uint16_t *old, loom__fill_fn fill,
+                        void *arg, loom_sync_pub_stats *st, loom_err *e)
 {
         pdelta *d = v->d;
         size_t cap = 0;
@@ -148,6 +148,10 @@ static int encode_delta(loom_sync_pub *p, pver *v, const uint16_t *old, loom_syn
                 for (uint64_t b = 0, seq = 0; b < p->shard[s]; b += p->bucket, seq++) {
                         size_t n =
                             (size_t)(p->shard[s] - b < p->bucket ? p->shard[s] - b : p->bucket);
+                        int rc = fill(arg, v->w, off + b + n, e);
+                        if (rc)
+                                return rc;
+                        v->hash[s] += loom_sync_hash(v->w + off + b, n, off + b);
                         const uint16_t *o = old ? old + off + b : NULL;
                         if (o && !memcmp(o, v->w + off + b, 2 * n))
                                 continue; /* unchanged: not sent */
@@ -156,8 +160,8 @@ static int encode_delta(loom_sync_pub *p, pver *v, const uint16_t *old, loom_syn
                                              .version = v->version,
                                              .start = b};
                         uint8_t *hdr = d->frames + d->len;
-                        int rc = loom_sync_encode(o, v->w + off + b, n, LOOM_SYNC_ENC_AUTO,
-                                                  hdr + LOOM_SYNC_FRAME_HDR, &f, e);
+                        rc = loom_sync_encode(o, v->w + off + b, n, LOOM_SYNC_ENC_AUTO,
+                                              hdr + LOOM_SYNC_FRAME_HDR, &f, e);
                         if (rc)
                                 return rc;
                         loom_sync_frame_pack(&f, hdr);
@@ -195,8 +199,34 @@ static void trim_chain(pdelta *d, size_t budget)
         }
 }
 
+/* Host weights: each bucket copied as it is reached. */
+typedef struct host_fill {
+        const uint16_t *w;
+        uint64_t done;
+} host_fill;
+
+static int fill_host(void *arg, uint16_t *w, uint64_t upto, loom_err *e)
+{
+        host_fill *h = arg;
+        memcpy(w + h->done, h->w + h->done, 2 * (upto - h->done));
+        h->done = upto;
+        return 0;
+}
+
 int loom_sync_pub_publish(loom_sync_pub *p, uint64_t version, const uint16_t *w,
                           loom_sync_pub_stats *st, loom_err *e)
+{
+        host_fill h = {w, 0};
+        return loom__pub_publish_from(p, version, fill_host, &h, st, e);
+}
+
+uint64_t loom__pub_elems(const loom_sync_pub *p)
+{
+        return p->elems;
+}
+
+int loom__pub_publish_from(loom_sync_pub *p, uint64_t version, loom__fill_fn fill, void *arg,
+                           loom_sync_pub_stats *st, loom_err *e)
 {
         loom_sync_pub_stats tmp;
         st = st ? st : &tmp;
@@ -226,11 +256,7 @@ int loom_sync_pub_publish(loom_sync_pub *p, uint64_t version, const uint16_t *w,
         v->d->refs = 1;
         v->d->version = version;
         v->d->base = old ? old->version : LOOM_SYNC_NO_VERSION;
-        memcpy(v->w, w, 2 * p->elems);
-        for (size_t s = 0; s < p->nshards; s++)
-                v->hash[s] =
-                    loom_sync_hash(v->w + p->shard_off[s], (size_t)p->shard[s], p->shard_off[s]);
-        rc = encode_delta(p, v, old ? old->w : NULL, st, e);
+        rc = encode_delta(p, v, old ? old->w : NULL, fill, arg, st, e);
         if (rc)
                 goto out;
         uint64_t nb = buckets_of(p), manifest = LOOM_SYNC_FRAME_HDR + 8 * p->nshards;

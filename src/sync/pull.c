@@ -5,6 +5,10 @@
  * frame's CRC, the coverage of a dense reply and each shard's additive hash against the
  * manifest, and only then overwrite the caller's weights. With a sync key, every frame's tag
  * too (auth.c), before the frame is looked at.
+ *
+ * Into GPU memory (cuda_sync.c) the scratch copy is the same, but each applied bucket is also
+ * sent H2D at once (so the copy overlaps the receive of the next one), and a delta's base is
+ * read from the device first; see sync.h for what a failure then leaves.
  */
 #define _GNU_SOURCE
 #include <stdbool.h>
@@ -22,9 +26,11 @@ typedef struct pull {
         size_t nshards;
         uint64_t elems;
         uint16_t *scratch;
-        uint64_t *covered; /* per shard, dense replies only */
-        uint64_t at;       /* a delta chain: the version of the last frame applied */
-        loom__mac mac;     /* off without a key */
+        uint64_t *covered;        /* per shard, dense replies only */
+        uint64_t at;              /* a delta chain: the version of the last frame applied */
+        loom__mac mac;            /* off without a key */
+        loom__cudev *dev;         /* the weights in GPU memory; NULL: host memory */
+        loom_sync_cuda_stats *cs; /* stage times; NULL: not kept */
 } pull;
 
 static int recv_manifest(int fd, pull *p, loom_sync_frame *m, uint64_t **hash, uint64_t *bytes,
@@ -78,7 +84,11 @@ static int apply_frame(int fd, pull *p, const loom_sync_frame *m, int dense, uin
 {
         loom_sync_frame f;
         uint8_t *pl = NULL;
+        double t0 = loom__now();
         int rc = loom__frame_recv_mac(fd, &p->mac, &f, &pl, LOOM_SYNC_FRAME_MAX_PAYLOAD, bytes, e);
+        double t1 = loom__now();
+        if (p->cs)
+                p->cs->recv_s += t1 - t0;
         if (rc)
                 return rc;
         /* a dense reply and a single delta are all of the manifest's version; a chain's frames
@@ -110,6 +120,10 @@ static int apply_frame(int fd, pull *p, const loom_sync_frame *m, int dense, uin
                 *changed += n;
         free(before);
         free(pl);
+        if (p->cs)
+                p->cs->decode_s += loom__now() - t1;
+        if (!rc && p->dev) /* checked and applied: on its way to the device */
+                rc = loom__cudev_write(p->dev, at, p->off[f.stream] + f.start, n, e);
         return rc;
 }
 
@@ -180,6 +194,14 @@ static int exchange(int fd, pull *p, uint16_t *w, uint64_t have, uint64_t want,
                 rc = loom_err_set(e, LOOM_EPROTO, "manifest", "delta against a version we lack");
         if (!rc && dense && m.nnz == 0)
                 rc = loom_err_set(e, LOOM_EPROTO, "manifest", "empty dense reply");
+        uint16_t *base = NULL; /* a delta into GPU memory: the device's weights, read */
+        if (!rc && !dense && p->dev) {
+                if (!(base = malloc(2 * p->elems + 2)))
+                        rc = loom_err_set(e, LOOM_ENOMEM, NULL, "out of memory");
+                else
+                        rc = loom__cudev_read(p->dev, base, p->elems, e);
+                w = base;
+        }
         if (!rc) {
                 if (dense)
                         memset(p->scratch, 0, 2 * p->elems);
@@ -192,6 +214,8 @@ static int exchange(int fd, pull *p, uint16_t *w, uint64_t have, uint64_t want,
                 rc = apply_frame(fd, p, &m, dense, &st->bytes, &st->changed, e);
                 chain |= !dense && p->at != m.version;
         }
+        if (!rc && p->dev)
+                rc = loom__cudev_finish(p->dev, e);
         if (!rc)
                 rc = verify(p, hash, dense, e);
         if (!rc && chain) { /* an element may change in several links: count it once */
@@ -200,10 +224,19 @@ static int exchange(int fd, pull *p, uint16_t *w, uint64_t have, uint64_t want,
                         st->changed += w[i] != p->scratch[i];
         }
         if (!rc) {
-                memcpy(w, p->scratch, 2 * p->elems);
+                if (!p->dev)
+                        memcpy(w, p->scratch, 2 * p->elems);
                 st->version = m.version;
                 st->base = dense ? LOOM_SYNC_NO_VERSION : m.start;
+        } else if (p->dev && loom__cudev_wrote(p->dev)) {
+                loom__cudev_finish(p->dev, NULL); /* nothing in flight once we return */
+                st->version = LOOM_SYNC_NO_VERSION;
+                size_t len = strlen(e->msg);
+                snprintf(e->msg + len, sizeof e->msg - len,
+                         " (the device weights were partly overwritten: they hold no version; "
+                         "the next pull is dense)");
         }
+        free(base);
         free(hash);
         return rc;
 }
@@ -315,6 +348,15 @@ int loom_sync_pull_keyed(const uint8_t *key, const char *model, const char *ip, 
                          const uint64_t *shard_elems, size_t nshards, uint16_t *w, uint64_t have,
                          uint64_t want, double timeout_s, loom_sync_pull_stats *st, loom_err *e)
 {
+        return loom__pull_ex(key, model, ip, port, shard_elems, nshards, w, NULL, have, want,
+                             timeout_s, st, NULL, e);
+}
+
+int loom__pull_ex(const uint8_t *key, const char *model, const char *ip, uint16_t port,
+                  const uint64_t *shard_elems, size_t nshards, uint16_t *w, loom__cudev *dev,
+                  uint64_t have, uint64_t want, double timeout_s, loom_sync_pull_stats *st,
+                  loom_sync_cuda_stats *cs, loom_err *e)
+{
         loom_sync_pull_stats tmp;
         st = st ? st : &tmp;
         memset(st, 0, sizeof *st);
@@ -323,6 +365,8 @@ int loom_sync_pull_keyed(const uint8_t *key, const char *model, const char *ip, 
         int rc = pull_args(key, model, shard_elems, nshards, timeout_s, &p, e);
         if (rc)
                 return rc;
+        p.dev = dev;
+        p.cs = cs;
         double t0 = loom__now();
         int fd = -1;
         rc = open_conn(ip, port, timeout_s, t0, &fd, e);
