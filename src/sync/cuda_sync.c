@@ -10,8 +10,11 @@
  *   write  (pull)  wait the half's previous copy ; copy the applied bucket into it ; H2D. The
  *          caller receives the next bucket while this one is on the bus.
  *
- * One event per half says when its copy is done; nothing waits on the whole stream until
- * finish. Everything else (frames, deltas, checksums, the wire) is pubsub.c's and pull.c's.
+ * Reads and writes have two halves each (a delta pull reads its base ahead while it writes
+ * buckets), one stream, one event per half; nothing waits on the whole stream until finish.
+ * On the one stream a region is never written before it was read: the puller reads a bucket's
+ * base (and waits for it) before it writes that bucket, and reads ahead only past it. Everything
+ * else (frames, deltas, checksums, the wire) is pubsub.c's and pull.c's.
  */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -23,17 +26,24 @@
 
 #define DEFAULT_STAGING (UINT64_C(16) << 20)
 
+/* Two staging halves used in turn, each with the event of its last copy. Reads (D2H) and
+ * writes (H2D) have a lane each: a delta pull reads its base ahead while it writes buckets. */
+typedef struct lane {
+        void *mem; /* its two halves, registered on the lane's first copy */
+        uint16_t *half[2];
+        void *ev[2];
+        int busy[2];     /* a copy through the half was issued and not waited for */
+        uint64_t len[2]; /* elements of that copy */
+        int next;        /* the half the next copy uses; with both busy, the older one */
+} lane;
+
 struct loom__cudev {
         const loom__cuda *cu;
         uint16_t *dev;
         uint64_t elems;
-        void *stream, *ev[2];
-        uint16_t *half[2];
+        void *stream;
+        lane rd, wr;
         uint64_t half_elems;
-        void *mem;        /* 2 halves, registered */
-        int busy[2];      /* a copy through the half was issued and not waited for */
-        uint64_t len[2];  /* read: elements of the chunk in the half */
-        int next;         /* the half the next copy uses */
         uint64_t issued;  /* read: elements whose D2H was issued */
         uint64_t fetched; /* read: elements copied out */
         int wrote;
@@ -88,22 +98,32 @@ static int setup(loom__cudev *d, const loom_sync_cuda_opts *o, loom_err *e)
         if (rc)
                 return rc;
         d->half_elems = bytes / 2 < d->elems ? bytes / 2 : d->elems;
+        /* cudaStreamNonBlocking: no implicit ordering with the legacy default stream */
+        return check(d, d->cu->StreamCreateWithFlags(&d->stream, 1), "cudaStreamCreateWithFlags",
+                     e);
+}
+
+/* A lane's staging and events, on its first copy: a publish registers only the read lane, a
+ * dense pull only the write lane. */
+static int lane_open(loom__cudev *d, lane *l, loom_err *e)
+{
+        if (l->mem)
+                return 0;
         size_t hb = (size_t)(2 * d->half_elems + 63) & ~(size_t)63;
-        if (posix_memalign(&d->mem, 4096, 2 * hb))
+        void *m;
+        if (posix_memalign(&m, 4096, 2 * hb))
                 return loom_err_set(e, LOOM_ENOMEM, "staging_bytes",
                                     "staging of 2 x %zu bytes: out of memory", hb);
-        rc = check(d, d->cu->HostRegister(d->mem, 2 * hb, 0), "cudaHostRegister", e);
+        int rc = check(d, d->cu->HostRegister(m, 2 * hb, 0), "cudaHostRegister", e);
         if (rc) {
-                free(d->mem);
-                d->mem = NULL;
+                free(m);
                 return rc;
         }
-        d->half[0] = d->mem;
-        d->half[1] = (uint16_t *)(void *)((uint8_t *)d->mem + hb);
-        /* cudaStreamNonBlocking: no implicit ordering with the legacy default stream */
-        rc = check(d, d->cu->StreamCreateWithFlags(&d->stream, 1), "cudaStreamCreateWithFlags", e);
+        l->mem = m;
+        l->half[0] = m;
+        l->half[1] = (uint16_t *)(void *)((uint8_t *)m + hb);
         for (int i = 0; i < 2 && !rc; i++) /* cudaEventDisableTiming */
-                rc = check(d, d->cu->EventCreateWithFlags(&d->ev[i], 2), "cudaEventCreateWithFlags",
+                rc = check(d, d->cu->EventCreateWithFlags(&l->ev[i], 2), "cudaEventCreateWithFlags",
                            e);
         return rc;
 }
@@ -140,15 +160,19 @@ void loom__cudev_close(loom__cudev *d)
         if (d->cu) {
                 if (d->stream)
                         d->cu->StreamSynchronize(d->stream);
-                for (int i = 0; i < 2; i++)
-                        if (d->ev[i])
-                                d->cu->EventDestroy(d->ev[i]);
+                lane *lanes[2] = {&d->rd, &d->wr};
+                for (int k = 0; k < 2; k++) {
+                        for (int i = 0; i < 2; i++)
+                                if (lanes[k]->ev[i])
+                                        d->cu->EventDestroy(lanes[k]->ev[i]);
+                        if (lanes[k]->mem)
+                                d->cu->HostUnregister(lanes[k]->mem);
+                }
                 if (d->stream)
                         d->cu->StreamDestroy(d->stream);
-                if (d->mem)
-                        d->cu->HostUnregister(d->mem);
         }
-        free(d->mem);
+        free(d->rd.mem);
+        free(d->wr.mem);
         free(d);
 }
 
@@ -157,63 +181,70 @@ int loom__cudev_wrote(const loom__cudev *d)
         return d->wrote;
 }
 
-/* Issue one copy through half h and record its event. */
-static int issue(loom__cudev *d, int h, void *dst, const void *src, uint64_t n, int kind,
+uint64_t loom__cudev_fetched(const loom__cudev *d)
+{
+        return d->fetched;
+}
+
+/* Issue one copy through the lane's next half, record its event, and move on to the other. */
+static int issue(loom__cudev *d, lane *l, void *dst, const void *src, uint64_t n, int kind,
                  loom_err *e)
 {
+        int h = l->next;
         int rc = check(d, d->cu->MemcpyAsync(dst, src, 2 * n, kind, d->stream),
                        kind == LOOM__CUDA_D2H ? "cudaMemcpyAsync (device to host)"
                                               : "cudaMemcpyAsync (host to device)",
                        e);
         if (!rc)
-                rc = check(d, d->cu->EventRecord(d->ev[h], d->stream), "cudaEventRecord", e);
+                rc = check(d, d->cu->EventRecord(l->ev[h], d->stream), "cudaEventRecord", e);
         if (!rc) {
-                d->busy[h] = 1;
-                d->len[h] = n;
+                l->busy[h] = 1;
+                l->len[h] = n;
+                l->next ^= 1;
                 d->cs->copies++;
         }
         return rc;
 }
 
-static int wait_half(loom__cudev *d, int h, loom_err *e)
+static int wait_half(loom__cudev *d, lane *l, int h, loom_err *e)
 {
-        if (!d->busy[h])
+        if (!l->busy[h])
                 return 0;
-        d->busy[h] = 0;
-        return check(d, d->cu->EventSynchronize(d->ev[h]), "cudaEventSynchronize", e);
+        l->busy[h] = 0;
+        return check(d, d->cu->EventSynchronize(l->ev[h]), "cudaEventSynchronize", e);
 }
 
-/* D2H of the next chunk into the next half, if any is left and that half is free. */
+/* D2H of the next chunk into the read lane's next half, if any is left and that half is free. */
 static int read_ahead(loom__cudev *d, loom_err *e)
 {
-        int h = d->next;
-        if (d->issued >= d->elems || d->busy[h])
+        lane *l = &d->rd;
+        if (d->issued >= d->elems || l->busy[l->next])
                 return 0;
         uint64_t n = d->elems - d->issued < d->half_elems ? d->elems - d->issued : d->half_elems;
-        int rc = issue(d, h, d->half[h], d->dev + d->issued, n, LOOM__CUDA_D2H, e);
-        if (!rc) {
+        int rc = issue(d, l, l->half[l->next], d->dev + d->issued, n, LOOM__CUDA_D2H, e);
+        if (!rc)
                 d->issued += n;
-                d->next ^= 1;
-        }
         return rc;
 }
 
 int loom__cudev_read(loom__cudev *d, uint16_t *dst, uint64_t upto, loom_err *e)
 {
         double t0 = loom__now();
-        int rc = upto > d->elems ? loom_err_set(e, LOOM_EINVAL, "weights", "read past the end") : 0;
+        lane *l = &d->rd;
+        int rc = upto > d->elems ? loom_err_set(e, LOOM_EINVAL, "weights", "read past the end")
+                                 : lane_open(d, l, e);
         while (!rc && d->fetched < upto) {
                 rc = read_ahead(d, e);
                 if (!rc)
                         rc = read_ahead(d, e); /* two chunks in flight while there are two */
                 /* halves are used in turn: with both in flight the older is `next` */
-                int h = d->busy[d->next] ? d->next : d->next ^ 1;
+                int h = l->busy[l->next] ? l->next : l->next ^ 1;
                 if (!rc)
-                        rc = wait_half(d, h, e);
+                        rc = wait_half(d, l, h, e);
                 if (!rc) {
-                        memcpy(dst + d->fetched, d->half[h], 2 * d->len[h]);
-                        d->fetched += d->len[h];
-                        d->cs->d2h_bytes += 2 * d->len[h];
+                        memcpy(dst + d->fetched, l->half[h], 2 * l->len[h]);
+                        d->fetched += l->len[h];
+                        d->cs->d2h_bytes += 2 * l->len[h];
                         rc = read_ahead(d, e); /* refill the half just emptied */
                 }
         }
@@ -224,20 +255,20 @@ int loom__cudev_read(loom__cudev *d, uint16_t *dst, uint64_t upto, loom_err *e)
 int loom__cudev_write(loom__cudev *d, const uint16_t *src, uint64_t g, uint64_t n, loom_err *e)
 {
         double t0 = loom__now();
-        int rc = 0;
-        if (g > d->elems || n > d->elems - g)
+        lane *l = &d->wr;
+        int rc = lane_open(d, l, e);
+        if (!rc && (g > d->elems || n > d->elems - g))
                 rc = loom_err_set(e, LOOM_EINVAL, "weights", "write outside the device weights");
         for (uint64_t at = 0; !rc && at < n;) {
-                int h = d->next;
+                int h = l->next;
                 uint64_t k = n - at < d->half_elems ? n - at : d->half_elems;
-                rc = wait_half(d, h, e); /* its previous H2D has left the half */
+                rc = wait_half(d, l, h, e); /* its previous H2D has left the half */
                 if (!rc) {
-                        memcpy(d->half[h], src + at, 2 * k);
-                        rc = issue(d, h, d->dev + g + at, d->half[h], k, LOOM__CUDA_H2D, e);
+                        memcpy(l->half[h], src + at, 2 * k);
+                        rc = issue(d, l, d->dev + g + at, l->half[h], k, LOOM__CUDA_H2D, e);
                 }
                 if (!rc) {
                         d->wrote = 1;
-                        d->next ^= 1;
                         d->cs->h2d_bytes += 2 * k;
                         at += k;
                 }
@@ -250,7 +281,7 @@ int loom__cudev_finish(loom__cudev *d, loom_err *e)
 {
         double t0 = loom__now();
         int rc = check(d, d->cu->StreamSynchronize(d->stream), "cudaStreamSynchronize", e);
-        d->busy[0] = d->busy[1] = 0;
+        d->wr.busy[0] = d->wr.busy[1] = 0; /* reads are waited for one by one */
         d->cs->h2d_s += loom__now() - t0;
         return rc;
 }

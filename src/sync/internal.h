@@ -95,7 +95,8 @@ int loom__cudev_read(loom__cudev *d, uint16_t *dst, uint64_t upto, loom_err *e);
 int loom__cudev_write(loom__cudev *d, const uint16_t *src, uint64_t g, uint64_t n, loom_err *e);
 int loom__cudev_finish(loom__cudev *d, loom_err *e);
 void loom__cudev_close(loom__cudev *d);
-int loom__cudev_wrote(const loom__cudev *d); /* an H2D copy was issued */
+int loom__cudev_wrote(const loom__cudev *d);        /* an H2D copy was issued */
+uint64_t loom__cudev_fetched(const loom__cudev *d); /* elements read so far (whole chunks) */
 /* A pull with its device (NULL: host memory, w) and its stage times (cs may be NULL). */
 int loom__pull_ex(const uint8_t *key, const char *model, const char *ip, uint16_t port,
                   const uint64_t *shard_elems, size_t nshards, uint16_t *w, loom__cudev *dev,

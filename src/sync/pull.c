@@ -8,7 +8,8 @@
  *
  * Into GPU memory (cuda_sync.c) the scratch copy is the same, but each applied bucket is also
  * sent H2D at once (so the copy overlaps the receive of the next one), and a delta's base is
- * read from the device first; see sync.h for what a failure then leaves.
+ * read from the device chunk by chunk ahead of the frames that need it; see sync.h for what a
+ * failure then leaves.
  */
 #define _GNU_SOURCE
 #include <stdbool.h>
@@ -31,7 +32,22 @@ typedef struct pull {
         loom__mac mac;            /* off without a key */
         loom__cudev *dev;         /* the weights in GPU memory; NULL: host memory */
         loom_sync_cuda_stats *cs; /* stage times; NULL: not kept */
+        uint16_t *base;           /* a delta into GPU memory: the device's weights as read */
+        uint64_t based;           /* elements of base read and copied into scratch */
 } pull;
+
+/* A delta into GPU memory: scratch[0..upto) (at least) holds the device's weights. The read
+ * runs ahead in chunks, so it overlaps the receive of the frames before upto. */
+static int fetch_base(pull *p, uint64_t upto, loom_err *e)
+{
+        if (!p->base || upto <= p->based)
+                return 0;
+        int rc = loom__cudev_read(p->dev, p->base, upto, e);
+        uint64_t got = loom__cudev_fetched(p->dev);
+        memcpy(p->scratch + p->based, p->base + p->based, 2 * (got - p->based));
+        p->based = got;
+        return rc;
+}
 
 static int recv_manifest(int fd, pull *p, loom_sync_frame *m, uint64_t **hash, uint64_t *bytes,
                          loom_err *e)
@@ -105,6 +121,11 @@ static int apply_frame(int fd, pull *p, const loom_sync_frame *m, int dense, uin
         p->at = f.version;
         uint16_t *at = p->scratch + p->off[f.stream] + f.start;
         size_t n = (size_t)f.elems;
+        rc = fetch_base(p, p->off[f.stream] + f.start + n, e);
+        if (rc) {
+                free(pl);
+                return rc;
+        }
         uint16_t *before = NULL;
         if (f.enc == LOOM_SYNC_ENC_DENSE && !dense && (before = malloc(2 * n)))
                 memcpy(before, at, 2 * n);
@@ -194,18 +215,15 @@ static int exchange(int fd, pull *p, uint16_t *w, uint64_t have, uint64_t want,
                 rc = loom_err_set(e, LOOM_EPROTO, "manifest", "delta against a version we lack");
         if (!rc && dense && m.nnz == 0)
                 rc = loom_err_set(e, LOOM_EPROTO, "manifest", "empty dense reply");
-        uint16_t *base = NULL; /* a delta into GPU memory: the device's weights, read */
-        if (!rc && !dense && p->dev) {
-                if (!(base = malloc(2 * p->elems + 2)))
+        if (!rc && !dense && p->dev) { /* the base is read from the device as frames come */
+                if (!(p->base = malloc(2 * p->elems + 2)))
                         rc = loom_err_set(e, LOOM_ENOMEM, NULL, "out of memory");
-                else
-                        rc = loom__cudev_read(p->dev, base, p->elems, e);
-                w = base;
+                w = p->base;
         }
         if (!rc) {
                 if (dense)
                         memset(p->scratch, 0, 2 * p->elems);
-                else
+                else if (!p->dev)
                         memcpy(p->scratch, w, 2 * p->elems);
         }
         p->at = 0;
@@ -214,6 +232,8 @@ static int exchange(int fd, pull *p, uint16_t *w, uint64_t have, uint64_t want,
                 rc = apply_frame(fd, p, &m, dense, &st->bytes, &st->changed, e);
                 chain |= !dense && p->at != m.version;
         }
+        if (!rc)
+                rc = fetch_base(p, p->elems, e); /* the buckets no frame touched */
         if (!rc && p->dev)
                 rc = loom__cudev_finish(p->dev, e);
         if (!rc)
@@ -236,7 +256,8 @@ static int exchange(int fd, pull *p, uint16_t *w, uint64_t have, uint64_t want,
                          " (the device weights were partly overwritten: they hold no version; "
                          "the next pull is dense)");
         }
-        free(base);
+        free(p->base);
+        p->base = NULL;
         free(hash);
         return rc;
 }
