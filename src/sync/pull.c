@@ -126,6 +126,7 @@ static int apply_frame(int fd, pull *p, const loom_sync_frame *m, int dense, uin
                 free(pl);
                 return rc;
         }
+        t1 = loom__now(); /* the base read counts as D2H, not decode */
         uint16_t *before = NULL;
         if (f.enc == LOOM_SYNC_ENC_DENSE && !dense && (before = malloc(2 * n)))
                 memcpy(before, at, 2 * n);
