@@ -31,7 +31,7 @@ endforeach()
 install(TARGETS ${loom_shared} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/loom DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
-        FILES_MATCHING PATTERN "*.h" PATTERN "cuda.h" EXCLUDE)
+        FILES_MATCHING PATTERN "*.h")
 
 # Man pages from each program's --help (help2man), with FILES and SEE ALSO from packaging/man.
 find_program(HELP2MAN help2man)

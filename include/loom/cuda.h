@@ -2,9 +2,8 @@
  * cuda.h - the CUDA runtime as loom uses it: a table of the few libcudart entry points that
  * loom-state's device tier (src/state) and the sync engine's GPU path (src/sync/cuda_sync.c)
  * call, filled by dlopen at run time (src/sync/cuda.c: sync is the lower layer, state links
- * it). Shared between modules, not API (loom__ names; not installed). loom never links
- * libcudart, so every build runs on a machine without one; the CUDA paths then fail with "no
- * CUDA runtime".
+ * it). Shared between modules, not API (loom__ names). loom never links libcudart, so every
+ * build runs on a machine without one; the CUDA paths then fail with "no CUDA runtime".
  *
  * Only the C ABI of the runtime is used: opaque stream and event handles, int error codes,
  * cudaMemcpyKind values. Nothing depends on a CUDA header or on a struct whose layout changes
