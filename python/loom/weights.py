@@ -324,7 +324,9 @@ class Puller:
 
     def pull(self, flat, want, timeout_s=60.0):
         """Bring flat (uint16, updated in place) to the latest version >= want. Returns the
-        pull's statistics; raises SyncError (flat unchanged) on a timeout or a bad frame.
+        pull's statistics; raises SyncError (flat unchanged) on a timeout or a bad frame. flat
+        in GPU memory (see the module's doc) is written as buckets arrive: a failure after the
+        first one leaves it partly updated, and this Puller then holds no version.
 
         When the endpoint is a file, a publisher that cannot be reached (or does not answer)
         is looked up again in the file every second until timeout_s: a trainer that was
