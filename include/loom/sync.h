@@ -530,6 +530,16 @@ typedef struct loom_sync_cuda_opts {
         uint64_t staging_bytes; /* bytes per staging half, even; 0: 16 MiB. A call registers two
                                  * halves for its D2H copies and two for its H2D copies, each
                                  * pair on first use */
+        /* Pulls only (nshards entries each; NULL: none). new_hash gets, on success, the shards'
+         * checksums of the version now in the weights. Kept by the caller and given back as
+         * have_hash with that version as `have`, they let a delta pull check its result from
+         * the elements it changes (each one's change to its shard's additive hash) instead of
+         * hashing the whole model: it reads the device only up to the last chunk it changes
+         * (an up-to-date pull reads nothing) and trusts that the weights were not changed
+         * outside loom since: only the bits the delta flips are checked against the device.
+         * The two may be the same array. */
+        const uint64_t *have_hash;
+        uint64_t *new_hash;
 } loom_sync_cuda_opts;
 
 typedef struct loom_sync_cuda_stats {

@@ -46,7 +46,9 @@ class _PullStats(ctypes.Structure):
 
 
 class _CudaOpts(ctypes.Structure):
-    _fields_ = [("device", ctypes.c_int), ("staging_bytes", ctypes.c_uint64)]
+    _fields_ = [("device", ctypes.c_int), ("staging_bytes", ctypes.c_uint64),
+                ("have_hash", ctypes.POINTER(ctypes.c_uint64)),
+                ("new_hash", ctypes.POINTER(ctypes.c_uint64))]
 
 
 class _CudaStats(ctypes.Structure):
@@ -307,6 +309,10 @@ class Puller:
         self.from_file = ":" not in endpoint or os.path.sep in endpoint
         self.model = model
         self.version = None
+        # GPU pulls: the shards' checksums of the version held, so a delta into GPU memory
+        # checks only what it changes (sync.h, loom_sync_cuda_opts.have_hash)
+        self._hash = (ctypes.c_uint64 * len(self.sizes))()
+        self._hash_ok = False
 
     def _resolve(self, timeout_s):
         ep = self.endpoint
@@ -359,7 +365,10 @@ class Puller:
         dev = _cuda_buffer(flat, self.elems)
         cs = _CudaStats()
         if dev:
-            opts = _CudaOpts(dev[1], 0)
+            kept = ctypes.cast(self._hash, ctypes.POINTER(ctypes.c_uint64))
+            opts = _CudaOpts(dev[1], 0, kept if self._hash_ok and self.version is not None
+                             else None, kept)
+            self._hash_ok = False  # until this pull succeeds
             rc = self.lib.loom_sync_pull_cuda(self.key, _model(self.model), host.encode(), port,
                                               self._shards, len(self.sizes), dev[0], have,
                                               int(want), float(timeout_s), ctypes.byref(opts),
@@ -376,6 +385,7 @@ class Puller:
                 self.version = None  # the GPU weights were partly written: next pull is dense
             _raise(rc, err, "pull")
         self.version = int(st.version)
+        self._hash_ok = bool(dev)
         out = {"version": st.version, "dense": st.base == NO_VERSION, "bytes": st.bytes,
                "changed": st.changed, "wait_s": st.wait_s, "seconds": st.seconds,
                "path": "cuda" if dev else "host"}

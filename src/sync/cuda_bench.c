@@ -4,7 +4,8 @@
  * from and into GPU memory or host memory, and prints each stage's time, so a GPU run shows
  * where a publish + pull spends it: D2H, encode, send+receive, decode, H2D. The same figures
  * with --device host are the baseline. Every pulled version is read back and compared with
- * the published one bit for bit.
+ * the published one bit for bit. The GPU puller keeps its checksums between pulls
+ * (loom_sync_cuda_opts.have_hash), as a rollout worker does through loom.weights.
  *
  * send and receive are one stage: the publisher's thread writes what the puller reads on the
  * same socket, so the puller's time in the socket reads covers both.
@@ -34,6 +35,7 @@ typedef struct bench {
         uint16_t *want, *got; /* host: the version and the puller's weights */
         void *dsrc, *ddst;    /* GPU: the trainer's and the rollout worker's weights */
         const uint8_t *key;
+        uint64_t *hash; /* GPU: the checksums the puller keeps between pulls */
 } bench;
 
 static int publish(bench *b, uint64_t version, brow *r, loom_err *e)
@@ -61,9 +63,10 @@ static int pull(bench *b, uint64_t have, uint64_t want, brow *r, loom_err *e)
 {
         uint16_t port = loom_sync_pub_port(b->pub);
         int rc;
-        if (b->cu) {
+        if (b->cu) { /* as a rollout worker would: keeping the checksums of what it holds */
+                loom_sync_cuda_opts o = {.have_hash = b->hash, .new_hash = b->hash};
                 rc = loom_sync_pull_cuda(b->key, "bench", "127.0.0.1", port, b->shards, b->nshards,
-                                         b->ddst, have, want, 60, NULL, &r->ls, &r->lc, e);
+                                         b->ddst, have, want, 60, &o, &r->ls, &r->lc, e);
                 if (!rc) /* read back for the comparison, untimed */
                         rc = loom__cuda_check(
                             b->cu, b->cu->Memcpy(b->got, b->ddst, 2 * b->elems, LOOM__CUDA_D2H),
@@ -71,7 +74,7 @@ static int pull(bench *b, uint64_t have, uint64_t want, brow *r, loom_err *e)
         } else {
                 snprintf(r->lc.path, sizeof r->lc.path, "host");
                 rc = loom__pull_ex(b->key, "bench", "127.0.0.1", port, b->shards, b->nshards,
-                                   b->got, NULL, have, want, 60, &r->ls, &r->lc, e);
+                                   b->got, NULL, NULL, have, want, 60, &r->ls, &r->lc, e);
         }
         if (!rc && memcmp(b->got, b->want, 2 * b->elems))
                 rc = loom_err_set(e, LOOM_ECORRUPT, "verify",
@@ -139,7 +142,8 @@ static int alloc_bench(bench *b, const char *device, const loom_sync_layout *l, 
         b->shards = malloc(b->nshards * sizeof *b->shards);
         b->want = malloc(2 * b->elems);
         b->got = calloc(b->elems, 2);
-        if (!b->shards || !b->want || !b->got)
+        b->hash = calloc(b->nshards, sizeof *b->hash);
+        if (!b->shards || !b->want || !b->got || !b->hash)
                 return loom_err_set(e, LOOM_ENOMEM, "--model",
                                     "%.2f GB of host memory: out of "
                                     "memory",
@@ -169,6 +173,7 @@ static void free_bench(bench *b)
         free(b->shards);
         free(b->want);
         free(b->got);
+        free(b->hash);
 }
 
 int loom_sync_device_bench_print(const loom_sync_opts *o, const char *device, FILE *out,

@@ -335,7 +335,7 @@ int loom_sync_pull_cuda(const uint8_t *key, const char *model, const char *ip, u
         int rc = loom__cudev_open(dev_w, elems, opts, cs, &d, e);
         if (rc)
                 return rc;
-        rc = loom__pull_ex(key, model, ip, port, shard_elems, nshards, NULL, d, have, want,
+        rc = loom__pull_ex(key, model, ip, port, shard_elems, nshards, NULL, d, opts, have, want,
                            timeout_s, st, cs, e);
         loom__cudev_close(d);
         return rc;

@@ -97,11 +97,12 @@ int loom__cudev_finish(loom__cudev *d, loom_err *e);
 void loom__cudev_close(loom__cudev *d);
 int loom__cudev_wrote(const loom__cudev *d);        /* an H2D copy was issued */
 uint64_t loom__cudev_fetched(const loom__cudev *d); /* elements read so far (whole chunks) */
-/* A pull with its device (NULL: host memory, w) and its stage times (cs may be NULL). */
+/* A pull with its device (NULL: host memory, w), the device's options (checksums kept between
+ * pulls; NULL: none) and its stage times (cs may be NULL). */
 int loom__pull_ex(const uint8_t *key, const char *model, const char *ip, uint16_t port,
                   const uint64_t *shard_elems, size_t nshards, uint16_t *w, loom__cudev *dev,
-                  uint64_t have, uint64_t want, double timeout_s, loom_sync_pull_stats *st,
-                  loom_sync_cuda_stats *cs, loom_err *e);
+                  const loom_sync_cuda_opts *o, uint64_t have, uint64_t want, double timeout_s,
+                  loom_sync_pull_stats *st, loom_sync_cuda_stats *cs, loom_err *e);
 
 /* FNV-1a (64) of a model id; 0 for none (NULL or ""). */
 uint64_t loom__model_hash(const char *model);

@@ -27,14 +27,32 @@ typedef struct pull {
         size_t nshards;
         uint64_t elems;
         uint16_t *scratch;
-        uint64_t *covered;        /* per shard, dense replies only */
-        uint64_t at;              /* a delta chain: the version of the last frame applied */
-        loom__mac mac;            /* off without a key */
-        loom__cudev *dev;         /* the weights in GPU memory; NULL: host memory */
-        loom_sync_cuda_stats *cs; /* stage times; NULL: not kept */
-        uint16_t *base;           /* a delta into GPU memory: the device's weights as read */
-        uint64_t based;           /* elements of base read and copied into scratch */
+        uint64_t *covered;         /* per shard, dense replies only */
+        uint64_t at;               /* a delta chain: the version of the last frame applied */
+        loom__mac mac;             /* off without a key */
+        loom__cudev *dev;          /* the weights in GPU memory; NULL: host memory */
+        loom_sync_cuda_stats *cs;  /* stage times; NULL: not kept */
+        uint16_t *base;            /* a delta into GPU memory: the device's weights as read */
+        uint64_t based;            /* elements of base read and copied into scratch */
+        const uint64_t *have_hash; /* GPU: the checksums of the version held, kept by the
+                                    * caller; NULL: unknown */
+        uint64_t *hsum;            /* incremental check: per shard, have_hash plus the change
+                                    * each applied element made to it; NULL: hash it all */
+        uint64_t *cs_hash;         /* on success: the held version's checksums; NULL: not kept */
 } pull;
+
+/* An applied sparse frame's elements: at[i] is the new value, new ^ x the old one. */
+typedef struct hstep {
+        const uint16_t *at;
+        uint64_t g0, sum;
+} hstep;
+
+static void hash_step(uint64_t i, uint16_t x, void *arg)
+{
+        hstep *h = arg;
+        uint16_t nw = h->at[i];
+        h->sum += loom_sync_hash1(nw, h->g0 + i) - loom_sync_hash1((uint16_t)(nw ^ x), h->g0 + i);
+}
 
 /* A delta into GPU memory: scratch[0..upto) (at least) holds the device's weights. The read
  * runs ahead in chunks, so it overlaps the receive of the frames before upto. */
@@ -130,7 +148,22 @@ static int apply_frame(int fd, pull *p, const loom_sync_frame *m, int dense, uin
         uint16_t *before = NULL;
         if (f.enc == LOOM_SYNC_ENC_DENSE && !dense && (before = malloc(2 * n)))
                 memcpy(before, at, 2 * n);
+        if (!before && p->hsum && f.enc == LOOM_SYNC_ENC_DENSE) {
+                free(pl);
+                return loom_err_set(e, LOOM_ENOMEM, NULL, "out of memory");
+        }
         rc = loom__decode(&f, pl, at, at, n, !p->mac.on, e); /* keyed: the tag checked it */
+        if (!rc && p->hsum) { /* the shard's checksum moves by what each element changed */
+                uint64_t g0 = p->off[f.stream] + f.start;
+                hstep h = {at, g0, 0};
+                if (before)
+                        for (size_t i = 0; i < n; i++)
+                                h.sum += loom_sync_hash1(at[i], g0 + i) -
+                                         loom_sync_hash1(before[i], g0 + i);
+                else
+                        loom_sync_payload_walk(&f, pl, hash_step, &h);
+                p->hsum[f.stream] += h.sum;
+        }
         if (!rc && dense)
                 p->covered[f.stream] += n;
         if (!rc)
@@ -155,7 +188,9 @@ static int verify(const pull *p, const uint64_t *hash, int dense, loom_err *e)
                 if (dense && p->covered[s] != p->shard[s])
                         return loom_err_set(e, LOOM_EPROTO, "frame",
                                             "dense reply left shard %zu incomplete", s);
-                uint64_t h = loom_sync_hash(p->scratch + p->off[s], (size_t)p->shard[s], p->off[s]);
+                uint64_t h = p->hsum ? p->hsum[s]
+                                     : loom_sync_hash(p->scratch + p->off[s], (size_t)p->shard[s],
+                                                      p->off[s]);
                 if (h != hash[s])
                         return loom_err_set(e, LOOM_ECORRUPT, "checksum",
                                             "shard %zu does not match the publisher's checksum", s);
@@ -220,6 +255,12 @@ static int exchange(int fd, pull *p, uint16_t *w, uint64_t have, uint64_t want,
                 if (!(p->base = malloc(2 * p->elems + 2)))
                         rc = loom_err_set(e, LOOM_ENOMEM, NULL, "out of memory");
                 w = p->base;
+                if (!rc && p->have_hash) { /* checked incrementally: see sync.h */
+                        if (!(p->hsum = malloc(p->nshards * sizeof *p->hsum)))
+                                rc = loom_err_set(e, LOOM_ENOMEM, NULL, "out of memory");
+                        else
+                                memcpy(p->hsum, p->have_hash, p->nshards * sizeof *p->hsum);
+                }
         }
         if (!rc) {
                 if (dense)
@@ -233,15 +274,16 @@ static int exchange(int fd, pull *p, uint16_t *w, uint64_t have, uint64_t want,
                 rc = apply_frame(fd, p, &m, dense, &st->bytes, &st->changed, e);
                 chain |= !dense && p->at != m.version;
         }
-        if (!rc)
-                rc = fetch_base(p, p->elems, e); /* the buckets no frame touched */
+        if (!rc && !p->hsum)
+                rc = fetch_base(p, p->elems, e); /* the rest, for the checksums */
         if (!rc && p->dev)
                 rc = loom__cudev_finish(p->dev, e);
         if (!rc)
                 rc = verify(p, hash, dense, e);
         if (!rc && chain) { /* an element may change in several links: count it once */
                 st->changed = 0;
-                for (uint64_t i = 0; i < p->elems; i++)
+                uint64_t upto = p->hsum ? p->based : p->elems; /* past it: not read, unchanged */
+                for (uint64_t i = 0; i < upto; i++)
                         st->changed += w[i] != p->scratch[i];
         }
         if (!rc) {
@@ -257,8 +299,12 @@ static int exchange(int fd, pull *p, uint16_t *w, uint64_t have, uint64_t want,
                          " (the device weights were partly overwritten: they hold no version; "
                          "the next pull is dense)");
         }
+        if (!rc && p->cs_hash) /* the checksums of the version now held, for the next pull */
+                memcpy(p->cs_hash, hash, p->nshards * sizeof *hash);
         free(p->base);
         p->base = NULL;
+        free(p->hsum);
+        p->hsum = NULL;
         free(hash);
         return rc;
 }
@@ -370,14 +416,14 @@ int loom_sync_pull_keyed(const uint8_t *key, const char *model, const char *ip, 
                          const uint64_t *shard_elems, size_t nshards, uint16_t *w, uint64_t have,
                          uint64_t want, double timeout_s, loom_sync_pull_stats *st, loom_err *e)
 {
-        return loom__pull_ex(key, model, ip, port, shard_elems, nshards, w, NULL, have, want,
+        return loom__pull_ex(key, model, ip, port, shard_elems, nshards, w, NULL, NULL, have, want,
                              timeout_s, st, NULL, e);
 }
 
 int loom__pull_ex(const uint8_t *key, const char *model, const char *ip, uint16_t port,
                   const uint64_t *shard_elems, size_t nshards, uint16_t *w, loom__cudev *dev,
-                  uint64_t have, uint64_t want, double timeout_s, loom_sync_pull_stats *st,
-                  loom_sync_cuda_stats *cs, loom_err *e)
+                  const loom_sync_cuda_opts *o, uint64_t have, uint64_t want, double timeout_s,
+                  loom_sync_pull_stats *st, loom_sync_cuda_stats *cs, loom_err *e)
 {
         loom_sync_pull_stats tmp;
         st = st ? st : &tmp;
@@ -389,6 +435,10 @@ int loom__pull_ex(const uint8_t *key, const char *model, const char *ip, uint16_
                 return rc;
         p.dev = dev;
         p.cs = cs;
+        if (dev && o) {
+                p.have_hash = have != LOOM_SYNC_NO_VERSION ? o->have_hash : NULL;
+                p.cs_hash = o->new_hash;
+        }
         double t0 = loom__now();
         int fd = -1;
         rc = open_conn(ip, port, timeout_s, t0, &fd, e);

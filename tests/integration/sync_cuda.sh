@@ -69,6 +69,9 @@ for v, bits in enumerate((v0, v1)):
     assert g["bytes"] == h["bytes"], (g, h)
     assert np.array_equal(dst.get(n), bits), f"GPU puller, version {v}"
 assert g["changed"] == 500, g
+# up to date: the GPU Puller's kept checksums answer it without reading the device
+g = gpu.pull(dst, 1, 10)
+assert g["d2h_bytes"] == 0 and g["changed"] == 0 and np.array_equal(dst.get(n), v1), g
 # a wrong size is refused naming the field
 try:
     pub.publish(5, FakeCudaArray(n - 1))

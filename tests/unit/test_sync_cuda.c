@@ -415,3 +415,89 @@ Test(sync_cuda, device_bench_verifies)
         cr_assert_eq(loom_sync_device_bench_print(&o, "tpu", stdout, &e), LOOM_EINVAL);
         cr_assert_str_eq(e.field, "--device");
 }
+
+/* Checksums kept from the last pull let a delta check only what it changes: the result is the
+ * same bits, the device is read only up to the last changed chunk (an up-to-date pull reads
+ * nothing), and wrong checksums or a base whose flipped bits are not the base's still fail the
+ * pull. */
+Test(sync_cuda, kept_checksums_check_only_what_changes)
+{
+        const loom__cuda *cu = fake(1);
+        loom_err e;
+        uint16_t *a = malloc(2 * ELEMS), *b = malloc(2 * ELEMS), *got = malloc(2 * ELEMS);
+        fill(a, 31);
+        memcpy(b, a, 2 * ELEMS);
+        for (int k = 0; k < 50; k++) /* all in the first 300 elements: shard 0, chunk 0 */
+                b[k * 6] ^= (uint16_t)(3 + k);
+        void *src = dev_alloc(cu, 2 * ELEMS), *dst = dev_alloc(cu, 2 * ELEMS);
+        loom_sync_pub *p = publisher();
+        uint16_t port = loom_sync_pub_port(p);
+        uint64_t h[3] = {0}, want[3];
+        loom_sync_cuda_opts o = small;
+        o.new_hash = h;
+        loom_sync_pull_stats st;
+        loom_sync_cuda_stats lc;
+        to_dev(cu, src, a);
+        cr_assert_eq(loom_sync_pub_publish_cuda(p, 0, src, &o, NULL, NULL, &e), 0, "%s", e.msg);
+        cr_assert_eq(loom_sync_pull_cuda(NULL, "m", "127.0.0.1", port, shards, 3, dst,
+                                         LOOM_SYNC_NO_VERSION, 0, 5, &o, &st, &lc, &e),
+                     0, "%s", e.msg);
+        for (size_t s = 0, off = 0; s < 3; off += shards[s++])
+                want[s] = loom_sync_hash(a + off, shards[s], off);
+        cr_assert_arr_eq(h, want, sizeof h, "the dense pull hands back version 0's checksums");
+        to_dev(cu, src, b);
+        cr_assert_eq(loom_sync_pub_publish_cuda(p, 1, src, NULL, NULL, NULL, &e), 0, "%s", e.msg);
+        o.have_hash = h;
+        cr_assert_eq(loom_sync_pull_cuda(NULL, "m", "127.0.0.1", port, shards, 3, dst, 0, 1, 5, &o,
+                                         &st, &lc, &e),
+                     0, "%s", e.msg);
+        from_dev(cu, got, dst);
+        cr_assert_eq(memcmp(got, b, 2 * ELEMS), 0);
+        cr_assert_eq(st.changed, 50);
+        cr_assert_leq(lc.d2h_bytes, 2 * 2 * 700, "read %llu bytes: more than the changed chunk",
+                      (unsigned long long)lc.d2h_bytes);
+        for (size_t s = 0, off = 0; s < 3; off += shards[s++])
+                want[s] = loom_sync_hash(b + off, shards[s], off);
+        cr_assert_arr_eq(h, want, sizeof h, "version 1's checksums, kept for the next pull");
+        /* up to date: nothing read from the device */
+        cr_assert_eq(loom_sync_pull_cuda(NULL, "m", "127.0.0.1", port, shards, 3, dst, 1, 1, 5, &o,
+                                         &st, &lc, &e),
+                     0, "%s", e.msg);
+        cr_assert_eq(lc.d2h_bytes, 0);
+        /* without the checksums the same delta reads and hashes the whole model */
+        to_dev(cu, dst, a);
+        loom_sync_cuda_opts plain = small;
+        cr_assert_eq(loom_sync_pull_cuda(NULL, "m", "127.0.0.1", port, shards, 3, dst, 0, 1, 5,
+                                         &plain, &st, &lc, &e),
+                     0, "%s", e.msg);
+        cr_assert_eq(lc.d2h_bytes, 2 * ELEMS);
+        /* wrong checksums are refused */
+        uint64_t bad[3];
+        memcpy(bad, want, sizeof bad);
+        bad[2] ^= 1;
+        o.have_hash = bad;
+        o.new_hash = NULL;
+        int rc = loom_sync_pull_cuda(NULL, "m", "127.0.0.1", port, shards, 3, dst, 1, 1, 5, &o, &st,
+                                     &lc, &e);
+        cr_assert_eq(rc, LOOM_ECORRUPT, "%d %s", rc, e.msg);
+        /* a base whose bits differ where the delta flips bits is refused too (elsewhere the
+         * check trusts the device: that is what the kept checksums stand for) */
+        for (size_t s = 0, off = 0; s < 3; off += shards[s++])
+                want[s] = loom_sync_hash(a + off, shards[s], off);
+        o.have_hash = want;
+        uint16_t *wrong = malloc(2 * ELEMS);
+        memcpy(wrong, a, 2 * ELEMS);
+        wrong[6] ^= 4; /* the bit the delta flips at element 6 (k = 1: xor 4) */
+        to_dev(cu, dst, wrong);
+        rc = loom_sync_pull_cuda(NULL, "m", "127.0.0.1", port, shards, 3, dst, 0, 1, 5, &o, &st,
+                                 &lc, &e);
+        cr_assert_eq(rc, LOOM_ECORRUPT, "%d %s", rc, e.msg);
+        cr_assert_eq(st.version, LOOM_SYNC_NO_VERSION);
+        loom_sync_pub_free(p);
+        cu->Free(src);
+        cu->Free(dst);
+        free(a);
+        free(b);
+        free(got);
+        free(wrong);
+}
