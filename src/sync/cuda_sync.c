@@ -1,8 +1,7 @@
 /*
  * cuda_sync.c - the sync engine's GPU path (sync.h, "publish from / pull into CUDA device
- * memory"): weights in GPU memory moved through a registered staging buffer of two halves on
- * the call's own stream, with the CUDA runtime loaded by dlopen (cuda.c, shared with
- * loom-state).
+ * memory"): weights in GPU memory moved through registered staging halves on the call's own
+ * stream, with the CUDA runtime loaded by dlopen (cuda.c, shared with loom-state).
  *
  *   read   (publish, and a delta pull's base)  D2H(chunk 0) ; for k: D2H(chunk k+1) into the
  *          other half ; wait chunk k ; copy it out. The caller hashes and encodes chunk k
