@@ -540,6 +540,12 @@ typedef struct loom_sync_cuda_opts {
          * The two may be the same array. */
         const uint64_t *have_hash;
         uint64_t *new_hash;
+        /* Pulls only: host memory of the model's size (every element, 2 bytes each) that the
+         * pull decodes into, kept by the caller across pulls so that a pull does not fault in
+         * a fresh model-sized buffer each time; its contents between pulls do not matter.
+         * NULL: allocated per pull. With kept checksums a delta also needs no second buffer
+         * (a chain's `changed` then counts an element once per link that flips it). */
+        uint16_t *scratch;
 } loom_sync_cuda_opts;
 
 typedef struct loom_sync_cuda_stats {

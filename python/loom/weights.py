@@ -48,7 +48,8 @@ class _PullStats(ctypes.Structure):
 class _CudaOpts(ctypes.Structure):
     _fields_ = [("device", ctypes.c_int), ("staging_bytes", ctypes.c_uint64),
                 ("have_hash", ctypes.POINTER(ctypes.c_uint64)),
-                ("new_hash", ctypes.POINTER(ctypes.c_uint64))]
+                ("new_hash", ctypes.POINTER(ctypes.c_uint64)),
+                ("scratch", ctypes.c_void_p)]
 
 
 class _CudaStats(ctypes.Structure):
@@ -313,6 +314,7 @@ class Puller:
         # checks only what it changes (sync.h, loom_sync_cuda_opts.have_hash)
         self._hash = (ctypes.c_uint64 * len(self.sizes))()
         self._hash_ok = False
+        self._scratch = None  # GPU pulls: the host buffer frames are applied in, kept
 
     def _resolve(self, timeout_s):
         ep = self.endpoint
@@ -366,8 +368,10 @@ class Puller:
         cs = _CudaStats()
         if dev:
             kept = ctypes.cast(self._hash, ctypes.POINTER(ctypes.c_uint64))
+            if self._scratch is None:
+                self._scratch = (ctypes.c_uint16 * self.elems)()
             opts = _CudaOpts(dev[1], 0, kept if self._hash_ok and self.version is not None
-                             else None, kept)
+                             else None, kept, ctypes.addressof(self._scratch))
             self._hash_ok = False  # until this pull succeeds
             rc = self.lib.loom_sync_pull_cuda(self.key, _model(self.model), host.encode(), port,
                                               self._shards, len(self.sizes), dev[0], have,

@@ -4,8 +4,9 @@
  * from and into GPU memory or host memory, and prints each stage's time, so a GPU run shows
  * where a publish + pull spends it: D2H, encode, send+receive, decode, H2D. The same figures
  * with --device host are the baseline. Every pulled version is read back and compared with
- * the published one bit for bit. The GPU puller keeps its checksums between pulls
- * (loom_sync_cuda_opts.have_hash), as a rollout worker does through loom.weights.
+ * the published one bit for bit. The GPU puller keeps its checksums and its host buffer
+ * between pulls (loom_sync_cuda_opts), as a rollout worker does through loom.weights; the host
+ * puller, whose API has neither, allocates per pull.
  *
  * send and receive are one stage: the publisher's thread writes what the puller reads on the
  * same socket, so the puller's time in the socket reads covers both.
@@ -35,7 +36,8 @@ typedef struct bench {
         uint16_t *want, *got; /* host: the version and the puller's weights */
         void *dsrc, *ddst;    /* GPU: the trainer's and the rollout worker's weights */
         const uint8_t *key;
-        uint64_t *hash; /* GPU: the checksums the puller keeps between pulls */
+        uint64_t *hash;    /* GPU: the checksums the puller keeps between pulls */
+        uint16_t *scratch; /* GPU: the host buffer it keeps to apply frames in */
 } bench;
 
 static int publish(bench *b, uint64_t version, brow *r, loom_err *e)
@@ -64,7 +66,8 @@ static int pull(bench *b, uint64_t have, uint64_t want, brow *r, loom_err *e)
         uint16_t port = loom_sync_pub_port(b->pub);
         int rc;
         if (b->cu) { /* as a rollout worker would: keeping the checksums of what it holds */
-                loom_sync_cuda_opts o = {.have_hash = b->hash, .new_hash = b->hash};
+                loom_sync_cuda_opts o = {
+                    .have_hash = b->hash, .new_hash = b->hash, .scratch = b->scratch};
                 rc = loom_sync_pull_cuda(b->key, "bench", "127.0.0.1", port, b->shards, b->nshards,
                                          b->ddst, have, want, 60, &o, &r->ls, &r->lc, e);
                 if (!rc) /* read back for the comparison, untimed */
@@ -143,7 +146,9 @@ static int alloc_bench(bench *b, const char *device, const loom_sync_layout *l, 
         b->want = malloc(2 * b->elems);
         b->got = calloc(b->elems, 2);
         b->hash = calloc(b->nshards, sizeof *b->hash);
-        if (!b->shards || !b->want || !b->got || !b->hash)
+        b->scratch = strcmp(device, "host") ? malloc(2 * b->elems) : NULL;
+        if (!b->shards || !b->want || !b->got || !b->hash ||
+            (strcmp(device, "host") && !b->scratch))
                 return loom_err_set(e, LOOM_ENOMEM, "--model",
                                     "%.2f GB of host memory: out of "
                                     "memory",
@@ -174,6 +179,7 @@ static void free_bench(bench *b)
         free(b->want);
         free(b->got);
         free(b->hash);
+        free(b->scratch);
 }
 
 int loom_sync_device_bench_print(const loom_sync_opts *o, const char *device, FILE *out,

@@ -32,8 +32,11 @@ typedef struct pull {
         loom__mac mac;             /* off without a key */
         loom__cudev *dev;          /* the weights in GPU memory; NULL: host memory */
         loom_sync_cuda_stats *cs;  /* stage times; NULL: not kept */
-        uint16_t *base;            /* a delta into GPU memory: the device's weights as read */
-        uint64_t based;            /* elements of base read and copied into scratch */
+        int fetching;              /* a delta into GPU memory: its base is read as frames come */
+        uint16_t *base;            /* ... into here and copied to scratch; NULL: straight into
+                                    * scratch (kept checksums: no recount needs the base) */
+        uint64_t based;            /* elements of the base in scratch */
+        int scratch_given;         /* scratch is the caller's (loom_sync_cuda_opts.scratch) */
         const uint64_t *have_hash; /* GPU: the checksums of the version held, kept by the
                                     * caller; NULL: unknown */
         uint64_t *hsum;            /* incremental check: per shard, have_hash plus the change
@@ -58,11 +61,12 @@ static void hash_step(uint64_t i, uint16_t x, void *arg)
  * runs ahead in chunks, so it overlaps the receive of the frames before upto. */
 static int fetch_base(pull *p, uint64_t upto, loom_err *e)
 {
-        if (!p->base || upto <= p->based)
+        if (!p->fetching || upto <= p->based)
                 return 0;
-        int rc = loom__cudev_read(p->dev, p->base, upto, e);
+        int rc = loom__cudev_read(p->dev, p->base ? p->base : p->scratch, upto, e);
         uint64_t got = loom__cudev_fetched(p->dev);
-        memcpy(p->scratch + p->based, p->base + p->based, 2 * (got - p->based));
+        if (p->base)
+                memcpy(p->scratch + p->based, p->base + p->based, 2 * (got - p->based));
         p->based = got;
         return rc;
 }
@@ -252,15 +256,16 @@ static int exchange(int fd, pull *p, uint16_t *w, uint64_t have, uint64_t want,
         if (!rc && dense && m.nnz == 0)
                 rc = loom_err_set(e, LOOM_EPROTO, "manifest", "empty dense reply");
         if (!rc && !dense && p->dev) { /* the base is read from the device as frames come */
-                if (!(p->base = malloc(2 * p->elems + 2)))
-                        rc = loom_err_set(e, LOOM_ENOMEM, NULL, "out of memory");
-                w = p->base;
-                if (!rc && p->have_hash) { /* checked incrementally: see sync.h */
+                p->fetching = 1;
+                if (p->have_hash) { /* checked incrementally: see sync.h */
                         if (!(p->hsum = malloc(p->nshards * sizeof *p->hsum)))
                                 rc = loom_err_set(e, LOOM_ENOMEM, NULL, "out of memory");
                         else
                                 memcpy(p->hsum, p->have_hash, p->nshards * sizeof *p->hsum);
+                } else if (!(p->base = malloc(2 * p->elems + 2))) {
+                        rc = loom_err_set(e, LOOM_ENOMEM, NULL, "out of memory");
                 }
+                w = p->base;
         }
         if (!rc) {
                 if (dense)
@@ -280,10 +285,10 @@ static int exchange(int fd, pull *p, uint16_t *w, uint64_t have, uint64_t want,
                 rc = loom__cudev_finish(p->dev, e);
         if (!rc)
                 rc = verify(p, hash, dense, e);
-        if (!rc && chain) { /* an element may change in several links: count it once */
+        if (!rc && chain && w) { /* an element may change in several links: count it once
+                                  * (kept checksums: no base is kept, each link counts) */
                 st->changed = 0;
-                uint64_t upto = p->hsum ? p->based : p->elems; /* past it: not read, unchanged */
-                for (uint64_t i = 0; i < upto; i++)
+                for (uint64_t i = 0; i < p->elems; i++)
                         st->changed += w[i] != p->scratch[i];
         }
         if (!rc) {
@@ -381,7 +386,8 @@ static int pull_on(int fd, pull *p, uint16_t *w, uint64_t have, uint64_t want,
 {
         int rc = 0;
         p->off = malloc(p->nshards * sizeof *p->off);
-        p->scratch = malloc(2 * p->elems + 2);
+        if (!p->scratch_given)
+                p->scratch = malloc(2 * p->elems + 2);
         p->covered = calloc(p->nshards, sizeof *p->covered);
         if (!p->off || !p->scratch || !p->covered)
                 rc = loom_err_set(e, LOOM_ENOMEM, NULL, "out of memory");
@@ -390,7 +396,8 @@ static int pull_on(int fd, pull *p, uint16_t *w, uint64_t have, uint64_t want,
                 p->off[s] = before;
         if (!rc)
                 rc = exchange(fd, p, w, have, want, st, e);
-        free(p->scratch);
+        if (!p->scratch_given)
+                free(p->scratch);
         free(p->covered);
         free(p->off);
         return rc;
@@ -438,6 +445,8 @@ int loom__pull_ex(const uint8_t *key, const char *model, const char *ip, uint16_
         if (dev && o) {
                 p.have_hash = have != LOOM_SYNC_NO_VERSION ? o->have_hash : NULL;
                 p.cs_hash = o->new_hash;
+                p.scratch = o->scratch;
+                p.scratch_given = o->scratch != NULL;
         }
         double t0 = loom__now();
         int fd = -1;

@@ -435,6 +435,7 @@ Test(sync_cuda, kept_checksums_check_only_what_changes)
         uint64_t h[3] = {0}, want[3];
         loom_sync_cuda_opts o = small;
         o.new_hash = h;
+        o.scratch = malloc(2 * ELEMS); /* kept across pulls, as a rollout worker would */
         loom_sync_pull_stats st;
         loom_sync_cuda_stats lc;
         to_dev(cu, src, a);
@@ -464,20 +465,40 @@ Test(sync_cuda, kept_checksums_check_only_what_changes)
                                          &st, &lc, &e),
                      0, "%s", e.msg);
         cr_assert_eq(lc.d2h_bytes, 0);
+        /* a chain of two deltas, checked with the kept checksums */
+        uint16_t *c2 = malloc(2 * ELEMS), *c3 = malloc(2 * ELEMS);
+        step(c2, b, 20, 7);
+        step(c3, c2, 20, 8);
+        to_dev(cu, src, c2);
+        cr_assert_eq(loom_sync_pub_publish_cuda(p, 2, src, NULL, NULL, NULL, &e), 0, "%s", e.msg);
+        to_dev(cu, src, c3);
+        cr_assert_eq(loom_sync_pub_publish_cuda(p, 3, src, NULL, NULL, NULL, &e), 0, "%s", e.msg);
+        cr_assert_eq(loom_sync_pull_cuda(NULL, "m", "127.0.0.1", port, shards, 3, dst, 1, 3, 5, &o,
+                                         &st, &lc, &e),
+                     0, "%s", e.msg);
+        cr_assert_eq(st.base, 1);
+        cr_assert_eq(st.changed, 40, "each link's flips counted");
+        from_dev(cu, got, dst);
+        cr_assert_eq(memcmp(got, c3, 2 * ELEMS), 0, "chain with kept checksums");
+        for (size_t s = 0, off = 0; s < 3; off += shards[s++])
+                cr_assert_eq(h[s], loom_sync_hash(c3 + off, shards[s], off));
+        to_dev(cu, dst, a); /* version 0 for what follows */
         /* without the checksums the same delta reads and hashes the whole model */
         to_dev(cu, dst, a);
         loom_sync_cuda_opts plain = small;
-        cr_assert_eq(loom_sync_pull_cuda(NULL, "m", "127.0.0.1", port, shards, 3, dst, 0, 1, 5,
+        cr_assert_eq(loom_sync_pull_cuda(NULL, "m", "127.0.0.1", port, shards, 3, dst, 0, 3, 5,
                                          &plain, &st, &lc, &e),
                      0, "%s", e.msg);
         cr_assert_eq(lc.d2h_bytes, 2 * ELEMS);
+        from_dev(cu, got, dst);
+        cr_assert_eq(memcmp(got, c3, 2 * ELEMS), 0);
         /* wrong checksums are refused */
         uint64_t bad[3];
         memcpy(bad, want, sizeof bad);
         bad[2] ^= 1;
         o.have_hash = bad;
         o.new_hash = NULL;
-        int rc = loom_sync_pull_cuda(NULL, "m", "127.0.0.1", port, shards, 3, dst, 1, 1, 5, &o, &st,
+        int rc = loom_sync_pull_cuda(NULL, "m", "127.0.0.1", port, shards, 3, dst, 3, 3, 5, &o, &st,
                                      &lc, &e);
         cr_assert_eq(rc, LOOM_ECORRUPT, "%d %s", rc, e.msg);
         /* a base whose bits differ where the delta flips bits is refused too (elsewhere the
@@ -489,10 +510,13 @@ Test(sync_cuda, kept_checksums_check_only_what_changes)
         memcpy(wrong, a, 2 * ELEMS);
         wrong[6] ^= 4; /* the bit the delta flips at element 6 (k = 1: xor 4) */
         to_dev(cu, dst, wrong);
-        rc = loom_sync_pull_cuda(NULL, "m", "127.0.0.1", port, shards, 3, dst, 0, 1, 5, &o, &st,
+        rc = loom_sync_pull_cuda(NULL, "m", "127.0.0.1", port, shards, 3, dst, 0, 3, 5, &o, &st,
                                  &lc, &e);
         cr_assert_eq(rc, LOOM_ECORRUPT, "%d %s", rc, e.msg);
         cr_assert_eq(st.version, LOOM_SYNC_NO_VERSION);
+        free(c2);
+        free(c3);
+        free(o.scratch);
         loom_sync_pub_free(p);
         cu->Free(src);
         cu->Free(dst);
