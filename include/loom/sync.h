@@ -512,19 +512,22 @@ int loom_sync_pull_latest_keyed(const uint8_t *key, const char *model, const cha
  * device: ...", and changes nothing. Wire format, deltas and digests are the host path's: a GPU
  * publisher serves host pullers and a host publisher GPU pullers.
  *
- * Copies go through registered (pinned) staging halves on the call's own non-blocking stream, which
- * does not order itself after the caller's streams: synchronize the stream that wrote the weights
- * before publishing, and the stream that reads them after pulling. publish  D2H(chunk 0); for k:
- * D2H(chunk k+1) into the other half, wait chunk k, copy it into the new version and hash and
- * encode its buckets, so the copy of the next chunk overlaps the encoding of this one. pull each
- * received bucket is checked (CRC32C or tag) and applied on the host, copied into a staging half
- * and sent H2D into the weights while the next bucket is received. A delta needs the old values:
- * they are read D2H chunk by chunk, ahead of the frames that need them (and the rest at the end,
- * for the checksums). Unlike the host pull, the device weights are written as buckets arrive,
- * before the shards' checksums can be compared: a pull that fails after its first bucket
- * (connection lost, checksum mismatch) leaves them partly updated, says so in the message and sets
- * st->version to LOOM_SYNC_NO_VERSION, so the next pull asks for a dense copy. A frame that fails
- * its own check never reaches the device. */
+ * Copies go through registered (pinned) staging halves on the call's own non-blocking
+ * stream, which does not order itself after the caller's streams: synchronize the stream that
+ * wrote the weights before publishing, and the stream that reads them after pulling.
+ *
+ *   publish  D2H(chunk 0); for k: D2H(chunk k+1) into the other half, wait chunk k, copy it
+ *            into the new version and hash and encode its buckets: the copy of the next chunk
+ *            overlaps the encoding of this one.
+ *   pull     each received bucket is checked (CRC32C or tag) and applied on the host, copied
+ *            into a staging half and sent H2D while the next bucket is received. A delta's
+ *            old values are read D2H chunk by chunk, ahead of the frames that need them.
+ *
+ * Unlike the host pull, the device weights are written as buckets arrive, before the shards'
+ * checksums can be compared: a pull that fails after its first bucket (connection lost,
+ * checksum mismatch) leaves them partly updated, says so in the message and sets st->version
+ * to LOOM_SYNC_NO_VERSION, so the next pull asks for a dense copy. A frame that fails its own
+ * check never reaches the device. */
 typedef struct loom_sync_cuda_opts {
         int device;             /* the CUDA device that holds the weights (cudaSetDevice) */
         uint64_t staging_bytes; /* bytes per staging half, even; 0: 16 MiB. A call registers two

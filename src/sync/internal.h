@@ -84,7 +84,7 @@ int loom__pub_publish_from(loom_sync_pub *p, uint64_t version, loom__fill_fn fil
                            loom_sync_pub_stats *st, loom_err *e);
 uint64_t loom__pub_elems(const loom_sync_pub *p);
 
-/* GPU memory behind a registered staging buffer of two halves on its own stream (cuda_sync.c).
+/* GPU memory behind registered staging halves on its own stream (cuda_sync.c).
  * read: dst[0..upto) = the device's elements [0, upto), increasing upto, chunks copied ahead;
  * write: device elements [g, g + n) = src[0..n) (asynchronous: src may change on return);
  * finish: wait for every copy. The times and bytes go to the stats given to open. */
