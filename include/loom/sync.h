@@ -529,7 +529,8 @@ int loom_sync_pull_latest_keyed(const uint8_t *key, const char *model, const cha
  * to LOOM_SYNC_NO_VERSION, so the next pull asks for a dense copy. A frame that fails its own
  * check never reaches the device. */
 typedef struct loom_sync_cuda_opts {
-        int device;             /* the CUDA device that holds the weights (cudaSetDevice) */
+        int device; /* the CUDA device that holds the weights; the call makes it the calling
+                     * thread's current device (cudaSetDevice) and leaves it so */
         uint64_t staging_bytes; /* bytes per staging half, even; 0: 16 MiB. A call registers two
                                  * halves for its D2H copies and two for its H2D copies, each
                                  * pair on first use */

@@ -62,14 +62,16 @@ static int fill(gbench *b, int s, loom_err *e)
         for (uint64_t i = 0; i < b->cfg->bytes; i++)
                 b->host[i] = (uint8_t)((i * 2654435761u >> 13) + (uint64_t)s * 77);
         b->crc[s] = loom_sync_crc32c(0, b->host, b->cfg->bytes);
-        return loom__cuda_check(
-            b->cu, b->cu->Memcpy(b->gpu[s], b->host, b->cfg->bytes, LOOM__CUDA_H2D), "cudaMemcpy", e);
+        return loom__cuda_check(b->cu,
+                                b->cu->Memcpy(b->gpu[s], b->host, b->cfg->bytes, LOOM__CUDA_H2D),
+                                "cudaMemcpy", e);
 }
 
 static int verify(gbench *b, int s, const char *what, loom_err *e)
 {
-        int rc = loom__cuda_check(
-            b->cu, b->cu->Memcpy(b->host, b->gpu[s], b->cfg->bytes, LOOM__CUDA_D2H), "cudaMemcpy", e);
+        int rc = loom__cuda_check(b->cu,
+                                  b->cu->Memcpy(b->host, b->gpu[s], b->cfg->bytes, LOOM__CUDA_D2H),
+                                  "cudaMemcpy", e);
         if (!rc && loom_sync_crc32c(0, b->host, b->cfg->bytes) != b->crc[s])
                 rc = loom_err_set(e, LOOM_ECORRUPT, "load", "%s: the bytes back on the GPU differ",
                                   what);
