@@ -90,7 +90,7 @@ static double gbps(uint64_t bytes, double s)
         return s > 0 ? (double)bytes / s / 1e9 : 0;
 }
 
-static void print_row(const brow *r, int json, FILE *out)
+static void print_row(const brow *r, const loom__setup *s, int json, FILE *out)
 {
         double other = r->ls.seconds - r->lc.recv_s;
         /* the rest of the pull: the wait for the manifest, clearing or copying the scratch
@@ -98,13 +98,15 @@ static void print_row(const brow *r, int json, FILE *out)
         double rest = other - r->lc.decode_s - r->lc.h2d_s - r->lc.d2h_s;
         if (json) {
                 fprintf(out,
-                        "{\"version\":\"%s\",\"path\":\"%s\",\"d2h_s\":%.6f,\"encode_s\":%.6f,"
+                        "{\"model\":\"%s\",\"elems\":%llu,\"version\":\"%s\",\"path\":\"%s\","
+                        "\"d2h_s\":%.6f,\"encode_s\":%.6f,"
                         "\"publish_s\":%.6f,\"send_recv_s\":%.6f,\"decode_s\":%.6f,\"h2d_s\":%.6f,"
                         "\"base_d2h_s\":%.6f,\"other_s\":%.6f,\"pull_s\":%.6f,\"bytes\":%llu,"
                         "\"changed\":%llu,"
                         "\"recv_share\":%.4f,\"verified\":true}\n",
-                        r->what, r->pc.path, r->pc.d2h_s, r->pc.encode_s, r->publish_s,
-                        r->lc.recv_s, r->lc.decode_s, r->lc.h2d_s, r->lc.d2h_s, rest, r->ls.seconds,
+                        s->layout->model.name, (unsigned long long)s->layout->elems, r->what,
+                        r->pc.path, r->pc.d2h_s, r->pc.encode_s, r->publish_s, r->lc.recv_s,
+                        r->lc.decode_s, r->lc.h2d_s, r->lc.d2h_s, rest, r->ls.seconds,
                         (unsigned long long)r->ls.bytes, (unsigned long long)r->ls.changed,
                         r->ls.seconds > 0 ? r->lc.recv_s / r->ls.seconds : 0);
                 return;
@@ -211,7 +213,7 @@ int loom_sync_device_bench_print(const loom_sync_opts *o, const char *device, FI
                         "base D2H", "other s", "pull s", "bytes", "net GB/s", "net %");
         }
         for (int i = 0; i < 2 && !rc; i++)
-                print_row(&rows[i], o->json, out);
+                print_row(&rows[i], &s, o->json, out);
         if (!rc && !o->json)
                 fprintf(out,
                         "verified: each pulled version equals the published one bit for bit.\n"
