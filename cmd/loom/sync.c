@@ -4,6 +4,7 @@
  *   loom sync layout --model M             tensors of a model and how TP splits them
  *   loom sync plan   [model/layout options] streams and link volumes of each plan (no processes)
  *   loom sync bench  [model/layout options] a real multi-process transfer, per plan
+ *   loom sync bench --device cuda|host     publish + pull from and into GPU (or host) memory
  *   loom sync codec  [--bucket-mib N]       encode/decode speed and size by density
  *
  * Exit status: 0 ok, 1 invalid input or a transfer that failed verification, 2 bad usage.
@@ -54,6 +55,11 @@ static void usage(FILE *f)
                 "                      not authenticated\n"
                 "  --rollout-key-file PATH  the rollout ranks' key, when it is not the job's\n"
                 "                      (fault injection: they must refuse every frame)\n"
+                "  --device cuda|host  bench: instead of the multi-process transfer, one process\n"
+                "                      publishes the model and pulls it over loopback, from and\n"
+                "                      into GPU memory (cuda) or host memory (host), and prints\n"
+                "                      each stage's time (D2H, encode, send+recv, decode, H2D);\n"
+                "                      takes --model, --layers, --density, --bucket-mib, --seed\n"
                 "  --json              one JSON object per plan\n");
 }
 
@@ -112,6 +118,8 @@ static int parse(int argc, char **argv, loom_sync_opts *o, key_files *kf)
                         o->rollout = v;
                 else if (!strcmp(key, "--plan"))
                         o->plan = v;
+                else if (!strcmp(key, "--device"))
+                        o->device = v;
                 else if (!strcmp(key, "--link"))
                         o->link = v;
                 else if (!strcmp(key, "--key-file"))
@@ -230,6 +238,8 @@ int loom_cmd_sync(int argc, char **argv)
                 rc = loom_sync_plan_print(&o, stdout, &e);
         else if (!strcmp(sub, "codec"))
                 rc = loom_sync_codec_print(&o, stdout, &e);
+        else if (o.device)
+                rc = loom_sync_device_bench_print(&o, o.device, stdout, &e);
         else
                 rc = loom_sync_bench_print(&o, stdout, stderr, &verified, &e);
         return rc ? fail(&e) : !verified;

@@ -91,6 +91,11 @@ double loom_quantile_rank(const double *v, size_t n, double q);
 /* qsort comparison of two doubles, ascending. */
 int loom_cmp_double(const void *a, const void *b);
 
+/* Decode the 2n hex digits s[0..2n) (either case) into out[0..n). Returns 2n, or the index of
+ * the first character that is not a hex digit (a NUL included: s shorter than 2n stops there);
+ * then out holds only the bytes before it. */
+size_t loom_hex_decode(const char *s, uint8_t *out, size_t n);
+
 /* Static text for a LOOM_E* code; never NULL. */
 const char *loom_strerror(int code);
 

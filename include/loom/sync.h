@@ -374,6 +374,8 @@ typedef struct loom_sync_opts {
         int corrupt; /* as loom_sync_run_cfg.corrupt */
         int json;
         const uint8_t *key, *rollout_key; /* as loom_sync_run_cfg's; NULL: none */
+        const char *device; /* bench: "cuda" or "host" runs loom_sync_device_bench_print (one
+                             * process, publish + pull); NULL: the multi-process bench */
 } loom_sync_opts;
 void loom_sync_opts_default(loom_sync_opts *o);
 
@@ -500,5 +502,91 @@ int loom_sync_pull_keyed(const uint8_t *key, const char *model, const char *ip, 
 int loom_sync_pull_latest_keyed(const uint8_t *key, const char *model, const char *ip,
                                 uint16_t port, const uint64_t *shard_elems, size_t nshards,
                                 uint64_t want, double timeout_s, uint64_t *version, loom_err *e);
+
+/* ---- publish from / pull into CUDA device memory (cuda_sync.c) --------------------------- */
+
+/* The same publisher and puller with the weights in GPU memory (a device pointer to the
+ * model's every element, bf16 bits). The CUDA runtime is loaded with dlopen on first use
+ * ($LOOM_CUDART, else libcudart.so[.13|.12|.11]; loom/cuda.h); without one a call fails with
+ * LOOM_EIO "no CUDA runtime: ..." (field "cuda"), without a device LOOM_ENOENT "no CUDA
+ * device: ...", and changes nothing. Wire format, deltas and digests are the host path's: a GPU
+ * publisher serves host pullers and a host publisher GPU pullers.
+ *
+ * Copies go through registered (pinned) staging halves on the call's own non-blocking
+ * stream, which does not order itself after the caller's streams: synchronize the stream that
+ * wrote the weights before publishing, and the stream that reads them after pulling.
+ *
+ *   publish  D2H(chunk 0); for k: D2H(chunk k+1) into the other half, wait chunk k, copy it
+ *            into the new version and hash and encode its buckets: the copy of the next chunk
+ *            overlaps the encoding of this one.
+ *   pull     each received bucket is checked (CRC32C or tag) and applied on the host, copied
+ *            into a staging half and sent H2D while the next bucket is received. A delta's
+ *            old values are read D2H chunk by chunk, ahead of the frames that need them.
+ *
+ * Unlike the host pull, the device weights are written as buckets arrive, before the shards'
+ * checksums can be compared: a pull that fails after its first bucket (connection lost,
+ * checksum mismatch) leaves them partly updated, says so in the message and sets st->version
+ * to LOOM_SYNC_NO_VERSION, so the next pull asks for a dense copy. A frame that fails its own
+ * check never reaches the device. */
+typedef struct loom_sync_cuda_opts {
+        int device; /* the CUDA device that holds the weights; the call makes it the calling
+                     * thread's current device (cudaSetDevice) and leaves it so */
+        uint64_t staging_bytes; /* bytes per staging half, even; 0: 16 MiB. A call registers two
+                                 * halves for its D2H copies and two for its H2D copies, each
+                                 * pair on first use */
+        /* Pulls only (nshards entries each; NULL: none). new_hash gets, on success, the shards'
+         * checksums of the version now in the weights. Kept by the caller and given back as
+         * have_hash with that version as `have`, they let a delta pull check its result from
+         * the elements it changes (each one's change to its shard's additive hash) instead of
+         * hashing the whole model: it reads the device only up to the last chunk it changes
+         * (an up-to-date pull reads nothing) and trusts that the weights were not changed
+         * outside loom since: only the bits the delta flips are checked against the device.
+         * The two may be the same array. */
+        const uint64_t *have_hash;
+        uint64_t *new_hash;
+        /* Pulls only: host memory of the model's size (every element, 2 bytes each) that the
+         * pull decodes into, kept by the caller across pulls so that a pull does not fault in
+         * a fresh model-sized buffer each time; its contents between pulls do not matter.
+         * NULL: allocated per pull. With kept checksums a delta also needs no second buffer
+         * (a chain's `changed` then counts an element once per link that flips it). */
+        uint16_t *scratch;
+} loom_sync_cuda_opts;
+
+typedef struct loom_sync_cuda_stats {
+        char path[8];       /* "cuda": the GPU path ran; "host" for the host calls' figures */
+        char runtime[256];  /* the libcudart file loaded */
+        double d2h_s;       /* waiting for device-to-host copies and copying out of staging */
+        double h2d_s;       /* copying into staging and waiting for its copies to the device */
+        double encode_s;    /* publish: the rest of the call (version copy, hashes, encoding) */
+        double recv_s;      /* pull: reading frames from the socket */
+        double decode_s;    /* pull: checking and applying frames on the host */
+        uint64_t d2h_bytes; /* bytes copied device to host */
+        uint64_t h2d_bytes; /* bytes copied host to device */
+        uint32_t copies;    /* async copies issued */
+} loom_sync_cuda_stats;
+
+/* loom_sync_pub_publish with w in device memory. opts NULL: device 0, default staging; cs may
+ * be NULL. A pointer that is not device memory of the model's size is refused (LOOM_EINVAL,
+ * field "weights") before anything is published. */
+int loom_sync_pub_publish_cuda(loom_sync_pub *p, uint64_t version, const void *dev_w,
+                               const loom_sync_cuda_opts *opts, loom_sync_pub_stats *st,
+                               loom_sync_cuda_stats *cs, loom_err *e);
+/* loom_sync_pull_keyed into device memory (key NULL: unauthenticated); see above for what a
+ * failure leaves. A bad pointer is refused (field "weights") before anything is connected. */
+int loom_sync_pull_cuda(const uint8_t *key, const char *model, const char *ip, uint16_t port,
+                        const uint64_t *shard_elems, size_t nshards, void *dev_w, uint64_t have,
+                        uint64_t want, double timeout_s, const loom_sync_cuda_opts *opts,
+                        loom_sync_pull_stats *st, loom_sync_cuda_stats *cs, loom_err *e);
+/* Is a CUDA runtime with a device here? The device count, or the error above; lib gets the
+ * runtime file (may be NULL). */
+int loom_sync_cuda_probe(char *lib, size_t len, loom_err *e);
+
+/* `loom sync bench --device cuda|host`: one process publishes a model of o->model's shape
+ * (version 0, then version 1 changing o->density of it) and pulls it (dense, then the delta)
+ * over loopback TCP, from and into GPU memory (cuda) or host memory (host), and prints each
+ * stage's seconds and GB/s: D2H, encode, send+receive, decode, H2D. Every pulled version is
+ * compared with the published one bit for bit (LOOM_ECORRUPT when not). */
+int loom_sync_device_bench_print(const loom_sync_opts *o, const char *device, FILE *out,
+                                 loom_err *e);
 
 #endif

@@ -255,16 +255,19 @@ class Job:
         """Publish the bf16 bits of tensors (a list of torch tensors, one shard each) as
         `version`. The first call starts the publisher; its "host:port" is written to
         endpoint_file. It serves under the model id "job <id>" (see :attr:`model_id`).
-        Returns the delta's statistics and the digest of the bits."""
+        Returns the delta's statistics and the digest of the bits. CUDA tensors (all on one
+        device) are published from GPU memory ("path": "cuda"; no digest, which would copy
+        the model to the host)."""
         from . import weights
-        bits = weights.bf16_bits(tensors)
+        cuda = weights.on_cuda(tensors)
+        bits = weights.bf16_bits_cuda(tensors) if cuda else weights.bf16_bits(tensors)
         if self._pub is None:
             opts.setdefault("model", self.model_id)
             opts.setdefault("key", self.sync_key)  # None: $LOOM_SYNC_KEY, if set
             self._pub = weights.Publisher([t.numel() for t in tensors],
                                           endpoint_file=endpoint_file, **opts)
         st = self._pub.publish(version, bits)
-        st["digest"] = weights.digest(bits)
+        st["digest"] = None if cuda else weights.digest(bits)
         return st
 
     def pull(self, tensors, version, endpoint, timeout_s=60.0):
@@ -273,17 +276,24 @@ class Job:
         endpoint: "host:port" or the publisher's endpoint_file. Only this job's publisher
         (model id "job <id>") is accepted: after a trainer dies, whatever takes over its port
         is refused and the endpoint looked up again. Returns the pull's statistics
-        and the digest of the bits now held."""
+        and the digest of the bits now held. CUDA tensors (all on one device) are pulled into
+        GPU memory ("path": "cuda"; no digest); the first call decides which."""
         from . import weights
+        cuda = weights.on_cuda(tensors)
         if self._puller is None:
-            import numpy as np
             self._puller = weights.Puller(endpoint, [t.numel() for t in tensors],
                                           model=self.model_id, key=self.sync_key)
-            self._bits = np.zeros(self._puller.elems, dtype=np.uint16)
+            if cuda:
+                import torch
+                self._bits = torch.zeros(self._puller.elems, dtype=torch.int16,
+                                         device=tensors[0].device)
+            else:
+                import numpy as np
+                self._bits = np.zeros(self._puller.elems, dtype=np.uint16)
         st = self._puller.pull(self._bits, version, timeout_s)
         if st["changed"] or st["dense"]:
-            weights.load_bf16_bits(tensors, self._bits)
-        st["digest"] = weights.digest(self._bits)
+            (weights.load_bf16_bits_cuda if cuda else weights.load_bf16_bits)(tensors, self._bits)
+        st["digest"] = None if cuda else weights.digest(self._bits)
         return st
 
     # -- phases ------------------------------------------------------------------------------

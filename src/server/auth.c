@@ -97,19 +97,10 @@ static void hex(const uint8_t *b, size_t n, char *out)
         out[2 * n] = '\0';
 }
 
+/* Exactly 2n hex digits, then the end of s. */
 static int unhex(const char *s, uint8_t *out, size_t n)
 {
-        for (size_t i = 0; i < 2 * n; i++) {
-                char c = s[i];
-                int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-                if (v < 0)
-                        return LOOM_EINVAL;
-                if (i % 2 == 0)
-                        out[i / 2] = (uint8_t)(v << 4);
-                else
-                        out[i / 2] |= (uint8_t)v;
-        }
-        return s[2 * n] ? LOOM_EINVAL : 0;
+        return loom_hex_decode(s, out, n) == 2 * n && !s[2 * n] ? 0 : LOOM_EINVAL;
 }
 
 static int random_bytes(uint8_t *b, size_t n, loom_err *e)

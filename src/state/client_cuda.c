@@ -20,13 +20,13 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "cuda.h"
+#include "loom/cuda.h"
 #include "internal.h"
 
 #define ST_CUDA_BUCKET (UINT64_C(64) << 20)
 
 typedef struct st_client_cuda {
-        const st_cuda *api;
+        const loom__cuda *api;
         void *stream;
         void *ev[2];
         int fd;
@@ -80,7 +80,7 @@ void loom_state_cuda_bucket(loom_state_client *c, uint64_t bytes)
 
 int loom_state_cuda_probe(char *lib, size_t len, loom_err *e)
 {
-        const st_cuda *api;
+        const loom__cuda *api;
         int rc = loom__cuda_get(&api, e);
         if (lib && len)
                 snprintf(lib, len, "%s", rc ? "" : api->lib);
@@ -95,7 +95,7 @@ static int setup(loom_state_client *c, uint64_t half, st_client_cuda **out, loom
                 return loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
         *out = cu;
         int rc = cu->api ? 0 : loom__cuda_get(&cu->api, e);
-        const st_cuda *a = cu->api;
+        const loom__cuda *a = cu->api;
         if (!rc && !cu->stream) /* cudaStreamNonBlocking: no implicit sync with stream 0 */
                 rc = loom__cuda_check(a, a->StreamCreateWithFlags(&cu->stream, 1),
                                       "cudaStreamCreateWithFlags", e);
@@ -173,12 +173,12 @@ static size_t bucket_ios(const st_client_cuda *cu, const loom_state_io *io, cons
 static int issue(st_client_cuda *cu, const loom_state_io *io, const size_t *starts, size_t k, int h,
                  int kind, loom_err *e)
 {
-        const st_cuda *a = cu->api;
+        const loom__cuda *a = cu->api;
         uint8_t *host = cu->buf + (uint64_t)h * cu->half;
         int rc = 0;
         for (size_t i = starts[k]; i < starts[k + 1] && !rc; i++) {
-                void *dst = kind == ST_CUDA_D2H ? (void *)host : io[i].ptr;
-                const void *src = kind == ST_CUDA_D2H ? io[i].ptr : (const void *)host;
+                void *dst = kind == LOOM__CUDA_D2H ? (void *)host : io[i].ptr;
+                const void *src = kind == LOOM__CUDA_D2H ? io[i].ptr : (const void *)host;
                 rc = loom__cuda_check(a, a->MemcpyAsync(dst, src, io[i].len, kind, cu->stream),
                                       "cudaMemcpyAsync", e);
                 host += (io[i].len + 63) & ~UINT64_C(63);
@@ -229,7 +229,7 @@ static int run(loom_state_client *c, const loom_state_io *io, size_t n, int devi
                            &cu, e);
         if (!rc)
                 rc = loom__cuda_check(cu->api, cu->api->SetDevice(device), "cudaSetDevice", e);
-        int kind = load ? ST_CUDA_H2D : ST_CUDA_D2H;
+        int kind = load ? LOOM__CUDA_H2D : LOOM__CUDA_D2H;
         if (!rc && !load)
                 rc = issue(cu, io, starts, 0, 0, kind, e);
         for (size_t k = 0; k < nb && !rc; k++) {

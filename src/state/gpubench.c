@@ -17,13 +17,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cuda.h"
+#include "loom/cuda.h"
 #include "internal.h"
 #include "loom/sync.h"
 
 typedef struct gbench {
         const loom_state_gpu_bench_cfg *cfg;
-        const st_cuda *cu;
+        const loom__cuda *cu;
         loom_state_daemon *d;
         pthread_t thr;
         loom_state_client *c[2];
@@ -62,14 +62,16 @@ static int fill(gbench *b, int s, loom_err *e)
         for (uint64_t i = 0; i < b->cfg->bytes; i++)
                 b->host[i] = (uint8_t)((i * 2654435761u >> 13) + (uint64_t)s * 77);
         b->crc[s] = loom_sync_crc32c(0, b->host, b->cfg->bytes);
-        return loom__cuda_check(
-            b->cu, b->cu->Memcpy(b->gpu[s], b->host, b->cfg->bytes, ST_CUDA_H2D), "cudaMemcpy", e);
+        return loom__cuda_check(b->cu,
+                                b->cu->Memcpy(b->gpu[s], b->host, b->cfg->bytes, LOOM__CUDA_H2D),
+                                "cudaMemcpy", e);
 }
 
 static int verify(gbench *b, int s, const char *what, loom_err *e)
 {
-        int rc = loom__cuda_check(
-            b->cu, b->cu->Memcpy(b->host, b->gpu[s], b->cfg->bytes, ST_CUDA_D2H), "cudaMemcpy", e);
+        int rc = loom__cuda_check(b->cu,
+                                  b->cu->Memcpy(b->host, b->gpu[s], b->cfg->bytes, LOOM__CUDA_D2H),
+                                  "cudaMemcpy", e);
         if (!rc && loom_sync_crc32c(0, b->host, b->cfg->bytes) != b->crc[s])
                 rc = loom_err_set(e, LOOM_ECORRUPT, "load", "%s: the bytes back on the GPU differ",
                                   what);
@@ -81,7 +83,7 @@ static int copy_time(gbench *b, void *h, int kind, double *best, loom_err *e)
 {
         uint8_t *g = b->gpu[0];
         double t0 = loom__state_now();
-        int rc = b->cu->Memcpy(kind == ST_CUDA_D2H ? h : g, kind == ST_CUDA_D2H ? g : h,
+        int rc = b->cu->Memcpy(kind == LOOM__CUDA_D2H ? h : g, kind == LOOM__CUDA_D2H ? g : h,
                                b->cfg->bytes, kind);
         double dt = loom__state_now() - t0;
         if (dt < *best)
@@ -96,13 +98,13 @@ static int fig_baselines(gbench *b, loom_state_gpu_bench_result *r, loom_err *e)
             loom__cuda_check(b->cu, b->cu->MallocHost(&pin, b->cfg->bytes), "cudaMallocHost", e);
         double pd = 1e30, ph = 1e30, gd = 1e30, gh = 1e30;
         for (int k = 0; k < b->cfg->repeats && !rc; k++) {
-                rc = copy_time(b, pin, ST_CUDA_D2H, &pd, e);
+                rc = copy_time(b, pin, LOOM__CUDA_D2H, &pd, e);
                 if (!rc)
-                        rc = copy_time(b, pin, ST_CUDA_H2D, &ph, e);
+                        rc = copy_time(b, pin, LOOM__CUDA_H2D, &ph, e);
                 if (!rc)
-                        rc = copy_time(b, b->host, ST_CUDA_D2H, &gd, e);
+                        rc = copy_time(b, b->host, LOOM__CUDA_D2H, &gd, e);
                 if (!rc)
-                        rc = copy_time(b, b->host, ST_CUDA_H2D, &gh, e);
+                        rc = copy_time(b, b->host, LOOM__CUDA_H2D, &gh, e);
         }
         if (pin)
                 b->cu->FreeHost(pin);

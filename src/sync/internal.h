@@ -76,6 +76,34 @@ void loom__pub_serve(loom_sync_pub *p, int fd);
 /* Pull over a connected socket (pull.c), as loom_sync_pull does after its connect. */
 int loom__pull_fd(int fd, const char *model, const uint64_t *shard_elems, size_t nshards,
                   uint16_t *w, uint64_t have, uint64_t want, loom_sync_pull_stats *st, loom_err *e);
+/* The elements of a version being published come from fill(arg, w, upto): on return
+ * w[0..upto) holds them. Called with increasing upto, bucket by bucket, just before each
+ * bucket is hashed and encoded (pubsub.c; host memory: a memcpy; GPU memory: cuda_sync.c). */
+typedef int (*loom__fill_fn)(void *arg, uint16_t *w, uint64_t upto, loom_err *e);
+int loom__pub_publish_from(loom_sync_pub *p, uint64_t version, loom__fill_fn fill, void *arg,
+                           loom_sync_pub_stats *st, loom_err *e);
+uint64_t loom__pub_elems(const loom_sync_pub *p);
+
+/* GPU memory behind registered staging halves on its own stream (cuda_sync.c).
+ * read: dst[0..upto) = the device's elements [0, upto), increasing upto, chunks copied ahead;
+ * write: device elements [g, g + n) = src[0..n) (asynchronous: src may change on return);
+ * finish: wait for every copy. The times and bytes go to the stats given to open. */
+typedef struct loom__cudev loom__cudev;
+int loom__cudev_open(void *dev, uint64_t elems, const loom_sync_cuda_opts *o,
+                     loom_sync_cuda_stats *cs, loom__cudev **out, loom_err *e);
+int loom__cudev_read(loom__cudev *d, uint16_t *dst, uint64_t upto, loom_err *e);
+int loom__cudev_write(loom__cudev *d, const uint16_t *src, uint64_t g, uint64_t n, loom_err *e);
+int loom__cudev_finish(loom__cudev *d, loom_err *e);
+void loom__cudev_close(loom__cudev *d);
+int loom__cudev_wrote(const loom__cudev *d);        /* an H2D copy was issued */
+uint64_t loom__cudev_fetched(const loom__cudev *d); /* elements read so far (whole chunks) */
+/* A pull with its device (NULL: host memory, w), the device's options (checksums kept between
+ * pulls; NULL: none) and its stage times (cs may be NULL). */
+int loom__pull_ex(const uint8_t *key, const char *model, const char *ip, uint16_t port,
+                  const uint64_t *shard_elems, size_t nshards, uint16_t *w, loom__cudev *dev,
+                  const loom_sync_cuda_opts *o, uint64_t have, uint64_t want, double timeout_s,
+                  loom_sync_pull_stats *st, loom_sync_cuda_stats *cs, loom_err *e);
+
 /* FNV-1a (64) of a model id; 0 for none (NULL or ""). */
 uint64_t loom__model_hash(const char *model);
 /* NULL, or at most LOOM_SYNC_MODEL_MAX bytes without control characters; else EINVAL on

@@ -14,14 +14,6 @@
 
 #include "internal.h"
 
-static int hexval(int c)
-{
-        return c >= '0' && c <= '9'   ? c - '0'
-               : c >= 'a' && c <= 'f' ? c - 'a' + 10
-               : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                      : -1;
-}
-
 int loom_sync_key_parse(const char *text, const char *field, uint8_t key[LOOM_SYNC_KEY_LEN],
                         loom_err *e)
 {
@@ -36,14 +28,11 @@ int loom_sync_key_parse(const char *text, const char *field, uint8_t key[LOOM_SY
                                     "a sync key is %d hex digits, this one has %zu characters",
                                     2 * LOOM_SYNC_KEY_LEN, n);
         uint8_t k[LOOM_SYNC_KEY_LEN];
-        for (size_t i = 0; i < LOOM_SYNC_KEY_LEN; i++) {
-                int hi = hexval((unsigned char)p[2 * i]), lo = hexval((unsigned char)p[2 * i + 1]);
-                if (hi < 0 || lo < 0)
-                        return loom_err_set(e, LOOM_EINVAL, field,
-                                            "a sync key is %d hex digits: character %zu is not one",
-                                            2 * LOOM_SYNC_KEY_LEN, hi < 0 ? 2 * i + 1 : 2 * i + 2);
-                k[i] = (uint8_t)(hi << 4 | lo);
-        }
+        size_t bad = loom_hex_decode(p, k, LOOM_SYNC_KEY_LEN);
+        if (bad < 2 * LOOM_SYNC_KEY_LEN)
+                return loom_err_set(e, LOOM_EINVAL, field,
+                                    "a sync key is %d hex digits: character %zu is not one",
+                                    2 * LOOM_SYNC_KEY_LEN, bad + 1);
         memcpy(key, k, sizeof k);
         return 0;
 }

@@ -78,8 +78,11 @@ struct loom_sync_pub {
         pthread_cond_t cv;
         pver *cur;
         int stop, active; /* active: connection threads still running */
-        int keyed;        /* pulls must prove key; frames are tagged (auth.c) */
-        uint8_t key[LOOM_SYNC_KEY_LEN];
+        /* With a sync key, pulls must prove it and frames are tagged (auth.c). The HMAC
+         * state is keyed once, by loom_sync_pub_set_key; a pull copies it (under mu) and
+         * does the rest of its work on the copy. */
+        int keyed;
+        struct hmac_sha256_ctx key_base;
         loom_sync_pub_limits lim;
         pthread_t accept_thread;
 };
@@ -125,10 +128,10 @@ static uint64_t dense_frames_bytes(const loom_sync_pub *p)
         return buckets_of(p) * LOOM_SYNC_FRAME_HDR + 2 * p->elems;
 }
 
-/* Encode the changed buckets of v against old (NULL: the first version, all of it) into
- * v->d. */
-static int encode_delta(loom_sync_pub *p, pver *v, const uint16_t *old, loom_sync_pub_stats *st,
-                        loom_err *e)
+/* Fill v->w bucket by bucket from fill, hash each bucket into its shard's sum and encode the
+ * changed ones against old (NULL: the first version, all of it) into v->d. */
+static int encode_delta(loom_sync_pub *p, pver *v, const uint16_t *old, loom__fill_fn fill,
+                        void *arg, loom_sync_pub_stats *st, loom_err *e)
 {
         pdelta *d = v->d;
         size_t cap = 0;
@@ -145,6 +148,10 @@ static int encode_delta(loom_sync_pub *p, pver *v, const uint16_t *old, loom_syn
                 for (uint64_t b = 0, seq = 0; b < p->shard[s]; b += p->bucket, seq++) {
                         size_t n =
                             (size_t)(p->shard[s] - b < p->bucket ? p->shard[s] - b : p->bucket);
+                        int rc = fill(arg, v->w, off + b + n, e);
+                        if (rc)
+                                return rc;
+                        v->hash[s] += loom_sync_hash(v->w + off + b, n, off + b);
                         const uint16_t *o = old ? old + off + b : NULL;
                         if (o && !memcmp(o, v->w + off + b, 2 * n))
                                 continue; /* unchanged: not sent */
@@ -153,8 +160,8 @@ static int encode_delta(loom_sync_pub *p, pver *v, const uint16_t *old, loom_syn
                                              .version = v->version,
                                              .start = b};
                         uint8_t *hdr = d->frames + d->len;
-                        int rc = loom_sync_encode(o, v->w + off + b, n, LOOM_SYNC_ENC_AUTO,
-                                                  hdr + LOOM_SYNC_FRAME_HDR, &f, e);
+                        rc = loom_sync_encode(o, v->w + off + b, n, LOOM_SYNC_ENC_AUTO,
+                                              hdr + LOOM_SYNC_FRAME_HDR, &f, e);
                         if (rc)
                                 return rc;
                         loom_sync_frame_pack(&f, hdr);
@@ -192,8 +199,34 @@ static void trim_chain(pdelta *d, size_t budget)
         }
 }
 
+/* Host weights: each bucket copied as it is reached. */
+typedef struct host_fill {
+        const uint16_t *w;
+        uint64_t done;
+} host_fill;
+
+static int fill_host(void *arg, uint16_t *w, uint64_t upto, loom_err *e)
+{
+        host_fill *h = arg;
+        memcpy(w + h->done, h->w + h->done, 2 * (upto - h->done));
+        h->done = upto;
+        return 0;
+}
+
 int loom_sync_pub_publish(loom_sync_pub *p, uint64_t version, const uint16_t *w,
                           loom_sync_pub_stats *st, loom_err *e)
+{
+        host_fill h = {w, 0};
+        return loom__pub_publish_from(p, version, fill_host, &h, st, e);
+}
+
+uint64_t loom__pub_elems(const loom_sync_pub *p)
+{
+        return p->elems;
+}
+
+int loom__pub_publish_from(loom_sync_pub *p, uint64_t version, loom__fill_fn fill, void *arg,
+                           loom_sync_pub_stats *st, loom_err *e)
 {
         loom_sync_pub_stats tmp;
         st = st ? st : &tmp;
@@ -223,11 +256,7 @@ int loom_sync_pub_publish(loom_sync_pub *p, uint64_t version, const uint16_t *w,
         v->d->refs = 1;
         v->d->version = version;
         v->d->base = old ? old->version : LOOM_SYNC_NO_VERSION;
-        memcpy(v->w, w, 2 * p->elems);
-        for (size_t s = 0; s < p->nshards; s++)
-                v->hash[s] =
-                    loom_sync_hash(v->w + p->shard_off[s], (size_t)p->shard[s], p->shard_off[s]);
-        rc = encode_delta(p, v, old ? old->w : NULL, st, e);
+        rc = encode_delta(p, v, old ? old->w : NULL, fill, arg, st, e);
         if (rc)
                 goto out;
         uint64_t nb = buckets_of(p), manifest = LOOM_SYNC_FRAME_HDR + 8 * p->nshards;
@@ -379,9 +408,11 @@ static int authenticate(loom_sync_pub *p, int fd, const uint8_t *req, uint32_t f
         uint8_t extra[sizeof m->nonce + LOOM__REQ_TAG_LEN], tag[LOOM__REQ_TAG_LEN];
         if ((flags & LOOM__PULL_AUTH) && loom__read_all(fd, extra, sizeof extra))
                 return -1;
+        loom__mac_init(m, NULL, NULL);
         pthread_mutex_lock(&p->mu);
-        int keyed = p->keyed;
-        loom__mac_init(m, keyed ? p->key : NULL, NULL);
+        int keyed = m->on = p->keyed;
+        if (keyed)
+                m->base = p->key_base; /* keyed once, by loom_sync_pub_set_key */
         pthread_mutex_unlock(&p->mu);
         const char *why = NULL;
         if (!keyed && (flags & LOOM__PULL_AUTH))
@@ -411,7 +442,12 @@ void loom__pub_serve(loom_sync_pub *p, int fd)
 {
         uint8_t req[LOOM__PULL_REQ_LEN];
         uint32_t magic, nshards;
-        struct timeval tv = timeval_of(p->lim.idle_s);
+        /* loom_sync_pub_set_limits may change p->lim from another thread at any time: this
+         * connection keeps the limits in force when it started */
+        pthread_mutex_lock(&p->mu);
+        loom_sync_pub_limits lim = p->lim;
+        pthread_mutex_unlock(&p->mu);
+        struct timeval tv = timeval_of(lim.idle_s);
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
         /* the part every version of the request has, then the model id when it is this one */
@@ -457,11 +493,11 @@ void loom__pub_serve(loom_sync_pub *p, int fd)
                 return;
         }
         /* The puller bounds its own wait; this bound frees the thread of one that forgot. */
-        pver *v = wait_version(p, fd, want, loom__now() + p->lim.wait_s);
+        pver *v = wait_version(p, fd, want, loom__now() + lim.wait_s);
         if (!v) {
                 char why[96];
                 snprintf(why, sizeof why, "no version >= %llu within %.0f s",
-                         (unsigned long long)want, p->lim.wait_s);
+                         (unsigned long long)want, lim.wait_s);
                 send_end(fd, m, LOOM__REFUSED_WAIT, why);
                 return;
         }
@@ -521,14 +557,14 @@ static void *accept_main(void *arg)
                         continue;
                 }
                 pthread_mutex_lock(&p->mu);
-                int busy = p->active >= p->lim.max_conns;
+                int cap = p->lim.max_conns, busy = p->active >= cap;
                 if (!busy)
                         p->active++;
                 pthread_mutex_unlock(&p->mu);
                 if (busy) {
                         /* the END goes into an empty socket buffer: this does not block */
                         char why[64];
-                        snprintf(why, sizeof why, "busy: %d pulls in flight", p->lim.max_conns);
+                        snprintf(why, sizeof why, "busy: %d pulls in flight", cap);
                         send_end(fd, NULL, LOOM__REFUSED_BUSY, why);
                         close(fd);
                         continue;
@@ -625,10 +661,13 @@ int loom_sync_pub_new(const char *model, const uint64_t *shard_elems, size_t nsh
 
 int loom_sync_pub_set_key(loom_sync_pub *p, const uint8_t *key, loom_err *e)
 {
+        loom__mac m; /* keyed here, outside the lock: pulls only copy the keyed state */
+        int rc = loom__mac_init(&m, key, e);
+        if (rc)
+                return rc;
         pthread_mutex_lock(&p->mu);
-        p->keyed = key != NULL;
-        if (key)
-                memcpy(p->key, key, LOOM_SYNC_KEY_LEN);
+        p->keyed = m.on;
+        p->key_base = m.base;
         pthread_mutex_unlock(&p->mu);
         return 0;
 }

@@ -5,6 +5,11 @@
  * frame's CRC, the coverage of a dense reply and each shard's additive hash against the
  * manifest, and only then overwrite the caller's weights. With a sync key, every frame's tag
  * too (auth.c), before the frame is looked at.
+ *
+ * Into GPU memory (cuda_sync.c) the scratch copy is the same, but each applied bucket is also
+ * sent H2D at once (so the copy overlaps the receive of the next one), and a delta's base is
+ * read from the device chunk by chunk ahead of the frames that need it; see sync.h for what a
+ * failure then leaves.
  */
 #define _GNU_SOURCE
 #include <stdbool.h>
@@ -22,10 +27,49 @@ typedef struct pull {
         size_t nshards;
         uint64_t elems;
         uint16_t *scratch;
-        uint64_t *covered; /* per shard, dense replies only */
-        uint64_t at;       /* a delta chain: the version of the last frame applied */
-        loom__mac mac;     /* off without a key */
+        uint64_t *covered;         /* per shard, dense replies only */
+        uint64_t at;               /* a delta chain: the version of the last frame applied */
+        loom__mac mac;             /* off without a key */
+        loom__cudev *dev;          /* the weights in GPU memory; NULL: host memory */
+        loom_sync_cuda_stats *cs;  /* stage times; NULL: not kept */
+        int fetching;              /* a delta into GPU memory: its base is read as frames come */
+        uint16_t *base;            /* ... into here and copied to scratch; NULL: straight into
+                                    * scratch (kept checksums: no recount needs the base) */
+        uint64_t based;            /* elements of the base in scratch */
+        int scratch_given;         /* scratch is the caller's (loom_sync_cuda_opts.scratch) */
+        const uint64_t *have_hash; /* GPU: the checksums of the version held, kept by the
+                                    * caller; NULL: unknown */
+        uint64_t *hsum;            /* incremental check: per shard, have_hash plus the change
+                                    * each applied element made to it; NULL: hash it all */
+        uint64_t *cs_hash;         /* on success: the held version's checksums; NULL: not kept */
 } pull;
+
+/* An applied sparse frame's elements: at[i] is the new value, new ^ x the old one. */
+typedef struct hstep {
+        const uint16_t *at;
+        uint64_t g0, sum;
+} hstep;
+
+static void hash_step(uint64_t i, uint16_t x, void *arg)
+{
+        hstep *h = arg;
+        uint16_t nw = h->at[i];
+        h->sum += loom_sync_hash1(nw, h->g0 + i) - loom_sync_hash1((uint16_t)(nw ^ x), h->g0 + i);
+}
+
+/* A delta into GPU memory: scratch[0..upto) (at least) holds the device's weights. The read
+ * runs ahead in chunks, so it overlaps the receive of the frames before upto. */
+static int fetch_base(pull *p, uint64_t upto, loom_err *e)
+{
+        if (!p->fetching || upto <= p->based)
+                return 0;
+        int rc = loom__cudev_read(p->dev, p->base ? p->base : p->scratch, upto, e);
+        uint64_t got = loom__cudev_fetched(p->dev);
+        if (p->base)
+                memcpy(p->scratch + p->based, p->base + p->based, 2 * (got - p->based));
+        p->based = got;
+        return rc;
+}
 
 static int recv_manifest(int fd, pull *p, loom_sync_frame *m, uint64_t **hash, uint64_t *bytes,
                          loom_err *e)
@@ -78,7 +122,11 @@ static int apply_frame(int fd, pull *p, const loom_sync_frame *m, int dense, uin
 {
         loom_sync_frame f;
         uint8_t *pl = NULL;
+        double t0 = loom__now();
         int rc = loom__frame_recv_mac(fd, &p->mac, &f, &pl, LOOM_SYNC_FRAME_MAX_PAYLOAD, bytes, e);
+        double t1 = loom__now();
+        if (p->cs)
+                p->cs->recv_s += t1 - t0;
         if (rc)
                 return rc;
         /* a dense reply and a single delta are all of the manifest's version; a chain's frames
@@ -95,10 +143,31 @@ static int apply_frame(int fd, pull *p, const loom_sync_frame *m, int dense, uin
         p->at = f.version;
         uint16_t *at = p->scratch + p->off[f.stream] + f.start;
         size_t n = (size_t)f.elems;
+        rc = fetch_base(p, p->off[f.stream] + f.start + n, e);
+        if (rc) {
+                free(pl);
+                return rc;
+        }
+        t1 = loom__now(); /* the base read counts as D2H, not decode */
         uint16_t *before = NULL;
         if (f.enc == LOOM_SYNC_ENC_DENSE && !dense && (before = malloc(2 * n)))
                 memcpy(before, at, 2 * n);
+        if (!before && p->hsum && f.enc == LOOM_SYNC_ENC_DENSE) {
+                free(pl);
+                return loom_err_set(e, LOOM_ENOMEM, NULL, "out of memory");
+        }
         rc = loom__decode(&f, pl, at, at, n, !p->mac.on, e); /* keyed: the tag checked it */
+        if (!rc && p->hsum) { /* the shard's checksum moves by what each element changed */
+                uint64_t g0 = p->off[f.stream] + f.start;
+                hstep h = {at, g0, 0};
+                if (before)
+                        for (size_t i = 0; i < n; i++)
+                                h.sum += loom_sync_hash1(at[i], g0 + i) -
+                                         loom_sync_hash1(before[i], g0 + i);
+                else
+                        loom_sync_payload_walk(&f, pl, hash_step, &h);
+                p->hsum[f.stream] += h.sum;
+        }
         if (!rc && dense)
                 p->covered[f.stream] += n;
         if (!rc)
@@ -110,6 +179,10 @@ static int apply_frame(int fd, pull *p, const loom_sync_frame *m, int dense, uin
                 *changed += n;
         free(before);
         free(pl);
+        if (p->cs)
+                p->cs->decode_s += loom__now() - t1;
+        if (!rc && p->dev) /* checked and applied: on its way to the device */
+                rc = loom__cudev_write(p->dev, at, p->off[f.stream] + f.start, n, e);
         return rc;
 }
 
@@ -119,7 +192,9 @@ static int verify(const pull *p, const uint64_t *hash, int dense, loom_err *e)
                 if (dense && p->covered[s] != p->shard[s])
                         return loom_err_set(e, LOOM_EPROTO, "frame",
                                             "dense reply left shard %zu incomplete", s);
-                uint64_t h = loom_sync_hash(p->scratch + p->off[s], (size_t)p->shard[s], p->off[s]);
+                uint64_t h = p->hsum ? p->hsum[s]
+                                     : loom_sync_hash(p->scratch + p->off[s], (size_t)p->shard[s],
+                                                      p->off[s]);
                 if (h != hash[s])
                         return loom_err_set(e, LOOM_ECORRUPT, "checksum",
                                             "shard %zu does not match the publisher's checksum", s);
@@ -180,10 +255,22 @@ static int exchange(int fd, pull *p, uint16_t *w, uint64_t have, uint64_t want,
                 rc = loom_err_set(e, LOOM_EPROTO, "manifest", "delta against a version we lack");
         if (!rc && dense && m.nnz == 0)
                 rc = loom_err_set(e, LOOM_EPROTO, "manifest", "empty dense reply");
+        if (!rc && !dense && p->dev) { /* the base is read from the device as frames come */
+                p->fetching = 1;
+                if (p->have_hash) { /* checked incrementally: see sync.h */
+                        if (!(p->hsum = malloc(p->nshards * sizeof *p->hsum)))
+                                rc = loom_err_set(e, LOOM_ENOMEM, NULL, "out of memory");
+                        else
+                                memcpy(p->hsum, p->have_hash, p->nshards * sizeof *p->hsum);
+                } else if (!(p->base = malloc(2 * p->elems + 2))) {
+                        rc = loom_err_set(e, LOOM_ENOMEM, NULL, "out of memory");
+                }
+                w = p->base;
+        }
         if (!rc) {
                 if (dense)
                         memset(p->scratch, 0, 2 * p->elems);
-                else
+                else if (!p->dev)
                         memcpy(p->scratch, w, 2 * p->elems);
         }
         p->at = 0;
@@ -192,18 +279,37 @@ static int exchange(int fd, pull *p, uint16_t *w, uint64_t have, uint64_t want,
                 rc = apply_frame(fd, p, &m, dense, &st->bytes, &st->changed, e);
                 chain |= !dense && p->at != m.version;
         }
+        if (!rc && !p->hsum)
+                rc = fetch_base(p, p->elems, e); /* the rest, for the checksums */
+        if (!rc && p->dev)
+                rc = loom__cudev_finish(p->dev, e);
         if (!rc)
                 rc = verify(p, hash, dense, e);
-        if (!rc && chain) { /* an element may change in several links: count it once */
+        if (!rc && chain && w) { /* an element may change in several links: count it once
+                                  * (kept checksums: no base is kept, each link counts) */
                 st->changed = 0;
                 for (uint64_t i = 0; i < p->elems; i++)
                         st->changed += w[i] != p->scratch[i];
         }
         if (!rc) {
-                memcpy(w, p->scratch, 2 * p->elems);
+                if (!p->dev)
+                        memcpy(w, p->scratch, 2 * p->elems);
                 st->version = m.version;
                 st->base = dense ? LOOM_SYNC_NO_VERSION : m.start;
+        } else if (p->dev && loom__cudev_wrote(p->dev)) {
+                loom__cudev_finish(p->dev, NULL); /* nothing in flight once we return */
+                st->version = LOOM_SYNC_NO_VERSION;
+                size_t len = strlen(e->msg);
+                snprintf(e->msg + len, sizeof e->msg - len,
+                         " (the device weights were partly overwritten: they hold no version; "
+                         "the next pull is dense)");
         }
+        if (!rc && p->cs_hash) /* the checksums of the version now held, for the next pull */
+                memcpy(p->cs_hash, hash, p->nshards * sizeof *hash);
+        free(p->base);
+        p->base = NULL;
+        free(p->hsum);
+        p->hsum = NULL;
         free(hash);
         return rc;
 }
@@ -280,7 +386,8 @@ static int pull_on(int fd, pull *p, uint16_t *w, uint64_t have, uint64_t want,
 {
         int rc = 0;
         p->off = malloc(p->nshards * sizeof *p->off);
-        p->scratch = malloc(2 * p->elems + 2);
+        if (!p->scratch_given)
+                p->scratch = malloc(2 * p->elems + 2);
         p->covered = calloc(p->nshards, sizeof *p->covered);
         if (!p->off || !p->scratch || !p->covered)
                 rc = loom_err_set(e, LOOM_ENOMEM, NULL, "out of memory");
@@ -289,7 +396,8 @@ static int pull_on(int fd, pull *p, uint16_t *w, uint64_t have, uint64_t want,
                 p->off[s] = before;
         if (!rc)
                 rc = exchange(fd, p, w, have, want, st, e);
-        free(p->scratch);
+        if (!p->scratch_given)
+                free(p->scratch);
         free(p->covered);
         free(p->off);
         return rc;
@@ -315,6 +423,15 @@ int loom_sync_pull_keyed(const uint8_t *key, const char *model, const char *ip, 
                          const uint64_t *shard_elems, size_t nshards, uint16_t *w, uint64_t have,
                          uint64_t want, double timeout_s, loom_sync_pull_stats *st, loom_err *e)
 {
+        return loom__pull_ex(key, model, ip, port, shard_elems, nshards, w, NULL, NULL, have, want,
+                             timeout_s, st, NULL, e);
+}
+
+int loom__pull_ex(const uint8_t *key, const char *model, const char *ip, uint16_t port,
+                  const uint64_t *shard_elems, size_t nshards, uint16_t *w, loom__cudev *dev,
+                  const loom_sync_cuda_opts *o, uint64_t have, uint64_t want, double timeout_s,
+                  loom_sync_pull_stats *st, loom_sync_cuda_stats *cs, loom_err *e)
+{
         loom_sync_pull_stats tmp;
         st = st ? st : &tmp;
         memset(st, 0, sizeof *st);
@@ -323,6 +440,14 @@ int loom_sync_pull_keyed(const uint8_t *key, const char *model, const char *ip, 
         int rc = pull_args(key, model, shard_elems, nshards, timeout_s, &p, e);
         if (rc)
                 return rc;
+        p.dev = dev;
+        p.cs = cs;
+        if (dev && o) {
+                p.have_hash = have != LOOM_SYNC_NO_VERSION ? o->have_hash : NULL;
+                p.cs_hash = o->new_hash;
+                p.scratch = o->scratch;
+                p.scratch_given = o->scratch != NULL;
+        }
         double t0 = loom__now();
         int fd = -1;
         rc = open_conn(ip, port, timeout_s, t0, &fd, e);

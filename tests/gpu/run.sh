@@ -5,7 +5,8 @@
 #
 # Each step prints its figures or "SKIP: <reason>" when this machine lacks what it needs (a CUDA
 # runtime and device; torch with CUDA; transformers). Exit status: 1 when a step that could run
-# failed, else 0. GPU_STATE_BYTES sets the bench's state size (default 4G); PYTHON the Python.
+# failed, else 0. GPU_STATE_BYTES sets the bench's state size (default 4G); GPU_SYNC_MODEL the
+# weight-sync bench's model (default qwen2.5-1.5b); PYTHON the Python.
 set -uo pipefail
 b=$(cd "${1:-.}" && pwd)
 here=$(cd "$(dirname "$0")" && pwd)
@@ -34,6 +35,26 @@ rm -f "$err"
 
 step "loom.state with CUDA torch tensors (bf16 weights, fp32 Adam moments)"
 "$PY" "$here/torch_state.py" "$b" || fail=1
+
+step "weight sync from and to GPU memory: loom sync bench --device cuda, then --device host"
+# publish + pull of a ${GPU_SYNC_MODEL:-qwen2.5-1.5b}-shaped model over loopback, per stage
+err=$(mktemp)
+"$b/loom" sync bench --device cuda --model "${GPU_SYNC_MODEL:-qwen2.5-1.5b}" 2>"$err"
+rc=$?
+cat "$err" >&2
+if [ $rc -ne 0 ]; then
+        if grep -q "no CUDA" "$err"; then
+                echo "SKIP: no CUDA runtime or device on this machine (the line above says which)"
+        else
+                fail=1
+        fi
+else
+        "$b/loom" sync bench --device host --model "${GPU_SYNC_MODEL:-qwen2.5-1.5b}" || fail=1
+fi
+rm -f "$err"
+
+step "loom.weights with CUDA torch tensors (GPU publisher, GPU and host pullers)"
+"$PY" "$here/torch_sync.py" || fail=1
 
 step "GRPO trainer step and its Adam state through loom-state's CUDA tier"
 ex=$b/examples/rl

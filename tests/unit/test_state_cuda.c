@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda.h"
+#include "loom/cuda.h"
 #include "internal.h"
 #include "loom/state.h"
 
@@ -66,10 +66,10 @@ static void fx_stop(fx *f)
         cr_assert_eq(system(cmd), 0);
 }
 
-static const st_cuda *fake(void)
+static const loom__cuda *fake(void)
 {
         setenv("LOOM_CUDART", FAKECUDART, 1);
-        const st_cuda *cu;
+        const loom__cuda *cu;
         loom_err e;
         cr_assert_eq(loom__cuda_get(&cu, &e), 0, "%s", e.msg);
         cr_assert_str_eq(cu->lib, FAKECUDART);
@@ -93,7 +93,7 @@ static fakecudart_counters counters(void)
 static const uint64_t sizes[] = {16384, 16384, 16384, 16384, 16384, 204800, 8192};
 #define NT (sizeof sizes / sizeof sizes[0])
 
-static void tensors(const st_cuda *cu, loom_state_io *io, uint8_t **host, uint64_t version)
+static void tensors(const loom__cuda *cu, loom_state_io *io, uint8_t **host, uint64_t version)
 {
         for (size_t i = 0; i < NT; i++) {
                 char name[16];
@@ -106,11 +106,11 @@ static void tensors(const st_cuda *cu, loom_state_io *io, uint8_t **host, uint64
                 host[i] = malloc(sizes[i]);
                 for (uint64_t k = 0; k < sizes[i]; k++)
                         host[i][k] = (uint8_t)((k + i * 131) * 2654435761u >> 9);
-                cr_assert_eq(cu->Memcpy(io[i].ptr, host[i], sizes[i], ST_CUDA_H2D), 0);
+                cr_assert_eq(cu->Memcpy(io[i].ptr, host[i], sizes[i], LOOM__CUDA_H2D), 0);
         }
 }
 
-static void tensors_free(const st_cuda *cu, loom_state_io *io, uint8_t **host)
+static void tensors_free(const loom__cuda *cu, loom_state_io *io, uint8_t **host)
 {
         for (size_t i = 0; i < NT; i++) {
                 free(host[i]);
@@ -169,7 +169,7 @@ Test(state_cuda, no_device_is_a_clear_error)
 
 static void round_trip(void)
 {
-        const st_cuda *cu = fake();
+        const loom__cuda *cu = fake();
         char lib[256];
         loom_err e;
         cr_assert_eq(loom_state_cuda_probe(lib, sizeof lib, &e), 1);
@@ -216,7 +216,7 @@ static void round_trip(void)
         cr_assert_eq(counters().async_unpinned, 0);
         for (size_t i = 0; i < NT; i++) {
                 uint8_t *back = malloc(sizes[i]);
-                cr_assert_eq(cu->Memcpy(back, io[i].ptr, sizes[i], ST_CUDA_D2H), 0);
+                cr_assert_eq(cu->Memcpy(back, io[i].ptr, sizes[i], LOOM__CUDA_D2H), 0);
                 cr_assert_eq(memcmp(back, host[i], sizes[i]), 0, "tensor %zu", i);
                 free(back);
                 free(host[i]);
@@ -254,7 +254,7 @@ Test(state_cuda, bench_with_copies_that_complete_late)
 
 Test(state_cuda, offload_of_one_bucket_and_growth_of_the_staging)
 {
-        const st_cuda *cu = fake();
+        const loom__cuda *cu = fake();
         fx f;
         fx_start(&f);
         loom_state_io io[NT];
@@ -284,7 +284,7 @@ Test(state_cuda, offload_of_one_bucket_and_growth_of_the_staging)
 
 Test(state_cuda, bad_buffers_are_refused)
 {
-        const st_cuda *cu = fake();
+        const loom__cuda *cu = fake();
         fx f;
         fx_start(&f);
         loom_state_io io[NT];
@@ -350,7 +350,7 @@ Test(state_cuda, real_runtime_round_trip_or_the_reason)
                 cr_skip_test("real GPU round trip: %s", e.msg);
                 return;
         }
-        const st_cuda *cu;
+        const loom__cuda *cu;
         cr_assert_eq(loom__cuda_get(&cu, &e), 0);
         fx f;
         fx_start(&f);
@@ -367,7 +367,7 @@ Test(state_cuda, real_runtime_round_trip_or_the_reason)
         cr_assert_str_eq(res.path, "cuda");
         for (size_t i = 0; i < NT; i++) {
                 uint8_t *back = malloc(sizes[i]);
-                cr_assert_eq(cu->Memcpy(back, io[i].ptr, sizes[i], ST_CUDA_D2H), 0);
+                cr_assert_eq(cu->Memcpy(back, io[i].ptr, sizes[i], LOOM__CUDA_D2H), 0);
                 cr_assert_eq(memcmp(back, host[i], sizes[i]), 0, "tensor %zu on %s", i, lib);
                 free(back);
                 free(host[i]);

@@ -7,6 +7,7 @@
 #include <criterion/criterion.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -433,4 +434,61 @@ Test(sync_pubsub, connections_capped_idle_closed_waits_bounded)
         free(a);
         free(got);
         free(zero);
+}
+
+/* Limits and the key change while pulls are served: each connection works with the limits in
+ * force when it started and a key set up once, never with a half-written one. This loop, run
+ * under ThreadSanitizer (a plain main: Criterion does not start under it), reported two data
+ * races before loom__pub_serve took its limits under the lock (the reads of idle_s and
+ * wait_s against loom_sync_pub_set_limits) and none since. */
+typedef struct churn {
+        loom_sync_pub *p;
+        const uint8_t *key;
+        _Atomic int stop, rounds;
+} churn;
+
+static void *churn_main(void *arg)
+{
+        churn *c = arg;
+        loom_err e;
+        for (int i = 0; !c->stop; i++, c->rounds++) {
+                loom_sync_pub_limits l;
+                loom_sync_pub_limits_default(&l);
+                l.idle_s = i % 2 ? 5 : 6;
+                l.wait_s = i % 2 ? 30 : 40;
+                loom_sync_pub_set_limits(c->p, &l, &e);
+                loom_sync_pub_set_key(c->p, c->key, &e);
+                usleep(200);
+        }
+        return NULL;
+}
+
+Test(sync_pubsub, limits_and_key_changed_while_serving)
+{
+        static const uint8_t key[32] = {7, 1, 7, 1, 7, 1, 7};
+        loom_err e;
+        loom_sync_pub *p;
+        cr_assert_eq(loom_sync_pub_new(NULL, shards, 3, 512, "127.0.0.1", 0, &p, &e), 0, "%s",
+                     e.msg);
+        cr_assert_eq(loom_sync_pub_set_key(p, key, &e), 0, "%s", e.msg);
+        uint16_t *a = malloc(2 * ELEMS), *got = calloc(ELEMS, 2);
+        fill(a, 11);
+        cr_assert_eq(loom_sync_pub_publish(p, 1, a, NULL, &e), 0, "%s", e.msg);
+        churn c = {.p = p, .key = key};
+        pthread_t t;
+        cr_assert_eq(pthread_create(&t, NULL, churn_main, &c), 0);
+        uint16_t port = loom_sync_pub_port(p);
+        for (int i = 0; i < 20; i++) {
+                memset(got, 0, 2 * ELEMS);
+                cr_assert_eq(loom_sync_pull_keyed(key, NULL, "127.0.0.1", port, shards, 3, got,
+                                                  LOOM_SYNC_NO_VERSION, 1, 5, NULL, &e),
+                             0, "pull %d: %s", i, e.msg);
+                cr_assert_eq(memcmp(got, a, 2 * ELEMS), 0, "pull %d", i);
+        }
+        c.stop = 1;
+        pthread_join(t, NULL);
+        cr_assert_gt(c.rounds, 0);
+        loom_sync_pub_free(p);
+        free(a);
+        free(got);
 }

@@ -1,5 +1,6 @@
 /*
- * cuda.c - loading the CUDA runtime with dlopen (cuda.h). The first caller loads it; every later
+ * cuda.c - loading the CUDA runtime with dlopen (loom/cuda.h), for the sync engine and loom-state
+ * alike. The first caller loads it; every later
  * caller gets the same table, or the same error (a machine does not grow a GPU mid-process).
  */
 #define _GNU_SOURCE
@@ -9,21 +10,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda.h"
+#include "loom/cuda.h"
 
 static pthread_mutex_t cuda_mu = PTHREAD_MUTEX_INITIALIZER;
-static st_cuda cuda_tab;
+static loom__cuda cuda_tab;
 static int cuda_done;     /* 1 once the load was tried */
 static int cuda_rc;       /* its outcome */
 static loom_err cuda_err; /* its message when it failed */
 
-static int load_syms(void *h, st_cuda *cu, loom_err *e)
+static int load_syms(void *h, loom__cuda *cu, loom_err *e)
 {
         static const struct {
                 const char *name;
                 size_t off;
         } syms[] = {
-#define S(f) {"cuda" #f, offsetof(st_cuda, f)}
+#define S(f) {"cuda" #f, offsetof(loom__cuda, f)}
             S(GetDeviceCount),
             S(SetDevice),
             S(HostRegister),
@@ -56,7 +57,7 @@ static int load_syms(void *h, st_cuda *cu, loom_err *e)
         return 0;
 }
 
-static int load(st_cuda *cu, loom_err *e)
+static int load(loom__cuda *cu, loom_err *e)
 {
         static const char *const names[] = {"libcudart.so", "libcudart.so.13", "libcudart.so.12",
                                             "libcudart.so.11"};
@@ -92,7 +93,7 @@ static int load(st_cuda *cu, loom_err *e)
         return 0;
 }
 
-int loom__cuda_get(const st_cuda **out, loom_err *e)
+int loom__cuda_get(const loom__cuda **out, loom_err *e)
 {
         pthread_mutex_lock(&cuda_mu);
         if (!cuda_done) {
@@ -108,7 +109,7 @@ int loom__cuda_get(const st_cuda **out, loom_err *e)
         return rc;
 }
 
-int loom__cuda_check(const st_cuda *cu, int rc, const char *what, loom_err *e)
+int loom__cuda_check(const loom__cuda *cu, int rc, const char *what, loom_err *e)
 {
         if (!rc)
                 return 0;
