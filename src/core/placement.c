@@ -50,6 +50,11 @@ typedef struct search {
         loom_decision *d;
         cand best;
         bool have_best;
+        /* Skip work whose outcome bounds decide (cheapest candidates first, no simulation of
+         * a rate search that cannot succeed). Off when every candidate's verdict is recorded:
+         * an explained decision simulates each candidate as far as the search goes, and its
+         * choice is the same (test_core_place_prune.c checks it). */
+        bool prune;
         loom_err *e;
 } search;
 
@@ -279,6 +284,9 @@ static double cand_cost(const search *x, const cand *c)
         return n * x->s->price[LOOM_POOL_ROLLOUT];
 }
 
+/* Simulations of one candidate's rate search at most (evaluate_multi). */
+enum { META_ROUNDS = 6 };
+
 static loom_us div_up(loom_us a, loom_us b)
 {
         return (a + b - 1) / b;
@@ -303,13 +311,42 @@ static bool first_ok(int64_t left, int rate, int orig, loom_us t_meta, loom_us g
  * every feasible assignment is at least this one). False, with *bad the culprit, when a rate
  * would pass LOOM_MAX_RATE or the slots LOOM_META_MAX_SLOTS: no simulation can help then.
  */
+/* max(loom_meta_t_cycle_r, loom_meta_t_load_r) in one pass over the members: the lower bound
+ * on T_meta the rate searches evaluate many times per candidate. */
+static loom_us rate_bound(const loom_meta_job *mj, const int *rate, int n, int R)
+{
+        enum { NODES = 64 };
+        if (R > NODES) {
+                loom_us c = loom_meta_t_cycle_r(mj, rate, n),
+                        l = loom_meta_t_load_r(mj, rate, n, R);
+                return c > l ? c : l;
+        }
+        loom_us load[NODES], t = 0, train = 0;
+        for (int r = 0; r < R; r++)
+                load[r] = 0;
+        for (int i = 0; i < n; i++) {
+                loom_us r = rate[i] > 1 ? rate[i] : 1;
+                loom_us solo = r * (mj[i].t_roll + mj[i].t_train + mj[i].t_sync);
+                if (solo > t)
+                        t = solo;
+                train += r * mj[i].t_train;
+                for (int k = 0; k < mj[i].n_nodes; k++)
+                        if (mj[i].nodes[k] >= 0 && mj[i].nodes[k] < R)
+                                load[mj[i].nodes[k]] += r * mj[i].t_roll;
+        }
+        if (train > t)
+                t = train;
+        for (int r = 0; r < R; r++)
+                if (load[r] > t)
+                        t = load[r];
+        return t;
+}
+
 static bool rate_floor(const loom_meta_job *mj, int *rate, const loom_us *budget, int n, int R,
                        int *bad)
 {
         for (int round = 0; round < 16; round++) {
-                loom_us c = loom_meta_t_cycle_r(mj, rate, n),
-                        l = loom_meta_t_load_r(mj, rate, n, R);
-                loom_us t = c > l ? c : l;
+                loom_us t = rate_bound(mj, rate, n, R);
                 bool raised = false;
                 int slots = 0;
                 for (int i = 0; i < n; i++) {
@@ -331,6 +368,85 @@ static bool rate_floor(const loom_meta_job *mj, int *rate, const loom_us *budget
                 if (!raised)
                         return true;
         }
+        return true;
+}
+
+/*
+ * Raise q[] to the least rates at or above it that meet what any successful rates must (each
+ * condition asks some rate to be at least a monotone function of the rates, so the least such
+ * rates are a fixed point reached from below):
+ *  - the mean: q_i budget_i >= T_meta >= max(weighted cycle, weighted load) (rate_floor);
+ *  - the gap: member i's q_i repeats cut the slot cycle into q_i stretches, one of which holds
+ *    at least ceil(q_k / q_i) of member k's trainings, and i's gap across it is at least
+ *    t_train_i plus those; it may be at most LOOM_GAP_FACTOR budget_i, which caps q_k / q_i.
+ * False when those rates would pass LOOM_MAX_RATE or LOOM_META_MAX_SLOTS, or a member's own
+ * iteration, or its training beside another's, is longer than its gap may be: no rates work.
+ */
+static bool rates_close(const loom_meta_job *mj, int *q, const loom_us *budget, int n, int R)
+{
+        for (int i = 0; i < n; i++)
+                if (mj[i].t_roll + mj[i].t_train + mj[i].t_sync > LOOM_GAP_FACTOR * budget[i])
+                        return false;
+        /* each pass raises a rate or stops; rates stop at LOOM_MAX_RATE */
+        for (int pass = 0; pass <= MAXM * LOOM_MAX_RATE; pass++) {
+                loom_us t = rate_bound(mj, q, n, R);
+                bool raised = false;
+                int slots = 0;
+                for (int i = 0; i < n; i++) {
+                        loom_us need = div_up(t, budget[i]);
+                        loom_us cap = LOOM_GAP_FACTOR * budget[i] - mj[i].t_train;
+                        for (int k = 0; k < n; k++) {
+                                if (k == i || mj[k].t_train <= 0)
+                                        continue;
+                                loom_us a = cap / mj[k].t_train; /* k's trainings per stretch */
+                                if (a < 1)
+                                        return false;
+                                if (div_up(q[k], a) > need)
+                                        need = div_up(q[k], a);
+                        }
+                        if (need > LOOM_MAX_RATE)
+                                return false;
+                        if (need > q[i]) {
+                                q[i] = (int)need;
+                                raised = true;
+                        }
+                        slots += q[i];
+                }
+                if (slots > LOOM_META_MAX_SLOTS)
+                        return false;
+                if (!raised)
+                        return true;
+        }
+        return true;
+}
+
+/*
+ * Whether the rate search of evaluate_multi can still succeed from rates rate[] (as it stands
+ * before simulating them; `last`: this is its last simulation). A success at rates q needs
+ * T_meta(q) <= q_i budget_i for every member, and T_meta >= the weighted cycle and load
+ * (monotone in the rates), so q is a fixed point of rate_floor's step; rates only grow, so q
+ * is at least rate_floor's fixed point above rate[], which must stay within LOOM_MAX_RATE and
+ * LOOM_META_MAX_SLOTS. On the last simulation q is rate[] itself: rate_floor must raise
+ * nothing, and no member's gap bound (loom_meta_gap_bound) may pass LOOM_GAP_FACTOR budgets.
+ * False only when the simulations would end in an SLO rejection.
+ */
+static bool rates_may_succeed(const loom_meta_job *mj, const int *rate, const loom_us *budget,
+                              int n, int R, bool last)
+{
+        int q[MAXM];
+        memcpy(q, rate, sizeof(int) * (size_t)n);
+        if (!rates_close(mj, q, budget, n, R))
+                return false;
+        if (!last)
+                return true;
+        if (memcmp(q, rate, sizeof(int) * (size_t)n))
+                return false;
+        loom_us lb[MAXM];
+        if (loom_meta_gap_bound(mj, rate, n, lb))
+                return true; /* no bound: let the simulation say */
+        for (int i = 0; i < n; i++)
+                if (lb[i] > LOOM_GAP_FACTOR * budget[i])
+                        return false;
         return true;
 }
 
@@ -383,11 +499,15 @@ static int evaluate_multi(search *x, cand *c, loom_us tt)
                          LOOM_MAX_RATE, LOOM_META_MAX_SLOTS);
                 return 0;
         }
-        for (int round = 0; round < 6; round++) {
+        for (int round = 0; round < META_ROUNDS; round++) {
                 int slots = 0;
                 for (int i = 0; i < n; i++)
                         slots += rate[i];
                 if (slots > LOOM_META_MAX_SLOTS)
+                        break;
+                /* bad >= 0 (the job, or the last round's culprit): breaking rejects */
+                if (x->prune &&
+                    !rates_may_succeed(mj, rate, budget, n, R, round == META_ROUNDS - 1))
                         break;
                 int rc = loom_meta_eval(mj, rate, n, R, s->policy.warm_switch, &t_meta, gaps, NULL);
                 if (rc)
@@ -677,10 +797,38 @@ static bool rates_may_fit(const search *x, const group *g)
         return rate_floor(mj, rate, budget, n, R, &bad);
 }
 
-static int search_group(search *x, const open_group *o)
+/* Which of a group's candidates search_group considers: all of them, or (pruning) those at
+ * +$0 in a first pass over every group and the dearer ones in a second. */
+typedef enum { CANDS_ALL, CANDS_FREE, CANDS_PAID } cand_pass;
+
+/* Generate g's candidates (direct packings, then rollout scaling) and consider those of pass. */
+static int search_cands(search *x, const group *g, cand_pass pass)
+{
+        rnode *sorted[LOOM_MAX_GROUP_ROLLOUT_NODES];
+        memcpy(sorted, g->rnodes, sizeof(rnode *) * (size_t)g->n_rnodes);
+        qsort(sorted, (size_t)g->n_rnodes, sizeof(rnode *), cmp_load);
+        cand cs[LOOM_MAX_GROUP_ROLLOUT_NODES + 1];
+        int n = gen_direct(x, g, sorted, cs);
+        cand *sc = &cs[n++];
+        *sc = (cand){.g = g, .kind = LOOM_DECISION_ROLLOUT_SCALE};
+        finish_ids(x->s, sc, 0, x->k);
+        for (int i = 0; i < n; i++) {
+                bool paid = cand_cost(x, &cs[i]) > 0;
+                if ((pass == CANDS_FREE && paid) || (pass == CANDS_PAID && !paid))
+                        continue;
+                int rc = consider(x, &cs[i]);
+                if (rc)
+                        return rc;
+        }
+        return 0;
+}
+
+static int search_group(search *x, const open_group *o, cand_pass pass, bool *searched)
 {
         const group *g = o->g;
         bool rec = x->d->record_candidates;
+        if (pass == CANDS_PAID)
+                return search_cands(x, g, pass);
         cand c = {.g = g, .kind = LOOM_DECISION_DIRECT_PACK};
         c.reject = group_may_fit(x, o, rec ? c.why : NULL, sizeof c.why);
         if (c.reject == LOOM_REJECT_NONE && multirate(x) && !rates_may_fit(x, g)) {
@@ -695,20 +843,8 @@ static int search_group(search *x, const open_group *o)
                 x->d->groups_pruned_bound++;
                 return rec ? record(x, &c) : 0;
         }
-        rnode *sorted[LOOM_MAX_GROUP_ROLLOUT_NODES];
-        memcpy(sorted, g->rnodes, sizeof(rnode *) * (size_t)g->n_rnodes);
-        qsort(sorted, (size_t)g->n_rnodes, sizeof(rnode *), cmp_load);
-        cand cs[LOOM_MAX_GROUP_ROLLOUT_NODES + 1];
-        int n = gen_direct(x, g, sorted, cs);
-        cand *sc = &cs[n++];
-        *sc = (cand){.g = g, .kind = LOOM_DECISION_ROLLOUT_SCALE};
-        finish_ids(x->s, sc, 0, x->k);
-        for (int i = 0; i < n; i++) {
-                int rc = consider(x, &cs[i]);
-                if (rc)
-                        return rc;
-        }
-        return 0;
+        *searched = true;
+        return search_cands(x, g, pass);
 }
 
 /*
@@ -906,6 +1042,33 @@ static int search_baseline(search *x, uint64_t *rng)
         return record(x, &x->best) ? LOOM_ENOMEM : 0;
 }
 
+/*
+ * The open groups, +$0 candidates first. The choice is the best candidate under better(),
+ * whose first key is the cost, so considering the +$0 candidates of every group before the
+ * dearer ones (each class in group order, as before) chooses the same candidate; once a +$0
+ * one is feasible no dearer one is simulated at all, where a single pass simulated those met
+ * before it.
+ */
+static int search_open_pruned(search *x)
+{
+        const loom_sched *s = x->s;
+        int *passed = malloc(sizeof(int) * (size_t)(s->n_open > 0 ? s->n_open : 1)), n = 0, rc = 0;
+        if (!passed)
+                return LOOM_ENOMEM;
+        for (int i = 0; i < s->n_open && !rc; i++) {
+                bool searched = false;
+                rc = search_group(x, &s->open[i], CANDS_FREE, &searched);
+                if (searched)
+                        passed[n++] = i;
+        }
+        /* a dearer candidate provisions at least one rollout node */
+        bool free_best = x->have_best && x->best.cost <= 0 && s->price[LOOM_POOL_ROLLOUT] > 1e-6;
+        for (int i = 0; i < n && !rc && !free_best; i++)
+                rc = search_group(x, &s->open[passed[i]], CANDS_PAID, NULL);
+        free(passed);
+        return rc;
+}
+
 static int reject_too_big(search *x)
 {
         const loom_sched *s = x->s;
@@ -1016,9 +1179,13 @@ int loom__place(const loom_sched *s, const loom_job_spec *spec, loom_decision *d
         d->groups_pruned_saturated = s->live_groups - s->n_open - s->n_closed_full;
 
         int rc = 0;
+        x.prune = multirate(&x) && !d->record_candidates;
         if (s->policy.placer == LOOM_PLACER_LOOM) {
-                for (int i = 0; i < s->n_open && !rc; i++)
-                        rc = search_group(&x, &s->open[i]);
+                rc = x.prune ? search_open_pruned(&x) : 0;
+                for (int i = 0; i < s->n_open && !rc && !x.prune; i++) {
+                        bool searched = false;
+                        rc = search_group(&x, &s->open[i], CANDS_ALL, &searched);
+                }
                 if (!rc) {
                         cand iso;
                         isolated(&x, &iso);
