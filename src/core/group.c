@@ -111,14 +111,17 @@ static int order64(const loom_meta_job *jobs, const int *rates, int n, loom_us H
                 step[i] = H * (720720 / r);
                 left[i] = r;
         }
+        /* a member with no repeats left waits at INT64_MAX, past any due time */
         for (int m = 0; m < L; m++) {
-                int b = -1;
-                for (int i = 0; i < n; i++)
-                        if (left[i] && (b < 0 || next[i] < next[b]))
-                                b = i;
+                int b = 0;
+                int64_t best = next[0];
+                for (int i = 1; i < n; i++) {
+                        bool take = next[i] < best;
+                        b = take ? i : b;
+                        best = take ? next[i] : best;
+                }
                 slots[m] = b;
-                next[b] += step[b];
-                left[b]--;
+                next[b] = --left[b] ? next[b] + step[b] : INT64_MAX;
         }
         return L;
 }
@@ -264,6 +267,30 @@ static void meta_step(meta_run *m, const loom_us *in, loom_us *out)
                 m->train_end[i] = *train_free;
                 ready[j] = *train_free + jb->t_sync;
         }
+}
+
+/* meta_step without switches (warm 0) or rollout starts to record: the same times, fewer
+ * stores (placement evaluates thousands of groups per decision this way). */
+static void meta_step_plain(meta_run *m, const loom_us *in, loom_us *out)
+{
+        memcpy(out, in, sizeof(loom_us) * (size_t)m->width);
+        loom_us *node_free = out, *ready = out + m->R + 1;
+        loom_us train_free = out[m->R];
+        for (int i = 0; i < m->L; i++) {
+                int j = m->slots[i];
+                const loom_meta_job *jb = &m->jobs[j];
+                loom_us s = ready[j];
+                for (int k = 0; k < jb->n_nodes; k++)
+                        if (node_free[jb->nodes[k]] > s)
+                                s = node_free[jb->nodes[k]];
+                loom_us end = s + jb->t_roll;
+                for (int k = 0; k < jb->n_nodes; k++)
+                        node_free[jb->nodes[k]] = end;
+                train_free = (end > train_free ? end : train_free) + jb->t_train;
+                m->train_end[i] = train_free;
+                ready[j] = train_free + jb->t_sync;
+        }
+        out[m->R] = train_free;
 }
 
 /* meta_step recording each member's first rollout start of the step. */
@@ -443,6 +470,8 @@ int loom_meta_eval(const loom_meta_job *jobs, const int *rates, int n, int n_rol
         m.ring = (loom_us *)mem;
         m.roll_start = m.ring + (size_t)m.hist * (size_t)m.width;
         m.train_end = m.roll_start + n;
+        for (int j = 0; j < n; j++)
+                m.roll_start[j] = META_NEG;
         loom_us *gx = m.train_end + m.L, *gy = gx + m.width;
         m.node_last = (int *)(gy + m.width);
         int *used = m.node_last + m.R; /* nodes nobody is pinned to never change: skip them */
@@ -457,13 +486,17 @@ int loom_meta_eval(const loom_meta_job *jobs, const int *rates, int n, int n_rol
                         used[jobs[j].nodes[k]] = 1;
         }
 
+        bool plain = warm_switch == 0 && !starts;
         int rc = LOOM_ERANGE, period = 0, found_at = 0;
         loom_us shift = -1;
         const loom_us *at = NULL;
         for (int it = 1; it <= META_MAX_ITERS; it++) {
                 loom_us *prev = m.ring + (size_t)((it - 1) % m.hist) * (size_t)m.width;
                 loom_us *cur = m.ring + (size_t)(it % m.hist) * (size_t)m.width;
-                meta_step_rec(&m, prev, cur);
+                if (plain)
+                        meta_step_plain(&m, prev, cur);
+                else
+                        meta_step_rec(&m, prev, cur);
                 for (int c = 1; c < m.hist && c <= it; c++) {
                         const loom_us *old = m.ring + (size_t)((it - c) % m.hist) * (size_t)m.width;
                         loom_us d = shifted_by(cur, old, m.width, used);
