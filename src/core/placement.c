@@ -14,6 +14,7 @@
  * T_load / T_meta, then the most SLO slack left after the job, then the lowest group id and the
  * lowest node ids. Nothing here changes the scheduler.
  */
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -350,13 +351,14 @@ static bool rate_floor(const loom_meta_job *mj, int *rate, const loom_us *budget
                 bool raised = false;
                 int slots = 0;
                 for (int i = 0; i < n; i++) {
-                        loom_us need = div_up(t, budget[i]);
-                        if (need > LOOM_MAX_RATE) {
+                        /* need = ceil(t / budget) > r exactly when t > r budget: most members
+                         * need no raise, and then no division */
+                        if (t > LOOM_MAX_RATE * budget[i]) {
                                 *bad = i;
                                 return false;
                         }
-                        if (need > rate[i]) {
-                                rate[i] = (int)need;
+                        if (t > rate[i] * budget[i]) {
+                                rate[i] = (int)div_up(t, budget[i]);
                                 raised = true;
                         }
                         slots += rate[i];
@@ -372,38 +374,58 @@ static bool rate_floor(const loom_meta_job *mj, int *rate, const loom_us *budget
 }
 
 /*
- * Raise q[] to the least rates at or above it that meet what any successful rates must (each
- * condition asks some rate to be at least a monotone function of the rates, so the least such
- * rates are a fixed point reached from below):
+ * What any successful rates of a candidate must meet, apart from its simulation:
  *  - the mean: q_i budget_i >= T_meta >= max(weighted cycle, weighted load) (rate_floor);
  *  - the gap: member i's q_i repeats cut the slot cycle into q_i stretches, one of which holds
  *    at least ceil(q_k / q_i) of member k's trainings, and i's gap across it is at least
- *    t_train_i plus those; it may be at most LOOM_GAP_FACTOR budget_i, which caps q_k / q_i.
- * False when those rates would pass LOOM_MAX_RATE or LOOM_META_MAX_SLOTS, or a member's own
- * iteration, or its training beside another's, is longer than its gap may be: no rates work.
+ *    t_train_i plus those; it may be at most LOOM_GAP_FACTOR budget_i, so q_k <= per_ik q_i
+ *    with per_ik = (LOOM_GAP_FACTOR budget_i - t_train_i) / t_train_k (rounded down);
+ *  - a member's own iteration (its gap's least) within LOOM_GAP_FACTOR budget_i.
+ * Each asks some rate to be at least a monotone function of the rates, so the least rates at
+ * or above given ones that meet all of them are a fixed point reached from below.
  */
-static bool rates_close(const loom_meta_job *mj, int *q, const loom_us *budget, int n, int R)
+typedef struct rate_need {
+        const loom_meta_job *mj;
+        const loom_us *budget;
+        int n, R;
+        bool none;           /* a member's own iteration, or two trainings, break a gap */
+        int per[MAXM][MAXM]; /* per_ik; INT_MAX when k trains in no time */
+} rate_need;
+
+static void rate_need_init(rate_need *rn, const loom_meta_job *mj, const loom_us *budget, int n,
+                           int R)
 {
-        for (int i = 0; i < n; i++)
-                if (mj[i].t_roll + mj[i].t_train + mj[i].t_sync > LOOM_GAP_FACTOR * budget[i])
-                        return false;
+        *rn = (rate_need){.mj = mj, .budget = budget, .n = n, .R = R};
+        for (int i = 0; i < n; i++) {
+                loom_us gap = LOOM_GAP_FACTOR * budget[i];
+                rn->none |= mj[i].t_roll + mj[i].t_train + mj[i].t_sync > gap;
+                for (int k = 0; k < n; k++) {
+                        loom_us per = k == i || mj[k].t_train <= 0
+                                          ? INT_MAX
+                                          : (gap - mj[i].t_train) / mj[k].t_train;
+                        rn->none |= per < 1;
+                        rn->per[i][k] = per < INT_MAX ? (int)per : INT_MAX;
+                }
+        }
+}
+
+/* Raise q[] to the least rates at or above it that rn asks for. False when there are none
+ * within LOOM_MAX_RATE and LOOM_META_MAX_SLOTS: no rates work. */
+static bool rates_close(const rate_need *rn, int *q)
+{
+        if (rn->none)
+                return false;
         /* each pass raises a rate or stops; rates stop at LOOM_MAX_RATE */
         for (int pass = 0; pass <= MAXM * LOOM_MAX_RATE; pass++) {
-                loom_us t = rate_bound(mj, q, n, R);
+                loom_us t = rate_bound(rn->mj, q, rn->n, rn->R);
                 bool raised = false;
                 int slots = 0;
-                for (int i = 0; i < n; i++) {
-                        loom_us need = div_up(t, budget[i]);
-                        loom_us cap = LOOM_GAP_FACTOR * budget[i] - mj[i].t_train;
-                        for (int k = 0; k < n; k++) {
-                                if (k == i || mj[k].t_train <= 0)
-                                        continue;
-                                loom_us a = cap / mj[k].t_train; /* k's trainings per stretch */
-                                if (a < 1)
-                                        return false;
-                                if (div_up(q[k], a) > need)
-                                        need = div_up(q[k], a);
-                        }
+                for (int i = 0; i < rn->n; i++) {
+                        loom_us need = t > q[i] * rn->budget[i] ? div_up(t, rn->budget[i]) : q[i];
+                        for (int k = 0; k < rn->n; k++)
+                                if ((loom_us)q[i] * rn->per[i][k] < q[k] &&
+                                    div_up(q[k], rn->per[i][k]) > need)
+                                        need = div_up(q[k], rn->per[i][k]);
                         if (need > LOOM_MAX_RATE)
                                 return false;
                         if (need > q[i]) {
@@ -421,31 +443,28 @@ static bool rates_close(const loom_meta_job *mj, int *q, const loom_us *budget, 
 }
 
 /*
- * Whether the rate search of evaluate_multi can still succeed from rates rate[] (as it stands
- * before simulating them; `last`: this is its last simulation). A success at rates q needs
- * T_meta(q) <= q_i budget_i for every member, and T_meta >= the weighted cycle and load
- * (monotone in the rates), so q is a fixed point of rate_floor's step; rates only grow, so q
- * is at least rate_floor's fixed point above rate[], which must stay within LOOM_MAX_RATE and
- * LOOM_META_MAX_SLOTS. On the last simulation q is rate[] itself: rate_floor must raise
- * nothing, and no member's gap bound (loom_meta_gap_bound) may pass LOOM_GAP_FACTOR budgets.
- * False only when the simulations would end in an SLO rejection.
+ * Whether the rate search of evaluate_multi can still succeed from rates rate[] (as they stand
+ * before simulating them; `last`: this is its last simulation). Rates only grow, and rates that
+ * succeed meet rn, so they are at least rates_close of these, which must exist. On the last
+ * simulation the rates are final: rates_close must raise nothing, and no member's gap bound
+ * (loom_meta_gap_bound) may pass LOOM_GAP_FACTOR budgets. False only when the simulations
+ * would end in an SLO rejection.
  */
-static bool rates_may_succeed(const loom_meta_job *mj, const int *rate, const loom_us *budget,
-                              int n, int R, bool last)
+static bool rates_may_succeed(const rate_need *rn, const int *rate, bool last)
 {
-        int q[MAXM];
+        int q[MAXM], n = rn->n;
         memcpy(q, rate, sizeof(int) * (size_t)n);
-        if (!rates_close(mj, q, budget, n, R))
+        if (!rates_close(rn, q))
                 return false;
         if (!last)
                 return true;
         if (memcmp(q, rate, sizeof(int) * (size_t)n))
                 return false;
         loom_us lb[MAXM];
-        if (loom_meta_gap_bound(mj, rate, n, lb))
+        if (loom_meta_gap_bound(rn->mj, rate, n, lb))
                 return true; /* no bound: let the simulation say */
         for (int i = 0; i < n; i++)
-                if (lb[i] > LOOM_GAP_FACTOR * budget[i])
+                if (lb[i] > LOOM_GAP_FACTOR * rn->budget[i])
                         return false;
         return true;
 }
@@ -499,6 +518,8 @@ static int evaluate_multi(search *x, cand *c, loom_us tt)
                          LOOM_MAX_RATE, LOOM_META_MAX_SLOTS);
                 return 0;
         }
+        rate_need rn;
+        rate_need_init(&rn, mj, budget, n, R);
         for (int round = 0; round < META_ROUNDS; round++) {
                 int slots = 0;
                 for (int i = 0; i < n; i++)
@@ -506,8 +527,7 @@ static int evaluate_multi(search *x, cand *c, loom_us tt)
                 if (slots > LOOM_META_MAX_SLOTS)
                         break;
                 /* bad >= 0 (the job, or the last round's culprit): breaking rejects */
-                if (x->prune &&
-                    !rates_may_succeed(mj, rate, budget, n, R, round == META_ROUNDS - 1))
+                if (x->prune && !rates_may_succeed(&rn, rate, round == META_ROUNDS - 1))
                         break;
                 int rc = loom_meta_eval(mj, rate, n, R, s->policy.warm_switch, &t_meta, gaps, NULL);
                 if (rc)
