@@ -388,24 +388,30 @@ typedef struct rate_need {
         const loom_meta_job *mj;
         const loom_us *budget;
         int n, R;
-        bool none;           /* a member's own iteration, or two trainings, break a gap */
-        int per[MAXM][MAXM]; /* per_ik; INT_MAX when k trains in no time */
+        bool none;         /* a member's own iteration, or two trainings, break a gap */
+        loom_us cap[MAXM]; /* LOOM_GAP_FACTOR budget_i - t_train_i: the rest of i's gap */
 } rate_need;
 
 static void rate_need_init(rate_need *rn, const loom_meta_job *mj, const loom_us *budget, int n,
                            int R)
 {
         *rn = (rate_need){.mj = mj, .budget = budget, .n = n, .R = R};
+        loom_us train_max = 0, train_next = 0; /* the two longest trainings */
+        for (int k = 0; k < n; k++) {
+                if (mj[k].t_train > train_max) {
+                        train_next = train_max;
+                        train_max = mj[k].t_train;
+                } else if (mj[k].t_train > train_next) {
+                        train_next = mj[k].t_train;
+                }
+        }
         for (int i = 0; i < n; i++) {
                 loom_us gap = LOOM_GAP_FACTOR * budget[i];
+                rn->cap[i] = gap - mj[i].t_train;
                 rn->none |= mj[i].t_roll + mj[i].t_train + mj[i].t_sync > gap;
-                for (int k = 0; k < n; k++) {
-                        loom_us per = k == i || mj[k].t_train <= 0
-                                          ? INT_MAX
-                                          : (gap - mj[i].t_train) / mj[k].t_train;
-                        rn->none |= per < 1;
-                        rn->per[i][k] = per < INT_MAX ? (int)per : INT_MAX;
-                }
+                /* per_ik >= 1 for every other k: the longest other training fits the rest */
+                loom_us other = mj[i].t_train == train_max ? train_next : train_max;
+                rn->none |= other > 0 && rn->cap[i] < other;
         }
 }
 
@@ -415,17 +421,22 @@ static bool rates_close(const rate_need *rn, int *q)
 {
         if (rn->none)
                 return false;
+        const loom_meta_job *mj = rn->mj;
         /* each pass raises a rate or stops; rates stop at LOOM_MAX_RATE */
         for (int pass = 0; pass <= MAXM * LOOM_MAX_RATE; pass++) {
-                loom_us t = rate_bound(rn->mj, q, rn->n, rn->R);
+                loom_us t = rate_bound(mj, q, rn->n, rn->R);
                 bool raised = false;
                 int slots = 0;
                 for (int i = 0; i < rn->n; i++) {
                         loom_us need = t > q[i] * rn->budget[i] ? div_up(t, rn->budget[i]) : q[i];
-                        for (int k = 0; k < rn->n; k++)
-                                if ((loom_us)q[i] * rn->per[i][k] < q[k] &&
-                                    div_up(q[k], rn->per[i][k]) > need)
-                                        need = div_up(q[k], rn->per[i][k]);
+                        for (int k = 0; k < rn->n; k++) {
+                                /* per_ik >= 1 (not none), so only q_k > q_i can break it */
+                                if (k == i || q[k] <= q[i] || mj[k].t_train <= 0)
+                                        continue;
+                                loom_us per = rn->cap[i] / mj[k].t_train;
+                                if (q[k] > per * q[i] && div_up(q[k], per) > need)
+                                        need = div_up(q[k], per);
+                        }
                         if (need > LOOM_MAX_RATE)
                                 return false;
                         if (need > q[i]) {
@@ -795,8 +806,8 @@ static loom_reject group_may_fit(search *x, const open_group *o, char *why, size
         return LOOM_REJECT_NONE;
 }
 
-/* Whether rate_floor leaves any rates for the job in g on new rollout nodes: the least loaded
- * placement, so when it fails every candidate in g does. */
+/* Whether rate_floor (pruning: rates_close) leaves any rates for the job in g on new rollout
+ * nodes: the least loaded placement, so when it fails every candidate in g does. */
 static bool rates_may_fit(const search *x, const group *g)
 {
         const loom_sched *s = x->s;
@@ -814,7 +825,12 @@ static bool rates_may_fit(const search *x, const group *g)
         for (int i = 0; i < n - 1; i++)
                 budget[i] = g->members[i]->slo_budget;
         budget[n - 1] = x->budget;
-        return rate_floor(mj, rate, budget, n, R, &bad);
+        if (!x->prune)
+                return rate_floor(mj, rate, budget, n, R, &bad);
+        /* what any rates must meet, on the least loaded nodes: no candidate in g does better */
+        rate_need rn;
+        rate_need_init(&rn, mj, budget, n, R);
+        return rates_close(&rn, rate);
 }
 
 /* Which of a group's candidates search_group considers: all of them, or (pruning) those at
