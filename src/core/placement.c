@@ -14,7 +14,6 @@
  * T_load / T_meta, then the most SLO slack left after the job, then the lowest group id and the
  * lowest node ids. Nothing here changes the scheduler.
  */
-#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -306,12 +305,6 @@ static bool first_ok(int64_t left, int rate, int orig, loom_us t_meta, loom_us g
         return (double)t_meta + (double)(left - 1) * (double)gap <= (double)left * (double)budget;
 }
 
-/*
- * Raise rate[] to what the lower bounds alone demand: T_meta >= the weighted cycle and load,
- * and member i needs rate >= T_meta / budget_i; repeated to a fixed point (rates only grow, so
- * every feasible assignment is at least this one). False, with *bad the culprit, when a rate
- * would pass LOOM_MAX_RATE or the slots LOOM_META_MAX_SLOTS: no simulation can help then.
- */
 /* max(loom_meta_t_cycle_r, loom_meta_t_load_r) in one pass over the members: the lower bound
  * on T_meta the rate searches evaluate many times per candidate. */
 static loom_us rate_bound(const loom_meta_job *mj, const int *rate, int n, int R)
@@ -343,6 +336,12 @@ static loom_us rate_bound(const loom_meta_job *mj, const int *rate, int n, int R
         return t;
 }
 
+/*
+ * Raise rate[] to what the lower bounds alone demand: T_meta >= the weighted cycle and load,
+ * and member i needs rate >= T_meta / budget_i; repeated to a fixed point (rates only grow, so
+ * every feasible assignment is at least this one). False, with *bad the culprit, when a rate
+ * would pass LOOM_MAX_RATE or the slots LOOM_META_MAX_SLOTS: no simulation can help then.
+ */
 static bool rate_floor(const loom_meta_job *mj, int *rate, const loom_us *budget, int n, int R,
                        int *bad)
 {
