@@ -453,25 +453,29 @@ static bool rates_close(const rate_need *rn, int *q)
 }
 
 /*
- * Whether the rate search of evaluate_multi can still succeed from rates rate[] (as they stand
- * before simulating them; `last`: this is its last simulation). Rates only grow, and rates that
- * succeed meet rn, so they are at least rates_close of these, which must exist. On the last
- * simulation the rates are final: rates_close must raise nothing, and no member's gap bound
- * (loom_meta_gap_bound) may pass LOOM_GAP_FACTOR budgets. False only when the simulations
- * would end in an SLO rejection.
+ * Whether the last simulation of evaluate_multi's rate search, at rates rate[], can succeed:
+ * those rates are final, so they must meet rn as they are (no member's mean bound or pigeonhole
+ * gap bound asks for more), and no member's gap bound from the slot order
+ * (loom_meta_gap_bound) may pass LOOM_GAP_FACTOR budgets. False only when the simulation would
+ * end the search in an SLO rejection.
  */
-static bool rates_may_succeed(const rate_need *rn, const int *rate, bool last)
+static bool rates_final_ok(const rate_need *rn, const int *rate)
 {
-        int q[MAXM], n = rn->n;
-        memcpy(q, rate, sizeof(int) * (size_t)n);
-        if (!rates_close(rn, q))
+        const loom_meta_job *mj = rn->mj;
+        int n = rn->n;
+        if (rn->none)
                 return false;
-        if (!last)
-                return true;
-        if (memcmp(q, rate, sizeof(int) * (size_t)n))
-                return false;
+        loom_us t = rate_bound(mj, rate, n, rn->R);
+        for (int i = 0; i < n; i++) {
+                if (t > rate[i] * rn->budget[i])
+                        return false;
+                for (int k = 0; k < n; k++)
+                        if (k != i && rate[k] > rate[i] && mj[k].t_train > 0 &&
+                            rate[k] > rn->cap[i] / mj[k].t_train * rate[i])
+                                return false;
+        }
         loom_us lb[MAXM];
-        if (loom_meta_gap_bound(rn->mj, rate, n, lb))
+        if (loom_meta_gap_bound(mj, rate, n, lb))
                 return true; /* no bound: let the simulation say */
         for (int i = 0; i < n; i++)
                 if (lb[i] > LOOM_GAP_FACTOR * rn->budget[i])
@@ -528,17 +532,18 @@ static int evaluate_multi(search *x, cand *c, loom_us tt)
                          LOOM_MAX_RATE, LOOM_META_MAX_SLOTS);
                 return 0;
         }
-        rate_need rn;
-        rate_need_init(&rn, mj, budget, n, R);
         for (int round = 0; round < META_ROUNDS; round++) {
                 int slots = 0;
                 for (int i = 0; i < n; i++)
                         slots += rate[i];
                 if (slots > LOOM_META_MAX_SLOTS)
                         break;
-                /* bad >= 0 (the job, or the last round's culprit): breaking rejects */
-                if (x->prune && !rates_may_succeed(&rn, rate, round == META_ROUNDS - 1))
-                        break;
+                if (x->prune && round == META_ROUNDS - 1) {
+                        rate_need rn;
+                        rate_need_init(&rn, mj, budget, n, R);
+                        if (!rates_final_ok(&rn, rate))
+                                break; /* bad >= 0, the last round's culprit: rejected */
+                }
                 int rc = loom_meta_eval(mj, rate, n, R, s->policy.warm_switch, &t_meta, gaps, NULL);
                 if (rc)
                         return rc;
