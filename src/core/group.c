@@ -279,13 +279,19 @@ static void meta_step_plain(meta_run *m, const loom_us *in, loom_us *out)
         for (int i = 0; i < m->L; i++) {
                 int j = m->slots[i];
                 const loom_meta_job *jb = &m->jobs[j];
-                loom_us s = ready[j];
-                for (int k = 0; k < jb->n_nodes; k++)
-                        if (node_free[jb->nodes[k]] > s)
-                                s = node_free[jb->nodes[k]];
-                loom_us end = s + jb->t_roll;
-                for (int k = 0; k < jb->n_nodes; k++)
-                        node_free[jb->nodes[k]] = end;
+                loom_us s = ready[j], end;
+                if (jb->n_nodes == 1) { /* the common case, without the loops */
+                        loom_us *nf = &node_free[jb->nodes[0]];
+                        end = (*nf > s ? *nf : s) + jb->t_roll;
+                        *nf = end;
+                } else {
+                        for (int k = 0; k < jb->n_nodes; k++)
+                                if (node_free[jb->nodes[k]] > s)
+                                        s = node_free[jb->nodes[k]];
+                        end = s + jb->t_roll;
+                        for (int k = 0; k < jb->n_nodes; k++)
+                                node_free[jb->nodes[k]] = end;
+                }
                 train_free = (end > train_free ? end : train_free) + jb->t_train;
                 m->train_end[i] = train_free;
                 ready[j] = train_free + jb->t_sync;
