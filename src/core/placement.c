@@ -324,9 +324,12 @@ static loom_us rate_bound(const loom_meta_job *mj, const int *rate, int n, int R
                 if (solo > t)
                         t = solo;
                 train += r * mj[i].t_train;
-                for (int k = 0; k < mj[i].n_nodes; k++)
-                        if (mj[i].nodes[k] >= 0 && mj[i].nodes[k] < R)
-                                load[mj[i].nodes[k]] += r * mj[i].t_roll;
+                if (mj[i].n_nodes == 1 && (unsigned)mj[i].nodes[0] < (unsigned)R)
+                        load[mj[i].nodes[0]] += r * mj[i].t_roll;
+                else
+                        for (int k = 0; k < mj[i].n_nodes; k++)
+                                if (mj[i].nodes[k] >= 0 && mj[i].nodes[k] < R)
+                                        load[mj[i].nodes[k]] += r * mj[i].t_roll;
         }
         if (train > t)
                 t = train;
