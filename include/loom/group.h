@@ -95,4 +95,14 @@ int loom_meta_period(const loom_meta_job *jobs, int n, int n_rollout_nodes, loom
 int loom_meta_eval(const loom_meta_job *jobs, const int *rates, int n, int n_rollout_nodes,
                    loom_us warm_switch, loom_us *t_meta, loom_us *gaps, loom_us *starts);
 
+/*
+ * Lower bounds on loom_meta_eval's longest gaps, from the slot order alone (no simulation),
+ * valid for any warm_switch: between two consecutive training ends of member i lie at least
+ * its own t_sync + t_roll + t_train (its next rollout waits for its training and sync), and
+ * at least its t_train plus every training of the slots in between (the training pool serves
+ * slots in order). lb[i] receives member i's bound. Returns 0, or LOOM_EINVAL like
+ * loom_meta_order. Placement uses it to reject a candidate without simulating it.
+ */
+int loom_meta_gap_bound(const loom_meta_job *jobs, const int *rates, int n, loom_us *lb);
+
 #endif

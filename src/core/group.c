@@ -71,6 +71,22 @@ loom_us loom_meta_t_load_r(const loom_meta_job *jobs, const int *rates, int n, i
         loom_us train = 0, node_max = 0;
         for (int i = 0; i < n; i++)
                 train += rate_of(rates, i) * jobs[i].t_train;
+        if (n_rollout_nodes > 0 && n_rollout_nodes <= 64) {
+                /* one pass over the members; a node index out of range counts nowhere */
+                loom_us load[64];
+                for (int r = 0; r < n_rollout_nodes; r++)
+                        load[r] = 0;
+                for (int i = 0; i < n; i++)
+                        for (int k = 0; k < jobs[i].n_nodes; k++) {
+                                int r = jobs[i].nodes[k];
+                                if (r >= 0 && r < n_rollout_nodes)
+                                        load[r] += rate_of(rates, i) * jobs[i].t_roll;
+                        }
+                for (int r = 0; r < n_rollout_nodes; r++)
+                        if (load[r] > node_max)
+                                node_max = load[r];
+                return train > node_max ? train : node_max;
+        }
         for (int r = 0; r < n_rollout_nodes; r++) {
                 loom_us load = 0;
                 for (int i = 0; i < n; i++)
@@ -81,6 +97,33 @@ loom_us loom_meta_t_load_r(const loom_meta_job *jobs, const int *rates, int n, i
                         node_max = load;
         }
         return train > node_max ? train : node_max;
+}
+
+/* loom_meta_order's merge in 64-bit integers, for due times that fit (the caller checks):
+ * the same comparisons on the same exact values, so the same order. */
+static int order64(const loom_meta_job *jobs, const int *rates, int n, loom_us H, int L, int *slots)
+{
+        int64_t next[LOOM_META_MAX_SLOTS], step[LOOM_META_MAX_SLOTS];
+        int left[LOOM_META_MAX_SLOTS];
+        for (int i = 0; i < n; i++) {
+                int r = rate_of(rates, i);
+                next[i] = (int64_t)720720 * jobs[i].t_roll;
+                step[i] = H * (720720 / r);
+                left[i] = r;
+        }
+        /* a member with no repeats left waits at INT64_MAX, past any due time */
+        for (int m = 0; m < L; m++) {
+                int b = 0;
+                int64_t best = next[0];
+                for (int i = 1; i < n; i++) {
+                        bool take = next[i] < best;
+                        b = take ? i : b;
+                        best = take ? next[i] : best;
+                }
+                slots[m] = b;
+                next[b] = --left[b] ? next[b] + step[b] : INT64_MAX;
+        }
+        return L;
 }
 
 int loom_meta_order(const loom_meta_job *jobs, const int *rates, int n, int *slots, int cap)
@@ -103,7 +146,17 @@ int loom_meta_order(const loom_meta_job *jobs, const int *rates, int n, int *slo
         }
         /* Merge the members' repeats by due time q H / r + t_roll, scaled by 720720 =
          * lcm(1..16) to an exact integer; ties go to the lower member (a member's own repeats
-         * are already in order). */
+         * are already in order). A due time is below 720720 (H + t_roll): in 64 bits unless
+         * phases run for months, the common case, which then needs no 128-bit compares. */
+        loom_us max_roll = 0;
+        bool fits = H >= 0;
+        for (int i = 0; i < n; i++) {
+                fits &= jobs[i].t_roll >= 0;
+                if (jobs[i].t_roll > max_roll)
+                        max_roll = jobs[i].t_roll;
+        }
+        if (fits && H <= INT64_MAX / 720720 / 2 - max_roll)
+                return order64(jobs, rates, n, H, L, slots);
         __int128 next[LOOM_META_MAX_SLOTS], step[LOOM_META_MAX_SLOTS];
         int left[LOOM_META_MAX_SLOTS];
         for (int i = 0; i < n; i++) {
@@ -124,7 +177,43 @@ int loom_meta_order(const loom_meta_job *jobs, const int *rates, int n, int *slo
         return L;
 }
 
-enum { META_MAX_ITERS = 512 };
+int loom_meta_gap_bound(const loom_meta_job *jobs, const int *rates, int n, loom_us *lb)
+{
+        int slots[LOOM_META_MAX_SLOTS];
+        if (!jobs || n < 1 || n > LOOM_META_MAX_SLOTS || !lb)
+                return LOOM_EINVAL;
+        int L = loom_meta_order(jobs, rates, n, slots, LOOM_META_MAX_SLOTS);
+        if (L < 0)
+                return L;
+        /* prefix[m] = the trainings of slots [0, m): the pool's work between two slots */
+        loom_us prefix[LOOM_META_MAX_SLOTS + 1], total;
+        int first[LOOM_META_MAX_SLOTS], last[LOOM_META_MAX_SLOTS];
+        prefix[0] = 0;
+        for (int m = 0; m < L; m++)
+                prefix[m + 1] = prefix[m] + jobs[slots[m]].t_train;
+        total = prefix[L];
+        for (int i = 0; i < n; i++) {
+                lb[i] = jobs[i].t_sync + jobs[i].t_roll + jobs[i].t_train;
+                first[i] = last[i] = -1;
+        }
+        for (int m = 0; m < L; m++) {
+                int i = slots[m];
+                if (last[i] >= 0 && prefix[m + 1] - prefix[last[i] + 1] > lb[i])
+                        lb[i] = prefix[m + 1] - prefix[last[i] + 1]; /* slots (last, m] */
+                if (first[i] < 0)
+                        first[i] = m;
+                last[i] = m;
+        }
+        for (int i = 0; i < n; i++) {
+                /* the wrap: slots after its last one, then up to its first of the next step */
+                loom_us wrap = total - prefix[last[i] + 1] + prefix[first[i] + 1];
+                if (wrap > lb[i])
+                        lb[i] = wrap;
+        }
+        return 0;
+}
+
+enum { META_MAX_ITERS = 512, META_STACK_BYTES = 8192 };
 
 #define META_NEG (INT64_MIN / 4) /* max-plus minus infinity that survives additions */
 
@@ -178,6 +267,36 @@ static void meta_step(meta_run *m, const loom_us *in, loom_us *out)
                 m->train_end[i] = *train_free;
                 ready[j] = *train_free + jb->t_sync;
         }
+}
+
+/* meta_step without switches (warm 0) or rollout starts to record: the same times, fewer
+ * stores (placement evaluates thousands of groups per decision this way). */
+static void meta_step_plain(meta_run *m, const loom_us *in, loom_us *out)
+{
+        memcpy(out, in, sizeof(loom_us) * (size_t)m->width);
+        loom_us *node_free = out, *ready = out + m->R + 1;
+        loom_us train_free = out[m->R];
+        for (int i = 0; i < m->L; i++) {
+                int j = m->slots[i];
+                const loom_meta_job *jb = &m->jobs[j];
+                loom_us s = ready[j], end;
+                if (jb->n_nodes == 1) { /* the common case, without the loops */
+                        loom_us *nf = &node_free[jb->nodes[0]];
+                        end = (*nf > s ? *nf : s) + jb->t_roll;
+                        *nf = end;
+                } else {
+                        for (int k = 0; k < jb->n_nodes; k++)
+                                if (node_free[jb->nodes[k]] > s)
+                                        s = node_free[jb->nodes[k]];
+                        end = s + jb->t_roll;
+                        for (int k = 0; k < jb->n_nodes; k++)
+                                node_free[jb->nodes[k]] = end;
+                }
+                train_free = (end > train_free ? end : train_free) + jb->t_train;
+                m->train_end[i] = train_free;
+                ready[j] = train_free + jb->t_sync;
+        }
+        out[m->R] = train_free;
 }
 
 /* meta_step recording each member's first rollout start of the step. */
@@ -307,6 +426,33 @@ static void meta_gaps(meta_run *m, loom_us *x, loom_us *y, int steps, loom_us sh
                         gaps[j] = first[j] + shift - last[j];
 }
 
+/*
+ * meta_gaps over one step when the schedule repeats every step: the step after the last one
+ * simulated is that step shifted by `shift` (the system is max-plus linear and the nodes'
+ * last jobs are the same after every step but the first), so its training ends, and the gaps
+ * between them, are read off the step just taken (m->train_end) instead of simulating it.
+ */
+static void last_step_gaps(const meta_run *m, loom_us shift, loom_us *gaps)
+{
+        loom_us first[64], last[64];
+        for (int j = 0; j < m->n; j++) {
+                gaps[j] = 0;
+                first[j] = last[j] = META_NEG;
+        }
+        for (int i = 0; i < m->L; i++) {
+                int j = m->slots[i];
+                loom_us e = m->train_end[i];
+                if (last[j] != META_NEG && e - last[j] > gaps[j])
+                        gaps[j] = e - last[j];
+                if (first[j] == META_NEG)
+                        first[j] = e;
+                last[j] = e;
+        }
+        for (int j = 0; j < m->n; j++)
+                if (first[j] + shift - last[j] > gaps[j])
+                        gaps[j] = first[j] + shift - last[j];
+}
+
 int loom_meta_eval(const loom_meta_job *jobs, const int *rates, int n, int n_rollout_nodes,
                    loom_us warm_switch, loom_us *t_meta, loom_us *gaps, loom_us *starts)
 {
@@ -321,15 +467,21 @@ int loom_meta_eval(const loom_meta_job *jobs, const int *rates, int n, int n_rol
         size_t bytes = sizeof(loom_us) * ((size_t)m.hist * (size_t)m.width + (size_t)n +
                                           (size_t)m.L + 2 * (size_t)m.width) +
                        sizeof(int) * ((size_t)m.R + (size_t)m.width);
-        char *mem = calloc(1, bytes);
+        /* Placement evaluates small groups by the thousand: those fit on the stack. */
+        _Alignas(loom_us) char small[META_STACK_BYTES];
+        char *mem = bytes <= sizeof small ? small : malloc(bytes);
         if (!mem)
                 return LOOM_ENOMEM;
+        memset(mem, 0, sizeof(loom_us) * (size_t)m.width); /* the initial state, ring[0] */
         m.ring = (loom_us *)mem;
         m.roll_start = m.ring + (size_t)m.hist * (size_t)m.width;
         m.train_end = m.roll_start + n;
+        for (int j = 0; j < n; j++)
+                m.roll_start[j] = META_NEG;
         loom_us *gx = m.train_end + m.L, *gy = gx + m.width;
         m.node_last = (int *)(gy + m.width);
         int *used = m.node_last + m.R; /* nodes nobody is pinned to never change: skip them */
+        memset(used, 0, sizeof(int) * (size_t)m.width);
         for (int r = 0; r < m.R; r++)
                 m.node_last[r] = -1;
         m.train_last = -1;
@@ -340,19 +492,24 @@ int loom_meta_eval(const loom_meta_job *jobs, const int *rates, int n, int n_rol
                         used[jobs[j].nodes[k]] = 1;
         }
 
-        int rc = LOOM_ERANGE, period = 0;
+        bool plain = warm_switch == 0 && !starts;
+        int rc = LOOM_ERANGE, period = 0, found_at = 0;
         loom_us shift = -1;
         const loom_us *at = NULL;
         for (int it = 1; it <= META_MAX_ITERS; it++) {
                 loom_us *prev = m.ring + (size_t)((it - 1) % m.hist) * (size_t)m.width;
                 loom_us *cur = m.ring + (size_t)(it % m.hist) * (size_t)m.width;
-                meta_step_rec(&m, prev, cur);
+                if (plain)
+                        meta_step_plain(&m, prev, cur);
+                else
+                        meta_step_rec(&m, prev, cur);
                 for (int c = 1; c < m.hist && c <= it; c++) {
                         const loom_us *old = m.ring + (size_t)((it - c) % m.hist) * (size_t)m.width;
                         loom_us d = shifted_by(cur, old, m.width, used);
                         if (d >= 0) {
                                 *t_meta = (d + c / 2) / c;
                                 rc = 0;
+                                found_at = it;
                                 period = c;
                                 shift = d;
                                 at = cur;
@@ -364,7 +521,10 @@ int loom_meta_eval(const loom_meta_job *jobs, const int *rates, int n, int n_rol
         }
         if (rc == 0 && gaps) {
                 memcpy(gx, at, sizeof(loom_us) * (size_t)m.width);
-                meta_gaps(&m, gx, gy, period, shift, gaps);
+                if (period == 1 && found_at >= 2)
+                        last_step_gaps(&m, shift, gaps); /* the next step is this one + shift */
+                else
+                        meta_gaps(&m, gx, gy, period, shift, gaps);
         }
         if (rc == LOOM_ERANGE) {
                 const loom_us *last = m.ring + (size_t)(META_MAX_ITERS % m.hist) * (size_t)m.width;
@@ -387,7 +547,8 @@ int loom_meta_eval(const loom_meta_job *jobs, const int *rates, int n, int n_rol
                 for (int j = 0; j < n; j++)
                         starts[j] = m.roll_start[j] - first;
         }
-        free(mem);
+        if (mem != small)
+                free(mem);
         return rc;
 }
 

@@ -50,6 +50,11 @@ typedef struct search {
         loom_decision *d;
         cand best;
         bool have_best;
+        /* Skip work whose outcome bounds decide (cheapest candidates first, no simulation of
+         * a rate search that cannot succeed). Off when every candidate's verdict is recorded:
+         * an explained decision simulates each candidate as far as the search goes, and its
+         * choice is the same (test_core_place_prune.c checks it). */
+        bool prune;
         loom_err *e;
 } search;
 
@@ -279,6 +284,9 @@ static double cand_cost(const search *x, const cand *c)
         return n * x->s->price[LOOM_POOL_ROLLOUT];
 }
 
+/* Simulations of one candidate's rate search at most (evaluate_multi). */
+enum { META_ROUNDS = 6 };
+
 static loom_us div_up(loom_us a, loom_us b)
 {
         return (a + b - 1) / b;
@@ -297,6 +305,40 @@ static bool first_ok(int64_t left, int rate, int orig, loom_us t_meta, loom_us g
         return (double)t_meta + (double)(left - 1) * (double)gap <= (double)left * (double)budget;
 }
 
+/* max(loom_meta_t_cycle_r, loom_meta_t_load_r) in one pass over the members: the lower bound
+ * on T_meta the rate searches evaluate many times per candidate. */
+static loom_us rate_bound(const loom_meta_job *mj, const int *rate, int n, int R)
+{
+        enum { NODES = 64 };
+        if (R > NODES) {
+                loom_us c = loom_meta_t_cycle_r(mj, rate, n),
+                        l = loom_meta_t_load_r(mj, rate, n, R);
+                return c > l ? c : l;
+        }
+        loom_us load[NODES], t = 0, train = 0;
+        for (int r = 0; r < R; r++)
+                load[r] = 0;
+        for (int i = 0; i < n; i++) {
+                loom_us r = rate[i] > 1 ? rate[i] : 1;
+                loom_us solo = r * (mj[i].t_roll + mj[i].t_train + mj[i].t_sync);
+                if (solo > t)
+                        t = solo;
+                train += r * mj[i].t_train;
+                if (mj[i].n_nodes == 1 && (unsigned)mj[i].nodes[0] < (unsigned)R)
+                        load[mj[i].nodes[0]] += r * mj[i].t_roll;
+                else
+                        for (int k = 0; k < mj[i].n_nodes; k++)
+                                if (mj[i].nodes[k] >= 0 && mj[i].nodes[k] < R)
+                                        load[mj[i].nodes[k]] += r * mj[i].t_roll;
+        }
+        if (train > t)
+                t = train;
+        for (int r = 0; r < R; r++)
+                if (load[r] > t)
+                        t = load[r];
+        return t;
+}
+
 /*
  * Raise rate[] to what the lower bounds alone demand: T_meta >= the weighted cycle and load,
  * and member i needs rate >= T_meta / budget_i; repeated to a fixed point (rates only grow, so
@@ -307,19 +349,18 @@ static bool rate_floor(const loom_meta_job *mj, int *rate, const loom_us *budget
                        int *bad)
 {
         for (int round = 0; round < 16; round++) {
-                loom_us c = loom_meta_t_cycle_r(mj, rate, n),
-                        l = loom_meta_t_load_r(mj, rate, n, R);
-                loom_us t = c > l ? c : l;
+                loom_us t = rate_bound(mj, rate, n, R);
                 bool raised = false;
                 int slots = 0;
                 for (int i = 0; i < n; i++) {
-                        loom_us need = div_up(t, budget[i]);
-                        if (need > LOOM_MAX_RATE) {
+                        /* need = ceil(t / budget) > r exactly when t > r budget: most members
+                         * need no raise, and then no division */
+                        if (t > LOOM_MAX_RATE * budget[i]) {
                                 *bad = i;
                                 return false;
                         }
-                        if (need > rate[i]) {
-                                rate[i] = (int)need;
+                        if (t > rate[i] * budget[i]) {
+                                rate[i] = (int)div_up(t, budget[i]);
                                 raised = true;
                         }
                         slots += rate[i];
@@ -331,6 +372,117 @@ static bool rate_floor(const loom_meta_job *mj, int *rate, const loom_us *budget
                 if (!raised)
                         return true;
         }
+        return true;
+}
+
+/*
+ * What any successful rates of a candidate must meet, apart from its simulation:
+ *  - the mean: q_i budget_i >= T_meta >= max(weighted cycle, weighted load) (rate_floor);
+ *  - the gap: member i's q_i repeats cut the slot cycle into q_i stretches, one of which holds
+ *    at least ceil(q_k / q_i) of member k's trainings, and i's gap across it is at least
+ *    t_train_i plus those; it may be at most LOOM_GAP_FACTOR budget_i, so q_k <= per_ik q_i
+ *    with per_ik = (LOOM_GAP_FACTOR budget_i - t_train_i) / t_train_k (rounded down);
+ *  - a member's own iteration (its gap's least) within LOOM_GAP_FACTOR budget_i.
+ * Each asks some rate to be at least a monotone function of the rates, so the least rates at
+ * or above given ones that meet all of them are a fixed point reached from below.
+ */
+typedef struct rate_need {
+        const loom_meta_job *mj;
+        const loom_us *budget;
+        int n, R;
+        bool none;         /* a member's own iteration, or two trainings, break a gap */
+        loom_us cap[MAXM]; /* LOOM_GAP_FACTOR budget_i - t_train_i: the rest of i's gap */
+} rate_need;
+
+static void rate_need_init(rate_need *rn, const loom_meta_job *mj, const loom_us *budget, int n,
+                           int R)
+{
+        *rn = (rate_need){.mj = mj, .budget = budget, .n = n, .R = R};
+        loom_us train_max = 0, train_next = 0; /* the two longest trainings */
+        for (int k = 0; k < n; k++) {
+                if (mj[k].t_train > train_max) {
+                        train_next = train_max;
+                        train_max = mj[k].t_train;
+                } else if (mj[k].t_train > train_next) {
+                        train_next = mj[k].t_train;
+                }
+        }
+        for (int i = 0; i < n; i++) {
+                loom_us gap = LOOM_GAP_FACTOR * budget[i];
+                rn->cap[i] = gap - mj[i].t_train;
+                rn->none |= mj[i].t_roll + mj[i].t_train + mj[i].t_sync > gap;
+                /* per_ik >= 1 for every other k: the longest other training fits the rest */
+                loom_us other = mj[i].t_train == train_max ? train_next : train_max;
+                rn->none |= other > 0 && rn->cap[i] < other;
+        }
+}
+
+/* Raise q[] to the least rates at or above it that rn asks for. False when there are none
+ * within LOOM_MAX_RATE and LOOM_META_MAX_SLOTS: no rates work. */
+static bool rates_close(const rate_need *rn, int *q)
+{
+        if (rn->none)
+                return false;
+        const loom_meta_job *mj = rn->mj;
+        /* each pass raises a rate or stops; rates stop at LOOM_MAX_RATE */
+        for (int pass = 0; pass <= MAXM * LOOM_MAX_RATE; pass++) {
+                loom_us t = rate_bound(mj, q, rn->n, rn->R);
+                bool raised = false;
+                int slots = 0;
+                for (int i = 0; i < rn->n; i++) {
+                        loom_us need = t > q[i] * rn->budget[i] ? div_up(t, rn->budget[i]) : q[i];
+                        for (int k = 0; k < rn->n; k++) {
+                                /* per_ik >= 1 (not none), so only q_k > q_i can break it */
+                                if (k == i || q[k] <= q[i] || mj[k].t_train <= 0)
+                                        continue;
+                                loom_us per = rn->cap[i] / mj[k].t_train;
+                                if (q[k] > per * q[i] && div_up(q[k], per) > need)
+                                        need = div_up(q[k], per);
+                        }
+                        if (need > LOOM_MAX_RATE)
+                                return false;
+                        if (need > q[i]) {
+                                q[i] = (int)need;
+                                raised = true;
+                        }
+                        slots += q[i];
+                }
+                if (slots > LOOM_META_MAX_SLOTS)
+                        return false;
+                if (!raised)
+                        return true;
+        }
+        return true;
+}
+
+/*
+ * Whether the last simulation of evaluate_multi's rate search, at rates rate[], can succeed:
+ * those rates are final, so they must meet rn as they are (no member's mean bound or pigeonhole
+ * gap bound asks for more), and no member's gap bound from the slot order
+ * (loom_meta_gap_bound) may pass LOOM_GAP_FACTOR budgets. False only when the simulation would
+ * end the search in an SLO rejection.
+ */
+static bool rates_final_ok(const rate_need *rn, const int *rate)
+{
+        const loom_meta_job *mj = rn->mj;
+        int n = rn->n;
+        if (rn->none)
+                return false;
+        loom_us t = rate_bound(mj, rate, n, rn->R);
+        for (int i = 0; i < n; i++) {
+                if (t > rate[i] * rn->budget[i])
+                        return false;
+                for (int k = 0; k < n; k++)
+                        if (k != i && rate[k] > rate[i] && mj[k].t_train > 0 &&
+                            rate[k] > rn->cap[i] / mj[k].t_train * rate[i])
+                                return false;
+        }
+        loom_us lb[MAXM];
+        if (loom_meta_gap_bound(mj, rate, n, lb))
+                return true; /* no bound: let the simulation say */
+        for (int i = 0; i < n; i++)
+                if (lb[i] > LOOM_GAP_FACTOR * rn->budget[i])
+                        return false;
         return true;
 }
 
@@ -383,12 +535,18 @@ static int evaluate_multi(search *x, cand *c, loom_us tt)
                          LOOM_MAX_RATE, LOOM_META_MAX_SLOTS);
                 return 0;
         }
-        for (int round = 0; round < 6; round++) {
+        for (int round = 0; round < META_ROUNDS; round++) {
                 int slots = 0;
                 for (int i = 0; i < n; i++)
                         slots += rate[i];
                 if (slots > LOOM_META_MAX_SLOTS)
                         break;
+                if (x->prune && round == META_ROUNDS - 1) {
+                        rate_need rn;
+                        rate_need_init(&rn, mj, budget, n, R);
+                        if (!rates_final_ok(&rn, rate))
+                                break; /* bad >= 0, the last round's culprit: rejected */
+                }
                 int rc = loom_meta_eval(mj, rate, n, R, s->policy.warm_switch, &t_meta, gaps, NULL);
                 if (rc)
                         return rc;
@@ -655,8 +813,8 @@ static loom_reject group_may_fit(search *x, const open_group *o, char *why, size
         return LOOM_REJECT_NONE;
 }
 
-/* Whether rate_floor leaves any rates for the job in g on new rollout nodes: the least loaded
- * placement, so when it fails every candidate in g does. */
+/* Whether rate_floor (pruning: rates_close) leaves any rates for the job in g on new rollout
+ * nodes: the least loaded placement, so when it fails every candidate in g does. */
 static bool rates_may_fit(const search *x, const group *g)
 {
         const loom_sched *s = x->s;
@@ -674,13 +832,48 @@ static bool rates_may_fit(const search *x, const group *g)
         for (int i = 0; i < n - 1; i++)
                 budget[i] = g->members[i]->slo_budget;
         budget[n - 1] = x->budget;
-        return rate_floor(mj, rate, budget, n, R, &bad);
+        if (!x->prune)
+                return rate_floor(mj, rate, budget, n, R, &bad);
+        /* what any rates must meet, on the least loaded nodes: no candidate in g does better */
+        rate_need rn;
+        rate_need_init(&rn, mj, budget, n, R);
+        return rates_close(&rn, rate);
 }
 
-static int search_group(search *x, const open_group *o)
+/* Which of a group's candidates search_group considers: all of them, or (pruning) those at
+ * +$0 in a first pass over every group and the dearer ones in a second. */
+typedef enum { CANDS_ALL, CANDS_FREE, CANDS_PAID } cand_pass;
+
+/* Generate g's candidates (direct packings, then rollout scaling) and consider those of pass. */
+static int search_cands(search *x, const group *g, cand_pass pass)
+{
+        rnode *sorted[LOOM_MAX_GROUP_ROLLOUT_NODES];
+        memcpy(sorted, g->rnodes, sizeof(rnode *) * (size_t)g->n_rnodes);
+        qsort(sorted, (size_t)g->n_rnodes, sizeof(rnode *), cmp_load);
+        cand cs[LOOM_MAX_GROUP_ROLLOUT_NODES + 1];
+        int n = gen_direct(x, g, sorted, cs);
+        cand *sc = &cs[n++];
+        *sc = (cand){.g = g, .kind = LOOM_DECISION_ROLLOUT_SCALE};
+        finish_ids(x->s, sc, 0, x->k);
+        for (int i = 0; i < n; i++) {
+                bool paid = cand_cost(x, &cs[i]) > 0;
+                if ((pass == CANDS_FREE && paid) || (pass == CANDS_PAID && !paid))
+                        continue;
+                int rc = consider(x, &cs[i]);
+                if (rc)
+                        return rc;
+        }
+        return 0;
+}
+
+static int search_group(search *x, const open_group *o, cand_pass pass, bool *searched)
 {
         const group *g = o->g;
         bool rec = x->d->record_candidates;
+        if (g == x->s->exclude) /* the group a job would move out of (move.c) */
+                return 0;
+        if (pass == CANDS_PAID)
+                return search_cands(x, g, pass);
         cand c = {.g = g, .kind = LOOM_DECISION_DIRECT_PACK};
         c.reject = group_may_fit(x, o, rec ? c.why : NULL, sizeof c.why);
         if (c.reject == LOOM_REJECT_NONE && multirate(x) && !rates_may_fit(x, g)) {
@@ -695,20 +888,8 @@ static int search_group(search *x, const open_group *o)
                 x->d->groups_pruned_bound++;
                 return rec ? record(x, &c) : 0;
         }
-        rnode *sorted[LOOM_MAX_GROUP_ROLLOUT_NODES];
-        memcpy(sorted, g->rnodes, sizeof(rnode *) * (size_t)g->n_rnodes);
-        qsort(sorted, (size_t)g->n_rnodes, sizeof(rnode *), cmp_load);
-        cand cs[LOOM_MAX_GROUP_ROLLOUT_NODES + 1];
-        int n = gen_direct(x, g, sorted, cs);
-        cand *sc = &cs[n++];
-        *sc = (cand){.g = g, .kind = LOOM_DECISION_ROLLOUT_SCALE};
-        finish_ids(x->s, sc, 0, x->k);
-        for (int i = 0; i < n; i++) {
-                int rc = consider(x, &cs[i]);
-                if (rc)
-                        return rc;
-        }
-        return 0;
+        *searched = true;
+        return search_cands(x, g, pass);
 }
 
 /*
@@ -906,6 +1087,33 @@ static int search_baseline(search *x, uint64_t *rng)
         return record(x, &x->best) ? LOOM_ENOMEM : 0;
 }
 
+/*
+ * The open groups, +$0 candidates first. The choice is the best candidate under better(),
+ * whose first key is the cost, so considering the +$0 candidates of every group before the
+ * dearer ones (each class in group order, as before) chooses the same candidate; once a +$0
+ * one is feasible no dearer one is simulated at all, where a single pass simulated those met
+ * before it.
+ */
+static int search_open_pruned(search *x)
+{
+        const loom_sched *s = x->s;
+        int *passed = malloc(sizeof(int) * (size_t)(s->n_open > 0 ? s->n_open : 1)), n = 0, rc = 0;
+        if (!passed)
+                return LOOM_ENOMEM;
+        for (int i = 0; i < s->n_open && !rc; i++) {
+                bool searched = false;
+                rc = search_group(x, &s->open[i], CANDS_FREE, &searched);
+                if (searched)
+                        passed[n++] = i;
+        }
+        /* a dearer candidate provisions at least one rollout node */
+        bool free_best = x->have_best && x->best.cost <= 0 && s->price[LOOM_POOL_ROLLOUT] > 1e-6;
+        for (int i = 0; i < n && !rc && !free_best; i++)
+                rc = search_group(x, &s->open[passed[i]], CANDS_PAID, NULL);
+        free(passed);
+        return rc;
+}
+
 static int reject_too_big(search *x)
 {
         const loom_sched *s = x->s;
@@ -1016,10 +1224,13 @@ int loom__place(const loom_sched *s, const loom_job_spec *spec, loom_decision *d
         d->groups_pruned_saturated = s->live_groups - s->n_open - s->n_closed_full;
 
         int rc = 0;
+        x.prune = multirate(&x) && !d->record_candidates;
         if (s->policy.placer == LOOM_PLACER_LOOM) {
-                for (int i = 0; i < s->n_open && !rc; i++)
-                        if (s->open[i].g != s->exclude)
-                                rc = search_group(&x, &s->open[i]);
+                rc = x.prune ? search_open_pruned(&x) : 0;
+                for (int i = 0; i < s->n_open && !rc && !x.prune; i++) {
+                        bool searched = false;
+                        rc = search_group(&x, &s->open[i], CANDS_ALL, &searched);
+                }
                 if (!rc) {
                         cand iso;
                         isolated(&x, &iso);
