@@ -20,9 +20,10 @@ is deterministic and cached in CACHE by its inputs, so a rerun of the job (alone
 from the same bits without redoing it.
 
 --device cpu (default), cuda or auto (cuda when torch sees a CUDA device) puts the policy, the
-reference model and Adam's state on that device; the sync engine still publishes and pulls
-through host memory, and with --residency loom-state the Adam moments and master weights go
-through loom-state's CUDA tier (docs/gpu.md). --size 100m / 350m are models for a GPU.
+reference model and Adam's state on that device; there the sync engine publishes from and
+pulls into GPU memory (--gpu-sync off: through host copies, as on a CPU), and with --residency
+loom-state the Adam moments and master weights go through loom-state's CUDA tier
+(docs/gpu.md). The bf16 digests both sides log are then read off the GPU for the log only. --size 100m / 350m are models for a GPU.
 """
 
 import argparse
@@ -45,6 +46,7 @@ DEFAULTS = {
     "task": "reverse", "size": "m", "steps": 20, "seed": 1, "prompts": 8, "group": 8,
     "lr": 1e-3, "beta": 0.02, "warmup_steps": 30, "eval_prompts": 128, "bucket_elems": 4096,
     "residency": "file", "max_restarts": 2, "lease_wait_s": 60.0, "device": "cpu",
+    "gpu_sync": "on",
 }
 
 
@@ -461,8 +463,17 @@ def trainer_main(d):
     res = TrainerState(model, opt, ref, cfg, d, key=f"{cfg['name']}-{cfg['job']}")
     params = list(model.parameters())
 
-    def host(ps):  # the sync engine publishes from host memory (docs/gpu.md)
-        return ps if dev.type == "cpu" else [p.detach().cpu() for p in ps]
+    gpu_sync = dev.type == "cuda" and cfg.get("gpu_sync", "on") == "on"
+
+    def host(ps):  # GPU weights are published from GPU memory, or from host copies
+        return ps if dev.type == "cpu" or gpu_sync else [p.detach().cpu() for p in ps]
+
+    def publish(ps, version, **kw):
+        from loom import weights
+        st = job.publish(host(ps), version, **kw)
+        if st.get("digest") is None:  # the GPU path computes none: read the bits for the log
+            st["digest"] = weights.digest(weights.bf16_bits_cuda(ps).cpu().numpy())
+        return st
 
     out = os.path.join(d, "trainer.jsonl")
     n = job.iterations_done
@@ -480,7 +491,7 @@ def trainer_main(d):
                     "no checkpoint needed"))
     # Version n again, from this process: a rollout worker that holds it (from the dead
     # trainer) keeps it, verified against the new publisher's checksums; n + 1 is a delta.
-    st = job.publish(host(params), n, endpoint_file=ep, bucket_elems=cfg["bucket_elems"])
+    st = publish(params, n, endpoint_file=ep, bucket_elems=cfg["bucket_elems"])
     if hdr and st["digest"] != hdr["digest"]:
         say(cfg, f"trainer  checkpoint {n} restored weights whose bf16 digest "
                  f"{st['digest'][:12]} is not the published {hdr['digest'][:12]}")
@@ -512,7 +523,7 @@ def trainer_main(d):
         fault("trainer", "step", it)  # the master weights moved; nothing published or saved
         if it == cfg["steps"] - 1:
             rec["heldout_end"] = G.evaluate(model, task, cfg["seed"], cfg["eval_prompts"])
-        st = job.publish(host(params), it + 1)
+        st = publish(params, it + 1)
         published[0] = st["digest"]
         fault("trainer", "publish", it)  # version it + 1 served, not yet checkpointed
         rec.update(loss=float(loss), kl=kl, reward=float(batch["rewards"].mean()),
@@ -578,6 +589,9 @@ def rollout_main(d):
     model = G.make_policy(cfg["size"], cfg["seed"] + 1)  # overwritten by the first pull
     params = list(model.parameters())  # host memory: the sync engine pulls into it
     run = model if dev.type == "cpu" else copy.deepcopy(model).to(dev)
+    gpu_sync = dev.type == "cuda" and cfg.get("gpu_sync", "on") == "on"
+    if gpu_sync:  # or straight into the policy's GPU memory
+        params = list(run.parameters())
     out = os.path.join(d, "rollout.jsonl")
     ep = os.path.join(d, "weights.endpoint")
     first = True
@@ -591,10 +605,11 @@ def rollout_main(d):
         if st["version"] != it:
             raise RuntimeError(f"pulled version {st['version']}, rollout {it} needs {it}")
         # the bits the policy runs, read back from the model itself
-        used = weights.digest(weights.bf16_bits(params))
+        used = weights.digest(weights.bf16_bits_cuda(params).cpu().numpy() if gpu_sync
+                              else weights.bf16_bits(params))
         g, rng = G.gen(cfg["seed"], "rollout", it)
         prompts = [p for p in task.draw(rng, cfg["prompts"]) for _ in range(cfg["group"])]
-        if run is not model:
+        if run is not model and not gpu_sync:
             run.load_state_dict(model.state_dict())  # the pulled weights onto the device
         toks, logp, mask = (t.cpu() for t in G.sample(run, prompts, task.max_new, g))
         rewards = torch.tensor([G.reward(task, p, t.tolist()) for p, t in zip(prompts, toks)])
@@ -795,6 +810,8 @@ def main(argv):
             p.error(f"--residency: loom-state, file or keep, not {a.residency!r}")
         if a.device is not None and a.device not in ("cpu", "cuda", "auto"):
             p.error(f"--device: cpu, cuda or auto, not {a.device!r}")
+        if a.gpu_sync is not None and a.gpu_sync not in ("on", "off"):
+            p.error(f"--gpu-sync: on or off, not {a.gpu_sync!r}")
         if a.residency == "loom-state" and not a.state_sock:
             p.error("--residency loom-state needs --state-sock")
         return launch(a)
