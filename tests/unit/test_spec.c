@@ -145,3 +145,28 @@ Test(spec, train_rightsize_is_a_policy_bool)
         cr_assert_eq(e.line, 1);
         cr_assert_eq(e.col, 30, "col %d", e.col);
 }
+
+/* The learned-admission switches: defaults, values, and errors naming the field. */
+Test(spec, learn_bound_and_move_lone_in_the_policy)
+{
+        loom_scenario sc;
+        loom_err e;
+        cr_assert_eq(parse("{\"jobs\":[]}", &sc, &e), 0, "%s", e.msg);
+        cr_assert_eq(sc.policy.learn_bound, LOOM_LEARN_NORMAL, "normal by default");
+        cr_assert(sc.policy.move_lone, "on by default");
+        loom_scenario_free(&sc);
+        cr_assert_eq(parse("{\"policy\":{\"learn_bound\":\"order\",\"move_lone\":false},"
+                           "\"jobs\":[]}",
+                           &sc, &e),
+                     0, "%s", e.msg);
+        cr_assert_eq(sc.policy.learn_bound, LOOM_LEARN_ORDER);
+        cr_assert_not(sc.policy.move_lone);
+        loom_scenario_free(&sc);
+        cr_assert_eq(parse("{\"policy\":{\"learn_bound\":\"median\"},\"jobs\":[]}", &sc, &e),
+                     LOOM_EINVAL);
+        cr_assert_str_eq(e.field, "policy.learn_bound", "%s", e.msg);
+        cr_assert_eq(parse("{\"policy\":{\"move_lone\":\"yes\"},\"jobs\":[]}", &sc, &e),
+                     LOOM_EINVAL);
+        cr_assert_str_eq(e.field, "policy.move_lone", "%s", e.msg);
+        cr_assert_eq(e.col, 24, "col %d", e.col);
+}
