@@ -399,31 +399,54 @@ static int meta_karp(meta_run *m, loom_us *t_meta)
         return 0;
 }
 
+/* Each member's gaps so far, and its first and last training end (META_NEG: none yet). */
+typedef struct gap_acc {
+        loom_us first[64], last[64];
+} gap_acc;
+
+static void gaps_start(const meta_run *m, gap_acc *a, loom_us *gaps)
+{
+        for (int j = 0; j < m->n; j++) {
+                gaps[j] = 0;
+                a->first[j] = a->last[j] = META_NEG;
+        }
+}
+
+/* Fold the training ends of the step just taken (m->train_end) into the gaps. */
+static void gaps_fold(const meta_run *m, gap_acc *a, loom_us *gaps)
+{
+        for (int i = 0; i < m->L; i++) {
+                int j = m->slots[i];
+                loom_us e = m->train_end[i];
+                if (a->last[j] != META_NEG && e - a->last[j] > gaps[j])
+                        gaps[j] = e - a->last[j];
+                if (a->first[j] == META_NEG)
+                        a->first[j] = e;
+                a->last[j] = e;
+        }
+}
+
+/* The gap across the wrap: the next period's first training end is the first one + shift. */
+static void gaps_wrap(const meta_run *m, const gap_acc *a, loom_us shift, loom_us *gaps)
+{
+        for (int j = 0; j < m->n; j++)
+                if (a->first[j] + shift - a->last[j] > gaps[j])
+                        gaps[j] = a->first[j] + shift - a->last[j];
+}
+
 /* Longest gap between consecutive training ends of each member over `steps` steps from state
  * x (the schedule repeats every `steps` steps, shifted by `shift`; shift < 0: no wrap). */
 static void meta_gaps(meta_run *m, loom_us *x, loom_us *y, int steps, loom_us shift, loom_us *gaps)
 {
-        loom_us first[64], last[64];
-        for (int j = 0; j < m->n; j++) {
-                gaps[j] = 0;
-                first[j] = last[j] = META_NEG;
-        }
+        gap_acc a;
+        gaps_start(m, &a, gaps);
         for (int st = 0; st < steps; st++) {
                 meta_step(m, x, y);
-                for (int i = 0; i < m->L; i++) {
-                        int j = m->slots[i];
-                        loom_us e = m->train_end[i];
-                        if (last[j] != META_NEG && e - last[j] > gaps[j])
-                                gaps[j] = e - last[j];
-                        if (first[j] == META_NEG)
-                                first[j] = e;
-                        last[j] = e;
-                }
+                gaps_fold(m, &a, gaps);
                 memcpy(x, y, sizeof(loom_us) * (size_t)m->width);
         }
-        for (int j = 0; j < m->n; j++)
-                if (shift >= 0 && first[j] + shift - last[j] > gaps[j])
-                        gaps[j] = first[j] + shift - last[j];
+        if (shift >= 0)
+                gaps_wrap(m, &a, shift, gaps);
 }
 
 /*
@@ -434,23 +457,10 @@ static void meta_gaps(meta_run *m, loom_us *x, loom_us *y, int steps, loom_us sh
  */
 static void last_step_gaps(const meta_run *m, loom_us shift, loom_us *gaps)
 {
-        loom_us first[64], last[64];
-        for (int j = 0; j < m->n; j++) {
-                gaps[j] = 0;
-                first[j] = last[j] = META_NEG;
-        }
-        for (int i = 0; i < m->L; i++) {
-                int j = m->slots[i];
-                loom_us e = m->train_end[i];
-                if (last[j] != META_NEG && e - last[j] > gaps[j])
-                        gaps[j] = e - last[j];
-                if (first[j] == META_NEG)
-                        first[j] = e;
-                last[j] = e;
-        }
-        for (int j = 0; j < m->n; j++)
-                if (first[j] + shift - last[j] > gaps[j])
-                        gaps[j] = first[j] + shift - last[j];
+        gap_acc a;
+        gaps_start(m, &a, gaps);
+        gaps_fold(m, &a, gaps);
+        gaps_wrap(m, &a, shift, gaps);
 }
 
 int loom_meta_eval(const loom_meta_job *jobs, const int *rates, int n, int n_rollout_nodes,

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "loom/cuda.h"
+#include "loom/sync.h"
 #include "internal.h"
 
 #define ST_CUDA_BUCKET (UINT64_C(64) << 20)
@@ -80,11 +81,7 @@ void loom_state_cuda_bucket(loom_state_client *c, uint64_t bytes)
 
 int loom_state_cuda_probe(char *lib, size_t len, loom_err *e)
 {
-        const loom__cuda *api;
-        int rc = loom__cuda_get(&api, e);
-        if (lib && len)
-                snprintf(lib, len, "%s", rc ? "" : api->lib);
-        return rc ? rc : api->devices;
+        return loom_sync_cuda_probe(lib, len, e); /* one runtime loader for both */
 }
 
 /* The client's CUDA state with a registered staging of two halves of at least `half` bytes. */

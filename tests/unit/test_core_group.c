@@ -8,18 +8,7 @@
 
 #include "loom/group.h"
 
-static uint64_t rng_state;
-static uint64_t rnd(void)
-{
-        rng_state ^= rng_state << 13;
-        rng_state ^= rng_state >> 7;
-        rng_state ^= rng_state << 17;
-        return rng_state;
-}
-static int64_t uniform(int64_t lo, int64_t hi)
-{
-        return lo + (int64_t)(rnd() % (uint64_t)(hi - lo + 1));
-}
+#include "test_rng.h"
 
 Test(group, single_job_period_is_its_solo_time)
 {

@@ -9,18 +9,7 @@
 
 #include "loom/sched.h"
 
-static uint64_t rng_state;
-static uint64_t rnd(void)
-{
-        rng_state ^= rng_state << 13;
-        rng_state ^= rng_state >> 7;
-        rng_state ^= rng_state << 17;
-        return rng_state;
-}
-static int64_t uniform(int64_t lo, int64_t hi)
-{
-        return lo + (int64_t)(rnd() % (uint64_t)(hi - lo + 1));
-}
+#include "test_rng.h"
 
 /* All rates 1 is the single-rate round robin: same period, every gap at least the mean. */
 Test(multirate, all_rates_one_is_the_single_rate_period)

@@ -11,18 +11,7 @@
 #include "loom/group.h"
 #include "loom/sched.h"
 
-static uint64_t rng_state;
-static uint64_t rnd(void)
-{
-        rng_state ^= rng_state << 13;
-        rng_state ^= rng_state >> 7;
-        rng_state ^= rng_state << 17;
-        return rng_state;
-}
-static int64_t uniform(int64_t lo, int64_t hi)
-{
-        return lo + (int64_t)(rnd() % (uint64_t)(hi - lo + 1));
-}
+#include "test_rng.h"
 
 /* Random multi-rate groups (multi-node rollouts, sync phases, warm switches): every member's
  * simulated longest gap is at least loom_meta_gap_bound's, and at least its training plus

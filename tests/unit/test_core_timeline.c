@@ -8,18 +8,7 @@
 
 #include "loom/timeline.h"
 
-static uint64_t rng_state;
-static uint64_t rnd(void)
-{
-        rng_state ^= rng_state << 13;
-        rng_state ^= rng_state >> 7;
-        rng_state ^= rng_state << 17;
-        return rng_state;
-}
-static int32_t uniform(int32_t lo, int32_t hi)
-{
-        return lo + (int32_t)(rnd() % (uint64_t)(hi - lo + 1));
-}
+#include "test_rng.h"
 
 static const loom_tl_seg eq2_seg[] = {{0, 10}, {30, 10}};
 
