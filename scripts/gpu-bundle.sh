@@ -37,7 +37,7 @@ done
 cp -r "$src/python/loom" "$out/python/"
 find "$out/python" -name __pycache__ -prune -exec rm -rf {} +
 cp -r "$src/tests/gpu" "$out/tests/"
-rm -f "$out/tests/gpu/fakecudart.c"
+rm -f "$out/tests/gpu/fakecudart.c" "$out/tests/gpu/fakecudart.h"
 cp "$src/tests/integration/loomd_harness.py" "$out/tests/gpu/"
 cp -r "$src/examples/rl" "$out/examples/"
 find "$out/examples" -name __pycache__ -prune -exec rm -rf {} +

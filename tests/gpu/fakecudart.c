@@ -19,11 +19,14 @@
  * $FAKECUDART_DEVICES sets the device count (default 1; 0 makes cudaGetDeviceCount fail with
  * cudaErrorNoDevice). fakecudart_stats() gives the tests the counters.
  */
+#define _GNU_SOURCE
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "fakecudart.h"
 
 #define FAKE_MAX 256
 
@@ -32,11 +35,6 @@ typedef struct range {
         size_t len;
 } range;
 
-typedef struct fakecudart_counters {
-        unsigned long async_copies, async_unpinned, sync_copies, registers, unregisters;
-        unsigned long long async_bytes;
-        size_t registered_bytes; /* currently registered */
-} fakecudart_counters;
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static range dev[FAKE_MAX], pinned[FAKE_MAX];

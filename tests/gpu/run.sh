@@ -18,40 +18,38 @@ export PYTHONPATH=$py:$here${PYTHONPATH:+:$PYTHONPATH}
 PY=${PYTHON:-python3}  # the Python with torch (and transformers for the plan step)
 fail=0
 step() { echo; echo "== $*"; }
+# Run a CUDA program: 0 when it ran, 1 when it said there is no CUDA (SKIP printed), else 2
+# (fail set).
+cuda_run() {
+        local err rc
+        err=$(mktemp)
+        "$@" 2>"$err"
+        rc=$?
+        cat "$err" >&2
+        if [ $rc -ne 0 ]; then
+                if grep -q "no CUDA" "$err"; then
+                        echo "SKIP: no CUDA runtime or device on this machine (the line above says which)"
+                        rc=1
+                else
+                        fail=1
+                        rc=2
+                fi
+        fi
+        rm -f "$err"
+        return $rc
+}
 
 step "loom-state bench --device cuda (offload/load vs pinned and pageable cudaMemcpy, switch)"
-err=$(mktemp)
-"$b/loom-state" bench --device cuda --bytes "${GPU_STATE_BYTES:-4G}" --dir "${TMPDIR:-/tmp}" 2>"$err"
-rc=$?
-cat "$err" >&2
-if [ $rc -ne 0 ]; then
-        if grep -q "no CUDA" "$err"; then
-                echo "SKIP: no CUDA runtime or device on this machine (the line above says which)"
-        else
-                fail=1
-        fi
-fi
-rm -f "$err"
+cuda_run "$b/loom-state" bench --device cuda --bytes "${GPU_STATE_BYTES:-4G}" --dir "${TMPDIR:-/tmp}"
 
 step "loom.state with CUDA torch tensors (bf16 weights, fp32 Adam moments)"
 "$PY" "$here/torch_state.py" "$b" || fail=1
 
 step "weight sync from and to GPU memory: loom sync bench --device cuda, then --device host"
 # publish + pull of a ${GPU_SYNC_MODEL:-qwen2.5-1.5b}-shaped model over loopback, per stage
-err=$(mktemp)
-"$b/loom" sync bench --device cuda --model "${GPU_SYNC_MODEL:-qwen2.5-1.5b}" 2>"$err"
-rc=$?
-cat "$err" >&2
-if [ $rc -ne 0 ]; then
-        if grep -q "no CUDA" "$err"; then
-                echo "SKIP: no CUDA runtime or device on this machine (the line above says which)"
-        else
-                fail=1
-        fi
-else
+if cuda_run "$b/loom" sync bench --device cuda --model "${GPU_SYNC_MODEL:-qwen2.5-1.5b}"; then
         "$b/loom" sync bench --device host --model "${GPU_SYNC_MODEL:-qwen2.5-1.5b}" || fail=1
 fi
-rm -f "$err"
 
 step "loom.weights with CUDA torch tensors (GPU publisher, GPU and host pullers)"
 "$PY" "$here/torch_sync.py" || fail=1

@@ -13,19 +13,16 @@ import sys
 import tempfile
 import time
 
+from gpu_skip import cuda_torch
+
 
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("bundle")
     p.add_argument("--gib", type=float, default=2.0, help="bytes of state to move (GiB)")
     a = p.parse_args()
-    try:
-        import torch
-    except ImportError:
-        print("SKIP: torch is not importable")
-        return 0
-    if not torch.cuda.is_available():
-        print("SKIP: torch sees no CUDA device")
+    torch = cuda_torch()
+    if torch is None:
         return 0
     torch.zeros(1, device="cuda")  # load torch's CUDA runtime first: loom.state then uses it
     from loom import state

@@ -10,18 +10,15 @@ with the reason) without torch, a CUDA device or a CUDA runtime loom can load.
 import argparse
 import sys
 
+from gpu_skip import cuda_torch
+
 
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--mib", type=float, default=512.0, help="bf16 weights to move (MiB)")
     a = p.parse_args()
-    try:
-        import torch
-    except ImportError:
-        print("SKIP: torch is not importable")
-        return 0
-    if not torch.cuda.is_available():
-        print("SKIP: torch sees no CUDA device")
+    torch = cuda_torch()
+    if torch is None:
         return 0
     import numpy as np
     from loom import weights
