@@ -145,7 +145,6 @@ struct loom_sched {
         uint64_t rng; /* LOOM_PLACER_RANDOM */
         loom_sched_stats stats;
         struct loom_plex *plex; /* LOOM_PLACER_PLEX: the timeline placer; else NULL */
-        const struct group *exclude; /* a group loom__place skips (move.c), or NULL */
         /* learn.c: the mean [rollout, train] fractions of the last LOOM_PRIOR_JOBS jobs that
          * ended with a learned profile, a ring (n_prior counts every one) */
         double prior[LOOM_PRIOR_JOBS][2];
@@ -180,11 +179,11 @@ void loom__learn_prior(const loom_sched *s, loom_job_spec *spec);
 
 /* move.c: whether learned-profile job j, alone on its training nodes, would cost less than
  * LOOM_MOVE_GAIN of its group in another group (policy.move_lone). */
-bool loom__move_pays(loom_sched *s, const job *j);
+bool loom__move_pays(const loom_sched *s, const job *j);
 
 /* placement.c */
-int loom__place(const loom_sched *s, const loom_job_spec *spec, loom_decision *d, loom_err *e,
-                uint64_t *rng);
+int loom__place(const loom_sched *s, const loom_job_spec *spec, const group *exclude,
+                loom_decision *d, loom_err *e, uint64_t *rng);
 
 /* learn.c */
 int loom__observe(loom_sched *s, job *j, loom_phase phase, loom_us took);

@@ -124,15 +124,24 @@ static void remember(double *v, int64_t n_before, double f)
         top[i] = f;
 }
 
+/* The mean of the last HALF fractions of one phase, or -1 with fewer than n_min. */
+static double recent_mean(const double *v, int n, int n_min)
+{
+        int recent = n < HALF ? n : HALF;
+        if (n < n_min || recent < 1)
+                return -1;
+        double sum = 0;
+        for (int i = 0; i < recent; i++)
+                sum += v[i];
+        return sum / recent;
+}
+
 /* The planned fraction of one phase (bound, or worst case) and the mean of the recent ones. */
 static void summarise(const double *v, int n, double q, loom_learn_bound how, double *plan,
                       double *mean)
 {
-        int recent = n < HALF ? n : HALF, kept = recent;
-        double sum = 0;
-        for (int i = 0; i < recent; i++)
-                sum += v[i];
-        *mean = sum / recent;
+        int recent = n < HALF ? n : HALF;
+        *mean = recent_mean(v, n, 1);
         double worst = v[HALF] > 1.0 ? v[HALF] : 1.0;
         if (how == LOOM_LEARN_NORMAL) {
                 double ss = 0;
@@ -144,7 +153,7 @@ static void summarise(const double *v, int n, double q, loom_learn_bound how, do
                 return;
         }
         bool ok;
-        double ucb = loom_quantile_ucb(v + HALF, kept, n, q, LOOM_LEARN_CONFIDENCE, &ok);
+        double ucb = loom_quantile_ucb(v + HALF, recent, n, q, LOOM_LEARN_CONFIDENCE, &ok);
         *plan = ok ? ucb : worst;
 }
 
@@ -165,18 +174,6 @@ static loom_us scaled(loom_us t, double f)
 {
         loom_us v = (loom_us)((double)t * f + 0.5);
         return v > 0 ? v : 1;
-}
-
-/* The mean of the last HALF fractions of one phase, or -1 with fewer than n_min. */
-static double recent_mean(const double *v, int n, int n_min)
-{
-        int recent = n < HALF ? n : HALF;
-        if (n < n_min || recent < 1)
-                return -1;
-        double sum = 0;
-        for (int i = 0; i < recent; i++)
-                sum += v[i];
-        return sum / recent;
 }
 
 void loom__learn_exit(loom_sched *s, const job *j)

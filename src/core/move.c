@@ -25,7 +25,7 @@
  */
 #include "internal.h"
 
-bool loom__move_pays(loom_sched *s, const job *j)
+bool loom__move_pays(const loom_sched *s, const job *j)
 {
         const group *g = j->group;
         if (!s->policy.move_lone || s->policy.placer != LOOM_PLACER_LOOM || !g->lone ||
@@ -45,9 +45,7 @@ bool loom__move_pays(loom_sched *s, const job *j)
         loom_decision_init(&d, false);
         loom_err e;
         uint64_t rng = s->rng;
-        s->exclude = g;
-        int rc = loom__place(s, &sp, &d, &e, &rng);
-        s->exclude = NULL;
+        int rc = loom__place(s, &sp, g, &d, &e, &rng);
         double own = (double)g->n_tnodes * s->price[LOOM_POOL_TRAIN];
         bool pays = !rc && d.kind != LOOM_DECISION_NEW_GROUP &&
                     d.marginal_cost_per_hour < LOOM_MOVE_GAIN * own;

@@ -45,8 +45,9 @@ typedef struct cand {
 typedef struct search {
         const loom_sched *s;
         const loom_job_spec *spec;
-        int k;          /* rollout nodes the job needs */
-        loom_us budget; /* the job's own slo * T_solo */
+        const group *exclude; /* a group not to search (the job's own, when it would move) */
+        int k;                /* rollout nodes the job needs */
+        loom_us budget;       /* the job's own slo * T_solo */
         loom_decision *d;
         cand best;
         bool have_best;
@@ -870,7 +871,7 @@ static int search_group(search *x, const open_group *o, cand_pass pass, bool *se
 {
         const group *g = o->g;
         bool rec = x->d->record_candidates;
-        if (g == x->s->exclude) /* the group a job would move out of (move.c) */
+        if (g == x->exclude)
                 return 0;
         if (pass == CANDS_PAID)
                 return search_cands(x, g, pass);
@@ -1186,10 +1187,10 @@ static void fill_decision(search *x)
                              : "");
 }
 
-int loom__place(const loom_sched *s, const loom_job_spec *spec, loom_decision *d, loom_err *e,
-                uint64_t *rng)
+int loom__place(const loom_sched *s, const loom_job_spec *spec, const group *exclude,
+                loom_decision *d, loom_err *e, uint64_t *rng)
 {
-        search x = {.s = s, .spec = spec, .d = d, .e = e};
+        search x = {.s = s, .spec = spec, .exclude = exclude, .d = d, .e = e};
         x.k = spec->rollout_gpus / s->cluster.gpus_per_node;
         x.budget = loom_job_budget(spec);
         d->n_candidates = 0;

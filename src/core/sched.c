@@ -615,7 +615,7 @@ int loom_sched_decide(const loom_sched *s, const loom_job_spec *spec_in, loom_de
         loom_job_spec sp = *spec_in;
         loom__learn_prior(s, &sp);
         uint64_t rng = s->rng;
-        return loom__place(s, &sp, d, e, &rng);
+        return loom__place(s, &sp, NULL, d, e, &rng);
 }
 
 int loom_sched_submit(loom_sched *s, loom_us now, const loom_job_spec *spec_in, loom_decision *d,
@@ -629,7 +629,7 @@ int loom_sched_submit(loom_sched *s, loom_us now, const loom_job_spec *spec_in, 
         const loom_job_spec *spec = &sp;
         loom__learn_prior(s, &sp);
         uint64_t rng = s->rng;
-        rc = loom__place(s, spec, d, e, &rng);
+        rc = loom__place(s, spec, NULL, d, e, &rng);
         if (rc == LOOM_EREJECT)
                 s->stats.decisions[LOOM_DECISION_REJECTED]++;
         if (rc)
