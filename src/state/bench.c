@@ -35,10 +35,32 @@ typedef struct bench {
 
 static void *serve(void *arg)
 {
-        bench *b = arg;
         loom_err e;
-        loom_state_daemon_run(b->d, &e);
+        loom_state_daemon_run(arg, &e);
         return NULL;
+}
+
+int loom__state_serve(const loom_state_cfg *cfg, loom_state_daemon **d, pthread_t *thr,
+                      loom_err *e)
+{
+        int rc = loom_state_daemon_new(cfg, d, e);
+        if (rc)
+                return rc;
+        if (pthread_create(thr, NULL, serve, *d) != 0) {
+                loom_state_daemon_free(*d);
+                *d = NULL;
+                return loom_err_set(e, LOOM_ENOMEM, "", "cannot start the daemon thread");
+        }
+        return 0;
+}
+
+void loom__state_unserve(loom_state_daemon *d, pthread_t thr)
+{
+        if (!d)
+                return;
+        loom_state_daemon_stop(d);
+        pthread_join(thr, NULL);
+        loom_state_daemon_free(d);
 }
 
 /* n tensors of `each` bytes of job at dev[0..]: io[] describes them. */
@@ -352,11 +374,7 @@ static int fig_7b(bench *b, loom_state_bench_result *r, uint64_t scale, loom_err
 static void cleanup(bench *b)
 {
         loom_state_close(b->c);
-        if (b->d) {
-                loom_state_daemon_stop(b->d);
-                pthread_join(b->thr, NULL);
-                loom_state_daemon_free(b->d);
-        }
+        loom__state_unserve(b->d, b->thr);
         if (b->dev)
                 munmap(b->dev, b->dev_len);
         if (b->dev_fd >= 0)
@@ -392,15 +410,12 @@ int loom_state_bench(const loom_state_bench_cfg *in, loom_state_bench_result *r,
         dc.host_bytes = st_round(biggest + (8 << 20));
         dc.disk_bytes = 4 * biggest;
         b.dev_len = biggest;
-        int rc = loom_state_daemon_new(&dc, &b.d, e);
-        if (rc)
-                return rc;
-        r->host_locked = loom__state_daemon_store(b.d)->locked;
-        if (pthread_create(&b.thr, NULL, serve, &b) != 0) {
-                loom_state_daemon_free(b.d);
+        int rc = loom__state_serve(&dc, &b.d, &b.thr, e);
+        if (rc) {
                 rmdir(b.dir);
-                return loom_err_set(e, LOOM_ENOMEM, "", "cannot start the daemon thread");
+                return rc;
         }
+        r->host_locked = loom__state_daemon_store(b.d)->locked;
         rc = loom_state_connect(loom_state_daemon_sock(b.d), &b.c, e);
         if (!rc) {
                 b.dev_fd = memfd_create("loom-bench-device", MFD_CLOEXEC | MFD_ALLOW_SEALING);

@@ -33,13 +33,6 @@ typedef struct gbench {
         char dir[4096];
 } gbench;
 
-static void *serve(void *arg)
-{
-        gbench *b = arg;
-        loom_err e;
-        loom_state_daemon_run(b->d, &e);
-        return NULL;
-}
 
 static void ios(const gbench *b, int s, const char *job, uint64_t version, loom_state_io *io,
                 size_t n)
@@ -220,11 +213,7 @@ static void cleanup(gbench *b)
                 if (b->gpu[i])
                         b->cu->Free(b->gpu[i]);
         }
-        if (b->d) {
-                loom_state_daemon_stop(b->d);
-                pthread_join(b->thr, NULL);
-                loom_state_daemon_free(b->d);
-        }
+        loom__state_unserve(b->d, b->thr);
         free(b->host);
         rmdir(b->dir);
 }
@@ -237,15 +226,10 @@ static int start(gbench *b, loom_state_gpu_bench_result *r, loom_err *e)
         dc.dir = b->dir;
         dc.host_bytes = st_round(2 * cfg->bytes + (8 << 20)); /* states A and B */
         dc.disk_bytes = st_round(cfg->bytes);
-        int rc = loom_state_daemon_new(&dc, &b->d, e);
+        int rc = loom__state_serve(&dc, &b->d, &b->thr, e);
         if (rc)
                 return rc;
         r->host_locked = loom__state_daemon_store(b->d)->locked;
-        if (pthread_create(&b->thr, NULL, serve, b) != 0) {
-                loom_state_daemon_free(b->d);
-                b->d = NULL;
-                return loom_err_set(e, LOOM_ENOMEM, "", "cannot start the daemon thread");
-        }
         for (int i = 0; i < 2 && !rc; i++) {
                 rc = loom_state_connect(loom_state_daemon_sock(b->d), &b->c[i], e);
                 if (!rc && cfg->bucket_bytes)

@@ -121,6 +121,11 @@ void loom__store_path(const st_store *s, uint64_t id, const char *ext, char *buf
 
 /* The daemon's store (the bench reads slice files through it). */
 st_store *loom__state_daemon_store(loom_state_daemon *d);
+/* A daemon on cfg served by a new thread of this process (the benches): 0, or the error, with
+ * nothing left running. loom__state_unserve stops it, joins the thread and frees it. */
+int loom__state_serve(const loom_state_cfg *cfg, loom_state_daemon **d, pthread_t *thr,
+                      loom_err *e);
+void loom__state_unserve(loom_state_daemon *d, pthread_t thr);
 
 /* ---- client.c and client_cuda.c ------------------------------------------------------- */
 
