@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "loom/harvest.h"
+#include "sink.h"
 
 /* ~4 requests/s for secs seconds, deterministic. */
 static const char *write_trace(double secs)
@@ -32,32 +33,6 @@ static const char *write_trace(double secs)
         return path;
 }
 
-/* What out received so far, NUL-terminated; the stream stays open. */
-typedef struct sink {
-        FILE *f;
-        char *buf;
-        size_t len;
-} sink;
-
-static void sink_open(sink *s)
-{
-        s->buf = NULL;
-        s->len = 0;
-        s->f = open_memstream(&s->buf, &s->len);
-        cr_assert_not_null(s->f);
-}
-
-static const char *sink_text(sink *s)
-{
-        fflush(s->f);
-        return s->buf;
-}
-
-static void sink_close(sink *s)
-{
-        fclose(s->f);
-        free(s->buf);
-}
 
 static size_t lines(const char *s)
 {

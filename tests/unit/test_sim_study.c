@@ -11,27 +11,8 @@
 
 #include "loom/plexsim.h"
 #include "loom/sim.h"
+#include "sink.h"
 
-/* A FILE collecting what is printed; text() closes it and returns the bytes (owned). */
-typedef struct sink {
-        FILE *f;
-        char *buf;
-        size_t len;
-} sink;
-
-static void sink_open(sink *s)
-{
-        s->buf = NULL;
-        s->len = 0;
-        s->f = open_memstream(&s->buf, &s->len);
-        cr_assert(s->f);
-}
-
-static char *sink_text(sink *s)
-{
-        fclose(s->f);
-        return s->buf;
-}
 
 static int count_lines(const char *s, const char *prefix)
 {
@@ -69,7 +50,7 @@ static char *sweep_text(loom_sim_format fmt)
         sink_open(&s);
         loom_err e;
         cr_assert_eq(loom_sim_sweep_report(s.f, &out, 2, fmt, NULL, &e), 0, "%s", e.msg);
-        return sink_text(&s);
+        return sink_take(&s);
 }
 
 Test(sim_study, sweep_report_averages_seeds_and_leaves_the_bound_without_slo)
@@ -115,7 +96,7 @@ Test(sim_study, a_failing_study_prints_nothing)
         loom_err e;
         cr_assert_neq(loom_sim_study(&c, s.f, &e), 0);
         cr_assert(strstr(e.msg, "/nonexistent/trace.csv"), "%s", e.msg);
-        char *out = sink_text(&s);
+        char *out = sink_take(&s);
         cr_assert_str_eq(out, "");
         free(out);
         /* the policies run, then the per-job file cannot be created: still no report */
@@ -127,7 +108,7 @@ Test(sim_study, a_failing_study_prints_nothing)
         sink_open(&s);
         cr_assert_eq(loom_sim_study(&c, s.f, &e), LOOM_EIO);
         cr_assert(strstr(e.msg, "/nonexistent/jobs.csv: cannot create"), "%s", e.msg);
-        out = sink_text(&s);
+        out = sink_take(&s);
         cr_assert_str_eq(out, "");
         free(out);
         unlink(trace);
@@ -150,7 +131,7 @@ Test(sim_study, compare_prints_each_policy_and_writes_every_job)
         sink_open(&s);
         loom_err e;
         cr_assert_eq(loom_sim_study(&c, s.f, &e), 0, "%s", e.msg);
-        char *out = sink_text(&s);
+        char *out = sink_take(&s);
         cr_assert_eq(count_lines(out, "{\"policy\":\"loom\""), 1, "%s", out);
         cr_assert_eq(count_lines(out, "{\"policy\":\"solo\""), 1, "%s", out);
         cr_assert_eq(count_lines(out, "{\"policy\":\"lb\""), 1, "%s", out);
@@ -176,7 +157,7 @@ Test(sim_study, compare_prints_each_policy_and_writes_every_job)
         c.per_job = NULL;
         sink_open(&s);
         cr_assert_eq(loom_sim_study(&c, s.f, &e), 0, "%s", e.msg);
-        out = sink_text(&s);
+        out = sink_take(&s);
         cr_assert_eq(count_lines(out, "{"), LOOM_SIM_RUNGS, "%s", out);
         free(out);
         unlink(trace);
@@ -210,14 +191,14 @@ Test(sim_study, plex_study_prints_the_chosen_policies_against_isolated)
         sink_open(&s);
         loom_err e;
         cr_assert_eq(loom_plexsim_study(&c, s.f, &e), 0, "%s", e.msg);
-        char *out = sink_text(&s);
+        char *out = sink_take(&s);
         cr_assert_eq(count_lines(out, ""), 1, "isolated ran only as the baseline: %s", out);
         cr_assert(strstr(out, "{\"policy\":\"plex-pack\",\"jobs\":8,\"nodes\":12,"), "%s", out);
         free(out);
         c.policies |= 1u << LOOM_PLEXSIM_ISOLATED;
         sink_open(&s);
         cr_assert_eq(loom_plexsim_study(&c, s.f, &e), 0, "%s", e.msg);
-        out = sink_text(&s);
+        out = sink_take(&s);
         cr_assert(
             strstr(out, "\"policy\":\"plex-isolated\",\"jobs\":8,\"nodes\":12,\"makespan_h\":"),
             "%s", out);
@@ -226,7 +207,7 @@ Test(sim_study, plex_study_prints_the_chosen_policies_against_isolated)
         c.trace = "/nonexistent/trace.csv";
         sink_open(&s);
         cr_assert_neq(loom_plexsim_study(&c, s.f, &e), 0);
-        out = sink_text(&s);
+        out = sink_take(&s);
         cr_assert_str_eq(out, "", "a trace that cannot be read prints nothing");
         free(out);
         unlink(trace);
