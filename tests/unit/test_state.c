@@ -23,12 +23,6 @@ typedef struct fx {
         loom_state_client *c;
 } fx;
 
-static void *serve(void *arg)
-{
-        loom_err e;
-        loom_state_daemon_run(arg, &e);
-        return NULL;
-}
 
 static void fx_start(fx *f, uint64_t host, uint64_t disk, uint64_t device, int fresh)
 {
@@ -44,17 +38,14 @@ static void fx_start(fx *f, uint64_t host, uint64_t disk, uint64_t device, int f
         cfg.device_bytes = device;
         cfg.no_mlock = 1;
         loom_err e;
-        cr_assert_eq(loom_state_daemon_new(&cfg, &f->d, &e), 0, "%s", e.msg);
-        cr_assert_eq(pthread_create(&f->t, NULL, serve, f->d), 0);
+        cr_assert_eq(loom__state_serve(&cfg, &f->d, &f->t, &e), 0, "%s", e.msg);
         cr_assert_eq(loom_state_connect(loom_state_daemon_sock(f->d), &f->c, &e), 0, "%s", e.msg);
 }
 
 static void fx_stop(fx *f, int remove)
 {
         loom_state_close(f->c);
-        loom_state_daemon_stop(f->d);
-        pthread_join(f->t, NULL);
-        loom_state_daemon_free(f->d);
+        loom__state_unserve(f->d, f->t);
         if (remove) {
                 char cmd[128];
                 snprintf(cmd, sizeof cmd, "rm -rf %s", f->dir);

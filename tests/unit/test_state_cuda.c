@@ -28,12 +28,6 @@ typedef struct fx {
         loom_state_client *c;
 } fx;
 
-static void *serve(void *arg)
-{
-        loom_err e;
-        loom_state_daemon_run(arg, &e);
-        return NULL;
-}
 
 static void fx_start(fx *f)
 {
@@ -46,17 +40,14 @@ static void fx_start(fx *f)
         cfg.disk_bytes = 16 << 20;
         cfg.no_mlock = 1;
         loom_err e;
-        cr_assert_eq(loom_state_daemon_new(&cfg, &f->d, &e), 0, "%s", e.msg);
-        cr_assert_eq(pthread_create(&f->t, NULL, serve, f->d), 0);
+        cr_assert_eq(loom__state_serve(&cfg, &f->d, &f->t, &e), 0, "%s", e.msg);
         cr_assert_eq(loom_state_connect(loom_state_daemon_sock(f->d), &f->c, &e), 0, "%s", e.msg);
 }
 
 static void fx_stop(fx *f)
 {
         loom_state_close(f->c);
-        loom_state_daemon_stop(f->d);
-        pthread_join(f->t, NULL);
-        loom_state_daemon_free(f->d);
+        loom__state_unserve(f->d, f->t);
         char cmd[128];
         snprintf(cmd, sizeof cmd, "rm -rf %s", f->dir);
         cr_assert_eq(system(cmd), 0);
