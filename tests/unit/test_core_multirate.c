@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core_spec.h"
 #include "loom/sched.h"
 
 #include "test_rng.h"
@@ -95,17 +96,7 @@ Test(multirate, a_short_job_repeats_inside_a_long_cycle)
 
 static loom_job_spec spec(const char *id, double roll, double train, double slo)
 {
-        loom_job_spec s;
-        loom_job_spec_init(&s);
-        snprintf(s.id, sizeof s.id, "%s", id);
-        s.rollout_gpus = 8;
-        s.train_gpus = 8;
-        s.t_roll = loom_us_from_s(roll);
-        s.t_train = loom_us_from_s(train);
-        s.slo = slo;
-        s.mem_rollout = 100 * LOOM_GB;
-        s.mem_train = 100 * LOOM_GB;
-        return s;
+        return core_spec(id, roll, train, slo, 100 * LOOM_GB, 100 * LOOM_GB);
 }
 
 typedef struct ev {
