@@ -266,6 +266,12 @@ typedef struct loom_sim_result {
          * rollout node beside their training nodes where the colocated baseline pays only
          * the training nodes: what colocating lone members could save at most */
         double lone_rollout_cost;
+        /* loom: where the bill goes. group_cost[k] is the $ of groups of k members, [0] that
+         * of lone members colocated on their training nodes; [..][0] their rollout nodes,
+         * [..][1] their training nodes. lone_cost_by_slo splits group_cost[0][1] by the lone
+         * member's SLO: below 1.25, 1.5, 1.75, and the rest. */
+        double group_cost[LOOM_MAX_GROUP_SIZE + 1][2];
+        double lone_cost_by_slo[4];
 } loom_sim_result;
 
 void loom_sim_result_free(loom_sim_result *r);
@@ -289,6 +295,9 @@ typedef struct loom_sim_rung {
         double slo_attainment;    /* NaN for the rungs that are not schedules */
         char note[256];           /* why a rung was not measured */
         double lone_rollout_cost; /* online, multirate: loom_sim_result.lone_rollout_cost */
+        /* online, multirate: loom_sim_result.group_cost, lone_cost_by_slo */
+        double group_cost[LOOM_MAX_GROUP_SIZE + 1][2];
+        double lone_cost_by_slo[4];
 } loom_sim_rung;
 
 /* Measure every rung on workload w under cfg (its policy is loom's: admission, group size).

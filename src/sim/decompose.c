@@ -127,6 +127,8 @@ static int from_run(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_
         r->avg_cost_per_hour = res.avg_cost_per_hour;
         r->slo_attainment = res.slo_attainment;
         r->lone_rollout_cost = res.lone_rollout_cost;
+        memcpy(r->group_cost, res.group_cost, sizeof r->group_cost);
+        memcpy(r->lone_cost_by_slo, res.lone_cost_by_slo, sizeof r->lone_cost_by_slo);
         loom_sim_result_free(&res);
         return 0;
 }
@@ -172,6 +174,55 @@ int loom_sim_decompose(const loom_sim_cfg *cfg, const loom_sim_workload *w,
         return 0;
 }
 
+static bool has_groups(const loom_sim_rung *x)
+{
+        for (int k = 0; k <= LOOM_MAX_GROUP_SIZE; k++)
+                if (x->group_cost[k][0] > 0 || x->group_cost[k][1] > 0)
+                        return true;
+        return false;
+}
+
+static void print_groups_json(FILE *f, const loom_sim_rung *x)
+{
+        if (!has_groups(x))
+                return;
+        fprintf(f, ",\"group_cost\":{");
+        for (int k = 0, n = 0; k <= LOOM_MAX_GROUP_SIZE; k++) {
+                if (!(x->group_cost[k][0] > 0 || x->group_cost[k][1] > 0))
+                        continue;
+                char key[16];
+                snprintf(key, sizeof key, k ? "%d" : "lone", k);
+                fprintf(f, "%s\"%s\":[%.2f,%.2f]", n++ ? "," : "", key, x->group_cost[k][0],
+                        x->group_cost[k][1]);
+        }
+        fprintf(f, "},\"lone_cost_by_slo\":[%.2f,%.2f,%.2f,%.2f]", x->lone_cost_by_slo[0],
+                x->lone_cost_by_slo[1], x->lone_cost_by_slo[2], x->lone_cost_by_slo[3]);
+}
+
+/* Where the last rung's dollars go: by group size, and lone members by SLO. */
+static void print_groups(FILE *f, const loom_sim_rung *m)
+{
+        if (!m->measured || !has_groups(m) || !(m->total_cost > 0))
+                return;
+        fprintf(f, "%s by group (rollout nodes + training nodes, share of %.0f):\n", m->name,
+                m->total_cost);
+        for (int k = 0; k <= LOOM_MAX_GROUP_SIZE; k++) {
+                double r = m->group_cost[k][0], t = m->group_cost[k][1];
+                if (!(r > 0 || t > 0))
+                        continue;
+                char what[48];
+                snprintf(what, sizeof what, k ? "%d member%s" : "lone (rollouts on training)", k,
+                         k == 1 ? "" : "s");
+                fprintf(f, "  %-28s %10.0f + %10.0f = %10.0f  %5.1f%%\n", what, r, t, r + t,
+                        100 * (r + t) / m->total_cost);
+        }
+        const double *b = m->lone_cost_by_slo;
+        fprintf(f,
+                "  lone by SLO: < 1.25 %.0f, 1.25-1.5 %.0f, 1.5-1.75 %.0f, >= 1.75 %.0f "
+                "(a lone member costs what the colocated baseline costs)\n",
+                b[0], b[1], b[2], b[3]);
+}
+
 void loom_sim_decompose_print(FILE *f, const loom_sim_rung *r, bool json)
 {
         double base = r[0].total_cost, prev = base;
@@ -197,6 +248,7 @@ void loom_sim_decompose_print(FILE *f, const loom_sim_rung *r, bool json)
                                 if (x->lone_rollout_cost > 0)
                                         fprintf(f, ",\"lone_rollout_cost\":%.2f",
                                                 x->lone_rollout_cost);
+                                print_groups_json(f, x);
                         }
                         fprintf(f, "}\n");
                 } else if (!x->measured) {
@@ -222,4 +274,6 @@ void loom_sim_decompose_print(FILE *f, const loom_sim_rung *r, bool json)
                         m->total_cost > 0 && m->avg_cost_per_hour > 0
                             ? m->lone_rollout_cost * m->avg_cost_per_hour / m->total_cost
                             : 0);
+        if (!json)
+                print_groups(f, m);
 }

@@ -94,12 +94,16 @@ typedef struct engine {
         bool resubmit_drift; /* re-admit a job whose phases outgrow its declared profile */
         bool skip_starts;    /* while every job is being stopped (regroup) */
         int lone_rnodes;     /* rollout nodes of one-member groups, since the last event */
-        bool lone_dirty;     /* membership or nodes changed: lone_rnodes is recounted */
+        /* nodes by group kind and lone nodes by SLO (loom_sim_result.group_cost), likewise */
+        int kind_nodes[LOOM_MAX_GROUP_SIZE + 1][2];
+        int lone_slo_nodes[4];
+        bool lone_dirty;     /* membership or nodes changed: the counts above are redone */
         loom_group_id *gids; /* scratch for lone_count */
         int cap_gids;
 } engine;
 
-/* Rollout nodes held by groups with one member now (loom's placer). */
+/* Rollout nodes held by groups with one member now (loom's placer); the nodes of every
+ * group kind into kind_nodes and lone_slo_nodes. */
 static int lone_count(engine *g)
 {
         int n = loom_sched_groups(g->s, g->gids, g->cap_gids);
@@ -113,10 +117,22 @@ static int lone_count(engine *g)
                 n = loom_sched_groups(g->s, g->gids, g->cap_gids);
         }
         int lone = 0;
+        memset(g->kind_nodes, 0, sizeof g->kind_nodes);
+        memset(g->lone_slo_nodes, 0, sizeof g->lone_slo_nodes);
         for (int i = 0; i < n; i++) {
                 loom_group_info gi;
-                if (!loom_sched_group_info(g->s, g->gids[i], &gi) && gi.n_members == 1 && !gi.lone)
+                if (loom_sched_group_info(g->s, g->gids[i], &gi))
+                        continue;
+                if (gi.n_members == 1 && !gi.lone)
                         lone += gi.n_rollout_nodes;
+                int k = gi.lone ? 0 : gi.n_members;
+                g->kind_nodes[k][0] += gi.lone ? 0 : gi.n_rollout_nodes;
+                g->kind_nodes[k][1] += gi.n_train_nodes;
+                loom_job_info ji;
+                if (gi.lone && !loom_sched_job_info(g->s, gi.members[0], &ji)) {
+                        int b = (int)((ji.spec.slo - 1.0) / 0.25);
+                        g->lone_slo_nodes[b < 0 ? 0 : b > 3 ? 3 : b] += gi.n_train_nodes;
+                }
         }
         return lone;
 }
@@ -851,8 +867,15 @@ int loom__sim_run_core(const loom_sim_cfg *c, const loom_sim_workload *w, loom_s
                 if ((ev.type == SIM_EV_FAIL && !j->active) ||
                     (ev.type == SIM_EV_REGROUP && g.finished >= w->n))
                         continue;
-                if (lone)
-                        r->lone_rollout_cost += (double)(ev.t - g.now) * g.lone_rnodes;
+                if (lone) {
+                        double dt = (double)(ev.t - g.now);
+                        r->lone_rollout_cost += dt * g.lone_rnodes;
+                        for (int k = 0; k <= LOOM_MAX_GROUP_SIZE; k++)
+                                for (int q = 0; q < 2; q++)
+                                        r->group_cost[k][q] += dt * g.kind_nodes[k][q];
+                        for (int b = 0; b < 4; b++)
+                                r->lone_cost_by_slo[b] += dt * g.lone_slo_nodes[b];
+                }
                 g.now = ev.t;
                 r->events++;
                 if (ev.type == SIM_EV_ARRIVAL || ev.type == SIM_EV_RESUBMIT)
@@ -875,8 +898,14 @@ int loom__sim_run_core(const loom_sim_cfg *c, const loom_sim_workload *w, loom_s
         if (rc)
                 goto out;
         loom__sim_meter_finish(&g.meter, g.now);
-        r->lone_rollout_cost *=
-            loom_cluster_node_price(&cc.cluster, LOOM_POOL_ROLLOUT) / 1e6 / 3600.0;
+        double per_us[2] = {loom_cluster_node_price(&cc.cluster, LOOM_POOL_ROLLOUT) / 1e6 / 3600.0,
+                            loom_cluster_node_price(&cc.cluster, LOOM_POOL_TRAIN) / 1e6 / 3600.0};
+        r->lone_rollout_cost *= per_us[0];
+        for (int k = 0; k <= LOOM_MAX_GROUP_SIZE; k++)
+                for (int q = 0; q < 2; q++)
+                        r->group_cost[k][q] *= per_us[q];
+        for (int b = 0; b < 4; b++)
+                r->lone_cost_by_slo[b] *= per_us[1];
         loom_sched_stats st;
         loom_sched_stats_get(g.s, &st);
         r->replans = st.replans;

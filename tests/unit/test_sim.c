@@ -589,6 +589,18 @@ Test(sim_decompose, rungs_are_the_bound_the_node_rounding_and_the_runs)
         cr_assert_leq(multi.lone_rollout_cost, roll_spend * (1 + 1e-9),
                       "lone members' nodes are a part of the rollout pool's spend");
         cr_assert_eq(lb.lone_rollout_cost, 0, "only loom's groups are measured");
+        /* every provisioned node belongs to a group: the split adds up to the bill */
+        double by_group = 0, lone_slo = 0;
+        for (int k = 0; k <= LOOM_MAX_GROUP_SIZE; k++)
+                by_group += multi.group_cost[k][0] + multi.group_cost[k][1];
+        for (int b = 0; b < 4; b++)
+                lone_slo += multi.lone_cost_by_slo[b];
+        cr_assert_float_eq(by_group, multi.total_cost, 1e-6 * multi.total_cost);
+        cr_assert_eq(multi.group_cost[0][0], 0, "lone members provision no rollout nodes");
+        cr_assert_float_eq(lone_slo, multi.group_cost[0][1], 1e-6 * multi.total_cost + 1e-9);
+        cr_assert_float_eq(r[6].group_cost[2][1], multi.group_cost[2][1], 1e-6);
+        cr_assert_float_eq(r[6].lone_cost_by_slo[0], multi.lone_cost_by_slo[0], 1e-6);
+        cr_assert_eq(lb.group_cost[0][1] + lb.group_cost[1][1], 0, "only loom's groups");
         loom_sim_result_free(&multi);
         loom_sim_result_free(&lb);
         loom_sim_result_free(&opt);
@@ -611,6 +623,17 @@ Test(sim_decompose, a_lone_job_pays_all_of_its_rollout_nodes_as_lone)
         double roll_spend = r.prov_gpu_h[LOOM_POOL_ROLLOUT] / c.cluster.gpus_per_node * roll_price;
         cr_assert_gt(roll_spend, 0);
         cr_assert_float_eq(r.lone_rollout_cost, roll_spend, 1e-6 * roll_spend);
+        cr_assert_float_eq(r.group_cost[1][0] + r.group_cost[1][1], r.total_cost,
+                           1e-6 * r.total_cost, "all of it in a one-member group");
+        loom_sim_result_free(&r);
+        /* colocated, the same job is lone: training nodes only, under its SLO's bucket */
+        c.policy.colocate_lone = true;
+        run(&c, &w, LOOM_SIM_LOOM, &r);
+        cr_assert_float_eq(r.group_cost[0][1], r.total_cost, 1e-6 * r.total_cost);
+        int b = (int)((w.jobs[0].spec.slo - 1.0) / 0.25);
+        b = b < 0 ? 0 : b > 3 ? 3 : b;
+        cr_assert_float_eq(r.lone_cost_by_slo[b], r.total_cost, 1e-6 * r.total_cost,
+                           "SLO %.2f", w.jobs[0].spec.slo);
         loom_sim_result_free(&r);
         loom_sim_workload_free(&w);
 }
