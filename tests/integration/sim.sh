@@ -113,6 +113,11 @@ assert l["slo_attainment"] >= 0.95, (sys.argv[2], l["slo_attainment"])
 for b in ["random", "greedy"]:
     assert l["slo_attainment"] > pol[b]["slo_attainment"], (sys.argv[2], b)
     assert l["slo_attainment_profiled"] > pol[b]["slo_attainment_profiled"], (sys.argv[2], b)
+    assert "group_cost" not in pol[b], b  # measured for loom's groups only
+# loom's bill by group kind adds up to its total
+parts = sum(r + t for r, t in l["group_cost"].values())
+assert abs(parts - l["total_cost"]) <= 1e-6 * l["total_cost"] + 0.05, (parts, l["total_cost"])
+assert len(l["lone_cost_by_slo"]) == 4 and l["group_cost"].get("lone", [0, 0])[0] == 0
 PY
 done
 
