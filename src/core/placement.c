@@ -56,6 +56,9 @@ typedef struct search {
          * an explained decision simulates each candidate as far as the search goes, and its
          * choice is the same (test_core_place_prune.c checks it). */
         bool prune;
+        /* node_density's: of group nd_g, per rollout node (its local index) */
+        const group *nd_g;
+        double nd[LOOM_MAX_GROUP_ROLLOUT_NODES];
         loom_err *e;
 } search;
 
@@ -285,8 +288,22 @@ static double cand_cost(const search *x, const cand *c)
         return n * x->s->price[LOOM_POOL_ROLLOUT];
 }
 
-/* Simulations of one candidate's rate search at most (evaluate_multi). */
-enum { META_ROUNDS = 6 };
+/*
+ * Simulations of one candidate's rate search at most (evaluate_multi): META_ROUNDS in a deep
+ * search, one in a wide search, which a cluster with more than policy.rate_search_open open
+ * groups (default RATE_SEARCH_OPEN) runs so that a decision costs one simulation per candidate
+ * at most. Rate searches start at, and after each raise jump to, the least rates the bounds
+ * allow, so most that succeed do so at their first simulation; those that take several mostly
+ * fail, and the decisions of a wide search cost no more (docs/scheduling.md, Cost of a
+ * decision).
+ */
+enum { META_ROUNDS = 4, RATE_SEARCH_OPEN = 512 };
+
+static int search_rounds(const loom_sched *s)
+{
+        int open = s->policy.rate_search_open > 0 ? s->policy.rate_search_open : RATE_SEARCH_OPEN;
+        return s->n_open > open ? 1 : META_ROUNDS;
+}
 
 static loom_us div_up(loom_us a, loom_us b)
 {
@@ -459,9 +476,11 @@ static bool rates_close(const rate_need *rn, int *q)
 /*
  * Whether the last simulation of evaluate_multi's rate search, at rates rate[], can succeed:
  * those rates are final, so they must meet rn as they are (no member's mean bound or pigeonhole
- * gap bound asks for more), and no member's gap bound from the slot order
- * (loom_meta_gap_bound) may pass LOOM_GAP_FACTOR budgets. False only when the simulation would
- * end the search in an SLO rejection.
+ * gap bound asks for more), and no member's gap bound from the slot order may pass
+ * LOOM_GAP_FACTOR budgets: first the mean stretch (member i's r_i slots cut the cycle into r_i
+ * stretches that hold every other slot's training, so the longest holds at least their sum
+ * over r_i), then loom_meta_gap_bound's longest one. False only when the simulation would end
+ * the search in an SLO rejection.
  */
 static bool rates_final_ok(const rate_need *rn, const int *rate)
 {
@@ -469,7 +488,14 @@ static bool rates_final_ok(const rate_need *rn, const int *rate)
         int n = rn->n;
         if (rn->none)
                 return false;
-        loom_us t = rate_bound(mj, rate, n, rn->R);
+        loom_us t = rate_bound(mj, rate, n, rn->R), train = 0;
+        for (int i = 0; i < n; i++)
+                train += rate[i] * mj[i].t_train;
+        for (int i = 0; i < n; i++) {
+                loom_us others = train - rate[i] * mj[i].t_train;
+                if (mj[i].t_train + others / rate[i] > LOOM_GAP_FACTOR * rn->budget[i])
+                        return false;
+        }
         for (int i = 0; i < n; i++) {
                 if (t > rate[i] * rn->budget[i])
                         return false;
@@ -488,13 +514,14 @@ static bool rates_final_ok(const rate_need *rn, const int *rate)
 }
 
 /*
- * Multi-rate evaluation of candidate c (memory already checked): the job starts at the least
- * rate its mean iteration could meet its budget at (T_meta >= the group's weighted cycle), then
- * every member whose mean T_meta / r breaks its budget, or whose longest gap passes
- * LOOM_GAP_FACTOR budgets, is raised to the rate that would meet it at this T_meta, and the
- * group is simulated again, until every member holds (feasible) or a rate would pass
- * LOOM_MAX_RATE, the slots LOOM_META_MAX_SLOTS, or a few rounds pass (SLO rejection). Rates
- * only grow: every member keeps at least its current throughput share.
+ * Multi-rate evaluation of candidate c (memory already checked): the rates start at the least
+ * ones the lower bounds allow (rate_floor, then rates_close: the mean and the pigeonhole gap
+ * bounds), the group is simulated, every member whose mean T_meta / r breaks its budget, or
+ * whose longest gap passes LOOM_GAP_FACTOR budgets, is raised to the rate that would meet it at
+ * this T_meta, the rates are closed under the bounds again, and the group is simulated again,
+ * until every member holds (feasible) or a rate would pass LOOM_MAX_RATE, the slots
+ * LOOM_META_MAX_SLOTS, or search_rounds() simulations pass (SLO rejection). Rates only grow:
+ * every member keeps at least its current throughput share.
  */
 static int evaluate_multi(search *x, cand *c, loom_us tt)
 {
@@ -521,33 +548,40 @@ static int evaluate_multi(search *x, cand *c, loom_us tt)
         rate[n - 1] = lo > 1 ? (int)(lo < LOOM_MAX_RATE ? lo : LOOM_MAX_RATE) : 1;
         loom_us t_meta = 0;
         int bad = n - 1; /* until a simulation says otherwise */
-        if (!rate_floor(mj, rate, budget, n, R, &bad)) {
-                /* no rates can work: not even the bounds T_meta >= weighted cycle and load */
+        rate_need rn;
+        rate_need_init(&rn, mj, budget, n, R);
+        bool floor_ok = rate_floor(mj, rate, budget, n, R, &bad);
+        if (!floor_ok || !rates_close(&rn, rate)) {
+                /* no rates can work: not even the lower bounds on T_meta and the gaps */
                 c->rate = rate[n - 1];
                 c->t_meta = loom_meta_t_cycle_r(mj, rate, n);
                 c->reject = LOOM_REJECT_SLO;
                 if (!x->d->record_candidates)
                         return 0;
                 char lab[LOOM_JOB_ID_MAX + 8];
-                snprintf(c->why, sizeof c->why,
-                         "no rates fit: %s would need > %d iterations per "
-                         "meta-iteration, or > %d slots",
-                         bad == n - 1 ? "the new job" : job_label(g->members[bad], lab, sizeof lab),
-                         LOOM_MAX_RATE, LOOM_META_MAX_SLOTS);
+                if (floor_ok)
+                        snprintf(c->why, sizeof c->why,
+                                 "no rates fit: the bounds on T_meta and on the gaps leave none "
+                                 "within %d iterations per meta-iteration and %d slots",
+                                 LOOM_MAX_RATE, LOOM_META_MAX_SLOTS);
+                else
+                        snprintf(c->why, sizeof c->why,
+                                 "no rates fit: %s would need > %d iterations per "
+                                 "meta-iteration, or > %d slots",
+                                 bad == n - 1 ? "the new job"
+                                              : job_label(g->members[bad], lab, sizeof lab),
+                                 LOOM_MAX_RATE, LOOM_META_MAX_SLOTS);
                 return 0;
         }
-        for (int round = 0; round < META_ROUNDS; round++) {
+        int rounds = search_rounds(s);
+        for (int round = 0; round < rounds; round++) {
                 int slots = 0;
                 for (int i = 0; i < n; i++)
                         slots += rate[i];
                 if (slots > LOOM_META_MAX_SLOTS)
                         break;
-                if (x->prune && round == META_ROUNDS - 1) {
-                        rate_need rn;
-                        rate_need_init(&rn, mj, budget, n, R);
-                        if (!rates_final_ok(&rn, rate))
-                                break; /* bad >= 0, the last round's culprit: rejected */
-                }
+                if (x->prune && round == rounds - 1 && !rates_final_ok(&rn, rate))
+                        break; /* bad >= 0, the last round's culprit: rejected */
                 int rc = loom_meta_eval(mj, rate, n, R, s->policy.warm_switch, &t_meta, gaps, NULL);
                 if (rc)
                         return rc;
@@ -574,7 +608,7 @@ static int evaluate_multi(search *x, cand *c, loom_us tt)
                         rate[i] = (int)need;
                         raised = true;
                 }
-                if (bad < 0 || stuck || !raised)
+                if (bad < 0 || stuck || !raised || !rates_close(&rn, rate))
                         break;
         }
         c->t_meta = t_meta;
@@ -605,6 +639,40 @@ static int evaluate_multi(search *x, cand *c, loom_us tt)
                          loom_us_to_s(gaps[bad]));
         }
         return 0;
+}
+
+/*
+ * Whether a rollout node of candidate c is too dense for any rates (pruning only). A member of
+ * rate r rolls out r t_roll on its nodes per meta-iteration and needs r >= T_meta / budget, so
+ * a node carries at least T_meta times its density, the sum of t_roll / budget over the members
+ * pinned to it: above 1 (the job included) no rates fit, and the rate search would fail.
+ * Checked before a rate search is set up: most of the candidates whose rates rate_floor cannot
+ * bound fail here.
+ */
+static bool node_too_dense(search *x, const cand *c)
+{
+        const group *g = c->g;
+        if (x->nd_g != g) {
+                for (int r = 0; r < g->n_rnodes; r++)
+                        x->nd[r] = 0;
+                for (int i = 0; i < g->n_members; i++) {
+                        const job *j = g->members[i];
+                        double d = (double)j->spec.t_roll / (double)j->slo_budget;
+                        for (int k = 0; k < j->n_rnodes; k++) {
+                                int li = local_index(g, j->rnodes[k]);
+                                if (li >= 0)
+                                        x->nd[li] += d;
+                        }
+                }
+                x->nd_g = g;
+        }
+        double mine = (double)x->spec->t_roll / (double)x->budget;
+        for (int k = 0; k < c->n; k++) {
+                int li = local_index(g, c->ids[k]);
+                if (li >= 0 && x->nd[li] + mine > 1.0 + 1e-9)
+                        return true;
+        }
+        return false;
 }
 
 /* Evaluate candidate c in group g (memory, SLO, cost, T_meta, utilisation). */
@@ -642,6 +710,10 @@ static int evaluate(search *x, cand *c)
                         max_load = load;
         }
         if (multirate(x) && checks_slo(s->policy.placer)) {
+                if (x->prune && node_too_dense(x, c)) {
+                        c->reject = LOOM_REJECT_SLO; /* not recorded: pruning */
+                        return 0;
+                }
                 /* single rate first: where it is feasible it is today's answer */
                 bool plain =
                     g->n_coupled == 0 && s->policy.warm_switch == 0 && c->n == 1 && sp->t_sync == 0;
