@@ -149,7 +149,7 @@ typedef struct loom_policy_cfg {
          * re-admitted there (loom_sched_observe returns 3). Loom's placer only; default true. */
         bool move_lone;
         /* Multi-rate placement with more open groups than this runs one simulation per
-         * candidate's rate search instead of up to four (docs/scheduling.md, Cost of a
+         * candidate's rate search instead of up to six (docs/scheduling.md, Cost of a
          * decision). 0: the default, 512. */
         int rate_search_open;
 } loom_policy_cfg;

@@ -297,7 +297,7 @@ static double cand_cost(const search *x, const cand *c)
  * fail, and the decisions of a wide search cost no more (docs/scheduling.md, Cost of a
  * decision).
  */
-enum { META_ROUNDS = 4, RATE_SEARCH_OPEN = 512 };
+enum { META_ROUNDS = 6, RATE_SEARCH_OPEN = 512 };
 
 static int search_rounds(const loom_sched *s)
 {
@@ -450,11 +450,14 @@ static bool rates_close(const rate_need *rn, int *q)
                 for (int i = 0; i < rn->n; i++) {
                         loom_us need = t > q[i] * rn->budget[i] ? div_up(t, rn->budget[i]) : q[i];
                         for (int k = 0; k < rn->n; k++) {
-                                /* per_ik >= 1 (not none), so only q_k > q_i can break it */
-                                if (k == i || q[k] <= q[i] || mj[k].t_train <= 0)
+                                /* per_ik >= 1 (not none), so only q_k > q_i can break it;
+                                 * q_k > per_ik q_i exactly when ceil(q_k / q_i) t_train_k
+                                 * passes cap_i, which needs no 64-bit division */
+                                if (k == i || q[k] <= q[i] || mj[k].t_train <= 0 ||
+                                    (q[k] + q[i] - 1) / q[i] * mj[k].t_train <= rn->cap[i])
                                         continue;
                                 loom_us per = rn->cap[i] / mj[k].t_train;
-                                if (q[k] > per * q[i] && div_up(q[k], per) > need)
+                                if (div_up(q[k], per) > need)
                                         need = div_up(q[k], per);
                         }
                         if (need > LOOM_MAX_RATE)
@@ -501,7 +504,7 @@ static bool rates_final_ok(const rate_need *rn, const int *rate)
                         return false;
                 for (int k = 0; k < n; k++)
                         if (k != i && rate[k] > rate[i] && mj[k].t_train > 0 &&
-                            rate[k] > rn->cap[i] / mj[k].t_train * rate[i])
+                            (rate[k] + rate[i] - 1) / rate[i] * mj[k].t_train > rn->cap[i])
                                 return false;
         }
         loom_us lb[MAXM];
@@ -886,9 +889,13 @@ static loom_reject group_may_fit(search *x, const open_group *o, char *why, size
         return LOOM_REJECT_NONE;
 }
 
-/* Whether rate_floor (pruning: rates_close) leaves any rates for the job in g on new rollout
- * nodes: the least loaded placement, so when it fails every candidate in g does. */
-static bool rates_may_fit(const search *x, const group *g)
+/*
+ * Whether rate_floor (pruning: rates_close) leaves any rates for the job in g on new rollout
+ * nodes: the least loaded placement, so when it fails every candidate in g does. When pruning
+ * a wide search it also sets *scale_ok to whether rollout scaling (the job on new nodes) may
+ * work: its one simulation is at these least rates, which rates_final_ok must pass.
+ */
+static bool rates_may_fit(const search *x, const group *g, bool *scale_ok)
 {
         const loom_sched *s = x->s;
         const loom_job_spec *sp = x->spec;
@@ -905,12 +912,20 @@ static bool rates_may_fit(const search *x, const group *g)
         for (int i = 0; i < n - 1; i++)
                 budget[i] = g->members[i]->slo_budget;
         budget[n - 1] = x->budget;
+        *scale_ok = true;
         if (!x->prune)
                 return rate_floor(mj, rate, budget, n, R, &bad);
         /* what any rates must meet, on the least loaded nodes: no candidate in g does better */
         rate_need rn;
         rate_need_init(&rn, mj, budget, n, R);
-        return rates_close(&rn, rate);
+        if (!rates_close(&rn, rate))
+                return false;
+        /* evaluate_multi starts the job at the rate the group's cycle needs and raises the
+         * rates to the same least ones (any rates that meet the bounds give the job at least
+         * that rate) */
+        if (search_rounds(s) == 1)
+                *scale_ok = rates_final_ok(&rn, rate);
+        return true;
 }
 
 /* Which of a group's candidates search_group considers: all of them, or (pruning) those at
@@ -939,7 +954,10 @@ static int search_cands(search *x, const group *g, cand_pass pass)
         return 0;
 }
 
-static int search_group(search *x, const open_group *o, cand_pass pass, bool *searched)
+/* Search g's candidates of pass. *paid_next (not for CANDS_PAID): whether the paid pass has
+ * candidates in g left to consider, which it has not when no paid packing exists and rollout
+ * scaling cannot work (rates_may_fit). */
+static int search_group(search *x, const open_group *o, cand_pass pass, bool *paid_next)
 {
         const group *g = o->g;
         bool rec = x->d->record_candidates;
@@ -949,7 +967,8 @@ static int search_group(search *x, const open_group *o, cand_pass pass, bool *se
                 return search_cands(x, g, pass);
         cand c = {.g = g, .kind = LOOM_DECISION_DIRECT_PACK};
         c.reject = group_may_fit(x, o, rec ? c.why : NULL, sizeof c.why);
-        if (c.reject == LOOM_REJECT_NONE && multirate(x) && !rates_may_fit(x, g)) {
+        bool scale_ok = true;
+        if (c.reject == LOOM_REJECT_NONE && multirate(x) && !rates_may_fit(x, g, &scale_ok)) {
                 c.reject = LOOM_REJECT_SLO;
                 if (rec)
                         snprintf(c.why, sizeof c.why,
@@ -961,7 +980,7 @@ static int search_group(search *x, const open_group *o, cand_pass pass, bool *se
                 x->d->groups_pruned_bound++;
                 return rec ? record(x, &c) : 0;
         }
-        *searched = true;
+        *paid_next = scale_ok || g->lone || g->n_rnodes < x->k;
         return search_cands(x, g, pass);
 }
 
@@ -1174,9 +1193,9 @@ static int search_open_pruned(search *x)
         if (!passed)
                 return LOOM_ENOMEM;
         for (int i = 0; i < s->n_open && !rc; i++) {
-                bool searched = false;
-                rc = search_group(x, &s->open[i], CANDS_FREE, &searched);
-                if (searched)
+                bool paid_next = false;
+                rc = search_group(x, &s->open[i], CANDS_FREE, &paid_next);
+                if (paid_next)
                         passed[n++] = i;
         }
         /* a dearer candidate provisions at least one rollout node */
@@ -1301,8 +1320,8 @@ int loom__place(const loom_sched *s, const loom_job_spec *spec, const group *exc
         if (s->policy.placer == LOOM_PLACER_LOOM) {
                 rc = x.prune ? search_open_pruned(&x) : 0;
                 for (int i = 0; i < s->n_open && !rc && !x.prune; i++) {
-                        bool searched = false;
-                        rc = search_group(&x, &s->open[i], CANDS_ALL, &searched);
+                        bool paid_next = false;
+                        rc = search_group(&x, &s->open[i], CANDS_ALL, &paid_next);
                 }
                 if (!rc) {
                         cand iso;
