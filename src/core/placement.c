@@ -856,12 +856,16 @@ static loom_reject group_may_fit(search *x, const open_group *o, char *why, size
                  * must stay <= 1. And the job's own chain makes its mean >= its solo_in. */
                 double dens = o->density + (double)tt / (double)x->budget;
                 /* Between two trainings of any member lies another member's training: the
-                 * gap bound (one budget) needs tt_k + tt_new within both budgets. */
+                 * gap bound (one budget) needs tt_k + tt_new within both budgets. Read last:
+                 * the group itself is a cache miss the open array's copies above are not. */
                 const group *g = o->g;
+                bool other_ok = solo_in <= x->budget && dens <= 1.0 &&
+                                o->t_cycle <= LOOM_MAX_RATE * x->budget;
+                if (!other_ok && !why)
+                        return LOOM_REJECT_SLO;
                 bool gap_ok = g->max_train + tt <= LOOM_GAP_FACTOR * x->budget &&
                               (LOOM_GAP_FACTOR - 1) * g->max_train + g->gap_slack >= tt;
-                if (solo_in <= x->budget && dens <= 1.0 && gap_ok &&
-                    o->t_cycle <= LOOM_MAX_RATE * x->budget)
+                if (other_ok && gap_ok)
                         return LOOM_REJECT_NONE;
                 if (why)
                         snprintf(why, n,
