@@ -479,11 +479,9 @@ static bool rates_close(const rate_need *rn, int *q)
 /*
  * Whether the last simulation of evaluate_multi's rate search, at rates rate[], can succeed:
  * those rates are final, so they must meet rn as they are (no member's mean bound or pigeonhole
- * gap bound asks for more), and no member's gap bound from the slot order may pass
- * LOOM_GAP_FACTOR budgets: first the mean stretch (member i's r_i slots cut the cycle into r_i
- * stretches that hold every other slot's training, so the longest holds at least their sum
- * over r_i), then loom_meta_gap_bound's longest one. False only when the simulation would end
- * the search in an SLO rejection.
+ * gap bound asks for more), and no member's gap bound from the slot order
+ * (loom_meta_gap_bound) may pass LOOM_GAP_FACTOR budgets. False only when the simulation would
+ * end the search in an SLO rejection.
  */
 static bool rates_final_ok(const rate_need *rn, const int *rate)
 {
@@ -491,14 +489,7 @@ static bool rates_final_ok(const rate_need *rn, const int *rate)
         int n = rn->n;
         if (rn->none)
                 return false;
-        loom_us t = rate_bound(mj, rate, n, rn->R), train = 0;
-        for (int i = 0; i < n; i++)
-                train += rate[i] * mj[i].t_train;
-        for (int i = 0; i < n; i++) {
-                loom_us others = train - rate[i] * mj[i].t_train;
-                if (mj[i].t_train + others / rate[i] > LOOM_GAP_FACTOR * rn->budget[i])
-                        return false;
-        }
+        loom_us t = rate_bound(mj, rate, n, rn->R);
         for (int i = 0; i < n; i++) {
                 if (t > rate[i] * rn->budget[i])
                         return false;
@@ -859,8 +850,8 @@ static loom_reject group_may_fit(search *x, const open_group *o, char *why, size
                  * gap bound (one budget) needs tt_k + tt_new within both budgets. Read last:
                  * the group itself is a cache miss the open array's copies above are not. */
                 const group *g = o->g;
-                bool other_ok = solo_in <= x->budget && dens <= 1.0 &&
-                                o->t_cycle <= LOOM_MAX_RATE * x->budget;
+                bool other_ok =
+                    solo_in <= x->budget && dens <= 1.0 && o->t_cycle <= LOOM_MAX_RATE * x->budget;
                 if (!other_ok && !why)
                         return LOOM_REJECT_SLO;
                 bool gap_ok = g->max_train + tt <= LOOM_GAP_FACTOR * x->budget &&
