@@ -544,8 +544,10 @@ static int evaluate_multi(search *x, cand *c, loom_us tt)
         int bad = n - 1; /* until a simulation says otherwise */
         rate_need rn;
         rate_need_init(&rn, mj, budget, n, R);
+        /* a wide search has one simulation: at the least rates the bounds allow */
+        int rounds = search_rounds(s);
         bool floor_ok = rate_floor(mj, rate, budget, n, R, &bad);
-        if (!floor_ok || !rates_close(&rn, rate)) {
+        if (!floor_ok || (rounds == 1 && !rates_close(&rn, rate))) {
                 /* no rates can work: not even the lower bounds on T_meta and the gaps */
                 c->rate = rate[n - 1];
                 c->t_meta = loom_meta_t_cycle_r(mj, rate, n);
@@ -567,7 +569,6 @@ static int evaluate_multi(search *x, cand *c, loom_us tt)
                                  LOOM_MAX_RATE, LOOM_META_MAX_SLOTS);
                 return 0;
         }
-        int rounds = search_rounds(s);
         for (int round = 0; round < rounds; round++) {
                 int slots = 0;
                 for (int i = 0; i < n; i++)
@@ -602,7 +603,7 @@ static int evaluate_multi(search *x, cand *c, loom_us tt)
                         rate[i] = (int)need;
                         raised = true;
                 }
-                if (bad < 0 || stuck || !raised || !rates_close(&rn, rate))
+                if (bad < 0 || stuck || !raised)
                         break;
         }
         c->t_meta = t_meta;
