@@ -56,7 +56,7 @@ typedef struct search {
          * an explained decision simulates each candidate as far as the search goes, and its
          * choice is the same (test_core_place_prune.c checks it). */
         bool prune;
-        /* node_density's: of group nd_g, per rollout node (its local index) */
+        /* node_too_dense's rollout densities of group nd_g, by the node's local index */
         const group *nd_g;
         double nd[LOOM_MAX_GROUP_ROLLOUT_NODES];
         loom_err *e;
@@ -292,10 +292,10 @@ static double cand_cost(const search *x, const cand *c)
  * Simulations of one candidate's rate search at most (evaluate_multi): META_ROUNDS in a deep
  * search, one in a wide search, which a cluster with more than policy.rate_search_open open
  * groups (default RATE_SEARCH_OPEN) runs so that a decision costs one simulation per candidate
- * at most. Rate searches start at, and after each raise jump to, the least rates the bounds
- * allow, so most that succeed do so at their first simulation; those that take several mostly
- * fail, and the decisions of a wide search cost no more (docs/scheduling.md, Cost of a
- * decision).
+ * at most. Most searches that succeed do so at their first simulation, and most that take
+ * several end rejected; a wide search starts at the least rates the bounds allow, where a deep
+ * one climbs to them round by round (docs/scheduling.md, Cost of a decision, has what a wide
+ * search changes).
  */
 enum { META_ROUNDS = 6, RATE_SEARCH_OPEN = 512 };
 
@@ -435,21 +435,46 @@ static void rate_need_init(rate_need *rn, const loom_meta_job *mj, const loom_us
         }
 }
 
-/* Raise q[] to the least rates at or above it that rn asks for. False when there are none
- * within LOOM_MAX_RATE and LOOM_META_MAX_SLOTS: no rates work. */
+/*
+ * Raise q[] to the least rates at or above it that rn asks for. False when there are none
+ * within LOOM_MAX_RATE and LOOM_META_MAX_SLOTS: no rates work. Each raise is applied at once,
+ * and the bound on T_meta (rate_bound's cycle, training load and node loads) follows it
+ * incrementally: every raise stays at or below the least fixed point, so the rates reach it in
+ * fewer passes than by raising all members against the previous pass's bound.
+ */
 static bool rates_close(const rate_need *rn, int *q)
 {
+        enum { NODES = 64 };
         if (rn->none)
                 return false;
         const loom_meta_job *mj = rn->mj;
+        int n = rn->n, R = rn->R, slots = 0;
+        bool inc = R <= NODES; /* else rate_bound again after each raise */
+        loom_us load[NODES], train = 0, t = 0;
+        for (int r = 0; inc && r < R; r++)
+                load[r] = 0;
+        for (int i = 0; i < n; i++) {
+                slots += q[i];
+                loom_us r = q[i], solo = r * (mj[i].t_roll + mj[i].t_train + mj[i].t_sync);
+                t = solo > t ? solo : t;
+                train += r * mj[i].t_train;
+                for (int k = 0; inc && k < mj[i].n_nodes; k++)
+                        if (mj[i].nodes[k] >= 0 && mj[i].nodes[k] < R)
+                                load[mj[i].nodes[k]] += r * mj[i].t_roll;
+        }
+        if (slots > LOOM_META_MAX_SLOTS)
+                return false;
+        t = train > t ? train : t;
+        for (int r = 0; inc && r < R; r++)
+                t = load[r] > t ? load[r] : t;
+        if (!inc)
+                t = rate_bound(mj, q, n, R);
         /* each pass raises a rate or stops; rates stop at LOOM_MAX_RATE */
-        for (int pass = 0; pass <= MAXM * LOOM_MAX_RATE; pass++) {
-                loom_us t = rate_bound(mj, q, rn->n, rn->R);
-                bool raised = false;
-                int slots = 0;
-                for (int i = 0; i < rn->n; i++) {
+        for (bool raised = true; raised;) {
+                raised = false;
+                for (int i = 0; i < n; i++) {
                         loom_us need = t > q[i] * rn->budget[i] ? div_up(t, rn->budget[i]) : q[i];
-                        for (int k = 0; k < rn->n; k++) {
+                        for (int k = 0; k < n; k++) {
                                 /* per_ik >= 1 (not none), so only q_k > q_i can break it;
                                  * q_k > per_ik q_i exactly when ceil(q_k / q_i) t_train_k
                                  * passes cap_i, which needs no 64-bit division */
@@ -462,16 +487,30 @@ static bool rates_close(const rate_need *rn, int *q)
                         }
                         if (need > LOOM_MAX_RATE)
                                 return false;
-                        if (need > q[i]) {
-                                q[i] = (int)need;
-                                raised = true;
+                        if (need <= q[i])
+                                continue;
+                        loom_us d = need - q[i];
+                        slots += (int)d;
+                        if (slots > LOOM_META_MAX_SLOTS)
+                                return false;
+                        q[i] = (int)need;
+                        raised = true;
+                        if (!inc) {
+                                t = rate_bound(mj, q, n, R);
+                                continue;
                         }
-                        slots += q[i];
+                        loom_us solo = need * (mj[i].t_roll + mj[i].t_train + mj[i].t_sync);
+                        train += d * mj[i].t_train;
+                        t = solo > t ? solo : t;
+                        t = train > t ? train : t;
+                        for (int k = 0; k < mj[i].n_nodes; k++) {
+                                int r = mj[i].nodes[k];
+                                if (r < 0 || r >= R)
+                                        continue;
+                                load[r] += d * mj[i].t_roll;
+                                t = load[r] > t ? load[r] : t;
+                        }
                 }
-                if (slots > LOOM_META_MAX_SLOTS)
-                        return false;
-                if (!raised)
-                        return true;
         }
         return true;
 }
@@ -508,14 +547,15 @@ static bool rates_final_ok(const rate_need *rn, const int *rate)
 }
 
 /*
- * Multi-rate evaluation of candidate c (memory already checked): the rates start at the least
- * ones the lower bounds allow (rate_floor, then rates_close: the mean and the pigeonhole gap
- * bounds), the group is simulated, every member whose mean T_meta / r breaks its budget, or
- * whose longest gap passes LOOM_GAP_FACTOR budgets, is raised to the rate that would meet it at
- * this T_meta, the rates are closed under the bounds again, and the group is simulated again,
- * until every member holds (feasible) or a rate would pass LOOM_MAX_RATE, the slots
- * LOOM_META_MAX_SLOTS, or search_rounds() simulations pass (SLO rejection). Rates only grow:
- * every member keeps at least its current throughput share.
+ * Multi-rate evaluation of candidate c (memory already checked): the job starts at the least
+ * rate its mean iteration could meet its budget at (T_meta >= the group's weighted cycle), then
+ * every member whose mean T_meta / r breaks its budget, or whose longest gap passes
+ * LOOM_GAP_FACTOR budgets, is raised to the rate that would meet it at this T_meta, and the
+ * group is simulated again, until every member holds (feasible) or a rate would pass
+ * LOOM_MAX_RATE, the slots LOOM_META_MAX_SLOTS, or search_rounds() simulations pass (SLO
+ * rejection). A wide search (one simulation) starts at the least rates the mean and pigeonhole
+ * gap bounds allow (rates_close) instead. Rates only grow: every member keeps at least its
+ * current throughput share.
  */
 static int evaluate_multi(search *x, cand *c, loom_us tt)
 {
