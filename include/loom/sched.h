@@ -148,6 +148,10 @@ typedef struct loom_policy_cfg {
          * another group would take for less than LOOM_MOVE_GAIN of its own group's cost is
          * re-admitted there (loom_sched_observe returns 3). Loom's placer only; default true. */
         bool move_lone;
+        /* Multi-rate placement with more open groups than this runs one simulation per
+         * candidate's rate search instead of up to six (docs/scheduling.md, Cost of a
+         * decision). 0: the default, 512. */
+        int rate_search_open;
 } loom_policy_cfg;
 
 void loom_policy_cfg_default(loom_policy_cfg *p);

@@ -56,6 +56,9 @@ typedef struct search {
          * an explained decision simulates each candidate as far as the search goes, and its
          * choice is the same (test_core_place_prune.c checks it). */
         bool prune;
+        /* node_too_dense's rollout densities of group nd_g, by the node's local index */
+        const group *nd_g;
+        double nd[LOOM_MAX_GROUP_ROLLOUT_NODES];
         loom_err *e;
 } search;
 
@@ -285,8 +288,22 @@ static double cand_cost(const search *x, const cand *c)
         return n * x->s->price[LOOM_POOL_ROLLOUT];
 }
 
-/* Simulations of one candidate's rate search at most (evaluate_multi). */
-enum { META_ROUNDS = 6 };
+/*
+ * Simulations of one candidate's rate search at most (evaluate_multi): META_ROUNDS in a deep
+ * search, one in a wide search, which a cluster with more than policy.rate_search_open open
+ * groups (default RATE_SEARCH_OPEN) runs so that a decision costs one simulation per candidate
+ * at most. Most searches that succeed do so at their first simulation, and most that take
+ * several end rejected; a wide search starts at the least rates the bounds allow, where a deep
+ * one climbs to them round by round (docs/scheduling.md, Cost of a decision, has what a wide
+ * search changes).
+ */
+enum { META_ROUNDS = 6, RATE_SEARCH_OPEN = 512 };
+
+static int search_rounds(const loom_sched *s)
+{
+        int open = s->policy.rate_search_open > 0 ? s->policy.rate_search_open : RATE_SEARCH_OPEN;
+        return s->n_open > open ? 1 : META_ROUNDS;
+}
 
 static loom_us div_up(loom_us a, loom_us b)
 {
@@ -418,40 +435,82 @@ static void rate_need_init(rate_need *rn, const loom_meta_job *mj, const loom_us
         }
 }
 
-/* Raise q[] to the least rates at or above it that rn asks for. False when there are none
- * within LOOM_MAX_RATE and LOOM_META_MAX_SLOTS: no rates work. */
+/*
+ * Raise q[] to the least rates at or above it that rn asks for. False when there are none
+ * within LOOM_MAX_RATE and LOOM_META_MAX_SLOTS: no rates work. Each raise is applied at once,
+ * and the bound on T_meta (rate_bound's cycle, training load and node loads) follows it
+ * incrementally: every raise stays at or below the least fixed point, so the rates reach it in
+ * fewer passes than by raising all members against the previous pass's bound.
+ */
 static bool rates_close(const rate_need *rn, int *q)
 {
+        enum { NODES = 64 };
         if (rn->none)
                 return false;
         const loom_meta_job *mj = rn->mj;
+        int n = rn->n, R = rn->R, slots = 0;
+        bool inc = R <= NODES; /* else rate_bound again after each raise */
+        loom_us load[NODES], train = 0, t = 0;
+        for (int r = 0; inc && r < R; r++)
+                load[r] = 0;
+        for (int i = 0; i < n; i++) {
+                slots += q[i];
+                loom_us r = q[i], solo = r * (mj[i].t_roll + mj[i].t_train + mj[i].t_sync);
+                t = solo > t ? solo : t;
+                train += r * mj[i].t_train;
+                for (int k = 0; inc && k < mj[i].n_nodes; k++)
+                        if (mj[i].nodes[k] >= 0 && mj[i].nodes[k] < R)
+                                load[mj[i].nodes[k]] += r * mj[i].t_roll;
+        }
+        if (slots > LOOM_META_MAX_SLOTS)
+                return false;
+        t = train > t ? train : t;
+        for (int r = 0; inc && r < R; r++)
+                t = load[r] > t ? load[r] : t;
+        if (!inc)
+                t = rate_bound(mj, q, n, R);
         /* each pass raises a rate or stops; rates stop at LOOM_MAX_RATE */
-        for (int pass = 0; pass <= MAXM * LOOM_MAX_RATE; pass++) {
-                loom_us t = rate_bound(mj, q, rn->n, rn->R);
-                bool raised = false;
-                int slots = 0;
-                for (int i = 0; i < rn->n; i++) {
+        for (bool raised = true; raised;) {
+                raised = false;
+                for (int i = 0; i < n; i++) {
                         loom_us need = t > q[i] * rn->budget[i] ? div_up(t, rn->budget[i]) : q[i];
-                        for (int k = 0; k < rn->n; k++) {
-                                /* per_ik >= 1 (not none), so only q_k > q_i can break it */
-                                if (k == i || q[k] <= q[i] || mj[k].t_train <= 0)
+                        for (int k = 0; k < n; k++) {
+                                /* per_ik >= 1 (not none), so only q_k > q_i can break it;
+                                 * q_k > per_ik q_i exactly when ceil(q_k / q_i) t_train_k
+                                 * passes cap_i, which needs no 64-bit division */
+                                if (k == i || q[k] <= q[i] || mj[k].t_train <= 0 ||
+                                    (q[k] + q[i] - 1) / q[i] * mj[k].t_train <= rn->cap[i])
                                         continue;
                                 loom_us per = rn->cap[i] / mj[k].t_train;
-                                if (q[k] > per * q[i] && div_up(q[k], per) > need)
+                                if (div_up(q[k], per) > need)
                                         need = div_up(q[k], per);
                         }
                         if (need > LOOM_MAX_RATE)
                                 return false;
-                        if (need > q[i]) {
-                                q[i] = (int)need;
-                                raised = true;
+                        if (need <= q[i])
+                                continue;
+                        loom_us d = need - q[i];
+                        slots += (int)d;
+                        if (slots > LOOM_META_MAX_SLOTS)
+                                return false;
+                        q[i] = (int)need;
+                        raised = true;
+                        if (!inc) {
+                                t = rate_bound(mj, q, n, R);
+                                continue;
                         }
-                        slots += q[i];
+                        loom_us solo = need * (mj[i].t_roll + mj[i].t_train + mj[i].t_sync);
+                        train += d * mj[i].t_train;
+                        t = solo > t ? solo : t;
+                        t = train > t ? train : t;
+                        for (int k = 0; k < mj[i].n_nodes; k++) {
+                                int r = mj[i].nodes[k];
+                                if (r < 0 || r >= R)
+                                        continue;
+                                load[r] += d * mj[i].t_roll;
+                                t = load[r] > t ? load[r] : t;
+                        }
                 }
-                if (slots > LOOM_META_MAX_SLOTS)
-                        return false;
-                if (!raised)
-                        return true;
         }
         return true;
 }
@@ -475,7 +534,7 @@ static bool rates_final_ok(const rate_need *rn, const int *rate)
                         return false;
                 for (int k = 0; k < n; k++)
                         if (k != i && rate[k] > rate[i] && mj[k].t_train > 0 &&
-                            rate[k] > rn->cap[i] / mj[k].t_train * rate[i])
+                            (rate[k] + rate[i] - 1) / rate[i] * mj[k].t_train > rn->cap[i])
                                 return false;
         }
         loom_us lb[MAXM];
@@ -493,8 +552,10 @@ static bool rates_final_ok(const rate_need *rn, const int *rate)
  * every member whose mean T_meta / r breaks its budget, or whose longest gap passes
  * LOOM_GAP_FACTOR budgets, is raised to the rate that would meet it at this T_meta, and the
  * group is simulated again, until every member holds (feasible) or a rate would pass
- * LOOM_MAX_RATE, the slots LOOM_META_MAX_SLOTS, or a few rounds pass (SLO rejection). Rates
- * only grow: every member keeps at least its current throughput share.
+ * LOOM_MAX_RATE, the slots LOOM_META_MAX_SLOTS, or search_rounds() simulations pass (SLO
+ * rejection). A wide search (one simulation) starts at the least rates the mean and pigeonhole
+ * gap bounds allow (rates_close) instead. Rates only grow: every member keeps at least its
+ * current throughput share.
  */
 static int evaluate_multi(search *x, cand *c, loom_us tt)
 {
@@ -521,33 +582,41 @@ static int evaluate_multi(search *x, cand *c, loom_us tt)
         rate[n - 1] = lo > 1 ? (int)(lo < LOOM_MAX_RATE ? lo : LOOM_MAX_RATE) : 1;
         loom_us t_meta = 0;
         int bad = n - 1; /* until a simulation says otherwise */
-        if (!rate_floor(mj, rate, budget, n, R, &bad)) {
-                /* no rates can work: not even the bounds T_meta >= weighted cycle and load */
+        rate_need rn;
+        rate_need_init(&rn, mj, budget, n, R);
+        /* a wide search has one simulation: at the least rates the bounds allow */
+        int rounds = search_rounds(s);
+        bool floor_ok = rate_floor(mj, rate, budget, n, R, &bad);
+        if (!floor_ok || (rounds == 1 && !rates_close(&rn, rate))) {
+                /* no rates can work: not even the lower bounds on T_meta and the gaps */
                 c->rate = rate[n - 1];
                 c->t_meta = loom_meta_t_cycle_r(mj, rate, n);
                 c->reject = LOOM_REJECT_SLO;
                 if (!x->d->record_candidates)
                         return 0;
                 char lab[LOOM_JOB_ID_MAX + 8];
-                snprintf(c->why, sizeof c->why,
-                         "no rates fit: %s would need > %d iterations per "
-                         "meta-iteration, or > %d slots",
-                         bad == n - 1 ? "the new job" : job_label(g->members[bad], lab, sizeof lab),
-                         LOOM_MAX_RATE, LOOM_META_MAX_SLOTS);
+                if (floor_ok)
+                        snprintf(c->why, sizeof c->why,
+                                 "no rates fit: the bounds on T_meta and on the gaps leave none "
+                                 "within %d iterations per meta-iteration and %d slots",
+                                 LOOM_MAX_RATE, LOOM_META_MAX_SLOTS);
+                else
+                        snprintf(c->why, sizeof c->why,
+                                 "no rates fit: %s would need > %d iterations per "
+                                 "meta-iteration, or > %d slots",
+                                 bad == n - 1 ? "the new job"
+                                              : job_label(g->members[bad], lab, sizeof lab),
+                                 LOOM_MAX_RATE, LOOM_META_MAX_SLOTS);
                 return 0;
         }
-        for (int round = 0; round < META_ROUNDS; round++) {
+        for (int round = 0; round < rounds; round++) {
                 int slots = 0;
                 for (int i = 0; i < n; i++)
                         slots += rate[i];
                 if (slots > LOOM_META_MAX_SLOTS)
                         break;
-                if (x->prune && round == META_ROUNDS - 1) {
-                        rate_need rn;
-                        rate_need_init(&rn, mj, budget, n, R);
-                        if (!rates_final_ok(&rn, rate))
-                                break; /* bad >= 0, the last round's culprit: rejected */
-                }
+                if (x->prune && round == rounds - 1 && !rates_final_ok(&rn, rate))
+                        break; /* bad >= 0, the last round's culprit: rejected */
                 int rc = loom_meta_eval(mj, rate, n, R, s->policy.warm_switch, &t_meta, gaps, NULL);
                 if (rc)
                         return rc;
@@ -607,6 +676,40 @@ static int evaluate_multi(search *x, cand *c, loom_us tt)
         return 0;
 }
 
+/*
+ * Whether a rollout node of candidate c is too dense for any rates (pruning only). A member of
+ * rate r rolls out r t_roll on its nodes per meta-iteration and needs r >= T_meta / budget, so
+ * a node carries at least T_meta times its density, the sum of t_roll / budget over the members
+ * pinned to it: above 1 (the job included) no rates fit, and the rate search would fail.
+ * Checked before a rate search is set up: most of the candidates whose rates rate_floor cannot
+ * bound fail here.
+ */
+static bool node_too_dense(search *x, const cand *c)
+{
+        const group *g = c->g;
+        if (x->nd_g != g) {
+                for (int r = 0; r < g->n_rnodes; r++)
+                        x->nd[r] = 0;
+                for (int i = 0; i < g->n_members; i++) {
+                        const job *j = g->members[i];
+                        double d = (double)j->spec.t_roll / (double)j->slo_budget;
+                        for (int k = 0; k < j->n_rnodes; k++) {
+                                int li = local_index(g, j->rnodes[k]);
+                                if (li >= 0)
+                                        x->nd[li] += d;
+                        }
+                }
+                x->nd_g = g;
+        }
+        double mine = (double)x->spec->t_roll / (double)x->budget;
+        for (int k = 0; k < c->n; k++) {
+                int li = local_index(g, c->ids[k]);
+                if (li >= 0 && x->nd[li] + mine > 1.0 + 1e-9)
+                        return true;
+        }
+        return false;
+}
+
 /* Evaluate candidate c in group g (memory, SLO, cost, T_meta, utilisation). */
 static int evaluate(search *x, cand *c)
 {
@@ -642,6 +745,10 @@ static int evaluate(search *x, cand *c)
                         max_load = load;
         }
         if (multirate(x) && checks_slo(s->policy.placer)) {
+                if (x->prune && node_too_dense(x, c)) {
+                        c->reject = LOOM_REJECT_SLO; /* not recorded: pruning */
+                        return 0;
+                }
                 /* single rate first: where it is feasible it is today's answer */
                 bool plain =
                     g->n_coupled == 0 && s->policy.warm_switch == 0 && c->n == 1 && sp->t_sync == 0;
@@ -781,12 +888,16 @@ static loom_reject group_may_fit(search *x, const open_group *o, char *why, size
                  * must stay <= 1. And the job's own chain makes its mean >= its solo_in. */
                 double dens = o->density + (double)tt / (double)x->budget;
                 /* Between two trainings of any member lies another member's training: the
-                 * gap bound (one budget) needs tt_k + tt_new within both budgets. */
+                 * gap bound (one budget) needs tt_k + tt_new within both budgets. Read last:
+                 * the group itself is a cache miss the open array's copies above are not. */
                 const group *g = o->g;
+                bool other_ok =
+                    solo_in <= x->budget && dens <= 1.0 && o->t_cycle <= LOOM_MAX_RATE * x->budget;
+                if (!other_ok && !why)
+                        return LOOM_REJECT_SLO;
                 bool gap_ok = g->max_train + tt <= LOOM_GAP_FACTOR * x->budget &&
                               (LOOM_GAP_FACTOR - 1) * g->max_train + g->gap_slack >= tt;
-                if (solo_in <= x->budget && dens <= 1.0 && gap_ok &&
-                    o->t_cycle <= LOOM_MAX_RATE * x->budget)
+                if (other_ok && gap_ok)
                         return LOOM_REJECT_NONE;
                 if (why)
                         snprintf(why, n,
@@ -814,9 +925,13 @@ static loom_reject group_may_fit(search *x, const open_group *o, char *why, size
         return LOOM_REJECT_NONE;
 }
 
-/* Whether rate_floor (pruning: rates_close) leaves any rates for the job in g on new rollout
- * nodes: the least loaded placement, so when it fails every candidate in g does. */
-static bool rates_may_fit(const search *x, const group *g)
+/*
+ * Whether rate_floor (pruning: rates_close) leaves any rates for the job in g on new rollout
+ * nodes: the least loaded placement, so when it fails every candidate in g does. When pruning
+ * a wide search it also sets *scale_ok to whether rollout scaling (the job on new nodes) may
+ * work: its one simulation is at these least rates, which rates_final_ok must pass.
+ */
+static bool rates_may_fit(const search *x, const group *g, bool *scale_ok)
 {
         const loom_sched *s = x->s;
         const loom_job_spec *sp = x->spec;
@@ -833,12 +948,20 @@ static bool rates_may_fit(const search *x, const group *g)
         for (int i = 0; i < n - 1; i++)
                 budget[i] = g->members[i]->slo_budget;
         budget[n - 1] = x->budget;
+        *scale_ok = true;
         if (!x->prune)
                 return rate_floor(mj, rate, budget, n, R, &bad);
         /* what any rates must meet, on the least loaded nodes: no candidate in g does better */
         rate_need rn;
         rate_need_init(&rn, mj, budget, n, R);
-        return rates_close(&rn, rate);
+        if (!rates_close(&rn, rate))
+                return false;
+        /* evaluate_multi starts the job at the rate the group's cycle needs and raises the
+         * rates to the same least ones (any rates that meet the bounds give the job at least
+         * that rate) */
+        if (search_rounds(s) == 1)
+                *scale_ok = rates_final_ok(&rn, rate);
+        return true;
 }
 
 /* Which of a group's candidates search_group considers: all of them, or (pruning) those at
@@ -867,7 +990,10 @@ static int search_cands(search *x, const group *g, cand_pass pass)
         return 0;
 }
 
-static int search_group(search *x, const open_group *o, cand_pass pass, bool *searched)
+/* Search g's candidates of pass. *paid_next (not for CANDS_PAID): whether the paid pass has
+ * candidates in g left to consider, which it has not when no paid packing exists and rollout
+ * scaling cannot work (rates_may_fit). */
+static int search_group(search *x, const open_group *o, cand_pass pass, bool *paid_next)
 {
         const group *g = o->g;
         bool rec = x->d->record_candidates;
@@ -877,7 +1003,8 @@ static int search_group(search *x, const open_group *o, cand_pass pass, bool *se
                 return search_cands(x, g, pass);
         cand c = {.g = g, .kind = LOOM_DECISION_DIRECT_PACK};
         c.reject = group_may_fit(x, o, rec ? c.why : NULL, sizeof c.why);
-        if (c.reject == LOOM_REJECT_NONE && multirate(x) && !rates_may_fit(x, g)) {
+        bool scale_ok = true;
+        if (c.reject == LOOM_REJECT_NONE && multirate(x) && !rates_may_fit(x, g, &scale_ok)) {
                 c.reject = LOOM_REJECT_SLO;
                 if (rec)
                         snprintf(c.why, sizeof c.why,
@@ -889,7 +1016,7 @@ static int search_group(search *x, const open_group *o, cand_pass pass, bool *se
                 x->d->groups_pruned_bound++;
                 return rec ? record(x, &c) : 0;
         }
-        *searched = true;
+        *paid_next = scale_ok || g->lone || g->n_rnodes < x->k;
         return search_cands(x, g, pass);
 }
 
@@ -1102,9 +1229,9 @@ static int search_open_pruned(search *x)
         if (!passed)
                 return LOOM_ENOMEM;
         for (int i = 0; i < s->n_open && !rc; i++) {
-                bool searched = false;
-                rc = search_group(x, &s->open[i], CANDS_FREE, &searched);
-                if (searched)
+                bool paid_next = false;
+                rc = search_group(x, &s->open[i], CANDS_FREE, &paid_next);
+                if (paid_next)
                         passed[n++] = i;
         }
         /* a dearer candidate provisions at least one rollout node */
@@ -1229,8 +1356,8 @@ int loom__place(const loom_sched *s, const loom_job_spec *spec, const group *exc
         if (s->policy.placer == LOOM_PLACER_LOOM) {
                 rc = x.prune ? search_open_pruned(&x) : 0;
                 for (int i = 0; i < s->n_open && !rc && !x.prune; i++) {
-                        bool searched = false;
-                        rc = search_group(&x, &s->open[i], CANDS_ALL, &searched);
+                        bool paid_next = false;
+                        rc = search_group(&x, &s->open[i], CANDS_ALL, &paid_next);
                 }
                 if (!rc) {
                         cand iso;

@@ -139,6 +139,9 @@ int loom_policy_cfg_validate(const loom_policy_cfg *p, const loom_cluster_cfg *c
                 return loom_err_set(e, LOOM_EINVAL, "tail_keep_gpus",
                                     "tail_keep_gpus must be 1..%d (fewer than a node)",
                                     c->gpus_per_node - 1);
+        if (p->rate_search_open < 0)
+                return loom_err_set(e, LOOM_EINVAL, "rate_search_open",
+                                    "rate_search_open must be >= 0 (0: the default)");
         if ((unsigned)p->placer > LOOM_PLACER_PLEX)
                 return loom_err_set(e, LOOM_EINVAL, "placer", "unknown placer");
         if ((unsigned)p->admission > LOOM_ADMIT_P95)

@@ -124,8 +124,10 @@ static void same_decision(const loom_decision *a, const loom_decision *b, int jo
 }
 
 /* Place jobs one by one (some leave again); before each placement the pruned search and the
- * full one must choose the same. Returns how many decisions were compared. */
-static int cross_check(uint64_t seed, int jobs, loom_us warm, int max_group)
+ * full one must choose the same. rate_search_open 0 is the default (a deep rate search in
+ * clusters this small), 1 makes every search with two open groups or more a wide one. Returns
+ * how many decisions were compared. */
+static int cross_check(uint64_t seed, int jobs, loom_us warm, int max_group, int rate_search_open)
 {
         loom_cluster_cfg cl;
         loom_policy_cfg po;
@@ -134,6 +136,7 @@ static int cross_check(uint64_t seed, int jobs, loom_us warm, int max_group)
         cr_assert(po.multirate, "multi-rate is the default");
         po.warm_switch = warm;
         po.max_group_size = max_group;
+        po.rate_search_open = rate_search_open;
         loom_sched *s = loom_sched_new(&cl, &po, NULL);
         cr_assert_not_null(s);
         rng_state = seed;
@@ -168,8 +171,33 @@ static int cross_check(uint64_t seed, int jobs, loom_us warm, int max_group)
 
 Test(place_prune, pruned_search_decides_as_the_full_search, .timeout = 60)
 {
-        int n = cross_check(0x51a7e5ull, 400, 0, 5);
-        n += cross_check(0xc0ffeeull, 300, 0, 8);
-        n += cross_check(0xbadcafeull, 200, loom_us_from_s(5), 5);
+        int n = cross_check(0x51a7e5ull, 400, 0, 5, 0);
+        n += cross_check(0xc0ffeeull, 300, 0, 8, 0);
+        n += cross_check(0xbadcafeull, 200, loom_us_from_s(5), 5, 0);
         cr_assert_eq(n, 900);
+}
+
+/* The same in wide searches (one simulation per candidate), as a cluster with many open groups
+ * runs them: the rollout-density bound and the pre-simulation gap bounds skip only candidates
+ * the single simulation would reject. */
+Test(place_prune, pruned_wide_search_decides_as_the_full_wide_search, .timeout = 60)
+{
+        int n = cross_check(0x51a7e5ull, 400, 0, 5, 1);
+        n += cross_check(0xc0ffeeull, 300, 0, 8, 1);
+        n += cross_check(0xbadcafeull, 200, loom_us_from_s(5), 5, 1);
+        cr_assert_eq(n, 900);
+}
+
+Test(place_prune, rate_search_open_is_validated)
+{
+        loom_cluster_cfg cl;
+        loom_policy_cfg po;
+        loom_cluster_cfg_default(&cl);
+        loom_policy_cfg_default(&po);
+        po.rate_search_open = -1;
+        loom_err e;
+        cr_assert_eq(loom_policy_cfg_validate(&po, &cl, &e), LOOM_EINVAL);
+        cr_assert_str_eq(e.field, "rate_search_open");
+        po.rate_search_open = 0;
+        cr_assert_eq(loom_policy_cfg_validate(&po, &cl, &e), 0);
 }
