@@ -112,8 +112,9 @@ double loom_quantile_ucb(const double *top, int m, int64_t n, double q, double c
  * demanding the stored outcomes bit for bit (docs/operations.md, "store versioning"). Version 2:
  * multi-rate groups, the tighter-packing tie-break and the quantile bound of learned profiles.
  * Version 3: lone members colocated on their training nodes. Version 4: learned profiles
- * bounded by a normal tolerance bound (policy.learn_bound). */
-#define LOOM_SCHED_ARITH 4
+ * bounded by a normal tolerance bound (policy.learn_bound). Version 5: one-simulation rate
+ * searches past policy.rate_search_open open groups. */
+#define LOOM_SCHED_ARITH 5
 
 typedef struct loom_policy_cfg {
         int max_group_size;              /* default 5, at most LOOM_MAX_GROUP_SIZE */
