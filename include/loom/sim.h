@@ -283,11 +283,12 @@ int loom_sim_run(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_pol
 
 /* ---- where the cost goes (decompose.c, `loom sim --decompose`) ------------------------------ */
 
-#define LOOM_SIM_RUNGS 7
+#define LOOM_SIM_RUNGS 8
 
 /* One rung of the ladder from the fluid lower bound to loom; each adds one constraint. */
 typedef struct loom_sim_rung {
-        const char *name;  /* fluid, nodes, memory, optimal, regroup, online, multirate (static) */
+        const char *name;  /* fluid, nodes, memory, informed, optimal, regroup, online, multirate
+                              (static) */
         const char *adds;  /* the constraint it adds (static) */
         bool measured;     /* false: not run (multirate until the policy has it) */
         double total_cost; /* $ */

@@ -10,8 +10,11 @@
  *               every instant.
  *   memory    + host-memory residency: at every instant also enough nodes to hold the active
  *               jobs' working sets (rollout and training) in host memory.
- *   optimal   + SLOs and phase dependencies in real groups, regrouped optimally and for free at
- *               every arrival and departure (the oracle; not measured where it gives up).
+ *   informed  + SLOs and phase dependencies in real groups, regrouped optimally and for free at
+ *               every arrival and departure (the oracle; not measured where it gives up), each
+ *               job planned on its realised p99 phase times: what perfect knowledge of the
+ *               profiles learned admission estimates would allow.
+ *   optimal   + planning on the declared worst-case times instead (the same oracle).
  *   regroup   + regrouping by a heuristic, hourly, migrations paid: every active job
  *               re-placed each regroup_period_h (the policy `regroup`).
  *   online    + online arrival order: loom as configured, each job placed once on arrival.
@@ -19,7 +22,7 @@
  *
  * Only `fluid` is a bound. `nodes` and `memory` spread work at the slowest rate the SLOs allow,
  * which is where node rounding and residency cost least but is not a proof that no schedule
- * does better; `optimal`, `regroup` and `online` are simulated schedules (the oracle with
+ * does better; `informed`, `optimal`, `regroup` and `online` are simulated schedules (the oracle with
  * fluid progress, the others with migrations and restarts), so a rung may cost less than the
  * one below it, and the ladder says so.
  */
@@ -133,6 +136,53 @@ static int from_run(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_
         return 0;
 }
 
+static int cmp_float(const void *a, const void *b)
+{
+        float x = *(const float *)a, y = *(const float *)b;
+        return (x > y) - (x < y);
+}
+
+/* The q-quantile (nearest rank) of v[0..n), sorted in tmp. */
+static double quantile(const float *v, int64_t n, double q, float *tmp)
+{
+        memcpy(tmp, v, sizeof(float) * (size_t)n);
+        qsort(tmp, (size_t)n, sizeof(float), cmp_float);
+        int64_t k = (int64_t)ceil(q * (double)n) - 1;
+        return tmp[k < 0 ? 0 : k >= n ? n - 1 : k];
+}
+
+/* w with every job's profile replaced by its realised q-quantile phase times (SLO budgets
+ * follow: slo x the new solo time). Shares w's realisation arrays; free only out->jobs. */
+static int realised_profiles(const loom_sim_workload *w, double q, loom_sim_workload *out)
+{
+        *out = *w;
+        out->draws = NULL;
+        out->jobs = malloc(sizeof *out->jobs * (size_t)(w->n ? w->n : 1));
+        int64_t most = 1;
+        for (int i = 0; i < w->n; i++)
+                if (w->jobs[i].spec.iterations > most)
+                        most = w->jobs[i].spec.iterations;
+        float *tmp = malloc(sizeof(float) * (size_t)most);
+        if (!out->jobs || !tmp) {
+                free(out->jobs);
+                free(tmp);
+                return LOOM_ENOMEM;
+        }
+        for (int i = 0; i < w->n; i++) {
+                loom_sim_job *j = &out->jobs[i];
+                *j = w->jobs[i];
+                int64_t n = j->spec.iterations;
+                if (n < 1)
+                        continue;
+                loom_us roll = sim_phase_us(j->spec.t_roll, (float)quantile(j->roll, n, q, tmp));
+                loom_us train = sim_phase_us(j->spec.t_train, (float)quantile(j->train, n, q, tmp));
+                j->spec.t_roll = roll > 0 ? roll : 1;
+                j->spec.t_train = train > 0 ? train : 1;
+        }
+        free(tmp);
+        return 0;
+}
+
 int loom_sim_decompose(const loom_sim_cfg *cfg, const loom_sim_workload *w,
                        loom_sim_rung out[LOOM_SIM_RUNGS], loom_err *e)
 {
@@ -151,25 +201,34 @@ int loom_sim_decompose(const loom_sim_cfg *cfg, const loom_sim_workload *w,
                 return rc;
         set(&out[1], "nodes", "+ whole nodes", nodes[0], h);
         set(&out[2], "memory", "+ host-memory residency", nodes[1], h);
-        out[3].name = "optimal";
-        out[3].adds = "+ SLOs and phases in groups, optimal free regrouping";
-        if ((rc = from_run(&c, w, LOOM_SIM_ORACLE, &out[3], h, e)))
+        loom_sim_workload known;
+        if ((rc = realised_profiles(w, 0.99, &known)))
+                return loom_err_set(e, rc, "", "out of memory");
+        out[3].name = "informed";
+        out[3].adds = "+ SLOs and phases, optimal regrouping, p99 known";
+        rc = from_run(&c, &known, LOOM_SIM_ORACLE, &out[3], h, e);
+        free(known.jobs);
+        if (rc)
+                return rc;
+        out[4].name = "optimal";
+        out[4].adds = "+ planning on declared worst-case times";
+        if ((rc = from_run(&c, w, LOOM_SIM_ORACLE, &out[4], h, e)))
                 return rc;
         /* regroup and online are loom's single-rate placement (WEAVE's groups); the last rung
          * lets members run at rates > 1, so the ladder shows what multi-rate groups add */
         c.policy.multirate = false;
-        out[4].name = "regroup";
-        out[4].adds = "+ heuristic hourly regrouping, migrations paid";
-        if ((rc = from_run(&c, w, LOOM_SIM_REGROUP, &out[4], h, e)))
+        out[5].name = "regroup";
+        out[5].adds = "+ heuristic hourly regrouping, migrations paid";
+        if ((rc = from_run(&c, w, LOOM_SIM_REGROUP, &out[5], h, e)))
                 return rc;
-        out[5].name = "online";
-        out[5].adds = "+ online arrival order (loom, single-rate)";
-        if ((rc = from_run(&c, w, LOOM_SIM_LOOM, &out[5], h, e)))
+        out[6].name = "online";
+        out[6].adds = "+ online arrival order (loom, single-rate)";
+        if ((rc = from_run(&c, w, LOOM_SIM_LOOM, &out[6], h, e)))
                 return rc;
         c.policy.multirate = true;
-        out[6].name = "multirate";
-        out[6].adds = "+ multi-rate groups (loom, policy.multirate)";
-        if ((rc = from_run(&c, w, LOOM_SIM_LOOM, &out[6], h, e)))
+        out[7].name = "multirate";
+        out[7].adds = "+ multi-rate groups (loom, policy.multirate)";
+        if ((rc = from_run(&c, w, LOOM_SIM_LOOM, &out[7], h, e)))
                 return rc;
         return 0;
 }

@@ -572,16 +572,20 @@ Test(sim_decompose, rungs_are_the_bound_the_node_rounding_and_the_runs)
         cr_assert_float_eq(r[0].total_cost, lb.total_cost, 1e-6);
         cr_assert_gt(r[1].total_cost, r[0].total_cost, "whole nodes round the fluid rates up");
         cr_assert_geq(r[2].total_cost, r[1].total_cost);
-        cr_assert_float_eq(r[3].total_cost, opt.total_cost, 1e-6);
-        cr_assert_float_eq(r[4].total_cost, rg.total_cost, 1e-6);
-        cr_assert_float_eq(r[5].total_cost, loom.total_cost, 1e-6);
-        cr_assert_float_eq(r[5].slo_attainment, loom.slo_attainment, 1e-12);
-        cr_assert_leq(r[3].total_cost, r[5].total_cost * (1 + 1e-9), "the optimum is below loom");
-        cr_assert(r[6].measured);
-        cr_assert_float_eq(r[6].total_cost, multi.total_cost, 1e-6,
+        cr_assert(r[3].measured, "%s", r[3].note);
+        cr_assert_str_eq(r[3].name, "informed");
+        cr_assert_lt(r[3].total_cost, r[4].total_cost,
+                     "knowing the realised times, the optimum provisions less");
+        cr_assert_float_eq(r[4].total_cost, opt.total_cost, 1e-6);
+        cr_assert_float_eq(r[5].total_cost, rg.total_cost, 1e-6);
+        cr_assert_float_eq(r[6].total_cost, loom.total_cost, 1e-6);
+        cr_assert_float_eq(r[6].slo_attainment, loom.slo_attainment, 1e-12);
+        cr_assert_leq(r[4].total_cost, r[6].total_cost * (1 + 1e-9), "the optimum is below loom");
+        cr_assert(r[7].measured);
+        cr_assert_float_eq(r[7].total_cost, multi.total_cost, 1e-6,
                            "the last rung is multi-rate loom");
-        cr_assert_float_eq(r[6].lone_rollout_cost, multi.lone_rollout_cost, 1e-6);
-        cr_assert_float_eq(r[5].lone_rollout_cost, loom.lone_rollout_cost, 1e-6);
+        cr_assert_float_eq(r[7].lone_rollout_cost, multi.lone_rollout_cost, 1e-6);
+        cr_assert_float_eq(r[6].lone_rollout_cost, loom.lone_rollout_cost, 1e-6);
         double roll_price = loom_cluster_node_price(&c.cluster, LOOM_POOL_ROLLOUT);
         double roll_spend =
             multi.prov_gpu_h[LOOM_POOL_ROLLOUT] / c.cluster.gpus_per_node * roll_price;
@@ -598,14 +602,31 @@ Test(sim_decompose, rungs_are_the_bound_the_node_rounding_and_the_runs)
         cr_assert_float_eq(by_group, multi.total_cost, 1e-6 * multi.total_cost);
         cr_assert_eq(multi.group_cost[0][0], 0, "lone members provision no rollout nodes");
         cr_assert_float_eq(lone_slo, multi.group_cost[0][1], 1e-6 * multi.total_cost + 1e-9);
-        cr_assert_float_eq(r[6].group_cost[2][1], multi.group_cost[2][1], 1e-6);
-        cr_assert_float_eq(r[6].lone_cost_by_slo[0], multi.lone_cost_by_slo[0], 1e-6);
+        cr_assert_float_eq(r[7].group_cost[2][1], multi.group_cost[2][1], 1e-6);
+        cr_assert_float_eq(r[7].lone_cost_by_slo[0], multi.lone_cost_by_slo[0], 1e-6);
         cr_assert_eq(lb.group_cost[0][1] + lb.group_cost[1][1], 0, "only loom's groups");
         loom_sim_result_free(&multi);
         loom_sim_result_free(&lb);
         loom_sim_result_free(&opt);
         loom_sim_result_free(&loom);
         loom_sim_result_free(&rg);
+        loom_sim_workload_free(&w);
+}
+
+/* Every response at its token limit: the realised times are the declared worst cases, and the
+ * informed optimum is the worst-case one exactly. */
+Test(sim_decompose, informed_is_the_optimum_when_realised_times_are_the_worst_case)
+{
+        loom_sim_cfg c;
+        loom_sim_cfg_default(&c);
+        loom_sim_workload w;
+        poisson(&w, 3, 12, 2, 3, true, LOOM_SIM_MIXED);
+        loom_sim_rung r[LOOM_SIM_RUNGS];
+        loom_err e;
+        loom_err_clear(&e);
+        cr_assert_eq(loom_sim_decompose(&c, &w, r, &e), 0, "%s", e.msg);
+        cr_assert(r[3].measured && r[4].measured, "%s %s", r[3].note, r[4].note);
+        cr_assert_float_eq(r[3].total_cost, r[4].total_cost, 1e-6 * r[4].total_cost);
         loom_sim_workload_free(&w);
 }
 
