@@ -22,8 +22,8 @@
  *
  * Only `fluid` is a bound. `nodes` and `memory` spread work at the slowest rate the SLOs allow,
  * which is where node rounding and residency cost least but is not a proof that no schedule
- * does better; `informed`, `optimal`, `regroup` and `online` are simulated schedules (the oracle with
- * fluid progress, the others with migrations and restarts), so a rung may cost less than the
+ * does better; `informed`, `optimal`, `regroup` and `online` are simulated schedules (the oracle
+ * with fluid progress, the others with migrations and restarts), so a rung may cost less than the
  * one below it, and the ladder says so.
  */
 #include <math.h>

@@ -101,9 +101,9 @@ static void add_group_cost(json_t *o, const loom_sim_result *x)
                         continue;
                 char key[16];
                 snprintf(key, sizeof key, k ? "%d" : "lone", k);
-                json_object_set_new(g, key,
-                                    json_pack("[o,o]", real(x->group_cost[k][0], 2),
-                                              real(x->group_cost[k][1], 2)));
+                json_object_set_new(
+                    g, key,
+                    json_pack("[o,o]", real(x->group_cost[k][0], 2), real(x->group_cost[k][1], 2)));
         }
         if (!json_object_size(g)) {
                 json_decref(g);

@@ -550,16 +550,23 @@ Test(sim_switch, warm_switch_hides_in_idle_time_and_first_phase_waits_for_the_lo
 
 /* Its first rung is the lb policy's cost, whole nodes and memory residency can only add to the
  * fluid schedule, and its schedule rungs are the regroup and loom runs of the same workload. */
+/* The ladder of a Poisson workload (built into w) under the default configuration c. */
+static void decompose(loom_sim_cfg *c, loom_sim_workload *w, int jobs, double dur_h, bool det,
+                      loom_sim_rung *r)
+{
+        loom_sim_cfg_default(c);
+        poisson(w, 3, jobs, 2, dur_h, det, LOOM_SIM_MIXED);
+        loom_err e;
+        loom_err_clear(&e);
+        cr_assert_eq(loom_sim_decompose(c, w, r, &e), 0, "%s", e.msg);
+}
+
 Test(sim_decompose, rungs_are_the_bound_the_node_rounding_and_the_runs)
 {
         loom_sim_cfg c;
-        loom_sim_cfg_default(&c);
         loom_sim_workload w;
-        poisson(&w, 3, 20, 2, 4, false, LOOM_SIM_MIXED);
         loom_sim_rung r[LOOM_SIM_RUNGS];
-        loom_err e;
-        loom_err_clear(&e);
-        cr_assert_eq(loom_sim_decompose(&c, &w, r, &e), 0, "%s", e.msg);
+        decompose(&c, &w, 20, 4, false, r);
         loom_sim_result lb, opt, loom, rg, multi;
         c.policy.multirate = true;
         run(&c, &w, LOOM_SIM_LOOM, &multi);
@@ -618,13 +625,9 @@ Test(sim_decompose, rungs_are_the_bound_the_node_rounding_and_the_runs)
 Test(sim_decompose, informed_is_the_optimum_when_realised_times_are_the_worst_case)
 {
         loom_sim_cfg c;
-        loom_sim_cfg_default(&c);
         loom_sim_workload w;
-        poisson(&w, 3, 12, 2, 3, true, LOOM_SIM_MIXED);
         loom_sim_rung r[LOOM_SIM_RUNGS];
-        loom_err e;
-        loom_err_clear(&e);
-        cr_assert_eq(loom_sim_decompose(&c, &w, r, &e), 0, "%s", e.msg);
+        decompose(&c, &w, 12, 3, true, r);
         cr_assert(r[3].measured && r[4].measured, "%s %s", r[3].note, r[4].note);
         cr_assert_float_eq(r[3].total_cost, r[4].total_cost, 1e-6 * r[4].total_cost);
         loom_sim_workload_free(&w);
@@ -653,8 +656,8 @@ Test(sim_decompose, a_lone_job_pays_all_of_its_rollout_nodes_as_lone)
         cr_assert_float_eq(r.group_cost[0][1], r.total_cost, 1e-6 * r.total_cost);
         int b = (int)((w.jobs[0].spec.slo - 1.0) / 0.25);
         b = b < 0 ? 0 : b > 3 ? 3 : b;
-        cr_assert_float_eq(r.lone_cost_by_slo[b], r.total_cost, 1e-6 * r.total_cost,
-                           "SLO %.2f", w.jobs[0].spec.slo);
+        cr_assert_float_eq(r.lone_cost_by_slo[b], r.total_cost, 1e-6 * r.total_cost, "SLO %.2f",
+                           w.jobs[0].spec.slo);
         loom_sim_result_free(&r);
         loom_sim_workload_free(&w);
 }
