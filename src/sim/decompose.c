@@ -12,8 +12,8 @@
  *               jobs' working sets (rollout and training) in host memory.
  *   informed  + SLOs and phase dependencies in real groups, regrouped optimally and for free at
  *               every arrival and departure (the oracle; not measured where it gives up), each
- *               job planned on its realised p99 phase times: what perfect knowledge of the
- *               profiles learned admission estimates would allow.
+ *               job planned on its realised p99 phase times and held to its realised mean solo
+ *               iteration: learned admission's plan, known from the start.
  *   optimal   + planning on the declared worst-case times instead (the same oracle).
  *   regroup   + regrouping by a heuristic, hourly, migrations paid: every active job
  *               re-placed each regroup_period_h (the policy `regroup`).
@@ -151,8 +151,9 @@ static double quantile(const float *v, int64_t n, double q, float *tmp)
         return tmp[k < 0 ? 0 : k >= n ? n - 1 : k];
 }
 
-/* w with every job's profile replaced by its realised q-quantile phase times (SLO budgets
- * follow: slo x the new solo time). Shares w's realisation arrays; free only out->jobs. */
+/* w with every job's profile replaced by its realised q-quantile phase times, its SLO held to
+ * its realised mean solo iteration (t_solo_ref), as learned admission plans a job. Shares w's
+ * realisation arrays; free only out->jobs. */
 static int realised_profiles(const loom_sim_workload *w, double q, loom_sim_workload *out)
 {
         *out = *w;
@@ -176,6 +177,11 @@ static int realised_profiles(const loom_sim_workload *w, double q, loom_sim_work
                         continue;
                 loom_us roll = sim_phase_us(j->spec.t_roll, (float)quantile(j->roll, n, q, tmp));
                 loom_us train = sim_phase_us(j->spec.t_train, (float)quantile(j->train, n, q, tmp));
+                loom_us solo = 0;
+                for (int64_t it = 0; it < n; it++)
+                        solo += sim_phase_us(j->spec.t_roll, j->roll[it]) +
+                                sim_phase_us(j->spec.t_train, j->train[it]) + j->spec.t_sync;
+                j->spec.t_solo_ref = solo / n;
                 j->spec.t_roll = roll > 0 ? roll : 1;
                 j->spec.t_train = train > 0 ? train : 1;
         }

@@ -5,8 +5,10 @@
  * partitions of the active jobs into groups of at most max_group_size, with every group's
  * training pool size and every pinning of members to rollout nodes, one of minimum total $/h
  * that keeps host-memory residency and every member's SLO (T_meta <= SLO x T_solo, T_meta from
- * loom_meta_period on worst-case times, as admission does). Ties go to the smaller sum of
- * slowdowns. Regrouping is free and instantaneous: the oracle is a benchmark, not a policy.
+ * loom_meta_period on the jobs' specs, worst-case times as admission plans them; the budget is
+ * loom_job_budget, so a spec with t_solo_ref is held to it, and a job alone always meets it, as
+ * learned admission takes it). Ties go to the smaller sum of slowdowns. Regrouping is free and
+ * instantaneous: the oracle is a benchmark, not a policy.
  *
  * Jobs progress as a fluid: a job whose group has period T_meta advances through its realised
  * solo run time at T_solo / T_meta of real time, so it leaves after its realised solo time
@@ -129,7 +131,7 @@ static void evaluate(gsearch *g)
                 return;
         double sum = 0, slow[MAXG];
         for (int i = 0; i < g->k->n; i++) {
-                if (t_meta > g->budget[i])
+                if (t_meta > g->budget[i] && g->k->n > 1) /* alone, a job is its own solo */
                         return;
                 slow[i] = (double)t_meta / (double)loom_job_t_solo(&w->jobs[g->k->m[i]].spec);
                 sum += slow[i];
@@ -189,7 +191,7 @@ static void group_eval(oracle *o, const gkey *k, gval *out)
                 kmax = g.knodes[i] > kmax ? g.knodes[i] : kmax;
                 ksum += g.knodes[i];
                 tsum += s->train_gpus / node;
-                g.budget[i] = (loom_us)((double)loom_job_t_solo(s) * s->slo);
+                g.budget[i] = loom_job_budget(s);
                 if (g.budget[i] < min_budget)
                         min_budget = g.budget[i];
         }
@@ -227,7 +229,8 @@ static void group_eval(oracle *o, const gkey *k, gval *out)
                         sum_roll += s->t_roll * g.knodes[i];
                         tmem += loom_group_train_mem(s->mem_train, s->train_gpus, g.P);
                 }
-                if (sum_train > min_budget || sum_roll > (loom_us)g.R * min_budget ||
+                if ((k->n > 1 &&
+                     (sum_train > min_budget || sum_roll > (loom_us)g.R * min_budget)) ||
                     tmem > c->cluster.host_mem_bytes)
                         continue;
                 uint64_t load_mem[MAXG * LOOM_MAX_JOB_NODES] = {0};

@@ -245,6 +245,24 @@ Test(sim_bounds, oracle_gives_up_beyond_its_limit)
         loom_sim_workload_free(&w);
 }
 
+/* Held to a solo time below its own (a learned budget under noise), a job alone still runs:
+ * alone it is its own solo, as learned admission takes it; grouped it must meet the budget. */
+Test(sim_bounds, oracle_keeps_a_job_alone_whatever_its_budget)
+{
+        loom_sim_cfg c;
+        loom_sim_cfg_default(&c);
+        loom_sim_workload w;
+        poisson(&w, 5, 4, 60, 2, true, LOOM_SIM_MIXED);
+        for (int i = 0; i < w.n; i++) /* no group of two can meet half a solo iteration */
+                w.jobs[i].spec.t_solo_ref = loom_job_t_solo(&w.jobs[i].spec) / 2;
+        loom_sim_result r;
+        run(&c, &w, LOOM_SIM_ORACLE, &r);
+        cr_assert(r.ran, "%s", r.note);
+        cr_assert_float_eq(r.slowdown_p99, 1.0, 1e-9, "every job alone");
+        loom_sim_result_free(&r);
+        loom_sim_workload_free(&w);
+}
+
 /* ---- a micro-benchmark, phase by phase ----------------------------------------------------- */
 
 static void job(loom_job_spec *s, const char *id, double roll, double train, double sync, int iters)
