@@ -151,9 +151,16 @@ typedef struct loom_policy_cfg {
         bool move_lone;
         /* Multi-rate placement with more open groups than this runs one simulation per
          * candidate's rate search instead of up to six (docs/scheduling.md, Cost of a
-         * decision). 0: the default, 512. */
+         * decision). 0: the default, LOOM_RATE_SEARCH_OPEN. */
         int rate_search_open;
 } loom_policy_cfg;
+
+#define LOOM_RATE_SEARCH_OPEN 512
+/* The open groups past which rate searches are wide: rate_search_open, or its default. */
+static inline int loom_policy_rate_search_open(const loom_policy_cfg *p)
+{
+        return p->rate_search_open > 0 ? p->rate_search_open : LOOM_RATE_SEARCH_OPEN;
+}
 
 void loom_policy_cfg_default(loom_policy_cfg *p);
 int loom_policy_cfg_validate(const loom_policy_cfg *p, const loom_cluster_cfg *c, loom_err *e);

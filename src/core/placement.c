@@ -291,18 +291,17 @@ static double cand_cost(const search *x, const cand *c)
 /*
  * Simulations of one candidate's rate search at most (evaluate_multi): META_ROUNDS in a deep
  * search, one in a wide search, which a cluster with more than policy.rate_search_open open
- * groups (default RATE_SEARCH_OPEN) runs so that a decision costs one simulation per candidate
+ * groups (default LOOM_RATE_SEARCH_OPEN) runs so that a decision costs one simulation per candidate
  * at most. Most searches that succeed do so at their first simulation, and most that take
  * several end rejected; a wide search starts at the least rates the bounds allow, where a deep
  * one climbs to them round by round (docs/scheduling.md, Cost of a decision, has what a wide
  * search changes).
  */
-enum { META_ROUNDS = 6, RATE_SEARCH_OPEN = 512 };
+enum { META_ROUNDS = 6 };
 
 static int search_rounds(const loom_sched *s)
 {
-        int open = s->policy.rate_search_open > 0 ? s->policy.rate_search_open : RATE_SEARCH_OPEN;
-        return s->n_open > open ? 1 : META_ROUNDS;
+        return s->n_open > loom_policy_rate_search_open(&s->policy) ? 1 : META_ROUNDS;
 }
 
 static loom_us div_up(loom_us a, loom_us b)

@@ -129,6 +129,12 @@ static int settle_cluster(loom_server *s, loom_err *e)
         /* Colocated lone members change what a new group provisions and what joining costs. */
         if (p->colocate_lone && p->placer == LOOM_PLACER_LOOM)
                 snprintf(base + strlen(base), sizeof base - strlen(base), " colocate_lone=on");
+        /* Where wide rate searches begin changes multi-rate placements past it; the default
+         * (0 or LOOM_RATE_SEARCH_OPEN) adds nothing, as stores before the setting had it. */
+        int wide = loom_policy_rate_search_open(p);
+        if (wide != LOOM_RATE_SEARCH_OPEN && p->multirate && p->placer == LOOM_PLACER_LOOM)
+                snprintf(base + strlen(base), sizeof base - strlen(base), " rate_search_open=%d",
+                         wide);
         snprintf(pol, sizeof pol, "%s%s%s", base, adm, plx);
         snprintf(legacy, sizeof legacy, "%s%s", base, adm); /* a plex store before plx */
         snprintf(worst, sizeof worst, "%s%s", base, plx);

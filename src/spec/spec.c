@@ -304,17 +304,29 @@ int loom_cluster_cfg_from_json(json_t *obj, const char *where, const char *text,
 int loom_policy_cfg_from_json(json_t *obj, const char *where, const char *text, size_t len,
                               const loom_cluster_cfg *cl, loom_policy_cfg *out, loom_err *e)
 {
-        static const char *const known[] = {"max_group_size", "train_scaling_efficiency",
-                                            "warm_switch_s",  "tail_migration",
-                                            "tail_threshold", "tail_keep_gpus",
-                                            "placer",         "seed",
-                                            "dispatch",       "preempt_margin",
-                                            "plex_alpha",     "plex_w1",
-                                            "plex_w2",        "plex_duty_max",
-                                            "admission",      "learn_after",
-                                            "multirate",      "train_rightsize",
-                                            "colocate_lone",  "learn_bound",
-                                            "move_lone",      NULL};
+        static const char *const known[] = {"max_group_size",
+                                            "train_scaling_efficiency",
+                                            "warm_switch_s",
+                                            "tail_migration",
+                                            "tail_threshold",
+                                            "tail_keep_gpus",
+                                            "placer",
+                                            "seed",
+                                            "dispatch",
+                                            "preempt_margin",
+                                            "plex_alpha",
+                                            "plex_w1",
+                                            "plex_w2",
+                                            "plex_duty_max",
+                                            "admission",
+                                            "learn_after",
+                                            "multirate",
+                                            "train_rightsize",
+                                            "colocate_lone",
+                                            "learn_bound",
+                                            "move_lone",
+                                            "rate_search_open",
+                                            NULL};
         dctx c = {where ? where : "", text, len, e};
         if (!json_is_object(obj))
                 return fail(&c, "", "the policy must be a JSON object");
@@ -343,6 +355,10 @@ int loom_policy_cfg_from_json(json_t *obj, const char *where, const char *text, 
         if (lb &&
             loom_learn_bound_parse(json_is_string(lb) ? json_string_value(lb) : "", &p.learn_bound))
                 return fail(&c, "learn_bound", "must be \"normal\" or \"order\"");
+        if ((rc = get_int(&c, obj, "rate_search_open", false, 0, 1000000000, &v)) < 0)
+                return rc;
+        if (rc == 0)
+                p.rate_search_open = (int)v;
         if ((rc = get_number(&c, obj, "tail_threshold", false, &p.tail_threshold)) < 0)
                 return rc;
         if ((rc = get_int(&c, obj, "tail_keep_gpus", false, 1, 64, &v)) < 0)

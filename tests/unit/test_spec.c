@@ -146,6 +146,23 @@ Test(spec, train_rightsize_is_a_policy_bool)
         cr_assert_eq(e.col, 30, "col %d", e.col);
 }
 
+/* Where wide rate searches begin: the default, a value, and an error naming the field. */
+Test(spec, rate_search_open_in_the_policy)
+{
+        loom_scenario sc;
+        loom_err e;
+        cr_assert_eq(parse("{\"jobs\":[]}", &sc, &e), 0, "%s", e.msg);
+        cr_assert_eq(loom_policy_rate_search_open(&sc.policy), LOOM_RATE_SEARCH_OPEN);
+        loom_scenario_free(&sc);
+        cr_assert_eq(parse("{\"policy\":{\"rate_search_open\":2000},\"jobs\":[]}", &sc, &e), 0,
+                     "%s", e.msg);
+        cr_assert_eq(loom_policy_rate_search_open(&sc.policy), 2000);
+        loom_scenario_free(&sc);
+        cr_assert_eq(parse("{\"policy\":{\"rate_search_open\":-1},\"jobs\":[]}", &sc, &e),
+                     LOOM_EINVAL);
+        cr_assert_str_eq(e.field, "policy.rate_search_open", "%s", e.msg);
+}
+
 /* The learned-admission switches: defaults, values, and errors naming the field. */
 Test(spec, learn_bound_and_move_lone_in_the_policy)
 {
