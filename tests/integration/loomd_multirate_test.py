@@ -7,8 +7,9 @@
   S trains exactly r times (r training and r rollout permits per meta-iteration);
 - loomd is killed with SIGKILL and started again: both jobs keep their group and rates, and the
   permits go on in the same pattern;
-- the data dir is refused by a loomd started with multirate off, or with train_rightsize on
-  (the policy fingerprint covers both).
+- the data dir is refused by a loomd started with multirate off, with train_rightsize on, or
+  with another rate_search_open (the policy fingerprint covers them), and taken by one started
+  with rate_search_open at its default written out.
 The workers release at once: the order, not the phase lengths, is what is checked.
 """
 
@@ -38,6 +39,12 @@ try:
     rightsize = os.path.join(tmp, "rightsize.json")
     with open(rightsize, "w") as f:
         f.write('{"cluster": {}, "policy": {"train_rightsize": true}}\n')
+    wide = os.path.join(tmp, "wide.json")
+    with open(wide, "w") as f:
+        f.write('{"cluster": {}, "policy": {"rate_search_open": 8}}\n')
+    same = os.path.join(tmp, "same.json")
+    with open(same, "w") as f:
+        f.write('{"cluster": {}, "policy": {"rate_search_open": 512}}\n')
 except BaseException:
     shutil.rmtree(tmp, True)
     raise
@@ -118,4 +125,12 @@ p = subprocess.run([loomd, "--data-dir", d.dir, "--cluster", rightsize, "--quiet
                    capture_output=True, text=True, timeout=30)
 check(p.returncode == 1 and "another policy" in p.stderr,
       f"train_rightsize on refuses a data dir written with it off ({p.stderr.strip()[:120]})")
+p = subprocess.run([loomd, "--data-dir", d.dir, "--cluster", wide, "--quiet"],
+                   capture_output=True, text=True, timeout=30)
+check(p.returncode == 1 and "another policy" in p.stderr,
+      f"another rate_search_open refuses the data dir ({p.stderr.strip()[:120]})")
+d2 = Loomd(build, "--cluster", same, "--quiet", data_dir=d.dir).start()
+check(d2.req("GET", "/v1/cluster")[1]["policy"]["rate_search_open"] == 512,
+      "the default written out (512) is the same policy, and /v1/cluster shows it")
+d2.stop()
 shutil.rmtree(tmp, True)
