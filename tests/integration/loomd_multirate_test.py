@@ -25,26 +25,26 @@ from loomd_harness import Loomd, check, job_spec  # noqa: E402
 build, source = sys.argv[1], sys.argv[2]
 loomd = os.path.join(build, "loomd")
 tmp = tempfile.mkdtemp(prefix="loomd-multirate-")
+
+
+def policy_file(name, policy):
+    """A cluster file with the default cluster and this policy (JSON text)."""
+    path = os.path.join(tmp, name)
+    with open(path, "w") as f:
+        f.write('{"cluster": {},\n "policy": %s}\n' % policy)
+    return path
+
+
 try:
-    bad = os.path.join(tmp, "policy.json")
-    with open(bad, "w") as f:
-        f.write('{"cluster": {},\n "policy": {"multirate": "yes"}}\n')
+    bad = policy_file("policy.json", '{"multirate": "yes"}')
     p = subprocess.run([loomd, "--data-dir", tmp, "--cluster", bad], capture_output=True,
                        text=True)
     check(p.returncode == 1 and "policy.multirate" in p.stderr and ":2:" in p.stderr,
           f"a bad policy.multirate names the field and line ({p.stderr.strip()})")
-    off = os.path.join(tmp, "off.json")
-    with open(off, "w") as f:
-        f.write('{"cluster": {}, "policy": {"multirate": false}}\n')
-    rightsize = os.path.join(tmp, "rightsize.json")
-    with open(rightsize, "w") as f:
-        f.write('{"cluster": {}, "policy": {"train_rightsize": true}}\n')
-    wide = os.path.join(tmp, "wide.json")
-    with open(wide, "w") as f:
-        f.write('{"cluster": {}, "policy": {"rate_search_open": 8}}\n')
-    same = os.path.join(tmp, "same.json")
-    with open(same, "w") as f:
-        f.write('{"cluster": {}, "policy": {"rate_search_open": 512}}\n')
+    off = policy_file("off.json", '{"multirate": false}')
+    rightsize = policy_file("rightsize.json", '{"train_rightsize": true}')
+    wide = policy_file("wide.json", '{"rate_search_open": 8}')
+    same = policy_file("same.json", '{"rate_search_open": 512}')
 except BaseException:
     shutil.rmtree(tmp, True)
     raise
@@ -117,18 +117,12 @@ check(len(runs) >= 2 and all(r == rate for r in runs),
       f"after the restart S still trains {rate} times per meta-iteration: {runs}")
 d.stop()
 
-p = subprocess.run([loomd, "--data-dir", d.dir, "--cluster", off, "--quiet"],
-                   capture_output=True, text=True, timeout=30)
-check(p.returncode == 1 and "another policy" in p.stderr,
-      f"multirate off refuses the multi-rate data dir ({p.stderr.strip()[:120]})")
-p = subprocess.run([loomd, "--data-dir", d.dir, "--cluster", rightsize, "--quiet"],
-                   capture_output=True, text=True, timeout=30)
-check(p.returncode == 1 and "another policy" in p.stderr,
-      f"train_rightsize on refuses a data dir written with it off ({p.stderr.strip()[:120]})")
-p = subprocess.run([loomd, "--data-dir", d.dir, "--cluster", wide, "--quiet"],
-                   capture_output=True, text=True, timeout=30)
-check(p.returncode == 1 and "another policy" in p.stderr,
-      f"another rate_search_open refuses the data dir ({p.stderr.strip()[:120]})")
+for path, what in ((off, "multirate off refuses the multi-rate data dir"),
+                   (rightsize, "train_rightsize on refuses a data dir written with it off"),
+                   (wide, "another rate_search_open refuses the data dir")):
+    p = subprocess.run([loomd, "--data-dir", d.dir, "--cluster", path, "--quiet"],
+                       capture_output=True, text=True, timeout=30)
+    check(p.returncode == 1 and "another policy" in p.stderr, f"{what} ({p.stderr.strip()[:120]})")
 d2 = Loomd(build, "--cluster", same, "--quiet", data_dir=d.dir).start()
 check(d2.req("GET", "/v1/cluster")[1]["policy"]["rate_search_open"] == 512,
       "the default written out (512) is the same policy, and /v1/cluster shows it")
