@@ -93,38 +93,35 @@ typedef struct engine {
         loom_err *e;
         bool resubmit_drift; /* re-admit a job whose phases outgrow its declared profile */
         bool skip_starts;    /* while every job is being stopped (regroup) */
-        int lone_rnodes;     /* rollout nodes of one-member groups, since the last event */
-        /* nodes by group kind and lone nodes by SLO (loom_sim_result.group_cost), likewise */
+        /* nodes by group kind and lone members' nodes by SLO (loom_sim_result.group_cost),
+         * since the last event */
         int kind_nodes[LOOM_MAX_GROUP_SIZE + 1][2];
         int lone_slo_nodes[4];
         bool lone_dirty;     /* membership or nodes changed: the counts above are redone */
-        loom_group_id *gids; /* scratch for lone_count */
+        loom_group_id *gids; /* scratch for count_groups */
         int cap_gids;
 } engine;
 
-/* Rollout nodes held by groups with one member now (loom's placer); the nodes of every
- * group kind into kind_nodes and lone_slo_nodes. */
-static int lone_count(engine *g)
+/* The nodes of every group kind now (loom's placer) into kind_nodes and lone_slo_nodes. 0 or
+ * LOOM_ENOMEM. */
+static int count_groups(engine *g)
 {
         int n = loom_sched_groups(g->s, g->gids, g->cap_gids);
         if (n > g->cap_gids) {
                 int cap = n * 2;
                 loom_group_id *p = realloc(g->gids, sizeof *p * (size_t)cap);
                 if (!p)
-                        return -1;
+                        return LOOM_ENOMEM;
                 g->gids = p;
                 g->cap_gids = cap;
                 n = loom_sched_groups(g->s, g->gids, g->cap_gids);
         }
-        int lone = 0;
         memset(g->kind_nodes, 0, sizeof g->kind_nodes);
         memset(g->lone_slo_nodes, 0, sizeof g->lone_slo_nodes);
         for (int i = 0; i < n; i++) {
                 loom_group_info gi;
                 if (loom_sched_group_info(g->s, g->gids[i], &gi))
                         continue;
-                if (gi.n_members == 1 && !gi.lone)
-                        lone += gi.n_rollout_nodes;
                 int k = gi.lone ? 0 : gi.n_members;
                 g->kind_nodes[k][0] += gi.lone ? 0 : gi.n_rollout_nodes;
                 g->kind_nodes[k][1] += gi.n_train_nodes;
@@ -134,7 +131,7 @@ static int lone_count(engine *g)
                         g->lone_slo_nodes[b < 0 ? 0 : b > 3 ? 3 : b] += gi.n_train_nodes;
                 }
         }
-        return lone;
+        return 0;
 }
 
 static int fail(engine *g, int rc, const char *what)
@@ -869,7 +866,6 @@ int loom__sim_run_core(const loom_sim_cfg *c, const loom_sim_workload *w, loom_s
                         continue;
                 if (lone) {
                         double dt = (double)(ev.t - g.now);
-                        r->lone_rollout_cost += dt * g.lone_rnodes;
                         for (int k = 0; k <= LOOM_MAX_GROUP_SIZE; k++)
                                 for (int q = 0; q < 2; q++)
                                         r->group_cost[k][q] += dt * g.kind_nodes[k][q];
@@ -888,8 +884,8 @@ int loom__sim_run_core(const loom_sim_cfg *c, const loom_sim_workload *w, loom_s
                         rc = on_progress(&g, (int)ev.job);
                 else
                         rc = on_end(&g, (int)ev.job);
-                if (!rc && lone && g.lone_dirty && (g.lone_rnodes = lone_count(&g)) < 0)
-                        rc = LOOM_ENOMEM;
+                if (!rc && lone && g.lone_dirty)
+                        rc = count_groups(&g);
                 g.lone_dirty = false;
                 if ((r->events & 0xFFFF) == 0)
                         sim_progress(c, p, (double)g.finished / (w->n ? w->n : 1));
@@ -900,12 +896,13 @@ int loom__sim_run_core(const loom_sim_cfg *c, const loom_sim_workload *w, loom_s
         loom__sim_meter_finish(&g.meter, g.now);
         double per_us[2] = {loom_cluster_node_price(&cc.cluster, LOOM_POOL_ROLLOUT) / 1e6 / 3600.0,
                             loom_cluster_node_price(&cc.cluster, LOOM_POOL_TRAIN) / 1e6 / 3600.0};
-        r->lone_rollout_cost *= per_us[0];
         for (int k = 0; k <= LOOM_MAX_GROUP_SIZE; k++)
                 for (int q = 0; q < 2; q++)
                         r->group_cost[k][q] *= per_us[q];
         for (int b = 0; b < 4; b++)
                 r->lone_cost_by_slo[b] *= per_us[1];
+        /* one-member groups that are not lone pay their rollout nodes beside the training ones */
+        r->lone_rollout_cost = r->group_cost[1][0];
         loom_sched_stats st;
         loom_sched_stats_get(g.s, &st);
         r->replans = st.replans;
