@@ -26,6 +26,7 @@
  * with fluid progress, the others with migrations and restarts), so a rung may cost less than the
  * one below it, and the ladder says so.
  */
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -247,21 +248,22 @@ static bool has_groups(const loom_sim_rung *x)
         return false;
 }
 
+/* The rung's bill by group kind, as `loom sim --json` prints it (report.c), into its line. */
 static void print_groups_json(FILE *f, const loom_sim_rung *x)
 {
-        if (!has_groups(x))
-                return;
-        fprintf(f, ",\"group_cost\":{");
-        for (int k = 0, n = 0; k <= LOOM_MAX_GROUP_SIZE; k++) {
-                if (!(x->group_cost[k][0] > 0 || x->group_cost[k][1] > 0))
-                        continue;
-                char key[16];
-                snprintf(key, sizeof key, k ? "%d" : "lone", k);
-                fprintf(f, "%s\"%s\":[%.2f,%.2f]", n++ ? "," : "", key, x->group_cost[k][0],
-                        x->group_cost[k][1]);
+        json_t *o = json_object();
+        loom__sim_group_cost_json(o, x->group_cost, x->lone_cost_by_slo);
+        static const char *const keys[] = {"group_cost", "lone_cost_by_slo"};
+        for (int i = 0; i < 2; i++) {
+                json_t *v = json_object_get(o, keys[i]);
+                char *t =
+                    v ? json_dumps(v, JSON_PRESERVE_ORDER | JSON_COMPACT | JSON_REAL_PRECISION(10))
+                      : NULL;
+                if (t)
+                        fprintf(f, ",\"%s\":%s", keys[i], t);
+                free(t);
         }
-        fprintf(f, "},\"lone_cost_by_slo\":[%.2f,%.2f,%.2f,%.2f]", x->lone_cost_by_slo[0],
-                x->lone_cost_by_slo[1], x->lone_cost_by_slo[2], x->lone_cost_by_slo[3]);
+        json_decref(o);
 }
 
 /* Where the last rung's dollars go: by group size, and lone members by SLO. */

@@ -92,18 +92,16 @@ static json_t *real(double v, int prec)
         return json_real(round(v * s) / s);
 }
 
-/* loom's bill by group kind (loom_sim_result.group_cost), where it was measured. */
-static void add_group_cost(json_t *o, const loom_sim_result *x)
+void loom__sim_group_cost_json(json_t *o, const double (*cost)[2], const double *by_slo)
 {
         json_t *g = json_object();
         for (int k = 0; k <= LOOM_MAX_GROUP_SIZE; k++) {
-                if (!(x->group_cost[k][0] > 0 || x->group_cost[k][1] > 0))
+                if (!(cost[k][0] > 0 || cost[k][1] > 0))
                         continue;
                 char key[16];
                 snprintf(key, sizeof key, k ? "%d" : "lone", k);
-                json_object_set_new(
-                    g, key,
-                    json_pack("[o,o]", real(x->group_cost[k][0], 2), real(x->group_cost[k][1], 2)));
+                json_object_set_new(g, key,
+                                    json_pack("[o,o]", real(cost[k][0], 2), real(cost[k][1], 2)));
         }
         if (!json_object_size(g)) {
                 json_decref(g);
@@ -112,7 +110,7 @@ static void add_group_cost(json_t *o, const loom_sim_result *x)
         json_object_set_new(o, "group_cost", g);
         json_t *b = json_array();
         for (int i = 0; i < 4; i++)
-                json_array_append_new(b, real(x->lone_cost_by_slo[i], 2));
+                json_array_append_new(b, real(by_slo[i], 2));
         json_object_set_new(o, "lone_cost_by_slo", b);
 }
 
@@ -165,7 +163,7 @@ static json_t *to_json(const loom_sim_result *x, const loom_sim_result *lb,
         json_object_set_new(o, "mean_rate",
                             x->rate_n ? real((double)x->rate_sum / (double)x->rate_n, 4)
                                       : json_null());
-        add_group_cost(o, x);
+        loom__sim_group_cost_json(o, x->group_cost, x->lone_cost_by_slo);
         if (x->note[0])
                 json_object_set_new(o, "note", json_string(x->note));
         return o;

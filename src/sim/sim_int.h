@@ -118,6 +118,11 @@ int loom__sim_regroup_feasible(const loom_sched *s, const loom_job_spec *cur_by_
 
 /* ---- runs --------------------------------------------------------------------------------- */
 
+/* loom's bill by group kind (loom_sim_result.group_cost, lone_cost_by_slo) into object o as
+ * "group_cost" and "lone_cost_by_slo", when anything was measured (report.c). */
+struct json_t;
+void loom__sim_group_cost_json(struct json_t *o, const double (*cost)[2], const double *by_slo);
+
 int loom__sim_run_core(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_policy p,
                        loom_sim_result *r, loom_err *e);
 int loom__sim_run_private(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_policy p,
