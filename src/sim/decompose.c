@@ -137,19 +137,13 @@ static int from_run(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_
         return 0;
 }
 
-static int cmp_float(const void *a, const void *b)
-{
-        float x = *(const float *)a, y = *(const float *)b;
-        return (x > y) - (x < y);
-}
-
 /* The q-quantile (nearest rank) of v[0..n), sorted in tmp. */
-static double quantile(const float *v, int64_t n, double q, float *tmp)
+static double quantile(const float *v, int64_t n, double q, double *tmp)
 {
-        memcpy(tmp, v, sizeof(float) * (size_t)n);
-        qsort(tmp, (size_t)n, sizeof(float), cmp_float);
-        int64_t k = (int64_t)ceil(q * (double)n) - 1;
-        return tmp[k < 0 ? 0 : k >= n ? n - 1 : k];
+        for (int64_t i = 0; i < n; i++)
+                tmp[i] = v[i];
+        qsort(tmp, (size_t)n, sizeof *tmp, loom_cmp_double);
+        return loom_quantile_rank(tmp, (size_t)n, q);
 }
 
 /* w with every job's profile replaced by its realised q-quantile phase times, its SLO held to
@@ -164,7 +158,7 @@ static int realised_profiles(const loom_sim_workload *w, double q, loom_sim_work
         for (int i = 0; i < w->n; i++)
                 if (w->jobs[i].spec.iterations > most)
                         most = w->jobs[i].spec.iterations;
-        float *tmp = malloc(sizeof(float) * (size_t)most);
+        double *tmp = malloc(sizeof *tmp * (size_t)most);
         if (!out->jobs || !tmp) {
                 free(out->jobs);
                 free(tmp);
