@@ -322,38 +322,12 @@ static bool first_ok(int64_t left, int rate, int orig, loom_us t_meta, loom_us g
         return (double)t_meta + (double)(left - 1) * (double)gap <= (double)left * (double)budget;
 }
 
-/* max(loom_meta_t_cycle_r, loom_meta_t_load_r) in one pass over the members: the lower bound
- * on T_meta the rate searches evaluate many times per candidate. */
+/* The lower bound on T_meta the rate searches evaluate many times per candidate: the
+ * rate-weighted cycle and load. */
 static loom_us rate_bound(const loom_meta_job *mj, const int *rate, int n, int R)
 {
-        enum { NODES = 64 };
-        if (R > NODES) {
-                loom_us c = loom_meta_t_cycle_r(mj, rate, n),
-                        l = loom_meta_t_load_r(mj, rate, n, R);
-                return c > l ? c : l;
-        }
-        loom_us load[NODES], t = 0, train = 0;
-        for (int r = 0; r < R; r++)
-                load[r] = 0;
-        for (int i = 0; i < n; i++) {
-                loom_us r = rate[i] > 1 ? rate[i] : 1;
-                loom_us solo = r * (mj[i].t_roll + mj[i].t_train + mj[i].t_sync);
-                if (solo > t)
-                        t = solo;
-                train += r * mj[i].t_train;
-                if (mj[i].n_nodes == 1 && (unsigned)mj[i].nodes[0] < (unsigned)R)
-                        load[mj[i].nodes[0]] += r * mj[i].t_roll;
-                else
-                        for (int k = 0; k < mj[i].n_nodes; k++)
-                                if (mj[i].nodes[k] >= 0 && mj[i].nodes[k] < R)
-                                        load[mj[i].nodes[k]] += r * mj[i].t_roll;
-        }
-        if (train > t)
-                t = train;
-        for (int r = 0; r < R; r++)
-                if (load[r] > t)
-                        t = load[r];
-        return t;
+        loom_us c = loom_meta_t_cycle_r(mj, rate, n), l = loom_meta_t_load_r(mj, rate, n, R);
+        return c > l ? c : l;
 }
 
 /*
@@ -1353,7 +1327,8 @@ int loom__place(const loom_sched *s, const loom_job_spec *spec, const group *exc
         int rc = 0;
         x.prune = multirate(&x) && !d->record_candidates;
         if (s->policy.placer == LOOM_PLACER_LOOM) {
-                rc = x.prune ? search_open_pruned(&x) : 0;
+                if (x.prune)
+                        rc = search_open_pruned(&x);
                 for (int i = 0; i < s->n_open && !rc && !x.prune; i++) {
                         bool paid_next = false;
                         rc = search_group(&x, &s->open[i], CANDS_ALL, &paid_next);

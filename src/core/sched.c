@@ -609,30 +609,34 @@ static int apply(loom_sched *s, loom_us now, const loom_job_spec *spec, const lo
         return 0;
 }
 
-int loom_sched_decide(const loom_sched *s, const loom_job_spec *spec_in, loom_decision *d,
-                      loom_err *e)
+/* Validate spec_in, hold it to the fleet's prior into *sp (under learned admission a job
+ * without history is) and search its placement, drawing from *rng. */
+static int place_new(const loom_sched *s, const loom_job_spec *spec_in, loom_job_spec *sp,
+                     loom_decision *d, loom_err *e, uint64_t *rng)
 {
         int rc = loom_job_spec_validate(spec_in, &s->cluster, e);
         if (rc)
                 return rc;
-        loom_job_spec sp = *spec_in;
-        loom__learn_prior(s, &sp);
+        *sp = *spec_in;
+        loom__learn_prior(s, sp);
+        return loom__place(s, sp, NULL, d, e, rng);
+}
+
+int loom_sched_decide(const loom_sched *s, const loom_job_spec *spec_in, loom_decision *d,
+                      loom_err *e)
+{
+        loom_job_spec sp;
         uint64_t rng = s->rng;
-        return loom__place(s, &sp, NULL, d, e, &rng);
+        return place_new(s, spec_in, &sp, d, e, &rng);
 }
 
 int loom_sched_submit(loom_sched *s, loom_us now, const loom_job_spec *spec_in, loom_decision *d,
                       loom_job_id *id, loom_err *e)
 {
-        int rc = loom_job_spec_validate(spec_in, &s->cluster, e);
-        if (rc)
-                return rc;
-        /* under learned admission a job without history is held to the fleet's prior */
-        loom_job_spec sp = *spec_in;
+        loom_job_spec sp;
         const loom_job_spec *spec = &sp;
-        loom__learn_prior(s, &sp);
         uint64_t rng = s->rng;
-        rc = loom__place(s, spec, NULL, d, e, &rng);
+        int rc = place_new(s, spec_in, &sp, d, e, &rng);
         if (rc == LOOM_EREJECT)
                 s->stats.decisions[LOOM_DECISION_REJECTED]++;
         if (rc)
