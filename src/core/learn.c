@@ -189,6 +189,12 @@ void loom__learn_exit(loom_sched *s, const job *j)
         p[1] = t;
 }
 
+/* A solo iteration of spec with its phases at fractions fr, ft of their declared times. */
+static double solo_at(const loom_job_spec *spec, double fr, double ft)
+{
+        return (double)spec->t_roll * fr + (double)spec->t_train * ft + (double)spec->t_sync;
+}
+
 void loom__learn_prior(const loom_sched *s, loom_job_spec *spec)
 {
         if (s->policy.admission == LOOM_ADMIT_WORST || spec->t_solo_ref > 0 || !s->n_prior)
@@ -198,9 +204,7 @@ void loom__learn_prior(const loom_sched *s, loom_job_spec *spec)
         for (int i = 0; i < n; i++)
                 for (int p = 0; p < 2; p++)
                         f[p] += s->prior[i][p] / n;
-        double solo =
-            (double)spec->t_roll * f[0] + (double)spec->t_train * f[1] + (double)spec->t_sync;
-        loom_us ref = (loom_us)solo;
+        loom_us ref = (loom_us)solo_at(spec, f[0], f[1]);
         if (ref >= 1 && ref < loom_job_t_solo(spec))
                 spec->t_solo_ref = ref;
 }
@@ -214,8 +218,7 @@ static int replan(loom_sched *s, job *j)
         summarise(j->ls->obs[1], j->ls->n_obs[1], q, s->policy.learn_bound, &qt, &mt);
         const loom_job_spec *d = &j->ls->declared;
         loom_us roll = scaled(d->t_roll, qr), train = scaled(d->t_train, qt);
-        double solo = (double)d->t_roll * mr + (double)d->t_train * mt + (double)d->t_sync;
-        loom_us budget = (loom_us)(d->slo * solo);
+        loom_us budget = (loom_us)(d->slo * solo_at(d, mr, mt));
         j->ls->learned_roll = roll;
         j->ls->learned_train = train;
         j->ls->learned_budget = budget;

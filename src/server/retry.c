@@ -268,10 +268,9 @@ void srv_job_failed(loom_server *s, srv_job *j, const char *lease_state, const c
         srv_end_job(s, j, SJ_FAILED, lease_state, w);
 }
 
-/* The core found that j's group cannot meet j's SLO budget measured on its mean observed solo
- * iteration: re-admit j on its learned profile, held to that budget (t_solo_ref). Returns
- * whether it did. */
-/* observe's result 2 (its group cannot serve it) or 3 (a lone member moved). */
+/* Re-admit j on its learned profile, held to the budget measured on its mean observed solo
+ * iteration (t_solo_ref), for observe's result: 2, its group cannot meet that budget; 3, it runs
+ * alone and another group takes it for less (a move). Returns whether it did. */
 static bool readmit_learned(loom_server *s, srv_job *j, int result)
 {
         loom_job_info in;
