@@ -20,7 +20,6 @@
 #include "loom/cuda.h"
 #include "loom/sync.h"
 
-
 static const uint64_t shards[3] = {1000, 5000, 37};
 #define ELEMS 6037
 #define BUCKET 512
@@ -63,6 +62,17 @@ static void from_dev(const loom__cuda *cu, uint16_t *w, const void *dev)
         cr_assert_eq(cu->Memcpy(w, dev, 2 * ELEMS, LOOM__CUDA_D2H), 0);
 }
 
+/* The device buffer holds exactly want. */
+static void assert_on_dev(const loom__cuda *cu, const void *dev, const uint16_t *want,
+                          const char *what)
+{
+        uint16_t *got = malloc(2 * ELEMS);
+        from_dev(cu, got, dev);
+        bool same = !memcmp(got, want, 2 * ELEMS);
+        free(got);
+        cr_assert(same, "%s", what);
+}
+
 static void fill(uint16_t *w, uint64_t seed)
 {
         for (size_t i = 0; i < ELEMS; i++) {
@@ -88,13 +98,21 @@ static loom_sync_pub *publisher(void)
         return p;
 }
 
+/* The publisher and the two device buffers every round trip uses. */
+static void release(loom_sync_pub *p, const loom__cuda *cu, void *src, void *dst)
+{
+        loom_sync_pub_free(p);
+        cu->Free(src);
+        cu->Free(dst);
+}
+
 /* Dense, then a sparse delta, then a chain of two, published from device memory and pulled
  * into device memory, bit for bit; every async copy from registered staging. */
 static void round_trip(int async)
 {
         const loom__cuda *cu = fake(async);
         loom_err e;
-        uint16_t *v[4], *got = malloc(2 * ELEMS);
+        uint16_t *v[4];
         for (int i = 0; i < 4; i++)
                 v[i] = malloc(2 * ELEMS);
         fill(v[0], 1);
@@ -121,8 +139,7 @@ static void round_trip(int async)
         cr_assert_eq(st.base, LOOM_SYNC_NO_VERSION);
         cr_assert_eq(lc.h2d_bytes, 2 * ELEMS);
         cr_assert_eq(lc.d2h_bytes, 0, "a dense pull reads nothing from the device");
-        from_dev(cu, got, dst);
-        cr_assert_eq(memcmp(got, v[0], 2 * ELEMS), 0, "dense pull");
+        assert_on_dev(cu, dst, v[0], "dense pull");
 
         to_dev(cu, src, v[1]);
         cr_assert_eq(loom_sync_pub_publish_cuda(p, 1, src, &small, &ps, &pc, &e), 0, "%s", e.msg);
@@ -134,8 +151,7 @@ static void round_trip(int async)
         cr_assert_eq(st.changed, 40);
         cr_assert_eq(st.bytes, ps.delta_bytes);
         cr_assert_lt(lc.h2d_bytes, 2 * ELEMS, "only the changed buckets go to the device");
-        from_dev(cu, got, dst);
-        cr_assert_eq(memcmp(got, v[1], 2 * ELEMS), 0, "delta pull");
+        assert_on_dev(cu, dst, v[1], "delta pull");
 
         for (int k = 2; k < 4; k++) {
                 to_dev(cu, src, v[k]);
@@ -148,19 +164,15 @@ static void round_trip(int async)
                      0, "%s", e.msg);
         cr_assert_eq(st.version, 3);
         cr_assert_eq(st.base, 1);
-        from_dev(cu, got, dst);
-        cr_assert_eq(memcmp(got, v[3], 2 * ELEMS), 0, "chain of deltas");
+        assert_on_dev(cu, dst, v[3], "chain of deltas");
 
         fakecudart_counters c = counters();
         cr_assert_gt(c.async_copies, 20);
         cr_assert_eq(c.async_unpinned, 0, "every async copy goes through registered staging");
         cr_assert_eq(c.registered_bytes, 0, "staging unregistered after each call");
-        loom_sync_pub_free(p);
-        cu->Free(src);
-        cu->Free(dst);
+        release(p, cu, src, dst);
         for (int i = 0; i < 4; i++)
                 free(v[i]);
-        free(got);
 }
 
 Test(sync_cuda, round_trip_dense_sparse_chain)
@@ -209,16 +221,14 @@ static void interop(int async)
         cr_assert_eq(loom_sync_pull_cuda(NULL, "m", "127.0.0.1", loom_sync_pub_port(hp), shards, 3,
                                          dst, LOOM_SYNC_NO_VERSION, 1, 5, NULL, &st, NULL, &e),
                      0, "%s", e.msg);
-        from_dev(cu, got, dst);
-        cr_assert_eq(memcmp(got, b, 2 * ELEMS), 0);
+        assert_on_dev(cu, dst, b, "the pulled version");
         to_dev(cu, dst, a);
         cr_assert_eq(loom_sync_pull_cuda(NULL, "m", "127.0.0.1", loom_sync_pub_port(hp), shards, 3,
                                          dst, 0, 1, 5, NULL, &st2, NULL, &e),
                      0, "%s", e.msg);
         cr_assert_eq(st2.base, 0);
         cr_assert_eq(st2.bytes, hs.delta_bytes);
-        from_dev(cu, got, dst);
-        cr_assert_eq(memcmp(got, b, 2 * ELEMS), 0);
+        assert_on_dev(cu, dst, b, "the pulled version");
         loom_sync_pub_free(gp);
         loom_sync_pub_free(hp);
         cu->Free(src);
@@ -244,7 +254,7 @@ Test(sync_cuda, keyed_pull_into_device)
         static const uint8_t key[32] = {3, 1, 4, 1, 5, 9, 2, 6};
         const loom__cuda *cu = fake(1);
         loom_err e;
-        uint16_t *a = malloc(2 * ELEMS), *got = malloc(2 * ELEMS);
+        uint16_t *a = malloc(2 * ELEMS);
         fill(a, 8);
         void *src = dev_alloc(cu, 2 * ELEMS), *dst = dev_alloc(cu, 2 * ELEMS);
         loom_sync_pub *p = publisher();
@@ -254,13 +264,9 @@ Test(sync_cuda, keyed_pull_into_device)
         cr_assert_eq(loom_sync_pull_cuda(key, "m", "127.0.0.1", loom_sync_pub_port(p), shards, 3,
                                          dst, LOOM_SYNC_NO_VERSION, 4, 5, NULL, NULL, NULL, &e),
                      0, "%s", e.msg);
-        from_dev(cu, got, dst);
-        cr_assert_eq(memcmp(got, a, 2 * ELEMS), 0);
-        loom_sync_pub_free(p);
-        cu->Free(src);
-        cu->Free(dst);
+        assert_on_dev(cu, dst, a, "the pulled version");
+        release(p, cu, src, dst);
         free(a);
-        free(got);
 }
 
 static void assert_nothing_published(loom_sync_pub *p)
@@ -349,7 +355,7 @@ Test(sync_cuda, failed_pull_says_the_device_holds_no_version)
 {
         const loom__cuda *cu = fake(1);
         loom_err e;
-        uint16_t *a = malloc(2 * ELEMS), *b = malloc(2 * ELEMS), *got = malloc(2 * ELEMS);
+        uint16_t *a = malloc(2 * ELEMS), *b = malloc(2 * ELEMS);
         fill(a, 21);
         step(b, a, 30, 5);
         void *src = dev_alloc(cu, 2 * ELEMS), *dst = dev_alloc(cu, 2 * ELEMS);
@@ -371,15 +377,11 @@ Test(sync_cuda, failed_pull_says_the_device_holds_no_version)
         cr_assert_eq(loom_sync_pull_cuda(NULL, "m", "127.0.0.1", loom_sync_pub_port(p), shards, 3,
                                          dst, st.version, 1, 5, NULL, &st, NULL, &e),
                      0, "%s", e.msg);
-        from_dev(cu, got, dst);
-        cr_assert_eq(memcmp(got, b, 2 * ELEMS), 0);
-        loom_sync_pub_free(p);
-        cu->Free(src);
-        cu->Free(dst);
+        assert_on_dev(cu, dst, b, "the pulled version");
+        release(p, cu, src, dst);
         free(a);
         free(b);
         free(wrong);
-        free(got);
 }
 
 /* `loom sync bench --device cuda` and `--device host` on the tiny model: both verify. */
@@ -414,7 +416,7 @@ Test(sync_cuda, kept_checksums_check_only_what_changes)
 {
         const loom__cuda *cu = fake(1);
         loom_err e;
-        uint16_t *a = malloc(2 * ELEMS), *b = malloc(2 * ELEMS), *got = malloc(2 * ELEMS);
+        uint16_t *a = malloc(2 * ELEMS), *b = malloc(2 * ELEMS);
         fill(a, 31);
         memcpy(b, a, 2 * ELEMS);
         for (int k = 0; k < 50; k++) /* all in the first 300 elements: shard 0, chunk 0 */
@@ -442,8 +444,7 @@ Test(sync_cuda, kept_checksums_check_only_what_changes)
         cr_assert_eq(loom_sync_pull_cuda(NULL, "m", "127.0.0.1", port, shards, 3, dst, 0, 1, 5, &o,
                                          &st, &lc, &e),
                      0, "%s", e.msg);
-        from_dev(cu, got, dst);
-        cr_assert_eq(memcmp(got, b, 2 * ELEMS), 0);
+        assert_on_dev(cu, dst, b, "the pulled version");
         cr_assert_eq(st.changed, 50);
         cr_assert_leq(lc.d2h_bytes, 2 * 2 * 700, "read %llu bytes: more than the changed chunk",
                       (unsigned long long)lc.d2h_bytes);
@@ -468,8 +469,7 @@ Test(sync_cuda, kept_checksums_check_only_what_changes)
                      0, "%s", e.msg);
         cr_assert_eq(st.base, 1);
         cr_assert_eq(st.changed, 40, "each link's flips counted");
-        from_dev(cu, got, dst);
-        cr_assert_eq(memcmp(got, c3, 2 * ELEMS), 0, "chain with kept checksums");
+        assert_on_dev(cu, dst, c3, "chain with kept checksums");
         for (size_t s = 0, off = 0; s < 3; off += shards[s++])
                 cr_assert_eq(h[s], loom_sync_hash(c3 + off, shards[s], off));
         to_dev(cu, dst, a); /* version 0 for what follows */
@@ -480,8 +480,7 @@ Test(sync_cuda, kept_checksums_check_only_what_changes)
                                          &plain, &st, &lc, &e),
                      0, "%s", e.msg);
         cr_assert_eq(lc.d2h_bytes, 2 * ELEMS);
-        from_dev(cu, got, dst);
-        cr_assert_eq(memcmp(got, c3, 2 * ELEMS), 0);
+        assert_on_dev(cu, dst, c3, "the pulled version");
         /* wrong checksums are refused */
         uint64_t bad[3];
         memcpy(bad, want, sizeof bad);
@@ -507,11 +506,8 @@ Test(sync_cuda, kept_checksums_check_only_what_changes)
         free(c2);
         free(c3);
         free(o.scratch);
-        loom_sync_pub_free(p);
-        cu->Free(src);
-        cu->Free(dst);
+        release(p, cu, src, dst);
         free(a);
         free(b);
-        free(got);
         free(wrong);
 }
