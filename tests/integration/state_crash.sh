@@ -40,8 +40,6 @@ print("ok:", "bench --json keys present, dedup_ratio 0.125")
 PY
 [ -z "$(ls -A "$scratch")" ] || { echo "FAIL: bench left files in $scratch"; exit 1; }
 # A sanitized libloomstate.so loads into Python only with the sanitizer runtimes preloaded.
-pre=$(ldd "$build/libloomstate.so" | awk '/lib(a|ub)san\.so/ {print $3}' | paste -sd: -)
-if [ -n "$pre" ]; then
-        export LD_PRELOAD=$pre ASAN_OPTIONS=detect_leaks=0
-fi
+. "$src/tests/integration/lib/py.sh"
+san_preload "$build/libloomstate.so"
 /usr/bin/python3 "$src/tests/integration/state_test.py" "$build" "$src"

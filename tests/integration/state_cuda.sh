@@ -5,14 +5,9 @@
 # without a runtime the error says so. Real GPUs: tests/gpu/ (make test-gpu). Args: build, src.
 set -euo pipefail
 build=$1 src=$2
-if ! /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
-        echo "SKIP: numpy not importable from /usr/bin/python3"
-        exit 77
-fi
-pre=$(ldd "$build/libloomstate.so" | awk '/lib(a|ub)san\.so/ {print $3}' | paste -sd: -)
-if [ -n "$pre" ]; then
-        export LD_PRELOAD=$pre ASAN_OPTIONS=detect_leaks=0
-fi
+. "$src/tests/integration/lib/py.sh"
+need_py /usr/bin/python3 numpy
+san_preload "$build/libloomstate.so"
 dir=$(mktemp -d)
 "$build/loom-state" --dir "$dir" --host-bytes 16M --disk-bytes 16M --no-mlock --quiet &
 pid=$!

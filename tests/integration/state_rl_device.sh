@@ -5,14 +5,9 @@
 set -euo pipefail
 build=$1 src=$2
 py=/usr/bin/python3
-if ! "$py" -c 'import torch, numpy' 2>/dev/null; then
-        echo "SKIP: torch (or numpy) not importable from $py"
-        exit 77
-fi
-pre=$(ldd "$build/libloomstate.so" | awk '/lib(a|ub)san\.so/ {print $3}' | paste -sd: -)
-if [ -n "$pre" ]; then
-        export LD_PRELOAD=$pre ASAN_OPTIONS=detect_leaks=0
-fi
+. "$src/tests/integration/lib/py.sh"
+need_py "$py" "torch, numpy"
+san_preload "$build/libloomstate.so"
 export LOOM_STATE_LIB=$build/libloomstate.so
 out=$("$py" "$src/examples/rl/gpu_bench.py" --loom-state "$build/loom-state" --device cpu \
         --size s --steps 1 --prompts 2 --group 4)

@@ -4,15 +4,10 @@
 # which ctest reports as skipped. Args: build dir, source dir.
 set -euo pipefail
 build=$1 src=$2
-if ! /usr/bin/python3 -c 'import torch, numpy' 2>/dev/null; then
-        echo "SKIP: torch (or numpy) not importable from /usr/bin/python3: torch tensors through loom-state are untested"
-        exit 77
-fi
+. "$src/tests/integration/lib/py.sh"
+need_py /usr/bin/python3 "torch, numpy" "torch tensors through loom-state are untested"
 # A sanitized libloomstate.so loads into Python only with the sanitizer runtimes preloaded.
-pre=$(ldd "$build/libloomstate.so" | awk '/lib(a|ub)san\.so/ {print $3}' | paste -sd: -)
-if [ -n "$pre" ]; then
-        export LD_PRELOAD=$pre ASAN_OPTIONS=detect_leaks=0
-fi
+san_preload "$build/libloomstate.so"
 dir=$(mktemp -d)
 "$build/loom-state" --dir "$dir" --host-bytes 16M --disk-bytes 16M --no-mlock --quiet &
 pid=$!

@@ -8,11 +8,9 @@
 # Real GPUs: tests/gpu/ (make test-gpu). Args: build, src.
 set -euo pipefail
 build=$1 src=$2
-if ! /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
-        echo "SKIP: numpy not importable from /usr/bin/python3"
-        exit 77
-fi
-pre=$(ldd "$build/libloomsync.so" | awk '/lib(a|ub)san\.so/ {print $3}' | paste -sd: -)
+. "$src/tests/integration/lib/py.sh"
+need_py /usr/bin/python3 numpy
+pre=$(san_libs "$build/libloomsync.so")
 export LOOM_SYNC_LIB=$build/libloomsync.so PYTHONPATH=$src/python
 export FAKECUDART_ASYNC=1 FAKECUDART_DELAY_US=300
 LD_PRELOAD=$pre ASAN_OPTIONS=detect_leaks=0 LOOM_CUDART=$build/libfakecudart.so \
