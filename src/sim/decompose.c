@@ -146,24 +146,37 @@ static double quantile(const float *v, int64_t n, double q, double *tmp)
         return loom_quantile_rank(tmp, (size_t)n, q);
 }
 
+/* The realisation `frac` of a phase of worst case `from`, as a fraction of `to` instead: the
+ * same length (sim_phase_us) on the other profile. */
+static float refrac(float frac, loom_us from, loom_us to)
+{
+        return (float)((double)frac * (double)from / (double)to);
+}
+
 /* w with every job's profile replaced by its realised q-quantile phase times, its SLO held to
- * its realised mean solo iteration (t_solo_ref), as learned admission plans a job. Shares w's
- * realisation arrays; free only out->jobs. */
-static int realised_profiles(const loom_sim_workload *w, double q, loom_sim_workload *out)
+ * its realised mean solo iteration (t_solo_ref), as learned admission plans a job. Its
+ * realisations are w's, re-expressed against the new profile so every phase lasts as long as
+ * it does in w. Free with loom_sim_workload_free. */
+int loom__sim_realised_profiles(const loom_sim_workload *w, double q, loom_sim_workload *out)
 {
         *out = *w;
-        out->draws = NULL;
-        out->jobs = malloc(sizeof *out->jobs * (size_t)(w->n ? w->n : 1));
         int64_t most = 1;
-        for (int i = 0; i < w->n; i++)
+        size_t total = 1;
+        for (int i = 0; i < w->n; i++) {
                 if (w->jobs[i].spec.iterations > most)
                         most = w->jobs[i].spec.iterations;
+                if (w->jobs[i].spec.iterations > 0)
+                        total += (size_t)w->jobs[i].spec.iterations;
+        }
+        out->jobs = malloc(sizeof *out->jobs * (size_t)(w->n ? w->n : 1));
+        out->draws = malloc(sizeof *out->draws * 3 * total);
         double *tmp = malloc(sizeof *tmp * (size_t)most);
-        if (!out->jobs || !tmp) {
-                free(out->jobs);
+        if (!out->jobs || !out->draws || !tmp) {
+                loom_sim_workload_free(out);
                 free(tmp);
                 return LOOM_ENOMEM;
         }
+        float *d = out->draws;
         for (int i = 0; i < w->n; i++) {
                 loom_sim_job *j = &out->jobs[i];
                 *j = w->jobs[i];
@@ -179,6 +192,14 @@ static int realised_profiles(const loom_sim_workload *w, double q, loom_sim_work
                 j->spec.t_solo_ref = solo / n;
                 j->spec.t_roll = roll > 0 ? roll : 1;
                 j->spec.t_train = train > 0 ? train : 1;
+                const loom_job_spec *o = &w->jobs[i].spec;
+                for (int64_t it = 0; it < n; it++) {
+                        d[it] = refrac(j->roll[it], o->t_roll, j->spec.t_roll);
+                        d[n + it] = refrac(j->tailq[it], o->t_roll, j->spec.t_roll);
+                        d[2 * n + it] = refrac(j->train[it], o->t_train, j->spec.t_train);
+                }
+                j->roll = d, j->tailq = d + n, j->train = d + 2 * n;
+                d += 3 * n;
         }
         free(tmp);
         return 0;
@@ -203,12 +224,12 @@ int loom_sim_decompose(const loom_sim_cfg *cfg, const loom_sim_workload *w,
         set(&out[1], "nodes", "+ whole nodes", nodes[0], h);
         set(&out[2], "memory", "+ host-memory residency", nodes[1], h);
         loom_sim_workload known;
-        if ((rc = realised_profiles(w, 0.99, &known)))
+        if ((rc = loom__sim_realised_profiles(w, 0.99, &known)))
                 return loom_err_set(e, rc, "", "out of memory");
         out[3].name = "informed";
         out[3].adds = "+ SLOs and phases, optimal regrouping, p99 known";
         rc = from_run(&c, &known, LOOM_SIM_ORACLE, &out[3], h, e);
-        free(known.jobs);
+        loom_sim_workload_free(&known);
         if (rc)
                 return rc;
         out[4].name = "optimal";

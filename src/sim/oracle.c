@@ -177,6 +177,34 @@ static int cmp_pr(const void *a, const void *b)
         return (x[0] > y[0]) - (x[0] < y[0]);
 }
 
+/*
+ * A job alone colocated as loom's lone members are (policy.colocate_lone): its rollouts on its
+ * own training nodes, at the colocated rollout factor and two switches per iteration, no
+ * rollout node. Feasible where loom would colocate it: its rollout fits those GPUs, both
+ * working sets one node's host memory, and its iteration its budget.
+ */
+static bool colocated_alone(const oracle *o, int m, gval *out)
+{
+        const loom_sim_cfg *c = o->c;
+        const loom_job_spec *s = &o->w->jobs[m].spec;
+        if (!c->policy.colocate_lone || c->policy.placer != LOOM_PLACER_LOOM)
+                return false;
+        loom_us it = (loom_us)llround((double)s->t_roll * c->colocated_roll_factor) +
+                     s->t_train + 2 * c->policy.warm_switch;
+        if (s->rollout_gpus > s->train_gpus ||
+            s->mem_train + s->mem_rollout > c->cluster.host_mem_bytes || it > loom_job_budget(s))
+                return false;
+        int P = s->train_gpus / c->cluster.gpus_per_node;
+        out->feasible = true;
+        out->cost = P * loom_cluster_node_price(&c->cluster, LOOM_POOL_TRAIN);
+        out->slow[0] = (double)it / (double)loom_job_t_solo(s);
+        out->nodes[0] = 0;
+        out->nodes[1] = P;
+        out->util[0] = 0;
+        out->util[1] = s->train_gpus;
+        return true;
+}
+
 static void group_eval(oracle *o, const gkey *k, gval *out)
 {
         const loom_sim_workload *w = o->w;
@@ -211,8 +239,9 @@ static void group_eval(oracle *o, const gkey *k, gval *out)
                         npr++;
                 }
         qsort(pr, (size_t)npr, sizeof pr[0], cmp_pr);
-        out->feasible = false;
-        double found_cost = 0, best_sum = 0;
+        out->feasible = k->n == 1 && colocated_alone(o, k->m[0], out);
+        double found_cost = out->feasible ? out->cost : 0;
+        double best_sum = out->feasible ? out->slow[0] : 0;
         for (int x = 0; x < npr; x++) {
                 if (out->feasible && pr[x][0] > found_cost + 1e-9)
                         break;

@@ -123,6 +123,11 @@ int loom__sim_regroup_feasible(const loom_sched *s, const loom_job_spec *cur_by_
 struct json_t;
 void loom__sim_group_cost_json(struct json_t *o, const double (*cost)[2], const double *by_slo);
 
+/* w with every job planned on its realised q-quantile phase times and held to its realised
+ * mean solo iteration, its realisations re-expressed so every phase lasts as long as in w (the
+ * `informed` rung, decompose.c). 0 or LOOM_ENOMEM; free with loom_sim_workload_free. */
+int loom__sim_realised_profiles(const loom_sim_workload *w, double q, loom_sim_workload *out);
+
 int loom__sim_run_core(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_policy p,
                        loom_sim_result *r, loom_err *e);
 int loom__sim_run_private(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_policy p,
