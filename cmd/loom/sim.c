@@ -40,8 +40,8 @@ static void usage(FILE *f)
             "  --deterministic        every response at the max-token limit (no noise)\n"
             "  --drift D              none (default) | increasing | decreasing | mixed:\n"
             "                         per-job drift templates (WEAVE §6.6)\n"
-            "  --mtbf-h H             a running job fails every H hours on average\n"
-            "                         (default 0: never); failed jobs are re-admitted\n"
+            "  --mtbf-h H             a running job fails every H hours on average (0:\n"
+            "                         never, the default); failed jobs are re-admitted\n"
             "  --max-restarts N       re-admissions of a failed job before it fails (3)\n"
             "policies:\n"
             "  --policy LIST          comma list or all (default all): loom, loom-nomig,\n"
@@ -54,6 +54,7 @@ static void usage(FILE *f)
             "  --learn-after K        iterations observed before re-planning (default 3)\n"
             "  --learn-bound B        normal (default) | order: the quantile's bound\n"
             "  --move-lone on|off     learned lone members move to cheaper groups (on)\n"
+            "  --move-members on|off  and members of shared groups, where it saves (on)\n"
             "  --multirate on|off     members may run several iterations per meta-iteration (on)\n"
             "  --train-rightsize on|off  new groups get the fewest training nodes in SLO (off)\n"
             "  --colocate-lone on|off a lone member rolls out on its training nodes (on)\n"
@@ -81,15 +82,13 @@ typedef struct opts {
 static void bar(void *ctx, const char *label, double frac)
 {
         (void)ctx;
-        if (frac < 0) {
+        int fill = frac < 0 ? 0 : (int)(frac * 40 + 0.5);
+        if (frac < 0)
                 fprintf(stderr, "\r%70s\r", "");
-                return;
-        }
-        static const char hash[] = "########################################", /* 40 */
-            dots[] = "........................................";
-        int fill = (int)(frac * 40 + 0.5);
-        fprintf(stderr, "\r%-11s [%.*s%.*s] %3d%%", label, fill, hash, 40 - fill, dots,
-                (int)(frac * 100 + 0.5));
+        else
+                fprintf(stderr, "\r%-11s [%.*s%.*s] %3d%%", label, fill,
+                        "########################################", 40 - fill,
+                        "........................................", (int)(frac * 100 + 0.5));
         fflush(stderr);
 }
 
@@ -246,6 +245,7 @@ static int parse(int argc, char **argv, opts *o)
             {.name = "colocate-lone"},
             {.name = "learn-bound"},
             {.name = "move-lone"},
+            {.name = "move-members"},
         };
         enum { N = sizeof t / sizeof t[0] };
         struct option lo[N + 2] = {[N] = {"help", 0, 0, 'h'}};

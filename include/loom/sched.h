@@ -70,6 +70,7 @@ int loom_admission_parse(const char *s, loom_admission *out);
 #define LOOM_LEARN_CONFIDENCE 0.9 /* of the upper bound on a learned quantile */
 #define LOOM_PRIOR_JOBS 16        /* ended jobs the budget prior of a new job is taken from */
 #define LOOM_MOVE_GAIN 0.5        /* a lone member moves only if that halves what it costs */
+#define LOOM_MOVE_MARGIN 0.05     /* policy.move_members: slack a move leaves every member */
 
 /* How a learned quantile is bounded (docs/scheduling.md, learned profiles).
  * NORMAL: a one-sided normal tolerance bound, mean + k(n) s over the last LOOM_LEARN_WINDOW / 2
@@ -113,8 +114,9 @@ double loom_quantile_ucb(const double *top, int m, int64_t n, double q, double c
  * multi-rate groups, the tighter-packing tie-break and the quantile bound of learned profiles.
  * Version 3: lone members colocated on their training nodes. Version 4: learned profiles
  * bounded by a normal tolerance bound (policy.learn_bound). Version 5: one-simulation rate
- * searches past policy.rate_search_open open groups. */
-#define LOOM_SCHED_ARITH 5
+ * searches past policy.rate_search_open open groups. Version 6: members of shared groups moved
+ * (policy.move_members). */
+#define LOOM_SCHED_ARITH 6
 
 typedef struct loom_policy_cfg {
         int max_group_size;              /* default 5, at most LOOM_MAX_GROUP_SIZE */
@@ -149,6 +151,13 @@ typedef struct loom_policy_cfg {
          * another group would take for less than LOOM_MOVE_GAIN of its own group's cost is
          * re-admitted there (loom_sched_observe returns 3). Loom's placer only; default true. */
         bool move_lone;
+        /* Members moved (docs/scheduling.md): under learned admission, a member of a shared
+         * group also moves when another group takes it for less than what its own group stops
+         * paying once it leaves (the rollout nodes it alone uses, or all of them when the one
+         * member left goes lone), into a place that leaves every member there LOOM_MOVE_MARGIN
+         * of its budget; loom_sched_observe returns 3 as for a lone member. Needs move_lone.
+         * Loom's placer only; default true. */
+        bool move_members;
         /* Multi-rate placement with more open groups than this runs one simulation per
          * candidate's rate search instead of up to six (docs/scheduling.md, Cost of a
          * decision). 0: the default, LOOM_RATE_SEARCH_OPEN. */
@@ -165,7 +174,7 @@ static inline int loom_policy_rate_search_open(const loom_policy_cfg *p)
 void loom_policy_cfg_default(loom_policy_cfg *p);
 int loom_policy_cfg_validate(const loom_policy_cfg *p, const loom_cluster_cfg *c, loom_err *e);
 /* The on/off switches of the command lines: "multirate", "train-rightsize", "colocate-lone",
- * "move-lone".
+ * "move-lone", "move-members".
  * Returns a pointer to p's field for that name, or NULL for another name. */
 bool *loom_policy_switch(loom_policy_cfg *p, const char *name);
 
@@ -281,9 +290,10 @@ int loom_sched_phase_done(loom_sched *s, loom_us now, loom_job_id job, loom_phas
  * achieves alone (the group is closed to new members; the driver should stop the job and
  * re-admit it on loom_job_info.learned_*), 3 when the job runs alone on its training nodes and
  * another group would take it for less than LOOM_MOVE_GAIN of what its own group costs
- * (policy.move_lone; the driver moves it by re-admitting it the same way, and the placement
- * search then finds that group), LOOM_ENOENT / LOOM_EINVAL for an unknown job or a negative
- * length. */
+ * (policy.move_lone), or shares a group that would stop paying more than another group charges
+ * for taking it (policy.move_members); the driver moves it by re-admitting it the same way, and
+ * the placement search then finds that group. LOOM_ENOENT / LOOM_EINVAL for an unknown job or a
+ * negative length. */
 int loom_sched_observe(loom_sched *s, loom_us now, loom_job_id job, loom_phase phase, loom_us took);
 
 typedef enum loom_exit {

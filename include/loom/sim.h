@@ -173,6 +173,15 @@ int loom_sim_policy_list_parse(const char *s, unsigned *mask, loom_err *e);
 
 #define LOOM_SIM_ORACLE_MAX_JOBS 24
 
+/* When the oracle regroups (oracle.c): at every arrival and departure (the default, WEAVE's
+ * "Opt"), only when a job leaves (each arrival joins the group, or opens the one, that costs
+ * least then), or never (each arrival placed that way, for good). */
+typedef enum loom_sim_oracle_regroup {
+        LOOM_SIM_REGROUP_ALWAYS = 0,
+        LOOM_SIM_REGROUP_DEPARTURES,
+        LOOM_SIM_REGROUP_NEVER,
+} loom_sim_oracle_regroup;
+
 typedef struct loom_sim_cfg {
         loom_cluster_cfg cluster;
         loom_policy_cfg
@@ -196,6 +205,7 @@ typedef struct loom_sim_cfg {
         /* re-admit a job whose group cannot serve its learned profile only when its remaining
          * iterations' SLO budget is at least this many restart times; default 10 */
         double readmit_min_ratio;
+        loom_sim_oracle_regroup oracle_regroup; /* the oracle's; default ALWAYS */
 } loom_sim_cfg;
 
 void loom_sim_cfg_default(loom_sim_cfg *c);
@@ -283,12 +293,12 @@ int loom_sim_run(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_pol
 
 /* ---- where the cost goes (decompose.c, `loom sim --decompose`) ------------------------------ */
 
-#define LOOM_SIM_RUNGS 8
+#define LOOM_SIM_RUNGS 10
 
 /* One rung of the ladder from the fluid lower bound to loom; each adds one constraint. */
 typedef struct loom_sim_rung {
-        const char *name;  /* fluid, nodes, memory, informed, optimal, regroup, online, multirate
-                              (static) */
+        const char *name;  /* fluid, nodes, memory, informed, optimal, departures, greedy,
+                              regroup, online, multirate (static) */
         const char *adds;  /* the constraint it adds (static) */
         bool measured;     /* false: not run (multirate until the policy has it) */
         double total_cost; /* $ */

@@ -177,12 +177,15 @@ void loom__set_rate(loom_sched *s, job *j, int rate, int64_t round);
 void loom__learn_exit(loom_sched *s, const job *j);
 void loom__learn_prior(const loom_sched *s, loom_job_spec *spec);
 
-/* move.c: whether learned-profile job j, alone on its training nodes, would cost less than
- * LOOM_MOVE_GAIN of its group in another group (policy.move_lone). */
+/* move.c: whether learned-profile job j should move to another group: alone on its training
+ * nodes, when it would cost less than LOOM_MOVE_GAIN of its group there (policy.move_lone); in
+ * a shared group, when it would cost less there than its group saves (policy.move_members). */
 bool loom__move_pays(const loom_sched *s, const job *j);
 
 /* placement.c */
-int loom__place(const loom_sched *s, const loom_job_spec *spec, const group *exclude,
+/* exclude: a group not to search (the job's own, when it would move); margin: the least slack
+ * a placement into a group must leave every member, as a fraction of T_meta (0: none). */
+int loom__place(const loom_sched *s, const loom_job_spec *spec, const group *exclude, double margin,
                 loom_decision *d, loom_err *e, uint64_t *rng);
 
 /* learn.c */

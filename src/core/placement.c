@@ -46,6 +46,7 @@ typedef struct search {
         const loom_sched *s;
         const loom_job_spec *spec;
         const group *exclude; /* a group not to search (the job's own, when it would move) */
+        double margin;        /* least slack a placement into a group leaves, / T_meta */
         int k;                /* rollout nodes the job needs */
         loom_us budget;       /* the job's own slo * T_solo */
         loom_decision *d;
@@ -812,6 +813,13 @@ static int consider(search *x, cand *c)
         int rc = c->g ? evaluate(x, c) : 0; /* isolated provisioning is priced by isolated() */
         if (rc)
                 return rc;
+        if (c->g && c->reject == LOOM_REJECT_NONE &&
+            (double)c->slack < x->margin * (double)c->t_meta) {
+                c->reject = LOOM_REJECT_SLO;
+                snprintf(c->why, sizeof c->why,
+                         "a move must leave every member %.0f%% of T_meta %.1f s as slack",
+                         100 * x->margin, loom_us_to_s(c->t_meta));
+        }
         if (c->reject == LOOM_REJECT_NONE) {
                 if (!x->have_best || better(c, &x->best)) {
                         if (x->have_best) {
@@ -1287,10 +1295,10 @@ static void fill_decision(search *x)
                              : "");
 }
 
-int loom__place(const loom_sched *s, const loom_job_spec *spec, const group *exclude,
+int loom__place(const loom_sched *s, const loom_job_spec *spec, const group *exclude, double margin,
                 loom_decision *d, loom_err *e, uint64_t *rng)
 {
-        search x = {.s = s, .spec = spec, .exclude = exclude, .d = d, .e = e};
+        search x = {.s = s, .spec = spec, .exclude = exclude, .margin = margin, .d = d, .e = e};
         x.k = spec->rollout_gpus / s->cluster.gpus_per_node;
         x.budget = loom_job_budget(spec);
         d->n_candidates = 0;

@@ -80,6 +80,7 @@ void loom_policy_cfg_default(loom_policy_cfg *p)
         p->multirate = true;
         p->colocate_lone = true;
         p->move_lone = true;
+        p->move_members = true;
 }
 
 bool loom__lone_fits(const loom_sched *s, const loom_job_spec *spec, int train_nodes)
@@ -108,6 +109,7 @@ bool *loom_policy_switch(loom_policy_cfg *p, const char *name)
                : !strcmp(name, "train-rightsize") ? &p->train_rightsize
                : !strcmp(name, "colocate-lone")   ? &p->colocate_lone
                : !strcmp(name, "move-lone")       ? &p->move_lone
+               : !strcmp(name, "move-members")    ? &p->move_members
                                                   : NULL;
 }
 
@@ -619,7 +621,7 @@ static int place_new(const loom_sched *s, const loom_job_spec *spec_in, loom_job
                 return rc;
         *sp = *spec_in;
         loom__learn_prior(s, sp);
-        return loom__place(s, sp, NULL, d, e, rng);
+        return loom__place(s, sp, NULL, 0, d, e, rng);
 }
 
 int loom_sched_decide(const loom_sched *s, const loom_job_spec *spec_in, loom_decision *d,

@@ -713,18 +713,19 @@ static void h_cluster(loom_server *s, srv_req *r)
         const loom_policy_cfg *p = loom_sched_policy(s->sched);
         srv_reply_json(
             r, 200,
-            json_pack("{s:o,s:{s:s,s:i,s:s,s:s,s:b,s:b,s:b,s:i},s:{s:i,s:i},s:{s:f,s:f},s:f,s:i,"
-                      "s:i,s:I}",
-                      "cluster", loom_cluster_cfg_to_json(c), "policy", "admission",
-                      loom_admission_name(p->admission), "learn_after", p->learn_after,
-                      "learn_bound", loom_learn_bound_name(p->learn_bound), "dispatch",
-                      loom_dispatch_name(p->dispatch), "multirate", p->multirate, "colocate_lone",
-                      p->colocate_lone, "move_lone", p->move_lone, "rate_search_open",
-                      loom_policy_rate_search_open(p), "nodes", "rollout",
-                      st.nodes[LOOM_POOL_ROLLOUT], "train", st.nodes[LOOM_POOL_TRAIN],
-                      "cost_per_hour_by_pool", "rollout", pr * st.nodes[LOOM_POOL_ROLLOUT], "train",
-                      pt * st.nodes[LOOM_POOL_TRAIN], "cost_per_hour", st.cost_per_hour, "jobs",
-                      st.jobs, "groups", st.groups, "replans", (json_int_t)st.replans));
+            json_pack(
+                "{s:o,s:{s:s,s:i,s:s,s:s,s:b,s:b,s:b,s:b,s:i},s:{s:i,s:i},s:{s:f,s:f},s:f,s:i,"
+                "s:i,s:I}",
+                "cluster", loom_cluster_cfg_to_json(c), "policy", "admission",
+                loom_admission_name(p->admission), "learn_after", p->learn_after, "learn_bound",
+                loom_learn_bound_name(p->learn_bound), "dispatch", loom_dispatch_name(p->dispatch),
+                "multirate", p->multirate, "colocate_lone", p->colocate_lone, "move_lone",
+                p->move_lone, "move_members", p->move_members, "rate_search_open",
+                loom_policy_rate_search_open(p), "nodes", "rollout", st.nodes[LOOM_POOL_ROLLOUT],
+                "train", st.nodes[LOOM_POOL_TRAIN], "cost_per_hour_by_pool", "rollout",
+                pr * st.nodes[LOOM_POOL_ROLLOUT], "train", pt * st.nodes[LOOM_POOL_TRAIN],
+                "cost_per_hour", st.cost_per_hour, "jobs", st.jobs, "groups", st.groups, "replans",
+                (json_int_t)st.replans));
 }
 
 static void handle(loom_server *s, srv_req *r, loom_us now)

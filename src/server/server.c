@@ -107,12 +107,15 @@ static int settle_cluster(loom_server *s, loom_err *e)
         /* Learned admission re-plans groups from the logged observations, which replay only
          * under the same mode and learn_after; worst keeps the fingerprint stores always had. */
         if (p->admission != LOOM_ADMIT_WORST)
-                snprintf(adm, sizeof adm, " admission=%s learn_after=%d%s%s",
+                snprintf(adm, sizeof adm, " admission=%s learn_after=%d%s%s%s",
                          loom_admission_name(p->admission), p->learn_after,
                          /* the normal bound, the fleet prior and moves re-plan and re-admit
                           * differently from the same observations */
                          p->learn_bound == LOOM_LEARN_NORMAL ? " learn_bound=normal" : "",
-                         p->move_lone && p->placer == LOOM_PLACER_LOOM ? " move_lone=on" : "");
+                         p->move_lone && p->placer == LOOM_PLACER_LOOM ? " move_lone=on" : "",
+                         p->move_lone && p->move_members && p->placer == LOOM_PLACER_LOOM
+                             ? " move_members=on"
+                             : "");
         /* The plex placer's shift bound, weights and duty bound decide where it places (the
          * dispatch order and preemption margin only decide when phases run, which is not
          * replayed, so they may change between starts). */

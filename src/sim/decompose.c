@@ -13,18 +13,23 @@
  *   informed  + SLOs and phase dependencies in real groups, regrouped optimally and for free at
  *               every arrival and departure (the oracle; not measured where it gives up), each
  *               job planned on its realised p99 phase times and held to its realised mean solo
- *               iteration: learned admission's plan, known from the start.
+ *               iteration: learned admission's plan, known from the start. Every phase lasts
+ *               what it lasts in the workload; only the plan changes.
  *   optimal   + planning on the declared worst-case times instead (the same oracle).
+ *   departures + the oracle regroups only when a job leaves; an arrival joins the group (or
+ *               opens the one) that costs least then.
+ *   greedy    + the oracle never regroups: each arrival placed that way, for good.
  *   regroup   + regrouping by a heuristic, hourly, migrations paid: every active job
  *               re-placed each regroup_period_h (the policy `regroup`).
- *   online    + online arrival order: loom as configured, each job placed once on arrival.
+ *   online    + online arrival order: loom as configured, each job placed on arrival (and, under
+ *               learned admission, moved when that pays: policy.move_lone, move_members).
  *   multirate + multi-rate groups: loom with policy.multirate (members at rates >= 1).
  *
  * Only `fluid` is a bound. `nodes` and `memory` spread work at the slowest rate the SLOs allow,
  * which is where node rounding and residency cost least but is not a proof that no schedule
- * does better; `informed`, `optimal`, `regroup` and `online` are simulated schedules (the oracle
- * with fluid progress, the others with migrations and restarts), so a rung may cost less than the
- * one below it, and the ladder says so.
+ * does better; the other rungs are simulated schedules (the oracle with fluid progress, the
+ * others with migrations and restarts), so a rung may cost less than the one below it, and the
+ * ladder says so. Every oracle rung colocates a job alone on its training nodes as loom does.
  */
 #include <jansson.h>
 #include <math.h>
@@ -239,18 +244,30 @@ int loom_sim_decompose(const loom_sim_cfg *cfg, const loom_sim_workload *w,
         /* regroup and online are loom's single-rate placement (WEAVE's groups); the last rung
          * lets members run at rates > 1, so the ladder shows what multi-rate groups add */
         c.policy.multirate = false;
-        out[5].name = "regroup";
-        out[5].adds = "+ heuristic hourly regrouping, migrations paid";
-        if ((rc = from_run(&c, w, LOOM_SIM_REGROUP, &out[5], h, e)))
+        /* the same oracle, regrouping less: only when a job leaves, then never */
+        c.oracle_regroup = LOOM_SIM_REGROUP_DEPARTURES;
+        out[5].name = "departures";
+        out[5].adds = "+ regrouping only when a job leaves";
+        if ((rc = from_run(&c, w, LOOM_SIM_ORACLE, &out[5], h, e)))
                 return rc;
-        out[6].name = "online";
-        out[6].adds = "+ online arrival order (loom, single-rate)";
-        if ((rc = from_run(&c, w, LOOM_SIM_LOOM, &out[6], h, e)))
+        c.oracle_regroup = LOOM_SIM_REGROUP_NEVER;
+        out[6].name = "greedy";
+        out[6].adds = "+ never regrouping: each arrival placed once";
+        if ((rc = from_run(&c, w, LOOM_SIM_ORACLE, &out[6], h, e)))
+                return rc;
+        c.oracle_regroup = cfg->oracle_regroup;
+        out[7].name = "regroup";
+        out[7].adds = "+ heuristic hourly regrouping, migrations paid";
+        if ((rc = from_run(&c, w, LOOM_SIM_REGROUP, &out[7], h, e)))
+                return rc;
+        out[8].name = "online";
+        out[8].adds = "+ online arrival order (loom, single-rate)";
+        if ((rc = from_run(&c, w, LOOM_SIM_LOOM, &out[8], h, e)))
                 return rc;
         c.policy.multirate = true;
-        out[7].name = "multirate";
-        out[7].adds = "+ multi-rate groups (loom, policy.multirate)";
-        if ((rc = from_run(&c, w, LOOM_SIM_LOOM, &out[7], h, e)))
+        out[9].name = "multirate";
+        out[9].adds = "+ multi-rate groups (loom, policy.multirate)";
+        if ((rc = from_run(&c, w, LOOM_SIM_LOOM, &out[9], h, e)))
                 return rc;
         return 0;
 }

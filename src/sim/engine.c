@@ -629,10 +629,10 @@ static int on_progress(engine *g, int ji)
         return drain(g);
 }
 
-/* The core found that job ji's group cannot meet its SLO on what the job achieves alone: stop
- * it and re-admit it on its learned profile, its SLO measured on its mean solo iteration. Returns
- * 1 if it did. */
-static int readmit_learned(engine *g, int ji)
+/* The core found that job ji's group cannot meet its SLO on what the job achieves alone (obs
+ * 2), or that another group would take it for less (obs 3, a move): stop it and re-admit it on
+ * its learned profile, its SLO measured on its mean solo iteration. Returns 1 if it did. */
+static int readmit_learned(engine *g, int ji, int obs)
 {
         sjob *j = &g->jobs[ji];
         const loom_sim_job *sj = &g->w->jobs[ji];
@@ -645,7 +645,15 @@ static int readmit_learned(engine *g, int ji)
         /* A restart is worth it only if what is left of the job dwarfs it; a short remainder
          * stays where it is. */
         double left = (double)(sj->spec.iterations - j->iter) * (double)in.learned_budget;
-        if (left < g->c->readmit_min_ratio * (double)loom__sim_restart(g->c, sj->model_b))
+        loom_us restart = loom__sim_restart(g->c, sj->model_b);
+        if (left < g->c->readmit_min_ratio * (double)restart)
+                return 0;
+        /* Under member moves a move is optional: it is made only when the slack the job has
+         * banked (its budget times its iterations so far, less the time they took) pays for
+         * the restart, so a job never moves itself out of its SLO. */
+        if (obs == 3 && g->c->policy.move_members &&
+            (double)(g->now - j->first_start + restart) >
+                (double)j->iter * (double)in.learned_budget)
                 return 0;
         if ((rc = stop_job(g, ji, LOOM_EXIT_CANCELLED)))
                 return rc;
@@ -672,7 +680,7 @@ static int on_end(engine *g, int ji)
                         return rc < 0 ? rc : drain(g);
                 /* 2: its group cannot serve it; 3: another group would take it for less (a
                  * lone member moved): either way it is re-admitted on its learned profile */
-                if ((obs == 2 || obs == 3) && (rc = readmit_learned(g, ji))) {
+                if ((obs == 2 || obs == 3) && (rc = readmit_learned(g, ji, obs))) {
                         if (rc > 0 && obs == 3)
                                 g->r->moves++;
                         return rc < 0 ? rc : drain(g);

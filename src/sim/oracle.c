@@ -189,8 +189,8 @@ static bool colocated_alone(const oracle *o, int m, gval *out)
         const loom_job_spec *s = &o->w->jobs[m].spec;
         if (!c->policy.colocate_lone || c->policy.placer != LOOM_PLACER_LOOM)
                 return false;
-        loom_us it = (loom_us)llround((double)s->t_roll * c->colocated_roll_factor) +
-                     s->t_train + 2 * c->policy.warm_switch;
+        loom_us it = (loom_us)llround((double)s->t_roll * c->colocated_roll_factor) + s->t_train +
+                     2 * c->policy.warm_switch;
         if (s->rollout_gpus > s->train_gpus ||
             s->mem_train + s->mem_rollout > c->cluster.host_mem_bytes || it > loom_job_budget(s))
                 return false;
@@ -456,11 +456,12 @@ static size_t choose(int n, int k)
         return r;
 }
 
-/* Best partition of active[0..n); fills slow_of[i] for each active job and the pools' figures,
- * and *gap with the proven relative gap (0 when the search finished). Returns 0, LOOM_ENOMEM, or
- * LOOM_EREJECT when no feasible grouping exists. */
-static int solve(oracle *o, const int *active, int n, double *slow_of, double *cost, int nodes[2],
-                 double util[2], double *gap)
+/* Best partition of active[0..n); fills slow_of[i] and group_of[i] (the index of its group in
+ * the partition) for each active job and the pools' figures, and *gap with the proven relative
+ * gap (0 when the search finished). Returns 0, LOOM_ENOMEM, or LOOM_EREJECT when no feasible
+ * grouping exists. */
+static int solve(oracle *o, const int *active, int n, double *slow_of, int *group_of,
+                 double *cost, int nodes[2], double util[2], double *gap)
 {
         bb b = {.o = o, .active = active, .n = n, .maxg = o->c->policy.max_group_size};
         if (b.maxg > n)
@@ -521,8 +522,10 @@ static int solve(oracle *o, const int *active, int n, double *slow_of, double *c
         util[0] = util[1] = 0;
         for (int g = 0; g < b.n_best; g++) {
                 const gval *v = b.best[g];
-                for (int i = 0; i < v->key.n; i++)
+                for (int i = 0; i < v->key.n; i++) {
                         slow_of[pos_of(&b, v->key.m[i])] = v->slow[i];
+                        group_of[pos_of(&b, v->key.m[i])] = g;
+                }
                 nodes[0] += v->nodes[0];
                 nodes[1] += v->nodes[1];
                 util[0] += v->util[0];
@@ -553,6 +556,8 @@ typedef struct fluid {
         int nodes[2];
         double gap; /* the largest proven gap of any regrouping */
         int most;   /* the most jobs active at once */
+        /* the grouping between regroupings (REGROUP_DEPARTURES, _NEVER): each job's group */
+        int *gid, next_gid;
 } fluid;
 
 /* Advance to tn: integrate cost and GPU time, move every active job on. */
@@ -569,23 +574,115 @@ static void fluid_advance(fluid *f, double tn)
         f->t = tn;
 }
 
-/* Re-solve the grouping of the active jobs; LOOM_EREJECT when none is feasible. */
-static int fluid_regroup(fluid *f)
+/* The active members of group g, ascending, and `plus` (a job not yet in any group, larger
+ * than every active one), when >= 0. */
+static void members(const fluid *f, int g, int plus, gkey *k)
 {
+        k->n = 0;
+        for (int i = 0; i < f->na; i++)
+                if (f->gid[f->active[i]] == g && f->active[i] != plus)
+                        k->m[k->n++] = f->active[i];
+        if (plus >= 0)
+                k->m[k->n++] = plus;
+}
+
+/* Arrival j joins the group whose $/h it raises least, or opens its own when that costs less
+ * (ties: the least added slowdown, then the oldest group). Cache entries are read at once:
+ * group_get may move them. */
+static int join_cheapest(fluid *f, int j)
+{
+        gkey k = {.n = 1, .m = {j}};
+        const gval *v = group_get(&f->o, &k);
+        if (!v)
+                return LOOM_ENOMEM;
+        double best = v->cost, best_slow = group_slow(v);
+        int to = -1;
+        for (int i = 0; i < f->na; i++) {
+                int g = f->gid[f->active[i]];
+                gkey a, b;
+                members(f, g, -1, &a);
+                if (f->active[i] == j || a.m[0] != f->active[i] ||
+                    a.n >= f->o.c->policy.max_group_size)
+                        continue; /* each group once, at its lowest member */
+                members(f, g, j, &b);
+                const gval *va = group_get(&f->o, &a);
+                if (!va)
+                        return LOOM_ENOMEM;
+                double ca = va->cost, sa = group_slow(va);
+                const gval *vb = group_get(&f->o, &b);
+                if (!vb)
+                        return LOOM_ENOMEM;
+                double d = vb->cost - ca, ds = group_slow(vb) - sa;
+                if (vb->feasible &&
+                    (d < best - 1e-9 || (d < best + 1e-9 && ds < best_slow - 1e-12))) {
+                        best = d;
+                        best_slow = ds;
+                        to = g;
+                }
+        }
+        f->gid[j] = to >= 0 ? to : f->next_gid++;
+        return 0;
+}
+
+/* Cost, pools and rates of the grouping in gid; a group a departure left infeasible (its
+ * pinning searched afresh) splits into its members alone. */
+static int tally(fluid *f)
+{
+        f->cost = 0;
+        f->nodes[0] = f->nodes[1] = 0;
+        f->util[0] = f->util[1] = 0;
+        for (int i = 0; i < f->na; i++) {
+                gkey k;
+                members(f, f->gid[f->active[i]], -1, &k);
+                if (k.m[0] != f->active[i])
+                        continue;
+                const gval *v = group_get(&f->o, &k);
+                if (!v)
+                        return LOOM_ENOMEM;
+                if (!v->feasible) {
+                        for (int m = 0; m < k.n; m++)
+                                f->gid[k.m[m]] = f->next_gid++;
+                        return tally(f);
+                }
+                f->cost += v->cost;
+                for (int p = 0; p < 2; p++) {
+                        f->nodes[p] += v->nodes[p];
+                        f->util[p] += v->util[p];
+                }
+                for (int m = 0; m < k.n; m++)
+                        f->rate[k.m[m]] = 1.0 / v->slow[m];
+        }
+        return 0;
+}
+
+/* Regroup after an event (job `arrived`, or -1 for a departure) as the oracle's mode says;
+ * LOOM_EREJECT when no feasible grouping exists. */
+static int fluid_regroup(fluid *f, int arrived)
+{
+        if (f->na > f->most)
+                f->most = f->na;
         if (f->na == 0) {
                 f->cost = 0;
                 f->nodes[0] = f->nodes[1] = 0;
                 f->util[0] = f->util[1] = 0;
                 return 0;
         }
+        loom_sim_oracle_regroup mode = f->o.c->oracle_regroup;
+        if (mode == LOOM_SIM_REGROUP_NEVER ||
+            (mode == LOOM_SIM_REGROUP_DEPARTURES && arrived >= 0)) {
+                int rc = arrived >= 0 ? join_cheapest(f, arrived) : 0;
+                return rc ? rc : tally(f);
+        }
         double slow[LOOM_SIM_ORACLE_MAX_JOBS], gap = 0;
-        int rc = solve(&f->o, f->active, f->na, slow, &f->cost, f->nodes, f->util, &gap);
+        int grp[LOOM_SIM_ORACLE_MAX_JOBS];
+        int rc = solve(&f->o, f->active, f->na, slow, grp, &f->cost, f->nodes, f->util, &gap);
         if (gap > f->gap)
                 f->gap = gap;
-        if (f->na > f->most)
-                f->most = f->na;
-        for (int i = 0; !rc && i < f->na; i++)
+        for (int i = 0; !rc && i < f->na; i++) {
                 f->rate[f->active[i]] = 1.0 / slow[i];
+                f->gid[f->active[i]] = f->next_gid + grp[i];
+        }
+        f->next_gid += f->na;
         return rc;
 }
 
@@ -637,7 +734,7 @@ static int fluid_step(fluid *f)
                 f->na--;
         }
         f->r->events++;
-        int rc = fluid_regroup(f);
+        int rc = fluid_regroup(f, t_arr <= t_dep ? f->next - 1 : -1);
         if (rc == LOOM_EREJECT) {
                 snprintf(f->r->note, sizeof f->r->note, "no feasible grouping at t=%.1f h",
                          f->t / 3.6e9);
@@ -654,8 +751,9 @@ int loom__sim_run_oracle(const loom_sim_cfg *c, const loom_sim_workload *w, loom
         f.remain = malloc(sizeof(double) * n);
         f.rate = malloc(sizeof(double) * n);
         f.done = malloc(sizeof(loom_us) * n);
+        f.gid = malloc(sizeof(int) * n);
         int rc = 0;
-        if (!f.remain || !f.rate || !f.done || cache_grow(&f.o.cache)) {
+        if (!f.remain || !f.rate || !f.done || !f.gid || cache_grow(&f.o.cache)) {
                 rc = LOOM_ENOMEM;
                 goto out;
         }
@@ -701,5 +799,6 @@ out:
         free(f.remain);
         free(f.rate);
         free(f.done);
+        free(f.gid);
         return rc;
 }

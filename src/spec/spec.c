@@ -325,6 +325,7 @@ int loom_policy_cfg_from_json(json_t *obj, const char *where, const char *text, 
                                             "colocate_lone",
                                             "learn_bound",
                                             "move_lone",
+                                            "move_members",
                                             "rate_search_open",
                                             NULL};
         dctx c = {where ? where : "", text, len, e};
@@ -349,6 +350,7 @@ int loom_policy_cfg_from_json(json_t *obj, const char *where, const char *text, 
             (rc = get_bool(&c, obj, "multirate", &p.multirate)) ||
             (rc = get_bool(&c, obj, "colocate_lone", &p.colocate_lone)) ||
             (rc = get_bool(&c, obj, "move_lone", &p.move_lone)) ||
+            (rc = get_bool(&c, obj, "move_members", &p.move_members)) ||
             (rc = get_bool(&c, obj, "train_rightsize", &p.train_rightsize)))
                 return rc;
         json_t *lb = json_object_get(obj, "learn_bound");

@@ -319,7 +319,8 @@ m = Loomd(build, "--admission", "p99", "--learn-after", "3", "--lease-timeout", 
           "--quiet").start()
 d = m
 _, cl = m.req("GET", "/v1/cluster")
-check(cl["policy"]["learn_bound"] == "normal" and cl["policy"]["move_lone"] is True,
+check(cl["policy"]["learn_bound"] == "normal" and cl["policy"]["move_lone"] is True
+      and cl["policy"]["move_members"] is True,
       f"the defaults: normal bound, moves on ({cl['policy']})")
 _, b = m.req("POST", "/v1/jobs", job_spec("B", 0.2, 0.2, 1.5, 0, mem_rollout_gb=1500,
                                               mem_train_gb=1500))

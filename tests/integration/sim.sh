@@ -168,7 +168,7 @@ PY
   --policy oracle --json --no-progress | grep -q '"note":"gave up.*25 jobs active' ||
   fail "the oracle gives up beyond 24 active jobs"
 
-# the decomposition ladder: eight rungs, the first the lb policy's cost, the schedules measured
+# the decomposition ladder: ten rungs, the first the lb policy's cost, the schedules measured
 "$loom" sim --decompose --rows 165:200 --json --no-progress >"$tmp/dec.json"
 "$loom" sim --rows 165:200 --policy lb,loom --multirate off --json --no-progress >"$tmp/dec-ref.json"
 "$loom" sim --rows 165:200 --policy loom --multirate on --json --no-progress >"$tmp/dec-multi.json"
@@ -178,12 +178,13 @@ rungs = [json.loads(l) for l in open(sys.argv[1])]
 multi = json.loads(open(sys.argv[3]).readline())
 ref = {r["policy"]: r for r in map(json.loads, open(sys.argv[2]))}
 assert [r["rung"] for r in rungs] == ["fluid", "nodes", "memory", "informed", "optimal",
-                                      "regroup", "online", "multirate"], rungs
+                                      "departures", "greedy", "regroup", "online",
+                                      "multirate"], rungs
 assert abs(rungs[0]["total_cost"] - ref["lb"]["total_cost"]) < 0.01, rungs[0]
-assert abs(rungs[6]["total_cost"] - ref["loom"]["total_cost"]) < 0.01, rungs[6]
+assert abs(rungs[8]["total_cost"] - ref["loom"]["total_cost"]) < 0.01, rungs[8]
 assert rungs[0]["total_cost"] < rungs[1]["total_cost"] <= rungs[2]["total_cost"], rungs
-assert all(r["measured"] for r in rungs[:3] + rungs[5:])
-assert abs(rungs[7]["total_cost"] - multi["total_cost"]) < 0.01, (rungs[7], multi)
+assert all(r["measured"] for r in rungs[:3] + rungs[7:])
+assert abs(rungs[9]["total_cost"] - multi["total_cost"]) < 0.01, (rungs[9], multi)
 PY
 
 # Gavel+ in the micro-benchmarks: job-level time-sharing fills no bubble, loom does

@@ -435,3 +435,95 @@ Test(learn, a_lone_member_moves_when_another_group_takes_it_for_less)
                 loom_sched_free(s);
         }
 }
+
+/* Run every phase the core starts, in start order, to its end, each observed at its job's own
+ * length (times[job] = {rollout s, training s}), for at most n phases; returns 3 as soon as an
+ * observation of job `who`'s training says it should move, else the last one's result. */
+static int drive(loom_sched *s, int n, const double (*times)[2], loom_job_id who)
+{
+        loom_action q[64];
+        int head = 0, tail = 0, last = 0;
+        loom_us now = 0;
+        for (int k = 0; k < n; k++) {
+                loom_action a;
+                while (loom_sched_next_action(s, &a))
+                        if (a.type == LOOM_ACT_START_PHASE && tail - head < 64)
+                                q[tail++ % 64] = a;
+                if (head == tail)
+                        break;
+                a = q[head++ % 64];
+                cr_assert_lt(a.job, 8);
+                double t = times[a.job][a.phase == LOOM_PHASE_TRAIN];
+                now += loom_us_from_s(t);
+                int rc = loom_sched_observe(s, now, a.job, a.phase, loom_us_from_s(t));
+                cr_assert_geq(rc, 0);
+                if (a.job == who && a.phase == LOOM_PHASE_TRAIN && (last = rc) == 3)
+                        return 3;
+                cr_assert_eq(loom_sched_phase_done(s, now, a.job, a.phase), 0);
+        }
+        return last;
+}
+
+/*
+ * Moving a member of a shared group. B (100 s + 30 s, SLO 2) cannot roll out on its training
+ * node (1,500 GB working sets) and has a rollout node of its own. A (100 s + 300 s, SLO 2) does
+ * not fit with B and runs alone; C, declared like A with SLO 3, joins A's group, whose rollout
+ * node is provisioned for it. Learned at 60 s of training, C fits on B's rollout node for nothing,
+ * and without C, A goes back to rolling out on its training node: C's group would stop paying its
+ * rollout node. Under policy.move_members observe says 3 for C and its re-admission joins B
+ * at T_meta 200 s; with it off C stays, as it does when that would leave B less than
+ * LOOM_MOVE_MARGIN of slack (B's SLO 1.56: budget 202.8 s), though a re-admission would still
+ * land there.
+ */
+Test(learn, a_member_moves_when_its_group_saves_more_than_the_move_costs)
+{
+        for (int k = 0; k < 3; k++) {
+                bool on = k != 1;
+                double slo_b = k == 2 ? 1.56 : 2.0;
+                po.admission = LOOM_ADMIT_P99;
+                po.move_members = on;
+                loom_sched *s = loom_sched_new(&cl, &po, NULL);
+                loom_job_id b =
+                    submit(s, core_spec("B", 100, 30, slo_b, 1500 * LOOM_GB, 1500 * LOOM_GB));
+                loom_job_id a = submit(s, spec("A", 100, 300, 2.0));
+                loom_job_id c = submit(s, spec("C", 100, 300, 3.0));
+                loom_job_info ja, jb, jc;
+                cr_assert_eq(loom_sched_job_info(s, a, &ja), 0);
+                cr_assert_eq(loom_sched_job_info(s, b, &jb), 0);
+                cr_assert_eq(loom_sched_job_info(s, c, &jc), 0);
+                cr_assert_neq(ja.group, jb.group);
+                cr_assert_eq(jc.group, ja.group, "C shares A's group");
+                loom_group_info ga;
+                cr_assert_eq(loom_sched_group_info(s, ja.group, &ga), 0);
+                cr_assert_not(ga.lone);
+                double times[8][2] = {{0}};
+                times[a][0] = times[c][0] = times[b][0] = 100;
+                times[a][1] = 300;
+                times[c][1] = 60;
+                times[b][1] = 30;
+                int rc = drive(s, 60, (const double(*)[2])times, c);
+                cr_assert_eq(rc == 3, k == 0, "case %d: observe said %d", k, rc);
+                if (k == 1) {
+                        loom_sched_free(s);
+                        continue;
+                }
+                cr_assert_eq(loom_sched_job_info(s, c, &jc), 0);
+                loom_job_spec moved = jc.spec;
+                moved.t_solo_ref = (loom_us)((double)jc.learned_budget / moved.slo);
+                cr_assert_eq(loom_sched_job_exit(s, 0, c, LOOM_EXIT_CANCELLED), 0);
+                cr_assert_eq(loom_sched_group_info(s, ja.group, &ga), 0);
+                cr_assert_eq(loom_sched_job_info(s, a, &ja), 0);
+                cr_assert(ga.lone || ja.state == LOOM_JOB_ROLLING,
+                          "without C, A rolls out on its training node again (after a rollout "
+                          "on the rollout node in flight)");
+                loom_decision d;
+                loom_decision_init(&d, false);
+                loom_job_id id;
+                cr_assert_eq(loom_sched_submit(s, 0, &moved, &d, &id, NULL), 0);
+                cr_assert_eq(d.group, jb.group, "the re-admission joins B's group: %s", d.reason);
+                cr_assert_eq(d.marginal_cost_per_hour, 0);
+                cr_assert_eq(d.t_meta, loom_us_from_s(200));
+                cr_assert_eq((double)d.t_meta > (1 - LOOM_MOVE_MARGIN) * slo_b * 130e6, k == 2);
+                loom_sched_free(s);
+        }
+}

@@ -171,14 +171,18 @@ Test(spec, learn_bound_and_move_lone_in_the_policy)
         cr_assert_eq(parse("{\"jobs\":[]}", &sc, &e), 0, "%s", e.msg);
         cr_assert_eq(sc.policy.learn_bound, LOOM_LEARN_NORMAL, "normal by default");
         cr_assert(sc.policy.move_lone, "on by default");
+        cr_assert(sc.policy.move_members, "on by default");
         loom_scenario_free(&sc);
-        cr_assert_eq(parse("{\"policy\":{\"learn_bound\":\"order\",\"move_lone\":false},"
-                           "\"jobs\":[]}",
+        cr_assert_eq(parse("{\"policy\":{\"learn_bound\":\"order\",\"move_lone\":false,"
+                           "\"move_members\":false},\"jobs\":[]}",
                            &sc, &e),
                      0, "%s", e.msg);
         cr_assert_eq(sc.policy.learn_bound, LOOM_LEARN_ORDER);
         cr_assert_not(sc.policy.move_lone);
+        cr_assert_not(sc.policy.move_members);
         loom_scenario_free(&sc);
+        cr_assert_eq(parse("{\"policy\":{\"move_members\":1},\"jobs\":[]}", &sc, &e), LOOM_EINVAL);
+        cr_assert_str_eq(e.field, "policy.move_members", "%s", e.msg);
         cr_assert_eq(parse("{\"policy\":{\"learn_bound\":\"median\"},\"jobs\":[]}", &sc, &e),
                      LOOM_EINVAL);
         cr_assert_str_eq(e.field, "policy.learn_bound", "%s", e.msg);
