@@ -20,7 +20,7 @@ run() {
 
 run sync codec --bucket-mib 64
 run sync plan --model qwen2.5-1.5b --train tp=2,pp=1,dp=4 --rollout tp=1,dp=8
-# The configuration at full Qwen2.5-0.5B size.
+# The reference configuration at full Qwen2.5-0.5B size.
 run sync bench --model qwen2.5-0.5b --train tp=2,pp=1,dp=4 --rollout tp=1,dp=8 \
         --link-gbps 5 --density 0.01 --plan all --repeat "$repeat" --json
 # Qwen2.5-1.5B shapes (embedding, head, per-layer matrices) with 4 of its 28 layers, so that

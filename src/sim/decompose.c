@@ -241,9 +241,6 @@ int loom_sim_decompose(const loom_sim_cfg *cfg, const loom_sim_workload *w,
         out[4].adds = "+ planning on declared worst-case times";
         if ((rc = from_run(&c, w, LOOM_SIM_ORACLE, &out[4], h, e)))
                 return rc;
-        /* regroup and online are loom's single-rate placement (WEAVE's groups); the last rung
-         * lets members run at rates > 1, so the ladder shows what multi-rate groups add */
-        c.policy.multirate = false;
         /* the same oracle, regrouping less: only when a job leaves, then never */
         c.oracle_regroup = LOOM_SIM_REGROUP_DEPARTURES;
         out[5].name = "departures";
@@ -256,6 +253,9 @@ int loom_sim_decompose(const loom_sim_cfg *cfg, const loom_sim_workload *w,
         if ((rc = from_run(&c, w, LOOM_SIM_ORACLE, &out[6], h, e)))
                 return rc;
         c.oracle_regroup = cfg->oracle_regroup;
+        /* regroup and online are loom's single-rate placement (WEAVE's groups); the last rung
+         * lets members run at rates > 1, so the ladder shows what multi-rate groups add */
+        c.policy.multirate = false;
         out[7].name = "regroup";
         out[7].adds = "+ heuristic hourly regrouping, migrations paid";
         if ((rc = from_run(&c, w, LOOM_SIM_REGROUP, &out[7], h, e)))
