@@ -269,8 +269,8 @@ void srv_job_failed(loom_server *s, srv_job *j, const char *lease_state, const c
 }
 
 /* Re-admit j on its learned profile, held to the budget measured on its mean observed solo
- * iteration (t_solo_ref), for observe's result: 2, its group cannot meet that budget; 3, it runs
- * alone and another group takes it for less (a move). Returns whether it did. */
+ * iteration (t_solo_ref), for observe's result: 2, its group cannot meet that budget; 3, another
+ * group takes it for less than its own saves once it leaves (a move). Returns whether it did. */
 static bool readmit_learned(loom_server *s, srv_job *j, int result)
 {
         loom_job_info in;
@@ -279,11 +279,16 @@ static bool readmit_learned(loom_server *s, srv_job *j, int result)
             loom_sched_group_info(s->sched, in.group, &g))
                 return false;
         char why[200];
-        if (result == 3)
+        if (result == 3 && g.lone)
                 snprintf(why, sizeof why,
                          "alone in group %u at $%.2f/h; another group takes it for less than "
                          "%.0f%% of that",
                          in.group, g.cost_per_hour, 100 * LOOM_MOVE_GAIN);
+        else if (result == 3)
+                snprintf(why, sizeof why,
+                         "one of %d members of group %u at $%.2f/h; another group takes it for "
+                         "less than that group stops paying once it leaves",
+                         g.n_members, in.group, g.cost_per_hour);
         else
                 snprintf(why, sizeof why,
                          "group %u's period %.3f s exceeds the %.3f s budget measured on its "

@@ -18,6 +18,8 @@
   "learned"), Y keeps running, and kill -9 replays it.
 - under the defaults (normal bound, move_lone), A alone on its training node learns its p99 in
   three iterations and is moved into B's group (cause "moved"); kill -9 replays it.
+- under move_members, C, sharing A's group, learns that it trains 5x faster than declared and
+  is moved into B's group, A going back to rolling out on its training node; kill -9 replays it.
 The phase lengths are the worker's sleeps: wall time, as loomd measures every lease.
 """
 
@@ -339,5 +341,50 @@ before = snapshot()
 m.kill9()
 m.start()
 check(snapshot() == before, "after kill -9 the move replays the same")
+check(m.stop() == 0, "loomd stops cleanly")
+
+# ---- 7. a member of a shared group moves (policy.move_members) --------------------------------
+# B (0.1 s + 0.03 s, SLO 2) has a rollout node of its own; A (0.1 s + 0.3 s, SLO 2) cannot
+# join it and runs alone; C, declared like A with SLO 3, joins A's group, which provisions its
+# rollout node. C really trains in 0.06 s: learned, it fits on B's rollout node for nothing, and
+# without it A goes lone again, so A's group stops paying a rollout node: C is moved to B.
+m = Loomd(build, "--admission", "p99", "--learn-after", "3", "--lease-timeout", "60",
+          "--quiet").start()
+d = m
+_, b = m.req("POST", "/v1/jobs", job_spec("B", 0.1, 0.03, 2.0, 0, mem_rollout_gb=1500,
+                                              mem_train_gb=1500))
+_, a = m.req("POST", "/v1/jobs", job_spec("A", 0.1, 0.3, 2.0, 0))
+_, c = m.req("POST", "/v1/jobs", job_spec("C", 0.1, 0.3, 3.0, 0))
+check(a["group"] != b["group"] and c["group"] == a["group"],
+      f"A alone, C beside it ({a['group']}, {b['group']}, {c['group']})")
+stop = threading.Event()
+errors = []
+
+
+def run_a():
+    try:
+        while not stop.is_set():
+            phase(a["id"], "rollout", 0.1)
+            phase(a["id"], "train", 0.3)
+    except BaseException as e:  # noqa: BLE001
+        errors.append(e)
+
+
+ta = threading.Thread(target=run_a)
+ta.start()
+for it in range(3):
+    phase(c["id"], "rollout", 0.1)
+    phase(c["id"], "train", 0.06)
+jc = job(c["id"])
+stop.set()
+ta.join(timeout=30)
+check(not errors, f"A ran throughout ({errors})")
+check(jc["readmission"] and jc["readmission"]["cause"] == "moved" and jc["group"] == b["group"]
+      and "one of 2 members" in jc["readmission"]["reason"],
+      f"C is moved into B's group ({jc['readmission']}, group {jc['group']} vs {b['group']})")
+before = snapshot()
+m.kill9()
+m.start()
+check(snapshot() == before, "after kill -9 the member's move replays the same")
 check(m.stop() == 0, "loomd stops cleanly")
 shutil.rmtree(os.path.dirname(ORDER), True)
