@@ -272,17 +272,21 @@ stop = threading.Event()
 errors = []
 
 
-def run_y():
-    try:
-        while not stop.is_set():
-            phase(y["id"], "rollout", 0.4)
-            phase(y["id"], "train", 0.4)
-    except BaseException as e:  # noqa: BLE001
-        errors.append(e)
+def keep_running(jid, roll, train):
+    """A worker thread: job jid's phases back to back until stop is set."""
+    def loop():
+        try:
+            while not stop.is_set():
+                phase(jid, "rollout", roll)
+                phase(jid, "train", train)
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+    t = threading.Thread(target=loop)
+    t.start()
+    return t
 
 
-ty = threading.Thread(target=run_y)
-ty.start()
+ty = keep_running(y["id"], 0.4, 0.4)
 for it in range(3):
     phase(x["id"], "rollout", 0.1)
     phase(x["id"], "train", 0.1)
@@ -359,19 +363,7 @@ check(a["group"] != b["group"] and c["group"] == a["group"],
       f"A alone, C beside it ({a['group']}, {b['group']}, {c['group']})")
 stop = threading.Event()
 errors = []
-
-
-def run_a():
-    try:
-        while not stop.is_set():
-            phase(a["id"], "rollout", 0.1)
-            phase(a["id"], "train", 0.3)
-    except BaseException as e:  # noqa: BLE001
-        errors.append(e)
-
-
-ta = threading.Thread(target=run_a)
-ta.start()
+ta = keep_running(a["id"], 0.1, 0.3)
 for it in range(3):
     phase(c["id"], "rollout", 0.1)
     phase(c["id"], "train", 0.06)
