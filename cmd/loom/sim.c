@@ -49,8 +49,7 @@ static void usage(FILE *f)
             "                         random-slo, greedy-slo, regroup, gavel (Gavel+)\n"
             "                         or PlexRL's plex-isolated, plex-pack, plex-spread,\n"
             "                         plex-backfill, plex-all (--policy plex-all --help)\n"
-            "  --admission A          worst (default) | p99 | p95: plan each job on a 90%%\n"
-            "                         bound of that quantile of its observed phase times\n"
+            "  --admission A          worst (default) | p99 | p95: plan on a quantile's bound\n"
             "  --learn-after K        iterations observed before re-planning (default 3)\n"
             "  --learn-bound B        normal (default) | order: the quantile's bound\n"
             "  --move-lone on|off     learned lone members move to cheaper groups (on)\n"
@@ -68,9 +67,9 @@ static void usage(FILE *f)
             "  --no-progress          no progress bar (it is drawn only on a terminal)\n"
             "  --decompose            the cost as a ladder from the fluid lower bound, one\n"
             "                         constraint per rung (docs/sim.md); --json for lines\n"
-            "sweep (Figure 15 a-c: loom/random/greedy/random-slo/greedy-slo vs lb):\n"
-            "  --seeds N              seeds per setting (3)   --threads N  worker threads (2)\n"
-            "\n"
+            "  --oracle-rates         the oracle gives members rates > 1 as well (slow)\n"
+            "sweep (Figure 15 a-c, loom/random/greedy/random-slo/greedy-slo vs lb): --seeds N\n"
+            "  seeds per setting (3), --threads N worker threads (2)\n"
             "Exit status: 0 ok, 1 invalid input (trace, values), 2 bad usage.\n");
 }
 
@@ -240,6 +239,7 @@ static int parse(int argc, char **argv, opts *o)
             {"learn-after", "--learn-after (1..20)", 1, LOOM_LEARN_WINDOW,
              .i = &sim->policy.learn_after},
             {"decompose", .b = &o->decompose},
+            {"oracle-rates", .b = &sim->oracle_rates},
             {.name = "multirate"},
             {.name = "train-rightsize"},
             {.name = "colocate-lone"},

@@ -206,6 +206,9 @@ typedef struct loom_sim_cfg {
          * iterations' SLO budget is at least this many restart times; default 10 */
         double readmit_min_ratio;
         loom_sim_oracle_regroup oracle_regroup; /* the oracle's; default ALWAYS */
+        /* the oracle also gives members rates > 1 where a group's single-rate period breaks a
+         * budget, by the core's raising rule (a heuristic; slow): `loom sim --oracle-rates` */
+        bool oracle_rates;
 } loom_sim_cfg;
 
 void loom_sim_cfg_default(loom_sim_cfg *c);

@@ -110,6 +110,46 @@ typedef struct gsearch {
         double slow[MAXG];
 } gsearch;
 
+/*
+ * Rates for the members of a group whose single-rate period breaks a budget (cfg.oracle_rates):
+ * the core's raising rule, from all rates 1, each member raised to the rate its budget needs at
+ * the simulated period (or one more when its longest gap exceeds LOOM_GAP_FACTOR budgets),
+ * for at most eight rounds, LOOM_MAX_RATE per member and LOOM_META_MAX_SLOTS in all. A heuristic:
+ * it finds rates where this rule does, not every feasible vector. Fills rates and *t_meta;
+ * false when none were found.
+ */
+static bool raise_rates(const gsearch *g, const loom_meta_job *mj, int *rates, loom_us *t_meta)
+{
+        int n = g->k->n;
+        for (int round = 0; round < 8; round++) {
+                loom_us gaps[MAXG];
+                if (loom_meta_eval(mj, rates, n, g->R, g->o->c->policy.warm_switch, t_meta, gaps,
+                                   NULL))
+                        return false;
+                bool ok = true, raised = false;
+                int slots = 0;
+                for (int i = 0; i < n; i++) {
+                        loom_us need = (*t_meta + g->budget[i] - 1) / g->budget[i];
+                        bool gap = gaps[i] > LOOM_GAP_FACTOR * g->budget[i];
+                        if (need <= rates[i] && !gap)
+                                continue;
+                        ok = false;
+                        int r = need > rates[i] ? (int)need : rates[i] + 1;
+                        if (r <= LOOM_MAX_RATE) {
+                                rates[i] = r;
+                                raised = true;
+                        }
+                }
+                if (ok)
+                        return true;
+                for (int i = 0; i < n; i++)
+                        slots += rates[i];
+                if (!raised || slots > LOOM_META_MAX_SLOTS)
+                        return false;
+        }
+        return false;
+}
+
 static void evaluate(gsearch *g)
 {
         const loom_sim_workload *w = g->o->w;
@@ -127,13 +167,20 @@ static void evaluate(gsearch *g)
         }
         g->o->evals++;
         loom_us t_meta;
+        int rates[MAXG];
         if (loom_meta_period(mj, g->k->n, g->R, c->policy.warm_switch, &t_meta, NULL))
+                return;
+        bool ok = true;
+        for (int i = 0; i < g->k->n; i++) {
+                rates[i] = 1;
+                ok &= t_meta <= g->budget[i] || g->k->n == 1; /* alone, a job is its own solo */
+        }
+        if (!ok && !(c->oracle_rates && raise_rates(g, mj, rates, &t_meta)))
                 return;
         double sum = 0, slow[MAXG];
         for (int i = 0; i < g->k->n; i++) {
-                if (t_meta > g->budget[i] && g->k->n > 1) /* alone, a job is its own solo */
-                        return;
-                slow[i] = (double)t_meta / (double)loom_job_t_solo(&w->jobs[g->k->m[i]].spec);
+                slow[i] = (double)t_meta / rates[i] /
+                          (double)loom_job_t_solo(&w->jobs[g->k->m[i]].spec);
                 sum += slow[i];
         }
         if (!g->found || sum < g->best_slow - 1e-12) {
@@ -248,19 +295,26 @@ static void group_eval(oracle *o, const gkey *k, gval *out)
                 g.P = (int)pr[x][1] * node;
                 g.R = (int)pr[x][2];
                 /* O(1) bounds: the pool trains every member once per period, and the rollout
-                 * nodes together run every member's rollout once. */
+                 * nodes together run every member's rollout once; with rates, member i runs
+                 * at least T_meta / budget_i times, so the pool's and the nodes' densities
+                 * (time per budget) must stay within 1 and R. */
                 loom_us sum_train = 0, sum_roll = 0;
+                double dens_train = 0, dens_roll = 0;
                 uint64_t tmem = 0;
                 for (int i = 0; i < k->n; i++) {
                         const loom_job_spec *s = &w->jobs[k->m[i]].spec;
-                        sum_train += loom_group_train_time(s->t_train, s->train_gpus, g.P,
+                        loom_us tt = loom_group_train_time(s->t_train, s->train_gpus, g.P,
                                                            c->policy.train_scaling_efficiency);
+                        sum_train += tt;
                         sum_roll += s->t_roll * g.knodes[i];
+                        dens_train += (double)tt / (double)g.budget[i];
+                        dens_roll += (double)(s->t_roll * g.knodes[i]) / (double)g.budget[i];
                         tmem += loom_group_train_mem(s->mem_train, s->train_gpus, g.P);
                 }
-                if ((k->n > 1 &&
-                     (sum_train > min_budget || sum_roll > (loom_us)g.R * min_budget)) ||
-                    tmem > c->cluster.host_mem_bytes)
+                bool over = c->oracle_rates ? dens_train > 1 || dens_roll > g.R
+                                            : sum_train > min_budget ||
+                                                  sum_roll > (loom_us)g.R * min_budget;
+                if ((k->n > 1 && over) || tmem > c->cluster.host_mem_bytes)
                         continue;
                 uint64_t load_mem[MAXG * LOOM_MAX_JOB_NODES] = {0};
                 g.found = false;

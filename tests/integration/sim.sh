@@ -167,6 +167,18 @@ PY
 "$loom" sim --arrivals poisson:60 --jobs 26 --duration-h 10 --seed 5 --max-group 1 \
   --policy oracle --json --no-progress | grep -q '"note":"gave up.*25 jobs active' ||
   fail "the oracle gives up beyond 24 active jobs"
+# with rates the oracle may group what one rate cannot: never dearer on this instance
+"$loom" sim --arrivals poisson:1 --jobs 12 --duration-h 4 --seed 3 --policy oracle --json \
+  --no-progress >"$tmp/or1.json"
+"$loom" sim --arrivals poisson:1 --jobs 12 --duration-h 4 --seed 3 --policy oracle --json \
+  --no-progress --oracle-rates >"$tmp/or2.json"
+python3 - "$tmp/or1.json" "$tmp/or2.json" <<'PY'
+import json, sys
+one, multi = (json.loads(open(p).readline()) for p in sys.argv[1:3])
+assert one["ran"] and multi["ran"], (one, multi)
+assert multi["total_cost"] <= one["total_cost"] * (1 + 1e-9), (one, multi)
+assert multi["slo_attainment_profiled"] == 1.0, multi
+PY
 
 # the decomposition ladder: ten rungs, the first the lb policy's cost, the schedules measured
 "$loom" sim --decompose --rows 165:200 --json --no-progress >"$tmp/dec.json"

@@ -307,6 +307,44 @@ static void job(loom_job_spec *s, const char *id, double roll, double train, dou
         s->iterations = iters;
 }
 
+/* A (900 s rollout + 100 s training, SLO 1.5) and B (50 s + 50 s, SLO 2) cannot share a group
+ * at one iteration each per meta-iteration: its period, at least A's 1,000 s, is five times B's
+ * 200 s budget, so the single-rate oracle runs both alone on their training nodes. With rates
+ * (cfg.oracle_rates) B runs five iterations per period on a rollout node of its own and both
+ * share one training node, which costs less than two; both meet their SLOs. */
+Test(sim_bounds, the_oracle_with_rates_groups_what_one_rate_cannot)
+{
+        loom_sim_cfg c;
+        loom_sim_cfg_default(&c);
+        loom_job_spec specs[2];
+        job(&specs[0], "A", 900, 100, 0, 5);
+        specs[0].slo = 1.5;
+        job(&specs[1], "B", 50, 50, 0, 50);
+        specs[1].slo = 2.0;
+        loom_sim_noise noise;
+        loom_sim_noise_default(&noise);
+        noise.deterministic = true;
+        loom_sim_workload w;
+        loom_err e;
+        loom_err_clear(&e);
+        cr_assert_eq(loom_sim_workload_from_specs(specs, NULL, 2, &noise, 1, &c.cluster, &w, &e), 0,
+                     "%s", e.msg);
+        loom_sim_result one, multi;
+        run(&c, &w, LOOM_SIM_ORACLE, &one);
+        c.oracle_rates = true;
+        run(&c, &w, LOOM_SIM_ORACLE, &multi);
+        cr_assert(one.ran && multi.ran, "%s %s", one.note, multi.note);
+        cr_assert_eq(one.peak_gpus[LOOM_POOL_TRAIN], 16, "single-rate: each alone");
+        cr_assert_eq(one.peak_gpus[LOOM_POOL_ROLLOUT], 0);
+        cr_assert_eq(multi.peak_gpus[LOOM_POOL_TRAIN], 8, "with rates: one training node");
+        cr_assert_gt(multi.peak_gpus[LOOM_POOL_ROLLOUT], 0);
+        cr_assert_lt(multi.total_cost, one.total_cost);
+        cr_assert_eq(multi.slo_attainment_wc, 1.0);
+        loom_sim_result_free(&one);
+        loom_sim_result_free(&multi);
+        loom_sim_workload_free(&w);
+}
+
 /* Find job j's k-th interval of phase ph; fails the test if missing. */
 static const loom_sim_interval *nth(const loom_sim_result *r, int j, loom_phase ph, int k)
 {
