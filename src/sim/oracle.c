@@ -179,8 +179,8 @@ static void evaluate(gsearch *g)
                 return;
         double sum = 0, slow[MAXG];
         for (int i = 0; i < g->k->n; i++) {
-                slow[i] = (double)t_meta / rates[i] /
-                          (double)loom_job_t_solo(&w->jobs[g->k->m[i]].spec);
+                slow[i] =
+                    (double)t_meta / rates[i] / (double)loom_job_t_solo(&w->jobs[g->k->m[i]].spec);
                 sum += slow[i];
         }
         if (!g->found || sum < g->best_slow - 1e-12) {
@@ -311,9 +311,9 @@ static void group_eval(oracle *o, const gkey *k, gval *out)
                         dens_roll += (double)(s->t_roll * g.knodes[i]) / (double)g.budget[i];
                         tmem += loom_group_train_mem(s->mem_train, s->train_gpus, g.P);
                 }
-                bool over = c->oracle_rates ? dens_train > 1 || dens_roll > g.R
-                                            : sum_train > min_budget ||
-                                                  sum_roll > (loom_us)g.R * min_budget;
+                bool over = c->oracle_rates
+                                ? dens_train > 1 || dens_roll > g.R
+                                : sum_train > min_budget || sum_roll > (loom_us)g.R * min_budget;
                 if ((k->n > 1 && over) || tmem > c->cluster.host_mem_bytes)
                         continue;
                 uint64_t load_mem[MAXG * LOOM_MAX_JOB_NODES] = {0};
@@ -514,8 +514,8 @@ static size_t choose(int n, int k)
  * the partition) for each active job and the pools' figures, and *gap with the proven relative
  * gap (0 when the search finished). Returns 0, LOOM_ENOMEM, or LOOM_EREJECT when no feasible
  * grouping exists. */
-static int solve(oracle *o, const int *active, int n, double *slow_of, int *group_of,
-                 double *cost, int nodes[2], double util[2], double *gap)
+static int solve(oracle *o, const int *active, int n, double *slow_of, int *group_of, double *cost,
+                 int nodes[2], double util[2], double *gap)
 {
         bb b = {.o = o, .active = active, .n = n, .maxg = o->c->policy.max_group_size};
         if (b.maxg > n)
