@@ -84,9 +84,9 @@ for r in map(json.loads, sys.stdin):
 done
 
 echo "-- where the cost goes: the ladder from the fluid bound (loom sim --decompose), default window"
-for a in worst p99; do
+for a in worst p99 "p99 --oracle-rates"; do
   echo "   admission $a"
-  "$loom" sim --decompose --admission "$a" --no-progress | sed 's/^/  /'
+  "$loom" sim --decompose --admission $a --no-progress | sed 's/^/  /'
 done
 
 echo "-- drift (WEAVE §6.6, Figure 17): static loom vs hourly regroup on the default window"
