@@ -211,21 +211,20 @@ Test(sim_bounds, oracle_colocates_a_job_alone_as_loom_does)
         c.policy.warm_switch = 0;
         loom_sim_workload w;
         poisson(&w, 2, 1, 1, 3, true, LOOM_SIM_MIXED);
-        loom_sim_result opt, lm, apart;
-        run(&c, &w, LOOM_SIM_ORACLE, &opt);
-        run(&c, &w, LOOM_SIM_LOOM, &lm);
-        cr_assert(opt.ran, "%s", opt.note);
-        cr_assert_eq(opt.peak_gpus[LOOM_POOL_ROLLOUT], 0, "no rollout node");
-        cr_assert_eq(opt.peak_gpus[LOOM_POOL_TRAIN], w.jobs[0].spec.train_gpus);
-        cr_assert_float_eq(opt.total_cost, lm.total_cost, 0.02 * lm.total_cost, "%f vs %f",
-                           opt.total_cost, lm.total_cost);
-        c.policy.colocate_lone = false;
-        run(&c, &w, LOOM_SIM_ORACLE, &apart);
-        cr_assert_gt(apart.peak_gpus[LOOM_POOL_ROLLOUT], 0);
-        cr_assert_gt(apart.total_cost, opt.total_cost * 1.1);
-        loom_sim_result_free(&opt);
-        loom_sim_result_free(&lm);
-        loom_sim_result_free(&apart);
+        loom_sim_result r[3]; /* the oracle colocating, loom, the oracle not colocating */
+        for (int k = 0; k < 3; k++) {
+                c.policy.colocate_lone = k < 2;
+                run(&c, &w, k == 1 ? LOOM_SIM_LOOM : LOOM_SIM_ORACLE, &r[k]);
+        }
+        cr_assert(r[0].ran && r[2].ran, "%s %s", r[0].note, r[2].note);
+        cr_assert_eq(r[0].peak_gpus[LOOM_POOL_ROLLOUT], 0, "no rollout node");
+        cr_assert_eq(r[0].peak_gpus[LOOM_POOL_TRAIN], w.jobs[0].spec.train_gpus);
+        cr_assert_float_eq(r[0].total_cost, r[1].total_cost, 0.02 * r[1].total_cost, "%f vs %f",
+                           r[0].total_cost, r[1].total_cost);
+        cr_assert_gt(r[2].peak_gpus[LOOM_POOL_ROLLOUT], 0);
+        cr_assert_gt(r[2].total_cost, r[0].total_cost * 1.1);
+        for (int k = 0; k < 3; k++)
+                loom_sim_result_free(&r[k]);
         loom_sim_workload_free(&w);
 }
 
@@ -307,6 +306,19 @@ static void job(loom_job_spec *s, const char *id, double roll, double train, dou
         s->iterations = iters;
 }
 
+/* Workload w of the n jobs specs, all arriving at 0, every phase at its declared length. */
+static void deterministic(const loom_sim_cfg *c, const loom_job_spec *specs, int n,
+                          loom_sim_workload *w)
+{
+        loom_sim_noise noise;
+        loom_sim_noise_default(&noise);
+        noise.deterministic = true;
+        loom_err e;
+        loom_err_clear(&e);
+        cr_assert_eq(loom_sim_workload_from_specs(specs, NULL, n, &noise, 1, &c->cluster, w, &e), 0,
+                     "%s", e.msg);
+}
+
 /* A (900 s rollout + 100 s training, SLO 1.5) and B (50 s + 50 s, SLO 2) cannot share a group
  * at one iteration each per meta-iteration: its period, at least A's 1,000 s, is five times B's
  * 200 s budget, so the single-rate oracle runs both alone on their training nodes. With rates
@@ -321,14 +333,8 @@ Test(sim_bounds, the_oracle_with_rates_groups_what_one_rate_cannot)
         specs[0].slo = 1.5;
         job(&specs[1], "B", 50, 50, 0, 50);
         specs[1].slo = 2.0;
-        loom_sim_noise noise;
-        loom_sim_noise_default(&noise);
-        noise.deterministic = true;
         loom_sim_workload w;
-        loom_err e;
-        loom_err_clear(&e);
-        cr_assert_eq(loom_sim_workload_from_specs(specs, NULL, 2, &noise, 1, &c.cluster, &w, &e), 0,
-                     "%s", e.msg);
+        deterministic(&c, specs, 2, &w);
         loom_sim_result one, multi;
         run(&c, &w, LOOM_SIM_ORACLE, &one);
         c.oracle_rates = true;
@@ -371,14 +377,8 @@ Test(sim_micro, temporal_mux_schedule_phase_by_phase)
         loom_job_spec specs[2];
         job(&specs[0], "A1", 125, 120, 12.7, 3);
         job(&specs[1], "A2", 125, 120, 12.7, 3);
-        loom_sim_noise noise;
-        loom_sim_noise_default(&noise);
-        noise.deterministic = true;
         loom_sim_workload w;
-        loom_err e;
-        loom_err_clear(&e);
-        cr_assert_eq(loom_sim_workload_from_specs(specs, NULL, 2, &noise, 1, &c.cluster, &w, &e), 0,
-                     "%s", e.msg);
+        deterministic(&c, specs, 2, &w);
         loom_sim_result r;
         run(&c, &w, LOOM_SIM_LOOM, &r);
         cr_assert_eq(r.decisions[LOOM_DECISION_NEW_GROUP], 1);
@@ -810,14 +810,8 @@ static void gavel_pair(double slo, loom_sim_result *gv, loom_sim_result *solo,
         job(&specs[0], "A1", 125, 120, 12.7, 10);
         job(&specs[1], "A2", 125, 120, 12.7, 10);
         specs[0].slo = specs[1].slo = slo;
-        loom_sim_noise noise;
-        loom_sim_noise_default(&noise);
-        noise.deterministic = true;
         loom_sim_workload w;
-        loom_err e;
-        loom_err_clear(&e);
-        cr_assert_eq(loom_sim_workload_from_specs(specs, NULL, 2, &noise, 1, &c.cluster, &w, &e), 0,
-                     "%s", e.msg);
+        deterministic(&c, specs, 2, &w);
         run(&c, &w, LOOM_SIM_GAVEL, gv);
         run(&c, &w, LOOM_SIM_SOLO, solo);
         run(&c, &w, LOOM_SIM_LOOM, loom);
