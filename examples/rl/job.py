@@ -23,7 +23,8 @@ from the same bits without redoing it.
 reference model and Adam's state on that device; there the sync engine publishes from and
 pulls into GPU memory (--gpu-sync off: through host copies, as on a CPU), and with --residency
 loom-state the Adam moments and master weights go through loom-state's CUDA tier
-(docs/gpu.md). The bf16 digests both sides log are then read off the GPU for the log only. --size 100m / 350m are models for a GPU.
+(docs/gpu.md). The bf16 digests both sides log are then read off the GPU for the log only.
+--size 100m / 350m are models for a GPU.
 """
 
 import argparse
@@ -433,6 +434,19 @@ def warm_policy(cfg, G):
     return model, False
 
 
+def gpu_sync_on(dev, cfg):
+    """Whether the sync engine moves this side's weights straight from or into GPU memory."""
+    return dev.type == "cuda" and cfg.get("gpu_sync", "on") == "on"
+
+
+def bf16_digest(ps):
+    """The digest of tensors' bf16 bits, read off the GPU when they are there (for the log)."""
+    from loom import weights
+    bits = weights.bf16_bits_cuda(ps).cpu().numpy() if weights.on_cuda(ps) else \
+        weights.bf16_bits(ps)
+    return weights.digest(bits)
+
+
 def trainer_main(d):
     cfg = load_cfg(d)
     pin(CPU_TRAIN)
@@ -463,16 +477,15 @@ def trainer_main(d):
     res = TrainerState(model, opt, ref, cfg, d, key=f"{cfg['name']}-{cfg['job']}")
     params = list(model.parameters())
 
-    gpu_sync = dev.type == "cuda" and cfg.get("gpu_sync", "on") == "on"
+    gpu_sync = gpu_sync_on(dev, cfg)
 
     def host(ps):  # GPU weights are published from GPU memory, or from host copies
         return ps if dev.type == "cpu" or gpu_sync else [p.detach().cpu() for p in ps]
 
     def publish(ps, version, **kw):
-        from loom import weights
         st = job.publish(host(ps), version, **kw)
         if st.get("digest") is None:  # the GPU path computes none: read the bits for the log
-            st["digest"] = weights.digest(weights.bf16_bits_cuda(ps).cpu().numpy())
+            st["digest"] = bf16_digest(ps)
         return st
 
     out = os.path.join(d, "trainer.jsonl")
@@ -573,7 +586,6 @@ def rollout_main(d):
     pin(CPU_ROLLOUT)
     import torch
     import grpo as G
-    from loom import weights
     dev = G.pick_device(cfg.get("device", "cpu"))
     G.setup_torch(dev)
     # A restarted worker (its predecessor died) takes over the rollout lease the dead one held,
@@ -589,7 +601,7 @@ def rollout_main(d):
     model = G.make_policy(cfg["size"], cfg["seed"] + 1)  # overwritten by the first pull
     params = list(model.parameters())  # host memory: the sync engine pulls into it
     run = model if dev.type == "cpu" else copy.deepcopy(model).to(dev)
-    gpu_sync = dev.type == "cuda" and cfg.get("gpu_sync", "on") == "on"
+    gpu_sync = gpu_sync_on(dev, cfg)
     if gpu_sync:  # or straight into the policy's GPU memory
         params = list(run.parameters())
     out = os.path.join(d, "rollout.jsonl")
@@ -605,8 +617,7 @@ def rollout_main(d):
         if st["version"] != it:
             raise RuntimeError(f"pulled version {st['version']}, rollout {it} needs {it}")
         # the bits the policy runs, read back from the model itself
-        used = weights.digest(weights.bf16_bits_cuda(params).cpu().numpy() if gpu_sync
-                              else weights.bf16_bits(params))
+        used = bf16_digest(params)
         g, rng = G.gen(cfg["seed"], "rollout", it)
         prompts = [p for p in task.draw(rng, cfg["prompts"]) for _ in range(cfg["group"])]
         if run is not model and not gpu_sync:

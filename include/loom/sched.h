@@ -155,7 +155,7 @@ typedef struct loom_policy_cfg {
          * group also moves when another group takes it for less than what its own group stops
          * paying once it leaves (the rollout nodes it alone uses, or all of them when the one
          * member left goes lone), into a place that leaves every member there LOOM_MOVE_MARGIN
-         * of its budget; loom_sched_observe returns 3 as for a lone member. Needs move_lone.
+         * of T_meta as slack; loom_sched_observe returns 3 as for a lone member. Needs move_lone.
          * Loom's placer only; default true. */
         bool move_members;
         /* Multi-rate placement with more open groups than this runs one simulation per

@@ -97,7 +97,7 @@ typedef struct engine {
          * since the last event */
         int kind_nodes[LOOM_MAX_GROUP_SIZE + 1][2];
         int lone_slo_nodes[4];
-        bool lone_dirty;     /* membership or nodes changed: the counts above are redone */
+        bool groups_dirty;   /* membership or nodes changed: the counts above are redone */
         loom_group_id *gids; /* scratch for count_groups */
         int cap_gids;
 } engine;
@@ -418,12 +418,12 @@ static int apply(engine *g, const loom_action *a)
                 if (!n)
                         return LOOM_ENOMEM;
                 memset(n, 0, sizeof *n); /* a node comes and goes with an empty host memory */
-                g->lone_dirty = true;
+                g->groups_dirty = true;
                 return loom__sim_meter_nodes(&g->meter, g->now, a->pool,
                                              a->type == LOOM_ACT_PROVISION_NODE ? 1 : -1);
         }
         case LOOM_ACT_JOB_DONE:
-                g->lone_dirty = true;
+                g->groups_dirty = true;
                 ji = g->by_id[a->job];
                 g->jobs[ji].active = false;
                 g->jobs[ji].done_at = g->now;
@@ -462,7 +462,7 @@ static int arrival(engine *g, int ji)
         loom_err e2;
         loom_err_clear(&e2);
         int rc = loom_sched_submit(g->s, g->now, &j->cur, &d, &id, &e2);
-        g->lone_dirty = true;
+        g->groups_dirty = true;
         loom_decision_free(&d);
         if (rc == LOOM_EREJECT || rc == LOOM_ERANGE) {
                 /* ERANGE: the core could not evaluate a candidate group (its meta-iteration
@@ -521,7 +521,7 @@ static int stop_job(engine *g, int ji, loom_exit why)
                 return rc;
         j->version++;
         j->active = false;
-        g->lone_dirty = true;
+        g->groups_dirty = true;
         if ((rc = loom_sched_job_exit(g->s, g->now, j->id, why)))
                 return fail(g, rc, "job_exit");
         return 0;
@@ -862,7 +862,7 @@ int loom__sim_run_core(const loom_sim_cfg *c, const loom_sim_workload *w, loom_s
                 goto out;
         sim_event ev;
         rc = 0;
-        bool lone = p == LOOM_SIM_LOOM;
+        bool by_group = p == LOOM_SIM_LOOM; /* loom's bill by group kind (count_groups) */
         while (!rc && loom__sim_heap_pop(&g.heap, &ev)) {
                 sjob *j = &g.jobs[ev.job];
                 if ((ev.type == SIM_EV_PROGRESS || ev.type == SIM_EV_END) &&
@@ -872,7 +872,7 @@ int loom__sim_run_core(const loom_sim_cfg *c, const loom_sim_workload *w, loom_s
                 if ((ev.type == SIM_EV_FAIL && !j->active) ||
                     (ev.type == SIM_EV_REGROUP && g.finished >= w->n))
                         continue;
-                if (lone) {
+                if (by_group) {
                         double dt = (double)(ev.t - g.now);
                         for (int k = 0; k <= LOOM_MAX_GROUP_SIZE; k++)
                                 for (int q = 0; q < 2; q++)
@@ -892,9 +892,9 @@ int loom__sim_run_core(const loom_sim_cfg *c, const loom_sim_workload *w, loom_s
                         rc = on_progress(&g, (int)ev.job);
                 else
                         rc = on_end(&g, (int)ev.job);
-                if (!rc && lone && g.lone_dirty)
+                if (!rc && by_group && g.groups_dirty)
                         rc = count_groups(&g);
-                g.lone_dirty = false;
+                g.groups_dirty = false;
                 if ((r->events & 0xFFFF) == 0)
                         sim_progress(c, p, (double)g.finished / (w->n ? w->n : 1));
         }

@@ -33,7 +33,6 @@ typedef struct gbench {
         char dir[4096];
 } gbench;
 
-
 static void ios(const gbench *b, int s, const char *job, uint64_t version, loom_state_io *io,
                 size_t n)
 {

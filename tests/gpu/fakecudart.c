@@ -35,7 +35,6 @@ typedef struct range {
         size_t len;
 } range;
 
-
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static range dev[FAKE_MAX], pinned[FAKE_MAX];
 static fakecudart_counters cnt;

@@ -99,7 +99,8 @@ else
 fi
 
 # A sanitized build's libraries only load with the sanitizer runtimes first.
-pre=$(ldd "$libdir/libloomclient.so" | awk '/lib(a|ub)san\.so/ {print $3}' | paste -sd: -)
+. "$src/tests/integration/lib/py.sh"
+pre=$(san_libs "$libdir/libloomclient.so")
 san_env=()
 [ -z "$pre" ] || san_env=(LD_PRELOAD="$pre" ASAN_OPTIONS=detect_leaks=0)
 

@@ -20,14 +20,12 @@
 #include "internal.h"
 #include "loom/state.h"
 
-
 typedef struct fx {
         char dir[64];
         loom_state_daemon *d;
         pthread_t t;
         loom_state_client *c;
 } fx;
-
 
 static void fx_start(fx *f)
 {

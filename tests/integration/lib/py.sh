@@ -1,5 +1,5 @@
-# Sourced by the integration tests that drive loom's libraries from Python (state_*.sh,
-# sync_cuda.sh).
+# Sourced by the integration tests that load loom's libraries into another process (state_*.sh,
+# sync_cuda.sh from Python, install.sh).
 
 need_py() { # python "modules" [why]: skip the test (77) unless python imports them
         if ! "$1" -c "import $2" 2>/dev/null; then
