@@ -33,36 +33,6 @@ typedef struct bench {
         char dir[4096];
 } bench;
 
-static void *serve(void *arg)
-{
-        loom_err e;
-        loom_state_daemon_run(arg, &e);
-        return NULL;
-}
-
-int loom__state_serve(const loom_state_cfg *cfg, loom_state_daemon **d, pthread_t *thr,
-                      loom_err *e)
-{
-        int rc = loom_state_daemon_new(cfg, d, e);
-        if (rc)
-                return rc;
-        if (pthread_create(thr, NULL, serve, *d) != 0) {
-                loom_state_daemon_free(*d);
-                *d = NULL;
-                return loom_err_set(e, LOOM_ENOMEM, "", "cannot start the daemon thread");
-        }
-        return 0;
-}
-
-void loom__state_unserve(loom_state_daemon *d, pthread_t thr)
-{
-        if (!d)
-                return;
-        loom_state_daemon_stop(d);
-        pthread_join(thr, NULL);
-        loom_state_daemon_free(d);
-}
-
 /* n tensors of `each` bytes of job at dev[0..]: io[] describes them. */
 static void tensors(bench *b, loom_state_io *io, size_t n, uint64_t each, const char *job)
 {

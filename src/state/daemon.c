@@ -541,6 +541,36 @@ int loom_state_daemon_run(loom_state_daemon *d, loom_err *e)
         }
 }
 
+/* The daemon's loop on a thread of its own (loom__state_serve). */
+static void *serve(void *arg)
+{
+        loom_err e;
+        loom_state_daemon_run(arg, &e);
+        return NULL;
+}
+
+int loom__state_serve(const loom_state_cfg *cfg, loom_state_daemon **d, pthread_t *thr, loom_err *e)
+{
+        int rc = loom_state_daemon_new(cfg, d, e);
+        if (rc)
+                return rc;
+        if (pthread_create(thr, NULL, serve, *d) != 0) {
+                loom_state_daemon_free(*d);
+                *d = NULL;
+                return loom_err_set(e, LOOM_ENOMEM, "", "cannot start the daemon thread");
+        }
+        return 0;
+}
+
+void loom__state_unserve(loom_state_daemon *d, pthread_t thr)
+{
+        if (!d)
+                return;
+        loom_state_daemon_stop(d);
+        pthread_join(thr, NULL);
+        loom_state_daemon_free(d);
+}
+
 void loom_state_daemon_stop(loom_state_daemon *d)
 {
         char x = 1;

@@ -33,7 +33,6 @@ static const char *write_trace(double secs)
         return path;
 }
 
-
 static size_t lines(const char *s)
 {
         size_t n = 0;

@@ -13,7 +13,6 @@
 #include "loom/sim.h"
 #include "sink.h"
 
-
 static int count_lines(const char *s, const char *prefix)
 {
         int n = 0;

@@ -23,7 +23,6 @@ typedef struct fx {
         loom_state_client *c;
 } fx;
 
-
 static void fx_start(fx *f, uint64_t host, uint64_t disk, uint64_t device, int fresh)
 {
         if (fresh) {
