@@ -115,8 +115,9 @@ double loom_quantile_ucb(const double *top, int m, int64_t n, double q, double c
  * Version 3: lone members colocated on their training nodes. Version 4: learned profiles
  * bounded by a normal tolerance bound (policy.learn_bound). Version 5: one-simulation rate
  * searches past policy.rate_search_open open groups. Version 6: members of shared groups moved
- * (policy.move_members). */
-#define LOOM_SCHED_ARITH 6
+ * (policy.move_members). Version 7: whether a learned member alone may run colocated is judged
+ * on its mean phases and learned budget, both ways. */
+#define LOOM_SCHED_ARITH 7
 
 typedef struct loom_policy_cfg {
         int max_group_size;              /* default 5, at most LOOM_MAX_GROUP_SIZE */

@@ -58,6 +58,7 @@ typedef struct learn_state {
         bool learned;
         uint64_t replans;
         loom_us learned_roll, learned_train, learned_budget; /* last computed; 0 before */
+        loom_us mean_roll, mean_train; /* its mean observed phases, with learned_budget */
 } learn_state;
 
 typedef struct rnode {
@@ -163,12 +164,20 @@ job *loom__job(const loom_sched *s, loom_job_id id);
 int loom__push_action(loom_sched *s, const loom_action *a);
 void loom__group_refresh(loom_sched *s, group *g); /* recompute caches + open membership */
 int loom__group_meta(const loom_sched *s, const group *g, loom_us *t_meta);
-/* Whether a group of j alone may run j's rollouts on its training nodes: the policy asks for
- * it, the rollout fits on the training GPUs and both working sets in a node's host memory. */
-bool loom__lone_fits(const loom_sched *s, const loom_job_spec *spec, int train_nodes);
-/* A group left with one member that fits goes lone again: its rollout nodes are released
- * (planned, not provisioned), unless the member's rollout runs there now; then at its end. */
-void loom__lone_again(loom_sched *s, group *g);
+/* Whether a group of spec alone may run its rollouts on its training nodes: the policy asks
+ * for it, the rollout fits on the training GPUs, both working sets in a node's host memory, and
+ * an iteration with its two switches (rollout <-> training) within budget. */
+bool loom__lone_fits(const loom_sched *s, const loom_job_spec *spec, loom_us budget,
+                     int train_nodes);
+/* A group of one member re-decides whether it is lone, between the member's rollouts (else at
+ * the end of the one running): one that fits goes lone again, its rollout nodes released
+ * (planned, not provisioned); a lone one that no longer fits (its learned budget cannot pay
+ * the two switches) has them provisioned again. */
+void loom__lone_recheck(loom_sched *s, group *g);
+/* loom__lone_fits for member j, held to the budget the core holds it to (j->slo_budget); once
+ * learned, on its mean observed phases: alone, j's iteration is its solo one plus two
+ * switches, so its SLO on the mean holds exactly when that fits. */
+bool loom__job_lone_fits(const loom_sched *s, const job *j, int train_nodes);
 /* Set member j's rate (>= 1) now: rollout loads follow, and its next phases start a fresh
  * round (dispatch keys); the caller refreshes the group. */
 void loom__set_rate(loom_sched *s, job *j, int rate, int64_t round);

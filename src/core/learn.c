@@ -222,6 +222,8 @@ static int replan(loom_sched *s, job *j)
         j->ls->learned_roll = roll;
         j->ls->learned_train = train;
         j->ls->learned_budget = budget;
+        j->ls->mean_roll = scaled(d->t_roll, mr);
+        j->ls->mean_train = scaled(d->t_train, mt);
         if (roll == j->spec.t_roll && train == j->spec.t_train && budget == j->slo_budget)
                 return 0;
         loom_us old_roll = j->spec.t_roll, old_train = j->spec.t_train;

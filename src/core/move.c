@@ -47,7 +47,7 @@ static double saving(const loom_sched *s, const job *j)
                 freed += s->rnodes[j->rnodes[k]]->n_pinned == 1;
         if (g->n_members == 2) {
                 const job *o = g->members[g->members[0] == j];
-                if (loom__lone_fits(s, &o->spec, g->n_tnodes))
+                if (loom__job_lone_fits(s, o, g->n_tnodes))
                         freed = g->n_rnodes;
         }
         return freed * s->price[LOOM_POOL_ROLLOUT];

@@ -1035,7 +1035,7 @@ static void isolated(const search *x, cand *c)
         int t = isolated_tnodes(x), gpn = s->cluster.gpus_per_node;
         c->tnodes = t;
         /* alone, under colocate_lone, its rollout nodes wait for a second member */
-        c->lone = loom__lone_fits(s, sp, t);
+        c->lone = loom__lone_fits(s, sp, loom_job_budget(sp), t);
         c->cost =
             (c->lone ? 0 : x->k) * s->price[LOOM_POOL_ROLLOUT] + t * s->price[LOOM_POOL_TRAIN];
         loom_us tt = t == sp->train_gpus / gpn

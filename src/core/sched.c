@@ -83,7 +83,8 @@ void loom_policy_cfg_default(loom_policy_cfg *p)
         p->move_members = true;
 }
 
-bool loom__lone_fits(const loom_sched *s, const loom_job_spec *spec, int train_nodes)
+bool loom__lone_fits(const loom_sched *s, const loom_job_spec *spec, loom_us budget,
+                     int train_nodes)
 {
         if (!s->policy.colocate_lone || s->policy.placer != LOOM_PLACER_LOOM)
                 return false;
@@ -94,7 +95,7 @@ bool loom__lone_fits(const loom_sched *s, const loom_job_spec *spec, int train_n
         /* every iteration switches the nodes twice (rollout <-> training) and needs no sync */
         loom_us tt = loom_group_train_time(spec->t_train, spec->train_gpus, gpus,
                                            s->policy.train_scaling_efficiency);
-        return spec->t_roll + tt + 2 * s->policy.warm_switch <= loom_job_budget(spec);
+        return spec->t_roll + tt + 2 * s->policy.warm_switch <= budget;
 }
 
 const char *loom_admission_name(loom_admission a)
@@ -554,7 +555,7 @@ static int apply(loom_sched *s, loom_us now, const loom_job_spec *spec, const lo
         group *g = m.g_new ? m.g_new : group_of(s, d->group);
         if (m.g_new) {
                 group_open(s, g, d);
-                g->lone = loom__lone_fits(s, spec, g->n_tnodes);
+                g->lone = loom__lone_fits(s, spec, loom_job_budget(spec), g->n_tnodes);
         } else if (g->lone) {
                 /* a second member: the lone member's rollout nodes are provisioned now, and
                  * its rollouts move there from its next one on */
@@ -735,7 +736,7 @@ int loom_sched_job_resume(loom_sched *s, loom_us now, loom_job_id id, loom_phase
         if (call > 0)
                 j->trains = j->rolls; /* its training turn of the round has begun */
         j->wait_seq = ++s->seq;
-        loom__lone_again(s, j->group); /* its rollout on a rollout node is over */
+        loom__lone_recheck(s, j->group); /* its rollout on a rollout node is over */
         loom__dispatch(s, j->group, now);
         return 0;
 }
@@ -801,23 +802,33 @@ int loom_sched_job_exit(loom_sched *s, loom_us now, loom_job_id id, loom_exit re
                 group_free(g);
                 return 0;
         }
-        loom__lone_again(s, g);
+        loom__lone_recheck(s, g);
         loom__group_refresh(s, g);
         loom__dispatch(s, g, now);
         return 0;
 }
 
-void loom__lone_again(loom_sched *s, group *g)
+bool loom__job_lone_fits(const loom_sched *s, const job *j, int train_nodes)
 {
-        if (g->lone || g->n_members != 1)
+        loom_job_spec sp = j->spec;
+        if (j->ls && j->ls->learned_budget) {
+                sp.t_roll = j->ls->mean_roll;
+                sp.t_train = j->ls->mean_train;
+        }
+        return loom__lone_fits(s, &sp, j->slo_budget, train_nodes);
+}
+
+void loom__lone_recheck(loom_sched *s, group *g)
+{
+        if (g->n_members != 1)
                 return;
         job *m = g->members[0];
-        if ((m->state == LOOM_JOB_ROLLING && !m->colo) ||
-            !loom__lone_fits(s, &m->spec, g->n_tnodes))
+        if (m->state == LOOM_JOB_ROLLING || g->lone == loom__job_lone_fits(s, m, g->n_tnodes))
                 return;
+        g->lone = !g->lone;
         for (int i = 0; i < g->n_rnodes; i++)
-                node_action(s, LOOM_ACT_RELEASE_NODE, LOOM_POOL_ROLLOUT, g->rnodes[i]->id, g->id);
-        g->lone = true;
+                node_action(s, g->lone ? LOOM_ACT_RELEASE_NODE : LOOM_ACT_PROVISION_NODE,
+                            LOOM_POOL_ROLLOUT, g->rnodes[i]->id, g->id);
 }
 
 /* ---- queries --------------------------------------------------------------------------- */
