@@ -971,9 +971,9 @@ static int search_cands(search *x, const group *g, cand_pass pass)
         return 0;
 }
 
-/* Search g's candidates of pass. *paid_next (not for CANDS_PAID): whether the paid pass has
- * candidates in g left to consider, which it has not when no paid packing exists and rollout
- * scaling cannot work (rates_may_fit). */
+/* Search g's candidates of pass. *paid_next (CANDS_FREE; NULL otherwise): whether the paid pass
+ * has candidates in g left to consider, which it has not when no paid packing exists and
+ * rollout scaling cannot work (rates_may_fit). */
 static int search_group(search *x, const open_group *o, cand_pass pass, bool *paid_next)
 {
         const group *g = o->g;
@@ -997,7 +997,8 @@ static int search_group(search *x, const open_group *o, cand_pass pass, bool *pa
                 x->d->groups_pruned_bound++;
                 return rec ? record(x, &c) : 0;
         }
-        *paid_next = scale_ok || g->lone || g->n_rnodes < x->k;
+        if (paid_next)
+                *paid_next = scale_ok || g->lone || g->n_rnodes < x->k;
         return search_cands(x, g, pass);
 }
 
@@ -1337,10 +1338,8 @@ int loom__place(const loom_sched *s, const loom_job_spec *spec, const group *exc
         if (s->policy.placer == LOOM_PLACER_LOOM) {
                 if (x.prune)
                         rc = search_open_pruned(&x);
-                for (int i = 0; i < s->n_open && !rc && !x.prune; i++) {
-                        bool paid_next = false;
-                        rc = search_group(&x, &s->open[i], CANDS_ALL, &paid_next);
-                }
+                for (int i = 0; i < s->n_open && !rc && !x.prune; i++)
+                        rc = search_group(&x, &s->open[i], CANDS_ALL, NULL);
                 if (!rc) {
                         cand iso;
                         isolated(&x, &iso);

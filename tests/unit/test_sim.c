@@ -632,8 +632,6 @@ Test(sim_switch, warm_switch_hides_in_idle_time_and_first_phase_waits_for_the_lo
 
 /* ---- the decomposition ladder ---------------------------------------------------------------- */
 
-/* Its first rung is the lb policy's cost, whole nodes and memory residency can only add to the
- * fluid schedule, and its schedule rungs are the regroup and loom runs of the same workload. */
 /* The ladder of a Poisson workload (built into w) under the default configuration c. */
 static void decompose(loom_sim_cfg *c, loom_sim_workload *w, int jobs, double dur_h, bool det,
                       loom_sim_rung *r)
@@ -645,6 +643,8 @@ static void decompose(loom_sim_cfg *c, loom_sim_workload *w, int jobs, double du
         cr_assert_eq(loom_sim_decompose(c, w, r, &e), 0, "%s", e.msg);
 }
 
+/* Its first rung is the lb policy's cost, whole nodes and memory residency can only add to the
+ * fluid schedule, and its schedule rungs are the regroup and loom runs of the same workload. */
 Test(sim_decompose, rungs_are_the_bound_the_node_rounding_and_the_runs)
 {
         loom_sim_cfg c;
