@@ -175,11 +175,14 @@ int loom_sim_policy_list_parse(const char *s, unsigned *mask, loom_err *e);
 
 /* When the oracle regroups (oracle.c): at every arrival and departure (the default, WEAVE's
  * "Opt"), only when a job leaves (each arrival joins the group, or opens the one, that costs
- * least then), or never (each arrival placed that way, for good). */
+ * least then), never (each arrival placed that way, for good), or when a job leaves but only
+ * by moving single jobs from the grouping it has (LOCAL: each move into another group or
+ * alone, while one lowers the $/h; what moving members one at a time can reach). */
 typedef enum loom_sim_oracle_regroup {
         LOOM_SIM_REGROUP_ALWAYS = 0,
         LOOM_SIM_REGROUP_DEPARTURES,
         LOOM_SIM_REGROUP_NEVER,
+        LOOM_SIM_REGROUP_LOCAL,
 } loom_sim_oracle_regroup;
 
 typedef struct loom_sim_cfg {
@@ -265,11 +268,14 @@ typedef struct loom_sim_result {
         bool admits;                /* the policy admits through the core's SLO check */
         loom_admission admission;   /* its admission mode, when admits */
         double regroup_migration_h; /* job-hours regroup spent migrating and restarting */
-        uint64_t regroups;          /* regroupings applied (regroup) */
+        uint64_t regroups;          /* regroupings applied (regroup; the oracle's that moved
+                                       a job) */
         uint64_t restarts;          /* failed jobs re-admitted */
         uint64_t resubmits;         /* jobs re-admitted on their observed profile (drift,
                                        learned budget, moves) */
-        uint64_t moves;             /* of them, lone members moved to another group */
+        uint64_t moves;             /* of them, members moved to another group; regroup and
+                                       the oracle: jobs its regroupings moved (an arrival's
+                                       own placement is not a move) */
         uint64_t replans;           /* learned-profile re-plans (admission p99/p95) */
         bool multirate;             /* the run's placer could run members at rates > 1 */
         uint64_t rate_sum, rate_n;  /* the rates jobs were admitted at: mean = sum / n */
@@ -296,12 +302,12 @@ int loom_sim_run(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_pol
 
 /* ---- where the cost goes (decompose.c, `loom sim --decompose`) ------------------------------ */
 
-#define LOOM_SIM_RUNGS 10
+#define LOOM_SIM_RUNGS 11
 
 /* One rung of the ladder from the fluid lower bound to loom; each adds one constraint. */
 typedef struct loom_sim_rung {
-        const char *name;  /* fluid, nodes, memory, informed, optimal, departures, greedy,
-                              regroup, online, multirate (static) */
+        const char *name;  /* fluid, nodes, memory, informed, optimal, departures, local,
+                              greedy, regroup, online, multirate (static) */
         const char *adds;  /* the constraint it adds (static) */
         bool measured;     /* false: not run (multirate until the policy has it) */
         double total_cost; /* $ */
@@ -309,6 +315,7 @@ typedef struct loom_sim_rung {
         double slo_attainment;    /* NaN for the rungs that are not schedules */
         char note[256];           /* why a rung was not measured */
         double lone_rollout_cost; /* online, multirate: loom_sim_result.lone_rollout_cost */
+        uint64_t moves;           /* schedule rungs: loom_sim_result.moves */
         /* online, multirate: loom_sim_result.group_cost, lone_cost_by_slo */
         double group_cost[LOOM_MAX_GROUP_SIZE + 1][2];
         double lone_cost_by_slo[4];

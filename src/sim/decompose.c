@@ -18,6 +18,9 @@
  *   optimal   + planning on the declared worst-case times instead (the same oracle).
  *   departures + the oracle regroups only when a job leaves; an arrival joins the group (or
  *               opens the one) that costs least then.
+ *   local     + when a job leaves the oracle only moves jobs one at a time from the grouping
+ *               they have, each move lowering the $/h (free and instant): the most that moving
+ *               single members, as loom's moves do, can get out of the same departures.
  *   greedy    + the oracle never regroups: each arrival placed that way, for good.
  *   regroup   + regrouping by a heuristic, hourly, migrations paid: every active job
  *               re-placed each regroup_period_h (the policy `regroup`).
@@ -136,6 +139,7 @@ static int from_run(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_
         r->avg_cost_per_hour = res.avg_cost_per_hour;
         r->slo_attainment = res.slo_attainment;
         r->lone_rollout_cost = res.lone_rollout_cost;
+        r->moves = res.moves;
         memcpy(r->group_cost, res.group_cost, sizeof r->group_cost);
         memcpy(r->lone_cost_by_slo, res.lone_cost_by_slo, sizeof r->lone_cost_by_slo);
         loom_sim_result_free(&res);
@@ -247,27 +251,32 @@ int loom_sim_decompose(const loom_sim_cfg *cfg, const loom_sim_workload *w,
         out[5].adds = "+ regrouping only when a job leaves";
         if ((rc = from_run(&c, w, LOOM_SIM_ORACLE, &out[5], h, e)))
                 return rc;
-        c.oracle_regroup = LOOM_SIM_REGROUP_NEVER;
-        out[6].name = "greedy";
-        out[6].adds = "+ never regrouping: each arrival placed once";
+        c.oracle_regroup = LOOM_SIM_REGROUP_LOCAL;
+        out[6].name = "local";
+        out[6].adds = "+ at departures, single-job moves only";
         if ((rc = from_run(&c, w, LOOM_SIM_ORACLE, &out[6], h, e)))
+                return rc;
+        c.oracle_regroup = LOOM_SIM_REGROUP_NEVER;
+        out[7].name = "greedy";
+        out[7].adds = "+ never regrouping: each arrival placed once";
+        if ((rc = from_run(&c, w, LOOM_SIM_ORACLE, &out[7], h, e)))
                 return rc;
         c.oracle_regroup = cfg->oracle_regroup;
         /* regroup and online are loom's single-rate placement (WEAVE's groups); the last rung
          * lets members run at rates > 1, so the ladder shows what multi-rate groups add */
         c.policy.multirate = false;
-        out[7].name = "regroup";
-        out[7].adds = "+ heuristic hourly regrouping, migrations paid";
-        if ((rc = from_run(&c, w, LOOM_SIM_REGROUP, &out[7], h, e)))
+        out[8].name = "regroup";
+        out[8].adds = "+ heuristic hourly regrouping, migrations paid";
+        if ((rc = from_run(&c, w, LOOM_SIM_REGROUP, &out[8], h, e)))
                 return rc;
-        out[8].name = "online";
-        out[8].adds = "+ online arrival order (loom, single-rate)";
-        if ((rc = from_run(&c, w, LOOM_SIM_LOOM, &out[8], h, e)))
+        out[9].name = "online";
+        out[9].adds = "+ online arrival order (loom, single-rate)";
+        if ((rc = from_run(&c, w, LOOM_SIM_LOOM, &out[9], h, e)))
                 return rc;
         c.policy.multirate = true;
-        out[9].name = "multirate";
-        out[9].adds = "+ multi-rate groups (loom, policy.multirate)";
-        if ((rc = from_run(&c, w, LOOM_SIM_LOOM, &out[9], h, e)))
+        out[10].name = "multirate";
+        out[10].adds = "+ multi-rate groups (loom, policy.multirate)";
+        if ((rc = from_run(&c, w, LOOM_SIM_LOOM, &out[10], h, e)))
                 return rc;
         return 0;
 }
@@ -326,8 +335,8 @@ void loom_sim_decompose_print(FILE *f, const loom_sim_rung *r, bool json)
 {
         double base = r[0].total_cost, prev = base;
         if (!json)
-                fprintf(f, "%-10s %-52s %10s %9s %8s %8s %6s\n", "rung", "adds", "total_$",
-                        "avg_$/h", "x_fluid", "step", "SLO%");
+                fprintf(f, "%-10s %-52s %10s %9s %8s %8s %6s %6s\n", "rung", "adds", "total_$",
+                        "avg_$/h", "x_fluid", "step", "SLO%", "moves");
         for (int i = 0; i < LOOM_SIM_RUNGS; i++) {
                 const loom_sim_rung *x = &r[i];
                 double ratio = base > 0 ? x->total_cost / base : 0;
@@ -343,7 +352,8 @@ void loom_sim_decompose_print(FILE *f, const loom_sim_rung *r, bool json)
                                         "\"x_fluid\":%.4f,\"step\":%.4f",
                                         x->total_cost, x->avg_cost_per_hour, ratio, step);
                                 if (!isnan(x->slo_attainment))
-                                        fprintf(f, ",\"slo_attainment\":%.4f", x->slo_attainment);
+                                        fprintf(f, ",\"slo_attainment\":%.4f,\"moves\":%llu",
+                                                x->slo_attainment, (unsigned long long)x->moves);
                                 if (x->lone_rollout_cost > 0)
                                         fprintf(f, ",\"lone_rollout_cost\":%.2f",
                                                 x->lone_rollout_cost);
@@ -353,11 +363,14 @@ void loom_sim_decompose_print(FILE *f, const loom_sim_rung *r, bool json)
                 } else if (!x->measured) {
                         fprintf(f, "%-10s %-52s not measured: %s\n", x->name, x->adds, x->note);
                 } else {
-                        char slo[16] = "-";
-                        if (!isnan(x->slo_attainment))
+                        char slo[16] = "-", moves[24] = "-";
+                        if (!isnan(x->slo_attainment)) {
                                 snprintf(slo, sizeof slo, "%.1f", 100 * x->slo_attainment);
-                        fprintf(f, "%-10s %-52s %10.0f %9.1f %8.3f %8.3f %6s\n", x->name, x->adds,
-                                x->total_cost, x->avg_cost_per_hour, ratio, step, slo);
+                                snprintf(moves, sizeof moves, "%llu", (unsigned long long)x->moves);
+                        }
+                        fprintf(f, "%-10s %-52s %10.0f %9.1f %8.3f %8.3f %6s %6s\n", x->name,
+                                x->adds, x->total_cost, x->avg_cost_per_hour, ratio, step, slo,
+                                moves);
                 }
                 if (x->measured)
                         prev = x->total_cost;

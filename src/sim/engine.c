@@ -704,42 +704,6 @@ static loom_job_spec current_profile(const engine *g, int ji)
         return sp;
 }
 
-/* Which of the active jobs idx[0..n) move when the grouping goes from old_g to new_g: each
- * new group keeps the old group it shares most members with (each old group at most once);
- * its members from that old group stay, everyone else moves. */
-static void mark_moved(const int *old_g, const int *new_g, int n, bool *moved)
-{
-        bool *kept = calloc((size_t)n, sizeof *kept); /* old group (by first index) taken */
-        bool *seen = calloc((size_t)n, sizeof *seen); /* new group handled */
-        for (int i = 0; i < n; i++)
-                moved[i] = true;
-        for (int a = 0; kept && seen && a < n; a++) {
-                if (seen[a])
-                        continue;
-                int best = -1, best_n = 0;
-                for (int b = 0; b < n; b++) { /* candidate old groups, by a member b */
-                        if (new_g[b] != new_g[a] || kept[b])
-                                continue;
-                        int cnt = 0;
-                        for (int k = 0; k < n; k++)
-                                cnt += new_g[k] == new_g[a] && old_g[k] == old_g[b];
-                        if (cnt > best_n)
-                                best = b, best_n = cnt;
-                }
-                for (int k = 0; k < n; k++) {
-                        if (new_g[k] == new_g[a])
-                                seen[k] = true;
-                        if (best >= 0 && old_g[k] == old_g[best]) {
-                                kept[k] = true;
-                                if (new_g[k] == new_g[a])
-                                        moved[k] = false;
-                        }
-                }
-        }
-        free(kept);
-        free(seen);
-}
-
 /* regroup: re-place every active job from scratch under its current profile when that is
  * cheaper, or when the current grouping no longer meets some member's SLO. */
 static int on_regroup(engine *g)
@@ -776,7 +740,7 @@ static int on_regroup(engine *g)
                 goto out;
         if (ok && !(cost < st.cost_per_hour - 1e-6))
                 goto out;
-        mark_moved(old_g, new_g, n, moved);
+        g->r->moves += (uint64_t)loom__sim_mark_moved(old_g, new_g, n, moved);
         g->skip_starts = true;
         for (int k = 0; k < n && !rc; k++)
                 rc = stop_job(g, idx[k], LOOM_EXIT_CANCELLED);

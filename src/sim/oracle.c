@@ -8,7 +8,10 @@
  * loom_meta_period on the jobs' specs, worst-case times as admission plans them; the budget is
  * loom_job_budget, so a spec with t_solo_ref is held to it, and a job alone always meets it, as
  * learned admission takes it). Ties go to the smaller sum of slowdowns. Regrouping is free and
- * instantaneous: the oracle is a benchmark, not a policy.
+ * instantaneous: the oracle is a benchmark, not a policy. cfg.oracle_regroup makes it regroup
+ * less (the ladder's rungs, decompose.c): only at departures, exactly or by single-job moves
+ * from the grouping it has (local_moves), or never; arrivals then join the cheapest group. The
+ * jobs each regrouping moves are counted (loom_sim_result.moves).
  *
  * Jobs progress as a fluid: a job whose group has period T_meta advances through its realised
  * solo run time at T_solo / T_meta of real time, so it leaves after its realised solo time
@@ -709,6 +712,78 @@ static int tally(fluid *f)
         return 0;
 }
 
+/* The $/h of group g of the current grouping with job `out` taken out (-1: none) and job `in`
+ * put in (-1: none); INFINITY where that group breaks a budget, 0 for no group. */
+static double cost_with(fluid *f, int g, int out, int in)
+{
+        gkey k;
+        members(f, g, in, &k);
+        int n = 0;
+        for (int i = 0; i < k.n; i++)
+                if (k.m[i] != out)
+                        k.m[n++] = k.m[i];
+        k.n = n;
+        if (n == 0)
+                return 0;
+        if (in >= 0) /* keep the key ascending: `in` went last */
+                for (int i = n - 1; i > 0 && k.m[i] < k.m[i - 1]; i--) {
+                        int t = k.m[i];
+                        k.m[i] = k.m[i - 1];
+                        k.m[i - 1] = t;
+                }
+        const gval *v = group_get(&f->o, &k);
+        if (!v)
+                return NAN;
+        return v->feasible ? v->cost : INFINITY;
+}
+
+/* REGROUP_LOCAL, after a departure: from the grouping the jobs have, move one job at a time,
+ * into another group below max_group_size or alone, while a move lowers the $/h (each job in
+ * turn takes its best move; ties keep it where it is). What moving members one at a time, for
+ * free, can reach; deterministic. */
+static int local_moves(fluid *f)
+{
+        int maxg = f->o.c->policy.max_group_size;
+        int rc = tally(f); /* a group the departure left infeasible splits first */
+        if (rc)
+                return rc;
+        for (bool moved = true; moved;) {
+                moved = false;
+                for (int a = 0; a < f->na; a++) {
+                        int j = f->active[a], from = f->gid[j];
+                        double here = cost_with(f, from, -1, -1), left = cost_with(f, from, j, -1);
+                        double best = 0; /* the drop in $/h of the best move so far */
+                        int to = from;
+                        for (int b = 0; b <= f->na; b++) {
+                                /* b == na: alone, in a group of its own */
+                                int g = b < f->na ? f->gid[f->active[b]] : f->next_gid;
+                                gkey k;
+                                if (b < f->na) {
+                                        members(f, g, -1, &k);
+                                        if (g == from || k.m[0] != f->active[b] || k.n >= maxg)
+                                                continue; /* each group once */
+                                }
+                                double there = b < f->na ? cost_with(f, g, -1, -1) : 0;
+                                double joined = cost_with(f, g, -1, j);
+                                if (isnan(here + left + there + joined))
+                                        return LOOM_ENOMEM;
+                                double drop = here + there - left - joined;
+                                if (drop > best + 1e-9) {
+                                        best = drop;
+                                        to = g;
+                                }
+                        }
+                        if (to != from) {
+                                if (to == f->next_gid)
+                                        f->next_gid++;
+                                f->gid[j] = to;
+                                moved = true;
+                        }
+                }
+        }
+        return tally(f);
+}
+
 /* Regroup after an event (job `arrived`, or -1 for a departure) as the oracle's mode says;
  * LOOM_EREJECT when no feasible grouping exists. */
 static int fluid_regroup(fluid *f, int arrived)
@@ -723,10 +798,13 @@ static int fluid_regroup(fluid *f, int arrived)
         }
         loom_sim_oracle_regroup mode = f->o.c->oracle_regroup;
         if (mode == LOOM_SIM_REGROUP_NEVER ||
-            (mode == LOOM_SIM_REGROUP_DEPARTURES && arrived >= 0)) {
+            ((mode == LOOM_SIM_REGROUP_DEPARTURES || mode == LOOM_SIM_REGROUP_LOCAL) &&
+             arrived >= 0)) {
                 int rc = arrived >= 0 ? join_cheapest(f, arrived) : 0;
                 return rc ? rc : tally(f);
         }
+        if (mode == LOOM_SIM_REGROUP_LOCAL)
+                return local_moves(f);
         double slow[LOOM_SIM_ORACLE_MAX_JOBS], gap = 0;
         int grp[LOOM_SIM_ORACLE_MAX_JOBS];
         int rc = solve(&f->o, f->active, f->na, slow, grp, &f->cost, f->nodes, f->util, &gap);
@@ -738,6 +816,29 @@ static int fluid_regroup(fluid *f, int arrived)
         }
         f->next_gid += f->na;
         return rc;
+}
+
+/* Regroup as fluid_regroup does, counting the jobs it moves (loom__sim_mark_moved; the job
+ * that arrived, placed for the first time, is not one). */
+static int regroup_counted(fluid *f, int arrived)
+{
+        int old[LOOM_SIM_ORACLE_MAX_JOBS + 1], now[LOOM_SIM_ORACLE_MAX_JOBS + 1];
+        bool moved[LOOM_SIM_ORACLE_MAX_JOBS + 1];
+        int n = 0;
+        for (int i = 0; i < f->na; i++)
+                if (f->active[i] != arrived)
+                        old[n++] = f->gid[f->active[i]];
+        int rc = fluid_regroup(f, arrived);
+        if (rc || n == 0)
+                return rc;
+        n = 0;
+        for (int i = 0; i < f->na; i++)
+                if (f->active[i] != arrived)
+                        now[n++] = f->gid[f->active[i]];
+        int m = loom__sim_mark_moved(old, now, n, moved);
+        f->r->moves += (uint64_t)m;
+        f->r->regroups += m > 0;
+        return 0;
 }
 
 /* Peaks and the series point after a regrouping. */
@@ -788,7 +889,7 @@ static int fluid_step(fluid *f)
                 f->na--;
         }
         f->r->events++;
-        int rc = fluid_regroup(f, t_arr <= t_dep ? f->next - 1 : -1);
+        int rc = regroup_counted(f, t_arr <= t_dep ? f->next - 1 : -1);
         if (rc == LOOM_EREJECT) {
                 snprintf(f->r->note, sizeof f->r->note, "no feasible grouping at t=%.1f h",
                          f->t / 3.6e9);
@@ -814,6 +915,7 @@ int loom__sim_run_oracle(const loom_sim_cfg *c, const loom_sim_workload *w, loom
         for (int i = 0; i < w->n; i++) {
                 f.remain[i] = (double)loom_sim_job_solo_time(&w->jobs[i], c);
                 f.done[i] = -1;
+                f.gid[i] = -1; /* in no group yet (join_cheapest reads it for the arrival) */
         }
         while (!rc && (f.next < w->n || f.na > 0)) {
                 rc = fluid_step(&f);

@@ -7,7 +7,8 @@
  * (longest solo iteration first, most training first, most rollout first, the current order,
  * and seeded shuffles) and keeps the cheapest grouping. Solver time is not charged. The event
  * engine (engine.c) decides whether to apply the plan and charges each moved job its
- * migration-and-restart time.
+ * migration-and-restart time. Which jobs a new grouping moves (loom__sim_mark_moved) is
+ * counted the same way for the oracle's regroupings.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -152,4 +153,41 @@ int loom__sim_regroup_feasible(const loom_sched *s, const loom_job_spec *cur_by_
         }
         free(gids);
         return 0;
+}
+
+int loom__sim_mark_moved(const int *old_g, const int *new_g, int n, bool *moved)
+{
+        bool *kept = calloc((size_t)n, sizeof *kept); /* old group (by first index) taken */
+        bool *seen = calloc((size_t)n, sizeof *seen); /* new group handled */
+        for (int i = 0; i < n; i++)
+                moved[i] = true;
+        for (int a = 0; kept && seen && a < n; a++) {
+                if (seen[a])
+                        continue;
+                int best = -1, best_n = 0;
+                for (int b = 0; b < n; b++) { /* candidate old groups, by a member b */
+                        if (new_g[b] != new_g[a] || kept[b])
+                                continue;
+                        int cnt = 0;
+                        for (int k = 0; k < n; k++)
+                                cnt += new_g[k] == new_g[a] && old_g[k] == old_g[b];
+                        if (cnt > best_n)
+                                best = b, best_n = cnt;
+                }
+                for (int k = 0; k < n; k++) {
+                        if (new_g[k] == new_g[a])
+                                seen[k] = true;
+                        if (best >= 0 && old_g[k] == old_g[best]) {
+                                kept[k] = true;
+                                if (new_g[k] == new_g[a])
+                                        moved[k] = false;
+                        }
+                }
+        }
+        free(kept);
+        free(seen);
+        int count = 0;
+        for (int i = 0; i < n; i++)
+                count += moved[i];
+        return count;
 }

@@ -115,6 +115,11 @@ int loom__sim_regroup_plan(const loom_sim_cfg *c, const loom_job_spec *sp, int n
 /* Whether every group of s still meets every member's SLO when members have the profiles
  * cur_by_id[job id] (worst case, as admission plans). */
 int loom__sim_regroup_feasible(const loom_sched *s, const loom_job_spec *cur_by_id, bool *ok);
+/* Which of n jobs move when the grouping goes from old_g[i] to new_g[i] (group labels): each
+ * new group keeps the old group it shares most members with (each old group at most once);
+ * its members from that old group stay, everyone else moves. Fills moved[], returns how many
+ * moved. */
+int loom__sim_mark_moved(const int *old_g, const int *new_g, int n, bool *moved);
 
 /* ---- runs --------------------------------------------------------------------------------- */
 

@@ -180,7 +180,8 @@ assert multi["total_cost"] <= one["total_cost"] * (1 + 1e-9), (one, multi)
 assert multi["slo_attainment_profiled"] == 1.0, multi
 PY
 
-# the decomposition ladder: ten rungs, the first the lb policy's cost, the schedules measured
+# the decomposition ladder: eleven rungs, the first the lb policy's cost, the schedules measured,
+# each schedule rung with the jobs it moved
 "$loom" sim --decompose --rows 165:200 --json --no-progress >"$tmp/dec.json"
 "$loom" sim --rows 165:200 --policy lb,loom --multirate off --json --no-progress >"$tmp/dec-ref.json"
 "$loom" sim --rows 165:200 --policy loom --multirate on --json --no-progress >"$tmp/dec-multi.json"
@@ -190,13 +191,15 @@ rungs = [json.loads(l) for l in open(sys.argv[1])]
 multi = json.loads(open(sys.argv[3]).readline())
 ref = {r["policy"]: r for r in map(json.loads, open(sys.argv[2]))}
 assert [r["rung"] for r in rungs] == ["fluid", "nodes", "memory", "informed", "optimal",
-                                      "departures", "greedy", "regroup", "online",
+                                      "departures", "local", "greedy", "regroup", "online",
                                       "multirate"], rungs
 assert abs(rungs[0]["total_cost"] - ref["lb"]["total_cost"]) < 0.01, rungs[0]
-assert abs(rungs[8]["total_cost"] - ref["loom"]["total_cost"]) < 0.01, rungs[8]
+assert abs(rungs[9]["total_cost"] - ref["loom"]["total_cost"]) < 0.01, rungs[9]
+assert rungs[9]["moves"] == ref["loom"]["moves"], (rungs[9], ref["loom"])
 assert rungs[0]["total_cost"] < rungs[1]["total_cost"] <= rungs[2]["total_cost"], rungs
-assert all(r["measured"] for r in rungs[:3] + rungs[7:])
-assert abs(rungs[9]["total_cost"] - multi["total_cost"]) < 0.01, (rungs[9], multi)
+assert all(r["measured"] for r in rungs[:3] + rungs[8:])
+assert all("moves" not in r for r in rungs[:3]), rungs[:3]
+assert abs(rungs[10]["total_cost"] - multi["total_cost"]) < 0.01, (rungs[10], multi)
 PY
 
 # Gavel+ in the micro-benchmarks: job-level time-sharing fills no bubble, loom does
