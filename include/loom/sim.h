@@ -273,9 +273,10 @@ typedef struct loom_sim_result {
         uint64_t restarts;          /* failed jobs re-admitted */
         uint64_t resubmits;         /* jobs re-admitted on their observed profile (drift,
                                        learned budget, moves) */
-        uint64_t moves;             /* of them, members moved to another group; regroup and
-                                       the oracle: jobs its regroupings moved (an arrival's
-                                       own placement is not a move) */
+        uint64_t moves;             /* jobs moved to another group: loom's member moves (of
+                                       the resubmits); regroup's and the oracle's, the jobs
+                                       their regroupings moved (an arrival's own placement
+                                       is not a move) */
         uint64_t replans;           /* learned-profile re-plans (admission p99/p95) */
         bool multirate;             /* the run's placer could run members at rates > 1 */
         uint64_t rate_sum, rate_n;  /* the rates jobs were admitted at: mean = sum / n */

@@ -74,7 +74,7 @@ void loom_sim_report_table(FILE *f, const loom_sim_result *r, int n)
         for (int i = 0; i < n; i++)
                 if (r[i].ran && (r[i].restarts || r[i].resubmits || r[i].regroups))
                         fprintf(f,
-                                "%s: %llu restarts, %llu resubmits (%llu moves), %d failed, "
+                                "%s: %llu restarts, %llu resubmits, %llu moves, %d failed, "
                                 "%llu regroups (%.1f job-h migrating)\n",
                                 loom_sim_policy_name(r[i].policy),
                                 (unsigned long long)r[i].restarts,
