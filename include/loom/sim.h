@@ -212,6 +212,14 @@ typedef struct loom_sim_cfg {
         /* the oracle also gives members rates > 1 where a group's single-rate period breaks a
          * budget, by the core's raising rule (a heuristic; slow): `loom sim --oracle-rates` */
         bool oracle_rates;
+        /* what the oracle's exact search charges, in $/h, per job a regrouping moves (the
+         * members of a group it forms that do not come from that group's largest old group);
+         * 0 (the default): moves are free */
+        double oracle_move_price;
+        /* each group's training pool is its largest member's ask, as loom's groups keep the
+         * pool they opened with; false (the default): sized freely, up to the sum of the
+         * members' asks (a larger pool trains every member faster) */
+        bool oracle_fixed_pools;
 } loom_sim_cfg;
 
 void loom_sim_cfg_default(loom_sim_cfg *c);
@@ -329,6 +337,35 @@ int loom_sim_decompose(const loom_sim_cfg *cfg, const loom_sim_workload *w,
 /* The ladder as a table (x_fluid: cost over the fluid bound; step: over the rung below), or
  * one JSON object per rung per line. */
 void loom_sim_decompose_print(FILE *f, const loom_sim_rung *r, bool json);
+
+/* What the cost targets need (`loom sim --decompose`, below the ladder): the `informed` oracle
+ * (each job planned on its realised p99, held to its realised mean solo iteration) regrouping
+ * in each mode, with every group's training pool sized freely and then fixed at its largest
+ * member's ask as loom's groups keep it, against the colocated and Solo-D baselines. Rates as
+ * cfg.oracle_rates says. */
+#define LOOM_SIM_REGROUPINGS 10
+#define LOOM_SIM_MOVE_PRICE 10.0 /* $/h per moved job of the `priced` rows */
+
+typedef struct loom_sim_regrouping {
+        const char *mode; /* always, departures, priced (departures at LOOM_SIM_MOVE_PRICE per
+                             move), local, never (static) */
+        bool fixed_pools; /* cfg.oracle_fixed_pools */
+        bool measured;    /* false: the oracle gave up (note) */
+        char note[256];
+        double total_cost; /* $ */
+        double avg_cost_per_hour;
+        uint64_t moves;
+        double colocated_ratio, solo_ratio; /* the baseline's total over this one's */
+} loom_sim_regrouping;
+
+/* Measure every row on workload w under cfg. `informed` (may be NULL) is the ladder's rung of
+ * that name, the free-pool `always` row, which is then not run again. 0, LOOM_EINVAL or
+ * LOOM_ENOMEM. */
+int loom_sim_decompose_regroupings(const loom_sim_cfg *cfg, const loom_sim_workload *w,
+                                   const loom_sim_rung *informed,
+                                   loom_sim_regrouping out[LOOM_SIM_REGROUPINGS], loom_err *e);
+/* The rows as a table, or one JSON object per row per line (key "regrouping"). */
+void loom_sim_regroupings_print(FILE *f, const loom_sim_regrouping *r, bool json);
 
 /* ---- the Figure 15 sweep ------------------------------------------------------------------- */
 

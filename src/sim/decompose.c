@@ -389,3 +389,105 @@ void loom_sim_decompose_print(FILE *f, const loom_sim_rung *r, bool json)
         if (!json)
                 print_groups(f, m);
 }
+
+/* ---- what the targets need: the informed oracle's regroupings ---------------------------- */
+
+int loom_sim_decompose_regroupings(const loom_sim_cfg *cfg, const loom_sim_workload *w,
+                                   const loom_sim_rung *informed,
+                                   loom_sim_regrouping out[LOOM_SIM_REGROUPINGS], loom_err *e)
+{
+        static const struct {
+                const char *mode;
+                loom_sim_oracle_regroup regroup;
+                double price;
+        } modes[] = {
+            {"always", LOOM_SIM_REGROUP_ALWAYS, 0},
+            {"departures", LOOM_SIM_REGROUP_DEPARTURES, 0},
+            {"priced", LOOM_SIM_REGROUP_DEPARTURES, LOOM_SIM_MOVE_PRICE},
+            {"local", LOOM_SIM_REGROUP_LOCAL, 0},
+            {"never", LOOM_SIM_REGROUP_NEVER, 0},
+        };
+        memset(out, 0, sizeof *out * LOOM_SIM_REGROUPINGS);
+        loom_sim_cfg c = *cfg;
+        c.record_series = c.record_gantt = false;
+        double base[2];
+        loom_sim_policy bp[2] = {LOOM_SIM_COLOCATED, LOOM_SIM_SOLO};
+        for (int b = 0; b < 2; b++) {
+                loom_sim_result r;
+                int rc = loom_sim_run(&c, w, bp[b], &r, e);
+                if (rc)
+                        return rc;
+                base[b] = r.total_cost;
+                loom_sim_result_free(&r);
+        }
+        loom_sim_workload known;
+        if (loom__sim_realised_profiles(w, 0.99, &known))
+                return loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
+        int rc = 0;
+        for (int i = 0; i < LOOM_SIM_REGROUPINGS && !rc; i++) {
+                loom_sim_regrouping *x = &out[i];
+                x->mode = modes[i % 5].mode;
+                x->fixed_pools = i >= 5;
+                if (i == 0 && informed && informed->measured) {
+                        x->measured = true;
+                        x->total_cost = informed->total_cost;
+                        x->avg_cost_per_hour = informed->avg_cost_per_hour;
+                        x->moves = informed->moves;
+                } else {
+                        c.oracle_regroup = modes[i % 5].regroup;
+                        c.oracle_move_price = modes[i % 5].price;
+                        c.oracle_fixed_pools = x->fixed_pools;
+                        loom_sim_result r;
+                        if ((rc = loom_sim_run(&c, &known, LOOM_SIM_ORACLE, &r, e)))
+                                break;
+                        x->measured = r.ran;
+                        snprintf(x->note, sizeof x->note, "%s", r.ran ? "" : r.note);
+                        x->total_cost = r.total_cost;
+                        x->avg_cost_per_hour = r.avg_cost_per_hour;
+                        x->moves = r.moves;
+                        loom_sim_result_free(&r);
+                }
+                if (x->measured && x->total_cost > 0) {
+                        x->colocated_ratio = base[0] / x->total_cost;
+                        x->solo_ratio = base[1] / x->total_cost;
+                }
+        }
+        loom_sim_workload_free(&known);
+        return rc;
+}
+
+void loom_sim_regroupings_print(FILE *f, const loom_sim_regrouping *r, bool json)
+{
+        if (!json)
+                fprintf(
+                    f,
+                    "what the targets need: the informed oracle regrouping (priced: $%.0f/h per "
+                    "moved job)\n%-11s %-6s %10s %9s %6s %12s %9s\n",
+                    LOOM_SIM_MOVE_PRICE, "regrouping", "pools", "total_$", "avg_$/h", "moves",
+                    "colocated/x", "Solo-D/x");
+        for (int i = 0; i < LOOM_SIM_REGROUPINGS; i++) {
+                const loom_sim_regrouping *x = &r[i];
+                const char *pools = x->fixed_pools ? "fixed" : "free";
+                if (json) {
+                        fprintf(f, "{\"regrouping\":\"%s\",\"pools\":\"%s\",\"measured\":%s",
+                                x->mode, pools, x->measured ? "true" : "false");
+                        if (x->measured)
+                                fprintf(f,
+                                        ",\"total_cost\":%.2f,\"avg_cost_per_hour\":%.2f,"
+                                        "\"moves\":%llu,\"colocated_ratio\":%.4f,"
+                                        "\"solo_ratio\":%.4f",
+                                        x->total_cost, x->avg_cost_per_hour,
+                                        (unsigned long long)x->moves, x->colocated_ratio,
+                                        x->solo_ratio);
+                        else
+                                fprintf(f, ",\"note\":\"%s\"", x->note);
+                        fprintf(f, "}\n");
+                } else if (!x->measured) {
+                        fprintf(f, "%-11s %-6s not measured: %s\n", x->mode, pools, x->note);
+                } else {
+                        fprintf(f, "%-11s %-6s %10.0f %9.1f %6llu %12.3f %9.3f\n", x->mode, pools,
+                                x->total_cost, x->avg_cost_per_hour, (unsigned long long)x->moves,
+                                x->colocated_ratio, x->solo_ratio);
+                }
+        }
+}

@@ -261,7 +261,7 @@ static void group_eval(oracle *o, const gkey *k, gval *out)
         const loom_sim_cfg *c = o->c;
         int node = c->cluster.gpus_per_node;
         gsearch g = {.o = o, .k = k};
-        int kmax = 0, ksum = 0, tsum = 0;
+        int kmax = 0, ksum = 0, tsum = 0, tmax = 0;
         loom_us min_budget = INT64_MAX;
         for (int i = 0; i < k->n; i++) {
                 const loom_job_spec *s = &w->jobs[k->m[i]].spec;
@@ -269,6 +269,8 @@ static void group_eval(oracle *o, const gkey *k, gval *out)
                 kmax = g.knodes[i] > kmax ? g.knodes[i] : kmax;
                 ksum += g.knodes[i];
                 tsum += s->train_gpus / node;
+                if (s->train_gpus / node > tmax)
+                        tmax = s->train_gpus / node;
                 g.budget[i] = loom_job_budget(s);
                 if (g.budget[i] < min_budget)
                         min_budget = g.budget[i];
@@ -276,11 +278,14 @@ static void group_eval(oracle *o, const gkey *k, gval *out)
         if (tsum > LOOM_MAX_JOB_NODES)
                 tsum = LOOM_MAX_JOB_NODES;
         /* (cost, P nodes, R nodes), cheapest first */
+        if (tmax > tsum)
+                tmax = tsum;
         double(*pr)[3] = malloc(sizeof(double[3]) * (size_t)(tsum * (ksum - kmax + 1)));
         int npr = 0;
         if (!pr)
                 return;
-        for (int P = 1; P <= tsum; P++)
+        int p_lo = c->oracle_fixed_pools ? tmax : 1, p_hi = c->oracle_fixed_pools ? tmax : tsum;
+        for (int P = p_lo; P <= p_hi; P++)
                 for (int R = kmax; R <= ksum; R++) {
                         pr[npr][0] = P * loom_cluster_node_price(&c->cluster, LOOM_POOL_TRAIN) +
                                      R * loom_cluster_node_price(&c->cluster, LOOM_POOL_ROLLOUT);
@@ -389,6 +394,8 @@ typedef struct bb {
         double best_cost, best_slow, open_lb;
         uint64_t nodes;
         bool cut;
+        const int *old; /* each active job's group before the regrouping, when moves are priced */
+        double price;   /* $/h per moved job (cfg.oracle_move_price) */
 } bb;
 
 static double group_slow(const gval *v)
@@ -420,6 +427,26 @@ static int pos_of(const bb *b, int w)
                         hi = mid;
         }
         return lo;
+}
+
+/* What forming group v charges for moves: the price times its members that come from some
+ * group (an arrival, labelled -1, comes from none) but not from its largest old group. */
+static double moves_charge(const bb *b, const gval *v)
+{
+        if (!b->old || !(b->price > 0))
+                return 0;
+        int most = 0, placed = 0;
+        for (int i = 0; i < v->key.n; i++) {
+                int c = 0, from = b->old[pos_of(b, v->key.m[i])];
+                if (from < 0)
+                        continue;
+                placed++;
+                for (int k = 0; k < v->key.n; k++)
+                        c += b->old[pos_of(b, v->key.m[k])] == from;
+                if (c > most)
+                        most = c;
+        }
+        return b->price * (placed - most);
 }
 
 static void branch(bb *b, double cost, double slow)
@@ -466,7 +493,7 @@ static void branch(bb *b, double cost, double slow)
                 for (int i = 0; i < v->key.n; i++)
                         b->assigned[idx[i]] = b->n_chosen;
                 b->chosen[b->n_chosen++] = v;
-                branch(b, cost + v->cost, slow + group_slow(v));
+                branch(b, cost + v->cost + moves_charge(b, v), slow + group_slow(v));
                 b->n_chosen--;
                 for (int i = 0; i < v->key.n; i++)
                         b->assigned[idx[i]] = -1;
@@ -514,13 +541,19 @@ static size_t choose(int n, int k)
 }
 
 /* Best partition of active[0..n); fills slow_of[i] and group_of[i] (the index of its group in
- * the partition) for each active job and the pools' figures, and *gap with the proven relative
- * gap (0 when the search finished). Returns 0, LOOM_ENOMEM, or LOOM_EREJECT when no feasible
- * grouping exists. */
-static int solve(oracle *o, const int *active, int n, double *slow_of, int *group_of, double *cost,
-                 int nodes[2], double util[2], double *gap)
+ * the partition) for each active job and the pools' figures (*cost: the groups' $/h), and *gap
+ * with the proven relative gap (0 when the search finished). With old (each job's group before,
+ * or NULL) the search also charges cfg.oracle_move_price per job moved. Returns 0,
+ * LOOM_ENOMEM, or LOOM_EREJECT when no feasible grouping exists. */
+static int solve(oracle *o, const int *active, int n, const int *old, double *slow_of,
+                 int *group_of, double *cost, int nodes[2], double util[2], double *gap)
 {
-        bb b = {.o = o, .active = active, .n = n, .maxg = o->c->policy.max_group_size};
+        bb b = {.o = o,
+                .active = active,
+                .n = n,
+                .maxg = o->c->policy.max_group_size,
+                .old = old,
+                .price = o->c->oracle_move_price};
         if (b.maxg > n)
                 b.maxg = n;
         b.cap = 0;
@@ -574,7 +607,7 @@ static int solve(oracle *o, const int *active, int n, double *slow_of, int *grou
         b.open_lb = INFINITY;
         branch(&b, 0, 0);
         *gap = b.cut && b.open_lb < b.best_cost ? (b.best_cost - b.open_lb) / b.best_cost : 0;
-        *cost = b.best_cost;
+        *cost = 0;
         nodes[0] = nodes[1] = 0;
         util[0] = util[1] = 0;
         for (int g = 0; g < b.n_best; g++) {
@@ -583,6 +616,7 @@ static int solve(oracle *o, const int *active, int n, double *slow_of, int *grou
                         slow_of[pos_of(&b, v->key.m[i])] = v->slow[i];
                         group_of[pos_of(&b, v->key.m[i])] = g;
                 }
+                *cost += v->cost;
                 nodes[0] += v->nodes[0];
                 nodes[1] += v->nodes[1];
                 util[0] += v->util[0];
@@ -806,8 +840,10 @@ static int fluid_regroup(fluid *f, int arrived)
         if (mode == LOOM_SIM_REGROUP_LOCAL)
                 return local_moves(f);
         double slow[LOOM_SIM_ORACLE_MAX_JOBS], gap = 0;
-        int grp[LOOM_SIM_ORACLE_MAX_JOBS];
-        int rc = solve(&f->o, f->active, f->na, slow, grp, &f->cost, f->nodes, f->util, &gap);
+        int grp[LOOM_SIM_ORACLE_MAX_JOBS], old[LOOM_SIM_ORACLE_MAX_JOBS];
+        for (int i = 0; i < f->na; i++) /* an arrival comes from no group: a label of its own */
+                old[i] = f->active[i] == arrived ? -1 : f->gid[f->active[i]];
+        int rc = solve(&f->o, f->active, f->na, old, slow, grp, &f->cost, f->nodes, f->util, &gap);
         if (gap > f->gap)
                 f->gap = gap;
         for (int i = 0; !rc && i < f->na; i++) {

@@ -136,8 +136,12 @@ int loom_sim_study(const loom_sim_study_cfg *c, FILE *f, loom_err *e)
                 return rc;
         if (c->kind == LOOM_SIM_STUDY_DECOMPOSE) {
                 loom_sim_rung rungs[LOOM_SIM_RUNGS];
+                loom_sim_regrouping rg[LOOM_SIM_REGROUPINGS];
+                bool json = c->format == LOOM_SIM_JSON;
                 if (!(rc = loom_sim_decompose(&c->sim, &w, rungs, e)))
-                        loom_sim_decompose_print(f, rungs, c->format == LOOM_SIM_JSON);
+                        loom_sim_decompose_print(f, rungs, json);
+                if (!rc && !(rc = loom_sim_decompose_regroupings(&c->sim, &w, &rungs[3], rg, e)))
+                        loom_sim_regroupings_print(f, rg, json);
         } else {
                 rc = compare(c, &w, f, e);
         }

@@ -187,9 +187,21 @@ PY
 "$loom" sim --rows 165:200 --policy loom --multirate on --json --no-progress >"$tmp/dec-multi.json"
 python3 - "$tmp/dec.json" "$tmp/dec-ref.json" "$tmp/dec-multi.json" <<'PY'
 import json, sys
-rungs = [json.loads(l) for l in open(sys.argv[1])]
+lines = [json.loads(l) for l in open(sys.argv[1])]
+rungs = [r for r in lines if "rung" in r]
+rows = [r for r in lines if "regrouping" in r]
+assert len(rungs) + len(rows) == len(lines), lines
 multi = json.loads(open(sys.argv[3]).readline())
 ref = {r["policy"]: r for r in map(json.loads, open(sys.argv[2]))}
+# then what the targets need: the informed oracle's five regroupings, pools free then fixed,
+# the free `always` row the ladder's `informed` rung
+assert [(r["regrouping"], r["pools"]) for r in rows] == \
+    [(m, p) for p in ("free", "fixed")
+     for m in ("always", "departures", "priced", "local", "never")], rows
+assert all(r["measured"] for r in rows), rows
+assert rows[0]["total_cost"] == rungs[3]["total_cost"], (rows[0], rungs[3])
+assert rows[4]["moves"] == 0 and rows[2]["moves"] < rows[1]["moves"], rows
+assert all(r["colocated_ratio"] > 0 and r["solo_ratio"] > r["colocated_ratio"] for r in rows), rows
 assert [r["rung"] for r in rungs] == ["fluid", "nodes", "memory", "informed", "optimal",
                                       "departures", "local", "greedy", "regroup", "online",
                                       "multirate"], rungs

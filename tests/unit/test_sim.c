@@ -720,6 +720,43 @@ Test(sim_decompose, rungs_are_the_bound_the_node_rounding_and_the_runs)
         loom_sim_workload_free(&w);
 }
 
+/* What the targets need: the informed oracle regrouping in five modes, pools free then fixed.
+ * Its free `always` row is the ladder's `informed` rung, taken from it or run again alike; a
+ * price on moves moves fewer jobs than free regrouping at departures, never moves none; fixed
+ * pools (a subset of the free ones' choices at every event) cost more on this instance; each
+ * row's ratios are the baselines' bills over its own. */
+Test(sim_decompose, what_the_targets_need)
+{
+        loom_sim_cfg c;
+        loom_sim_workload w;
+        loom_sim_rung r[LOOM_SIM_RUNGS];
+        decompose(&c, &w, 20, 4, false, r);
+        loom_sim_regrouping g[LOOM_SIM_REGROUPINGS], again[LOOM_SIM_REGROUPINGS];
+        loom_err e;
+        loom_err_clear(&e);
+        cr_assert_eq(loom_sim_decompose_regroupings(&c, &w, &r[3], g, &e), 0, "%s", e.msg);
+        cr_assert_eq(loom_sim_decompose_regroupings(&c, &w, NULL, again, &e), 0, "%s", e.msg);
+        for (int i = 0; i < LOOM_SIM_REGROUPINGS; i++) {
+                cr_assert(g[i].measured, "%s", g[i].note);
+                cr_assert_float_eq(g[i].total_cost, again[i].total_cost, 1e-6, "row %d", i);
+                cr_assert_eq(g[i].moves, again[i].moves, "row %d", i);
+                cr_assert_eq(g[i].fixed_pools, i >= 5);
+        }
+        cr_assert_str_eq(g[0].mode, "always");
+        cr_assert_str_eq(g[2].mode, "priced");
+        cr_assert_str_eq(g[9].mode, "never");
+        cr_assert_float_eq(g[0].total_cost, r[3].total_cost, 1e-6);
+        cr_assert_lt(g[2].moves, g[1].moves, "a price on moves moves fewer jobs");
+        cr_assert_eq(g[4].moves, 0);
+        cr_assert_eq(g[9].moves, 0);
+        cr_assert_gt(g[5].total_cost, g[0].total_cost, "fixed pools cost more here");
+        loom_sim_result col;
+        run(&c, &w, LOOM_SIM_COLOCATED, &col);
+        cr_assert_float_eq(g[3].colocated_ratio, col.total_cost / g[3].total_cost, 1e-9);
+        loom_sim_result_free(&col);
+        loom_sim_workload_free(&w);
+}
+
 /* Every response at its token limit: the realised times are the declared worst cases, and the
  * informed optimum is the worst-case one exactly. */
 Test(sim_decompose, informed_is_the_optimum_when_realised_times_are_the_worst_case)

@@ -150,14 +150,15 @@ Test(sim_study, compare_prints_each_policy_and_writes_every_job)
         cr_assert_eq(solo, 8);
         cr_assert_eq(met, 8, "a job alone meets its SLO");
         unlink(jobs);
-        /* the ladder: one line per rung */
+        /* the ladder, one line per rung, then what the targets need, one line per row */
         c.kind = LOOM_SIM_STUDY_DECOMPOSE;
         c.policies = 0;
         c.per_job = NULL;
         sink_open(&s);
         cr_assert_eq(loom_sim_study(&c, s.f, &e), 0, "%s", e.msg);
         out = sink_take(&s);
-        cr_assert_eq(count_lines(out, "{"), LOOM_SIM_RUNGS, "%s", out);
+        cr_assert_eq(count_lines(out, "{\"rung\""), LOOM_SIM_RUNGS, "%s", out);
+        cr_assert_eq(count_lines(out, "{\"regrouping\""), LOOM_SIM_REGROUPINGS, "%s", out);
         free(out);
         unlink(trace);
 }
