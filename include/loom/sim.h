@@ -358,11 +358,11 @@ typedef struct loom_sim_regrouping {
         double colocated_ratio, solo_ratio; /* the baseline's total over this one's */
 } loom_sim_regrouping;
 
-/* Measure every row on workload w under cfg. `informed` (may be NULL) is the ladder's rung of
- * that name, the free-pool `always` row, which is then not run again. 0, LOOM_EINVAL or
- * LOOM_ENOMEM. */
+/* Measure every row on workload w under cfg. `ladder` (may be NULL) is loom_sim_decompose's of
+ * the same workload and cfg: its `informed` rung is the free-pool `always` row, which is then
+ * not run again. 0, LOOM_EINVAL or LOOM_ENOMEM. */
 int loom_sim_decompose_regroupings(const loom_sim_cfg *cfg, const loom_sim_workload *w,
-                                   const loom_sim_rung *informed,
+                                   const loom_sim_rung *ladder,
                                    loom_sim_regrouping out[LOOM_SIM_REGROUPINGS], loom_err *e);
 /* The rows as a table, or one JSON object per row per line (key "regrouping"). */
 void loom_sim_regroupings_print(FILE *f, const loom_sim_regrouping *r, bool json);

@@ -245,22 +245,22 @@ int loom_sim_decompose(const loom_sim_cfg *cfg, const loom_sim_workload *w,
         out[4].adds = "+ planning on declared worst-case times";
         if ((rc = from_run(&c, w, LOOM_SIM_ORACLE, &out[4], h, e)))
                 return rc;
-        /* the same oracle, regrouping less: only when a job leaves, then never */
-        c.oracle_regroup = LOOM_SIM_REGROUP_DEPARTURES;
-        out[5].name = "departures";
-        out[5].adds = "+ regrouping only when a job leaves";
-        if ((rc = from_run(&c, w, LOOM_SIM_ORACLE, &out[5], h, e)))
-                return rc;
-        c.oracle_regroup = LOOM_SIM_REGROUP_LOCAL;
-        out[6].name = "local";
-        out[6].adds = "+ at departures, single-job moves only";
-        if ((rc = from_run(&c, w, LOOM_SIM_ORACLE, &out[6], h, e)))
-                return rc;
-        c.oracle_regroup = LOOM_SIM_REGROUP_NEVER;
-        out[7].name = "greedy";
-        out[7].adds = "+ never regrouping: each arrival placed once";
-        if ((rc = from_run(&c, w, LOOM_SIM_ORACLE, &out[7], h, e)))
-                return rc;
+        /* the same oracle, regrouping less: only when a job leaves, by single moves, never */
+        static const struct {
+                const char *name, *adds;
+                loom_sim_oracle_regroup regroup;
+        } less[] = {
+            {"departures", "+ regrouping only when a job leaves", LOOM_SIM_REGROUP_DEPARTURES},
+            {"local", "+ at departures, single-job moves only", LOOM_SIM_REGROUP_LOCAL},
+            {"greedy", "+ never regrouping: each arrival placed once", LOOM_SIM_REGROUP_NEVER},
+        };
+        for (int i = 0; i < 3; i++) {
+                c.oracle_regroup = less[i].regroup;
+                out[5 + i].name = less[i].name;
+                out[5 + i].adds = less[i].adds;
+                if ((rc = from_run(&c, w, LOOM_SIM_ORACLE, &out[5 + i], h, e)))
+                        return rc;
+        }
         c.oracle_regroup = cfg->oracle_regroup;
         /* regroup and online are loom's single-rate placement (WEAVE's groups); the last rung
          * lets members run at rates > 1, so the ladder shows what multi-rate groups add */
@@ -393,7 +393,7 @@ void loom_sim_decompose_print(FILE *f, const loom_sim_rung *r, bool json)
 /* ---- what the targets need: the informed oracle's regroupings ---------------------------- */
 
 int loom_sim_decompose_regroupings(const loom_sim_cfg *cfg, const loom_sim_workload *w,
-                                   const loom_sim_rung *informed,
+                                   const loom_sim_rung *ladder,
                                    loom_sim_regrouping out[LOOM_SIM_REGROUPINGS], loom_err *e)
 {
         static const struct {
@@ -407,6 +407,9 @@ int loom_sim_decompose_regroupings(const loom_sim_cfg *cfg, const loom_sim_workl
             {"local", LOOM_SIM_REGROUP_LOCAL, 0},
             {"never", LOOM_SIM_REGROUP_NEVER, 0},
         };
+        enum { MODES = sizeof modes / sizeof modes[0] };
+        _Static_assert(2 * MODES == LOOM_SIM_REGROUPINGS, "each mode with pools free, then fixed");
+        const loom_sim_rung *informed = ladder ? &ladder[3] : NULL; /* the free `always` row */
         memset(out, 0, sizeof *out * LOOM_SIM_REGROUPINGS);
         loom_sim_cfg c = *cfg;
         c.record_series = c.record_gantt = false;
@@ -426,16 +429,16 @@ int loom_sim_decompose_regroupings(const loom_sim_cfg *cfg, const loom_sim_workl
         int rc = 0;
         for (int i = 0; i < LOOM_SIM_REGROUPINGS && !rc; i++) {
                 loom_sim_regrouping *x = &out[i];
-                x->mode = modes[i % 5].mode;
-                x->fixed_pools = i >= 5;
+                x->mode = modes[i % MODES].mode;
+                x->fixed_pools = i >= MODES;
                 if (i == 0 && informed && informed->measured) {
                         x->measured = true;
                         x->total_cost = informed->total_cost;
                         x->avg_cost_per_hour = informed->avg_cost_per_hour;
                         x->moves = informed->moves;
                 } else {
-                        c.oracle_regroup = modes[i % 5].regroup;
-                        c.oracle_move_price = modes[i % 5].price;
+                        c.oracle_regroup = modes[i % MODES].regroup;
+                        c.oracle_move_price = modes[i % MODES].price;
                         c.oracle_fixed_pools = x->fixed_pools;
                         loom_sim_result r;
                         if ((rc = loom_sim_run(&c, &known, LOOM_SIM_ORACLE, &r, e)))

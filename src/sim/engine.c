@@ -679,7 +679,7 @@ static int on_end(engine *g, int ji)
                 if ((rc = check_drift(g, ji, j->iter - 1)))
                         return rc < 0 ? rc : drain(g);
                 /* 2: its group cannot serve it; 3: another group would take it for less (a
-                 * lone member moved): either way it is re-admitted on its learned profile */
+                 * member moved): either way it is re-admitted on its learned profile */
                 if ((obs == 2 || obs == 3) && (rc = readmit_learned(g, ji, obs))) {
                         if (rc > 0 && obs == 3)
                                 g->r->moves++;

@@ -277,9 +277,9 @@ static void group_eval(oracle *o, const gkey *k, gval *out)
         }
         if (tsum > LOOM_MAX_JOB_NODES)
                 tsum = LOOM_MAX_JOB_NODES;
-        /* (cost, P nodes, R nodes), cheapest first */
         if (tmax > tsum)
                 tmax = tsum;
+        /* (cost, P nodes, R nodes), cheapest first; P only the largest ask with fixed pools */
         double(*pr)[3] = malloc(sizeof(double[3]) * (size_t)(tsum * (ksum - kmax + 1)));
         int npr = 0;
         if (!pr)
@@ -435,14 +435,16 @@ static double moves_charge(const bb *b, const gval *v)
 {
         if (!b->old || !(b->price > 0))
                 return 0;
-        int most = 0, placed = 0;
+        int from[MAXG], most = 0, placed = 0;
+        for (int i = 0; i < v->key.n; i++)
+                from[i] = b->old[pos_of(b, v->key.m[i])];
         for (int i = 0; i < v->key.n; i++) {
-                int c = 0, from = b->old[pos_of(b, v->key.m[i])];
-                if (from < 0)
+                if (from[i] < 0)
                         continue;
                 placed++;
+                int c = 0;
                 for (int k = 0; k < v->key.n; k++)
-                        c += b->old[pos_of(b, v->key.m[k])] == from;
+                        c += from[k] == from[i];
                 if (c > most)
                         most = c;
         }
@@ -647,7 +649,8 @@ typedef struct fluid {
         int nodes[2];
         double gap; /* the largest proven gap of any regrouping */
         int most;   /* the most jobs active at once */
-        /* the grouping between regroupings (REGROUP_DEPARTURES, _NEVER): each job's group */
+        /* each active job's group (a label; -1 before it arrives), what the modes that
+         * regroup less start from and what the moves are counted against */
         int *gid, next_gid;
 } fluid;
 
@@ -746,8 +749,20 @@ static int tally(fluid *f)
         return 0;
 }
 
+/* The $/h of group key k: INFINITY where it breaks a budget, 0 for no member, NAN out of
+ * memory. */
+static double key_cost(fluid *f, const gkey *k)
+{
+        if (k->n == 0)
+                return 0;
+        const gval *v = group_get(&f->o, k);
+        if (!v)
+                return NAN;
+        return v->feasible ? v->cost : INFINITY;
+}
+
 /* The $/h of group g of the current grouping with job `out` taken out (-1: none) and job `in`
- * put in (-1: none); INFINITY where that group breaks a budget, 0 for no group. */
+ * put in (-1: none), as key_cost says. */
 static double cost_with(fluid *f, int g, int out, int in)
 {
         gkey k;
@@ -757,18 +772,13 @@ static double cost_with(fluid *f, int g, int out, int in)
                 if (k.m[i] != out)
                         k.m[n++] = k.m[i];
         k.n = n;
-        if (n == 0)
-                return 0;
         if (in >= 0) /* keep the key ascending: `in` went last */
                 for (int i = n - 1; i > 0 && k.m[i] < k.m[i - 1]; i--) {
                         int t = k.m[i];
                         k.m[i] = k.m[i - 1];
                         k.m[i - 1] = t;
                 }
-        const gval *v = group_get(&f->o, &k);
-        if (!v)
-                return NAN;
-        return v->feasible ? v->cost : INFINITY;
+        return key_cost(f, &k);
 }
 
 /* REGROUP_LOCAL, after a departure: from the grouping the jobs have, move one job at a time,
@@ -791,13 +801,13 @@ static int local_moves(fluid *f)
                         for (int b = 0; b <= f->na; b++) {
                                 /* b == na: alone, in a group of its own */
                                 int g = b < f->na ? f->gid[f->active[b]] : f->next_gid;
-                                gkey k;
+                                gkey k = {0};
                                 if (b < f->na) {
                                         members(f, g, -1, &k);
                                         if (g == from || k.m[0] != f->active[b] || k.n >= maxg)
                                                 continue; /* each group once */
                                 }
-                                double there = b < f->na ? cost_with(f, g, -1, -1) : 0;
+                                double there = key_cost(f, &k);
                                 double joined = cost_with(f, g, -1, j);
                                 if (isnan(here + left + there + joined))
                                         return LOOM_ENOMEM;
