@@ -300,6 +300,10 @@ typedef struct loom_sim_result {
          * member's SLO: below 1.25, 1.5, 1.75, and the rest. */
         double group_cost[LOOM_MAX_GROUP_SIZE + 1][2];
         double lone_cost_by_slo[4];
+        /* oracle (which sizes training pools freely unless cfg.oracle_fixed_pools): the $ of
+         * groups whose training pool holds more nodes than their largest member asked for;
+         * loom's never do. The oracle fills group_cost and lone_cost_by_slo as loom does. */
+        double grown_pool_cost;
 } loom_sim_result;
 
 void loom_sim_result_free(loom_sim_result *r);
@@ -325,9 +329,10 @@ typedef struct loom_sim_rung {
         char note[256];           /* why a rung was not measured */
         double lone_rollout_cost; /* online, multirate: loom_sim_result.lone_rollout_cost */
         uint64_t moves;           /* schedule rungs: loom_sim_result.moves */
-        /* online, multirate: loom_sim_result.group_cost, lone_cost_by_slo */
+        /* the schedule rungs: loom_sim_result.group_cost, lone_cost_by_slo, grown_pool_cost */
         double group_cost[LOOM_MAX_GROUP_SIZE + 1][2];
         double lone_cost_by_slo[4];
+        double grown_pool_cost;
 } loom_sim_rung;
 
 /* Measure every rung on workload w under cfg (its policy is loom's: admission, group size).
@@ -356,6 +361,10 @@ typedef struct loom_sim_regrouping {
         double avg_cost_per_hour;
         uint64_t moves;
         double colocated_ratio, solo_ratio; /* the baseline's total over this one's */
+        /* where its bill goes, as loom_sim_result's: by group size, and in grown pools */
+        double group_cost[LOOM_MAX_GROUP_SIZE + 1][2];
+        double lone_cost_by_slo[4];
+        double grown_pool_cost;
 } loom_sim_regrouping;
 
 /* Measure every row on workload w under cfg. `ladder` (may be NULL) is loom_sim_decompose's of
@@ -364,8 +373,10 @@ typedef struct loom_sim_regrouping {
 int loom_sim_decompose_regroupings(const loom_sim_cfg *cfg, const loom_sim_workload *w,
                                    const loom_sim_rung *ladder,
                                    loom_sim_regrouping out[LOOM_SIM_REGROUPINGS], loom_err *e);
-/* The rows as a table, or one JSON object per row per line (key "regrouping"). */
-void loom_sim_regroupings_print(FILE *f, const loom_sim_regrouping *r, bool json);
+/* The rows as a table, or one JSON object per row per line (key "regrouping"). With the
+ * ladder (or NULL) the table ends with loom's row (its last rung), for comparison. */
+void loom_sim_regroupings_print(FILE *f, const loom_sim_regrouping *r, const loom_sim_rung *ladder,
+                                bool json);
 
 /* ---- the Figure 15 sweep ------------------------------------------------------------------- */
 

@@ -142,6 +142,7 @@ static int from_run(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_
         r->moves = res.moves;
         memcpy(r->group_cost, res.group_cost, sizeof r->group_cost);
         memcpy(r->lone_cost_by_slo, res.lone_cost_by_slo, sizeof r->lone_cost_by_slo);
+        r->grown_pool_cost = res.grown_pool_cost;
         loom_sim_result_free(&res);
         return 0;
 }
@@ -289,11 +290,11 @@ static bool has_groups(const loom_sim_rung *x)
         return false;
 }
 
-/* The rung's bill by group kind, as `loom sim --json` prints it (report.c), into its line. */
-static void print_groups_json(FILE *f, const loom_sim_rung *x)
+/* A bill by group kind, as `loom sim --json` prints it (report.c), into its line. */
+static void print_groups_json(FILE *f, const double (*group_cost)[2], const double *by_slo)
 {
         json_t *o = json_object();
-        loom__sim_group_cost_json(o, x->group_cost, x->lone_cost_by_slo);
+        loom__sim_group_cost_json(o, group_cost, by_slo);
         static const char *const keys[] = {"group_cost", "lone_cost_by_slo"};
         for (int i = 0; i < 2; i++) {
                 json_t *v = json_object_get(o, keys[i]);
@@ -357,7 +358,9 @@ void loom_sim_decompose_print(FILE *f, const loom_sim_rung *r, bool json)
                                 if (x->lone_rollout_cost > 0)
                                         fprintf(f, ",\"lone_rollout_cost\":%.2f",
                                                 x->lone_rollout_cost);
-                                print_groups_json(f, x);
+                                if (x->grown_pool_cost > 0)
+                                        fprintf(f, ",\"grown_pool_cost\":%.2f", x->grown_pool_cost);
+                                print_groups_json(f, x->group_cost, x->lone_cost_by_slo);
                         }
                         fprintf(f, "}\n");
                 } else if (!x->measured) {
@@ -436,6 +439,10 @@ int loom_sim_decompose_regroupings(const loom_sim_cfg *cfg, const loom_sim_workl
                         x->total_cost = informed->total_cost;
                         x->avg_cost_per_hour = informed->avg_cost_per_hour;
                         x->moves = informed->moves;
+                        memcpy(x->group_cost, informed->group_cost, sizeof x->group_cost);
+                        memcpy(x->lone_cost_by_slo, informed->lone_cost_by_slo,
+                               sizeof x->lone_cost_by_slo);
+                        x->grown_pool_cost = informed->grown_pool_cost;
                 } else {
                         c.oracle_regroup = modes[i % MODES].regroup;
                         c.oracle_move_price = modes[i % MODES].price;
@@ -448,6 +455,9 @@ int loom_sim_decompose_regroupings(const loom_sim_cfg *cfg, const loom_sim_workl
                         x->total_cost = r.total_cost;
                         x->avg_cost_per_hour = r.avg_cost_per_hour;
                         x->moves = r.moves;
+                        memcpy(x->group_cost, r.group_cost, sizeof x->group_cost);
+                        memcpy(x->lone_cost_by_slo, r.lone_cost_by_slo, sizeof x->lone_cost_by_slo);
+                        x->grown_pool_cost = r.grown_pool_cost;
                         loom_sim_result_free(&r);
                 }
                 if (x->measured && x->total_cost > 0) {
@@ -459,38 +469,71 @@ int loom_sim_decompose_regroupings(const loom_sim_cfg *cfg, const loom_sim_workl
         return rc;
 }
 
-void loom_sim_regroupings_print(FILE *f, const loom_sim_regrouping *r, bool json)
+/* The shares of a bill (by group kind, as loom_sim_result.group_cost) in groups of one job
+ * (lone or not) and of three or more. */
+static void shares(const double (*gc)[2], double total, double *alone, double *three)
+{
+        *alone = *three = 0;
+        for (int k = 0; k <= LOOM_MAX_GROUP_SIZE && total > 0; k++) {
+                double v = (gc[k][0] + gc[k][1]) / total;
+                *alone += k <= 1 ? v : 0;
+                *three += k >= 3 ? v : 0;
+        }
+}
+
+void loom_sim_regroupings_print(FILE *f, const loom_sim_regrouping *r, const loom_sim_rung *ladder,
+                                bool json)
 {
         if (!json)
-                fprintf(
-                    f,
-                    "what the targets need: the informed oracle regrouping (priced: $%.0f/h per "
-                    "moved job)\n%-11s %-6s %10s %9s %6s %12s %9s\n",
-                    LOOM_SIM_MOVE_PRICE, "regrouping", "pools", "total_$", "avg_$/h", "moves",
-                    "colocated/x", "Solo-D/x");
+                fprintf(f,
+                        "what the targets need: the informed oracle regrouping (priced: $%.0f/h "
+                        "per moved job; alone, 3+: the share of the bill in groups of one job and "
+                        "of three or more; grown: in training pools larger than their largest "
+                        "member's ask)\n%-11s %-6s %10s %9s %6s %12s %9s %7s %7s %7s\n",
+                        LOOM_SIM_MOVE_PRICE, "regrouping", "pools", "total_$", "avg_$/h", "moves",
+                        "colocated/x", "Solo-D/x", "alone%", "3+%", "grown%");
+        double base[2] = {0, 0};
         for (int i = 0; i < LOOM_SIM_REGROUPINGS; i++) {
                 const loom_sim_regrouping *x = &r[i];
                 const char *pools = x->fixed_pools ? "fixed" : "free";
+                double alone, three;
+                shares(x->group_cost, x->total_cost, &alone, &three);
+                if (x->measured && x->total_cost > 0) {
+                        base[0] = x->colocated_ratio * x->total_cost;
+                        base[1] = x->solo_ratio * x->total_cost;
+                }
                 if (json) {
                         fprintf(f, "{\"regrouping\":\"%s\",\"pools\":\"%s\",\"measured\":%s",
                                 x->mode, pools, x->measured ? "true" : "false");
-                        if (x->measured)
+                        if (x->measured) {
                                 fprintf(f,
                                         ",\"total_cost\":%.2f,\"avg_cost_per_hour\":%.2f,"
                                         "\"moves\":%llu,\"colocated_ratio\":%.4f,"
-                                        "\"solo_ratio\":%.4f",
+                                        "\"solo_ratio\":%.4f,\"grown_pool_cost\":%.2f",
                                         x->total_cost, x->avg_cost_per_hour,
                                         (unsigned long long)x->moves, x->colocated_ratio,
-                                        x->solo_ratio);
-                        else
+                                        x->solo_ratio, x->grown_pool_cost);
+                                print_groups_json(f, x->group_cost, x->lone_cost_by_slo);
+                        } else {
                                 fprintf(f, ",\"note\":\"%s\"", x->note);
+                        }
                         fprintf(f, "}\n");
                 } else if (!x->measured) {
                         fprintf(f, "%-11s %-6s not measured: %s\n", x->mode, pools, x->note);
                 } else {
-                        fprintf(f, "%-11s %-6s %10.0f %9.1f %6llu %12.3f %9.3f\n", x->mode, pools,
-                                x->total_cost, x->avg_cost_per_hour, (unsigned long long)x->moves,
-                                x->colocated_ratio, x->solo_ratio);
+                        fprintf(f, "%-11s %-6s %10.0f %9.1f %6llu %12.3f %9.3f %7.1f %7.1f %7.1f\n",
+                                x->mode, pools, x->total_cost, x->avg_cost_per_hour,
+                                (unsigned long long)x->moves, x->colocated_ratio, x->solo_ratio,
+                                100 * alone, 100 * three, 100 * x->grown_pool_cost / x->total_cost);
                 }
         }
+        /* loom itself, for comparison: the ladder's last rung (its pools never grow) */
+        const loom_sim_rung *m = ladder ? &ladder[LOOM_SIM_RUNGS - 1] : NULL;
+        if (json || !m || !m->measured || !(m->total_cost > 0) || !(base[0] > 0))
+                return;
+        double alone, three;
+        shares(m->group_cost, m->total_cost, &alone, &three);
+        fprintf(f, "%-11s %-6s %10.0f %9.1f %6llu %12.3f %9.3f %7.1f %7.1f %7.1f\n", "loom",
+                "fixed", m->total_cost, m->avg_cost_per_hour, (unsigned long long)m->moves,
+                base[0] / m->total_cost, base[1] / m->total_cost, 100 * alone, 100 * three, 0.0);
 }

@@ -654,10 +654,56 @@ typedef struct fluid {
         int *gid, next_gid;
 } fluid;
 
-/* Advance to tn: integrate cost and GPU time, move every active job on. */
-static void fluid_advance(fluid *f, double tn)
+static void members(const fluid *f, int g, int plus, gkey *k);
+
+/*
+ * The current grouping's bill over dt microseconds by group kind, as loom's is counted
+ * (loom_sim_result.group_cost, lone_cost_by_slo): a job alone colocated on its training nodes is
+ * lone. And what the groups whose training pool outgrew their largest member's ask cost
+ * (grown_pool_cost). Every group's value is in the cache, from the regrouping that formed it.
+ */
+static int fluid_bill(fluid *f, double dt)
+{
+        const loom_sim_cfg *c = f->o.c;
+        loom_sim_result *r = f->r;
+        double h = dt / 3.6e9, price[2] = {loom_cluster_node_price(&c->cluster, LOOM_POOL_ROLLOUT),
+                                           loom_cluster_node_price(&c->cluster, LOOM_POOL_TRAIN)};
+        for (int i = 0; i < f->na && h > 0; i++) {
+                gkey k;
+                members(f, f->gid[f->active[i]], -1, &k);
+                if (k.m[0] != f->active[i])
+                        continue; /* each group once, at its lowest member */
+                const gval *v = group_get(&f->o, &k);
+                if (!v)
+                        return LOOM_ENOMEM;
+                int ask = 0;
+                for (int m = 0; m < k.n; m++) {
+                        int t = f->o.w->jobs[k.m[m]].spec.train_gpus / c->cluster.gpus_per_node;
+                        ask = t > ask ? t : ask;
+                }
+                bool lone = k.n == 1 && v->nodes[0] == 0;
+                int kind = lone ? 0 : k.n;
+                for (int p = 0; p < 2; p++)
+                        r->group_cost[kind][p] += v->nodes[p] * price[p] * h;
+                if (lone) {
+                        int b = (int)((f->o.w->jobs[k.m[0]].spec.slo - 1.0) / 0.25);
+                        r->lone_cost_by_slo[b < 0   ? 0
+                                            : b > 3 ? 3
+                                                    : b] += v->nodes[1] * price[1] * h;
+                }
+                if (v->nodes[1] > ask)
+                        r->grown_pool_cost += v->cost * h;
+        }
+        return 0;
+}
+
+/* Advance to tn: integrate cost and GPU time, move every active job on. 0 or LOOM_ENOMEM. */
+static int fluid_advance(fluid *f, double tn)
 {
         double dt = tn - f->t;
+        int rc = fluid_bill(f, dt);
+        if (rc)
+                return rc;
         f->total += f->cost * dt;
         for (int p = 0; p < 2; p++) {
                 f->busy[p] += f->util[p] * dt;
@@ -666,6 +712,7 @@ static void fluid_advance(fluid *f, double tn)
         for (int i = 0; i < f->na; i++)
                 f->remain[f->active[i]] -= dt * f->rate[f->active[i]];
         f->t = tn;
+        return 0;
 }
 
 /* The active members of group g, ascending, and `plus` (a job not yet in any group, larger
@@ -918,7 +965,9 @@ static int fluid_step(fluid *f)
                 }
         }
         double t_arr = f->next < w->n ? (double)w->jobs[f->next].arrival : INFINITY;
-        fluid_advance(f, t_arr <= t_dep ? t_arr : t_dep);
+        int rc = fluid_advance(f, t_arr <= t_dep ? t_arr : t_dep);
+        if (rc)
+                return rc;
         if (t_arr <= t_dep) {
                 if (f->na == LOOM_SIM_ORACLE_MAX_JOBS) {
                         snprintf(f->r->note, sizeof f->r->note,
@@ -935,7 +984,7 @@ static int fluid_step(fluid *f)
                 f->na--;
         }
         f->r->events++;
-        int rc = regroup_counted(f, t_arr <= t_dep ? f->next - 1 : -1);
+        rc = regroup_counted(f, t_arr <= t_dep ? f->next - 1 : -1);
         if (rc == LOOM_EREJECT) {
                 snprintf(f->r->note, sizeof f->r->note, "no feasible grouping at t=%.1f h",
                          f->t / 3.6e9);

@@ -164,6 +164,8 @@ static json_t *to_json(const loom_sim_result *x, const loom_sim_result *lb,
                             x->rate_n ? real((double)x->rate_sum / (double)x->rate_n, 4)
                                       : json_null());
         loom__sim_group_cost_json(o, x->group_cost, x->lone_cost_by_slo);
+        if (x->policy == LOOM_SIM_ORACLE && x->ran)
+                json_object_set_new(o, "grown_pool_cost", real(x->grown_pool_cost, 2));
         if (x->note[0])
                 json_object_set_new(o, "note", json_string(x->note));
         return o;

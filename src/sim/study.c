@@ -141,7 +141,7 @@ int loom_sim_study(const loom_sim_study_cfg *c, FILE *f, loom_err *e)
                 if (!(rc = loom_sim_decompose(&c->sim, &w, rungs, e)))
                         loom_sim_decompose_print(f, rungs, json);
                 if (!rc && !(rc = loom_sim_decompose_regroupings(&c->sim, &w, rungs, rg, e)))
-                        loom_sim_regroupings_print(f, rg, json);
+                        loom_sim_regroupings_print(f, rg, rungs, json);
         } else {
                 rc = compare(c, &w, f, e);
         }

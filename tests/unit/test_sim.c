@@ -741,7 +741,18 @@ Test(sim_decompose, what_the_targets_need)
                 cr_assert_float_eq(g[i].total_cost, again[i].total_cost, 1e-6, "row %d", i);
                 cr_assert_eq(g[i].moves, again[i].moves, "row %d", i);
                 cr_assert_eq(g[i].fixed_pools, i >= 5);
+                /* the bill by group kind adds up to the total; pools fixed at the largest ask
+                 * never grow */
+                double sum = 0;
+                for (int k = 0; k <= LOOM_MAX_GROUP_SIZE; k++)
+                        sum += g[i].group_cost[k][0] + g[i].group_cost[k][1];
+                cr_assert_float_eq(sum, g[i].total_cost, 1e-6 * g[i].total_cost, "row %d", i);
+                cr_assert_float_eq(g[i].grown_pool_cost, again[i].grown_pool_cost, 1e-6);
+                if (g[i].fixed_pools)
+                        cr_assert_eq(g[i].grown_pool_cost, 0, "row %d", i);
+                cr_assert_leq(g[i].grown_pool_cost, g[i].total_cost * (1 + 1e-9), "row %d", i);
         }
+        cr_assert_gt(g[0].grown_pool_cost, 0, "free pools grow where that is cheaper here");
         cr_assert_str_eq(g[0].mode, "always");
         cr_assert_str_eq(g[2].mode, "priced");
         cr_assert_str_eq(g[9].mode, "never");
