@@ -558,9 +558,12 @@ static int evaluate_multi(search *x, cand *c, loom_us tt)
         int bad = n - 1; /* until a simulation says otherwise */
         rate_need rn;
         rate_need_init(&rn, mj, budget, n, R);
-        /* a wide search has one simulation: at the least rates the bounds allow */
+        /* a wide search has one simulation: at the least rates the bounds allow. When pruned
+         * it goes straight to them: rates_close's fixed point meets rate_floor's bound too, so
+         * the floor only names the culprit an explained decision prints. */
         int rounds = search_rounds(s);
-        bool floor_ok = rate_floor(mj, rate, budget, n, R, &bad);
+        bool wide_pruned = x->prune && rounds == 1;
+        bool floor_ok = wide_pruned || rate_floor(mj, rate, budget, n, R, &bad);
         if (!floor_ok || (rounds == 1 && !rates_close(&rn, rate))) {
                 /* no rates can work: not even the lower bounds on T_meta and the gaps */
                 c->rate = rate[n - 1];
