@@ -202,6 +202,12 @@ assert all(r["measured"] for r in rows), rows
 assert rows[0]["total_cost"] == rungs[3]["total_cost"], (rows[0], rungs[3])
 assert rows[4]["moves"] == 0 and rows[2]["moves"] < rows[1]["moves"], rows
 assert all(r["colocated_ratio"] > 0 and r["solo_ratio"] > r["colocated_ratio"] for r in rows), rows
+# each row's bill by group kind adds up to its total; fixed pools never grow
+for r in rows:
+    billed = sum(a + b for a, b in r["group_cost"].values())
+    assert abs(billed - r["total_cost"]) < 0.05 * len(r["group_cost"]), r
+    assert 0 <= r["grown_pool_cost"] <= r["total_cost"] + 0.01, r
+assert all(r["grown_pool_cost"] == 0 for r in rows[5:]), rows[5:]
 assert [r["rung"] for r in rungs] == ["fluid", "nodes", "memory", "informed", "optimal",
                                       "departures", "local", "greedy", "regroup", "online",
                                       "multirate"], rungs
