@@ -434,32 +434,26 @@ int loom_sim_decompose_regroupings(const loom_sim_cfg *cfg, const loom_sim_workl
                 loom_sim_regrouping *x = &out[i];
                 x->mode = modes[i % MODES].mode;
                 x->fixed_pools = i >= MODES;
+                /* the row's run, as a rung: the ladder's informed one, or the oracle's now */
+                loom_sim_rung run = {0};
+                const loom_sim_rung *from = &run;
                 if (i == 0 && informed && informed->measured) {
-                        x->measured = true;
-                        x->total_cost = informed->total_cost;
-                        x->avg_cost_per_hour = informed->avg_cost_per_hour;
-                        x->moves = informed->moves;
-                        memcpy(x->group_cost, informed->group_cost, sizeof x->group_cost);
-                        memcpy(x->lone_cost_by_slo, informed->lone_cost_by_slo,
-                               sizeof x->lone_cost_by_slo);
-                        x->grown_pool_cost = informed->grown_pool_cost;
+                        from = informed;
                 } else {
                         c.oracle_regroup = modes[i % MODES].regroup;
                         c.oracle_move_price = modes[i % MODES].price;
                         c.oracle_fixed_pools = x->fixed_pools;
-                        loom_sim_result r;
-                        if ((rc = loom_sim_run(&c, &known, LOOM_SIM_ORACLE, &r, e)))
+                        if ((rc = from_run(&c, &known, LOOM_SIM_ORACLE, &run, 0, e)))
                                 break;
-                        x->measured = r.ran;
-                        snprintf(x->note, sizeof x->note, "%s", r.ran ? "" : r.note);
-                        x->total_cost = r.total_cost;
-                        x->avg_cost_per_hour = r.avg_cost_per_hour;
-                        x->moves = r.moves;
-                        memcpy(x->group_cost, r.group_cost, sizeof x->group_cost);
-                        memcpy(x->lone_cost_by_slo, r.lone_cost_by_slo, sizeof x->lone_cost_by_slo);
-                        x->grown_pool_cost = r.grown_pool_cost;
-                        loom_sim_result_free(&r);
                 }
+                x->measured = from->measured;
+                snprintf(x->note, sizeof x->note, "%s", from->note);
+                x->total_cost = from->total_cost;
+                x->avg_cost_per_hour = from->avg_cost_per_hour;
+                x->moves = from->moves;
+                memcpy(x->group_cost, from->group_cost, sizeof x->group_cost);
+                memcpy(x->lone_cost_by_slo, from->lone_cost_by_slo, sizeof x->lone_cost_by_slo);
+                x->grown_pool_cost = from->grown_pool_cost;
                 if (x->measured && x->total_cost > 0) {
                         x->colocated_ratio = base[0] / x->total_cost;
                         x->solo_ratio = base[1] / x->total_cost;
@@ -469,16 +463,21 @@ int loom_sim_decompose_regroupings(const loom_sim_cfg *cfg, const loom_sim_workl
         return rc;
 }
 
-/* The shares of a bill (by group kind, as loom_sim_result.group_cost) in groups of one job
- * (lone or not) and of three or more. */
-static void shares(const double (*gc)[2], double total, double *alone, double *three)
+/* One measured row of the table: a bill, the baselines' over it (ratio[0] colocated, ratio[1]
+ * Solo-D), and its shares by group kind (as loom_sim_result.group_cost) in groups of one job,
+ * lone or not, and of three or more, and in grown pools. */
+static void print_row(FILE *f, const char *mode, const char *pools, double total, double avg,
+                      uint64_t moves, const double ratio[2], const double (*gc)[2], double grown)
 {
-        *alone = *three = 0;
-        for (int k = 0; k <= LOOM_MAX_GROUP_SIZE && total > 0; k++) {
-                double v = (gc[k][0] + gc[k][1]) / total;
-                *alone += k <= 1 ? v : 0;
-                *three += k >= 3 ? v : 0;
+        double alone = 0, three = 0, t = total > 0 ? total : INFINITY;
+        for (int k = 0; k <= LOOM_MAX_GROUP_SIZE; k++) {
+                double v = (gc[k][0] + gc[k][1]) / t;
+                alone += k <= 1 ? v : 0;
+                three += k >= 3 ? v : 0;
         }
+        fprintf(f, "%-11s %-6s %10.0f %9.1f %6llu %12.3f %9.3f %7.1f %7.1f %7.1f\n", mode, pools,
+                total, avg, (unsigned long long)moves, ratio[0], ratio[1], 100 * alone, 100 * three,
+                100 * grown / t);
 }
 
 void loom_sim_regroupings_print(FILE *f, const loom_sim_regrouping *r, const loom_sim_rung *ladder,
@@ -496,8 +495,6 @@ void loom_sim_regroupings_print(FILE *f, const loom_sim_regrouping *r, const loo
         for (int i = 0; i < LOOM_SIM_REGROUPINGS; i++) {
                 const loom_sim_regrouping *x = &r[i];
                 const char *pools = x->fixed_pools ? "fixed" : "free";
-                double alone, three;
-                shares(x->group_cost, x->total_cost, &alone, &three);
                 if (x->measured && x->total_cost > 0) {
                         base[0] = x->colocated_ratio * x->total_cost;
                         base[1] = x->solo_ratio * x->total_cost;
@@ -521,19 +518,16 @@ void loom_sim_regroupings_print(FILE *f, const loom_sim_regrouping *r, const loo
                 } else if (!x->measured) {
                         fprintf(f, "%-11s %-6s not measured: %s\n", x->mode, pools, x->note);
                 } else {
-                        fprintf(f, "%-11s %-6s %10.0f %9.1f %6llu %12.3f %9.3f %7.1f %7.1f %7.1f\n",
-                                x->mode, pools, x->total_cost, x->avg_cost_per_hour,
-                                (unsigned long long)x->moves, x->colocated_ratio, x->solo_ratio,
-                                100 * alone, 100 * three, 100 * x->grown_pool_cost / x->total_cost);
+                        double ratio[2] = {x->colocated_ratio, x->solo_ratio};
+                        print_row(f, x->mode, pools, x->total_cost, x->avg_cost_per_hour, x->moves,
+                                  ratio, x->group_cost, x->grown_pool_cost);
                 }
         }
         /* loom itself, for comparison: the ladder's last rung (its pools never grow) */
         const loom_sim_rung *m = ladder ? &ladder[LOOM_SIM_RUNGS - 1] : NULL;
         if (json || !m || !m->measured || !(m->total_cost > 0) || !(base[0] > 0))
                 return;
-        double alone, three;
-        shares(m->group_cost, m->total_cost, &alone, &three);
-        fprintf(f, "%-11s %-6s %10.0f %9.1f %6llu %12.3f %9.3f %7.1f %7.1f %7.1f\n", "loom",
-                "fixed", m->total_cost, m->avg_cost_per_hour, (unsigned long long)m->moves,
-                base[0] / m->total_cost, base[1] / m->total_cost, 100 * alone, 100 * three, 0.0);
+        double ratio[2] = {base[0] / m->total_cost, base[1] / m->total_cost};
+        print_row(f, "loom", "fixed", m->total_cost, m->avg_cost_per_hour, m->moves, ratio,
+                  m->group_cost, 0);
 }
