@@ -126,10 +126,8 @@ static int count_groups(engine *g)
                 g->kind_nodes[k][0] += gi.lone ? 0 : gi.n_rollout_nodes;
                 g->kind_nodes[k][1] += gi.n_train_nodes;
                 loom_job_info ji;
-                if (gi.lone && !loom_sched_job_info(g->s, gi.members[0], &ji)) {
-                        int b = (int)((ji.spec.slo - 1.0) / 0.25);
-                        g->lone_slo_nodes[b < 0 ? 0 : b > 3 ? 3 : b] += gi.n_train_nodes;
-                }
+                if (gi.lone && !loom_sched_job_info(g->s, gi.members[0], &ji))
+                        g->lone_slo_nodes[loom__sim_slo_band(ji.spec.slo)] += gi.n_train_nodes;
         }
         return 0;
 }

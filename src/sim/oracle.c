@@ -647,6 +647,8 @@ typedef struct fluid {
         size_t cap_series;
         double t, cost, util[2], total, busy[2], prov[2];
         int nodes[2];
+        /* the grouping's $/h by group kind (fluid_kinds) */
+        double kind_cost[LOOM_MAX_GROUP_SIZE + 1][2], lone_slo_cost[4], grown_cost;
         double gap; /* the largest proven gap of any regrouping */
         int most;   /* the most jobs active at once */
         /* each active job's group (a label; -1 before it arrives), what the modes that
@@ -657,18 +659,20 @@ typedef struct fluid {
 static void members(const fluid *f, int g, int plus, gkey *k);
 
 /*
- * The current grouping's bill over dt microseconds by group kind, as loom's is counted
- * (loom_sim_result.group_cost, lone_cost_by_slo): a job alone colocated on its training nodes is
- * lone. And what the groups whose training pool outgrew their largest member's ask cost
- * (grown_pool_cost). Every group's value is in the cache, from the regrouping that formed it.
+ * The current grouping's $/h by group kind, as loom's bill is counted (loom_sim_result.group_cost,
+ * lone_cost_by_slo): a job alone colocated on its training nodes is lone. And what the groups
+ * whose training pool outgrew their largest member's ask cost (grown_pool_cost). Set after
+ * each regrouping, as f->cost is, and integrated with it. 0 or LOOM_ENOMEM.
  */
-static int fluid_bill(fluid *f, double dt)
+static int fluid_kinds(fluid *f)
 {
         const loom_sim_cfg *c = f->o.c;
-        loom_sim_result *r = f->r;
-        double h = dt / 3.6e9, price[2] = {loom_cluster_node_price(&c->cluster, LOOM_POOL_ROLLOUT),
-                                           loom_cluster_node_price(&c->cluster, LOOM_POOL_TRAIN)};
-        for (int i = 0; i < f->na && h > 0; i++) {
+        double price[2] = {loom_cluster_node_price(&c->cluster, LOOM_POOL_ROLLOUT),
+                           loom_cluster_node_price(&c->cluster, LOOM_POOL_TRAIN)};
+        memset(f->kind_cost, 0, sizeof f->kind_cost);
+        memset(f->lone_slo_cost, 0, sizeof f->lone_slo_cost);
+        f->grown_cost = 0;
+        for (int i = 0; i < f->na; i++) {
                 gkey k;
                 members(f, f->gid[f->active[i]], -1, &k);
                 if (k.m[0] != f->active[i])
@@ -682,29 +686,29 @@ static int fluid_bill(fluid *f, double dt)
                         ask = t > ask ? t : ask;
                 }
                 bool lone = k.n == 1 && v->nodes[0] == 0;
-                int kind = lone ? 0 : k.n;
                 for (int p = 0; p < 2; p++)
-                        r->group_cost[kind][p] += v->nodes[p] * price[p] * h;
-                if (lone) {
-                        int b = (int)((f->o.w->jobs[k.m[0]].spec.slo - 1.0) / 0.25);
-                        r->lone_cost_by_slo[b < 0   ? 0
-                                            : b > 3 ? 3
-                                                    : b] += v->nodes[1] * price[1] * h;
-                }
+                        f->kind_cost[lone ? 0 : k.n][p] += v->nodes[p] * price[p];
+                if (lone)
+                        f->lone_slo_cost[loom__sim_slo_band(f->o.w->jobs[k.m[0]].spec.slo)] +=
+                            v->nodes[1] * price[1];
                 if (v->nodes[1] > ask)
-                        r->grown_pool_cost += v->cost * h;
+                        f->grown_cost += v->cost;
         }
         return 0;
 }
 
-/* Advance to tn: integrate cost and GPU time, move every active job on. 0 or LOOM_ENOMEM. */
-static int fluid_advance(fluid *f, double tn)
+/* Advance to tn: integrate cost and GPU time, move every active job on. */
+static void fluid_advance(fluid *f, double tn)
 {
-        double dt = tn - f->t;
-        int rc = fluid_bill(f, dt);
-        if (rc)
-                return rc;
+        double dt = tn - f->t, h = dt / 3.6e9;
+        loom_sim_result *r = f->r;
         f->total += f->cost * dt;
+        for (int k = 0; k <= LOOM_MAX_GROUP_SIZE; k++)
+                for (int p = 0; p < 2; p++)
+                        r->group_cost[k][p] += f->kind_cost[k][p] * h;
+        for (int b = 0; b < 4; b++)
+                r->lone_cost_by_slo[b] += f->lone_slo_cost[b] * h;
+        r->grown_pool_cost += f->grown_cost * h;
         for (int p = 0; p < 2; p++) {
                 f->busy[p] += f->util[p] * dt;
                 f->prov[p] += f->nodes[p] * f->o.c->cluster.gpus_per_node * dt;
@@ -712,7 +716,6 @@ static int fluid_advance(fluid *f, double tn)
         for (int i = 0; i < f->na; i++)
                 f->remain[f->active[i]] -= dt * f->rate[f->active[i]];
         f->t = tn;
-        return 0;
 }
 
 /* The active members of group g, ascending, and `plus` (a job not yet in any group, larger
@@ -965,9 +968,7 @@ static int fluid_step(fluid *f)
                 }
         }
         double t_arr = f->next < w->n ? (double)w->jobs[f->next].arrival : INFINITY;
-        int rc = fluid_advance(f, t_arr <= t_dep ? t_arr : t_dep);
-        if (rc)
-                return rc;
+        fluid_advance(f, t_arr <= t_dep ? t_arr : t_dep);
         if (t_arr <= t_dep) {
                 if (f->na == LOOM_SIM_ORACLE_MAX_JOBS) {
                         snprintf(f->r->note, sizeof f->r->note,
@@ -984,12 +985,14 @@ static int fluid_step(fluid *f)
                 f->na--;
         }
         f->r->events++;
-        rc = regroup_counted(f, t_arr <= t_dep ? f->next - 1 : -1);
+        int rc = regroup_counted(f, t_arr <= t_dep ? f->next - 1 : -1);
         if (rc == LOOM_EREJECT) {
                 snprintf(f->r->note, sizeof f->r->note, "no feasible grouping at t=%.1f h",
                          f->t / 3.6e9);
                 return 1;
         }
+        if (!rc)
+                rc = fluid_kinds(f);
         return rc ? rc : fluid_record(f);
 }
 

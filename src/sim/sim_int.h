@@ -120,6 +120,13 @@ int loom__sim_regroup_feasible(const loom_sched *s, const loom_job_spec *cur_by_
  * its members from that old group stay, everyone else moves. Fills moved[], returns how many
  * moved. */
 int loom__sim_mark_moved(const int *old_g, const int *new_g, int n, bool *moved);
+/* The SLO band of a lone member (loom_sim_result.lone_cost_by_slo): below 1.25, 1.5, 1.75,
+ * and the rest. */
+static inline int loom__sim_slo_band(double slo)
+{
+        int b = (int)((slo - 1.0) / 0.25);
+        return b < 0 ? 0 : b > 3 ? 3 : b;
+}
 
 /* ---- runs --------------------------------------------------------------------------------- */
 
