@@ -255,7 +255,7 @@ int loom_sim_decompose(const loom_sim_cfg *cfg, const loom_sim_workload *w,
             {"local", "+ at departures, single-job moves only", LOOM_SIM_REGROUP_LOCAL},
             {"greedy", "+ never regrouping: each arrival placed once", LOOM_SIM_REGROUP_NEVER},
         };
-        for (int i = 0; i < 3; i++) {
+        for (size_t i = 0; i < sizeof less / sizeof less[0]; i++) {
                 c.oracle_regroup = less[i].regroup;
                 out[5 + i].name = less[i].name;
                 out[5 + i].adds = less[i].adds;
