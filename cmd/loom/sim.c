@@ -68,6 +68,7 @@ static void usage(FILE *f)
             "  --decompose            the cost as a ladder from the fluid lower bound, then the\n"
             "                         oracle's regroupings the targets need (docs/sim.md)\n"
             "  --oracle-rates         the oracle gives members rates > 1 as well (slow)\n"
+            "  --oracle-restarts      each job the oracle moves loses its restart, as loom's do\n"
             "sweep (Figure 15 a-c, loom/random/greedy/random-slo/greedy-slo vs lb): --seeds N\n"
             "  seeds per setting (3), --threads N worker threads (2)\n"
             "Exit status: 0 ok, 1 invalid input (trace, values), 2 bad usage.\n");
@@ -240,6 +241,7 @@ static int parse(int argc, char **argv, opts *o)
              .i = &sim->policy.learn_after},
             {"decompose", .b = &o->decompose},
             {"oracle-rates", .b = &sim->oracle_rates},
+            {"oracle-restarts", .b = &sim->oracle_restarts},
             {.name = "multirate"},
             {.name = "train-rightsize"},
             {.name = "colocate-lone"},

@@ -220,6 +220,10 @@ typedef struct loom_sim_cfg {
          * pool they opened with; false (the default): sized freely, up to the sum of the
          * members' asks (a larger pool trains every member faster) */
         bool oracle_fixed_pools;
+        /* each job a regrouping moves loses its migration-and-restart time (restart_s of its
+         * model), as loom's moved members do, holding its place in its new group meanwhile;
+         * false (the default): a move is instant */
+        bool oracle_restarts;
 } loom_sim_cfg;
 
 void loom_sim_cfg_default(loom_sim_cfg *c);
@@ -355,6 +359,7 @@ typedef struct loom_sim_regrouping {
         const char *mode; /* always, departures, priced (departures at LOOM_SIM_MOVE_PRICE per
                              move), local, never (static) */
         bool fixed_pools; /* cfg.oracle_fixed_pools */
+        bool restarts;    /* cfg.oracle_restarts: each moved job lost its restart */
         bool measured;    /* false: the oracle gave up (note) */
         char note[256];
         double total_cost; /* $ */

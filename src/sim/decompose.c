@@ -434,6 +434,7 @@ int loom_sim_decompose_regroupings(const loom_sim_cfg *cfg, const loom_sim_workl
                 loom_sim_regrouping *x = &out[i];
                 x->mode = modes[i % MODES].mode;
                 x->fixed_pools = i >= MODES;
+                x->restarts = cfg->oracle_restarts;
                 /* the row's run, as a rung: the ladder's informed one, or the oracle's now */
                 loom_sim_rung run = {0};
                 const loom_sim_rung *from = &run;
@@ -486,11 +487,13 @@ void loom_sim_regroupings_print(FILE *f, const loom_sim_regrouping *r, const loo
         if (!json)
                 fprintf(f,
                         "what the targets need: the informed oracle regrouping (priced: $%.0f/h "
-                        "per moved job; alone, 3+: the share of the bill in groups of one job and "
-                        "of three or more; grown: in training pools larger than their largest "
-                        "member's ask)\n%-11s %-6s %10s %9s %6s %12s %9s %7s %7s %7s\n",
-                        LOOM_SIM_MOVE_PRICE, "regrouping", "pools", "total_$", "avg_$/h", "moves",
-                        "colocated/x", "Solo-D/x", "alone%", "3+%", "grown%");
+                        "per moved job; %s; alone, 3+: the share of the bill in groups of one "
+                        "job and of three or more; grown: in training pools larger than their "
+                        "largest member's ask)\n%-11s %-6s %10s %9s %6s %12s %9s %7s %7s %7s\n",
+                        LOOM_SIM_MOVE_PRICE,
+                        r[0].restarts ? "each moved job loses its restart" : "moves are instant",
+                        "regrouping", "pools", "total_$", "avg_$/h", "moves", "colocated/x",
+                        "Solo-D/x", "alone%", "3+%", "grown%");
         double base[2] = {0, 0};
         for (int i = 0; i < LOOM_SIM_REGROUPINGS; i++) {
                 const loom_sim_regrouping *x = &r[i];
@@ -500,8 +503,11 @@ void loom_sim_regroupings_print(FILE *f, const loom_sim_regrouping *r, const loo
                         base[1] = x->solo_ratio * x->total_cost;
                 }
                 if (json) {
-                        fprintf(f, "{\"regrouping\":\"%s\",\"pools\":\"%s\",\"measured\":%s",
-                                x->mode, pools, x->measured ? "true" : "false");
+                        fprintf(f,
+                                "{\"regrouping\":\"%s\",\"pools\":\"%s\",\"restarts\":%s,"
+                                "\"measured\":%s",
+                                x->mode, pools, x->restarts ? "true" : "false",
+                                x->measured ? "true" : "false");
                         if (x->measured) {
                                 fprintf(f,
                                         ",\"total_cost\":%.2f,\"avg_cost_per_hour\":%.2f,"

@@ -932,6 +932,14 @@ static int regroup_counted(fluid *f, int arrived)
                 if (f->active[i] != arrived)
                         now[n++] = f->gid[f->active[i]];
         int m = loom__sim_mark_moved(old, now, n, moved);
+        /* A moved job makes no progress for its restart: as much solo time as it would have
+         * done in its new group meanwhile is added back. */
+        for (int i = 0, k = 0; f->o.c->oracle_restarts && i < f->na; i++)
+                if (f->active[i] != arrived && moved[k++]) {
+                        int j = f->active[i];
+                        f->remain[j] += (double)loom__sim_restart(f->o.c, f->o.w->jobs[j].model_b) *
+                                        f->rate[j];
+                }
         f->r->moves += (uint64_t)m;
         f->r->regroups += m > 0;
         return 0;

@@ -218,6 +218,20 @@ assert rungs[0]["total_cost"] < rungs[1]["total_cost"] <= rungs[2]["total_cost"]
 assert all(r["measured"] for r in rungs[:3] + rungs[8:])
 assert all("moves" not in r for r in rungs[:3]), rungs[:3]
 assert abs(rungs[10]["total_cost"] - multi["total_cost"]) < 0.01, (rungs[10], multi)
+assert not any(r["restarts"] for r in rows), rows
+PY
+# --oracle-restarts: each job the oracle moves loses its restart; the rows say so, the
+# regroup-less `never` rows are unchanged, and regrouping at departures costs more
+"$loom" sim --decompose --rows 165:200 --json --no-progress --oracle-restarts >"$tmp/decr.json"
+python3 - "$tmp/dec.json" "$tmp/decr.json" <<'PY'
+import json, sys
+free, paid = ([r for r in map(json.loads, open(p)) if "regrouping" in r] for p in sys.argv[1:3])
+assert all(r["restarts"] for r in paid), paid
+for a, b in zip(free, paid):
+    assert (a["regrouping"], a["pools"]) == (b["regrouping"], b["pools"]), (a, b)
+    if a["regrouping"] == "never" and a["moves"] == 0 and b["moves"] == 0:
+        assert a["total_cost"] == b["total_cost"], (a, b)
+assert paid[1]["total_cost"] > free[1]["total_cost"], (free[1], paid[1])
 PY
 
 # Gavel+ in the micro-benchmarks: job-level time-sharing fills no bubble, loom does

@@ -351,6 +351,43 @@ Test(sim_bounds, the_oracle_with_rates_groups_what_one_rate_cannot)
         loom_sim_workload_free(&w);
 }
 
+/* A job the oracle moves loses its restart (cfg.oracle_restarts), as loom's moved members do:
+ * where the oracle moves no one the run is the same to the dollar; where it moves jobs, they
+ * finish later, so the jobs spend longer in the system and the bill grows. */
+Test(sim_bounds, the_oracle_charges_restarts_to_the_jobs_it_moves)
+{
+        loom_sim_cfg c;
+        loom_sim_cfg_default(&c);
+        loom_sim_workload w;
+        poisson(&w, 3, 20, 2, 4, false, LOOM_SIM_MIXED);
+        loom_sim_result r[2][2]; /* [never, departures][instant, restarts] */
+        loom_sim_oracle_regroup modes[2] = {LOOM_SIM_REGROUP_NEVER, LOOM_SIM_REGROUP_DEPARTURES};
+        double in_system[2][2] = {{0}};
+        for (int m = 0; m < 2; m++)
+                for (int k = 0; k < 2; k++) {
+                        c.oracle_regroup = modes[m];
+                        c.oracle_restarts = k;
+                        run(&c, &w, LOOM_SIM_ORACLE, &r[m][k]);
+                        cr_assert(r[m][k].ran, "%s", r[m][k].note);
+                        for (int j = 0; j < w.n; j++)
+                                in_system[m][k] +=
+                                    r[m][k].slowdown[j] *
+                                    (double)loom_sim_job_solo_time(&w.jobs[j], &c);
+                }
+        cr_assert_eq(r[0][0].moves, 0, "never regrouping moves no one here");
+        cr_assert_eq(r[0][1].moves, 0);
+        cr_assert_float_eq(r[0][1].total_cost, r[0][0].total_cost, 1e-9);
+        cr_assert_float_eq(in_system[0][1], in_system[0][0], 1e-6 * in_system[0][0]);
+        cr_assert_gt(r[1][1].moves, 0);
+        cr_assert_gt(in_system[1][1], in_system[1][0] * (1 + 1e-6),
+                     "moved jobs finish later when they pay their restart");
+        cr_assert_gt(r[1][1].total_cost, r[1][0].total_cost);
+        for (int m = 0; m < 2; m++)
+                for (int k = 0; k < 2; k++)
+                        loom_sim_result_free(&r[m][k]);
+        loom_sim_workload_free(&w);
+}
+
 /* Find job j's k-th interval of phase ph; fails the test if missing. */
 static const loom_sim_interval *nth(const loom_sim_result *r, int j, loom_phase ph, int k)
 {
