@@ -84,7 +84,7 @@ for r in map(json.loads, sys.stdin):
 done
 
 echo "-- where the cost goes: the ladder from the fluid bound (loom sim --decompose), default window"
-for a in worst p99 "p99 --oracle-rates"; do
+for a in worst p99 "p99 --oracle-rates" "p99 --oracle-rates --oracle-restarts"; do
   echo "   admission $a"
   "$loom" sim --decompose --admission $a --no-progress | sed 's/^/  /'
 done
