@@ -108,7 +108,22 @@ typedef struct open_group {
         uint64_t train_mem_used;
         int train_gpus;
         double density;
+        loom_us max_train, gap_slack; /* the gap bound's (group.max_train, gap_slack) */
 } open_group;
+
+/* g's entry in the open list, from its cached sums (loom__group_refresh). */
+static inline open_group loom__open_entry(group *g)
+{
+        return (open_group){.g = g,
+                            .t_cycle = g->t_cycle,
+                            .sum_train = g->sum_train,
+                            .min_budget = g->min_budget,
+                            .train_mem_used = g->train_mem_used,
+                            .train_gpus = g->train_gpus,
+                            .density = g->density,
+                            .max_train = g->max_train,
+                            .gap_slack = g->gap_slack};
+}
 
 typedef struct action_queue {
         loom_action *a;

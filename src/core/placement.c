@@ -42,6 +42,8 @@ typedef struct cand {
         char why[160];
 } cand;
 
+enum { MAXM = LOOM_MAX_GROUP_SIZE + 1 };
+
 typedef struct search {
         const loom_sched *s;
         const loom_job_spec *spec;
@@ -60,6 +62,16 @@ typedef struct search {
         /* node_too_dense's rollout densities of group nd_g, by the node's local index */
         const group *nd_g;
         double nd[LOOM_MAX_GROUP_ROLLOUT_NODES];
+        /* A wide pruned search's least rates for the job in group lr_g on new rollout nodes
+         * (rates_may_fit): the rates, the bound on T_meta they give, the members' rate-weighted
+         * rollout load on each of the group's nodes, and whether rates_final_ok passed them.
+         * A direct packing whose nodes stay within that bound has the same least rates
+         * (same_least_rates), and so the same verdict from rates_final_ok. */
+        const group *lr_g;
+        int lr_rate[MAXM];
+        loom_us lr_bound;
+        loom_us lr_load[LOOM_MAX_GROUP_ROLLOUT_NODES];
+        bool lr_final_ok;
         loom_err *e;
 } search;
 
@@ -175,7 +187,6 @@ static int local_index(const group *g, loom_node_id id)
  * extra[0..3) on candidate node ids c_ids, some of which may be new) into mj[]; idx holds the
  * node indexes. Rates are the members' own. Returns the member count; *R the node count.
  */
-enum { MAXM = LOOM_MAX_GROUP_SIZE + 1 };
 static int meta_jobs(const group *g, const loom_us extra[3], const loom_node_id *c_ids, int c_n,
                      loom_meta_job *mj, int *rates, int (*idx)[LOOM_MAX_JOB_NODES], int *R)
 {
@@ -521,6 +532,26 @@ static bool rates_final_ok(const rate_need *rn, const int *rate)
 }
 
 /*
+ * Whether candidate c (a packing in group x->lr_g) has the least rates rates_may_fit found for
+ * the job on new nodes. Its constraints differ from those only by the job's rollout load on the
+ * existing nodes it takes, so every rate vector meeting c's meets theirs, and if at those rates
+ * each such node, with the job, stays within their bound on T_meta, the bound and every
+ * constraint are the same there: the least rates are equal, and so is rates_final_ok's verdict
+ * (its gap bounds depend on the rates and phase times, not on the pinning).
+ */
+static bool same_least_rates(const search *x, const cand *c)
+{
+        const group *g = c->g;
+        loom_us mine = (loom_us)x->lr_rate[g->n_members] * x->spec->t_roll;
+        for (int k = 0; k < c->n; k++) {
+                int li = local_index(g, c->ids[k]);
+                if (li >= 0 && x->lr_load[li] + mine > x->lr_bound)
+                        return false;
+        }
+        return true;
+}
+
+/*
  * Multi-rate evaluation of candidate c (memory already checked): the job starts at the least
  * rate its mean iteration could meet its budget at (T_meta >= the group's weighted cycle), then
  * every member whose mean T_meta / r breaks its budget, or whose longest gap passes
@@ -536,6 +567,14 @@ static int evaluate_multi(search *x, cand *c, loom_us tt)
         const loom_sched *s = x->s;
         const group *g = c->g;
         const loom_job_spec *sp = x->spec;
+        int rounds = search_rounds(s);
+        bool wide_pruned = x->prune && rounds == 1;
+        if (wide_pruned && x->lr_g == g && !x->lr_final_ok && same_least_rates(x, c)) {
+                /* its one simulation could only reject it: rates_final_ok fails at its rates */
+                c->rate = x->lr_rate[g->n_members];
+                c->reject = LOOM_REJECT_SLO; /* not recorded: pruning */
+                return 0;
+        }
         loom_meta_job mj[MAXM];
         int idx[MAXM][LOOM_MAX_JOB_NODES], R, rate[MAXM];
         loom_us extra[3] = {sp->t_roll, tt, sp->t_sync}, gaps[MAXM], budget[MAXM];
@@ -561,8 +600,6 @@ static int evaluate_multi(search *x, cand *c, loom_us tt)
         /* a wide search has one simulation: at the least rates the bounds allow. When pruned
          * it goes straight to them: rates_close's fixed point meets rate_floor's bound too, so
          * the floor only names the culprit an explained decision prints. */
-        int rounds = search_rounds(s);
-        bool wide_pruned = x->prune && rounds == 1;
         bool floor_ok = wide_pruned || rate_floor(mj, rate, budget, n, R, &bad);
         if (!floor_ok || (rounds == 1 && !rates_close(&rn, rate))) {
                 /* no rates can work: not even the lower bounds on T_meta and the gaps */
@@ -872,15 +909,13 @@ static loom_reject group_may_fit(search *x, const open_group *o, char *why, size
                  * must stay <= 1. And the job's own chain makes its mean >= its solo_in. */
                 double dens = o->density + (double)tt / (double)x->budget;
                 /* Between two trainings of any member lies another member's training: the
-                 * gap bound (one budget) needs tt_k + tt_new within both budgets. Read last:
-                 * the group itself is a cache miss the open array's copies above are not. */
-                const group *g = o->g;
+                 * gap bound (one budget) needs tt_k + tt_new within both budgets. */
                 bool other_ok =
                     solo_in <= x->budget && dens <= 1.0 && o->t_cycle <= LOOM_MAX_RATE * x->budget;
                 if (!other_ok && !why)
                         return LOOM_REJECT_SLO;
-                bool gap_ok = g->max_train + tt <= LOOM_GAP_FACTOR * x->budget &&
-                              (LOOM_GAP_FACTOR - 1) * g->max_train + g->gap_slack >= tt;
+                bool gap_ok = o->max_train + tt <= LOOM_GAP_FACTOR * x->budget &&
+                              (LOOM_GAP_FACTOR - 1) * o->max_train + o->gap_slack >= tt;
                 if (other_ok && gap_ok)
                         return LOOM_REJECT_NONE;
                 if (why)
@@ -892,7 +927,7 @@ static loom_reject group_may_fit(search *x, const open_group *o, char *why, size
                                            : "at their SLO rates the members would need %.0f%% "
                                              "of the training pool (%.1f s)",
                                  solo_in > x->budget ? loom_us_to_s(solo_in)
-                                 : !gap_ok           ? loom_us_to_s(g->max_train + tt)
+                                 : !gap_ok           ? loom_us_to_s(o->max_train + tt)
                                                      : 100.0 * dens,
                                  loom_us_to_s(x->budget));
                 return LOOM_REJECT_SLO;
@@ -915,7 +950,7 @@ static loom_reject group_may_fit(search *x, const open_group *o, char *why, size
  * a wide search it also sets *scale_ok to whether rollout scaling (the job on new nodes) may
  * work: its one simulation is at these least rates, which rates_final_ok must pass.
  */
-static bool rates_may_fit(const search *x, const group *g, bool *scale_ok)
+static bool rates_may_fit(search *x, const group *g, bool *scale_ok)
 {
         const loom_sched *s = x->s;
         const loom_job_spec *sp = x->spec;
@@ -943,8 +978,20 @@ static bool rates_may_fit(const search *x, const group *g, bool *scale_ok)
         /* evaluate_multi starts the job at the rate the group's cycle needs and raises the
          * rates to the same least ones (any rates that meet the bounds give the job at least
          * that rate) */
-        if (search_rounds(s) == 1)
+        if (search_rounds(s) == 1) {
                 *scale_ok = rates_final_ok(&rn, rate);
+                /* what same_least_rates compares the group's direct packings against */
+                x->lr_g = g;
+                x->lr_final_ok = *scale_ok;
+                x->lr_bound = rate_bound(mj, rate, n, R);
+                memcpy(x->lr_rate, rate, sizeof(int) * (size_t)n);
+                for (int r = 0; r < g->n_rnodes; r++)
+                        x->lr_load[r] = 0;
+                for (int i = 0; i < n - 1; i++)
+                        for (int k = 0; k < mj[i].n_nodes; k++)
+                                if (mj[i].nodes[k] >= 0 && mj[i].nodes[k] < g->n_rnodes)
+                                        x->lr_load[mj[i].nodes[k]] += rate[i] * mj[i].t_roll;
+        }
         return true;
 }
 
@@ -1129,8 +1176,7 @@ static int search_baseline(search *x, uint64_t *rng)
                 const group *g = s->groups[gi];
                 if (!g || g->n_members >= s->policy.max_group_size)
                         continue;
-                open_group o = {(group *)g,        g->t_cycle,    g->sum_train, g->min_budget,
-                                g->train_mem_used, g->train_gpus, g->density};
+                open_group o = loom__open_entry((group *)g);
                 if (group_may_fit(x, &o, NULL, 0) != LOOM_REJECT_NONE)
                         continue;
                 rnode *sorted[LOOM_MAX_GROUP_ROLLOUT_NODES];

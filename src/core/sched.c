@@ -355,9 +355,7 @@ static int open_put(loom_sched *s, group *g)
                         return LOOM_ENOMEM;
                 g->open_idx = s->n_open++;
         }
-        s->open[g->open_idx] = (open_group){
-            g,         g->t_cycle, g->sum_train, g->min_budget, g->train_mem_used, g->train_gpus,
-            g->density};
+        s->open[g->open_idx] = loom__open_entry(g);
         return 0;
 }
 

@@ -83,6 +83,10 @@ Test(place_prune, gap_bound_arguments)
 
 /* A WEAVE Table 6 "Mixed" job (the placement benchmark's), with what the simulator adds: a
  * bounded iteration count for some, a sync phase for some, and two rollout nodes for some. */
+/* Draw as `loom bench placement` does (one node per pool, no sync, unbounded, Table 2
+ * working sets) rather than with the wider mix below. */
+static bool bench_like;
+
 static void draw(int i, loom_job_spec *sp)
 {
         static const double t6[3][3][4] = {
@@ -102,6 +106,15 @@ static void draw(int i, loom_job_spec *sp)
         sp->iterations = uniform(0, 1) ? 0 : uniform(5, 400);
         sp->mem_rollout = (uint64_t)uniform(20, 400) * LOOM_GB;
         sp->mem_train = (uint64_t)uniform(20, 400) * LOOM_GB;
+        if (bench_like) {
+                static const double models[] = {3, 7, 14, 32};
+                double b = models[uniform(0, 3)];
+                sp->rollout_gpus = 8;
+                sp->t_sync = 0;
+                sp->iterations = 0;
+                sp->mem_rollout = loom_table2_mem_rollout(b);
+                sp->mem_train = loom_table2_mem_train(b);
+        }
 }
 
 static void same_decision(const loom_decision *a, const loom_decision *b, int job)
@@ -140,7 +153,7 @@ static int cross_check(uint64_t seed, int jobs, loom_us warm, int max_group, int
         loom_sched *s = loom_sched_new(&cl, &po, NULL);
         cr_assert_not_null(s);
         rng_state = seed;
-        loom_job_id ids[1024];
+        loom_job_id ids[4096];
         int n_ids = 0, compared = 0;
         loom_decision fast, full;
         loom_decision_init(&fast, false);
@@ -155,7 +168,7 @@ static int cross_check(uint64_t seed, int jobs, loom_us warm, int max_group, int
                 compared++;
                 cr_assert_eq(loom_sched_submit(s, 0, &sp, &fast, &ids[n_ids], NULL), 0);
                 n_ids++;
-                if (n_ids > 8 && uniform(0, 5) == 0) {
+                if (n_ids > 8 && !bench_like && uniform(0, 5) == 0) {
                         int v = (int)uniform(0, n_ids - 1);
                         cr_assert_eq(loom_sched_job_exit(s, 0, ids[v], LOOM_EXIT_FINISHED), 0);
                         ids[v] = ids[--n_ids];
@@ -186,6 +199,17 @@ Test(place_prune, pruned_wide_search_decides_as_the_full_wide_search, .timeout =
         n += cross_check(0xc0ffeeull, 300, 0, 8, 1);
         n += cross_check(0xbadcafeull, 200, loom_us_from_s(5), 5, 1);
         cr_assert_eq(n, 900);
+}
+
+/* Wide searches on a workload like the placement benchmark's, long enough for groups with many
+ * pinned rollouts: a direct packing is judged by the least rates found on new nodes only where
+ * its nodes keep their bound, and the decisions stay the full search's. */
+Test(place_prune, pruned_wide_search_decides_as_the_full_one_on_dense_groups, .timeout = 60)
+{
+        bench_like = true;
+        int n = cross_check(0x5eed5ull, 2000, 0, 5, 1) + cross_check(0x5eed8ull, 3000, 0, 8, 1);
+        bench_like = false;
+        cr_assert_eq(n, 5000);
 }
 
 Test(place_prune, rate_search_open_is_validated)

@@ -370,9 +370,8 @@ Test(sim_bounds, the_oracle_charges_restarts_to_the_jobs_it_moves)
                         run(&c, &w, LOOM_SIM_ORACLE, &r[m][k]);
                         cr_assert(r[m][k].ran, "%s", r[m][k].note);
                         for (int j = 0; j < w.n; j++)
-                                in_system[m][k] +=
-                                    r[m][k].slowdown[j] *
-                                    (double)loom_sim_job_solo_time(&w.jobs[j], &c);
+                                in_system[m][k] += r[m][k].slowdown[j] *
+                                                   (double)loom_sim_job_solo_time(&w.jobs[j], &c);
                 }
         cr_assert_eq(r[0][0].moves, 0, "never regrouping moves no one here");
         cr_assert_eq(r[0][1].moves, 0);
