@@ -279,7 +279,8 @@ typedef struct loom_sim_result {
         loom_sim_drift drift;       /* of the workload */
         bool admits;                /* the policy admits through the core's SLO check */
         loom_admission admission;   /* its admission mode, when admits */
-        double regroup_migration_h; /* job-hours regroup spent migrating and restarting */
+        double regroup_migration_h; /* job-hours regroup (and the oracle under
+                                       cfg.oracle_restarts) spent migrating and restarting */
         uint64_t regroups;          /* regroupings applied (regroup; the oracle's that moved
                                        a job) */
         uint64_t restarts;          /* failed jobs re-admitted */

@@ -937,8 +937,9 @@ static int regroup_counted(fluid *f, int arrived)
         for (int i = 0, k = 0; f->o.c->oracle_restarts && i < f->na; i++)
                 if (f->active[i] != arrived && moved[k++]) {
                         int j = f->active[i];
-                        f->remain[j] +=
-                            (double)loom__sim_restart(f->o.c, f->o.w->jobs[j].model_b) * f->rate[j];
+                        loom_us restart = loom__sim_restart(f->o.c, f->o.w->jobs[j].model_b);
+                        f->remain[j] += (double)restart * f->rate[j];
+                        f->r->regroup_migration_h += loom_us_to_s(restart) / 3600.0;
                 }
         f->r->moves += (uint64_t)m;
         f->r->regroups += m > 0;

@@ -378,6 +378,11 @@ Test(sim_bounds, the_oracle_charges_restarts_to_the_jobs_it_moves)
         cr_assert_float_eq(r[0][1].total_cost, r[0][0].total_cost, 1e-9);
         cr_assert_float_eq(in_system[0][1], in_system[0][0], 1e-6 * in_system[0][0]);
         cr_assert_gt(r[1][1].moves, 0);
+        cr_assert_eq(r[1][0].regroup_migration_h, 0, "instant moves restart no one");
+        cr_assert_gt(r[1][1].regroup_migration_h, 0);
+        /* each moved job's restart, 161.5-419 s by model size */
+        cr_assert_leq(r[1][1].regroup_migration_h, (double)r[1][1].moves * 419 / 3600 + 1e-9);
+        cr_assert_geq(r[1][1].regroup_migration_h, (double)r[1][1].moves * 161.5 / 3600 - 1e-9);
         cr_assert_gt(in_system[1][1], in_system[1][0] * (1 + 1e-6),
                      "moved jobs finish later when they pay their restart");
         cr_assert_gt(r[1][1].total_cost, r[1][0].total_cost);
