@@ -200,6 +200,13 @@ static int check(int argc, char **argv, const opts *o)
         else if (o->decompose && (o->sweep || o->csv || o->c.plot || o->c.per_job || o->c.policies))
                 why = "--decompose runs its own policies and prints its own table (or --json): not "
                       "with sweep, --policy, --csv, --plot or --per-job";
+        /* the oracle runs under --decompose, or when the policy list (every policy without
+         * --policy; not the sweep's default) has it */
+        bool oracle =
+            o->decompose || (o->c.policies ? (o->c.policies >> LOOM_SIM_ORACLE) & 1u : !o->sweep);
+        if (!why && (o->c.sim.oracle_rates || o->c.sim.oracle_restarts) && !oracle)
+                why = "--oracle-rates and --oracle-restarts change only the oracle: give them with "
+                      "--decompose or a --policy list that has oracle";
         if (why)
                 fprintf(stderr, "loom sim: %s\n", why);
         return why ? 2 : 0;

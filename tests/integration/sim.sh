@@ -23,6 +23,10 @@ set +e
 "$loom" sim --rows 5 >/dev/null 2>&1; [ $? -eq 2 ] || fail "bad --rows must exit 2"
 "$loom" micro nosuch >/dev/null 2>&1; [ $? -eq 2 ] || fail "unknown micro must exit 2"
 "$loom" sim --decompose --policy loom >/dev/null 2>&1; [ $? -eq 2 ] || fail "--decompose with --policy must exit 2"
+for o in --oracle-rates --oracle-restarts; do
+  "$loom" sim --policy loom,lb $o >/dev/null 2>&1; [ $? -eq 2 ] || fail "$o without the oracle must exit 2"
+  "$loom" sim sweep $o >/dev/null 2>&1; [ $? -eq 2 ] || fail "$o with the sweep's policies must exit 2"
+done
 set -e
 
 # malformed trace rows: exit 1, file:line:column, no report and no plot written
