@@ -81,12 +81,12 @@ Test(place_prune, gap_bound_arguments)
         cr_assert_eq(loom_meta_gap_bound(j, NULL, 0, lb), LOOM_EINVAL);
 }
 
-/* A WEAVE Table 6 "Mixed" job (the placement benchmark's), with what the simulator adds: a
- * bounded iteration count for some, a sync phase for some, and two rollout nodes for some. */
 /* Draw as `loom bench placement` does (one node per pool, no sync, unbounded, Table 2
- * working sets) rather than with the wider mix below. */
+ * working sets; and no job leaves) rather than with the wider mix below. */
 static bool bench_like;
 
+/* A WEAVE Table 6 "Mixed" job (the placement benchmark's), with what the simulator adds: a
+ * bounded iteration count for some, a sync phase for some, and two rollout nodes for some. */
 static void draw(int i, loom_job_spec *sp)
 {
         static const double t6[3][3][4] = {
@@ -203,7 +203,8 @@ Test(place_prune, pruned_wide_search_decides_as_the_full_wide_search, .timeout =
 
 /* Wide searches on a workload like the placement benchmark's, long enough for groups with many
  * pinned rollouts: a direct packing is judged by the least rates found on new nodes only where
- * its nodes keep their bound, and the decisions stay the full search's. */
+ * its nodes keep their bound, and the decisions stay the full search's (judging every packing
+ * so, without the node check, changes a decision here). */
 Test(place_prune, pruned_wide_search_decides_as_the_full_one_on_dense_groups, .timeout = 60)
 {
         bench_like = true;
