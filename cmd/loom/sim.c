@@ -185,28 +185,22 @@ static int apply(opts *o, const optdef *t, const char *v)
         return 0;
 }
 
-/* Combinations the options do not allow: 0, or 2 after a line on stderr. */
-static int check(int argc, char **argv, const opts *o)
+/* Combinations the options do not allow: 0, or 2 after a line on stderr. Sets the study's
+ * kind and format, which the study's own check (loom_sim_study_conflict) reads. */
+static int check(int argc, char **argv, opts *o)
 {
-        const char *why = NULL;
         if (optind < argc) {
                 fprintf(stderr, "loom sim: unexpected argument '%s'\n", argv[optind]);
                 return 2;
         }
-        if (o->json && o->csv)
-                why = "--json and --csv exclude each other";
-        else if (o->poisson && o->c.trace)
-                why = "--trace and --arrivals exclude each other";
-        else if (o->decompose && (o->sweep || o->csv || o->c.plot || o->c.per_job || o->c.policies))
-                why = "--decompose runs its own policies and prints its own table (or --json): not "
-                      "with sweep, --policy, --csv, --plot or --per-job";
-        /* the oracle runs under --decompose, or when the policy list (every policy without
-         * --policy; not the sweep's default) has it */
-        bool oracle =
-            o->decompose || (o->c.policies ? (o->c.policies >> LOOM_SIM_ORACLE) & 1u : !o->sweep);
-        if (!why && (o->c.sim.oracle_rates || o->c.sim.oracle_restarts) && !oracle)
-                why = "--oracle-rates and --oracle-restarts change only the oracle: give them with "
-                      "--decompose or a --policy list that has oracle";
+        o->c.kind = o->sweep       ? LOOM_SIM_STUDY_SWEEP
+                    : o->decompose ? LOOM_SIM_STUDY_DECOMPOSE
+                                   : LOOM_SIM_STUDY_COMPARE;
+        o->c.format = o->json ? LOOM_SIM_JSON : o->csv ? LOOM_SIM_CSV : LOOM_SIM_TABLE;
+        const char *why = o->json && o->csv          ? "--json and --csv exclude each other"
+                          : o->poisson && o->c.trace ? "--trace and --arrivals exclude each other"
+                          : o->decompose && o->sweep ? "--decompose and sweep exclude each other"
+                                                     : loom_sim_study_conflict(&o->c);
         if (why)
                 fprintf(stderr, "loom sim: %s\n", why);
         return why ? 2 : 0;
@@ -290,10 +284,6 @@ int loom_cmd_sim(int argc, char **argv)
         int rc = parse(argc, argv, &o);
         if (rc)
                 return rc < 0 ? 0 : rc;
-        o.c.kind = o.sweep       ? LOOM_SIM_STUDY_SWEEP
-                   : o.decompose ? LOOM_SIM_STUDY_DECOMPOSE
-                                 : LOOM_SIM_STUDY_COMPARE;
-        o.c.format = o.json ? LOOM_SIM_JSON : o.csv ? LOOM_SIM_CSV : LOOM_SIM_TABLE;
         if (!o.no_progress && isatty(STDERR_FILENO))
                 o.c.sim.progress = bar;
         char buf[PATH_MAX + 64];

@@ -469,6 +469,9 @@ typedef struct loom_sim_study_cfg {
 } loom_sim_study_cfg;
 
 void loom_sim_study_cfg_default(loom_sim_study_cfg *c);
+/* Why c's settings cannot go together (a decompose study with policies, CSV, plots or a
+ * per-job file; oracle settings where no oracle runs), or NULL when they can. */
+const char *loom_sim_study_conflict(const loom_sim_study_cfg *c);
 /* Run the study and write its plots and files, then print its report to f. On an error
  * (LOOM_EINVAL for a bad trace or configuration, LOOM_EIO, LOOM_ENOMEM) e says why (trace errors
  * start with file:line:column) and nothing is printed to f. */

@@ -21,6 +21,27 @@ void loom_sim_study_cfg_default(loom_sim_study_cfg *c)
         loom_sim_workload_cfg_default(&c->workload);
 }
 
+const char *loom_sim_study_conflict(const loom_sim_study_cfg *c)
+{
+        bool decompose = c->kind == LOOM_SIM_STUDY_DECOMPOSE;
+        if (decompose && (c->policies || c->format == LOOM_SIM_CSV || c->plot || c->per_job))
+                return "--decompose runs its own policies and prints its own table (or --json): "
+                       "not with --policy, --csv, --plot or --per-job";
+        /* the oracle runs in the ladder, and wherever the policy mask (0: every policy, or the
+         * sweep's default) has it */
+        unsigned mask = c->policies;
+        if (!mask && c->kind == LOOM_SIM_STUDY_SWEEP) {
+                loom_sim_sweep_cfg d;
+                loom_sim_sweep_cfg_default(&d);
+                mask = d.policies;
+        }
+        bool oracle = decompose || !mask || (mask >> LOOM_SIM_ORACLE & 1u);
+        if ((c->sim.oracle_rates || c->sim.oracle_restarts) && !oracle)
+                return "--oracle-rates and --oracle-restarts change only the oracle: give them "
+                       "with --decompose or a --policy list that has oracle";
+        return NULL;
+}
+
 int loom_sim_write_per_job(const char *path, const loom_sim_workload *w, const loom_sim_result *r,
                            int n, loom_err *e)
 {
@@ -118,6 +139,9 @@ int loom_sim_study(const loom_sim_study_cfg *c, FILE *f, loom_err *e)
 {
         loom_sim_trace t = {0};
         int rc;
+        const char *why = loom_sim_study_conflict(c);
+        if (why)
+                return loom_err_set(e, LOOM_EINVAL, "study", "%s", why);
         if (c->kind == LOOM_SIM_STUDY_SWEEP && !c->trace)
                 return loom_err_set(e, LOOM_EINVAL, "trace", "the sweep needs a trace");
         if (c->trace && (rc = loom_sim_trace_load(c->trace, c->start, c->count, &t, e)))

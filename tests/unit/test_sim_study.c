@@ -83,6 +83,38 @@ Test(sim_study, sweep_report_averages_seeds_and_leaves_the_bound_without_slo)
         cr_assert_eq(loom_sim_sweep_report(stdout, &out, 0, LOOM_SIM_CSV, NULL, &e), LOOM_EINVAL);
 }
 
+/* Settings that cannot go together are refused before anything runs, with the reason; the
+ * oracle settings are accepted wherever an oracle runs. */
+Test(sim_study, conflicting_settings_are_refused)
+{
+        loom_sim_study_cfg c;
+        loom_sim_study_cfg_default(&c);
+        cr_assert_null(loom_sim_study_conflict(&c));
+        c.sim.oracle_restarts = true;
+        cr_assert_null(loom_sim_study_conflict(&c), "every policy runs, the oracle among them");
+        c.policies = 1u << LOOM_SIM_LOOM;
+        cr_assert(strstr(loom_sim_study_conflict(&c), "only the oracle"));
+        c.kind = LOOM_SIM_STUDY_SWEEP;
+        c.policies = 0;
+        cr_assert_not_null(loom_sim_study_conflict(&c), "the sweep's default has no oracle");
+        c.policies = 1u << LOOM_SIM_ORACLE;
+        cr_assert_null(loom_sim_study_conflict(&c));
+        c.kind = LOOM_SIM_STUDY_DECOMPOSE;
+        cr_assert(strstr(loom_sim_study_conflict(&c), "--decompose runs its own policies"));
+        c.policies = 0;
+        cr_assert_null(loom_sim_study_conflict(&c), "the ladder runs the oracle");
+        c.format = LOOM_SIM_CSV;
+        cr_assert_not_null(loom_sim_study_conflict(&c));
+        sink s;
+        sink_open(&s);
+        loom_err e;
+        cr_assert_eq(loom_sim_study(&c, s.f, &e), LOOM_EINVAL);
+        cr_assert(strstr(e.msg, "--decompose"), "%s", e.msg);
+        char *out = sink_take(&s);
+        cr_assert_str_eq(out, "");
+        free(out);
+}
+
 Test(sim_study, a_failing_study_prints_nothing)
 {
         char trace[64];
