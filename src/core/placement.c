@@ -504,16 +504,15 @@ static bool rates_close(const rate_need *rn, int *q)
  * Whether the last simulation of evaluate_multi's rate search, at rates rate[], can succeed:
  * those rates are final, so they must meet rn as they are (no member's mean bound or pigeonhole
  * gap bound asks for more), and no member's gap bound from the slot order
- * (loom_meta_gap_bound) may pass LOOM_GAP_FACTOR budgets. False only when the simulation would
- * end the search in an SLO rejection.
+ * (loom_meta_gap_bound) may pass LOOM_GAP_FACTOR budgets. t is rate_bound at those rates. False
+ * only when the simulation would end the search in an SLO rejection.
  */
-static bool rates_final_ok(const rate_need *rn, const int *rate)
+static bool rates_final_ok(const rate_need *rn, const int *rate, loom_us t)
 {
         const loom_meta_job *mj = rn->mj;
         int n = rn->n;
         if (rn->none)
                 return false;
-        loom_us t = rate_bound(mj, rate, n, rn->R);
         for (int i = 0; i < n; i++) {
                 if (t > rate[i] * rn->budget[i])
                         return false;
@@ -629,7 +628,8 @@ static int evaluate_multi(search *x, cand *c, loom_us tt)
                         slots += rate[i];
                 if (slots > LOOM_META_MAX_SLOTS)
                         break;
-                if (x->prune && round == rounds - 1 && !rates_final_ok(&rn, rate))
+                if (x->prune && round == rounds - 1 &&
+                    !rates_final_ok(&rn, rate, rate_bound(mj, rate, n, R)))
                         break; /* bad >= 0, the last round's culprit: rejected */
                 int rc = loom_meta_eval(mj, rate, n, R, s->policy.warm_switch, &t_meta, gaps, NULL);
                 if (rc)
@@ -979,11 +979,10 @@ static bool rates_may_fit(search *x, const group *g, bool *scale_ok)
          * rates to the same least ones (any rates that meet the bounds give the job at least
          * that rate) */
         if (search_rounds(s) == 1) {
-                *scale_ok = rates_final_ok(&rn, rate);
                 /* what same_least_rates compares the group's direct packings against */
                 x->lr_g = g;
-                x->lr_final_ok = *scale_ok;
                 x->lr_bound = rate_bound(mj, rate, n, R);
+                x->lr_final_ok = *scale_ok = rates_final_ok(&rn, rate, x->lr_bound);
                 memcpy(x->lr_rate, rate, sizeof(int) * (size_t)n);
                 for (int r = 0; r < g->n_rnodes; r++)
                         x->lr_load[r] = 0;

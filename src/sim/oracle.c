@@ -934,13 +934,14 @@ static int regroup_counted(fluid *f, int arrived)
         int m = loom__sim_mark_moved(old, now, n, moved);
         /* A moved job makes no progress for its restart: as much solo time as it would have
          * done in its new group meanwhile is added back. */
-        for (int i = 0, k = 0; f->o.c->oracle_restarts && i < f->na; i++)
-                if (f->active[i] != arrived && moved[k++]) {
-                        int j = f->active[i];
-                        loom_us restart = loom__sim_restart(f->o.c, f->o.w->jobs[j].model_b);
-                        f->remain[j] += (double)restart * f->rate[j];
-                        f->r->regroup_migration_h += loom_us_to_s(restart) / 3600.0;
-                }
+        if (f->o.c->oracle_restarts)
+                for (int i = 0, k = 0; i < f->na; i++) /* moved[] as old[]: the arrival left out */
+                        if (f->active[i] != arrived && moved[k++]) {
+                                int j = f->active[i];
+                                loom_us rs = loom__sim_restart(f->o.c, f->o.w->jobs[j].model_b);
+                                f->remain[j] += (double)rs * f->rate[j];
+                                f->r->regroup_migration_h += loom_us_to_s(rs) / 3600.0;
+                        }
         f->r->moves += (uint64_t)m;
         f->r->regroups += m > 0;
         return 0;
