@@ -190,6 +190,9 @@ int loom__read_all(int fd, void *buf, size_t len);
 
 /* CRC32C (Castagnoli) of buf, continuing from crc (start with 0). */
 uint32_t loom_sync_crc32c(uint32_t crc, const void *buf, size_t len);
+/* Copy len bytes from src to dst (which must not overlap) and return their CRC32C, continuing
+ * from crc: one pass over the bytes, where memcpy then loom_sync_crc32c would read them twice. */
+uint32_t loom_sync_crc32c_copy(uint32_t crc, void *dst, const void *src, size_t len);
 /* Position-keyed additive hash of bf16 values v[0..n) at flat element indices g0, g0+1, ...:
  * sum of (v + 2^16) * (2 * G * g + 1) mod 2^64. Sums over disjoint ranges add, so a rank's
  * per-tensor checksum is the sum of its pieces' checksums whoever sent them. */

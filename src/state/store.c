@@ -552,9 +552,8 @@ int loom__store_offload(st_store *s, const st_buf *b, size_t n, loom_state_tier 
                 sl->on_host = true;
                 fresh[nfresh++] = sl;
                 uint8_t *dst = s->pool + sl->host_off;
-                memcpy(dst, b[i].p, sl->bytes);
+                sl->crc = loom_sync_crc32c_copy(0, dst, b[i].p, sl->bytes);
                 memset(dst + sl->bytes, 0, st_round(sl->bytes) - sl->bytes);
-                sl->crc = loom_sync_crc32c(0, dst, sl->bytes);
                 res->bytes += sl->bytes;
         }
         /* 3. disk tier: write every slice of the request that is not there yet */

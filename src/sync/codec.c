@@ -17,6 +17,7 @@
  * Frames carry a CRC32C of the 64-byte header and of the payload; a frame is checked completely
  * before anything is applied, so a bad frame never changes the receiver's weights.
  */
+#include <pthread.h>
 #include <string.h>
 
 #include "internal.h"
@@ -41,17 +42,87 @@ static uint32_t crc32c_sw(uint32_t crc, const uint8_t *p, size_t len)
 }
 
 #if defined(__x86_64__)
-__attribute__((target("sse4.2"))) static uint32_t crc32c_hw(uint32_t crc, const uint8_t *p,
-                                                            size_t len)
+/*
+ * The SSE4.2 crc32 instruction has a latency of three cycles and a throughput of one, so one
+ * dependency chain runs at a third of what the unit can do (~9 GB/s on a 3 GHz core). Long
+ * buffers are cut into runs of three blocks of CRC_BLOCK bytes, each block's CRC computed in its
+ * own chain in the same loop, and the three joined: the CRC register is linear over GF(2), so
+ * the register after A||B is the register after A advanced over |B| zero bytes, XOR the register
+ * of B from zero. Advancing over CRC_BLOCK zero bytes is itself linear in the register: four
+ * 256-entry tables (one per register byte) built once from the bitwise definition.
+ */
+enum { CRC_BLOCK = 8192 };
+static uint32_t crc_shift_tab[4][256];
+static pthread_once_t crc_shift_once = PTHREAD_ONCE_INIT;
+
+static void crc_shift_init(void)
+{
+        uint32_t basis[32];
+        for (int b = 0; b < 32; b++) {
+                uint32_t r = UINT32_C(1) << b;
+                for (size_t n = 0; n < (size_t)CRC_BLOCK * 8; n++) /* one zero bit at a time */
+                        r = (r >> 1) ^ (UINT32_C(0x82F63B78) & (0u - (r & 1u)));
+                basis[b] = r;
+        }
+        for (int k = 0; k < 4; k++)
+                for (int v = 0; v < 256; v++) {
+                        uint32_t r = 0;
+                        for (int j = 0; j < 8; j++)
+                                if (v >> j & 1)
+                                        r ^= basis[8 * k + j];
+                        crc_shift_tab[k][v] = r;
+                }
+}
+
+/* The register c advanced over CRC_BLOCK zero bytes. */
+static uint32_t crc_shift(uint32_t c)
+{
+        return crc_shift_tab[0][c & 0xff] ^ crc_shift_tab[1][c >> 8 & 0xff] ^
+               crc_shift_tab[2][c >> 16 & 0xff] ^ crc_shift_tab[3][c >> 24];
+}
+
+/* CRC registers of src (no pre- or post-inversion), copying it to dst when dst is not NULL:
+ * each word is loaded once, checksummed and stored, so a copy costs one pass over memory. */
+__attribute__((target("sse4.2"))) static uint32_t crc32c_hw(uint32_t crc, uint8_t *dst,
+                                                            const uint8_t *p, size_t len)
 {
         uint64_t c = crc;
+        if (len >= 3 * (size_t)CRC_BLOCK)
+                pthread_once(&crc_shift_once, crc_shift_init);
+        while (len >= 3 * (size_t)CRC_BLOCK) {
+                uint64_t c1 = 0, c2 = 0;
+                for (size_t i = 0; i < CRC_BLOCK; i += 8) {
+                        uint64_t w0, w1, w2;
+                        memcpy(&w0, p + i, 8);
+                        memcpy(&w1, p + CRC_BLOCK + i, 8);
+                        memcpy(&w2, p + 2 * CRC_BLOCK + i, 8);
+                        c = __builtin_ia32_crc32di(c, w0);
+                        c1 = __builtin_ia32_crc32di(c1, w1);
+                        c2 = __builtin_ia32_crc32di(c2, w2);
+                        if (dst) {
+                                memcpy(dst + i, &w0, 8);
+                                memcpy(dst + CRC_BLOCK + i, &w1, 8);
+                                memcpy(dst + 2 * CRC_BLOCK + i, &w2, 8);
+                        }
+                }
+                c = crc_shift(crc_shift((uint32_t)c) ^ (uint32_t)c1) ^ (uint32_t)c2;
+                p += 3 * CRC_BLOCK, len -= 3 * CRC_BLOCK;
+                if (dst)
+                        dst += 3 * CRC_BLOCK;
+        }
         while (len >= 8) {
                 uint64_t w;
                 memcpy(&w, p, 8);
                 c = __builtin_ia32_crc32di(c, w);
+                if (dst) {
+                        memcpy(dst, &w, 8);
+                        dst += 8;
+                }
                 p += 8, len -= 8;
         }
         uint32_t c32 = (uint32_t)c;
+        if (dst)
+                memcpy(dst, p, len);
         while (len--)
                 c32 = __builtin_ia32_crc32qi(c32, *p++);
         return c32;
@@ -63,9 +134,19 @@ uint32_t loom_sync_crc32c(uint32_t crc, const void *buf, size_t len)
         crc = ~crc;
 #if defined(__x86_64__)
         if (__builtin_cpu_supports("sse4.2"))
-                return ~crc32c_hw(crc, buf, len);
+                return ~crc32c_hw(crc, NULL, buf, len);
 #endif
         return ~crc32c_sw(crc, buf, len);
+}
+
+uint32_t loom_sync_crc32c_copy(uint32_t crc, void *dst, const void *src, size_t len)
+{
+#if defined(__x86_64__)
+        if (__builtin_cpu_supports("sse4.2"))
+                return ~crc32c_hw(~crc, dst, src, len);
+#endif
+        memcpy(dst, src, len);
+        return loom_sync_crc32c(crc, dst, len);
 }
 
 /* ---- position-keyed additive hash ------------------------------------------------------ */

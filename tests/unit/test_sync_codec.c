@@ -132,6 +132,51 @@ Test(sync_codec, checksums)
         cr_expect_neq(loom_sync_hash(v, 1000, 77), all);
 }
 
+/* CRC32C one bit at a time, the definition the fast paths must agree with */
+static uint32_t crc_bitwise(uint32_t crc, const uint8_t *p, size_t len)
+{
+        crc = ~crc;
+        while (len--) {
+                crc ^= *p++;
+                for (int k = 0; k < 8; k++)
+                        crc = (crc >> 1) ^ (UINT32_C(0x82F63B78) & (0u - (crc & 1u)));
+        }
+        return ~crc;
+}
+
+Test(sync_codec, long_checksums_and_the_copying_checksum_agree_with_the_definition)
+{
+        /* lengths around the three-block runs (3 x 8192 bytes) the fast path interleaves,
+         * odd tails, misaligned starts, and a crc carried in from an earlier buffer */
+        enum { MAX = 4 * 24576 + 77 };
+        uint8_t *src = malloc(MAX + 8), *dst = malloc(MAX + 8);
+        cr_assert(src && dst);
+        rng_state = 11;
+        for (size_t i = 0; i < MAX + 8; i++)
+                src[i] = (uint8_t)rnd();
+        const size_t lens[] = {0, 1, 7, 8, 24575, 24576, 24577, 24576 + 8191, 2 * 24576 + 5, MAX};
+        for (size_t a = 0; a < 3; a++)
+                for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
+                        size_t n = lens[i];
+                        const uint8_t *p = src + a;
+                        uint32_t want = crc_bitwise(0, p, n), carried = crc_bitwise(0xdeadbeef, p, n);
+                        cr_expect_eq(loom_sync_crc32c(0, p, n), want, "len %zu at +%zu", n, a);
+                        cr_expect_eq(loom_sync_crc32c(0xdeadbeef, p, n), carried, "len %zu", n);
+                        memset(dst, 0xa5, MAX + 8);
+                        cr_expect_eq(loom_sync_crc32c_copy(0xdeadbeef, dst + 1, p, n), carried,
+                                     "copy, len %zu at +%zu", n, a);
+                        cr_expect(memcmp(dst + 1, p, n) == 0, "copy, len %zu: bytes differ", n);
+                        cr_expect_eq(dst[0], 0xa5);
+                        cr_expect_eq(dst[n + 1], 0xa5, "copy, len %zu: wrote past the end", n);
+                }
+        /* one flipped bit anywhere in a long buffer changes it */
+        uint32_t all = loom_sync_crc32c(0, src, MAX);
+        src[30000] ^= 4;
+        cr_expect_neq(loom_sync_crc32c(0, src, MAX), all);
+        free(src);
+        free(dst);
+}
+
 Test(sync_codec, synthetic_weights_are_deterministic_and_sparse)
 {
         size_t n = 100000;
