@@ -193,6 +193,9 @@ uint32_t loom_sync_crc32c(uint32_t crc, const void *buf, size_t len);
 /* Copy len bytes from src to dst (which must not overlap) and return their CRC32C, continuing
  * from crc: one pass over the bytes, where memcpy then loom_sync_crc32c would read them twice. */
 uint32_t loom_sync_crc32c_copy(uint32_t crc, void *dst, const void *src, size_t len);
+/* The CRC32C of A followed by B, from crc_a (of A), crc_b (of B, started from 0) and B's length:
+ * pieces checksummed apart (on several threads) join into the whole's CRC. */
+uint32_t loom_sync_crc32c_combine(uint32_t crc_a, uint32_t crc_b, size_t len_b);
 /* Position-keyed additive hash of bf16 values v[0..n) at flat element indices g0, g0+1, ...:
  * sum of (v + 2^16) * (2 * G * g + 1) mod 2^64. Sums over disjoint ranges add, so a rank's
  * per-tensor checksum is the sum of its pieces' checksums whoever sent them. */

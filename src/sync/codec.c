@@ -149,6 +149,29 @@ uint32_t loom_sync_crc32c_copy(uint32_t crc, void *dst, const void *src, size_t 
         return loom_sync_crc32c(crc, dst, len);
 }
 
+/* a * b modulo the CRC32C polynomial, reflected (bit 31 is x^0) */
+static uint32_t crc_mulmod(uint32_t a, uint32_t b)
+{
+        uint32_t p = 0;
+        for (uint32_t m = UINT32_C(1) << 31; m; m >>= 1) {
+                if (a & m)
+                        p ^= b;
+                b = (b >> 1) ^ (UINT32_C(0x82F63B78) & (0u - (b & 1u)));
+        }
+        return p;
+}
+
+uint32_t loom_sync_crc32c_combine(uint32_t crc_a, uint32_t crc_b, size_t len_b)
+{
+        /* crc(A||B) = crc_a advanced over len_b zero bytes (crc_a x^(8 len_b) mod P), XOR
+         * crc_b: the inversions at both ends cancel. x^(8 len_b) by squaring, from x^8. */
+        uint32_t xn = UINT32_C(1) << 31, sq = UINT32_C(1) << 23; /* 1 and x^8 */
+        for (size_t n = len_b; n; n >>= 1, sq = crc_mulmod(sq, sq))
+                if (n & 1)
+                        xn = crc_mulmod(xn, sq);
+        return crc_mulmod(xn, crc_a) ^ crc_b;
+}
+
 /* ---- position-keyed additive hash ------------------------------------------------------ */
 
 #define HASH_G UINT64_C(0x9E3779B97F4A7C15)

@@ -411,6 +411,39 @@ Test(state, disk_state_survives_restart)
         fx_stop(&f, 1);
 }
 
+/* A slice past 8 MiB is copied in pieces over several threads and its CRC joined from theirs:
+ * that CRC is what a promotion from disk checks the bytes against, after a restart, so a wrong
+ * join fails the load, and a wrong piece fails the comparison. */
+Test(state, large_slices_copied_in_pieces_keep_their_checksums)
+{
+        fx f;
+        size_t n = (12u << 20) + 12; /* not a multiple of the pieces' page alignment */
+        fx_start(&f, 32 << 20, 64 << 20, 0, 1);
+        int fd;
+        uint8_t *dev = device(&fd, n);
+        fill(dev, n, 9);
+        loom_state_io io = io_at("big", 1, "w", n / 4, fd, 0);
+        loom_state_result r;
+        loom_err e;
+        cr_assert_eq(loom_state_offload(f.c, &io, 1, LOOM_STATE_DISK, &r, &e), 0, "%s", e.msg);
+        memset(dev, 0, n);
+        cr_assert_eq(loom_state_load(f.c, &io, 1, "", &r, &e), 0, "%s", e.msg);
+        uint8_t *want = malloc(n);
+        cr_assert(want);
+        fill(want, n, 9);
+        cr_assert_eq(memcmp(dev, want, n), 0, "from the host tier");
+        fx_stop(&f, 0);
+        fx_start(&f, 32 << 20, 64 << 20, 0, 0);
+        memset(dev, 0, n);
+        cr_assert_eq(loom_state_load(f.c, &io, 1, "", &r, &e), 0, "%s", e.msg);
+        cr_assert_eq(r.found, LOOM_STATE_DISK);
+        cr_assert_eq(memcmp(dev, want, n), 0, "from disk, its CRC checked");
+        free(want);
+        munmap(dev, n);
+        close(fd);
+        fx_stop(&f, 1);
+}
+
 Test(state, bad_input_is_refused)
 {
         fx f;

@@ -169,6 +169,12 @@ Test(sync_codec, long_checksums_and_the_copying_checksum_agree_with_the_definiti
                         cr_expect_eq(dst[0], 0xa5);
                         cr_expect_eq(dst[n + 1], 0xa5, "copy, len %zu: wrote past the end", n);
                 }
+        /* pieces checksummed apart join into the whole's CRC, at every cut */
+        for (size_t cut = 0; cut <= MAX; cut += cut < 40 ? 1 : 9973)
+                cr_expect_eq(loom_sync_crc32c_combine(loom_sync_crc32c(0, src, cut),
+                                                      loom_sync_crc32c(0, src + cut, MAX - cut),
+                                                      MAX - cut),
+                             crc_bitwise(0, src, MAX), "cut at %zu", cut);
         /* one flipped bit anywhere in a long buffer changes it */
         uint32_t all = loom_sync_crc32c(0, src, MAX);
         src[30000] ^= 4;
