@@ -90,6 +90,7 @@ typedef struct st_store {
         size_t norder, caporder;
         uint64_t next_id, tick;
         uint64_t evictions, prefetches, prefetch_bytes;
+        int copy_threads; /* threads a large copy is cut over (store.c, par_copy) */
 } st_store;
 
 /* One buffer of a request, already mapped into the daemon. */

@@ -473,11 +473,11 @@ static void *par_run(void *arg)
         return NULL;
 }
 
-/* Copy len bytes from src to dst; returns their CRC32C when crc, else 0. */
-static uint32_t par_copy(uint8_t *dst, const uint8_t *src, size_t len, bool crc)
+/* Copy len bytes from src to dst over up to `threads` threads; returns their CRC32C when crc,
+ * else 0. */
+static uint32_t par_copy(uint8_t *dst, const uint8_t *src, size_t len, bool crc, int threads)
 {
-        long cpus = len >= PAR_MIN ? sysconf(_SC_NPROCESSORS_ONLN) : 1;
-        int t = cpus < 1 ? 1 : cpus > PAR_MAX ? PAR_MAX : (int)cpus;
+        int t = len >= PAR_MIN ? threads : 1;
         size_t each = len / (size_t)t & ~(size_t)4095;
         par_piece pc[PAR_MAX];
         pthread_t th[PAR_MAX];
@@ -504,14 +504,14 @@ static uint32_t par_copy(uint8_t *dst, const uint8_t *src, size_t len, bool crc)
 /* Copy the elements of q (a rectangle inside both) from src (laid out as rect sk) to dst (laid
  * out as rect dk). */
 static void copy_rect(uint8_t *dst, const loom_state_key *dk, const uint8_t *src,
-                      const loom_state_key *sk, const uint64_t q[4], size_t es)
+                      const loom_state_key *sk, const uint64_t q[4], size_t es, int threads)
 {
         uint64_t dw = (dk->c1 - dk->c0) * es, sw = (sk->c1 - sk->c0) * es;
         uint64_t w = (q[3] - q[2]) * es;
         uint8_t *d = dst + (q[0] - dk->r0) * dw + (q[2] - dk->c0) * es;
         const uint8_t *p = src + (q[0] - sk->r0) * sw + (q[2] - sk->c0) * es;
         if (w == dw && w == sw) {
-                par_copy(d, p, (q[1] - q[0]) * w, false);
+                par_copy(d, p, (q[1] - q[0]) * w, false, threads);
                 return;
         }
         for (uint64_t r = q[0]; r < q[1]; r++, d += dw, p += sw)
@@ -607,7 +607,7 @@ int loom__store_offload(st_store *s, const st_buf *b, size_t n, loom_state_tier 
                 sl->on_host = true;
                 fresh[nfresh++] = sl;
                 uint8_t *dst = s->pool + sl->host_off;
-                sl->crc = par_copy(dst, b[i].p, sl->bytes, true);
+                sl->crc = par_copy(dst, b[i].p, sl->bytes, true, s->copy_threads);
                 memset(dst + sl->bytes, 0, st_round(sl->bytes) - sl->bytes);
                 res->bytes += sl->bytes;
         }
@@ -798,7 +798,7 @@ int loom__store_load(st_store *s, const st_buf *b, size_t n, const char *dev,
                         st_slice *sl = s->slices[j];
                         if (same_tensor(&sl->key, &b[i].key) && inter(&sl->key, &b[i].key, q)) {
                                 copy_rect(b[i].p, &b[i].key, s->pool + sl->host_off, &sl->key, q,
-                                          es);
+                                          es, s->copy_threads);
                                 sl->used = ++s->tick;
                         }
                 }
@@ -1049,6 +1049,8 @@ int loom__store_open(st_store *s, const loom_state_cfg *cfg, loom_err *e)
                 return loom_err_set(e, LOOM_EINVAL, "dir",
                                     "a directory for the disk tier is needed");
         snprintf(s->dir, sizeof s->dir, "%s", cfg->dir);
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        s->copy_threads = cpus < 1 ? 1 : cpus > PAR_MAX ? PAR_MAX : (int)cpus;
         if (cfg->host_bytes < ST_ALIGN || cfg->host_bytes % ST_ALIGN)
                 return loom_err_set(e, LOOM_EINVAL, "host_bytes",
                                     "host tier must be a positive multiple of 4096 bytes");

@@ -31,12 +31,41 @@
 
 /* ---- CRC32C ---------------------------------------------------------------------------- */
 
+#define CRC32C_POLY UINT32_C(0x82F63B78) /* reflected */
+
+/* The register c after one zero bit: c x mod P */
+static uint32_t crc_bit(uint32_t c)
+{
+        return (c >> 1) ^ (CRC32C_POLY & (0u - (c & 1u)));
+}
+
+/* a * b modulo the CRC32C polynomial, reflected (bit 31 is x^0) */
+static uint32_t crc_mulmod(uint32_t a, uint32_t b)
+{
+        uint32_t p = 0;
+        for (uint32_t m = UINT32_C(1) << 31; m; m >>= 1, b = crc_bit(b))
+                if (a & m)
+                        p ^= b;
+        return p;
+}
+
+/* x^(8 n) mod P: what advancing a register over n zero bytes multiplies it by; by squaring,
+ * from x^8 */
+static uint32_t crc_x8n(size_t n)
+{
+        uint32_t xn = UINT32_C(1) << 31, sq = UINT32_C(1) << 23; /* 1 and x^8 */
+        for (; n; n >>= 1, sq = crc_mulmod(sq, sq))
+                if (n & 1)
+                        xn = crc_mulmod(xn, sq);
+        return xn;
+}
+
 static uint32_t crc32c_sw(uint32_t crc, const uint8_t *p, size_t len)
 {
         while (len--) {
                 crc ^= *p++;
                 for (int k = 0; k < 8; k++)
-                        crc = (crc >> 1) ^ (UINT32_C(0x82F63B78) & (0u - (crc & 1u)));
+                        crc = crc_bit(crc);
         }
         return crc;
 }
@@ -49,7 +78,7 @@ static uint32_t crc32c_sw(uint32_t crc, const uint8_t *p, size_t len)
  * own chain in the same loop, and the three joined: the CRC register is linear over GF(2), so
  * the register after A||B is the register after A advanced over |B| zero bytes, XOR the register
  * of B from zero. Advancing over CRC_BLOCK zero bytes is itself linear in the register: four
- * 256-entry tables (one per register byte) built once from the bitwise definition.
+ * 256-entry tables (one per register byte) built once, each entry a product by x^(8 CRC_BLOCK).
  */
 enum { CRC_BLOCK = 8192 };
 static uint32_t crc_shift_tab[4][256];
@@ -57,21 +86,10 @@ static pthread_once_t crc_shift_once = PTHREAD_ONCE_INIT;
 
 static void crc_shift_init(void)
 {
-        uint32_t basis[32];
-        for (int b = 0; b < 32; b++) {
-                uint32_t r = UINT32_C(1) << b;
-                for (size_t n = 0; n < (size_t)CRC_BLOCK * 8; n++) /* one zero bit at a time */
-                        r = (r >> 1) ^ (UINT32_C(0x82F63B78) & (0u - (r & 1u)));
-                basis[b] = r;
-        }
+        uint32_t x = crc_x8n(CRC_BLOCK);
         for (int k = 0; k < 4; k++)
-                for (int v = 0; v < 256; v++) {
-                        uint32_t r = 0;
-                        for (int j = 0; j < 8; j++)
-                                if (v >> j & 1)
-                                        r ^= basis[8 * k + j];
-                        crc_shift_tab[k][v] = r;
-                }
+                for (uint32_t v = 0; v < 256; v++)
+                        crc_shift_tab[k][v] = crc_mulmod(x, v << (8 * k));
 }
 
 /* The register c advanced over CRC_BLOCK zero bytes. */
@@ -149,27 +167,11 @@ uint32_t loom_sync_crc32c_copy(uint32_t crc, void *dst, const void *src, size_t 
         return loom_sync_crc32c(crc, dst, len);
 }
 
-/* a * b modulo the CRC32C polynomial, reflected (bit 31 is x^0) */
-static uint32_t crc_mulmod(uint32_t a, uint32_t b)
-{
-        uint32_t p = 0;
-        for (uint32_t m = UINT32_C(1) << 31; m; m >>= 1) {
-                if (a & m)
-                        p ^= b;
-                b = (b >> 1) ^ (UINT32_C(0x82F63B78) & (0u - (b & 1u)));
-        }
-        return p;
-}
-
 uint32_t loom_sync_crc32c_combine(uint32_t crc_a, uint32_t crc_b, size_t len_b)
 {
-        /* crc(A||B) = crc_a advanced over len_b zero bytes (crc_a x^(8 len_b) mod P), XOR
-         * crc_b: the inversions at both ends cancel. x^(8 len_b) by squaring, from x^8. */
-        uint32_t xn = UINT32_C(1) << 31, sq = UINT32_C(1) << 23; /* 1 and x^8 */
-        for (size_t n = len_b; n; n >>= 1, sq = crc_mulmod(sq, sq))
-                if (n & 1)
-                        xn = crc_mulmod(xn, sq);
-        return crc_mulmod(xn, crc_a) ^ crc_b;
+        /* crc(A||B) = crc_a advanced over len_b zero bytes, XOR crc_b: the inversions at both
+         * ends cancel */
+        return crc_mulmod(crc_x8n(len_b), crc_a) ^ crc_b;
 }
 
 /* ---- position-keyed additive hash ------------------------------------------------------ */

@@ -159,7 +159,8 @@ Test(sync_codec, long_checksums_and_the_copying_checksum_agree_with_the_definiti
                 for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
                         size_t n = lens[i];
                         const uint8_t *p = src + a;
-                        uint32_t want = crc_bitwise(0, p, n), carried = crc_bitwise(0xdeadbeef, p, n);
+                        uint32_t want = crc_bitwise(0, p, n),
+                                 carried = crc_bitwise(0xdeadbeef, p, n);
                         cr_expect_eq(loom_sync_crc32c(0, p, n), want, "len %zu at +%zu", n, a);
                         cr_expect_eq(loom_sync_crc32c(0xdeadbeef, p, n), carried, "len %zu", n);
                         memset(dst, 0xa5, MAX + 8);
