@@ -57,6 +57,8 @@ static void usage(FILE *f)
             "  --multirate on|off     members may run several iterations per meta-iteration (on)\n"
             "  --train-rightsize on|off  new groups get the fewest training nodes in SLO (off)\n"
             "  --colocate-lone on|off a lone member rolls out on its training nodes (on)\n"
+            "  --job-switch on|off    each job declares its model's warm switch (on); off:\n"
+            "                         admission plans every switch at the largest (4 s)\n"
             "  --max-group N          max jobs per group (default 5)\n"
             "  --colocated-factor F   rollout time on a training GPU vs a rollout GPU (1.0)\n"
             "  --seed N               workload and placement seed (default 1)\n"
@@ -161,6 +163,10 @@ static int special(opts *o, const char *name, const char *v)
                 return bad("--admission (worst|p99|p95)", v);
         } else if (!strcmp(name, "learn-bound") && loom_learn_bound_parse(v, &pol->learn_bound)) {
                 return bad("--learn-bound (normal|order)", v);
+        } else if (!strcmp(name, "job-switch")) {
+                if (strcmp(v, "on") && strcmp(v, "off"))
+                        return bad("--job-switch (on|off)", v);
+                o->c.sim.job_switch = !strcmp(v, "on");
         } else if (loom_policy_switch(pol, name)) {
                 char what[40];
                 snprintf(what, sizeof what, "--%s (on|off)", name);
@@ -249,6 +255,7 @@ static int parse(int argc, char **argv, opts *o)
             {.name = "learn-bound"},
             {.name = "move-lone"},
             {.name = "move-members"},
+            {.name = "job-switch"},
         };
         enum { N = sizeof t / sizeof t[0] };
         struct option lo[N + 2] = {[N] = {"help", 0, 0, 'h'}};

@@ -27,6 +27,7 @@ typedef struct loom_meta_job {
         loom_us t_sync;
         int n_nodes;
         const int *nodes; /* local rollout node indexes, ascending, each < n_rollout_nodes */
+        loom_us t_switch; /* switching a node to this job; 0: the evaluation's warm_switch */
 } loom_meta_job;
 
 /*

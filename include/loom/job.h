@@ -47,6 +47,9 @@ typedef struct loom_job_spec {
          * the training pool; all 0 = not given (the phase is one call of t_train). When given,
          * t_train is their sum. */
         loom_us t_calls[3];
+        /* The warm switch onto a node: the job's state reloaded from host memory when a node
+         * changes to it from another job. 0 = not given: the policy's warm_switch. */
+        loom_us t_switch;
 } loom_job_spec;
 
 #define LOOM_MAX_RESTARTS_DEFAULT 3

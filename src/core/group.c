@@ -230,9 +230,12 @@ typedef struct meta_run {
         loom_us *roll_start;
 } meta_run;
 
-static loom_us switch_cost(int last, int j, loom_us warm)
+/* Changing a node from job `last` to job j reloads j's state: its own switch if given. */
+static loom_us switch_cost(const meta_run *m, int last, int j)
 {
-        return (last >= 0 && last != j) ? warm : 0;
+        if (last < 0 || last == j)
+                return 0;
+        return m->jobs[j].t_switch > 0 ? m->jobs[j].t_switch : m->warm;
 }
 
 /* One meta-iteration from state `in` into state `out`, slot by slot: the rollout of a slot
@@ -248,7 +251,7 @@ static void meta_step(meta_run *m, const loom_us *in, loom_us *out)
                 loom_us s = ready[j];
                 for (int k = 0; k < jb->n_nodes; k++) {
                         int r = jb->nodes[k];
-                        loom_us t = node_free[r] + switch_cost(m->node_last[r], j, m->warm);
+                        loom_us t = node_free[r] + switch_cost(m, m->node_last[r], j);
                         if (t > s)
                                 s = t;
                 }
@@ -259,7 +262,7 @@ static void meta_step(meta_run *m, const loom_us *in, loom_us *out)
                         node_free[jb->nodes[k]] = end;
                         m->node_last[jb->nodes[k]] = j;
                 }
-                loom_us t = *train_free + switch_cost(m->train_last, j, m->warm);
+                loom_us t = *train_free + switch_cost(m, m->train_last, j);
                 if (end > t)
                         t = end;
                 *train_free = t + jb->t_train;
@@ -323,7 +326,7 @@ static int meta_args_ok(const loom_meta_job *jobs, int n, int R)
                 return 0;
         for (int j = 0; j < n; j++) {
                 if (jobs[j].n_nodes < 1 || !jobs[j].nodes || jobs[j].t_roll < 0 ||
-                    jobs[j].t_train < 0 || jobs[j].t_sync < 0)
+                    jobs[j].t_train < 0 || jobs[j].t_sync < 0 || jobs[j].t_switch < 0)
                         return 0;
                 for (int k = 0; k < jobs[j].n_nodes; k++)
                         if (jobs[j].nodes[k] < 0 || jobs[j].nodes[k] >= R)
@@ -503,6 +506,8 @@ int loom_meta_eval(const loom_meta_job *jobs, const int *rates, int n, int n_rol
         }
 
         bool plain = warm_switch == 0 && !starts;
+        for (int j = 0; j < n && plain; j++)
+                plain = jobs[j].t_switch == 0;
         int rc = LOOM_ERANGE, period = 0, found_at = 0;
         loom_us shift = -1;
         const loom_us *at = NULL;

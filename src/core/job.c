@@ -73,6 +73,9 @@ int loom_job_spec_validate(const loom_job_spec *s, const loom_cluster_cfg *c, lo
                                     "slo must be a slowdown factor >= 1.0, got %g", s->slo);
         if (s->iterations < 0)
                 return loom_err_set(e, LOOM_EINVAL, "iterations", "iterations must be >= 0");
+        if (s->t_switch < 0 || s->t_switch > max_t)
+                return loom_err_set(e, LOOM_EINVAL, "switch_s",
+                                    "switch_s must be >= 0 and <= 1e6 seconds");
         if (s->t_solo_ref < 0 || s->t_solo_ref > 4 * max_t)
                 return loom_err_set(e, LOOM_EINVAL, "t_solo_ref",
                                     "t_solo_ref must be >= 0 and <= 4e6 seconds");

@@ -187,7 +187,7 @@ static int local_index(const group *g, loom_node_id id)
  * extra[0..3) on candidate node ids c_ids, some of which may be new) into mj[]; idx holds the
  * node indexes. Rates are the members' own. Returns the member count; *R the node count.
  */
-static int meta_jobs(const group *g, const loom_us extra[3], const loom_node_id *c_ids, int c_n,
+static int meta_jobs(const group *g, const loom_us extra[4], const loom_node_id *c_ids, int c_n,
                      loom_meta_job *mj, int *rates, int (*idx)[LOOM_MAX_JOB_NODES], int *R)
 {
         int n = 0;
@@ -195,13 +195,13 @@ static int meta_jobs(const group *g, const loom_us extra[3], const loom_node_id 
         for (int i = 0; i < g->n_members; i++, n++) {
                 const job *j = g->members[i];
                 mj[n] = (loom_meta_job){j->spec.t_roll, j->t_train_in, j->spec.t_sync, j->n_rnodes,
-                                        idx[n]};
+                                        idx[n], j->spec.t_switch};
                 rates[n] = j->rate;
                 for (int k = 0; k < j->n_rnodes; k++)
                         idx[n][k] = local_index(g, j->rnodes[k]);
         }
         if (extra) {
-                mj[n] = (loom_meta_job){extra[0], extra[1], extra[2], c_n, idx[n]};
+                mj[n] = (loom_meta_job){extra[0], extra[1], extra[2], c_n, idx[n], extra[3]};
                 rates[n] = 1;
                 for (int k = 0; k < c_n; k++) {
                         int li = local_index(g, c_ids[k]);
@@ -213,7 +213,7 @@ static int meta_jobs(const group *g, const loom_us extra[3], const loom_node_id 
 }
 
 /* T_meta of group g with, optionally, one more member at rate 1. Simulates the round robin. */
-static int meta_with(const loom_sched *s, const group *g, const loom_us extra[3],
+static int meta_with(const loom_sched *s, const group *g, const loom_us extra[4],
                      const loom_node_id *c_ids, int c_n, loom_us *t_meta)
 {
         loom_meta_job mj[MAXM];
@@ -228,7 +228,7 @@ int loom__group_meta(const loom_sched *s, const group *g, loom_us *t_meta)
                 *t_meta = 0;
                 return 0;
         }
-        if (g->t_load < g->t_cycle && s->policy.warm_switch == 0 && g->n_coupled == 0) {
+        if (g->t_load < g->t_cycle && g->max_switch == 0 && g->n_coupled == 0) {
                 *t_meta = g->t_cycle; /* Theorem 1 */
                 return 0;
         }
@@ -576,7 +576,7 @@ static int evaluate_multi(search *x, cand *c, loom_us tt)
         }
         loom_meta_job mj[MAXM];
         int idx[MAXM][LOOM_MAX_JOB_NODES], R, rate[MAXM];
-        loom_us extra[3] = {sp->t_roll, tt, sp->t_sync}, gaps[MAXM], budget[MAXM];
+        loom_us extra[4] = {sp->t_roll, tt, sp->t_sync, sp->t_switch}, gaps[MAXM], budget[MAXM];
         int n = meta_jobs(g, extra, c->ids, c->n, mj, rate, idx, &R);
         for (int i = 0; i < n - 1; i++)
                 budget[i] = g->members[i]->slo_budget;
@@ -740,6 +740,7 @@ static int evaluate(search *x, cand *c)
         c->rate = 1;
         for (int i = 0; i < g->n_members; i++)
                 c->rates[i] = (int8_t)g->members[i]->rate;
+        bool switchless = g->max_switch == 0 && loom__switch(s, sp) == 0;
 
         loom_us max_load = sp->t_roll; /* a new node carries only the job */
         for (int i = 0; i < g->n_rnodes; i++) {
@@ -765,7 +766,7 @@ static int evaluate(search *x, cand *c)
                 }
                 /* single rate first: where it is feasible it is today's answer */
                 bool plain =
-                    g->n_coupled == 0 && s->policy.warm_switch == 0 && c->n == 1 && sp->t_sync == 0;
+                    g->n_coupled == 0 && switchless && c->n == 1 && sp->t_sync == 0;
                 loom_us solo_in = sp->t_roll + tt + sp->t_sync;
                 loom_us t_cycle = g->t_cycle > solo_in ? g->t_cycle : solo_in;
                 loom_us sum_train = g->sum_train + tt;
@@ -780,10 +781,10 @@ static int evaluate(search *x, cand *c)
         loom_us t_cycle = g->t_cycle > solo_in ? g->t_cycle : solo_in;
         loom_us t_meta;
         bool coupled = g->n_coupled > 0 || c->n > 1 || sp->t_sync > 0;
-        if (t_load < t_cycle && s->policy.warm_switch == 0 && !coupled) {
+        if (t_load < t_cycle && switchless && !coupled) {
                 t_meta = t_cycle; /* Theorem 1: an unsaturated group runs at its cycle */
         } else {
-                loom_us extra[3] = {sp->t_roll, tt, sp->t_sync};
+                loom_us extra[4] = {sp->t_roll, tt, sp->t_sync, sp->t_switch};
                 int rc = meta_with(s, g, extra, c->ids, c->n, &t_meta);
                 if (rc)
                         return rc;
@@ -962,7 +963,7 @@ static bool rates_may_fit(search *x, const group *g, bool *scale_ok)
                 ids[k] = s->next_rnode + (loom_node_id)k;
         loom_us tt = loom_group_train_time(sp->t_train, sp->train_gpus, g->train_gpus,
                                            s->policy.train_scaling_efficiency);
-        loom_us extra[3] = {sp->t_roll, tt, sp->t_sync};
+        loom_us extra[4] = {sp->t_roll, tt, sp->t_sync, sp->t_switch};
         int n = meta_jobs(g, extra, ids, x->k, mj, rate, idx, &R);
         for (int i = 0; i < n - 1; i++)
                 budget[i] = g->members[i]->slo_budget;

@@ -95,7 +95,7 @@ bool loom__lone_fits(const loom_sched *s, const loom_job_spec *spec, loom_us bud
         /* every iteration switches the nodes twice (rollout <-> training) and needs no sync */
         loom_us tt = loom_group_train_time(spec->t_train, spec->train_gpus, gpus,
                                            s->policy.train_scaling_efficiency);
-        return spec->t_roll + tt + 2 * s->policy.warm_switch <= budget;
+        return spec->t_roll + tt + 2 * loom__switch(s, spec) <= budget;
 }
 
 const char *loom_admission_name(loom_admission a)
@@ -405,6 +405,7 @@ void loom__group_refresh(loom_sched *s, group *g)
         g->min_budget = INT64_MAX;
         g->train_mem_used = 0;
         g->n_coupled = 0;
+        g->max_switch = 0;
         g->density = 0;
         g->max_train = 0;
         g->gap_slack = INT64_MAX;
@@ -415,6 +416,8 @@ void loom__group_refresh(loom_sched *s, group *g)
                 if (j->slo_budget - j->t_train_in < g->gap_slack)
                         g->gap_slack = j->slo_budget - j->t_train_in;
                 g->n_coupled += j->n_rnodes > 1 || j->spec.t_sync > 0 || j->rate > 1;
+                if (loom__switch(s, &j->spec) > g->max_switch)
+                        g->max_switch = loom__switch(s, &j->spec);
                 g->sum_train += j->rate * j->t_train_in;
                 g->train_mem_used += j->mem_train_in;
                 loom_us solo = j->rate * (j->spec.t_roll + j->t_train_in + j->spec.t_sync);

@@ -146,6 +146,7 @@ void loom_sim_cfg_default(loom_sim_cfg *c)
         static const double cold[4] = {25.0, 35.0, 55.0, 80.0};
         memcpy(c->warm_s, warm, sizeof warm);
         memcpy(c->cold_s, cold, sizeof cold);
+        c->job_switch = true;
         c->colocated_roll_factor = 1.0;
         c->tail_slowdown = 1.0;
         /* WEAVE §6.6 measures 197 s (7B) to 419 s (32B) to migrate and restart a job; 3B and
@@ -165,6 +166,11 @@ void loom_sim_cfg_default(loom_sim_cfg *c)
 loom_us loom_sim_warm(const loom_sim_cfg *c, double model_b)
 {
         return loom_us_from_s(c->warm_s[size_index(model_b)]);
+}
+
+loom_us loom__sim_job_switch(const loom_sim_cfg *c, double model_b)
+{
+        return c->job_switch ? loom_sim_warm(c, model_b) : 0;
 }
 
 loom_us loom_sim_cold(const loom_sim_cfg *c, double model_b)

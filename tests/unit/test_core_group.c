@@ -13,7 +13,7 @@
 Test(group, single_job_period_is_its_solo_time)
 {
         int nodes[] = {0};
-        loom_meta_job j = {130, 120, 10, 1, nodes};
+        loom_meta_job j = {130, 120, 10, 1, nodes, 0};
         loom_us t;
         cr_assert_eq(loom_meta_period(&j, 1, 1, 0, &t, NULL), 0);
         cr_assert_eq(t, 260);
@@ -23,7 +23,7 @@ Test(group, two_rollout_heavy_jobs_on_one_node_are_node_bound)
 {
         /* Figure 3's bad case: two rollout-heavy jobs on one rollout node. */
         int n0[] = {0};
-        loom_meta_job j[2] = {{300, 100, 0, 1, n0}, {300, 100, 0, 1, n0}};
+        loom_meta_job j[2] = {{300, 100, 0, 1, n0, 0}, {300, 100, 0, 1, n0, 0}};
         loom_us t;
         cr_assert_eq(loom_meta_period(j, 2, 1, 0, &t, NULL), 0);
         cr_assert_eq(t, 600, "period %lld", (long long)t);
@@ -34,7 +34,7 @@ Test(group, two_rollout_heavy_jobs_on_one_node_are_node_bound)
 Test(group, warm_switch_is_paid_when_a_node_changes_job)
 {
         int n0[] = {0};
-        loom_meta_job j[2] = {{100, 100, 0, 1, n0}, {100, 100, 0, 1, n0}};
+        loom_meta_job j[2] = {{100, 100, 0, 1, n0, 0}, {100, 100, 0, 1, n0, 0}};
         loom_us t0, t5;
         cr_assert_eq(loom_meta_period(j, 2, 1, 0, &t0, NULL), 0);
         cr_assert_eq(loom_meta_period(j, 2, 1, 5, &t5, NULL), 0);
@@ -43,16 +43,40 @@ Test(group, warm_switch_is_paid_when_a_node_changes_job)
         cr_assert_eq(t5, 210, "got %lld", (long long)t5);
 }
 
+/* A member's own switch (t_switch) replaces the evaluation's warm_switch for the nodes that
+ * change to it: declaring the evaluation's value changes nothing, and every member declaring
+ * w is the evaluation at w. */
+Test(group, a_member_s_own_switch_replaces_the_evaluation_s)
+{
+        int n0[] = {0};
+        loom_meta_job j[2] = {{100, 100, 0, 1, n0, 0}, {100, 100, 0, 1, n0, 0}};
+        loom_us t1, t5, t;
+        cr_assert_eq(loom_meta_period(j, 2, 1, 1, &t1, NULL), 0);
+        cr_assert_eq(loom_meta_period(j, 2, 1, 5, &t5, NULL), 0);
+        cr_assert_lt(t1, t5);
+        j[0].t_switch = j[1].t_switch = 5;
+        cr_assert_eq(loom_meta_period(j, 2, 1, 0, &t, NULL), 0);
+        cr_assert_eq(t, t5, "all declared 5 against warm_switch 5: %lld", (long long)t);
+        j[0].t_switch = j[1].t_switch = 1;
+        cr_assert_eq(loom_meta_period(j, 2, 1, 5, &t, NULL), 0);
+        cr_assert_eq(t, t1, "all declared 1 under warm_switch 5: %lld", (long long)t);
+        j[1].t_switch = 0; /* job 1 falls back to the evaluation's 5 s */
+        cr_assert_eq(loom_meta_period(j, 2, 1, 5, &t, NULL), 0);
+        cr_assert(t > t1 && t < t5, "one of each: %lld", (long long)t);
+        j[1].t_switch = -1;
+        cr_assert_eq(loom_meta_period(j, 2, 1, 5, &t, NULL), LOOM_EINVAL);
+}
+
 /* Two almost equally loaded resources: the simulation's transient outlasts its iteration limit
  * and the period comes from the max-plus eigenvalue. Both pools are saturated; the training
  * pool (669.625 s of work) is the bottleneck. */
 Test(group, near_tie_saturated_group_uses_the_eigenvalue)
 {
         int n0[] = {0};
-        loom_meta_job j[4] = {{279558000, 223820000, 0, 1, n0},
-                              {212700000, 259375000, 0, 1, n0},
-                              {87664000, 86782000, 0, 1, n0},
-                              {89675000, 99648000, 0, 1, n0}};
+        loom_meta_job j[4] = {{279558000, 223820000, 0, 1, n0, 0},
+                              {212700000, 259375000, 0, 1, n0, 0},
+                              {87664000, 86782000, 0, 1, n0, 0},
+                              {89675000, 99648000, 0, 1, n0, 0}};
         loom_us t;
         cr_assert_eq(loom_meta_period(j, 4, 1, 0, &t, NULL), 0);
         cr_assert_eq(t, 669625000, "period %lld", (long long)t);
@@ -63,7 +87,7 @@ Test(group, near_tie_saturated_group_uses_the_eigenvalue)
 Test(group, bad_arguments_are_rejected)
 {
         int bad[] = {3};
-        loom_meta_job j = {1, 1, 0, 1, bad};
+        loom_meta_job j = {1, 1, 0, 1, bad, 0};
         loom_us t;
         cr_assert_eq(loom_meta_period(&j, 1, 2, 0, &t, NULL), LOOM_EINVAL);
         cr_assert_eq(loom_meta_period(&j, 0, 2, 0, &t, NULL), LOOM_EINVAL);
@@ -105,7 +129,7 @@ static void random_group_k(rgroup *g, bool coupled)
                 }
                 g->j[i] = (loom_meta_job){uniform(1, 600) * 1000, uniform(1, 600) * 1000,
                                           coupled && !uniform(0, 3) ? uniform(1, 60) * 1000 : 0, k,
-                                          g->nodes[i]};
+                                          g->nodes[i], 0};
         }
 }
 
@@ -241,7 +265,7 @@ Test(group, coupled_groups_are_simulated_not_assumed)
         cr_assert_gt(above, 0);
 
         int n01[] = {0, 1}, n1[] = {1}, n0[] = {0};
-        loom_meta_job j[3] = {{231, 108, 0, 2, n01}, {537, 195, 0, 1, n1}, {407, 387, 0, 1, n0}};
+        loom_meta_job j[3] = {{231, 108, 0, 2, n01, 0}, {537, 195, 0, 1, n1, 0}, {407, 387, 0, 1, n0, 0}};
         loom_us t;
         cr_assert_eq(loom_meta_period(j, 3, 2, 0, &t, NULL), 0);
         cr_assert_eq(loom_meta_t_cycle(j, 3), 794);

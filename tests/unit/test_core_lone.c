@@ -221,6 +221,42 @@ Test(lone, slo_gpus_and_memory_decide_whether_a_job_may_run_alone_colocated)
         }
 }
 
+/* A job that declares its own switch (spec.t_switch) is checked on it, not on the policy's: a
+ * small model whose state reloads in 1 s runs alone where the planned 5 s would not fit. */
+Test(lone, a_job_s_own_switch_decides_whether_it_may_run_alone)
+{
+        po.warm_switch = loom_us_from_s(5);
+        struct {
+                double t_switch;
+                bool lone;
+        } cases[] = {
+            {0, false}, /* the policy's 5 s: 150 + 10 > 157.5 */
+            {1, true},  /* 150 + 2 <= 157.5 */
+            {3.75, true},
+            {3.76, false},
+            {9, false}, /* larger than the policy's: its own, too */
+        };
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+                loom_sched *s = loom_sched_new(&cl, &po, NULL);
+                loom_decision d;
+                loom_decision_init(&d, false);
+                loom_job_spec a = spec("A", 100, 50, 1.05);
+                a.t_switch = loom_us_from_s(cases[c].t_switch);
+                submit(s, &a, &d);
+                loom_group_info g;
+                cr_assert_eq(loom_sched_group_info(s, d.group, &g), 0);
+                cr_assert_eq(g.lone, cases[c].lone, "case %zu", c);
+                loom_decision_free(&d);
+                loom_sched_free(s);
+        }
+        loom_job_spec bad = spec("A", 100, 50, 1.05);
+        bad.t_switch = -1;
+        loom_err e;
+        loom_err_clear(&e);
+        cr_assert_eq(loom_job_spec_validate(&bad, &cl, &e), LOOM_EINVAL);
+        cr_assert_str_eq(e.field, "switch_s");
+}
+
 /* Off, a new group provisions its rollout node at once, as WEAVE's groups do. */
 Test(lone, off_provisions_the_rollout_node_at_once)
 {
