@@ -5,7 +5,9 @@
 # $1: build folder. Prints JSON lines; never fails on timing.
 set -euo pipefail
 b=${1:-build}
-"$b/loom" bench placement
+# each probe decided three times, its fastest kept: the decision's own cost, not the noise of
+# a shared machine (docs/scheduling.md, "Timing a decision without the machine's noise")
+"$b/loom" bench placement --reps 3
 # PlexRL: placement on the cyclic timeline with 10,000 resident jobs (target p99 <= 1 ms; the
 # line's pruned_fraction is the share of groups cut by the O(1) bounds before any fitting,
 # paper: > 80%), and one HRRS decision over 64 queued requests (target <= 10 us). The machine

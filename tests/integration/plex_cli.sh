@@ -24,6 +24,7 @@ set +e
 "$loom" sim --policy plex-pack --nodes 3 >/dev/null 2>&1; [ $? -eq 2 ] || fail "--nodes 3 must exit 2"
 "$loom" micro plex-pack --dispatch lifo >/dev/null 2>&1; [ $? -eq 2 ] || fail "bad --dispatch must exit 2"
 "$loom" bench placement --placer best >/dev/null 2>&1; [ $? -eq 2 ] || fail "bad --placer must exit 2"
+"$loom" bench placement --reps 0 >/dev/null 2>&1; [ $? -eq 2 ] || fail "--reps 0 must exit 2"
 printf 'job_id,arrival_s,duration_s,gpus,source_model\na,0,100,1,x\nb,10,abc,2,y\n' >"$tmp/bad.csv"
 "$loom" sim --policy plex-pack --trace "$tmp/bad.csv" >/dev/null 2>"$tmp/err"; [ $? -eq 1 ] || fail "bad trace must exit 1"
 set -e
@@ -92,6 +93,10 @@ PY
 "$loom" bench hrrs --probes 1000 | grep -q '"decision_us"' || fail "bench hrrs"
 "$loom" bench placement --placer plex --n 50 --probes 20 | grep -q '"pruned_fraction"' ||
         fail "bench placement --placer plex"
+# deciding a probe again changes nothing: the same placed jobs, the same bill
+one=$("$loom" bench placement --n 300 --probes 50 | grep -o '"cost_per_hour":[0-9.]*')
+three=$("$loom" bench placement --n 300 --probes 50 --reps 3 | grep -o '"cost_per_hour":[0-9.]*')
+[ -n "$one" ] && [ "$one" = "$three" ] || fail "bench --reps 3 changed the fill: $one vs $three"
 # loomd takes placer and dispatch from its --cluster file: two Table 2 7B jobs given as
 # serviceized calls share one training node, each on rollout nodes of its own.
 loomd="$build/loomd"

@@ -184,6 +184,22 @@ assert multi["total_cost"] <= one["total_cost"] * (1 + 1e-9), (one, multi)
 assert multi["slo_attainment_profiled"] == 1.0, multi
 PY
 
+# each job's own switch (default) against every switch planned at the largest: both keep every
+# profiled SLO, and the flag takes on or off only
+"$loom" sim --rows 165:120 --admission p99 --policy loom --json --no-progress >"$tmp/js-on.json"
+"$loom" sim --rows 165:120 --admission p99 --policy loom --job-switch off --json --no-progress \
+  >"$tmp/js-off.json"
+python3 - "$tmp/js-on.json" "$tmp/js-off.json" <<'PY'
+import json, sys
+on, off = (json.loads(open(p).readline()) for p in sys.argv[1:3])
+assert on["slo_attainment_profiled"] == 1.0 and off["slo_attainment_profiled"] == 1.0, (on, off)
+assert on["total_cost"] != off["total_cost"], "declared switches changed no decision"
+PY
+set +e
+"$loom" sim --job-switch maybe >/dev/null 2>&1; rc=$?
+set -e
+[ $rc -eq 2 ] || fail "--job-switch maybe must exit 2, got $rc"
+
 # the decomposition ladder: eleven rungs, the first the lb policy's cost, the schedules measured,
 # each schedule rung with the jobs it moved
 "$loom" sim --decompose --rows 165:200 --json --no-progress >"$tmp/dec.json"
