@@ -194,8 +194,8 @@ static int meta_jobs(const group *g, const loom_us extra[4], const loom_node_id 
         *R = g->n_rnodes;
         for (int i = 0; i < g->n_members; i++, n++) {
                 const job *j = g->members[i];
-                mj[n] = (loom_meta_job){j->spec.t_roll, j->t_train_in, j->spec.t_sync, j->n_rnodes,
-                                        idx[n], j->spec.t_switch};
+                mj[n] = (loom_meta_job){j->spec.t_roll, j->t_train_in, j->spec.t_sync,
+                                        j->n_rnodes,    idx[n],        j->spec.t_switch};
                 rates[n] = j->rate;
                 for (int k = 0; k < j->n_rnodes; k++)
                         idx[n][k] = local_index(g, j->rnodes[k]);
@@ -765,8 +765,7 @@ static int evaluate(search *x, cand *c)
                         return 0;
                 }
                 /* single rate first: where it is feasible it is today's answer */
-                bool plain =
-                    g->n_coupled == 0 && switchless && c->n == 1 && sp->t_sync == 0;
+                bool plain = g->n_coupled == 0 && switchless && c->n == 1 && sp->t_sync == 0;
                 loom_us solo_in = sp->t_roll + tt + sp->t_sync;
                 loom_us t_cycle = g->t_cycle > solo_in ? g->t_cycle : solo_in;
                 loom_us sum_train = g->sum_train + tt;

@@ -230,11 +230,11 @@ Test(lone, a_job_s_own_switch_decides_whether_it_may_run_alone)
                 double t_switch;
                 bool lone;
         } cases[] = {
-            {0, false}, /* the policy's 5 s: 150 + 10 > 157.5 */
-            {1, true},  /* 150 + 2 <= 157.5 */
-            {3.75, true},
-            {3.76, false},
-            {9, false}, /* larger than the policy's: its own, too */
+            {0, false},    /* the policy's 5 s: 150 + 10 > 157.5 */
+            {1, true},     /* 150 + 2 <= 157.5 */
+            {3.75, true},  /* 150 + 7.5 = 157.5: just fits */
+            {3.76, false}, /* just does not */
+            {9, false},    /* larger than the policy's: its own, too */
         };
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
                 loom_sched *s = loom_sched_new(&cl, &po, NULL);

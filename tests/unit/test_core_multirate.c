@@ -22,9 +22,12 @@ Test(multirate, all_rates_one_is_the_single_rate_period)
                 int ones[8];
                 for (int i = 0; i < n; i++) {
                         nodes[i] = (int)uniform(0, R - 1);
-                        j[i] = (loom_meta_job){uniform(1, 500) * 1000, uniform(1, 500) * 1000,
-                                               uniform(0, 2) ? 0 : uniform(1, 30) * 1000, 1,
-                                               &nodes[i], 0};
+                        j[i] = (loom_meta_job){uniform(1, 500) * 1000,
+                                               uniform(1, 500) * 1000,
+                                               uniform(0, 2) ? 0 : uniform(1, 30) * 1000,
+                                               1,
+                                               &nodes[i],
+                                               0};
                         ones[i] = 1;
                 }
                 loom_us t0, t1, gaps[8];
@@ -52,9 +55,12 @@ Test(multirate, period_bounds_and_order_over_random_groups)
                 loom_meta_job j[8];
                 for (int i = 0; i < n; i++) {
                         nodes[i] = (int)uniform(0, R - 1);
-                        j[i] = (loom_meta_job){uniform(1, 600) * 1000, uniform(1, 600) * 1000,
-                                               uniform(0, 3) ? 0 : uniform(1, 30) * 1000, 1,
-                                               &nodes[i], 0};
+                        j[i] = (loom_meta_job){uniform(1, 600) * 1000,
+                                               uniform(1, 600) * 1000,
+                                               uniform(0, 3) ? 0 : uniform(1, 30) * 1000,
+                                               1,
+                                               &nodes[i],
+                                               0};
                         rates[i] = (int)uniform(1, 4);
                 }
                 loom_us t, gaps[8];

@@ -34,9 +34,12 @@ Test(place_prune, gap_bounds_hold_against_the_simulation)
                                 nodes[i][1] = nodes[i][0];
                                 nodes[i][0] = 0;
                         }
-                        j[i] =
-                            (loom_meta_job){uniform(1, 600) * 1000, uniform(1, 600) * 1000,
-                                            uniform(0, 3) ? 0 : uniform(1, 60) * 1000, k, nodes[i], 0};
+                        j[i] = (loom_meta_job){uniform(1, 600) * 1000,
+                                               uniform(1, 600) * 1000,
+                                               uniform(0, 3) ? 0 : uniform(1, 60) * 1000,
+                                               k,
+                                               nodes[i],
+                                               0};
                         rates[i] = (int)uniform(1, 8);
                         slots += rates[i];
                 }
