@@ -25,6 +25,14 @@ check "and B direct-packs at +\$0" grep -q '"job":"B","decision":"direct_pack","
 "$loom" place --colocate-lone sometimes "$src/examples/temporal-mux.json" >/dev/null 2>&1
 check "--colocate-lone takes on or off (exit 2)" test $? -eq 2
 
+# A job's own switch (switch_s) decides whether it may run alone on its training nodes: at
+# the policy's 5 s two switches do not fit a 1.05 SLO on a 150 s iteration, at its own 1 s they do.
+job='"rollout_gpus": 8, "train_gpus": 8, "t_roll_s": 100, "t_train_s": 50, "slo": 1.05'
+echo "{\"policy\": {\"warm_switch_s\": 5}, \"jobs\": [{\"id\": \"j\", $job}]}" >"$tmp/sw0.json"
+echo "{\"policy\": {\"warm_switch_s\": 5}, \"jobs\": [{\"id\": \"j\", $job, \"switch_s\": 1}]}" >"$tmp/sw1.json"
+check "at the policy's switch a job keeps its rollout node" grep -q '"job":"j","decision":"new_group","group":0,"rollout_nodes":\[0\],"train_nodes":\[0\],"marginal_cost_per_hour":57.04' <<<"$("$loom" place "$tmp/sw0.json")"
+check "at its own 1 s it runs alone on its training node" grep -q '"job":"j","decision":"new_group","group":0,"rollout_nodes":\[0\],"train_nodes":\[0\],"marginal_cost_per_hour":42.24' <<<"$("$loom" place "$tmp/sw1.json")"
+
 # Same input, same bytes.
 check "deterministic" test "$("$loom" place "$src/examples/temporal-mux.json")" = "$out"
 
