@@ -90,7 +90,7 @@ typedef struct group {
         /* for the gap bound: the longest t_train_in, and min over members of budget - t_train_in
          * (another member's training always falls between two of one member's trainings) */
         loom_us max_train, gap_slack;
-        int n_coupled; /* members with multi-node rollouts, a sync phase or rate > 1 */
+        int n_coupled;      /* members with multi-node rollouts, a sync phase or rate > 1 */
         loom_us max_switch; /* the largest switch onto a member (loom__switch); 0: none */
         bool saturated;
         bool full;
@@ -180,15 +180,15 @@ job *loom__job(const loom_sched *s, loom_job_id id);
 int loom__push_action(loom_sched *s, const loom_action *a);
 void loom__group_refresh(loom_sched *s, group *g); /* recompute caches + open membership */
 int loom__group_meta(const loom_sched *s, const group *g, loom_us *t_meta);
-/* Whether a group of spec alone may run its rollouts on its training nodes: the policy asks
- * for it, the rollout fits on the training GPUs, both working sets in a node's host memory, and
- * an iteration with its two switches (rollout <-> training) within budget. */
 /* What switching a node to this job costs: its own t_switch, else the policy's. */
 static inline loom_us loom__switch(const loom_sched *s, const loom_job_spec *spec)
 {
         return spec->t_switch > 0 ? spec->t_switch : s->policy.warm_switch;
 }
 
+/* Whether a group of spec alone may run its rollouts on its training nodes: the policy asks
+ * for it, the rollout fits on the training GPUs, both working sets in a node's host memory, and
+ * an iteration with its two switches (rollout <-> training, loom__switch each) within budget. */
 bool loom__lone_fits(const loom_sched *s, const loom_job_spec *spec, loom_us budget,
                      int train_nodes);
 /* A group of one member re-decides whether it is lone, between the member's rollouts (else at

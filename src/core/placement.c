@@ -184,8 +184,9 @@ static int local_index(const group *g, loom_node_id id)
 
 /*
  * The members of group g as the meta-iteration sees them, plus, optionally, one more (times
- * extra[0..3) on candidate node ids c_ids, some of which may be new) into mj[]; idx holds the
- * node indexes. Rates are the members' own. Returns the member count; *R the node count.
+ * extra[0..3), its switch extra[3], on candidate node ids c_ids, some of which may be new) into
+ * mj[]; idx holds the node indexes. Rates are the members' own. Returns the member count; *R
+ * the node count.
  */
 static int meta_jobs(const group *g, const loom_us extra[4], const loom_node_id *c_ids, int c_n,
                      loom_meta_job *mj, int *rates, int (*idx)[LOOM_MAX_JOB_NODES], int *R)
