@@ -131,6 +131,43 @@ Test(server, restart_replays_the_same_placements)
         free(dir);
 }
 
+/* A job's own switch (switch_s) is stored with it: a restart plans the job on the same switch,
+ * so it replays the same placement (kept off its training node: two 2 s switches do not fit
+ * a 1.02 SLO on a 150 s iteration) and shows the switch in its spec. */
+Test(server, a_job_s_switch_survives_a_restart)
+{
+        char *dir = tmpdir();
+        loom_err e;
+        loom_server *s = start(dir, &e);
+        cr_assert_not_null(s, "%s", e.msg);
+        int port = loom_server_port(s);
+        char *out;
+        const char *job = "{\"name\":\"A\",\"rollout_gpus\":8,\"train_gpus\":8,\"t_roll_s\":100,"
+                          "\"t_train_s\":50,\"slo\":1.02,\"iterations\":5,\"switch_s\":2}";
+        cr_assert_eq(http(port, "POST", "/v1/jobs", job, &out), 201, "%s", out);
+        free(out);
+        char *groups_before;
+        cr_assert_eq(http(port, "GET", "/v1/groups", NULL, &groups_before), 200);
+        /* its rollout node is provisioned: $42.24 + $14.80 */
+        cr_assert(strstr(groups_before, "\"cost_per_hour\":57.04") != NULL, "%s", groups_before);
+        loom_server_free(s);
+
+        s = start(dir, &e);
+        cr_assert_not_null(s, "%s", e.msg);
+        port = loom_server_port(s);
+        char *groups_after;
+        cr_assert_eq(http(port, "GET", "/v1/groups", NULL, &groups_after), 200);
+        cr_assert_str_eq(groups_after, groups_before);
+        cr_assert_eq(http(port, "GET", "/v1/jobs/1", NULL, &out), 200);
+        cr_assert(strstr(out, "\"switch_s\":2") != NULL, "%s", out);
+        free(out);
+        free(groups_before);
+        free(groups_after);
+        loom_server_free(s);
+        rmdir_all(dir);
+        free(dir);
+}
+
 Test(server, a_tampered_placement_is_refused)
 {
         char *dir = tmpdir();
