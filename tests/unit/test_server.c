@@ -79,6 +79,26 @@ static loom_server *start(const char *dir, loom_err *e)
         return s;
 }
 
+/* Stop s, start a loomd again on dir (replaying its store) and check that it shows the groups
+ * it showed before; returns the new server, its port in *port. With s NULL, just start one. */
+static loom_server *restart_same_groups(loom_server *s, const char *dir, int *port)
+{
+        char *before = NULL, *after;
+        loom_err e;
+        if (s) /* NULL: a first start, on an empty store */
+                cr_assert_eq(http(*port, "GET", "/v1/groups", NULL, &before), 200);
+        loom_server_free(s);
+        s = start(dir, &e);
+        cr_assert_not_null(s, "%s", e.msg);
+        *port = loom_server_port(s);
+        cr_assert_eq(http(*port, "GET", "/v1/groups", NULL, &after), 200);
+        if (before)
+                cr_assert_str_eq(after, before);
+        free(before);
+        free(after);
+        return s;
+}
+
 Test(server, restart_replays_the_same_placements)
 {
         char *dir = tmpdir();
@@ -104,16 +124,7 @@ Test(server, restart_replays_the_same_placements)
         free(out);
         cr_assert_eq(http(port, "POST", "/v1/leases/1/release", "{\"status\":\"ok\"}", &out), 200);
         free(out);
-        char *groups_before;
-        cr_assert_eq(http(port, "GET", "/v1/groups", NULL, &groups_before), 200);
-        loom_server_free(s);
-
-        s = start(dir, &e);
-        cr_assert_not_null(s, "%s", e.msg);
-        port = loom_server_port(s);
-        char *groups_after;
-        cr_assert_eq(http(port, "GET", "/v1/groups", NULL, &groups_after), 200);
-        cr_assert_str_eq(groups_after, groups_before);
+        s = restart_same_groups(s, dir, &port);
         cr_assert_eq(http(port, "GET", "/v1/jobs/1", NULL, &out), 200);
         cr_assert(strstr(out, "\"next_phase\":\"train\"") != NULL, "%s", out);
         free(out);
@@ -124,8 +135,6 @@ Test(server, restart_replays_the_same_placements)
                      "%s", out);
         cr_assert(strstr(out, "\"lease\":2") != NULL, "lease ids continue: %s", out);
         free(out);
-        free(groups_before);
-        free(groups_after);
         loom_server_free(s);
         rmdir_all(dir);
         free(dir);
@@ -136,33 +145,21 @@ Test(server, restart_replays_the_same_placements)
  * a 1.02 SLO on a 150 s iteration) and shows the switch in its spec. */
 Test(server, a_job_s_switch_survives_a_restart)
 {
-        char *dir = tmpdir();
-        loom_err e;
-        loom_server *s = start(dir, &e);
-        cr_assert_not_null(s, "%s", e.msg);
-        int port = loom_server_port(s);
-        char *out;
+        char *dir = tmpdir(), *out;
+        int port;
+        loom_server *s = restart_same_groups(NULL, dir, &port);
         const char *job = "{\"name\":\"A\",\"rollout_gpus\":8,\"train_gpus\":8,\"t_roll_s\":100,"
                           "\"t_train_s\":50,\"slo\":1.02,\"iterations\":5,\"switch_s\":2}";
         cr_assert_eq(http(port, "POST", "/v1/jobs", job, &out), 201, "%s", out);
         free(out);
-        char *groups_before;
-        cr_assert_eq(http(port, "GET", "/v1/groups", NULL, &groups_before), 200);
+        cr_assert_eq(http(port, "GET", "/v1/groups", NULL, &out), 200);
         /* its rollout node is provisioned: $42.24 + $14.80 */
-        cr_assert(strstr(groups_before, "\"cost_per_hour\":57.04") != NULL, "%s", groups_before);
-        loom_server_free(s);
-
-        s = start(dir, &e);
-        cr_assert_not_null(s, "%s", e.msg);
-        port = loom_server_port(s);
-        char *groups_after;
-        cr_assert_eq(http(port, "GET", "/v1/groups", NULL, &groups_after), 200);
-        cr_assert_str_eq(groups_after, groups_before);
+        cr_assert(strstr(out, "\"cost_per_hour\":57.04") != NULL, "%s", out);
+        free(out);
+        s = restart_same_groups(s, dir, &port);
         cr_assert_eq(http(port, "GET", "/v1/jobs/1", NULL, &out), 200);
         cr_assert(strstr(out, "\"switch_s\":2") != NULL, "%s", out);
         free(out);
-        free(groups_before);
-        free(groups_after);
         loom_server_free(s);
         rmdir_all(dir);
         free(dir);
@@ -368,19 +365,11 @@ Test(server, a_replaced_worker_restarts_the_job_and_replay_keeps_it)
         cr_assert_eq(http(port, "POST", "/v1/jobs/1/attach", "{\"takeover\":1}", &out), 422);
         cr_assert(has(out, "takeover"), "%s", out);
         free(out);
-        char *groups_before, *metrics;
-        cr_assert_eq(http(port, "GET", "/v1/groups", NULL, &groups_before), 200);
+        char *metrics;
         cr_assert_eq(http(port, "GET", "/metrics", NULL, &metrics), 200);
         cr_assert(has(metrics, "loom_readmissions_total{cause=\"restart\"} 1"), "%s", metrics);
         free(metrics);
-        loom_server_free(s);
-
-        s = start(dir, &e);
-        cr_assert_not_null(s, "%s", e.msg);
-        port = loom_server_port(s);
-        char *groups_after;
-        cr_assert_eq(http(port, "GET", "/v1/groups", NULL, &groups_after), 200);
-        cr_assert_str_eq(groups_after, groups_before);
+        s = restart_same_groups(s, dir, &port);
         cr_assert_eq(http(port, "GET", "/v1/jobs/1", NULL, &out), 200);
         cr_assert(has(out, "\"restarts\":1") && has(out, "\"next_phase\":\"rollout\""), "%s", out);
         free(out);
@@ -395,8 +384,6 @@ Test(server, a_replaced_worker_restarts_the_job_and_replay_keeps_it)
                      "%s", out);
         cr_assert(has(out, "\"iteration\":1"), "%s", out);
         free(out);
-        free(groups_before);
-        free(groups_after);
         loom_server_free(s);
 
         /* a re-admission replayed to another placement is refused */
