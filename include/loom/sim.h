@@ -191,8 +191,7 @@ typedef struct loom_sim_cfg {
             policy;       /* base for the core-driven policies; placer/migration set per run */
         double warm_s[4]; /* warm switch per model size 3/7/14/32B, seconds */
         /* Each job declares its own warm switch (loom_job_spec.t_switch = warm_s of its model
-         * size) to the core; false: none does, and admission plans every switch at
-         * policy.warm_switch (the largest). */
+         * size) to the core; false: every job declares policy.warm_switch (the largest). */
         bool job_switch;
         double cold_s[4]; /* cold start per model size */
         double colocated_roll_factor; /* rollout time on a training GPU / on a rollout GPU */

@@ -183,13 +183,12 @@ static int local_index(const group *g, loom_node_id id)
 }
 
 /*
- * The members of group g as the meta-iteration sees them, plus, optionally, one more (times
- * extra[0..3), its switch extra[3], on candidate node ids c_ids, some of which may be new) into
- * mj[]; idx holds the node indexes. Rates are the members' own. Returns the member count; *R
- * the node count.
+ * The members of group g as the meta-iteration sees them, plus, optionally, job sp (training
+ * tt in g's pool, on candidate node ids c_ids, some of which may be new) into mj[]; idx holds
+ * the node indexes. Rates are the members' own. Returns the member count; *R the node count.
  */
-static int meta_jobs(const group *g, const loom_us extra[4], const loom_node_id *c_ids, int c_n,
-                     loom_meta_job *mj, int *rates, int (*idx)[LOOM_MAX_JOB_NODES], int *R)
+static int meta_jobs(const group *g, const loom_job_spec *sp, loom_us tt, const loom_node_id *c_ids,
+                     int c_n, loom_meta_job *mj, int *rates, int (*idx)[LOOM_MAX_JOB_NODES], int *R)
 {
         int n = 0;
         *R = g->n_rnodes;
@@ -201,8 +200,8 @@ static int meta_jobs(const group *g, const loom_us extra[4], const loom_node_id 
                 for (int k = 0; k < j->n_rnodes; k++)
                         idx[n][k] = local_index(g, j->rnodes[k]);
         }
-        if (extra) {
-                mj[n] = (loom_meta_job){extra[0], extra[1], extra[2], c_n, idx[n], extra[3]};
+        if (sp) {
+                mj[n] = (loom_meta_job){sp->t_roll, tt, sp->t_sync, c_n, idx[n], sp->t_switch};
                 rates[n] = 1;
                 for (int k = 0; k < c_n; k++) {
                         int li = local_index(g, c_ids[k]);
@@ -214,12 +213,12 @@ static int meta_jobs(const group *g, const loom_us extra[4], const loom_node_id 
 }
 
 /* T_meta of group g with, optionally, one more member at rate 1. Simulates the round robin. */
-static int meta_with(const loom_sched *s, const group *g, const loom_us extra[4],
+static int meta_with(const loom_sched *s, const group *g, const loom_job_spec *sp, loom_us tt,
                      const loom_node_id *c_ids, int c_n, loom_us *t_meta)
 {
         loom_meta_job mj[MAXM];
         int idx[MAXM][LOOM_MAX_JOB_NODES], R, rates[MAXM];
-        int n = meta_jobs(g, extra, c_ids, c_n, mj, rates, idx, &R);
+        int n = meta_jobs(g, sp, tt, c_ids, c_n, mj, rates, idx, &R);
         return loom_meta_eval(mj, rates, n, R, s->policy.warm_switch, t_meta, NULL, NULL);
 }
 
@@ -233,7 +232,7 @@ int loom__group_meta(const loom_sched *s, const group *g, loom_us *t_meta)
                 *t_meta = g->t_cycle; /* Theorem 1 */
                 return 0;
         }
-        return meta_with(s, g, NULL, NULL, 0, t_meta);
+        return meta_with(s, g, NULL, 0, NULL, 0, t_meta);
 }
 
 /* The member whose SLO binds first (smallest budget), for messages. */
@@ -577,8 +576,8 @@ static int evaluate_multi(search *x, cand *c, loom_us tt)
         }
         loom_meta_job mj[MAXM];
         int idx[MAXM][LOOM_MAX_JOB_NODES], R, rate[MAXM];
-        loom_us extra[4] = {sp->t_roll, tt, sp->t_sync, sp->t_switch}, gaps[MAXM], budget[MAXM];
-        int n = meta_jobs(g, extra, c->ids, c->n, mj, rate, idx, &R);
+        loom_us gaps[MAXM], budget[MAXM];
+        int n = meta_jobs(g, sp, tt, c->ids, c->n, mj, rate, idx, &R);
         for (int i = 0; i < n - 1; i++)
                 budget[i] = g->members[i]->slo_budget;
         budget[n - 1] = x->budget;
@@ -784,8 +783,7 @@ static int evaluate(search *x, cand *c)
         if (t_load < t_cycle && switchless && !coupled) {
                 t_meta = t_cycle; /* Theorem 1: an unsaturated group runs at its cycle */
         } else {
-                loom_us extra[4] = {sp->t_roll, tt, sp->t_sync, sp->t_switch};
-                int rc = meta_with(s, g, extra, c->ids, c->n, &t_meta);
+                int rc = meta_with(s, g, sp, tt, c->ids, c->n, &t_meta);
                 if (rc)
                         return rc;
         }
@@ -963,8 +961,7 @@ static bool rates_may_fit(search *x, const group *g, bool *scale_ok)
                 ids[k] = s->next_rnode + (loom_node_id)k;
         loom_us tt = loom_group_train_time(sp->t_train, sp->train_gpus, g->train_gpus,
                                            s->policy.train_scaling_efficiency);
-        loom_us extra[4] = {sp->t_roll, tt, sp->t_sync, sp->t_switch};
-        int n = meta_jobs(g, extra, ids, x->k, mj, rate, idx, &R);
+        int n = meta_jobs(g, sp, tt, ids, x->k, mj, rate, idx, &R);
         for (int i = 0; i < n - 1; i++)
                 budget[i] = g->members[i]->slo_budget;
         budget[n - 1] = x->budget;

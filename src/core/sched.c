@@ -416,8 +416,8 @@ void loom__group_refresh(loom_sched *s, group *g)
                 if (j->slo_budget - j->t_train_in < g->gap_slack)
                         g->gap_slack = j->slo_budget - j->t_train_in;
                 g->n_coupled += j->n_rnodes > 1 || j->spec.t_sync > 0 || j->rate > 1;
-                if (loom__switch(s, &j->spec) > g->max_switch)
-                        g->max_switch = loom__switch(s, &j->spec);
+                loom_us sw = loom__switch(s, &j->spec);
+                g->max_switch = sw > g->max_switch ? sw : g->max_switch;
                 g->sum_train += j->rate * j->t_train_in;
                 g->train_mem_used += j->mem_train_in;
                 loom_us solo = j->rate * (j->spec.t_roll + j->t_train_in + j->spec.t_sync);

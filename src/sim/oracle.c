@@ -240,9 +240,8 @@ static bool colocated_alone(const oracle *o, int m, gval *out)
         const loom_job_spec *s = &o->w->jobs[m].spec;
         if (!c->policy.colocate_lone || c->policy.placer != LOOM_PLACER_LOOM)
                 return false;
-        loom_us sw = loom__sim_job_switch(c, o->w->jobs[m].model_b);
         loom_us it = (loom_us)llround((double)s->t_roll * c->colocated_roll_factor) + s->t_train +
-                     2 * (sw > 0 ? sw : c->policy.warm_switch);
+                     2 * loom__sim_job_switch(c, o->w->jobs[m].model_b);
         if (s->rollout_gpus > s->train_gpus ||
             s->mem_train + s->mem_rollout > c->cluster.host_mem_bytes || it > loom_job_budget(s))
                 return false;

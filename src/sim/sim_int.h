@@ -107,8 +107,8 @@ int loom__sim_render(const char *dir, const char *name, int w, int h, sim_draw_f
 void loom__sim_drift_apply(loom_sim_workload *w, loom_sim_drift d, double mtbf_h, uint64_t seed);
 /* Migration-and-restart time for a model size (nearest of 3/7/14/32B). */
 loom_us loom__sim_restart(const loom_sim_cfg *c, double model_b);
-/* The switch a job declares to the core (loom_job_spec.t_switch): its model's warm switch
- * under cfg.job_switch, else 0 (the policy's). */
+/* The switch a job is planned at, which it declares to the core (loom_job_spec.t_switch): its
+ * model's warm switch under cfg.job_switch, else the policy's (the largest). */
 loom_us loom__sim_job_switch(const loom_sim_cfg *c, double model_b);
 
 /* regroup.c: the cheapest grouping found for specs[0..n) on an empty scheduler: the submission

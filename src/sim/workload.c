@@ -170,7 +170,7 @@ loom_us loom_sim_warm(const loom_sim_cfg *c, double model_b)
 
 loom_us loom__sim_job_switch(const loom_sim_cfg *c, double model_b)
 {
-        return c->job_switch ? loom_sim_warm(c, model_b) : 0;
+        return c->job_switch ? loom_sim_warm(c, model_b) : c->policy.warm_switch;
 }
 
 loom_us loom_sim_cold(const loom_sim_cfg *c, double model_b)
