@@ -81,19 +81,6 @@ typedef struct opts {
         bool poisson, json, csv, no_progress, sweep, decompose;
 } opts;
 
-static void bar(void *ctx, const char *label, double frac)
-{
-        (void)ctx;
-        int fill = frac < 0 ? 0 : (int)(frac * 40 + 0.5);
-        if (frac < 0)
-                fprintf(stderr, "\r%70s\r", "");
-        else
-                fprintf(stderr, "\r%-11s [%.*s%.*s] %3d%%", label, fill,
-                        "########################################", 40 - fill,
-                        "........................................", (int)(frac * 100 + 0.5));
-        fflush(stderr);
-}
-
 static int bad(const char *what, const char *val)
 {
         fprintf(stderr, "loom sim: invalid %s '%s' (see loom sim --help)\n", what, val);
@@ -163,16 +150,12 @@ static int special(opts *o, const char *name, const char *v)
                 return bad("--admission (worst|p99|p95)", v);
         } else if (!strcmp(name, "learn-bound") && loom_learn_bound_parse(v, &pol->learn_bound)) {
                 return bad("--learn-bound (normal|order)", v);
-        } else if (!strcmp(name, "job-switch")) {
-                if (strcmp(v, "on") && strcmp(v, "off"))
-                        return bad("--job-switch (on|off)", v);
-                o->c.sim.job_switch = !strcmp(v, "on");
-        } else if (loom_policy_switch(pol, name)) {
+        } else if (loom_sim_switch(&o->c.sim, name)) {
                 char what[40];
                 snprintf(what, sizeof what, "--%s (on|off)", name);
                 if (strcmp(v, "on") && strcmp(v, "off"))
                         return bad(what, v);
-                *loom_policy_switch(pol, name) = !strcmp(v, "on");
+                *loom_sim_switch(&o->c.sim, name) = !strcmp(v, "on");
         }
         return 0;
 }
@@ -292,7 +275,7 @@ int loom_cmd_sim(int argc, char **argv)
         if (rc)
                 return rc < 0 ? 0 : rc;
         if (!o.no_progress && isatty(STDERR_FILENO))
-                o.c.sim.progress = bar;
+                o.c.sim.progress = loom_sim_progress_bar;
         char buf[PATH_MAX + 64];
         if (!o.c.trace && (!o.poisson || o.sweep))
                 o.c.trace = loom_cmd_bundled(DEFAULT_TRACE, buf, sizeof buf);

@@ -193,7 +193,7 @@ typedef struct loom_sim_cfg {
         /* Each job declares its own warm switch (loom_job_spec.t_switch = warm_s of its model
          * size) to the core; false: every job declares policy.warm_switch (the largest). */
         bool job_switch;
-        double cold_s[4]; /* cold start per model size */
+        double cold_s[4];             /* cold start per model size */
         double colocated_roll_factor; /* rollout time on a training GPU / on a rollout GPU */
         double tail_slowdown;         /* a migrated tail's speed on its kept GPUs (1 = same) */
         bool record_series;           /* cost and GPUs over time (plots) */
@@ -230,6 +230,12 @@ typedef struct loom_sim_cfg {
 } loom_sim_cfg;
 
 void loom_sim_cfg_default(loom_sim_cfg *c);
+/* The on/off setting called name ("job-switch", or a loom_policy_switch name of c's policy), or
+ * NULL when there is none: one lookup for every `--NAME on|off` of loom sim. */
+bool *loom_sim_switch(loom_sim_cfg *c, const char *name);
+/* A progress hook (cfg.progress) that draws a bar with its label on stderr and clears it at
+ * the end; ctx is unused. */
+void loom_sim_progress_bar(void *ctx, const char *label, double frac);
 /* A job's solo run time under its realisation: the admission-time load into host memory
  * (cold), one warm start per pool, every iteration's phases and a sync between iterations. */
 loom_us loom_sim_job_solo_time(const loom_sim_job *j, const loom_sim_cfg *c);

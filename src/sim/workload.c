@@ -163,6 +163,24 @@ void loom_sim_cfg_default(loom_sim_cfg *c)
         c->policy.warm_switch = loom_us_from_s(warm[3]);
 }
 
+bool *loom_sim_switch(loom_sim_cfg *c, const char *name)
+{
+        return !strcmp(name, "job-switch") ? &c->job_switch : loom_policy_switch(&c->policy, name);
+}
+
+void loom_sim_progress_bar(void *ctx, const char *label, double frac)
+{
+        (void)ctx;
+        int fill = frac < 0 ? 0 : (int)(frac * 40 + 0.5);
+        if (frac < 0)
+                fprintf(stderr, "\r%70s\r", "");
+        else
+                fprintf(stderr, "\r%-11s [%.*s%.*s] %3d%%", label, fill,
+                        "########################################", 40 - fill,
+                        "........................................", (int)(frac * 100 + 0.5));
+        fflush(stderr);
+}
+
 loom_us loom_sim_warm(const loom_sim_cfg *c, double model_b)
 {
         return loom_us_from_s(c->warm_s[size_index(model_b)]);

@@ -967,3 +967,15 @@ Test(sim_lone, colocating_lone_members_is_cheaper_and_keeps_the_profiled_slo)
         loom_sim_result_free(&off);
         loom_sim_workload_free(&w);
 }
+
+/* One lookup for loom sim's on/off options: the simulator's own, then the policy's. */
+Test(sim, switches_are_the_simulator_s_then_the_policy_s)
+{
+        loom_sim_cfg c;
+        loom_sim_cfg_default(&c);
+        cr_assert(c.job_switch, "jobs declare their own switch by default");
+        cr_assert_eq(loom_sim_switch(&c, "job-switch"), &c.job_switch);
+        cr_assert_eq(loom_sim_switch(&c, "multirate"), &c.policy.multirate);
+        cr_assert_eq(loom_sim_switch(&c, "colocate-lone"), &c.policy.colocate_lone);
+        cr_assert_null(loom_sim_switch(&c, "no-such-switch"));
+}
