@@ -54,6 +54,7 @@ static void usage(FILE *f)
             "  --learn-bound B        normal (default) | order: the quantile's bound\n"
             "  --move-lone on|off     learned lone members move to cheaper groups (on)\n"
             "  --move-members on|off  and members of shared groups, where it saves (on)\n"
+            "  --plan-tails on|off    plan learned rollouts to free their nodes at the tail (on)\n"
             "  --multirate on|off     members may run several iterations per meta-iteration (on)\n"
             "  --train-rightsize on|off  new groups get the fewest training nodes in SLO (off)\n"
             "  --colocate-lone on|off a lone member rolls out on its training nodes (on)\n"
@@ -238,6 +239,7 @@ static int parse(int argc, char **argv, opts *o)
             {.name = "learn-bound"},
             {.name = "move-lone"},
             {.name = "move-members"},
+            {.name = "plan-tails"},
             {.name = "job-switch"},
         };
         enum { N = sizeof t / sizeof t[0] };

@@ -28,7 +28,19 @@ typedef struct loom_meta_job {
         int n_nodes;
         const int *nodes; /* local rollout node indexes, ascending, each < n_rollout_nodes */
         loom_us t_switch; /* switching a node to this job; 0: the evaluation's warm_switch */
+        /* Tail migration (docs/scheduling.md, "Planning the tails"). t_head > 0: the rollout
+         * frees its nodes t_head after it starts, its tail going on on a few GPUs of its first
+         * node, and the next other job's rollout there starts t_pen later than it could (the
+         * GPUs the tail keeps). 0: it holds its nodes for all of t_roll. t_head <= t_roll. */
+        loom_us t_head, t_pen;
 } loom_meta_job;
+
+/* How long a rollout keeps its k-th node (0: its first, where the tail stays) from the next
+ * rollout there: t_head + t_pen on the first, t_head on the others, or t_roll. */
+static inline loom_us loom_meta_occ(const loom_meta_job *j, int k)
+{
+        return j->t_head > 0 ? j->t_head + (k == 0 ? j->t_pen : 0) : j->t_roll;
+}
 
 /*
  * Multi-rate groups. A member of rate r runs r iterations per meta-iteration (a hyperperiod):

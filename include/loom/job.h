@@ -50,6 +50,12 @@ typedef struct loom_job_spec {
         /* The warm switch onto a node: the job's state reloaded from host memory when a node
          * changes to it from another job. 0 = not given: the policy's warm_switch. */
         loom_us t_switch;
+        /* The rollout's head: how long it takes to reach the tail threshold (policy
+         * tail_threshold of its responses done), after which its tail can migrate to
+         * tail_keep_gpus GPUs and free the rest of its nodes (docs/scheduling.md, "Planning
+         * the tails"). 0 = not known: the rollout is planned to hold its nodes to its end. At
+         * most t_roll. Learned admission learns it from the driver's progress reports. */
+        loom_us t_head;
 } loom_job_spec;
 
 #define LOOM_MAX_RESTARTS_DEFAULT 3

@@ -92,7 +92,8 @@ int loom_learn_bound_parse(const char *s, loom_learn_bound *out);
  * the sample mean plus k times the sample standard deviation of n i.i.d. normal samples lies
  * at or above their q-quantile. k = t'/sqrt(n), t' the LOOM_LEARN_CONFIDENCE quantile of the
  * noncentral t distribution with n - 1 degrees of freedom and noncentrality z_q sqrt(n)
- * (tabulated for q = 0.95 and 0.99, n = 2 .. LOOM_LEARN_WINDOW / 2). INFINITY outside them.
+ * (tabulated for q = 0.95 and 0.99, n = 2 .. LOOM_LEARN_WINDOW / 2; past that Natrella's
+ * approximation, raised to stay above the quantile). INFINITY for another q or n < 2.
  */
 double loom_normal_tolerance_k(int n, double q);
 
@@ -116,8 +117,9 @@ double loom_quantile_ucb(const double *top, int m, int64_t n, double q, double c
  * bounded by a normal tolerance bound (policy.learn_bound). Version 5: one-simulation rate
  * searches past policy.rate_search_open open groups. Version 6: members of shared groups moved
  * (policy.move_members). Version 7: whether a learned member alone may run colocated is judged
- * on its mean phases and learned budget, both ways. */
-#define LOOM_SCHED_ARITH 7
+ * on its mean phases and learned budget, both ways. Version 8: rollouts planned on their heads,
+ * their tails migrated (policy.plan_tails). */
+#define LOOM_SCHED_ARITH 8
 
 typedef struct loom_policy_cfg {
         int max_group_size;              /* default 5, at most LOOM_MAX_GROUP_SIZE */
@@ -159,6 +161,11 @@ typedef struct loom_policy_cfg {
          * of T_meta as slack; loom_sched_observe returns 3 as for a lone member. Needs move_lone.
          * Loom's placer only; default true. */
         bool move_members;
+        /* Planning the tails (docs/scheduling.md): a rollout whose head is known (spec.t_head,
+         * learned from progress reports under learned admission) is planned to free its nodes
+         * at its head, its tail migrated, and to delay the next rollout on its first node by
+         * the GPUs the tail keeps. Needs tail_migration; loom's placer only; default true. */
+        bool plan_tails;
         /* Multi-rate placement with more open groups than this runs one simulation per
          * candidate's rate search instead of up to six (docs/scheduling.md, Cost of a
          * decision). 0: the default, LOOM_RATE_SEARCH_OPEN. */
@@ -296,6 +303,13 @@ int loom_sched_phase_done(loom_sched *s, loom_us now, loom_job_id job, loom_phas
  * the placement search then finds that group. LOOM_ENOENT / LOOM_EINVAL for an unknown job or a
  * negative length. */
 int loom_sched_observe(loom_sched *s, loom_us now, loom_job_id job, loom_phase phase, loom_us took);
+/* The head of the job's current rollout: how long it took to reach the tail threshold
+ * (policy.tail_threshold of its responses done), measured as the rollout's length is, without
+ * waits or switches. Held until the rollout's loom_sched_observe, which learns it with the
+ * rollout (loom_job_info.learned_head; docs/scheduling.md, "Planning the tails"); a rollout
+ * without one teaches only its length. 0 when recorded, LOOM_ENOENT / LOOM_EINVAL for an
+ * unknown job or a negative head. */
+int loom_sched_observe_head(loom_sched *s, loom_job_id job, loom_us head);
 
 typedef enum loom_exit {
         LOOM_EXIT_FINISHED = 0,
@@ -376,7 +390,9 @@ typedef struct loom_job_info {
         /* its last learned profile (0 before any): quantile times, and the SLO budget from
          * its mean observed solo iteration */
         loom_us learned_roll, learned_train, learned_budget;
-        int rate; /* iterations per meta-iteration of its group */
+        loom_us learned_head; /* its last learned rollout head (0: none) */
+        loom_us rollout_head; /* the head reported for its current rollout, not yet learned */
+        int rate;             /* iterations per meta-iteration of its group */
 } loom_job_info;
 
 typedef struct loom_group_info {

@@ -177,6 +177,7 @@ static void start_rollout(loom_sched *s, job *j, loom_us now)
         j->state = LOOM_JOB_ROLLING;
         j->migrated = false;
         j->tail_due = false;
+        j->head_took = 0;
         j->gpus = j->colo ? j->spec.rollout_gpus : rollout_gpus_free(s, j);
         emit_phase(s, j, LOOM_PHASE_ROLLOUT, now);
 }

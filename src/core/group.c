@@ -80,7 +80,7 @@ loom_us loom_meta_t_load_r(const loom_meta_job *jobs, const int *rates, int n, i
                         for (int k = 0; k < jobs[i].n_nodes; k++) {
                                 int r = jobs[i].nodes[k];
                                 if (r >= 0 && r < n_rollout_nodes)
-                                        load[r] += rate_of(rates, i) * jobs[i].t_roll;
+                                        load[r] += rate_of(rates, i) * loom_meta_occ(&jobs[i], k);
                         }
                 for (int r = 0; r < n_rollout_nodes; r++)
                         if (load[r] > node_max)
@@ -92,7 +92,7 @@ loom_us loom_meta_t_load_r(const loom_meta_job *jobs, const int *rates, int n, i
                 for (int i = 0; i < n; i++)
                         for (int k = 0; k < jobs[i].n_nodes; k++)
                                 if (jobs[i].nodes[k] == r)
-                                        load += rate_of(rates, i) * jobs[i].t_roll;
+                                        load += rate_of(rates, i) * loom_meta_occ(&jobs[i], k);
                 if (load > node_max)
                         node_max = load;
         }
@@ -217,7 +217,11 @@ enum { META_MAX_ITERS = 512, META_STACK_BYTES = 8192 };
 
 #define META_NEG (INT64_MIN / 4) /* max-plus minus infinity that survives additions */
 
-/* State layout: [0, R) rollout node free times, R training pool free time, R+1+j job j ready. */
+/* State layout: [0, R) rollout node free times, R training pool free time, R+1+j job j ready.
+ * A rollout with a planned head frees its nodes at its head; the tail it leaves on its first
+ * node delays the next other job's rollout there by its t_pen (pen[r], left by job pen_job[r];
+ * -1: none). Whose tail a node carries depends only on the slot order, so each step stays
+ * max-plus linear. */
 typedef struct meta_run {
         const loom_meta_job *jobs;
         int n, R, width, hist;
@@ -226,9 +230,52 @@ typedef struct meta_run {
         loom_us warm;
         loom_us *ring;  /* hist states of width entries */
         int *node_last; /* last job on each rollout node, -1 before any */
+        int *pen_job;   /* the job whose tail delays the next rollout on each node, or -1 */
+        loom_us *pen;
         int train_last;
         loom_us *roll_start;
+        bool tails;  /* some member has a planned head */
+        bool linear; /* tail_start's max-plus bound (Karp's fallback) */
 } meta_run;
+
+/*
+ * When job j's rollout, free to start at s, starts in effect for the tails other jobs left on
+ * its nodes. It starts at s on the GPUs a tail left free and runs slower until the tail ends
+ * at e (node_free + the tail's length L): at full speed it would have started the tail's share
+ * of the node's GPUs times what is left of the tail later, t_pen (L)/ L x (e - s). Karp's
+ * fallback needs a max-plus linear step and takes s + t_pen, a later start.
+ */
+static loom_us tail_start(const meta_run *m, const loom_meta_job *jb, int j, loom_us s,
+                          const loom_us *node_free)
+{
+        loom_us best = s;
+        for (int k = 0; k < jb->n_nodes && m->tails; k++) {
+                int r = jb->nodes[k], o = m->pen_job[r];
+                if (o < 0 || o == j)
+                        continue;
+                loom_us t = s + m->pen[r];
+                if (!m->linear) {
+                        const loom_meta_job *ob = &m->jobs[o];
+                        loom_us tail = ob->t_roll - ob->t_head, e = node_free[r] + tail;
+                        loom_us left = e - s; /* of the tail, once j's rollout may start */
+                        t = left <= 0 ? s
+                                      : s + (loom_us)(((__int128)left * ob->t_pen + tail - 1) / tail);
+                }
+                best = t > best ? t : best;
+        }
+        return best;
+}
+
+/* Job j's rollout leaves its tail on its first node (and none on the others). */
+static void leave_tail(meta_run *m, const loom_meta_job *jb, int j)
+{
+        for (int k = 0; k < jb->n_nodes && m->tails; k++) {
+                int r = jb->nodes[k];
+                bool t = k == 0 && jb->t_head > 0 && jb->t_pen > 0;
+                m->pen_job[r] = t ? j : -1;
+                m->pen[r] = t ? jb->t_pen : 0;
+        }
+}
 
 /* Changing a node from job `last` to job j reloads j's state: its own switch if given. */
 static loom_us switch_cost(const meta_run *m, int last, int j)
@@ -255,13 +302,15 @@ static void meta_step(meta_run *m, const loom_us *in, loom_us *out)
                         if (t > s)
                                 s = t;
                 }
+                s = tail_start(m, jb, j, s, node_free);
                 loom_us end = s + jb->t_roll;
                 if (m->roll_start[j] == META_NEG)
                         m->roll_start[j] = s;
                 for (int k = 0; k < jb->n_nodes; k++) {
-                        node_free[jb->nodes[k]] = end;
+                        node_free[jb->nodes[k]] = s + (jb->t_head > 0 ? jb->t_head : jb->t_roll);
                         m->node_last[jb->nodes[k]] = j;
                 }
+                leave_tail(m, jb, j);
                 loom_us t = *train_free + switch_cost(m, m->train_last, j);
                 if (end > t)
                         t = end;
@@ -283,7 +332,7 @@ static void meta_step_plain(meta_run *m, const loom_us *in, loom_us *out)
                 int j = m->slots[i];
                 const loom_meta_job *jb = &m->jobs[j];
                 loom_us s = ready[j], end;
-                if (jb->n_nodes == 1) { /* the common case, without the loops */
+                if (jb->n_nodes == 1 && !m->tails) { /* the common case, without the loops */
                         loom_us *nf = &node_free[jb->nodes[0]];
                         end = (*nf > s ? *nf : s) + jb->t_roll;
                         *nf = end;
@@ -291,9 +340,12 @@ static void meta_step_plain(meta_run *m, const loom_us *in, loom_us *out)
                         for (int k = 0; k < jb->n_nodes; k++)
                                 if (node_free[jb->nodes[k]] > s)
                                         s = node_free[jb->nodes[k]];
+                        s = tail_start(m, jb, j, s, node_free);
                         end = s + jb->t_roll;
                         for (int k = 0; k < jb->n_nodes; k++)
-                                node_free[jb->nodes[k]] = end;
+                                node_free[jb->nodes[k]] =
+                                    s + (jb->t_head > 0 ? jb->t_head : jb->t_roll);
+                        leave_tail(m, jb, j);
                 }
                 train_free = (end > train_free ? end : train_free) + jb->t_train;
                 m->train_end[i] = train_free;
@@ -326,7 +378,8 @@ static int meta_args_ok(const loom_meta_job *jobs, int n, int R)
                 return 0;
         for (int j = 0; j < n; j++) {
                 if (jobs[j].n_nodes < 1 || !jobs[j].nodes || jobs[j].t_roll < 0 ||
-                    jobs[j].t_train < 0 || jobs[j].t_sync < 0 || jobs[j].t_switch < 0)
+                    jobs[j].t_train < 0 || jobs[j].t_sync < 0 || jobs[j].t_switch < 0 ||
+                    jobs[j].t_head < 0 || jobs[j].t_head > jobs[j].t_roll || jobs[j].t_pen < 0)
                         return 0;
                 for (int k = 0; k < jobs[j].n_nodes; k++)
                         if (jobs[j].nodes[k] < 0 || jobs[j].nodes[k] >= R)
@@ -349,13 +402,15 @@ static int meta_karp(meta_run *m, loom_us *t_meta)
         if (!A)
                 return LOOM_ENOMEM;
         loom_us *D = A + dd, *x = D + (size_t)(d + 1) * (size_t)d, *y = x + d;
+        m->linear = true;
         for (int k = 0; k < d; k++) {
                 for (int r = 0; r < m->R; r++)
-                        m->node_last[r] = -1;
+                        m->node_last[r] = m->pen_job[r] = -1;
                 for (int i = 0; i < m->L; i++) {
                         int j = m->slots[i];
                         for (int q = 0; q < m->jobs[j].n_nodes; q++)
                                 m->node_last[m->jobs[j].nodes[q]] = j;
+                        leave_tail(m, &m->jobs[j], j);
                 }
                 m->train_last = m->slots[m->L - 1];
                 for (int i = 0; i < d; i++)
@@ -365,6 +420,7 @@ static int meta_karp(meta_run *m, loom_us *t_meta)
                         A[(size_t)i * (size_t)d + (size_t)k] =
                             y[i] > META_NEG / 2 ? y[i] : META_NEG;
         }
+        m->linear = false;
         for (int v = 0; v < d; v++)
                 D[v] = 0;
         for (int t = 1; t <= d; t++)
@@ -478,8 +534,8 @@ int loom_meta_eval(const loom_meta_job *jobs, const int *rates, int n, int n_rol
         m.width = m.R + 1 + n;
         m.hist = 2 * m.L + 4; /* longest period (in iterations) we look for, plus one */
         size_t bytes = sizeof(loom_us) * ((size_t)m.hist * (size_t)m.width + (size_t)n +
-                                          (size_t)m.L + 2 * (size_t)m.width) +
-                       sizeof(int) * ((size_t)m.R + (size_t)m.width);
+                                          (size_t)m.L + 2 * (size_t)m.width + (size_t)m.R) +
+                       sizeof(int) * (2 * (size_t)m.R + (size_t)m.width);
         /* Placement evaluates small groups by the thousand: those fit on the stack. */
         _Alignas(loom_us) char small[META_STACK_BYTES];
         char *mem = bytes <= sizeof small ? small : malloc(bytes);
@@ -492,11 +548,17 @@ int loom_meta_eval(const loom_meta_job *jobs, const int *rates, int n, int n_rol
         for (int j = 0; j < n; j++)
                 m.roll_start[j] = META_NEG;
         loom_us *gx = m.train_end + m.L, *gy = gx + m.width;
-        m.node_last = (int *)(gy + m.width);
-        int *used = m.node_last + m.R; /* nodes nobody is pinned to never change: skip them */
+        m.pen = gy + m.width;
+        m.node_last = (int *)(m.pen + m.R);
+        m.pen_job = m.node_last + m.R;
+        int *used = m.pen_job + m.R; /* nodes nobody is pinned to never change: skip them */
         memset(used, 0, sizeof(int) * (size_t)m.width);
-        for (int r = 0; r < m.R; r++)
-                m.node_last[r] = -1;
+        for (int r = 0; r < m.R; r++) {
+                m.node_last[r] = m.pen_job[r] = -1;
+                m.pen[r] = 0;
+        }
+        for (int j = 0; j < n; j++)
+                m.tails |= jobs[j].t_head > 0;
         m.train_last = -1;
         used[m.R] = 1;
         for (int j = 0; j < n; j++) {

@@ -37,6 +37,8 @@ typedef struct job {
         loom_us submitted_at;
         bool migrated; /* current rollout squeezed onto its tail GPUs */
         bool colo;     /* current rollout runs on its group's training nodes (group.lone) */
+        loom_us roll_started; /* when its current rollout started */
+        loom_us head_took;    /* its head (start to tail threshold), once reported; else 0 */
         bool tail_due; /* current rollout reported past tail_threshold: migrate it as soon as
                           the next rollout on its node is ready */
         int gpus;      /* GPUs of the running phase */
@@ -53,12 +55,14 @@ typedef struct job {
  * declared is the spec as submitted. Observations are fractions of the declared times. */
 typedef struct learn_state {
         loom_job_spec declared;
-        double obs[2][LOOM_LEARN_WINDOW]; /* [rollout, train] */
-        int n_obs[2];
+        double obs[3][LOOM_LEARN_WINDOW]; /* [rollout, train, rollout head] */
+        int n_obs[3];
         bool learned;
         uint64_t replans;
         loom_us learned_roll, learned_train, learned_budget; /* last computed; 0 before */
         loom_us mean_roll, mean_train; /* its mean observed phases, with learned_budget */
+        loom_us learned_head;          /* last computed head (0: none yet) */
+        double head_sum, head_sq;      /* of every head fraction observed (learned_head) */
 } learn_state;
 
 typedef struct rnode {
@@ -184,6 +188,39 @@ int loom__group_meta(const loom_sched *s, const group *g, loom_us *t_meta);
 static inline loom_us loom__switch(const loom_sched *s, const loom_job_spec *spec)
 {
         return spec->t_switch > 0 ? spec->t_switch : s->policy.warm_switch;
+}
+
+/* Whether the core plans rollouts on their heads (policy.plan_tails, docs/scheduling.md
+ * "Planning the tails"): loom's placer, with tail migration on and a tail that frees GPUs. */
+static inline bool loom__plans_tails(const loom_sched *s)
+{
+        const loom_policy_cfg *p = &s->policy;
+        return p->plan_tails && p->tail_migration && p->placer == LOOM_PLACER_LOOM &&
+               p->tail_keep_gpus < s->cluster.gpus_per_node;
+}
+
+/* spec's rollout as the meta-iteration plans it (loom_meta_job.t_head, t_pen): its head, and
+ * how long its tail, kept on tail_keep_gpus of its first node's GPUs, delays the next rollout
+ * there (the tail's GPU time over the node's GPUs). 0, 0: planned to hold its nodes to its
+ * end (no head known, or tails not planned). */
+static inline void loom__tail_plan(const loom_sched *s, const loom_job_spec *sp, loom_us *head,
+                                   loom_us *pen)
+{
+        *head = *pen = 0;
+        if (sp->t_head <= 0 || sp->t_head >= sp->t_roll || !loom__plans_tails(s))
+                return;
+        int gpn = s->cluster.gpus_per_node;
+        *head = sp->t_head;
+        *pen = ((sp->t_roll - sp->t_head) * s->policy.tail_keep_gpus + gpn - 1) / gpn;
+}
+
+/* How long spec's rollout keeps its k-th node from the next one (loom_meta_occ): a node's
+ * load. */
+static inline loom_us loom__roll_occ(const loom_sched *s, const loom_job_spec *sp, int k)
+{
+        loom_us head, pen;
+        loom__tail_plan(s, sp, &head, &pen);
+        return head > 0 ? head + (k == 0 ? pen : 0) : sp->t_roll;
 }
 
 /* Whether a group of spec alone may run its rollouts on its training nodes: the policy asks

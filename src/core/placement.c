@@ -187,21 +187,25 @@ static int local_index(const group *g, loom_node_id id)
  * tt in g's pool, on candidate node ids c_ids, some of which may be new) into mj[]; idx holds
  * the node indexes. Rates are the members' own. Returns the member count; *R the node count.
  */
-static int meta_jobs(const group *g, const loom_job_spec *sp, loom_us tt, const loom_node_id *c_ids,
-                     int c_n, loom_meta_job *mj, int *rates, int (*idx)[LOOM_MAX_JOB_NODES], int *R)
+static int meta_jobs(const loom_sched *s, const group *g, const loom_job_spec *sp, loom_us tt,
+                     const loom_node_id *c_ids, int c_n, loom_meta_job *mj, int *rates,
+                     int (*idx)[LOOM_MAX_JOB_NODES], int *R)
 {
         int n = 0;
         *R = g->n_rnodes;
         for (int i = 0; i < g->n_members; i++, n++) {
                 const job *j = g->members[i];
                 mj[n] = (loom_meta_job){j->spec.t_roll, j->t_train_in, j->spec.t_sync,
-                                        j->n_rnodes,    idx[n],        j->spec.t_switch};
+                                        j->n_rnodes,    idx[n],        j->spec.t_switch,
+                                        0,              0};
+                loom__tail_plan(s, &j->spec, &mj[n].t_head, &mj[n].t_pen);
                 rates[n] = j->rate;
                 for (int k = 0; k < j->n_rnodes; k++)
                         idx[n][k] = local_index(g, j->rnodes[k]);
         }
         if (sp) {
-                mj[n] = (loom_meta_job){sp->t_roll, tt, sp->t_sync, c_n, idx[n], sp->t_switch};
+                mj[n] = (loom_meta_job){sp->t_roll, tt, sp->t_sync, c_n, idx[n], sp->t_switch, 0, 0};
+                loom__tail_plan(s, sp, &mj[n].t_head, &mj[n].t_pen);
                 rates[n] = 1;
                 for (int k = 0; k < c_n; k++) {
                         int li = local_index(g, c_ids[k]);
@@ -218,7 +222,7 @@ static int meta_with(const loom_sched *s, const group *g, const loom_job_spec *s
 {
         loom_meta_job mj[MAXM];
         int idx[MAXM][LOOM_MAX_JOB_NODES], R, rates[MAXM];
-        int n = meta_jobs(g, sp, tt, c_ids, c_n, mj, rates, idx, &R);
+        int n = meta_jobs(s, g, sp, tt, c_ids, c_n, mj, rates, idx, &R);
         return loom_meta_eval(mj, rates, n, R, s->policy.warm_switch, t_meta, NULL, NULL);
 }
 
@@ -445,7 +449,7 @@ static bool rates_close(const rate_need *rn, int *q)
                 train += r * mj[i].t_train;
                 for (int k = 0; inc && k < mj[i].n_nodes; k++)
                         if (mj[i].nodes[k] >= 0 && mj[i].nodes[k] < R)
-                                load[mj[i].nodes[k]] += r * mj[i].t_roll;
+                                load[mj[i].nodes[k]] += r * loom_meta_occ(&mj[i], k);
         }
         if (slots > LOOM_META_MAX_SLOTS)
                 return false;
@@ -492,7 +496,7 @@ static bool rates_close(const rate_need *rn, int *q)
                                 int r = mj[i].nodes[k];
                                 if (r < 0 || r >= R)
                                         continue;
-                                load[r] += d * mj[i].t_roll;
+                                load[r] += d * loom_meta_occ(&mj[i], k);
                                 t = load[r] > t ? load[r] : t;
                         }
                 }
@@ -541,8 +545,8 @@ static bool rates_final_ok(const rate_need *rn, const int *rate, loom_us t)
 static bool same_least_rates(const search *x, const cand *c)
 {
         const group *g = c->g;
-        loom_us mine = (loom_us)x->lr_rate[g->n_members] * x->spec->t_roll;
         for (int k = 0; k < c->n; k++) {
+                loom_us mine = (loom_us)x->lr_rate[g->n_members] * loom__roll_occ(x->s, x->spec, k);
                 int li = local_index(g, c->ids[k]);
                 if (li >= 0 && x->lr_load[li] + mine > x->lr_bound)
                         return false;
@@ -577,7 +581,7 @@ static int evaluate_multi(search *x, cand *c, loom_us tt)
         loom_meta_job mj[MAXM];
         int idx[MAXM][LOOM_MAX_JOB_NODES], R, rate[MAXM];
         loom_us gaps[MAXM], budget[MAXM];
-        int n = meta_jobs(g, sp, tt, c->ids, c->n, mj, rate, idx, &R);
+        int n = meta_jobs(s, g, sp, tt, c->ids, c->n, mj, rate, idx, &R);
         for (int i = 0; i < n - 1; i++)
                 budget[i] = g->members[i]->slo_budget;
         budget[n - 1] = x->budget;
@@ -706,17 +710,17 @@ static bool node_too_dense(search *x, const cand *c)
                         x->nd[r] = 0;
                 for (int i = 0; i < g->n_members; i++) {
                         const job *j = g->members[i];
-                        double d = (double)j->spec.t_roll / (double)j->slo_budget;
                         for (int k = 0; k < j->n_rnodes; k++) {
                                 int li = local_index(g, j->rnodes[k]);
                                 if (li >= 0)
-                                        x->nd[li] += d;
+                                        x->nd[li] += (double)loom__roll_occ(x->s, &j->spec, k) /
+                                                     (double)j->slo_budget;
                         }
                 }
                 x->nd_g = g;
         }
-        double mine = (double)x->spec->t_roll / (double)x->budget;
         for (int k = 0; k < c->n; k++) {
+                double mine = (double)loom__roll_occ(x->s, x->spec, k) / (double)x->budget;
                 int li = local_index(g, c->ids[k]);
                 if (li >= 0 && x->nd[li] + mine > 1.0 + 1e-9)
                         return true;
@@ -742,11 +746,13 @@ static int evaluate(search *x, cand *c)
                 c->rates[i] = (int8_t)g->members[i]->rate;
         bool switchless = g->max_switch == 0 && loom__switch(s, sp) == 0;
 
-        loom_us max_load = sp->t_roll; /* a new node carries only the job */
+        loom_us occ = loom__roll_occ(s, sp, 0);
+        loom_us max_load = occ; /* a new node carries only the job */
         for (int i = 0; i < g->n_rnodes; i++) {
                 const rnode *r = g->rnodes[i];
-                bool in = bsearch(&r->id, c->ids, (size_t)c->n, sizeof(loom_node_id),
-                                  cmp_node_id) != NULL;
+                const loom_node_id *at =
+                    bsearch(&r->id, c->ids, (size_t)c->n, sizeof(loom_node_id), cmp_node_id);
+                bool in = at != NULL;
                 if (in && r->mem_used + sp->mem_rollout > host) {
                         c->reject = LOOM_REJECT_MEMORY;
                         snprintf(c->why, sizeof c->why,
@@ -755,7 +761,7 @@ static int evaluate(search *x, cand *c)
                                  (double)host / 1e9);
                         return 0;
                 }
-                loom_us load = r->load + (in ? sp->t_roll : 0);
+                loom_us load = r->load + (in ? loom__roll_occ(s, sp, (int)(at - c->ids)) : 0);
                 if (load > max_load)
                         max_load = load;
         }
@@ -765,7 +771,8 @@ static int evaluate(search *x, cand *c)
                         return 0;
                 }
                 /* single rate first: where it is feasible it is today's answer */
-                bool plain = g->n_coupled == 0 && switchless && c->n == 1 && sp->t_sync == 0;
+                bool plain = g->n_coupled == 0 && switchless && c->n == 1 && sp->t_sync == 0 &&
+                             occ == sp->t_roll;
                 loom_us solo_in = sp->t_roll + tt + sp->t_sync;
                 loom_us t_cycle = g->t_cycle > solo_in ? g->t_cycle : solo_in;
                 loom_us sum_train = g->sum_train + tt;
@@ -779,7 +786,7 @@ static int evaluate(search *x, cand *c)
         loom_us solo_in = sp->t_roll + tt + sp->t_sync;
         loom_us t_cycle = g->t_cycle > solo_in ? g->t_cycle : solo_in;
         loom_us t_meta;
-        bool coupled = g->n_coupled > 0 || c->n > 1 || sp->t_sync > 0;
+        bool coupled = g->n_coupled > 0 || c->n > 1 || sp->t_sync > 0 || occ != sp->t_roll;
         if (t_load < t_cycle && switchless && !coupled) {
                 t_meta = t_cycle; /* Theorem 1: an unsaturated group runs at its cycle */
         } else {
@@ -961,7 +968,7 @@ static bool rates_may_fit(search *x, const group *g, bool *scale_ok)
                 ids[k] = s->next_rnode + (loom_node_id)k;
         loom_us tt = loom_group_train_time(sp->t_train, sp->train_gpus, g->train_gpus,
                                            s->policy.train_scaling_efficiency);
-        int n = meta_jobs(g, sp, tt, ids, x->k, mj, rate, idx, &R);
+        int n = meta_jobs(s, g, sp, tt, ids, x->k, mj, rate, idx, &R);
         for (int i = 0; i < n - 1; i++)
                 budget[i] = g->members[i]->slo_budget;
         budget[n - 1] = x->budget;
@@ -987,7 +994,7 @@ static bool rates_may_fit(search *x, const group *g, bool *scale_ok)
                 for (int i = 0; i < n - 1; i++)
                         for (int k = 0; k < mj[i].n_nodes; k++)
                                 if (mj[i].nodes[k] >= 0 && mj[i].nodes[k] < g->n_rnodes)
-                                        x->lr_load[mj[i].nodes[k]] += rate[i] * mj[i].t_roll;
+                                        x->lr_load[mj[i].nodes[k]] += rate[i] * loom_meta_occ(&mj[i], k);
         }
         return true;
 }

@@ -81,6 +81,7 @@ void loom_policy_cfg_default(loom_policy_cfg *p)
         p->colocate_lone = true;
         p->move_lone = true;
         p->move_members = true;
+        p->plan_tails = true;
 }
 
 bool loom__lone_fits(const loom_sched *s, const loom_job_spec *spec, loom_us budget,
@@ -111,6 +112,7 @@ bool *loom_policy_switch(loom_policy_cfg *p, const char *name)
                : !strcmp(name, "colocate-lone")   ? &p->colocate_lone
                : !strcmp(name, "move-lone")       ? &p->move_lone
                : !strcmp(name, "move-members")    ? &p->move_members
+               : !strcmp(name, "plan-tails")      ? &p->plan_tails
                                                   : NULL;
 }
 
@@ -415,7 +417,8 @@ void loom__group_refresh(loom_sched *s, group *g)
                         g->max_train = j->t_train_in;
                 if (j->slo_budget - j->t_train_in < g->gap_slack)
                         g->gap_slack = j->slo_budget - j->t_train_in;
-                g->n_coupled += j->n_rnodes > 1 || j->spec.t_sync > 0 || j->rate > 1;
+                g->n_coupled += j->n_rnodes > 1 || j->spec.t_sync > 0 || j->rate > 1 ||
+                                loom__roll_occ(s, &j->spec, 0) != j->spec.t_roll;
                 loom_us sw = loom__switch(s, &j->spec);
                 g->max_switch = sw > g->max_switch ? sw : g->max_switch;
                 g->sum_train += j->rate * j->t_train_in;
@@ -579,7 +582,7 @@ static int apply(loom_sched *s, loom_us now, const loom_job_spec *spec, const lo
                                             g->id);
                 }
                 rnode *r = s->rnodes[nid];
-                r->load += (d->rate > 1 ? d->rate : 1) * spec->t_roll;
+                r->load += (d->rate > 1 ? d->rate : 1) * loom__roll_occ(s, spec, k);
                 r->mem_used += spec->mem_rollout;
                 r->n_pinned++;
                 j->rnodes[j->n_rnodes++] = nid;
@@ -717,6 +720,18 @@ int loom_sched_observe(loom_sched *s, loom_us now, loom_job_id id, loom_phase ph
         return rc;
 }
 
+int loom_sched_observe_head(loom_sched *s, loom_job_id id, loom_us head)
+{
+        job *j = loom__job(s, id);
+        if (!j)
+                return LOOM_ENOENT;
+        if (head < 0)
+                return LOOM_EINVAL;
+        if (j->ls)
+                j->head_took = head;
+        return 0;
+}
+
 int loom_sched_job_resume(loom_sched *s, loom_us now, loom_job_id id, loom_phase phase, int call)
 {
         job *j = loom__job(s, id);
@@ -745,7 +760,7 @@ int loom_sched_job_resume(loom_sched *s, loom_us now, loom_job_id id, loom_phase
 void loom__set_rate(loom_sched *s, job *j, int rate, int64_t round)
 {
         for (int k = 0; k < j->n_rnodes; k++)
-                s->rnodes[j->rnodes[k]]->load += (rate - j->rate) * j->spec.t_roll;
+                s->rnodes[j->rnodes[k]]->load += (rate - j->rate) * loom__roll_occ(s, &j->spec, k);
         j->rate = rate;
         j->round_base = round;
         j->count_base = j->trains;
@@ -755,7 +770,7 @@ static void unpin(loom_sched *s, job *j, group *g)
 {
         for (int k = 0; k < j->n_rnodes; k++) {
                 rnode *r = s->rnodes[j->rnodes[k]];
-                r->load -= j->rate * j->spec.t_roll;
+                r->load -= j->rate * loom__roll_occ(s, &j->spec, k);
                 r->mem_used -= j->spec.mem_rollout;
                 if (--r->n_pinned > 0)
                         continue;
@@ -859,6 +874,8 @@ int loom_sched_job_info(const loom_sched *s, loom_job_id id, loom_job_info *o)
                 o->learned_roll = j->ls->learned_roll;
                 o->learned_train = j->ls->learned_train;
                 o->learned_budget = j->ls->learned_budget;
+                o->learned_head = j->ls->learned_head;
+                o->rollout_head = j->head_took;
         }
         o->rate = j->rate;
         return 0;

@@ -587,8 +587,20 @@ static void h_progress(loom_server *s, srv_req *r, loom_us now)
                 return;
         renew(s, j, now);
         if (j->lease.phase == LOOM_PHASE_ROLLOUT && !j->lease.keep_gpus) {
-                loom_sched_progress(s->sched, srv_now_wall(), j->retry.core, LOOM_PHASE_ROLLOUT,
-                                    r->done, r->total);
+                int64_t wall = srv_now_wall();
+                const loom_policy_cfg *p = loom_sched_policy(s->sched);
+                /* the rollout's head, grant -> the report that crosses the threshold, measured
+                 * as its length is (docs/scheduling.md, "Planning the tails") */
+                if (!j->lease.head_seen && r->total > 0 &&
+                    (double)r->done >= p->tail_threshold * (double)r->total) {
+                        j->lease.head_seen = true;
+                        loom_sched_observe_head(s->sched, j->retry.core,
+                                                wall > j->lease.granted_wall
+                                                    ? wall - j->lease.granted_wall
+                                                    : 0);
+                }
+                loom_sched_progress(s->sched, wall, j->retry.core, LOOM_PHASE_ROLLOUT, r->done,
+                                    r->total);
                 srv_apply_actions(s, now);
         }
         /* The advice stands once given, so a retried progress call gets it again. */
@@ -714,13 +726,14 @@ static void h_cluster(loom_server *s, srv_req *r)
         srv_reply_json(
             r, 200,
             json_pack(
-                "{s:o,s:{s:s,s:i,s:s,s:s,s:b,s:b,s:b,s:b,s:i},s:{s:i,s:i},s:{s:f,s:f},s:f,s:i,"
+                "{s:o,s:{s:s,s:i,s:s,s:s,s:b,s:b,s:b,s:b,s:b,s:i},s:{s:i,s:i},s:{s:f,s:f},s:f,s:i,"
                 "s:i,s:I}",
                 "cluster", loom_cluster_cfg_to_json(c), "policy", "admission",
                 loom_admission_name(p->admission), "learn_after", p->learn_after, "learn_bound",
                 loom_learn_bound_name(p->learn_bound), "dispatch", loom_dispatch_name(p->dispatch),
                 "multirate", p->multirate, "colocate_lone", p->colocate_lone, "move_lone",
-                p->move_lone, "move_members", p->move_members, "rate_search_open",
+                p->move_lone, "move_members", p->move_members, "plan_tails", p->plan_tails,
+                "rate_search_open",
                 loom_policy_rate_search_open(p), "nodes", "rollout", st.nodes[LOOM_POOL_ROLLOUT],
                 "train", st.nodes[LOOM_POOL_TRAIN], "cost_per_hour_by_pool", "rollout",
                 pr * st.nodes[LOOM_POOL_ROLLOUT], "train", pt * st.nodes[LOOM_POOL_TRAIN],

@@ -145,11 +145,13 @@ static json_t *ids_json(const loom_node_id *n, int count)
  * any, ends as lease_state. On a placement failure the job fails. The caller applies the
  * core's actions afterwards (srv_apply_actions), which may grant the new permit.
  */
-/* Let core admission `old` go as failed and submit j's spec again planned on (roll, train),
- * its SLO measured against solo (0: against that profile); d is initialised here and the
- * caller frees it. The new admission has no learned profile yet. */
+/* Let core admission `old` go as failed and submit j's spec again planned on (roll, train)
+ * and its rollout head (0: none; one past roll is dropped), its SLO measured against solo (0:
+ * against that profile); d is initialised here and the caller frees it. The new admission has
+ * no learned profile yet. */
 static int resubmit(loom_server *s, srv_job *j, int64_t at, uint32_t old, loom_us roll,
-                    loom_us train, loom_us solo, loom_decision *d, loom_job_id *core, loom_err *e)
+                    loom_us train, loom_us solo, loom_us head, loom_decision *d,
+                    loom_job_id *core, loom_err *e)
 {
         loom_sched_job_exit(s->sched, at, old, LOOM_EXIT_FAILED);
         j->learned = false;
@@ -158,13 +160,14 @@ static int resubmit(loom_server *s, srv_job *j, int64_t at, uint32_t old, loom_u
         spec.t_roll = roll;
         spec.t_train = train;
         spec.t_solo_ref = solo;
+        spec.t_head = head <= roll ? head : 0;
         loom_decision_init(d, false);
         *core = 0;
         return loom_sched_submit(s->sched, at, &spec, d, core, e);
 }
 
 static void readmit(loom_server *s, srv_job *j, const char *cause, const char *why, loom_us roll,
-                    loom_us train, loom_us solo, const char *lease_state)
+                    loom_us train, loom_us solo, loom_us head, const char *lease_state)
 {
         loom_err e;
         loom_err_clear(&e);
@@ -187,7 +190,7 @@ static void readmit(loom_server *s, srv_job *j, const char *cause, const char *w
         uint32_t old = j->retry.core;
         loom_decision d;
         loom_job_id core;
-        int rc = resubmit(s, j, wall, old, roll, train, solo, &d, &core, &e);
+        int rc = resubmit(s, j, wall, old, roll, train, solo, head, &d, &core, &e);
         if (!rc && srv_core_map(s, core, j->id)) {
                 loom_sched_job_exit(s->sched, wall, core, LOOM_EXIT_CANCELLED);
                 rc = loom_err_set(&e, LOOM_ENOMEM, "", "out of memory");
@@ -234,6 +237,8 @@ static void readmit(loom_server *s, srv_job *j, const char *cause, const char *w
                                 "train_nodes", ids_json(d.train_nodes, d.n_train_nodes));
         if (log && solo > 0) /* absent: measured against the profile, as before learning */
                 json_object_set_new(log, "t_solo_ref_us", json_integer(solo));
+        if (log && head > 0 && head <= roll) /* absent: no rollout head planned */
+                json_object_set_new(log, "t_head_us", json_integer(head));
         char *text = log ? json_dumps(log, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
         json_decref(log);
         if (!text) {
@@ -258,7 +263,7 @@ void srv_job_failed(loom_server *s, srv_job *j, const char *lease_state, const c
                 return;
         if (j->retry.restarts < j->spec.max_restarts) {
                 readmit(s, j, "restart", why, j->retry.plan_roll, j->retry.plan_train,
-                        solo_ref(s, j), lease_state);
+                        solo_ref(s, j), j->spec.t_head, lease_state);
                 return;
         }
         char w[240];
@@ -296,7 +301,7 @@ static bool readmit_learned(loom_server *s, srv_job *j, int result)
                          in.group, loom_us_to_s(g.t_meta), loom_us_to_s(in.learned_budget));
         loom_us solo = (loom_us)((double)in.learned_budget / in.spec.slo);
         readmit(s, j, result == 3 ? "moved" : "learned", why, in.learned_roll, in.learned_train,
-                solo > 0 ? solo : 1, "released");
+                solo > 0 ? solo : 1, in.learned_head, "released");
         return true;
 }
 
@@ -343,7 +348,7 @@ void srv_observe_phase(loom_server *s, srv_job *j, loom_phase phase, loom_us dur
                                  s->cfg.drift_window, rr, rt, s->cfg.drift_threshold);
         }
         if (drifted) /* a new declaration, its SLO measured against itself */
-                readmit(s, j, "drift", why, roll, train, 0, "released");
+                readmit(s, j, "drift", why, roll, train, 0, 0, "released");
         else
                 srv_store_note(s, srv_store_retry_save(s->store, j, &e), &e);
 }
@@ -437,7 +442,8 @@ int srv_replay_readmit(loom_server *s, srv_job *j, uint32_t *core, const char *r
         json_int_t roll = json_integer_value(json_object_get(o, "t_roll_us"));
         json_int_t train = json_integer_value(json_object_get(o, "t_train_us"));
         json_int_t solo = json_integer_value(json_object_get(o, "t_solo_ref_us")); /* 0: none */
-        if (!o || want <= 0 || roll <= 0 || train <= 0 || solo < 0) {
+        json_int_t head = json_integer_value(json_object_get(o, "t_head_us"));     /* 0: none */
+        if (!o || want <= 0 || roll <= 0 || train <= 0 || solo < 0 || head < 0) {
                 json_decref(o);
                 return loom_err_set(e, LOOM_ECORRUPT, "store", "job %u: unreadable readmit entry",
                                     j->id);
@@ -445,7 +451,7 @@ int srv_replay_readmit(loom_server *s, srv_job *j, uint32_t *core, const char *r
         loom_decision d;
         loom_job_id got;
         loom_err e2;
-        int rc = resubmit(s, j, at, *core, roll, train, solo, &d, &got, &e2);
+        int rc = resubmit(s, j, at, *core, roll, train, solo, head, &d, &got, &e2);
         bool same = rc == 0 && got == (loom_job_id)want && srv_same_placement(o, &d);
         if (!same && s->replay_lenient && rc == 0 && got == (loom_job_id)want) {
                 s->rederived_placements++; /* written under another arithmetic: take ours */

@@ -132,6 +132,11 @@ static int settle_cluster(loom_server *s, loom_err *e)
         /* Colocated lone members change what a new group provisions and what joining costs. */
         if (p->colocate_lone && p->placer == LOOM_PLACER_LOOM)
                 snprintf(base + strlen(base), sizeof base - strlen(base), " colocate_lone=on");
+        /* Rollouts planned on their heads (policy.plan_tails) place jobs that have one
+         * differently. Stores from before it replay with it on (no job had a head then, so
+         * nothing they placed changes); one written with it off says so. */
+        if (!p->plan_tails && p->placer == LOOM_PLACER_LOOM)
+                snprintf(base + strlen(base), sizeof base - strlen(base), " plan_tails=off");
         /* Where wide rate searches begin changes multi-rate placements past it; the default
          * (0 or LOOM_RATE_SEARCH_OPEN) adds nothing, as stores before the setting had it. */
         int wide = loom_policy_rate_search_open(p);

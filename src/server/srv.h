@@ -139,6 +139,7 @@ typedef struct srv_lease {
         loom_us granted_mono, deadline;
         int64_t granted_wall;
         int call, n_calls; /* a training phase run call by call: this call of n_calls */
+        bool head_seen;    /* a rollout's progress crossed the tail threshold (its head) */
 } srv_lease;
 
 /* A job's admissions (retry.c). Every admission is one core job: a restart or a drift
@@ -196,6 +197,7 @@ typedef struct srv_job {
         uint64_t replans;      /* learned re-plans of its group, over all its admissions */
         uint64_t replans_base; /* of those, counted in log entries compaction dropped */
         loom_us learned_roll, learned_train, learned_budget; /* 0 before any */
+        loom_us learned_head;                                /* 0: none learned */
 } srv_job;
 
 /* Prometheus histogram with fixed upper bounds in seconds. */
@@ -373,6 +375,7 @@ typedef struct srv_observe_rec {
         loom_us took;
         int result;                  /* loom_sched_observe's: 0, 1 re-planned, 2 budget lost */
         loom_us roll, train, budget; /* the job's learned profile afterwards (0 before any) */
+        loom_us head;                /* a rollout's head from its progress report (0: none) */
 } srv_observe_rec;
 char *srv_observe_encode(const srv_observe_rec *o); /* malloc'd JSON text, NULL on ENOMEM */
 /* 0, or LOOM_ECORRUPT with e naming the bad key. */

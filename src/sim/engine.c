@@ -537,10 +537,12 @@ static int resubmit_later(engine *g, int ji, loom_us delay)
 
 /* A stopped job ji declares (roll, train, solo_ref) and is re-admitted after its restart;
  * 1 (resubmitted) or an error. */
-static int redeclare(engine *g, int ji, loom_us roll, loom_us train, loom_us solo_ref)
+static int redeclare(engine *g, int ji, loom_us roll, loom_us train, loom_us solo_ref,
+                     loom_us head)
 {
         sjob *j = &g->jobs[ji];
         j->cur.t_roll = roll;
+        j->cur.t_head = head < roll ? head : 0;
         j->cur.t_train = train;
         j->cur.t_solo_ref = solo_ref;
         g->r->resubmits++;
@@ -612,7 +614,7 @@ static int check_drift(engine *g, int ji, int64_t it)
                         j->decl[p] = (loom_us)llround((double)j->decl[p] * f);
         }
         /* a new declaration: measured against itself */
-        return redeclare(g, ji, j->decl[0], j->decl[1], 0);
+        return redeclare(g, ji, j->decl[0], j->decl[1], 0, 0);
 }
 
 static int on_progress(engine *g, int ji)
@@ -620,8 +622,11 @@ static int on_progress(engine *g, int ji)
         sjob *j = &g->jobs[ji];
         j->past_threshold = true;
         int n = g->w->noise.responses;
-        int rc = loom_sched_progress(g->s, g->now, j->id, LOOM_PHASE_ROLLOUT,
-                                     (int64_t)ceil(g->w->noise.tail_threshold * n), n);
+        /* its head as its length is reported: the work to the threshold, at full speed */
+        int rc = loom_sched_observe_head(g->s, j->id, (loom_us)j->work_q);
+        if (rc >= 0)
+                rc = loom_sched_progress(g->s, g->now, j->id, LOOM_PHASE_ROLLOUT,
+                                         (int64_t)ceil(g->w->noise.tail_threshold * n), n);
         if (rc < 0)
                 return fail(g, rc, "progress");
         /* Reported once: the core migrates the tail whenever the next rollout is ready. */
@@ -657,7 +662,7 @@ static int readmit_learned(engine *g, int ji, int obs)
         if ((rc = stop_job(g, ji, LOOM_EXIT_CANCELLED)))
                 return rc;
         return redeclare(g, ji, in.learned_roll, in.learned_train,
-                         (loom_us)((double)in.learned_budget / j->cur.slo));
+                         (loom_us)((double)in.learned_budget / j->cur.slo), in.learned_head);
 }
 
 static int on_end(engine *g, int ji)

@@ -171,7 +171,7 @@ int loom_job_spec_from_json(json_t *obj, const char *where, const char *text, si
         static const char *const known[] = {
             "id",         "rollout_gpus", "train_gpus",     "t_roll_s",      "t_train_s",
             "sync_s",     "slo",          "mem_rollout_gb", "mem_train_gb",  "model_b",
-            "iterations", "max_restarts", "switch_s",       CALLS_KNOWN NULL};
+            "iterations", "max_restarts", "switch_s",       "head_s",        CALLS_KNOWN NULL};
         dctx c = {where, text, len, e};
         if (!json_is_object(obj))
                 return fail(&c, "", "a job must be a JSON object");
@@ -207,8 +207,12 @@ int loom_job_spec_from_json(json_t *obj, const char *where, const char *text, si
         if ((rc = get_seconds(&c, obj, "t_roll_s", true, true, &s.t_roll)) ||
             (rc = get_seconds(&c, obj, "t_train_s", !calls, true, &s.t_train)) < 0 ||
             (rc = get_seconds(&c, obj, "sync_s", false, false, &s.t_sync)) < 0 ||
-            (rc = get_seconds(&c, obj, "switch_s", false, true, &s.t_switch)) < 0)
+            (rc = get_seconds(&c, obj, "switch_s", false, true, &s.t_switch)) < 0 ||
+            (rc = get_seconds(&c, obj, "head_s", false, true, &s.t_head)) < 0)
                 return rc;
+        if (s.t_head > s.t_roll)
+                return fail(&c, "head_s", "must be at most t_roll_s (%g s), got %g s",
+                            loom_us_to_s(s.t_roll), loom_us_to_s(s.t_head));
         if ((rc = get_number(&c, obj, "slo", true, &s.slo)))
                 return rc;
         if (s.slo < 1.0 || s.slo > 1000.0)
@@ -316,7 +320,8 @@ int loom_policy_cfg_from_json(json_t *obj, const char *where, const char *text, 
                                             "multirate",        "train_rightsize",
                                             "colocate_lone",    "learn_bound",
                                             "move_lone",        "move_members",
-                                            "rate_search_open", NULL};
+                                            "rate_search_open", "plan_tails",
+                                            NULL};
         dctx c = {where ? where : "", text, len, e};
         if (!json_is_object(obj))
                 return fail(&c, "", "the policy must be a JSON object");
@@ -340,6 +345,7 @@ int loom_policy_cfg_from_json(json_t *obj, const char *where, const char *text, 
             (rc = get_bool(&c, obj, "colocate_lone", &p.colocate_lone)) ||
             (rc = get_bool(&c, obj, "move_lone", &p.move_lone)) ||
             (rc = get_bool(&c, obj, "move_members", &p.move_members)) ||
+            (rc = get_bool(&c, obj, "plan_tails", &p.plan_tails)) ||
             (rc = get_bool(&c, obj, "train_rightsize", &p.train_rightsize)))
                 return rc;
         json_t *lb = json_object_get(obj, "learn_bound");
@@ -623,6 +629,8 @@ json_t *loom_job_spec_to_json(const loom_job_spec *s)
         json_object_set_new(o, "max_restarts", json_integer(s->max_restarts));
         if (s->t_switch > 0)
                 json_object_set_new(o, "switch_s", json_real(loom_us_to_s(s->t_switch)));
+        if (s->t_head > 0)
+                json_object_set_new(o, "head_s", json_real(loom_us_to_s(s->t_head)));
         for (int i = 0; i < LOOM_N_CALLS; i++)
                 if (s->t_calls[i] > 0) {
                         char k[40];

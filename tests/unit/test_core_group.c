@@ -13,7 +13,7 @@
 Test(group, single_job_period_is_its_solo_time)
 {
         int nodes[] = {0};
-        loom_meta_job j = {130, 120, 10, 1, nodes, 0};
+        loom_meta_job j = {130, 120, 10, 1, nodes, 0, 0, 0};
         loom_us t;
         cr_assert_eq(loom_meta_period(&j, 1, 1, 0, &t, NULL), 0);
         cr_assert_eq(t, 260);
@@ -23,7 +23,7 @@ Test(group, two_rollout_heavy_jobs_on_one_node_are_node_bound)
 {
         /* Figure 3's bad case: two rollout-heavy jobs on one rollout node. */
         int n0[] = {0};
-        loom_meta_job j[2] = {{300, 100, 0, 1, n0, 0}, {300, 100, 0, 1, n0, 0}};
+        loom_meta_job j[2] = {{300, 100, 0, 1, n0, 0, 0, 0}, {300, 100, 0, 1, n0, 0, 0, 0}};
         loom_us t;
         cr_assert_eq(loom_meta_period(j, 2, 1, 0, &t, NULL), 0);
         cr_assert_eq(t, 600, "period %lld", (long long)t);
@@ -34,7 +34,7 @@ Test(group, two_rollout_heavy_jobs_on_one_node_are_node_bound)
 Test(group, warm_switch_is_paid_when_a_node_changes_job)
 {
         int n0[] = {0};
-        loom_meta_job j[2] = {{100, 100, 0, 1, n0, 0}, {100, 100, 0, 1, n0, 0}};
+        loom_meta_job j[2] = {{100, 100, 0, 1, n0, 0, 0, 0}, {100, 100, 0, 1, n0, 0, 0, 0}};
         loom_us t0, t5;
         cr_assert_eq(loom_meta_period(j, 2, 1, 0, &t0, NULL), 0);
         cr_assert_eq(loom_meta_period(j, 2, 1, 5, &t5, NULL), 0);
@@ -49,7 +49,7 @@ Test(group, warm_switch_is_paid_when_a_node_changes_job)
 Test(group, a_member_s_own_switch_replaces_the_evaluation_s)
 {
         int n0[] = {0};
-        loom_meta_job j[2] = {{100, 100, 0, 1, n0, 0}, {100, 100, 0, 1, n0, 0}};
+        loom_meta_job j[2] = {{100, 100, 0, 1, n0, 0, 0, 0}, {100, 100, 0, 1, n0, 0, 0, 0}};
         loom_us t1, t5, t;
         cr_assert_eq(loom_meta_period(j, 2, 1, 1, &t1, NULL), 0);
         cr_assert_eq(loom_meta_period(j, 2, 1, 5, &t5, NULL), 0);
@@ -73,10 +73,10 @@ Test(group, a_member_s_own_switch_replaces_the_evaluation_s)
 Test(group, near_tie_saturated_group_uses_the_eigenvalue)
 {
         int n0[] = {0};
-        loom_meta_job j[4] = {{279558000, 223820000, 0, 1, n0, 0},
-                              {212700000, 259375000, 0, 1, n0, 0},
-                              {87664000, 86782000, 0, 1, n0, 0},
-                              {89675000, 99648000, 0, 1, n0, 0}};
+        loom_meta_job j[4] = {{279558000, 223820000, 0, 1, n0, 0, 0, 0},
+                              {212700000, 259375000, 0, 1, n0, 0, 0, 0},
+                              {87664000, 86782000, 0, 1, n0, 0, 0, 0},
+                              {89675000, 99648000, 0, 1, n0, 0, 0, 0}};
         loom_us t;
         cr_assert_eq(loom_meta_period(j, 4, 1, 0, &t, NULL), 0);
         cr_assert_eq(t, 669625000, "period %lld", (long long)t);
@@ -87,7 +87,7 @@ Test(group, near_tie_saturated_group_uses_the_eigenvalue)
 Test(group, bad_arguments_are_rejected)
 {
         int bad[] = {3};
-        loom_meta_job j = {1, 1, 0, 1, bad, 0};
+        loom_meta_job j = {1, 1, 0, 1, bad, 0, 0, 0};
         loom_us t;
         cr_assert_eq(loom_meta_period(&j, 1, 2, 0, &t, NULL), LOOM_EINVAL);
         cr_assert_eq(loom_meta_period(&j, 0, 2, 0, &t, NULL), LOOM_EINVAL);
@@ -132,7 +132,7 @@ static void random_group_k(rgroup *g, bool coupled)
                                           coupled && !uniform(0, 3) ? uniform(1, 60) * 1000 : 0,
                                           k,
                                           g->nodes[i],
-                                          0};
+                                          0, 0, 0};
         }
 }
 
@@ -269,10 +269,69 @@ Test(group, coupled_groups_are_simulated_not_assumed)
 
         int n01[] = {0, 1}, n1[] = {1}, n0[] = {0};
         loom_meta_job j[3] = {
-            {231, 108, 0, 2, n01, 0}, {537, 195, 0, 1, n1, 0}, {407, 387, 0, 1, n0, 0}};
+            {231, 108, 0, 2, n01, 0, 0, 0}, {537, 195, 0, 1, n1, 0, 0, 0}, {407, 387, 0, 1, n0, 0, 0, 0}};
         loom_us t;
         cr_assert_eq(loom_meta_period(j, 3, 2, 0, &t, NULL), 0);
         cr_assert_eq(loom_meta_t_cycle(j, 3), 794);
         cr_assert_eq(loom_meta_t_load(j, 3, 2), 768);
         cr_assert_gt(t, 794, "unsaturated, yet the coupled round robin needs %lld", (long long)t);
+}
+
+/*
+ * A rollout planned on its head frees its node at the head; its tail, kept on one GPU of the
+ * node's eight, slows the next rollout there by the tail's share. A: rollout 800 (head 320,
+ * tail 480, t_pen 480 / 8 = 60), training 10; B: rollout 100, training 10, on A's node. Held to
+ * its end, A's rollout keeps B waiting 800: B's training ends at 910 and A's next rollout starts
+ * after B's at 900, the node-bound period. With the head, B starts at 320 + 60 (all of A's tail
+ * is still ahead) and ends at 480, inside A's tail: A's next rollout starts when its training
+ * ends at 810, and B, ready at 820, waits for A's next head (1130) and tail share: the period is
+ * A's own chain, 810. The load bound counts A at 320 + 60.
+ */
+Test(group, a_planned_head_frees_the_node_for_the_next_rollout)
+{
+        int n0[] = {0};
+        loom_meta_job j[2] = {{800, 10, 0, 1, n0, 0, 0, 0}, {100, 10, 0, 1, n0, 0, 0, 0}};
+        loom_us t, starts[2];
+        cr_assert_eq(loom_meta_period(j, 2, 1, 0, &t, NULL), 0);
+        cr_assert_eq(t, 900);
+        cr_assert_eq(loom_meta_t_load(j, 2, 1), 900);
+        j[0].t_head = 320;
+        j[0].t_pen = 60;
+        cr_assert_eq(loom_meta_period(j, 2, 1, 0, &t, starts), 0);
+        cr_assert_eq(t, 810, "period %lld", (long long)t);
+        cr_assert_eq(starts[1] - starts[0], 380, "B starts %lld after A",
+                     (long long)(starts[1] - starts[0]));
+        cr_assert_eq(loom_meta_t_load(j, 2, 1), 480);
+        /* a head past the rollout is refused */
+        j[0].t_head = 801;
+        cr_assert_eq(loom_meta_period(j, 2, 1, 0, &t, NULL), LOOM_EINVAL);
+}
+
+/* On random groups, heads only ever shorten the period (a rollout starts no later than when
+ * the one before it on its node ended), and the period stays at least each member's own
+ * chain and each node's occupancy (head plus tail share). */
+Test(group, heads_never_lengthen_the_period)
+{
+        rng_state = 0x5eedULL;
+        int shorter = 0;
+        for (int trial = 0; trial < 5000; trial++) {
+                rgroup g;
+                random_group_k(&g, trial % 2);
+                if (!nodes_all_used(&g))
+                        continue;
+                loom_us before, after;
+                cr_assert_eq(loom_meta_period(g.j, g.n, g.R, 0, &before, NULL), 0);
+                for (int i = 0; i < g.n; i++)
+                        if (uniform(0, 2)) {
+                                g.j[i].t_head = uniform(1, g.j[i].t_roll);
+                                g.j[i].t_pen = (g.j[i].t_roll - g.j[i].t_head + 7) / 8;
+                        }
+                cr_assert_eq(loom_meta_period(g.j, g.n, g.R, 0, &after, NULL), 0);
+                cr_assert_leq(after, before, "trial %d: %lld > %lld", trial, (long long)after,
+                              (long long)before);
+                cr_assert_geq(after, loom_meta_t_cycle(g.j, g.n));
+                cr_assert_geq(after, loom_meta_t_load(g.j, g.n, g.R));
+                shorter += after < before;
+        }
+        cr_assert_gt(shorter, 0);
 }

@@ -39,7 +39,7 @@ Test(place_prune, gap_bounds_hold_against_the_simulation)
                                                uniform(0, 3) ? 0 : uniform(1, 60) * 1000,
                                                k,
                                                nodes[i],
-                                               0};
+                                               0, 0, 0};
                         rates[i] = (int)uniform(1, 8);
                         slots += rates[i];
                 }
@@ -73,7 +73,7 @@ Test(place_prune, gap_bounds_hold_against_the_simulation)
 Test(place_prune, gap_bound_arguments)
 {
         int node = 0;
-        loom_meta_job j[2] = {{100, 200, 0, 1, &node, 0}, {300, 50, 10, 1, &node, 0}};
+        loom_meta_job j[2] = {{100, 200, 0, 1, &node, 0, 0, 0}, {300, 50, 10, 1, &node, 0, 0, 0}};
         loom_us lb[2];
         cr_assert_eq(loom_meta_gap_bound(j, (int[]){1, 1}, 2, lb), 0);
         /* rate 1: the whole pool's work, or the member's own iteration if longer */

@@ -140,16 +140,17 @@ Test(server, restart_replays_the_same_placements)
         free(dir);
 }
 
-/* A job's own switch (switch_s) is stored with it: a restart plans the job on the same switch,
- * so it replays the same placement (kept off its training node: two 2 s switches do not fit
- * a 1.02 SLO on a 150 s iteration) and shows the switch in its spec. */
-Test(server, a_job_s_switch_survives_a_restart)
+/* A job's own switch (switch_s) and rollout head (head_s) are stored with it: a restart plans
+ * the job on the same switch, so it replays the same placement (kept off its training node:
+ * two 2 s switches do not fit a 1.02 SLO on a 150 s iteration) and shows both in its spec. */
+Test(server, a_job_s_switch_and_head_survive_a_restart)
 {
         char *dir = tmpdir(), *out;
         int port;
         loom_server *s = restart_same_groups(NULL, dir, &port);
         const char *job = "{\"name\":\"A\",\"rollout_gpus\":8,\"train_gpus\":8,\"t_roll_s\":100,"
-                          "\"t_train_s\":50,\"slo\":1.02,\"iterations\":5,\"switch_s\":2}";
+                          "\"t_train_s\":50,\"slo\":1.02,\"iterations\":5,\"switch_s\":2,"
+                          "\"head_s\":40}";
         cr_assert_eq(http(port, "POST", "/v1/jobs", job, &out), 201, "%s", out);
         free(out);
         cr_assert_eq(http(port, "GET", "/v1/groups", NULL, &out), 200);
@@ -159,6 +160,7 @@ Test(server, a_job_s_switch_survives_a_restart)
         s = restart_same_groups(s, dir, &port);
         cr_assert_eq(http(port, "GET", "/v1/jobs/1", NULL, &out), 200);
         cr_assert(strstr(out, "\"switch_s\":2") != NULL, "%s", out);
+        cr_assert(strstr(out, "\"head_s\":40") != NULL, "the store keeps its head: %s", out);
         free(out);
         loom_server_free(s);
         rmdir_all(dir);

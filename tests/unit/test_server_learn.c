@@ -11,7 +11,7 @@
 
 Test(server_learn, an_observe_entry_reads_back_the_same)
 {
-        srv_observe_rec o = {7, LOOM_PHASE_TRAIN, 612034, 1, 1004211, 611200, 3241000}, back;
+        srv_observe_rec o = {7, LOOM_PHASE_TRAIN, 612034, 1, 1004211, 611200, 3241000, 0}, back;
         char *t = srv_observe_encode(&o);
         cr_assert_not_null(t);
         cr_assert_str_eq(t, "{\"budget_us\":3241000,\"core\":7,\"phase\":\"train\",\"result\":1,"
@@ -22,12 +22,20 @@ Test(server_learn, an_observe_entry_reads_back_the_same)
                   back.result == o.result && back.roll == o.roll && back.train == o.train &&
                   back.budget == o.budget);
         free(t);
-        /* before learn_after iterations: no learned profile yet */
-        srv_observe_rec r = {UINT32_MAX, LOOM_PHASE_ROLLOUT, 0, 0, 0, 0, 0};
+        /* before learn_after iterations: no learned profile yet; a rollout's head when reported */
+        srv_observe_rec r = {UINT32_MAX, LOOM_PHASE_ROLLOUT, 0, 0, 0, 0, 0, 0};
         t = srv_observe_encode(&r);
         cr_assert_eq(srv_observe_decode(t, &back, &e), 0, "%s", e.msg);
         cr_assert_eq(back.core, UINT32_MAX);
         cr_assert_eq(back.phase, LOOM_PHASE_ROLLOUT);
+        cr_assert_eq(back.head, 0);
+        cr_assert_null(strstr(t, "head_us"), "no head, no key: entries read as before");
+        free(t);
+        r.head = 480000;
+        t = srv_observe_encode(&r);
+        cr_assert_not_null(strstr(t, "\"head_us\":480000"));
+        cr_assert_eq(srv_observe_decode(t, &back, &e), 0, "%s", e.msg);
+        cr_assert_eq(back.head, 480000);
         free(t);
 }
 
@@ -68,6 +76,9 @@ Test(server_learn, a_damaged_observe_entry_names_the_key)
             {"{\"core\":1,\"phase\":\"train\",\"took_us\":1,\"result\":1,\"t_roll_us\":0,"
              "\"t_train_us\":0,\"budget_us\":\"x\"}",
              "budget_us"},
+            {"{\"core\":1,\"phase\":\"rollout\",\"took_us\":1,\"result\":0,\"t_roll_us\":0,"
+             "\"t_train_us\":0,\"budget_us\":0,\"head_us\":-5}",
+             "head_us"},
         };
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
                 srv_observe_rec o;
