@@ -249,7 +249,7 @@ static loom_us tail_start(const meta_run *m, const loom_meta_job *jb, int j, loo
                           const loom_us *node_free)
 {
         loom_us best = s;
-        for (int k = 0; k < jb->n_nodes && m->tails; k++) {
+        for (int k = 0; k < jb->n_nodes; k++) {
                 int r = jb->nodes[k], o = m->pen_job[r];
                 if (o < 0 || o == j)
                         continue;
@@ -269,7 +269,7 @@ static loom_us tail_start(const meta_run *m, const loom_meta_job *jb, int j, loo
 /* Job j's rollout leaves its tail on its first node (and none on the others). */
 static void leave_tail(meta_run *m, const loom_meta_job *jb, int j)
 {
-        for (int k = 0; k < jb->n_nodes && m->tails; k++) {
+        for (int k = 0; k < jb->n_nodes; k++) {
                 int r = jb->nodes[k];
                 bool t = k == 0 && jb->t_head > 0 && jb->t_pen > 0;
                 m->pen_job[r] = t ? j : -1;
@@ -302,7 +302,8 @@ static void meta_step(meta_run *m, const loom_us *in, loom_us *out)
                         if (t > s)
                                 s = t;
                 }
-                s = tail_start(m, jb, j, s, node_free);
+                if (m->tails)
+                        s = tail_start(m, jb, j, s, node_free);
                 loom_us end = s + jb->t_roll;
                 if (m->roll_start[j] == META_NEG)
                         m->roll_start[j] = s;
@@ -310,7 +311,8 @@ static void meta_step(meta_run *m, const loom_us *in, loom_us *out)
                         node_free[jb->nodes[k]] = s + (jb->t_head > 0 ? jb->t_head : jb->t_roll);
                         m->node_last[jb->nodes[k]] = j;
                 }
-                leave_tail(m, jb, j);
+                if (m->tails)
+                        leave_tail(m, jb, j);
                 loom_us t = *train_free + switch_cost(m, m->train_last, j);
                 if (end > t)
                         t = end;
@@ -340,12 +342,14 @@ static void meta_step_plain(meta_run *m, const loom_us *in, loom_us *out)
                         for (int k = 0; k < jb->n_nodes; k++)
                                 if (node_free[jb->nodes[k]] > s)
                                         s = node_free[jb->nodes[k]];
-                        s = tail_start(m, jb, j, s, node_free);
+                        if (m->tails)
+                                s = tail_start(m, jb, j, s, node_free);
                         end = s + jb->t_roll;
                         for (int k = 0; k < jb->n_nodes; k++)
                                 node_free[jb->nodes[k]] =
                                     s + (jb->t_head > 0 ? jb->t_head : jb->t_roll);
-                        leave_tail(m, jb, j);
+                        if (m->tails)
+                                leave_tail(m, jb, j);
                 }
                 train_free = (end > train_free ? end : train_free) + jb->t_train;
                 m->train_end[i] = train_free;

@@ -710,17 +710,23 @@ static bool node_too_dense(search *x, const cand *c)
                         x->nd[r] = 0;
                 for (int i = 0; i < g->n_members; i++) {
                         const job *j = g->members[i];
+                        /* its first node carries its tail's share too */
+                        double d0 = (double)loom__roll_occ(x->s, &j->spec, 0) / (double)j->slo_budget;
+                        double d1 = j->n_rnodes > 1 ? (double)loom__roll_occ(x->s, &j->spec, 1) /
+                                                          (double)j->slo_budget
+                                                    : d0;
                         for (int k = 0; k < j->n_rnodes; k++) {
                                 int li = local_index(g, j->rnodes[k]);
                                 if (li >= 0)
-                                        x->nd[li] += (double)loom__roll_occ(x->s, &j->spec, k) /
-                                                     (double)j->slo_budget;
+                                        x->nd[li] += k ? d1 : d0;
                         }
                 }
                 x->nd_g = g;
         }
+        double m0 = (double)loom__roll_occ(x->s, x->spec, 0) / (double)x->budget;
+        double m1 = c->n > 1 ? (double)loom__roll_occ(x->s, x->spec, 1) / (double)x->budget : m0;
         for (int k = 0; k < c->n; k++) {
-                double mine = (double)loom__roll_occ(x->s, x->spec, k) / (double)x->budget;
+                double mine = k ? m1 : m0;
                 int li = local_index(g, c->ids[k]);
                 if (li >= 0 && x->nd[li] + mine > 1.0 + 1e-9)
                         return true;
