@@ -55,14 +55,15 @@ typedef struct job {
  * declared is the spec as submitted. Observations are fractions of the declared times. */
 typedef struct learn_state {
         loom_job_spec declared;
-        double obs[3][LOOM_LEARN_WINDOW]; /* [rollout, train, rollout head] */
+        /* [rollout, train]: a ring of the last half, then the largest half since admission;
+         * [rollout head]: a ring of the last LOOM_LEARN_WINDOW */
+        double obs[3][LOOM_LEARN_WINDOW];
         int n_obs[3];
         bool learned;
         uint64_t replans;
         loom_us learned_roll, learned_train, learned_budget; /* last computed; 0 before */
         loom_us mean_roll, mean_train; /* its mean observed phases, with learned_budget */
         loom_us learned_head;          /* last computed head (0: none yet) */
-        double head_sum, head_sq;      /* of every head fraction observed (learned_head) */
 } learn_state;
 
 typedef struct rnode {

@@ -230,18 +230,22 @@ static loom_us learned_head(const loom_sched *s, const job *j, double q, loom_us
 {
         const learn_state *ls = j->ls;
         loom_us head = ls->declared.t_head;
-        if (ls->n_obs[2] >= 2) {
-                double qh, mh;
-                summarise(ls->obs[2], ls->n_obs[2], q, s->policy.learn_bound, &qh, &mh);
-                int n = ls->n_obs[2];
-                if (s->policy.learn_bound == LOOM_LEARN_NORMAL && n > HALF) {
-                        /* the same bound over every head since admission: tighter with more */
-                        double mu = ls->head_sum / n;
-                        double var = (ls->head_sq - n * mu * mu) / (n - 1);
-                        double b = mu + loom_normal_tolerance_k(n, q) * sqrt(var > 0 ? var : 0);
-                        qh = b < qh ? b : qh;
+        int n = ls->n_obs[2] < LOOM_LEARN_WINDOW ? ls->n_obs[2] : LOOM_LEARN_WINDOW;
+        if (n >= 2) {
+                double mean = 0, ss = 0, top = 0;
+                for (int i = 0; i < n; i++) {
+                        mean += ls->obs[2][i] / n;
+                        top = ls->obs[2][i] > top ? ls->obs[2][i] : top;
                 }
-                head = scaled(ls->declared.t_roll, qh);
+                for (int i = 0; i < n; i++)
+                        ss += (ls->obs[2][i] - mean) * (ls->obs[2][i] - mean);
+                double b = mean + loom_normal_tolerance_k(n, q) * sqrt(ss / (n - 1));
+                /* a declared head (or the one learned before a re-admission) holds until the
+                 * bound comes below it, unless heads were seen past it */
+                double d = (double)ls->declared.t_head / (double)ls->declared.t_roll;
+                if (d > 0 && b > (top > d ? top : d))
+                        b = top > d ? top : d;
+                head = scaled(ls->declared.t_roll, b);
         }
         return head < roll ? head : roll;
 }
@@ -299,10 +303,7 @@ int loom__observe(loom_sched *s, job *j, loom_phase phase, loom_us took)
         j->ls->n_obs[p]++;
         if (p == 0 && j->head_took > 0) { /* its head, from its progress report */
                 loom_us h = j->head_took < took ? j->head_took : took;
-                remember(j->ls->obs[2], j->ls->n_obs[2], (double)h / (double)ref);
-                j->ls->head_sum += (double)h / (double)ref;
-                j->ls->head_sq += ((double)h / (double)ref) * ((double)h / (double)ref);
-                j->ls->n_obs[2]++;
+                j->ls->obs[2][j->ls->n_obs[2]++ % LOOM_LEARN_WINDOW] = (double)h / (double)ref;
                 j->head_took = 0;
         }
         if (phase != LOOM_PHASE_TRAIN || j->ls->n_obs[0] < s->policy.learn_after ||

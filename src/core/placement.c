@@ -329,10 +329,19 @@ static loom_us div_up(loom_us a, loom_us b)
  * A member starting at a rate > 1 (new, or re-rated: it starts a fresh round) may wait up to a
  * meta-iteration for its first training slot; every later iteration ends within its longest
  * gap. A job with `left` iterations to go must still meet its budget over them:
- * T_meta + (left - 1) gap <= left budget. Unbounded jobs amortise the first wait.
+ * T_meta + (left - 1) gap <= left budget. A new member at rate 1 joins the round after the one
+ * in progress, so its first iteration may take up to two meta-iterations (first_round_ok).
+ * Unbounded jobs amortise the first wait.
  */
+static bool first_round_ok(int64_t left, loom_us t_meta, loom_us budget)
+{
+        return left <= 0 || (double)(left + 1) * (double)t_meta <= (double)left * (double)budget;
+}
+
 static bool first_ok(int64_t left, int rate, int orig, loom_us t_meta, loom_us gap, loom_us budget)
 {
+        if (rate == 1 && orig == 0)
+                return first_round_ok(left, t_meta, budget);
         if (left <= 0 || rate <= 1 || rate == orig)
                 return true;
         return (double)t_meta + (double)(left - 1) * (double)gap <= (double)left * (double)budget;
@@ -808,6 +817,14 @@ static int evaluate(search *x, cand *c)
         if (checks_slo(s->policy.placer) && t_meta > budget) {
                 c->reject = LOOM_REJECT_SLO;
                 slo_why(x, g, t_meta, c->why, sizeof c->why);
+        } else if (s->policy.placer == LOOM_PLACER_LOOM &&
+                   !first_round_ok(sp->iterations, t_meta, x->budget)) {
+                c->reject = LOOM_REJECT_SLO;
+                snprintf(c->why, sizeof c->why,
+                         "its first iteration may wait out the round in progress: %lld x T_meta "
+                         "%.1f s > its budget over %lld iterations",
+                         (long long)sp->iterations + 1, loom_us_to_s(t_meta),
+                         (long long)sp->iterations);
         }
         return 0;
 }

@@ -765,3 +765,38 @@ Test(sched, unbounded_jobs_tie_on_lifetime_and_pack_tightest)
         loom_sched_free(s);
         loom_decision_free(&d);
 }
+
+/*
+ * A new member joins the round after the one in progress, so its first iteration may take two
+ * meta-iterations: a job of n iterations joins only where (n + 1) T_meta <= n x its budget.
+ * A (100 s + 100 s, SLO 1) and B (50 s + 50 s, SLO 2.5: budget 250 s) share the training
+ * node at T_meta 200 s (A's own chain). B joins for four iterations or more (5 x 200 <=
+ * 4 x 250) and when it is unbounded (it amortises the wait), not for one or three; the
+ * rejection names the first iteration.
+ */
+Test(sched, a_short_job_joins_only_where_its_first_round_fits)
+{
+        loom_sched *s = loom_sched_new(&cl, &po, NULL);
+        loom_decision d;
+        loom_decision_init(&d, true);
+        submit(s, spec("A", 100, 100, 1.0), &d);
+        loom_decision_free(&d);
+        const int64_t iters[] = {1, 3, 4, 1000, 0};
+        const bool joins[] = {false, false, true, true, true};
+        for (int i = 0; i < 5; i++) {
+                loom_job_spec b = spec("B", 50, 50, 2.5);
+                b.iterations = iters[i];
+                loom_decision_init(&d, true);
+                cr_assert_eq(loom_sched_decide(s, &b, &d, NULL), 0);
+                cr_assert_eq(d.kind != LOOM_DECISION_NEW_GROUP, joins[i], "%lld iterations: %s",
+                             (long long)iters[i], loom_decision_kind_name(d.kind));
+                if (joins[i])
+                        cr_assert_eq(d.t_meta, loom_us_from_s(200));
+                bool named = false;
+                for (int k = 0; k < d.n_candidates; k++)
+                        named |= strstr(d.candidates[k].why, "first iteration") != NULL;
+                cr_assert_eq(named, !joins[i], "%lld iterations", (long long)iters[i]);
+                loom_decision_free(&d);
+        }
+        loom_sched_free(s);
+}
