@@ -379,4 +379,29 @@ m.kill9()
 m.start()
 check(snapshot() == before, "after kill -9 the member's move replays the same")
 check(m.stop() == 0, "loomd stops cleanly")
+
+# ---- 8. a rollout's head is learned from its progress reports (policy.plan_tails) ------------
+# H's rollouts last 0.5 s and report 52 of 64 responses done (past the 80% threshold) after
+# 0.2 s: three iterations in, its learned profile has a head of about 0.2 s, below its rollout,
+# and the store's observe entries carry the heads, so a kill -9 replays the same profile.
+m = Loomd(build, "--admission", "p99", "--learn-after", "3", "--lease-timeout", "60",
+          "--quiet").start()
+d = m
+_, h = m.req("POST", "/v1/jobs", job_spec("H", 1.0, 0.5, 2.0, 0))
+for it in range(3):
+    st, lease = d.req("POST", f"/v1/jobs/{h['id']}/phases/rollout/acquire?wait=20")
+    check(st == 200, f"H acquires rollout {it} ({st} {lease})")
+    time.sleep(0.2)
+    st, _ = d.req("POST", f"/v1/leases/{lease['lease']}/progress", {"done": 52, "total": 64})
+    time.sleep(0.3)
+    d.req("POST", f"/v1/leases/{lease['lease']}/release", {"status": "ok"})
+    phase(h["id"], "train", 0.1)
+lp = job(h["id"])["learned_profile"] or {}
+check("head_s" in lp and 0.15 < lp["head_s"] < lp["t_roll_s"], f"H's head is learned ({lp})")
+before = snapshot()
+m.kill9()
+m.start()
+check(snapshot() == before and (job(h["id"])["learned_profile"] or {}).get("head_s") ==
+      lp.get("head_s"), "after kill -9 the learned head replays the same")
+check(m.stop() == 0, "loomd stops cleanly")
 shutil.rmtree(os.path.dirname(ORDER), True)
