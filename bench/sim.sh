@@ -51,15 +51,15 @@ for (f, s), d in by.items():
 print(f'  settings where loom is not cheaper than both (target 0): {worse}')"
 
 echo "-- learned-profile admission (plans on a 90% upper bound of the quantile, docs/scheduling.md):"
-echo "   the normal bound, the fleet prior, lone and shared members moved and each job's own"
-echo "   switch (the defaults), and each undone,"
+echo "   the normal bound, the fleet prior, lone and shared members moved, each job's own"
+echo "   switch and rollouts planned on their heads (the defaults), and each undone,"
 echo "   on four Philly virtual clusters"
 echo "   (targets: default window p99 colocated/loom >= 1.2, solo/loom >= 1.6, SLO >= 99%;"
 echo "    the other three windows colocated/loom >= 1.1)"
 for w in "103959.csv 165:300" "0e4a51.csv 0:300" "6214e9.csv 0:300" "b436b2.csv 0:300"; do
   set -- $w
   for a in worst p99 p95 "p99 --learn-bound order" "p99 --move-members off" "p99 --move-lone off" \
-    "p99 --job-switch off"; do
+    "p99 --job-switch off" "p99 --plan-tails off"; do
     "$loom" sim --trace "traces/philly/$1" --rows "$2" --admission $a \
       --policy loom,solo,colocated,lb --json --no-progress | python3 -c "
 import json, sys

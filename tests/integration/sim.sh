@@ -200,6 +200,21 @@ set +e
 set -e
 [ $rc -eq 2 ] || fail "--job-switch maybe must exit 2, got $rc"
 
+# rollouts planned on their learned heads (default) against held to their ends: both keep
+# every profiled SLO, the heads change decisions, and the flag takes on or off only
+"$loom" sim --rows 165:120 --admission p99 --policy loom --plan-tails off --json --no-progress \
+  >"$tmp/pt-off.json"
+python3 - "$tmp/js-on.json" "$tmp/pt-off.json" <<'PY'
+import json, sys
+on, off = (json.loads(open(p).readline()) for p in sys.argv[1:3])
+assert on["slo_attainment_profiled"] == 1.0 and off["slo_attainment_profiled"] == 1.0, (on, off)
+assert on["total_cost"] != off["total_cost"], "planned heads changed no decision"
+PY
+set +e
+"$loom" sim --plan-tails maybe >/dev/null 2>&1; rc=$?
+set -e
+[ $rc -eq 2 ] || fail "--plan-tails maybe must exit 2, got $rc"
+
 # the decomposition ladder: eleven rungs, the first the lb policy's cost, the schedules measured,
 # each schedule rung with the jobs it moved
 "$loom" sim --decompose --rows 165:200 --json --no-progress >"$tmp/dec.json"
