@@ -258,8 +258,9 @@ static loom_us tail_start(const meta_run *m, const loom_meta_job *jb, int j, loo
                         const loom_meta_job *ob = &m->jobs[o];
                         loom_us tail = ob->t_roll - ob->t_head, e = node_free[r] + tail;
                         loom_us left = e - s; /* of the tail, once j's rollout may start */
-                        t = left <= 0 ? s
-                                      : s + (loom_us)(((__int128)left * ob->t_pen + tail - 1) / tail);
+                        t = left <= 0
+                                ? s
+                                : s + (loom_us)(((__int128)left * ob->t_pen + tail - 1) / tail);
                 }
                 best = t > best ? t : best;
         }

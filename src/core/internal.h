@@ -35,13 +35,13 @@ typedef struct job {
         int pos[LOOM_MAX_RATE];
         int64_t iterations_done;
         loom_us submitted_at;
-        bool migrated; /* current rollout squeezed onto its tail GPUs */
-        bool colo;     /* current rollout runs on its group's training nodes (group.lone) */
+        bool migrated;        /* current rollout squeezed onto its tail GPUs */
+        bool colo;            /* current rollout runs on its group's training nodes (group.lone) */
         loom_us roll_started; /* when its current rollout started */
         loom_us head_took;    /* its head (start to tail threshold), once reported; else 0 */
-        bool tail_due; /* current rollout reported past tail_threshold: migrate it as soon as
-                          the next rollout on its node is ready */
-        int gpus;      /* GPUs of the running phase */
+        bool tail_due;        /* current rollout reported past tail_threshold: migrate it as soon as
+                                 the next rollout on its node is ready */
+        int gpus;             /* GPUs of the running phase */
         /* Learned profiles (learn.c), allocated only when admission learns (p99, p95): at
          * 100,000 jobs under worst-case admission it would be 54 MB of zeros. */
         struct learn_state *ls;

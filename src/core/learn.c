@@ -175,7 +175,8 @@ static void set_plan(loom_sched *s, job *j, loom_us roll, loom_us train, loom_us
         j->spec.t_roll = roll;
         j->spec.t_head = head;
         for (int k = 0; k < j->n_rnodes; k++)
-                s->rnodes[j->rnodes[k]]->load += j->rate * (loom__roll_occ(s, &j->spec, k) - was[k]);
+                s->rnodes[j->rnodes[k]]->load +=
+                    j->rate * (loom__roll_occ(s, &j->spec, k) - was[k]);
         j->spec.t_train = train;
         j->t_train_in = loom_group_train_time(train, j->spec.train_gpus, g->train_gpus,
                                               s->policy.train_scaling_efficiency);

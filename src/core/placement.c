@@ -195,16 +195,22 @@ static int meta_jobs(const loom_sched *s, const group *g, const loom_job_spec *s
         *R = g->n_rnodes;
         for (int i = 0; i < g->n_members; i++, n++) {
                 const job *j = g->members[i];
-                mj[n] = (loom_meta_job){j->spec.t_roll, j->t_train_in, j->spec.t_sync,
-                                        j->n_rnodes,    idx[n],        j->spec.t_switch,
-                                        0,              0};
+                mj[n] = (loom_meta_job){j->spec.t_roll,
+                                        j->t_train_in,
+                                        j->spec.t_sync,
+                                        j->n_rnodes,
+                                        idx[n],
+                                        j->spec.t_switch,
+                                        0,
+                                        0};
                 loom__tail_plan(s, &j->spec, &mj[n].t_head, &mj[n].t_pen);
                 rates[n] = j->rate;
                 for (int k = 0; k < j->n_rnodes; k++)
                         idx[n][k] = local_index(g, j->rnodes[k]);
         }
         if (sp) {
-                mj[n] = (loom_meta_job){sp->t_roll, tt, sp->t_sync, c_n, idx[n], sp->t_switch, 0, 0};
+                mj[n] =
+                    (loom_meta_job){sp->t_roll, tt, sp->t_sync, c_n, idx[n], sp->t_switch, 0, 0};
                 loom__tail_plan(s, sp, &mj[n].t_head, &mj[n].t_pen);
                 rates[n] = 1;
                 for (int k = 0; k < c_n; k++) {
@@ -720,7 +726,8 @@ static bool node_too_dense(search *x, const cand *c)
                 for (int i = 0; i < g->n_members; i++) {
                         const job *j = g->members[i];
                         /* its first node carries its tail's share too */
-                        double d0 = (double)loom__roll_occ(x->s, &j->spec, 0) / (double)j->slo_budget;
+                        double d0 =
+                            (double)loom__roll_occ(x->s, &j->spec, 0) / (double)j->slo_budget;
                         double d1 = j->n_rnodes > 1 ? (double)loom__roll_occ(x->s, &j->spec, 1) /
                                                           (double)j->slo_budget
                                                     : d0;
@@ -1017,7 +1024,8 @@ static bool rates_may_fit(search *x, const group *g, bool *scale_ok)
                 for (int i = 0; i < n - 1; i++)
                         for (int k = 0; k < mj[i].n_nodes; k++)
                                 if (mj[i].nodes[k] >= 0 && mj[i].nodes[k] < g->n_rnodes)
-                                        x->lr_load[mj[i].nodes[k]] += rate[i] * loom_meta_occ(&mj[i], k);
+                                        x->lr_load[mj[i].nodes[k]] +=
+                                            rate[i] * loom_meta_occ(&mj[i], k);
         }
         return true;
 }

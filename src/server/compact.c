@@ -147,8 +147,7 @@ static loom_server *shadow_new(loom_server *s, rewrites *rw, loom_err *e)
                 if (!c || (*c = *s->jobs[i], 0) ||
                     (c->replans = c->replans_base, c->learned = false, c->waiters = NULL,
                      c->learned_roll = c->learned_train = c->learned_budget = 0,
-                     c->learned_head = 0,
-                     srv_job_add(sh, c))) {
+                     c->learned_head = 0, srv_job_add(sh, c))) {
                         free(c);
                         shadow_free(sh);
                         return NULL;
@@ -195,8 +194,8 @@ static bool same_state(loom_server *s, loom_server *sh, const uint32_t *core)
         for (uint32_t i = 0; i < s->n_jobs; i++) {
                 const srv_job *a = s->jobs[i], *b = sh->jobs[i];
                 if (core[i] != a->retry.core || a->learned_roll != b->learned_roll ||
-                    a->learned_train != b->learned_train || a->learned_budget != b->learned_budget ||
-                    a->learned_head != b->learned_head)
+                    a->learned_train != b->learned_train ||
+                    a->learned_budget != b->learned_budget || a->learned_head != b->learned_head)
                         return false;
         }
         int nj = loom_sched_jobs(s->sched, NULL, 0), ng = loom_sched_groups(s->sched, NULL, 0);

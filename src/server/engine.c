@@ -594,10 +594,9 @@ static void h_progress(loom_server *s, srv_req *r, loom_us now)
                 if (!j->lease.head_seen && r->total > 0 &&
                     (double)r->done >= p->tail_threshold * (double)r->total) {
                         j->lease.head_seen = true;
-                        loom_sched_observe_head(s->sched, j->retry.core,
-                                                wall > j->lease.granted_wall
-                                                    ? wall - j->lease.granted_wall
-                                                    : 0);
+                        loom_sched_observe_head(
+                            s->sched, j->retry.core,
+                            wall > j->lease.granted_wall ? wall - j->lease.granted_wall : 0);
                 }
                 loom_sched_progress(s->sched, wall, j->retry.core, LOOM_PHASE_ROLLOUT, r->done,
                                     r->total);
@@ -733,12 +732,11 @@ static void h_cluster(loom_server *s, srv_req *r)
                 loom_learn_bound_name(p->learn_bound), "dispatch", loom_dispatch_name(p->dispatch),
                 "multirate", p->multirate, "colocate_lone", p->colocate_lone, "move_lone",
                 p->move_lone, "move_members", p->move_members, "plan_tails", p->plan_tails,
-                "rate_search_open",
-                loom_policy_rate_search_open(p), "nodes", "rollout", st.nodes[LOOM_POOL_ROLLOUT],
-                "train", st.nodes[LOOM_POOL_TRAIN], "cost_per_hour_by_pool", "rollout",
-                pr * st.nodes[LOOM_POOL_ROLLOUT], "train", pt * st.nodes[LOOM_POOL_TRAIN],
-                "cost_per_hour", st.cost_per_hour, "jobs", st.jobs, "groups", st.groups, "replans",
-                (json_int_t)st.replans));
+                "rate_search_open", loom_policy_rate_search_open(p), "nodes", "rollout",
+                st.nodes[LOOM_POOL_ROLLOUT], "train", st.nodes[LOOM_POOL_TRAIN],
+                "cost_per_hour_by_pool", "rollout", pr * st.nodes[LOOM_POOL_ROLLOUT], "train",
+                pt * st.nodes[LOOM_POOL_TRAIN], "cost_per_hour", st.cost_per_hour, "jobs", st.jobs,
+                "groups", st.groups, "replans", (json_int_t)st.replans));
 }
 
 static void handle(loom_server *s, srv_req *r, loom_us now)

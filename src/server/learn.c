@@ -66,11 +66,11 @@ int srv_observe_decode(const char *text, srv_observe_rec *o, loom_err *e)
             : get_us(j, "took_us", &o->took) ? "took_us"
             : !json_is_integer(res) || json_integer_value(res) < 0 || json_integer_value(res) > 3
                 ? "result"
-            : get_us(j, "t_roll_us", &o->roll)   ? "t_roll_us"
-            : get_us(j, "t_train_us", &o->train) ? "t_train_us"
-            : get_us(j, "budget_us", &o->budget) ? "budget_us"
+            : get_us(j, "t_roll_us", &o->roll)                                ? "t_roll_us"
+            : get_us(j, "t_train_us", &o->train)                              ? "t_train_us"
+            : get_us(j, "budget_us", &o->budget)                              ? "budget_us"
             : json_object_get(j, "head_us") && get_us(j, "head_us", &o->head) ? "head_us"
-                                                                               : NULL;
+                                                                              : NULL;
         if (!bad) {
                 o->core = (uint32_t)json_integer_value(core);
                 o->result = (int)json_integer_value(res);
@@ -94,10 +94,10 @@ int srv_learn_observe(loom_server *s, srv_job *j, loom_phase phase, loom_us took
         if (loom_sched_policy(s->sched)->admission == LOOM_ADMIT_WORST || !srv_job_live(j->state))
                 return 0;
         loom_job_info in;
-        loom_us head = phase == LOOM_PHASE_ROLLOUT &&
-                               !loom_sched_job_info(s->sched, j->retry.core, &in)
-                           ? in.rollout_head
-                           : 0;
+        loom_us head =
+            phase == LOOM_PHASE_ROLLOUT && !loom_sched_job_info(s->sched, j->retry.core, &in)
+                ? in.rollout_head
+                : 0;
         int rc = loom_sched_observe(s->sched, srv_now_wall(), j->retry.core, phase, took);
         if (rc < 0 || loom_sched_job_info(s->sched, j->retry.core, &in)) {
                 srv_log(s, "job %u: observation refused: %s", j->id, loom_strerror(rc));
@@ -106,8 +106,8 @@ int srv_learn_observe(loom_server *s, srv_job *j, loom_phase phase, loom_us took
         keep(j, &in);
         if (rc == 1)
                 j->replans++;
-        srv_observe_rec o = {j->retry.core,    phase,           took, rc, in.learned_roll,
-                             in.learned_train, in.learned_budget, head};
+        srv_observe_rec o = {j->retry.core,     phase, took, rc, in.learned_roll, in.learned_train,
+                             in.learned_budget, head};
         loom_err e;
         loom_err_clear(&e);
         char *text = srv_observe_encode(&o);
@@ -138,8 +138,8 @@ int srv_replay_observe(loom_server *s, srv_job *j, uint32_t core, const char *re
                                     "job %u: observe entry names core job %u, replay is at %u",
                                     j->id, o.core, core);
         if (o.head > 0 && loom_sched_observe_head(s->sched, core, o.head))
-                return loom_err_set(e, LOOM_ECORRUPT, "store", "job %u: bad head in an observe entry",
-                                    j->id);
+                return loom_err_set(e, LOOM_ECORRUPT, "store",
+                                    "job %u: bad head in an observe entry", j->id);
         int rc = loom_sched_observe(s->sched, 0, core, o.phase, o.took);
         loom_job_info in;
         bool fail = rc < 0 || loom_sched_job_info(s->sched, core, &in);
@@ -185,11 +185,11 @@ void srv_learn_json(loom_server *s, const srv_job *j, json_t *o)
         (void)s;
         json_object_set_new(o, "learned", json_boolean(j->learned));
         json_object_set_new(o, "replans", json_integer((json_int_t)j->replans));
-        json_t *p = j->learned_roll > 0 ? json_pack("{s:f,s:f,s:f}", "t_roll_s",
-                                                    loom_us_to_s(j->learned_roll), "t_train_s",
-                                                    loom_us_to_s(j->learned_train), "budget_s",
-                                                    loom_us_to_s(j->learned_budget))
-                                        : json_null();
+        json_t *p = j->learned_roll > 0
+                        ? json_pack("{s:f,s:f,s:f}", "t_roll_s", loom_us_to_s(j->learned_roll),
+                                    "t_train_s", loom_us_to_s(j->learned_train), "budget_s",
+                                    loom_us_to_s(j->learned_budget))
+                        : json_null();
         if (json_is_object(p) && j->learned_head > 0) /* its rollout's head, once learned */
                 json_object_set_new(p, "head_s", json_real(loom_us_to_s(j->learned_head)));
         json_object_set_new(o, "learned_profile", p);

@@ -150,8 +150,8 @@ static json_t *ids_json(const loom_node_id *n, int count)
  * against that profile); d is initialised here and the caller frees it. The new admission has
  * no learned profile yet. */
 static int resubmit(loom_server *s, srv_job *j, int64_t at, uint32_t old, loom_us roll,
-                    loom_us train, loom_us solo, loom_us head, loom_decision *d,
-                    loom_job_id *core, loom_err *e)
+                    loom_us train, loom_us solo, loom_us head, loom_decision *d, loom_job_id *core,
+                    loom_err *e)
 {
         loom_sched_job_exit(s->sched, at, old, LOOM_EXIT_FAILED);
         j->learned = false;

@@ -163,8 +163,9 @@ static float refrac(float frac, loom_us from, loom_us to)
         return (float)((double)frac * (double)from / (double)to);
 }
 
-/* w with every job's profile replaced by its realised q-quantile phase times, its SLO held to
- * its realised mean solo iteration (t_solo_ref), as learned admission plans a job. Its
+/* w with every job's profile replaced by its realised q-quantile phase times and rollout head
+ * (t_head: the time to the tail threshold), its SLO held to its realised mean solo iteration
+ * (t_solo_ref), as learned admission plans a job. Its
  * realisations are w's, re-expressed against the new profile so every phase lasts as long as
  * it does in w. Free with loom_sim_workload_free. */
 int loom__sim_realised_profiles(const loom_sim_workload *w, double q, loom_sim_workload *out)
@@ -195,6 +196,7 @@ int loom__sim_realised_profiles(const loom_sim_workload *w, double q, loom_sim_w
                         continue;
                 loom_us roll = sim_phase_us(j->spec.t_roll, (float)quantile(j->roll, n, q, tmp));
                 loom_us train = sim_phase_us(j->spec.t_train, (float)quantile(j->train, n, q, tmp));
+                loom_us head = sim_phase_us(j->spec.t_roll, (float)quantile(j->tailq, n, q, tmp));
                 loom_us solo = 0;
                 for (int64_t it = 0; it < n; it++)
                         solo += sim_phase_us(j->spec.t_roll, j->roll[it]) +
@@ -202,6 +204,7 @@ int loom__sim_realised_profiles(const loom_sim_workload *w, double q, loom_sim_w
                 j->spec.t_solo_ref = solo / n;
                 j->spec.t_roll = roll > 0 ? roll : 1;
                 j->spec.t_train = train > 0 ? train : 1;
+                j->spec.t_head = head > 0 && head < j->spec.t_roll ? head : 0;
                 const loom_job_spec *o = &w->jobs[i].spec;
                 for (int64_t it = 0; it < n; it++) {
                         d[it] = refrac(j->roll[it], o->t_roll, j->spec.t_roll);

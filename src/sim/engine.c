@@ -537,8 +537,7 @@ static int resubmit_later(engine *g, int ji, loom_us delay)
 
 /* A stopped job ji declares (roll, train, solo_ref) and is re-admitted after its restart;
  * 1 (resubmitted) or an error. */
-static int redeclare(engine *g, int ji, loom_us roll, loom_us train, loom_us solo_ref,
-                     loom_us head)
+static int redeclare(engine *g, int ji, loom_us roll, loom_us train, loom_us solo_ref, loom_us head)
 {
         sjob *j = &g->jobs[ji];
         j->cur.t_roll = roll;

@@ -169,9 +169,9 @@ int loom_job_spec_from_json(json_t *obj, const char *where, const char *text, si
                             loom_job_spec *out, loom_err *e)
 {
         static const char *const known[] = {
-            "id",         "rollout_gpus", "train_gpus",     "t_roll_s",      "t_train_s",
-            "sync_s",     "slo",          "mem_rollout_gb", "mem_train_gb",  "model_b",
-            "iterations", "max_restarts", "switch_s",       "head_s",        CALLS_KNOWN NULL};
+            "id",         "rollout_gpus", "train_gpus",     "t_roll_s",     "t_train_s",
+            "sync_s",     "slo",          "mem_rollout_gb", "mem_train_gb", "model_b",
+            "iterations", "max_restarts", "switch_s",       "head_s",       CALLS_KNOWN NULL};
         dctx c = {where, text, len, e};
         if (!json_is_object(obj))
                 return fail(&c, "", "a job must be a JSON object");
@@ -309,18 +309,30 @@ int loom_cluster_cfg_from_json(json_t *obj, const char *where, const char *text,
 int loom_policy_cfg_from_json(json_t *obj, const char *where, const char *text, size_t len,
                               const loom_cluster_cfg *cl, loom_policy_cfg *out, loom_err *e)
 {
-        static const char *const known[] = {"max_group_size",   "train_scaling_efficiency",
-                                            "warm_switch_s",    "tail_migration",
-                                            "tail_threshold",   "tail_keep_gpus",
-                                            "placer",           "seed",
-                                            "dispatch",         "preempt_margin",
-                                            "plex_alpha",       "plex_w1",
-                                            "plex_w2",          "plex_duty_max",
-                                            "admission",        "learn_after",
-                                            "multirate",        "train_rightsize",
-                                            "colocate_lone",    "learn_bound",
-                                            "move_lone",        "move_members",
-                                            "rate_search_open", "plan_tails",
+        static const char *const known[] = {"max_group_size",
+                                            "train_scaling_efficiency",
+                                            "warm_switch_s",
+                                            "tail_migration",
+                                            "tail_threshold",
+                                            "tail_keep_gpus",
+                                            "placer",
+                                            "seed",
+                                            "dispatch",
+                                            "preempt_margin",
+                                            "plex_alpha",
+                                            "plex_w1",
+                                            "plex_w2",
+                                            "plex_duty_max",
+                                            "admission",
+                                            "learn_after",
+                                            "multirate",
+                                            "train_rightsize",
+                                            "colocate_lone",
+                                            "learn_bound",
+                                            "move_lone",
+                                            "move_members",
+                                            "rate_search_open",
+                                            "plan_tails",
                                             NULL};
         dctx c = {where ? where : "", text, len, e};
         if (!json_is_object(obj))

@@ -132,7 +132,9 @@ static void random_group_k(rgroup *g, bool coupled)
                                           coupled && !uniform(0, 3) ? uniform(1, 60) * 1000 : 0,
                                           k,
                                           g->nodes[i],
-                                          0, 0, 0};
+                                          0,
+                                          0,
+                                          0};
         }
 }
 
@@ -268,8 +270,9 @@ Test(group, coupled_groups_are_simulated_not_assumed)
         cr_assert_gt(above, 0);
 
         int n01[] = {0, 1}, n1[] = {1}, n0[] = {0};
-        loom_meta_job j[3] = {
-            {231, 108, 0, 2, n01, 0, 0, 0}, {537, 195, 0, 1, n1, 0, 0, 0}, {407, 387, 0, 1, n0, 0, 0, 0}};
+        loom_meta_job j[3] = {{231, 108, 0, 2, n01, 0, 0, 0},
+                              {537, 195, 0, 1, n1, 0, 0, 0},
+                              {407, 387, 0, 1, n0, 0, 0, 0}};
         loom_us t;
         cr_assert_eq(loom_meta_period(j, 3, 2, 0, &t, NULL), 0);
         cr_assert_eq(loom_meta_t_cycle(j, 3), 794);

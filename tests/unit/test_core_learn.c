@@ -358,8 +358,10 @@ Test(learn, tolerance_factors_are_noncentral_t_quantiles)
                                 else
                                         hi = m;
                         }
-                        double k = (lo + hi) / 2 / sqrt((double)n), a = loom_normal_tolerance_k(n, q[r]);
-                        cr_assert(a >= k && a <= 1.01 * k, "q %g n %d: %g against %g", q[r], n, a, k);
+                        double k = (lo + hi) / 2 / sqrt((double)n),
+                               a = loom_normal_tolerance_k(n, q[r]);
+                        cr_assert(a >= k && a <= 1.01 * k, "q %g n %d: %g against %g", q[r], n, a,
+                                  k);
                 }
         cr_assert(isinf(loom_normal_tolerance_k(5, 0.9)));
         loom_learn_bound b;

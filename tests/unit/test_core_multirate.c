@@ -27,7 +27,9 @@ Test(multirate, all_rates_one_is_the_single_rate_period)
                                                uniform(0, 2) ? 0 : uniform(1, 30) * 1000,
                                                1,
                                                &nodes[i],
-                                               0, 0, 0};
+                                               0,
+                                               0,
+                                               0};
                         ones[i] = 1;
                 }
                 loom_us t0, t1, gaps[8];
@@ -60,7 +62,9 @@ Test(multirate, period_bounds_and_order_over_random_groups)
                                                uniform(0, 3) ? 0 : uniform(1, 30) * 1000,
                                                1,
                                                &nodes[i],
-                                               0, 0, 0};
+                                               0,
+                                               0,
+                                               0};
                         rates[i] = (int)uniform(1, 4);
                 }
                 loom_us t, gaps[8];
@@ -87,7 +91,8 @@ Test(multirate, period_bounds_and_order_over_random_groups)
 Test(multirate, a_short_job_repeats_inside_a_long_cycle)
 {
         int n0[] = {0}, n1[] = {1};
-        loom_meta_job j[2] = {{800000, 200000, 0, 1, n0, 0, 0, 0}, {60000, 40000, 0, 1, n1, 0, 0, 0}};
+        loom_meta_job j[2] = {{800000, 200000, 0, 1, n0, 0, 0, 0},
+                              {60000, 40000, 0, 1, n1, 0, 0, 0}};
         int rates[2] = {1, 4};
         loom_us t, gaps[2];
         cr_assert_eq(loom_meta_eval(j, rates, 2, 2, 0, &t, gaps, NULL), 0);

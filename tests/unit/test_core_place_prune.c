@@ -39,7 +39,9 @@ Test(place_prune, gap_bounds_hold_against_the_simulation)
                                                uniform(0, 3) ? 0 : uniform(1, 60) * 1000,
                                                k,
                                                nodes[i],
-                                               0, 0, 0};
+                                               0,
+                                               0,
+                                               0};
                         rates[i] = (int)uniform(1, 8);
                         slots += rates[i];
                 }
