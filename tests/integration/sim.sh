@@ -184,36 +184,25 @@ assert multi["total_cost"] <= one["total_cost"] * (1 + 1e-9), (one, multi)
 assert multi["slo_attainment_profiled"] == 1.0, multi
 PY
 
-# each job's own switch (default) against every switch planned at the largest: both keep every
-# profiled SLO, and the flag takes on or off only
-"$loom" sim --rows 165:120 --admission p99 --policy loom --json --no-progress >"$tmp/js-on.json"
-"$loom" sim --rows 165:120 --admission p99 --policy loom --job-switch off --json --no-progress \
-  >"$tmp/js-off.json"
-python3 - "$tmp/js-on.json" "$tmp/js-off.json" <<'PY'
+# an on|off policy switch whose default (on) changes decisions: both ways keep every profiled
+# SLO, the runs differ, and the flag takes on or off only
+on_off_changes() {
+  "$loom" sim --rows 165:120 --admission p99 --policy loom --"$1" off --json --no-progress \
+    >"$tmp/$1-off.json"
+  python3 - "$tmp/p99-on.json" "$tmp/$1-off.json" "$1" <<'PY'
 import json, sys
 on, off = (json.loads(open(p).readline()) for p in sys.argv[1:3])
 assert on["slo_attainment_profiled"] == 1.0 and off["slo_attainment_profiled"] == 1.0, (on, off)
-assert on["total_cost"] != off["total_cost"], "declared switches changed no decision"
+assert on["total_cost"] != off["total_cost"], sys.argv[3] + " changed no decision"
 PY
-set +e
-"$loom" sim --job-switch maybe >/dev/null 2>&1; rc=$?
-set -e
-[ $rc -eq 2 ] || fail "--job-switch maybe must exit 2, got $rc"
-
-# rollouts planned on their learned heads (default) against held to their ends: both keep
-# every profiled SLO, the heads change decisions, and the flag takes on or off only
-"$loom" sim --rows 165:120 --admission p99 --policy loom --plan-tails off --json --no-progress \
-  >"$tmp/pt-off.json"
-python3 - "$tmp/js-on.json" "$tmp/pt-off.json" <<'PY'
-import json, sys
-on, off = (json.loads(open(p).readline()) for p in sys.argv[1:3])
-assert on["slo_attainment_profiled"] == 1.0 and off["slo_attainment_profiled"] == 1.0, (on, off)
-assert on["total_cost"] != off["total_cost"], "planned heads changed no decision"
-PY
-set +e
-"$loom" sim --plan-tails maybe >/dev/null 2>&1; rc=$?
-set -e
-[ $rc -eq 2 ] || fail "--plan-tails maybe must exit 2, got $rc"
+  set +e
+  "$loom" sim --"$1" maybe >/dev/null 2>&1; rc=$?
+  set -e
+  [ $rc -eq 2 ] || fail "--$1 maybe must exit 2, got $rc"
+}
+"$loom" sim --rows 165:120 --admission p99 --policy loom --json --no-progress >"$tmp/p99-on.json"
+on_off_changes job-switch # each job's own switch against every switch planned at the largest
+on_off_changes plan-tails # rollouts planned on their learned heads against held to their ends
 
 # the decomposition ladder: eleven rungs, the first the lb policy's cost, the schedules measured,
 # each schedule rung with the jobs it moved

@@ -45,14 +45,18 @@ static void drain(loom_sched *s)
                 ;
 }
 
-/* Run `iters` iterations of a job alone in its group, observing roll_s and train_s each;
- * returns the last observe() result. */
-static int run_alone(loom_sched *s, loom_job_id j, int iters, double roll_s, double train_s)
+/* Run `iters` iterations of a job alone in its group, observing roll_s and train_s each and,
+ * when head_s >= 0, reporting each rollout's head (start to the tail threshold) before the
+ * rollout's length; returns the last observe() result. */
+static int run_alone_head(loom_sched *s, loom_job_id j, int iters, double roll_s, double head_s,
+                          double train_s)
 {
         int rc = 0;
         loom_us now = 0;
         for (int i = 0; i < iters; i++) {
                 drain(s);
+                if (head_s >= 0)
+                        cr_assert_eq(loom_sched_observe_head(s, j, loom_us_from_s(head_s)), 0);
                 now += loom_us_from_s(roll_s);
                 cr_assert_geq(
                     loom_sched_observe(s, now, j, LOOM_PHASE_ROLLOUT, loom_us_from_s(roll_s)), 0);
@@ -65,6 +69,11 @@ static int run_alone(loom_sched *s, loom_job_id j, int iters, double roll_s, dou
         }
         drain(s);
         return rc;
+}
+
+static int run_alone(loom_sched *s, loom_job_id j, int iters, double roll_s, double train_s)
+{
+        return run_alone_head(s, j, iters, roll_s, -1, train_s);
 }
 
 static loom_decision_kind decide(loom_sched *s, loom_job_spec sp)
@@ -322,6 +331,21 @@ static double nct_cdf(double t, int nu, double delta)
         return sum * h / 3;
 }
 
+/* k(n) for the z_q quantile: the noncentral t quantile at LOOM_LEARN_CONFIDENCE over sqrt(n),
+ * by bisection on nct_cdf. */
+static double tolerance_k(int n, double z)
+{
+        double lo = 0, hi = 1000, d = z * sqrt((double)n);
+        for (int it = 0; it < 60; it++) {
+                double m = (lo + hi) / 2;
+                if (nct_cdf(m, n - 1, d) < LOOM_LEARN_CONFIDENCE)
+                        lo = m;
+                else
+                        hi = m;
+        }
+        return (lo + hi) / 2 / sqrt((double)n);
+}
+
 /* The tabulated factors are the noncentral t quantiles, recomputed here by integration, and
  * the published one-sided tolerance factors where tables give them. */
 Test(learn, tolerance_factors_are_noncentral_t_quantiles)
@@ -329,15 +353,7 @@ Test(learn, tolerance_factors_are_noncentral_t_quantiles)
         const double z[2] = {1.6448536, 2.3263479}, q[2] = {0.95, 0.99};
         for (int r = 0; r < 2; r++)
                 for (int n = 2; n <= LOOM_LEARN_WINDOW / 2; n++) {
-                        double lo = 0, hi = 1000, d = z[r] * sqrt((double)n);
-                        for (int it = 0; it < 60; it++) {
-                                double m = (lo + hi) / 2;
-                                if (nct_cdf(m, n - 1, d) < LOOM_LEARN_CONFIDENCE)
-                                        lo = m;
-                                else
-                                        hi = m;
-                        }
-                        double k = (lo + hi) / 2 / sqrt((double)n);
+                        double k = tolerance_k(n, z[r]);
                         cr_assert_float_eq(loom_normal_tolerance_k(n, q[r]), k, 1e-3,
                                            "q %g n %d: %g", q[r], n, k);
                 }
@@ -350,16 +366,7 @@ Test(learn, tolerance_factors_are_noncentral_t_quantiles)
         for (int r = 0; r < 2; r++)
                 for (size_t i = 0; i < sizeof big / sizeof *big; i++) {
                         int n = big[i];
-                        double lo = 0, hi = 100, d = z[r] * sqrt((double)n);
-                        for (int it = 0; it < 60; it++) {
-                                double m = (lo + hi) / 2;
-                                if (nct_cdf(m, n - 1, d) < LOOM_LEARN_CONFIDENCE)
-                                        lo = m;
-                                else
-                                        hi = m;
-                        }
-                        double k = (lo + hi) / 2 / sqrt((double)n),
-                               a = loom_normal_tolerance_k(n, q[r]);
+                        double k = tolerance_k(n, z[r]), a = loom_normal_tolerance_k(n, q[r]);
                         cr_assert(a >= k && a <= 1.01 * k, "q %g n %d: %g against %g", q[r], n, a,
                                   k);
                 }
@@ -578,30 +585,6 @@ Test(learn, a_member_moves_when_its_group_saves_more_than_the_move_costs)
                 cr_assert_eq((double)d.t_meta > (1 - LOOM_MOVE_MARGIN) * slo_b * 130e6, k == 2);
                 loom_sched_free(s);
         }
-}
-
-/* Run A alone as run_alone does, its driver reporting each rollout's head (start to the tail
- * threshold) before the rollout's length. */
-static int run_alone_head(loom_sched *s, loom_job_id j, int iters, double roll_s, double head_s,
-                          double train_s)
-{
-        int rc = 0;
-        loom_us now = 0;
-        for (int i = 0; i < iters; i++) {
-                drain(s);
-                cr_assert_eq(loom_sched_observe_head(s, j, loom_us_from_s(head_s)), 0);
-                now += loom_us_from_s(roll_s);
-                cr_assert_geq(
-                    loom_sched_observe(s, now, j, LOOM_PHASE_ROLLOUT, loom_us_from_s(roll_s)), 0);
-                cr_assert_eq(loom_sched_phase_done(s, now, j, LOOM_PHASE_ROLLOUT), 0);
-                drain(s);
-                now += loom_us_from_s(train_s);
-                rc = loom_sched_observe(s, now, j, LOOM_PHASE_TRAIN, loom_us_from_s(train_s));
-                cr_assert_geq(rc, 0);
-                cr_assert_eq(loom_sched_phase_done(s, now, j, LOOM_PHASE_TRAIN), 0);
-        }
-        drain(s);
-        return rc;
 }
 
 /*
