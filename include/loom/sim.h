@@ -301,6 +301,7 @@ typedef struct loom_sim_result {
                                        is not a move) */
         uint64_t replans;           /* learned-profile re-plans (admission p99/p95) */
         bool multirate;             /* the run's placer could run members at rates > 1 */
+        bool plan_tails;            /* ... and plan rollouts on their learned heads */
         uint64_t rate_sum, rate_n;  /* the rates jobs were admitted at: mean = sum / n */
         int jobs_failed;            /* failed after their last restart */
         double oracle_gap; /* oracle: largest proven relative gap to the optimum (0: exact) */

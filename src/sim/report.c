@@ -160,6 +160,7 @@ static json_t *to_json(const loom_sim_result *x, const loom_sim_result *lb,
         json_object_set_new(o, "regroups", json_integer((json_int_t)x->regroups));
         json_object_set_new(o, "jobs_failed", json_integer(x->jobs_failed));
         json_object_set_new(o, "multirate", json_boolean(x->multirate));
+        json_object_set_new(o, "plan_tails", json_boolean(x->plan_tails));
         json_object_set_new(o, "mean_rate",
                             x->rate_n ? real((double)x->rate_sum / (double)x->rate_n, 4)
                                       : json_null());

@@ -203,6 +203,11 @@ PY
 "$loom" sim --rows 165:120 --admission p99 --policy loom --json --no-progress >"$tmp/p99-on.json"
 on_off_changes job-switch # each job's own switch against every switch planned at the largest
 on_off_changes plan-tails # rollouts planned on their learned heads against held to their ends
+python3 - "$tmp/p99-on.json" "$tmp/plan-tails-off.json" <<'PY'
+import json, sys
+on, off = (json.loads(open(p).readline()) for p in sys.argv[1:3])
+assert on["plan_tails"] is True and off["plan_tails"] is False, (on["plan_tails"], off["plan_tails"])
+PY
 
 # the decomposition ladder: eleven rungs, the first the lb policy's cost, the schedules measured,
 # each schedule rung with the jobs it moved
