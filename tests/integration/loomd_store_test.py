@@ -5,10 +5,11 @@
    recorded arithmetic loomd refuses to start (replay must match); recorded under another
    arithmetic, loomd re-derives the log with its own core, starts, records meta "rederived",
    and the job's learned profile is the one this core computes (the stored one is ignored).
-2. Compaction. With --compact-min 64, three jobs (two sharing a group) run 100 iterations:
-   the log keeps far fewer than the 600 observe entries, the live state is unchanged by it, and a
-   kill -9 restart replays the compacted log to the same placements, learned profiles and
-   re-plan counts (replay still checks every entry it keeps).
+2. Compaction. With --compact-min 64, three jobs (two sharing a group) run 100 iterations,
+   each rollout reporting its head: the log keeps far fewer than the 600 observe entries, the
+   live state is unchanged by it, and a kill -9 restart replays the compacted log to the same
+   placements, learned profiles (rollout heads included) and re-plan counts (replay still
+   checks every entry it keeps).
 """
 import json
 import os
@@ -30,11 +31,15 @@ ARITH = re.search(r"#define LOOM_SCHED_ARITH (\d+)",
 ARGS = ["--admission", "p99", "--learn-after", "3", "--lease-timeout", "60", "--quiet"]
 
 
-def run_iters(d, jid, n):
+def run_iters(d, jid, n, heads=False):
     for _ in range(n):
         for ph in ("rollout", "train"):
             st, lease = d.req("POST", f"/v1/jobs/{jid}/phases/{ph}/acquire?wait=20")
             check(st == 200, f"job {jid} acquires {ph} ({st})")
+            if heads and ph == "rollout":  # past the tail threshold: the rollout's head
+                st, _ = d.req("POST", f"/v1/leases/{lease['lease']}/progress",
+                              {"done": 60, "total": 64})
+                check(st == 200, f"job {jid} reports progress")
             st, _ = d.req("POST", f"/v1/leases/{lease['lease']}/release", {"status": "ok"})
             check(st == 200, f"job {jid} releases {ph}")
 
@@ -131,7 +136,7 @@ for name, slo in (("x", 1.0), ("y", 3.0), ("z", 3.0)):
     ids.append(j["id"])
 for _ in range(100):
     for jid in ids:
-        run_iters(d, jid, 1)
+        run_iters(d, jid, 1, heads=True)  # each rollout's head kept through compaction too
 
 
 def state(dd):
@@ -139,6 +144,8 @@ def state(dd):
     for jid in ids:
         st, j = dd.req("GET", f"/v1/jobs/{jid}")
         out.append((j["decision"], j["learned_profile"], j["replans"], j["learned"]))
+        check(not j["learned_profile"] or "head_s" in j["learned_profile"],
+              f"job {jid}: its head is learned ({j['learned_profile']})")
     return out
 
 
