@@ -179,6 +179,31 @@ static inline int loom_policy_rate_search_open(const loom_policy_cfg *p)
         return p->rate_search_open > 0 ? p->rate_search_open : LOOM_RATE_SEARCH_OPEN;
 }
 
+/* Whether placement under p plans rollouts on their heads (plan_tails, docs/scheduling.md
+ * "Planning the tails"): loom's placer, tail migration on, and a tail that leaves GPUs free on
+ * a node of gpus_per_node. */
+static inline bool loom_policy_plans_tails(const loom_policy_cfg *p, int gpus_per_node)
+{
+        return p->plan_tails && p->tail_migration && p->placer == LOOM_PLACER_LOOM &&
+               p->tail_keep_gpus < gpus_per_node;
+}
+
+/* sp's rollout as the meta-iteration plans it under p (loom_meta_job.t_head, t_pen): its head,
+ * and how long its tail, kept on tail_keep_gpus of its first node's GPUs, delays the next
+ * rollout there (the tail's GPU time over the node's GPUs). 0, 0: planned to hold its nodes to
+ * its end (no head known, or tails not planned). The core, and the simulator's oracle, plan
+ * with it. */
+static inline void loom_policy_tail_plan(const loom_policy_cfg *p, int gpus_per_node,
+                                         const loom_job_spec *sp, loom_us *head, loom_us *pen)
+{
+        *head = *pen = 0;
+        if (sp->t_head <= 0 || sp->t_head >= sp->t_roll ||
+            !loom_policy_plans_tails(p, gpus_per_node))
+                return;
+        *head = sp->t_head;
+        *pen = ((sp->t_roll - sp->t_head) * p->tail_keep_gpus + gpus_per_node - 1) / gpus_per_node;
+}
+
 void loom_policy_cfg_default(loom_policy_cfg *p);
 int loom_policy_cfg_validate(const loom_policy_cfg *p, const loom_cluster_cfg *c, loom_err *e);
 /* The on/off switches of the command lines: "multirate", "train-rightsize", "colocate-lone",

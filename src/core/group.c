@@ -219,9 +219,8 @@ enum { META_MAX_ITERS = 512, META_STACK_BYTES = 8192 };
 
 /* State layout: [0, R) rollout node free times, R training pool free time, R+1+j job j ready.
  * A rollout with a planned head frees its nodes at its head; the tail it leaves on its first
- * node delays the next other job's rollout there by its t_pen (pen[r], left by job pen_job[r];
- * -1: none). Whose tail a node carries depends only on the slot order, so each step stays
- * max-plus linear. */
+ * node delays the next other job's rollout there (tail_start; pen[r], left by job pen_job[r],
+ * -1: none). Whose tail a node carries depends only on the slot order. */
 typedef struct meta_run {
         const loom_meta_job *jobs;
         int n, R, width, hist;
@@ -267,6 +266,12 @@ static loom_us tail_start(const meta_run *m, const loom_meta_job *jb, int j, loo
         return best;
 }
 
+/* How long after it starts a rollout frees its nodes: its head, or all of it. */
+static loom_us held(const loom_meta_job *jb)
+{
+        return jb->t_head > 0 ? jb->t_head : jb->t_roll;
+}
+
 /* Job j's rollout leaves its tail on its first node (and none on the others). */
 static void leave_tail(meta_run *m, const loom_meta_job *jb, int j)
 {
@@ -309,7 +314,7 @@ static void meta_step(meta_run *m, const loom_us *in, loom_us *out)
                 if (m->roll_start[j] == META_NEG)
                         m->roll_start[j] = s;
                 for (int k = 0; k < jb->n_nodes; k++) {
-                        node_free[jb->nodes[k]] = s + (jb->t_head > 0 ? jb->t_head : jb->t_roll);
+                        node_free[jb->nodes[k]] = s + held(jb);
                         m->node_last[jb->nodes[k]] = j;
                 }
                 if (m->tails)
@@ -347,8 +352,7 @@ static void meta_step_plain(meta_run *m, const loom_us *in, loom_us *out)
                                 s = tail_start(m, jb, j, s, node_free);
                         end = s + jb->t_roll;
                         for (int k = 0; k < jb->n_nodes; k++)
-                                node_free[jb->nodes[k]] =
-                                    s + (jb->t_head > 0 ? jb->t_head : jb->t_roll);
+                                node_free[jb->nodes[k]] = s + held(jb);
                         if (m->tails)
                                 leave_tail(m, jb, j);
                 }

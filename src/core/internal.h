@@ -35,13 +35,12 @@ typedef struct job {
         int pos[LOOM_MAX_RATE];
         int64_t iterations_done;
         loom_us submitted_at;
-        bool migrated;        /* current rollout squeezed onto its tail GPUs */
-        bool colo;            /* current rollout runs on its group's training nodes (group.lone) */
-        loom_us roll_started; /* when its current rollout started */
-        loom_us head_took;    /* its head (start to tail threshold), once reported; else 0 */
-        bool tail_due;        /* current rollout reported past tail_threshold: migrate it as soon as
-                                 the next rollout on its node is ready */
-        int gpus;             /* GPUs of the running phase */
+        bool migrated;     /* current rollout squeezed onto its tail GPUs */
+        bool colo;         /* current rollout runs on its group's training nodes (group.lone) */
+        loom_us head_took; /* its head (start to tail threshold), once reported; else 0 */
+        bool tail_due;     /* current rollout reported past tail_threshold: migrate it as soon as
+                              the next rollout on its node is ready */
+        int gpus;          /* GPUs of the running phase */
         /* Learned profiles (learn.c), allocated only when admission learns (p99, p95): at
          * 100,000 jobs under worst-case admission it would be 54 MB of zeros. */
         struct learn_state *ls;
@@ -191,28 +190,11 @@ static inline loom_us loom__switch(const loom_sched *s, const loom_job_spec *spe
         return spec->t_switch > 0 ? spec->t_switch : s->policy.warm_switch;
 }
 
-/* Whether the core plans rollouts on their heads (policy.plan_tails, docs/scheduling.md
- * "Planning the tails"): loom's placer, with tail migration on and a tail that frees GPUs. */
-static inline bool loom__plans_tails(const loom_sched *s)
-{
-        const loom_policy_cfg *p = &s->policy;
-        return p->plan_tails && p->tail_migration && p->placer == LOOM_PLACER_LOOM &&
-               p->tail_keep_gpus < s->cluster.gpus_per_node;
-}
-
-/* spec's rollout as the meta-iteration plans it (loom_meta_job.t_head, t_pen): its head, and
- * how long its tail, kept on tail_keep_gpus of its first node's GPUs, delays the next rollout
- * there (the tail's GPU time over the node's GPUs). 0, 0: planned to hold its nodes to its
- * end (no head known, or tails not planned). */
+/* spec's rollout as the core's meta-iteration plans it (loom_policy_tail_plan). */
 static inline void loom__tail_plan(const loom_sched *s, const loom_job_spec *sp, loom_us *head,
                                    loom_us *pen)
 {
-        *head = *pen = 0;
-        if (sp->t_head <= 0 || sp->t_head >= sp->t_roll || !loom__plans_tails(s))
-                return;
-        int gpn = s->cluster.gpus_per_node;
-        *head = sp->t_head;
-        *pen = ((sp->t_roll - sp->t_head) * s->policy.tail_keep_gpus + gpn - 1) / gpn;
+        loom_policy_tail_plan(&s->policy, s->cluster.gpus_per_node, sp, head, pen);
 }
 
 /* How long spec's rollout keeps its k-th node from the next one (loom_meta_occ): a node's

@@ -195,22 +195,24 @@ static int meta_jobs(const loom_sched *s, const group *g, const loom_job_spec *s
         *R = g->n_rnodes;
         for (int i = 0; i < g->n_members; i++, n++) {
                 const job *j = g->members[i];
-                mj[n] = (loom_meta_job){j->spec.t_roll,
-                                        j->t_train_in,
-                                        j->spec.t_sync,
-                                        j->n_rnodes,
-                                        idx[n],
-                                        j->spec.t_switch,
-                                        0,
-                                        0};
+                mj[n] = (loom_meta_job){.t_roll = j->spec.t_roll,
+                                        .t_train = j->t_train_in,
+                                        .t_sync = j->spec.t_sync,
+                                        .n_nodes = j->n_rnodes,
+                                        .nodes = idx[n],
+                                        .t_switch = j->spec.t_switch};
                 loom__tail_plan(s, &j->spec, &mj[n].t_head, &mj[n].t_pen);
                 rates[n] = j->rate;
                 for (int k = 0; k < j->n_rnodes; k++)
                         idx[n][k] = local_index(g, j->rnodes[k]);
         }
         if (sp) {
-                mj[n] =
-                    (loom_meta_job){sp->t_roll, tt, sp->t_sync, c_n, idx[n], sp->t_switch, 0, 0};
+                mj[n] = (loom_meta_job){.t_roll = sp->t_roll,
+                                        .t_train = tt,
+                                        .t_sync = sp->t_sync,
+                                        .n_nodes = c_n,
+                                        .nodes = idx[n],
+                                        .t_switch = sp->t_switch};
                 loom__tail_plan(s, sp, &mj[n].t_head, &mj[n].t_pen);
                 rates[n] = 1;
                 for (int k = 0; k < c_n; k++) {

@@ -805,8 +805,7 @@ int loom__sim_run_core(const loom_sim_cfg *c, const loom_sim_workload *w, loom_s
                 cc.policy.admission = LOOM_ADMIT_WORST;
         r->admission = cc.policy.admission;
         r->multirate = cc.policy.multirate && cc.policy.placer == LOOM_PLACER_LOOM;
-        r->plan_tails = cc.policy.plan_tails && cc.policy.tail_migration &&
-                        cc.policy.placer == LOOM_PLACER_LOOM &&
+        r->plan_tails = loom_policy_plans_tails(&cc.policy, cc.cluster.gpus_per_node) &&
                         cc.policy.admission != LOOM_ADMIT_WORST;
         r->drift = w->drift;
         engine g = {.c = &cc, .w = w, .r = r, .e = e};

@@ -153,21 +153,6 @@ static bool raise_rates(const gsearch *g, const loom_meta_job *mj, int *rates, l
         return false;
 }
 
-/* A rollout's head and its tail's delay to the next rollout on its first node, planned as
- * loom's core plans them under policy.plan_tails (docs/scheduling.md, "Planning the tails"):
- * a job with a head (the informed profiles) frees its nodes there. */
-static void tail_plan(const loom_sim_cfg *c, const loom_job_spec *s, loom_us *head, loom_us *pen)
-{
-        const loom_policy_cfg *p = &c->policy;
-        int gpn = c->cluster.gpus_per_node;
-        *head = *pen = 0;
-        if (!p->plan_tails || !p->tail_migration || p->tail_keep_gpus >= gpn || s->t_head <= 0 ||
-            s->t_head >= s->t_roll)
-                return;
-        *head = s->t_head;
-        *pen = ((s->t_roll - s->t_head) * p->tail_keep_gpus + gpn - 1) / gpn;
-}
-
 static void evaluate(gsearch *g)
 {
         const loom_sim_workload *w = g->o->w;
@@ -183,7 +168,9 @@ static void evaluate(gsearch *g)
                     .n_nodes = g->knodes[i],
                     .nodes = g->pin[i],
                     .t_switch = loom__sim_job_switch(c, w->jobs[g->k->m[i]].model_b)};
-                tail_plan(c, s, &mj[i].t_head, &mj[i].t_pen);
+                /* a job with a head (the informed profiles) frees its nodes there, as in loom */
+                loom_policy_tail_plan(&c->policy, c->cluster.gpus_per_node, s, &mj[i].t_head,
+                                      &mj[i].t_pen);
         }
         g->o->evals++;
         loom_us t_meta;
@@ -332,7 +319,7 @@ static void group_eval(oracle *o, const gkey *k, gval *out)
                                                            c->policy.train_scaling_efficiency);
                         /* a rollout keeps its nodes t_head (+ its tail's delay on the first) */
                         loom_us head, pen;
-                        tail_plan(c, s, &head, &pen);
+                        loom_policy_tail_plan(&c->policy, c->cluster.gpus_per_node, s, &head, &pen);
                         loom_us occ = head > 0 ? head * g.knodes[i] + pen : s->t_roll * g.knodes[i];
                         sum_train += tt;
                         sum_roll += occ;

@@ -136,9 +136,12 @@ int loom__sim_regroup_feasible(const loom_sched *s, const loom_job_spec *cur_by_
                                                 idx[m][k] = r;
                         loom_us tt = loom_group_train_time(cs->t_train, cs->train_gpus, pool,
                                                            pc->train_scaling_efficiency);
-                        mj[m] = (loom_meta_job){
-                            cs->t_roll, tt,           cs->t_sync, ji.n_rollout_nodes,
-                            idx[m],     cs->t_switch, 0,          0};
+                        mj[m] = (loom_meta_job){.t_roll = cs->t_roll,
+                                                .t_train = tt,
+                                                .t_sync = cs->t_sync,
+                                                .n_nodes = ji.n_rollout_nodes,
+                                                .nodes = idx[m],
+                                                .t_switch = cs->t_switch};
                         loom_us b = loom_job_budget(cs);
                         if (b < budget)
                                 budget = b;
