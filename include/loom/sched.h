@@ -416,7 +416,6 @@ typedef struct loom_job_info {
          * its mean observed solo iteration */
         loom_us learned_roll, learned_train, learned_budget;
         loom_us learned_head; /* its last learned rollout head (0: none) */
-        loom_us rollout_head; /* the head reported for its current rollout, not yet learned */
         int rate;             /* iterations per meta-iteration of its group */
 } loom_job_info;
 

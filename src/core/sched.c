@@ -875,7 +875,6 @@ int loom_sched_job_info(const loom_sched *s, loom_job_id id, loom_job_info *o)
                 o->learned_train = j->ls->learned_train;
                 o->learned_budget = j->ls->learned_budget;
                 o->learned_head = j->ls->learned_head;
-                o->rollout_head = j->head_took;
         }
         o->rate = j->rate;
         return 0;

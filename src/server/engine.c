@@ -587,19 +587,16 @@ static void h_progress(loom_server *s, srv_req *r, loom_us now)
                 return;
         renew(s, j, now);
         if (j->lease.phase == LOOM_PHASE_ROLLOUT && !j->lease.keep_gpus) {
-                int64_t wall = srv_now_wall();
-                const loom_policy_cfg *p = loom_sched_policy(s->sched);
                 /* the rollout's head, grant -> the report that crosses the threshold, measured
-                 * as its length is (docs/scheduling.md, "Planning the tails") */
-                if (!j->lease.head_seen && r->total > 0 &&
-                    (double)r->done >= p->tail_threshold * (double)r->total) {
-                        j->lease.head_seen = true;
-                        loom_sched_observe_head(
-                            s->sched, j->retry.core,
-                            wall > j->lease.granted_wall ? wall - j->lease.granted_wall : 0);
-                }
-                loom_sched_progress(s->sched, wall, j->retry.core, LOOM_PHASE_ROLLOUT, r->done,
-                                    r->total);
+                 * as its length is (docs/scheduling.md, "Planning the tails"); the core learns
+                 * it with the rollout's release */
+                const loom_policy_cfg *p = loom_sched_policy(s->sched);
+                if (!j->lease.head && r->total > 0 &&
+                    (double)r->done >= p->tail_threshold * (double)r->total)
+                        j->lease.head =
+                            now > j->lease.granted_mono ? now - j->lease.granted_mono : 1;
+                loom_sched_progress(s->sched, srv_now_wall(), j->retry.core, LOOM_PHASE_ROLLOUT,
+                                    r->done, r->total);
                 srv_apply_actions(s, now);
         }
         /* The advice stands once given, so a retried progress call gets it again. */
@@ -647,7 +644,7 @@ static void h_release(loom_server *s, srv_req *r, loom_us now)
                         took = j->calls_took;
                 }
                 if (l.phase == LOOM_PHASE_ROLLOUT || l.call + 1 >= l.n_calls)
-                        srv_observe_phase(s, j, l.phase, took, now);
+                        srv_observe_phase(s, j, l.phase, took, l.head);
         }
         srv_apply_actions(s, now);
         json_t *o = srv_job_json(s, j, false);

@@ -13,7 +13,8 @@
  *      "t_roll_us":1004211,"t_train_us":611200,"budget_us":3241000}
  *
  * A rollout's entry also carries "head_us" when its progress report crossed the tail threshold
- * (grant -> that report, handed to loom_sched_observe_head): replay hands it over first.
+ * (grant -> that report): live and in replay it is handed to loom_sched_observe_head just
+ * before the rollout's length.
  *
  * result is loom_sched_observe's (0 nothing changed, 1 re-planned, 2 the group no longer meets
  * the job's real budget) and the three times are the job's learned profile after it. Replay
@@ -89,16 +90,16 @@ static void keep(srv_job *j, const loom_job_info *in)
         j->learned_head = in->learned_head;
 }
 
-int srv_learn_observe(loom_server *s, srv_job *j, loom_phase phase, loom_us took)
+int srv_learn_observe(loom_server *s, srv_job *j, loom_phase phase, loom_us took, loom_us head)
 {
         if (loom_sched_policy(s->sched)->admission == LOOM_ADMIT_WORST || !srv_job_live(j->state))
                 return 0;
-        loom_job_info in;
-        loom_us head =
-            phase == LOOM_PHASE_ROLLOUT && !loom_sched_job_info(s->sched, j->retry.core, &in)
-                ? in.rollout_head
-                : 0;
+        if (phase != LOOM_PHASE_ROLLOUT)
+                head = 0;
+        if (head > 0)
+                loom_sched_observe_head(s->sched, j->retry.core, head);
         int rc = loom_sched_observe(s->sched, srv_now_wall(), j->retry.core, phase, took);
+        loom_job_info in;
         if (rc < 0 || loom_sched_job_info(s->sched, j->retry.core, &in)) {
                 srv_log(s, "job %u: observation refused: %s", j->id, loom_strerror(rc));
                 return 0;

@@ -305,9 +305,8 @@ static bool readmit_learned(loom_server *s, srv_job *j, int result)
         return true;
 }
 
-void srv_observe_phase(loom_server *s, srv_job *j, loom_phase phase, loom_us dur, loom_us now)
+void srv_observe_phase(loom_server *s, srv_job *j, loom_phase phase, loom_us dur, loom_us head)
 {
-        (void)now;
         loom_err e;
         loom_err_clear(&e);
         int p = phase == LOOM_PHASE_TRAIN;
@@ -322,7 +321,7 @@ void srv_observe_phase(loom_server *s, srv_job *j, loom_phase phase, loom_us dur
         /* Learned admission first: the core learns from this phase and may re-plan the group
          * (or find it no longer meets the job's real budget: then the job is re-admitted on its
          * learned profile and the drift check is moot, the new admission starts afresh). */
-        int learned = srv_learn_observe(s, j, phase, dur);
+        int learned = srv_learn_observe(s, j, phase, dur, head);
         if ((learned == 2 || learned == 3) && p == 1 && srv_job_live(j->state) && !j->has_lease &&
             readmit_learned(s, j, learned))
                 return;

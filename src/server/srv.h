@@ -139,7 +139,8 @@ typedef struct srv_lease {
         loom_us granted_mono, deadline;
         int64_t granted_wall;
         int call, n_calls; /* a training phase run call by call: this call of n_calls */
-        bool head_seen;    /* a rollout's progress crossed the tail threshold (its head) */
+        loom_us head;      /* a rollout's head: grant -> the progress report past the tail
+                              threshold (monotonic, as its length is); 0 before that report */
 } srv_lease;
 
 /* A job's admissions (retry.c). Every admission is one core job: a restart or a drift
@@ -353,9 +354,10 @@ void srv_retry_init(srv_job *j);
  * a new admission while restarts remain, else ended as failed. lease_state ends its lease. */
 void srv_job_failed(loom_server *s, srv_job *j, const char *lease_state, const char *why,
                     loom_us now);
-/* Record a released phase of l.phase lasting dur; after a train release, re-admit the job on
- * its observed profile if its recent phases exceed the planned ones. */
-void srv_observe_phase(loom_server *s, srv_job *j, loom_phase phase, loom_us dur, loom_us now);
+/* Record a released phase of l.phase lasting dur (a rollout's head, 0 if none was reported);
+ * after a train release, re-admit the job on its observed profile if its recent phases exceed
+ * the planned ones. */
+void srv_observe_phase(loom_server *s, srv_job *j, loom_phase phase, loom_us dur, loom_us head);
 void srv_retry_json(loom_server *s, const srv_job *j, json_t *o);
 void srv_h_attach(loom_server *s, srv_req *r, loom_us now);
 /* Whether decision d has the group and nodes stored in o (a job's decision, a readmit entry). */
@@ -380,9 +382,10 @@ typedef struct srv_observe_rec {
 char *srv_observe_encode(const srv_observe_rec *o); /* malloc'd JSON text, NULL on ENOMEM */
 /* 0, or LOOM_ECORRUPT with e naming the bad key. */
 int srv_observe_decode(const char *text, srv_observe_rec *o, loom_err *e);
-/* Feed a finished phase of a live job to the core and log it (nothing under admission
- * worst). Returns loom_sched_observe's result, 0 when not observed. */
-int srv_learn_observe(loom_server *s, srv_job *j, loom_phase phase, loom_us took);
+/* Feed a finished phase of a live job (a rollout with its head, 0: none) to the core and log
+ * it (nothing under admission worst). Returns loom_sched_observe's result, 0 when not
+ * observed. */
+int srv_learn_observe(loom_server *s, srv_job *j, loom_phase phase, loom_us took, loom_us head);
 /* Replay of one "observe" entry against core job `core`; 0 or LOOM_ECORRUPT with e filled. */
 int srv_replay_observe(loom_server *s, srv_job *j, uint32_t core, const char *reason, loom_err *e);
 /* "learned", "learned_profile", "replans" of the job JSON. */
