@@ -210,9 +210,6 @@ int loom_job_spec_from_json(json_t *obj, const char *where, const char *text, si
             (rc = get_seconds(&c, obj, "switch_s", false, true, &s.t_switch)) < 0 ||
             (rc = get_seconds(&c, obj, "head_s", false, true, &s.t_head)) < 0)
                 return rc;
-        if (s.t_head > s.t_roll)
-                return fail(&c, "head_s", "must be at most t_roll_s (%g s), got %g s",
-                            loom_us_to_s(s.t_roll), loom_us_to_s(s.t_head));
         if ((rc = get_number(&c, obj, "slo", true, &s.slo)))
                 return rc;
         if (s.slo < 1.0 || s.slo > 1000.0)
