@@ -562,18 +562,15 @@ int loom_meta_eval(const loom_meta_job *jobs, const int *rates, int n, int n_rol
         m.pen_job = m.node_last + m.R;
         int *used = m.pen_job + m.R; /* nodes nobody is pinned to never change: skip them */
         memset(used, 0, sizeof(int) * (size_t)m.width);
-        for (int r = 0; r < m.R; r++) {
-                m.node_last[r] = m.pen_job[r] = -1;
-                m.pen[r] = 0;
-        }
-        for (int j = 0; j < n; j++)
-                m.tails |= jobs[j].t_head > 0;
+        for (int r = 0; r < m.R; r++)
+                m.node_last[r] = m.pen_job[r] = -1; /* pen[r] is read only under a pen_job */
         m.train_last = -1;
         used[m.R] = 1;
         for (int j = 0; j < n; j++) {
                 used[m.R + 1 + j] = 1;
                 for (int k = 0; k < jobs[j].n_nodes; k++)
                         used[jobs[j].nodes[k]] = 1;
+                m.tails |= jobs[j].t_head > 0;
         }
 
         bool plain = warm_switch == 0 && !starts;
