@@ -118,8 +118,10 @@ double loom_quantile_ucb(const double *top, int m, int64_t n, double q, double c
  * searches past policy.rate_search_open open groups. Version 6: members of shared groups moved
  * (policy.move_members). Version 7: whether a learned member alone may run colocated is judged
  * on its mean phases and learned budget, both ways. Version 8: rollouts planned on their heads,
- * their tails migrated (policy.plan_tails). */
-#define LOOM_SCHED_ARITH 8
+ * their tails migrated (policy.plan_tails). Version 9: a group of one member goes lone (or back)
+ * on the membership change or observation that makes it fit, whatever phase the member is in;
+ * only the release of its rollout nodes waits for a rollout running there to end. */
+#define LOOM_SCHED_ARITH 9
 
 typedef struct loom_policy_cfg {
         int max_group_size;              /* default 5, at most LOOM_MAX_GROUP_SIZE */
@@ -302,6 +304,21 @@ void loom_sched_free(loom_sched *s);
  */
 int loom_sched_submit(loom_sched *s, loom_us now, const loom_job_spec *spec, loom_decision *d,
                       loom_job_id *id, loom_err *e);
+/*
+ * Submit as a record says: the driver's replay of a placement it made before (loomd's store).
+ * The search runs as in loom_sched_submit; when it places as `want` (same group, rollout and
+ * training nodes) that is applied and 0 returned. Otherwise want is applied instead if it is
+ * one this core could have made (an open group with room, its own training nodes, rollout
+ * nodes of that group or fresh ids from the next free one up, ascending, as many as the job
+ * needs; a new group at the next group id with fresh nodes), LOOM_SUBMIT_KEPT returned and
+ * d->reason names the search's choice; other members keep their rates. If want cannot be, the
+ * search's choice is applied, LOOM_SUBMIT_SEARCHED returned and e says why want could not be.
+ * Negative as loom_sched_submit when neither can, nothing changed. The plex placer keeps no
+ * recorded placement (its search always decides).
+ */
+enum { LOOM_SUBMIT_KEPT = 1, LOOM_SUBMIT_SEARCHED = 2 };
+int loom_sched_submit_as(loom_sched *s, loom_us now, const loom_job_spec *spec,
+                         const loom_decision *want, loom_decision *d, loom_job_id *id, loom_err *e);
 /* The same search without changing anything: what submit would decide now. */
 int loom_sched_decide(const loom_sched *s, const loom_job_spec *spec, loom_decision *d,
                       loom_err *e);

@@ -363,7 +363,7 @@ int loom__phase_done(loom_sched *s, job *j, loom_us now, loom_phase phase)
         switch (phase) {
         case LOOM_PHASE_ROLLOUT:
                 wait_for(s, j, LOOM_JOB_WAIT_TRAIN);
-                loom__lone_recheck(s, g); /* a member left, or it learned, while this rollout ran */
+                loom__lone_settle(s, g); /* it went lone while this rollout ran on a rollout node */
                 j->wait_since = j->chain_since = now;
                 j->call = 0;
                 break;

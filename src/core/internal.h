@@ -99,8 +99,13 @@ typedef struct group {
         bool saturated;
         bool full;
         /* One member whose rollouts run on the training nodes (policy.colocate_lone): its
-         * rollout nodes are planned but not provisioned until a second member joins. */
+         * rollout nodes are planned but not provisioned until a second member joins. Decided
+         * by membership and learned profiles only (submits, exits, observations: the log), never
+         * by where a phase happens to be, so that replaying the log places as the live core did. */
         bool lone;
+        /* Its rollout nodes are provisioned: always when not lone; when lone, only until the one
+         * member's rollout running there ends (loom__lone_settle). Placement never reads it. */
+        bool rnodes_up;
         int open_idx;              /* index in s->open, or -1 */
         loom_job_id train_running; /* job holding the training pool, or 0 */
         loom_job_id train_last;    /* the job whose state the training pool holds, or 0 */
@@ -211,11 +216,14 @@ static inline loom_us loom__roll_occ(const loom_sched *s, const loom_job_spec *s
  * an iteration with its two switches (rollout <-> training, loom__switch each) within budget. */
 bool loom__lone_fits(const loom_sched *s, const loom_job_spec *spec, loom_us budget,
                      int train_nodes);
-/* A group of one member re-decides whether it is lone, between the member's rollouts (else at
- * the end of the one running): one that fits goes lone again, its rollout nodes released
- * (planned, not provisioned); a lone one that no longer fits (its learned budget cannot pay
- * the two switches) has them provisioned again. */
+/* A group of one member re-decides whether it is lone, on a membership change or an
+ * observation (what the log records): one that fits goes lone, its rollout nodes released
+ * (planned, not provisioned) as soon as no rollout of the member runs there; a lone one that
+ * no longer fits (its learned budget cannot pay the two switches) has them provisioned again. */
 void loom__lone_recheck(loom_sched *s, group *g);
+/* Release a lone group's rollout nodes once no rollout runs there (after the member's rollout
+ * that was running on them when the group went lone). Changes no planning state. */
+void loom__lone_settle(loom_sched *s, group *g);
 /* loom__lone_fits for member j, held to the budget the core holds it to (j->slo_budget); once
  * learned, on its mean observed phases: alone, j's iteration is its solo one plus two
  * switches, so its SLO on the mean holds exactly when that fits. */

@@ -14,6 +14,7 @@
  * it is in s->open exactly when it has members and is neither saturated nor full.
  */
 #include <assert.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -560,13 +561,15 @@ static int apply(loom_sched *s, loom_us now, const loom_job_spec *spec, const lo
         if (m.g_new) {
                 group_open(s, g, d);
                 g->lone = loom__lone_fits(s, spec, loom_job_budget(spec), g->n_tnodes);
+                g->rnodes_up = !g->lone;
         } else if (g->lone) {
-                /* a second member: the lone member's rollout nodes are provisioned now, and
-                 * its rollouts move there from its next one on */
+                /* a second member: the lone member's rollout nodes are provisioned now (unless
+                 * its rollout still runs there), and its rollouts move there from its next one */
                 g->lone = false;
-                for (int i = 0; i < g->n_rnodes; i++)
+                for (int i = 0; i < g->n_rnodes && !g->rnodes_up; i++)
                         node_action(s, LOOM_ACT_PROVISION_NODE, LOOM_POOL_ROLLOUT, g->rnodes[i]->id,
                                     g->id);
+                g->rnodes_up = true;
         }
         for (int k = 0, fresh = 0; k < d->n_rollout_nodes; k++) {
                 loom_node_id nid = d->rollout_nodes[k];
@@ -637,17 +640,25 @@ int loom_sched_decide(const loom_sched *s, const loom_job_spec *spec_in, loom_de
         return place_new(s, spec_in, &sp, d, e, &rng);
 }
 
+static int commit(loom_sched *s, loom_us now, const loom_job_spec *spec, loom_decision *d,
+                  loom_job_id *id, loom_err *e, uint64_t rng);
+
 int loom_sched_submit(loom_sched *s, loom_us now, const loom_job_spec *spec_in, loom_decision *d,
                       loom_job_id *id, loom_err *e)
 {
         loom_job_spec sp;
-        const loom_job_spec *spec = &sp;
         uint64_t rng = s->rng;
         int rc = place_new(s, spec_in, &sp, d, e, &rng);
         if (rc == LOOM_EREJECT)
                 s->stats.decisions[LOOM_DECISION_REJECTED]++;
-        if (rc)
-                return rc;
+        return rc ? rc : commit(s, now, &sp, d, id, e, rng);
+}
+
+/* Apply decision d for the held spec and keep the search's draws (rng). */
+static int commit(loom_sched *s, loom_us now, const loom_job_spec *spec, loom_decision *d,
+                  loom_job_id *id, loom_err *e, uint64_t rng)
+{
+        int rc;
         loom_job_id next = s->next_job;
         if (s->plex && (rc = loom__plex_commit(s, next, spec, d)))
                 return loom_err_set(e, rc, "", "could not reserve the timeline: %s",
@@ -661,6 +672,122 @@ int loom_sched_submit(loom_sched *s, loom_us now, const loom_job_spec *spec_in, 
         s->rng = rng;
         s->stats.decisions[d->kind]++;
         return 0;
+}
+
+/* Whether want is a placement this core could apply for spec (loom_sched_submit_as). */
+static int placed_ok(const loom_sched *s, const loom_job_spec *spec, const loom_decision *want,
+                     loom_err *e)
+{
+        int k = spec->rollout_gpus / s->cluster.gpus_per_node;
+        const group *g = NULL;
+        if (want->kind == LOOM_DECISION_NEW_GROUP) {
+                if (want->group != s->next_group)
+                        return loom_err_set(e, LOOM_EINVAL, "group",
+                                            "new group %u is not the next group id %u",
+                                            (unsigned)want->group, (unsigned)s->next_group);
+                if (want->n_train_nodes < 1 || want->n_train_nodes > LOOM_MAX_JOB_NODES)
+                        return loom_err_set(e, LOOM_EINVAL, "train_nodes", "%d training nodes",
+                                            want->n_train_nodes);
+                for (int i = 0; i < want->n_train_nodes; i++)
+                        if (want->train_nodes[i] != s->next_tnode + (loom_node_id)i)
+                                return loom_err_set(e, LOOM_EINVAL, "train_nodes",
+                                                    "a new group's training nodes start at %u",
+                                                    (unsigned)s->next_tnode);
+        } else if (want->kind == LOOM_DECISION_DIRECT_PACK ||
+                   want->kind == LOOM_DECISION_ROLLOUT_SCALE) {
+                g = group_of(s, want->group);
+                if (!g || g->full || g->n_members >= LOOM_MAX_GROUP_SIZE)
+                        return loom_err_set(e, LOOM_EINVAL, "group", "group %u %s",
+                                            (unsigned)want->group,
+                                            g ? "takes no more members" : "does not exist");
+                if (want->n_train_nodes != g->n_tnodes)
+                        return loom_err_set(e, LOOM_EINVAL, "train_nodes",
+                                            "group %u has %d training nodes, not %d",
+                                            (unsigned)g->id, g->n_tnodes, want->n_train_nodes);
+                for (int i = 0; i < want->n_train_nodes; i++)
+                        if (want->train_nodes[i] != g->tnode_first + (loom_node_id)i)
+                                return loom_err_set(e, LOOM_EINVAL, "train_nodes",
+                                                    "not group %u's training nodes",
+                                                    (unsigned)g->id);
+        } else {
+                return loom_err_set(e, LOOM_EINVAL, "decision", "not a placement");
+        }
+        if (want->n_rollout_nodes != k)
+                return loom_err_set(e, LOOM_EINVAL, "rollout_nodes",
+                                    "the job needs %d rollout nodes, not %d", k,
+                                    want->n_rollout_nodes);
+        int fresh = 0;
+        for (int i = 0; i < k; i++) {
+                loom_node_id id = want->rollout_nodes[i];
+                if (i > 0 && id <= want->rollout_nodes[i - 1])
+                        return loom_err_set(e, LOOM_EINVAL, "rollout_nodes", "not ascending");
+                if (id >= s->next_rnode)
+                        fresh++;
+                else if (!g || !s->rnodes[id] || s->rnodes[id]->group != g)
+                        return loom_err_set(e, LOOM_EINVAL, "rollout_nodes",
+                                            "rollout node %u is not group %u's", (unsigned)id,
+                                            (unsigned)want->group);
+        }
+        if (g && g->n_rnodes + fresh > LOOM_MAX_GROUP_ROLLOUT_NODES)
+                return loom_err_set(e, LOOM_EINVAL, "rollout_nodes", "group %u is at %d nodes",
+                                    (unsigned)g->id, LOOM_MAX_GROUP_ROLLOUT_NODES);
+        return 0;
+}
+
+static bool placed_as(const loom_decision *d, const loom_decision *want)
+{
+        return d->group == want->group && d->n_rollout_nodes == want->n_rollout_nodes &&
+               d->n_train_nodes == want->n_train_nodes &&
+               !memcmp(d->rollout_nodes, want->rollout_nodes,
+                       sizeof(loom_node_id) * (size_t)d->n_rollout_nodes) &&
+               !memcmp(d->train_nodes, want->train_nodes,
+                       sizeof(loom_node_id) * (size_t)d->n_train_nodes);
+}
+
+int loom_sched_submit_as(loom_sched *s, loom_us now, const loom_job_spec *spec_in,
+                         const loom_decision *want, loom_decision *d, loom_job_id *id, loom_err *e)
+{
+        loom_job_spec sp;
+        uint64_t rng = s->rng;
+        int rc = place_new(s, spec_in, &sp, d, e, &rng);
+        if (rc && rc != LOOM_EREJECT)
+                return rc;
+        if (!rc && (s->plex || placed_as(d, want)))
+                return commit(s, now, &sp, d, id, e, rng);
+        loom_err why;
+        loom_err_clear(&why);
+        if (s->plex || placed_ok(s, &sp, want, &why)) {
+                if (rc)
+                        return rc;
+                rc = commit(s, now, &sp, d, id, e, rng);
+                if (!rc)
+                        *e = why;
+                return rc ? rc : LOOM_SUBMIT_SEARCHED;
+        }
+        char chose[96];
+        if (rc)
+                snprintf(chose, sizeof chose, "the search rejects it");
+        else
+                snprintf(chose, sizeof chose, "the search chose %sgroup %u",
+                         d->kind == LOOM_DECISION_NEW_GROUP ? "a new " : "", (unsigned)d->group);
+        bool keep = d->record_candidates;
+        loom_decision_free(d);
+        loom_decision_init(d, keep);
+        d->kind = want->kind;
+        d->group = want->group;
+        d->n_rollout_nodes = want->n_rollout_nodes;
+        memcpy(d->rollout_nodes, want->rollout_nodes, sizeof d->rollout_nodes);
+        d->n_train_nodes = want->n_train_nodes;
+        memcpy(d->train_nodes, want->train_nodes, sizeof d->train_nodes);
+        d->rate = want->rate > 1 ? want->rate : 1;
+        if ((rc = commit(s, now, &sp, d, id, e, rng)))
+                return rc;
+        const group *g = s->jobs[*id]->group;
+        d->t_meta = g->t_meta;
+        d->utilisation = g->t_meta > 0 ? (double)g->t_load / (double)g->t_meta : 0;
+        snprintf(d->reason, sizeof d->reason, "kept as recorded in group %u; %s", (unsigned)g->id,
+                 chose);
+        return LOOM_SUBMIT_KEPT;
 }
 
 /* ---- events ---------------------------------------------------------------------------- */
@@ -717,6 +844,8 @@ int loom_sched_observe(loom_sched *s, loom_us now, loom_job_id id, loom_phase ph
         int rc = loom__observe(s, j, phase, took);
         if (rc == 1)
                 s->stats.replans++;
+        if (rc >= 0)
+                loom__lone_recheck(s, j->group); /* what it learned may change whether it fits */
         return rc;
 }
 
@@ -752,7 +881,7 @@ int loom_sched_job_resume(loom_sched *s, loom_us now, loom_job_id id, loom_phase
         if (call > 0)
                 j->trains = j->rolls; /* its training turn of the round has begun */
         j->wait_seq = ++s->seq;
-        loom__lone_recheck(s, j->group); /* its rollout on a rollout node is over */
+        loom__lone_settle(s, j->group); /* its rollout on a rollout node is over */
         loom__dispatch(s, j->group, now);
         return 0;
 }
@@ -780,7 +909,7 @@ static void unpin(loom_sched *s, job *j, group *g)
                 memmove(&g->rnodes[i], &g->rnodes[i + 1],
                         sizeof(rnode *) * (size_t)(g->n_rnodes - i - 1));
                 g->n_rnodes--;
-                if (!g->lone)
+                if (g->rnodes_up)
                         node_action(s, LOOM_ACT_RELEASE_NODE, LOOM_POOL_ROLLOUT, r->id, g->id);
                 s->rnodes[r->id] = NULL;
                 free(r);
@@ -838,13 +967,26 @@ void loom__lone_recheck(loom_sched *s, group *g)
 {
         if (g->n_members != 1)
                 return;
-        job *m = g->members[0];
-        if (m->state == LOOM_JOB_ROLLING || g->lone == loom__job_lone_fits(s, m, g->n_tnodes))
+        if (g->lone != loom__job_lone_fits(s, g->members[0], g->n_tnodes)) {
+                g->lone = !g->lone;
+                for (int i = 0; i < g->n_rnodes && !g->lone && !g->rnodes_up; i++)
+                        node_action(s, LOOM_ACT_PROVISION_NODE, LOOM_POOL_ROLLOUT, g->rnodes[i]->id,
+                                    g->id);
+                g->rnodes_up = g->rnodes_up || !g->lone;
+        }
+        loom__lone_settle(s, g);
+}
+
+void loom__lone_settle(loom_sched *s, group *g)
+{
+        if (!g->lone || !g->rnodes_up)
                 return;
-        g->lone = !g->lone;
+        const job *m = g->members[0];
+        if (m->state == LOOM_JOB_ROLLING && !m->colo)
+                return; /* its rollout runs on them: released when it ends */
         for (int i = 0; i < g->n_rnodes; i++)
-                node_action(s, g->lone ? LOOM_ACT_RELEASE_NODE : LOOM_ACT_PROVISION_NODE,
-                            LOOM_POOL_ROLLOUT, g->rnodes[i]->id, g->id);
+                node_action(s, LOOM_ACT_RELEASE_NODE, LOOM_POOL_ROLLOUT, g->rnodes[i]->id, g->id);
+        g->rnodes_up = false;
 }
 
 /* ---- queries --------------------------------------------------------------------------- */
@@ -901,8 +1043,8 @@ int loom_sched_group_info(const loom_sched *s, loom_group_id id, loom_group_info
         o->t_load = g->t_load;
         o->t_meta = g->t_meta;
         o->saturated = g->saturated;
-        o->lone = g->lone;
-        o->cost_per_hour = (g->lone ? 0 : g->n_rnodes) * s->price[LOOM_POOL_ROLLOUT] +
+        o->lone = !g->rnodes_up;
+        o->cost_per_hour = (g->rnodes_up ? g->n_rnodes : 0) * s->price[LOOM_POOL_ROLLOUT] +
                            g->n_tnodes * s->price[LOOM_POOL_TRAIN];
         return 0;
 }

@@ -166,15 +166,20 @@ int srv_replay_observe(loom_server *s, srv_job *j, uint32_t core, const char *re
                         return loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
                 differ = false;
         }
-        if (fail || differ)
-                return loom_err_set(
-                    e, LOOM_ECORRUPT, "store",
-                    "replay learned job %u's profile differently from the stored observation: "
-                    "result %d, rollout %.6f s, train %.6f s, budget %.6f s (stored %d, %.6f s, "
-                    "%.6f s, %.6f s)",
-                    j->id, rc, loom_us_to_s(in.learned_roll), loom_us_to_s(in.learned_train),
-                    loom_us_to_s(in.learned_budget), o.result, loom_us_to_s(o.roll),
-                    loom_us_to_s(o.train), loom_us_to_s(o.budget));
+        if (fail)
+                return loom_err_set(e, LOOM_ECORRUPT, "store",
+                                    "replay: job %u's observation refused (%s)", j->id,
+                                    loom_strerror(rc));
+        if (differ) { /* reported, and this core's profile is the job's from here on */
+                s->diverged_profiles++;
+                srv_log(s,
+                        "replay: job %u learned its profile otherwise than at log entry %lld: "
+                        "result %d, rollout %.6f s, train %.6f s, budget %.6f s (recorded %d, "
+                        "%.6f s, %.6f s, %.6f s)",
+                        j->id, (long long)s->replay_seq, rc, loom_us_to_s(in.learned_roll),
+                        loom_us_to_s(in.learned_train), loom_us_to_s(in.learned_budget), o.result,
+                        loom_us_to_s(o.roll), loom_us_to_s(o.train), loom_us_to_s(o.budget));
+        }
         keep(j, &in);
         if (rc == 1)
                 j->replans++;

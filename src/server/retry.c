@@ -150,8 +150,8 @@ static json_t *ids_json(const loom_node_id *n, int count)
  * against that profile); d is initialised here and the caller frees it. The new admission has
  * no learned profile yet. */
 static int resubmit(loom_server *s, srv_job *j, int64_t at, uint32_t old, loom_us roll,
-                    loom_us train, loom_us solo, loom_us head, loom_decision *d, loom_job_id *core,
-                    loom_err *e)
+                    loom_us train, loom_us solo, loom_us head, const loom_decision *want,
+                    loom_decision *d, loom_job_id *core, loom_err *e)
 {
         loom_sched_job_exit(s->sched, at, old, LOOM_EXIT_FAILED);
         j->learned = false;
@@ -163,7 +163,8 @@ static int resubmit(loom_server *s, srv_job *j, int64_t at, uint32_t old, loom_u
         spec.t_head = head <= roll ? head : 0;
         loom_decision_init(d, false);
         *core = 0;
-        return loom_sched_submit(s->sched, at, &spec, d, core, e);
+        return want ? loom_sched_submit_as(s->sched, at, &spec, want, d, core, e)
+                    : loom_sched_submit(s->sched, at, &spec, d, core, e);
 }
 
 static void readmit(loom_server *s, srv_job *j, const char *cause, const char *why, loom_us roll,
@@ -190,7 +191,7 @@ static void readmit(loom_server *s, srv_job *j, const char *cause, const char *w
         uint32_t old = j->retry.core;
         loom_decision d;
         loom_job_id core;
-        int rc = resubmit(s, j, wall, old, roll, train, solo, head, &d, &core, &e);
+        int rc = resubmit(s, j, wall, old, roll, train, solo, head, NULL, &d, &core, &e);
         if (!rc && srv_core_map(s, core, j->id)) {
                 loom_sched_job_exit(s->sched, wall, core, LOOM_EXIT_CANCELLED);
                 rc = loom_err_set(&e, LOOM_ENOMEM, "", "out of memory");
@@ -230,11 +231,12 @@ static void readmit(loom_server *s, srv_job *j, const char *cause, const char *w
         j->next = LOOM_PHASE_ROLLOUT;
         j->next_call = 0;
 
-        json_t *log = json_pack("{s:s,s:s,s:I,s:I,s:I,s:I,s:o,s:o}", "cause", cause, "why", why,
-                                "core", (json_int_t)core, "t_roll_us", (json_int_t)roll,
+        json_t *log = json_pack("{s:s,s:s,s:I,s:I,s:I,s:I,s:o,s:o,s:s,s:i}", "cause", cause, "why",
+                                why, "core", (json_int_t)core, "t_roll_us", (json_int_t)roll,
                                 "t_train_us", (json_int_t)train, "group", (json_int_t)d.group,
                                 "rollout_nodes", ids_json(d.rollout_nodes, d.n_rollout_nodes),
-                                "train_nodes", ids_json(d.train_nodes, d.n_train_nodes));
+                                "train_nodes", ids_json(d.train_nodes, d.n_train_nodes), "decision",
+                                loom_decision_kind_name(d.kind), "rate", d.rate > 1 ? d.rate : 1);
         if (log && solo > 0) /* absent: measured against the profile, as before learning */
                 json_object_set_new(log, "t_solo_ref_us", json_integer(solo));
         if (log && head > 0 && head <= roll) /* absent: no rollout head planned */
@@ -432,6 +434,64 @@ bool srv_same_placement(json_t *o, const loom_decision *d)
                same_ids(json_object_get(o, "train_nodes"), d->train_nodes, d->n_train_nodes);
 }
 
+static int ids_from(json_t *arr, loom_node_id *n)
+{
+        if (!json_is_array(arr) || json_array_size(arr) > LOOM_MAX_JOB_NODES)
+                return -1;
+        for (size_t i = 0; i < json_array_size(arr); i++) {
+                json_t *v = json_array_get(arr, i);
+                if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+                    json_integer_value(v) > UINT32_MAX)
+                        return -1;
+                n[i] = (loom_node_id)json_integer_value(v);
+        }
+        return (int)json_array_size(arr);
+}
+
+void srv_decision_recorded(loom_server *s, json_t *o, loom_decision *w)
+{
+        loom_decision_init(w, false);
+        w->kind = LOOM_DECISION_REJECTED; /* unreadable: no placement to keep */
+        json_t *g = json_object_get(o, "group");
+        int nr = ids_from(json_object_get(o, "rollout_nodes"), w->rollout_nodes);
+        int nt = ids_from(json_object_get(o, "train_nodes"), w->train_nodes);
+        if (!json_is_integer(g) || json_integer_value(g) < 0 || nr < 0 || nt < 0)
+                return;
+        w->group = (loom_group_id)json_integer_value(g);
+        w->n_rollout_nodes = nr;
+        w->n_train_nodes = nt;
+        json_int_t rate = json_integer_value(json_object_get(o, "rate"));
+        w->rate = rate > 1 && rate <= 64 ? (int)rate : 1;
+        const char *kind = json_string_value(json_object_get(o, "decision"));
+        loom_group_info gi;
+        if (!kind) /* readmit entries from before they named it: a group the core has is joined */
+                w->kind = loom_sched_group_info(s->sched, w->group, &gi)
+                              ? LOOM_DECISION_NEW_GROUP
+                              : LOOM_DECISION_DIRECT_PACK;
+        for (int k = LOOM_DECISION_DIRECT_PACK; kind && k < LOOM_DECISION_REJECTED; k++)
+                if (!strcmp(kind, loom_decision_kind_name((loom_decision_kind)k)))
+                        w->kind = (loom_decision_kind)k;
+}
+
+void srv_replay_settle(loom_server *s, srv_job *j, int rc, const loom_decision *d,
+                       const loom_err *why)
+{
+        if (rc <= 0)
+                return;
+        bool kept = rc == LOOM_SUBMIT_KEPT;
+        if (s->replay_lenient) {
+                s->rederived_placements++; /* written under another arithmetic */
+        } else {
+                s->diverged_placements++;
+                srv_log(s,
+                        "replay: job %u (%s) at log entry %lld: %s; %s (docs/operations.md, "
+                        "\"replay divergences\")",
+                        j->id, j->name, (long long)s->replay_seq, kept ? d->reason : why->msg,
+                        kept ? "its recorded placement is kept"
+                             : "the recorded placement cannot be applied, this core's is taken");
+        }
+}
+
 int srv_replay_readmit(loom_server *s, srv_job *j, uint32_t *core, const char *reason, int64_t at,
                        loom_err *e)
 {
@@ -447,22 +507,19 @@ int srv_replay_readmit(loom_server *s, srv_job *j, uint32_t *core, const char *r
                 return loom_err_set(e, LOOM_ECORRUPT, "store", "job %u: unreadable readmit entry",
                                     j->id);
         }
-        loom_decision d;
+        loom_decision d, w;
+        srv_decision_recorded(s, o, &w);
+        json_decref(o);
         loom_job_id got;
         loom_err e2;
-        int rc = resubmit(s, j, at, *core, roll, train, solo, head, &d, &got, &e2);
-        bool same = rc == 0 && got == (loom_job_id)want && srv_same_placement(o, &d);
-        if (!same && s->replay_lenient && rc == 0 && got == (loom_job_id)want) {
-                s->rederived_placements++; /* written under another arithmetic: take ours */
-                same = true;
-        }
+        loom_err_clear(&e2);
+        int rc = resubmit(s, j, at, *core, roll, train, solo, head, &w, &d, &got, &e2);
+        srv_replay_settle(s, j, rc, &d, &e2);
         loom_decision_free(&d);
-        json_decref(o);
-        if (!same)
-                return loom_err_set(e, LOOM_ECORRUPT, "store",
-                                    "replay re-admitted job %u differently from the stored "
-                                    "placement",
-                                    j->id);
+        if (rc < 0 || got != (loom_job_id)want)
+                return loom_err_set(
+                    e, LOOM_ECORRUPT, "store", "replay could not re-admit job %u (%s)", j->id,
+                    rc < 0 ? (e2.msg[0] ? e2.msg : loom_strerror(rc)) : "the core ids went apart");
         *core = got;
         return srv_core_map(s, got, j->id) ? loom_err_set(e, LOOM_ENOMEM, "", "out of memory") : 0;
 }

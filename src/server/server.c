@@ -193,7 +193,11 @@ static int settle_arith(loom_server *s, char *was, size_t len, loom_err *e)
                 rc = srv_store_log_last(s->store, &last, e);
         if (!rc && strcmp(was, mine) && last > s->lenient_through)
                 s->lenient_through = last;
-        if (!rc && !strcmp(was, mine))
+        /* An empty log (a new data directory) has nothing to re-derive: it is simply this
+         * arithmetic's from the start. */
+        if (!rc && strcmp(was, mine) && last == 0 && s->lenient_through == 0)
+                rc = srv_store_meta_set(s->store, "arith", mine, e);
+        if (!rc && (!strcmp(was, mine) || (last == 0 && s->lenient_through == 0)))
                 was[0] = '\0'; /* nothing to re-derive */
         free(arith);
         free(through);
@@ -221,7 +225,20 @@ static int record_rederived(loom_server *s, const char *was, loom_err *e)
         return rc;
 }
 
-/* A replayed submit placed job j otherwise than stored: in an entry to re-derive, take it. */
+/* Replay came out otherwise than recorded somewhere: say so once, and keep it in the meta table
+ * (replay_divergences) for operators and /v1/cluster. */
+static int record_diverged(loom_server *s, loom_err *e)
+{
+        char note[256];
+        snprintf(note, sizeof note,
+                 "replay at %lld us: %d placements kept as recorded where this core would place "
+                 "otherwise, %d learned profiles came out otherwise (see the log lines above)",
+                 (long long)srv_now_wall(), s->diverged_placements, s->diverged_profiles);
+        srv_log(s, "%s: %s", s->data_dir, note);
+        return srv_store_meta_set(s->store, "replay_divergences", note, e);
+}
+
+/* A replayed submit's recorded placement could not be applied: the job's row takes this core's. */
 static int take_placement(loom_server *s, srv_job *j, const loom_decision *d, loom_err *e)
 {
         json_t *dec = loom_decision_to_json(d, j->name);
@@ -229,7 +246,6 @@ static int take_placement(loom_server *s, srv_job *j, const loom_decision *d, lo
                 return loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
         json_decref(j->decision);
         j->decision = dec;
-        s->rederived_placements++;
         return srv_store_job_set_decision(s->store, j, e);
 }
 
@@ -265,25 +281,33 @@ int srv_replay_one(void *arg, int64_t seq, const char *kind, uint32_t id, const 
                 return rc;
         }
         /* A submit's reason is the core id it got (none in stores older than re-admission,
-         * where the two ids were the same). */
+         * where the two ids were the same). The recorded placement is what the job was given:
+         * where this core would place it otherwise it is kept (loom_sched_submit_as) and the
+         * divergence reported, so one entry cannot stop every job from coming back. */
         uint32_t want = reason ? (uint32_t)strtoul(reason, NULL, 10) : id;
+        if (rp->core[id - 1] != 0)
+                return loom_err_set(rp->e, LOOM_ECORRUPT, "store", "log submits job %u twice", id);
         loom_job_spec spec = j->spec;
         spec.iterations = 0;
-        loom_decision d;
+        loom_decision d, w;
+        srv_decision_recorded(s, j->decision, &w);
         loom_decision_init(&d, false);
         loom_job_id got = 0;
         loom_err e2;
-        int rc = loom_sched_submit(s->sched, at, &spec, &d, &got, &e2);
-        bool same =
-            rc == 0 && got == want && rp->core[id - 1] == 0 && srv_same_placement(j->decision, &d);
-        if (!same && s->replay_lenient && rc == 0 && got == want && rp->core[id - 1] == 0)
-                same = take_placement(s, j, &d, rp->e) == 0;
+        loom_err_clear(&e2);
+        int rc = loom_sched_submit_as(s->sched, at, &spec, &w, &d, &got, &e2);
+        srv_replay_settle(s, j, rc, &d, &e2);
+        if (rc == LOOM_SUBMIT_SEARCHED)
+                rc = take_placement(s, j, &d, rp->e);
         loom_decision_free(&d);
         drain_discard(s->sched);
-        if (!same)
-                return loom_err_set(rp->e, LOOM_ECORRUPT, "store",
-                                    "replay placed job %u differently from the stored placement",
-                                    id);
+        if (rc < 0 || got != want)
+                return rp->e->msg[0]
+                           ? rc
+                           : loom_err_set(rp->e, LOOM_ECORRUPT, "store",
+                                          "replay could not place job %u (%s)", id,
+                                          rc < 0 ? (e2.msg[0] ? e2.msg : loom_strerror(rc))
+                                                 : "the core ids went apart");
         rp->core[id - 1] = got;
         return srv_core_map(s, got, id) ? loom_err_set(rp->e, LOOM_ENOMEM, "", "out of memory") : 0;
 }
@@ -305,6 +329,7 @@ static int settle_admissions(loom_server *s, const uint32_t *core, loom_err *e)
 /* The jobs, the core and the admissions as the store has them: rows loaded, log replayed. */
 static int replay_store(loom_server *s, char *was, size_t len, loom_err *e)
 {
+        s->diverged_placements = s->diverged_profiles = 0;
         int rc = settle_arith(s, was, len, e);
         if (!rc)
                 rc = srv_store_load_jobs(s->store, s, e);
@@ -357,6 +382,8 @@ static int recover(loom_server *s, loom_err *e)
                 rc = srv_store_leases_lose_active(s->store, srv_now_wall(), e);
         if (!rc && was[0])
                 rc = record_rederived(s, was, e);
+        if (!rc && (s->diverged_placements || s->diverged_profiles))
+                rc = record_diverged(s, e);
         uint32_t live = 0;
         if (!rc)
                 rc = resume_live(s, &live, e);

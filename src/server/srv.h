@@ -241,6 +241,9 @@ struct loom_server {
         int64_t lenient_through;
         bool replay_lenient;
         int rederived_placements, rederived_profiles;
+        /* Entries outside lenient_through whose replay came out otherwise than recorded (a
+         * placement kept as recorded, or a profile learned otherwise): reported, not fatal. */
+        int diverged_placements, diverged_profiles;
         /* Compaction's shadow replay (compact.c): replay_collect takes this core's observe
          * outcomes and hands each that differs from the entry's text to collect(). */
         bool replay_collect;
@@ -362,6 +365,14 @@ void srv_retry_json(loom_server *s, const srv_job *j, json_t *o);
 void srv_h_attach(loom_server *s, srv_req *r, loom_us now);
 /* Whether decision d has the group and nodes stored in o (a job's decision, a readmit entry). */
 bool srv_same_placement(json_t *o, const loom_decision *d);
+/* The placement recorded in o (a job's decision, a readmit entry) as a decision to keep:
+ * kind LOOM_DECISION_REJECTED when o holds none that can be read. */
+void srv_decision_recorded(loom_server *s, json_t *o, loom_decision *w);
+/* After replaying a submit or re-admission of j through loom_sched_submit_as with result rc
+ * and decision d: count and report a divergence (LOOM_SUBMIT_KEPT: the recorded placement was
+ * kept; LOOM_SUBMIT_SEARCHED: it could not be applied, why says why, this core's d was). */
+void srv_replay_settle(loom_server *s, srv_job *j, int rc, const loom_decision *d,
+                       const loom_err *why);
 /* Replay of one "readmit" log entry (server.c); 0 or LOOM_ECORRUPT with e filled. */
 int srv_replay_readmit(loom_server *s, srv_job *j, uint32_t *core, const char *reason, int64_t at,
                        loom_err *e);
@@ -426,6 +437,11 @@ void srv_metrics_init(srv_metrics *m);
 char *srv_metrics_render(loom_server *s);
 
 /* store.c: all SQL lives here. Every function returns 0 or a LOOM_E* code with e filled. */
+/* The data directory, created owner-only (0700) if missing, and a file in it created or
+ * narrowed to owner-only (with its SQLite -wal and -shm) before it is opened: what loomd keeps
+ * there (the token secret, tokens, jobs) is nobody else's, whatever the umask. */
+int srv_private_dir(const char *dir, loom_err *e);
+int srv_private_file(const char *path, loom_err *e);
 int srv_store_open(srv_store **out, const char *dir, bool sync_full, loom_err *e);
 void srv_store_close(srv_store *st);
 int srv_store_begin(srv_store *st, loom_err *e);
