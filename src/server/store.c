@@ -9,10 +9,13 @@
  * kept per job (iterations done, next phase) and per lease.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "srv.h"
 
@@ -182,27 +185,67 @@ static int add_column(srv_store *st, const char *table, const char *name, const 
         return exec(st, sql, e);
 }
 
+int srv_private_dir(const char *dir, loom_err *e)
+{
+        if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+                return loom_err_set(e, LOOM_EIO, "data_dir", "%s: %s", dir, strerror(errno));
+        return 0;
+}
+
+/* The store holds the secret every worker token is derived from (meta auth_secret), and SQLite
+ * gives its -wal and -shm files the database file's mode: the file is created owner-only
+ * whatever the umask, and one an older loomd left readable (0644 under umask 022) is narrowed,
+ * with its -wal and -shm, before SQLite opens it. */
+int srv_private_file(const char *path, loom_err *e)
+{
+        int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        if (fd < 0)
+                return loom_err_set(e, LOOM_EIO, "data_dir", "%s: %s", path, strerror(errno));
+        struct stat sb;
+        int rc = 0;
+        if (fstat(fd, &sb) == 0 && (sb.st_mode & 077) && sb.st_uid == geteuid() &&
+            fchmod(fd, sb.st_mode & 0700) != 0)
+                rc = loom_err_set(e, LOOM_EIO, "data_dir", "%s: cannot make it owner-only: %s",
+                                  path, strerror(errno));
+        close(fd);
+        static const char *const side[] = {"-wal", "-shm"};
+        for (int i = 0; !rc && i < 2; i++) {
+                char p[4200];
+                snprintf(p, sizeof p, "%s%s", path, side[i]);
+                if (stat(p, &sb) == 0 && (sb.st_mode & 077) && sb.st_uid == geteuid() &&
+                    chmod(p, sb.st_mode & 0700) != 0)
+                        rc = loom_err_set(e, LOOM_EIO, "data_dir",
+                                          "%s: cannot make it owner-only: %s", p, strerror(errno));
+        }
+        return rc;
+}
+
 int srv_store_open(srv_store **out, const char *dir, bool sync_full, loom_err *e)
 {
         *out = NULL;
-        if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-                return loom_err_set(e, LOOM_EIO, "data_dir", "%s: %s", dir, strerror(errno));
+        int rc = srv_private_dir(dir, e);
+        if (rc)
+                return rc;
         srv_store *st = calloc(1, sizeof *st);
         if (!st)
                 return loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
         char *path = st->path;
         snprintf(st->path, sizeof st->path, "%s/loom.db", dir);
+        if ((rc = srv_private_file(path, e))) {
+                free(st);
+                return rc;
+        }
         pthread_mutex_init(&st->mu, NULL);
         pthread_cond_init(&st->cv, NULL);
         if (sqlite3_open_v2(path, &st->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) !=
             SQLITE_OK) {
-                int rc = loom_err_set(e, LOOM_EIO, "data_dir", "%s: %s", path,
-                                      st->db ? sqlite3_errmsg(st->db) : "cannot open");
+                rc = loom_err_set(e, LOOM_EIO, "data_dir", "%s: %s", path,
+                                  st->db ? sqlite3_errmsg(st->db) : "cannot open");
                 srv_store_close(st);
                 return rc;
         }
         sqlite3_busy_timeout(st->db, 5000);
-        int rc = exec(st, "PRAGMA journal_mode=WAL", e);
+        rc = exec(st, "PRAGMA journal_mode=WAL", e);
         if (!rc)
                 rc = exec(st, sync_full ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL",
                           e);
