@@ -200,9 +200,22 @@ typedef struct loom_state_cfg {
         int no_mlock;          /* do not try to mlock the host pool */
         long group;            /* gid whose members may touch every job's state; -1 (default):
                                 * only the uid that first stored a job's state (SO_PEERCRED) */
+        /* Connections (a local user must not lock others out; docs/state.md). 0: the default;
+         * a timeout < 0: none. */
+        int max_conns;         /* open at once (default 256) */
+        int max_conns_per_uid; /* open at once from one uid (default 64) */
+        double idle_timeout_s; /* closed after this long with no request (default 300 s);
+                                * the C client reconnects by itself */
+        double msg_timeout_s;  /* a request, once its first byte is in, must arrive whole
+                                * within this, and each reply be taken (default 30 s) */
         void (*log)(void *arg, const char *line); /* events and warnings; may be NULL */
         void *log_arg;
 } loom_state_cfg;
+
+#define LOOM_STATE_MAX_CONNS 256
+#define LOOM_STATE_MAX_CONNS_PER_UID 64
+#define LOOM_STATE_IDLE_TIMEOUT_S 300.0
+#define LOOM_STATE_MSG_TIMEOUT_S 30.0
 
 void loom_state_cfg_default(loom_state_cfg *cfg);
 /* A size in bytes: a number (a fraction allowed) and an optional binary suffix K, M, G, T or P

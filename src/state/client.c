@@ -2,10 +2,16 @@
  * client.c - the C client of loom-state. Buffers in a caller's memfd go to the daemon as
  * descriptors; plain memory is staged through one memfd the client owns (grown as needed and
  * kept for the connection's life, so the daemon maps it once).
+ *
+ * The daemon closes a connection that stays idle past its --idle-timeout; the client notices
+ * before its next request (or when that request meets the closed socket) and connects again,
+ * once, transparently: every request is idempotent (an offload repeated finds its slices as
+ * dedup_bytes), and a request the daemon closed on unread was never acted on.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +24,7 @@
 
 struct loom_state_client {
         int fd;
+        char sock[108]; /* to connect again after an idle close */
         int stage_fd;
         uint8_t *stage;
         uint64_t stage_len;
@@ -29,21 +36,45 @@ struct st_client_cuda **loom__state_client_cu(loom_state_client *c)
         return &c->cu;
 }
 
+/* (Re)connect c->fd to c->sock. */
+static int dial(loom_state_client *c, loom_err *e)
+{
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        memcpy(sa.sun_path, c->sock, sizeof c->sock);
+        if (c->fd >= 0)
+                close(c->fd);
+        c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (c->fd < 0 || connect(c->fd, (struct sockaddr *)&sa, sizeof sa) != 0)
+                return loom_err_set(e, LOOM_EIO, "sock", "connect %s: %s", c->sock,
+                                    strerror(errno));
+        return 0;
+}
+
+/* The daemon closed the connection and left nothing to read (an idle close). */
+static bool hung_up(int fd)
+{
+        struct pollfd pf = {.fd = fd, .events = POLLIN | POLLRDHUP};
+        if (poll(&pf, 1, 0) <= 0)
+                return false;
+        char b;
+        ssize_t r = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+        return r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR);
+}
+
 int loom_state_connect(const char *sock_path, loom_state_client **out, loom_err *e)
 {
         *out = NULL;
         struct sockaddr_un sa = {.sun_family = AF_UNIX};
         if (!sock_path || strlen(sock_path) >= sizeof sa.sun_path)
                 return loom_err_set(e, LOOM_EINVAL, "sock", "socket path missing or too long");
-        memcpy(sa.sun_path, sock_path, strlen(sock_path) + 1);
         loom_state_client *c = calloc(1, sizeof *c);
         if (!c)
                 return loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
         c->stage_fd = -1;
-        c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (c->fd < 0 || connect(c->fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
-                int rc =
-                    loom_err_set(e, LOOM_EIO, "sock", "connect %s: %s", sock_path, strerror(errno));
+        c->fd = -1;
+        memcpy(c->sock, sock_path, strlen(sock_path) + 1);
+        int rc = dial(c, e);
+        if (rc) {
                 loom_state_close(c);
                 return rc;
         }
@@ -96,15 +127,29 @@ static int call(loom_state_client *c, json_t *req, const int *fds, int nfds, jso
                 loom_err *e)
 {
         *rep = NULL;
-        int rc = loom__state_send(c->fd, req, fds, nfds, e);
-        if (!rc) {
+        int rc;
+        for (int attempt = 0;; attempt++) {
+                if (hung_up(c->fd) && (rc = dial(c, e)) != 0)
+                        return rc;
+                rc = loom__state_send(c->fd, req, fds, nfds, e);
+                /* a send that met a closed socket may still have a reply waiting: the daemon's
+                 * refusal of a connection over its limits, sent before it closed */
+                if (rc && rc != LOOM_EIO)
+                        return rc;
                 int rfds[ST_MAX_FDS], nr;
                 rc = loom__state_recv(c->fd, rep, rfds, &nr, e);
                 for (int i = 0; i < nr; i++)
                         close(rfds[i]);
+                if (rc && attempt == 0 && !strcmp(e->msg, "closed")) {
+                        /* closed before a byte of the reply: the request was not acted on */
+                        if ((rc = dial(c, e)) != 0)
+                                return rc;
+                        continue;
+                }
+                if (rc)
+                        return rc;
+                break;
         }
-        if (rc)
-                return rc;
         if (json_is_true(json_object_get(*rep, "ok")))
                 return 0;
         json_t *code = json_object_get(*rep, "code");

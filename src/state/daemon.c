@@ -26,13 +26,13 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include "internal.h"
 
 #define MAX_MAPS 16 /* mappings a connection keeps between requests */
-#define MAX_CONNS 256
 
 typedef struct st_map {
         dev_t dev;
@@ -50,8 +50,13 @@ struct loom_state_daemon {
         int wake[2];
         pthread_mutex_t mu; /* connections, prefetch queue, stop flag */
         pthread_cond_t cv;
-        int conns[MAX_CONNS];
+        int *conns;      /* max_conns entries: the open connections' fds */
+        uid_t *conn_uid; /* and their peers' uids */
         int nconns;
+        int max_conns, max_per_uid;
+        double idle_s, msg_s; /* <= 0: none */
+        double refused_at;    /* when a refusal was last logged (one a second at most) */
+        uint64_t refused;
         bool stop;
         char (*queue)[LOOM_STATE_JOB_MAX];
         size_t nqueue, capqueue;
@@ -75,6 +80,10 @@ void loom_state_cfg_default(loom_state_cfg *cfg)
         cfg->host_bytes = LOOM_GIB;
         cfg->disk_bytes = 16 * LOOM_GIB;
         cfg->group = -1;
+        cfg->max_conns = LOOM_STATE_MAX_CONNS;
+        cfg->max_conns_per_uid = LOOM_STATE_MAX_CONNS_PER_UID;
+        cfg->idle_timeout_s = LOOM_STATE_IDLE_TIMEOUT_S;
+        cfg->msg_timeout_s = LOOM_STATE_MSG_TIMEOUT_S;
 }
 
 st_store *loom__state_daemon_store(loom_state_daemon *d)
@@ -327,9 +336,9 @@ static json_t *handle(conn *c, json_t *req, int *fds, int nfds)
                 close(fds[i]);
         if (!strcmp(op, "prefetch")) {
                 const char *job = jstr(req, "job");
-                if (!job || !job[0])
-                        return reply_err(loom_err_set(&e, LOOM_EINVAL, "job", "job needed"), &e);
-                int rc = loom__owners_check(d->owners, &c->peer, job, false, &e);
+                int rc = loom__state_job_check(job, LOOM_STATE_JOB_MAX, "job", &e);
+                if (!rc)
+                        rc = loom__owners_check(d->owners, &c->peer, job, false, &e);
                 if (rc)
                         return reply_err(rc, &e);
                 pthread_mutex_lock(&d->store.mu);
@@ -349,11 +358,12 @@ static json_t *handle(conn *c, json_t *req, int *fds, int nfds)
                         return reply_err(loom_err_set(&e, LOOM_ENOMEM, "", "out of memory"), &e);
                 for (size_t i = 0; i < n; i++) {
                         v[i] = json_string_value(json_array_get(jobs, i));
-                        if (!v[i]) {
+                        char field[32];
+                        snprintf(field, sizeof field, "jobs[%zu]", i);
+                        int rc = loom__state_job_check(v[i], LOOM_STATE_JOB_MAX, field, &e);
+                        if (rc) {
                                 free(v);
-                                return reply_err(loom_err_set(&e, LOOM_EINVAL, "jobs",
-                                                              "jobs[%zu] must be a string", i),
-                                                 &e);
+                                return reply_err(rc, &e);
                         }
                 }
                 int rc = loom__store_order(&d->store, v, n);
@@ -363,17 +373,22 @@ static json_t *handle(conn *c, json_t *req, int *fds, int nfds)
         if (!strcmp(op, "drop")) {
                 const char *job = jstr(req, "job");
                 json_t *v = json_object_get(req, "version");
-                if (!job || !json_is_integer(v))
-                        return reply_err(
-                            loom_err_set(&e, LOOM_EINVAL, "job", "job and version needed"), &e);
-                int rc = loom__owners_check(d->owners, &c->peer, job, false, &e);
+                if (!json_is_integer(v))
+                        return reply_err(loom_err_set(&e, LOOM_EINVAL, "version", "version needed"),
+                                         &e);
+                int rc = loom__state_job_check(job, LOOM_STATE_JOB_MAX, "job", &e);
+                if (!rc)
+                        rc = loom__owners_check(d->owners, &c->peer, job, false, &e);
                 if (rc)
                         return reply_err(rc, &e);
                 rc = loom__store_drop(&d->store, job, (uint64_t)json_integer_value(v), &e);
                 if (rc)
                         return reply_err(rc, &e);
-                if (json_integer_value(v) == INT64_MAX) /* every version (loom_state_drop) */
-                        loom__owners_release(d->owners, job);
+                /* every version (loom_state_drop): the job has no owner any more; if the file
+                 * cannot say so, the old owner keeps the name of a job with no state */
+                if (json_integer_value(v) == INT64_MAX &&
+                    loom__owners_release(d->owners, job, &e) && d->store.cfg.log)
+                        d->store.cfg.log(d->store.cfg.log_arg, e.msg);
                 return json_pack("{s:b}", "ok", 1);
         }
         if (!strcmp(op, "stat"))
@@ -384,11 +399,19 @@ static json_t *handle(conn *c, json_t *req, int *fds, int nfds)
 static void *conn_main(void *arg)
 {
         conn *c = arg;
+        loom_state_daemon *d = c->d;
         for (;;) {
                 json_t *req;
                 int fds[ST_MAX_FDS], nfds;
                 loom_err e;
-                if (loom__state_recv(c->fd, &req, fds, &nfds, &e)) {
+                /* an idle connection is closed: it holds a thread and a slot of max_conns */
+                struct pollfd pf = {.fd = c->fd, .events = POLLIN};
+                int k = poll(&pf, 1, d->idle_s > 0 ? (int)(d->idle_s * 1000) : -1);
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k <= 0)
+                        break;
+                if (loom__state_recv_by(c->fd, d->msg_s, &req, fds, &nfds, &e)) {
                         for (int i = 0; i < nfds; i++)
                                 close(fds[i]);
                         break;
@@ -403,11 +426,12 @@ static void *conn_main(void *arg)
         for (size_t i = 0; i < c->nmaps; i++)
                 munmap(c->maps[i].p, c->maps[i].len);
         free(c->maps);
-        loom_state_daemon *d = c->d;
         pthread_mutex_lock(&d->mu);
         for (int i = 0; i < d->nconns; i++)
                 if (d->conns[i] == c->fd) {
-                        d->conns[i] = d->conns[--d->nconns];
+                        d->nconns--;
+                        d->conns[i] = d->conns[d->nconns];
+                        d->conn_uid[i] = d->conn_uid[d->nconns];
                         break;
                 }
         close(c->fd);
@@ -448,6 +472,81 @@ static void *prefetch_main(void *arg)
 
 /* ---- lifecycle -------------------------------------------------------------------------- */
 
+/* Every job with state on disk was claimed before its first slice was stored, so one without
+ * an owner lost its line (bad, conflicting, or the file unreadable): nobody may be sure whose
+ * it is, so nobody but the group may touch it (peer.c). */
+static void orphan_unowned(loom_state_daemon *d)
+{
+        st_store *s = &d->store;
+        for (size_t i = 0; i < s->nslices; i++) {
+                const char *job = s->slices[i]->key.job;
+                if (loom__owners_orphan(d->owners, job) && s->cfg.log) {
+                        char line[4400];
+                        snprintf(line, sizeof line,
+                                 "job '%s' has state on disk but no owner in %s/owners: only "
+                                 "--group may touch it until its \"UID JOB\" line is restored",
+                                 job, s->dir);
+                        s->cfg.log(s->cfg.log_arg, line);
+                }
+        }
+}
+
+/* Why a new connection from uid cannot be served (d->mu held), or NULL. */
+static const char *over_limit(loom_state_daemon *d, uid_t uid, char *why, size_t len)
+{
+        int mine = 0;
+        for (int i = 0; i < d->nconns; i++)
+                mine += d->conn_uid[i] == uid;
+        if (mine >= d->max_per_uid)
+                snprintf(why, len,
+                         "too many connections from uid %u: %d open, at most %d "
+                         "(loom-state --max-conns-per-uid)",
+                         (unsigned)uid, mine, d->max_per_uid);
+        else if (d->nconns >= d->max_conns)
+                snprintf(why, len,
+                         "too many connections: %d open, at most %d (loom-state "
+                         "--max-conns)",
+                         d->nconns, d->max_conns);
+        else
+                return NULL;
+        return why;
+}
+
+/* Tell a refused client why before closing (it reads this as the reply to its first request),
+ * and log it, once a second at most: a flood of refusals must not flood the log. */
+static void refuse(loom_state_daemon *d, int fd, const char *why)
+{
+        struct timeval tv = {.tv_sec = 0, .tv_usec = 100000};
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+        loom_err e;
+        loom_err_clear(&e);
+        loom_err_set(&e, LOOM_ERANGE, "connections", "%s", why);
+        json_t *r = reply_err(LOOM_ERANGE, &e);
+        if (r)
+                loom__state_send(fd, r, NULL, 0, &e);
+        json_decref(r);
+        close(fd);
+        double now = loom__state_now();
+        d->refused++;
+        if (d->store.cfg.log && now - d->refused_at >= 1) {
+                char line[300];
+                snprintf(line, sizeof line, "refused a connection (%" PRIu64 " so far): %s",
+                         d->refused, why);
+                d->store.cfg.log(d->store.cfg.log_arg, line);
+                d->refused_at = now;
+        }
+}
+
+/* Replies and message reads may not block for ever on a peer that stopped reading. */
+static void set_send_timeout(loom_state_daemon *d, int fd)
+{
+        if (d->msg_s <= 0)
+                return;
+        struct timeval tv = {.tv_sec = (time_t)d->msg_s,
+                             .tv_usec = (suseconds_t)((d->msg_s - (double)(time_t)d->msg_s) * 1e6)};
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+}
+
 int loom_state_daemon_new(const loom_state_cfg *cfg, loom_state_daemon **out, loom_err *e)
 {
         *out = NULL;
@@ -457,7 +556,7 @@ int loom_state_daemon_new(const loom_state_cfg *cfg, loom_state_daemon **out, lo
         d->lfd = -1;
         d->wake[0] = d->wake[1] = -1;
         int rc = loom__store_open(&d->store, cfg, e);
-        if (!rc && (rc = loom__owners_open(&d->owners, cfg->dir, cfg->group, e)))
+        if (!rc && (rc = loom__owners_open(&d->owners, cfg, e)))
                 loom__store_close(&d->store);
         if (rc) {
                 free(d);
@@ -465,6 +564,18 @@ int loom_state_daemon_new(const loom_state_cfg *cfg, loom_state_daemon **out, lo
         }
         pthread_mutex_init(&d->mu, NULL);
         pthread_cond_init(&d->cv, NULL);
+        orphan_unowned(d);
+        d->max_conns = cfg->max_conns > 0 ? cfg->max_conns : LOOM_STATE_MAX_CONNS;
+        d->max_per_uid =
+            cfg->max_conns_per_uid > 0 ? cfg->max_conns_per_uid : LOOM_STATE_MAX_CONNS_PER_UID;
+        d->idle_s = cfg->idle_timeout_s == 0 ? LOOM_STATE_IDLE_TIMEOUT_S : cfg->idle_timeout_s;
+        d->msg_s = cfg->msg_timeout_s == 0 ? LOOM_STATE_MSG_TIMEOUT_S : cfg->msg_timeout_s;
+        d->conns = calloc((size_t)d->max_conns, sizeof *d->conns);
+        d->conn_uid = calloc((size_t)d->max_conns, sizeof *d->conn_uid);
+        if (!d->conns || !d->conn_uid) {
+                loom_state_daemon_free(d);
+                return loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
+        }
         int n = cfg->sock_path ? snprintf(d->sock, sizeof d->sock, "%s", cfg->sock_path)
                                : snprintf(d->sock, sizeof d->sock, "%s/loom-state.sock", cfg->dir);
         if (n < 0 || (size_t)n >= sizeof d->sock) {
@@ -507,34 +618,47 @@ int loom_state_daemon_run(loom_state_daemon *d, loom_err *e)
                 int fd = accept4(d->lfd, NULL, NULL, SOCK_CLOEXEC);
                 if (fd < 0)
                         continue;
-                conn *c = calloc(1, sizeof *c);
-                pthread_mutex_lock(&d->mu);
-                bool room = c && d->nconns < MAX_CONNS;
-                if (room)
-                        d->conns[d->nconns++] = fd;
-                pthread_mutex_unlock(&d->mu);
-                pthread_t t;
-                if (room && loom__peer_cred(fd, &c->peer)) {
-                        pthread_mutex_lock(&d->mu);
-                        d->nconns--;
-                        pthread_mutex_unlock(&d->mu);
-                        room = false;
+                st_peer peer;
+                if (loom__peer_cred(fd, &peer)) {
+                        close(fd);
+                        continue;
                 }
-                if (room) {
+                char why[200];
+                pthread_mutex_lock(&d->mu);
+                const char *full = over_limit(d, peer.uid, why, sizeof why);
+                if (!full) {
+                        d->conns[d->nconns] = fd;
+                        d->conn_uid[d->nconns++] = peer.uid;
+                }
+                pthread_mutex_unlock(&d->mu);
+                if (full) {
+                        refuse(d, fd, full);
+                        continue;
+                }
+                set_send_timeout(d, fd);
+                conn *c = calloc(1, sizeof *c);
+                bool started = false;
+                if (c) {
                         c->d = d;
                         c->fd = fd;
+                        c->peer = peer;
+                        pthread_t t;
                         pthread_attr_t at;
                         pthread_attr_init(&at);
                         pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-                        room = pthread_create(&t, &at, conn_main, c) == 0;
+                        started = pthread_create(&t, &at, conn_main, c) == 0;
                         pthread_attr_destroy(&at);
-                        if (!room) {
-                                pthread_mutex_lock(&d->mu);
-                                d->nconns--;
-                                pthread_mutex_unlock(&d->mu);
-                        }
                 }
-                if (!room) {
+                if (!started) {
+                        pthread_mutex_lock(&d->mu);
+                        for (int i = 0; i < d->nconns; i++)
+                                if (d->conns[i] == fd) {
+                                        d->nconns--;
+                                        d->conns[i] = d->conns[d->nconns];
+                                        d->conn_uid[i] = d->conn_uid[d->nconns];
+                                        break;
+                                }
+                        pthread_mutex_unlock(&d->mu);
                         free(c);
                         close(fd);
                 }
@@ -600,6 +724,8 @@ void loom_state_daemon_free(loom_state_daemon *d)
                 if (d->wake[i] >= 0)
                         close(d->wake[i]);
         free(d->queue);
+        free(d->conns);
+        free(d->conn_uid);
         loom__store_close(&d->store);
         loom__owners_close(d->owners);
         free(d);

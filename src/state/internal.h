@@ -32,8 +32,14 @@ int loom__state_send(int sock, json_t *msg, const int *fds, int nfds, loom_err *
 /* Receive one message; *fds gets up to ST_MAX_FDS descriptors (caller closes them). Returns
  * LOOM_EIO with msg "closed" on a clean end of stream. */
 int loom__state_recv(int sock, json_t **msg, int *fds, int *nfds, loom_err *e);
+/* The same, with the rest of the message due within limit_s seconds of its first byte
+ * (LOOM_ETIMEDOUT otherwise); limit_s <= 0: no limit. */
+int loom__state_recv_by(int sock, double limit_s, json_t **msg, int *fds, int *nfds, loom_err *e);
 json_t *loom__state_key_json(const loom_state_key *k);
 int loom__state_key_parse(json_t *j, const char *field, loom_state_key *k, loom_err *e);
+/* A job name: 1..cap-1 bytes, no '/', no control characters (it is written into DIR/owners and
+ * the log one line per record). LOOM_EINVAL on field otherwise. */
+int loom__state_job_check(const char *job, size_t cap, const char *field, loom_err *e);
 /* "job/v3/name[r0:r1,c0:c1]/dtype", the key as messages name it. */
 void loom__state_key_str(const loom_state_key *k, char *buf, size_t len);
 
@@ -150,14 +156,30 @@ typedef struct st_peer {
         gid_t gid;
 } st_peer;
 typedef struct st_owners st_owners;
-/* The owners recorded under dir; group: a gid whose members may touch every job, or -1. */
-int loom__owners_open(st_owners **out, const char *dir, long group, loom_err *e);
+/* An empty owner table for cfg (dir, group, log); nothing read or written yet. */
+int loom__owners_new(st_owners **out, const loom_state_cfg *cfg, loom_err *e);
+/* The owners recorded in cfg->dir/owners (peer.c says the format). Never fails on the file's
+ * content: a bad line is skipped and logged, a job claimed by two uids is orphaned. Fails only
+ * for memory. A missing file is no owners. */
+int loom__owners_open(st_owners **out, const loom_state_cfg *cfg, loom_err *e);
+/* Add the lines of text[0..len) to o, as loom__owners_open does with the file's bytes. */
+int loom__owners_parse(st_owners *o, const char *text, size_t len, loom_err *e);
+/* The file's text for what o holds (orphans left out): *out malloc'd, the caller frees it. */
+int loom__owners_format(st_owners *o, char **out, size_t *len);
+/* 1 and *uid when job is owned, -1 when it is orphaned, 0 when nobody owns it. */
+int loom__owners_lookup(st_owners *o, const char *job, uid_t *uid);
+/* job has state but no owner: from now on only the group may touch it. true if it was made an
+ * orphan (it had no entry), false if it has one (or memory ran out). */
+bool loom__owners_orphan(st_owners *o, const char *job);
 void loom__owners_close(st_owners *o);
 int loom__peer_cred(int fd, st_peer *p); /* SO_PEERCRED */
-/* 0 when peer may touch job's state; claim: an unowned job becomes the peer's. LOOM_ENOENT
- * (field "job") when another uid owns it. o NULL: everything allowed. */
+/* 0 when peer may touch job's state; claim: an unowned job becomes the peer's, recorded durably
+ * in DIR/owners before this returns. LOOM_ENOENT (field "job") when another uid owns it or it
+ * is orphaned (and the peer is not in the group); LOOM_EIO when the claim cannot be recorded
+ * (nothing changed then). o NULL: everything allowed. */
 int loom__owners_check(st_owners *o, const st_peer *p, const char *job, bool claim, loom_err *e);
-/* job's state was dropped entirely: it has no owner any more. */
-void loom__owners_release(st_owners *o, const char *job);
+/* job's state was dropped entirely: it has no owner any more (DIR/owners rewritten). The entry
+ * is gone from memory even when the rewrite fails (the error says why). */
+int loom__owners_release(st_owners *o, const char *job, loom_err *e);
 
 #endif

@@ -62,13 +62,32 @@ static int bounded(const char *s, size_t cap)
         return memchr(s, '\0', cap) != NULL;
 }
 
+/* A job name goes into DIR/owners as the rest of a "uid job" line and into the daemon's log, so
+ * a byte that ends or rewrites a line there (a newline, a carriage return, an escape) must never
+ * be part of one: a name with a control character is refused rather than written. */
+int loom__state_job_check(const char *job, size_t cap, const char *field, loom_err *e)
+{
+        if (!job || !bounded(job, cap) || !job[0])
+                return loom_err_set(e, LOOM_EINVAL, field, "job must be 1..%zu characters",
+                                    cap - 1);
+        for (size_t i = 0; job[i]; i++) {
+                unsigned char ch = (unsigned char)job[i];
+                if (ch == '/')
+                        return loom_err_set(e, LOOM_EINVAL, field, "job must not contain '/'");
+                if (ch < 0x20 || ch == 0x7f)
+                        return loom_err_set(e, LOOM_EINVAL, field,
+                                            "job must not contain control characters (byte "
+                                            "0x%02x at offset %zu)",
+                                            ch, i);
+        }
+        return 0;
+}
+
 int loom_state_key_check(const loom_state_key *k, const char *field, loom_err *e)
 {
-        if (!bounded(k->job, sizeof k->job) || !k->job[0])
-                return loom_err_set(e, LOOM_EINVAL, field, "job must be 1..%zu characters",
-                                    sizeof k->job - 1);
-        if (strchr(k->job, '/'))
-                return loom_err_set(e, LOOM_EINVAL, field, "job must not contain '/'");
+        int rc = loom__state_job_check(k->job, sizeof k->job, field, e);
+        if (rc)
+                return rc;
         if (!bounded(k->name, sizeof k->name) || !k->name[0])
                 return loom_err_set(e, LOOM_EINVAL, field, "name must be 1..%zu characters",
                                     sizeof k->name - 1);

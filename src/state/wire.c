@@ -4,6 +4,7 @@
  * they are the memfds of the client's buffers, referenced by index from the JSON.
  */
 #include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -19,8 +20,36 @@ static int write_all(int fd, const void *p, size_t n, loom_err *e)
         return 0;
 }
 
-static int read_all(int fd, void *p, size_t n, loom_err *e)
+/* Read n bytes by `deadline` (loom__state_now() seconds; 0: no deadline). A peer that starts a
+ * message and stalls must not hold the reader (the daemon's thread) for ever. */
+static int read_by(int fd, uint8_t *p, size_t n, double deadline, loom_err *e)
 {
+        while (n) {
+                double left = deadline - loom__state_now();
+                if (left <= 0)
+                        return loom_err_set(e, LOOM_ETIMEDOUT, "socket",
+                                            "message not complete in time (%zu bytes missing)", n);
+                struct pollfd pf = {.fd = fd, .events = POLLIN};
+                int k = poll(&pf, 1, (int)(left * 1000) + 1);
+                if (k < 0 && errno != EINTR)
+                        return loom_err_set(e, LOOM_EIO, "socket", "poll: %s", strerror(errno));
+                if (k <= 0)
+                        continue;
+                ssize_t r = recv(fd, p, n, MSG_DONTWAIT);
+                if (r == 0)
+                        return loom_err_set(e, LOOM_EIO, "socket", "closed mid-message");
+                if (r < 0 && errno != EINTR && errno != EAGAIN)
+                        return loom_err_set(e, LOOM_EIO, "socket", "recv: %s", strerror(errno));
+                if (r > 0)
+                        p += r, n -= (size_t)r;
+        }
+        return 0;
+}
+
+static int read_all(int fd, void *p, size_t n, double deadline, loom_err *e)
+{
+        if (deadline > 0)
+                return read_by(fd, p, n, deadline, e);
         int rc = loom__read_all(fd, p, n);
         if (rc == LOOM_EPROTO)
                 return loom_err_set(e, LOOM_EIO, "socket", "closed mid-message");
@@ -67,6 +96,11 @@ int loom__state_send(int sock, json_t *msg, const int *fds, int nfds, loom_err *
 
 int loom__state_recv(int sock, json_t **msg, int *fds, int *nfds, loom_err *e)
 {
+        return loom__state_recv_by(sock, 0, msg, fds, nfds, e);
+}
+
+int loom__state_recv_by(int sock, double limit_s, json_t **msg, int *fds, int *nfds, loom_err *e)
+{
         *msg = NULL;
         *nfds = 0;
         uint8_t hdr[4];
@@ -99,7 +133,9 @@ int loom__state_recv(int sock, json_t **msg, int *fds, int *nfds, loom_err *e)
                                         close(fd);
                         }
                 }
-        int rc = read_all(sock, hdr + 1, 3, e);
+        /* the clock starts at the first byte: waiting for one is the caller's idle wait */
+        double deadline = limit_s > 0 ? loom__state_now() + limit_s : 0;
+        int rc = read_all(sock, hdr + 1, 3, deadline, e);
         if (rc)
                 return rc;
         size_t n =
@@ -109,7 +145,7 @@ int loom__state_recv(int sock, json_t **msg, int *fds, int *nfds, loom_err *e)
         char *text = malloc(n + 1);
         if (!text)
                 return loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
-        rc = read_all(sock, text, n, e);
+        rc = read_all(sock, text, n, deadline, e);
         if (!rc) {
                 json_error_t je;
                 *msg = json_loadb(text, n, 0, &je);
