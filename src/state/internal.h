@@ -107,7 +107,36 @@ typedef struct st_buf {
         st_where at;
 } st_buf;
 
+/* A slice file: one ST_HDR block holding this header (zero padded), then the bytes, padded to
+ * ST_ALIGN. hdr_crc is the CRC32C of the header with hdr_crc = 0. */
+typedef struct st_fhdr {
+        char magic[8]; /* "LOOMSLC1" */
+        loom_state_key key;
+        uint64_t bytes;
+        uint32_t crc; /* of the bytes */
+        uint32_t hdr_crc;
+} st_fhdr;
+
 int loom__store_open(st_store *s, const loom_state_cfg *cfg, loom_err *e);
+
+/* Recovery, in pieces a test can feed from memory (store.c). */
+enum { ST_NAME_OTHER, ST_NAME_SLICE, ST_NAME_TMP };
+/* What a directory entry is: "<16 lower-case hex>.slc" (ST_NAME_SLICE, *id), ".tmp" (an
+ * unfinished write), or anything else (not the store's). */
+int loom__store_name_kind(const char *name, uint64_t *id);
+/* The header block of a slice file for k (blk: ST_HDR bytes). */
+void loom__store_header_make(const loom_state_key *k, uint64_t bytes, uint32_t crc,
+                             uint8_t blk[ST_HDR]);
+/* Check a slice file's header (blk[0..len), the file's size): magic, header CRC, a key that
+ * loom_state_key_check accepts, bytes and size that match it. 0 and *h, or LOOM_ECORRUPT
+ * naming path. */
+int loom__store_header_parse(const uint8_t *blk, size_t len, uint64_t file_size, const char *path,
+                             st_fhdr *h, loom_err *e);
+/* Index slice file id with checked header h: 0, 1 when the id cannot be used (taken, or the
+ * last one), or LOOM_ENOMEM. */
+int loom__store_index(st_store *s, uint64_t id, const st_fhdr *h, loom_err *e);
+/* After every file is indexed: overlapping slices resolved (the newer kept), a log line. */
+int loom__store_recover_finish(st_store *s, loom_err *e);
 void loom__store_close(st_store *s);
 /* The operations take s->mu themselves. */
 int loom__store_offload(st_store *s, const st_buf *b, size_t n, loom_state_tier tier,

@@ -42,14 +42,6 @@
 
 #define MAGIC "LOOMSLC1"
 
-typedef struct st_fhdr {
-        char magic[8];
-        loom_state_key key;
-        uint64_t bytes;
-        uint32_t crc;
-        uint32_t hdr_crc;
-} st_fhdr;
-
 static void logf_(st_store *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void logf_(st_store *s, const char *fmt, ...)
 {
@@ -182,9 +174,10 @@ static int fsync_dir(st_store *s, loom_err *e)
 
 static int open_direct(const char *path, int flags, loom_err *e)
 {
-        int fd = open(path, flags | O_DIRECT | O_CLOEXEC, 0644);
+        /* 0600: a slice is a job's state, and only its owner may read it, through the socket */
+        int fd = open(path, flags | O_DIRECT | O_CLOEXEC, 0600);
         if (fd < 0 && errno == EINVAL) /* a file system without O_DIRECT (tmpfs) */
-                fd = open(path, flags | O_CLOEXEC, 0644);
+                fd = open(path, flags | O_CLOEXEC, 0600);
         if (fd < 0)
                 loom_err_set(e, LOOM_EIO, "dir", "open %s: %s", path, strerror(errno));
         return fd;
@@ -240,15 +233,7 @@ static int write_file(st_store *s, st_slice *sl, loom_err *e)
         uint8_t *hdr;
         if (posix_memalign((void **)&hdr, ST_ALIGN, ST_HDR))
                 return loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
-        memset(hdr, 0, ST_HDR);
-        st_fhdr h;
-        memset(&h, 0, sizeof h);
-        memcpy(h.magic, MAGIC, 8);
-        h.key = sl->key;
-        h.bytes = sl->bytes;
-        h.crc = sl->crc;
-        h.hdr_crc = loom_sync_crc32c(0, &h, sizeof h);
-        memcpy(hdr, &h, sizeof h);
+        loom__store_header_make(&sl->key, sl->bytes, sl->crc, hdr);
         int fd = open_direct(tmp, O_WRONLY | O_CREAT | O_TRUNC, e);
         int rc = fd < 0 ? LOOM_EIO : 0;
         if (!rc)
@@ -284,23 +269,58 @@ static void disk_drop(st_store *s, st_slice *sl)
         s->disk_used -= ST_HDR + st_round(sl->bytes);
 }
 
+void loom__store_header_make(const loom_state_key *k, uint64_t bytes, uint32_t crc,
+                             uint8_t blk[ST_HDR])
+{
+        st_fhdr h;
+        memset(&h, 0, sizeof h);
+        memcpy(h.magic, MAGIC, 8);
+        h.key = *k;
+        h.bytes = bytes;
+        h.crc = crc;
+        h.hdr_crc = loom_sync_crc32c(0, &h, sizeof h);
+        memset(blk, 0, ST_HDR);
+        memcpy(blk, &h, sizeof h);
+}
+
+int loom__store_header_parse(const uint8_t *blk, size_t len, uint64_t file_size, const char *path,
+                             st_fhdr *h, loom_err *e)
+{
+        if (len < sizeof *h)
+                return loom_err_set(e, LOOM_ECORRUPT, path, "%s: header of %zu bytes", path, len);
+        memcpy(h, blk, sizeof *h);
+        uint32_t want = h->hdr_crc;
+        h->hdr_crc = 0;
+        bool sound = !memcmp(h->magic, MAGIC, 8) && loom_sync_crc32c(0, h, sizeof *h) == want;
+        h->hdr_crc = want;
+        if (!sound)
+                return loom_err_set(e, LOOM_ECORRUPT, path, "%s: bad slice header", path);
+        /* the CRC says the header is what was written, not that a writer of another version
+         * (or a bug) wrote a key loom accepts today: the key is checked as a request's is */
+        loom_err ke;
+        if (loom_state_key_check(&h->key, path, &ke) || loom_state_key_bytes(&h->key) != h->bytes)
+                return loom_err_set(e, LOOM_ECORRUPT, path, "%s: bad key in header", path);
+        if (file_size != ST_HDR + st_round(h->bytes))
+                return loom_err_set(e, LOOM_ECORRUPT, path,
+                                    "%s: size %" PRIu64 ", expected %" PRIu64, path, file_size,
+                                    ST_HDR + st_round(h->bytes));
+        return 0;
+}
+
 static int read_header(int fd, const char *path, st_fhdr *h, loom_err *e)
 {
+        struct stat st;
+        if (fstat(fd, &st) != 0)
+                return loom_err_set(e, LOOM_EIO, path, "fstat %s: %s", path, strerror(errno));
+        /* files an older daemon left group- or world-readable are closed to other users */
+        if ((st.st_mode & 077) && fchmod(fd, st.st_mode & 0700) != 0)
+                return loom_err_set(e, LOOM_EIO, path, "chmod %s: %s", path, strerror(errno));
         uint8_t *blk;
         if (posix_memalign((void **)&blk, ST_ALIGN, ST_HDR))
                 return loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
         int rc = pread_all(fd, blk, ST_HDR, 0, path, e);
-        if (!rc) {
-                memcpy(h, blk, sizeof *h);
-                uint32_t want = h->hdr_crc;
-                h->hdr_crc = 0;
-                if (memcmp(h->magic, MAGIC, 8) || loom_sync_crc32c(0, h, sizeof *h) != want)
-                        rc = loom_err_set(e, LOOM_ECORRUPT, path, "%s: bad slice header", path);
-                else if (loom_state_key_check(&h->key, path, e) ||
-                         loom_state_key_bytes(&h->key) != h->bytes)
-                        rc = loom_err_set(e, LOOM_ECORRUPT, path, "%s: bad key in header", path);
-                h->hdr_crc = want;
-        }
+        if (!rc)
+                rc = loom__store_header_parse(blk, ST_HDR, (uint64_t)st.st_size, path, h, e);
         free(blk);
         return rc;
 }
@@ -975,6 +995,60 @@ static int drop_overlaps(st_store *s, loom_err *e)
         return removed ? fsync_dir(s, e) : 0;
 }
 
+int loom__store_name_kind(const char *name, uint64_t *id)
+{
+        /* exactly what loom__store_path writes: 16 lower-case hex digits (strtoull alone would
+         * take "0x", a sign or blanks, and two names could then claim one id) */
+        size_t n = strlen(name);
+        if (n != 20 || (strcmp(name + 16, ".slc") && strcmp(name + 16, ".tmp")))
+                return ST_NAME_OTHER;
+        uint64_t v = 0;
+        for (int i = 0; i < 16; i++) {
+                char c = name[i];
+                if (c >= '0' && c <= '9')
+                        v = v << 4 | (uint64_t)(c - '0');
+                else if (c >= 'a' && c <= 'f')
+                        v = v << 4 | (uint64_t)(c - 'a' + 10);
+                else
+                        return ST_NAME_OTHER;
+        }
+        *id = v;
+        return name[17] == 's' ? ST_NAME_SLICE : ST_NAME_TMP;
+}
+
+int loom__store_index(st_store *s, uint64_t id, const st_fhdr *h, loom_err *e)
+{
+        if (id == UINT64_MAX) /* the next id would wrap onto files already there */
+                return 1;
+        for (size_t i = 0; i < s->nslices; i++)
+                if (s->slices[i]->id == id)
+                        return 1;
+        st_slice *sl = calloc(1, sizeof *sl);
+        if (!sl || loom_reserve(&s->slices, &s->capslices, s->nslices + 1, sizeof *s->slices, 64)) {
+                free(sl);
+                return loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
+        }
+        sl->key = h->key;
+        sl->bytes = h->bytes;
+        sl->crc = h->crc;
+        sl->on_disk = true;
+        sl->id = id;
+        s->disk_used += ST_HDR + st_round(h->bytes);
+        s->slices[s->nslices++] = sl;
+        if (id >= s->next_id)
+                s->next_id = id + 1;
+        return 0;
+}
+
+int loom__store_recover_finish(st_store *s, loom_err *e)
+{
+        int rc = drop_overlaps(s, e);
+        if (!rc && s->nslices)
+                logf_(s, "recovered %zu slices (%" PRIu64 " bytes) from %s", s->nslices,
+                      s->disk_used, s->dir);
+        return rc;
+}
+
 static int recover(st_store *s, loom_err *e)
 {
         DIR *d = opendir(s->dir);
@@ -983,19 +1057,17 @@ static int recover(st_store *s, loom_err *e)
         struct dirent *de;
         int rc = 0;
         while ((de = readdir(d)) && !rc) {
-                size_t len = strlen(de->d_name);
-                if (len > 64)
+                uint64_t id;
+                int kind = loom__store_name_kind(de->d_name, &id);
+                if (kind == ST_NAME_OTHER)
                         continue;
                 char path[4200];
                 snprintf(path, sizeof path, "%s/%.64s", s->dir, de->d_name);
-                if (len == 20 && !strcmp(de->d_name + 16, ".tmp")) {
+                if (kind == ST_NAME_TMP) {
                         unlink(path);
                         logf_(s, "removed unfinished write %s", path);
                         continue;
                 }
-                if (len != 20 || strcmp(de->d_name + 16, ".slc"))
-                        continue;
-                uint64_t id = strtoull(de->d_name, NULL, 16);
                 int fd = open_direct(path, O_RDONLY, e);
                 if (fd < 0) {
                         rc = LOOM_EIO;
@@ -1003,42 +1075,24 @@ static int recover(st_store *s, loom_err *e)
                 }
                 st_fhdr h;
                 loom_err he;
-                struct stat stt;
                 int bad = read_header(fd, path, &h, &he);
-                if (!bad && fstat(fd, &stt) == 0 &&
-                    (uint64_t)stt.st_size != ST_HDR + st_round(h.bytes))
-                        bad = loom_err_set(&he, LOOM_ECORRUPT, path, "%s: size %lld, expected %llu",
-                                           path, (long long)stt.st_size,
-                                           (unsigned long long)(ST_HDR + st_round(h.bytes)));
                 close(fd);
+                if (bad == LOOM_ENOMEM) {
+                        rc = loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
+                        break;
+                }
                 if (bad) {
                         logf_(s, "ignoring slice file: %s", he.msg);
                         continue;
                 }
-                st_slice *sl = calloc(1, sizeof *sl);
-                if (!sl || loom_reserve(&s->slices, &s->capslices, s->nslices + 1,
-                                        sizeof *s->slices, 64)) {
-                        free(sl);
-                        rc = loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
-                        break;
+                rc = loom__store_index(s, id, &h, e);
+                if (rc == 1) {
+                        logf_(s, "ignoring slice file %s: its id is not usable", path);
+                        rc = 0;
                 }
-                sl->key = h.key;
-                sl->bytes = h.bytes;
-                sl->crc = h.crc;
-                sl->on_disk = true;
-                sl->id = id;
-                s->disk_used += ST_HDR + st_round(h.bytes);
-                s->slices[s->nslices++] = sl;
-                if (id >= s->next_id)
-                        s->next_id = id + 1;
         }
         closedir(d);
-        if (!rc)
-                rc = drop_overlaps(s, e);
-        if (!rc && s->nslices)
-                logf_(s, "recovered %zu slices (%" PRIu64 " bytes) from %s", s->nslices,
-                      s->disk_used, s->dir);
-        return rc;
+        return rc ? rc : loom__store_recover_finish(s, e);
 }
 
 int loom__store_open(st_store *s, const loom_state_cfg *cfg, loom_err *e)

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -408,6 +409,41 @@ Test(state, disk_state_survives_restart)
         cr_assert_eq(memcmp(dev, want, sizeof want), 0);
         munmap(dev, 1 << 20);
         close(fd);
+        fx_stop(&f, 1);
+}
+
+/* Slice files hold a job's state: only the daemon may read them (other users go through the
+ * socket, where ownership is checked), and only names the store writes are its files. */
+Test(state, slice_files_are_private_and_named_canonically)
+{
+        fx f;
+        fx_start(&f, 4 << 20, 16 << 20, 0, 1);
+        uint8_t buf[4096], got[4096];
+        fill(buf, sizeof buf, 3);
+        loom_state_io io = {.fd = -1, .ptr = buf, .len = sizeof buf};
+        loom_state_key_flat(&io.key, "p", 1, "w", 1024, "f32");
+        loom_state_result r;
+        loom_err e;
+        cr_assert_eq(loom_state_offload(f.c, &io, 1, LOOM_STATE_DISK, &r, &e), 0, "%s", e.msg);
+        fx_stop(&f, 0);
+        char slc[128], alias[128], cmd[300];
+        snprintf(slc, sizeof slc, "%s/0000000000000000.slc", f.dir);
+        struct stat st;
+        cr_assert_eq(stat(slc, &st), 0);
+        cr_assert_eq(st.st_mode & 0777, 0600, "mode %o", st.st_mode & 0777);
+        /* a file an older daemon left world-readable, and a copy under a name that strtoull
+         * would read as the same id */
+        cr_assert_eq(chmod(slc, 0644), 0);
+        snprintf(alias, sizeof alias, "%s/0x00000000000000.slc", f.dir);
+        snprintf(cmd, sizeof cmd, "cp -p %s %s", slc, alias);
+        cr_assert_eq(system(cmd), 0);
+        fx_start(&f, 4 << 20, 16 << 20, 0, 0);
+        cr_assert_eq(stat(slc, &st), 0, "the store's own file is kept");
+        cr_assert_eq(st.st_mode & 0777, 0600, "tightened on recovery: %o", st.st_mode & 0777);
+        io.ptr = got;
+        cr_assert_eq(loom_state_load(f.c, &io, 1, "", &r, &e), 0, "%s", e.msg);
+        cr_assert_eq(memcmp(got, buf, sizeof buf), 0);
+        cr_assert_eq(job_bytes(&f, "p", 1), 8192, "indexed once");
         fx_stop(&f, 1);
 }
 
