@@ -44,6 +44,14 @@ void loom_state_cmd_usage(FILE *f)
             "  --no-mlock           do not pin the host pool\n"
             "  --group GROUP        members (name or gid) may touch every job's state; else\n"
             "                       only the uid that first stored a job's state may\n"
+            "  --max-conns N        connections open at once (default 256)\n"
+            "  --max-conns-per-uid N  connections open at once from one uid (default 64);\n"
+            "                       the one over the limit is told why, and closed\n"
+            "  --idle-timeout S     close a connection with no request for S seconds\n"
+            "                       (default 300; 0: never); the C and Python clients\n"
+            "                       reconnect by themselves\n"
+            "  --msg-timeout S      a request, once begun, must arrive whole within S\n"
+            "                       seconds, and each reply be taken (default 30; 0: never)\n"
             "  --quiet              no event log on stderr\n"
             "bench options:\n"
             "  --json               one JSON object (load_gbps, memcpy_gbps, disk_read_gbps,\n"
@@ -60,6 +68,37 @@ void loom_state_cmd_usage(FILE *f)
             "  --bucket N           cuda: the client's bucket (default 64M)\n"
             "  --gpu I              cuda: device ordinal (default 0)\n"
             "  --help               this text\n");
+}
+
+/* A count for --max-conns*: 1..1000000. */
+static int cmd_count(const char *opt, const char *v, int *out)
+{
+        char *end;
+        errno = 0;
+        long n = strtol(v, &end, 10);
+        if (errno || end == v || *end || n < 1 || n > 1000000 || v[0] == '+' || v[0] == ' ') {
+                fprintf(stderr, "loom-state: %s: '%s' is not a count from 1 to 1000000\n", opt, v);
+                return -1;
+        }
+        *out = (int)n;
+        return 0;
+}
+
+/* Seconds for --*-timeout: a number >= 0 (a fraction allowed); 0 is stored as -1, "none". */
+static int cmd_seconds(const char *opt, const char *v, double *out)
+{
+        char *end;
+        errno = 0;
+        double x = strtod(v, &end);
+        if (errno || end == v || *end || !(x >= 0) || x > 1e6 || v[0] == '+' || v[0] == '-') {
+                fprintf(stderr,
+                        "loom-state: %s: '%s' is not a number of seconds from 0 (never) to "
+                        "1000000\n",
+                        opt, v);
+                return -1;
+        }
+        *out = x > 0 ? x : -1;
+        return 0;
 }
 
 int loom_state_cmd_bytes(const char *opt, const char *v, uint64_t *out)
@@ -99,6 +138,10 @@ static int serve(int argc, char **argv)
                                              {"device-bytes", required_argument, 0, 'V'},
                                              {"no-mlock", no_argument, 0, 'm'},
                                              {"group", required_argument, 0, 'g'},
+                                             {"max-conns", required_argument, 0, 'c'},
+                                             {"max-conns-per-uid", required_argument, 0, 'u'},
+                                             {"idle-timeout", required_argument, 0, 'i'},
+                                             {"msg-timeout", required_argument, 0, 't'},
                                              {"quiet", no_argument, 0, 'q'},
                                              {"help", no_argument, 0, 'h'},
                                              {0, 0, 0, 0}};
@@ -137,6 +180,22 @@ static int serve(int argc, char **argv)
                         cfg.group = gid;
                         break;
                 }
+                case 'c':
+                        if (cmd_count("--max-conns", optarg, &cfg.max_conns))
+                                return 2;
+                        break;
+                case 'u':
+                        if (cmd_count("--max-conns-per-uid", optarg, &cfg.max_conns_per_uid))
+                                return 2;
+                        break;
+                case 'i':
+                        if (cmd_seconds("--idle-timeout", optarg, &cfg.idle_timeout_s))
+                                return 2;
+                        break;
+                case 't':
+                        if (cmd_seconds("--msg-timeout", optarg, &cfg.msg_timeout_s))
+                                return 2;
+                        break;
                 case 'q':
                         cfg.log = NULL;
                         break;
@@ -166,9 +225,10 @@ static int serve(int argc, char **argv)
         if (cfg.log) {
                 char line[600];
                 snprintf(line, sizeof line,
-                         "serving on %s (host %" PRIu64 " MiB, disk %" PRIu64 " MiB, dir %s)",
+                         "serving on %s (host %" PRIu64 " MiB, disk %" PRIu64
+                         " MiB, dir %s; connections %d, %d per uid)",
                          loom_state_daemon_sock(r.d), cfg.host_bytes >> 20, cfg.disk_bytes >> 20,
-                         cfg.dir);
+                         cfg.dir, cfg.max_conns, cfg.max_conns_per_uid);
                 daemon_log_line("loom-state", line);
         }
         pthread_t t;
