@@ -36,6 +36,12 @@ static void usage(FILE *f)
             "  --cluster FILE        cluster (and policy) JSON, as in `loom place`\n"
             "  --lease-timeout S     lease/permit expiry without renewal (default 30)\n"
             "  --idle-timeout S      close idle connections after S seconds (default 10)\n"
+            "  --request-timeout S   close a connection that has not sent a whole request\n"
+            "                        S seconds after opening or after its last reply,\n"
+            "                        however slowly it trickles bytes (default 10; 0: off)\n"
+            "  --max-conns N         connections served at once (default 8192)\n"
+            "  --max-conns-per-addr N  of them from one client address (default 2048;\n"
+            "                        0: no limit); see docs/operations.md\n"
             "  --max-wait S          upper bound of an acquire's ?wait= (default 300)\n"
             "  --drift-window N      iterations whose phase times are checked against\n"
             "                        the planned ones (default 5; 0 = no drift\n"
@@ -86,6 +92,9 @@ int main(int argc, char **argv)
             {"lease-timeout", required_argument, NULL, 't'},
             {"idle-timeout", required_argument, NULL, 'i'},
             {"max-wait", required_argument, NULL, 'w'},
+            {"request-timeout", required_argument, NULL, 'Q'},
+            {"max-conns", required_argument, NULL, 'j'},
+            {"max-conns-per-addr", required_argument, NULL, 'J'},
             {"sync-full", no_argument, NULL, 'S'},
             {"drift-window", required_argument, NULL, 'W'},
             {"drift-threshold", required_argument, NULL, 'T'},

@@ -60,6 +60,11 @@ typedef struct loom_server_cfg {
         loom_policy_cfg policy;
         double lease_timeout_s; /* default 30: a lease or unclaimed permit not renewed expires */
         double idle_timeout_s;  /* default 10: an idle (not suspended) connection is closed */
+        double request_timeout_s; /* default 10: a connection that has not sent a whole request
+                                     this long after opening (or after its last reply) is
+                                     closed, however it trickles bytes; 0: no deadline */
+        int max_conns;            /* default 8192: connections served at once */
+        int max_conns_per_addr;   /* default 2048: of them from one client address; 0: any */
         double max_wait_s;      /* default 300: upper bound on ?wait= of acquire */
         int drift_window;       /* default 5: iterations whose phase times are compared with
                                    the planned ones; 0 turns drift re-admission off */

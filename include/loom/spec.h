@@ -48,6 +48,11 @@ json_t *loom_plan_report_to_json(const char *fleet, const loom_plan_cluster *c,
 json_t *loom_plan_job_to_json(const loom_plan_workflow *w, const loom_plan_result *r, double slo,
                               int gpus_per_node);
 
+/* A name a client gives (a job's id or name): any UTF-8 text without control characters
+ * (C0, DEL, C1), which would forge lines and send terminal escapes wherever it is logged or
+ * printed. 0, or LOOM_EINVAL naming field with the offending character's position. */
+int loom_spec_name_check(const char *name, size_t len, const char *field, loom_err *e);
+
 /*
  * Decode one object. `where` is the path prefix used in messages ("jobs[3]", "" for a top-level
  * body). text/len, when not NULL, is the document `obj` was parsed from, used to find line and

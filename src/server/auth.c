@@ -483,23 +483,61 @@ static bool reply_401(srv_req *r, const char *msg)
         return false;
 }
 
-/* "loom_w_<job>_<hex>": a worker token is valid when its HMAC is the job's. */
-static bool worker_token(const struct srv_auth *a, const char *tok, srv_principal *who)
+void srv_auth_worker_text(const uint8_t secret[32], uint32_t job, char out[LOOM_TOKEN_MAX])
+{
+        uint8_t mac[32];
+        char h[2 * 32 + 1];
+        derive(secret, "loom worker token", job, mac);
+        hex(mac, sizeof mac, h);
+        snprintf(out, LOOM_TOKEN_MAX, "loom_w_%u_%s", job, h);
+}
+
+/* "loom_w_<job>_<hex>" exactly as srv_auth_worker_text wrote it: the job in decimal without
+ * sign, spaces or leading zeros, the MAC in lower-case hex. Any other spelling of the same
+ * numbers is refused, so a token has one text, the one loomd issued (and logs or lists can
+ * compare tokens as strings). */
+static bool worker_token(const uint8_t secret[32], const char *tok, uint32_t *job_out)
 {
         const char *p = tok + 7;
-        char *end;
-        errno = 0;
-        unsigned long job = strtoul(p, &end, 10);
-        uint8_t mac[32], want[32];
-        if (errno || end == p || *end != '_' || job == 0 || job > UINT32_MAX ||
-            unhex(end + 1, mac, sizeof mac))
+        uint64_t job = 0;
+        size_t n = 0;
+        while (p[n] >= '0' && p[n] <= '9' && n < 11)
+                job = job * 10 + (uint64_t)(p[n++] - '0');
+        if (n == 0 || p[0] == '0' || p[n] != '_' || job > UINT32_MAX)
                 return false;
-        derive(a->secret, "loom worker token", (uint32_t)job, want);
-        if (!memeql_sec(mac, want, sizeof mac))
+        char want[LOOM_TOKEN_MAX];
+        srv_auth_worker_text(secret, (uint32_t)job, want);
+        size_t len = strlen(want);
+        /* constant time in the MAC: the length is public, the digits are not */
+        if (strlen(tok) != len || !memeql_sec(tok, want, len))
                 return false;
-        who->role = LOOM_ROLE_WORKER;
-        who->job = (uint32_t)job;
+        *job_out = (uint32_t)job;
         return true;
+}
+
+srv_bearer_kind srv_auth_bearer(const char *h, const uint8_t secret[32], uint32_t *job,
+                                const char **tok, const char **why)
+{
+        *job = 0;
+        *tok = NULL;
+        *why = "invalid token";
+        if (!h) {
+                *why = "a bearer token is required (Authorization: Bearer TOKEN)";
+                return SRV_BEARER_BAD;
+        }
+        if (strncasecmp(h, "Bearer ", 7)) {
+                *why = "expected 'Authorization: Bearer TOKEN'";
+                return SRV_BEARER_BAD;
+        }
+        const char *t = h + 7;
+        while (*t == ' ')
+                t++;
+        if (strlen(t) >= LOOM_TOKEN_MAX)
+                return SRV_BEARER_BAD;
+        if (!strncmp(t, "loom_w_", 7))
+                return worker_token(secret, t, job) ? SRV_BEARER_WORKER : SRV_BEARER_BAD;
+        *tok = t; /* hashed and looked up as it is: another spelling hashes differently */
+        return SRV_BEARER_STORED;
 }
 
 /* 0 with who filled, or the sentence for the 401. */
@@ -548,19 +586,20 @@ bool srv_auth_request(loom_server *s, srv_req *r, const char *url)
                 return true; /* open; a token, if any, is not looked at */
         const char *h =
             MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-        if (!h)
-                return reply_401(r, "a bearer token is required (Authorization: Bearer TOKEN)");
-        if (strncasecmp(h, "Bearer ", 7))
-                return reply_401(r, "expected 'Authorization: Bearer TOKEN'");
-        const char *tok = h + 7;
-        while (*tok == ' ')
-                tok++;
-        if (strlen(tok) >= LOOM_TOKEN_MAX)
-                return reply_401(r, "invalid token");
-        if (!strncmp(tok, "loom_w_", 7))
-                return worker_token(a, tok, &r->who) ? true : reply_401(r, "invalid token");
-        const char *why = stored_token(a, tok, &r->who);
-        return why ? reply_401(r, why) : true;
+        const char *tok, *why;
+        uint32_t job;
+        switch (srv_auth_bearer(h, a->secret, &job, &tok, &why)) {
+        case SRV_BEARER_WORKER:
+                r->who.role = LOOM_ROLE_WORKER;
+                r->who.job = job;
+                return true;
+        case SRV_BEARER_STORED:
+                why = stored_token(a, tok, &r->who);
+                return why ? reply_401(r, why) : true;
+        case SRV_BEARER_BAD:
+                break;
+        }
+        return reply_401(r, why);
 }
 
 static bool role_may(loom_role role, enum srv_req_kind k, bool public_metrics)
@@ -689,10 +728,7 @@ void srv_auth_worker_creds(loom_server *s, uint32_t job, char token[96], char ke
         if (!s->auth || !s->auth->tokens)
                 return;
         uint8_t mac[32];
-        char h[2 * 32 + 1];
-        derive(s->auth->secret, "loom worker token", job, mac);
-        hex(mac, sizeof mac, h);
-        snprintf(token, 96, "loom_w_%u_%s", job, h);
+        srv_auth_worker_text(s->auth->secret, job, token);
         derive(s->auth->secret, "loom sync key", job, mac);
         hex(mac, sizeof mac, key);
 }
@@ -703,9 +739,7 @@ void srv_auth_creds(loom_server *s, const srv_req *r, const srv_job *j, json_t *
                 return;
         uint8_t mac[32];
         char text[LOOM_TOKEN_MAX], h[2 * 32 + 1];
-        derive(s->auth->secret, "loom worker token", j->id, mac);
-        hex(mac, sizeof mac, h);
-        snprintf(text, sizeof text, "loom_w_%u_%s", j->id, h);
+        srv_auth_worker_text(s->auth->secret, j->id, text);
         json_object_set_new(o, "worker_token", json_string(text));
         derive(s->auth->secret, "loom sync key", j->id, mac);
         hex(mac, sizeof mac, h);

@@ -5,8 +5,14 @@
  * and validated with the same spec.h functions as `loom place`), then queued for the scheduler
  * thread while its connection is suspended; the scheduler resumes the connection once the reply
  * is committed, and the access handler is called again to send it. Nothing here touches the
- * scheduler's state, so a slow or malicious client only costs a connection slot: idle
- * connections are closed after cfg.idle_timeout_s, bodies over 1 MiB get 413.
+ * scheduler's state, so a slow or malicious client only costs a connection slot, and few of
+ * those: idle connections are closed after cfg.idle_timeout_s; a connection that has not sent a
+ * whole request cfg.request_timeout_s after it opened (or after its last reply) is closed by
+ * the guard thread below however it trickles bytes (the idle timer restarts at every byte);
+ * one client address holds at most cfg.max_conns_per_addr of the cfg.max_conns connections;
+ * bodies over 1 MiB get 413. Framing a proxy could read differently (two Content-Lengths, or
+ * one with a Transfer-Encoding) is refused with 400 and the connection closed (RFC 9112 6.3),
+ * and TLS is 1.2 or 1.3 only.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -20,6 +26,8 @@
 #include <unistd.h>
 
 #include <microhttpd.h>
+#include <pthread.h>
+#include <strings.h>
 
 #include "loom/spec.h"
 #include "srv.h"
@@ -230,6 +238,11 @@ static void parse_submit(loom_server *s, srv_req *r)
         static const char *const extra[] = {"name", NULL};
         loom_err e;
         loom_err_clear(&e);
+        if (name &&
+            loom_spec_name_check(json_string_value(name), json_string_length(name), "name", &e)) {
+                json_decref(obj);
+                return srv_reply_loom_err(r, 422, &e);
+        }
         if (loom_job_spec_from_json(obj, "", r->upload, r->upload_len, &s->cfg.cluster, extra,
                                     &r->spec, &e)) {
                 json_decref(obj);
@@ -416,9 +429,227 @@ void srv_http_route(loom_server *s, srv_req *r, const char *method, const char *
                 srv_reply_error(r, 404, "", "no such resource: %s", url);
 }
 
+/* ---- framing (RFC 9112 6.3) ---------------------------------------------------------------- */
+
+typedef struct framing {
+        int n_cl, n_te;
+        bool te_chunked;
+} framing;
+
+static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key,
+                                     const char *value)
+{
+        framing *f = cls;
+        if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH))
+                f->n_cl++;
+        if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
+                f->n_te++;
+                f->te_chunked = value && !strcasecmp(value, "chunked");
+        }
+        return MHD_YES;
+}
+
+/* The status (400, 501) a request's framing earns, with the sentence in *why; 0 when the body's
+ * length is unambiguous. libmicrohttpd reads the first Content-Length and lets a
+ * Transfer-Encoding override any, where a proxy in front may read another: a request two hops
+ * can split differently is refused, never guessed at. */
+static int framing_error(struct MHD_Connection *conn, const char **why)
+{
+        framing f = {0};
+        MHD_get_connection_values(conn, MHD_HEADER_KIND, count_framing, &f);
+        if (f.n_cl > 1)
+                *why = "more than one Content-Length header";
+        else if (f.n_te > 0 && f.n_cl > 0)
+                *why = "both Content-Length and Transfer-Encoding";
+        else if (f.n_te > 1)
+                *why = "more than one Transfer-Encoding header";
+        else if (f.n_te == 1 && !f.te_chunked)
+                return *why = "only Transfer-Encoding: chunked is supported", 501;
+        else
+                return 0;
+        return 400;
+}
+
+/* ---- the guard: a deadline for each connection's next request ----------------------------- */
+
+/* A connection while it owes loomd a whole request: from its opening, and again from each reply
+ * on it, until srv_http's handler has the request (then it is the scheduler's, however long a
+ * long-poll waits). Owned by the connection (libmicrohttpd's socket context). */
+typedef struct conn_watch {
+        struct conn_watch *prev, *next;
+        loom_us since;
+        int fd;
+        bool listed;
+} conn_watch;
+
+struct srv_http_guard {
+        pthread_mutex_t mu;
+        pthread_cond_t cv;
+        pthread_t th;
+        bool running, stop;
+        loom_us limit;            /* cfg.request_timeout_s; 0: no deadline */
+        conn_watch *head, *tail;  /* oldest first: since only grows along the list */
+        uint64_t cut, cut_logged; /* connections closed for their deadline */
+        loom_us next_log;
+};
+
+static void watch_unlink(struct srv_http_guard *g, conn_watch *w)
+{
+        if (!w->listed)
+                return;
+        if (w->prev)
+                w->prev->next = w->next;
+        else
+                g->head = w->next;
+        if (w->next)
+                w->next->prev = w->prev;
+        else
+                g->tail = w->prev;
+        w->prev = w->next = NULL;
+        w->listed = false;
+}
+
+/* (Re)start the connection's deadline now: appended, so the list stays oldest first. */
+static void watch_arm(struct srv_http_guard *g, conn_watch *w)
+{
+        pthread_mutex_lock(&g->mu);
+        watch_unlink(g, w);
+        w->since = srv_now_mono();
+        w->prev = g->tail;
+        if (g->tail)
+                g->tail->next = w;
+        else
+                g->head = w;
+        g->tail = w;
+        w->listed = true;
+        pthread_mutex_unlock(&g->mu);
+}
+
+static conn_watch *watch_of(struct MHD_Connection *conn)
+{
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        return ci ? ci->socket_context : NULL;
+}
+
+/* The request is in: no deadline until its reply has gone. */
+static void watch_received(loom_server *s, struct MHD_Connection *conn)
+{
+        conn_watch *w = conn ? watch_of(conn) : NULL;
+        if (!w || !s->guard)
+                return;
+        pthread_mutex_lock(&s->guard->mu);
+        watch_unlink(s->guard, w);
+        pthread_mutex_unlock(&s->guard->mu);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+        loom_server *s = cls;
+        struct srv_http_guard *g = s->guard;
+        if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+                conn_watch *w = calloc(1, sizeof *w);
+                const union MHD_ConnectionInfo *ci =
+                    MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+                *socket_context = w;
+                if (!w || !ci) /* unwatched: the idle timeout still applies */
+                        return;
+                w->fd = ci->connect_fd;
+                watch_arm(g, w);
+                return;
+        }
+        conn_watch *w = *socket_context;
+        if (w) { /* CLOSED, called before libmicrohttpd closes the descriptor */
+                pthread_mutex_lock(&g->mu);
+                watch_unlink(g, w);
+                pthread_mutex_unlock(&g->mu);
+                free(w);
+        }
+        *socket_context = NULL;
+}
+
+/* Cut every connection past its deadline. shutdown(), not close(): libmicrohttpd sees the end
+ * of the stream, closes the connection the usual way and frees its slot; the descriptor stays
+ * valid because the list is left, under the same mutex, before libmicrohttpd closes it. */
+static void *guard_main(void *arg)
+{
+        loom_server *s = arg;
+        struct srv_http_guard *g = s->guard;
+        pthread_mutex_lock(&g->mu);
+        while (!g->stop) {
+                loom_us now = srv_now_mono(), wake = now + LOOM_US_PER_S;
+                while (g->head && g->head->since + g->limit <= now) {
+                        conn_watch *w = g->head;
+                        watch_unlink(g, w);
+                        shutdown(w->fd, SHUT_RDWR);
+                        g->cut++;
+                }
+                if (g->head && g->head->since + g->limit < wake)
+                        wake = g->head->since + g->limit;
+                if (g->cut > g->cut_logged && now >= g->next_log) {
+                        /* at most one line a minute, however many are cut */
+                        srv_log(s,
+                                "closed %llu connections that sent no whole request within %.1f s",
+                                (unsigned long long)(g->cut - g->cut_logged),
+                                (double)g->limit / LOOM_US_PER_S);
+                        g->cut_logged = g->cut;
+                        g->next_log = now + 60 * LOOM_US_PER_S;
+                }
+                struct timespec ts;
+                clock_gettime(CLOCK_MONOTONIC, &ts);
+                loom_us at = (loom_us)ts.tv_sec * LOOM_US_PER_S + ts.tv_nsec / 1000 + (wake - now);
+                ts.tv_sec = (time_t)(at / LOOM_US_PER_S);
+                ts.tv_nsec = (long)(at % LOOM_US_PER_S) * 1000;
+                pthread_cond_timedwait(&g->cv, &g->mu, &ts);
+        }
+        pthread_mutex_unlock(&g->mu);
+        return NULL;
+}
+
+static int guard_start(loom_server *s, loom_err *e)
+{
+        struct srv_http_guard *g = calloc(1, sizeof *g);
+        if (!g)
+                return loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_mutex_init(&g->mu, NULL);
+        pthread_cond_init(&g->cv, &ca);
+        pthread_condattr_destroy(&ca);
+        g->limit = loom_us_from_s(s->cfg.request_timeout_s);
+        s->guard = g;
+        if (g->limit > 0 && pthread_create(&g->th, NULL, guard_main, s) != 0)
+                return loom_err_set(e, LOOM_EIO, "", "cannot start the connection guard thread");
+        g->running = g->limit > 0;
+        return 0;
+}
+
+/* After libmicrohttpd stopped: every connection is closed and unlisted by then. */
+static void guard_stop(loom_server *s)
+{
+        struct srv_http_guard *g = s->guard;
+        if (!g)
+                return;
+        if (g->running) {
+                pthread_mutex_lock(&g->mu);
+                g->stop = true;
+                pthread_cond_signal(&g->cv);
+                pthread_mutex_unlock(&g->mu);
+                pthread_join(g->th, NULL);
+        }
+        pthread_cond_destroy(&g->cv);
+        pthread_mutex_destroy(&g->mu);
+        free(g);
+        s->guard = NULL;
+}
+
 /* ---- libmicrohttpd callbacks ---------------------------------------------------------------- */
 
-static enum MHD_Result send_reply(srv_req *r)
+/* close: end the connection after this reply (a request whose framing cannot be trusted
+ * leaves no way to find where the next one starts). */
+static enum MHD_Result send_reply_close(srv_req *r, bool close)
 {
         size_t len = r->body ? strlen(r->body) : 0;
         struct MHD_Response *resp = MHD_create_response_from_buffer(
@@ -435,9 +666,16 @@ static enum MHD_Result send_reply(srv_req *r)
         if (r->status == 401)
                 MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
                                         "Bearer realm=\"loomd\"");
+        if (close)
+                MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
         enum MHD_Result ret = MHD_queue_response(r->conn, (unsigned)r->status, resp);
         MHD_destroy_response(resp);
         return ret;
+}
+
+static enum MHD_Result send_reply(srv_req *r)
+{
+        return send_reply_close(r, false);
 }
 
 static void req_free(srv_req *r)
@@ -484,6 +722,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                 r->conn = conn;
                 r->t_arrival = srv_now_mono();
                 *con_cls = r;
+                /* Answered at once or read on: either way its deadline has done its work (a
+                 * body is bounded by SRV_MAX_BODY and the idle timeout). */
+                watch_received(s, conn);
+                const char *why;
+                int bad = framing_error(conn, &why);
+                if (bad) {
+                        srv_reply_error(r, bad, "", "%s", why);
+                        return send_reply_close(r, true);
+                }
                 int page = srv_dashboard_serve(conn, method, url); /* public */
                 if (page >= 0)
                         return (enum MHD_Result)page;
@@ -546,6 +793,11 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                 atomic_fetch_sub(&s->inflight, 1);
         }
         *con_cls = NULL;
+        /* Kept alive for a next request: its deadline starts now. (A connection closing is
+         * unlisted again by on_connection right after.) */
+        conn_watch *w = watch_of(conn);
+        if (w && s->guard && toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
+                watch_arm(s->guard, w);
 }
 
 void srv_http_resume(srv_req *r)
@@ -577,6 +829,10 @@ int srv_http_bind(loom_server *s, loom_err *e)
         return 0;
 }
 
+/* TLS 1.2 and 1.3 only, GnuTLS's usual ciphers within them: 1.0 and 1.1 are deprecated
+ * (RFC 8996) and every client loom supports speaks 1.2. */
+#define SRV_TLS_PRIORITIES "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2"
+
 int srv_http_start(loom_server *s, loom_err *e)
 {
         unsigned idle = s->cfg.idle_timeout_s < 1 ? 1 : (unsigned)(s->cfg.idle_timeout_s + 0.5);
@@ -586,19 +842,28 @@ int srv_http_start(loom_server *s, loom_err *e)
         struct MHD_OptionItem tls[] = {
             {cert ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, 0, (void *)cert},
             {MHD_OPTION_HTTPS_MEM_KEY, 0, (void *)key},
+            {MHD_OPTION_HTTPS_PRIORITIES, 0, (void *)SRV_TLS_PRIORITIES},
             {MHD_OPTION_END, 0, NULL},
         };
+        if (guard_start(s, e)) {
+                guard_stop(s);
+                return LOOM_EIO;
+        }
         unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME;
         s->mhd = MHD_start_daemon(flags | (cert ? MHD_USE_TLS : 0), 0, NULL, NULL, on_request, s,
                                   MHD_OPTION_ARRAY, tls, MHD_OPTION_LISTEN_SOCKET, s->listen_fd,
                                   MHD_OPTION_CONNECTION_TIMEOUT, idle, MHD_OPTION_CONNECTION_LIMIT,
-                                  (unsigned)8192, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                                  (unsigned)s->cfg.max_conns, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+                                  (unsigned)s->cfg.max_conns_per_addr, MHD_OPTION_NOTIFY_COMPLETED,
+                                  on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
                                   MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024, MHD_OPTION_END);
-        if (!s->mhd)
+        if (!s->mhd) {
+                guard_stop(s);
                 return loom_err_set(e, LOOM_EIO, cert ? "tls_cert" : "listen",
                                     cert ? "cannot start the HTTPS server (is the key the "
                                            "certificate's, both PEM?)"
                                          : "cannot start the HTTP server");
+        }
         return 0;
 }
 
@@ -621,6 +886,7 @@ void srv_http_stop(loom_server *s)
                 MHD_stop_daemon(s->mhd);
                 s->mhd = NULL;
         }
+        guard_stop(s);
         if (s->listen_fd >= 0) {
                 close(s->listen_fd);
                 s->listen_fd = -1;

@@ -73,6 +73,15 @@ int loom_server_cfg_option(loom_server_cfg *c, const char *name, const char *v, 
                 return seconds(name, v, &c->lease_timeout_s, e);
         else if (!strcmp(name, "idle-timeout"))
                 return seconds(name, v, &c->idle_timeout_s, e);
+        else if (!strcmp(name, "request-timeout"))
+                return seconds(name, v, &c->request_timeout_s, e);
+        else if (!strcmp(name, "max-conns")) {
+                int rc = count(name, v, 1000000, &c->max_conns, e);
+                if (!rc && c->max_conns < 1)
+                        return bad(e, name, "'%s': at least one connection", v);
+                return rc;
+        } else if (!strcmp(name, "max-conns-per-addr"))
+                return count(name, v, 1000000, &c->max_conns_per_addr, e);
         else if (!strcmp(name, "max-wait"))
                 return seconds(name, v, &c->max_wait_s, e);
         else if (!strcmp(name, "drift-window"))

@@ -31,6 +31,9 @@ void loom_server_cfg_default(loom_server_cfg *c)
         loom_policy_cfg_default(&c->policy);
         c->lease_timeout_s = 30;
         c->idle_timeout_s = 10;
+        c->request_timeout_s = 10;
+        c->max_conns = 8192;
+        c->max_conns_per_addr = 2048;
         c->max_wait_s = 300;
         c->drift_window = 5;
         c->drift_threshold = 1.05;

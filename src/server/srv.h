@@ -288,6 +288,7 @@ struct loom_server {
         struct srv_exec *exec_rt; /* exechook.c: the executor thread, started on first use */
         loom_us exec_next;
         struct srv_auth *auth; /* auth.c */
+        struct srv_http_guard *guard; /* http.c: connections yet to send a whole request */
 };
 
 /* clocks */
@@ -420,6 +421,14 @@ bool srv_auth_sees(const srv_req *r, const srv_job *j);
 void srv_auth_submitted(loom_server *s, const srv_req *r, srv_job *j);
 void srv_auth_creds(loom_server *s, const srv_req *r, const srv_job *j, json_t *o);
 void srv_auth_worker_creds(loom_server *s, uint32_t job, char token[96], char key[65]);
+/* The bearer-token parser, on the text of an Authorization header (NULL: none): a worker
+ * token whose MAC under secret is its job's, in the one spelling loomd issues (*job); a token
+ * to look up in auth.db (*tok points into h); or neither, with the 401 sentence in *why. */
+typedef enum { SRV_BEARER_BAD, SRV_BEARER_WORKER, SRV_BEARER_STORED } srv_bearer_kind;
+srv_bearer_kind srv_auth_bearer(const char *h, const uint8_t secret[32], uint32_t *job,
+                                const char **tok, const char **why);
+/* The worker token of job under secret, "loom_w_<job>_<64 lower-case hex digits>". */
+void srv_auth_worker_text(const uint8_t secret[32], uint32_t job, char out[LOOM_TOKEN_MAX]);
 
 /* statehook.c: prefetch hints and host-tier accounting through cfg.state */
 void srv_state_granted(loom_server *s, const srv_job *j);

@@ -164,6 +164,20 @@ static int check_fields(const dctx *c, json_t *obj, const char *const *known,
 /* The serviceized training calls (job_calls.c), optional in a job spec. */
 #define CALLS_KNOWN "compute_log_prob_s", "update_actor_s", "sync_weight_s",
 
+int loom_spec_name_check(const char *name, size_t len, const char *field, loom_err *e)
+{
+        const unsigned char *p = (const unsigned char *)name;
+        for (size_t i = 0; i < len; i++) {
+                bool c1 = p[i] == 0xc2 && i + 1 < len && p[i + 1] >= 0x80 && p[i + 1] <= 0x9f;
+                if (p[i] < 0x20 || p[i] == 0x7f || c1)
+                        return loom_err_set(e, LOOM_EINVAL, field,
+                                            "control character U+%04X at byte %zu: names may "
+                                            "not contain control characters",
+                                            c1 ? p[i + 1] : p[i], i);
+        }
+        return 0;
+}
+
 int loom_job_spec_from_json(json_t *obj, const char *where, const char *text, size_t len,
                             const loom_cluster_cfg *cl, const char *const *extra_ok,
                             loom_job_spec *out, loom_err *e)
@@ -186,6 +200,9 @@ int loom_job_spec_from_json(json_t *obj, const char *where, const char *text, si
                         return fail(&c, "id", "must be a string");
                 if (json_string_length(id) == 0 || json_string_length(id) >= LOOM_JOB_ID_MAX)
                         return fail(&c, "id", "must be 1..%d characters", LOOM_JOB_ID_MAX - 1);
+                loom_err ne;
+                if (loom_spec_name_check(json_string_value(id), json_string_length(id), "id", &ne))
+                        return fail(&c, "id", "%s", ne.msg);
                 snprintf(s.id, sizeof s.id, "%s", json_string_value(id));
         }
         int64_t v = 0;
