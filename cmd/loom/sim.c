@@ -62,11 +62,17 @@ static void usage(FILE *f)
             "                         admission plans every switch at the largest (4 s)\n"
             "  --max-group N          max jobs per group (default 5)\n"
             "  --colocated-factor F   rollout time on a training GPU vs a rollout GPU (1.0)\n"
+            "  --cluster C            h20-h800 (default: H20 rollout, H800 training GPUs),\n"
+            "                         h100 or h200 (one GPU type in both pools), or a JSON\n"
+            "                         file with a cluster object (as in scenario files)\n"
             "  --seed N               workload and placement seed (default 1)\n"
             "output:\n"
             "  --json | --csv         one JSON object per policy per line | CSV\n"
             "  --plot DIR             cost.svg/png, gpus.svg/png, slowdown.svg/png\n"
             "  --per-job FILE         CSV of every job under every policy (slowdown, SLO)\n"
+            "  --timeline FILE        JSON lines: every node's provision and release, every\n"
+            "                         phase segment, stop, restart and completion (solo,\n"
+            "                         colocated and the policies the core decides)\n"
             "  --no-progress          no progress bar (it is drawn only on a terminal)\n"
             "  --decompose            the cost as a ladder from the fluid lower bound, then the\n"
             "                         oracle's regroupings the targets need (docs/sim.md)\n"
@@ -80,6 +86,7 @@ static void usage(FILE *f)
 typedef struct opts {
         loom_sim_study_cfg c;
         bool poisson, json, csv, no_progress, sweep, decompose;
+        const char *cluster;
 } opts;
 
 static int bad(const char *what, const char *val)
@@ -224,6 +231,8 @@ static int parse(int argc, char **argv, opts *o)
             {"seeds", "--seeds", 1, 100, .i = &o->c.seeds},
             {"threads", "--threads", 1, 64, .i = &o->c.threads},
             {"per-job", .s = &o->c.per_job},
+            {"timeline", .s = &o->c.timeline},
+            {"cluster", .s = &o->cluster},
             {.name = "drift"},
             {"mtbf-h", "--mtbf-h (hours, 0..1e6)", 0, 1e6, .d = &wl->mtbf_h},
             {"max-restarts", "--max-restarts (0..1000)", 0, 1000, .i = &sim->max_restarts},
@@ -283,6 +292,10 @@ int loom_cmd_sim(int argc, char **argv)
                 o.c.trace = loom_cmd_bundled(DEFAULT_TRACE, buf, sizeof buf);
         loom_err e;
         loom_err_clear(&e);
+        if (o.cluster && loom_sim_cluster_load(o.cluster, &o.c.sim.cluster, &e)) {
+                fprintf(stderr, "loom sim: --cluster: %s\n", e.msg);
+                return 1;
+        }
         if (loom_sim_study(&o.c, stdout, &e)) { /* trace errors start with file:line:col */
                 fprintf(stderr, "loom sim: %s\n", e.msg);
                 return 1;

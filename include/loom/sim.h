@@ -198,6 +198,10 @@ typedef struct loom_sim_cfg {
         double tail_slowdown;         /* a migrated tail's speed on its kept GPUs (1 = same) */
         bool record_series;           /* cost and GPUs over time (plots) */
         bool record_gantt;            /* every phase interval (micro-benchmarks) */
+        /* Where the run's timeline goes, one JSON object per line (docs/sim.md, "The
+         * timeline"): nodes, phase segments, stops, restarts, completions. NULL: none. Written
+         * by solo, colocated and the core-driven policies; the caller owns and closes it. */
+        FILE *timeline;
         /* Called now and then with the fraction of jobs handled, and with -1 at the end; the
          * command line draws a bar with it. NULL: silent. */
         void (*progress)(void *ctx, const char *label, double frac);
@@ -230,6 +234,13 @@ typedef struct loom_sim_cfg {
 } loom_sim_cfg;
 
 void loom_sim_cfg_default(loom_sim_cfg *c);
+/* The cluster of `loom sim --cluster ARG`: a preset ("h20-h800", the default; "h100" and
+ * "h200", one GPU type in both pools) or the path of a JSON file holding a cluster object, or
+ * a scenario or loomd file with one under "cluster". 0, or LOOM_EINVAL / LOOM_EIO with e naming
+ * file:line:column and the field. */
+int loom_sim_cluster_load(const char *arg, loom_cluster_cfg *out, loom_err *e);
+/* The preset names, NULL-terminated. */
+const char *const *loom_sim_cluster_presets(void);
 /* The on/off setting called name ("job-switch", or a loom_policy_switch name of c's policy), or
  * NULL when there is none: one lookup for every `--NAME on|off` of loom sim. */
 bool *loom_sim_switch(loom_sim_cfg *c, const char *name);
@@ -319,6 +330,8 @@ typedef struct loom_sim_result {
          * groups whose training pool holds more nodes than their largest member asked for;
          * loom's never do. The oracle fills group_cost and lone_cost_by_slo as loom does. */
         double grown_pool_cost;
+        /* the cluster it ran on: $/GPU-h of each pool's GPU type (what --json echoes) */
+        loom_cluster_cfg cluster;
 } loom_sim_result;
 
 void loom_sim_result_free(loom_sim_result *r);
@@ -473,9 +486,10 @@ typedef struct loom_sim_study_cfg {
         loom_sim_workload_cfg workload; /* noise.tail_threshold follows sim.policy */
         unsigned policies;              /* mask; 0: every policy, or the sweep's default */
         loom_sim_format format;
-        const char *plot;    /* directory for plots (compare, sweep), or NULL */
-        const char *per_job; /* path of the per-job CSV (compare), or NULL */
-        int seeds, threads;  /* sweep; default 3 and 2 */
+        const char *plot;     /* directory for plots (compare, sweep), or NULL */
+        const char *per_job;  /* path of the per-job CSV (compare), or NULL */
+        const char *timeline; /* path of the timeline, JSON lines (compare), or NULL */
+        int seeds, threads;   /* sweep; default 3 and 2 */
 } loom_sim_study_cfg;
 
 void loom_sim_study_cfg_default(loom_sim_study_cfg *c);

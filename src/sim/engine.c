@@ -39,6 +39,8 @@ typedef struct resident {
 typedef struct node_state {
         int last;        /* workload index + 1 of the job that ran last */
         loom_us free_at; /* when its last phase ended (or was squeezed into a tail) */
+        int tail_job;    /* workload index + 1 of the migrated tail running here; 0: none */
+        int tail_gpus;   /* the GPUs that tail keeps */
         uint64_t used;
         resident res[RES_SLOTS];
 } node_state;
@@ -69,13 +71,23 @@ typedef struct sjob {
         int n_recent;
         bool active, waiting, failed;
         int restarts;
-        loom_us took; /* the running phase's own length, for loom_sched_observe */
+        loom_us work_start; /* when the running phase's work began (after its switch) */
+        /* the rollout crossed its tail threshold while another job's tail held its first
+         * node: its progress is reported when that tail ends (one tail per node) */
+        bool progress_due;
+        /* the timeline's current segment: since when, on how many GPUs of each node, and
+         * whether it is the phase's first (which carries the switch) */
+        loom_us tl_start;
+        bool tl_first;
+        int64_t tl_iter;
+        int tl_gpus[LOOM_MAX_JOB_NODES];
         /* the training call running, of n_calls (0: the whole phase) */
         int call, n_calls;
 } sjob;
 
 typedef struct engine {
         const loom_sim_cfg *c;
+        loom_sim_policy pol;
         const loom_sim_workload *w;
         loom_sched *s;
         loom_sim_result *r;
@@ -235,6 +247,13 @@ static loom_us phase_switch(engine *g, int ji, const loom_action *a)
                 if (kind > kind_max)
                         kind_max = kind;
         }
+        /* A job re-admitted after a stop holds its nodes from then on, and its first phase on
+         * each pool waits out its restart there, resident state or not. */
+        const sjob *sj = &g->jobs[ji];
+        if (a->n_nodes && !sj->touched[state] && sj->ready > g->now) {
+                loom_us first = sj->ready - g->now + loom_sim_warm(g->c, g->w->jobs[ji].model_b);
+                worst = first > worst ? first : worst;
+        }
         if (a->n_nodes)
                 g->jobs[ji].touched[state] = true;
         if (kind_max == 2)
@@ -301,6 +320,51 @@ static int record(engine *g, int ji, loom_us end)
         return 0;
 }
 
+/* The GPUs job ji's segment holds on each of its nodes: a training phase spreads over them
+ * evenly; a rollout takes what other jobs' tails leave free, node by node, and whatever does
+ * not fit shows on its last node (more than the node has: an over-commit, for the record). */
+static void tl_alloc(engine *g, int ji, int total)
+{
+        sjob *j = &g->jobs[ji];
+        int per = g->c->cluster.gpus_per_node, left = total;
+        for (int k = 0; k < j->n_nodes; k++) {
+                int take = j->phase == LOOM_PHASE_TRAIN ? total / j->n_nodes : per;
+                if (j->busy_pool == LOOM_POOL_ROLLOUT && j->nodes[k] < g->cap_nodes[j->busy_pool]) {
+                        const node_state *n = &g->nodes[j->busy_pool][j->nodes[k]];
+                        if (n->tail_job && n->tail_job != ji + 1)
+                                take -= n->tail_gpus;
+                }
+                take = k == j->n_nodes - 1 ? left : take < left ? take : left;
+                j->tl_gpus[k] = take;
+                left -= take;
+        }
+}
+
+/* Job ji's current segment ends now: to the timeline, and the next one starts. */
+static void tl_seg(engine *g, int ji, bool lost)
+{
+        sjob *j = &g->jobs[ji];
+        if (!g->c->timeline)
+                return;
+        sim_tl_seg s = {.job = ji,
+                        .iter = j->tl_iter,
+                        .phase = j->phase,
+                        .pool = j->busy_pool,
+                        .n_nodes = j->phase == LOOM_PHASE_SYNC ? 0 : j->n_nodes,
+                        .nodes = j->nodes,
+                        .gpus = j->tl_gpus,
+                        .sw = j->phase_start,
+                        .work = j->work_start,
+                        .start = j->tl_start,
+                        .end = g->now,
+                        .tail = j->migrated,
+                        .lost = lost,
+                        .call = j->call,
+                        .calls = j->n_calls};
+        loom__sim_tl_seg(g->c, g->pol, &s);
+        j->tl_start = g->now;
+}
+
 static int64_t draw_index(const loom_sim_job *sj, const sjob *j)
 {
         return j->iter < sj->spec.iterations ? j->iter : sj->spec.iterations - 1;
@@ -324,6 +388,12 @@ static int start_phase(engine *g, const loom_action *a)
         memcpy(j->nodes, a->nodes, sizeof(loom_node_id) * (size_t)a->n_nodes);
         j->busy_gpus = a->phase == LOOM_PHASE_SYNC ? 0 : a->gpus;
         j->busy_pool = a->pool;
+        j->work_start = g->now + ovh;
+        j->tl_start = g->now;
+        j->tl_iter = j->iter;
+        j->progress_due = false;
+        j->call = j->n_calls = 0;
+        tl_alloc(g, ji, j->busy_gpus);
         if (j->busy_gpus)
                 loom__sim_meter_busy(&g->meter, g->now, a->pool, j->busy_gpus);
         if (a->phase == LOOM_PHASE_ROLLOUT) {
@@ -341,7 +411,6 @@ static int start_phase(engine *g, const loom_action *a)
                 j->rate = a->gpus >= sj->spec.rollout_gpus
                               ? 1.0
                               : (double)a->gpus / sj->spec.rollout_gpus;
-                j->took = (loom_us)j->work;
                 return schedule_rollout(g, ji);
         }
         j->rolling = false;
@@ -357,16 +426,16 @@ static int start_phase(engine *g, const loom_action *a)
         j->call = a->call, j->n_calls = a->phase == LOOM_PHASE_TRAIN ? a->n_calls : 0;
         if (j->n_calls > 0 && loom_job_calls(&sj->spec, calls) == j->n_calls)
                 len = (loom_us)((double)len * (double)calls[j->call] / (double)sj->spec.t_train);
-        j->took = len;
         j->version++;
         return loom__sim_heap_push(&g->heap, g->now + ovh + len, SIM_EV_END, (uint32_t)ji,
                                    j->version);
 }
 
-/* The nodes a job's phase ran on are free from now on. */
+/* The nodes a job's phase ran on are free from now on: those of the pool it ran on (a lone
+ * member's rollout runs on its training nodes), whatever the phase. */
 static void free_nodes(engine *g, const sjob *j)
 {
-        loom_pool pool = j->phase == LOOM_PHASE_TRAIN ? LOOM_POOL_TRAIN : LOOM_POOL_ROLLOUT;
+        loom_pool pool = j->busy_pool;
         for (int k = 0; k < j->n_nodes; k++)
                 if (j->nodes[k] < g->cap_nodes[pool])
                         g->nodes[pool][j->nodes[k]].free_at = g->now;
@@ -390,6 +459,7 @@ static int apply(engine *g, const loom_action *a)
                 j = &g->jobs[ji];
                 if ((rc = record(g, ji, g->now)))
                         return rc;
+                tl_seg(g, ji, false);
                 loom__sim_meter_busy(&g->meter, g->now, LOOM_POOL_ROLLOUT,
                                      a->keep_gpus - j->busy_gpus);
                 free_nodes(g, j);
@@ -397,6 +467,12 @@ static int apply(engine *g, const loom_action *a)
                 j->migrated = true;
                 j->n_nodes = 1;
                 j->nodes[0] = a->nodes[0];
+                j->tl_gpus[0] = a->keep_gpus;
+                node_state *tn = node_get(g, LOOM_POOL_ROLLOUT, a->nodes[0]);
+                if (!tn)
+                        return LOOM_ENOMEM;
+                tn->tail_job = ji + 1;
+                tn->tail_gpus = a->keep_gpus;
                 set_rate(g, j, 1.0 / g->c->tail_slowdown);
                 g->r->migrations++;
                 return schedule_rollout(g, ji);
@@ -405,8 +481,10 @@ static int apply(engine *g, const loom_action *a)
                 j = &g->jobs[ji];
                 if (!j->rolling || j->migrated)
                         return 0;
+                tl_seg(g, ji, false);
                 loom__sim_meter_busy(&g->meter, g->now, LOOM_POOL_ROLLOUT, a->gpus - j->busy_gpus);
                 j->busy_gpus = a->gpus;
+                tl_alloc(g, ji, a->gpus);
                 int want = g->w->jobs[ji].spec.rollout_gpus;
                 set_rate(g, j, a->gpus >= want ? 1.0 : (double)a->gpus / want);
                 return schedule_rollout(g, ji);
@@ -417,6 +495,8 @@ static int apply(engine *g, const loom_action *a)
                         return LOOM_ENOMEM;
                 memset(n, 0, sizeof *n); /* a node comes and goes with an empty host memory */
                 g->groups_dirty = true;
+                loom__sim_tl_node(g->c, g->pol, g->now, a->pool, a->node,
+                                  a->type == LOOM_ACT_PROVISION_NODE);
                 return loom__sim_meter_nodes(&g->meter, g->now, a->pool,
                                              a->type == LOOM_ACT_PROVISION_NODE ? 1 : -1);
         }
@@ -426,6 +506,7 @@ static int apply(engine *g, const loom_action *a)
                 g->jobs[ji].active = false;
                 g->jobs[ji].done_at = g->now;
                 g->finished++;
+                loom__sim_tl_event(g->c, g->pol, "done", ji, g->now, NULL, -1);
                 return 0;
         }
         return 0;
@@ -468,6 +549,7 @@ static int arrival(engine *g, int ji)
                  * found no period); the job is counted as rejected and the run goes on. */
                 g->r->jobs_rejected++;
                 g->finished++;
+                loom__sim_tl_event(g->c, g->pol, "rejected", ji, g->now, NULL, -1);
                 if (rc == LOOM_ERANGE && !g->r->note[0])
                         snprintf(g->r->note, sizeof g->r->note,
                                  "the core could not place job %d (%.40s): %.120s", ji, sj->spec.id,
@@ -494,13 +576,18 @@ static int arrival(engine *g, int ji)
         return drain(g);
 }
 
-/* The running phase of job ji ends now: recorded, its nodes and busy GPUs given back. */
-static int phase_over(engine *g, int ji)
+/* The running phase of job ji ends now (lost: cut by a stop): recorded, its nodes and busy GPUs
+ * given back, and a tail's place on its node. */
+static int phase_over(engine *g, int ji, bool lost)
 {
         sjob *j = &g->jobs[ji];
         int rc = record(g, ji, g->now);
         if (rc)
                 return rc;
+        tl_seg(g, ji, lost);
+        if (j->migrated && j->nodes[0] < g->cap_nodes[LOOM_POOL_ROLLOUT] &&
+            g->nodes[LOOM_POOL_ROLLOUT][j->nodes[0]].tail_job == ji + 1)
+                g->nodes[LOOM_POOL_ROLLOUT][j->nodes[0]].tail_job = 0;
         if (j->phase != LOOM_PHASE_SYNC)
                 free_nodes(g, j);
         if (j->busy_gpus)
@@ -510,29 +597,61 @@ static int phase_over(engine *g, int ji)
         return 0;
 }
 
+static int report_progress(engine *g, int ji)
+{
+        int n = g->w->noise.responses;
+        int rc = loom_sched_progress(g->s, g->now, g->jobs[ji].id, LOOM_PHASE_ROLLOUT,
+                                     (int64_t)ceil(g->w->noise.tail_threshold * n), n);
+        return rc < 0 ? fail(g, rc, "progress") : 0;
+}
+
+/* The tail on rollout node `node` ended or left: a rollout there whose progress waited for it
+ * reports it now (the caller drains). */
+static int flush_progress(engine *g, loom_node_id node)
+{
+        for (int ji = 0; ji < g->w->n; ji++) {
+                sjob *j = &g->jobs[ji];
+                if (!j->progress_due || !j->rolling || j->migrated ||
+                    j->busy_pool != LOOM_POOL_ROLLOUT || j->nodes[0] != node)
+                        continue;
+                j->progress_due = false;
+                int rc = report_progress(g, ji);
+                if (rc)
+                        return rc;
+        }
+        return 0;
+}
+
 /* Stop job ji at once: its running phase is abandoned (the iteration in flight is lost, as
- * after a crash), and it leaves the core. */
-static int stop_job(engine *g, int ji, loom_exit why)
+ * after a crash), and it leaves the core. cause names the stop in the timeline. */
+static int stop_job(engine *g, int ji, loom_exit why, const char *cause)
 {
         sjob *j = &g->jobs[ji];
         int rc;
-        if (j->running && (rc = phase_over(g, ji)))
+        bool tail = j->running && j->migrated && j->busy_pool == LOOM_POOL_ROLLOUT;
+        loom_node_id tn = j->nodes[0];
+        if (j->running && (rc = phase_over(g, ji, true)))
                 return rc;
         j->version++;
         j->active = false;
         g->groups_dirty = true;
+        loom__sim_tl_event(g->c, g->pol, "stop", ji, g->now, cause, -1);
         if ((rc = loom_sched_job_exit(g->s, g->now, j->id, why)))
                 return fail(g, rc, "job_exit");
-        return 0;
+        return tail ? flush_progress(g, tn) : 0;
 }
 
-/* Re-admit job ji after `delay` (migration and restart) with spec j->cur. */
-static int resubmit_later(engine *g, int ji, loom_us delay)
+/* Re-admit job ji now with spec j->cur; it is ready to run after `delay` (migration and
+ * restart). It is placed at once, as loomd re-admits a job, and holds (and pays for) its new
+ * nodes while it restarts there, as a cloud bills nodes from their launch: its first phase on
+ * each pool waits out the restart (phase_switch). */
+static int resubmit(engine *g, int ji, loom_us delay)
 {
         sjob *j = &g->jobs[ji];
         j->waiting = true;
         j->ready = g->now + delay;
-        return loom__sim_heap_push(&g->heap, g->now + delay, SIM_EV_RESUBMIT, (uint32_t)ji, 0);
+        loom__sim_tl_event(g->c, g->pol, "restart", ji, g->now, NULL, j->ready);
+        return arrival(g, ji);
 }
 
 /* A stopped job ji declares (roll, train, solo_ref) and is re-admitted after its restart;
@@ -545,7 +664,7 @@ static int redeclare(engine *g, int ji, loom_us roll, loom_us train, loom_us sol
         j->cur.t_train = train;
         j->cur.t_solo_ref = solo_ref;
         g->r->resubmits++;
-        int rc = resubmit_later(g, ji, loom__sim_restart(g->c, g->w->jobs[ji].model_b));
+        int rc = resubmit(g, ji, loom__sim_restart(g->c, g->w->jobs[ji].model_b));
         return rc ? rc : 1;
 }
 
@@ -554,7 +673,7 @@ static int on_fail(engine *g, int ji)
         sjob *j = &g->jobs[ji];
         if (!j->active)
                 return 0; /* done, rejected, or already restarting */
-        int rc = stop_job(g, ji, LOOM_EXIT_FAILED);
+        int rc = stop_job(g, ji, LOOM_EXIT_FAILED, "failed");
         if (!rc)
                 rc = drain(g);
         if (rc)
@@ -567,7 +686,7 @@ static int on_fail(engine *g, int ji)
         }
         j->restarts++;
         g->r->restarts++;
-        return resubmit_later(g, ji, loom__sim_restart(g->c, g->w->jobs[ji].model_b));
+        return resubmit(g, ji, loom__sim_restart(g->c, g->w->jobs[ji].model_b));
 }
 
 /* After job ji's iteration `it`: has it outgrown the profile it was admitted with (an upper
@@ -601,7 +720,7 @@ static int check_drift(engine *g, int ji, int64_t it)
         }
         if (p95[0] <= g->c->drift_trigger && p95[1] <= g->c->drift_trigger)
                 return 0;
-        int rc = stop_job(g, ji, LOOM_EXIT_CANCELLED);
+        int rc = stop_job(g, ji, LOOM_EXIT_CANCELLED, "drift");
         if (rc)
                 return rc;
         /* The observed profile, with headroom: the worst of the last five iterations times
@@ -620,15 +739,24 @@ static int on_progress(engine *g, int ji)
 {
         sjob *j = &g->jobs[ji];
         j->past_threshold = true;
-        int n = g->w->noise.responses;
-        /* its head as its length is reported: the work to the threshold, at full speed */
-        int rc = loom_sched_observe_head(g->s, j->id, (loom_us)j->work_q);
-        if (rc >= 0)
-                rc = loom_sched_progress(g->s, g->now, j->id, LOOM_PHASE_ROLLOUT,
-                                         (int64_t)ceil(g->w->noise.tail_threshold * n), n);
+        /* its head as loomd measures it: the wall-clock time from the start of its work to the
+         * threshold, on the GPUs it had */
+        int rc = loom_sched_observe_head(g->s, j->id, g->now - j->work_start);
         if (rc < 0)
-                return fail(g, rc, "progress");
+                return fail(g, rc, "observe_head");
+        /* A node holds one tail: while another job's tail runs on this rollout's first node
+         * (where its own tail would go), its progress waits, so its tail cannot migrate there
+         * and over-commit the node's GPUs. */
+        if (j->busy_pool == LOOM_POOL_ROLLOUT && j->nodes[0] < g->cap_nodes[LOOM_POOL_ROLLOUT]) {
+                const node_state *n = &g->nodes[LOOM_POOL_ROLLOUT][j->nodes[0]];
+                if (n->tail_job && n->tail_job != ji + 1) {
+                        j->progress_due = true;
+                        return 0;
+                }
+        }
         /* Reported once: the core migrates the tail whenever the next rollout is ready. */
+        if ((rc = report_progress(g, ji)))
+                return rc;
         return drain(g);
 }
 
@@ -658,7 +786,7 @@ static int readmit_learned(engine *g, int ji, int obs)
             (double)(g->now - j->first_start + restart) >
                 (double)j->iter * (double)in.learned_budget)
                 return 0;
-        if ((rc = stop_job(g, ji, LOOM_EXIT_CANCELLED)))
+        if ((rc = stop_job(g, ji, LOOM_EXIT_CANCELLED, obs == 3 ? "moved" : "learned")))
                 return rc;
         return redeclare(g, ji, in.learned_roll, in.learned_train,
                          (loom_us)((double)in.learned_budget / j->cur.slo), in.learned_head);
@@ -667,14 +795,20 @@ static int readmit_learned(engine *g, int ji, int obs)
 static int on_end(engine *g, int ji)
 {
         sjob *j = &g->jobs[ji];
-        int rc = phase_over(g, ji);
+        bool tail = j->migrated && j->busy_pool == LOOM_POOL_ROLLOUT;
+        loom_node_id tn = j->nodes[0];
+        int rc = phase_over(g, ji, false);
         if (rc)
                 return rc;
         loom_phase ph = j->phase;
         /* a training phase run call by call ends with its last call; learned profiles
-         * observe whole phases only */
+         * observe whole phases only. What is observed is what loomd observes: the wall-clock
+         * time the phase's work took on the nodes and GPUs it had (partial-GPU starts, a slow
+         * tail, a lone member's rollout on training GPUs), its switch excepted: the core plans
+         * switches on their own. */
         bool whole = j->n_calls == 0;
-        int obs = whole ? loom_sched_observe(g->s, g->now, j->id, ph, j->took) : 0;
+        loom_us took = g->now - j->work_start;
+        int obs = whole ? loom_sched_observe(g->s, g->now, j->id, ph, took < 0 ? 0 : took) : 0;
         if (obs < 0)
                 return fail(g, obs, "observe");
         if (ph == LOOM_PHASE_TRAIN && (whole || j->call + 1 == j->n_calls)) {
@@ -691,6 +825,8 @@ static int on_end(engine *g, int ji)
         }
         if ((rc = loom_sched_phase_done(g->s, g->now, j->id, ph)))
                 return fail(g, rc, "phase_done");
+        if (tail && (rc = flush_progress(g, tn)))
+                return rc;
         return drain(g);
 }
 
@@ -747,7 +883,7 @@ static int on_regroup(engine *g)
         g->r->moves += (uint64_t)loom__sim_mark_moved(old_g, new_g, n, moved);
         g->skip_starts = true;
         for (int k = 0; k < n && !rc; k++)
-                rc = stop_job(g, idx[k], LOOM_EXIT_CANCELLED);
+                rc = stop_job(g, idx[k], LOOM_EXIT_CANCELLED, "regroup");
         if (!rc)
                 rc = drain(g);
         g->skip_starts = false;
@@ -760,6 +896,7 @@ static int on_regroup(engine *g)
                 j->cur = sp[order[k]];
                 j->waiting = true;
                 j->ready = g->now + delay;
+                loom__sim_tl_event(g->c, g->pol, "restart", ji, g->now, NULL, j->ready);
                 rc = arrival(g, ji);
                 j->ready = g->now + delay;
         }
@@ -808,7 +945,8 @@ int loom__sim_run_core(const loom_sim_cfg *c, const loom_sim_workload *w, loom_s
         r->plan_tails = loom_policy_plans_tails(&cc.policy, cc.cluster.gpus_per_node) &&
                         cc.policy.admission != LOOM_ADMIT_WORST;
         r->drift = w->drift;
-        engine g = {.c = &cc, .w = w, .r = r, .e = e};
+        engine g = {.c = &cc, .w = w, .r = r, .e = e, .pol = p};
+        loom__sim_tl_head(&cc, w, p);
         g.resubmit_drift = p != LOOM_SIM_REGROUP && c->drift_trigger > 0;
         loom__sim_heap_init(&g.heap);
         loom__sim_meter_init(&g.meter, &cc.cluster, r, c->record_series);

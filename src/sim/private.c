@@ -28,12 +28,15 @@ typedef struct pjob {
         bool started_roll, started_train;
         loom_us done_at;
         loom_us seg_start;
+        loom_us work_at; /* when the running phase's work began (after its switch) */
+        int64_t tl_iter; /* the iteration it belongs to */
 } pjob;
 
 typedef struct pengine {
         const loom_sim_cfg *c;
         const loom_sim_workload *w;
         loom_sim_result *r;
+        loom_sim_policy pol;
         bool coloc;
         sim_heap heap;
         sim_meter meter;
@@ -71,6 +74,36 @@ static int gantt(pengine *g, int ji, loom_us end)
         return loom__sim_gantt_add(g->r, &g->gantt_cap, &iv);
 }
 
+/* Job ji's running phase to the timeline, ended now (lost: cut by a failure). */
+static void tl_phase(pengine *g, int ji, loom_us now, bool lost)
+{
+        const pjob *j = &g->jobs[ji];
+        if (!g->c->timeline)
+                return;
+        loom_pool pool =
+            g->coloc || j->phase == LOOM_PHASE_TRAIN ? LOOM_POOL_TRAIN : LOOM_POOL_ROLLOUT;
+        int n = j->phase == LOOM_PHASE_SYNC ? 0 : nodes_of(g, ji, pool);
+        loom_node_id nodes[LOOM_MAX_JOB_NODES];
+        int gpus[LOOM_MAX_JOB_NODES];
+        for (int k = 0; k < n && k < LOOM_MAX_JOB_NODES; k++) {
+                nodes[k] = (loom_node_id)(g->row[2 * ji + pool] + k);
+                gpus[k] = g->c->cluster.gpus_per_node;
+        }
+        sim_tl_seg s = {.job = ji,
+                        .iter = j->tl_iter,
+                        .phase = j->phase,
+                        .pool = pool,
+                        .n_nodes = n < LOOM_MAX_JOB_NODES ? n : LOOM_MAX_JOB_NODES,
+                        .nodes = nodes,
+                        .gpus = gpus,
+                        .sw = j->seg_start,
+                        .work = j->work_at,
+                        .start = j->seg_start,
+                        .end = now,
+                        .lost = lost};
+        loom__sim_tl_seg(g->c, g->pol, &s);
+}
+
 /* Start job ji's phase ph now; returns the phase's end time. */
 static loom_us begin(pengine *g, int ji, loom_phase ph, loom_us now)
 {
@@ -98,6 +131,8 @@ static loom_us begin(pengine *g, int ji, loom_phase ph, loom_us now)
         }
         j->phase = ph;
         j->seg_start = now;
+        j->work_at = now + sw;
+        j->tl_iter = it;
         loom_us len;
         int gpus;
         loom_pool pool = LOOM_POOL_TRAIN;
@@ -134,6 +169,8 @@ static void finish_phase(pengine *g, int ji, loom_us now)
         loom__sim_meter_busy(&g->meter, now, pool, -gpus);
 }
 
+static int own_nodes(pengine *g, int ji, loom_us now, int delta);
+
 static int step(pengine *g, int ji, loom_us now, bool arrive)
 {
         pjob *j = &g->jobs[ji];
@@ -144,26 +181,22 @@ static int step(pengine *g, int ji, loom_us now, bool arrive)
                 for (int p = 0; p < 2; p++) {
                         g->row[2 * ji + p] = g->next_row[p];
                         g->next_row[p] += nodes_of(g, ji, (loom_pool)p);
-                        for (int k = 0; k < nodes_of(g, ji, (loom_pool)p); k++)
-                                if ((rc = loom__sim_meter_nodes(&g->meter, now, (loom_pool)p, 1)))
-                                        return rc;
                 }
+                if ((rc = own_nodes(g, ji, now, 1)))
+                        return rc;
                 next = LOOM_PHASE_ROLLOUT;
         } else {
                 if ((rc = gantt(g, ji, now)))
                         return rc;
+                tl_phase(g, ji, now, false);
                 finish_phase(g, ji, now);
                 if (j->phase == LOOM_PHASE_ROLLOUT) {
                         next = LOOM_PHASE_TRAIN;
                 } else if (j->phase == LOOM_PHASE_TRAIN) {
                         if (++j->iter >= s->iterations) {
                                 j->done_at = now;
-                                for (int p = 0; p < 2; p++)
-                                        for (int k = 0; k < nodes_of(g, ji, (loom_pool)p); k++)
-                                                if ((rc = loom__sim_meter_nodes(&g->meter, now,
-                                                                                (loom_pool)p, -1)))
-                                                        return rc;
-                                return 0;
+                                loom__sim_tl_event(g->c, g->pol, "done", ji, now, NULL, -1);
+                                return own_nodes(g, ji, now, -1);
                         }
                         next = s->t_sync > 0 && !g->coloc ? LOOM_PHASE_SYNC : LOOM_PHASE_ROLLOUT;
                 } else {
@@ -182,6 +215,8 @@ static int own_nodes(pengine *g, int ji, loom_us now, int delta)
                         int rc = loom__sim_meter_nodes(&g->meter, now, (loom_pool)p, delta);
                         if (rc)
                                 return rc;
+                        loom__sim_tl_node(g->c, g->pol, now, (loom_pool)p,
+                                          (loom_node_id)(g->row[2 * ji + p] + k), delta > 0);
                 }
         return 0;
 }
@@ -196,8 +231,10 @@ static int fail_job(pengine *g, int ji, loom_us now)
         int rc = gantt(g, ji, now);
         if (rc)
                 return rc;
+        tl_phase(g, ji, now, true);
         finish_phase(g, ji, now);
         j->version++;
+        loom__sim_tl_event(g->c, g->pol, "stop", ji, now, "failed", -1);
         if (j->restarts >= g->c->max_restarts) {
                 j->failed = true;
                 g->r->jobs_failed++;
@@ -205,6 +242,8 @@ static int fail_job(pengine *g, int ji, loom_us now)
         }
         j->restarts++;
         g->r->restarts++;
+        loom__sim_tl_event(g->c, g->pol, "restart", ji, now, NULL,
+                           now + loom__sim_restart(g->c, g->w->jobs[ji].model_b));
         j->restarting = true;
         j->phase = LOOM_PHASE_SYNC; /* nothing runs on its GPUs while it restarts */
         j->seg_start = now;
@@ -223,7 +262,8 @@ static int restart_job(pengine *g, int ji, loom_us now)
 int loom__sim_run_private(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_policy p,
                           loom_sim_result *r, loom_err *e)
 {
-        pengine g = {.c = c, .w = w, .r = r, .coloc = p == LOOM_SIM_COLOCATED};
+        pengine g = {.c = c, .w = w, .r = r, .pol = p, .coloc = p == LOOM_SIM_COLOCATED};
+        loom__sim_tl_head(c, w, p);
         loom__sim_heap_init(&g.heap);
         loom__sim_meter_init(&g.meter, &c->cluster, r, c->record_series);
         int rc = LOOM_ENOMEM;

@@ -148,6 +148,13 @@ static json_t *to_json(const loom_sim_result *x, const loom_sim_result *lb,
         json_object_set_new(o, "warm_switches", json_integer((json_int_t)x->warm_switches));
         json_object_set_new(o, "events", json_integer((json_int_t)x->events));
         json_object_set_new(o, "wall_s", real(x->wall_s, 4));
+        const loom_gpu_type *gr = &x->cluster.gpu[LOOM_POOL_ROLLOUT],
+                            *gt = &x->cluster.gpu[LOOM_POOL_TRAIN];
+        json_object_set_new(o, "prices",
+                            json_pack("{s:s,s:o,s:s,s:o,s:i}", "rollout_gpu", gr->name,
+                                      "rollout_gpu_h", real(gr->price_per_hour, 6), "train_gpu",
+                                      gt->name, "train_gpu_h", real(gt->price_per_hour, 6),
+                                      "gpus_per_node", x->cluster.gpus_per_node));
         json_object_set_new(o, "drift", json_string(loom_sim_drift_name(x->drift)));
         json_object_set_new(o, "admission",
                             x->admits ? json_string(loom_admission_name(x->admission))

@@ -57,6 +57,7 @@ int loom_sim_run(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_pol
         out->policy = p;
         out->ran = true;
         out->drift = w->drift;
+        out->cluster = c->cluster;
         int rc = check_cfg(c, e);
         if (rc)
                 return rc;
@@ -87,6 +88,7 @@ int loom_sim_run(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_pol
         if (rc) {
                 loom_sim_result_free(out);
                 out->policy = p;
+                out->cluster = c->cluster;
         }
         return rc;
 }

@@ -131,6 +131,31 @@ static inline int loom__sim_slo_band(double slo)
         return b < 0 ? 0 : b > 3 ? 3 : b;
 }
 
+/* ---- the timeline (tl.c; loom_sim_cfg.timeline, nothing when NULL) ------------------------ */
+
+/* One phase segment: a phase on fixed nodes and GPUs, from start to end. */
+typedef struct sim_tl_seg {
+        int job; /* workload index */
+        int64_t iter;
+        loom_phase phase;
+        loom_pool pool;
+        int n_nodes;
+        const loom_node_id *nodes;
+        const int *gpus; /* per node */
+        loom_us sw, work, start, end;
+        bool tail, lost;
+        int call, calls;
+} sim_tl_seg;
+
+/* The cluster's prices and every job of w, at the start of policy p's run. */
+void loom__sim_tl_head(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_policy p);
+void loom__sim_tl_node(const loom_sim_cfg *c, loom_sim_policy p, loom_us t, loom_pool pool,
+                       loom_node_id id, bool up);
+void loom__sim_tl_seg(const loom_sim_cfg *c, loom_sim_policy p, const sim_tl_seg *s);
+/* "stop" (why), "restart" (ready >= 0), "done", "rejected"; why NULL and ready < 0: not said. */
+void loom__sim_tl_event(const loom_sim_cfg *c, loom_sim_policy p, const char *ev, int job,
+                        loom_us t, const char *why, loom_us ready);
+
 /* ---- runs --------------------------------------------------------------------------------- */
 
 /* loom's bill by group kind (loom_sim_result.group_cost, lone_cost_by_slo) into object o as

@@ -24,6 +24,9 @@ void loom_sim_study_cfg_default(loom_sim_study_cfg *c)
 const char *loom_sim_study_conflict(const loom_sim_study_cfg *c)
 {
         bool decompose = c->kind == LOOM_SIM_STUDY_DECOMPOSE;
+        if (c->timeline && c->kind != LOOM_SIM_STUDY_COMPARE)
+                return "--timeline records the policies of one comparison: not with sweep or "
+                       "--decompose";
         if (decompose && (c->policies || c->format == LOOM_SIM_CSV || c->plot || c->per_job))
                 return "--decompose runs its own policies and prints its own table (or --json): "
                        "not with --policy, --csv, --plot or --per-job";
@@ -117,6 +120,8 @@ static int compare(const loom_sim_study_cfg *c, const loom_sim_workload *w, FILE
         cfg.record_series = c->plot != NULL;
         loom_sim_result res[LOOM_SIM_NPOLICIES];
         int n = 0, rc = 0;
+        if (c->timeline && !(cfg.timeline = fopen(c->timeline, "w")))
+                return loom_err_set(e, LOOM_EIO, "timeline", "%s: cannot create", c->timeline);
         for (int p = 0; p < LOOM_SIM_NPOLICIES && !rc; p++) {
                 if (!(mask & (1u << p)))
                         continue;
@@ -124,6 +129,10 @@ static int compare(const loom_sim_study_cfg *c, const loom_sim_workload *w, FILE
                         break;
                 n++;
         }
+        if (cfg.timeline && (fclose(cfg.timeline) || rc) && !rc)
+                rc = loom_err_set(e, LOOM_EIO, "timeline", "%s: write failed", c->timeline);
+        if (rc && c->timeline)
+                remove(c->timeline); /* a failed study leaves nothing behind */
         if (!rc && c->plot)
                 rc = loom_sim_plot(c->plot, res, n, e);
         if (!rc && c->per_job)
