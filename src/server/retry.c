@@ -483,6 +483,7 @@ void srv_replay_settle(loom_server *s, srv_job *j, int rc, const loom_decision *
                 s->rederived_placements++; /* written under another arithmetic */
         } else {
                 s->diverged_placements++;
+                s->diverged_kept += kept;
                 srv_log(s,
                         "replay: job %u (%s) at log entry %lld: %s; %s (docs/operations.md, "
                         "\"replay divergences\")",

@@ -234,9 +234,11 @@ static int record_diverged(loom_server *s, loom_err *e)
 {
         char note[256];
         snprintf(note, sizeof note,
-                 "replay at %lld us: %d placements kept as recorded where this core would place "
-                 "otherwise, %d learned profiles came out otherwise (see the log lines above)",
-                 (long long)srv_now_wall(), s->diverged_placements, s->diverged_profiles);
+                 "replay at %lld us: %d placements came out otherwise than recorded (%d kept as "
+                 "recorded, %d placed by this core), %d learned profiles came out otherwise (see "
+                 "the log lines above)",
+                 (long long)srv_now_wall(), s->diverged_placements, s->diverged_kept,
+                 s->diverged_placements - s->diverged_kept, s->diverged_profiles);
         srv_log(s, "%s: %s", s->data_dir, note);
         return srv_store_meta_set(s->store, "replay_divergences", note, e);
 }
@@ -332,7 +334,7 @@ static int settle_admissions(loom_server *s, const uint32_t *core, loom_err *e)
 /* The jobs, the core and the admissions as the store has them: rows loaded, log replayed. */
 static int replay_store(loom_server *s, char *was, size_t len, loom_err *e)
 {
-        s->diverged_placements = s->diverged_profiles = 0;
+        s->diverged_placements = s->diverged_kept = s->diverged_profiles = 0;
         int rc = settle_arith(s, was, len, e);
         if (!rc)
                 rc = srv_store_load_jobs(s->store, s, e);

@@ -243,7 +243,7 @@ struct loom_server {
         int rederived_placements, rederived_profiles;
         /* Entries outside lenient_through whose replay came out otherwise than recorded (a
          * placement kept as recorded, or a profile learned otherwise): reported, not fatal. */
-        int diverged_placements, diverged_profiles;
+        int diverged_placements, diverged_kept, diverged_profiles;
         /* Compaction's shadow replay (compact.c): replay_collect takes this core's observe
          * outcomes and hands each that differs from the entry's text to collect(). */
         bool replay_collect;
@@ -287,7 +287,7 @@ struct loom_server {
         srv_metrics m;
         struct srv_exec *exec_rt; /* exechook.c: the executor thread, started on first use */
         loom_us exec_next;
-        struct srv_auth *auth; /* auth.c */
+        struct srv_auth *auth;        /* auth.c */
         struct srv_http_guard *guard; /* http.c: connections yet to send a whole request */
 };
 
