@@ -18,7 +18,8 @@
    divergence and keeps the recorded placement: the job is served in the group its row names.
 4. Owner-only. Started by hand under umask 022, loomd creates its data directory 0700 and
    loom.db (which holds the secret worker tokens are derived from), its -wal and auth.db 0600;
-   a store an older loomd left 0644 is narrowed at the next start.
+   a store an older loomd left 0644 is narrowed at the next start. A new data directory records
+   this core's arithmetic and says nothing of re-deriving.
 """
 import json
 import lzma
@@ -253,8 +254,9 @@ try:
         if os.path.exists(pf):
             os.unlink(pf)
         proc = subprocess.Popen([os.path.join(build, "loomd"), "--data-dir", dd, "--listen",
-                                 "127.0.0.1:0", "--port-file", pf, "--quiet"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                 "127.0.0.1:0", "--port-file", pf],
+                                stdout=subprocess.DEVNULL,
+                                stderr=open(os.path.join(tmp, "stderr"), "a"))
         for _ in range(1000):
             if os.path.exists(pf) and open(pf).read().strip():
                 break
@@ -274,6 +276,13 @@ try:
           f"data dir {oct(os.stat(dd).st_mode & 0o777)} and files {modes} are owner-only")
     proc.terminate()
     proc.wait(timeout=30)
+    c = sqlite3.connect(os.path.join(dd, "loom.db"))
+    meta = dict(c.execute("SELECT key, value FROM meta").fetchall())
+    c.close()
+    said = open(os.path.join(tmp, "stderr")).read()
+    check(meta.get("arith") == ARITH and "rederived" not in meta and "re-derived" not in said,
+          f"a new data directory is this arithmetic's from the start, nothing re-derived "
+          f"({meta.get('arith')}, {meta.get('rederived')})")
     for n in ("loom.db", "loom.db-wal", "loom.db-shm"):
         if os.path.exists(os.path.join(dd, n)):
             os.chmod(os.path.join(dd, n), 0o644)
