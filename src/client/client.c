@@ -19,6 +19,7 @@
 #include <jansson.h>
 
 #include "loom/client.h"
+#include "reply.h"
 
 #define MAX_HELD 8
 #define MAX_REPLY (64u << 20)
@@ -153,20 +154,6 @@ static CURLcode attempt(const loom_client *c, CURL *h, const char *url, const ch
         return rc;
 }
 
-/* Put the daemon's {"error","field"} into c->err. */
-static void server_err(loom_client *c, int status, const char *body)
-{
-        json_error_t je;
-        json_t *j = body ? json_loads(body, 0, &je) : NULL;
-        const char *msg = json_string_value(json_object_get(j, "error"));
-        const char *field = json_string_value(json_object_get(j, "field"));
-        if (msg && field && *field)
-                set_err(c, "HTTP %d: %s: %s", status, field, msg);
-        else
-                set_err(c, "HTTP %d: %s", status, msg ? msg : "(no message)");
-        json_decref(j);
-}
-
 /*
  * A request with retries. Returns 0 with *status and *body (malloc'd, may be NULL) or LOOM_EIO
  * after retry_for_s of failures. wait_s is added to the per-attempt timeout (long-polls).
@@ -206,20 +193,7 @@ static int request(loom_client *c, CURL *h, const char *method, const char *path
 /* Map a non-2xx status to a LOOM_E* code and fill the message. */
 static int status_code(loom_client *c, int status, const char *body)
 {
-        server_err(c, status, body);
-        switch (status) {
-        case 400:
-        case 413:
-        case 422:
-                return LOOM_EINVAL;
-        case 404:
-        case 410:
-                return LOOM_ENOENT;
-        case 409:
-                return LOOM_ESTATE;
-        default:
-                return LOOM_EPROTO;
-        }
+        return loom__client_parse_error(status, body, c->err, sizeof c->err);
 }
 
 /* ---- heartbeat thread --------------------------------------------------------------------- */
@@ -280,6 +254,8 @@ static void hold(loom_client *c, const loom_client_lease *l)
                 have = have || c->leases[i].id == l->id;
         if (!have && c->n_held < MAX_HELD) {
                 double iv = l->timeout_s > 0 ? l->timeout_s / 3 : 5;
+                if (iv < 0.01) /* a lease of microseconds must not spin this thread */
+                        iv = 0.01;
                 c->leases[c->n_held++] = (held){l->id, iv, now_s() + iv};
         }
         if (!c->hb_running && pthread_create(&c->hb, NULL, hb_main, c) == 0)
@@ -405,26 +381,13 @@ int loom_client_submit(loom_client *c, const char *spec_json, const char *key, u
         if (rc)
                 return rc;
         if (c->status != 200 && c->status != 201) {
-                json_error_t je;
-                json_t *j = body ? json_loads(body, 0, &je) : NULL;
                 rc = status_code(c, c->status, body);
-                if (c->status == 422 && json_object_get(j, "decision"))
-                        rc = LOOM_EREJECT;
-                json_decref(j);
                 free(body);
                 return rc;
         }
-        json_error_t je;
-        json_t *j = json_loads(body ? body : "", 0, &je);
-        json_t *id = json_object_get(j, "id");
-        if (!json_is_integer(id)) {
-                set_err(c, "submit: reply has no job id");
-                rc = LOOM_EPROTO;
-        } else {
-                *job = (uint32_t)json_integer_value(id);
+        rc = loom__client_parse_submit(body, job, c->err, sizeof c->err);
+        if (!rc)
                 c->err[0] = '\0';
-        }
-        json_decref(j);
         if (reply && !rc)
                 *reply = body;
         else
@@ -460,30 +423,6 @@ int loom_client_cancel(loom_client *c, uint32_t job)
         return rc;
 }
 
-static int parse_lease(loom_client *c, const char *body, loom_client_lease *l)
-{
-        json_error_t je;
-        json_t *j = json_loads(body ? body : "", 0, &je);
-        json_t *nodes = json_object_get(j, "nodes");
-        memset(l, 0, sizeof *l);
-        if (!json_is_integer(json_object_get(j, "lease")) || !json_is_array(nodes)) {
-                json_decref(j);
-                set_err(c, "acquire: malformed lease in reply");
-                return LOOM_EPROTO;
-        }
-        l->id = json_integer_value(json_object_get(j, "lease"));
-        l->job = (uint32_t)json_integer_value(json_object_get(j, "job"));
-        snprintf(l->phase, sizeof l->phase, "%s",
-                 json_string_value(json_object_get(j, "phase")) ?: "");
-        for (size_t i = 0; i < json_array_size(nodes) && i < 32; i++)
-                l->nodes[l->n_nodes++] = (uint32_t)json_integer_value(json_array_get(nodes, i));
-        l->gpus = (int)json_integer_value(json_object_get(j, "gpus"));
-        l->timeout_s = json_number_value(json_object_get(j, "lease_timeout_s"));
-        l->iteration = json_integer_value(json_object_get(j, "iteration"));
-        json_decref(j);
-        return 0;
-}
-
 int loom_client_acquire(loom_client *c, uint32_t job, const char *phase, double wait_s,
                         loom_client_lease *out)
 {
@@ -504,7 +443,7 @@ int loom_client_acquire(loom_client *c, uint32_t job, const char *phase, double 
                 if (rc)
                         return rc;
                 if (c->status == 200) {
-                        rc = parse_lease(c, body, out);
+                        rc = loom__client_parse_lease(body, out, c->err, sizeof c->err);
                         free(body);
                         if (!rc) {
                                 c->err[0] = '\0';
@@ -555,13 +494,7 @@ int loom_client_progress(loom_client *c, const loom_client_lease *l, int64_t don
         int rc = lease_call(c, l, "progress", body, &out);
         if (rc)
                 return rc;
-        json_error_t je;
-        json_t *j = json_loads(out ? out : "", 0, &je);
-        const char *action = json_string_value(json_object_get(j, "action"));
-        rc = action && !strcmp(action, "migrate_tail");
-        if (rc && keep_gpus)
-                *keep_gpus = (int)json_integer_value(json_object_get(j, "keep_gpus"));
-        json_decref(j);
+        rc = loom__client_parse_progress(out, keep_gpus);
         free(out);
         return rc;
 }
@@ -614,26 +547,10 @@ int loom_client_attach(loom_client *c, uint32_t job, const char *takeover, loom_
                 free(body);
                 return rc;
         }
-        json_error_t je;
-        json_t *j = json_loads(body ? body : "", 0, &je);
+        rc = loom__client_parse_resume(body, out, c->err, sizeof c->err);
         free(body);
-        const char *state = json_string_value(json_object_get(j, "state"));
-        if (!state) {
-                json_decref(j);
-                set_err(c, "attach: malformed job in reply");
-                return LOOM_EPROTO;
-        }
-        snprintf(out->state, sizeof out->state, "%s", state);
-        snprintf(out->next_phase, sizeof out->next_phase, "%s",
-                 json_string_value(json_object_get(j, "next_phase")) ?: "");
-        out->iterations = json_integer_value(json_object_get(j, "iterations"));
-        out->iterations_done = json_integer_value(json_object_get(j, "iterations_done"));
-        out->resume_iteration = json_integer_value(json_object_get(j, "resume_iteration"));
-        out->restarts = (int)json_integer_value(json_object_get(j, "restarts"));
-        out->max_restarts = (int)json_integer_value(json_object_get(j, "max_restarts"));
-        out->resubmits = (int)json_integer_value(json_object_get(j, "resubmits"));
-        out->took_over = json_is_true(json_object_get(j, "took_over"));
-        json_decref(j);
+        if (rc)
+                return rc;
         c->err[0] = '\0';
         return 0;
 }

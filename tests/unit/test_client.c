@@ -285,3 +285,27 @@ Test(client, attach_parses_where_to_resume)
         loom_client_free(c);
         fake_stop(&f);
 }
+
+/* Ids that do not fit what they name are protocol errors: a job id of 2^32 + 1 would otherwise
+ * wrap to job 1, another job, and a lease id <= 0 names no lease. */
+Test(client, out_of_range_ids_in_replies_are_protocol_errors)
+{
+        fake f = {.n = 4,
+                  .status = {201, 201, 200, 200},
+                  .body = {"{\"id\":4294967297}", "{\"id\":-3}",
+                           "{\"lease\":-5,\"job\":1,\"phase\":\"rollout\",\"nodes\":[0]}",
+                           "{\"lease\":7,\"job\":1,\"phase\":\"rollout\",\"nodes\":[-1]}"}};
+        fake_start(&f);
+        loom_client *c = client_for(&f, 1);
+        uint32_t id = 99;
+        cr_assert_eq(loom_client_submit(c, "{}", "k1", &id, NULL), LOOM_EPROTO);
+        cr_assert_eq(id, 0, "no job id taken from a reply whose id does not fit (got %u)", id);
+        cr_assert_eq(loom_client_submit(c, "{}", "k2", &id, NULL), LOOM_EPROTO);
+        loom_client_lease l;
+        cr_assert_eq(loom_client_acquire(c, 1, "rollout", 0, &l), LOOM_EPROTO);
+        cr_assert_eq(l.id, 0);
+        cr_assert_eq(loom_client_acquire(c, 1, "rollout", 0, &l), LOOM_EPROTO);
+        cr_assert_eq(l.n_nodes, 0, "a rejected lease is not half-filled");
+        loom_client_free(c);
+        fake_stop(&f);
+}

@@ -207,3 +207,33 @@ Test(spec, learn_bound_and_move_lone_in_the_policy)
         cr_assert_str_eq(e.field, "policy.move_lone", "%s", e.msg);
         cr_assert_eq(e.col, 24, "col %d", e.col);
 }
+
+/* A job's id is a name people read in logs and terminals: control characters (a newline forging
+ * a line, an escape sequence, C1's one-byte CSI) are refused naming the field; other Unicode is a
+ * name like any. */
+Test(spec, control_characters_in_a_job_id_are_refused)
+{
+        static const char *const bad_ids[] = {"a\\nb",   "red\\u001b[31m", "csi\\u009b2J",
+                                              "tab\\tx", "del\\u007f",     "nul\\u0001"};
+        for (size_t i = 0; i < sizeof bad_ids / sizeof bad_ids[0]; i++) {
+                char text[256];
+                snprintf(text, sizeof text, "{\"jobs\":[{\"id\":\"%s\"," JOB "}]}", bad_ids[i]);
+                loom_scenario sc;
+                loom_err e;
+                cr_assert_eq(parse(text, &sc, &e), LOOM_EINVAL, "id %s accepted", bad_ids[i]);
+                cr_assert_str_eq(e.field, "jobs[0].id", "%s: field %s", bad_ids[i], e.field);
+                cr_assert(strstr(e.msg, "control character"), "%s", e.msg);
+        }
+        loom_scenario sc;
+        loom_err e;
+        cr_assert_eq(parse("{\"jobs\":[{\"id\":\"r\\u00e9sum\\u00e9-\\u540d \\u2014 1\"," JOB "}]}",
+                           &sc, &e),
+                     0, "%s", e.msg);
+        loom_scenario_free(&sc);
+        loom_err ne;
+        cr_assert_eq(loom_spec_name_check("ok\xc2\xa0x", 5, "name", &ne), 0,
+                     "U+00A0 is no control");
+        cr_assert_eq(loom_spec_name_check("a\xc2\x85", 3, "name", &ne), LOOM_EINVAL);
+        cr_assert_str_eq(ne.field, "name");
+        cr_assert_eq(loom_spec_name_check("a\0b", 3, "name", &ne), LOOM_EINVAL, "NUL counts");
+}
