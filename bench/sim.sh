@@ -160,3 +160,19 @@ print(f\"  $1 $2 {'$a':<5} multirate {'$3':<3} lone {'$4':<3}: \${l['avg_cost_pe
     done
   done
 done
+
+echo "-- the price of a rollout GPU: the default window under p99 on each cluster preset"
+echo "   (h20-h800: rollout/training price ratio 0.35; h100, h200: one GPU type, ratio 1.0)"
+for cl in h20-h800 h100 h200; do
+  "$loom" sim --cluster $cl --admission p99 --policy loom,solo,colocated --json --no-progress |
+    python3 -c "
+import json, sys
+p = {r['policy']: r for r in map(json.loads, sys.stdin)}
+l = p['loom']
+pr = l['prices']
+print(f\"  $cl: {pr['rollout_gpu']} \${pr['rollout_gpu_h']:.3f}, {pr['train_gpu']} \${pr['train_gpu_h']:.3f}\"
+      f\" per GPU-h  loom \${l['total_cost']:,.0f}  colocated/loom \"
+      f\"{p['colocated']['total_cost'] / l['total_cost']:.3f}  solo/loom \"
+      f\"{p['solo']['total_cost'] / l['total_cost']:.3f}  SLO {100 * l['slo_attainment']:.1f}% \"
+      f\"(profiled {100 * l['slo_attainment_profiled']:.1f}%)\")"
+done
