@@ -14,7 +14,10 @@ its iterations (loomd's count, the train leases released in the store) or failed
 after its retries; no acknowledged write is lost (every train release a worker saw
 acknowledged is counted, every offload loom-state acknowledged loads back bit for bit); loomd
 never exited on a storage error (counted; must be 0), and how often it refused writes while the
-disk was full and took them again without a restart is counted. Prints the counts.
+disk was full and took them again without a restart is counted. loomd must start after every
+fault (a start that fails is counted and must be 0; one that keeps failing ends the campaign at
+once with loomd's error, exit 2), and no restart's replay may diverge from what loomd recorded
+(counted from its log; must be 0). Prints the counts.
 Usage: faults.py BUILD_DIR SOURCE_DIR [--faults N] [--seed S] [--jobs J]"""
 import argparse
 import hashlib
@@ -55,6 +58,7 @@ tmpfs = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", data]
 LEASE_S = 1.5
 counts = {k: 0 for k in ("loomd", "worker", "state", "diskfull", "sigstop")}
 exits_storage = 0
+start_failures = 0  # loomd starts that exited (a store it refused), retried
 degraded_seen = 0  # disk-full faults during which /healthz said the store refused writes
 recovered = 0  # of those, loomd took writes again by itself once space was back
 procs = {}
@@ -90,12 +94,36 @@ def start_loomd():
     return p, None
 
 
+START_TRIES = 50  # about 10 s of a loomd that will not come up: a failure, not a wait
+
+
+def start_error():
+    """The last lines loomd wrote before it exited."""
+    try:
+        lines = open(os.path.join(root, "loomd.err")).read().strip().splitlines()
+    except OSError:
+        return "(no output)"
+    return "\n".join(lines[-3:])
+
+
 def ensure_loomd():
-    """loomd up; counts an exit on a storage error (status 3)."""
-    global exits_storage, loomd, port
+    """loomd up; counts an exit on a storage error (status 3). A loomd that cannot start (it
+    refuses its own store, say) ends the campaign with its error: every fault must leave a
+    store it starts on."""
+    global exits_storage, loomd, port, start_failures
+    tries = 0
     while loomd.poll() is not None or port is None:
         if loomd.poll() == 3:
             exits_storage += 1
+        elif loomd.poll() is not None:
+            start_failures += 1
+        tries += 1
+        if tries > START_TRIES:
+            print(f"FAIL: loomd does not start on the store the faults left "
+                  f"({START_TRIES} tries, status {loomd.poll()}):\n{start_error()}", flush=True)
+            if os.environ.get("LOOM_FAULTS_KEEP"):
+                print("kept", root)
+            os._exit(2)
         loomd, port = start_loomd()
         if port is None:
             time.sleep(0.2)
@@ -220,6 +248,7 @@ for n in range(a.faults):
         loomd.send_signal(signal.SIGKILL)
         loomd.wait()
         loomd, port = start_loomd()
+        ensure_loomd()  # it must start on what the kill left
     elif kind == "worker" and live:
         j = rng.choice(live)
         procs[j].send_signal(signal.SIGKILL)
@@ -277,6 +306,13 @@ if loomd.poll() == 3:
 loomd.send_signal(signal.SIGTERM)
 loomd.wait()
 
+# every restart replayed the log to the placements loomd had made (docs/operations.md,
+# "replay divergences"): a divergence means some input to placement is not in the log
+err_text = open(os.path.join(root, "loomd.err")).read()
+divergences = err_text.count("its recorded placement is kept") + \
+    err_text.count("the recorded placement cannot be applied") + \
+    err_text.count("learned its profile otherwise")
+restarts_seen = err_text.count("recovered ")
 db = sqlite3.connect(os.path.join(data, "loom.db"))
 acked = {}
 for line in open(acks):
@@ -320,6 +356,8 @@ print(json.dumps({"faults": counts, "jobs": len(jobs), "finished_exactly": exact
                   "acked_train_releases_lost": lost, "state_offloads_acked": len(vers),
                   "state_acked_lost_of_last_8": state_lost,
                   "loomd_exits_on_storage_error": exits_storage,
+                  "loomd_start_failures": start_failures, "loomd_recoveries": restarts_seen,
+                  "replay_divergences": divergences,
                   "diskfull_refused_writes": degraded_seen,
                   "diskfull_recovered_without_restart": recovered,
                   "diskfull_emulated": emulated, "seconds": round(time.time() - t0)}))
@@ -327,4 +365,5 @@ if not os.environ.get("LOOM_FAULTS_KEEP"):
     subprocess.run(["rm", "-rf", root])
 else:
     print("kept", root)
-sys.exit(1 if wrong or lost or state_lost or exits_storage else 0)
+sys.exit(1 if wrong or lost or state_lost or exits_storage or start_failures or divergences
+         else 0)
