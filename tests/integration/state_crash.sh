@@ -24,6 +24,24 @@ kill "$sp"; wait "$sp" || true; rm -rf "$scratch1"
 echo "ok: --disk-bytes 1T accepted (disk_cap $cap)"
 rc=0; "$ls" --dir /tmp/x --disk-bytes 1TB 2>/dev/null || rc=$?
 [ "$rc" -eq 2 ] || { echo "FAIL: --disk-bytes 1TB exited $rc, want 2"; exit 1; }
+for bad in "--max-conns 0" "--max-conns-per-uid 2x" "--idle-timeout -1" "--msg-timeout x"; do
+        rc=0; "$ls" --dir /tmp/x $bad 2>/dev/null || rc=$?
+        [ "$rc" -eq 2 ] || { echo "FAIL: $bad exited $rc, want 2"; exit 1; }
+done
+# an owners file with a line that does not parse: the daemon starts, says which line it skipped
+scratch2=$(mktemp -d)
+printf '1000 fine\nnot a line\n1000 torn' > "$scratch2/owners"
+"$ls" --dir "$scratch2" --host-bytes 16M --no-mlock --max-conns-per-uid 8 2>"$scratch2/log" &
+sp=$!
+for _ in $(seq 200); do [ -S "$scratch2/loom-state.sock" ] && break; sleep 0.05; done
+"$ls" stat --sock "$scratch2/loom-state.sock" --json | grep -q '"ok"\|host_cap' ||
+        { echo "FAIL: no stat from a daemon with a bad owners line"; cat "$scratch2/log"; exit 1; }
+kill "$sp"; wait "$sp" || true
+grep -q "owners line 2 skipped (no uid): 'not a line'" "$scratch2/log" &&
+        grep -q "line 3 skipped (unterminated last line)" "$scratch2/log" ||
+        { echo "FAIL: skipped owners lines not logged"; cat "$scratch2/log"; exit 1; }
+rm -rf "$scratch2"
+echo "ok: bad owners lines skipped and logged, the daemon serves"
 # the bench's JSON has every key of the figures; the DP=8 footprint is exactly 1/8
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
