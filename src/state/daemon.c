@@ -12,6 +12,12 @@
  * {"ok": true, ...} or {"ok": false, "code": c, "error": msg, "field": f}; it is sent only after
  * the work is done (synchronous semantics).
  *
+ * A thread per connection means a connection is a resource one local user must not be able to
+ * hoard: at most max_conns are open, at most max_conns_per_uid of them from one uid (the kernel's
+ * SO_PEERCRED, taken at accept); one over a limit is told why and closed. A connection waits at
+ * most the idle timeout for its next request, and a request, once its first byte is in, must
+ * arrive whole within the message timeout (a reply, likewise, must be taken: SO_SNDTIMEO).
+ *
  * Prefetch hints are queued; the prefetch thread promotes the job's slices one at a time, so a
  * load that arrives meanwhile interleaves with it slice by slice and finishes what is left.
  */
