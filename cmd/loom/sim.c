@@ -62,6 +62,8 @@ static void usage(FILE *f)
             "                         admission plans every switch at the largest (4 s)\n"
             "  --max-group N          max jobs per group (default 5)\n"
             "  --colocated-factor F   rollout time on a training GPU vs a rollout GPU (1.0)\n"
+            "  --tail-slowdown F      a migrated tail's time on its kept GPUs vs at full speed "
+            "(1)\n"
             "  --cluster C            h20-h800 (default: H20 rollout, H800 training GPUs),\n"
             "                         h100 or h200 (one GPU type in both pools), or a JSON\n"
             "                         file with a cluster object (as in scenario files)\n"
@@ -223,6 +225,7 @@ static int parse(int argc, char **argv, opts *o)
             {"max-group", "--max-group", 1, LOOM_MAX_GROUP_SIZE, .i = &sim->policy.max_group_size},
             {"colocated-factor", "--colocated-factor (0.35..100)", 0.35, 100,
              .d = &sim->colocated_roll_factor},
+            {"tail-slowdown", "--tail-slowdown (1..100)", 1, 100, .d = &sim->tail_slowdown},
             {.name = "seed"},
             {"json", .b = &o->json},
             {"csv", .b = &o->csv},

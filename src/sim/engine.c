@@ -21,6 +21,11 @@
  * of it that exceeds the node's idle time delays the phase (the core's meta-iteration
  * simulation makes the same assumption).
  * Events made stale by a speed change are skipped through a per-job version number.
+ *
+ * What the core is told a phase took is what loomd would measure: the wall-clock time of its
+ * work (after its switch) on the nodes and GPUs it had. A job stopped for a crash, a drift or
+ * a move is re-admitted at once and waits out its restart on the nodes it is given, which are
+ * billed meanwhile. A node holds one migrated tail at a time (on_progress).
  */
 #include <stdlib.h>
 #include <string.h>
