@@ -4,6 +4,7 @@
  * daemons' log writer (cmd/daemon.h) keeps a line one line whatever a client named.
  */
 #include <criterion/criterion.h>
+#include <criterion/redirect.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -49,11 +50,24 @@ Test(server_edge, a_worker_token_is_accepted_only_as_issued)
         cr_assert_eq(parse("Basic %s", "loom_t_abc", &job), SRV_BEARER_BAD);
 }
 
+Test(server_edge, a_logged_name_stays_on_its_line, .init = cr_redirect_stderr)
+{
+        daemon_log_line("loomd", "job 3 (x\n12:00:00.000 loomd: job 9 (y) accepted\x1b[2J) failed");
+        fflush(stderr);
+        char buf[512] = "";
+        size_t n = fread(buf, 1, sizeof buf - 1, cr_get_redirected_stderr());
+        buf[n] = '\0';
+        cr_assert(n > 0 && strchr(buf, '\n') == buf + n - 1, "one line: %s", buf);
+        cr_assert_null(strchr(buf, '\x1b'), "no raw escape: %s", buf);
+        cr_assert(strstr(buf, "(x\\x0a12:00:00.000 loomd: job 9 (y) accepted\\x1b[2J) failed"),
+                  "%s", buf);
+}
+
 Test(server_edge, the_log_writer_escapes_control_characters)
 {
         char out[128];
         daemon_log_escape("job 3 (a\nb\x1b[31m\xc2\x9b\x7f\\ \xc3\xa9) accepted", out, sizeof out);
         cr_assert_str_eq(out, "job 3 (a\\x0ab\\x1b[31m\\u009b\\x7f\\\\ \xc3\xa9) accepted");
         daemon_log_escape("\n\n\n\n\n\n", out, 16); /* cut short, never overflowing */
-        cr_assert_str_eq(out, "\\x0a\\x0a");
+        cr_assert_str_eq(out, "\\x0a\\x0a\\x0a");
 }
