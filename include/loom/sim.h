@@ -200,7 +200,7 @@ typedef struct loom_sim_cfg {
         bool record_gantt;            /* every phase interval (micro-benchmarks) */
         /* Where the run's timeline goes, one JSON object per line (docs/sim.md, "The
          * timeline"): nodes, phase segments, stops, restarts, completions. NULL: none. Written
-         * by solo, colocated and the core-driven policies; the caller owns and closes it. */
+         * by every policy but the fluid ones (oracle, lb); the caller owns and closes it. */
         FILE *timeline;
         /* Called now and then with the fraction of jobs handled, and with -1 at the end; the
          * command line draws a bar with it. NULL: silent. */

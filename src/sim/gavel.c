@@ -35,6 +35,7 @@ typedef struct gset {
         double need; /* sum of members' minimal fractions */
         uint64_t mem_roll, mem_train;
         bool open;
+        loom_node_id first[2]; /* its nodes' ids in each pool, for the timeline */
 } gset;
 
 typedef struct gjob {
@@ -59,7 +60,46 @@ typedef struct gavel {
         gjob *jobs;
         gev *ev;
         size_t n_ev, cap_ev;
+        loom_node_id next_id[2];
 } gavel;
+
+/* Set s's nodes provisioned (up) or released at t, to the timeline. */
+static void tl_nodes(const gavel *g, const gset *s, loom_us t, bool up)
+{
+        for (int k = 0; k < s->k_roll; k++)
+                loom__sim_tl_node(g->c, LOOM_SIM_GAVEL, t, LOOM_POOL_ROLLOUT,
+                                  s->first[0] + (loom_node_id)k, up);
+        for (int k = 0; k < s->k_train; k++)
+                loom__sim_tl_node(g->c, LOOM_SIM_GAVEL, t, LOOM_POOL_TRAIN,
+                                  s->first[1] + (loom_node_id)k, up);
+}
+
+/* Job ji's phase on set s's nodes of pool p, from sw (taking them) through work to end. */
+static void tl_phase(const gavel *g, const gset *s, int ji, int64_t iter, loom_phase ph,
+                     loom_pool p, loom_us sw, loom_us work, loom_us end)
+{
+        if (!g->c->timeline)
+                return;
+        int k = p == LOOM_POOL_ROLLOUT ? s->k_roll : s->k_train;
+        loom_node_id nodes[LOOM_MAX_JOB_NODES];
+        int gpus[LOOM_MAX_JOB_NODES];
+        for (int i = 0; i < k && i < LOOM_MAX_JOB_NODES; i++) {
+                nodes[i] = s->first[p] + (loom_node_id)i;
+                gpus[i] = g->c->cluster.gpus_per_node;
+        }
+        sim_tl_seg seg = {.job = ji,
+                          .iter = iter,
+                          .phase = ph,
+                          .pool = p,
+                          .n_nodes = k < LOOM_MAX_JOB_NODES ? k : LOOM_MAX_JOB_NODES,
+                          .nodes = nodes,
+                          .gpus = gpus,
+                          .sw = sw,
+                          .work = work,
+                          .start = sw,
+                          .end = end};
+        loom__sim_tl_seg(g->c, LOOM_SIM_GAVEL, &seg);
+}
 
 static int push(gavel *g, loom_us t, int kind, int pool, int delta)
 {
@@ -94,7 +134,8 @@ static int advance(gavel *g, gset *s, loom_us until)
                 gjob *j = &g->jobs[ji];
                 const loom_sim_job *sj = &g->w->jobs[ji];
                 const loom_job_spec *sp = &sj->spec;
-                loom_us t = s->now, ready = sj->arrival + loom_sim_cold(g->c, sj->model_b);
+                loom_us took = s->now, ready = sj->arrival + loom_sim_cold(g->c, sj->model_b);
+                loom_us t = took;
                 if (t < ready)
                         t = ready;
                 if (!j->started || s->last != ji)
@@ -114,6 +155,11 @@ static int advance(gavel *g, gset *s, loom_us until)
                         rc = push(g, t + roll + train, 1, 1, -sp->train_gpus);
                 if (rc)
                         return rc;
+                /* the set's training nodes switch with its rollout nodes, at the turn */
+                tl_phase(g, s, ji, j->iter, LOOM_PHASE_ROLLOUT, LOOM_POOL_ROLLOUT, took, t,
+                         t + roll);
+                tl_phase(g, s, ji, j->iter, LOOM_PHASE_TRAIN, LOOM_POOL_TRAIN, t + roll, t + roll,
+                         t + roll + train);
                 /* the sync follows every iteration but the last, as in solo */
                 bool last = j->iter + 1 >= sp->iterations;
                 s->now = t + roll + train + (last ? 0 : sp->t_sync);
@@ -123,12 +169,14 @@ static int advance(gavel *g, gset *s, loom_us until)
                 j->vtime += (double)solo_wc(sj) / (s->n > 1 ? x : 1);
                 if (++j->iter >= sp->iterations) {
                         j->done = s->now;
+                        loom__sim_tl_event(g->c, LOOM_SIM_GAVEL, "done", ji, j->done, NULL, -1);
                         s->need -= need_of(g, ji);
                         s->mem_roll -= sp->mem_rollout;
                         s->mem_train -= sp->mem_train;
                         s->members[pick] = s->members[--s->n];
                         if (s->n == 0) {
                                 s->open = false;
+                                tl_nodes(g, s, s->now, false);
                                 rc = push(g, s->now, 0, 0, -s->k_roll);
                                 if (!rc)
                                         rc = push(g, s->now, 0, 1, -s->k_train);
@@ -179,7 +227,11 @@ static int admit(gavel *g, int ji)
                             .k_train = j->spec.train_gpus / gpn,
                             .now = j->arrival,
                             .last = -1,
-                            .open = true};
+                            .open = true,
+                            .first = {g->next_id[0], g->next_id[1]}};
+                g->next_id[0] += (loom_node_id)s->k_roll;
+                g->next_id[1] += (loom_node_id)s->k_train;
+                tl_nodes(g, s, j->arrival, true);
                 int rc = push(g, j->arrival, 0, 0, s->k_roll);
                 if (!rc)
                         rc = push(g, j->arrival, 0, 1, s->k_train);
@@ -252,6 +304,7 @@ int loom__sim_run_gavel(const loom_sim_cfg *c, const loom_sim_workload *w, loom_
                         loom_err *e)
 {
         gavel g = {.c = c, .w = w};
+        loom__sim_tl_head(c, w, LOOM_SIM_GAVEL);
         size_t n = (size_t)(w->n ? w->n : 1);
         int *order = malloc(n * sizeof *order);
         loom_us *done = malloc(n * sizeof *done), *start = malloc(n * sizeof *start);

@@ -14,7 +14,7 @@ trap 'rm -rf "$tmp"' EXIT
 cd "$src"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
-pols="loom,loom-nomig,solo,colocated,random,greedy,random-slo,greedy-slo,regroup"
+pols="loom,loom-nomig,solo,colocated,random,greedy,random-slo,greedy-slo,regroup,gavel"
 audit() { # name, then loom sim options
   local n=$1; shift
   "$loom" sim --rows 165:16 --policy "$pols" --json --no-progress --timeline "$tmp/$n.tl" \
