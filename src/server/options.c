@@ -76,9 +76,11 @@ int loom_server_cfg_option(loom_server_cfg *c, const char *name, const char *v, 
         else if (!strcmp(name, "request-timeout"))
                 return seconds(name, v, &c->request_timeout_s, e);
         else if (!strcmp(name, "max-conns")) {
-                int rc = count(name, v, 1000000, &c->max_conns, e);
-                if (!rc && c->max_conns < 1)
+                int n, rc = count(name, v, 1000000, &n, e);
+                if (!rc && n < 1)
                         return bad(e, name, "'%s': at least one connection", v);
+                if (!rc)
+                        c->max_conns = n;
                 return rc;
         } else if (!strcmp(name, "max-conns-per-addr"))
                 return count(name, v, 1000000, &c->max_conns_per_addr, e);

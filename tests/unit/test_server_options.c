@@ -124,3 +124,27 @@ Test(server_options, the_token_table_says_each_tokens_state)
                   "%s", buf);
         free(buf);
 }
+
+Test(server_options, connection_limits_and_the_request_deadline)
+{
+        loom_server_cfg c;
+        loom_server_cfg_default(&c);
+        cr_assert_eq(c.request_timeout_s, 10);
+        cr_assert_eq(c.max_conns, 8192);
+        cr_assert_eq(c.max_conns_per_addr, 2048);
+        loom_err e;
+        cr_assert_eq(loom_server_cfg_option(&c, "request-timeout", "2.5", &e), 0);
+        cr_assert_eq(loom_server_cfg_option(&c, "max-conns", "300", &e), 0);
+        cr_assert_eq(loom_server_cfg_option(&c, "max-conns-per-addr", "0", &e), 0);
+        cr_assert_eq(c.request_timeout_s, 2.5);
+        cr_assert_eq(c.max_conns, 300);
+        cr_assert_eq(c.max_conns_per_addr, 0);
+        cr_assert_eq(loom_server_cfg_option(&c, "max-conns", "0", &e), LOOM_EINVAL);
+        cr_assert_str_eq(e.field, "--max-conns");
+        cr_assert_eq(loom_server_cfg_option(&c, "max-conns-per-addr", "-1", &e), LOOM_EINVAL);
+        cr_assert_str_eq(e.field, "--max-conns-per-addr");
+        cr_assert_eq(loom_server_cfg_option(&c, "request-timeout", "soon", &e), LOOM_EINVAL);
+        cr_assert_str_eq(e.field, "--request-timeout");
+        cr_assert_eq(c.max_conns, 300, "a refused value changes nothing");
+        cr_assert_eq(c.request_timeout_s, 2.5);
+}
