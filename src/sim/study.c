@@ -104,10 +104,15 @@ static void print_compare(const loom_sim_study_cfg *c, const loom_sim_workload *
                 loom_sim_report_csv(f, res, n);
         } else {
                 const loom_sim_workload_cfg *wc = &c->workload;
-                fprintf(f, "%d jobs, workload %s, SLO %g..%g, max group %d, seed %llu%s\n", w->n,
-                        loom_sim_profile_name(wc->profile), wc->slo.lo, wc->slo.hi,
+                const loom_gpu_type *gr = &c->sim.cluster.gpu[LOOM_POOL_ROLLOUT],
+                                    *gt = &c->sim.cluster.gpu[LOOM_POOL_TRAIN];
+                fprintf(f,
+                        "%d jobs, workload %s, SLO %g..%g, max group %d, seed %llu%s; rollout %s "
+                        "$%.3f, training %s $%.3f per GPU-h\n",
+                        w->n, loom_sim_profile_name(wc->profile), wc->slo.lo, wc->slo.hi,
                         c->sim.policy.max_group_size, (unsigned long long)wc->seed,
-                        wc->noise.deterministic ? ", deterministic" : "");
+                        wc->noise.deterministic ? ", deterministic" : "", gr->name,
+                        gr->price_per_hour, gt->name, gt->price_per_hour);
                 loom_sim_report_table(f, res, n);
         }
 }
