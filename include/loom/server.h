@@ -42,6 +42,41 @@ typedef struct loom_server_state_hooks {
         void *arg;
 } loom_server_state_hooks;
 
+/* Quotas per tenant (docs/operations.md, "Quotas"): what one tenant's live (queued or running)
+ * jobs may ask for at once, checked when a job is submitted. A limit is in force only when its
+ * bit is in `set`; an all-zero loom_quota limits nothing. */
+enum {
+        LOOM_QUOTA_JOBS = 1 << 0,         /* jobs */
+        LOOM_QUOTA_GPUS_ROLLOUT = 1 << 1, /* gpus[LOOM_POOL_ROLLOUT] */
+        LOOM_QUOTA_GPUS_TRAIN = 1 << 2,   /* gpus[LOOM_POOL_TRAIN] */
+        LOOM_QUOTA_NODES_ROLLOUT = 1 << 3,
+        LOOM_QUOTA_NODES_TRAIN = 1 << 4,
+        LOOM_QUOTA_COST = 1 << 5, /* cost_per_hour */
+};
+#define LOOM_QUOTA_TENANTS 256 /* tenants named in one quota table */
+typedef struct loom_quota {
+        char tenant[32];      /* LOOM_TENANT_MAX; "" for the default entry */
+        unsigned set;         /* LOOM_QUOTA_* bits of the limits in force */
+        int64_t jobs;         /* live jobs */
+        int64_t gpus[2];      /* GPUs the live jobs ask for, by loom_pool */
+        int64_t nodes[2];     /* the same in nodes (GPUs / gpus_per_node, rounded up) */
+        double cost_per_hour; /* US$/h of those GPUs at the cluster's GPU prices */
+} loom_quota;
+typedef struct loom_quota_cfg {
+        loom_quota def; /* tenants not named below (and jobs submitted without a token) */
+        int n;
+        loom_quota tenant[LOOM_QUOTA_TENANTS];
+} loom_quota_cfg;
+/* The "quotas" object of loomd's cluster file into out (all or nothing): {"default": {..},
+ * "tenants": {"NAME": {..}}}, each entry {"jobs": N, "gpus": {"rollout": N, "train": N},
+ * "nodes": {..}, "cost_per_hour": X}; a tenant's entry starts from the default's, null lifts a
+ * limit. 0, or LOOM_EINVAL with e naming the field (line and column from text). */
+struct json_t;
+int loom_quota_cfg_from_json(struct json_t *obj, const char *where, const char *text, size_t len,
+                             loom_quota_cfg *out, loom_err *e);
+/* The limits that apply to `tenant`. */
+const loom_quota *loom_quota_for(const loom_quota_cfg *q, const char *tenant);
+
 /* Who may call the API (docs/security.md). */
 typedef enum loom_server_auth {
         /* Tokens when data_dir/auth.db holds any at start; with none, no authentication, which
@@ -79,6 +114,7 @@ typedef struct loom_server_cfg {
         const char *tls_key;    /* required on a non-loopback address */
         int compact_min;        /* default 4096: compact the log once it has this many entries
                                    and has doubled since the last compaction (0: never) */
+        loom_quota_cfg quotas;  /* per tenant; all zero (the default): no limits */
         loom_server_log_fn log;
         void *log_arg;
         loom_server_state_hooks state;

@@ -664,7 +664,7 @@ static bool owns(const srv_req *r, const srv_job *j)
         case LOOM_ROLE_TENANT:
                 return !strcmp(j->tenant, r->who.tenant);
         case LOOM_ROLE_WORKER:
-                return j->id == r->who.job;
+                return j->pub == r->who.job; /* worker tokens carry the API's id */
         default:
                 return false;
         }
@@ -728,7 +728,8 @@ void srv_auth_worker_creds(loom_server *s, uint32_t job, char token[96], char ke
         if (!s->auth || !s->auth->tokens)
                 return;
         uint8_t mac[32];
-        srv_auth_worker_text(s->auth->secret, job, token);
+        const srv_job *j = srv_job_get(s, job);
+        srv_auth_worker_text(s->auth->secret, j ? j->pub : job, token);
         derive(s->auth->secret, "loom sync key", job, mac);
         hex(mac, sizeof mac, key);
 }
@@ -739,9 +740,21 @@ void srv_auth_creds(loom_server *s, const srv_req *r, const srv_job *j, json_t *
                 return;
         uint8_t mac[32];
         char text[LOOM_TOKEN_MAX], h[2 * 32 + 1];
-        srv_auth_worker_text(s->auth->secret, j->id, text);
+        srv_auth_worker_text(s->auth->secret, j->pub, text);
         json_object_set_new(o, "worker_token", json_string(text));
         derive(s->auth->secret, "loom sync key", j->id, mac);
         hex(mac, sizeof mac, h);
         json_object_set_new(o, "sync_key", json_string(h));
+}
+
+/* The key of the job ids the API shows (scope.c), from the store's secret; false without
+ * tokens (ids are shown as they are). */
+bool srv_auth_jobid_key(const loom_server *s, uint8_t key[16])
+{
+        if (!s->auth || !s->auth->tokens)
+                return false;
+        uint8_t mac[32];
+        derive(s->auth->secret, "loom public job ids", 0, mac);
+        memcpy(key, mac, 16);
+        return true;
 }

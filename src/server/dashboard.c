@@ -180,10 +180,10 @@ static void on_lease(void *arg, const srv_lease_row *l)
                 return;
         const srv_job *j = srv_job_get(t->s, l->job);
         int keep = j->has_lease && j->lease.id == l->id ? j->lease.keep_gpus : 0;
-        json_t *o =
-            json_pack("{s:I,s:i,s:s,s:s,s:s,s:o,s:i,s:I}", "lease", (json_int_t)l->id, "job",
-                      (int)l->job, "phase", l->phase, "pool", l->pool, "state", l->state, "nodes",
-                      nodes_parse(l->nodes), "gpus", l->gpus, "granted_us", (json_int_t)l->granted);
+        json_t *o = json_pack("{s:I,s:I,s:s,s:s,s:s,s:o,s:i,s:I}", "lease", (json_int_t)l->id,
+                              "job", (json_int_t)j->pub, "phase", l->phase, "pool", l->pool,
+                              "state", l->state, "nodes", nodes_parse(l->nodes), "gpus", l->gpus,
+                              "granted_us", (json_int_t)l->granted);
         if (!o)
                 return;
         json_object_set_new(o, "ended_us", l->ended ? json_integer(l->ended) : json_null());
@@ -198,8 +198,9 @@ static void on_log(void *arg, int64_t seq, const char *kind, uint32_t job, const
         timeline *t = arg;
         if (!visible(t, job))
                 return;
-        json_t *o = json_pack("{s:I,s:s,s:i,s:I}", "seq", (json_int_t)seq, "kind", kind ? kind : "",
-                              "job", (int)job, "at_us", (json_int_t)at);
+        json_t *o =
+            json_pack("{s:I,s:s,s:I,s:I}", "seq", (json_int_t)seq, "kind", kind ? kind : "", "job",
+                      (json_int_t)srv_job_get(t->s, job)->pub, "at_us", (json_int_t)at);
         if (!o)
                 return;
         /* A re-admission's reason is a JSON object (cause, why, ...); the others are words. */
@@ -220,15 +221,16 @@ static void live_state(timeline *t, json_t *permits, json_t *waits, json_t *migr
                         continue;
                 if (j->permit)
                         json_array_append_new(
-                            permits, json_pack("{s:i,s:s,s:s,s:o,s:i,s:I}", "job", (int)j->id,
-                                               "phase", loom_phase_name(j->permit_phase), "pool",
-                                               loom_pool_name(j->permit_pool), "nodes",
-                                               nodes_array(j->permit_nodes, j->permit_n_nodes),
-                                               "gpus", j->permit_gpus, "since_us",
-                                               (json_int_t)(wall - (now - j->permit_since))));
+                            permits,
+                            json_pack("{s:I,s:s,s:s,s:o,s:i,s:I}", "job", (json_int_t)j->pub,
+                                      "phase", loom_phase_name(j->permit_phase), "pool",
+                                      loom_pool_name(j->permit_pool), "nodes",
+                                      nodes_array(j->permit_nodes, j->permit_n_nodes), "gpus",
+                                      j->permit_gpus, "since_us",
+                                      (json_int_t)(wall - (now - j->permit_since))));
                 if (j->has_lease && j->lease.keep_gpus)
                         json_array_append_new(
-                            migr, json_pack("{s:i,s:I,s:o,s:i}", "job", (int)j->id, "lease",
+                            migr, json_pack("{s:I,s:I,s:o,s:i}", "job", (json_int_t)j->pub, "lease",
                                             (json_int_t)j->lease.id, "nodes",
                                             nodes_array(j->lease.nodes, j->lease.n_nodes),
                                             "keep_gpus", j->lease.keep_gpus));
@@ -237,7 +239,7 @@ static void live_state(timeline *t, json_t *permits, json_t *waits, json_t *migr
                 const srv_job *j = srv_job_get(s, w->job);
                 if (j && srv_auth_sees(t->r, j))
                         json_array_append_new(
-                            waits, json_pack("{s:i,s:s,s:I}", "job", (int)w->job, "phase",
+                            waits, json_pack("{s:I,s:s,s:I}", "job", (json_int_t)j->pub, "phase",
                                              loom_phase_name(w->phase), "since_us",
                                              (json_int_t)(wall - (now - w->t_arrival))));
         }
@@ -255,10 +257,10 @@ static json_t *job_slos(const timeline *t)
                  * budget measured on the job's learned profile once it is planned on it */
                 loom_us budget = j->learned && j->learned_budget > 0 ? j->learned_budget
                                                                      : loom_job_budget(&j->spec);
-                json_array_append_new(a,
-                                      json_pack("{s:i,s:f,s:f,s:f}", "id", (int)j->id, "slo",
-                                                j->spec.slo, "sync_s", loom_us_to_s(j->spec.t_sync),
-                                                "budget_s", loom_us_to_s(budget)));
+                json_array_append_new(a, json_pack("{s:I,s:f,s:f,s:f}", "id", (json_int_t)j->pub,
+                                                   "slo", j->spec.slo, "sync_s",
+                                                   loom_us_to_s(j->spec.t_sync), "budget_s",
+                                                   loom_us_to_s(budget)));
         }
         return a;
 }

@@ -59,6 +59,9 @@ int srv_job_add(loom_server *s, srv_job *j)
         if (loom_reserve(&s->jobs, &s->cap_jobs, (size_t)s->n_jobs + 1, sizeof *s->jobs, 64))
                 return LOOM_ENOMEM;
         s->jobs[s->n_jobs++] = j;
+        if (!j->pub)
+                j->pub = srv_job_pub(s, j->id);
+        srv_quota_added(s, j);
         return 0;
 }
 
@@ -132,7 +135,7 @@ static json_t *lease_json_phase(loom_server *s, const srv_job *j)
 {
         const srv_lease *l = &j->lease;
         return json_pack("{s:I,s:I,s:s,s:s,s:o,s:i,s:f,s:I}", "lease", (json_int_t)l->id, "job",
-                         (json_int_t)j->id, "phase", loom_phase_name(l->phase), "pool",
+                         (json_int_t)j->pub, "phase", loom_phase_name(l->phase), "pool",
                          loom_pool_name(l->pool), "nodes", nodes_json(l->nodes, l->n_nodes), "gpus",
                          l->gpus, "lease_timeout_s", s->cfg.lease_timeout_s, "iteration",
                          (json_int_t)(j->done + 1));
@@ -140,7 +143,7 @@ static json_t *lease_json_phase(loom_server *s, const srv_job *j)
 
 json_t *srv_job_json(loom_server *s, const srv_job *j, bool full)
 {
-        json_t *o = json_pack("{s:I,s:s,s:s,s:I,s:I}", "id", (json_int_t)j->id, "name", j->name,
+        json_t *o = json_pack("{s:I,s:s,s:s,s:I,s:I}", "id", (json_int_t)j->pub, "name", j->name,
                               "state", srv_job_state_name(j->state), "iterations",
                               (json_int_t)j->target, "iterations_done", (json_int_t)j->done);
         if (!o)
@@ -287,6 +290,8 @@ static void end_job(loom_server *s, srv_job *j, int state, const char *lease_sta
                 j->has_lease = false;
         }
         j->permit = false;
+        if (srv_job_live(j->state))
+                srv_quota_drop(s, j);
         j->state = state;
         j->ended_wall = wall;
         loom_exit x = state == SJ_FINISHED    ? LOOM_EXIT_FINISHED
@@ -296,7 +301,7 @@ static void end_job(loom_server *s, srv_job *j, int state, const char *lease_sta
         srv_store_note(s, srv_store_job_update(s->store, j, &e), &e);
         srv_store_note(s, srv_store_log(s->store, "exit", j->id, loom_exit_name(x), &e), &e);
         char msg[96];
-        snprintf(msg, sizeof msg, "job %u is %s", j->id, srv_job_state_name(state));
+        snprintf(msg, sizeof msg, "job %u is %s", j->pub, srv_job_state_name(state));
         waiters_fail(s, j, 409, msg);
         srv_log(s, "job %u (%s) %s: %s, %lld iterations", j->id, j->name, srv_job_state_name(state),
                 why, (long long)j->done);
@@ -359,6 +364,7 @@ void srv_apply_actions(loom_server *s, loom_us now)
                         /* loomd submits with iterations = 0, so the core should not end a job
                          * on its own; honour it anyway. */
                         if (j && srv_job_live(j->state)) {
+                                srv_quota_drop(s, j);
                                 j->state = SJ_FINISHED;
                                 j->ended_wall = srv_now_wall();
                                 waiters_fail(s, j, 409, "job is finished");
@@ -404,6 +410,16 @@ static json_t *decision_json(const loom_decision *d, const char *name)
         return o;
 }
 
+/* A job in full, as the caller may see it (a tenant: its decision's candidates scoped). */
+static json_t *job_json_for(loom_server *s, const srv_req *r, const srv_job *j)
+{
+        json_t *o = srv_job_json(s, j, true);
+        json_t *d = json_object_get(o, "decision");
+        if (d && r->who.role != LOOM_ROLE_ADMIN)
+                json_object_set_new(o, "decision", srv_decision_scoped(s, r, d));
+        return o;
+}
+
 static void h_submit(loom_server *s, srv_req *r, loom_us now)
 {
         loom_err e;
@@ -411,11 +427,14 @@ static void h_submit(loom_server *s, srv_req *r, loom_us now)
         uint32_t existing;
         if (r->key[0] && srv_store_job_by_key(s->store, r->key, &existing, &e) == 0) {
                 srv_job *j = srv_job_get(s, existing);
-                json_t *o = j ? srv_job_json(s, j, true) : NULL;
+                json_t *o = j ? job_json_for(s, r, j) : NULL;
                 srv_auth_creds(s, r, j, o);
                 return o ? srv_reply_json(r, 200, o)
                          : srv_reply_error(r, 500, "", "job %u missing", existing);
         }
+        /* Quotas before anything else: a refused submit leaves no trace. */
+        if (!srv_quota_admit(s, r, &r->spec, r->who.tenant))
+                return;
         loom_job_spec core = r->spec;
         core.iterations = 0;
         snprintf(core.id, sizeof core.id, "%s", r->name);
@@ -441,8 +460,11 @@ static void h_submit(loom_server *s, srv_req *r, loom_us now)
         if (rc) {
                 json_t *o =
                     json_pack("{s:s,s:s}", "error", e.msg[0] ? e.msg : d.reason, "field", e.field);
-                if (o && rc == LOOM_EREJECT)
-                        json_object_set_new(o, "decision", decision_json(&d, r->name));
+                if (o && rc == LOOM_EREJECT) {
+                        json_t *dj = decision_json(&d, r->name);
+                        json_object_set_new(o, "decision", srv_decision_scoped(s, r, dj));
+                        json_decref(dj);
+                }
                 loom_decision_free(&d);
                 return srv_reply_json(r, rc == LOOM_ENOMEM ? 500 : 422, o);
         }
@@ -454,9 +476,10 @@ static void h_submit(loom_server *s, srv_req *r, loom_us now)
                 return srv_reply_error(r, 500, "", "cannot record job %u", id);
         }
         j->id = s->n_jobs + 1; /* the core's id is this admission's; see retry.c */
+        j->pub = srv_job_pub(s, j->id);
         snprintf(j->name, sizeof j->name, "%s", r->name[0] ? r->name : "");
         if (!j->name[0])
-                snprintf(j->name, sizeof j->name, "job-%u", j->id);
+                snprintf(j->name, sizeof j->name, "job-%u", j->pub);
         j->state = SJ_QUEUED;
         j->target = r->spec.iterations;
         j->next = LOOM_PHASE_ROLLOUT;
@@ -479,11 +502,13 @@ static void h_submit(loom_server *s, srv_req *r, loom_us now)
         srv_store_note(s, srv_store_job_insert(s->store, j, r->key, &e), &e);
         srv_store_note(s, srv_store_log(s->store, "submit", j->id, core_id, &e), &e);
         srv_store_note(s, srv_store_retry_save(s->store, j, &e), &e);
+        if (j->pub != j->id) /* the API's id, for an operator matching replies and log lines */
+                srv_log(s, "job %u (%s) is %u in the API", j->id, j->name, j->pub);
         srv_log(s, "job %u (%s) accepted: %s, group %lld", j->id, j->name,
                 json_string_value(json_object_get(j->decision, "decision")),
                 (long long)json_integer_value(json_object_get(j->decision, "group")));
         srv_apply_actions(s, now);
-        json_t *o = srv_job_json(s, j, true);
+        json_t *o = job_json_for(s, r, j);
         srv_auth_creds(s, r, j, o); /* worker token and sync key: what the job's processes need */
         srv_reply_json(r, 201, o);
 }
@@ -492,14 +517,14 @@ static void h_acquire(loom_server *s, srv_req *r, loom_us now)
 {
         srv_job *j = srv_job_get(s, r->job);
         if (!j)
-                return srv_reply_error(r, 404, "id", "no such job: %u", r->job);
+                return srv_reply_error(r, 404, "id", "no such job: %u", srv_job_pub(s, r->job));
         if (!srv_job_live(j->state))
-                return srv_reply_error(r, 409, "state", "job %u is %s", j->id,
+                return srv_reply_error(r, 409, "state", "job %u is %s", j->pub,
                                        srv_job_state_name(j->state));
         if (j->has_lease) {
                 if (j->lease.phase != r->phase)
                         return srv_reply_error(
-                            r, 409, "phase", "job %u holds %s lease %lld; release it first", j->id,
+                            r, 409, "phase", "job %u holds %s lease %lld; release it first", j->pub,
                             loom_phase_name(j->lease.phase), (long long)j->lease.id);
                 /* A retried acquire whose reply was lost: the same lease again. */
                 j->lease.deadline = now + loom_us_from_s(s->cfg.lease_timeout_s);
@@ -507,7 +532,7 @@ static void h_acquire(loom_server *s, srv_req *r, loom_us now)
                 return srv_reply_json(r, 200, lease_json(s, j));
         }
         if (r->phase != j->next)
-                return srv_reply_error(r, 409, "phase", "job %u runs %s next, not %s", j->id,
+                return srv_reply_error(r, 409, "phase", "job %u runs %s next, not %s", j->pub,
                                        loom_phase_name(j->next), loom_phase_name(r->phase));
         r->deadline = now + r->wait;
         if (j->permit && j->permit_phase == r->phase) {
@@ -656,9 +681,9 @@ static void h_cancel(loom_server *s, srv_req *r, loom_us now)
 {
         srv_job *j = srv_job_get(s, r->job);
         if (!j)
-                return srv_reply_error(r, 404, "id", "no such job: %u", r->job);
+                return srv_reply_error(r, 404, "id", "no such job: %u", srv_job_pub(s, r->job));
         if (j->state == SJ_FINISHED || j->state == SJ_FAILED)
-                return srv_reply_error(r, 409, "state", "job %u is already %s", j->id,
+                return srv_reply_error(r, 409, "state", "job %u is already %s", j->pub,
                                        srv_job_state_name(j->state));
         if (j->state != SJ_CANCELLED) {
                 end_job(s, j, SJ_CANCELLED, "revoked", "cancelled");
@@ -667,13 +692,29 @@ static void h_cancel(loom_server *s, srv_req *r, loom_us now)
         srv_reply_json(r, 200, srv_job_json(s, j, false));
 }
 
+/* One page: the caller's jobs after r->after in loomd's order (submit order), at most
+ * r->limit, and "next" (the id to pass as ?after= for the next page; null on the last). The
+ * cost is the page's, not the table's, apart from a scan past other tenants' jobs. */
 static void h_list_jobs(loom_server *s, srv_req *r)
 {
         json_t *a = json_array();
-        for (uint32_t i = 0; a && i < s->n_jobs; i++)
-                if (srv_auth_sees(r, s->jobs[i]))
-                        json_array_append_new(a, srv_job_json(s, s->jobs[i], false));
-        srv_reply_json(r, 200, json_pack("{s:o}", "jobs", a));
+        uint32_t from = r->after ? srv_job_unpub(s, r->after) : 0, last = 0;
+        bool more = false;
+        for (uint32_t i = from; a && i < s->n_jobs; i++) {
+                const srv_job *j = s->jobs[i];
+                if (!srv_auth_sees(r, j) || (r->list_state == -2 && !srv_job_live(j->state)) ||
+                    (r->list_state >= 0 && j->state != r->list_state))
+                        continue;
+                if ((int)json_array_size(a) == (r->limit > 0 ? r->limit : 100)) {
+                        more = true;
+                        break;
+                }
+                json_array_append_new(a, srv_job_json(s, j, false));
+                last = j->pub;
+        }
+        srv_reply_json(
+            r, 200,
+            json_pack("{s:o,s:o}", "jobs", a, "next", more ? json_integer(last) : json_null()));
 }
 
 static void h_groups(loom_server *s, srv_req *r)
@@ -694,7 +735,7 @@ static void h_groups(loom_server *s, srv_req *r)
                 json_t *m = json_array(), *rates = json_array();
                 for (int k = 0; k < g->n_members; k++) {
                         srv_job *mj = srv_job_by_core(s, g->members[k]);
-                        json_array_append_new(m, json_integer(mj ? mj->id : 0));
+                        json_array_append_new(m, json_integer(mj ? mj->pub : 0));
                         json_array_append_new(rates, json_integer(g->rates[k]));
                 }
                 json_array_append_new(
@@ -711,34 +752,96 @@ static void h_groups(loom_server *s, srv_req *r)
         srv_reply_json(r, 200, json_pack("{s:o}", "groups", a));
 }
 
+/* What a tenant sees of the cluster's state: its own live jobs, the groups they are in, those
+ * groups' nodes and cost, and its jobs' re-plans; nothing that counts other tenants' jobs. */
+static void tenant_stats(loom_server *s, const srv_req *r, loom_sched_stats *st)
+{
+        uint64_t replans = 0;
+        int jobs = 0, ng = 0;
+        loom_group_id *gs = calloc((size_t)s->n_jobs + 1, sizeof *gs);
+        loom_group_info *g = malloc(sizeof *g);
+        memset(st->nodes, 0, sizeof st->nodes);
+        st->cost_per_hour = 0;
+        for (uint32_t i = 0; gs && g && i < s->n_jobs; i++) {
+                const srv_job *j = s->jobs[i];
+                if (!srv_auth_sees(r, j))
+                        continue;
+                replans += j->replans;
+                loom_job_info in;
+                if (!srv_job_live(j->state) ||
+                    loom_sched_job_info(s->sched, j->retry.core, &in) != 0)
+                        continue;
+                jobs++;
+                bool seen = false;
+                for (int k = 0; k < ng && !seen; k++)
+                        seen = gs[k] == in.group;
+                if (seen || loom_sched_group_info(s->sched, in.group, g))
+                        continue;
+                gs[ng++] = in.group;
+                st->nodes[LOOM_POOL_ROLLOUT] += g->n_rollout_nodes;
+                st->nodes[LOOM_POOL_TRAIN] += g->n_train_nodes;
+                st->cost_per_hour += g->cost_per_hour;
+        }
+        free(gs);
+        free(g);
+        st->jobs = jobs;
+        st->groups = ng;
+        st->replans = replans;
+}
+
 static void h_cluster(loom_server *s, srv_req *r)
 {
         loom_sched_stats st;
         loom_sched_stats_get(s->sched, &st);
+        bool admin = r->who.role == LOOM_ROLE_ADMIN;
+        if (!admin)
+                tenant_stats(s, r, &st);
         const loom_cluster_cfg *c = loom_sched_cluster(s->sched);
         double pr = loom_cluster_node_price(c, LOOM_POOL_ROLLOUT);
         double pt = loom_cluster_node_price(c, LOOM_POOL_TRAIN);
         const loom_policy_cfg *p = loom_sched_policy(s->sched);
-        srv_reply_json(
-            r, 200,
-            json_pack(
-                "{s:o,s:{s:s,s:i,s:s,s:s,s:b,s:b,s:b,s:b,s:b,s:i},s:{s:i,s:i},s:{s:f,s:f},s:f,s:i,"
-                "s:i,s:I}",
-                "cluster", loom_cluster_cfg_to_json(c), "policy", "admission",
-                loom_admission_name(p->admission), "learn_after", p->learn_after, "learn_bound",
-                loom_learn_bound_name(p->learn_bound), "dispatch", loom_dispatch_name(p->dispatch),
-                "multirate", p->multirate, "colocate_lone", p->colocate_lone, "move_lone",
-                p->move_lone, "move_members", p->move_members, "plan_tails", p->plan_tails,
-                "rate_search_open", loom_policy_rate_search_open(p), "nodes", "rollout",
-                st.nodes[LOOM_POOL_ROLLOUT], "train", st.nodes[LOOM_POOL_TRAIN],
-                "cost_per_hour_by_pool", "rollout", pr * st.nodes[LOOM_POOL_ROLLOUT], "train",
-                pt * st.nodes[LOOM_POOL_TRAIN], "cost_per_hour", st.cost_per_hour, "jobs", st.jobs,
-                "groups", st.groups, "replans", (json_int_t)st.replans));
+        json_t *o = json_pack(
+            "{s:o,s:{s:s,s:i,s:s,s:s,s:b,s:b,s:b,s:b,s:b,s:i},s:{s:i,s:i},s:{s:f,s:f},s:f,s:i,"
+            "s:i,s:I}",
+            "cluster", loom_cluster_cfg_to_json(c), "policy", "admission",
+            loom_admission_name(p->admission), "learn_after", p->learn_after, "learn_bound",
+            loom_learn_bound_name(p->learn_bound), "dispatch", loom_dispatch_name(p->dispatch),
+            "multirate", p->multirate, "colocate_lone", p->colocate_lone, "move_lone", p->move_lone,
+            "move_members", p->move_members, "plan_tails", p->plan_tails, "rate_search_open",
+            loom_policy_rate_search_open(p), "nodes", "rollout", st.nodes[LOOM_POOL_ROLLOUT],
+            "train", st.nodes[LOOM_POOL_TRAIN], "cost_per_hour_by_pool", "rollout",
+            pr * st.nodes[LOOM_POOL_ROLLOUT], "train", pt * st.nodes[LOOM_POOL_TRAIN],
+            "cost_per_hour", st.cost_per_hour, "jobs", st.jobs, "groups", st.groups, "replans",
+            (json_int_t)st.replans);
+        if (o) {
+                /* "scope": whose jobs the counts above are ("cluster", or the tenant's) */
+                json_object_set_new(o, "scope", json_string(admin ? "cluster" : "tenant"));
+                json_object_set_new(o, "quotas", srv_quota_json(s, r));
+        }
+        srv_reply_json(r, o ? 200 : 500, o);
+}
+
+/* A request naming a job by the id the API shows: loomd's id in r->job from here on, or a 404
+ * when there is no such job or it is not the caller's (the very reply an unknown id gets). */
+static void job_named(loom_server *s, srv_req *r)
+{
+        if (r->kind != RQ_GET_JOB && r->kind != RQ_CANCEL && r->kind != RQ_ACQUIRE &&
+            r->kind != RQ_ATTACH)
+                return;
+        uint32_t shown = r->job;
+        r->job = srv_job_unpub(s, shown);
+        const srv_job *j = srv_job_get(s, r->job);
+        if (j && srv_auth_sees(r, j))
+                return;
+        srv_reply_error(r, 404, "id", "no such job: %u", shown);
+        r->kind = RQ_BAD;
+        r->job = 0;
 }
 
 static void handle(loom_server *s, srv_req *r, loom_us now)
 {
         s->m.requests++;
+        job_named(s, r);      /* the shown id -> loomd's; not the caller's job: 404 */
         srv_auth_scope(s, r); /* not the caller's job or lease: answered 404, kind RQ_BAD */
         if (srv_degraded_refuse(s, r)) { /* a write while the store refuses them: 503 */
                 done_req(s, r);
@@ -765,12 +868,12 @@ static void handle(loom_server *s, srv_req *r, loom_us now)
                 break;
         case RQ_GET_JOB: {
                 srv_job *j = srv_job_get(s, r->job);
-                json_t *o = j ? srv_job_json(s, j, true) : NULL;
+                json_t *o = j ? job_json_for(s, r, j) : NULL;
                 srv_auth_creds(s, r, j, o);
                 if (j)
                         srv_reply_json(r, 200, o);
                 else
-                        srv_reply_error(r, 404, "id", "no such job: %u", r->job);
+                        srv_reply_error(r, 404, "id", "no such job: %u", srv_job_pub(s, r->job));
                 break;
         }
         case RQ_LIST_JOBS:

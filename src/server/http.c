@@ -368,7 +368,7 @@ void srv_http_route(loom_server *s, srv_req *r, const char *method, const char *
         } else if (n >= 2 && seg_is(seg[0], len[0], "v1")) {
                 if (n == 2 && seg_is(seg[1], len[1], "jobs")) {
                         if (get)
-                                r->kind = RQ_LIST_JOBS;
+                                srv_list_parse(s, r);
                         else if (post)
                                 parse_submit(s, r);
                         allowed = "GET, POST";

@@ -1,8 +1,9 @@
 /*
  * metrics.c - loomd's /metrics page in the Prometheus text exposition format (version 0.0.4):
  * jobs by state, groups, nodes and $/h per pool, decisions by kind, permit latency and phase
- * duration histograms, lease and request counters. Rendered on the scheduler thread, which
- * owns every number here.
+ * duration histograms, lease and request counters, usage and limits by tenant (quota.c).
+ * Rendered on the scheduler thread, which owns every number here. No label is named `job` or
+ * `instance`: Prometheus sets those on every series it scrapes (a job's id is `job_id`).
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -47,12 +48,11 @@ typedef struct buf {
         bool failed;
 } buf;
 
-static void put(buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(buf *b, const char *fmt, ...)
+static void vput(buf *b, const char *fmt, va_list args)
 {
         for (int attempt = 0; attempt < 2 && !b->failed; attempt++) {
                 va_list ap;
-                va_start(ap, fmt);
+                va_copy(ap, args);
                 int n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
                 va_end(ap);
                 if (n < 0) {
@@ -74,6 +74,24 @@ static void put(buf *b, const char *fmt, ...)
                 b->p = q;
                 b->cap = cap;
         }
+}
+
+static void put(buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(buf *b, const char *fmt, ...)
+{
+        va_list ap;
+        va_start(ap, fmt);
+        vput(b, fmt, ap);
+        va_end(ap);
+}
+
+/* put for quota.c, which does not know buf */
+static void put_any(void *b, const char *fmt, ...)
+{
+        va_list ap;
+        va_start(ap, fmt);
+        vput(b, fmt, ap);
+        va_end(ap);
 }
 
 static void hist(buf *b, const char *name, const char *labels, const srv_hist *h)
@@ -160,8 +178,7 @@ char *srv_metrics_render(loom_server *s)
             "# TYPE loom_attaches_total counter\nloom_attaches_total %llu\n",
             (unsigned long long)m->restarts, (unsigned long long)m->drift_resubmits,
             (unsigned long long)m->learned_resubmits, (unsigned long long)m->moved_resubmits,
-            (unsigned long long)m->failed_final,
-            (unsigned long long)m->attaches);
+            (unsigned long long)m->failed_final, (unsigned long long)m->attaches);
         put(&b, "# HELP loom_job_phase_drift_ratio p95 of a live job's recent phase times over "
                 "the planned time (absent until the window is full).\n"
                 "# TYPE loom_job_phase_drift_ratio gauge\n");
@@ -170,9 +187,11 @@ char *srv_metrics_render(loom_server *s)
                         double ratio = srv_drift_ratio(s, s->jobs[i], p);
                         if (ratio > 0)
                                 put(&b,
-                                    "loom_job_phase_drift_ratio{job=\"%u\",phase=\"%s\"} %.4f\n",
-                                    s->jobs[i]->id, p ? "train" : "rollout", ratio);
+                                    "loom_job_phase_drift_ratio{job_id=\"%u\",phase=\"%s\"} "
+                                    "%.4f\n",
+                                    s->jobs[i]->pub, p ? "train" : "rollout", ratio);
                 }
+        srv_quota_metrics(s, put_any, &b);
         put(&b, "# HELP loom_permit_latency_seconds From an acquire arriving to its grant.\n"
                 "# TYPE loom_permit_latency_seconds histogram\n");
         hist(&b, "loom_permit_latency_seconds", "", &m->permit_latency);

@@ -152,6 +152,9 @@ int loom_server_cfg_load(loom_server_cfg *c, const char *path, loom_err *e)
                 if (!rc && pol)
                         rc = loom_policy_cfg_from_json(pol, "policy", text, len, &cluster, &policy,
                                                        e);
+                json_t *quotas = cl ? json_object_get(root, "quotas") : NULL;
+                if (!rc && quotas) /* the last check: it writes c->quotas only when valid */
+                        rc = loom_quota_cfg_from_json(quotas, "quotas", text, len, &c->quotas, e);
         }
         if (rc) {
                 file_error(path, rc, e);

@@ -184,7 +184,7 @@ static void readmit(loom_server *s, srv_job *j, const char *cause, const char *w
         if (j->next != LOOM_PHASE_ROLLOUT) {
                 char msg[160];
                 snprintf(msg, sizeof msg,
-                         "job %u was re-admitted (%s); acquire rollout of iteration %lld", j->id,
+                         "job %u was re-admitted (%s); acquire rollout of iteration %lld", j->pub,
                          cause, (long long)j->done + 1);
                 srv_fail_waiters(s, j, 409, msg);
         }

@@ -567,6 +567,7 @@ void loom_server_free(loom_server *s)
         }
         free(s->jobs);
         free(s->by_core);
+        srv_quota_free(s);
         srv_auth_close(s);
         loom_sched_free(s->sched);
         pthread_mutex_destroy(&s->mu);

@@ -90,6 +90,9 @@ typedef struct srv_req {
         int64_t done, total;
         bool ok;
         bool explain; /* submit: list the candidates placement looked at */
+        int limit;      /* GET /v1/jobs: page size */
+        uint32_t after; /* GET /v1/jobs: the page starts after this job (id as shown; 0: first) */
+        int list_state; /* GET /v1/jobs: -1 any, -2 live, else one srv_job_state */
         int takeover; /* attach: 0 none, 1 any lease, 2 only a lease of `phase` */
         loom_job_spec spec;
         char name[SRV_NAME_MAX];
@@ -163,6 +166,7 @@ typedef struct srv_retry {
 /* What loomd keeps about a job besides the core's view; index id - 1 in srv->jobs. */
 typedef struct srv_job {
         uint32_t id;
+        uint32_t pub; /* the id the API shows for it (scope.c) */
         char name[SRV_NAME_MAX];
         char tenant[LOOM_TENANT_MAX]; /* who submitted it ("" without authentication) */
         int state;
@@ -289,6 +293,9 @@ struct loom_server {
         loom_us exec_next;
         struct srv_auth *auth;        /* auth.c */
         struct srv_http_guard *guard; /* http.c: connections yet to send a whole request */
+        struct srv_quota *quota;      /* quota.c: what each tenant's live jobs use */
+        signed char jobid_mode; /* scope.c: 0 not yet known, 1 ids as they are, 2 keyed */
+        uint8_t jobid_key[16];
 };
 
 /* clocks */
@@ -553,5 +560,29 @@ int srv_dashboard_serve(struct MHD_Connection *conn, const char *method, const c
 void srv_dashboard_parse(loom_server *s, srv_req *r);
 /* The scheduler thread's answer to RQ_TIMELINE. */
 void srv_h_timeline(loom_server *s, srv_req *r, loom_us now);
+
+/* quota.c: quotas per tenant (docs/operations.md). srv_quota_added counts a job srv_job_add
+ * added (adding job 1 starts the counts afresh); srv_quota_drop counts out a job that ends. */
+void srv_quota_added(loom_server *s, const srv_job *j);
+void srv_quota_drop(loom_server *s, const srv_job *j);
+void srv_quota_free(loom_server *s);
+/* Before a submit of spec by tenant: true when it fits, else r is answered 429 (it fits once
+ * some of the tenant's jobs end) or 403 (it never fits) naming the quota, used and limit; a
+ * refusal changes nothing but a counter. */
+bool srv_quota_admit(loom_server *s, srv_req *r, const loom_job_spec *spec, const char *tenant);
+/* /v1/cluster's "quotas": the caller's own usage and limits, or every tenant's for admin. */
+json_t *srv_quota_json(loom_server *s, const srv_req *r);
+void srv_quota_metrics(loom_server *s, void (*put)(void *b, const char *fmt, ...), void *b);
+
+/* scope.c: what a caller sees. Job ids the API shows: loomd's own (1, 2, ...) without tokens,
+ * with tokens a keyed permutation of them, so that a tenant's ids say nothing of other jobs. */
+uint32_t srv_job_pub(loom_server *s, uint32_t id);    /* loomd's id -> the shown one */
+bool srv_auth_jobid_key(const loom_server *s, uint8_t key[16]); /* auth.c: false: no tokens */
+uint32_t srv_job_unpub(loom_server *s, uint32_t pub); /* the shown id -> loomd's */
+/* GET /v1/jobs's ?limit=&after=&state= on the HTTP thread: r->kind = RQ_LIST_JOBS or a 422. */
+void srv_list_parse(loom_server *s, srv_req *r);
+/* A placement decision as a tenant may see it: candidates in groups none of its live jobs is
+ * in lose their group, nodes and members (new reference). */
+json_t *srv_decision_scoped(loom_server *s, const srv_req *r, json_t *decision);
 
 #endif

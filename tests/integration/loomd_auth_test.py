@@ -57,7 +57,7 @@ def req(method, path, tok=None, body=None, headers=None):
 st, _ = req("GET", "/v1/jobs", revoked)
 check(st == 200, "a fresh tenant token works")
 st, ja = req("POST", "/v1/jobs", ta, job_spec("A", iterations=5), {"Idempotency-Key": "k1"})
-check(st == 201 and ja["tenant"] == "team-a" and ja["worker_token"].startswith("loom_w_1_")
+check(st == 201 and ja["tenant"] == "team-a" and ja["worker_token"].startswith(f"loom_w_{ja['id']}_")
       and len(ja["sync_key"]) == 64, "a tenant's submit: its tenant, a worker token and a sync key")
 st, jb = req("POST", "/v1/jobs", tb, job_spec("B", iterations=5), {"Idempotency-Key": "k1"})
 check(st == 201 and jb["id"] != ja["id"] and jb["tenant"] == "team-b",

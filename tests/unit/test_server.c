@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "loom/server.h"
+#include "loom/spec.h"
 #include "srv.h"
 
 static char *tmpdir(void)
@@ -462,7 +463,7 @@ Test(server, max_restarts_zero_fails_at_once_and_bad_values_name_the_field)
                 free(out);
         }
         cr_assert_eq(http(port, "GET", "/v1/jobs", NULL, &out), 200);
-        cr_assert_str_eq(out, "{\"jobs\":[]}", "nothing was admitted");
+        cr_assert_str_eq(out, "{\"jobs\":[],\"next\":null}", "nothing was admitted");
         free(out);
         cr_assert_eq(http(port, "POST", "/v1/jobs",
                           "{\"rollout_gpus\":8,\"train_gpus\":8,\"t_roll_s\":1,\"t_train_s\":1,"
@@ -545,4 +546,80 @@ Test(server, phases_longer_than_planned_readmit_the_job_on_its_observed_profile)
         loom_server_free(s);
         rmdir_all(dir);
         free(dir);
+}
+
+/* The quota table of a cluster file: a tenant's entry starts from the default, null lifts a
+ * limit, and a bad table names the field and its line, changing nothing. */
+Test(server, quota_table_decodes_all_or_nothing)
+{
+        const char *text = "{\"default\": {\"jobs\": 4, \"gpus\": {\"train\": 16}},\n"
+                           " \"tenants\": {\"a\": {\"cost_per_hour\": 99.5},\n"
+                           "             \"b\": {\"jobs\": null, \"nodes\": {\"rollout\": 2}}}}";
+        loom_err e;
+        json_t *j = loom_json_parse(text, strlen(text), &e);
+        cr_assert_not_null(j);
+        loom_quota_cfg *q = calloc(1, sizeof *q);
+        cr_assert_eq(loom_quota_cfg_from_json(j, "quotas", text, strlen(text), q, &e), 0, "%s",
+                     e.msg);
+        json_decref(j);
+        const loom_quota *a = loom_quota_for(q, "a"), *b = loom_quota_for(q, "b");
+        const loom_quota *c = loom_quota_for(q, "c");
+        cr_assert_eq(c, &q->def, "a tenant not listed gets the default");
+        cr_assert_eq(a->set, LOOM_QUOTA_JOBS | LOOM_QUOTA_GPUS_TRAIN | LOOM_QUOTA_COST);
+        cr_assert_eq(a->jobs, 4);
+        cr_assert_eq(a->gpus[LOOM_POOL_TRAIN], 16);
+        cr_assert_float_eq(a->cost_per_hour, 99.5, 1e-9);
+        cr_assert_eq(b->set, LOOM_QUOTA_GPUS_TRAIN | LOOM_QUOTA_NODES_ROLLOUT, "null lifts jobs");
+        cr_assert_eq(b->nodes[LOOM_POOL_ROLLOUT], 2);
+
+        /* as in a cluster file: the text is the file's, the object its "quotas" */
+        const char *bad =
+            "{\"quotas\": {\"tenants\": {\"a\": {\"jobs\": 1},\n \"b\": {\"jobs\": 1.5}}}}";
+        j = loom_json_parse(bad, strlen(bad), &e);
+        loom_quota_cfg *before = malloc(sizeof *before);
+        memcpy(before, q, sizeof *q);
+        cr_assert_eq(loom_quota_cfg_from_json(json_object_get(j, "quotas"), "quotas", bad,
+                                              strlen(bad), q, &e),
+                     LOOM_EINVAL);
+        json_decref(j);
+        cr_assert_str_eq(e.field, "quotas.tenants.b.jobs");
+        cr_assert_eq(e.line, 2, "%d", e.line);
+        cr_assert(memcmp(before, q, sizeof *q) == 0, "a refused table changes nothing");
+        free(before);
+        free(q);
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+        uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+        return (x > y) - (x < y);
+}
+
+/* The ids the API shows under tokens: a permutation of loomd's (each maps back, none is 0,
+ * none repeats), not in submit order. */
+Test(server, shown_job_ids_are_a_permutation)
+{
+        loom_server *s = calloc(1, sizeof *s);
+        s->jobid_mode = 2;
+        for (int i = 0; i < 16; i++)
+                s->jobid_key[i] = (uint8_t)(i * 37 + 1);
+        enum { N = 20000 };
+        uint32_t *pub = malloc(N * sizeof *pub);
+        int rises = 0;
+        for (uint32_t id = 1; id <= N; id++) {
+                pub[id - 1] = srv_job_pub(s, id);
+                cr_assert_neq(pub[id - 1], 0);
+                cr_assert_eq(srv_job_unpub(s, pub[id - 1]), id);
+                rises += id > 1 && pub[id - 1] > pub[id - 2];
+        }
+        cr_assert(rises > N / 4 && rises < 3 * N / 4, "%d of %d consecutive ids rise", rises, N);
+        for (uint32_t x = UINT32_MAX; x > UINT32_MAX - 1000; x--)
+                cr_assert_eq(srv_job_pub(s, srv_job_unpub(s, x)), x);
+        qsort(pub, N, sizeof *pub, cmp_u32); /* distinct: no two neighbours equal */
+        for (int i = 1; i < N; i++)
+                cr_assert_neq(pub[i], pub[i - 1]);
+        s->jobid_mode = 1;
+        cr_assert_eq(srv_job_pub(s, 7), 7, "without tokens ids are shown as they are");
+        free(pub);
+        free(s);
 }
