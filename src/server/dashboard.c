@@ -203,9 +203,18 @@ static void on_log(void *arg, int64_t seq, const char *kind, uint32_t job, const
                       (json_int_t)srv_job_get(t->s, job)->pub, "at_us", (json_int_t)at);
         if (!o)
                 return;
+        /* The log's sequence and the core's admission numbers count every tenant's jobs: a
+         * tenant sees neither. */
+        bool admin = t->r->who.role == LOOM_ROLE_ADMIN;
+        if (!admin)
+                json_object_del(o, "seq");
+        if (!admin && !strcmp(kind ? kind : "", "submit"))
+                reason = "";
         /* A re-admission's reason is a JSON object (cause, why, ...); the others are words. */
         json_t *why =
             reason && !strcmp(kind ? kind : "", "readmit") ? json_loads(reason, 0, NULL) : NULL;
+        if (why && !admin)
+                json_object_del(why, "core");
         json_object_set_new(o, "reason", why ? why : json_string(reason ? reason : ""));
         json_array_append_new(t->events, o);
 }

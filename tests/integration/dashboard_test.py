@@ -194,10 +194,14 @@ check(any(a.get("data-kind") == "readmit" and a.get("data-job") == str(ids[1])
 check(page.find("form", id="login") and "hidden" in page.find("form", id="login")[0],
       "no token form with a valid token")
 check("alpha #" in text and "gamma #" in text, "jobs are named")
+tenants = {a["data-tenant"] for a in page.find("tr") if "data-tenant" in a}
+check({"team-a", "team-b", ""} <= tenants, f"admin: every tenant's quota row and the default ({tenants})")
 
 page, text = dom(ta)
 rows = {a["data-job"] for a in page.find("tr") if "data-job" in a}
 check(rows == {str(ids[0]), str(ids[1])}, f"team-a's token: its two jobs only ({rows})")
+tenants = {a["data-tenant"] for a in page.find("tr") if "data-tenant" in a}
+check(tenants == {"team-a"}, f"team-a's token: its own quota row only ({tenants})")
 check(not any(b.get("data-job") == str(ids[2]) for b in page.find("rect")),
       "team-a's Gantt has no bar of team-b's job")
 check(page.find("tr", data_group=str(jobs[0]["decision"]["group"])),

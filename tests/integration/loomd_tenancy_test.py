@@ -97,6 +97,9 @@ st, tl = req("GET", "/v1/timeline", ta)
 check(st == 200 and {j["id"] for j in tl["jobs"]} == {a1["id"], a2["id"]}
       and all(e["job"] in (a1["id"], a2["id"]) for e in tl["events"]),
       "the timeline shows team-a's jobs by the same ids")
+check(tl["events"] and all("seq" not in e and (e["kind"] != "submit" or e["reason"] == "")
+                           for e in tl["events"]),
+      "and no log sequence or core admission number, which count every tenant's jobs")
 d.stop()
 d.start()
 st, j = req("GET", f"/v1/jobs/{a1['id']}", ta)

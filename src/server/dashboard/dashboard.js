@@ -100,6 +100,52 @@ function renderCluster(c) {
   ]);
 }
 
+/* Quotas from /v1/cluster: a tenant's own row, or (admin) every tenant's and the default. A
+ * cell is "used / limit", or "used" alone where no limit is set. */
+function renderQuotas(q) {
+  const rows = q.tenants ? q.tenants : [q];
+  const cell = (used, lim, fmt) => {
+    const f = fmt || String;
+    const over = lim !== null && lim !== undefined && used >= lim;
+    return el("td", { class: over ? "bad" : null },
+              lim === null || lim === undefined ? f(used) : `${f(used)} / ${f(lim)}`);
+  };
+  const refused = (r) => Object.entries(r || {}).map(([k, v]) => `${k} ${v}`).join(", ") || "–";
+  const trs = rows.map((t) => el("tr", { "data-tenant": t.tenant },
+    el("td", {}, t.tenant || "(no token)"),
+    cell(t.used.jobs, t.limits.jobs),
+    cell(t.used.gpus.rollout, t.limits.gpus.rollout),
+    cell(t.used.gpus.train, t.limits.gpus.train),
+    cell(t.used.nodes.rollout, t.limits.nodes.rollout),
+    cell(t.used.nodes.train, t.limits.nodes.train),
+    cell(t.used.cost_per_hour, t.limits.cost_per_hour, money),
+    el("td", {}, refused(t.refused))));
+  if (q.default) {
+    const d = q.default, lim = (v, f) => v === null ? "–" : (f || String)(v);
+    trs.push(el("tr", { class: "muted", "data-tenant": "" }, el("td", {}, "default"),
+      el("td", {}, lim(d.jobs)), el("td", {}, lim(d.gpus.rollout)), el("td", {}, lim(d.gpus.train)),
+      el("td", {}, lim(d.nodes.rollout)), el("td", {}, lim(d.nodes.train)),
+      el("td", {}, lim(d.cost_per_hour, money)), el("td", {}, "")));
+  }
+  const body = $("#quotas tbody");
+  body.replaceChildren(...trs);
+  if (!trs.length) body.append(el("tr", {}, el("td", { colspan: 8 }, "no tenants")));
+}
+
+/* Every page of /v1/jobs (up to JOB_PAGES of 1000 jobs), following "next". */
+const JOB_PAGES = 10;
+async function allJobs() {
+  let jobs = [], after = null, more = false;
+  for (let i = 0; i < JOB_PAGES; i++) {
+    const page = await api("/v1/jobs?limit=1000" + (after !== null ? "&after=" + after : ""));
+    jobs = jobs.concat(page.jobs);
+    after = page.next;
+    more = after !== null && after !== undefined;
+    if (!more) break;
+  }
+  return { jobs, truncated: more };
+}
+
 /* Groups from /v1/groups (admin); a tenant sees the groups of its own jobs, members of other
  * tenants left out. */
 function groupsFromJobs(jobs) {
@@ -321,7 +367,7 @@ function askToken(msg) {
 async function poll() {
   const win = $("#window").value;
   try {
-    const [cluster, jobs, tl] = await Promise.all([api("/v1/cluster"), api("/v1/jobs"),
+    const [cluster, jobs, tl] = await Promise.all([api("/v1/cluster"), allJobs(),
                                                    api("/v1/timeline?window_s=" + win)]);
     const byId = new Map(jobs.jobs.map((j) => [j.id, j]));
     let groups, partial = false;
@@ -333,6 +379,9 @@ async function poll() {
       partial = true;
     }
     renderCluster(cluster);
+    if (cluster.quotas) renderQuotas(cluster.quotas);
+    $("#jobs-note").textContent = jobs.truncated ?
+      `(the first ${jobs.jobs.length}: more are in GET /v1/jobs)` : "";
     renderGroups(groups, byId, partial);
     renderGantt(tl, byId);
     renderLive(tl, byId);
