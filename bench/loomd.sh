@@ -83,8 +83,13 @@ async def main():
 
     # 2. who waits, who holds a permit; pair each waiter with a group-mate holding the node
     st, groups = await conns[0].req("GET", "/v1/groups")
-    st, jobs = await conns[0].req("GET", "/v1/jobs")
-    permit = {j["id"]: j["permit"] for j in jobs["jobs"]}
+    permit, after = {}, ""
+    while True:  # the list comes in pages
+        st, jobs = await conns[0].req("GET", "/v1/jobs?limit=1000" + after)
+        permit.update({j["id"]: j["permit"] for j in jobs["jobs"]})
+        if jobs["next"] is None:
+            break
+        after = f"&after={jobs['next']}"
     pairs = []
     for g in groups["groups"]:
         holders = [m for m in g["members"] if permit[m]]

@@ -53,7 +53,10 @@ if submit:
                                     "t_roll_s": 1, "t_train_s": 2, "slo": 1.0})["id"]
            for i in range(J)]
 else:
-    ids = [j["id"] for j in req("GET", "/v1/jobs")["jobs"]]
+    ids, page = [], {"next": 0}
+    while page["next"] is not None:  # the list comes in pages
+        page = req("GET", "/v1/jobs?limit=1000" + (f"&after={page['next']}" if ids else ""))
+        ids += [j["id"] for j in page["jobs"]]
 t0 = time.perf_counter()
 for _ in range(K):
     for j in ids:
