@@ -692,7 +692,8 @@ bool srv_auth_scope(loom_server *s, srv_req *r)
         case RQ_RELEASE:
         case RQ_HEARTBEAT: {
                 loom_err e;
-                if (srv_store_lease_get(s->store, r->lease, &r->lease_job, &r->lease_phase,
+                if (!r->lease_read && /* engine.c may have read it already */
+                    srv_store_lease_get(s->store, r->lease, &r->lease_job, &r->lease_phase,
                                         r->lease_state, &e))
                         return true; /* the handler answers: no such lease, or the error */
                 r->lease_read = true;

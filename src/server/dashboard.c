@@ -180,10 +180,10 @@ static void on_lease(void *arg, const srv_lease_row *l)
                 return;
         const srv_job *j = srv_job_get(t->s, l->job);
         int keep = j->has_lease && j->lease.id == l->id ? j->lease.keep_gpus : 0;
-        json_t *o = json_pack("{s:I,s:I,s:s,s:s,s:s,s:o,s:i,s:I}", "lease", (json_int_t)l->id,
-                              "job", (json_int_t)j->pub, "phase", l->phase, "pool", l->pool,
-                              "state", l->state, "nodes", nodes_parse(l->nodes), "gpus", l->gpus,
-                              "granted_us", (json_int_t)l->granted);
+        json_t *o = json_pack(
+            "{s:I,s:I,s:s,s:s,s:s,s:o,s:i,s:I}", "lease", (json_int_t)srv_lease_pub(t->s, l->id),
+            "job", (json_int_t)j->pub, "phase", l->phase, "pool", l->pool, "state", l->state,
+            "nodes", nodes_parse(l->nodes), "gpus", l->gpus, "granted_us", (json_int_t)l->granted);
         if (!o)
                 return;
         json_object_set_new(o, "ended_us", l->ended ? json_integer(l->ended) : json_null());
@@ -240,7 +240,7 @@ static void live_state(timeline *t, json_t *permits, json_t *waits, json_t *migr
                 if (j->has_lease && j->lease.keep_gpus)
                         json_array_append_new(
                             migr, json_pack("{s:I,s:I,s:o,s:i}", "job", (json_int_t)j->pub, "lease",
-                                            (json_int_t)j->lease.id, "nodes",
+                                            (json_int_t)srv_lease_pub(s, j->lease.id), "nodes",
                                             nodes_array(j->lease.nodes, j->lease.n_nodes),
                                             "keep_gpus", j->lease.keep_gpus));
         }

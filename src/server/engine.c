@@ -134,11 +134,11 @@ static json_t *lease_json(loom_server *s, const srv_job *j)
 static json_t *lease_json_phase(loom_server *s, const srv_job *j)
 {
         const srv_lease *l = &j->lease;
-        return json_pack("{s:I,s:I,s:s,s:s,s:o,s:i,s:f,s:I}", "lease", (json_int_t)l->id, "job",
-                         (json_int_t)j->pub, "phase", loom_phase_name(l->phase), "pool",
-                         loom_pool_name(l->pool), "nodes", nodes_json(l->nodes, l->n_nodes), "gpus",
-                         l->gpus, "lease_timeout_s", s->cfg.lease_timeout_s, "iteration",
-                         (json_int_t)(j->done + 1));
+        return json_pack("{s:I,s:I,s:s,s:s,s:o,s:i,s:f,s:I}", "lease",
+                         (json_int_t)srv_lease_pub(s, l->id), "job", (json_int_t)j->pub, "phase",
+                         loom_phase_name(l->phase), "pool", loom_pool_name(l->pool), "nodes",
+                         nodes_json(l->nodes, l->n_nodes), "gpus", l->gpus, "lease_timeout_s",
+                         s->cfg.lease_timeout_s, "iteration", (json_int_t)(j->done + 1));
 }
 
 json_t *srv_job_json(loom_server *s, const srv_job *j, bool full)
@@ -167,7 +167,7 @@ json_t *srv_job_json(loom_server *s, const srv_job *j, bool full)
         }
         if (j->has_lease) {
                 json_object_set_new(o, "phase", json_string(loom_phase_name(j->lease.phase)));
-                json_object_set_new(o, "lease", json_integer(j->lease.id));
+                json_object_set_new(o, "lease", json_integer(srv_lease_pub(s, j->lease.id)));
         } else {
                 json_object_set_new(o, "phase", json_null());
                 json_object_set_new(o, "lease", json_null());
@@ -523,9 +523,10 @@ static void h_acquire(loom_server *s, srv_req *r, loom_us now)
                                        srv_job_state_name(j->state));
         if (j->has_lease) {
                 if (j->lease.phase != r->phase)
-                        return srv_reply_error(
-                            r, 409, "phase", "job %u holds %s lease %lld; release it first", j->pub,
-                            loom_phase_name(j->lease.phase), (long long)j->lease.id);
+                        return srv_reply_error(r, 409, "phase",
+                                               "job %u holds %s lease %lld; release it first",
+                                               j->pub, loom_phase_name(j->lease.phase),
+                                               (long long)srv_lease_pub(s, j->lease.id));
                 /* A retried acquire whose reply was lost: the same lease again. */
                 j->lease.deadline = now + loom_us_from_s(s->cfg.lease_timeout_s);
                 note_deadline(s, j->lease.deadline);
@@ -558,7 +559,8 @@ static srv_job *lease_job(loom_server *s, srv_req *r)
         uint32_t job = r->lease_job;
         const char *state = r->lease_state;
         if (rc == LOOM_ENOENT)
-                return srv_reply_error(r, 404, "lease", "no such lease: %lld", (long long)r->lease),
+                return srv_reply_error(r, 404, "lease", "no such lease: %lld",
+                                       (long long)srv_lease_pub(s, r->lease)),
                        NULL;
         if (rc)
                 return srv_reply_loom_err(r, 500, &e), NULL;
@@ -570,7 +572,7 @@ static srv_job *lease_job(loom_server *s, srv_req *r)
             ((r->ok && !strcmp(state, "released")) || (!r->ok && !strcmp(state, "failed")))) {
                 /* A retried release whose reply was lost: same answer, nothing changes. */
                 json_t *o = srv_job_json(s, j, false);
-                json_object_set_new(o, "released", json_integer(r->lease));
+                json_object_set_new(o, "released", json_integer(srv_lease_pub(s, r->lease)));
                 srv_reply_json(r, 200, o);
                 return NULL;
         }
@@ -582,8 +584,8 @@ static srv_job *lease_job(loom_server *s, srv_req *r)
                                                       : "has ended";
         json_t *o = json_pack("{s:s,s:s,s:s}", "error", "", "field", "lease", "state", state);
         char msg[160];
-        snprintf(msg, sizeof msg, "lease %lld %s; acquire the phase again", (long long)r->lease,
-                 why);
+        snprintf(msg, sizeof msg, "lease %lld %s; acquire the phase again",
+                 (long long)srv_lease_pub(s, r->lease), why);
         json_object_set_new(o, "error", json_string(msg));
         srv_reply_json(r, 410, o);
         return NULL;
@@ -601,8 +603,8 @@ static void h_heartbeat(loom_server *s, srv_req *r, loom_us now)
                 return;
         renew(s, j, now);
         srv_reply_json(r, 200,
-                       json_pack("{s:I,s:f}", "lease", (json_int_t)j->lease.id, "expires_in_s",
-                                 s->cfg.lease_timeout_s));
+                       json_pack("{s:I,s:f}", "lease", (json_int_t)srv_lease_pub(s, j->lease.id),
+                                 "expires_in_s", s->cfg.lease_timeout_s));
 }
 
 static void h_progress(loom_server *s, srv_req *r, loom_us now)
@@ -673,7 +675,7 @@ static void h_release(loom_server *s, srv_req *r, loom_us now)
         }
         srv_apply_actions(s, now);
         json_t *o = srv_job_json(s, j, false);
-        json_object_set_new(o, "released", json_integer(l.id));
+        json_object_set_new(o, "released", json_integer(srv_lease_pub(s, l.id)));
         srv_reply_json(r, 200, o);
 }
 
@@ -821,10 +823,33 @@ static void h_cluster(loom_server *s, srv_req *r)
         srv_reply_json(r, o ? 200 : 500, o);
 }
 
+/* A lease call: loomd's lease id in r->lease from here on, its row read (for srv_auth_scope
+ * and lease_job), or a 404 naming the id as the caller gave it when there is no such lease or
+ * its job is not the caller's. */
+static void lease_named(loom_server *s, srv_req *r)
+{
+        int64_t shown = r->lease;
+        r->lease = srv_lease_unpub(s, shown);
+        loom_err e;
+        int rc = srv_store_lease_get(s->store, r->lease, &r->lease_job, &r->lease_phase,
+                                     r->lease_state, &e);
+        if (rc && rc != LOOM_ENOENT)
+                return; /* the handler reads it again and answers the error */
+        const srv_job *j = rc ? NULL : srv_job_get(s, r->lease_job);
+        if (j && srv_auth_sees(r, j)) {
+                r->lease_read = true;
+                return;
+        }
+        srv_reply_error(r, 404, "lease", "no such lease: %lld", (long long)shown);
+        r->kind = RQ_BAD;
+}
+
 /* A request naming a job by the id the API shows: loomd's id in r->job from here on, or a 404
  * when there is no such job or it is not the caller's (the very reply an unknown id gets). */
 static void job_named(loom_server *s, srv_req *r)
 {
+        if (r->kind == RQ_PROGRESS || r->kind == RQ_RELEASE || r->kind == RQ_HEARTBEAT)
+                return lease_named(s, r);
         if (r->kind != RQ_GET_JOB && r->kind != RQ_CANCEL && r->kind != RQ_ACQUIRE &&
             r->kind != RQ_ATTACH)
                 return;

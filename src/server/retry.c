@@ -404,7 +404,7 @@ void srv_h_attach(loom_server *s, srv_req *r, loom_us now)
             (r->takeover == 1 || j->lease.phase == r->phase)) {
                 char why[96];
                 snprintf(why, sizeof why, "a new worker took over lease %lld",
-                         (long long)j->lease.id);
+                         (long long)srv_lease_pub(s, j->lease.id));
                 srv_job_failed(s, j, "failed", why, now);
                 srv_apply_actions(s, now);
                 took = true;

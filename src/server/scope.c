@@ -1,6 +1,6 @@
 /*
  * scope.c - what a caller sees of loomd (docs/security.md, "Tenants"): the job ids the API
- * shows, pages of the job list, and a tenant's view of placement decisions.
+ * and lease ids the API shows, pages of the job list, and a tenant's view of placement decisions.
  *
  * Job ids. loomd numbers jobs 1, 2, 3, ... in submit order; the store, its log and replay use
  * that number and nothing else. Shown as it is, it would tell a tenant how many jobs others
@@ -8,8 +8,9 @@
  * it on 32 bits (a ten-round Feistel network whose round function is AES-128 under a key
  * derived from the store's secret, walking past 0): every shown id maps to exactly one of
  * loomd's and back, nothing new is stored, and ids stay stable across restarts and rebuilds
- * (they change only with the secret, as worker tokens do). Without tokens there are no tenants
- * to keep apart and ids are shown as they are.
+ * (they change only with the secret, as worker tokens do). Lease ids, which count every
+ * tenant's phases, are shown the same way on 48 bits. Without tokens there are no tenants to
+ * keep apart and ids are shown as they are.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -39,49 +40,79 @@ static bool keyed(loom_server *s, struct aes128_ctx *c)
         return true;
 }
 
-static uint16_t round_f(const struct aes128_ctx *c, int round, uint16_t half)
+/* Jobs and leases get different permutations (the domain byte of the round function's input):
+ * job ids on 32 bits, lease ids on 48 (a lease id is an int64 in the API; 2^48 leases are
+ * centuries of them, and JSON numbers hold 48 bits exactly). */
+enum { DOM_JOB = 1, DOM_LEASE = 2 };
+
+static uint32_t round_f(const struct aes128_ctx *c, int dom, int round, uint32_t half, int bits)
 {
-        uint8_t in[AES_BLOCK_SIZE] = {(uint8_t)round, (uint8_t)(half >> 8), (uint8_t)half};
+        uint8_t in[AES_BLOCK_SIZE] = {(uint8_t)dom,          (uint8_t)round,
+                                      (uint8_t)(half >> 24), (uint8_t)(half >> 16),
+                                      (uint8_t)(half >> 8),  (uint8_t)half};
         uint8_t out[AES_BLOCK_SIZE];
         aes128_encrypt(c, AES_BLOCK_SIZE, out, in);
-        return (uint16_t)(out[0] << 8 | out[1]);
+        uint32_t v =
+            (uint32_t)out[0] << 24 | (uint32_t)out[1] << 16 | (uint32_t)out[2] << 8 | out[3];
+        return v & ((1u << bits) - 1);
 }
 
-static uint32_t permute(const struct aes128_ctx *c, uint32_t x, bool inverse)
+/* A balanced Feistel network on 2 x bits bits (bits <= 24). */
+static uint64_t permute(const struct aes128_ctx *c, int dom, int bits, uint64_t x, bool inverse)
 {
-        uint16_t l = (uint16_t)(x >> 16), r = (uint16_t)x;
+        uint32_t mask = (1u << bits) - 1;
+        uint32_t l = (uint32_t)(x >> bits) & mask, r = (uint32_t)x & mask;
         for (int k = 0; k < FEISTEL_ROUNDS; k++) {
                 if (!inverse) { /* (l, r) -> (r, l ^ F(r)) */
-                        uint16_t t = (uint16_t)(l ^ round_f(c, k, r));
+                        uint32_t t = l ^ round_f(c, dom, k, r, bits);
                         l = r;
                         r = t;
                 } else { /* undo round FEISTEL_ROUNDS - 1 - k */
-                        uint16_t t = (uint16_t)(r ^ round_f(c, FEISTEL_ROUNDS - 1 - k, l));
+                        uint32_t t = r ^ round_f(c, dom, FEISTEL_ROUNDS - 1 - k, l, bits);
                         r = l;
                         l = t;
                 }
         }
-        return (uint32_t)l << 16 | r;
+        return (uint64_t)l << bits | r;
 }
 
-/* 0 is no id (the API refuses it): a permutation of all 2^32 values that maps some id to 0
- * maps 0 to another value, which that id takes instead. */
+/* 0 is no id (the API refuses it): a permutation of all 2^(2 bits) values that maps some id to
+ * 0 maps 0 to another value, which that id takes instead (cycle walking). */
+static uint64_t shown(const struct aes128_ctx *c, int dom, int bits, uint64_t id, bool inverse)
+{
+        uint64_t y = permute(c, dom, bits, id, inverse);
+        return y ? y : permute(c, dom, bits, 0, inverse);
+}
+
 uint32_t srv_job_pub(loom_server *s, uint32_t id)
 {
         struct aes128_ctx c;
-        if (id == 0 || !keyed(s, &c))
-                return id;
-        uint32_t y = permute(&c, id, false);
-        return y ? y : permute(&c, 0, false);
+        return id && keyed(s, &c) ? (uint32_t)shown(&c, DOM_JOB, 16, id, false) : id;
 }
 
 uint32_t srv_job_unpub(loom_server *s, uint32_t pub)
 {
         struct aes128_ctx c;
-        if (pub == 0 || !keyed(s, &c))
+        return pub && keyed(s, &c) ? (uint32_t)shown(&c, DOM_JOB, 16, pub, true) : pub;
+}
+
+#define LEASE_SPACE ((int64_t)1 << 48)
+
+/* Lease ids from 2^48 on (never reached in practice) are shown as they are. */
+int64_t srv_lease_pub(loom_server *s, int64_t id)
+{
+        struct aes128_ctx c;
+        if (id <= 0 || id >= LEASE_SPACE || !keyed(s, &c))
+                return id;
+        return (int64_t)shown(&c, DOM_LEASE, 24, (uint64_t)id, false);
+}
+
+int64_t srv_lease_unpub(loom_server *s, int64_t pub)
+{
+        struct aes128_ctx c;
+        if (pub <= 0 || pub >= LEASE_SPACE || !keyed(s, &c))
                 return pub;
-        uint32_t x = permute(&c, pub, true);
-        return x ? x : permute(&c, 0, true);
+        return (int64_t)shown(&c, DOM_LEASE, 24, (uint64_t)pub, true);
 }
 
 /* ---- GET /v1/jobs: pages ------------------------------------------------------------------ */

@@ -579,6 +579,8 @@ void srv_quota_metrics(loom_server *s, void (*put)(void *b, const char *fmt, ...
 uint32_t srv_job_pub(loom_server *s, uint32_t id);    /* loomd's id -> the shown one */
 bool srv_auth_jobid_key(const loom_server *s, uint8_t key[16]); /* auth.c: false: no tokens */
 uint32_t srv_job_unpub(loom_server *s, uint32_t pub); /* the shown id -> loomd's */
+int64_t srv_lease_pub(loom_server *s, int64_t id);    /* the same for lease ids (48 bits) */
+int64_t srv_lease_unpub(loom_server *s, int64_t pub);
 /* GET /v1/jobs's ?limit=&after=&state= on the HTTP thread: r->kind = RQ_LIST_JOBS or a 422. */
 void srv_list_parse(loom_server *s, srv_req *r);
 /* A placement decision as a tenant may see it: candidates in groups none of its live jobs is

@@ -595,8 +595,8 @@ static int cmp_u32(const void *a, const void *b)
         return (x > y) - (x < y);
 }
 
-/* The ids the API shows under tokens: a permutation of loomd's (each maps back, none is 0,
- * none repeats), not in submit order. */
+/* The job and lease ids the API shows under tokens: a permutation of loomd's (each maps back,
+ * none is 0, none repeats), not in submit order. */
 Test(server, shown_job_ids_are_a_permutation)
 {
         loom_server *s = calloc(1, sizeof *s);
@@ -618,8 +618,15 @@ Test(server, shown_job_ids_are_a_permutation)
         qsort(pub, N, sizeof *pub, cmp_u32); /* distinct: no two neighbours equal */
         for (int i = 1; i < N; i++)
                 cr_assert_neq(pub[i], pub[i - 1]);
+        for (int64_t id = 1; id <= 5000; id++) { /* lease ids: 48 bits, never 0 */
+                int64_t p = srv_lease_pub(s, id);
+                cr_assert(p > 0 && p < ((int64_t)1 << 48), "%lld", (long long)p);
+                cr_assert_eq(srv_lease_unpub(s, p), id);
+        }
+        cr_assert_neq(srv_lease_pub(s, 1), (int64_t)srv_job_pub(s, 1));
         s->jobid_mode = 1;
         cr_assert_eq(srv_job_pub(s, 7), 7, "without tokens ids are shown as they are");
+        cr_assert_eq(srv_lease_pub(s, 7), 7);
         free(pub);
         free(s);
 }
