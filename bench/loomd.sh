@@ -82,7 +82,13 @@ async def main():
           f"(32 connections, each reply after its commit)")
 
     # 2. who waits, who holds a permit; pair each waiter with a group-mate holding the node
-    st, groups = await conns[0].req("GET", "/v1/groups")
+    groups, after = {"groups": []}, ""
+    while True:  # pages, as the job list below
+        st, page = await conns[0].req("GET", "/v1/groups?limit=1000" + after)
+        groups["groups"] += page["groups"]
+        if page["next"] is None:
+            break
+        after = f"&after={page['next']}"
     permit, after = {}, ""
     while True:  # the list comes in pages
         st, jobs = await conns[0].req("GET", "/v1/jobs?limit=1000" + after)

@@ -719,6 +719,13 @@ static void h_list_jobs(loom_server *s, srv_req *r)
             json_pack("{s:o,s:o}", "jobs", a, "next", more ? json_integer(last) : json_null()));
 }
 
+static int cmp_group(const void *a, const void *b)
+{
+        loom_group_id x = *(const loom_group_id *)a, y = *(const loom_group_id *)b;
+        return (x > y) - (x < y);
+}
+
+/* One page of groups in id order, after r->after, at most r->limit, and "next" as for jobs. */
 static void h_groups(loom_server *s, srv_req *r)
 {
         int n = loom_sched_groups(s->sched, NULL, 0);
@@ -730,8 +737,13 @@ static void h_groups(loom_server *s, srv_req *r)
                 return srv_reply_error(r, 500, "", "out of memory");
         }
         n = loom_sched_groups(s->sched, ids, n);
+        qsort(ids, (size_t)n, sizeof *ids, cmp_group);
+        int limit = r->limit > 0 ? r->limit : 100, from = 0;
+        while (from < n && ids[from] < r->after) /* r->after: the id given + 1 */
+                from++;
+        bool more = n - from > limit;
         loom_group_info *g = malloc(sizeof *g);
-        for (int i = 0; g && i < n; i++) {
+        for (int i = from; g && i < n && i < from + limit; i++) {
                 if (loom_sched_group_info(s->sched, ids[i], g))
                         continue;
                 json_t *m = json_array(), *rates = json_array();
@@ -750,8 +762,9 @@ static void h_groups(loom_server *s, srv_req *r)
                                  "cost_per_hour", g->cost_per_hour));
         }
         free(g);
+        json_t *next = more ? json_integer(ids[from + limit - 1]) : json_null();
         free(ids);
-        srv_reply_json(r, 200, json_pack("{s:o}", "groups", a));
+        srv_reply_json(r, 200, json_pack("{s:o,s:o}", "groups", a, "next", next));
 }
 
 /* What a tenant sees of the cluster's state: its own live jobs, the groups they are in, those

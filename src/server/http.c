@@ -374,7 +374,7 @@ void srv_http_route(loom_server *s, srv_req *r, const char *method, const char *
                         allowed = "GET, POST";
                 } else if (n == 2 && seg_is(seg[1], len[1], "groups")) {
                         if (get)
-                                r->kind = RQ_GROUPS;
+                                srv_groups_parse(s, r);
                         allowed = "GET";
                 } else if (n == 2 && seg_is(seg[1], len[1], "timeline")) {
                         if (get)

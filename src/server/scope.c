@@ -173,6 +173,23 @@ void srv_list_parse(loom_server *s, srv_req *r)
         r->kind = RQ_LIST_JOBS;
 }
 
+void srv_groups_parse(loom_server *s, srv_req *r)
+{
+        (void)s;
+        const char *l = query_arg(r, "limit"), *a = query_arg(r, "after");
+        uint64_t v = LIST_DEFAULT;
+        if (l && (whole(l, LIST_MAX, &v) || v < 1))
+                return srv_reply_error(r, 422, "limit", "'limit' must be an integer in 1..%d",
+                                       LIST_MAX);
+        r->limit = (int)v;
+        v = 0;
+        if (a && whole(a, UINT32_MAX - 1, &v))
+                return srv_reply_error(r, 422, "after",
+                                       "'after' must be a group id (the 'next' of a page)");
+        r->after = a ? (uint32_t)v + 1 : 0; /* group ids start at 0: 0 here means none */
+        r->kind = RQ_GROUPS;
+}
+
 /* ---- decisions ---------------------------------------------------------------------------- */
 
 /* Whether one of the tenant's live jobs is in group g. */

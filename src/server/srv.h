@@ -91,7 +91,8 @@ typedef struct srv_req {
         bool ok;
         bool explain; /* submit: list the candidates placement looked at */
         int limit;      /* GET /v1/jobs: page size */
-        uint32_t after; /* GET /v1/jobs: the page starts after this job (id as shown; 0: first) */
+        uint32_t after; /* GET /v1/jobs: the page starts after this job (id as shown; 0: first);
+                         * GET /v1/groups: after group `after - 1` (0: first) */
         int list_state; /* GET /v1/jobs: -1 any, -2 live, else one srv_job_state */
         int takeover; /* attach: 0 none, 1 any lease, 2 only a lease of `phase` */
         loom_job_spec spec;
@@ -583,6 +584,8 @@ int64_t srv_lease_pub(loom_server *s, int64_t id);    /* the same for lease ids 
 int64_t srv_lease_unpub(loom_server *s, int64_t pub);
 /* GET /v1/jobs's ?limit=&after=&state= on the HTTP thread: r->kind = RQ_LIST_JOBS or a 422. */
 void srv_list_parse(loom_server *s, srv_req *r);
+/* GET /v1/groups's ?limit=&after= (a group id) on the HTTP thread: RQ_GROUPS or a 422. */
+void srv_groups_parse(loom_server *s, srv_req *r);
 /* A placement decision as a tenant may see it: candidates in groups none of its live jobs is
  * in lose their group, nodes and members (new reference). */
 json_t *srv_decision_scoped(loom_server *s, const srv_req *r, json_t *decision);

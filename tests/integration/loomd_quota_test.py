@@ -169,6 +169,20 @@ st, page = req("GET", "/v1/jobs?limit=1000&state=live", ta)
 check(st == 200 and len(page["jobs"]) == 2 and page["next"] is None
       and all(j["state"] in ("queued", "running") for j in page["jobs"]),
       "?state=live: a tenant's live jobs only")
+groups, after = [], None
+while True:
+    st, page = req("GET", "/v1/groups?limit=5" + (f"&after={after}" if after is not None else ""),
+                   admin)
+    assert st == 200, page
+    groups += [g["id"] for g in page["groups"]]
+    after = page["next"]
+    if after is None:
+        break
+n_groups = req("GET", "/v1/cluster", admin)[1]["groups"]
+check(len(groups) == len(set(groups)) == n_groups and groups == sorted(groups) and 0 in groups,
+      f"/v1/groups pages of 5 walk every group once, group 0 included ({n_groups} groups)")
+st, out = req("GET", "/v1/groups?limit=0", admin)
+check(st == 422 and out["field"] == "limit", "/v1/groups?limit=0: 422")
 for bad, field in (("limit=0", "limit"), ("limit=1001", "limit"), ("limit=x", "limit"),
                    ("after=-1", "after"), ("state=done", "state")):
     st, out = req("GET", "/v1/jobs?" + bad, admin)

@@ -132,18 +132,18 @@ function renderQuotas(q) {
   if (!trs.length) body.append(el("tr", {}, el("td", { colspan: 8 }, "no tenants")));
 }
 
-/* Every page of /v1/jobs (up to JOB_PAGES of 1000 jobs), following "next". */
-const JOB_PAGES = 10;
-async function allJobs() {
-  let jobs = [], after = null, more = false;
-  for (let i = 0; i < JOB_PAGES; i++) {
-    const page = await api("/v1/jobs?limit=1000" + (after !== null ? "&after=" + after : ""));
-    jobs = jobs.concat(page.jobs);
+/* Every page of a list (/v1/jobs, /v1/groups; up to PAGES of 1000), following "next". */
+const PAGES = 10;
+async function allPages(path, key) {
+  let items = [], after = null, more = false;
+  for (let i = 0; i < PAGES; i++) {
+    const page = await api(path + "?limit=1000" + (after !== null ? "&after=" + after : ""));
+    items = items.concat(page[key]);
     after = page.next;
     more = after !== null && after !== undefined;
     if (!more) break;
   }
-  return { jobs, truncated: more };
+  return { [key]: items, truncated: more };
 }
 
 /* Groups from /v1/groups (admin); a tenant sees the groups of its own jobs, members of other
@@ -367,12 +367,12 @@ function askToken(msg) {
 async function poll() {
   const win = $("#window").value;
   try {
-    const [cluster, jobs, tl] = await Promise.all([api("/v1/cluster"), allJobs(),
+    const [cluster, jobs, tl] = await Promise.all([api("/v1/cluster"), allPages("/v1/jobs", "jobs"),
                                                    api("/v1/timeline?window_s=" + win)]);
     const byId = new Map(jobs.jobs.map((j) => [j.id, j]));
     let groups, partial = false;
     try {
-      groups = (await api("/v1/groups")).groups;
+      groups = (await allPages("/v1/groups", "groups")).groups;
     } catch (e) {
       if (!(e instanceof HttpError) || e.status !== 403) throw e;
       groups = groupsFromJobs(byId); /* a tenant token: its own jobs' groups */
