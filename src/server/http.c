@@ -12,7 +12,7 @@
  * one client address holds at most cfg.max_conns_per_addr of the cfg.max_conns connections;
  * bodies over 1 MiB get 413. Framing a proxy could read differently (two Content-Lengths, or
  * one with a Transfer-Encoding) is refused with 400 and the connection closed (RFC 9112 6.3),
- * and TLS is 1.2 or 1.3 only.
+ * as is a malformed Content-Length, and TLS is 1.2 or 1.3 only.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -477,6 +477,7 @@ static int framing_error(struct MHD_Connection *conn, const char **why)
  * long-poll waits). Owned by the connection (libmicrohttpd's socket context). */
 typedef struct conn_watch {
         struct conn_watch *prev, *next;
+        struct MHD_Connection *conn;
         loom_us since;
         int fd;
         bool listed;
@@ -556,6 +557,7 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
                 if (!w || !ci) /* unwatched: the idle timeout still applies */
                         return;
                 w->fd = ci->connect_fd;
+                w->conn = conn;
                 watch_arm(g, w);
                 return;
         }
@@ -643,6 +645,56 @@ static void guard_stop(loom_server *s)
         pthread_mutex_destroy(&g->mu);
         free(g);
         s->guard = NULL;
+}
+
+/* ---- a malformed Content-Length ---------------------------------------------------------- */
+
+/* libmicrohttpd answers a Content-Length it cannot parse itself, before loomd sees the request,
+ * and before 1.0 it writes that reply's status line and headers twice (after a header-stage
+ * error its state machine overwrites the error state and builds the headers again): a garbled
+ * reply. It logs the error just before, on its own thread, while that connection is the only
+ * one watched whose headers are in (the others still await theirs, or on_request took them):
+ * loomd writes the whole 400 (413 for a length too large) there itself and shuts the
+ * connection for writing, so libmicrohttpd's copy cannot go out and it closes the connection.
+ * Over TLS the bytes are not loomd's to write; that reply stays as the library sends it. */
+#if MHD_VERSION < 0x01000000
+static void reply_bad_length(loom_server *s, int status)
+{
+        struct srv_http_guard *g = s->guard;
+        const char *body = status == 413 ? "{\"error\":\"Content-Length too large\","
+                                           "\"field\":\"Content-Length\"}"
+                                         : "{\"error\":\"malformed Content-Length header\","
+                                           "\"field\":\"Content-Length\"}";
+        char reply[320];
+        int n = snprintf(reply, sizeof reply,
+                         "HTTP/1.1 %d %s\r\nConnection: close\r\nContent-Type: application/json"
+                         "\r\nContent-Length: %zu\r\n\r\n%s",
+                         status, status == 413 ? "Content Too Large" : "Bad Request", strlen(body),
+                         body);
+        pthread_mutex_lock(&g->mu);
+        for (conn_watch *w = g->head; w; w = w->next) {
+                if (!MHD_get_connection_info(w->conn, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE))
+                        continue;
+                if (send(w->fd, reply, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) > 0)
+                        shutdown(w->fd, SHUT_WR);
+                watch_unlink(g, w);
+                break;
+        }
+        pthread_mutex_unlock(&g->mu);
+}
+#endif
+
+/* libmicrohttpd's error log: none of it is loomd's log; it is read for the one case above. */
+static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+#if MHD_VERSION < 0x01000000
+        loom_server *s = cls;
+        int status = !strncmp(fmt, "Failed to parse `Content-Length'", 32)      ? 400
+                     : !strncmp(fmt, "Too large value of 'Content-Length'", 35) ? 413
+                                                                                : 0;
+        if (status && !s->cfg.tls_cert && s->guard)
+                reply_bad_length(s, status);
+#endif
 }
 
 /* ---- libmicrohttpd callbacks ---------------------------------------------------------------- */
@@ -849,8 +901,10 @@ int srv_http_start(loom_server *s, loom_err *e)
                 guard_stop(s);
                 return LOOM_EIO;
         }
-        unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME;
+        unsigned flags =
+            MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
         s->mhd = MHD_start_daemon(flags | (cert ? MHD_USE_TLS : 0), 0, NULL, NULL, on_request, s,
+                                  MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s, /* first: see there */
                                   MHD_OPTION_ARRAY, tls, MHD_OPTION_LISTEN_SOCKET, s->listen_fd,
                                   MHD_OPTION_CONNECTION_TIMEOUT, idle, MHD_OPTION_CONNECTION_LIMIT,
                                   (unsigned)s->cfg.max_conns, MHD_OPTION_PER_IP_CONNECTION_LIMIT,

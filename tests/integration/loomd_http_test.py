@@ -68,9 +68,14 @@ check(statuses(r) == [b"501"] and b"<timeout>" not in r,
 r = raw(d.port, second + b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
 check(statuses(r) == [b"200", b"200"] and b"<timeout>" not in r,
       f"two well-framed requests on one connection are both served ({r!r})")
-r = raw(d.port, b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n" + second)
-check(b"400" in r and b"200 OK" not in r and b"<timeout>" not in r,
-      f"a malformed Content-Length: 400, closed, the next request not served ({r!r})")
+for cl, want in ((b"abc", b"400"), (b"1,1", b"400"), (b"99999999999999999999999", b"413")):
+    r = raw(d.port, b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: " + cl + b"\r\n\r\n"
+            + second)
+    head, _, body = r.partition(b"\r\n\r\n")
+    check(statuses(r) == [want] and body.startswith(b'{"error":') and b"<timeout>" not in r
+          and len(body) == int(re.search(rb"Content-Length: (\d+)", head).group(1)),
+          f"Content-Length {cl.decode()}: one whole {want.decode()} reply, closed, the next "
+          f"request not served ({r!r})")
 d.stop()
 
 # -- control characters in names -----------------------------------------------------------------
