@@ -193,15 +193,31 @@ void srv_groups_parse(loom_server *s, srv_req *r)
 /* ---- decisions ---------------------------------------------------------------------------- */
 
 /* Whether one of the tenant's live jobs is in group g. */
-static bool tenant_in_group(loom_server *s, const srv_req *r, json_int_t g)
+/* The groups the caller's live jobs are in, into *out (malloc'd, *n of them): one pass over
+ * the job table, whatever the number of candidates. */
+static void caller_groups(loom_server *s, const srv_req *r, loom_group_id **out, size_t *n)
 {
-        for (uint32_t i = 0; i < s->n_jobs; i++) {
+        size_t cap = 0;
+        *out = NULL;
+        *n = 0;
+        loom_job_info *in = malloc(sizeof *in);
+        for (uint32_t i = 0; in && i < s->n_jobs; i++) {
                 const srv_job *j = s->jobs[i];
-                loom_job_info in;
-                if (srv_job_live(j->state) && srv_auth_sees(r, j) &&
-                    loom_sched_job_info(s->sched, j->retry.core, &in) == 0 && in.group == g)
-                        return true;
+                if (!srv_job_live(j->state) || !srv_auth_sees(r, j) ||
+                    loom_sched_job_info(s->sched, j->retry.core, in) != 0)
+                        continue;
+                if (loom_reserve(out, &cap, *n + 1, sizeof **out, 8))
+                        break; /* out of memory: fewer groups shown, none wrongly */
+                (*out)[(*n)++] = in->group;
         }
+        free(in);
+}
+
+static bool in_groups(const loom_group_id *g, size_t n, json_int_t id)
+{
+        for (size_t i = 0; i < n; i++)
+                if ((json_int_t)g[i] == id)
+                        return true;
         return false;
 }
 
@@ -239,6 +255,9 @@ json_t *srv_decision_scoped(loom_server *s, const srv_req *r, json_t *decision)
         size_t i;
         json_t *c;
         json_int_t own = json_integer_value(json_object_get(o, "group"));
+        loom_group_id *mine;
+        size_t n_mine;
+        caller_groups(s, r, &mine, &n_mine);
         json_array_foreach(a, i, c)
         {
                 json_t *g = json_object_get(c, "group");
@@ -247,7 +266,7 @@ json_t *srv_decision_scoped(loom_server *s, const srv_req *r, json_t *decision)
                 json_int_t gid = json_integer_value(g);
                 if (gid == own && json_is_integer(json_object_get(o, "group")))
                         continue; /* the group the job went to: shown in the job anyway */
-                if (tenant_in_group(s, r, gid))
+                if (in_groups(mine, n_mine, gid))
                         continue;
                 static const char *const hide[] = {"group", "rollout_nodes", "t_meta_s",
                                                    "utilisation"};
@@ -258,5 +277,6 @@ json_t *srv_decision_scoped(loom_server *s, const srv_req *r, json_t *decision)
                     c, "why",
                     json_string(why_reduced(json_string_value(json_object_get(c, "why")))));
         }
+        free(mine);
         return o;
 }
