@@ -130,7 +130,7 @@ static int publish_jobs(loom_server *s, srv_exec *t)
                 loom_exec_job *w = &t->want[n++];
                 memset(w, 0, sizeof *w);
                 w->job = j->pub; /* the API's id: the workers use it */
-                w->admission = j->retry.core;
+                w->admission = srv_admission_pub(s, j->retry.core);
                 snprintf(w->name, sizeof w->name, "%s", j->name);
                 srv_auth_worker_creds(s, j->id, w->token, w->sync_key);
                 w->n_nodes[0] = in.n_rollout_nodes;
@@ -213,7 +213,8 @@ void srv_exec_tick(loom_server *s, loom_us now)
                 srv_log(s, "executor %s: %s", loom_exec_name(s->cfg.exec), err);
         for (int i = 0; i < n_ev; i++) {
                 srv_job *j = srv_job_get(s, srv_job_unpub(s, ev[i].job));
-                if (!j || !srv_job_live(j->state) || j->retry.core != ev[i].admission)
+                if (!j || !srv_job_live(j->state) ||
+                    srv_admission_pub(s, j->retry.core) != ev[i].admission)
                         continue;
                 char why[200];
                 snprintf(why, sizeof why, "%s: %.160s", loom_exec_name(s->cfg.exec), ev[i].why);

@@ -43,7 +43,7 @@ static bool keyed(loom_server *s, struct aes128_ctx *c)
 /* Jobs and leases get different permutations (the domain byte of the round function's input):
  * job ids on 32 bits, lease ids on 48 (a lease id is an int64 in the API; 2^48 leases are
  * centuries of them, and JSON numbers hold 48 bits exactly). */
-enum { DOM_JOB = 1, DOM_LEASE = 2 };
+enum { DOM_JOB = 1, DOM_LEASE = 2, DOM_ADMISSION = 3 };
 
 static uint32_t round_f(const struct aes128_ctx *c, int dom, int round, uint32_t half, int bits)
 {
@@ -94,6 +94,12 @@ uint32_t srv_job_unpub(loom_server *s, uint32_t pub)
 {
         struct aes128_ctx c;
         return pub && keyed(s, &c) ? (uint32_t)shown(&c, DOM_JOB, 16, pub, true) : pub;
+}
+
+uint32_t srv_admission_pub(loom_server *s, uint32_t core)
+{
+        struct aes128_ctx c;
+        return core && keyed(s, &c) ? (uint32_t)shown(&c, DOM_ADMISSION, 16, core, false) : core;
 }
 
 #define LEASE_SPACE ((int64_t)1 << 48)

@@ -582,6 +582,9 @@ bool srv_auth_jobid_key(const loom_server *s, uint8_t key[16]); /* auth.c: false
 uint32_t srv_job_unpub(loom_server *s, uint32_t pub); /* the shown id -> loomd's */
 int64_t srv_lease_pub(loom_server *s, int64_t id);    /* the same for lease ids (48 bits) */
 int64_t srv_lease_unpub(loom_server *s, int64_t pub);
+/* The number an executor's workers see for an admission (LOOM_ADMISSION, worker names): the
+ * core's job id, which counts every tenant's admissions, permuted likewise. */
+uint32_t srv_admission_pub(loom_server *s, uint32_t core);
 /* GET /v1/jobs's ?limit=&after=&state= on the HTTP thread: r->kind = RQ_LIST_JOBS or a 422. */
 void srv_list_parse(loom_server *s, srv_req *r);
 /* GET /v1/groups's ?limit=&after= (a group id) on the HTTP thread: RQ_GROUPS or a 422. */

@@ -624,6 +624,12 @@ Test(server, shown_job_ids_are_a_permutation)
                 cr_assert_eq(srv_lease_unpub(s, p), id);
         }
         cr_assert_neq(srv_lease_pub(s, 1), (int64_t)srv_job_pub(s, 1));
+        for (uint32_t a = 1; a <= 1000; a++) /* admissions: another permutation */
+                pub[a - 1] = srv_admission_pub(s, a);
+        qsort(pub, 1000, sizeof *pub, cmp_u32);
+        for (int i = 1; i < 1000; i++)
+                cr_assert(pub[i] != pub[i - 1] && pub[i - 1] != 0);
+        cr_assert_neq(srv_admission_pub(s, 5), srv_job_pub(s, 5));
         s->jobid_mode = 1;
         cr_assert_eq(srv_job_pub(s, 7), 7, "without tokens ids are shown as they are");
         cr_assert_eq(srv_lease_pub(s, 7), 7);
