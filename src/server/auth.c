@@ -341,12 +341,42 @@ static int load_secret(srv_store *st, uint8_t secret[SECRET_LEN], loom_err *e)
         return rc;
 }
 
+/* The key of the job and lease ids the API shows (scope.c), as the secret derives it. */
+static void jobid_key_of(const uint8_t secret[SECRET_LEN], uint8_t key[16])
+{
+        uint8_t mac[32];
+        derive(secret, "loom public job ids", 0, mac);
+        memcpy(key, mac, 16);
+}
+
+/* Before the first rotation, the key of the shown ids is kept in meta.jobid_key: a new secret
+ * changes every worker token, not every job's id. */
+static int keep_jobid_key(srv_store *st, loom_err *e)
+{
+        char *kept = NULL;
+        int rc = srv_store_meta_get(st, "jobid_key", &kept, e);
+        if (!rc && !kept) {
+                uint8_t old[SECRET_LEN], key[16];
+                char text[2 * 16 + 1];
+                rc = load_secret(st, old, e);
+                if (!rc) {
+                        jobid_key_of(old, key);
+                        hex(key, sizeof key, text);
+                        rc = srv_store_meta_set(st, "jobid_key", text, e);
+                }
+        }
+        free(kept);
+        return rc;
+}
+
 int loom_auth_rotate_secret(const char *data_dir, loom_err *e)
 {
         loom_err_clear(e);
         srv_store *st = NULL;
         uint8_t secret[SECRET_LEN];
         int rc = srv_store_open(&st, data_dir, false, e);
+        if (!rc)
+                rc = keep_jobid_key(st, e);
         if (!rc)
                 rc = new_secret(st, secret, e);
         srv_store_close(st);
@@ -748,14 +778,20 @@ void srv_auth_creds(loom_server *s, const srv_req *r, const srv_job *j, json_t *
         json_object_set_new(o, "sync_key", json_string(h));
 }
 
-/* The key of the job ids the API shows (scope.c), from the store's secret; false without
- * tokens (ids are shown as they are). */
+/* The key of the job ids the API shows (scope.c): the one kept when the secret was first
+ * rotated, else the secret's; false without tokens (ids are shown as they are). */
 bool srv_auth_jobid_key(const loom_server *s, uint8_t key[16])
 {
         if (!s->auth || !s->auth->tokens)
                 return false;
-        uint8_t mac[32];
-        derive(s->auth->secret, "loom public job ids", 0, mac);
-        memcpy(key, mac, 16);
+        char *kept = NULL;
+        loom_err e;
+        if (srv_store_meta_get(s->store, "jobid_key", &kept, &e) == 0 && kept &&
+            unhex(kept, key, 16) == 0) {
+                free(kept);
+                return true;
+        }
+        free(kept);
+        jobid_key_of(s->auth->secret, key);
         return true;
 }

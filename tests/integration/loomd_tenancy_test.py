@@ -121,6 +121,17 @@ check(st == 200 and j["name"] == "a1", "ids are the same after a restart")
 st, j = req("GET", f"/v1/jobs/{bs[1]['id']}", tb)
 check(st == 200 and j["name"] == "b1", "team-b's too")
 d.stop()
+p = subprocess.run([loomd, "token", "rotate-secret", "--data-dir", d.dir], capture_output=True,
+                   text=True)
+check(p.returncode == 0, f"the store's secret is rotated ({p.stderr.strip()})")
+d.start()
+st, j = req("GET", f"/v1/jobs/{a1['id']}", ta)
+check(st == 200 and j["name"] == "a1" and j["worker_token"] != a1["worker_token"]
+      and j["worker_token"].startswith(f"loom_w_{a1['id']}_"),
+      "after a rotation of the secret: the same ids, new worker tokens")
+st, _ = req("GET", f"/v1/jobs/{a1['id']}", a1["worker_token"])
+check(st == 401, "the old worker token is refused")
+d.stop()
 
 # -- without tokens: loomd's own ids ---------------------------------------------------------------
 n = Loomd(build, "--quiet", "--insecure-loopback").start()
