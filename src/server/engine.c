@@ -420,6 +420,35 @@ static json_t *job_json_for(loom_server *s, const srv_req *r, const srv_job *j)
         return o;
 }
 
+/* ?dry_run=1: what a submit would decide now (quotas checked first, as for a submit), without
+ * a job, an id or a log entry: 200 {"dry_run": true, "decision"} or the submit's 422. */
+static void dry_run_reply(loom_server *s, srv_req *r, loom_job_spec *core, loom_decision *d, int rc,
+                          loom_err *e)
+{
+        if (!rc)
+                rc = s->cfg.state.host_usage ? 0 : loom_sched_decide(s->sched, core, d, e);
+        char over[256];
+        if (!rc && srv_state_admit(s, core, d, over, sizeof over)) {
+                loom_decision_free(d);
+                return srv_reply_json(
+                    r, 422, json_pack("{s:s,s:s}", "error", over, "field", "mem_rollout"));
+        }
+        json_t *dj = decision_json(d, r->name);
+        json_t *o =
+            rc ? json_pack("{s:s,s:s}", "error", e->msg[0] ? e->msg : d->reason, "field", e->field)
+               : json_pack("{s:b}", "dry_run", 1);
+        loom_decision_free(d);
+        if (!o || !dj) {
+                json_decref(o);
+                json_decref(dj);
+                return srv_reply_error(r, 500, "", "out of memory");
+        }
+        if (!rc || rc == LOOM_EREJECT)
+                json_object_set_new(o, "decision", srv_decision_scoped(s, r, dj));
+        json_decref(dj);
+        srv_reply_json(r, rc ? (rc == LOOM_ENOMEM ? 500 : 422) : 200, o);
+}
+
 static void h_submit(loom_server *s, srv_req *r, loom_us now)
 {
         loom_err e;
@@ -447,6 +476,8 @@ static void h_submit(loom_server *s, srv_req *r, loom_us now)
         /* The measured host tier may refuse what the model places: ask before submitting, so
          * that a refused job leaves no trace (no job row, no core id, no log entry). */
         int rc = s->cfg.state.host_usage ? loom_sched_decide(s->sched, &core, &d, &e) : 0;
+        if (r->dry_run)
+                return dry_run_reply(s, r, &core, &d, rc, &e);
         if (!rc && srv_state_admit(s, &core, &d, over, sizeof over)) {
                 loom_decision_free(&d);
                 return srv_reply_json(

@@ -224,6 +224,8 @@ static void parse_submit(loom_server *s, srv_req *r)
         snprintf(r->key, sizeof r->key, "%s", key ? key : "");
         const char *ex = req_value(r, false, "explain");
         r->explain = ex && (!strcmp(ex, "1") || !strcmp(ex, "true"));
+        const char *dry = req_value(r, false, "dry_run");
+        r->dry_run = dry && (!strcmp(dry, "1") || !strcmp(dry, "true"));
         json_t *obj = body_object(r, true);
         if (!obj)
                 return;

@@ -320,7 +320,8 @@ bool srv_quota_admit(loom_server *s, srv_req *r, const loom_job_spec *spec, cons
         if (!first_over(q, u, &d, &c))
                 return true;
         use *ru = find(s, tenant, true); /* memory only: a refusal writes nothing */
-        if (ru)
+        /* a dry run is a question, not a refused submit */
+        if (ru && !r->dry_run)
                 ru->refused[c.which]++;
         /* 403: this job alone is over the limit and never fits; 429: it fits once some of the
          * tenant's own jobs end. */

@@ -89,7 +89,8 @@ typedef struct srv_req {
         loom_us window; /* timeline: how far back */
         int64_t done, total;
         bool ok;
-        bool explain; /* submit: list the candidates placement looked at */
+        bool explain;   /* submit: list the candidates placement looked at */
+        bool dry_run;   /* submit: only say where the job would go; nothing changes */
         int limit;      /* GET /v1/jobs: page size */
         uint32_t after; /* GET /v1/jobs: the page starts after this job (id as shown; 0: first);
                          * GET /v1/groups: after group `after - 1` (0: first) */
