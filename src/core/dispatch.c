@@ -272,14 +272,18 @@ static void migrate_tail(loom_sched *s, job *j)
         s->stats.migrations++;
 }
 
-/* Migrate every tail-bound rollout whose node has the next rollout ready; returns how many. */
+/* Migrate every tail-bound rollout whose node has the next rollout ready; returns how many. A
+ * node holds one tail: a rollout whose first node still keeps another job's tail waits until
+ * that tail ends (its GPUs come back, and the next dispatch looks again), or a node would run
+ * two tails and a whole rollout, more GPUs than it has. */
 static int migrate_due_tails(loom_sched *s, group *g)
 {
         int n = 0;
         for (int i = 0; i < g->n_members; i++) {
                 job *j = g->members[i];
+                const rnode *first = j->n_rnodes ? node_of(s, j->rnodes[0]) : NULL;
                 if (j->state == LOOM_JOB_ROLLING && j->tail_due && !j->migrated && !j->colo &&
-                    someone_waits(s, g, j)) {
+                    first && (!first->tail || first->tail == j->id) && someone_waits(s, g, j)) {
                         migrate_tail(s, j);
                         n++;
                 }

@@ -686,6 +686,45 @@ Test(sched, a_tail_bound_rollout_migrates_when_a_waiter_arrives)
         loom_sched_free(s);
 }
 
+/* A node holds one tail. A's tail runs on the node when B, started on the other 7 GPUs, passes
+ * its own threshold with C waiting: B keeps its GPUs until A's tail ends (else the node would
+ * run two tails and C's rollout, 9 GPUs of 8), then migrates and C starts. */
+Test(sched, a_node_holds_one_tail_at_a_time)
+{
+        loom_sched *s = loom_sched_new(&cl, &po, NULL);
+        loom_decision d;
+        loom_decision_init(&d, false);
+        loom_job_id a = submit(s, spec("A", 100, 300, 3.0), &d);
+        drain(s);
+        cr_assert_eq(loom_sched_progress(s, 10, a, LOOM_PHASE_ROLLOUT, 90, 100), 0);
+        loom_job_id b = submit(s, spec("B", 50, 50, 8.0), &d);
+        cr_assert_eq(d.kind, LOOM_DECISION_DIRECT_PACK);
+        loom_action x = next(s);
+        cr_assert(x.type == LOOM_ACT_MIGRATE_TAIL && x.job == a);
+        x = next(s);
+        cr_assert(x.type == LOOM_ACT_START_PHASE && x.job == b && x.gpus == 7);
+        cr_assert_eq(loom_sched_phase_started(s, 11, b, LOOM_PHASE_ROLLOUT), 0);
+        cr_assert_eq(loom_sched_progress(s, 20, b, LOOM_PHASE_ROLLOUT, 90, 100), 0);
+        loom_job_id c = submit(s, spec("C", 50, 20, 8.0), &d);
+        cr_assert_eq(d.kind, LOOM_DECISION_DIRECT_PACK, "%s", d.reason);
+        cr_assert_eq(d.rollout_nodes[0], 0, "C shares the node");
+        loom_action y;
+        while (loom_sched_next_action(s, &y))
+                cr_assert(y.type != LOOM_ACT_MIGRATE_TAIL && y.type != LOOM_ACT_START_PHASE,
+                          "%s of job %u while A's tail holds the node",
+                          loom_action_type_name(y.type), y.job);
+        /* A's tail ends: its GPU goes back to B, then B's tail moves aside for C */
+        cr_assert_eq(loom_sched_phase_done(s, 30, a, LOOM_PHASE_ROLLOUT), 0);
+        bool migrated = false, started = false;
+        while (loom_sched_next_action(s, &y)) {
+                migrated |= y.type == LOOM_ACT_MIGRATE_TAIL && y.job == b;
+                started |= y.type == LOOM_ACT_START_PHASE && y.job == c && y.gpus == 7;
+        }
+        cr_assert(migrated && started, "B migrates and C starts once A's tail is gone");
+        loom_decision_free(&d);
+        loom_sched_free(s);
+}
+
 /*
  * Equal marginal cost is broken by lifetime. A (1,000 iterations) and B (10) each hold a group
  * of their own (their training working sets cannot share a node), and either group takes E at
