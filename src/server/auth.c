@@ -150,15 +150,14 @@ static int db_open(const char *dir, sqlite3 **out, loom_err *e)
         char path[4200];
         if (!dir || !*dir || strlen(dir) >= 4000)
                 return loom_err_set(e, LOOM_EINVAL, "data_dir", "a data directory is required");
-        if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-                return loom_err_set(e, LOOM_EIO, "data_dir", "%s: %s", dir, strerror(errno));
+        int prc = srv_private_dir(dir, e);
+        if (prc)
+                return prc;
         snprintf(path, sizeof path, "%s/auth.db", dir);
-        /* Created owner-only before SQLite opens it: the hashes are not secrets, but who holds
-         * which role is nobody else's business. */
-        int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-        if (fd < 0)
-                return loom_err_set(e, LOOM_EIO, "data_dir", "%s: %s", path, strerror(errno));
-        close(fd);
+        /* Owner-only before SQLite opens it: the hashes are not secrets, but who holds which
+         * role is nobody else's business. */
+        if ((prc = srv_private_file(path, e)))
+                return prc;
         sqlite3 *db = NULL;
         if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK) {
                 int rc = loom_err_set(e, LOOM_EIO, "data_dir", "%s: %s", path,
