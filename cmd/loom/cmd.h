@@ -19,6 +19,17 @@ bool loom_cmd_sim_is_plex(int argc, char **argv);
 int loom_cmd_bench_hrrs(int argc, char **argv); /* bench_plex.c */
 int loom_cmd_harvest(int argc, char **argv);
 int loom_cmd_plan(int argc, char **argv);
+/* Operating a running loomd over libloom-client (ctl.c). */
+int loom_cmd_submit(int argc, char **argv);
+int loom_cmd_jobs(int argc, char **argv);
+int loom_cmd_job(int argc, char **argv);
+int loom_cmd_cancel(int argc, char **argv);
+int loom_cmd_groups(int argc, char **argv);
+int loom_cmd_nodes(int argc, char **argv);
+int loom_cmd_cluster(int argc, char **argv);
+int loom_cmd_events(int argc, char **argv);
+/* Their options, environment and exit status, for `loom --help`. */
+void loom_cmd_ctl_help(FILE *f);
 
 /* A file shipped with loom (a trace, a scenario): rel relative to the working directory (the
  * source tree), else to the binary (build/loom -> ../rel), written into buf. Returns rel when

@@ -1,7 +1,7 @@
 /*
  * loom - the command-line front end. Thin: each subcommand lives in its own file in this folder,
  * parses its arguments, calls the library and prints. Exit status: 0 ok, 1 invalid input,
- * 2 bad usage.
+ * 2 bad usage; the commands that talk to loomd add 3 (unreachable) and 4 (credentials).
  */
 #include <stdio.h>
 #include <string.h>
@@ -23,6 +23,14 @@ static const struct subcommand {
     {"bench", loom_cmd_bench, "benchmarks of the scheduler core"},
     {"harvest", loom_cmd_harvest, "ROSE: rollouts on idle serving GPUs (sim, node, replay)"},
     {"plan", loom_cmd_plan, "HetRL: place an RL workflow on a heterogeneous fleet"},
+    {"submit", loom_cmd_submit, "submit a job to loomd (--dry-run: where it would go)"},
+    {"jobs", loom_cmd_jobs, "list loomd's jobs (--state, --tenant, --group)"},
+    {"job", loom_cmd_job, "one job in full: placement, leases, SLO headroom, events, cost"},
+    {"cancel", loom_cmd_cancel, "cancel jobs"},
+    {"groups", loom_cmd_groups, "loomd's co-execution groups (admin)"},
+    {"nodes", loom_cmd_nodes, "the nodes loomd's groups hold"},
+    {"cluster", loom_cmd_cluster, "nodes, cost, jobs, policy and quotas of loomd"},
+    {"events", loom_cmd_events, "loomd's events (--watch follows them)"},
 };
 
 static void usage(FILE *f)
@@ -31,6 +39,7 @@ static void usage(FILE *f)
         for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++)
                 fprintf(f, "  %-8s %s\n", subcommands[i].name, subcommands[i].summary);
         fprintf(f, "\n`loom <command> --help` describes each command.\n");
+        loom_cmd_ctl_help(f);
 }
 
 int main(int argc, char **argv)

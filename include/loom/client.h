@@ -27,6 +27,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "loom/common.h"
 
@@ -131,5 +132,63 @@ typedef struct loom_client_resume {
  * and the worker resumes from that checkpoint, so iteration i is redone and counted once.
  */
 int loom_client_attach(loom_client *c, uint32_t job, const char *takeover, loom_client_resume *out);
+
+/* ---- operating a running loomd: what `loom jobs`, `loom job`, ... are built on (ctl.c) ---- */
+
+/*
+ * Any request: method ("GET", "POST", "DELETE"), path with its query, body (NULL: none), key
+ * (an Idempotency-Key, NULL: none). 0 on a 2xx reply; else as the calls above
+ * (loom_client_status() has the status, loom_client_error() the sentence). *reply is the body of
+ * whatever reply arrived, an error's included (a refused submit's carries the decision), NULL
+ * for none; free it with loom_client_free_string in either case.
+ */
+int loom_client_request(loom_client *c, const char *method, const char *path, const char *body,
+                        const char *key, char **reply);
+
+/* Which jobs loom_client_jobs returns; zeroed (group 0 included) means all of them. */
+typedef struct loom_client_job_filter {
+        const char *state;  /* live, queued, running, finished, failed, cancelled, any; NULL: any */
+        const char *tenant; /* only this tenant's jobs (an admin's view); NULL: any */
+        int64_t group;      /* only jobs in this group; < 0 or has_group false: any */
+        bool has_group;
+} loom_client_job_filter;
+
+/* Every job the caller may see, walking GET /v1/jobs page by page: {"jobs": [...]}, oldest
+ * first (state filtered by loomd, tenant and group here). */
+int loom_client_jobs(loom_client *c, const loom_client_job_filter *f, char **reply);
+/* Every group (admin only: a tenant gets 403): {"groups": [...]}. */
+int loom_client_groups(loom_client *c, char **reply);
+/* The nodes groups hold: {"nodes": [{"id", "pool", "groups", "jobs"}], "source"}. From the
+ * groups for admin ("source": "groups"); for a tenant, which may not read them, from its own live
+ * jobs ("source": "jobs": only the nodes its jobs are placed on). */
+int loom_client_nodes(loom_client *c, char **reply);
+/*
+ * One job in full (GET /v1/jobs/{id}) plus what an operator asks of it, from the timeline of the
+ * last hour and the cluster's prices (each left out when the caller may not read it):
+ * "leases" (its recent leases, newest first), "events" (its log entries, oldest first), "slo"
+ * ({"slo", "budget_s", "mean_iteration_s", "headroom"}: 1 - mean iteration / budget, from the
+ * starts of its rollouts, as the dashboard computes it) and "cost" ({"per_hour", "so_far"}: the
+ * list price of the GPUs it asks for, times the time since its submit, up to its end).
+ */
+int loom_client_job_report(loom_client *c, uint32_t job, char **reply);
+
+/* A follower of loomd's event log (GET /v1/timeline), for `loom events --watch`. job 0: every
+ * job the caller may see; since_s: how far back the first poll looks (at most an hour). NULL
+ * when out of memory. The follower borrows c. */
+typedef struct loom_client_events loom_client_events;
+loom_client_events *loom_client_events_new(loom_client *c, uint32_t job, double since_s);
+/* The events not returned before, oldest first: {"events": [...]}. Poll at least every few
+ * minutes: an event older than the window of the poll after it is missed. */
+int loom_client_events_poll(loom_client_events *w, char **reply);
+void loom_client_events_free(loom_client_events *w);
+
+/*
+ * A table (or key: value lines) for people of one of the replies above: view "jobs", "groups",
+ * "nodes", "events" (the lists; "event-rows": events without the column names), "job"
+ * (loom_client_job_report or a submit's reply), "cluster" (GET /v1/cluster), "decision" (a submit's
+ * or a dry run's reply: the placement and, with ?explain=1, its candidates). LOOM_EINVAL with a
+ * sentence in err (n bytes) when json is not a reply of that kind or view is unknown. (view.c)
+ */
+int loom_client_render(const char *view, const char *json, FILE *out, char *err, size_t n);
 
 #endif

@@ -554,3 +554,19 @@ int loom_client_attach(loom_client *c, uint32_t job, const char *takeover, loom_
         c->err[0] = '\0';
         return 0;
 }
+
+int loom_client_request(loom_client *c, const char *method, const char *path, const char *body,
+                        const char *key, char **reply)
+{
+        char *out = NULL;
+        *reply = NULL;
+        int rc = request(c, c->curl, method, path, body, key, 0, &c->status, &out);
+        if (rc)
+                return rc;
+        /* An error's body is returned too: a refused submit's carries the decision. */
+        *reply = out;
+        if (c->status < 200 || c->status > 299)
+                return status_code(c, c->status, out);
+        c->err[0] = '\0';
+        return 0;
+}
