@@ -37,7 +37,7 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/loom DESTINATION ${CMAKE_INSTALL
 find_program(HELP2MAN help2man)
 if(HELP2MAN)
   set(pages)
-  set(desc_loom "placement, simulation, benchmarks and demos of the loom control plane")
+  set(desc_loom "placement, simulation, benchmarks, demos and the command line of the loom control plane")
   set(desc_loomd "the loom control plane daemon")
   set(desc_loom-state "the loom per-node state manager")
   foreach(prog ${loom_programs})
