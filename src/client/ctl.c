@@ -395,6 +395,8 @@ int loom_client_events_poll(loom_client_events *w, char **reply)
         if (rc)
                 return rc;
         json_t *fresh = json_array();
+        /* loomd's clock, not ours: what the next window can return is decided by its clock */
+        double server_now = (double)json_integer_value(json_object_get(tl, "now_us"));
         size_t i;
         json_t *e;
         json_array_foreach(json_object_get(tl, "events"), i, e)
@@ -420,7 +422,8 @@ int loom_client_events_poll(loom_client_events *w, char **reply)
         json_t *v, *tmp;
         json_object_foreach_safe(w->seen, tmp, k, v)
         {
-                if ((double)json_integer_value(v) < now - 2 * w->window_s * 1e6 - 60e6)
+                if (server_now > 0 &&
+                    (double)json_integer_value(v) < server_now - 2 * w->window_s * 1e6 - 60e6)
                         json_object_del(w->seen, k);
         }
         return dump(json_pack("{s:o}", "events", fresh), reply);

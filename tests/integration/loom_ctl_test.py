@@ -37,9 +37,13 @@ sh("openssl", "x509", "-req", "-in", "srv.csr", "-CA", "ca.pem", "-CAkey", "ca.k
    "-CAcreateserial", "-out", "srv.pem", "-days", "1", "-extfile", "san.ext")
 ca, other_ca = os.path.join(tmp, "ca.pem"), os.path.join(tmp, "other-ca.pem")
 
-# Jobs stay queued: nobody runs their workers, and the lease timeout outlasts the test.
-d = Loomd(build, "--quiet", "--lease-timeout", "600", "--tls-cert", os.path.join(tmp, "srv.pem"),
-          "--tls-key", os.path.join(tmp, "srv.key"))
+# Jobs stay queued: nobody runs their workers, and the lease timeout outlasts the test. team-b
+# may run two jobs at once.
+cluster = os.path.join(tmp, "cluster.json")
+with open(cluster, "w") as f:
+    json.dump({"cluster": {}, "quotas": {"tenants": {"team-b": {"jobs": 2}}}}, f)
+d = Loomd(build, "--quiet", "--lease-timeout", "600", "--cluster", cluster, "--tls-cert",
+          os.path.join(tmp, "srv.pem"), "--tls-key", os.path.join(tmp, "srv.key"))
 
 
 def token(tenant, role="tenant"):
@@ -108,6 +112,15 @@ c_ = js(tb, "submit", job_file, "--name", "override", "--iterations", "3")
 check(c_["name"] == "override" and c_["iterations"] == 3 and c_["spec"]["t_roll_s"] == 240,
       "flags override a job file's fields")
 
+# -- quotas: a dry run over quota says so, and is not counted as a refused submit -----------------
+rc, _, err = run(tb, "submit", "--dry-run", job_file)
+check(rc == 1 and "quota exceeded" in err and "jobs 2/2" in err,
+      f"a dry run over quota: exit 1 naming the quota ({err.strip()})")
+rc, _, err = run(tb, "submit", job_file)
+check(rc == 1 and "quota exceeded" in err, "the submit over quota: exit 1")
+check(js(tb, "cluster")["quotas"]["refused"] == {"jobs": 1},
+      "only the real submit counts as refused")
+
 # -- job files that are wrong: file:line:column, exit 1 ---------------------------------------------
 bad = os.path.join(tmp, "bad.json")
 with open(bad, "w") as f:
@@ -153,7 +166,8 @@ rc, out, _ = run(ta, "job", str(a_id))
 check(rc == 0 and "math-7b" in out and "SLO" in out and "cost" in out and "placement" in out
       and "submit" in out, f"loom job: spec, placement, SLO, cost, events\n{out}")
 j = js(ta, "job", str(a_id))
-check(j["slo"]["slo"] == 1.5 and j["slo"]["budget_s"] > 0 and j["cost"]["per_hour"] > 0
+check(j["slo"]["slo"] == 1.5 and j["slo"]["budget_s"] > 0
+      and abs(j["cost"]["per_hour"] - 57.04) < 1e-9  # 8 H20 + 8 H800 at list price, as quotas
       and [e["kind"] for e in j["events"]] == ["submit"] and "spec" in j,
       "loom job -o json adds slo, cost and the job's events")
 

@@ -309,3 +309,137 @@ Test(client, out_of_range_ids_in_replies_are_protocol_errors)
         loom_client_free(c);
         fake_stop(&f);
 }
+
+/* ---- operating loomd: pages, nodes, the event follower, tables ----------------------------- */
+
+Test(client, jobs_walks_every_page_and_filters_tenant_and_group)
+{
+        fake f = {.n = 2,
+                  .status = {200, 200},
+                  .body = {"{\"jobs\":[{\"id\":5,\"tenant\":\"a\",\"group\":0},"
+                           "{\"id\":6,\"tenant\":\"b\",\"group\":1}],\"next\":6}",
+                           "{\"jobs\":[{\"id\":9,\"tenant\":\"b\",\"group\":2}],\"next\":null}"}};
+        fake_start(&f);
+        loom_client *c = client_for(&f, 2);
+        loom_client_job_filter flt = {.state = "live", .tenant = "b"};
+        char *js = NULL;
+        cr_assert_eq(loom_client_jobs(c, &flt, &js), 0, "%s", loom_client_error(c));
+        cr_assert_str_eq(js, "{\"jobs\":[{\"id\":6,\"tenant\":\"b\",\"group\":1},"
+                             "{\"id\":9,\"tenant\":\"b\",\"group\":2}]}");
+        cr_assert_eq(f.n_req, 2);
+        cr_assert_str_eq(f.paths[0], "/v1/jobs?state=live&limit=1000");
+        cr_assert_str_eq(f.paths[1], "/v1/jobs?state=live&limit=1000&after=6");
+        loom_client_free_string(js);
+        loom_client_free(c);
+        fake_stop(&f);
+}
+
+Test(client, nodes_of_a_tenant_come_from_its_jobs_when_groups_are_refused)
+{
+        fake f = {.n = 2,
+                  .status = {403, 200},
+                  .body = {"{\"error\":\"a tenant token may not do this\",\"field\":\"\"}",
+                           "{\"jobs\":[{\"id\":5,\"group\":3,\"rollout_nodes\":[2],"
+                           "\"train_nodes\":[0,1]}],\"next\":null}"}};
+        fake_start(&f);
+        loom_client *c = client_for(&f, 2);
+        char *js = NULL;
+        cr_assert_eq(loom_client_nodes(c, &js), 0, "%s", loom_client_error(c));
+        cr_assert_str_eq(js,
+                         "{\"nodes\":[{\"id\":2,\"pool\":\"rollout\",\"groups\":[3],\"jobs\":[5]},"
+                         "{\"id\":0,\"pool\":\"train\",\"groups\":[3],\"jobs\":[5]},"
+                         "{\"id\":1,\"pool\":\"train\",\"groups\":[3],\"jobs\":[5]}],"
+                         "\"source\":\"jobs\"}");
+        loom_client_free_string(js);
+        loom_client_free(c);
+        fake_stop(&f);
+}
+
+Test(client, event_follower_returns_each_event_once_oldest_first)
+{
+        /* loomd lists events newest first; the second poll sees the same ones again */
+        fake f = {.n = 1,
+                  .status = {200},
+                  .body = {"{\"events\":[{\"kind\":\"exit\",\"job\":1,\"at_us\":2000000,"
+                           "\"reason\":\"cancelled\"},{\"kind\":\"submit\",\"job\":2,\"at_us\":"
+                           "1500000,\"reason\":\"\"},{\"kind\":\"submit\",\"job\":1,\"at_us\":"
+                           "1000000,\"reason\":\"\"}]}"}};
+        fake_start(&f);
+        loom_client *c = client_for(&f, 2);
+        loom_client_events *w = loom_client_events_new(c, 1, 60);
+        char *js = NULL;
+        cr_assert_eq(loom_client_events_poll(w, &js), 0, "%s", loom_client_error(c));
+        cr_assert(strstr(js, "\"submit\"") < strstr(js, "\"exit\""), "oldest first: %s", js);
+        cr_assert_null(strstr(js, "\"job\":2"), "job 1 only: %s", js);
+        loom_client_free_string(js);
+        cr_assert_eq(loom_client_events_poll(w, &js), 0);
+        cr_assert_str_eq(js, "{\"events\":[]}");
+        cr_assert_str_eq(f.paths[0], "/v1/timeline?window_s=60.000");
+        loom_client_free_string(js);
+        loom_client_events_free(w);
+        loom_client_free(c);
+        fake_stop(&f);
+}
+
+/* What view prints for json, in a buffer the caller frees; *rc gets the return. */
+static char *render(const char *view, const char *json, int *rc, char *err, size_t n)
+{
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *m = open_memstream(&buf, &len);
+        *rc = loom_client_render(view, json, m, err, n);
+        fclose(m);
+        return buf;
+}
+
+Test(client, render_tables_for_people)
+{
+        char err[128];
+        int rc;
+        char *out = render("jobs",
+                           "{\"jobs\":[{\"id\":7,\"name\":\"math\",\"tenant\":\"a\",\"state\":"
+                           "\"running\",\"iterations\":0,\"iterations_done\":4,\"phase\":\"train\","
+                           "\"group\":1,\"rate\":2,\"restarts\":1,\"max_restarts\":3,"
+                           "\"rollout_nodes\":[2],\"train_nodes\":[0,1]}]}",
+                           &rc, err, sizeof err);
+        cr_assert_eq(rc, 0, "%s", err);
+        cr_assert(strstr(out, "ID  NAME  TENANT  STATE") == out, "%s", out);
+        cr_assert(
+            strstr(out, "7   math  a       running  4/inf  train  1      2     1/3       2/0,1"),
+            "%s", out);
+        free(out);
+        out = render("job",
+                     "{\"id\":7,\"name\":\"math\",\"state\":\"running\",\"iterations\":10,"
+                     "\"iterations_done\":4,\"slo\":{\"slo\":1.5,\"budget_s\":9.0,"
+                     "\"mean_iteration_s\":6.0,\"headroom\":0.3333},\"cost\":{\"per_hour\":57.04,"
+                     "\"so_far\":1.5},\"events\":[{\"kind\":\"readmit\",\"job\":7,\"at_us\":0,"
+                     "\"reason\":{\"cause\":\"drift\",\"why\":\"p95 1.3x\"}}]}",
+                     &rc, err, sizeof err);
+        cr_assert_eq(rc, 0, "%s", err);
+        cr_assert(strstr(out, "iterations     4 of 10"), "%s", out);
+        cr_assert(strstr(out, "mean iteration 6 s: headroom 33 %"), "%s", out);
+        cr_assert(strstr(out, "US$1.50 so far, US$57.04/h"), "%s", out);
+        cr_assert(strstr(out, "readmit  7           drift: p95 1.3x"), "%s", out);
+        free(out);
+        out = render("decision",
+                     "{\"error\":\"too big\",\"decision\":{\"decision\":\"rejected\",\"reason\":"
+                     "\"working set too big\",\"candidates\":[]}}",
+                     &rc, err, sizeof err);
+        cr_assert_eq(rc, 0, "%s", err);
+        cr_assert_str_eq(out, "placement      rejected: working set too big\n");
+        free(out);
+}
+
+Test(client, render_refuses_what_is_not_its_view)
+{
+        char err[128];
+        int rc;
+        free(render("jobs", "{\"groups\":[]}", &rc, err, sizeof err));
+        cr_assert_eq(rc, LOOM_EINVAL);
+        cr_assert_str_eq(err, "the reply is not what a 'jobs' view shows");
+        free(render("jobs", "not json", &rc, err, sizeof err));
+        cr_assert_eq(rc, LOOM_EINVAL);
+        free(render("pods", "{}", &rc, err, sizeof err));
+        cr_assert_eq(rc, LOOM_EINVAL);
+        cr_assert_str_eq(err, "unknown view 'pods'");
+}
