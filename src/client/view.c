@@ -93,6 +93,13 @@ static const char *text(json_t *v, char *buf, size_t n)
 
 #define T(o, k, b) text(json_object_get(o, k), b, sizeof b)
 
+/* A string member, or dflt when it is absent or not a string (replies are not trusted). */
+static const char *str(json_t *o, const char *k, const char *dflt)
+{
+        const char *s = json_string_value(json_object_get(o, k));
+        return s ? s : dflt;
+}
+
 /* A wall time (microseconds since the epoch) as UTC "YYYY-MM-DD HH:MM:SS". */
 static const char *when(json_t *us, char *buf, size_t n)
 {
@@ -128,8 +135,7 @@ static int jobs_view(json_t *o, FILE *out)
                 if (json_is_string(json_object_get(j, "phase")))
                         T(j, "phase", ph);
                 else if (json_is_string(json_object_get(j, "next_phase")))
-                        snprintf(ph, sizeof ph, "next %s",
-                                 json_string_value(json_object_get(j, "next_phase")));
+                        snprintf(ph, sizeof ph, "next %s", str(j, "next_phase", "-"));
                 else
                         ph[0] = '\0';
                 snprintf(rs, sizeof rs, "%lld/%lld",
@@ -212,13 +218,7 @@ static void event_line(FILE *out, json_t *e)
         char at[32], kind[24], job[24], why[CELL];
         json_t *r = json_object_get(e, "reason");
         if (json_is_object(r)) /* a readmit: {"cause", "why"} */
-                snprintf(why, sizeof why, "%s: %s",
-                         json_string_value(json_object_get(r, "cause"))
-                             ? json_string_value(json_object_get(r, "cause"))
-                             : "?",
-                         json_string_value(json_object_get(r, "why"))
-                             ? json_string_value(json_object_get(r, "why"))
-                             : "");
+                snprintf(why, sizeof why, "%s: %s", str(r, "cause", "?"), str(r, "why", ""));
         else
                 text(r, why, sizeof why);
         fprintf(out, "%-19s  %-7s  %-10s  %s\n", when(json_object_get(e, "at_us"), at, sizeof at),
@@ -256,22 +256,19 @@ static void decision_lines(json_t *d, FILE *out)
         char g[24], r[CELL], t[CELL];
         const char *kind = json_string_value(json_object_get(d, "decision"));
         if (kind && !strcmp(kind, "rejected")) {
-                line(out, "placement", "rejected: %s",
-                     json_string_value(json_object_get(d, "reason"))
-                         ? json_string_value(json_object_get(d, "reason"))
-                         : "no placement");
+                line(out, "placement", "rejected: %s", str(d, "reason", "no placement"));
                 return;
         }
         line(out, "placement", "%s, group %s, rollout nodes %s, train nodes %s",
-             json_string_value(json_object_get(d, "decision")), T(d, "group", g),
-             T(d, "rollout_nodes", r), T(d, "train_nodes", t));
+             str(d, "decision", "-"), T(d, "group", g), T(d, "rollout_nodes", r),
+             T(d, "train_nodes", t));
         if (json_object_get(d, "marginal_cost_per_hour"))
                 line(out, "", "+US$%.2f/h, T_meta %.3g s, rate %lld",
                      json_number_value(json_object_get(d, "marginal_cost_per_hour")),
                      json_number_value(json_object_get(d, "t_meta_s")),
                      (long long)json_integer_value(json_object_get(d, "rate")));
         if (json_is_string(json_object_get(d, "reason")))
-                line(out, "", "%s", json_string_value(json_object_get(d, "reason")));
+                line(out, "", "%s", str(d, "reason", "-"));
 }
 
 static int candidates_view(json_t *d, FILE *out)
@@ -316,7 +313,7 @@ static int decision_view(json_t *o, FILE *out)
         else if (json_object_get(o, "id")) {
                 char id[24], name[72];
                 line(out, "job", "%s (%s), %s", T(o, "id", id), T(o, "name", name),
-                     json_string_value(json_object_get(o, "state")));
+                     str(o, "state", "-"));
         }
         decision_lines(d, out);
         return candidates_view(d, out);
@@ -345,12 +342,10 @@ static void progress_lines(json_t *o, FILE *out)
         json_int_t target = json_integer_value(json_object_get(o, "iterations"));
         char ph[48] = "", a[CELL], b[CELL], g[24], r[16];
         if (json_is_string(json_object_get(o, "phase")))
-                snprintf(ph, sizeof ph, ", in %s (lease %lld)",
-                         json_string_value(json_object_get(o, "phase")),
+                snprintf(ph, sizeof ph, ", in %s (lease %lld)", str(o, "phase", "-"),
                          (long long)json_integer_value(json_object_get(o, "lease")));
         else if (json_is_string(json_object_get(o, "next_phase")))
-                snprintf(ph, sizeof ph, ", next %s%s",
-                         json_string_value(json_object_get(o, "next_phase")),
+                snprintf(ph, sizeof ph, ", next %s%s", str(o, "next_phase", "-"),
                          json_is_true(json_object_get(o, "permit")) ? " (permit waiting)" : "");
         if (target)
                 line(out, "iterations", "%lld of %lld%s",
@@ -369,10 +364,7 @@ static void progress_lines(json_t *o, FILE *out)
              (long long)json_integer_value(json_object_get(o, "resubmits")));
         json_t *ra = json_object_get(o, "readmission");
         if (json_is_object(ra))
-                line(out, "last readmit", "%s: %s", json_string_value(json_object_get(ra, "cause")),
-                     json_string_value(json_object_get(ra, "reason"))
-                         ? json_string_value(json_object_get(ra, "reason"))
-                         : "");
+                line(out, "last readmit", "%s: %s", str(ra, "cause", "-"), str(ra, "reason", ""));
 }
 
 static void observed_lines(json_t *o, FILE *out)
@@ -478,10 +470,8 @@ static int cluster_view(json_t *o, FILE *out)
         line(out, "scope", "%s",
              tenant ? "your tenant's jobs and their groups" : "the whole cluster");
         line(out, "GPUs", "rollout %s (US$%.2f/h), train %s (US$%.2f/h), %lld per node",
-             json_string_value(json_object_get(rg, "name")),
-             json_number_value(json_object_get(rg, "price_per_hour")),
-             json_string_value(json_object_get(tg, "name")),
-             json_number_value(json_object_get(tg, "price_per_hour")),
+             str(rg, "name", "-"), json_number_value(json_object_get(rg, "price_per_hour")),
+             str(tg, "name", "-"), json_number_value(json_object_get(tg, "price_per_hour")),
              (long long)json_integer_value(json_object_get(cl, "gpus_per_node")));
         line(out, "jobs", "%lld live in %lld groups",
              (long long)json_integer_value(json_object_get(o, "jobs")),
@@ -497,8 +487,7 @@ static int cluster_view(json_t *o, FILE *out)
         json_t *p = json_object_get(o, "policy");
         if (json_is_object(p))
                 line(out, "policy", "admission %s, dispatch %s, multirate %s, re-plans %lld",
-                     json_string_value(json_object_get(p, "admission")),
-                     json_string_value(json_object_get(p, "dispatch")),
+                     str(p, "admission", "-"), str(p, "dispatch", "-"),
                      json_is_true(json_object_get(p, "multirate")) ? "on" : "off",
                      (long long)json_integer_value(json_object_get(o, "replans")));
         json_t *q = json_object_get(o, "quotas");
