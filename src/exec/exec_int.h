@@ -48,4 +48,18 @@ int exec_reap(exec_child *kids, int *n_kids, loom_exec_worker *out, int max);
  * exit status (0..255), or -1 when it could not run or was killed. Waits at most timeout_s. */
 int exec_capture(const char *const *argv, char *buf, size_t cap, double timeout_s);
 
+/* slurm.c: the parsers of squeue's and sinfo's output, on a buffer (they cut it in place), so
+ * that tests and the fuzz target reach them without a cluster. Lines not in the format asked
+ * for are skipped. steps: "ID|NAME|NODE" lines whose NAME is a loom worker's, appended to out
+ * from index n up to max; returns the new count. holders: "ID|loom-node-NODE|STATE" lines, at
+ * most max; returns the count. nodes: "NODE|STATE" pairs, at most max; returns the count. */
+typedef struct exec_slurm_holder {
+        char node[LOOM_EXEC_NAME_MAX];
+        char id[24];
+        bool running;
+} exec_slurm_holder;
+int exec_slurm_parse_steps(char *buf, loom_exec_worker *out, int n, int max);
+int exec_slurm_parse_holders(char *buf, exec_slurm_holder *out, int max);
+int exec_slurm_parse_nodes(char *buf, char (*state)[2][LOOM_EXEC_NAME_MAX], int max);
+
 #endif

@@ -37,11 +37,7 @@
 
 #define SL_OUT (256 * 1024)
 
-typedef struct holder {
-        char node[LOOM_EXEC_NAME_MAX];
-        char id[24];
-        bool running;
-} holder;
+typedef exec_slurm_holder holder;
 
 typedef struct slurm {
         loom_exec_cfg cfg;
@@ -139,13 +135,15 @@ static int sl_stop(void *impl, const loom_exec_worker *w, loom_err *e)
         return 0;
 }
 
+/* ---- the tools' output ----------------------------------------------------------------------
+ * Each parser reads what one tool printed (a buffer that exec_capture NUL-terminated; strtok_r
+ * cuts it in place) and skips any line that is not the format asked for: a line is never
+ * trusted to be well formed (a job name is anyone's text), and a table never grows past max. */
+
 /* squeue's steps: "123.0|loom-j1-a1-rollout-0|node" */
-static int list_steps(slurm *s, loom_exec_worker *out, int n, int max)
+int exec_slurm_parse_steps(char *buf, loom_exec_worker *out, int n, int max)
 {
-        const char *argv[] = {"squeue", "-h", "-a", "-s", "-o", "%i|%j|%N", NULL};
-        if (tool(s, argv) != 0)
-                return -1;
-        for (char *save, *line = strtok_r(s->buf, "\n", &save); line && n < max;
+        for (char *save, *line = strtok_r(buf, "\n", &save); line && n < max;
              line = strtok_r(NULL, "\n", &save)) {
                 char id[32], name[96], where[LOOM_EXEC_NAME_MAX];
                 if (sscanf(line, "%31[^|]|%95[^|]|%63s", id, name, where) != 3)
@@ -161,23 +159,54 @@ static int list_steps(slurm *s, loom_exec_worker *out, int n, int max)
         return n;
 }
 
+/* squeue's jobs: "124|loom-node-r1|RUNNING"; only loom's holders are kept. */
+int exec_slurm_parse_holders(char *buf, exec_slurm_holder *out, int max)
+{
+        int n = 0;
+        for (char *save, *line = strtok_r(buf, "\n", &save); line;
+             line = strtok_r(NULL, "\n", &save)) {
+                char id[24], name[96], st[32];
+                if (sscanf(line, "%23[^|]|%95[^|]|%31s", id, name, st) != 3 ||
+                    strncmp(name, "loom-node-", 10) || n >= max)
+                        continue;
+                exec_slurm_holder *h = &out[n++];
+                snprintf(h->node, sizeof h->node, "%.63s", name + 10);
+                snprintf(h->id, sizeof h->id, "%s", id);
+                h->running = !strcmp(st, "RUNNING");
+        }
+        return n;
+}
+
+/* sinfo's nodes: "r1|idle~" */
+int exec_slurm_parse_nodes(char *buf, char (*state)[2][LOOM_EXEC_NAME_MAX], int max)
+{
+        int n = 0;
+        for (char *save, *line = strtok_r(buf, "\n", &save); line;
+             line = strtok_r(NULL, "\n", &save)) {
+                char node[LOOM_EXEC_NAME_MAX], st[LOOM_EXEC_NAME_MAX];
+                if (sscanf(line, "%63[^|]|%63s", node, st) != 2 || n >= max)
+                        continue;
+                snprintf(state[n][0], LOOM_EXEC_NAME_MAX, "%s", node);
+                snprintf(state[n][1], LOOM_EXEC_NAME_MAX, "%s", st);
+                n++;
+        }
+        return n;
+}
+
+static int list_steps(slurm *s, loom_exec_worker *out, int n, int max)
+{
+        const char *argv[] = {"squeue", "-h", "-a", "-s", "-o", "%i|%j|%N", NULL};
+        if (tool(s, argv) != 0)
+                return -1;
+        return exec_slurm_parse_steps(s->buf, out, n, max);
+}
+
 static int list_holders(slurm *s)
 {
         const char *argv[] = {"squeue", "-h", "-a", "-o", "%i|%j|%T", NULL};
         if (tool(s, argv) != 0)
                 return -1;
-        s->n_holders = 0;
-        for (char *save, *line = strtok_r(s->buf, "\n", &save); line;
-             line = strtok_r(NULL, "\n", &save)) {
-                char id[24], name[96], st[32];
-                if (sscanf(line, "%23[^|]|%95[^|]|%31s", id, name, st) != 3 ||
-                    strncmp(name, "loom-node-", 10) || s->n_holders >= 2 * LOOM_EXEC_MAX_NODES)
-                        continue;
-                holder *h = &s->holders[s->n_holders++];
-                snprintf(h->node, sizeof h->node, "%.63s", name + 10);
-                snprintf(h->id, sizeof h->id, "%s", id);
-                h->running = !strcmp(st, "RUNNING");
-        }
+        s->n_holders = exec_slurm_parse_holders(s->buf, s->holders, 2 * LOOM_EXEC_MAX_NODES);
         return 0;
 }
 
@@ -186,17 +215,7 @@ static int list_nodes(slurm *s)
         const char *argv[] = {"sinfo", "-h", "-N", "-o", "%N|%T", NULL};
         if (tool(s, argv) != 0)
                 return -1;
-        s->n_state = 0;
-        for (char *save, *line = strtok_r(s->buf, "\n", &save); line;
-             line = strtok_r(NULL, "\n", &save)) {
-                char node[LOOM_EXEC_NAME_MAX], st[LOOM_EXEC_NAME_MAX];
-                if (sscanf(line, "%63[^|]|%63s", node, st) != 2 ||
-                    s->n_state >= 2 * LOOM_EXEC_MAX_NODES)
-                        continue;
-                snprintf(s->state[s->n_state][0], LOOM_EXEC_NAME_MAX, "%s", node);
-                snprintf(s->state[s->n_state][1], LOOM_EXEC_NAME_MAX, "%s", st);
-                s->n_state++;
-        }
+        s->n_state = exec_slurm_parse_nodes(s->buf, s->state, 2 * LOOM_EXEC_MAX_NODES);
         return 0;
 }
 
