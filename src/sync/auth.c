@@ -225,6 +225,18 @@ int loom__frame_check_mac(int fd, loom__mac *m, const loom_sync_frame *f, uint8_
 /* ---- connections between the ranks of a transfer (loom_sync_run) ------------------------ */
 
 static const char link_label[] = "loom sync link";
+static const char confirm_label[] = "loom sync link confirm";
+
+/* What the opening side sends once the connection's key is agreed, to prove it holds the sync
+ * key: the accepting side serves nothing to a peer that cannot (a relay hands each stream to
+ * a fixed number of pulls, so an unauthenticated pull would take a real peer's turn). */
+static void link_confirm(const loom__mac *m, uint8_t out[LOOM__REQ_TAG_LEN])
+{
+        struct hmac_sha256_ctx c = m->base;
+        hmac_sha256_update(&c, sizeof confirm_label, (const uint8_t *)confirm_label);
+        hmac_sha256_update(&c, sizeof m->nonce, m->nonce); /* the connection's, from both */
+        hmac_sha256_digest(&c, LOOM__REQ_TAG_LEN, out);
+}
 
 /* Both nonces and the hello into the connection's frame key. */
 static void link_session(loom__mac *m, const loom__hello *h, const uint8_t *mine,
@@ -262,6 +274,10 @@ int loom__link_open(int fd, loom__hello *h, const uint8_t *key, loom__mac *m, lo
                                     "the peer refused an authenticated connection (it holds no "
                                     "sync key)");
         link_session(m, h, mine, theirs, 1);
+        uint8_t proof[LOOM__REQ_TAG_LEN];
+        link_confirm(m, proof);
+        if (loom__write_all(fd, proof, sizeof proof))
+                return loom_err_set(e, LOOM_EIO, "hello", "send failed");
         return 0;
 }
 
@@ -293,5 +309,13 @@ int loom__link_accept(int fd, loom__hello *h, const uint8_t *key, loom__mac *m, 
         if (loom__write_all(fd, mine, sizeof mine))
                 return loom_err_set(e, LOOM_EIO, "hello", "send failed");
         link_session(m, h, mine, theirs, 0);
+        uint8_t proof[LOOM__REQ_TAG_LEN], want[LOOM__REQ_TAG_LEN];
+        if (loom__read_all(fd, proof, sizeof proof))
+                return loom_err_set(e, LOOM_EIO, "hello", "connection closed before the key proof");
+        link_confirm(m, want);
+        if (!loom__mac_equal(proof, want, sizeof want))
+                return loom_err_set(e, LOOM_ECORRUPT, "key",
+                                    "a peer does not hold the job's sync key: refused before "
+                                    "anything was served or stored");
         return 0;
 }

@@ -554,6 +554,9 @@ static int check_coo(const loom_sync_frame *f, const uint8_t *p, loom_err *e)
 {
         size_t pos = 0, len = (size_t)f->payload_len;
         uint64_t next = 0;
+        if (f->nnz && !len) /* an empty payload comes as NULL: nothing to read an index from */
+                return loom_err_set(e, LOOM_ECORRUPT, "frame.payload",
+                                    "%llu changes in an empty payload", (unsigned long long)f->nnz);
         for (uint64_t k = 0; k < f->nnz; k++) {
                 uint64_t gap;
                 size_t used;

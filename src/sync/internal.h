@@ -196,8 +196,10 @@ int loom__decode(const loom_sync_frame *f, const uint8_t *payload, const uint16_
                  uint16_t *out, size_t n, int crc, loom_err *e);
 /* A connection between ranks of loom_sync_run (auth.c), keyed when key is not NULL: the
  * connecting side sends its hello (flag LOOM__HELLO_KEYED) and a fresh nonce, the accepting
- * side answers with a fresh nonce of its own, and both key the connection's frames with
- * HMAC-SHA-256(key, hello || both nonces). Each side's own nonce makes frames recorded from
+ * side answers with a fresh nonce of its own, both key the connection's frames with
+ * HMAC-SHA-256(key, hello || both nonces), and the connecting side proves it holds the key
+ * (an HMAC of that connection key) before the accepting side serves or stores anything
+ * (LOOM_ECORRUPT, field "key", when it does not). Each side's own nonce makes frames recorded from
  * another connection fail their tags, whichever side replays them. A keyed side refuses an
  * unkeyed peer and the reverse (LOOM_EPROTO, field "key"). key NULL: m off, the hello as it was. */
 int loom__link_open(int fd, loom__hello *h, const uint8_t *key, loom__mac *m, loom_err *e);
@@ -258,6 +260,12 @@ typedef struct loom__slot {
 int loom__relay_start(loom__relay **out, int listen_fd, const loom_sync_plan *plan,
                       const loom_sync_plan *catchup, loom__rollout *owner, uint32_t rank,
                       double deadline, const uint8_t *key, loom_err *e);
+/* listen_fd < 0: no accepting thread; the caller hands connections to loom__relay_serve
+ * (tests, the fuzz target), and only such a relay may be freed. owner NULL: no snapshots. */
+/* Serve one connection to the end (hello, then a push, a pull or a snapshot); closes fd. */
+void loom__relay_serve(loom__relay *r, int fd);
+/* Free a relay started without an accepting thread, with the frames it still holds. */
+void loom__relay_free(loom__relay *r);
 /* Why the relay refused a push or a connection ("field: message"), or "" when it did not. */
 void loom__relay_why(loom__relay *r, char *buf, size_t len);
 /* Wait for frame `seq` of stream `stream` (seq == buckets: the manifest). Returns the slot, or

@@ -8,8 +8,10 @@
  * snapshot instead: dense frames cut from this rank's committed weights, with the per-piece
  * checksums the training ranks sent, so the joiner verifies against the senders, not the relay.
  *
- * With the job's sync key every connection is keyed (loom__link_accept, auth.c): a pushed frame
- * whose tag fails is never stored, the stream fails, and the reason is kept for the rank's report.
+ * With the job's sync key every connection is keyed (loom__link_accept, auth.c): a peer that
+ * cannot prove the key is refused before anything is served or stored, a pushed frame whose
+ * tag fails is never stored, the stream fails, and the reason is kept for the rank's report.
+ * A stream is served to as many pulls as it has consumers besides this rank.
  *
  * Threads: one accepting, one per connection. One mutex guards every slot; a condition variable
  * wakes waiters when a frame lands or a stream fails.
@@ -32,6 +34,7 @@ struct loom__relay {
         loom__slot **slots; /* by stream id: buckets then the manifest; NULL if not landing here */
         int *failed;        /* by stream id */
         int *consumers;     /* by stream id */
+        int *pulls;         /* by stream id: peers that pulled it (at most its other consumers) */
         uint64_t served;    /* frame bytes sent to pullers and snapshot readers */
         double deadline;    /* waits for frames or snapshots give up then (monotonic) */
         const uint8_t *key; /* the job's sync key: every connection is keyed; NULL: none */
@@ -174,7 +177,18 @@ static void serve_pull(loom__relay *r, int fd, const loom__hello *h, double dead
         const loom_sync_plan *p = r->plan;
         if (h->stream >= p->nstreams || !r->slots[h->stream])
                 return;
-        uint64_t nb = loom_sync_stream_buckets(p, &p->streams[h->stream]);
+        const loom_sync_stream *st = &p->streams[h->stream];
+        /* Each pull releases every frame once: a stream serves as many pulls as it has
+         * consumers besides this rank, or a pull too many (a peer asking twice, or one that
+         * does not consume the stream) would free frames this rank has yet to take. */
+        int peers = r->consumers[h->stream] - loom_sync_stream_consumer(p, st, r->rank);
+        pthread_mutex_lock(&r->mu);
+        int ok = r->pulls[h->stream] < peers;
+        r->pulls[h->stream] += ok;
+        pthread_mutex_unlock(&r->mu);
+        if (!ok)
+                return;
+        uint64_t nb = loom_sync_stream_buckets(p, st);
         for (uint64_t k = 0; k <= nb; k++) {
                 loom__slot *s = loom__relay_get(r, h->stream, (uint32_t)k, deadline);
                 if (!s)
@@ -204,7 +218,7 @@ static void snap_run(const loom__run *run, void *arg)
 static void serve_snap(loom__relay *r, int fd, const loom__hello *h, double deadline, loom__mac *m)
 {
         const loom_sync_plan *p = r->catchup;
-        if (h->stream >= p->nstreams ||
+        if (!r->owner || h->stream >= p->nstreams || /* a relay without its rank has no weights */
             !loom_sync_stream_consumer(p, &p->streams[h->stream], r->rank))
                 return;
         const loom_sync_stream *st = &p->streams[h->stream];
@@ -252,31 +266,39 @@ static void serve_snap(loom__relay *r, int fd, const loom__hello *h, double dead
         free(man);
 }
 
+void loom__relay_serve(loom__relay *r, int fd)
+{
+        loom__hello h = {0};
+        loom__mac m;
+        loom_err e = {0};
+        double deadline = r->deadline;
+        int rc = loom__link_accept(fd, &h, r->key, &m, &e);
+        /* keyed and unkeyed ranks, or a peer without the key: refused, and said why; a
+         * refused push fails its stream at once (the transfer fails closed, not late) */
+        if (rc == LOOM_EPROTO || rc == LOOM_ECORRUPT) {
+                note_refusal(r, &e);
+                if (h.kind == LOOM__HELLO_PUSH && h.stream < r->plan->nstreams &&
+                    r->slots[h.stream])
+                        fail_stream(r, h.stream);
+        }
+        if (!rc) {
+                if (h.kind == LOOM__HELLO_PUSH)
+                        serve_push(r, fd, &h, &m);
+                else if (h.kind == LOOM__HELLO_PULL) {
+                        if (r->owner) /* a rank's relay: its own sends go first */
+                                loom__fast_link_thread();
+                        serve_pull(r, fd, &h, deadline, &m);
+                } else if (h.kind == LOOM__HELLO_SNAP)
+                        serve_snap(r, fd, &h, deadline, &m);
+        }
+        close(fd);
+}
+
 static void *conn_main(void *arg)
 {
         conn c = *(conn *)arg;
         free(arg);
-        loom__hello h;
-        loom__mac m;
-        loom_err e = {0};
-        double deadline = c.r->deadline;
-        int rc = loom__link_accept(c.fd, &h, c.r->key, &m, &e);
-        if (rc == LOOM_EPROTO) { /* keyed and unkeyed ranks: refused, and said why */
-                note_refusal(c.r, &e);
-                if (h.kind == LOOM__HELLO_PUSH && h.stream < c.r->plan->nstreams &&
-                    c.r->slots[h.stream])
-                        fail_stream(c.r, h.stream);
-        }
-        if (!rc) {
-                if (h.kind == LOOM__HELLO_PUSH)
-                        serve_push(c.r, c.fd, &h, &m);
-                else if (h.kind == LOOM__HELLO_PULL) {
-                        loom__fast_link_thread();
-                        serve_pull(c.r, c.fd, &h, deadline, &m);
-                } else if (h.kind == LOOM__HELLO_SNAP)
-                        serve_snap(c.r, c.fd, &h, deadline, &m);
-        }
-        close(c.fd);
+        loom__relay_serve(c.r, c.fd);
         return NULL;
 }
 
@@ -301,13 +323,11 @@ int loom__relay_start(loom__relay **out, int lfd, const loom_sync_plan *plan,
                       double deadline, const uint8_t *key, loom_err *e)
 {
         loom__relay *r = calloc(1, sizeof *r);
-        size_t ns = plan->nstreams ? plan->nstreams : 1;
-        if (!r || !(r->slots = calloc(ns, sizeof *r->slots)) ||
-            !(r->failed = calloc(ns, sizeof *r->failed)) ||
-            !(r->consumers = calloc(ns, sizeof *r->consumers)))
-                goto nomem;
-        /* From here on the relay lives as long as its process: rank processes end with _exit
-         * while connection threads may still be blocked in the kernel. */
+        if (!r)
+                return loom_err_set(e, LOOM_ENOMEM, "relay", "out of memory");
+        /* From here on a relay with an accepting thread lives as long as its process: rank
+         * processes end with _exit while connection threads may still be blocked in the
+         * kernel. */
         r->lfd = lfd;
         r->rank = rank;
         r->deadline = deadline;
@@ -315,6 +335,18 @@ int loom__relay_start(loom__relay **out, int lfd, const loom_sync_plan *plan,
         r->plan = plan;
         r->catchup = catchup;
         r->owner = owner;
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&r->cv, &ca);
+        pthread_condattr_destroy(&ca);
+        pthread_mutex_init(&r->mu, NULL);
+        size_t ns = plan->nstreams ? plan->nstreams : 1;
+        if (!(r->slots = calloc(ns, sizeof *r->slots)) ||
+            !(r->failed = calloc(ns, sizeof *r->failed)) ||
+            !(r->consumers = calloc(ns, sizeof *r->consumers)) ||
+            !(r->pulls = calloc(ns, sizeof *r->pulls)))
+                goto nomem;
         uint32_t nr = loom_sync_par_ranks(&plan->map->roll);
         for (size_t s = 0; s < plan->nstreams; s++) {
                 const loom_sync_stream *st = &plan->streams[s];
@@ -326,24 +358,32 @@ int loom__relay_start(loom__relay **out, int lfd, const loom_sync_plan *plan,
                 for (uint32_t k = 0; k < nr; k++)
                         r->consumers[s] += loom_sync_stream_consumer(plan, st, k);
         }
-        pthread_condattr_t ca;
-        pthread_condattr_init(&ca);
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        pthread_cond_init(&r->cv, &ca);
-        pthread_condattr_destroy(&ca);
-        pthread_mutex_init(&r->mu, NULL);
-        if (pthread_create(&r->accept_thread, NULL, accept_main, r))
+        if (lfd >= 0 && pthread_create(&r->accept_thread, NULL, accept_main, r))
                 return loom_err_set(e, LOOM_EIO, "relay", "cannot start the relay thread");
         *out = r;
         return 0;
 nomem:
-        if (r) {
-                for (size_t s = 0; r->slots && s < plan->nstreams; s++)
-                        free(r->slots[s]);
-                free(r->slots);
-                free(r->failed);
-                free(r->consumers);
-                free(r);
-        }
+        loom__relay_free(r);
         return loom_err_set(e, LOOM_ENOMEM, "relay", "out of memory");
+}
+
+void loom__relay_free(loom__relay *r)
+{
+        if (!r)
+                return;
+        for (size_t s = 0; r->slots && s < r->plan->nstreams; s++) {
+                if (!r->slots[s])
+                        continue;
+                uint64_t nb = loom_sync_stream_buckets(r->plan, &r->plan->streams[s]);
+                for (uint64_t k = 0; k <= nb; k++)
+                        free(r->slots[s][k].payload);
+                free(r->slots[s]);
+        }
+        pthread_cond_destroy(&r->cv);
+        pthread_mutex_destroy(&r->mu);
+        free(r->slots);
+        free(r->failed);
+        free(r->consumers);
+        free(r->pulls);
+        free(r);
 }
