@@ -7,6 +7,9 @@
  *   loom sync bench --device cuda|host     publish + pull from and into GPU (or host) memory
  *   loom sync codec  [--bucket-mib N]       encode/decode speed and size by density
  *
+ * The bench's transfers are keyed (the job's sync key, else a fresh one per run); --unkeyed,
+ * for measuring what the tags cost, runs on loopback only.
+ *
  * Exit status: 0 ok, 1 invalid input or a transfer that failed verification, 2 bad usage.
  */
 #include <stdio.h>
@@ -50,9 +53,11 @@ static void usage(FILE *f)
                 "  --corrupt wire|content  fault injection on one bucket: a byte flipped after\n"
                 "                      its checksum, or a wrong value in a well-formed frame\n"
                 "  --key-file PATH     the job's sync key (64 hex digits; the file must not be\n"
-                "                      group- or world-readable), else $LOOM_SYNC_KEY: frames\n"
-                "                      between ranks carry UMAC-64 tags; without a key they are\n"
-                "                      not authenticated\n"
+                "                      group- or world-readable), else $LOOM_SYNC_KEY, else a\n"
+                "                      fresh random key for this run: frames between ranks\n"
+                "                      carry UMAC-64 tags\n"
+                "  --unkeyed           frames between ranks are not authenticated (to measure\n"
+                "                      what the tags cost); only with --link loopback\n"
                 "  --rollout-key-file PATH  the rollout ranks' key, when it is not the job's\n"
                 "                      (fault injection: they must refuse every frame)\n"
                 "  --device cuda|host  bench: instead of the multi-process transfer, one process\n"
@@ -76,6 +81,7 @@ static int whole(const char *name, const char *v, double lo, double hi, uint32_t
 /* Paths of the key files; read once the options are known to be good. */
 typedef struct key_files {
         const char *key, *rollout;
+        int unkeyed; /* --unkeyed */
 } key_files;
 
 static int parse(int argc, char **argv, loom_sync_opts *o, key_files *kf)
@@ -89,6 +95,10 @@ static int parse(int argc, char **argv, loom_sync_opts *o, key_files *kf)
                 }
                 if (!strcmp(a, "--json")) {
                         o->json = 1;
+                        continue;
+                }
+                if (!strcmp(a, "--unkeyed")) {
+                        kf->unkeyed = 1;
                         continue;
                 }
                 char key[32];
@@ -173,6 +183,19 @@ static int parse(int argc, char **argv, loom_sync_opts *o, key_files *kf)
                         o->link);
                 return 1;
         }
+        if (kf->unkeyed && (kf->key || kf->rollout)) {
+                fprintf(stderr,
+                        "loom sync: --unkeyed: not with --key-file or --rollout-key-file\n");
+                return 2;
+        }
+        if (kf->unkeyed && strcmp(o->link, "loopback")) {
+                fprintf(stderr,
+                        "loom sync: --unkeyed: frames between ranks may go unauthenticated on "
+                        "loopback only; add --link loopback (--link %s may build a network "
+                        "link)\n",
+                        o->link);
+                return 1;
+        }
         return 0;
 }
 
@@ -182,24 +205,30 @@ static int fail(const loom_err *e)
         return 1;
 }
 
-/* The bench's keys: --key-file, else $LOOM_SYNC_KEY (as loomd starts a job's workers). */
+/* The bench's keys: --key-file, else $LOOM_SYNC_KEY (as loomd starts a job's workers), else a
+ * fresh key for this run: the bench starts every rank itself, so a key nobody else holds
+ * authenticates its frames as well as the job's would. Only --unkeyed (loopback) runs without. */
 static int load_keys(const key_files *kf, loom_sync_opts *o, uint8_t key[LOOM_SYNC_KEY_LEN],
                      uint8_t rkey[LOOM_SYNC_KEY_LEN], loom_err *e)
 {
         const char *env = getenv("LOOM_SYNC_KEY");
         int rc = 0;
+        if (kf->unkeyed) {
+                fprintf(stderr, "loom sync: --unkeyed: frames between ranks are not "
+                                "authenticated\n");
+                return 0;
+        }
         if (kf->key)
                 rc = loom_sync_key_load(kf->key, "--key-file", key, e);
         else if (env && *env)
                 rc = loom_sync_key_parse(env, "LOOM_SYNC_KEY", key, e);
-        if (!rc && (kf->key || (env && *env)))
+        else
+                rc = loom_sync_key_new(key, e);
+        if (!rc)
                 o->key = key;
         if (!rc && kf->rollout &&
             !(rc = loom_sync_key_load(kf->rollout, "--rollout-key-file", rkey, e)))
                 o->rollout_key = rkey;
-        if (!rc && !o->key)
-                fprintf(stderr, "loom sync: no sync key (LOOM_SYNC_KEY or --key-file): frames "
-                                "between ranks are not authenticated\n");
         return rc;
 }
 

@@ -291,7 +291,9 @@ typedef struct loom_sync_run_cfg {
         /* The job's sync key (LOOM_SYNC_KEY_LEN bytes): every connection between ranks is
          * keyed with fresh nonces from both ends and every frame carries a UMAC-64 tag, so a
          * frame forged, replayed from another connection or keyed for another job is refused
-         * before it is looked at (docs/security.md). NULL: frames are not authenticated. */
+         * before it is looked at (docs/security.md). NULL: frames are not authenticated,
+         * which loom_sync_run allows on loopback only (netns 0): over a network link it
+         * refuses to start (LOOM_EINVAL, field "key"). */
         const uint8_t *key;
         const uint8_t *rollout_key; /* the rollout ranks' key when it is not `key` (to check
                                      * that ranks keyed for another job refuse); NULL: key */
@@ -316,6 +318,7 @@ typedef struct loom_sync_result {
         int verified;                    /* every rollout rank's per-tensor checksums match the
                                           * expected version and no frame was rejected */
         int shaped;                      /* the slow link was a shaped veth between namespaces */
+        int keyed;                       /* frames between ranks carried the sync key's tags */
         char link_note[160];             /* how the slow link was built, or why not */
         char failure[256];               /* the first failing rank and why; empty when none */
 } loom_sync_result;
@@ -379,7 +382,8 @@ typedef struct loom_sync_opts {
         uint32_t late, repeat;
         int corrupt; /* as loom_sync_run_cfg.corrupt */
         int json;
-        const uint8_t *key, *rollout_key; /* as loom_sync_run_cfg's; NULL: none */
+        const uint8_t *key, *rollout_key; /* as loom_sync_run_cfg's; NULL: none (loopback
+                                           * only) */
         const char *device; /* bench: "cuda" or "host" runs loom_sync_device_bench_print (one
                              * process, publish + pull); NULL: the multi-process bench */
 } loom_sync_opts;
@@ -499,6 +503,8 @@ int loom_sync_pull_latest(const char *model, const char *ip, uint16_t port,
  * ("LOOM_SYNC_KEY", "--key-file"). key is written only on success. */
 int loom_sync_key_parse(const char *text, const char *field, uint8_t key[LOOM_SYNC_KEY_LEN],
                         loom_err *e);
+/* A fresh random key (getrandom), for a transfer whose every rank this process starts. */
+int loom_sync_key_new(uint8_t key[LOOM_SYNC_KEY_LEN], loom_err *e);
 int loom_sync_key_load(const char *path, const char *field, uint8_t key[LOOM_SYNC_KEY_LEN],
                        loom_err *e);
 int loom_sync_pub_set_key(loom_sync_pub *p, const uint8_t *key, loom_err *e);

@@ -2,13 +2,16 @@
  * key.c - a job's sync key from text or from a file, for programs that take it from the
  * environment ($LOOM_SYNC_KEY, as loomd's executors start a job's workers) or an option naming
  * a key file. A key file must be readable by its owner only: a key others can read
- * authenticates nothing.
+ * authenticates nothing. A program that starts every process of a transfer itself (`loom sync
+ * bench`) can instead make a fresh key for that transfer alone.
  */
+#define _GNU_SOURCE
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -69,4 +72,16 @@ int loom_sync_key_load(const char *path, const char *field, uint8_t key[LOOM_SYN
                 loom_err_set(e, rc, field, "%s: a sync key is %d hex digits on the first line",
                              path, 2 * LOOM_SYNC_KEY_LEN);
         return rc;
+}
+
+int loom_sync_key_new(uint8_t key[LOOM_SYNC_KEY_LEN], loom_err *e)
+{
+        size_t got = 0;
+        while (got < LOOM_SYNC_KEY_LEN) {
+                ssize_t r = getrandom(key + got, LOOM_SYNC_KEY_LEN - got, 0);
+                if (r < 0 && errno != EINTR)
+                        return loom_err_set(e, LOOM_EIO, "key", "getrandom: %s", strerror(errno));
+                got += r > 0 ? (size_t)r : 0;
+        }
+        return 0;
 }

@@ -190,7 +190,7 @@ void loom__result_json(const loom_sync_opts *o, const loom__setup *s, const loom
         snprintf(roll, sizeof roll, "tp=%u,dp=%u", s->roll.tp, s->roll.dp);
         json_t *j = json_pack(
             "{s:s, s:s, s:I, s:s, s:s, s:f, s:f, s:I, s:b, s:f, s:f, s:I, s:I, s:f, s:I, s:o,"
-            " s:f, s:f, s:b, s:i, s:i, s:i, s:f, s:I, s:s, s:s}",
+            " s:f, s:f, s:b, s:i, s:i, s:i, s:f, s:I, s:s, s:s, s:b}",
             "plan", loom_sync_plan_name(r->plan), "model", s->layout->model.name, "params",
             (json_int_t)s->layout->elems, "train", train, "rollout", roll, "density", o->density,
             "link_gbps", o->gbps, "repeat", (json_int_t)o->repeat, "shaped", r->shaped, "wall_s",
@@ -202,7 +202,8 @@ void loom__result_json(const loom_sync_opts *o, const loom__setup *s, const loom
             r->encode_gbps, "decode_gbps", r->decode_gbps, "verified", r->verified, "ranks_ok",
             (int)r->ranks_ok, "ranks_failed", (int)r->ranks_failed, "ranks_intact",
             (int)r->ranks_intact, "catchup_s", r->catchup_s, "catchup_bytes",
-            (json_int_t)r->catchup_bytes, "link", r->link_note, "failure", r->failure);
+            (json_int_t)r->catchup_bytes, "link", r->link_note, "failure", r->failure, "keyed",
+            r->keyed);
         char *text = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(10)) : NULL;
         fprintf(out, "%s\n", text ? text : "{}");
         free(text);

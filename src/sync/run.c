@@ -301,6 +301,13 @@ static int check_cfg(const loom_sync_run_cfg *c, loom_err *e)
         if (c->late >= loom_sync_par_ranks(&c->roll))
                 return loom_err_set(e, LOOM_EINVAL, "late", "%u late joiners of %u rollout ranks",
                                     c->late, loom_sync_par_ranks(&c->roll));
+        /* Off loopback anyone who reaches a relay could push it frames: unkeyed transfers
+         * stay on this host's loopback. */
+        if (c->netns && !c->key)
+                return loom_err_set(e, LOOM_EINVAL, "key",
+                                    "a transfer over a network link (namespaces and veth) must "
+                                    "be keyed with the job's sync key; unauthenticated frames "
+                                    "between ranks are allowed on loopback only");
         if (loom_sync_par_ranks(&c->train) > 256)
                 return loom_err_set(e, LOOM_ERANGE, "train",
                                     "%u training ranks; the runner starts at most 256 processes",
@@ -371,6 +378,7 @@ int loom_sync_run(const loom_sync_run_cfg *cfg, loom_sync_result *res, loom_err 
         for (uint32_t i = 0; co.lfds && i < co.nr; i++)
                 co.lfds[i] = -1;
         res->plan = cfg->plan;
+        res->keyed = cfg->key != NULL;
         res->model_bytes = 2 * cfg->layout->elems;
         if (!rc && cfg->netns)
                 rc = loom__link_up(&co.link, cfg->link_gbps, e);

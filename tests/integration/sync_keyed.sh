@@ -2,9 +2,10 @@
 # Keyed transfers between real processes (`loom sync bench` over loopback): with the job's sync
 # key every frame between training ranks, relays and pulling peers carries a UMAC-64 tag. A
 # keyed run verifies and moves the same bytes as an unkeyed one (plus 8 bytes of tag per frame);
-# rollout ranks holding another job's key refuse the training ranks' frames, exit 1 and keep
-# serving their version; a key file others can read, or a malformed key, is refused before
-# anything runs; without a key the command says once that frames are unauthenticated.
+# rollout ranks holding another job's key refuse the training ranks' connections, exit 1 and
+# keep serving their version; a key file others can read, or a malformed key, is refused before
+# anything runs. Keyed is the default: without the job's key the bench keys the run with a
+# fresh one; --unkeyed runs unauthenticated (and says so) on loopback only.
 # $1 build dir, $2 source dir.
 set -u
 b=$1
@@ -18,10 +19,27 @@ small=(--model tiny --bucket-mib 0.01 --density 0.02 --link loopback --timeout 6
 (umask 077 && printf '%064x\n' 1 >"$tmp/job.key" && printf '%064x\n' 2 >"$tmp/other.key")
 job_key=$(cat "$tmp/job.key")
 
-# ---- unkeyed: as before, and said once on stderr
-env -u LOOM_SYNC_KEY "$loom" sync bench "${small[@]}" --json >"$tmp/plain" 2>"$tmp/plain.err"
+# ---- no key given: keyed all the same, with a key made for the run
+env -u LOOM_SYNC_KEY "$loom" sync bench "${small[@]}" --plan topo --json >"$tmp/default" \
+        2>"$tmp/default.err"
+check "no key: exits 0" test $? -eq 0
+check "no key: the run is keyed" test "$(field "$(cat "$tmp/default")" keyed)" = true
+check "no key: verified" test "$(field "$(cat "$tmp/default")" verified)" = true
+check "no key: no unauthenticated notice" test "$(grep -c 'not authenticated' "$tmp/default.err")" -eq 0
+
+# ---- --unkeyed: on loopback only, and said once on stderr
+env -u LOOM_SYNC_KEY "$loom" sync bench "${small[@]}" --unkeyed --json >"$tmp/plain" 2>"$tmp/plain.err"
 check "unkeyed exits 0" test $? -eq 0
 check "unkeyed: said once on stderr" test "$(grep -c 'not authenticated' "$tmp/plain.err")" -eq 1
+check "unkeyed: the run says so" test "$(field "$(grep '"plan":"topo"' "$tmp/plain")" keyed)" = false
+for l in netns auto; do
+        "$loom" sync bench --model tiny --unkeyed --link "$l" >"$tmp/out" 2>"$tmp/err"
+        check "--unkeyed --link $l: refused, exit 1" test $? -eq 1
+        check "--unkeyed --link $l: says loopback only" grep -q -- '--unkeyed: .*loopback only' "$tmp/err"
+        check "--unkeyed --link $l: nothing ran" test ! -s "$tmp/out"
+done
+"$loom" sync bench "${small[@]}" --unkeyed --key-file "$tmp/job.key" >/dev/null 2>&1
+check "--unkeyed with --key-file: exit 2" test $? -eq 2
 
 # ---- keyed from a key file and from the environment: verified, same volumes plus tags
 "$loom" sync bench "${small[@]}" --key-file "$tmp/job.key" --json >"$tmp/keyed" 2>"$tmp/keyed.err"
@@ -61,14 +79,14 @@ for p in flat topo topo+sparse; do
         check "$p wrong key: no rank committed" test "$(field "$w" ranks_ok)" = 0
         check "$p wrong key: every rank still serves version 0 intact" \
                 test "$(field "$w" ranks_intact)" = 8
-        check "$p wrong key: the refusal names the tag" grep -q 'frame.tag: frame 0 is not authenticated by the job' "$tmp/wrong"
+        check "$p wrong key: the refusal names the key" grep -q "key: a peer does not hold the job's sync key" "$tmp/wrong"
         check "$p wrong key: no fast-link bytes moved" test "$(field "$w" fast_link_bytes)" = 0
 done
 # the same with the trainer's key from the environment
 LOOM_SYNC_KEY=$job_key "$loom" sync bench "${small[@]}" --plan topo \
         --rollout-key-file "$tmp/other.key" >"$tmp/wrong" 2>/dev/null
 check "env key vs another job's rollout: exit 1" test $? -eq 1
-check "text form says why" grep -q 'failure: rollout rank .*frame.tag' "$tmp/wrong"
+check "text form says why" grep -q "failure: rollout rank .*does not hold the job's sync key" "$tmp/wrong"
 
 # ---- a wire fault on a keyed run is still caught and changes nothing
 "$loom" sync bench "${small[@]}" --plan topo --corrupt wire --key-file "$tmp/job.key" \
