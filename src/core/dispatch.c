@@ -122,10 +122,17 @@ static const job *node_turn(const group *g, const rnode *r)
         return best;
 }
 
+/* The member whose training is next: round-robin keys, except that a member whose rollout ran
+ * on the training nodes (lone until a second member joined) trains first. That rollout held the
+ * training pool, which the keys' schedule assumes free; the newcomer's first round may wait out
+ * the round in progress (its first-round check), the member's own iteration may not. */
 static const job *train_turn(const group *g)
 {
         const job *best = NULL;
         key bk = {0, 0};
+        for (int i = 0; i < g->n_members; i++)
+                if (g->members[i]->colo_wait && g->members[i]->state == LOOM_JOB_WAIT_TRAIN)
+                        return g->members[i];
         for (int i = 0; i < g->n_members; i++) {
                 const job *j = g->members[i];
                 key k = key_of(j, j->trains);
@@ -186,6 +193,7 @@ static void start_train(loom_sched *s, group *g, job *j, loom_us now)
 {
         g->train_running = j->id;
         g->train_last = j->id;
+        j->colo_wait = false;
         j->trains += j->call == 0; /* a call-by-call phase is one turn */
         j->state = LOOM_JOB_TRAINING;
         j->gpus = g->train_gpus;
@@ -363,9 +371,11 @@ int loom__phase_done(loom_sched *s, job *j, loom_us now, loom_phase phase)
         if (j->state != running[phase])
                 return LOOM_ESTATE;
         group *g = j->group;
+        bool colo = j->colo;
         loom__release_running(s, j, now);
         switch (phase) {
         case LOOM_PHASE_ROLLOUT:
+                j->colo_wait = colo;
                 wait_for(s, j, LOOM_JOB_WAIT_TRAIN);
                 loom__lone_settle(s, g); /* it went lone while this rollout ran on a rollout node */
                 j->wait_since = j->chain_since = now;

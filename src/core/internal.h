@@ -35,8 +35,11 @@ typedef struct job {
         int pos[LOOM_MAX_RATE];
         int64_t iterations_done;
         loom_us submitted_at;
-        bool migrated;     /* current rollout squeezed onto its tail GPUs */
-        bool colo;         /* current rollout runs on its group's training nodes (group.lone) */
+        bool migrated; /* current rollout squeezed onto its tail GPUs */
+        bool colo;     /* current rollout runs on its group's training nodes (group.lone) */
+        /* its last rollout ran on the training nodes and it waits to train: the group took a
+         * second member meanwhile, whose trainings that rollout held up (train_turn) */
+        bool colo_wait;
         loom_us head_took; /* its head (start to tail threshold), once reported; else 0 */
         bool tail_due;     /* current rollout reported past tail_threshold: migrate it as soon as
                               the next rollout on its node is ready */

@@ -873,6 +873,7 @@ int loom_sched_job_resume(loom_sched *s, loom_us now, loom_job_id id, loom_phase
         if (call < 0 || (call > 0 && call >= n_calls))
                 return LOOM_EINVAL;
         loom__release_running(s, j, now);
+        j->colo_wait = false;
         /* its next rollout (or training) is the one of the round it was in */
         j->rolls = j->trains + (phase == LOOM_PHASE_TRAIN);
         j->state = phase == LOOM_PHASE_ROLLOUT ? LOOM_JOB_WAIT_ROLL : LOOM_JOB_WAIT_TRAIN;

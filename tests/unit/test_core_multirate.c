@@ -341,3 +341,73 @@ Test(multirate, rightsize_group_takes_jobs_on_its_smaller_pool)
         loom_decision_free(&d);
         loom_sched_free(s);
 }
+
+/* A job joins a lone group while the lone member's rollout runs on the training nodes. That
+ * rollout held the training pool the newcomer's turns assume free, so once it ends the member
+ * trains first: a newcomer of rate 3 took three trainings ahead of it, past the one-iteration
+ * member's SLO. */
+Test(multirate, a_lone_member_s_colocated_rollout_trains_before_a_newcomer)
+{
+        loom_cluster_cfg cl;
+        loom_policy_cfg po;
+        loom_cluster_cfg_default(&cl);
+        loom_policy_cfg_default(&po);
+        loom_sched *s = loom_sched_new(&cl, &po, NULL);
+        loom_job_spec a = spec("A", 467.9, 101.7, 1.266), b = spec("B", 75.3, 90.1, 1.77);
+        a.t_switch = loom_us_from_s(4);
+        a.iterations = 1;
+        b.t_switch = loom_us_from_s(1.5);
+        loom_decision d;
+        loom_decision_init(&d, false);
+        loom_err e;
+        loom_job_id ia, ib;
+        cr_assert_eq(loom_sched_submit(s, 0, &a, &d, &ia, &e), 0, "%s", e.msg);
+        loom_action act;
+        bool colo = false;
+        while (loom_sched_next_action(s, &act))
+                colo |= act.type == LOOM_ACT_START_PHASE && act.job == ia &&
+                        act.pool == LOOM_POOL_TRAIN && act.phase == LOOM_PHASE_ROLLOUT;
+        cr_assert(colo, "A alone rolls out on its training node");
+        cr_assert_eq(loom_sched_submit(s, loom_us_from_s(9), &b, &d, &ib, &e), 0, "%s", e.msg);
+        cr_assert_eq(d.group, 0, "B joins A's group: %s", d.reason);
+        /* B runs on its rollout node meanwhile; A's rollout ends at 467.9 s */
+        loom_us now = loom_us_from_s(9), b_end = 0;
+        loom_job_id trained[4] = {0};
+        int n_trained = 0;
+        bool a_rolling = true, b_running = false, b_rolled = false;
+        loom_phase b_phase = LOOM_PHASE_ROLLOUT;
+        while (n_trained < 2) {
+                while (loom_sched_next_action(s, &act)) {
+                        if (act.type != LOOM_ACT_START_PHASE)
+                                continue;
+                        if (act.phase == LOOM_PHASE_TRAIN && n_trained < 4)
+                                trained[n_trained++] = act.job;
+                        if (act.job != ib)
+                                continue;
+                        loom_job_info ji;
+                        cr_assert_eq(loom_sched_job_info(s, ib, &ji), 0);
+                        b_phase = act.phase;
+                        b_end = now + (act.phase == LOOM_PHASE_ROLLOUT ? ji.spec.t_roll
+                                                                       : ji.t_train_in_group);
+                        b_running = true;
+                }
+                loom_us a_end = loom_us_from_s(467.9);
+                if (a_rolling && (!b_running || a_end <= b_end)) {
+                        now = a_end;
+                        a_rolling = false;
+                        cr_assert_eq(loom_sched_phase_done(s, now, ia, LOOM_PHASE_ROLLOUT), 0);
+                } else if (b_running) {
+                        now = b_end;
+                        b_running = false;
+                        b_rolled |= b_phase == LOOM_PHASE_ROLLOUT;
+                        cr_assert_eq(loom_sched_phase_done(s, now, ib, b_phase), 0);
+                } else {
+                        break;
+                }
+        }
+        cr_assert(b_rolled, "B rolled out while A's rollout held the training node");
+        cr_assert_eq(trained[0], ia, "A trains first once its rollout ends (then %u, %u)",
+                     trained[0], trained[1]);
+        loom_decision_free(&d);
+        loom_sched_free(s);
+}
