@@ -219,6 +219,8 @@ static void event_line(FILE *out, json_t *e)
         json_t *r = json_object_get(e, "reason");
         if (json_is_object(r)) /* a readmit: {"cause", "why"} */
                 snprintf(why, sizeof why, "%s: %s", str(r, "cause", "?"), str(r, "why", ""));
+        else if (!strcmp(str(e, "kind", ""), "submit"))
+                why[0] = '\0'; /* its reason is loomd's admission number, nothing to act on */
         else
                 text(r, why, sizeof why);
         fprintf(out, "%-19s  %-7s  %-10s  %s\n", when(json_object_get(e, "at_us"), at, sizeof at),
