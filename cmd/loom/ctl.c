@@ -494,11 +494,27 @@ int loom_cmd_events(int argc, char **argv)
         return ex;
 }
 
-/* The job file (or - for stdin) as a JSON object; a syntax error as FILE:LINE:COL. */
-static json_t *read_job_file(const ctl *c, const char *path)
+/* The job file (or - for stdin) as a JSON object, and its text in *raw (malloc'd): sent as it is,
+ * loomd's line and column of a field it refuses are the file's. A syntax error as FILE:LINE:COL. */
+static json_t *read_job_file(const ctl *c, const char *path, char **raw)
 {
+        bool in = !strcmp(path, "-");
+        FILE *f = in ? stdin : fopen(path, "r");
+        size_t n = 0;
+        FILE *m = f ? open_memstream(raw, &n) : NULL;
+        for (int ch; m && (ch = fgetc(f)) != EOF;)
+                fputc(ch, m);
+        bool read_ok = f && !ferror(f);
+        if (f && !in)
+                fclose(f);
+        if (!m || fclose(m) || !read_ok) {
+                fprintf(stderr, "%s: %s: cannot read the job file: %s\n", c->cmd, path,
+                        strerror(errno));
+                return NULL;
+        }
         json_error_t je;
-        json_t *o = !strcmp(path, "-") ? json_loadf(stdin, 0, &je) : json_load_file(path, 0, &je);
+        json_t *o = json_loadb(*raw, n, 0, &je);
+        path = in ? "(stdin)" : path;
         if (!o) {
                 if (je.line < 1)
                         fprintf(stderr, "%s: %s: %s\n", c->cmd, path, je.text);
@@ -529,7 +545,8 @@ static int submit_failed(const ctl *c, loom_client *cl, int rc, const char *js, 
                 const char *m = json_string_value(json_object_get(o, "error"));
                 /* the field once, whether or not loomd's sentence starts with it */
                 bool named = f && *f && m && !strncmp(m, f, strlen(f)) && m[strlen(f)] == ':';
-                fprintf(stderr, "%s: %s:%lld:%lld: %s%s%s\n", c->cmd, c->pos[0],
+                fprintf(stderr, "%s: %s:%lld:%lld: %s%s%s\n", c->cmd,
+                        strcmp(c->pos[0], "-") ? c->pos[0] : "(stdin)",
                         (long long)json_integer_value(line), (long long)json_integer_value(col),
                         f && *f && !named ? f : "", f && *f && !named ? ": " : "", m ? m : "");
                 ex = EXIT_NO;
@@ -549,6 +566,7 @@ int loom_cmd_submit(int argc, char **argv)
         ctl c = {.spec_flags = json_object()};
         int rc0 = setup(&c, "submit", argc, argv, 0, 1);
         json_t *spec = NULL;
+        char *raw = NULL;
         int ex = rc0 < 0 ? EXIT_OK : rc0;
         if (!rc0 && c.n_pos == 0 && !json_object_size(c.spec_flags)) {
                 fprintf(stderr, "loom submit: give a job file (or -) or the spec's options (see "
@@ -556,7 +574,7 @@ int loom_cmd_submit(int argc, char **argv)
                 ex = EXIT_USAGE;
         }
         if (!rc0 && !ex) {
-                spec = c.n_pos ? read_job_file(&c, c.pos[0]) : json_object();
+                spec = c.n_pos ? read_job_file(&c, c.pos[0], &raw) : json_object();
                 ex = spec ? 0 : EXIT_NO;
         }
         loom_client *cl = !rc0 && !ex ? connect_to(&c, 3) : NULL;
@@ -565,24 +583,10 @@ int loom_cmd_submit(int argc, char **argv)
         if (cl) {
                 /* The file goes as it is, so loomd's line and column are the file's; flags
                  * override its fields (then positions are of the re-encoded body). */
-                bool verbatim = c.n_pos && strcmp(c.pos[0], "-") && !json_object_size(c.spec_flags);
+                bool verbatim = raw && !json_object_size(c.spec_flags);
                 json_object_update(spec, c.spec_flags);
-                char *body = json_dumps(spec, JSON_INDENT(0) | JSON_PRESERVE_ORDER);
-                if (verbatim) {
-                        FILE *f = fopen(c.pos[0], "r");
-                        char *raw = NULL;
-                        size_t n = 0;
-                        FILE *m = f ? open_memstream(&raw, &n) : NULL;
-                        for (int ch; m && (ch = fgetc(f)) != EOF;)
-                                fputc(ch, m);
-                        if (m && fclose(m) == 0) {
-                                free(body);
-                                body = raw;
-                        } else
-                                free(raw);
-                        if (f)
-                                fclose(f);
-                }
+                char *body =
+                    verbatim ? strdup(raw) : json_dumps(spec, JSON_INDENT(0) | JSON_PRESERVE_ORDER);
                 const char *path = c.dry_run   ? "/v1/jobs?dry_run=1&explain=1"
                                    : c.explain ? "/v1/jobs?explain=1"
                                                : "/v1/jobs";
@@ -607,6 +611,7 @@ int loom_cmd_submit(int argc, char **argv)
                 loom_client_free_string(js);
                 free(body);
         }
+        free(raw);
         json_decref(spec);
         json_decref(c.spec_flags);
         loom_client_free(cl);

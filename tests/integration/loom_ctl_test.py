@@ -133,6 +133,9 @@ with open(bad, "w") as f:
     f.write('{"name": "x",\n "slo": 1.5,,\n}\n')
 rc, _, err = run(ta, "submit", bad)
 check(rc == 1 and f"{bad}:2:" in err, f"malformed JSON: file:line:column ({err.strip()})")
+rc, _, err = run(ta, "submit", "-", stdin='{"name": "x", "rollout_gpus": 8,\n "train_gpus": 8, '
+                 '"t_roll_s": 1, "t_train_s": 1,\n "slo": 0.5}')
+check(rc == 1 and "(stdin):3:" in err and "slo" in err, f"... and of stdin ({err.strip()})")
 rc, _, err = run(ta, "submit", os.path.join(tmp, "missing.json"))
 check(rc == 1 and "missing.json" in err, f"a missing file is named ({err.strip()})")
 huge = dict(spec_a, name="huge", mem_rollout_gb=5000)
