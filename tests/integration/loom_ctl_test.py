@@ -174,6 +174,14 @@ check(j["slo"]["slo"] == 1.5 and j["slo"]["budget_s"] > 0
       and [e["kind"] for e in j["events"]] == ["submit"] and "spec" in j,
       "loom job -o json adds slo, cost and the job's events")
 
+wb = b["worker_token"]
+rc, out, err = run(wb, "job", str(b_id))
+check(rc == 0 and "code-1b" in out, f"a job's worker token shows its job ({err.strip()})")
+rc, _, err = run(wb, "jobs")
+check(rc == 4, f"... and may not list jobs: exit 4 ({err.strip()})")
+rc, _, err = run(wb, "job", str(a_id))
+check(rc == 1 and "no such job" in err, "... nor read another job")
+
 rc, _, err = run(ta, "groups")
 check(rc == 4 and "admin" in err, f"a tenant may not list groups: exit 4 ({err.strip()})")
 groups = js(admin, "groups")["groups"]
