@@ -160,7 +160,8 @@ static void node_usage(FILE *f)
 /* --role, --admit and the weight options (harvest_weights.c). */
 static int node_other(const char *a, const char *v, void *ctx)
 {
-        loom_harvest_node_cfg *c = ctx;
+        harvest_node_args *na = ctx;
+        loom_harvest_node_cfg *c = na->c;
         loom_err e;
         int bad;
         if (!strcmp(a, "--role"))
@@ -168,7 +169,7 @@ static int node_other(const char *a, const char *v, void *ctx)
         else if (!strcmp(a, "--admit"))
                 bad = loom_harvest_admit_parse(v, &c->admit, &c->plain_admission, &e);
         else
-                return harvest_cmd_node_opt(a, v, c);
+                return harvest_cmd_node_opt(a, v, na);
         if (bad)
                 fprintf(stderr, "loom harvest node: %s: %s\n", a, e.msg);
         return bad ? 1 : 0;
@@ -199,11 +200,14 @@ static int cmd_node(int argc, char **argv)
             {"--max-context", 'u', 1, 1e8, &c.max_context},
             {"--noise", 'n', 0, 0.9, &c.noise},
         };
+        harvest_node_args na = {.c = &c};
         loom_cmd_opts p = {
-            "loom harvest node", "loom harvest", node_usage, 0, t, N(t), node_other, &c};
+            "loom harvest node", "loom harvest", node_usage, 0, t, N(t), node_other, &na};
         int rc = loom_cmd_parse(&p, argc, argv);
         if (rc)
                 return rc == 3 ? 0 : rc;
+        if (harvest_cmd_node_key(&na))
+                return 1;
         c.headroom_pages = c.headroom_pages == UINT32_MAX ? c.pages / 5 : c.headroom_pages;
         if (c.headroom_pages > c.pages && c.pages) {
                 fprintf(stderr, "loom harvest node: --headroom-pages: %u exceeds --pages %u\n",

@@ -394,6 +394,8 @@ int loom_harvest_wshards(uint64_t elems, uint32_t nshards, uint64_t *out, loom_e
 void loom_harvest_wdigest(const uint16_t *w, uint64_t n, uint64_t *hash, uint32_t *crc);
 /* Parse "IP:PORT" or "PORT" (127.0.0.1) into ip (capacity cap) and port. */
 int loom_harvest_wlive_addr(const char *s, char *ip, size_t cap, uint16_t *port, loom_err *e);
+/* 1 when ip (dotted IPv4) is in 127.0.0.0/8: the only place weights may travel unkeyed. */
+int loom_harvest_loopback(const char *ip);
 
 typedef struct loom_harvest_wlive_cfg {
         const char *ip; /* the publisher (loom_sync_pub, `loom harvest publish`) */
@@ -403,6 +405,12 @@ typedef struct loom_harvest_wlive_cfg {
         uint32_t shards;   /* must match the publisher's */
         double poll_s;     /* a probe waits this long for a new version; retry pause on errors */
         double timeout_s;  /* one pull */
+        /* The job's sync key (LOOM_SYNC_KEY_LEN bytes, copied): pulls and probes are
+         * authenticated (loom_sync_pull_keyed), so only a publisher holding the key can make
+         * the node take weights. NULL: unauthenticated, allowed only with unkeyed set and a
+         * loopback publisher (docs/security.md). */
+        const uint8_t *key;
+        int unkeyed;
 } loom_harvest_wlive_cfg;
 
 typedef struct loom_harvest_wlive_stats {
@@ -420,6 +428,7 @@ typedef struct loom_harvest_wlive_stats {
         double last_ok_at_s;   /* when it was applied (seconds since start) */
         double now_s;          /* seconds since start */
         int held;              /* pulls held (probes go on) */
+        int keyed;             /* pulls are authenticated by the job's sync key */
         char last_error[192];  /* the last failed pull or probe, "" if none */
 } loom_harvest_wlive_stats;
 
@@ -427,7 +436,9 @@ typedef struct loom_harvest_wlive loom_harvest_wlive;
 
 /* Start the pull thread: it probes the publisher for its latest version and, unless held,
  * pulls it (a delta from the version before, else dense); a pull is applied only when every
- * frame CRC and every shard hash matched, else the served weights stay as they were. */
+ * frame's CRC (keyed: its tag) and every shard hash matched, else the served weights stay as
+ * they were and last_error says why. LOOM_EINVAL (field "weights_key") without a key unless
+ * unkeyed is set and the publisher is on loopback. */
 int loom_harvest_wlive_start(const loom_harvest_wlive_cfg *c, loom_harvest_wlive **out,
                              loom_err *e);
 /* Hold (1) or resume (0) pulls; while held the thread still learns the latest version. */
@@ -452,6 +463,9 @@ typedef struct loom_harvest_publish_cfg {
         double density;        /* fraction of the elements each version changes */
         double interval_s;     /* between versions */
         double for_s;          /* return after this long; 0: only on stop() */
+        /* The job's sync key (LOOM_SYNC_KEY_LEN bytes): serve authenticated pulls only
+         * (loom_sync_pub_set_key). NULL: unauthenticated, refused unless ip is loopback. */
+        const uint8_t *key;
 } loom_harvest_publish_cfg;
 
 /* 127.0.0.1, any port, no model id, 4 Mi elements in 8 shards, 65,536 per frame, density 0.01
@@ -481,12 +495,15 @@ typedef struct loom_harvest_node_cfg {
         uint32_t rollouts;                      /* rollout turns kept in flight (0: serving only) */
         uint32_t turn_prompt, turn_resp, turns; /* rollout trajectories: first prompt, response
                                                  * per turn, turns per trajectory */
-        const char *weights;       /* publisher "IP:PORT" or "PORT"; NULL: no weights, version 0 */
-        uint64_t weights_elems;    /* rollout weight buffer, bf16 elements (default 4 Mi) */
-        uint32_t weights_shards;   /* as the publisher's (default 8) */
-        const char *weights_model; /* the publisher's model id; NULL: any */
-        double weights_poll_s;     /* probe wait (default 0.2) */
-        uint32_t staleness;        /* route rollouts here only within this many versions (0) */
+        const char *weights;        /* publisher "IP:PORT" or "PORT"; NULL: no weights, version 0 */
+        uint64_t weights_elems;     /* rollout weight buffer, bf16 elements (default 4 Mi) */
+        uint32_t weights_shards;    /* as the publisher's (default 8) */
+        const char *weights_model;  /* the publisher's model id; NULL: any */
+        double weights_poll_s;      /* probe wait (default 0.2) */
+        const uint8_t *weights_key; /* the job's sync key (LOOM_SYNC_KEY_LEN bytes): pulls are
+                                     * authenticated; see loom_harvest_wlive_cfg.key */
+        int weights_unkeyed;        /* pull without a key: loopback publishers only */
+        uint32_t staleness;         /* route rollouts here only within this many versions (0) */
         double step_s;        /* an RL step every this many emulated seconds (30): new budget */
         uint32_t max_context; /* prompt + gen above this is refused with 422 (32768, Qwen2.5) */
         int plain_admission;  /* dual admission as the plain Eq. 1-2 (no reserve, no guard) */

@@ -34,6 +34,7 @@
 #include <time.h>
 
 #include "engine.h"
+#include "node_int.h"
 #include "loom/sync.h"
 
 typedef struct live_req {
@@ -354,9 +355,10 @@ static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, const ch
         return ret;
 }
 
-static int arg_u32(struct MHD_Connection *c, const char *key, uint32_t lo, uint32_t *out)
+/* A query argument as a whole number in [lo, 1000000], else -1. */
+static int arg_u32(const hv_node_ask *q, const char *key, uint32_t lo, uint32_t *out)
 {
-        const char *v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, key);
+        const char *v = q->arg(q->ctx, key);
         char *end;
         if (!v)
                 return -1;
@@ -368,28 +370,73 @@ static int arg_u32(struct MHD_Connection *c, const char *key, uint32_t lo, uint3
         return 0;
 }
 
-static enum MHD_Result generate(loom_harvest_node *n, struct MHD_Connection *c)
+static void answer(hv_node_answer *a, unsigned status, const char *body)
+{
+        a->status = status;
+        snprintf(a->body, sizeof a->body, "%s", body);
+}
+
+/* /v1/generate's arguments against the model: what the request may ask for at all. */
+static void route_generate(loom_harvest_node *n, const hv_node_ask *q, hv_node_answer *a)
 {
         uint32_t prompt, gen;
-        if (arg_u32(c, "prompt", 1, &prompt))
-                return reply(c, 400, "prompt: need an integer in [1, 1000000]\n");
-        if (arg_u32(c, "gen", 1, &gen))
-                return reply(c, 400, "gen: need an integer in [1, 1000000]\n");
-        char msg[192];
+        if (arg_u32(q, "prompt", 1, &prompt))
+                return answer(a, 400, "prompt: need an integer in [1, 1000000]\n");
+        if (arg_u32(q, "gen", 1, &gen))
+                return answer(a, 400, "gen: need an integer in [1, 1000000]\n");
         if ((uint64_t)prompt + gen > n->cfg.max_context) {
-                snprintf(msg, sizeof msg,
+                a->status = 422;
+                snprintf(a->body, sizeof a->body,
                          "prompt + gen: %u + %u tokens exceed the model's context of %u\n", prompt,
                          gen, n->cfg.max_context);
-                return reply(c, 422, msg);
+                return;
         }
         uint32_t pages = loom_harvest_kv_pages(&n->m, (uint64_t)prompt + gen);
         if (pages > n->g.mem.serving_cap) {
-                snprintf(msg, sizeof msg,
+                a->status = 413;
+                snprintf(a->body, sizeof a->body,
                          "prompt + gen: their KV (%u pages) exceeds what serving can ever hold on "
                          "this GPU (%u pages)\n",
                          pages, n->g.mem.serving_cap);
-                return reply(c, 413, msg);
+                return;
         }
+        a->status = 200;
+        a->generate = 1;
+        a->prompt = prompt;
+        a->gen = gen;
+}
+
+void hv_node_route(loom_harvest_node *n, const hv_node_ask *q, hv_node_answer *a)
+{
+        memset(a, 0, sizeof *a);
+        if (strcmp(q->method, "GET"))
+                return answer(a, 405, "GET only\n");
+        if (!strcmp(q->url, "/v1/generate"))
+                return route_generate(n, q, a);
+        int weights = !strcmp(q->url, "/v1/weights");
+        if (weights) {
+                if (!n->wl)
+                        return answer(a, 404, "this node has no weights (--weights)\n");
+                const char *h = q->arg(q->ctx, "hold");
+                if (h && strcmp(h, "0") && strcmp(h, "1"))
+                        return answer(a, 400, "hold: need 0 or 1\n");
+                if (h)
+                        loom_harvest_wlive_hold(n->wl, *h == '1');
+        }
+        if (weights || !strcmp(q->url, "/v1/stats")) {
+                loom_harvest_node_stats s;
+                loom_harvest_node_stats_get(n, &s);
+                a->status = 200;
+                loom_harvest_node_stats_json(&s, n->wl != NULL, a->body, sizeof a->body);
+                return;
+        }
+        answer(a, 404, "not found\n");
+}
+
+/* Hand an accepted request to the executor and stream its two lines as they happen. */
+static enum MHD_Result generate(loom_harvest_node *n, struct MHD_Connection *c, uint32_t prompt,
+                                uint32_t gen)
+{
         live_req *q = calloc(1, sizeof *q);
         if (!q)
                 return MHD_NO;
@@ -434,33 +481,20 @@ static enum MHD_Result generate(loom_harvest_node *n, struct MHD_Connection *c)
         return ret;
 }
 
+static const char *mhd_arg(void *ctx, const char *key)
+{
+        return MHD_lookup_connection_value(ctx, MHD_GET_ARGUMENT_KIND, key);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *upload,
                                   size_t *upload_size, void **con_cls)
 {
         loom_harvest_node *n = cls;
-        if (strcmp(method, "GET"))
-                return reply(c, 405, "GET only\n");
-        if (!strcmp(url, "/v1/generate"))
-                return generate(n, c);
-        int weights = !strcmp(url, "/v1/weights");
-        if (weights) {
-                if (!n->wl)
-                        return reply(c, 404, "this node has no weights (--weights)\n");
-                const char *h = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "hold");
-                if (h && strcmp(h, "0") && strcmp(h, "1"))
-                        return reply(c, 400, "hold: need 0 or 1\n");
-                if (h)
-                        loom_harvest_wlive_hold(n->wl, *h == '1');
-        }
-        if (weights || !strcmp(url, "/v1/stats")) {
-                loom_harvest_node_stats s;
-                loom_harvest_node_stats_get(n, &s);
-                char body[2048];
-                loom_harvest_node_stats_json(&s, n->wl != NULL, body, sizeof body);
-                return reply(c, 200, body);
-        }
-        return reply(c, 404, "not found\n");
+        hv_node_ask q = {.method = method, .url = url, .arg = mhd_arg, .ctx = c};
+        hv_node_answer a;
+        hv_node_route(n, &q, &a);
+        return a.generate ? generate(n, c, a.prompt, a.gen) : reply(c, a.status, a.body);
 }
 
 /* ---- lifecycle ---------------------------------------------------------------------------------
@@ -547,6 +581,7 @@ int loom_harvest_node_start(const loom_harvest_node_cfg *c, loom_harvest_node **
         if (!n)
                 return loom_err_set(e, LOOM_ENOMEM, "node", "out of memory");
         n->cfg = *c;
+        n->cfg.weights_key = NULL; /* wlive keeps its own copy; the caller's may go away */
         pthread_mutex_init(&n->mu, NULL);
         pthread_condattr_t ca;
         pthread_condattr_init(&ca);
@@ -607,7 +642,9 @@ int loom_harvest_node_start(const loom_harvest_node_cfg *c, loom_harvest_node **
                                              .shards = c->weights_shards,
                                              .model = c->weights_model,
                                              .poll_s = c->weights_poll_s,
-                                             .timeout_s = 10};
+                                             .timeout_s = 10,
+                                             .key = c->weights_key,
+                                             .unkeyed = c->weights_unkeyed};
                 char ip[64];
                 if ((rc = loom_harvest_wlive_addr(c->weights, ip, sizeof ip, &wc.port, e)))
                         goto fail;

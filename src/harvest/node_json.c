@@ -58,6 +58,7 @@ static json_t *weights(const loom_harvest_node_stats *s)
         if (w->version)
                 json_object_set_new(o, "last_pull_age_s", r3(w->now_s - w->last_ok_at_s));
         json_object_set_new(o, "held", json_boolean(w->held));
+        json_object_set_new(o, "keyed", json_boolean(w->keyed));
         json_object_set_new(o, "route_stale", json_integer((json_int_t)s->route_stale));
         json_object_set_new(o, "turns_by_version", turns_by_version(s));
         json_object_set_new(o, "last_error", json_string(w->last_error));

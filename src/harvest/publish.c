@@ -1,7 +1,8 @@
 /*
  * publish.c - a synthetic trainer (`loom harvest publish`): its bf16 weights published through
  * src/sync's publisher, version 1 at start and a new version every interval, each one a line
- * of JSON on the caller's FILE *, until the caller says stop.
+ * of JSON on the caller's FILE *, until the caller says stop. With the job's sync key it
+ * serves authenticated pulls only; without one it listens on loopback only.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,9 +74,15 @@ int loom_harvest_publish_serve(const loom_harvest_publish_cfg *c, int (*stop)(vo
         int rc;
         if (!shard || !w)
                 rc = loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
+        else if (!c->key && !loom_harvest_loopback(c->ip))
+                rc = loom_err_set(e, LOOM_EINVAL, "key",
+                                  "publishing on %s needs the job's sync key: unauthenticated "
+                                  "weights are served on loopback only",
+                                  c->ip);
         else if (!(rc = loom_harvest_wshards(c->elems, c->shards, shard, e)) &&
                  !(rc = loom_sync_pub_new(c->model, shard, c->shards, c->bucket_elems, c->ip,
-                                          c->port, &p, e))) {
+                                          c->port, &p, e)) &&
+                 !(rc = c->key ? loom_sync_pub_set_key(p, c->key, e) : 0)) {
                 fprintf(out, "publishing on %s:%u\n", c->ip, loom_sync_pub_port(p));
                 rc = publish_loop(c, p, w, stop, out, e);
         }

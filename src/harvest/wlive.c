@@ -10,6 +10,12 @@
  * buffer; only then are the staging and serving buffers swapped under the lock, so a failed or
  * corrupt pull leaves the served version and its bytes untouched.
  *
+ * With the job's sync key every probe and pull is keyed (loom_sync_pull_keyed): a publisher
+ * that cannot prove the key (none, or another job's) gets its frames refused by their tags and
+ * nothing is applied. Without a key pulls are unauthenticated, which start() allows only from a
+ * loopback publisher and only when asked for (cfg.unkeyed): anyone who can reach the
+ * publisher's address could otherwise feed the node weights.
+ *
  * The buffers stand in for the rollout model's weights on the GPU: on a real node the swap
  * would be a copy into device memory (or a pointer flip between two device buffers); here the
  * host buffer is the thing served and hashed.
@@ -35,6 +41,8 @@ struct loom_harvest_wlive {
         pthread_mutex_t mu;
         pthread_cond_t cv;
         pthread_t th;
+        uint8_t key[LOOM_SYNC_KEY_LEN];
+        int keyed;
         int started, stop, held;
         double t0;
         loom_harvest_wlive_stats st;
@@ -108,8 +116,9 @@ static void pull_once(loom_harvest_wlive *l, uint64_t have, uint64_t latest)
         double t0 = hv_now_s();
         if (have)
                 memcpy(l->stage, l->serve, 2 * c->elems);
-        int rc = loom_sync_pull(c->model, l->ip, c->port, l->shard, c->shards, l->stage,
-                                have ? have : LOOM_SYNC_NO_VERSION, latest, c->timeout_s, &ps, &e);
+        int rc = loom_sync_pull_keyed(l->keyed ? l->key : NULL, c->model, l->ip, c->port, l->shard,
+                                      c->shards, l->stage, have ? have : LOOM_SYNC_NO_VERSION,
+                                      latest, c->timeout_s, &ps, &e);
         double dt = hv_now_s() - t0;
         uint64_t hash = 0;
         uint32_t crc = 0;
@@ -161,8 +170,9 @@ static void *pull_main(void *arg)
                 /* up to date (or held): wait for the publisher to announce a newer version */
                 loom_err e;
                 uint64_t v = 0;
-                int rc = loom_sync_pull_latest(c->model, l->ip, c->port, l->shard, c->shards,
-                                               latest + 1, c->poll_s, &v, &e);
+                int rc =
+                    loom_sync_pull_latest_keyed(l->keyed ? l->key : NULL, c->model, l->ip, c->port,
+                                                l->shard, c->shards, latest + 1, c->poll_s, &v, &e);
                 pthread_mutex_lock(&l->mu);
                 if (!rc && v > l->st.latest)
                         l->st.latest = v;
@@ -200,11 +210,28 @@ int loom_harvest_wlive_addr(const char *s, char *ip, size_t cap, uint16_t *port,
         return 0;
 }
 
+int loom_harvest_loopback(const char *ip)
+{
+        struct in_addr a;
+        return ip && inet_pton(AF_INET, ip, &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
+}
+
 int loom_harvest_wlive_start(const loom_harvest_wlive_cfg *c, loom_harvest_wlive **out, loom_err *e)
 {
         *out = NULL;
         if (!c->ip || !*c->ip || c->port == 0)
                 return loom_err_set(e, LOOM_EINVAL, "weights", "need the publisher's address");
+        if (!c->key && !loom_harvest_loopback(c->ip))
+                return loom_err_set(e, LOOM_EINVAL, "weights_key",
+                                    "pulling weights from %s:%u needs the job's sync key: "
+                                    "unauthenticated pulls are allowed from a loopback "
+                                    "publisher only (anyone who can reach %s could feed this "
+                                    "node weights)",
+                                    c->ip, c->port, c->ip);
+        if (!c->key && !c->unkeyed)
+                return loom_err_set(e, LOOM_EINVAL, "weights_key",
+                                    "no sync key: give the job's key, or allow unauthenticated "
+                                    "pulls from this loopback publisher");
         if (c->elems == 0 || c->elems > (UINT64_C(1) << 32))
                 return loom_err_set(e, LOOM_EINVAL, "weights_elems", "must be in [1, 2^32]");
         if (c->model && strlen(c->model) > LOOM_SYNC_MODEL_MAX)
@@ -217,6 +244,10 @@ int loom_harvest_wlive_start(const loom_harvest_wlive_cfg *c, loom_harvest_wlive
         if (!l)
                 return loom_err_set(e, LOOM_ENOMEM, "weights", "out of memory");
         l->cfg = *c;
+        l->keyed = c->key != NULL;
+        if (c->key)
+                memcpy(l->key, c->key, sizeof l->key);
+        l->cfg.key = NULL; /* the copy in l->key is the one used */
         snprintf(l->ip, sizeof l->ip, "%s", c->ip);
         l->cfg.ip = l->ip;
         snprintf(l->model, sizeof l->model, "%s", c->model ? c->model : "");
@@ -275,6 +306,7 @@ void loom_harvest_wlive_stats_get(loom_harvest_wlive *l, loom_harvest_wlive_stat
         pthread_mutex_lock(&l->mu);
         *s = l->st;
         s->held = l->held;
+        s->keyed = l->keyed;
         s->now_s = hv_now_s() - l->t0;
         pthread_mutex_unlock(&l->mu);
 }
@@ -300,6 +332,7 @@ void loom_harvest_wlive_stop(loom_harvest_wlive *l)
                 pthread_join(l->th, NULL);
         pthread_cond_destroy(&l->cv);
         pthread_mutex_destroy(&l->mu);
+        memset(l->key, 0, sizeof l->key);
         free(l->shard);
         free(l->serve);
         free(l->stage);

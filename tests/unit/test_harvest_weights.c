@@ -3,7 +3,9 @@
  * (wlive.c): bit-exact after every version, sparse deltas when one behind, a dense catch-up
  * after versions were missed while pulls were held (the latest version still learned), and a
  * corrupted transfer - a flipped byte (CRC) or a well-formed frame with a wrong value (shard
- * hash) - rejected with the old version and its bytes still served.
+ * hash) - rejected with the old version and its bytes still served. With the job's sync key a
+ * node follows a keyed publisher and takes nothing from one without the key or with another
+ * job's; without a key it pulls from loopback only, and only when asked to.
  */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
@@ -148,7 +150,8 @@ static loom_harvest_wlive_cfg puller_cfg(uint16_t port)
                                         .elems = ELEMS,
                                         .shards = SHARDS,
                                         .poll_s = 0.05,
-                                        .timeout_s = 5};
+                                        .timeout_s = 5,
+                                        .unkeyed = 1};
 }
 
 Test(harvest_weights, follows_the_publisher_and_catches_up)
@@ -387,4 +390,124 @@ Test(harvest_weights, corrupt_transfer_keeps_the_old_version)
         trainer_free(&t);
         free(v1);
         free(got);
+}
+
+/* ---- the job's sync key ------------------------------------------------------------------ */
+
+static const uint8_t job_key[LOOM_SYNC_KEY_LEN] = {0x6a, 0x6f, 0x62};
+static const uint8_t other_key[LOOM_SYNC_KEY_LEN] = {0x6f, 0x74, 0x68};
+
+static int refused(const loom_harvest_wlive_stats *s, uint64_t n)
+{
+        return s->pulls_failed + s->probes_failed >= n;
+}
+
+/* A node keyed with the job's key next to a publisher holding `key` (NULL: none): after it
+ * tried three times, nothing applied and the error says the key is why. */
+static void keyed_node_refuses(const uint8_t *key)
+{
+        trainer t;
+        trainer_new(&t);
+        loom_err e;
+        if (key)
+                cr_assert_eq(loom_sync_pub_set_key(t.p, key, &e), 0, "%s", e.msg);
+        trainer_publish(&t);
+        loom_harvest_wlive_cfg c = puller_cfg(loom_sync_pub_port(t.p));
+        c.key = job_key;
+        c.unkeyed = 0;
+        loom_harvest_wlive *l;
+        cr_assert_eq(loom_harvest_wlive_start(&c, &l, &e), 0, "%s", e.msg);
+        loom_harvest_wlive_stats st;
+        cr_assert(wait_until(l, refused, 3, &st), "no refusal: %s", st.last_error);
+        cr_assert_eq(st.version, 0, "took version %llu from a publisher without the job's key",
+                     (unsigned long long)st.version);
+        cr_assert(st.keyed);
+        cr_assert(strstr(st.last_error, "key") || strstr(st.last_error, "tag") ||
+                      strstr(st.last_error, "authenticated"),
+                  "%s", st.last_error);
+        uint16_t *got = malloc(2 * ELEMS), *zero = calloc(ELEMS, 2);
+        cr_assert_eq(loom_harvest_wlive_copy(l, got), 0);
+        cr_assert_eq(memcmp(got, zero, 2 * ELEMS), 0, "weights changed");
+        free(got);
+        free(zero);
+        loom_harvest_wlive_stop(l);
+        trainer_free(&t);
+}
+
+Test(harvest_weights, keyed_node_follows_a_publisher_with_the_key)
+{
+        trainer t;
+        trainer_new(&t);
+        loom_err e;
+        cr_assert_eq(loom_sync_pub_set_key(t.p, job_key, &e), 0, "%s", e.msg);
+        loom_harvest_wlive_cfg c = puller_cfg(loom_sync_pub_port(t.p));
+        c.key = job_key;
+        c.unkeyed = 0;
+        loom_harvest_wlive *l;
+        cr_assert_eq(loom_harvest_wlive_start(&c, &l, &e), 0, "%s", e.msg);
+        loom_harvest_wlive_stats st;
+        for (int k = 0; k < 2; k++) {
+                trainer_publish(&t);
+                cr_assert(wait_until(l, at_version, t.version, &st), "stuck at %llu: %s",
+                          (unsigned long long)st.version, st.last_error);
+                assert_same(l, &t);
+        }
+        cr_assert(st.keyed);
+        cr_assert_eq(st.pulls_failed, 0);
+        loom_harvest_wlive_stop(l);
+        trainer_free(&t);
+}
+
+Test(harvest_weights, keyed_node_takes_nothing_from_a_publisher_without_the_key)
+{
+        keyed_node_refuses(NULL); /* anyone serving the publisher protocol at the address */
+}
+
+Test(harvest_weights, keyed_node_takes_nothing_from_another_jobs_publisher)
+{
+        keyed_node_refuses(other_key);
+}
+
+Test(harvest_weights, unkeyed_pulls_from_loopback_only_and_only_when_asked)
+{
+        loom_harvest_wlive_cfg c = puller_cfg(7000);
+        loom_harvest_wlive *l = NULL;
+        loom_err e;
+        c.ip = "10.1.2.3";
+        cr_assert_eq(loom_harvest_wlive_start(&c, &l, &e), LOOM_EINVAL);
+        cr_assert_str_eq(e.field, "weights_key");
+        cr_assert(strstr(e.msg, "10.1.2.3:7000") && strstr(e.msg, "loopback"), "%s", e.msg);
+        cr_assert_null(l);
+        c.ip = "127.0.0.1";
+        c.unkeyed = 0;
+        cr_assert_eq(loom_harvest_wlive_start(&c, &l, &e), LOOM_EINVAL);
+        cr_assert_str_eq(e.field, "weights_key");
+        c.ip = "127.3.2.1"; /* all of 127.0.0.0/8 is loopback */
+        c.unkeyed = 1;
+        cr_assert_eq(loom_harvest_wlive_start(&c, &l, &e), 0, "%s", e.msg);
+        loom_harvest_wlive_stop(l);
+        cr_assert(loom_harvest_loopback("127.0.0.1"));
+        cr_assert(!loom_harvest_loopback("128.0.0.1"));
+        cr_assert(!loom_harvest_loopback("0.0.0.0"));
+        cr_assert(!loom_harvest_loopback("not an address"));
+}
+
+static int stop_now(void)
+{
+        return 1;
+}
+
+Test(harvest_weights, unkeyed_publisher_listens_on_loopback_only)
+{
+        loom_harvest_publish_cfg c;
+        loom_harvest_publish_defaults(&c);
+        c.elems = 4096;
+        c.ip = "0.0.0.0";
+        loom_err e;
+        FILE *out = tmpfile();
+        cr_assert_eq(loom_harvest_publish_serve(&c, stop_now, out, &e), LOOM_EINVAL);
+        cr_assert(strstr(e.msg, "sync key"), "%s", e.msg);
+        c.ip = "127.0.0.1";
+        cr_assert_eq(loom_harvest_publish_serve(&c, stop_now, out, &e), 0, "%s", e.msg);
+        fclose(out);
 }
