@@ -22,7 +22,7 @@ for d in 0.01 1; do
         : >"$tmp/plain" && : >"$tmp/keyed"
         for ((i = 0; i < rounds; i++)); do
                 for mode in plain keyed; do
-                        k=()
+                        k=(--unkeyed) # keyed is the default; this measures without
                         [ "$mode" = keyed ] && k=(--key-file "$tmp/key")
                         l=$("$loom" sync bench "${model[@]}" --link loopback --plan topo+sparse \
                                 --density "$d" --repeat 3 --json "${k[@]}" 2>/dev/null)
