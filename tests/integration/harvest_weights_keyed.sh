@@ -4,7 +4,8 @@
 # node with another job's key, or none, takes nothing from it; a keyed node takes nothing from
 # an impostor serving the publisher protocol without the key; unauthenticated pulls from, or
 # an unauthenticated publisher on, anything but loopback are refused at start (exit 1), and a
-# key file others can read is refused.
+# key file others can read is refused. (A node that should refuse to start runs under timeout:
+# one that starts instead fails the test rather than hanging it.)
 # $1 build dir, $2 source dir.
 set -u
 b=$1
@@ -95,7 +96,7 @@ takes_nothing "impostor"
 stop_node
 
 # ---- unauthenticated off loopback: refused at start
-"$loom" harvest node "${small[@]}" --weights 10.213.7.1:7000 >"$tmp/out" 2>"$tmp/err"
+timeout 10 "$loom" harvest node "${small[@]}" --weights 10.213.7.1:7000 >"$tmp/out" 2>"$tmp/err"
 check "unkeyed node, remote publisher: exit 1" test $? -eq 1
 check "unkeyed node, remote publisher: says why" grep -q 'needs the job.s sync key' "$tmp/err"
 check "unkeyed node, remote publisher: never listened" test "$(grep -c listening "$tmp/out")" -eq 0
@@ -106,13 +107,13 @@ check "unkeyed publisher off loopback: never published" test "$(grep -c publishi
 
 # ---- key files: group/world-readable refused, malformed keys not echoed
 cp "$tmp/job.key" "$tmp/open.key" && chmod 644 "$tmp/open.key"
-"$loom" harvest node "${small[@]}" --weights "$wport" --weights-key-file "$tmp/open.key" \
+timeout 10 "$loom" harvest node "${small[@]}" --weights "$wport" --weights-key-file "$tmp/open.key" \
         >"$tmp/out" 2>"$tmp/err"
 check "world-readable key file: exit 1" test $? -eq 1
 check "world-readable key file: says so" grep -q -- '--weights-key-file: .*open.key: mode 0644' "$tmp/err"
 "$loom" harvest publish --key-file "$tmp/open.key" --for-s 1 >"$tmp/out" 2>"$tmp/err"
 check "publisher, world-readable key file: exit 1" test $? -eq 1
-LOOM_SYNC_KEY=nothex "$loom" harvest node "${small[@]}" --weights "$wport" >/dev/null 2>"$tmp/err"
+LOOM_SYNC_KEY=nothex timeout 10 "$loom" harvest node "${small[@]}" --weights "$wport" >/dev/null 2>"$tmp/err"
 check "malformed LOOM_SYNC_KEY: exit 1" test $? -eq 1
 check "malformed LOOM_SYNC_KEY: named, not echoed" test "$(grep -c LOOM_SYNC_KEY "$tmp/err")-$(grep -c nothex "$tmp/err")" = 1-0
 "$loom" harvest node --help | grep -q -- '--weights-key-file'
