@@ -163,6 +163,9 @@ typedef enum loom_sim_policy {
         LOOM_SIM_GREEDY_SLO, /* Greedy restricted to SLO- and memory-feasible candidates */
         LOOM_SIM_REGROUP,    /* loom, plus an hourly re-placement of every active job */
         LOOM_SIM_GAVEL,      /* Gavel+: job-level time fractions, no phase interleaving */
+        /* colocated held to SLOs: jobs colocated cannot keep within SLO (on their profile) run
+         * as Solo-D */
+        LOOM_SIM_COLOCATED_SLO,
         LOOM_SIM_NPOLICIES
 } loom_sim_policy;
 

@@ -76,7 +76,7 @@ int loom_server_cfg_option(loom_server_cfg *c, const char *name, const char *v, 
         else if (!strcmp(name, "request-timeout"))
                 return seconds(name, v, &c->request_timeout_s, e);
         else if (!strcmp(name, "max-conns")) {
-                int n, rc = count(name, v, 1000000, &n, e);
+                int n = 0, rc = count(name, v, 1000000, &n, e);
                 if (!rc && n < 1)
                         return bad(e, name, "'%s': at least one connection", v);
                 if (!rc)

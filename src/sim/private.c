@@ -13,6 +13,9 @@
  *              rollout taking colocated_roll_factor times as long as on a rollout GPU; each
  *              change between rollout and training pays the model's warm switch (the engines
  *              swap weights in GPU memory). Weights never leave the node, so there is no sync.
+ *   colocated-slo  colocated held to SLOs: a job that colocated keeps within its SLO on its
+ *              profile (colocated_keeps_slo) runs colocated, any other runs as Solo-D. The simple
+ *              way an operator who promises SLOs would run each job alone.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +23,7 @@
 #include "sim_int.h"
 
 typedef struct pjob {
+        bool coloc; /* runs colocated (colocated; colocated-slo where it keeps its SLO) */
         int64_t iter;
         uint32_t version; /* END events of an abandoned phase are stale */
         int restarts;
@@ -37,7 +41,6 @@ typedef struct pengine {
         const loom_sim_workload *w;
         loom_sim_result *r;
         loom_sim_policy pol;
-        bool coloc;
         sim_heap heap;
         sim_meter meter;
         pjob *jobs;
@@ -50,7 +53,7 @@ static int nodes_of(const pengine *g, int ji, loom_pool p)
 {
         const loom_job_spec *s = &g->w->jobs[ji].spec;
         int node = g->c->cluster.gpus_per_node;
-        if (g->coloc)
+        if (g->jobs[ji].coloc)
                 return p == LOOM_POOL_TRAIN
                            ? (s->rollout_gpus > s->train_gpus ? s->rollout_gpus : s->train_gpus) /
                                  node
@@ -64,7 +67,7 @@ static int gantt(pengine *g, int ji, loom_us end)
                 return 0;
         pjob *j = &g->jobs[ji];
         loom_pool pool =
-            g->coloc || j->phase == LOOM_PHASE_TRAIN ? LOOM_POOL_TRAIN : LOOM_POOL_ROLLOUT;
+            j->coloc || j->phase == LOOM_PHASE_TRAIN ? LOOM_POOL_TRAIN : LOOM_POOL_ROLLOUT;
         loom_sim_interval iv = {.job = ji,
                                 .phase = j->phase,
                                 .pool = j->phase == LOOM_PHASE_SYNC ? LOOM_POOL_ROLLOUT : pool,
@@ -81,7 +84,7 @@ static void tl_phase(pengine *g, int ji, loom_us now, bool lost)
         if (!g->c->timeline)
                 return;
         loom_pool pool =
-            g->coloc || j->phase == LOOM_PHASE_TRAIN ? LOOM_POOL_TRAIN : LOOM_POOL_ROLLOUT;
+            j->coloc || j->phase == LOOM_PHASE_TRAIN ? LOOM_POOL_TRAIN : LOOM_POOL_ROLLOUT;
         int n = j->phase == LOOM_PHASE_SYNC ? 0 : nodes_of(g, ji, pool);
         loom_node_id nodes[LOOM_MAX_JOB_NODES];
         int gpus[LOOM_MAX_JOB_NODES];
@@ -115,17 +118,17 @@ static loom_us begin(pengine *g, int ji, loom_phase ph, loom_us now)
         loom_us ready = sj->arrival + loom_sim_cold(g->c, sj->model_b);
         loom_us first = (ready > now ? ready - now : 0) + loom_sim_warm(g->c, sj->model_b);
         if (ph == LOOM_PHASE_ROLLOUT) {
-                sw = j->started_roll ? (g->coloc ? loom_sim_warm(g->c, sj->model_b) : 0) : first;
+                sw = j->started_roll ? (j->coloc ? loom_sim_warm(g->c, sj->model_b) : 0) : first;
                 if (!j->started_roll)
                         g->r->cold_starts++;
-                else if (g->coloc)
+                else if (j->coloc)
                         g->r->warm_switches++;
                 j->started_roll = true;
         } else if (ph == LOOM_PHASE_TRAIN) {
-                sw = j->started_train ? (g->coloc ? loom_sim_warm(g->c, sj->model_b) : 0) : first;
+                sw = j->started_train ? (j->coloc ? loom_sim_warm(g->c, sj->model_b) : 0) : first;
                 if (!j->started_train)
                         g->r->cold_starts++;
-                else if (g->coloc)
+                else if (j->coloc)
                         g->r->warm_switches++;
                 j->started_train = true;
         }
@@ -138,7 +141,7 @@ static loom_us begin(pengine *g, int ji, loom_phase ph, loom_us now)
         loom_pool pool = LOOM_POOL_TRAIN;
         if (ph == LOOM_PHASE_ROLLOUT) {
                 len = sim_phase_us(s->t_roll, sj->roll[it]);
-                if (g->coloc)
+                if (j->coloc)
                         len = (loom_us)llround((double)len * g->c->colocated_roll_factor);
                 else
                         pool = LOOM_POOL_ROLLOUT;
@@ -164,7 +167,7 @@ static void finish_phase(pengine *g, int ji, loom_us now)
         if (j->phase == LOOM_PHASE_SYNC)
                 return;
         loom_pool pool =
-            g->coloc || j->phase == LOOM_PHASE_TRAIN ? LOOM_POOL_TRAIN : LOOM_POOL_ROLLOUT;
+            j->coloc || j->phase == LOOM_PHASE_TRAIN ? LOOM_POOL_TRAIN : LOOM_POOL_ROLLOUT;
         int gpus = nodes_of(g, ji, pool) * g->c->cluster.gpus_per_node;
         loom__sim_meter_busy(&g->meter, now, pool, -gpus);
 }
@@ -198,7 +201,7 @@ static int step(pengine *g, int ji, loom_us now, bool arrive)
                                 loom__sim_tl_event(g->c, g->pol, "done", ji, now, NULL, -1);
                                 return own_nodes(g, ji, now, -1);
                         }
-                        next = s->t_sync > 0 && !g->coloc ? LOOM_PHASE_SYNC : LOOM_PHASE_ROLLOUT;
+                        next = s->t_sync > 0 && !j->coloc ? LOOM_PHASE_SYNC : LOOM_PHASE_ROLLOUT;
                 } else {
                         next = LOOM_PHASE_ROLLOUT;
                 }
@@ -259,10 +262,21 @@ static int restart_job(pengine *g, int ji, loom_us now)
         return loom__sim_heap_push(&g->heap, end, SIM_EV_END, (uint32_t)ji, j->version);
 }
 
+/* Whether colocated keeps j within its SLO on its profile, as an admission would judge it: its
+ * rollout on the training GPUs (colocated_roll_factor) and two warm switches per iteration,
+ * against SLO x its disaggregated solo iteration, both at the declared (worst-case) times. */
+static bool colocated_keeps_slo(const loom_sim_cfg *c, const loom_sim_job *j)
+{
+        const loom_job_spec *s = &j->spec;
+        double colo = (double)s->t_roll * c->colocated_roll_factor + (double)s->t_train +
+                      2.0 * (double)loom_sim_warm(c, j->model_b);
+        return colo <= s->slo * (double)loom_job_t_solo(s) * (1 + 1e-12);
+}
+
 int loom__sim_run_private(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_policy p,
                           loom_sim_result *r, loom_err *e)
 {
-        pengine g = {.c = c, .w = w, .r = r, .pol = p, .coloc = p == LOOM_SIM_COLOCATED};
+        pengine g = {.c = c, .w = w, .r = r, .pol = p};
         loom__sim_tl_head(c, w, p);
         loom__sim_heap_init(&g.heap);
         loom__sim_meter_init(&g.meter, &c->cluster, r, c->record_series);
@@ -273,8 +287,11 @@ int loom__sim_run_private(const loom_sim_cfg *c, const loom_sim_workload *w, loo
         loom_us *done = malloc(n * sizeof *done), *start = malloc(n * sizeof *start);
         if (!g.jobs || !g.row || !done || !start)
                 goto out;
-        for (int i = 0; i < w->n; i++)
+        for (int i = 0; i < w->n; i++) {
                 g.jobs[i].done_at = -1;
+                g.jobs[i].coloc = p == LOOM_SIM_COLOCATED ||
+                                  (p == LOOM_SIM_COLOCATED_SLO && colocated_keeps_slo(c, &w->jobs[i]));
+        }
         if ((rc = loom__sim_heap_seed(&g.heap, w)))
                 goto out;
         sim_event ev;

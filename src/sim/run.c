@@ -68,6 +68,7 @@ int loom_sim_run(const loom_sim_cfg *c, const loom_sim_workload *w, loom_sim_pol
         switch (p) {
         case LOOM_SIM_SOLO:
         case LOOM_SIM_COLOCATED:
+        case LOOM_SIM_COLOCATED_SLO:
                 rc = loom__sim_run_private(c, w, p, out, e);
                 break;
         case LOOM_SIM_ORACLE:

@@ -35,7 +35,7 @@ int loom_sim_profile_parse(const char *s, loom_sim_profile *out)
 
 static const char *const policy_names[LOOM_SIM_NPOLICIES] = {
     "loom",   "loom-nomig", "solo",       "colocated",  "random",  "greedy",
-    "oracle", "lb",         "random-slo", "greedy-slo", "regroup", "gavel"};
+    "oracle", "lb",         "random-slo", "greedy-slo", "regroup", "gavel", "colocated-slo"};
 
 const char *loom_sim_policy_name(loom_sim_policy p)
 {

@@ -299,4 +299,17 @@ o = json.loads(open(sys.argv[1]).readline())
 assert o["slo_attainment_profiled"] == 1.0, (sys.argv[2], o["slo_attainment_profiled"])
 PY
 done
+# colocated held to SLOs: a job colocated cannot keep within its SLO runs as solo, so it costs
+# at least colocated and at most solo, and keeps every SLO on the profile
+"$loom" sim --policy colocated,colocated-slo,solo --slo fixed:1.1 --colocated-factor 1.2 \
+  --rows 165:40 --json \
+  --no-progress >"$tmp/cslo.json"
+python3 - "$tmp/cslo.json" <<'PY' || fail "colocated-slo"
+import json, sys
+r = {o["policy"]: o for o in map(json.loads, open(sys.argv[1]))}
+c, h, s = (r[p]["total_cost"] for p in ("colocated", "colocated-slo", "solo"))
+assert c < h < s, (c, h, s)
+assert r["colocated-slo"]["slo_attainment_profiled"] == 1.0, r["colocated-slo"]
+assert r["colocated"]["slo_attainment_profiled"] < 1.0, r["colocated"]
+PY
 echo "sim: ok"
