@@ -46,10 +46,12 @@ static bool int_in(json_t *o, const char *key, json_int_t lo, json_int_t hi, jso
 }
 
 /* An optional integer member: 0 when absent, the value when in [lo, hi], else false. */
+/* An optional integer: absent or null (loomd's resume_iteration of a job that has ended) is 0. */
 static bool opt_int(json_t *o, const char *key, json_int_t lo, json_int_t hi, json_int_t *out)
 {
         *out = 0;
-        return !json_object_get(o, key) || int_in(o, key, lo, hi, out);
+        json_t *v = json_object_get(o, key);
+        return !v || json_is_null(v) || int_in(o, key, lo, hi, out);
 }
 
 static void copy_str(char *dst, size_t n, json_t *v)

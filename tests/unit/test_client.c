@@ -286,6 +286,25 @@ Test(client, attach_parses_where_to_resume)
         fake_stop(&f);
 }
 
+/* A job that has ended has nothing to resume: loomd answers resume_iteration null, and the
+ * reply is still the job's (the real jobs read their final counts this way). */
+Test(client, attach_to_an_ended_job_reads_its_counts)
+{
+        fake f = {.n = 1,
+                  .status = {200},
+                  .body = {"{\"id\":4,\"state\":\"finished\",\"iterations\":4,"
+                           "\"iterations_done\":4,\"next_phase\":\"rollout\",\"restarts\":1,"
+                           "\"max_restarts\":3,\"resubmits\":0,\"resume_iteration\":null}"}};
+        fake_start(&f);
+        loom_client *c = client_for(&f, 1);
+        loom_client_resume r;
+        cr_assert_eq(loom_client_attach(c, 4, NULL, &r), 0, "%s", loom_client_error(c));
+        cr_assert_str_eq(r.state, "finished");
+        cr_assert(r.iterations_done == 4 && r.restarts == 1 && r.resume_iteration == 0);
+        loom_client_free(c);
+        fake_stop(&f);
+}
+
 /* Ids that do not fit what they name are protocol errors: a job id of 2^32 + 1 would otherwise
  * wrap to job 1, another job, and a lease id <= 0 names no lease. */
 Test(client, out_of_range_ids_in_replies_are_protocol_errors)
