@@ -149,7 +149,11 @@ bool loom_exec_worker_parse(const char *name, loom_exec_worker *w)
         w->job = job;
         w->admission = adm;
         w->rank = rank;
-        return true;
+        /* Only the spelling loom_exec_worker_name writes: "a+1", "j01" or "j-1" (which %u wraps
+         * to 4294967295) would map another name onto the same worker. */
+        char canon[96];
+        loom_exec_worker_name(w, canon, sizeof canon);
+        return strcmp(canon, name) == 0;
 }
 
 /* ---- the reconciler --------------------------------------------------------------------- */

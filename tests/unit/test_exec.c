@@ -267,6 +267,12 @@ Test(exec, node_map_file_and_names)
         cr_assert(loom_exec_worker_parse(name, &v));
         cr_assert(v.job == 12 && v.admission == 30 && v.pool == LOOM_POOL_TRAIN && v.rank == 1);
         cr_assert_not(loom_exec_worker_parse("loom-j12-a30-train-1x", &v));
+        /* only the spelling loomd writes: no sign, no leading zero, no wrap past 2^32 */
+        const char *odd[] = {"loom-j12-a+30-train-1", "loom-j012-a30-train-1",
+                             "loom-j-1-a30-train-1",  "loom-j4294967308-a30-train-1",
+                             "loom-j12-a30-train-01", "loom-j12-a30-train-+1"};
+        for (size_t i = 0; i < sizeof odd / sizeof *odd; i++)
+                cr_assert_not(loom_exec_worker_parse(odd[i], &v), "%s", odd[i]);
         cr_assert_not(loom_exec_worker_parse("loom-node-r1", &v));
 }
 
