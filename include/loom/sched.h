@@ -332,19 +332,25 @@ int loom_sched_progress(loom_sched *s, loom_us now, loom_job_id job, loom_phase 
                         int64_t total);
 int loom_sched_phase_done(loom_sched *s, loom_us now, loom_job_id job, loom_phase phase);
 
-/* A finished phase's observed length: rollout on the job's rollout GPUs, training on its
- * group's training pool, without waits for a turn or switch latency (what the phase itself
- * took). Feeds the learned profile of admission modes p99/p95; ignored (returns 0) under
- * LOOM_ADMIT_WORST and for sync. Returns 1 when the job's group was re-planned on its new
- * profile, 0 when not, 2 when its group cannot meet the job's SLO budget measured on what it
- * achieves alone (the group is closed to new members; the driver should stop the job and
- * re-admit it on loom_job_info.learned_*), 3 when the job runs alone on its training nodes and
- * another group would take it for less than LOOM_MOVE_GAIN of what its own group costs
- * (policy.move_lone), or shares a group that would stop paying more than another group charges
- * for taking it (policy.move_members); the driver moves it by re-admitting it the same way, and
- * the placement search then finds that group. LOOM_ENOENT / LOOM_EINVAL for an unknown job or a
- * negative length. */
+/* A finished phase's observed length: the wall-clock time its work took on the nodes and GPUs
+ * it had (a rollout on the job's rollout GPUs, or on its group's training nodes when it ran
+ * there: loom_sched_observe_on), without waits for a turn or switch latency. Feeds the learned
+ * profile of admission modes p99/p95; ignored (returns 0) under LOOM_ADMIT_WORST and for sync.
+ * Returns 1 when the job's group was re-planned on its new profile, 0 when not, 2 when its group
+ * cannot meet the job's SLO budget measured on what it achieves alone (the group is closed to new
+ * members; the driver should stop the job and re-admit it on loom_job_info.learned_*), 3 when the
+ * job runs alone on its training nodes and another group would take it for less than LOOM_MOVE_GAIN
+ * of what its own group costs (policy.move_lone), or shares a group that would stop paying more
+ * than another group charges for taking it (policy.move_members); the driver moves it by
+ * re-admitting it the same way, and the placement search then finds that group. LOOM_ENOENT /
+ * LOOM_EINVAL for an unknown job or a negative length. */
 int loom_sched_observe(loom_sched *s, loom_us now, loom_job_id job, loom_phase phase, loom_us took);
+/* The same for a phase that ran on pool: a rollout on LOOM_POOL_TRAIN (a lone member's, on its
+ * training nodes) plans the member's own rollouts but not the solo iteration its SLO budget is
+ * measured against, which counts rollouts on rollout GPUs only (the fleet's prior until one is
+ * seen). loom_sched_observe is this with the phase's own pool. */
+int loom_sched_observe_on(loom_sched *s, loom_us now, loom_job_id job, loom_phase phase,
+                          loom_pool pool, loom_us took);
 /* The head of the job's current rollout: how long it took to reach the tail threshold
  * (policy.tail_threshold of its responses done), measured as the rollout's length is, without
  * waits or switches. Held until the rollout's loom_sched_observe, which learns it with the

@@ -61,6 +61,10 @@ typedef struct learn_state {
          * [rollout head]: a ring of the last LOOM_LEARN_WINDOW */
         double obs[3][LOOM_LEARN_WINDOW];
         int n_obs[3];
+        /* per slot of the rollout ring: that rollout ran on the training nodes (a lone member's,
+         * slower there by the colocation factor): it plans the member's own rollouts, not the
+         * solo iteration its SLO is measured against */
+        bool colo[LOOM_LEARN_WINDOW / 2];
         bool learned;
         uint64_t replans;
         loom_us learned_roll, learned_train, learned_budget; /* last computed; 0 before */
@@ -251,7 +255,7 @@ int loom__place(const loom_sched *s, const loom_job_spec *spec, const group *exc
                 loom_decision *d, loom_err *e, uint64_t *rng);
 
 /* learn.c */
-int loom__observe(loom_sched *s, job *j, loom_phase phase, loom_us took);
+int loom__observe(loom_sched *s, job *j, loom_phase phase, loom_us took, bool colo);
 /* plex_place.c: LOOM_PLACER_PLEX */
 int loom__plex_new(loom_sched *s, loom_err *e);
 int loom__plex_place(const loom_sched *s, const loom_job_spec *spec, loom_decision *d, loom_err *e);

@@ -131,6 +131,30 @@ static void remember(double *v, int64_t n_before, double f)
         top[i] = f;
 }
 
+/* The mean of the recent rollouts that ran on rollout GPUs (colo[] marks the others), or -1
+ * when none of the last HALF did. */
+static double solo_roll_mean(const learn_state *ls)
+{
+        int recent = ls->n_obs[0] < HALF ? ls->n_obs[0] : HALF, n = 0;
+        double sum = 0;
+        for (int i = 0; i < recent; i++)
+                if (!ls->colo[i]) {
+                        sum += ls->obs[0][i];
+                        n++;
+                }
+        return n ? sum / n : -1;
+}
+
+/* The fleet's mean rollout fraction (the prior), or 1 (the declared time) without one. */
+static double prior_roll(const loom_sched *s)
+{
+        int n = s->n_prior < LOOM_PRIOR_JOBS ? (int)s->n_prior : LOOM_PRIOR_JOBS;
+        double f = 0;
+        for (int i = 0; i < n; i++)
+                f += s->prior[i][0] / n;
+        return n ? f : 1.0;
+}
+
 /* The mean of the last HALF fractions of one phase, or -1 with fewer than n_min. */
 static double recent_mean(const double *v, int n, int n_min)
 {
@@ -195,6 +219,8 @@ void loom__learn_exit(loom_sched *s, const job *j)
                 return;
         double r = recent_mean(j->ls->obs[0], j->ls->n_obs[0], s->policy.learn_after);
         double t = recent_mean(j->ls->obs[1], j->ls->n_obs[1], s->policy.learn_after);
+        if (r >= 0)
+                r = solo_roll_mean(j->ls); /* on rollout GPUs only: the prior is of solo runs */
         if (r < 0 || t < 0)
                 return;
         double *p = s->prior[s->n_prior++ % LOOM_PRIOR_JOBS];
@@ -260,7 +286,12 @@ static int replan(loom_sched *s, job *j)
         summarise(j->ls->obs[1], j->ls->n_obs[1], q, s->policy.learn_bound, &qt, &mt);
         const loom_job_spec *d = &j->ls->declared;
         loom_us roll = scaled(d->t_roll, qr), train = scaled(d->t_train, qt);
-        loom_us budget = (loom_us)(d->slo * solo_at(d, mr, mt));
+        /* The SLO is against the job's solo (disaggregated) iteration: its rollouts on rollout
+         * GPUs only. A lone member's rollouts run on its training GPUs, slower by the colocation
+         * factor; counting them would grow its budget with its own colocation slowdown. With
+         * none on rollout GPUs yet, the fleet's prior stands in for them. */
+        double sr = solo_roll_mean(j->ls);
+        loom_us budget = (loom_us)(d->slo * solo_at(d, sr >= 0 ? sr : prior_roll(s), mt));
         j->ls->learned_roll = roll;
         j->ls->learned_train = train;
         j->ls->learned_budget = budget;
@@ -290,7 +321,7 @@ static int replan(loom_sched *s, job *j)
         return 1;
 }
 
-int loom__observe(loom_sched *s, job *j, loom_phase phase, loom_us took)
+int loom__observe(loom_sched *s, job *j, loom_phase phase, loom_us took, bool colo)
 {
         if (s->policy.admission == LOOM_ADMIT_WORST || phase == LOOM_PHASE_SYNC)
                 return 0;
@@ -300,6 +331,8 @@ int loom__observe(loom_sched *s, job *j, loom_phase phase, loom_us took)
                           : loom_group_train_time(d->t_train, d->train_gpus, j->group->train_gpus,
                                                   s->policy.train_scaling_efficiency);
         int p = phase == LOOM_PHASE_ROLLOUT ? 0 : 1;
+        if (p == 0)
+                j->ls->colo[j->ls->n_obs[0] % HALF] = colo;
         remember(j->ls->obs[p], j->ls->n_obs[p], (double)took / (double)ref);
         j->ls->n_obs[p]++;
         if (p == 0 && j->head_took > 0) { /* its head, from its progress report */

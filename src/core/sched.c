@@ -835,13 +835,22 @@ int loom_sched_phase_done(loom_sched *s, loom_us now, loom_job_id id, loom_phase
 
 int loom_sched_observe(loom_sched *s, loom_us now, loom_job_id id, loom_phase phase, loom_us took)
 {
+        return loom_sched_observe_on(
+            s, now, id, phase, phase == LOOM_PHASE_ROLLOUT ? LOOM_POOL_ROLLOUT : LOOM_POOL_TRAIN,
+            took);
+}
+
+int loom_sched_observe_on(loom_sched *s, loom_us now, loom_job_id id, loom_phase phase,
+                          loom_pool pool, loom_us took)
+{
         job *j = loom__job(s, id);
         (void)now;
         if (!j)
                 return LOOM_ENOENT;
-        if (!phase_ok(phase) || took < 0)
+        if (!phase_ok(phase) || took < 0 || (pool != LOOM_POOL_ROLLOUT && pool != LOOM_POOL_TRAIN))
                 return LOOM_EINVAL;
-        int rc = loom__observe(s, j, phase, took);
+        int rc = loom__observe(s, j, phase, took,
+                               phase == LOOM_PHASE_ROLLOUT && pool == LOOM_POOL_TRAIN);
         if (rc == 1)
                 s->stats.replans++;
         if (rc >= 0)

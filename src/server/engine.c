@@ -702,7 +702,7 @@ static void h_release(loom_server *s, srv_req *r, loom_us now)
                         took = j->calls_took;
                 }
                 if (l.phase == LOOM_PHASE_ROLLOUT || l.call + 1 >= l.n_calls)
-                        srv_observe_phase(s, j, l.phase, took, l.head);
+                        srv_observe_phase(s, j, l.phase, l.pool, took, l.head);
         }
         srv_apply_actions(s, now);
         json_t *o = srv_job_json(s, j, false);

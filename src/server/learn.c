@@ -37,6 +37,8 @@ char *srv_observe_encode(const srv_observe_rec *o)
                               (json_int_t)o->train, "budget_us", (json_int_t)o->budget);
         if (j && o->head > 0)
                 json_object_set_new(j, "head_us", json_integer(o->head));
+        if (j && o->phase == LOOM_PHASE_ROLLOUT && o->pool == LOOM_POOL_TRAIN) /* absent: its own */
+                json_object_set_new(j, "pool", json_string(loom_pool_name(o->pool)));
         char *t = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
         json_decref(j);
         return t;
@@ -72,9 +74,15 @@ int srv_observe_decode(const char *text, srv_observe_rec *o, loom_err *e)
             : get_us(j, "budget_us", &o->budget)                              ? "budget_us"
             : json_object_get(j, "head_us") && get_us(j, "head_us", &o->head) ? "head_us"
                                                                               : NULL;
+        const char *pool = json_string_value(json_object_get(j, "pool"));
+        if (!bad && json_object_get(j, "pool") &&
+            (!pool || o->phase != LOOM_PHASE_ROLLOUT || strcmp(pool, "train")))
+                bad = "pool";
         if (!bad) {
                 o->core = (uint32_t)json_integer_value(core);
                 o->result = (int)json_integer_value(res);
+                o->pool =
+                    pool || o->phase == LOOM_PHASE_TRAIN ? LOOM_POOL_TRAIN : LOOM_POOL_ROLLOUT;
         }
         json_decref(j);
         return bad ? loom_err_set(e, LOOM_ECORRUPT, bad, "unreadable observe entry (%s)", bad) : 0;
@@ -90,7 +98,8 @@ static void keep(srv_job *j, const loom_job_info *in)
         j->learned_head = in->learned_head;
 }
 
-int srv_learn_observe(loom_server *s, srv_job *j, loom_phase phase, loom_us took, loom_us head)
+int srv_learn_observe(loom_server *s, srv_job *j, loom_phase phase, loom_pool pool, loom_us took,
+                      loom_us head)
 {
         if (loom_sched_policy(s->sched)->admission == LOOM_ADMIT_WORST || !srv_job_live(j->state))
                 return 0;
@@ -98,7 +107,9 @@ int srv_learn_observe(loom_server *s, srv_job *j, loom_phase phase, loom_us took
                 head = 0;
         if (head > 0)
                 loom_sched_observe_head(s->sched, j->retry.core, head);
-        int rc = loom_sched_observe(s->sched, srv_now_wall(), j->retry.core, phase, took);
+        if (phase != LOOM_PHASE_ROLLOUT)
+                pool = LOOM_POOL_TRAIN;
+        int rc = loom_sched_observe_on(s->sched, srv_now_wall(), j->retry.core, phase, pool, took);
         loom_job_info in;
         if (rc < 0 || loom_sched_job_info(s->sched, j->retry.core, &in)) {
                 srv_log(s, "job %u: observation refused: %s", j->id, loom_strerror(rc));
@@ -108,7 +119,7 @@ int srv_learn_observe(loom_server *s, srv_job *j, loom_phase phase, loom_us took
         if (rc == 1)
                 j->replans++;
         srv_observe_rec o = {j->retry.core,     phase, took, rc, in.learned_roll, in.learned_train,
-                             in.learned_budget, head};
+                             in.learned_budget, head,  pool};
         loom_err e;
         loom_err_clear(&e);
         char *text = srv_observe_encode(&o);
@@ -141,7 +152,7 @@ int srv_replay_observe(loom_server *s, srv_job *j, uint32_t core, const char *re
         if (o.head > 0 && loom_sched_observe_head(s->sched, core, o.head))
                 return loom_err_set(e, LOOM_ECORRUPT, "store",
                                     "job %u: bad head in an observe entry", j->id);
-        int rc = loom_sched_observe(s->sched, 0, core, o.phase, o.took);
+        int rc = loom_sched_observe_on(s->sched, 0, core, o.phase, o.pool, o.took);
         loom_job_info in;
         bool fail = rc < 0 || loom_sched_job_info(s->sched, core, &in);
         bool differ = !fail && (rc != o.result || in.learned_roll != o.roll ||
@@ -158,7 +169,8 @@ int srv_replay_observe(loom_server *s, srv_job *j, uint32_t core, const char *re
                                      in.learned_roll,
                                      in.learned_train,
                                      in.learned_budget,
-                                     o.head};
+                                     o.head,
+                                     o.pool};
                 char *text = srv_observe_encode(&n);
                 int crc = text ? s->collect(s->collect_arg, s->replay_seq, text) : LOOM_ENOMEM;
                 free(text);

@@ -307,7 +307,8 @@ static bool readmit_learned(loom_server *s, srv_job *j, int result)
         return true;
 }
 
-void srv_observe_phase(loom_server *s, srv_job *j, loom_phase phase, loom_us dur, loom_us head)
+void srv_observe_phase(loom_server *s, srv_job *j, loom_phase phase, loom_pool pool, loom_us dur,
+                       loom_us head)
 {
         loom_err e;
         loom_err_clear(&e);
@@ -323,7 +324,7 @@ void srv_observe_phase(loom_server *s, srv_job *j, loom_phase phase, loom_us dur
         /* Learned admission first: the core learns from this phase and may re-plan the group
          * (or find it no longer meets the job's real budget: then the job is re-admitted on its
          * learned profile and the drift check is moot, the new admission starts afresh). */
-        int learned = srv_learn_observe(s, j, phase, dur, head);
+        int learned = srv_learn_observe(s, j, phase, pool, dur, head);
         if ((learned == 2 || learned == 3) && p == 1 && srv_job_live(j->state) && !j->has_lease &&
             readmit_learned(s, j, learned))
                 return;

@@ -801,6 +801,7 @@ static int on_end(engine *g, int ji)
 {
         sjob *j = &g->jobs[ji];
         bool tail = j->migrated && j->busy_pool == LOOM_POOL_ROLLOUT;
+        loom_pool ran_on = j->busy_pool; /* a lone member's rollout: the training pool */
         loom_node_id tn = j->nodes[0];
         int rc = phase_over(g, ji, false);
         if (rc)
@@ -813,7 +814,10 @@ static int on_end(engine *g, int ji)
          * switches on their own. */
         bool whole = j->n_calls == 0;
         loom_us took = g->now - j->work_start;
-        int obs = whole ? loom_sched_observe(g->s, g->now, j->id, ph, took < 0 ? 0 : took) : 0;
+        int obs = whole ? loom_sched_observe_on(g->s, g->now, j->id, ph,
+                                                ph == LOOM_PHASE_ROLLOUT ? ran_on : LOOM_POOL_TRAIN,
+                                                took < 0 ? 0 : took)
+                        : 0;
         if (obs < 0)
                 return fail(g, obs, "observe");
         if (ph == LOOM_PHASE_TRAIN && (whole || j->call + 1 == j->n_calls)) {

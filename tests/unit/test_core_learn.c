@@ -654,3 +654,41 @@ Test(learn, a_head_is_bounded_and_reported_only_when_given)
         cr_assert_eq(loom_sched_observe_head(s, 999, 1), LOOM_ENOENT);
         loom_sched_free(s);
 }
+
+/* A lone member's rollouts run on its training GPUs, slower there (x1.5 here): they plan its own
+ * rollouts, but its SLO stays against its solo (disaggregated) iteration. Its budget must not
+ * grow with its own colocation slowdown: with no rollout seen on rollout GPUs it is measured on
+ * the declared rollout (no fleet prior yet) and the observed training, and the colocated rollouts
+ * still count in its planned profile. */
+Test(learn, a_lone_member_s_budget_does_not_grow_with_its_colocated_rollouts)
+{
+        po.admission = LOOM_ADMIT_P99;
+        po.learn_after = 3;
+        loom_sched *s = loom_sched_new(&cl, &po, NULL);
+        loom_job_spec a = spec("A", 100, 100, 2.0);
+        loom_job_id ia = submit(s, a);
+        loom_us now = 0;
+        for (int i = 0; i < 3; i++) {
+                drain(s);
+                now += loom_us_from_s(120);
+                cr_assert_geq(loom_sched_observe_on(s, now, ia, LOOM_PHASE_ROLLOUT, LOOM_POOL_TRAIN,
+                                                    loom_us_from_s(120)),
+                              0);
+                cr_assert_eq(loom_sched_phase_done(s, now, ia, LOOM_PHASE_ROLLOUT), 0);
+                drain(s);
+                now += loom_us_from_s(50);
+                cr_assert_geq(loom_sched_observe(s, now, ia, LOOM_PHASE_TRAIN, loom_us_from_s(50)),
+                              0);
+                cr_assert_eq(loom_sched_phase_done(s, now, ia, LOOM_PHASE_TRAIN), 0);
+        }
+        loom_job_info in;
+        cr_assert_eq(loom_sched_job_info(s, ia, &in), 0);
+        cr_assert(in.learned_roll >= loom_us_from_s(120), "planned on what it ran: %lld",
+                  (long long)in.learned_roll);
+        cr_assert_eq(in.learned_budget, loom_us_from_s(2.0 * (100 + 50)),
+                     "budget %.3f s: SLO x (declared rollout + observed training)",
+                     loom_us_to_s(in.learned_budget));
+        cr_assert_eq(loom_sched_observe_on(s, now, ia, LOOM_PHASE_TRAIN, LOOM_POOL_ROLLOUT + 7, 1),
+                     LOOM_EINVAL);
+        loom_sched_free(s);
+}

@@ -31,6 +31,7 @@ typedef struct entry {
         loom_job_spec spec; /* L_SUBMIT: as given to the core */
         loom_exit x;
         loom_phase phase;
+        loom_pool pool; /* L_OBSERVE: where it ran (a lone member's rollout: training) */
         loom_us took, head;
         loom_decision_kind dk; /* L_SUBMIT: the live placement */
         loom_group_id group;
@@ -47,6 +48,7 @@ typedef struct djob {
         loom_phase phase; /* running, or next to run */
         loom_us end;      /* of the running phase */
         loom_us dur, head;
+        loom_pool pool; /* of the running phase */
         bool progressed;
 } djob;
 
@@ -99,7 +101,8 @@ static void replay_entry(loom_sched *s, loom_job_id *ids, const entry *e, int at
         } else if (e->kind == L_OBSERVE) {
                 if (e->head > 0)
                         loom_sched_observe_head(s, ids[e->job], e->head);
-                cr_assert_geq(loom_sched_observe(s, 0, ids[e->job], e->phase, e->took), 0);
+                cr_assert_geq(loom_sched_observe_on(s, 0, ids[e->job], e->phase, e->pool, e->took),
+                              0);
         } else {
                 loom_decision d;
                 loom_decision_init(&d, false);
@@ -203,9 +206,14 @@ static void phase_end(world *w, int i)
         loom_us head = ph == LOOM_PHASE_ROLLOUT ? j->head : 0;
         if (head > 0)
                 loom_sched_observe_head(w->live, j->core, head);
-        int rc = loom_sched_observe(w->live, w->now, j->core, ph, j->dur);
+        int rc = loom_sched_observe_on(w->live, w->now, j->core, ph, j->pool, j->dur);
         cr_assert_geq(rc, 0);
-        append(w, &(entry){.kind = L_OBSERVE, .job = i, .phase = ph, .took = j->dur, .head = head});
+        append(w, &(entry){.kind = L_OBSERVE,
+                           .job = i,
+                           .phase = ph,
+                           .pool = j->pool,
+                           .took = j->dur,
+                           .head = head});
         if (ph == LOOM_PHASE_TRAIN && ++j->done >= j->target) {
                 exit_job(w, i, LOOM_EXIT_FINISHED);
                 return;
@@ -246,6 +254,7 @@ static void pump(world *w)
                 j->progressed = false;
                 j->running = true;
                 j->phase = a.phase;
+                j->pool = a.pool;
                 j->end = w->now + j->dur;
         }
 }

@@ -11,7 +11,9 @@
 
 Test(server_learn, an_observe_entry_reads_back_the_same)
 {
-        srv_observe_rec o = {7, LOOM_PHASE_TRAIN, 612034, 1, 1004211, 611200, 3241000, 0}, back;
+        srv_observe_rec o = {7, LOOM_PHASE_TRAIN, 612034, 1, 1004211, 611200, 3241000,
+                             0, LOOM_POOL_TRAIN},
+                        back;
         char *t = srv_observe_encode(&o);
         cr_assert_not_null(t);
         cr_assert_str_eq(t, "{\"budget_us\":3241000,\"core\":7,\"phase\":\"train\",\"result\":1,"
@@ -23,7 +25,7 @@ Test(server_learn, an_observe_entry_reads_back_the_same)
                   back.budget == o.budget);
         free(t);
         /* before learn_after iterations: no learned profile yet; a rollout's head when reported */
-        srv_observe_rec r = {UINT32_MAX, LOOM_PHASE_ROLLOUT, 0, 0, 0, 0, 0, 0};
+        srv_observe_rec r = {UINT32_MAX, LOOM_PHASE_ROLLOUT, 0, 0, 0, 0, 0, 0, LOOM_POOL_ROLLOUT};
         t = srv_observe_encode(&r);
         cr_assert_eq(srv_observe_decode(t, &back, &e), 0, "%s", e.msg);
         cr_assert_eq(back.core, UINT32_MAX);
@@ -36,7 +38,22 @@ Test(server_learn, an_observe_entry_reads_back_the_same)
         cr_assert_not_null(strstr(t, "\"head_us\":480000"));
         cr_assert_eq(srv_observe_decode(t, &back, &e), 0, "%s", e.msg);
         cr_assert_eq(back.head, 480000);
+        cr_assert_eq(back.pool, LOOM_POOL_ROLLOUT);
+        cr_assert_null(strstr(t, "pool"), "a rollout on its own pool: no key");
         free(t);
+        /* a lone member's rollout ran on the training pool: said, and read back */
+        r.pool = LOOM_POOL_TRAIN;
+        t = srv_observe_encode(&r);
+        cr_assert_not_null(strstr(t, "\"pool\":\"train\""), "%s", t);
+        cr_assert_eq(srv_observe_decode(t, &back, &e), 0, "%s", e.msg);
+        cr_assert_eq(back.pool, LOOM_POOL_TRAIN);
+        free(t);
+        cr_assert_eq(srv_observe_decode("{\"core\":1,\"phase\":\"rollout\",\"took_us\":1,"
+                                        "\"result\":0,\"t_roll_us\":0,\"t_train_us\":0,"
+                                        "\"budget_us\":0,\"pool\":\"gpu\"}",
+                                        &back, &e),
+                     LOOM_ECORRUPT);
+        cr_assert_str_eq(e.field, "pool");
 }
 
 Test(server_learn, a_damaged_observe_entry_names_the_key)
