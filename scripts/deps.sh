@@ -23,6 +23,7 @@ pkgs=(
   perl util-linux                                # its power-up script (signal mask, time namespace)
   clang libclang-rt-14-dev                       # make fuzz: libFuzzer and the sanitizer runtimes
   chromium                                       # headless browser for the dashboard test
+  prometheus                                     # promtool: checks loomd's /metrics page
 )
 
 missing=()

@@ -287,6 +287,7 @@ static void end_job(loom_server *s, srv_job *j, int state, const char *lease_sta
         if (j->has_lease) {
                 srv_store_note(s, srv_store_lease_end(s->store, j->lease.id, lease_state, wall, &e),
                                &e);
+                srv_metrics_lease_end(s, lease_state);
                 j->has_lease = false;
         }
         j->permit = false;
@@ -680,6 +681,7 @@ static void h_release(loom_server *s, srv_req *r, loom_us now)
         } else {
                 int64_t wall = srv_now_wall();
                 srv_store_note(s, srv_store_lease_end(s->store, l.id, "released", wall, &e), &e);
+                srv_metrics_lease_end(s, "released");
                 j->has_lease = false;
                 if (l.phase == LOOM_PHASE_ROLLOUT || l.call + 1 < l.n_calls) {
                         j->next = LOOM_PHASE_TRAIN; /* or the next call of the phase */
@@ -1003,7 +1005,6 @@ static void expire_due(loom_server *s, loom_us now)
                 if (!srv_job_live(j->state))
                         continue;
                 if (j->has_lease && j->lease.deadline <= now) {
-                        s->m.leases_expired++;
                         srv_job_failed(s, j, "expired", "lease expired", now);
                 } else if (j->permit && j->permit_deadline <= now) {
                         s->m.permits_expired++;
@@ -1105,7 +1106,7 @@ static void finish_batch(loom_server *s)
         while (s->resume_head) {
                 srv_req *r = s->resume_head;
                 s->resume_head = r->qnext;
-                s->m.replies_by_class[r->status / 100 < 6 ? r->status / 100 : 0]++;
+                srv_metrics_reply(s, r->status);
                 srv_http_resume(r); /* r belongs to the HTTP thread again */
         }
 }

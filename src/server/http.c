@@ -364,9 +364,10 @@ void srv_http_route(loom_server *s, srv_req *r, const char *method, const char *
                         r->kind = RQ_HEALTH;
                 allowed = "GET";
         } else if (n == 1 && seg_is(seg[0], len[0], "metrics")) {
-                if (get)
+                /* HEAD: a probe that the endpoint answers (MHD sends the headers only) */
+                if (get || !strcmp(method, "HEAD"))
                         r->kind = RQ_METRICS;
-                allowed = "GET";
+                allowed = "GET, HEAD";
         } else if (n >= 2 && seg_is(seg[0], len[0], "v1")) {
                 if (n == 2 && seg_is(seg[1], len[1], "jobs")) {
                         if (get)

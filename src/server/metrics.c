@@ -1,10 +1,13 @@
 /*
  * metrics.c - loomd's /metrics page in the Prometheus text exposition format (version 0.0.4):
  * jobs by state, groups, nodes and $/h per pool, decisions by kind, permit latency and phase
- * duration histograms, lease and request counters, usage and limits by tenant (quota.c).
- * Rendered on the scheduler thread, which owns every number here. No label is named `job` or
- * `instance`: Prometheus sets those on every series it scrapes (a job's id is `job_id`).
+ * duration histograms, lease and request counters, usage and limits by tenant (quota.c), and
+ * per live job its iterations, SLO headroom and cost so far. Rendered on the scheduler thread,
+ * which owns every number here. No label is named `job` or `instance`: Prometheus sets those on
+ * every series it scrapes and renames a scraped one to `exported_job` (a job is `job_id` and
+ * `job_name`).
  */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +30,27 @@ void srv_hist_add(srv_hist *h, double v)
         h->count[i]++;
         h->sum += v;
         h->total++;
+}
+
+#ifndef LOOM_VERSION
+#define LOOM_VERSION "unknown"
+#endif
+
+static const char *const lease_end_names[] = {"released", "failed", "expired", "revoked"};
+
+void srv_metrics_lease_end(loom_server *s, const char *state)
+{
+        for (int i = 0; i < 4; i++)
+                if (!strcmp(state, lease_end_names[i]))
+                        s->m.leases_ended[i]++;
+}
+
+void srv_metrics_reply(loom_server *s, int status)
+{
+        if (status == 409)
+                s->m.replies_conflict++;
+        else
+                s->m.replies_by_class[status / 100 < 6 ? status / 100 : 0]++;
 }
 
 void srv_metrics_init(srv_metrics *m)
@@ -114,6 +138,85 @@ static void hist(buf *b, const char *name, const char *labels, const srv_hist *h
             (unsigned long long)h->total);
 }
 
+/* A label value as the exposition format quotes it: backslash, double quote and newline
+ * escaped (a job's name is the submitter's text). One put per value: a page lists every live
+ * job's name several times. */
+static void put_label(buf *b, const char *v)
+{
+        char out[2 * SRV_NAME_MAX + 1];
+        size_t n = 0;
+        for (; *v && n + 2 < sizeof out; v++) {
+                if (*v == '\\' || *v == '"' || *v == '\n')
+                        out[n++] = '\\';
+                out[n++] = *v == '\n' ? 'n' : *v;
+        }
+        out[n] = '\0';
+        put(b, "%s", out);
+}
+
+/* The planned share of a job's SLO budget left: 1 - (its group's meta-iteration / its rate) /
+ * budget, the budget being slo x its solo iteration, or the one measured on its learned
+ * profile once it is planned on that. NAN when the core has no group for it. */
+static double slo_headroom(loom_server *s, const srv_job *j)
+{
+        loom_job_info ji;
+        loom_group_info gi;
+        if (loom_sched_job_info(s->sched, j->retry.core, &ji) ||
+            loom_sched_group_info(s->sched, ji.group, &gi) || gi.t_meta <= 0)
+                return NAN;
+        loom_us budget =
+            j->learned && j->learned_budget > 0 ? j->learned_budget : loom_job_budget(&j->spec);
+        if (budget <= 0)
+                return NAN;
+        return 1.0 - (double)gi.t_meta / (ji.rate > 0 ? ji.rate : 1) / (double)budget;
+}
+
+/* One family with a sample per live job: name{job_id="..",job_name=".."} v[i] (NAN: none). */
+static void job_series(buf *b, loom_server *s, const char *name, const char *help, const double *v)
+{
+        put(b, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name);
+        for (uint32_t i = 0; i < s->n_jobs; i++) {
+                const srv_job *j = s->jobs[i];
+                if (!srv_job_live(j->state) || isnan(v[i]))
+                        continue;
+                put(b, "%s{job_id=\"%u\",job_name=\"", name, j->pub);
+                put_label(b, j->name);
+                put(b, "\"} %.12g\n", v[i]);
+        }
+}
+
+/* Live jobs only: an ended job's series stops, so the series stay as many as the jobs running. */
+static void per_job(buf *b, loom_server *s)
+{
+        double *v = malloc((s->n_jobs ? s->n_jobs : 1) * sizeof *v);
+        if (!v) {
+                b->failed = true;
+                return;
+        }
+        const loom_cluster_cfg *c = &s->cfg.cluster;
+        int64_t wall = srv_now_wall();
+        for (uint32_t i = 0; i < s->n_jobs; i++)
+                v[i] = (double)s->jobs[i]->done;
+        job_series(b, s, "loom_job_iterations",
+                   "Iterations a live job has finished, over all its admissions.", v);
+        for (uint32_t i = 0; i < s->n_jobs; i++)
+                v[i] = srv_job_live(s->jobs[i]->state) ? slo_headroom(s, s->jobs[i]) : NAN;
+        job_series(b, s, "loom_job_slo_headroom_ratio",
+                   "Share of a live job's SLO budget its planned mean iteration leaves unused "
+                   "(0: exactly at its SLO).",
+                   v);
+        for (uint32_t i = 0; i < s->n_jobs; i++) {
+                const srv_job *j = s->jobs[i];
+                double per_hour = j->spec.rollout_gpus * c->gpu[0].price_per_hour +
+                                  j->spec.train_gpus * c->gpu[1].price_per_hour;
+                double h = (double)(wall - j->submitted_wall) / 3.6e9;
+                v[i] = per_hour * (h > 0 ? h : 0);
+        }
+        job_series(b, s, "loom_job_cost_dollars",
+                   "US$ a live job has cost since its submit: its GPUs at list price.", v);
+        free(v);
+}
+
 char *srv_metrics_render(loom_server *s)
 {
         buf b = {0};
@@ -121,6 +224,10 @@ char *srv_metrics_render(loom_server *s)
         uint64_t by_state[SJ_CANCELLED + 1] = {0};
         for (uint32_t i = 0; i < s->n_jobs; i++)
                 by_state[s->jobs[i]->state]++;
+        put(&b,
+            "# HELP loom_build_info The loomd build running (always 1).\n"
+            "# TYPE loom_build_info gauge\nloom_build_info{version=\"%s\"} 1\n",
+            LOOM_VERSION);
         put(&b, "# HELP loom_jobs Jobs known to loomd by state.\n# TYPE loom_jobs gauge\n");
         for (int i = 0; i <= SJ_CANCELLED; i++)
                 put(&b, "loom_jobs{state=\"%s\"} %llu\n", srv_job_state_name(i),
@@ -158,10 +265,12 @@ char *srv_metrics_render(loom_server *s)
             (unsigned long long)m->migrations);
         put(&b,
             "# HELP loom_leases_total Leases by outcome.\n# TYPE loom_leases_total counter\n"
-            "loom_leases_total{event=\"granted\"} %llu\n"
-            "loom_leases_total{event=\"expired\"} %llu\n"
-            "loom_leases_total{event=\"permit_expired\"} %llu\n",
-            (unsigned long long)m->leases_granted, (unsigned long long)m->leases_expired,
+            "loom_leases_total{event=\"granted\"} %llu\n",
+            (unsigned long long)m->leases_granted);
+        for (int i = 0; i < 4; i++)
+                put(&b, "loom_leases_total{event=\"%s\"} %llu\n", lease_end_names[i],
+                    (unsigned long long)m->leases_ended[i]);
+        put(&b, "loom_leases_total{event=\"permit_expired\"} %llu\n",
             (unsigned long long)m->permits_expired);
         put(&b,
             "# HELP loom_readmissions_total Jobs admitted again, by cause (restart: a failure "
@@ -185,12 +294,14 @@ char *srv_metrics_render(loom_server *s)
         for (uint32_t i = 0; i < s->n_jobs; i++)
                 for (int p = 0; p < 2 && srv_job_live(s->jobs[i]->state); p++) {
                         double ratio = srv_drift_ratio(s, s->jobs[i], p);
-                        if (ratio > 0)
-                                put(&b,
-                                    "loom_job_phase_drift_ratio{job_id=\"%u\",phase=\"%s\"} "
-                                    "%.4f\n",
-                                    s->jobs[i]->pub, p ? "train" : "rollout", ratio);
+                        if (ratio <= 0)
+                                continue;
+                        put(&b, "loom_job_phase_drift_ratio{job_id=\"%u\",job_name=\"",
+                            s->jobs[i]->pub);
+                        put_label(&b, s->jobs[i]->name);
+                        put(&b, "\",phase=\"%s\"} %.4f\n", p ? "train" : "rollout", ratio);
                 }
+        per_job(&b, s);
         srv_quota_metrics(s, put_any, &b);
         put(&b, "# HELP loom_permit_latency_seconds From an acquire arriving to its grant.\n"
                 "# TYPE loom_permit_latency_seconds histogram\n");
@@ -203,11 +314,15 @@ char *srv_metrics_render(loom_server *s)
             "# HELP loom_http_requests_total Requests handled by the scheduler thread.\n"
             "# TYPE loom_http_requests_total counter\nloom_http_requests_total %llu\n",
             (unsigned long long)m->requests);
-        put(&b, "# HELP loom_http_replies_total Replies by status class.\n"
+        put(&b, "# HELP loom_http_replies_total Replies by status class; 409, the permit "
+                "protocol's answer to an acquire out of turn or for an ended job, apart from "
+                "the other 4xx.\n"
                 "# TYPE loom_http_replies_total counter\n");
         for (int k = 1; k <= 5; k++)
                 put(&b, "loom_http_replies_total{code=\"%dxx\"} %llu\n", k,
                     (unsigned long long)m->replies_by_class[k]);
+        put(&b, "loom_http_replies_total{code=\"409\"} %llu\n",
+            (unsigned long long)m->replies_conflict);
         if (s->cfg.exec)
                 put(&b,
                     "# HELP loom_exec_failures_total Workers the executor saw fail in the "

@@ -176,6 +176,7 @@ static void readmit(loom_server *s, srv_job *j, const char *cause, const char *w
         if (j->has_lease) {
                 srv_store_note(s, srv_store_lease_end(s->store, j->lease.id, lease_state, wall, &e),
                                &e);
+                srv_metrics_lease_end(s, lease_state);
                 j->has_lease = false;
         }
         j->permit = false;

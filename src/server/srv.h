@@ -222,8 +222,12 @@ void srv_hist_add(srv_hist *h, double v);
 typedef struct srv_metrics {
         srv_hist permit_latency;
         srv_hist phase_duration[2];
-        uint64_t requests, replies_by_class[6]; /* 1xx..5xx */
-        uint64_t leases_granted, leases_expired, permits_expired, migrations;
+        uint64_t requests, replies_by_class[6]; /* 1xx..5xx, 409 left out */
+        /* 409s: the permit protocol's answer to an acquire out of turn or of an ended job,
+         * which workers meet in normal operation, so apart from real client errors */
+        uint64_t replies_conflict;
+        uint64_t leases_granted, permits_expired, migrations;
+        uint64_t leases_ended[4]; /* released, failed, expired, revoked */
         uint64_t restarts, drift_resubmits, failed_final, attaches;
         uint64_t learned_resubmits; /* re-admissions on a learned profile (observe said 2) */
         uint64_t moved_resubmits;   /* lone members moved to another group (observe said 3) */
@@ -456,6 +460,10 @@ void srv_exec_stop(loom_server *s);
 /* metrics.c */
 void srv_metrics_init(srv_metrics *m);
 char *srv_metrics_render(loom_server *s);
+/* A lease ended as state ("released", "failed", "expired", "revoked"; others uncounted) */
+void srv_metrics_lease_end(loom_server *s, const char *state);
+/* A reply sent: counted by status class, 409 apart */
+void srv_metrics_reply(loom_server *s, int status);
 
 /* store.c: all SQL lives here. Every function returns 0 or a LOOM_E* code with e filled. */
 /* The data directory, created owner-only (0700) if missing, and a file in it created or
