@@ -347,8 +347,9 @@ int loom_sched_phase_done(loom_sched *s, loom_us now, loom_job_id job, loom_phas
 int loom_sched_observe(loom_sched *s, loom_us now, loom_job_id job, loom_phase phase, loom_us took);
 /* The same for a phase that ran on pool: a rollout on LOOM_POOL_TRAIN (a lone member's, on its
  * training nodes) plans the member's own rollouts but not the solo iteration its SLO budget is
- * measured against, which counts rollouts on rollout GPUs only (the fleet's prior until one is
- * seen). loom_sched_observe is this with the phase's own pool. */
+ * measured against, which counts rollouts on rollout GPUs only (until one is seen, the lesser
+ * of the member's own rollouts and the fleet's prior). loom_sched_observe is this with the phase's
+ * own pool. */
 int loom_sched_observe_on(loom_sched *s, loom_us now, loom_job_id job, loom_phase phase,
                           loom_pool pool, loom_us took);
 /* The head of the job's current rollout: how long it took to reach the tail threshold

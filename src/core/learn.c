@@ -287,11 +287,12 @@ static int replan(loom_sched *s, job *j)
         const loom_job_spec *d = &j->ls->declared;
         loom_us roll = scaled(d->t_roll, qr), train = scaled(d->t_train, qt);
         /* The SLO is against the job's solo (disaggregated) iteration: its rollouts on rollout
-         * GPUs only. A lone member's rollouts run on its training GPUs, slower by the colocation
+         * GPUs. A lone member's rollouts run on its training GPUs, slower by the colocation
          * factor; counting them would grow its budget with its own colocation slowdown. With
-         * none on rollout GPUs yet, the fleet's prior stands in for them. */
+         * none on rollout GPUs yet, the lesser of its own rollouts and the fleet's prior stands
+         * in (never more than what it was seen to take). */
         double sr = solo_roll_mean(j->ls);
-        loom_us budget = (loom_us)(d->slo * solo_at(d, sr >= 0 ? sr : prior_roll(s), mt));
+        loom_us budget = (loom_us)(d->slo * solo_at(d, sr >= 0 ? sr : fmin(mr, prior_roll(s)), mt));
         j->ls->learned_roll = roll;
         j->ls->learned_train = train;
         j->ls->learned_budget = budget;
