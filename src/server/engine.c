@@ -266,6 +266,8 @@ static void grant(loom_server *s, srv_job *j, loom_us now)
         loom_sched_phase_started(s->sched, l->granted_wall, j->retry.core, l->phase);
         srv_state_granted(s, j);
         s->m.leases_granted++;
+        if (l->phase == LOOM_PHASE_ROLLOUT)
+                j->roll_grants[j->n_roll_grants++ % SRV_ITER_RING] = l->granted_mono;
         srv_log(s, "lease %lld: job %u (%s) %s on %s node %u, %d GPUs", (long long)l->id, j->id,
                 j->name, loom_phase_name(l->phase), loom_pool_name(l->pool),
                 l->n_nodes ? l->nodes[0] : 0, l->gpus);

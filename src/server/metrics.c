@@ -154,19 +154,36 @@ static void put_label(buf *b, const char *v)
         put(b, "%s", out);
 }
 
-/* The planned share of a job's SLO budget left: 1 - (its group's meta-iteration / its rate) /
- * budget, the budget being slo x its solo iteration, or the one measured on its learned
- * profile once it is planned on that. NAN when the core has no group for it. */
-static double slo_headroom(loom_server *s, const srv_job *j)
+/* The longest mean iteration a job's SLO allows: slo x its solo iteration, or the budget
+ * measured on its learned profile once it is planned on that (as the timeline shows it). */
+static loom_us slo_budget(const srv_job *j)
+{
+        return j->learned && j->learned_budget > 0 ? j->learned_budget : loom_job_budget(&j->spec);
+}
+
+/* The share of its SLO budget a job's recent mean iteration leaves: 1 - mean / budget, the
+ * mean over the gaps between its last rollout grants (as `loom job` measures it on the
+ * timeline). NAN before its second rollout. Below 0 it runs slower than its SLO. */
+static double slo_headroom(const srv_job *j)
+{
+        uint64_t k = j->n_roll_grants < SRV_ITER_RING ? j->n_roll_grants : SRV_ITER_RING;
+        loom_us budget = slo_budget(j);
+        if (k < 2 || budget <= 0)
+                return NAN;
+        loom_us newest = j->roll_grants[(j->n_roll_grants - 1) % SRV_ITER_RING];
+        loom_us oldest = j->roll_grants[(j->n_roll_grants - k) % SRV_ITER_RING];
+        return 1.0 - (double)(newest - oldest) / (double)(k - 1) / (double)budget;
+}
+
+/* The same on its plan: its group's meta-iteration over its rate, against the budget. NAN
+ * when the core has no group for it. */
+static double planned_headroom(loom_server *s, const srv_job *j)
 {
         loom_job_info ji;
         loom_group_info gi;
+        loom_us budget = slo_budget(j);
         if (loom_sched_job_info(s->sched, j->retry.core, &ji) ||
-            loom_sched_group_info(s->sched, ji.group, &gi) || gi.t_meta <= 0)
-                return NAN;
-        loom_us budget =
-            j->learned && j->learned_budget > 0 ? j->learned_budget : loom_job_budget(&j->spec);
-        if (budget <= 0)
+            loom_sched_group_info(s->sched, ji.group, &gi) || gi.t_meta <= 0 || budget <= 0)
                 return NAN;
         return 1.0 - (double)gi.t_meta / (ji.rate > 0 ? ji.rate : 1) / (double)budget;
 }
@@ -200,10 +217,16 @@ static void per_job(buf *b, loom_server *s)
         job_series(b, s, "loom_job_iterations",
                    "Iterations a live job has finished, over all its admissions.", v);
         for (uint32_t i = 0; i < s->n_jobs; i++)
-                v[i] = srv_job_live(s->jobs[i]->state) ? slo_headroom(s, s->jobs[i]) : NAN;
+                v[i] = slo_headroom(s->jobs[i]);
         job_series(b, s, "loom_job_slo_headroom_ratio",
-                   "Share of a live job's SLO budget its planned mean iteration leaves unused "
-                   "(0: exactly at its SLO).",
+                   "Share of a live job's SLO budget its mean iteration over its last rollouts "
+                   "leaves (0: at its SLO, below 0: slower than it).",
+                   v);
+        for (uint32_t i = 0; i < s->n_jobs; i++)
+                v[i] = srv_job_live(s->jobs[i]->state) ? planned_headroom(s, s->jobs[i]) : NAN;
+        job_series(b, s, "loom_job_planned_slo_headroom_ratio",
+                   "Share of a live job's SLO budget its planned mean iteration (its group's "
+                   "meta-iteration over its rate) leaves.",
                    v);
         for (uint32_t i = 0; i < s->n_jobs; i++) {
                 const srv_job *j = s->jobs[i];

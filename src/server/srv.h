@@ -165,6 +165,7 @@ typedef struct srv_retry {
         int64_t at_wall;               /* when (us since the epoch), 0 if never */
 } srv_retry;
 
+#define SRV_ITER_RING 8
 /* What loomd keeps about a job besides the core's view; index id - 1 in srv->jobs. */
 typedef struct srv_job {
         uint32_t id;
@@ -205,6 +206,11 @@ typedef struct srv_job {
         uint64_t replans_base; /* of those, counted in log entries compaction dropped */
         loom_us learned_roll, learned_train, learned_budget; /* 0 before any */
         loom_us learned_head;                                /* 0: none learned */
+
+        /* when its last SRV_ITER_RING rollouts were granted (monotonic; ring, newest at
+         * n_roll_grants - 1): its recent mean iteration, for /metrics' SLO headroom */
+        loom_us roll_grants[SRV_ITER_RING];
+        uint64_t n_roll_grants;
 } srv_job;
 
 /* Prometheus histogram with fixed upper bounds in seconds. */

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from loomd_harness import Loomd, check, job_spec, weave_groups  # noqa: E402
@@ -208,7 +209,9 @@ base409 = value(m, "loom_http_replies_total", code="409")
 base4xx = value(m, "loom_http_replies_total", code="4xx")
 check(base409 == 0, "no 409 yet")
 
+t1 = time.monotonic()
 st, l1 = d.req("POST", f"/v1/jobs/{A}/phases/rollout/acquire?wait=10")
+t1 = (t1 + time.monotonic()) / 2
 check(st == 200, "A's rollout granted")
 st, _ = d.req("POST", f"/v1/leases/{l1['lease']}/release")
 check(st == 200, "A's rollout released")
@@ -231,8 +234,10 @@ check(value(m, "loom_job_iterations", job_id=str(A), job_name=odd) == 1,
 check(value(m, "loom_job_iterations", job_id=str(B), job_name="plain") == 0,
       "loom_job_iterations of B: 0")
 for j in (A, B):
-    h = value(m, "loom_job_slo_headroom_ratio", job_id=str(j))
-    check(h is not None and 0 <= h < 1, f"job {j}: SLO headroom in [0, 1): {h}")
+    h = value(m, "loom_job_planned_slo_headroom_ratio", job_id=str(j))
+    check(h is not None and 0 <= h < 1, f"job {j}: planned SLO headroom in [0, 1): {h}")
+    check(value(m, "loom_job_slo_headroom_ratio", job_id=str(j)) is None,
+          f"job {j}: no measured SLO headroom before its second rollout")
     cost = value(m, "loom_job_cost_dollars", job_id=str(j))
     check(cost is not None and cost > 0, f"job {j}: cost so far > 0: {cost}")
 
@@ -240,7 +245,9 @@ st, l3 = d.req("POST", f"/v1/jobs/{B}/phases/rollout/acquire?wait=10")
 check(st == 200, "B's rollout granted")
 st, _ = d.req("DELETE", f"/v1/jobs/{B}")
 check(st == 200, "B cancelled while it holds a lease")
+t4 = time.monotonic()
 st, l4 = d.req("POST", f"/v1/jobs/{A}/phases/rollout/acquire?wait=10")
+t4 = (t4 + time.monotonic()) / 2
 check(st == 200, "A's second rollout granted")
 st, _ = d.req("POST", f"/v1/leases/{l4['lease']}/release", {"status": "failed"})
 check(st == 200, "A's second rollout released as failed (A restarts)")
@@ -253,6 +260,27 @@ check(got == want, f"loom_leases_total by outcome: {got}")
 check(value(m, "loom_job_iterations", job_id=str(B)) is None,
       "an ended job has no per-job series")
 check(value(m, "loom_job_iterations", job_id=str(A)) == 1, "A, restarted, still counts 1")
+h = value(m, "loom_job_slo_headroom_ratio", job_id=str(A))
+want_h = 1 - (t4 - t1) / (1.5 * 3.0)  # slo x (t_roll + t_train)
+check(h is not None and abs(h - want_h) < 0.1,
+      f"A's SLO headroom from its two rollout grants: {h} (about {want_h:.3f})")
+check(d.stop() == 0, "loomd stops")
+
+# -- a job slower than its SLO: headroom below 0 ------------------------------------------------------
+d = Loomd(build, "--lease-timeout", "30", "--quiet").start()
+st, c = d.req("POST", "/v1/jobs", job_spec("quick", 0.1, 0.1, 1.0, 10))
+check(st == 201, "job C (budget 0.2 s an iteration) submitted")
+for it in range(3):
+    for ph in ("rollout", "train"):
+        st, lc = d.req("POST", f"/v1/jobs/{c['id']}/phases/{ph}/acquire?wait=10")
+        check(st == 200, f"C's {ph} {it + 1} granted")
+        time.sleep(0.25)
+        st, _ = d.req("POST", f"/v1/leases/{lc['lease']}/release")
+        check(st == 200, f"C's {ph} {it + 1} released")
+m = check_page(get_metrics(d), "a slow job")
+h = value(m, "loom_job_slo_headroom_ratio", job_id=str(c["id"]), job_name="quick")
+check(h is not None and h < -1, f"C, 0.5 s an iteration against 0.2 s: headroom below 0 ({h})")
+check(value(m, "loom_job_iterations", job_id=str(c["id"])) == 3, "C: 3 iterations")
 check(d.stop() == 0, "loomd stops")
 
 # -- the scrape config in docs/operations.md ---------------------------------------------------------
