@@ -223,11 +223,14 @@ static inline loom_us loom__roll_occ(const loom_sched *s, const loom_job_spec *s
  * an iteration with its two switches (rollout <-> training, loom__switch each) within budget. */
 bool loom__lone_fits(const loom_sched *s, const loom_job_spec *spec, loom_us budget,
                      int train_nodes);
-/* A group of one member re-decides whether it is lone, on a membership change or an
- * observation (what the log records): one that fits goes lone, its rollout nodes released
+/* A group of one member re-decides whether it is lone, on a membership change (may_go_lone) or
+ * an observation (what the log records): one that fits goes lone, its rollout nodes released
  * (planned, not provisioned) as soon as no rollout of the member runs there; a lone one that
- * no longer fits (its learned budget cannot pay the two switches) has them provisioned again. */
-void loom__lone_recheck(loom_sched *s, group *g);
+ * no longer fits (its learned budget cannot pay the two switches) has them provisioned again.
+ * An observation only takes a group out of lone: going lone again waits for the next membership
+ * change, so a member whose estimates hover at the edge does not flip its rollout nodes (each
+ * flip a release, a provisioning and a cold start) with every iteration. */
+void loom__lone_recheck(loom_sched *s, group *g, bool may_go_lone);
 /* Release a lone group's rollout nodes once no rollout runs there (after the member's rollout
  * that was running on them when the group went lone). Changes no planning state. */
 void loom__lone_settle(loom_sched *s, group *g);

@@ -854,7 +854,7 @@ int loom_sched_observe_on(loom_sched *s, loom_us now, loom_job_id id, loom_phase
         if (rc == 1)
                 s->stats.replans++;
         if (rc >= 0)
-                loom__lone_recheck(s, j->group); /* what it learned may change whether it fits */
+                loom__lone_recheck(s, j->group, false); /* what it learned may stop it fitting */
         return rc;
 }
 
@@ -957,7 +957,7 @@ int loom_sched_job_exit(loom_sched *s, loom_us now, loom_job_id id, loom_exit re
                 group_free(g);
                 return 0;
         }
-        loom__lone_recheck(s, g);
+        loom__lone_recheck(s, g, true);
         loom__group_refresh(s, g);
         loom__dispatch(s, g, now);
         return 0;
@@ -973,11 +973,12 @@ bool loom__job_lone_fits(const loom_sched *s, const job *j, int train_nodes)
         return loom__lone_fits(s, &sp, j->slo_budget, train_nodes);
 }
 
-void loom__lone_recheck(loom_sched *s, group *g)
+void loom__lone_recheck(loom_sched *s, group *g, bool may_go_lone)
 {
         if (g->n_members != 1)
                 return;
-        if (g->lone != loom__job_lone_fits(s, g->members[0], g->n_tnodes)) {
+        if ((g->lone || may_go_lone) &&
+            g->lone != loom__job_lone_fits(s, g->members[0], g->n_tnodes)) {
                 g->lone = !g->lone;
                 for (int i = 0; i < g->n_rnodes && !g->lone && !g->rnodes_up; i++)
                         node_action(s, LOOM_ACT_PROVISION_NODE, LOOM_POOL_ROLLOUT, g->rnodes[i]->id,
