@@ -57,6 +57,13 @@ typedef struct loom_exec_job {
         int n_nodes[2];
         loom_node_id nodes[2][LOOM_MAX_JOB_NODES]; /* [pool][i] */
         int gpus[2];                               /* GPUs per node, by pool */
+        /* A lone member rolls out on its group's training nodes: its rollout workers run there
+         * (nodes[0] then names training node ids) and no rollout node is held for it. */
+        bool roll_on_train;
+        /* Its rollout is next or running: its rollout workers stay where they are, even if the
+         * placement above names other nodes (a worker moved now could take the permit with it);
+         * they move while it trains. */
+        bool roll_pinned;
         char token[96];    /* the job's worker token (LOOM_TOKEN), "" without authentication */
         char sync_key[65]; /* its weight-sync key, 64 hex digits (LOOM_SYNC_KEY), or "" */
 } loom_exec_job;

@@ -11,6 +11,9 @@
  *
  * and a listed worker that matches no wanted key is stopped. The records of admissions that are
  * no longer wanted are dropped. Launching waits until every node of the admission is powered up.
+ * A rollout worker whose node the placement changed (a lone member rolls out on its training
+ * nodes, a member of a group of several on its rollout nodes) is stopped while its job trains
+ * and launched again on the new node; that end is not a failure.
  */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -275,9 +278,23 @@ static bool bind_nodes(loom_exec *x, const loom_node_id *const up[2], const int 
         return changed;
 }
 
-/* Power every mapped node up (bound) or down (free); ready[pool][slot] says which bound ones
- * are up. */
-static int power_nodes(loom_exec *x, const loom_node_id *const up[2], const int n_up[2],
+/* Whether a wanted worker still runs on node: a rollout worker of a group that went lone runs
+ * on the released rollout node until it moves (between its rollouts); cancelling the node's
+ * allocation first would kill it and count as its job's failure. */
+static bool node_busy(const loom_exec *x, const loom_exec_job *want, int n, const char *node)
+{
+        for (int i = 0; i < x->n_listed; i++) {
+                const loom_exec_worker *w = &x->listed[i];
+                if (!w->ended && !strcmp(w->node, node) && wanted(want, n, w))
+                        return true;
+        }
+        return false;
+}
+
+/* Power every mapped node up (bound) or down (free, and no wanted worker left on it);
+ * ready[pool][slot] says which bound ones are up. */
+static int power_nodes(loom_exec *x, const loom_exec_job *want, int n,
+                       const loom_node_id *const up[2], const int n_up[2],
                        bool ready[2][LOOM_EXEC_MAX_NODES], loom_err *e)
 {
         if (!x->bound_loaded)
@@ -286,12 +303,16 @@ static int power_nodes(loom_exec *x, const loom_node_id *const up[2], const int 
                 bind_save(x);
         for (int p = 0; p < 2; p++)
                 for (int i = 0; i < x->cfg.n_nodes[p]; i++) {
-                        bool want = x->bound[p][i] != 0;
+                        bool on = x->bound[p][i] != 0;
                         if (!x->cfg.manage_power) {
-                                ready[p][i] = want;
+                                ready[p][i] = on;
                                 continue;
                         }
-                        int rc = x->ops->power(x->impl, x->cfg.nodes[p][i], want, e);
+                        if (!on && node_busy(x, want, n, x->cfg.nodes[p][i])) {
+                                ready[p][i] = false;
+                                continue;
+                        }
+                        int rc = x->ops->power(x->impl, x->cfg.nodes[p][i], on, e);
                         if (rc < 0)
                                 return rc;
                         if (rc == LOOM_EXEC_UNUSABLE) { /* bind its id elsewhere next time */
@@ -300,10 +321,24 @@ static int power_nodes(loom_exec *x, const loom_node_id *const up[2], const int 
                                 bind_save(x);
                                 rc = 0;
                         }
-                        ready[p][i] = want && rc == 1;
-                        x->was_up[p][i] = want ? rc == 1 : rc == 0;
+                        ready[p][i] = on && rc == 1;
+                        x->was_up[p][i] = on ? rc == 1 : rc == 0;
                 }
         return 0;
+}
+
+/* The pool whose nodes the workers of pool p run on: a lone member's rollout workers are on its
+ * training nodes, where its lease puts its rollouts. */
+static int on_pool(const loom_exec_job *j, int p)
+{
+        return p == LOOM_POOL_ROLLOUT && j->roll_on_train ? LOOM_POOL_TRAIN : p;
+}
+
+/* The cluster's node of j's worker (p, rank), or NULL while its id is bound to none. */
+static const char *node_of(const loom_exec *x, const loom_exec_job *j, int p, int rank)
+{
+        int q = on_pool(j, p), slot = slot_of(x, q, j->nodes[p][rank]);
+        return slot >= 0 ? x->cfg.nodes[q][slot] : NULL;
 }
 
 static int launch(loom_exec *x, const loom_exec_job *j, int p, int rank, loom_err *e)
@@ -313,7 +348,7 @@ static int launch(loom_exec *x, const loom_exec_job *j, int p, int rank, loom_er
                               .pool = (loom_pool)p,
                               .rank = rank,
                               .gpus = j->gpus[p]};
-        snprintf(w.node, sizeof w.node, "%s", x->cfg.nodes[p][slot_of(x, p, j->nodes[p][rank])]);
+        snprintf(w.node, sizeof w.node, "%s", node_of(x, j, p, rank));
         char v[12][192];
         snprintf(v[0], sizeof v[0], "LOOM_URL=%s", x->cfg.url);
         snprintf(v[1], sizeof v[1], "LOOM_JOB=%u", j->job);
@@ -342,8 +377,8 @@ static bool all_ready(const loom_exec *x, const loom_exec_job *j,
 {
         for (int p = 0; p < 2; p++)
                 for (int i = 0; i < j->n_nodes[p]; i++) {
-                        int slot = slot_of(x, p, j->nodes[p][i]);
-                        if (slot < 0 || !ready[p][slot])
+                        int q = on_pool(j, p), slot = slot_of(x, q, j->nodes[p][i]);
+                        if (slot < 0 || !ready[q][slot])
                                 return false;
                 }
         return true;
@@ -369,6 +404,20 @@ static void report(loom_exec_event *ev, int max_ev, int *n_ev, const loom_exec_j
         snprintf(v->why, sizeof v->why, fmt, a, b);
 }
 
+/* Launch worker (p, r) of j for rec; a refused launch is that worker's failure. */
+static void launch_rec(loom_exec *x, const loom_exec_job *j, int p, int r, exec_rec *rec,
+                       loom_exec_event *ev, int max_ev, int *n_ev, loom_err *e)
+{
+        if (launch(x, j, p, r, e)) {
+                rec->reported = true;
+                report(ev, max_ev, n_ev, j, "%s worker could not start: %.120s",
+                       loom_pool_name((loom_pool)p), e->msg);
+                loom_err_clear(e);
+                return;
+        }
+        snprintf(rec->node, sizeof rec->node, "%s", node_of(x, j, p, r));
+}
+
 static int reconcile_job(loom_exec *x, const loom_exec_job *j, bool ready[2][LOOM_EXEC_MAX_NODES],
                          loom_exec_event *ev, int max_ev, int *n_ev, loom_err *e)
 {
@@ -376,9 +425,33 @@ static int reconcile_job(loom_exec *x, const loom_exec_job *j, bool ready[2][LOO
                 for (int r = 0; r < j->n_nodes[p]; r++) {
                         exec_rec *rec = rec_find(x, j->job, j->admission, p, r);
                         const loom_exec_worker *live = listed(x, j->job, j->admission, p, r, false);
+                        const char *node = node_of(x, j, p, r);
+                        if (rec && rec->moving) {
+                                /* launched again only once the cluster lists nothing of it: an
+                                 * ending step of the same name would hide the new one */
+                                if (live || listed(x, j->job, j->admission, p, r, true) ||
+                                    !all_ready(x, j, ready))
+                                        continue;
+                                rec->moving = rec->reported = false;
+                                launch_rec(x, j, p, r, rec, ev, max_ev, n_ev, e);
+                                continue;
+                        }
                         if (live) {
                                 if (!rec && !(rec = rec_add(x, j->job, j->admission, p, r)))
                                         return loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
+                                if (!rec->node[0])
+                                        snprintf(rec->node, sizeof rec->node, "%s", live->node);
+                                /* the placement moved its rollouts (a lone group got a second
+                                 * member, or went lone): stopped here while its job trains,
+                                 * launched there once the node is up. Not waiting for the node:
+                                 * a worker left here would take the next rollout's permit,
+                                 * whose lease names the new node. */
+                                if (p == LOOM_POOL_ROLLOUT && node && rec->node[0] &&
+                                    strcmp(rec->node, node) && !j->roll_pinned) {
+                                        if (x->ops->stop(x->impl, live, e) == 0)
+                                                rec->moving = true;
+                                        loom_err_clear(e);
+                                }
                                 continue;
                         }
                         if (rec && !rec->reported) {
@@ -394,13 +467,7 @@ static int reconcile_job(loom_exec *x, const loom_exec_job *j, bool ready[2][LOO
                                 continue;
                         if (!(rec = rec_add(x, j->job, j->admission, p, r)))
                                 return loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
-                        int rc = launch(x, j, p, r, e);
-                        if (rc) { /* a refused launch is that worker's failure */
-                                rec->reported = true;
-                                report(ev, max_ev, n_ev, j, "%s worker could not start: %.120s",
-                                       loom_pool_name((loom_pool)p), e->msg);
-                                loom_err_clear(e);
-                        }
+                        launch_rec(x, j, p, r, rec, ev, max_ev, n_ev, e);
                 }
         return 0;
 }
@@ -416,7 +483,7 @@ int loom_exec_apply(loom_exec *x, const loom_exec_job *want, int n, const loom_n
                 return m;
         x->n_listed = m;
         static bool ready[2][LOOM_EXEC_MAX_NODES]; /* scheduler thread only */
-        int rc = power_nodes(x, up, n_up, ready, e);
+        int rc = power_nodes(x, want, n, up, n_up, ready, e);
         if (rc)
                 return rc;
         for (int i = 0; i < n; i++)

@@ -12,7 +12,9 @@
 typedef struct exec_rec {
         uint32_t job, admission;
         int pool, rank;
-        bool reported; /* its failure went to loomd */
+        bool reported;                 /* its failure went to loomd */
+        bool moving;                   /* stopped to run on another node: its end is no failure */
+        char node[LOOM_EXEC_NAME_MAX]; /* the cluster's node it runs on ("" if not known) */
 } exec_rec;
 
 struct loom_exec {

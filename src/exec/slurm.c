@@ -97,6 +97,7 @@ static int sl_launch(void *impl, const loom_exec_worker *w, const char *const *e
         snprintf(gres, sizeof gres, "--gres=gpu:%d", w->gpus);
         snprintf(jobid, sizeof jobid, "--jobid=%s", h->id);
         snprintf(node, sizeof node, "--nodelist=%s", w->node);
+        /* --open-mode=append: a worker moved to another node keeps its one log */
         const char *argv[] = {"srun",
                               jobid,
                               "--overlap",
@@ -107,6 +108,7 @@ static int sl_launch(void *impl, const loom_exec_worker *w, const char *const *e
                               "--job-name",
                               name,
                               out,
+                              "--open-mode=append",
                               "--kill-on-bad-exit=1",
                               "/bin/sh",
                               "-c",

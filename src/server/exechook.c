@@ -121,11 +121,15 @@ static int publish_jobs(loom_server *s, srv_exec *t)
         if (loom_reserve(&t->want, &t->cap_want, (size_t)s->n_jobs + 1, sizeof *t->want, 16))
                 return LOOM_ENOMEM;
         const loom_cluster_cfg *c = loom_sched_cluster(s->sched);
+        loom_group_info *g = malloc(sizeof *g);
+        if (!g)
+                return LOOM_ENOMEM;
         int n = 0;
         for (uint32_t i = 0; i < s->n_jobs; i++) {
                 srv_job *j = s->jobs[i];
                 loom_job_info in;
-                if (!srv_job_live(j->state) || loom_sched_job_info(s->sched, j->retry.core, &in))
+                if (!srv_job_live(j->state) || loom_sched_job_info(s->sched, j->retry.core, &in) ||
+                    loom_sched_group_info(s->sched, in.group, g))
                         continue;
                 loom_exec_job *w = &t->want[n++];
                 memset(w, 0, sizeof *w);
@@ -142,7 +146,24 @@ static int publish_jobs(loom_server *s, srv_exec *t)
                 int r = in.n_rollout_nodes ? j->spec.rollout_gpus / in.n_rollout_nodes : 0;
                 w->gpus[0] = r > 0 && r < c->gpus_per_node ? r : c->gpus_per_node;
                 w->gpus[1] = c->gpus_per_node;
+                /* Where its rollouts run: the rollout it holds or is offered runs where its lease
+                 * says (a lone member's on the training nodes); the next one where the group is
+                 * now (lone: its rollout nodes are not provisioned). The worker stays put while
+                 * its rollout is next or running, so it never leaves with a permit. */
+                bool on_train = g->lone;
+                w->roll_pinned = j->next == LOOM_PHASE_ROLLOUT;
+                if (j->has_lease && j->lease.phase == LOOM_PHASE_ROLLOUT)
+                        on_train = j->lease.pool == LOOM_POOL_TRAIN, w->roll_pinned = true;
+                else if (j->permit && j->permit_phase == LOOM_PHASE_ROLLOUT)
+                        on_train = j->permit_pool == LOOM_POOL_TRAIN, w->roll_pinned = true;
+                if (on_train) {
+                        w->roll_on_train = true;
+                        w->n_nodes[0] = in.n_train_nodes;
+                        memcpy(w->nodes[0], in.train_nodes, sizeof in.train_nodes);
+                        w->gpus[0] = c->gpus_per_node;
+                }
         }
+        free(g);
         t->n_want = n;
         return 0;
 }
@@ -169,7 +190,8 @@ static void publish_nodes(loom_server *s, srv_exec *t)
         for (int i = 0; i < n; i++) {
                 if (loom_sched_group_info(s->sched, ids[i], g))
                         continue;
-                for (int k = 0; k < g->n_rollout_nodes; k++)
+                /* a lone group's rollout nodes are planned, not provisioned: Slurm holds none */
+                for (int k = 0; k < g->n_rollout_nodes && !g->lone; k++)
                         t->n_up[0] = add_node(t->up[0], t->n_up[0], g->rollout_nodes[k]);
                 for (int k = 0; k < g->n_train_nodes; k++)
                         t->n_up[1] = add_node(t->up[1], t->n_up[1], g->train_nodes[k]);

@@ -292,3 +292,72 @@ Test(exec, a_node_out_of_service_is_replaced)
                         cr_assert_str_eq(f.live[i].node, "r2");
         loom_exec_free(x);
 }
+
+static int apply_up(loom_exec *x, const loom_exec_job *w, int n, int n_r, loom_node_id r,
+                    loom_node_id t, loom_exec_event *ev)
+{
+        const loom_node_id ru[1] = {r}, tu[1] = {t};
+        const loom_node_id *const up[2] = {ru, tu};
+        const int n_up[2] = {n_r, 1};
+        int n_ev = -1;
+        loom_err e;
+        cr_assert_eq(loom_exec_apply(x, w, n, up, n_up, ev, 8, &n_ev, &e), 0);
+        return n_ev;
+}
+
+static const loom_exec_worker *live_of(const fake *f, loom_pool p)
+{
+        for (int i = 0; i < f->n_live; i++)
+                if (f->live[i].pool == p)
+                        return &f->live[i];
+        return NULL;
+}
+
+/* A lone member rolls out on its training node: no rollout node is held and its rollout
+ * worker runs there. A second member moves it to the rollout node, the group going lone again
+ * moves it back (each while the job trains, never as a failure), and the rollout node is
+ * powered down only once the worker has left it. */
+Test(exec, a_lone_member_rolls_out_on_its_training_node_and_moves_with_its_group)
+{
+        fake f = {0};
+        loom_exec *x = make(&f);
+        loom_exec_event ev[8];
+        loom_exec_job j = job(1, 1, 9, 9);
+        j.roll_on_train = true;
+        cr_assert_eq(apply_up(x, &j, 1, 0, 0, 9, ev), 0);
+        cr_assert_eq(f.n_up, 1, "only the training node is up");
+        cr_assert_str_eq(f.up[0], "t1");
+        cr_assert_eq(f.launches, 2);
+        cr_assert_str_eq(live_of(&f, LOOM_POOL_ROLLOUT)->node, "t1");
+        cr_assert_str_eq(live_of(&f, LOOM_POOL_TRAIN)->node, "t1");
+        /* a second member: the rollout node comes up; the worker stays while its rollout runs */
+        j.roll_on_train = false;
+        j.nodes[0][0] = 7;
+        j.roll_pinned = true;
+        cr_assert_eq(apply_up(x, &j, 1, 1, 7, 9, ev), 0);
+        cr_assert_eq(f.n_up, 2);
+        cr_assert_eq(f.stops, 0, "not moved while its rollout is next or running");
+        cr_assert_str_eq(live_of(&f, LOOM_POOL_ROLLOUT)->node, "t1");
+        j.roll_pinned = false; /* it trains */
+        cr_assert_eq(apply_up(x, &j, 1, 1, 7, 9, ev), 0, "a move is no failure");
+        cr_assert_eq(f.stops, 1);
+        cr_assert_eq(apply_up(x, &j, 1, 1, 7, 9, ev), 0);
+        cr_assert_eq(f.launches, 3);
+        cr_assert_str_eq(live_of(&f, LOOM_POOL_ROLLOUT)->node, "r1");
+        cr_assert_eq(apply_up(x, &j, 1, 1, 7, 9, ev), 0);
+        cr_assert_eq(f.launches, 3, "launched once there");
+        /* lone again: the rollout node is released, but kept up until the worker left it */
+        j.roll_on_train = true;
+        j.nodes[0][0] = 9;
+        cr_assert_eq(apply_up(x, &j, 1, 0, 0, 9, ev), 0);
+        cr_assert_eq(f.stops, 2);
+        cr_assert_eq(f.n_up, 2, "r1 stays up while the worker runs there");
+        cr_assert_eq(apply_up(x, &j, 1, 0, 0, 9, ev), 0);
+        cr_assert_eq(f.launches, 4);
+        cr_assert_str_eq(live_of(&f, LOOM_POOL_ROLLOUT)->node, "t1");
+        cr_assert_eq(apply_up(x, &j, 1, 0, 0, 9, ev), 0);
+        cr_assert_eq(f.n_up, 1, "r1 powered down once nothing runs there");
+        cr_assert_str_eq(f.up[0], "t1");
+        cr_assert_eq(f.launches, 4);
+        loom_exec_free(x);
+}
