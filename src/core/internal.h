@@ -113,6 +113,8 @@ typedef struct group {
         /* Its rollout nodes are provisioned: always when not lone; when lone, only until the one
          * member's rollout running there ends (loom__lone_settle). Placement never reads it. */
         bool rnodes_up;
+        /* an observation took it out of lone: only a membership change makes it lone again */
+        bool lone_lost;
         int open_idx;              /* index in s->open, or -1 */
         loom_job_id train_running; /* job holding the training pool, or 0 */
         loom_job_id train_last;    /* the job whose state the training pool holds, or 0 */
@@ -227,9 +229,9 @@ bool loom__lone_fits(const loom_sched *s, const loom_job_spec *spec, loom_us bud
  * an observation (what the log records): one that fits goes lone, its rollout nodes released
  * (planned, not provisioned) as soon as no rollout of the member runs there; a lone one that
  * no longer fits (its learned budget cannot pay the two switches) has them provisioned again.
- * An observation only takes a group out of lone: going lone again waits for the next membership
- * change, so a member whose estimates hover at the edge does not flip its rollout nodes (each
- * flip a release, a provisioning and a cold start) with every iteration. */
+ * Once an observation has taken a group out of lone, going lone again waits for the next
+ * membership change, so a member whose estimates hover at the edge does not flip its rollout
+ * nodes (each flip a release, a provisioning and a cold start) with every iteration. */
 void loom__lone_recheck(loom_sched *s, group *g, bool may_go_lone);
 /* Release a lone group's rollout nodes once no rollout runs there (after the member's rollout
  * that was running on them when the group went lone). Changes no planning state. */

@@ -975,11 +975,14 @@ bool loom__job_lone_fits(const loom_sched *s, const job *j, int train_nodes)
 
 void loom__lone_recheck(loom_sched *s, group *g, bool may_go_lone)
 {
+        if (may_go_lone)
+                g->lone_lost = false; /* a membership change: decided afresh */
         if (g->n_members != 1)
                 return;
-        if ((g->lone || may_go_lone) &&
+        if ((g->lone || !g->lone_lost) &&
             g->lone != loom__job_lone_fits(s, g->members[0], g->n_tnodes)) {
                 g->lone = !g->lone;
+                g->lone_lost = !may_go_lone && !g->lone;
                 for (int i = 0; i < g->n_rnodes && !g->lone && !g->rnodes_up; i++)
                         node_action(s, LOOM_ACT_PROVISION_NODE, LOOM_POOL_ROLLOUT, g->rnodes[i]->id,
                                     g->id);

@@ -692,3 +692,54 @@ Test(learn, a_lone_member_s_budget_does_not_grow_with_its_colocated_rollouts)
                      LOOM_EINVAL);
         loom_sched_free(s);
 }
+
+/* A lone member whose observations take it out of lone (its rollouts on the training GPUs ran
+ * long) gets its rollout node back; when later observations, on the rollout node, say it would
+ * fit again, it stays: going lone again waits for a membership change, so an estimate at the
+ * edge does not release and provision the node every iteration. */
+Test(learn, a_member_out_of_lone_stays_out_until_its_group_changes)
+{
+        po.admission = LOOM_ADMIT_P99;
+        po.learn_after = 2;
+        loom_sched *s = loom_sched_new(&cl, &po, NULL);
+        loom_job_spec a = spec("A", 100, 100, 1.05);
+        a.t_switch = loom_us_from_s(4);
+        loom_job_id ia = submit(s, a);
+        loom_group_info gi;
+        cr_assert_eq(loom_sched_group_info(s, 0, &gi), 0);
+        cr_assert(gi.lone, "208 s of a lone iteration fits 1.05 x 200 s");
+        int provisioned = 0, released = 0;
+        loom_us now = 0;
+        for (int i = 0; i < 16; i++) {
+                loom_action act;
+                loom_pool roll_pool = LOOM_POOL_ROLLOUT;
+                while (loom_sched_next_action(s, &act)) {
+                        provisioned += act.type == LOOM_ACT_PROVISION_NODE && act.pool == 0;
+                        released += act.type == LOOM_ACT_RELEASE_NODE && act.pool == 0;
+                        if (act.type == LOOM_ACT_START_PHASE && act.phase == LOOM_PHASE_ROLLOUT)
+                                roll_pool = act.pool;
+                }
+                /* on the training GPUs 110 s, on its rollout node 70 s: once those fill the
+                 * window, 70 + 100 + 2 x 4 s fits 1.05 x 170 s again */
+                double roll = roll_pool == LOOM_POOL_TRAIN ? 110 : 70;
+                now += loom_us_from_s(roll);
+                cr_assert_geq(loom_sched_observe_on(s, now, ia, LOOM_PHASE_ROLLOUT, roll_pool,
+                                                    loom_us_from_s(roll)),
+                              0);
+                cr_assert_eq(loom_sched_phase_done(s, now, ia, LOOM_PHASE_ROLLOUT), 0);
+                while (loom_sched_next_action(s, &act)) {
+                        provisioned += act.type == LOOM_ACT_PROVISION_NODE && act.pool == 0;
+                        released += act.type == LOOM_ACT_RELEASE_NODE && act.pool == 0;
+                }
+                now += loom_us_from_s(100);
+                cr_assert_geq(loom_sched_observe(s, now, ia, LOOM_PHASE_TRAIN, loom_us_from_s(100)),
+                              0);
+                cr_assert_eq(loom_sched_phase_done(s, now, ia, LOOM_PHASE_TRAIN), 0);
+        }
+        cr_assert_eq(loom_sched_group_info(s, 0, &gi), 0);
+        cr_assert_not(gi.lone, "out of lone, and it stays out");
+        cr_assert(provisioned == 1 && released == 0,
+                  "its rollout node came up once and stayed (%d up, %d down)", provisioned,
+                  released);
+        loom_sched_free(s);
+}
