@@ -179,7 +179,7 @@ static int cmd_node(int argc, char **argv)
 {
         loom_harvest_node_cfg c;
         loom_harvest_node_defaults(&c);
-        c.headroom_pages = UINT32_MAX; /* not given: 20% of --pages (0 without --pages) */
+        c.headroom_pages = UINT32_MAX; /* not given (loom_harvest_node_serve) */
         double for_s = 0;
         const loom_cmd_opt t[] = {
             {"--port", 'p', 0, 65535, &c.port},
@@ -208,12 +208,6 @@ static int cmd_node(int argc, char **argv)
                 return rc == 3 ? 0 : rc;
         if (harvest_cmd_node_key(&na))
                 return 1;
-        c.headroom_pages = c.headroom_pages == UINT32_MAX ? c.pages / 5 : c.headroom_pages;
-        if (c.headroom_pages > c.pages && c.pages) {
-                fprintf(stderr, "loom harvest node: --headroom-pages: %u exceeds --pages %u\n",
-                        c.headroom_pages, c.pages);
-                return 1;
-        }
         loom_err e;
         loom_cmd_catch_stop();
         if (loom_harvest_node_serve(&c, for_s, loom_cmd_stopping, stdout, &e)) {

@@ -47,8 +47,7 @@ static void usage(FILE *f)
             "  --policy LIST          comma list or all (default all): loom, loom-nomig,\n"
             "                         solo, colocated, random, greedy, oracle, lb,\n"
             "                         random-slo, greedy-slo, regroup, gavel (Gavel+),\n"
-            "                         colocated-slo (colocated held to SLOs: a job it\n"
-            "                         cannot keep within SLO runs as solo)\n"
+            "                         colocated-slo (colocated, held to SLOs by solo)\n"
             "                         or PlexRL's plex-isolated, plex-pack, plex-spread,\n"
             "                         plex-backfill, plex-all (--policy plex-all --help)\n"
             "  --admission A          worst (default) | p99 | p95: plan on a quantile's bound\n"
@@ -64,19 +63,16 @@ static void usage(FILE *f)
             "                         admission plans every switch at the largest (4 s)\n"
             "  --max-group N          max jobs per group (default 5)\n"
             "  --colocated-factor F   rollout time on a training GPU vs a rollout GPU (1.0)\n"
-            "  --tail-slowdown F      a migrated tail's time on its kept GPUs vs at full speed "
-            "(1)\n"
-            "  --cluster C            h20-h800 (default: H20 rollout, H800 training GPUs),\n"
-            "                         h100 or h200 (one GPU type in both pools), or a JSON\n"
-            "                         file with a cluster object (as in scenario files)\n"
+            "  --tail-slowdown F      a migrated tail's time on its kept GPUs vs full speed (1)\n"
+            "  --cluster C            h20-h800 (default), h100 or h200 (one GPU type), or a\n"
+            "                         JSON file with a cluster object (as in scenario files)\n"
             "  --seed N               workload and placement seed (default 1)\n"
             "output:\n"
             "  --json | --csv         one JSON object per policy per line | CSV\n"
             "  --plot DIR             cost.svg/png, gpus.svg/png, slowdown.svg/png\n"
             "  --per-job FILE         CSV of every job under every policy (slowdown, SLO)\n"
-            "  --timeline FILE        JSON lines: every node's provision and release, every\n"
-            "                         phase segment, stop, restart and completion (every\n"
-            "                         policy but the fluid oracle and lb)\n"
+            "  --timeline FILE        JSON lines: nodes up and down, phase segments, stops,\n"
+            "                         restarts, completions (all but the fluid oracle, lb)\n"
             "  --no-progress          no progress bar (it is drawn only on a terminal)\n"
             "  --decompose            the cost as a ladder from the fluid lower bound, then the\n"
             "                         oracle's regroupings the targets need (docs/sim.md)\n"
@@ -90,7 +86,6 @@ static void usage(FILE *f)
 typedef struct opts {
         loom_sim_study_cfg c;
         bool poisson, json, csv, no_progress, sweep, decompose;
-        const char *cluster;
 } opts;
 
 static int bad(const char *what, const char *val)
@@ -237,7 +232,7 @@ static int parse(int argc, char **argv, opts *o)
             {"threads", "--threads", 1, 64, .i = &o->c.threads},
             {"per-job", .s = &o->c.per_job},
             {"timeline", .s = &o->c.timeline},
-            {"cluster", .s = &o->cluster},
+            {"cluster", .s = &o->c.cluster},
             {.name = "drift"},
             {"mtbf-h", "--mtbf-h (hours, 0..1e6)", 0, 1e6, .d = &wl->mtbf_h},
             {"max-restarts", "--max-restarts (0..1000)", 0, 1000, .i = &sim->max_restarts},
@@ -297,10 +292,6 @@ int loom_cmd_sim(int argc, char **argv)
                 o.c.trace = loom_cmd_bundled(DEFAULT_TRACE, buf, sizeof buf);
         loom_err e;
         loom_err_clear(&e);
-        if (o.cluster && loom_sim_cluster_load(o.cluster, &o.c.sim.cluster, &e)) {
-                fprintf(stderr, "loom sim: --cluster: %s\n", e.msg);
-                return 1;
-        }
         if (loom_sim_study(&o.c, stdout, &e)) { /* trace errors start with file:line:col */
                 fprintf(stderr, "loom sim: %s\n", e.msg);
                 return 1;

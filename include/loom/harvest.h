@@ -556,7 +556,8 @@ int loom_harvest_role_parse(const char *s, loom_harvest_role *out, loom_err *e);
 int loom_harvest_admit_parse(const char *s, loom_harvest_admit_mode *out, int *plain, loom_err *e);
 /* Start a node, print "listening on 127.0.0.1:PORT" to out, serve until stop() returns non-zero
  * (asked every 20 ms) or for_s seconds of those polls pass (0: no limit), then stop it and print
- * its stats as one line of JSON. On an error e's message is complete (it names the field). */
+ * its stats as one line of JSON. headroom_pages UINT32_MAX: not given, 20% of pages. On an error
+ * e's message is complete (it names the field). */
 int loom_harvest_node_serve(const loom_harvest_node_cfg *c, double for_s, int (*stop)(void),
                             FILE *out, loom_err *e);
 

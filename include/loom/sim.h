@@ -492,6 +492,7 @@ typedef struct loom_sim_study_cfg {
         const char *plot;     /* directory for plots (compare, sweep), or NULL */
         const char *per_job;  /* path of the per-job CSV (compare), or NULL */
         const char *timeline; /* path of the timeline, JSON lines (compare), or NULL */
+        const char *cluster;  /* a preset or cluster file (loom_sim_cluster_load) over sim's */
         int seeds, threads;   /* sweep; default 3 and 2 */
 } loom_sim_study_cfg;
 

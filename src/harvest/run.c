@@ -154,6 +154,14 @@ int loom_harvest_sim_report(const loom_harvest_sim_cfg *cfg, const char *trace,
 int loom_harvest_node_serve(const loom_harvest_node_cfg *c, double for_s, int (*stop)(void),
                             FILE *out, loom_err *e)
 {
+        loom_harvest_node_cfg own = *c;
+        if (own.headroom_pages == UINT32_MAX) /* not given: 20% of the pool (0 from the pair's) */
+                own.headroom_pages = own.pages / 5;
+        if (own.pages && own.headroom_pages > own.pages)
+                return loom_err_set(e, LOOM_EINVAL, "headroom_pages",
+                                    "--headroom-pages: %u exceeds --pages %u", own.headroom_pages,
+                                    own.pages);
+        c = &own;
         loom_harvest_node *n;
         int rc = loom_harvest_node_start(c, &n, e);
         if (rc)

@@ -153,6 +153,14 @@ int loom_sim_study(const loom_sim_study_cfg *c, FILE *f, loom_err *e)
 {
         loom_sim_trace t = {0};
         int rc;
+        loom_sim_study_cfg own;
+        if (c->cluster) { /* the study runs on the cluster it names */
+                own = *c;
+                loom_err why;
+                if ((rc = loom_sim_cluster_load(c->cluster, &own.sim.cluster, &why)))
+                        return loom_err_set(e, rc, "cluster", "--cluster: %s", why.msg);
+                c = &own;
+        }
         const char *why = loom_sim_study_conflict(c);
         if (why)
                 return loom_err_set(e, LOOM_EINVAL, "study", "%s", why);
