@@ -1,8 +1,7 @@
 /*
  * sim.c - `loom sim`: replay a trace (or Poisson arrivals) through placement policies and
- * compare cost, SLO attainment and utilisation; `loom sim sweep`: WEAVE Figure 15 a-c. The
- * options become a loom_sim_study_cfg; the study (src/sim/study.c) computes everything before
- * it prints, so invalid input leaves no partial report behind. */
+ * compare cost, SLO and utilisation; `loom sim sweep`: WEAVE Figure 15 a-c. The options become
+ * a loom_sim_study_cfg; the study (src/sim/study.c) computes all before it prints. */
 #include <getopt.h>
 #include <limits.h>
 #include <stdio.h>
@@ -59,8 +58,8 @@ static void usage(FILE *f)
             "  --multirate on|off     members may run several iterations per meta-iteration (on)\n"
             "  --train-rightsize on|off  new groups get the fewest training nodes in SLO (off)\n"
             "  --colocate-lone on|off a lone member rolls out on its training nodes (on)\n"
-            "  --job-switch on|off    each job declares its model's warm switch (on); off:\n"
-            "                         admission plans every switch at the largest (4 s)\n"
+            "  --lone-grow on|off     ... on more of them where its SLO needs it and it pays (on)\n"
+            "  --job-switch on|off    each job declares its warm switch (on; off: the largest, 4 s)\n"
             "  --max-group N          max jobs per group (default 5)\n"
             "  --colocated-factor F   rollout time on a training GPU vs a rollout GPU (1.0)\n"
             "  --tail-slowdown F      a migrated tail's time on its kept GPUs vs full speed (1)\n"
@@ -245,6 +244,7 @@ static int parse(int argc, char **argv, opts *o)
             {.name = "multirate"},
             {.name = "train-rightsize"},
             {.name = "colocate-lone"},
+            {.name = "lone-grow"},
             {.name = "learn-bound"},
             {.name = "move-lone"},
             {.name = "move-members"},

@@ -71,6 +71,7 @@ int loom_admission_parse(const char *s, loom_admission *out);
 #define LOOM_PRIOR_JOBS 16        /* ended jobs the budget prior of a new job is taken from */
 #define LOOM_MOVE_GAIN 0.5        /* a lone member moves only if that halves what it costs */
 #define LOOM_MOVE_MARGIN 0.05     /* policy.move_members: slack a move leaves every member */
+#define LOOM_MOVE_GROW_GAIN 0.2   /* policy.lone_grow: a move to more nodes saves this */
 
 /* How a learned quantile is bounded (docs/scheduling.md, learned profiles).
  * NORMAL: a one-sided normal tolerance bound, mean + k(n) s over the last LOOM_LEARN_WINDOW / 2
@@ -120,8 +121,10 @@ double loom_quantile_ucb(const double *top, int m, int64_t n, double q, double c
  * on its mean phases and learned budget, both ways. Version 8: rollouts planned on their heads,
  * their tails migrated (policy.plan_tails). Version 9: a group of one member goes lone (or back)
  * on the membership change or observation that makes it fit, whatever phase the member is in;
- * only the release of its rollout nodes waits for a rollout running there to end. */
-#define LOOM_SCHED_ARITH 9
+ * only the release of its rollout nodes waits for a rollout running there to end. Version 10:
+ * a job a lone group of its own training nodes cannot keep within SLO may get a lone group of
+ * more training nodes (policy.lone_grow). */
+#define LOOM_SCHED_ARITH 10
 
 typedef struct loom_policy_cfg {
         int max_group_size;              /* default 5, at most LOOM_MAX_GROUP_SIZE */
@@ -152,6 +155,13 @@ typedef struct loom_policy_cfg {
          * every job, and its rollout nodes are provisioned only when a second member joins.
          * Loom's placer only; default true. */
         bool colocate_lone;
+        /* Lone members on more training nodes (docs/scheduling.md): a job whose SLO a lone
+         * group of its own training nodes cannot keep (the two switches per iteration do not
+         * fit) gets a lone group of more training nodes where its faster training pays for
+         * them: the fewest such nodes, when an iteration there costs less than its own
+         * disaggregated group (rollout and training nodes) at the cluster's prices. Needs
+         * colocate_lone; loom's placer only; default true. */
+        bool lone_grow;
         /* Lone members moved (docs/scheduling.md): under learned admission, a lone member that
          * another group would take for less than LOOM_MOVE_GAIN of its own group's cost is
          * re-admitted there (loom_sched_observe returns 3). Loom's placer only; default true. */

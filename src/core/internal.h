@@ -247,6 +247,10 @@ void loom__set_rate(loom_sched *s, job *j, int rate, int64_t round);
 /* learn.c: a job ends (its means feed the prior); a new job's budget from the prior. */
 void loom__learn_exit(loom_sched *s, const job *j);
 void loom__learn_prior(const loom_sched *s, loom_job_spec *spec);
+/* spec's phases at the fleet's mean fractions of declared times (the prior), into out: what a
+ * new job will likely be learned to take. False (out untouched) under worst-case admission or
+ * before any job has ended with a learned profile. */
+bool loom__learn_prior_means(const loom_sched *s, const loom_job_spec *spec, loom_job_spec *out);
 
 /* move.c: whether learned-profile job j should move to another group: alone on its training
  * nodes, when it would cost less than LOOM_MOVE_GAIN of its group there (policy.move_lone); in
@@ -256,8 +260,9 @@ bool loom__move_pays(const loom_sched *s, const job *j);
 /* placement.c */
 /* exclude: a group not to search (the job's own, when it would move); margin: the least slack
  * a placement into a group must leave every member, as a fraction of T_meta (0: none). */
-int loom__place(const loom_sched *s, const loom_job_spec *spec, const group *exclude, double margin,
-                loom_decision *d, loom_err *e, uint64_t *rng);
+/* likely: a new job's phases at the fleet's means (loom__learn_prior_means), or NULL. */
+int loom__place(const loom_sched *s, const loom_job_spec *spec, const loom_job_spec *likely,
+                const group *exclude, double margin, loom_decision *d, loom_err *e, uint64_t *rng);
 
 /* learn.c */
 int loom__observe(loom_sched *s, job *j, loom_phase phase, loom_us took, bool colo);

@@ -47,6 +47,7 @@ enum { MAXM = LOOM_MAX_GROUP_SIZE + 1 };
 typedef struct search {
         const loom_sched *s;
         const loom_job_spec *spec;
+        const loom_job_spec *likely; /* a new job's phases at the fleet's means, or NULL */
         const group *exclude; /* a group not to search (the job's own, when it would move) */
         double margin;        /* least slack a placement into a group leaves, / T_meta */
         int k;                /* rollout nodes the job needs */
@@ -1113,6 +1114,46 @@ static int isolated_tnodes(const search *x)
         return t;
 }
 
+/*
+ * policy.lone_grow: a job that a lone group of its t training nodes cannot keep within SLO (its
+ * iteration plus the two switches exceeds the budget) runs lone on P > t training nodes, where
+ * training is faster (loom_group_train_time), when an iteration there costs less than one of its
+ * own disaggregated group: P price_train (t_roll + t_train(P) + 2 switches) against
+ * (k price_rollout + t price_train)(t_roll + t_train(t) + t_sync), both per iteration (a job
+ * runs a fixed number of iterations, so this compares its bills). The fewest such P, up to the
+ * larger of 2t and the job's rollout nodes; 0 when none fits or pays. Rollouts on the training
+ * nodes are planned at their declared time, as for every lone member (no speed-up claimed from
+ * the extra nodes).
+ */
+static int lone_grow_tnodes(const search *x, int t)
+{
+        const loom_sched *s = x->s;
+        const loom_job_spec *sp = x->spec;
+        int gpn = s->cluster.gpus_per_node, cap = 2 * t > x->k ? 2 * t : x->k;
+        if (cap > LOOM_MAX_JOB_NODES)
+                cap = LOOM_MAX_JOB_NODES;
+        /* under learned admission a new job is admitted on its declared worst case, and a group
+         * of one member goes lone once its learned phases fit (loom__lone_recheck): one that
+         * will likely fit on t nodes then (x->likely, the fleet's mean) is not grown now */
+        if (x->likely && loom__lone_fits(s, x->likely, loom_job_budget(sp), t))
+                return 0;
+        loom_us tt = loom_group_train_time(sp->t_train, sp->train_gpus, t * gpn,
+                                           s->policy.train_scaling_efficiency);
+        double split = ((double)x->k * s->price[LOOM_POOL_ROLLOUT] +
+                        (double)t * s->price[LOOM_POOL_TRAIN]) *
+                       (double)(sp->t_roll + tt + sp->t_sync);
+        for (int p = t + 1; p <= cap; p++) {
+                if (!loom__lone_fits(s, sp, loom_job_budget(sp), p))
+                        continue;
+                loom_us tp = loom_group_train_time(sp->t_train, sp->train_gpus, p * gpn,
+                                                   s->policy.train_scaling_efficiency);
+                double lone = (double)p * s->price[LOOM_POOL_TRAIN] *
+                              (double)(sp->t_roll + tp + 2 * loom__switch(s, sp));
+                return lone < split ? p : 0;
+        }
+        return 0;
+}
+
 static void isolated(const search *x, cand *c)
 {
         const loom_sched *s = x->s;
@@ -1121,9 +1162,16 @@ static void isolated(const search *x, cand *c)
         c->kind = LOOM_DECISION_NEW_GROUP;
         finish_ids(s, c, 0, x->k);
         int t = isolated_tnodes(x), gpn = s->cluster.gpus_per_node;
-        c->tnodes = t;
         /* alone, under colocate_lone, its rollout nodes wait for a second member */
         c->lone = loom__lone_fits(s, sp, loom_job_budget(sp), t);
+        if (!c->lone && s->policy.lone_grow) {
+                int p = lone_grow_tnodes(x, t);
+                if (p) {
+                        t = p;
+                        c->lone = true;
+                }
+        }
+        c->tnodes = t;
         c->cost =
             (c->lone ? 0 : x->k) * s->price[LOOM_POOL_ROLLOUT] + t * s->price[LOOM_POOL_TRAIN];
         loom_us tt = t == sp->train_gpus / gpn
@@ -1382,10 +1430,16 @@ static void fill_decision(search *x)
                              : "");
 }
 
-int loom__place(const loom_sched *s, const loom_job_spec *spec, const group *exclude, double margin,
-                loom_decision *d, loom_err *e, uint64_t *rng)
+int loom__place(const loom_sched *s, const loom_job_spec *spec, const loom_job_spec *likely,
+                const group *exclude, double margin, loom_decision *d, loom_err *e, uint64_t *rng)
 {
-        search x = {.s = s, .spec = spec, .exclude = exclude, .margin = margin, .d = d, .e = e};
+        search x = {.s = s,
+                    .spec = spec,
+                    .likely = likely,
+                    .exclude = exclude,
+                    .margin = margin,
+                    .d = d,
+                    .e = e};
         x.k = spec->rollout_gpus / s->cluster.gpus_per_node;
         x.budget = loom_job_budget(spec);
         d->n_candidates = 0;

@@ -80,6 +80,7 @@ void loom_policy_cfg_default(loom_policy_cfg *p)
         p->learn_bound = LOOM_LEARN_NORMAL;
         p->multirate = true;
         p->colocate_lone = true;
+        p->lone_grow = true;
         p->move_lone = true;
         p->move_members = true;
         p->plan_tails = true;
@@ -111,6 +112,7 @@ bool *loom_policy_switch(loom_policy_cfg *p, const char *name)
         return !strcmp(name, "multirate")         ? &p->multirate
                : !strcmp(name, "train-rightsize") ? &p->train_rightsize
                : !strcmp(name, "colocate-lone")   ? &p->colocate_lone
+               : !strcmp(name, "lone-grow")       ? &p->lone_grow
                : !strcmp(name, "move-lone")       ? &p->move_lone
                : !strcmp(name, "move-members")    ? &p->move_members
                : !strcmp(name, "plan-tails")      ? &p->plan_tails
@@ -629,7 +631,9 @@ static int place_new(const loom_sched *s, const loom_job_spec *spec_in, loom_job
                 return rc;
         *sp = *spec_in;
         loom__learn_prior(s, sp);
-        return loom__place(s, sp, NULL, 0, d, e, rng);
+        loom_job_spec likely;
+        bool fresh = !spec_in->t_solo_ref && loom__learn_prior_means(s, spec_in, &likely);
+        return loom__place(s, sp, fresh ? &likely : NULL, NULL, 0, d, e, rng);
 }
 
 int loom_sched_decide(const loom_sched *s, const loom_job_spec *spec_in, loom_decision *d,

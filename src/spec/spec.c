@@ -342,6 +342,7 @@ int loom_policy_cfg_from_json(json_t *obj, const char *where, const char *text, 
                                             "multirate",
                                             "train_rightsize",
                                             "colocate_lone",
+                                            "lone_grow",
                                             "learn_bound",
                                             "move_lone",
                                             "move_members",
@@ -369,6 +370,7 @@ int loom_policy_cfg_from_json(json_t *obj, const char *where, const char *text, 
         if ((rc = get_bool(&c, obj, "tail_migration", &p.tail_migration)) ||
             (rc = get_bool(&c, obj, "multirate", &p.multirate)) ||
             (rc = get_bool(&c, obj, "colocate_lone", &p.colocate_lone)) ||
+            (rc = get_bool(&c, obj, "lone_grow", &p.lone_grow)) ||
             (rc = get_bool(&c, obj, "move_lone", &p.move_lone)) ||
             (rc = get_bool(&c, obj, "move_members", &p.move_members)) ||
             (rc = get_bool(&c, obj, "plan_tails", &p.plan_tails)) ||

@@ -366,3 +366,69 @@ Test(lone, resuming_the_last_member_makes_its_group_lone)
         loom_decision_free(&d);
         loom_sched_free(s);
 }
+
+/* policy.lone_grow: a job whose SLO leaves no room for the two switches on its own training
+ * node runs lone on more training nodes (faster training pays for the switches) when an
+ * iteration there costs less than one of its own disaggregated group, at the cluster's prices. */
+static loom_decision place_alone(const loom_job_spec *a, loom_group_info *g, seen *v)
+{
+        loom_sched *s = loom_sched_new(&cl, &po, NULL);
+        loom_decision d;
+        loom_decision_init(&d, false);
+        submit(s, a, &d);
+        cr_assert_eq(loom_sched_group_info(s, d.group, g), 0);
+        drain(s, v);
+        loom_sched_free(s);
+        return d;
+}
+
+Test(lone, a_job_too_tight_for_its_own_node_runs_lone_on_more_where_that_is_cheaper)
+{
+        po.warm_switch = loom_us_from_s(5);
+        cr_assert(po.lone_grow, "on by default");
+        double pt = loom_cluster_node_price(&cl, LOOM_POOL_TRAIN);
+        /* training-heavy, no slack: 300 + 10 > 300 on one node; on two 60 + 120 + 10 = 190,
+         * and 2 pt x 190 s = 2006 < (pr + pt) x 300 s = 2139 (per node-price unit) */
+        loom_job_spec a = spec("A", 60, 240, 1.0);
+        loom_group_info g;
+        seen v = {0};
+        loom_decision d = place_alone(&a, &g, &v);
+        cr_assert_eq(d.kind, LOOM_DECISION_NEW_GROUP);
+        cr_assert_eq(d.n_train_nodes, 2, "grown to two training nodes");
+        cr_assert_float_eq(d.marginal_cost_per_hour, 2 * pt, 1e-9, "no rollout node paid for");
+        cr_assert(g.lone);
+        cr_assert_eq(v.provisioned[LOOM_POOL_TRAIN], 2);
+        cr_assert_eq(v.provisioned[LOOM_POOL_ROLLOUT], 0);
+        cr_assert_eq(v.last_start.phase, LOOM_PHASE_ROLLOUT);
+        cr_assert_eq(v.last_start.pool, LOOM_POOL_TRAIN, "its rollout on its training nodes");
+        cr_assert_eq(v.last_start.n_nodes, 2);
+        loom_decision_free(&d);
+
+        /* rollout-heavy: two nodes save only 30 s of training, 2 pt x 280 s > (pr + pt) x 300 s
+         * at the default prices: its own rollout and training node */
+        loom_job_spec b = spec("B", 240, 60, 1.0);
+        v = (seen){0};
+        d = place_alone(&b, &g, &v);
+        cr_assert_eq(d.n_train_nodes, 1);
+        cr_assert(!g.lone);
+        cr_assert_eq(v.provisioned[LOOM_POOL_ROLLOUT], 1);
+        loom_decision_free(&d);
+
+        /* ... but where rollout GPUs cost what training GPUs cost, 2 pt x 280 < 2 pt x 300 */
+        cl.gpu[LOOM_POOL_ROLLOUT].price_per_hour = cl.gpu[LOOM_POOL_TRAIN].price_per_hour;
+        v = (seen){0};
+        d = place_alone(&b, &g, &v);
+        cr_assert_eq(d.n_train_nodes, 2);
+        cr_assert(g.lone);
+        cr_assert_eq(v.provisioned[LOOM_POOL_ROLLOUT], 0);
+        loom_decision_free(&d);
+
+        /* off: the disaggregated group of its declared nodes, as before */
+        po.lone_grow = false;
+        v = (seen){0};
+        d = place_alone(&a, &g, &v);
+        cr_assert_eq(d.n_train_nodes, 1);
+        cr_assert(!g.lone);
+        cr_assert_eq(v.provisioned[LOOM_POOL_ROLLOUT], 1);
+        loom_decision_free(&d);
+}
