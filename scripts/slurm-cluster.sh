@@ -5,19 +5,38 @@
 # power saving wired to scripts that stop and start a node's slurmd (standing in for a cloud's
 # start/stop instance calls).
 #
-#   slurm-cluster.sh up   DIR [BASE_PORT [ROLLOUT_NODES [TRAIN_NODES]]]
+#   slurm-cluster.sh up   DIR [BASE_PORT [ROLLOUT_NODES [TRAIN_NODES]]] [--boot-s N]
 #   slurm-cluster.sh down DIR
 #   slurm-cluster.sh env  DIR          prints `export SLURM_CONF=...`
 #
-# `up` is idempotent: a cluster already up in DIR is left as it is. Every daemon is stopped by the
+# --boot-s N: a powered-down node takes N seconds to come up (the ResumeProgram waits N s before
+# it starts the node's slurmd, like a cloud instance booting; default 2, at least 2), and
+# ResumeTimeout is N + 20 s. `down` first cancels every job of the cluster and waits for them to
+# end (at most 15 s), then stops the daemons, then ends any step daemon (slurmstepd) or srun of
+# this cluster still running (found by this cluster's SLURM_CONF in their environment).
+#
+# `up` is idempotent: a cluster already up in DIR is left as it is (its boot time is updated). Every daemon is stopped by the
 # pid it wrote, never by name. Ports BASE_PORT (slurmctld), BASE_PORT+1.. (one per node); default
 # 17000. Node names are r1..rN, t1..tM prefixed with `l<BASE_PORT>` so that two clusters on one
 # machine never share a name (slurmd's spool and pid files are per name).
 # Exit status: 0 up/down, 1 when Slurm could not start (the reason on stderr), 2 bad usage.
 set -euo pipefail
 
-usage() { echo "usage: slurm-cluster.sh up|down|env DIR [BASE_PORT [ROLLOUT_NODES [TRAIN_NODES]]]" >&2; exit 2; }
+usage() { echo "usage: slurm-cluster.sh up|down|env DIR [BASE_PORT [ROLLOUT_NODES [TRAIN_NODES]]] [--boot-s N]" >&2; exit 2; }
+boot=2
+args=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --boot-s) [ $# -ge 2 ] && [[ $2 =~ ^[0-9]+$ ]] || { echo "slurm-cluster: --boot-s needs a whole number of seconds" >&2; exit 2; }
+      boot=$2; shift 2 ;;
+    --boot-s=*) boot=${1#--boot-s=}; [[ $boot =~ ^[0-9]+$ ]] || { echo "slurm-cluster: --boot-s needs a whole number of seconds" >&2; exit 2; }
+      shift ;;
+    *) args+=("$1"); shift ;;
+  esac
+done
+set -- "${args[@]}"
 [ $# -ge 2 ] || usage
+[ "$boot" -ge 2 ] || boot=2
 cmd=$1
 dir=$(mkdir -p "$2" && cd "$2" && pwd)
 base=${3:-17000}
@@ -25,6 +44,7 @@ nroll=${4:-2}
 ntrain=${5:-2}
 conf=$dir/slurm.conf
 for v in "$base" "$nroll" "$ntrain"; do [[ $v =~ ^[0-9]+$ ]] || usage; done
+resume_timeout=$((boot + 20))
 
 node_names() { # all node names, one a line
   local i
@@ -61,7 +81,7 @@ write_conf() {
 #!/bin/bash
 # ResumeProgram: start each node's slurmd as a freshly booted host (see docs/slurm.md).
 export SLURM_CONF=$conf PATH=/usr/sbin:/usr/bin:/sbin:/bin
-sleep 2
+sleep "\$(cat $dir/boot-s 2>/dev/null || echo 2)"   # the instance boots (slurm-cluster.sh --boot-s)
 for n in \$(scontrol show hostnames "\$1"); do
   # a slurmd still stopping from the last power down holds the node's port and pid file
   f=$dir/run/slurmd-\$n.pid
@@ -117,7 +137,7 @@ SuspendTime=86400
 SuspendProgram=$dir/suspend.sh
 ResumeProgram=$dir/resume.sh
 SuspendTimeout=2
-ResumeTimeout=20
+ResumeTimeout=$resume_timeout
 ResumeRate=0
 SuspendRate=0
 SlurmctldParameters=power_save_interval=1,power_save_min_interval=0
@@ -143,7 +163,12 @@ up() {
   command -v slurmctld >/dev/null && command -v munged >/dev/null ||
     { echo "slurm-cluster: slurmctld or munged not installed (scripts/deps.sh)" >&2; exit 1; }
   export SLURM_CONF=$conf
+  echo "$boot" >"$dir/boot-s"
   if alive "$dir/run/slurmctld.pid" && timeout 2 scontrol ping >/dev/null 2>&1; then
+    if ! grep -qx "ResumeTimeout=$resume_timeout" "$conf"; then
+      sed -i "s/^ResumeTimeout=.*/ResumeTimeout=$resume_timeout/" "$conf"
+      timeout 10 scontrol reconfigure >/dev/null 2>&1 || true
+    fi
     start_nodes
     return 0
   fi
@@ -186,10 +211,49 @@ stop_slurmds() { # all at once: each takes about 2 s to stop
   wait
 }
 
+cancel_jobs() { # every job of the cluster cancelled; wait until none is left (at most 15 s)
+  export SLURM_CONF=$conf
+  timeout 2 scontrol ping >/dev/null 2>&1 || return 0
+  local ids
+  ids=$(timeout 5 squeue -h -a -o %i 2>/dev/null | paste -sd' ')
+  [ -n "$ids" ] || return 0
+  # shellcheck disable=SC2086
+  timeout 10 scancel $ids 2>/dev/null || true
+  for _ in $(seq 150); do
+    [ -z "$(timeout 5 squeue -h -a -t running,completing,pending,configuring -o %i 2>/dev/null)" ] && return 0
+    sleep 0.1
+  done
+}
+
+ours() { # pids of processes named $1 whose environment carries this cluster's SLURM_CONF
+  local p
+  for p in $(pgrep -x "$1" 2>/dev/null); do
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "SLURM_CONF=$conf" && echo "$p"
+  done
+  return 0
+}
+
+sweep() { # step daemons and sruns of this cluster that outlived it: TERM, then KILL after 3 s
+  local pids
+  pids=$( { ours slurmstepd; ours srun; } | paste -sd' ')
+  [ -n "$pids" ] || return 0
+  # shellcheck disable=SC2086
+  kill -TERM $pids 2>/dev/null || true
+  for _ in $(seq 30); do
+    # shellcheck disable=SC2086
+    kill -0 $pids 2>/dev/null || return 0
+    sleep 0.1
+  done
+  # shellcheck disable=SC2086
+  kill -KILL $pids 2>/dev/null || true
+}
+
 down() {
+  cancel_jobs
   stop_slurmds
   stop_pid "$dir/run/slurmctld.pid"
   stop_slurmds # any a ResumeProgram started after the first pass listed the pid files
+  sweep
   stop_pid "$dir/run/munged.pid"
   return 0
 }

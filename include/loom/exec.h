@@ -48,6 +48,7 @@ typedef struct loom_exec_worker {
         bool ended;  /* list(): it has ended (exit_code says how) */
         int exit_code;
         char why[96]; /* list(): how it ended, for the log */
+        bool node_failed; /* list(): it ended because its node went out of service */
 } loom_exec_worker;
 
 /* What should run: one live job admission and its placement. */
@@ -68,9 +69,11 @@ typedef struct loom_exec_job {
         char sync_key[65]; /* its weight-sync key, 64 hex digits (LOOM_SYNC_KEY), or "" */
 } loom_exec_job;
 
-/* A wanted worker that failed (exit, node failure, cancellation seen in the cluster). */
+/* A wanted worker that failed (exit, node failure, cancellation seen in the cluster). node:
+ * its node failed or was taken out of service under it (not the worker's fault). */
 typedef struct loom_exec_event {
         uint32_t job, admission;
+        bool node;
         char why[160];
 } loom_exec_event;
 
@@ -105,6 +108,12 @@ typedef struct loom_exec_cfg {
         char slurm_conf[512]; /* SLURM_CONF for the Slurm tools; "" = their default */
         bool manage_power;    /* power nodes up/down with loom's groups (default true) */
         int gpus_per_node;    /* GPUs a node holds for loom (default 8) */
+        /* Seconds a node may take to come up before it counts as failed (its id is bound to
+         * another node); the slurm backend sets it from ResumeTimeout. Default 600. */
+        int provision_timeout_s;
+        /* Seconds workers and node allocations outlive an unreachable loomd (LOOM_GRACE_S in
+         * the workers' environment); LOOM_EXEC_GRACE_S in loomd's environment, default 60. */
+        int grace_s;
 } loom_exec_cfg;
 
 void loom_exec_cfg_default(loom_exec_cfg *c);
@@ -134,6 +143,17 @@ void loom_exec_set_url(loom_exec *x, const char *url);
  */
 int loom_exec_apply(loom_exec *x, const loom_exec_job *want, int n, const loom_node_id *const up[2],
                     const int n_up[2], loom_exec_event *ev, int max_ev, int *n_ev, loom_err *e);
+
+/* The admissions of the last apply whose workers wait for their nodes to come up (powering up,
+ * or bound to none yet): loomd does not count that time against their permits. Fills up to max
+ * (job, admission) pairs; returns the count. */
+int loom_exec_waiting(const loom_exec *x, uint32_t (*out)[2], int max);
+
+/* Node events of the last apply, for the log: a node out of service or that did not come up
+ * within provision_timeout_s, its loom id bound to another node (no job failed). Up to max
+ * lines; returns the count. */
+#define LOOM_EXEC_NOTE_MAX 160
+int loom_exec_node_notes(const loom_exec *x, char (*out)[LOOM_EXEC_NOTE_MAX], int max);
 
 /* The workers as last listed (after apply); *n set. Owned by x, valid until the next apply. */
 const loom_exec_worker *loom_exec_workers(const loom_exec *x, int *n);

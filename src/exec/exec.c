@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <jansson.h>
 
@@ -33,6 +34,10 @@ void loom_exec_cfg_default(loom_exec_cfg *c)
         snprintf(c->dir, sizeof c->dir, "/tmp");
         c->manage_power = true;
         c->gpus_per_node = 8;
+        c->provision_timeout_s = 600;
+        const char *g = getenv("LOOM_EXEC_GRACE_S");
+        int gs = g ? atoi(g) : 0;
+        c->grace_s = gs > 0 && gs <= 86400 ? gs : 60;
 }
 
 static int load_pool(loom_exec_cfg *c, json_t *root, int p, const char *path, loom_err *e)
@@ -110,6 +115,7 @@ void loom_exec_free(loom_exec *x)
                 x->ops->free(x->impl);
         free(x->recs);
         free(x->listed);
+        free(x->waiting);
         free(x);
 }
 
@@ -121,6 +127,8 @@ const char *loom_exec_name(const loom_exec *x)
 void loom_exec_set_url(loom_exec *x, const char *url)
 {
         snprintf(x->cfg.url, sizeof x->cfg.url, "%s", url);
+        if (x->ops == &exec_slurm_ops) /* its node allocations watch loomd's address */
+                exec_slurm_set_url(x->impl, url);
 }
 
 const loom_exec_worker *loom_exec_workers(const loom_exec *x, int *n)
@@ -291,8 +299,33 @@ static bool node_busy(const loom_exec *x, const loom_exec_job *want, int n, cons
         return false;
 }
 
+static double mono_s(void)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void node_note(loom_exec *x, const char *node, const char *what)
+{
+        if (x->n_notes < (int)(sizeof x->notes / sizeof *x->notes))
+                snprintf(x->notes[x->n_notes++], sizeof *x->notes,
+                         "node %s %s; its loom node id moves to another node", node, what);
+}
+
+int loom_exec_node_notes(const loom_exec *x, char (*out)[LOOM_EXEC_NOTE_MAX], int max)
+{
+        int n = x->n_notes < max ? x->n_notes : max;
+        if (n > 0)
+                memcpy(out, x->notes, (size_t)n * sizeof *out);
+        return n;
+}
+
 /* Power every mapped node up (bound) or down (free, and no wanted worker left on it);
- * ready[pool][slot] says which bound ones are up. */
+ * ready[pool][slot] says which bound ones are up. A node the backend finds unusable, or that
+ * took longer than provision_timeout_s to come up, is a node failure: its id is bound to another
+ * node next round (the jobs on it keep waiting there, no worker failed); it is bound again once
+ * the cluster has it back in service. */
 static int power_nodes(loom_exec *x, const loom_exec_job *want, int n,
                        const loom_node_id *const up[2], const int n_up[2],
                        bool ready[2][LOOM_EXEC_MAX_NODES], loom_err *e)
@@ -301,25 +334,41 @@ static int power_nodes(loom_exec *x, const loom_exec_job *want, int n,
                 bind_load(x);
         if (bind_nodes(x, up, n_up))
                 bind_save(x);
+        double now = mono_s();
         for (int p = 0; p < 2; p++)
                 for (int i = 0; i < x->cfg.n_nodes[p]; i++) {
                         bool on = x->bound[p][i] != 0;
+                        const char *name = x->cfg.nodes[p][i];
                         if (!x->cfg.manage_power) {
                                 ready[p][i] = on;
                                 continue;
                         }
-                        if (!on && node_busy(x, want, n, x->cfg.nodes[p][i])) {
+                        if (!on && node_busy(x, want, n, name)) {
                                 ready[p][i] = false;
                                 continue;
                         }
-                        int rc = x->ops->power(x->impl, x->cfg.nodes[p][i], on, e);
+                        int rc = x->ops->power(x->impl, name, on, e);
                         if (rc < 0)
                                 return rc;
-                        if (rc == LOOM_EXEC_UNUSABLE) { /* bind its id elsewhere next time */
+                        if (on && rc == 0 && x->since[p][i] == 0)
+                                x->since[p][i] = now;
+                        if (on && rc == 0 &&
+                            now - x->since[p][i] > (double)x->cfg.provision_timeout_s) {
+                                node_note(x, name, "did not come up within provision_timeout_s");
+                                rc = LOOM_EXEC_UNUSABLE;
+                        }
+                        if (rc != 0 || !on)
+                                x->since[p][i] = 0;
+                        if (rc == LOOM_EXEC_UNUSABLE && on) { /* bind its id elsewhere */
+                                if (!x->broken[p][i])
+                                        node_note(x, name,
+                                                  "is out of service (down, drained or failed)");
                                 x->broken[p][i] = true;
                                 x->bound[p][i] = 0;
                                 bind_save(x);
                                 rc = 0;
+                        } else if (!on) {
+                                x->broken[p][i] = rc == LOOM_EXEC_UNUSABLE;
                         }
                         ready[p][i] = on && rc == 1;
                         x->was_up[p][i] = on ? rc == 1 : rc == 0;
@@ -349,7 +398,7 @@ static int launch(loom_exec *x, const loom_exec_job *j, int p, int rank, loom_er
                               .rank = rank,
                               .gpus = j->gpus[p]};
         snprintf(w.node, sizeof w.node, "%s", node_of(x, j, p, rank));
-        char v[12][192];
+        char v[13][192];
         snprintf(v[0], sizeof v[0], "LOOM_URL=%s", x->cfg.url);
         snprintf(v[1], sizeof v[1], "LOOM_JOB=%u", j->job);
         snprintf(v[2], sizeof v[2], "LOOM_JOB_NAME=%s", j->name);
@@ -360,12 +409,13 @@ static int launch(loom_exec *x, const loom_exec_job *j, int p, int rank, loom_er
         snprintf(v[7], sizeof v[7], "LOOM_GPUS=%d", j->gpus[p]);
         snprintf(v[8], sizeof v[8], "LOOM_NODE=%s", w.node);
         snprintf(v[9], sizeof v[9], "LOOM_NODE_ID=%u", j->nodes[p][rank]);
-        int n = 10;
+        snprintf(v[10], sizeof v[10], "LOOM_GRACE_S=%d", x->cfg.grace_s);
+        int n = 11;
         if (j->token[0]) /* with authentication: what the job's processes need (security.md) */
                 snprintf(v[n++], sizeof v[0], "LOOM_TOKEN=%s", j->token);
         if (j->sync_key[0])
                 snprintf(v[n++], sizeof v[0], "LOOM_SYNC_KEY=%s", j->sync_key);
-        const char *env[13];
+        const char *env[14];
         for (int i = 0; i < n; i++)
                 env[i] = v[i];
         env[n] = NULL;
@@ -399,6 +449,7 @@ static void report(loom_exec_event *ev, int max_ev, int *n_ev, const loom_exec_j
         if (*n_ev >= max_ev)
                 return;
         loom_exec_event *v = &ev[(*n_ev)++];
+        memset(v, 0, sizeof *v);
         v->job = j->job;
         v->admission = j->admission;
         snprintf(v->why, sizeof v->why, fmt, a, b);
@@ -461,6 +512,8 @@ static int reconcile_job(loom_exec *x, const loom_exec_job *j, bool ready[2][LOO
                                 report(ev, max_ev, n_ev, j, "%s worker %.100s",
                                        loom_pool_name((loom_pool)p),
                                        end ? end->why : "vanished from the cluster");
+                                if (end && end->node_failed && *n_ev > 0)
+                                        ev[*n_ev - 1].node = true;
                                 continue;
                         }
                         if (rec || !all_ready(x, j, ready))
@@ -472,23 +525,54 @@ static int reconcile_job(loom_exec *x, const loom_exec_job *j, bool ready[2][LOO
         return 0;
 }
 
+/* Whether a worker of j is missing while one of its nodes is not up: it waits for the node. */
+static bool waits_for_node(const loom_exec *x, const loom_exec_job *j,
+                           bool ready[2][LOOM_EXEC_MAX_NODES])
+{
+        if (all_ready(x, j, ready))
+                return false;
+        for (int p = 0; p < 2; p++)
+                for (int r = 0; r < j->n_nodes[p]; r++)
+                        if (!listed(x, j->job, j->admission, p, r, false))
+                                return true;
+        return false;
+}
+
+int loom_exec_waiting(const loom_exec *x, uint32_t (*out)[2], int max)
+{
+        int n = x->n_waiting < max ? x->n_waiting : max;
+        if (n > 0)
+                memcpy(out, x->waiting, (size_t)n * sizeof *out);
+        return n;
+}
+
 int loom_exec_apply(loom_exec *x, const loom_exec_job *want, int n, const loom_node_id *const up[2],
                     const int n_up[2], loom_exec_event *ev, int max_ev, int *n_ev, loom_err *e)
 {
         *n_ev = 0;
         if (!x->listed && !(x->listed = calloc(EXEC_MAX_LISTED, sizeof *x->listed)))
                 return loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
+        if (!x->waiting && !(x->waiting = calloc(EXEC_MAX_LISTED, sizeof *x->waiting)))
+                return loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
+        x->n_waiting = 0; /* a controller that does not answer holds up no permit */
         int m = x->ops->list(x->impl, x->listed, EXEC_MAX_LISTED, e);
         if (m < 0)
                 return m;
         x->n_listed = m;
         static bool ready[2][LOOM_EXEC_MAX_NODES]; /* scheduler thread only */
+        x->n_notes = 0;
         int rc = power_nodes(x, want, n, up, n_up, ready, e);
         if (rc)
                 return rc;
-        for (int i = 0; i < n; i++)
+        x->n_waiting = 0;
+        for (int i = 0; i < n; i++) {
                 if ((rc = reconcile_job(x, &want[i], ready, ev, max_ev, n_ev, e)))
                         return rc;
+                if (x->n_waiting < EXEC_MAX_LISTED && waits_for_node(x, &want[i], ready)) {
+                        x->waiting[x->n_waiting][0] = want[i].job;
+                        x->waiting[x->n_waiting++][1] = want[i].admission;
+                }
+        }
         for (int i = 0; i < x->n_listed; i++) {
                 loom_exec_worker *w = &x->listed[i];
                 if (!w->ended && !wanted(want, n, w) && x->ops->stop(x->impl, w, e) == 0)

@@ -29,8 +29,13 @@ struct loom_exec {
         /* node map slot -> loom node id + 1 bound to it (0: free); exec.c */
         int64_t bound[2][LOOM_EXEC_MAX_NODES];
         bool was_up[2][LOOM_EXEC_MAX_NODES];
-        bool broken[2][LOOM_EXEC_MAX_NODES]; /* unusable: never bound again */
+        bool broken[2][LOOM_EXEC_MAX_NODES]; /* unusable: not bound again while it stays so */
+        double since[2][LOOM_EXEC_MAX_NODES]; /* bound and coming up since (monotonic s), 0 */
         bool bound_loaded;
+        uint32_t (*waiting)[2]; /* loom_exec_waiting: (job, admission), EXEC_MAX_LISTED */
+        int n_waiting;
+        char notes[8][LOOM_EXEC_NOTE_MAX]; /* loom_exec_node_notes, this apply's */
+        int n_notes;
 };
 
 /* A child process this executor started (local workers; srun clients of Slurm steps). */
@@ -63,5 +68,8 @@ typedef struct exec_slurm_holder {
 int exec_slurm_parse_steps(char *buf, loom_exec_worker *out, int n, int max);
 int exec_slurm_parse_holders(char *buf, exec_slurm_holder *out, int max);
 int exec_slurm_parse_nodes(char *buf, char (*state)[2][LOOM_EXEC_NAME_MAX], int max);
+/* slurm.c: the backend's ops, and loomd's address once it is known (its holders watch it). */
+extern const loom_exec_ops exec_slurm_ops;
+void exec_slurm_set_url(void *impl, const char *url);
 
 #endif

@@ -22,6 +22,14 @@
  *   power down:  idle~ --power_up--> idle# ... idle --sbatch holder--> alloc (ready)
  *   power up:    alloc --scancel holder--> idle --power_down--> idle% ... idle~ (down)
  *
+ * A node Slurm has out of service (down, drained, draining, failed; also one whose resume ran
+ * past ResumeTimeout, which Slurm marks down) is unusable: the reconciler binds its loom id to
+ * another node, and a worker that ended on it is reported as a node failure.
+ *
+ * Orphans. A holder is a loop that ends its allocation (and so every step in it) once loomd's
+ * address has refused connections for grace_s; workers do the same (LOOM_GRACE_S). A stop of
+ * loomd (loom_exec_free) cancels every holder and ends the srun clients.
+ *
  * Watching. Each apply reads squeue (steps and jobs) and sinfo once and reaps the srun clients:
  * a step whose srun exited is reported with its status (a step killed in Slurm, a failed node,
  * a cancelled holder all end its srun); a step that vanished while loomd was down is reported
@@ -41,6 +49,7 @@ typedef exec_slurm_holder holder;
 
 typedef struct slurm {
         loom_exec_cfg cfg;
+        bool started; /* the controller answered: free cancels what loom holds */
         exec_child *kids;
         int n_kids;
         size_t cap_kids;
@@ -70,6 +79,13 @@ static const char *node_state(const slurm *s, const char *node)
                 if (!strcmp(s->state[i][0], node))
                         return s->state[i][1];
         return "unknown";
+}
+
+/* Out of service by the cluster's word: down (also a resume past ResumeTimeout), drained or
+ * draining, failed or failing. sinfo's %T: "down~", "drained", "draining", "fail", ... */
+static bool out_of_service(const char *st)
+{
+        return strstr(st, "down") || strstr(st, "drain") || strstr(st, "fail");
 }
 
 static int pool_of(const slurm *s, const char *node)
@@ -228,6 +244,15 @@ static int sl_list(void *impl, loom_exec_worker *out, int max, loom_err *e)
         int ended = n;
         if ((n = list_steps(s, out, n, max)) < 0 || list_holders(s) || list_nodes(s))
                 return loom_err_set(e, LOOM_EIO, "", "squeue/sinfo did not answer (slurmctld?)");
+        /* a worker that ended on a node Slurm has taken out of service: the node's failure */
+        for (int k = 0; k < ended; k++) {
+                const char *st = node_state(s, out[k].node);
+                if (!out_of_service(st))
+                        continue;
+                out[k].node_failed = true;
+                snprintf(out[k].why, sizeof out[k].why, "ended: node %.40s is %.30s in Slurm",
+                         out[k].node, st);
+        }
         /* srun clients whose step squeue does not show yet (or no longer) */
         for (int i = 0; i < s->n_kids && n < max; i++) {
                 bool seen = false;
@@ -260,14 +285,30 @@ static int scontrol_power(slurm *s, const char *node, const char *state)
         return tool(s, argv);
 }
 
+/* The holder's script: it sleeps, and ends the allocation once loomd's address has refused
+ * connections for grace_s (bash's /dev/tcp: nothing to install on the nodes). */
+static void holder_script(const slurm *s, char *out, size_t n)
+{
+        char host[96] = "127.0.0.1";
+        int port = 7480;
+        const char *u = strstr(s->cfg.url, "://");
+        u = u ? u + 3 : s->cfg.url;
+        sscanf(u, "%95[^:/]:%d", host, &port);
+        snprintf(out, n,
+                 "exec bash -c 't=0; while sleep 5; do if (exec 3<>/dev/tcp/%s/%d) 2>/dev/null; "
+                 "then t=0; else t=$((t+5)); [ $t -ge %d ] && exit 0; fi; done'",
+                 host, port, s->cfg.grace_s);
+}
+
 static int submit_holder(slurm *s, const char *node, loom_err *e)
 {
         int p = pool_of(s, node);
-        char name[96], part[96], nl[96], gres[32];
+        char name[96], part[96], nl[96], gres[32], script[400];
         snprintf(name, sizeof name, "--job-name=loom-node-%s", node);
         snprintf(part, sizeof part, "--partition=%s", s->cfg.partition[p < 0 ? 0 : p]);
         snprintf(nl, sizeof nl, "--nodelist=%s", node);
         snprintf(gres, sizeof gres, "--gres=gpu:%d", s->cfg.gpus_per_node);
+        holder_script(s, script, sizeof script);
         const char *argv[] = {"sbatch",
                               "--parsable",
                               name,
@@ -278,7 +319,7 @@ static int submit_holder(slurm *s, const char *node, loom_err *e)
                               "--no-requeue",
                               "--output=/dev/null",
                               "--wrap",
-                              "exec sleep 2147483647",
+                              script,
                               NULL};
         if (tool(s, argv) != 0)
                 return loom_err_set(e, LOOM_EIO, "", "sbatch of node %s's allocation failed", node);
@@ -292,16 +333,16 @@ static int sl_power(void *impl, const char *node, bool up, loom_err *e)
         const char *st = node_state(s, node);
         bool down = strchr(st, '~') != NULL, going_down = strchr(st, '%') != NULL;
         bool coming_up = strchr(st, '#') != NULL;
+        bool unusable = !coming_up && out_of_service(st);
         if (up) {
+                if (unusable) /* the cluster took it out of service (or it never came up) */
+                        return LOOM_EXEC_UNUSABLE;
                 if (h)
                         return h->running ? 1 : 0;
                 if (down && !coming_up) {
                         scontrol_power(s, node, "power_up");
                         return 0;
                 }
-                if (!down && !coming_up &&
-                    (strstr(st, "down") || strstr(st, "drain") || strstr(st, "fail")))
-                        return LOOM_EXEC_UNUSABLE; /* the cluster took it out of service */
                 if (down || going_down || coming_up || strstr(st, "unknown"))
                         return 0;
                 return submit_holder(s, node, e) ? LOOM_EIO : 0;
@@ -309,8 +350,10 @@ static int sl_power(void *impl, const char *node, bool up, loom_err *e)
         if (h) {
                 const char *argv[] = {"scancel", h->id, NULL};
                 tool(s, argv);
-                return 0;
+                return unusable ? LOOM_EXEC_UNUSABLE : 0;
         }
+        if (unusable) /* left to the cluster's operators: not powered down, not bound */
+                return LOOM_EXEC_UNUSABLE;
         if (down)
                 return 1;
         if (!going_down && !coming_up && strstr(st, "idle"))
@@ -318,17 +361,52 @@ static int sl_power(void *impl, const char *node, bool up, loom_err *e)
         return 0;
 }
 
+/* A stop of loomd: every holder cancelled (which ends the steps in it) and every srun client
+ * this process started ended, so that no loom process is left on any node. */
+static void cancel_all(slurm *s)
+{
+        for (int i = 0; i < s->n_kids; i++)
+                kill(-s->kids[i].pid, SIGTERM);
+        if (list_holders(s) == 0)
+                for (int i = 0; i < s->n_holders; i++) {
+                        const char *argv[] = {"scancel", s->holders[i].id, NULL};
+                        tool(s, argv);
+                }
+}
+
 static void sl_free(void *impl)
 {
         slurm *s = impl;
-        free(s->kids); /* srun clients are left running: their steps outlive loomd */
+        if (s->started)
+                cancel_all(s);
+        free(s->kids);
         free(s->buf);
         free(s->holders);
         free(s->state);
         free(s);
 }
 
-static const loom_exec_ops slurm_ops = {"slurm", sl_launch, sl_stop, sl_list, sl_power, sl_free};
+/* Slurm's ResumeTimeout (s), or 0: a node powering up longer than that is marked down by
+ * slurmctld; loom's own bound is a little longer, for when it does not. */
+static int resume_timeout(slurm *s)
+{
+        const char *argv[] = {"scontrol", "show", "config", NULL};
+        if (tool(s, argv) != 0)
+                return 0;
+        const char *p = strstr(s->buf, "ResumeTimeout");
+        int v = 0;
+        if (p && (p = strchr(p, '=')))
+                v = atoi(p + 1);
+        return v > 0 ? v : 0;
+}
+
+void exec_slurm_set_url(void *impl, const char *url)
+{
+        slurm *s = impl;
+        snprintf(s->cfg.url, sizeof s->cfg.url, "%s", url);
+}
+
+const loom_exec_ops exec_slurm_ops = {"slurm", sl_launch, sl_stop, sl_list, sl_power, sl_free};
 
 loom_exec *loom_exec_slurm_new(const loom_exec_cfg *c, loom_err *e)
 {
@@ -356,5 +434,9 @@ loom_exec *loom_exec_slurm_new(const loom_exec_cfg *c, loom_err *e)
                 return loom_err_set(e, LOOM_EIO, "", "scontrol ping: no Slurm controller answers"),
                        NULL;
         }
-        return loom_exec_new(c, &slurm_ops, s, e);
+        int rt = resume_timeout(s);
+        if (rt > 0)
+                s->cfg.provision_timeout_s = rt + 30;
+        s->started = true;
+        return loom_exec_new(&s->cfg, &exec_slurm_ops, s, e);
 }

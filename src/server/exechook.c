@@ -10,6 +10,12 @@
  * slow), so they never hold up permits. Since the desired state comes from the job table
  * (rebuilt from the store), the first round after a restart reconciles with what the cluster
  * still runs.
+ *
+ * Provisioning is not failure: while an admission's workers wait for a node to come up (Slurm
+ * powering it up, bounded by the executor's provision timeout), its run permit's "not claimed in
+ * time" timer does not run; it starts, at lease_timeout, once the workers are launched. A node
+ * that fails (out of service in the cluster, or never up) is a node failure: a worker that ended
+ * on it re-admits its job with cause "node", which spends none of the job's restarts.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +26,7 @@
 
 #define EXEC_TICK_US (500 * 1000)
 #define EXEC_MAX_EV 64
+#define EXEC_MAX_WAIT 1024
 
 struct srv_exec {
         pthread_t thread;
@@ -35,6 +42,10 @@ struct srv_exec {
         int n_up[2];
         loom_exec_event ev[EXEC_MAX_EV];
         int n_ev;
+        uint32_t (*waiting)[2]; /* loom_exec_waiting after the last round */
+        int n_waiting;
+        char notes[8][LOOM_EXEC_NOTE_MAX]; /* node events not yet logged */
+        int n_notes;
         char err[200]; /* the last round's error, "" if it went through */
         loom_us warned;
 };
@@ -62,6 +73,10 @@ static void *exec_main(void *arg)
                         pthread_mutex_lock(&t->mu);
                         for (int i = 0; i < n_ev && t->n_ev < EXEC_MAX_EV; i++)
                                 t->ev[t->n_ev++] = ev[i];
+                        if (t->waiting)
+                                t->n_waiting = loom_exec_waiting(t->x, t->waiting, EXEC_MAX_WAIT);
+                        t->n_notes += loom_exec_node_notes(t->x, t->notes + t->n_notes,
+                                                           8 - t->n_notes);
                         snprintf(t->err, sizeof t->err, "%.190s", rc ? e.msg : "");
                 }
                 if (t->stop)
@@ -83,6 +98,10 @@ static srv_exec *exec_start(loom_server *s)
         if (!t)
                 return NULL;
         t->x = s->cfg.exec;
+        if (!(t->waiting = calloc(EXEC_MAX_WAIT, sizeof *t->waiting))) {
+                free(t);
+                return NULL;
+        }
         pthread_condattr_t ca;
         pthread_condattr_init(&ca);
         pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* srv_now_mono's clock */
@@ -92,6 +111,7 @@ static srv_exec *exec_start(loom_server *s)
         if (pthread_create(&t->thread, NULL, exec_main, t)) {
                 pthread_mutex_destroy(&t->mu);
                 pthread_cond_destroy(&t->cv);
+                free(t->waiting);
                 free(t);
                 return NULL;
         }
@@ -111,6 +131,7 @@ void srv_exec_stop(loom_server *s)
         pthread_mutex_destroy(&t->mu);
         pthread_cond_destroy(&t->cv);
         free(t->want);
+        free(t->waiting);
         free(t);
         s->exec_rt = NULL;
 }
@@ -200,6 +221,19 @@ static void publish_nodes(loom_server *s, srv_exec *t)
         free(g);
 }
 
+/* Permits of admissions whose workers wait for their nodes: the claim timer starts once they
+ * are launched (under t's lock). */
+static void hold_permits(loom_server *s, srv_exec *t, loom_us now)
+{
+        loom_us until = now + loom_us_from_s(s->cfg.lease_timeout_s);
+        for (int i = 0; i < t->n_waiting; i++) {
+                srv_job *j = srv_job_get(s, srv_job_unpub(s, t->waiting[i][0]));
+                if (j && srv_job_live(j->state) && j->permit && j->permit_deadline < until &&
+                    srv_admission_pub(s, j->retry.core) == t->waiting[i][1])
+                        j->permit_deadline = until;
+        }
+}
+
 void srv_exec_tick(loom_server *s, loom_us now)
 {
         if (!s->cfg.exec)
@@ -222,6 +256,11 @@ void srv_exec_tick(loom_server *s, loom_us now)
         pthread_mutex_lock(&t->mu);
         if (publish_jobs(s, t) == 0)
                 publish_nodes(s, t);
+        hold_permits(s, t, now);
+        char notes[8][LOOM_EXEC_NOTE_MAX];
+        int n_notes = t->n_notes;
+        memcpy(notes, t->notes, (size_t)n_notes * sizeof *notes);
+        t->n_notes = 0;
         int n_ev = t->n_ev;
         memcpy(ev, t->ev, (size_t)n_ev * sizeof *ev);
         t->n_ev = 0;
@@ -233,6 +272,8 @@ void srv_exec_tick(loom_server *s, loom_us now)
         pthread_mutex_unlock(&t->mu);
         if (err[0])
                 srv_log(s, "executor %s: %s", loom_exec_name(s->cfg.exec), err);
+        for (int i = 0; i < n_notes; i++)
+                srv_log(s, "executor %s: %s", loom_exec_name(s->cfg.exec), notes[i]);
         for (int i = 0; i < n_ev; i++) {
                 srv_job *j = srv_job_get(s, srv_job_unpub(s, ev[i].job));
                 if (!j || !srv_job_live(j->state) ||
@@ -242,7 +283,8 @@ void srv_exec_tick(loom_server *s, loom_us now)
                 snprintf(why, sizeof why, "%s: %.160s", loom_exec_name(s->cfg.exec), ev[i].why);
                 srv_log(s, "job %u (%s): %s", j->id, j->name, why);
                 s->m.exec_failures++;
-                srv_job_failed(s, j, "failed", why, now);
+                /* "node": a node failure, re-admitted without spending a restart (retry.c) */
+                srv_job_failed(s, j, ev[i].node ? "node" : "failed", why, now);
         }
         if (n_ev)
                 srv_apply_actions(s, now);

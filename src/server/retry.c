@@ -13,6 +13,11 @@
  *            with; after that it fails. The iteration in flight is lost and redone: the next
  *            phase is the rollout of iteration done + 1, and `done` only moves on a released
  *            train, so no iteration is counted twice.
+ *   node     the executor saw a worker end because its node failed or was taken out of service
+ *            (srv_job_failed with lease_state "node"; the lease, if any, ends "failed"). The
+ *            job is re-admitted as for a restart, but no restart is spent: the node, not the
+ *            job, failed (the executor binds the node's loom id to another node). Counted in
+ *            resubmits, and in the readmit entry's cause.
  *   drift    after each released train, the p95 of each phase's last drift_window lease
  *            lengths (grant -> release) is compared with the phase time the core plans the
  *            job on (training scaled to the group's training pool). Above drift_threshold,
@@ -225,6 +230,8 @@ static void readmit(loom_server *s, srv_job *j, const char *cause, const char *w
         } else if (!strcmp(cause, "moved")) {
                 r->resubmits++;
                 s->m.moved_resubmits++;
+        } else if (!strcmp(cause, "node")) {
+                r->resubmits++;
         } else {
                 r->restarts++;
                 s->m.restarts++;
@@ -264,6 +271,11 @@ void srv_job_failed(loom_server *s, srv_job *j, const char *lease_state, const c
         (void)now;
         if (!srv_job_live(j->state))
                 return;
+        if (!strcmp(lease_state, "node")) {
+                readmit(s, j, "node", why, j->retry.plan_roll, j->retry.plan_train, solo_ref(s, j),
+                        j->spec.t_head, "failed");
+                return;
+        }
         if (j->retry.restarts < j->spec.max_restarts) {
                 readmit(s, j, "restart", why, j->retry.plan_roll, j->retry.plan_train,
                         solo_ref(s, j), j->spec.t_head, lease_state);
