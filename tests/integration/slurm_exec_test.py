@@ -123,7 +123,7 @@ with open(nodes_file, "w") as f:
 # phases of 0.2 s; g's (the job that moves) of 0.6 s, longer than a reconcile round (0.5 s), as
 # real phases are: its rollout worker can move during each training phase
 worker = (f"case $LOOM_JOB_NAME in g) s=0.6 ;; *) s=0.2 ;; esac; "
-          f"exec python3 {SRC}/tests/integration/exec_worker.py $s")
+          f"exec {BUILD}/loom-worker $s")  # the program make install installs
 LPORT = BASE + 6
 os.makedirs(os.path.join(DIR, "loomd"))
 ld = Loomd(BUILD, "--executor", "slurm", "--exec-nodes", nodes_file, "--worker", worker,
