@@ -321,6 +321,28 @@ int loom_exec_node_notes(const loom_exec *x, char (*out)[LOOM_EXEC_NOTE_MAX], in
         return n;
 }
 
+/* A worker's node failed under it: the node is not bound again for EXEC_FAIL_HOLD_S even if
+ * the cluster returns it to service at once (Slurm's ReturnToService=2 does, on the slurmd's
+ * next registration), and the loom id bound to it moves to another node. */
+#define EXEC_FAIL_HOLD_S 60.0
+
+static void node_failed(loom_exec *x, const char *node)
+{
+        for (int p = 0; p < 2; p++)
+                for (int i = 0; i < x->cfg.n_nodes[p]; i++) {
+                        if (strcmp(x->cfg.nodes[p][i], node))
+                                continue;
+                        if (!x->broken[p][i])
+                                node_note(x, node, "failed under a worker");
+                        x->broken[p][i] = true;
+                        x->failed_at[p][i] = mono_s();
+                        if (x->bound[p][i]) {
+                                x->bound[p][i] = 0;
+                                bind_save(x);
+                        }
+                }
+}
+
 /* Power every mapped node up (bound) or down (free, and no wanted worker left on it);
  * ready[pool][slot] says which bound ones are up. A node the backend finds unusable, or that
  * took longer than provision_timeout_s to come up, is a node failure: its id is bound to another
@@ -367,7 +389,8 @@ static int power_nodes(loom_exec *x, const loom_exec_job *want, int n,
                                 x->bound[p][i] = 0;
                                 bind_save(x);
                                 rc = 0;
-                        } else if (!on) {
+                        } else if (!on && (rc == LOOM_EXEC_UNUSABLE ||
+                                           now - x->failed_at[p][i] > EXEC_FAIL_HOLD_S)) {
                                 x->broken[p][i] = rc == LOOM_EXEC_UNUSABLE;
                         }
                         ready[p][i] = on && rc == 1;
@@ -512,8 +535,11 @@ static int reconcile_job(loom_exec *x, const loom_exec_job *j, bool ready[2][LOO
                                 report(ev, max_ev, n_ev, j, "%s worker %.100s",
                                        loom_pool_name((loom_pool)p),
                                        end ? end->why : "vanished from the cluster");
-                                if (end && end->node_failed && *n_ev > 0)
-                                        ev[*n_ev - 1].node = true;
+                                if (end && end->node_failed) {
+                                        if (*n_ev > 0)
+                                                ev[*n_ev - 1].node = true;
+                                        node_failed(x, end->node);
+                                }
                                 continue;
                         }
                         if (rec || !all_ready(x, j, ready))

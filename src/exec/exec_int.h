@@ -31,6 +31,7 @@ struct loom_exec {
         bool was_up[2][LOOM_EXEC_MAX_NODES];
         bool broken[2][LOOM_EXEC_MAX_NODES]; /* unusable: not bound again while it stays so */
         double since[2][LOOM_EXEC_MAX_NODES]; /* bound and coming up since (monotonic s), 0 */
+        double failed_at[2][LOOM_EXEC_MAX_NODES]; /* a worker's node failure there (mono s) */
         bool bound_loaded;
         uint32_t (*waiting)[2]; /* loom_exec_waiting: (job, admission), EXEC_MAX_LISTED */
         int n_waiting;

@@ -237,6 +237,25 @@ static int list_nodes(slurm *s)
         return 0;
 }
 
+/* Whether the srun client of w reported a node failure ("srun: error: Node failure on N"). */
+static bool srun_saw_node_fail(const slurm *s, const loom_exec_worker *w)
+{
+        char name[96], path[700], tail[4096];
+        loom_exec_worker_name(w, name, sizeof name);
+        snprintf(path, sizeof path, "%s/%s.srun", s->cfg.dir, name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+                return false;
+        if (fseek(f, 0, SEEK_END) == 0 && ftell(f) > (long)sizeof tail - 1)
+                fseek(f, -(long)(sizeof tail - 1), SEEK_END);
+        else
+                rewind(f);
+        size_t n = fread(tail, 1, sizeof tail - 1, f);
+        fclose(f);
+        tail[n] = 0;
+        return strstr(tail, "Node failure") || strstr(tail, "NODE_FAIL");
+}
+
 static int sl_list(void *impl, loom_exec_worker *out, int max, loom_err *e)
 {
         slurm *s = impl;
@@ -244,13 +263,14 @@ static int sl_list(void *impl, loom_exec_worker *out, int max, loom_err *e)
         int ended = n;
         if ((n = list_steps(s, out, n, max)) < 0 || list_holders(s) || list_nodes(s))
                 return loom_err_set(e, LOOM_EIO, "", "squeue/sinfo did not answer (slurmctld?)");
-        /* a worker that ended on a node Slurm has taken out of service: the node's failure */
+        /* a worker that ended on a node Slurm has taken out of service, or whose srun says its
+         * node failed (a node set down may be back in service by now): the node's failure */
         for (int k = 0; k < ended; k++) {
                 const char *st = node_state(s, out[k].node);
-                if (!out_of_service(st))
+                if (!out_of_service(st) && !srun_saw_node_fail(s, &out[k]))
                         continue;
                 out[k].node_failed = true;
-                snprintf(out[k].why, sizeof out[k].why, "ended: node %.40s is %.30s in Slurm",
+                snprintf(out[k].why, sizeof out[k].why, "ended: node %.40s failed (Slurm: %.20s)",
                          out[k].node, st);
         }
         /* srun clients whose step squeue does not show yet (or no longer) */
