@@ -1117,8 +1117,8 @@ static int isolated_tnodes(const search *x)
 /*
  * policy.lone_grow: a job that a lone group of its t training nodes cannot keep within SLO (its
  * iteration plus the two switches exceeds the budget) runs lone on P > t training nodes, where
- * training is faster (loom_group_train_time), when an iteration there costs less than one of its
- * own disaggregated group: P price_train (t_roll + t_train(P) + 2 switches) against
+ * training is faster (loom_group_train_time), when an iteration there costs LOOM_MOVE_GROW_GAIN
+ * less than one of its own disaggregated group (whose idle pools later jobs may fill): P price_train (t_roll + t_train(P) + 2 switches) against
  * (k price_rollout + t price_train)(t_roll + t_train(t) + t_sync), both per iteration (a job
  * runs a fixed number of iterations, so this compares its bills). The fewest such P, up to the
  * larger of 2t and the job's rollout nodes; 0 when none fits or pays. Rollouts on the training
@@ -1149,7 +1149,7 @@ static int lone_grow_tnodes(const search *x, int t)
                                                    s->policy.train_scaling_efficiency);
                 double lone = (double)p * s->price[LOOM_POOL_TRAIN] *
                               (double)(sp->t_roll + tp + 2 * loom__switch(s, sp));
-                return lone < split ? p : 0;
+                return lone < (1.0 - LOOM_MOVE_GROW_GAIN) * split ? p : 0;
         }
         return 0;
 }

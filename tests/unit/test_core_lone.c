@@ -387,12 +387,12 @@ Test(lone, a_job_too_tight_for_its_own_node_runs_lone_on_more_where_that_is_chea
         po.warm_switch = loom_us_from_s(5);
         cr_assert(po.lone_grow, "on by default");
         double pt = loom_cluster_node_price(&cl, LOOM_POOL_TRAIN);
-        /* training-heavy, no slack: 300 + 10 > 300 on one node; on two 60 + 120 + 10 = 190,
-         * and 2 pt x 190 s = 2006 < (pr + pt) x 300 s = 2139 (per node-price unit) */
-        loom_job_spec a = spec("A", 60, 240, 1.0);
+        /* all training, no slack: 410 + 10 > 410 on one node; on two 10 + 200 + 10 = 220, and
+         * 2 x 5.28 x 220 = 2323 is 21% below (1.85 + 5.28) x 410 = 2923: it grows */
+        loom_job_spec c = spec("C", 10, 400, 1.0);
         loom_group_info g;
         seen v = {0};
-        loom_decision d = place_alone(&a, &g, &v);
+        loom_decision d = place_alone(&c, &g, &v);
         cr_assert_eq(d.kind, LOOM_DECISION_NEW_GROUP);
         cr_assert_eq(d.n_train_nodes, 2, "grown to two training nodes");
         cr_assert_float_eq(d.marginal_cost_per_hour, 2 * pt, 1e-9, "no rollout node paid for");
@@ -404,23 +404,31 @@ Test(lone, a_job_too_tight_for_its_own_node_runs_lone_on_more_where_that_is_chea
         cr_assert_eq(v.last_start.n_nodes, 2);
         loom_decision_free(&d);
 
-        /* rollout-heavy: two nodes save only 30 s of training, 2 pt x 280 s > (pr + pt) x 300 s
-         * at the default prices: its own rollout and training node */
-        loom_job_spec b = spec("B", 240, 60, 1.0);
+        /* 60 s + 240 s: two nodes save only 6% at the default prices (2 x 5.28 x 190 against
+         * 7.13 x 300), less than LOOM_MOVE_GROW_GAIN: its own rollout and training node */
+        loom_job_spec a = spec("A", 60, 240, 1.0);
         v = (seen){0};
-        d = place_alone(&b, &g, &v);
+        d = place_alone(&a, &g, &v);
         cr_assert_eq(d.n_train_nodes, 1);
         cr_assert(!g.lone);
         cr_assert_eq(v.provisioned[LOOM_POOL_ROLLOUT], 1);
         loom_decision_free(&d);
 
-        /* ... but where rollout GPUs cost what training GPUs cost, 2 pt x 280 < 2 pt x 300 */
+        /* where rollout GPUs cost what training GPUs cost, 2 x 190 is 37% below 2 x 300 */
         cl.gpu[LOOM_POOL_ROLLOUT].price_per_hour = cl.gpu[LOOM_POOL_TRAIN].price_per_hour;
         v = (seen){0};
-        d = place_alone(&b, &g, &v);
+        d = place_alone(&a, &g, &v);
         cr_assert_eq(d.n_train_nodes, 2);
         cr_assert(g.lone);
         cr_assert_eq(v.provisioned[LOOM_POOL_ROLLOUT], 0);
+        loom_decision_free(&d);
+
+        /* rollout-heavy (240 s + 60 s): two nodes save 30 s of 300, 7%: not grown */
+        loom_job_spec b = spec("B", 240, 60, 1.0);
+        v = (seen){0};
+        d = place_alone(&b, &g, &v);
+        cr_assert_eq(d.n_train_nodes, 1);
+        cr_assert(!g.lone);
         loom_decision_free(&d);
 
         /* off: the disaggregated group of its declared nodes, as before */
@@ -432,3 +440,4 @@ Test(lone, a_job_too_tight_for_its_own_node_runs_lone_on_more_where_that_is_chea
         cr_assert_eq(v.provisioned[LOOM_POOL_ROLLOUT], 1);
         loom_decision_free(&d);
 }
+
