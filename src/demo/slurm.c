@@ -305,6 +305,25 @@ static void report(FILE *out, const seen_step *steps, int n, const uint32_t *ids
                         }
 }
 
+/* Re-admissions per job: a node that boots is no failure, so none are expected. */
+static void print_restarts(FILE *out, loom_client *c, const uint32_t *ids)
+{
+        fprintf(out, "\nre-admissions (loomd):");
+        for (int i = 0; i < 3; i++) {
+                char path[64], *reply = NULL;
+                snprintf(path, sizeof path, "/v1/jobs/%u", ids[i]);
+                if (loom_client_get(c, path, &reply))
+                        continue;
+                json_t *o = json_loads(reply, 0, NULL);
+                fprintf(out, "  %s %lld restarts, %lld resubmits;", jobs[i].name,
+                        (long long)json_integer_value(json_object_get(o, "restarts")),
+                        (long long)json_integer_value(json_object_get(o, "resubmits")));
+                json_decref(o);
+                loom_client_free_string(reply);
+        }
+        fprintf(out, "\n");
+}
+
 static void print_nodes(FILE *out, const char *when)
 {
         fprintf(out, "\nnodes %s (sinfo; ~ = powered down):\n", when);
@@ -354,6 +373,7 @@ static int run(const loom_demo_slurm_opts *o, FILE *out, const char *dir, const 
                 fprintf(out, "\nevery job finished its %d iterations in %.1f s\n", o->iterations,
                         mono_s() - t0);
                 report(out, steps, n, ids);
+                print_restarts(out, c, ids);
                 for (int i = 0; i < 50; i++) { /* loom releases the nodes: Slurm powers down */
                         FILE *p = popen("sinfo -h -N -o '%T' 2>/dev/null | grep -vc '~$'", "r");
                         int up = p && fscanf(p, "%d", &up) == 1 ? up : -1;

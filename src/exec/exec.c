@@ -377,6 +377,8 @@ static int power_nodes(loom_exec *x, const loom_exec_job *want, int n,
                         if (on && rc == 0 &&
                             now - x->since[p][i] > (double)x->cfg.provision_timeout_s) {
                                 node_note(x, name, "did not come up within provision_timeout_s");
+                                x->broken[p][i] = true; /* noted once */
+                                x->failed_at[p][i] = now;
                                 rc = LOOM_EXEC_UNUSABLE;
                         }
                         if (rc != 0 || !on)

@@ -351,7 +351,9 @@ static int sl_power(void *impl, const char *node, bool up, loom_err *e)
         slurm *s = impl;
         const holder *h = holder_of(s, node);
         const char *st = node_state(s, node);
-        bool down = strchr(st, '~') != NULL, going_down = strchr(st, '%') != NULL;
+        /* '!': a power down is queued; '%': powering down; '~': down; '#': powering up */
+        bool down = strchr(st, '~') != NULL;
+        bool going_down = strchr(st, '%') != NULL || strchr(st, '!') != NULL;
         bool coming_up = strchr(st, '#') != NULL;
         bool unusable = !coming_up && out_of_service(st);
         if (up) {

@@ -35,6 +35,7 @@ struct srv_exec {
         loom_exec *x; /* the executor thread's only */
         /* guarded by mu */
         bool stop;
+        bool published; /* the scheduler thread has published once */
         loom_exec_job *want;
         int n_want;
         size_t cap_want;
@@ -58,6 +59,8 @@ static void *exec_main(void *arg)
         loom_node_id(*up)[LOOM_EXEC_MAX_NODES] = calloc(2, sizeof *up);
         loom_exec_event ev[32];
         pthread_mutex_lock(&t->mu);
+        while (!t->stop && !t->published) /* a round on nothing would stop every worker */
+                pthread_cond_wait(&t->cv, &t->mu);
         while (!t->stop && up) {
                 int n = t->n_want, n_up[2] = {t->n_up[0], t->n_up[1]};
                 if (loom_reserve(&want, &cap, (size_t)n + 1, sizeof *want, 16) == 0) {
@@ -254,8 +257,10 @@ void srv_exec_tick(loom_server *s, loom_us now)
         loom_exec_event ev[EXEC_MAX_EV];
         char err[200] = "";
         pthread_mutex_lock(&t->mu);
-        if (publish_jobs(s, t) == 0)
+        if (publish_jobs(s, t) == 0) {
                 publish_nodes(s, t);
+                t->published = true;
+        }
         hold_permits(s, t, now);
         char notes[8][LOOM_EXEC_NOTE_MAX];
         int n_notes = t->n_notes;
