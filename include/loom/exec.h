@@ -149,6 +149,24 @@ int loom_exec_apply(loom_exec *x, const loom_exec_job *want, int n, const loom_n
  * (job, admission) pairs; returns the count. */
 int loom_exec_waiting(const loom_exec *x, uint32_t (*out)[2], int max);
 
+/* The admissions of the last apply with a rollout worker running on another node than the one
+ * its placement names now (it is being moved). Same form as loom_exec_waiting. */
+int loom_exec_misplaced(const loom_exec *x, uint32_t (*out)[2], int max);
+
+/* Where the rollout workers are, as of the last apply, in loom's terms: the pool and loom node id
+ * bound to the node each runs on (node -1: a node no id is bound to), or moving (stopped on one
+ * node, not yet launched on the next). loomd grants a rollout permit only to a job whose rollout
+ * workers are on the nodes the permit names, so a rollout never runs elsewhere than its lease
+ * says, even when the placement changed after the last apply. */
+typedef struct loom_exec_place {
+        uint32_t job, admission;
+        int rank;
+        bool moving;
+        loom_pool pool;
+        int64_t node;
+} loom_exec_place;
+int loom_exec_rollout_places(const loom_exec *x, loom_exec_place *out, int max);
+
 /* Node events of the last apply, for the log: a node out of service or that did not come up
  * within provision_timeout_s, its loom id bound to another node (no job failed). Up to max
  * lines; returns the count. */

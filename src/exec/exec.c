@@ -116,6 +116,7 @@ void loom_exec_free(loom_exec *x)
         free(x->recs);
         free(x->listed);
         free(x->waiting);
+        free(x->misplaced);
         free(x);
 }
 
@@ -566,6 +567,54 @@ static bool waits_for_node(const loom_exec *x, const loom_exec_job *j,
         return false;
 }
 
+/* Whether a rollout worker of j runs on another node than j's placement names for it now, or
+ * was stopped there and is not yet launched again on the new one. */
+static bool rollout_misplaced(loom_exec *x, const loom_exec_job *j)
+{
+        for (int r = 0; r < j->n_nodes[LOOM_POOL_ROLLOUT]; r++) {
+                const loom_exec_worker *live =
+                    listed(x, j->job, j->admission, LOOM_POOL_ROLLOUT, r, false);
+                const char *node = node_of(x, j, LOOM_POOL_ROLLOUT, r);
+                const exec_rec *rec = rec_find(x, j->job, j->admission, LOOM_POOL_ROLLOUT, r);
+                if ((rec && rec->moving) || (live && (!node || strcmp(live->node, node))))
+                        return true;
+        }
+        return false;
+}
+
+int loom_exec_rollout_places(const loom_exec *x, loom_exec_place *out, int max)
+{
+        int n = 0;
+        for (int i = 0; i < x->n_listed && n < max; i++) {
+                const loom_exec_worker *w = &x->listed[i];
+                if (w->ended || w->pool != LOOM_POOL_ROLLOUT)
+                        continue;
+                loom_exec_place *p = &out[n++];
+                *p = (loom_exec_place){.job = w->job, .admission = w->admission, .rank = w->rank,
+                                       .pool = LOOM_POOL_ROLLOUT, .node = -1};
+                for (int q = 0; q < 2; q++)
+                        for (int k = 0; k < x->cfg.n_nodes[q]; k++)
+                                if (x->bound[q][k] && !strcmp(x->cfg.nodes[q][k], w->node))
+                                        p->pool = (loom_pool)q, p->node = x->bound[q][k] - 1;
+        }
+        for (int i = 0; i < x->n_recs && n < max; i++)
+                if (x->recs[i].moving && x->recs[i].pool == LOOM_POOL_ROLLOUT)
+                        out[n++] = (loom_exec_place){.job = x->recs[i].job,
+                                                     .admission = x->recs[i].admission,
+                                                     .rank = x->recs[i].rank,
+                                                     .moving = true,
+                                                     .node = -1};
+        return n;
+}
+
+int loom_exec_misplaced(const loom_exec *x, uint32_t (*out)[2], int max)
+{
+        int n = x->n_misplaced < max ? x->n_misplaced : max;
+        if (n > 0)
+                memcpy(out, x->misplaced, (size_t)n * sizeof *out);
+        return n;
+}
+
 int loom_exec_waiting(const loom_exec *x, uint32_t (*out)[2], int max)
 {
         int n = x->n_waiting < max ? x->n_waiting : max;
@@ -582,7 +631,9 @@ int loom_exec_apply(loom_exec *x, const loom_exec_job *want, int n, const loom_n
                 return loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
         if (!x->waiting && !(x->waiting = calloc(EXEC_MAX_LISTED, sizeof *x->waiting)))
                 return loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
-        x->n_waiting = 0; /* a controller that does not answer holds up no permit */
+        if (!x->misplaced && !(x->misplaced = calloc(EXEC_MAX_LISTED, sizeof *x->misplaced)))
+                return loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
+        x->n_waiting = x->n_misplaced = 0; /* a controller that does not answer holds nothing */
         int m = x->ops->list(x->impl, x->listed, EXEC_MAX_LISTED, e);
         if (m < 0)
                 return m;
@@ -599,6 +650,10 @@ int loom_exec_apply(loom_exec *x, const loom_exec_job *want, int n, const loom_n
                 if (x->n_waiting < EXEC_MAX_LISTED && waits_for_node(x, &want[i], ready)) {
                         x->waiting[x->n_waiting][0] = want[i].job;
                         x->waiting[x->n_waiting++][1] = want[i].admission;
+                }
+                if (x->n_misplaced < EXEC_MAX_LISTED && rollout_misplaced(x, &want[i])) {
+                        x->misplaced[x->n_misplaced][0] = want[i].job;
+                        x->misplaced[x->n_misplaced++][1] = want[i].admission;
                 }
         }
         for (int i = 0; i < x->n_listed; i++) {

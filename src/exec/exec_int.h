@@ -35,6 +35,8 @@ struct loom_exec {
         bool bound_loaded;
         uint32_t (*waiting)[2]; /* loom_exec_waiting: (job, admission), EXEC_MAX_LISTED */
         int n_waiting;
+        uint32_t (*misplaced)[2]; /* loom_exec_misplaced, EXEC_MAX_LISTED */
+        int n_misplaced;
         char notes[8][LOOM_EXEC_NOTE_MAX]; /* loom_exec_node_notes, this apply's */
         int n_notes;
 };

@@ -253,8 +253,16 @@ void srv_lease_from_permit(loom_server *s, srv_job *j, int64_t id, loom_us now, 
         j->has_lease = true;
 }
 
+/* exechook.c: whether j's rollout worker is still being moved to the node its permit names */
+bool srv_exec_rollout_held(loom_server *s, const srv_job *j);
+void srv_engine_grant_waiting(loom_server *s, srv_job *j, loom_us now);
+
 static void grant(loom_server *s, srv_job *j, loom_us now)
 {
+        /* A rollout runs where its lease says: not granted while the executor still has the
+         * job's rollout worker on another node (exechook.c grants it when it is there). */
+        if (j->permit_phase == LOOM_PHASE_ROLLOUT && srv_exec_rollout_held(s, j))
+                return;
         loom_err e;
         srv_lease *l = &j->lease;
         srv_lease_from_permit(s, j, s->next_lease_id++, now, srv_now_wall());
@@ -278,6 +286,12 @@ static void grant(loom_server *s, srv_job *j, loom_us now)
                 srv_reply_json(r, 200, lease_json(s, j));
                 done_req(s, r);
         }
+}
+
+void srv_engine_grant_waiting(loom_server *s, srv_job *j, loom_us now)
+{
+        if (j->waiters && j->permit && !j->has_lease)
+                grant(s, j, now);
 }
 
 /* Take a live job out: the core frees its pins, its lease (if any) ends as lease_state, its

@@ -16,6 +16,11 @@
  * time" timer does not run; it starts, at lease_timeout, once the workers are launched. A node
  * that fails (out of service in the cluster, or never up) is a node failure: a worker that ended
  * on it re-admits its job with cause "node", which spends none of the job's restarts.
+ *
+ * A rollout runs where its lease says: while a job's rollout worker is still on another node than
+ * the one its placement names now (a group gained or lost a member, and the worker is being
+ * moved), its rollout permit is held - not granted, its claim timer not running - until the
+ * executor sees the worker there (srv_exec_rollout_held, checked by engine.c's grant).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +52,13 @@ struct srv_exec {
         int n_waiting;
         char notes[8][LOOM_EXEC_NOTE_MAX]; /* node events not yet logged */
         int n_notes;
+        uint32_t (*misplaced)[2]; /* loom_exec_misplaced after the last round */
+        int n_misplaced;
+        loom_exec_place *places; /* loom_exec_rollout_places after the last round */
+        int n_places;
+        /* the scheduler thread's copy of places, read by grant (no lock needed) */
+        loom_exec_place *at;
+        int n_at;
         char err[200]; /* the last round's error, "" if it went through */
         loom_us warned;
 };
@@ -76,8 +88,9 @@ static void *exec_main(void *arg)
                         pthread_mutex_lock(&t->mu);
                         for (int i = 0; i < n_ev && t->n_ev < EXEC_MAX_EV; i++)
                                 t->ev[t->n_ev++] = ev[i];
-                        if (t->waiting)
-                                t->n_waiting = loom_exec_waiting(t->x, t->waiting, EXEC_MAX_WAIT);
+                        t->n_waiting = loom_exec_waiting(t->x, t->waiting, EXEC_MAX_WAIT);
+                        t->n_misplaced = loom_exec_misplaced(t->x, t->misplaced, EXEC_MAX_WAIT);
+                        t->n_places = loom_exec_rollout_places(t->x, t->places, EXEC_MAX_WAIT);
                         t->n_notes += loom_exec_node_notes(t->x, t->notes + t->n_notes,
                                                            8 - t->n_notes);
                         snprintf(t->err, sizeof t->err, "%.190s", rc ? e.msg : "");
@@ -101,7 +114,15 @@ static srv_exec *exec_start(loom_server *s)
         if (!t)
                 return NULL;
         t->x = s->cfg.exec;
-        if (!(t->waiting = calloc(EXEC_MAX_WAIT, sizeof *t->waiting))) {
+        t->waiting = calloc(EXEC_MAX_WAIT, sizeof *t->waiting);
+        t->misplaced = calloc(EXEC_MAX_WAIT, sizeof *t->misplaced);
+        t->places = calloc(EXEC_MAX_WAIT, sizeof *t->places);
+        t->at = calloc(EXEC_MAX_WAIT, sizeof *t->at);
+        if (!t->waiting || !t->misplaced || !t->places || !t->at) {
+                free(t->waiting);
+                free(t->misplaced);
+                free(t->places);
+                free(t->at);
                 free(t);
                 return NULL;
         }
@@ -115,6 +136,9 @@ static srv_exec *exec_start(loom_server *s)
                 pthread_mutex_destroy(&t->mu);
                 pthread_cond_destroy(&t->cv);
                 free(t->waiting);
+                free(t->misplaced);
+                free(t->places);
+                free(t->at);
                 free(t);
                 return NULL;
         }
@@ -135,6 +159,9 @@ void srv_exec_stop(loom_server *s)
         pthread_cond_destroy(&t->cv);
         free(t->want);
         free(t->waiting);
+        free(t->misplaced);
+        free(t->places);
+        free(t->at);
         free(t);
         s->exec_rt = NULL;
 }
@@ -179,7 +206,9 @@ static int publish_jobs(loom_server *s, srv_exec *t)
                 if (j->has_lease && j->lease.phase == LOOM_PHASE_ROLLOUT)
                         on_train = j->lease.pool == LOOM_POOL_TRAIN, w->roll_pinned = true;
                 else if (j->permit && j->permit_phase == LOOM_PHASE_ROLLOUT)
-                        on_train = j->permit_pool == LOOM_POOL_TRAIN, w->roll_pinned = true;
+                        /* not pinned: a worker elsewhere moves to the node the permit names,
+                         * which is held for it until it is there */
+                        on_train = j->permit_pool == LOOM_POOL_TRAIN, w->roll_pinned = false;
                 if (on_train) {
                         w->roll_on_train = true;
                         w->n_nodes[0] = in.n_train_nodes;
@@ -224,17 +253,49 @@ static void publish_nodes(loom_server *s, srv_exec *t)
         free(g);
 }
 
-/* Permits of admissions whose workers wait for their nodes: the claim timer starts once they
- * are launched (under t's lock). */
+/* engine.c: grant j's permit to its waiting acquires, if it has both and nothing holds it. */
+void srv_engine_grant_waiting(loom_server *s, srv_job *j, loom_us now);
+bool srv_exec_rollout_held(loom_server *s, const srv_job *j);
+
+static srv_job *admission_job(loom_server *s, const uint32_t id[2])
+{
+        srv_job *j = srv_job_get(s, srv_job_unpub(s, id[0]));
+        return j && srv_job_live(j->state) && srv_admission_pub(s, j->retry.core) == id[1] ? j
+                                                                                          : NULL;
+}
+
+/* Permits of admissions whose workers wait for their nodes, or whose rollout worker is being
+ * moved to the node its permit names: the claim timer starts once they are there (under t's
+ * lock). */
 static void hold_permits(loom_server *s, srv_exec *t, loom_us now)
 {
         loom_us until = now + loom_us_from_s(s->cfg.lease_timeout_s);
-        for (int i = 0; i < t->n_waiting; i++) {
-                srv_job *j = srv_job_get(s, srv_job_unpub(s, t->waiting[i][0]));
-                if (j && srv_job_live(j->state) && j->permit && j->permit_deadline < until &&
-                    srv_admission_pub(s, j->retry.core) == t->waiting[i][1])
+        for (int i = 0; i < t->n_waiting + t->n_misplaced; i++) {
+                srv_job *j = admission_job(s, i < t->n_waiting ? t->waiting[i]
+                                                               : t->misplaced[i - t->n_waiting]);
+                if (j && j->permit && j->permit_deadline < until)
                         j->permit_deadline = until;
         }
+}
+
+/* Whether j's rollout permit must wait: one of its rollout workers, as the executor last saw
+ * them, is being moved or runs elsewhere than the node the permit names for its rank. A worker
+ * not seen at all holds nothing (it is starting on the node it was launched for). */
+bool srv_exec_rollout_held(loom_server *s, const srv_job *j)
+{
+        srv_exec *t = s->exec_rt;
+        if (!t || !s->cfg.exec || !j->permit || j->permit_phase != LOOM_PHASE_ROLLOUT)
+                return false;
+        uint32_t pub = j->pub, adm = srv_admission_pub(s, j->retry.core);
+        for (int i = 0; i < t->n_at; i++) {
+                const loom_exec_place *p = &t->at[i];
+                if (p->job != pub || p->admission != adm)
+                        continue;
+                if (p->moving || p->rank >= j->permit_n_nodes || p->pool != j->permit_pool ||
+                    p->node != (int64_t)j->permit_nodes[p->rank])
+                        return true;
+        }
+        return false;
 }
 
 void srv_exec_tick(loom_server *s, loom_us now)
@@ -262,6 +323,8 @@ void srv_exec_tick(loom_server *s, loom_us now)
                 t->published = true;
         }
         hold_permits(s, t, now);
+        memcpy(t->at, t->places, (size_t)t->n_places * sizeof *t->at);
+        t->n_at = t->n_places;
         char notes[8][LOOM_EXEC_NOTE_MAX];
         int n_notes = t->n_notes;
         memcpy(notes, t->notes, (size_t)n_notes * sizeof *notes);
@@ -279,6 +342,10 @@ void srv_exec_tick(loom_server *s, loom_us now)
                 srv_log(s, "executor %s: %s", loom_exec_name(s->cfg.exec), err);
         for (int i = 0; i < n_notes; i++)
                 srv_log(s, "executor %s: %s", loom_exec_name(s->cfg.exec), notes[i]);
+        /* rollout permits held for a worker that has now arrived go out */
+        for (uint32_t i = 0; i < s->n_jobs; i++)
+                if (srv_job_live(s->jobs[i]->state))
+                        srv_engine_grant_waiting(s, s->jobs[i], now);
         for (int i = 0; i < n_ev; i++) {
                 srv_job *j = srv_job_get(s, srv_job_unpub(s, ev[i].job));
                 if (!j || !srv_job_live(j->state) ||
