@@ -47,7 +47,7 @@ typedef struct loom_exec_worker {
         char id[32]; /* backend's id: a pid, a Slurm step "123.4" */
         bool ended;  /* list(): it has ended (exit_code says how) */
         int exit_code;
-        char why[96]; /* list(): how it ended, for the log */
+        char why[96];     /* list(): how it ended, for the log */
         bool node_failed; /* list(): it ended because its node went out of service */
 } loom_exec_worker;
 

@@ -590,8 +590,11 @@ int loom_exec_rollout_places(const loom_exec *x, loom_exec_place *out, int max)
                 if (w->ended || w->pool != LOOM_POOL_ROLLOUT)
                         continue;
                 loom_exec_place *p = &out[n++];
-                *p = (loom_exec_place){.job = w->job, .admission = w->admission, .rank = w->rank,
-                                       .pool = LOOM_POOL_ROLLOUT, .node = -1};
+                *p = (loom_exec_place){.job = w->job,
+                                       .admission = w->admission,
+                                       .rank = w->rank,
+                                       .pool = LOOM_POOL_ROLLOUT,
+                                       .node = -1};
                 for (int q = 0; q < 2; q++)
                         for (int k = 0; k < x->cfg.n_nodes[q]; k++)
                                 if (x->bound[q][k] && !strcmp(x->cfg.nodes[q][k], w->node))

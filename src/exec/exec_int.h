@@ -29,8 +29,8 @@ struct loom_exec {
         /* node map slot -> loom node id + 1 bound to it (0: free); exec.c */
         int64_t bound[2][LOOM_EXEC_MAX_NODES];
         bool was_up[2][LOOM_EXEC_MAX_NODES];
-        bool broken[2][LOOM_EXEC_MAX_NODES]; /* unusable: not bound again while it stays so */
-        double since[2][LOOM_EXEC_MAX_NODES]; /* bound and coming up since (monotonic s), 0 */
+        bool broken[2][LOOM_EXEC_MAX_NODES];      /* unusable: not bound again while it stays so */
+        double since[2][LOOM_EXEC_MAX_NODES];     /* bound and coming up since (monotonic s), 0 */
         double failed_at[2][LOOM_EXEC_MAX_NODES]; /* a worker's node failure there (mono s) */
         bool bound_loaded;
         uint32_t (*waiting)[2]; /* loom_exec_waiting: (job, admission), EXEC_MAX_LISTED */

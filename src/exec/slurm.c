@@ -329,18 +329,9 @@ static int submit_holder(slurm *s, const char *node, loom_err *e)
         snprintf(nl, sizeof nl, "--nodelist=%s", node);
         snprintf(gres, sizeof gres, "--gres=gpu:%d", s->cfg.gpus_per_node);
         holder_script(s, script, sizeof script);
-        const char *argv[] = {"sbatch",
-                              "--parsable",
-                              name,
-                              part,
-                              nl,
-                              gres,
-                              "--exclusive",
-                              "--no-requeue",
-                              "--output=/dev/null",
-                              "--wrap",
-                              script,
-                              NULL};
+        const char *argv[] = {
+            "sbatch",       "--parsable",         name,     part,   nl,  gres, "--exclusive",
+            "--no-requeue", "--output=/dev/null", "--wrap", script, NULL};
         if (tool(s, argv) != 0)
                 return loom_err_set(e, LOOM_EIO, "", "sbatch of node %s's allocation failed", node);
         return 0;

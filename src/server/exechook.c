@@ -91,8 +91,8 @@ static void *exec_main(void *arg)
                         t->n_waiting = loom_exec_waiting(t->x, t->waiting, EXEC_MAX_WAIT);
                         t->n_misplaced = loom_exec_misplaced(t->x, t->misplaced, EXEC_MAX_WAIT);
                         t->n_places = loom_exec_rollout_places(t->x, t->places, EXEC_MAX_WAIT);
-                        t->n_notes += loom_exec_node_notes(t->x, t->notes + t->n_notes,
-                                                           8 - t->n_notes);
+                        t->n_notes +=
+                            loom_exec_node_notes(t->x, t->notes + t->n_notes, 8 - t->n_notes);
                         snprintf(t->err, sizeof t->err, "%.190s", rc ? e.msg : "");
                 }
                 if (t->stop)
@@ -261,7 +261,7 @@ static srv_job *admission_job(loom_server *s, const uint32_t id[2])
 {
         srv_job *j = srv_job_get(s, srv_job_unpub(s, id[0]));
         return j && srv_job_live(j->state) && srv_admission_pub(s, j->retry.core) == id[1] ? j
-                                                                                          : NULL;
+                                                                                           : NULL;
 }
 
 /* Permits of admissions whose workers wait for their nodes, or whose rollout worker is being
