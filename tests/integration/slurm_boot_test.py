@@ -196,6 +196,30 @@ j = job(2)
 check(j["restarts"] == 0, f"a node failure spends no restart (restarts {j['restarts']})")
 subprocess.run(["scontrol", "update", f"nodename={qt}", "state=resume"], capture_output=True)
 
+# ---- a drained node takes no new placement -----------------------------------------------------
+# q runs lone on its training node; r joins its group, which then provisions a rollout node. The
+# executor would pick the first rollout node; it is drained, so the second is powered up instead.
+wait(lambda: all(node_states()[n].endswith("~") for n in ROLL), "rollout nodes are down", 30)
+subprocess.run(["scontrol", "update", f"nodename={ROLL[0]}", "state=drain", "reason=loom-test"],
+               check=True)
+r = submit("r", 4)
+if r["group"] != job(2).get("group"):  # q was re-admitted: its group now
+    print(f"     r did not join q's group (placement: {r.get('decision')}): drain check skipped")
+else:
+    held = set()
+
+    def r_done():
+        for n in ROLL:
+            if any(ln.endswith(f"|loom-node-{n}") for ln in loom_jobs()):
+                held.add(n)
+        return job(3)["state"] == "finished"
+
+    wait(r_done, "r finishes in q's group", BOOT_S + 60)
+    check(held == {ROLL[1]}, f"squeue: Slurm held the second rollout node {ROLL[1]}, never the "
+          f"drained {ROLL[0]} (held {sorted(held)})")
+    check(job(3)["restarts"] == 0 and job(2)["restarts"] == 0, "no restart for r or q")
+subprocess.run(["scontrol", "update", f"nodename={ROLL[0]}", "state=resume"], capture_output=True)
+
 # ---- a stop of loomd leaves nothing behind ------------------------------------------------------
 check(workers() and loom_jobs(), "q's workers and allocations run before the stop")
 t0 = time.time()
