@@ -1,0 +1,292 @@
+/*
+ * ha.c - the fenced log on etcd (ha.h, docs/ha.md).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "ha.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "etcd.h"
+
+struct loom_ha {
+        etcd_client *c;
+        char *prefix, *me, *election, *logp;
+        int ttl;
+        int64_t lease;
+        char *key; /* the leader key while leading */
+        int64_t rev;
+        uint64_t next;
+};
+
+static char *cat(const char *a, const char *b)
+{
+        size_t n = strlen(a) + strlen(b) + 1;
+        char *s = malloc(n);
+        if (s)
+                snprintf(s, n, "%s%s", a, b);
+        return s;
+}
+
+int loom_ha_open(loom_ha **out, const char *endpoints, const char *prefix, const char *me,
+                 int ttl_s, loom_err *e)
+{
+        *out = NULL;
+        if (!prefix || !*prefix)
+                return loom_err_set(e, LOOM_EINVAL, "prefix", "an etcd key prefix is required");
+        if (ttl_s < 1)
+                return loom_err_set(e, LOOM_EINVAL, "ttl", "must be >= 1 s, got %d", ttl_s);
+        loom_ha *h = calloc(1, sizeof *h);
+        if (!h)
+                return loom_err_set(e, LOOM_ENOMEM, "ha", "out of memory");
+        int rc = etcd_open(&h->c, endpoints, 0, e);
+        if (rc) {
+                free(h);
+                return rc;
+        }
+        h->prefix = strdup(prefix);
+        h->me = strdup(me ? me : "");
+        h->election = cat(prefix, "election");
+        h->logp = cat(prefix, "log/");
+        h->ttl = ttl_s;
+        if (!h->prefix || !h->me || !h->election || !h->logp) {
+                loom_ha_close(h);
+                return loom_err_set(e, LOOM_ENOMEM, "ha", "out of memory");
+        }
+        *out = h;
+        return 0;
+}
+
+void loom_ha_close(loom_ha *h)
+{
+        if (!h)
+                return;
+        etcd_close(h->c);
+        free(h->prefix);
+        free(h->me);
+        free(h->election);
+        free(h->logp);
+        free(h->key);
+        free(h);
+}
+
+static int parse_seq(const loom_ha *h, const char *key, uint64_t *seq)
+{
+        size_t n = strlen(h->logp);
+        if (strncmp(key, h->logp, n) != 0 || strlen(key + n) != 20)
+                return -1;
+        char *end;
+        *seq = strtoull(key + n, &end, 10);
+        return *end ? -1 : 0;
+}
+
+static void seq_key(const loom_ha *h, uint64_t seq, char *out, size_t cap)
+{
+        snprintf(out, cap, "%s%020" PRIu64, h->logp, seq);
+}
+
+int loom_ha_campaign(loom_ha *h, loom_err *e)
+{
+        free(h->key);
+        h->key = NULL;
+        int rc = etcd_lease_grant(h->c, h->ttl, &h->lease, e);
+        if (rc)
+                return rc;
+        rc = etcd_campaign(h->c, h->election, h->me, h->lease, &h->key, &h->rev, e);
+        if (rc)
+                return rc;
+        /* the log's end: the greatest key under log/ */
+        char *end = etcd_prefix_end(h->logp);
+        json_t *kvs = NULL;
+        rc = end ? etcd_range(h->c, h->logp, end, 1, 1, &kvs, NULL, e) : LOOM_ENOMEM;
+        free(end);
+        if (rc)
+                return rc;
+        h->next = 1;
+        json_t *kv = json_array_get(kvs, 0);
+        if (kv) {
+                char *k;
+                size_t kn;
+                uint64_t s;
+                const char *ks = json_string_value(json_object_get(kv, "key"));
+                if (ks && etcd_unb64(ks, &k, &kn) == 0) {
+                        if (parse_seq(h, k, &s) == 0)
+                                h->next = s + 1;
+                        free(k);
+                }
+        }
+        json_decref(kvs);
+        return 0;
+}
+
+int loom_ha_keepalive(loom_ha *h, loom_err *e)
+{
+        if (!h->key)
+                return loom_err_set(e, LOOM_HA_DEPOSED, "leader", "not leading");
+        int rc = etcd_lease_keepalive(h->c, h->lease, NULL, e);
+        return rc == LOOM_ENOENT ? LOOM_HA_DEPOSED : rc;
+}
+
+int loom_ha_append(loom_ha *h, const void *entry, size_t n, uint64_t *seq, loom_err *e)
+{
+        if (!h->key)
+                return loom_err_set(e, LOOM_HA_DEPOSED, "leader", "not leading (campaign first)");
+        char key[512];
+        seq_key(h, h->next, key, sizeof key);
+        int ok;
+        int64_t fence_now;
+        char *existing;
+        size_t en;
+        int rc = etcd_txn_put_if(h->c, h->key, h->rev, key, entry, n, &ok, NULL, &fence_now,
+                                 &existing, &en, e);
+        if (rc)
+                return rc;
+        if (!ok && fence_now == h->rev && existing && en == n && memcmp(existing, entry, n) == 0)
+                ok = 1; /* a retried txn that had already been applied */
+        free(existing);
+        if (ok) {
+                if (seq)
+                        *seq = h->next;
+                h->next++;
+                return 0;
+        }
+        if (fence_now != h->rev) {
+                free(h->key);
+                h->key = NULL;
+                return loom_err_set(e, LOOM_HA_DEPOSED, "leader",
+                                    "deposed: the leader key of revision %lld is gone; the store refused log seq %" PRIu64,
+                                    (long long)h->rev, h->next);
+        }
+        return loom_err_set(e, LOOM_EEXIST, "seq",
+                            "log seq %" PRIu64 " already holds another entry", h->next);
+}
+
+int loom_ha_resign(loom_ha *h, loom_err *e)
+{
+        int rc = 0;
+        if (h->key)
+                rc = etcd_resign(h->c, h->election, h->key, h->rev, h->lease, e);
+        if (h->lease) {
+                int r2 = etcd_lease_revoke(h->c, h->lease, e);
+                if (!rc && r2 != LOOM_EPROTO) /* an expired lease: nothing to revoke */
+                        rc = r2;
+        }
+        free(h->key);
+        h->key = NULL;
+        h->lease = 0;
+        return rc;
+}
+
+int loom_ha_leader(loom_ha *h, char **url, loom_err *e)
+{
+        return etcd_leader(h->c, h->election, url, e);
+}
+
+int loom_ha_read_from(loom_ha *h, uint64_t from, loom_ha_fn fn, void *arg, int64_t *rev,
+                      loom_err *e)
+{
+        char start[512];
+        seq_key(h, from, start, sizeof start);
+        char *end = etcd_prefix_end(h->logp);
+        if (!end)
+                return loom_err_set(e, LOOM_ENOMEM, "ha", "out of memory");
+        json_t *kvs;
+        int rc = etcd_range(h->c, start, end, 0, 0, &kvs, rev, e);
+        free(end);
+        if (rc)
+                return rc;
+        for (size_t i = 0; i < json_array_size(kvs) && rc == 0; i++) {
+                json_t *kv = json_array_get(kvs, i);
+                char *k = NULL, *v = NULL;
+                size_t kn, vn;
+                uint64_t s;
+                const char *ks = json_string_value(json_object_get(kv, "key"));
+                const char *vs = json_string_value(json_object_get(kv, "value"));
+                if (!ks || etcd_unb64(ks, &k, &kn) || etcd_unb64(vs ? vs : "", &v, &vn) ||
+                    parse_seq(h, k, &s))
+                        rc = loom_err_set(e, LOOM_ECORRUPT, "log", "undecodable log key");
+                else if (fn(arg, s, v, vn))
+                        rc = 1;
+                free(k);
+                free(v);
+        }
+        json_decref(kvs);
+        return rc < 0 ? rc : 0;
+}
+
+typedef struct {
+        loom_ha *h;
+        loom_ha_fn fn;
+        void *arg;
+        uint64_t next;
+        int stop;
+} wctx;
+
+static int read_cb(void *arg, uint64_t seq, const char *entry, size_t n)
+{
+        wctx *w = arg;
+        w->next = seq + 1;
+        w->stop = w->fn(w->arg, seq, entry, n);
+        return w->stop;
+}
+
+static int watch_cb(void *arg, const char *key, const char *val, size_t n, int64_t rev,
+                    int deleted)
+{
+        (void)rev;
+        wctx *w = arg;
+        uint64_t s;
+        if (deleted || parse_seq(w->h, key, &s) || s < w->next)
+                return 0; /* compaction deletes, or an entry already delivered */
+        w->next = s + 1;
+        w->stop = w->fn(w->arg, s, val, n);
+        return w->stop;
+}
+
+static int64_t mono_ms(void)
+{
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+int loom_ha_watch(loom_ha *h, uint64_t from, loom_ha_fn fn, void *arg, long timeout_ms,
+                  loom_err *e)
+{
+        wctx w = {h, fn, arg, from, 0};
+        int64_t rev;
+        int rc = loom_ha_read_from(h, from, read_cb, &w, &rev, e);
+        if (rc || w.stop)
+                return rc;
+        int64_t until = timeout_ms > 0 ? mono_ms() + timeout_ms : 0;
+        char *end = etcd_prefix_end(h->logp);
+        if (!end)
+                return loom_err_set(e, LOOM_ENOMEM, "ha", "out of memory");
+        int64_t start = rev + 1;
+        for (;;) {
+                long left = 0;
+                if (until) {
+                        left = (long)(until - mono_ms());
+                        if (left <= 0) {
+                                rc = loom_err_set(e, LOOM_ETIMEDOUT, "watch",
+                                                  "no log entry past seq %" PRIu64 " in time", w.next - 1);
+                                break;
+                        }
+                }
+                int64_t last;
+                rc = etcd_watch(h->c, h->logp, end, start, watch_cb, &w, left, &last, e);
+                if (rc == 0 || w.stop || rc != LOOM_EIO)
+                        break;
+                /* the member died: resume after the last revision seen, on the next one; entries
+                 * already delivered are skipped by seq */
+                if (last + 1 > start)
+                        start = last + 1;
+                struct timespec t = {0, 100000000L};
+                nanosleep(&t, NULL);
+        }
+        free(end);
+        return w.stop ? 0 : rc;
+}
