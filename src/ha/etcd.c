@@ -195,7 +195,9 @@ int etcd_call(etcd_client *c, const char *path, json_t *req, json_t **resp, long
               loom_err *e)
 {
         *resp = NULL;
-        char *body = json_dumps(req ? req : json_object(), JSON_COMPACT);
+        if (!req)
+                req = json_object();
+        char *body = req ? json_dumps(req, JSON_COMPACT) : NULL;
         json_decref(req);
         CURL *h = curl_easy_init();
         if (!body || !h) {

@@ -25,8 +25,9 @@ static int fails;
         } while (0)
 #define MUST(c, ...)                                                                               \
         do {                                                                                       \
-                CHECK(c, __VA_ARGS__);                                                             \
-                if (!(c))                                                                          \
+                int ok_ = (c);                                                                     \
+                CHECK(ok_, __VA_ARGS__);                                                           \
+                if (!ok_)                                                                          \
                         exit(1);                                                                   \
         } while (0)
 
@@ -117,7 +118,7 @@ int main(int argc, char **argv)
         /* leader A (TTL 2 s) appends 5 entries, fenced */
         loom_ha *a, *b;
         MUST(loom_ha_open(&a, eps, "loomtest/", "http://a", 2, &e) == 0, "open a: %s", e.msg);
-        MUST(loom_ha_open(&b, eps, "loomtest/", "http://b", 5, &e) == 0, "open b: %s", e.msg);
+        MUST(loom_ha_open(&b, eps, "loomtest/", "http://b", 10, &e) == 0, "open b: %s", e.msg);
         MUST(loom_ha_campaign(a, &e) == 0, "a campaigns: %s", e.msg);
         char *lead = NULL;
         CHECK(loom_ha_leader(b, &lead, &e) == 0 && lead && strcmp(lead, "http://a") == 0,
