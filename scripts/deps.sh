@@ -24,6 +24,7 @@ pkgs=(
   clang libclang-rt-14-dev                       # make fuzz: libFuzzer and the sanitizer runtimes
   chromium                                       # headless browser for the dashboard test
   prometheus                                     # promtool: checks loomd's /metrics page
+  etcd-server etcd-client                        # replication on etcd: its tests and bench
 )
 
 missing=()
