@@ -253,10 +253,6 @@ void srv_lease_from_permit(loom_server *s, srv_job *j, int64_t id, loom_us now, 
         j->has_lease = true;
 }
 
-/* exechook.c: whether j's rollout worker is still being moved to the node its permit names */
-bool srv_exec_rollout_held(loom_server *s, const srv_job *j);
-void srv_engine_grant_waiting(loom_server *s, srv_job *j, loom_us now);
-
 static void grant(loom_server *s, srv_job *j, loom_us now)
 {
         /* A rollout runs where its lease says: not granted while the executor still has the

@@ -253,10 +253,6 @@ static void publish_nodes(loom_server *s, srv_exec *t)
         free(g);
 }
 
-/* engine.c: grant j's permit to its waiting acquires, if it has both and nothing holds it. */
-void srv_engine_grant_waiting(loom_server *s, srv_job *j, loom_us now);
-bool srv_exec_rollout_held(loom_server *s, const srv_job *j);
-
 static srv_job *admission_job(loom_server *s, const uint32_t id[2])
 {
         srv_job *j = srv_job_get(s, srv_job_unpub(s, id[0]));

@@ -462,6 +462,12 @@ int srv_state_admit(loom_server *s, const loom_job_spec *spec, const loom_decisi
 typedef struct srv_exec srv_exec;
 void srv_exec_tick(loom_server *s, loom_us now);
 void srv_exec_stop(loom_server *s);
+/* Whether j's rollout worker is still being moved to the node its permit names (the grant
+ * waits for it). */
+bool srv_exec_rollout_held(loom_server *s, const srv_job *j);
+/* engine.c: grant j's permit to its waiting acquires, if it has both and nothing holds it
+ * (exechook.c, once a held rollout's worker is where its permit names). */
+void srv_engine_grant_waiting(loom_server *s, srv_job *j, loom_us now);
 
 /* metrics.c */
 void srv_metrics_init(srv_metrics *m);
