@@ -1,8 +1,7 @@
 /*
- * ctl.c - `loom submit`, `jobs`, `job`, `cancel`, `groups`, `nodes`, `cluster`, `events`: the
- * command line of a running loomd, over libloom-client. Parses arguments, calls the client
- * (src/client/ctl.c gathers, view.c draws the tables) and prints; the exit status says who said
- * no (see ctl_help).
+ * ctl.c - the command line of `loom submit`, `jobs`, `job`, `cancel`, `groups`, `nodes`,
+ * `cluster`, `events` (ctl_cmds.c runs them over libloom-client, ctl_io.c reports): their help,
+ * options and arguments; the exit status says who said no (see loom_cmd_ctl_help).
  */
 #include "ctl.h"
 
