@@ -225,6 +225,14 @@ static inline loom_us loom__roll_occ(const loom_sched *s, const loom_job_spec *s
  * an iteration with its two switches (rollout <-> training, loom__switch each) within budget. */
 bool loom__lone_fits(const loom_sched *s, const loom_job_spec *spec, loom_us budget,
                      int train_nodes);
+/* A lone iteration of spec on train_nodes training nodes: its rollout, its training on them
+ * (loom_group_train_time) and the two switches. */
+loom_us loom__lone_iteration(const loom_sched *s, const loom_job_spec *spec, int train_nodes);
+/* policy.lone_grow: whether spec lone on train_nodes training nodes bills LOOM_MOVE_GROW_GAIN less
+ * per iteration than a disaggregated group of it alone costing split_per_hour, its training pool
+ * split_train_gpus GPUs. Jobs run a fixed number of iterations, so this compares their bills. */
+bool loom__grow_pays(const loom_sched *s, const loom_job_spec *spec, int train_nodes,
+                     double split_per_hour, int split_train_gpus);
 /* A group of one member re-decides whether it is lone, on a membership change (may_go_lone) or
  * an observation (what the log records): one that fits goes lone, its rollout nodes released
  * (planned, not provisioned) as soon as no rollout of the member runs there; a lone one that
@@ -244,13 +252,12 @@ bool loom__job_lone_fits(const loom_sched *s, const job *j, int train_nodes);
  * round (dispatch keys); the caller refreshes the group. */
 void loom__set_rate(loom_sched *s, job *j, int rate, int64_t round);
 
-/* learn.c: a job ends (its means feed the prior); a new job's budget from the prior. */
+/* learn.c: a job ends (its means feed the prior). A new job (no t_solo_ref) under learned
+ * admission, once any job has ended with a learned profile: its budget is held to the prior's
+ * solo iteration, and *likely gets its phases at the prior's mean fractions of its declared times
+ * (what it will likely be learned to take); false (nothing changed) otherwise. */
 void loom__learn_exit(loom_sched *s, const job *j);
-void loom__learn_prior(const loom_sched *s, loom_job_spec *spec);
-/* spec's phases at the fleet's mean fractions of declared times (the prior), into out: what a
- * new job will likely be learned to take. False (out untouched) under worst-case admission or
- * before any job has ended with a learned profile. */
-bool loom__learn_prior_means(const loom_sched *s, const loom_job_spec *spec, loom_job_spec *out);
+bool loom__learn_prior(const loom_sched *s, loom_job_spec *spec, loom_job_spec *likely);
 
 /* move.c: whether learned-profile job j should move to another group: alone on its training
  * nodes, when it would cost less than LOOM_MOVE_GAIN of its group there (policy.move_lone); in
@@ -260,7 +267,7 @@ bool loom__move_pays(const loom_sched *s, const job *j);
 /* placement.c */
 /* exclude: a group not to search (the job's own, when it would move); margin: the least slack
  * a placement into a group must leave every member, as a fraction of T_meta (0: none). */
-/* likely: a new job's phases at the fleet's means (loom__learn_prior_means), or NULL. */
+/* likely: a new job's phases at the fleet's means (loom__learn_prior), or NULL. */
 int loom__place(const loom_sched *s, const loom_job_spec *spec, const loom_job_spec *likely,
                 const group *exclude, double margin, loom_decision *d, loom_err *e, uint64_t *rng);
 

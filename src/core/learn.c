@@ -234,33 +234,22 @@ static double solo_at(const loom_job_spec *spec, double fr, double ft)
         return (double)spec->t_roll * fr + (double)spec->t_train * ft + (double)spec->t_sync;
 }
 
-bool loom__learn_prior_means(const loom_sched *s, const loom_job_spec *spec, loom_job_spec *out)
+bool loom__learn_prior(const loom_sched *s, loom_job_spec *spec, loom_job_spec *likely)
 {
-        if (s->policy.admission == LOOM_ADMIT_WORST || !s->n_prior)
+        if (s->policy.admission == LOOM_ADMIT_WORST || spec->t_solo_ref > 0 || !s->n_prior)
                 return false;
         int n = s->n_prior < LOOM_PRIOR_JOBS ? (int)s->n_prior : LOOM_PRIOR_JOBS;
         double f[2] = {0, 0};
         for (int i = 0; i < n; i++)
                 for (int p = 0; p < 2; p++)
                         f[p] += s->prior[i][p] / n;
-        *out = *spec;
-        out->t_roll = scaled(spec->t_roll, f[0]);
-        out->t_train = scaled(spec->t_train, f[1]);
-        return true;
-}
-
-void loom__learn_prior(const loom_sched *s, loom_job_spec *spec)
-{
-        if (s->policy.admission == LOOM_ADMIT_WORST || spec->t_solo_ref > 0 || !s->n_prior)
-                return;
-        int n = s->n_prior < LOOM_PRIOR_JOBS ? (int)s->n_prior : LOOM_PRIOR_JOBS;
-        double f[2] = {0, 0};
-        for (int i = 0; i < n; i++)
-                for (int p = 0; p < 2; p++)
-                        f[p] += s->prior[i][p] / n;
+        *likely = *spec;
+        likely->t_roll = scaled(spec->t_roll, f[0]);
+        likely->t_train = scaled(spec->t_train, f[1]);
         loom_us ref = (loom_us)solo_at(spec, f[0], f[1]);
         if (ref >= 1 && ref < loom_job_t_solo(spec))
                 spec->t_solo_ref = ref;
+        return true;
 }
 
 /*

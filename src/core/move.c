@@ -53,33 +53,6 @@ static double saving(const loom_sched *s, const job *j)
         return freed * s->price[LOOM_POOL_ROLLOUT];
 }
 
-/*
- * policy.lone_grow, once learned: j alone in a group it cannot run lone in (its SLO leaves no
- * room for the two switches on its training nodes, as it learned) and a new group of more
- * training nodes that takes it lone. Its iterations are what it has left to run, so the bills
- * compare per iteration: the new group's nodes over its lone iteration against its own group's
- * nodes over its split one; it moves when that saves LOOM_MOVE_GROW_GAIN of the bill.
- */
-static bool grown_pays(const loom_sched *s, const job *j, const loom_job_spec *sp,
-                       const loom_decision *d)
-{
-        const group *g = j->group;
-        int gpn = s->cluster.gpus_per_node;
-        double eff = s->policy.train_scaling_efficiency;
-        if (d->marginal_cost_per_hour > d->n_train_nodes * s->price[LOOM_POOL_TRAIN] + 1e-9)
-                return false; /* not lone: it would pay for rollout nodes as well */
-        double split = saving(s, j) * (double)(sp->t_roll +
-                                              loom_group_train_time(sp->t_train, sp->train_gpus,
-                                                                    g->train_gpus, eff) +
-                                              sp->t_sync);
-        double lone = d->marginal_cost_per_hour *
-                      (double)(sp->t_roll +
-                               loom_group_train_time(sp->t_train, sp->train_gpus,
-                                                     d->n_train_nodes * gpn, eff) +
-                               2 * loom__switch(s, sp));
-        return lone < (1.0 - LOOM_MOVE_GROW_GAIN) * split;
-}
-
 bool loom__move_pays(const loom_sched *s, const job *j)
 {
         const group *g = j->group;
@@ -109,9 +82,13 @@ bool loom__move_pays(const loom_sched *s, const job *j)
         uint64_t rng = s->rng;
         int rc = loom__place(s, &sp, NULL, g, p->move_members ? LOOM_MOVE_MARGIN : 0, &d, &e, &rng);
         bool pays = !rc && d.kind != LOOM_DECISION_NEW_GROUP && d.marginal_cost_per_hour < gain;
+        /* policy.lone_grow, once learned: j alone in a group it cannot run lone in, and a new
+         * lone group of more training nodes (no rollout node paid) that bills less per
+         * iteration; saving() is all its own group costs */
         if (!rc && !pays && d.kind == LOOM_DECISION_NEW_GROUP && g->n_members == 1 && !g->lone &&
-            d.n_train_nodes > g->n_tnodes && p->lone_grow)
-                pays = grown_pays(s, j, &sp, &d);
+            d.n_train_nodes > g->n_tnodes && p->lone_grow &&
+            d.marginal_cost_per_hour <= d.n_train_nodes * s->price[LOOM_POOL_TRAIN] + 1e-9)
+                pays = loom__grow_pays(s, &sp, d.n_train_nodes, saving(s, j), g->train_gpus);
         loom_decision_free(&d);
         return pays;
 }

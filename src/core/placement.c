@@ -48,10 +48,10 @@ typedef struct search {
         const loom_sched *s;
         const loom_job_spec *spec;
         const loom_job_spec *likely; /* a new job's phases at the fleet's means, or NULL */
-        const group *exclude; /* a group not to search (the job's own, when it would move) */
-        double margin;        /* least slack a placement into a group leaves, / T_meta */
-        int k;                /* rollout nodes the job needs */
-        loom_us budget;       /* the job's own slo * T_solo */
+        const group *exclude;        /* a group not to search (the job's own, when it would move) */
+        double margin;               /* least slack a placement into a group leaves, / T_meta */
+        int k;                       /* rollout nodes the job needs */
+        loom_us budget;              /* the job's own slo * T_solo */
         loom_decision *d;
         cand best;
         bool have_best;
@@ -1117,40 +1117,32 @@ static int isolated_tnodes(const search *x)
 /*
  * policy.lone_grow: a job that a lone group of its t training nodes cannot keep within SLO (its
  * iteration plus the two switches exceeds the budget) runs lone on P > t training nodes, where
- * training is faster (loom_group_train_time), when an iteration there costs LOOM_MOVE_GROW_GAIN
- * less than one of its own disaggregated group (whose idle pools later jobs may fill): P price_train (t_roll + t_train(P) + 2 switches) against
- * (k price_rollout + t price_train)(t_roll + t_train(t) + t_sync), both per iteration (a job
- * runs a fixed number of iterations, so this compares its bills). The fewest such P, up to the
- * larger of 2t and the job's rollout nodes; 0 when none fits or pays. Rollouts on the training
- * nodes are planned at their declared time, as for every lone member (no speed-up claimed from
- * the extra nodes).
+ * training is faster, when that bills LOOM_MOVE_GROW_GAIN less per iteration than its own
+ * disaggregated group of k rollout and t training nodes (whose idle pools later jobs may fill;
+ * loom__grow_pays). The fewest P that fits, up to the larger of 2t and k; 0 when none fits or
+ * it does not pay. Rollouts on the training nodes are planned at their declared time, as for
+ * every lone member (no speed-up claimed from the extra nodes).
  */
 static int lone_grow_tnodes(const search *x, int t)
 {
         const loom_sched *s = x->s;
         const loom_job_spec *sp = x->spec;
-        int gpn = s->cluster.gpus_per_node, cap = 2 * t > x->k ? 2 * t : x->k;
+        int cap = 2 * t > x->k ? 2 * t : x->k;
         if (cap > LOOM_MAX_JOB_NODES)
                 cap = LOOM_MAX_JOB_NODES;
         /* under learned admission a new job is admitted on its declared worst case, and a group
          * of one member goes lone once its learned phases fit (loom__lone_recheck): one that
          * will likely fit on t nodes then (x->likely, the fleet's mean) is not grown now */
-        if (x->likely && loom__lone_fits(s, x->likely, loom_job_budget(sp), t))
+        if (x->likely && loom__lone_fits(s, x->likely, x->budget, t))
                 return 0;
-        loom_us tt = loom_group_train_time(sp->t_train, sp->train_gpus, t * gpn,
-                                           s->policy.train_scaling_efficiency);
-        double split = ((double)x->k * s->price[LOOM_POOL_ROLLOUT] +
-                        (double)t * s->price[LOOM_POOL_TRAIN]) *
-                       (double)(sp->t_roll + tt + sp->t_sync);
-        for (int p = t + 1; p <= cap; p++) {
-                if (!loom__lone_fits(s, sp, loom_job_budget(sp), p))
-                        continue;
-                loom_us tp = loom_group_train_time(sp->t_train, sp->train_gpus, p * gpn,
-                                                   s->policy.train_scaling_efficiency);
-                double lone = (double)p * s->price[LOOM_POOL_TRAIN] *
-                              (double)(sp->t_roll + tp + 2 * loom__switch(s, sp));
-                return lone < (1.0 - LOOM_MOVE_GROW_GAIN) * split ? p : 0;
-        }
+        for (int p = t + 1; p <= cap; p++)
+                if (loom__lone_fits(s, sp, x->budget, p))
+                        return loom__grow_pays(s, sp, p,
+                                               x->k * s->price[LOOM_POOL_ROLLOUT] +
+                                                   t * s->price[LOOM_POOL_TRAIN],
+                                               t * s->cluster.gpus_per_node)
+                                   ? p
+                                   : 0;
         return 0;
 }
 

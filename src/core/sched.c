@@ -95,10 +95,27 @@ bool loom__lone_fits(const loom_sched *s, const loom_job_spec *spec, loom_us bud
         uint64_t mt = loom_group_train_mem(spec->mem_train, spec->train_gpus, gpus);
         if (spec->rollout_gpus > gpus || mt + spec->mem_rollout > s->cluster.host_mem_bytes)
                 return false;
+        return loom__lone_iteration(s, spec, train_nodes) <= budget;
+}
+
+loom_us loom__lone_iteration(const loom_sched *s, const loom_job_spec *spec, int train_nodes)
+{
         /* every iteration switches the nodes twice (rollout <-> training) and needs no sync */
-        loom_us tt = loom_group_train_time(spec->t_train, spec->train_gpus, gpus,
+        loom_us tt = loom_group_train_time(spec->t_train, spec->train_gpus,
+                                           train_nodes * s->cluster.gpus_per_node,
                                            s->policy.train_scaling_efficiency);
-        return spec->t_roll + tt + 2 * loom__switch(s, spec) <= budget;
+        return spec->t_roll + tt + 2 * loom__switch(s, spec);
+}
+
+bool loom__grow_pays(const loom_sched *s, const loom_job_spec *spec, int train_nodes,
+                     double split_per_hour, int split_train_gpus)
+{
+        loom_us tt = loom_group_train_time(spec->t_train, spec->train_gpus, split_train_gpus,
+                                           s->policy.train_scaling_efficiency);
+        double split = split_per_hour * (double)(spec->t_roll + tt + spec->t_sync);
+        double lone = (double)train_nodes * s->price[LOOM_POOL_TRAIN] *
+                      (double)loom__lone_iteration(s, spec, train_nodes);
+        return lone < (1.0 - LOOM_MOVE_GROW_GAIN) * split;
 }
 
 const char *loom_admission_name(loom_admission a)
@@ -630,9 +647,8 @@ static int place_new(const loom_sched *s, const loom_job_spec *spec_in, loom_job
         if (rc)
                 return rc;
         *sp = *spec_in;
-        loom__learn_prior(s, sp);
         loom_job_spec likely;
-        bool fresh = !spec_in->t_solo_ref && loom__learn_prior_means(s, spec_in, &likely);
+        bool fresh = loom__learn_prior(s, sp, &likely);
         return loom__place(s, sp, fresh ? &likely : NULL, NULL, 0, d, e, rng);
 }
 
