@@ -108,6 +108,16 @@ static void *exec_main(void *arg)
         return NULL;
 }
 
+static void exec_free(srv_exec *t)
+{
+        free(t->want);
+        free(t->waiting);
+        free(t->misplaced);
+        free(t->places);
+        free(t->at);
+        free(t);
+}
+
 static srv_exec *exec_start(loom_server *s)
 {
         srv_exec *t = calloc(1, sizeof *t);
@@ -119,11 +129,7 @@ static srv_exec *exec_start(loom_server *s)
         t->places = calloc(EXEC_MAX_WAIT, sizeof *t->places);
         t->at = calloc(EXEC_MAX_WAIT, sizeof *t->at);
         if (!t->waiting || !t->misplaced || !t->places || !t->at) {
-                free(t->waiting);
-                free(t->misplaced);
-                free(t->places);
-                free(t->at);
-                free(t);
+                exec_free(t);
                 return NULL;
         }
         pthread_condattr_t ca;
@@ -135,11 +141,7 @@ static srv_exec *exec_start(loom_server *s)
         if (pthread_create(&t->thread, NULL, exec_main, t)) {
                 pthread_mutex_destroy(&t->mu);
                 pthread_cond_destroy(&t->cv);
-                free(t->waiting);
-                free(t->misplaced);
-                free(t->places);
-                free(t->at);
-                free(t);
+                exec_free(t);
                 return NULL;
         }
         return t;
@@ -157,12 +159,7 @@ void srv_exec_stop(loom_server *s)
         pthread_join(t->thread, NULL);
         pthread_mutex_destroy(&t->mu);
         pthread_cond_destroy(&t->cv);
-        free(t->want);
-        free(t->waiting);
-        free(t->misplaced);
-        free(t->places);
-        free(t->at);
-        free(t);
+        exec_free(t);
         s->exec_rt = NULL;
 }
 
