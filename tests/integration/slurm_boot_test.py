@@ -4,20 +4,16 @@ The local cluster boots a powered-down node in BOOT_S seconds (slurm-cluster.sh 
 than loomd's lease timeout (LEASE_S): the permits of a job whose nodes are coming up must wait for
 them, not expire. Every check reads Slurm's view (squeue, sinfo) or the processes on this host."""
 
-import atexit
-import json
 import os
-import random
 import re
-import shutil
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from loomd_harness import Loomd, check  # noqa: E402
+from slurm_harness import (cluster_up, free_base, node_states, out, steps,  # noqa: E402
+                           wait, write_nodes)
 
 BUILD, SRC = sys.argv[1], sys.argv[2]
 CLUSTER = os.path.join(SRC, "scripts", "slurm-cluster.sh")
@@ -25,73 +21,13 @@ CLUSTER = os.path.join(SRC, "scripts", "slurm-cluster.sh")
 BOOT_S = int(os.environ.get("LOOM_TEST_BOOT_S", "8"))
 LEASE_S = int(os.environ.get("LOOM_TEST_LEASE_S", "3"))
 GRACE_S = 6
-
-
-def free_base():
-    """A base port with the next 8 ports free (slurmctld + 4 slurmd + loomd + spare)."""
-    rng = random.Random(os.getpid() * 7)
-    for _ in range(200):
-        base = rng.randrange(40000, 60000, 10)
-        socks = []
-        try:
-            for p in range(base, base + 8):
-                s = socket.socket()
-                s.bind(("127.0.0.1", p))
-                socks.append(s)
-            return base
-        except OSError:
-            pass
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no free ports")
-
-
-def skip(why):
-    print(f"SKIP: {why}")
-    sys.exit(0)
-
-
-for tool in ("slurmctld", "slurmd", "munged", "sbatch", "srun"):
-    if not shutil.which(tool):
-        skip(f"{tool} is not installed (scripts/deps.sh installs slurm-wlm and munge)")
-if os.geteuid() != 0:
-    skip("the local Slurm cluster runs its daemons as root")
-
-BASE = free_base()
-DIR = tempfile.mkdtemp(prefix="loom-slurm-boot-")
-CDIR = os.path.join(DIR, "cluster")
-os.environ["SLURM_CONF"] = os.path.join(CDIR, "slurm.conf")
+BASE = free_base(40000, 60000, 7)
+DIR, CDIR = cluster_up(CLUSTER, "loom-slurm-boot-", BASE, ["--boot-s", str(BOOT_S)],
+                       down_timeout=90)
 os.environ["LOOM_EXEC_GRACE_S"] = str(GRACE_S)  # loomd's, passed on to workers and holders
 ROLL = [f"n{BASE}r1", f"n{BASE}r2"]
 TRAIN = [f"n{BASE}t1", f"n{BASE}t2"]
 LPORT = BASE + 6
-
-
-def teardown():
-    subprocess.run(["bash", CLUSTER, "down", CDIR], capture_output=True, timeout=90)
-    if not os.environ.get("LOOM_KEEP_TEST_DATA"):
-        shutil.rmtree(DIR, True)
-
-
-atexit.register(teardown)
-up = subprocess.run(["bash", CLUSTER, "up", CDIR, str(BASE), "--boot-s", str(BOOT_S)],
-                    capture_output=True, text=True, timeout=60)
-if up.returncode != 0:
-    skip("Slurm could not start here: " + up.stderr.strip())
-
-
-def out(*cmd):
-    return subprocess.run(list(cmd), capture_output=True, text=True, timeout=10).stdout
-
-
-def steps():
-    r = {}
-    for line in out("squeue", "-h", "-a", "-s", "-o", "%i|%j|%N").splitlines():
-        sid, name, node = line.split("|")
-        if name.startswith("loom-j"):
-            r.setdefault(name, []).append((sid, node))
-    return r
 
 
 def loom_jobs():
@@ -114,24 +50,7 @@ def workers():
     return r
 
 
-def node_states():
-    return dict(line.split("|") for line in out("sinfo", "-h", "-N", "-o", "%N|%T").splitlines())
-
-
-def wait(cond, what, timeout=40, every=0.2):
-    end = time.time() + timeout
-    while time.time() < end:
-        v = cond()
-        if v:
-            return v
-        time.sleep(every)
-    check(False, what)
-
-
-nodes_file = os.path.join(DIR, "nodes.json")
-with open(nodes_file, "w") as f:
-    json.dump({"rollout": {"partition": "rollout", "nodes": ROLL},
-               "train": {"partition": "train", "nodes": TRAIN}}, f)
+nodes_file = write_nodes(DIR, ROLL, TRAIN)
 os.makedirs(os.path.join(DIR, "loomd"))
 ld = Loomd(BUILD, "--executor", "slurm", "--exec-nodes", nodes_file, "--worker",
            f"exec {BUILD}/loom-worker 0.2", "--exec-dir", DIR, "--lease-timeout", str(LEASE_S),

@@ -5,94 +5,23 @@ workers), never only loomd's. The cluster lives in a temporary directory with po
 (node names carry the base port), so this runs beside other tests; it is torn down by pid
 however the test ends."""
 
-import atexit
-import json
 import os
-import random
 import re
-import shutil
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from loomd_harness import Loomd, check  # noqa: E402
+from slurm_harness import (cluster_up, free_base, node_states, out, steps,  # noqa: E402
+                           wait, write_nodes)
 
 BUILD, SRC = sys.argv[1], sys.argv[2]
 CLUSTER = os.path.join(SRC, "scripts", "slurm-cluster.sh")
-
-
-def free_base():
-    """A base port with the next 8 ports free (slurmctld + 4 slurmd + loomd + spare)."""
-    rng = random.Random(os.getpid())
-    for _ in range(200):
-        base = rng.randrange(20000, 40000, 10)
-        try:
-            socks = []
-            for p in range(base, base + 8):
-                s = socket.socket()
-                s.bind(("127.0.0.1", p))
-                socks.append(s)
-            for s in socks:
-                s.close()
-            return base
-        except OSError:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no free ports")
-
-
-def skip(why):
-    print(f"SKIP: {why}")
-    sys.exit(0)
-
-
-for tool in ("slurmctld", "slurmd", "munged", "sbatch", "srun"):
-    if not shutil.which(tool):
-        skip(f"{tool} is not installed (scripts/deps.sh installs slurm-wlm and munge)")
-if os.geteuid() != 0:
-    skip("the local Slurm cluster runs its daemons as root")
-
-BASE = free_base()
-DIR = tempfile.mkdtemp(prefix="loom-slurm-test-")
-CDIR = os.path.join(DIR, "cluster")
-os.environ["SLURM_CONF"] = os.path.join(CDIR, "slurm.conf")
+BASE = free_base(20000, 40000)
+DIR, CDIR = cluster_up(CLUSTER, "loom-slurm-test-", BASE, cancel_first=True)
 ROLL = [f"n{BASE}r1", f"n{BASE}r2"]
 TRAIN = [f"n{BASE}t1", f"n{BASE}t2"]
-
-
-def teardown():
-    subprocess.run(["scancel", "-u", "root"], capture_output=True, timeout=10)
-    subprocess.run(["bash", CLUSTER, "down", CDIR], capture_output=True, timeout=60)
-    if not os.environ.get("LOOM_KEEP_TEST_DATA"):
-        shutil.rmtree(DIR, True)
-
-
-atexit.register(teardown)  # runs after the loomd reaper (registered later, atexit is LIFO)
-up = subprocess.run(["bash", CLUSTER, "up", CDIR, str(BASE)], capture_output=True, text=True,
-                    timeout=60)
-if up.returncode != 0:
-    skip("Slurm could not start here: " + up.stderr.strip())
-
-
-def out(*cmd):
-    return subprocess.run(list(cmd), capture_output=True, text=True, timeout=10).stdout
-
-
-def steps():
-    """{step name: (step id, node)} of loom's workers, as squeue lists them."""
-    r = {}
-    for line in out("squeue", "-h", "-a", "-s", "-o", "%i|%j|%N").splitlines():
-        sid, name, node = line.split("|")
-        if name.startswith("loom-j"):
-            r.setdefault(name, []).append((sid, node))
-    return r
-
-
-def node_states():
-    return dict(line.split("|") for line in out("sinfo", "-h", "-N", "-o", "%N|%T").splitlines())
 
 
 def holder(node):
@@ -104,22 +33,7 @@ def holder(node):
     return None
 
 
-def wait(cond, what, timeout=40, every=0.2, on_tick=None):
-    end = time.time() + timeout
-    while time.time() < end:
-        if on_tick:
-            on_tick()
-        v = cond()
-        if v:
-            return v
-        time.sleep(every)
-    check(False, what)
-
-
-nodes_file = os.path.join(DIR, "nodes.json")
-with open(nodes_file, "w") as f:
-    json.dump({"rollout": {"partition": "rollout", "nodes": ROLL},
-               "train": {"partition": "train", "nodes": TRAIN}}, f)
+nodes_file = write_nodes(DIR, ROLL, TRAIN)
 # phases of 0.2 s, shorter than a reconcile round (0.5 s), also for g (the job that moves): a
 # rollout permit issued before a round saw the change is held until the worker is on its node
 worker = f"exec {BUILD}/loom-worker 0.2"  # the program make install installs
