@@ -49,6 +49,8 @@ int ctl_job_id(const ctl *c, const char *s, uint32_t *id);
 loom_client *ctl_connect(ctl *c, double retry_for_s);
 int ctl_fail(const ctl *c, loom_client *cl, int rc, const char *what);
 int ctl_show(const ctl *c, const char *view, const char *js);
+/* A request's outcome rc: its error (what it tried) or its reply js as view; frees js and cl. */
+int ctl_answer(const ctl *c, loom_client *cl, int rc, char *js, const char *what, const char *view);
 void ctl_events_json(const char *js);
 json_t *ctl_read_job_file(const ctl *c, const char *path, char **raw);
 int ctl_submit_failed(const ctl *c, loom_client *cl, int rc, const char *js, bool verbatim);

@@ -9,10 +9,7 @@ int loom_cmd_jobs(int argc, char **argv)
         SETUP("jobs", 0, 0);
         char *js = NULL;
         int rc = loom_client_jobs(cl, &c.filter, &js);
-        int ex = rc ? ctl_fail(&c, cl, rc, "list jobs") : ctl_show(&c, "jobs", js);
-        loom_client_free_string(js);
-        loom_client_free(cl);
-        return ex;
+        return ctl_answer(&c, cl, rc, js, "list jobs", "jobs");
 }
 
 int loom_cmd_job(int argc, char **argv)
@@ -21,13 +18,12 @@ int loom_cmd_job(int argc, char **argv)
         uint32_t id;
         char *js = NULL;
         int ex = ctl_job_id(&c, c.pos[0], &id);
-        if (!ex) {
-                int rc = loom_client_job_report(cl, id, &js);
-                ex = rc ? ctl_fail(&c, cl, rc, "read this job") : ctl_show(&c, "job", js);
+        if (ex) {
+                loom_client_free(cl);
+                return ex;
         }
-        loom_client_free_string(js);
-        loom_client_free(cl);
-        return ex;
+        int rc = loom_client_job_report(cl, id, &js);
+        return ctl_answer(&c, cl, rc, js, "read this job", "job");
 }
 
 int loom_cmd_cancel(int argc, char **argv)
@@ -58,11 +54,7 @@ int loom_cmd_groups(int argc, char **argv)
         SETUP("groups", 0, 0);
         char *js = NULL;
         int rc = loom_client_groups(cl, &js);
-        int ex = rc ? ctl_fail(&c, cl, rc, "list groups (they name every tenant's jobs)")
-                    : ctl_show(&c, "groups", js);
-        loom_client_free_string(js);
-        loom_client_free(cl);
-        return ex;
+        return ctl_answer(&c, cl, rc, js, "list groups (they name every tenant's jobs)", "groups");
 }
 
 int loom_cmd_nodes(int argc, char **argv)
@@ -70,10 +62,7 @@ int loom_cmd_nodes(int argc, char **argv)
         SETUP("nodes", 0, 0);
         char *js = NULL;
         int rc = loom_client_nodes(cl, &js);
-        int ex = rc ? ctl_fail(&c, cl, rc, "list nodes") : ctl_show(&c, "nodes", js);
-        loom_client_free_string(js);
-        loom_client_free(cl);
-        return ex;
+        return ctl_answer(&c, cl, rc, js, "list nodes", "nodes");
 }
 
 int loom_cmd_cluster(int argc, char **argv)
@@ -81,10 +70,7 @@ int loom_cmd_cluster(int argc, char **argv)
         SETUP("cluster", 0, 0);
         char *js = NULL;
         int rc = loom_client_request(cl, "GET", "/v1/cluster", NULL, NULL, &js);
-        int ex = rc ? ctl_fail(&c, cl, rc, "read the cluster") : ctl_show(&c, "cluster", js);
-        loom_client_free_string(js);
-        loom_client_free(cl);
-        return ex;
+        return ctl_answer(&c, cl, rc, js, "read the cluster", "cluster");
 }
 
 int loom_cmd_events(int argc, char **argv)

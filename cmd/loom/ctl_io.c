@@ -89,6 +89,14 @@ int ctl_show(const ctl *c, const char *view, const char *js)
         return EXIT_OK;
 }
 
+int ctl_answer(const ctl *c, loom_client *cl, int rc, char *js, const char *what, const char *view)
+{
+        int ex = rc ? ctl_fail(c, cl, rc, what) : ctl_show(c, view, js);
+        loom_client_free_string(js);
+        loom_client_free(cl);
+        return ex;
+}
+
 /* -o json: one event per line, so that a script can read a --watch as it comes. */
 void ctl_events_json(const char *js)
 {
