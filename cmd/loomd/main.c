@@ -4,7 +4,8 @@
  * closes the store. Signals are handled by sigwait on the main thread, so no library code runs
  * in signal context. Exit status: 0 after a clean stop, 1 for invalid input or a failed start,
  * 2 for bad usage, 3 when the store could no longer be read while running (a
- * store that refuses writes is survived: docs/operations.md).
+ * store that refuses writes is survived: docs/operations.md), 4 when a replica was deposed
+ * (another leads; docs/ha.md).
  */
 #include <getopt.h>
 #include <signal.h>
@@ -17,6 +18,7 @@
 #include "../daemon.h"
 #include "loom/server.h"
 #include "loomd_exec.h"
+#include "loomd_ha.h"
 #include "loomd_state.h"
 #include "loomd_token.h"
 
@@ -73,6 +75,11 @@ static void usage(FILE *f)
             "  --insecure-loopback   no authentication, every caller is admin; refused\n"
             "                        unless --listen is a loopback address\n"
             "  --public-metrics      /metrics without a token (default: admin only)\n"
+            "  --store etcd://H:P,..  replicate: one of several loomd replicas on etcd\n"
+            "                        (default sqlite: this loomd alone; docs/ha.md)\n"
+            "  --ha-name NAME        the replica set's name in etcd (default loom)\n"
+            "  --ha-ttl S            leadership lease (default 3; failover takes ~S s)\n"
+            "  --advertise URL       this replica's URL for clients (default from --listen)\n"
             "  --quiet               no event log on stderr\n"
             "  --help                this text\n");
 }
@@ -115,6 +122,10 @@ int main(int argc, char **argv)
             {"insecure-loopback", no_argument, NULL, 'I'},
             {"public-metrics", no_argument, NULL, 'M'},
             {"compact-min", required_argument, NULL, 'O'},
+            {"store", required_argument, NULL, 'H'},
+            {"ha-name", required_argument, NULL, 'H'},
+            {"ha-ttl", required_argument, NULL, 'H'},
+            {"advertise", required_argument, NULL, 'H'},
             {"help", no_argument, NULL, 'h'},
             {NULL, 0, NULL, 0},
         };
@@ -131,6 +142,8 @@ int main(int argc, char **argv)
         int learn_after = 0;
         loomd_state *st = NULL;
         loomd_exec_opts xo = {0};
+        loomd_ha_opts ho = {0};
+        loom_replica *rep = NULL;
         loom_exec *exec = NULL;
         loom_err e;
         int c, idx = 0;
@@ -193,6 +206,10 @@ int main(int argc, char **argv)
                 case 'P':
                         xo.no_power = true;
                         break;
+                case 'H':
+                        if (loomd_ha_option(&ho, opts[idx].name, optarg))
+                                return 2;
+                        break;
                 case 'h':
                         usage(stdout);
                         return 0;
@@ -223,6 +240,13 @@ int main(int argc, char **argv)
         daemon_block_stop(&stop);
 
         loomd_state_wire(st, &cfg);
+        if (ho.store) { /* a replica: follow until it leads (docs/ha.md) */
+                int hrc = loomd_ha_follow(&ho, &cfg, &stop, &rep);
+                if (hrc || !rep) {
+                        loomd_state_free(st);
+                        return hrc;
+                }
+        }
         int xrc = loomd_exec_create(&xo, &cfg, &exec);
         if (xrc)
                 return xrc;
@@ -249,6 +273,10 @@ int main(int argc, char **argv)
                 int sig = sigtimedwait(&stop, NULL, &tick);
                 if (sig == SIGTERM || sig == SIGINT)
                         break;
+                if (rep && loom_replica_deposed(rep)) {
+                        status = 4; /* another replica may lead: stop at once */
+                        break;
+                }
                 if (loom_server_failed(s)) {
                         status = 3;
                         break;
@@ -258,7 +286,10 @@ int main(int argc, char **argv)
         loom_server_free(s);
         loom_exec_free(exec);
         loomd_state_free(st);
+        loom_replica_close(rep);
         if (cfg.log)
-                daemon_log_line("loomd", status ? "stopped after a store failure" : "stopped");
+                daemon_log_line("loomd", status == 4   ? "stopped: deposed, another replica leads"
+                                         : status ? "stopped after a store failure"
+                                                  : "stopped");
         return status;
 }

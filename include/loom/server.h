@@ -122,6 +122,13 @@ typedef struct loom_server_cfg {
          * (loom/exec.h, docs/slurm.md); NULL: workers are started by hand. Not owned; used by
          * loomd's executor thread only, from the start until loom_server_stop returns. */
         struct loom_exec *exec;
+        /* Replication (docs/ha.md): when set, this server is the replicas' leader and hands
+         * every store commit to replicate (an append to the replicated log) before it
+         * completes; a nonzero return rolls the commit back and fails the request, and
+         * loom_server_failed turns true. NULL (the default): one loomd, its SQLite store. */
+        int (*replicate)(void *arg, const void *entry, size_t n, loom_err *e);
+        void *replicate_arg;
+        const char *replica_url; /* this replica's advertised URL (/v1/cluster "leader") */
 } loom_server_cfg;
 
 void loom_server_cfg_default(loom_server_cfg *c);
@@ -171,5 +178,26 @@ void loom_server_stop(loom_server *s);
 bool loom_server_failed(const loom_server *s);
 /* Stops if needed, then frees. NULL is fine. */
 void loom_server_free(loom_server *s);
+
+/*
+ * A following replica (docs/ha.md). Its store is a materialisation of the leader's log:
+ * loom_store_follower_open empties data_dir's store and creates it afresh, each entry of the
+ * log (as the leader's replicate hook received it) is applied in order, all of it or nothing,
+ * and on promotion the follower is closed and the same data_dir opened by loom_server_new,
+ * which resumes from it as after a restart.
+ */
+typedef struct loom_store_follower loom_store_follower;
+int loom_store_follower_open(loom_store_follower **out, const char *data_dir, loom_err *e);
+int loom_store_follower_apply(loom_store_follower *f, const void *entry, size_t n, loom_err *e);
+void loom_store_follower_close(loom_store_follower *f);
+
+/* While following: serves cfg's address (and TLS) with /healthz {"role":"follower",
+ * "leader":URL|null} and 307 to leader's URL for every other request (503 and Retry-After
+ * while none leads). leader(arg, buf, cap) writes the leader's URL, "" when none; it is
+ * called on the listener's thread. */
+typedef struct loom_redirector loom_redirector;
+int loom_redirector_start(loom_redirector **out, const loom_server_cfg *cfg,
+                          void (*leader)(void *arg, char *buf, size_t cap), void *arg, loom_err *e);
+void loom_redirector_stop(loom_redirector *r);
 
 #endif

@@ -88,11 +88,19 @@ static void seq_key(const loom_ha *h, uint64_t seq, char *out, size_t cap)
         snprintf(out, cap, "%s%020" PRIu64, h->logp, seq);
 }
 
+int loom_ha_grant(loom_ha *h, int64_t *lease, loom_err *e)
+{
+        int rc = etcd_lease_grant(h->c, h->ttl, &h->lease, e);
+        if (!rc && lease)
+                *lease = h->lease;
+        return rc;
+}
+
 int loom_ha_campaign(loom_ha *h, loom_err *e)
 {
         free(h->key);
         h->key = NULL;
-        int rc = etcd_lease_grant(h->c, h->ttl, &h->lease, e);
+        int rc = h->lease ? 0 : etcd_lease_grant(h->c, h->ttl, &h->lease, e);
         if (rc)
                 return rc;
         rc = etcd_campaign(h->c, h->election, h->me, h->lease, &h->key, &h->rev, e);
@@ -120,6 +128,11 @@ int loom_ha_campaign(loom_ha *h, loom_err *e)
         }
         json_decref(kvs);
         return 0;
+}
+
+uint64_t loom_ha_next(const loom_ha *h)
+{
+        return h->next;
 }
 
 int loom_ha_keepalive(loom_ha *h, loom_err *e)

@@ -24,8 +24,14 @@ int loom_ha_open(loom_ha **out, const char *endpoints, const char *prefix, const
                  int ttl_s, loom_err *e);
 void loom_ha_close(loom_ha *h);
 
-/* Grants a lease, blocks until this replica leads, then finds the log's end. */
+/* Grants the leadership lease now (*lease: its id, for a keepalive on another client while
+ * loom_ha_campaign blocks). */
+int loom_ha_grant(loom_ha *h, int64_t *lease, loom_err *e);
+/* Grants a lease unless loom_ha_grant did, blocks until this replica leads, then finds the
+ * log's end. */
 int loom_ha_campaign(loom_ha *h, loom_err *e);
+/* The seq the next append takes (after a campaign: the log's end + 1). */
+uint64_t loom_ha_next(const loom_ha *h);
 /* Renews the lease (call every ttl/3); LOOM_HA_DEPOSED when it already expired. */
 int loom_ha_keepalive(loom_ha *h, loom_err *e);
 /* Appends one entry as the next seq (*seq), only while this replica's leader key exists:

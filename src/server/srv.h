@@ -485,6 +485,22 @@ int srv_private_dir(const char *dir, loom_err *e);
 int srv_private_file(const char *path, loom_err *e);
 int srv_store_open(srv_store **out, const char *dir, bool sync_full, loom_err *e);
 void srv_store_close(srv_store *st);
+/* The store's connection (replog.c replays entries on it). */
+sqlite3 *srv_store_db(srv_store *st);
+/* From now on every commit is first handed to fn (loom_server_cfg.replicate); when fn fails the
+ * commit rolls back and the store call fails with fn's error. */
+int srv_store_replicate(srv_store *st, int (*fn)(void *arg, const void *entry, size_t n, loom_err *e),
+                        void *arg, loom_err *e);
+
+/* replog.c: a store's committed changes as replication entries, and their replay. */
+typedef struct srv_replog srv_replog;
+int srv_replog_attach(srv_replog **out, sqlite3 *db,
+                      int (*fn)(void *arg, const void *entry, size_t n, loom_err *e), void *arg,
+                      loom_err *e);
+void srv_replog_detach(srv_replog *r);
+const loom_err *srv_replog_error(const srv_replog *r, int *code);
+/* One entry applied in one transaction: all its rows or none. */
+int srv_replog_apply(sqlite3 *db, const void *entry, size_t n, loom_err *e);
 int srv_store_begin(srv_store *st, loom_err *e);
 int srv_store_commit(srv_store *st, loom_err *e);
 void srv_store_rollback(srv_store *st);

@@ -100,6 +100,7 @@ struct srv_store {
         uint64_t log_added; /* log entries appended since open / the last reset (compaction) */
         pthread_mutex_t mu;
         pthread_cond_t cv;
+        srv_replog *replog; /* a replica's leader: commits go through the replicated log */
 };
 
 #define CKPT_PAGES 1000          /* SQLite's own default threshold */
@@ -156,6 +157,11 @@ static void *ckpt_main(void *arg)
 
 static int db_err(srv_store *st, loom_err *e, const char *what)
 {
+        if (st->replog && sqlite3_extended_errcode(st->db) == SQLITE_CONSTRAINT_COMMITHOOK) {
+                int code; /* the log refused it */
+                const loom_err *why = srv_replog_error(st->replog, &code);
+                return loom_err_set(e, code, "store", "not committed: %s", why->msg);
+        }
         return loom_err_set(e, LOOM_EIO, "store", "%s: %s", what, sqlite3_errmsg(st->db));
 }
 
@@ -307,11 +313,25 @@ void srv_store_close(srv_store *st)
         }
         pthread_mutex_destroy(&st->mu);
         pthread_cond_destroy(&st->cv);
+        srv_replog_detach(st->replog);
         for (int i = 0; i < ST_N; i++)
                 sqlite3_finalize(st->st[i]);
         /* Closing the last connection checkpoints the WAL into the database file. */
         sqlite3_close(st->db);
         free(st);
+}
+
+sqlite3 *srv_store_db(srv_store *st)
+{
+        return st->db;
+}
+
+int srv_store_replicate(srv_store *st, int (*fn)(void *arg, const void *entry, size_t n, loom_err *e),
+                        void *arg, loom_err *e)
+{
+        srv_replog_detach(st->replog);
+        st->replog = NULL;
+        return srv_replog_attach(&st->replog, st->db, fn, arg, e);
 }
 
 /* Run a prepared statement that returns no rows, then reset it. */

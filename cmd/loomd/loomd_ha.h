@@ -1,0 +1,25 @@
+/* loomd_ha.h - loomd as one of several replicas on etcd (cmd/loomd/replica.c, docs/ha.md). */
+#ifndef LOOMD_HA_H
+#define LOOMD_HA_H
+
+#include <signal.h>
+
+#include "loom/ha.h"
+#include "loom/server.h"
+
+typedef struct loomd_ha_opts {
+        const char *store;     /* --store etcd://HOST:PORT,...; NULL: SQLite alone */
+        const char *name;      /* --ha-name NAME: the replica set (default "loom") */
+        const char *advertise; /* --advertise URL: how clients reach this replica */
+        int ttl_s;             /* --ha-ttl S: the leadership lease (default 3) */
+} loomd_ha_opts;
+
+/* One option of the above by its long name: 0, or 2 (bad usage) after printing why. */
+int loomd_ha_option(loomd_ha_opts *o, const char *name, const char *value);
+/* Follow the replicated log, serving redirects, until this replica leads; then cfg is set up
+ * to lead (cfg->replicate) and *out holds the replica. Returns 0 with *out NULL when a stop
+ * signal came first, or the exit status (1) after printing why. */
+int loomd_ha_follow(const loomd_ha_opts *o, loom_server_cfg *cfg, sigset_t *stop,
+                    loom_replica **out);
+
+#endif

@@ -1,0 +1,129 @@
+/*
+ * replica.c - loomd's --store etcd:// (docs/ha.md): follow, then lead.
+ *
+ * A replica starts as a follower: its store is rebuilt from the replicated log and kept up to
+ * date entry by entry, and its address answers with redirects to the leader. Once its
+ * campaign wins it applies the log to its end, stops following and hands the same data dir to
+ * loom_server_new, which resumes from it exactly as after a restart; every commit of the
+ * running server then goes through the log first (cfg.replicate).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../daemon.h"
+#include "loomd_ha.h"
+
+int loomd_ha_option(loomd_ha_opts *o, const char *name, const char *value)
+{
+        if (!strcmp(name, "store")) {
+                if (!strcmp(value, "sqlite")) {
+                        o->store = NULL;
+                        return 0;
+                }
+                if (strncmp(value, "etcd://", 7) && strncmp(value, "etcds://", 8)) {
+                        fprintf(stderr,
+                                "loomd: --store: expected sqlite or etcd://HOST:PORT[,HOST:PORT...], "
+                                "got '%s'\n",
+                                value);
+                        return 2;
+                }
+                o->store = value;
+        } else if (!strcmp(name, "ha-name")) {
+                o->name = value;
+        } else if (!strcmp(name, "advertise")) {
+                if (strncmp(value, "http://", 7) && strncmp(value, "https://", 8)) {
+                        fprintf(stderr, "loomd: --advertise: expected http(s)://HOST:PORT, got '%s'\n",
+                                value);
+                        return 2;
+                }
+                o->advertise = value;
+        } else if (!strcmp(name, "ha-ttl")) {
+                char *end;
+                long v = strtol(value, &end, 10);
+                if (end == value || *end || v < 1 || v > 60) {
+                        fprintf(stderr, "loomd: --ha-ttl: expected 1..60 seconds, got '%s'\n", value);
+                        return 2;
+                }
+                o->ttl_s = (int)v;
+        }
+        return 0;
+}
+
+static int apply(void *arg, const void *entry, size_t n, loom_err *e)
+{
+        return loom_store_follower_apply(arg, entry, n, e);
+}
+
+static int fail(const char *what, const loom_err *e)
+{
+        fprintf(stderr, "loomd: %s: %s%s%s\n", what, e->field, e->field[0] ? ": " : "", e->msg);
+        return 1;
+}
+
+int loomd_ha_follow(const loomd_ha_opts *o, loom_server_cfg *cfg, sigset_t *stop,
+                    loom_replica **out)
+{
+        static char me[512]; /* cfg->replica_url: lives as long as loomd */
+        *out = NULL;
+        if (cfg->port == 0) {
+                fprintf(stderr, "loomd: --store etcd: replicas need a fixed --listen port, not 0\n");
+                return 1;
+        }
+        if (o->advertise)
+                snprintf(me, sizeof me, "%s", o->advertise);
+        else
+                snprintf(me, sizeof me, "%s://%s:%d", cfg->tls_cert ? "https" : "http",
+                         cfg->listen_host, cfg->port);
+        loom_err e;
+        loom_replica *r = NULL;
+        loom_store_follower *f = NULL;
+        loom_redirector *red = NULL;
+        if (loom_replica_open(&r, o->store, o->name ? o->name : "loom", me,
+                              o->ttl_s ? o->ttl_s : 3, &e))
+                return fail("--store", &e);
+        int rc = loom_store_follower_open(&f, cfg->data_dir, &e) ? fail("--data-dir", &e) : 0;
+        if (!rc && loom_replica_follow(r, apply, f, &e))
+                rc = fail("--store", &e);
+        if (!rc && loom_redirector_start(&red, cfg, loom_replica_leader, r, &e))
+                rc = fail("--listen", &e);
+        if (!rc && cfg->log) {
+                char line[1024];
+                snprintf(line, sizeof line,
+                         "replica %s following set '%s' on %s; redirecting clients to the leader",
+                         me, o->name ? o->name : "loom", o->store);
+                cfg->log(cfg->log_arg, line);
+        }
+        bool stopped = false;
+        while (!rc && !loom_replica_leading(r)) {
+                struct timespec tick = {.tv_nsec = 50 * 1000000L};
+                int sig = sigtimedwait(stop, NULL, &tick);
+                if (sig == SIGTERM || sig == SIGINT) {
+                        stopped = true;
+                        break;
+                }
+                if (loom_replica_failed(r, &e))
+                        rc = fail("replicated log", &e);
+                else if (loom_replica_deposed(r))
+                        rc = fail("--store", &(loom_err){.msg = "the candidacy's lease lapsed"});
+        }
+        loom_redirector_stop(red);
+        if (!rc && !stopped && loom_replica_promote(r, &e))
+                rc = fail("replicated log", &e);
+        loom_store_follower_close(f);
+        if (rc || stopped) {
+                loom_replica_close(r);
+                return rc;
+        }
+        if (cfg->log) {
+                char line[640];
+                snprintf(line, sizeof line, "replica %s leads from log seq %llu", me,
+                         (unsigned long long)loom_replica_seq(r));
+                cfg->log(cfg->log_arg, line);
+        }
+        cfg->replicate = loom_replica_append;
+        cfg->replicate_arg = r;
+        cfg->replica_url = me;
+        *out = r;
+        return 0;
+}

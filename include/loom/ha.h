@@ -1,0 +1,59 @@
+/*
+ * ha.h - a loomd replica on etcd (docs/ha.md): follow the replicated log, campaign, lead.
+ *
+ *     loom_replica *r;
+ *     loom_replica_open(&r, "http://e1:2379,http://e2:2379", "c1", "http://me:7480", 3, &err);
+ *     loom_replica_follow(r, apply, arg, &err);  applies every log entry on a thread and
+ *                                                 campaigns on another
+ *     while (!loom_replica_leading(r)) ...        (serve redirects: loom_replica_leader)
+ *     loom_replica_promote(r, &err);              applied through the log's end, not following
+ *     cfg.replicate = loom_replica_append; cfg.replicate_arg = r;   and serve as the leader
+ *     ... until loom_replica_deposed(r)           then exit: the store refuses this replica
+ *     loom_replica_close(r);                      resigns (the next replica leads at once)
+ *
+ * Keys under "loom/<name>/": "election" (etcd's election, value: the replica's URL) and
+ * "log/<seq>". Leadership is an etcd lease of ttl_s seconds, renewed every ttl_s/3 on its
+ * own thread from the moment the replica campaigns; every append is a transaction that
+ * compares the leader's key, so a replica whose lease lapsed (paused, partitioned) cannot
+ * write whatever its clock says.
+ */
+#ifndef LOOM_HA_H
+#define LOOM_HA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "loom/common.h"
+
+typedef struct loom_replica loom_replica;
+
+/* endpoints: etcd's client URLs, comma-separated ("http://h:2379,..."; "etcd://h:2379,h2:2379"
+ * is read as http); name: the replica set (letters, digits, '-', '_', '.'); me: this replica's
+ * URL as clients reach it; ttl_s: the leadership lease, 1..60. */
+int loom_replica_open(loom_replica **out, const char *endpoints, const char *name,
+                      const char *me, int ttl_s, loom_err *e);
+/* Starts following (apply(arg, entry, n, e) for each entry from the first, in order, on the
+ * follower thread; a nonzero return stops the replica: loom_replica_failed) and campaigning. */
+int loom_replica_follow(loom_replica *r, int (*apply)(void *arg, const void *entry, size_t n,
+                                                        loom_err *e),
+                        void *arg, loom_err *e);
+/* The campaign was won (promote next). */
+bool loom_replica_leading(loom_replica *r);
+/* Waits until every entry before this replica's first is applied, then stops following. */
+int loom_replica_promote(loom_replica *r, loom_err *e);
+/* loom_server_cfg.replicate: appends entry as the next seq, fenced; LOOM_EIO with "deposed"
+ * in e once another replica may lead (then loom_replica_deposed is true). */
+int loom_replica_append(void *r, const void *entry, size_t n, loom_err *e);
+/* The leader's URL as last seen ("" when none), for redirects; any thread. */
+void loom_replica_leader(void *r, char *buf, size_t cap);
+/* The lease lapsed or an append was refused: this replica must stop acting as leader. */
+bool loom_replica_deposed(loom_replica *r);
+/* The follower thread stopped on an error (an entry it cannot apply): e says which. */
+bool loom_replica_failed(loom_replica *r, loom_err *e);
+/* Entries applied (following) or appended (leading) so far: the log's seq of the last. */
+uint64_t loom_replica_seq(loom_replica *r);
+/* Stops the threads; a leader resigns and revokes its lease. */
+void loom_replica_close(loom_replica *r);
+
+#endif

@@ -1,0 +1,378 @@
+/*
+ * replica.c - one loomd replica on etcd (loom/ha.h, docs/ha.md).
+ *
+ * Three etcd clients, one per thread that talks to etcd (an etcd_client serves one thread):
+ * the campaign/append client (the campaign thread until it wins, then the scheduler thread's
+ * commits), the follower's (watch, leader lookups) and the keeper's (lease renewals).
+ */
+#define _GNU_SOURCE
+#include "loom/ha.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "etcd.h"
+#include "ha.h"
+
+struct loom_replica {
+        loom_ha *hc, *hw; /* campaign + append; follower */
+        etcd_client *kc;  /* keeper */
+        char *prefix, *me;
+        int ttl;
+        int64_t lease;
+
+        int (*apply)(void *arg, const void *entry, size_t n, loom_err *e);
+        void *apply_arg;
+
+        pthread_t follower, campaigner, keeper;
+        bool have_follower, have_campaigner, have_keeper;
+        atomic_bool stop_follow, stop_all, leading, deposed, failed;
+
+        pthread_mutex_t mu;
+        pthread_cond_t cv;
+        uint64_t applied; /* the last seq applied (follower) or appended (leader) */
+        char leader[512];
+        loom_err err; /* failed: why */
+};
+
+static int64_t mono_ms(void)
+{
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+static void sleep_ms(long ms)
+{
+        struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
+        nanosleep(&t, NULL);
+}
+
+/* "etcd://a:1,b:2" -> "http://a:1,http://b:2" (etcds: https). */
+static char *endpoints_urls(const char *in, loom_err *e)
+{
+        const char *scheme = "http://";
+        if (!strncmp(in, "etcd://", 7))
+                in += 7;
+        else if (!strncmp(in, "etcds://", 8)) {
+                in += 8;
+                scheme = "https://";
+        }
+        size_t cap = strlen(in) * 2 + 64, n = 0;
+        char *out = malloc(cap);
+        if (!out) {
+                loom_err_set(e, LOOM_ENOMEM, "store", "out of memory");
+                return NULL;
+        }
+        out[0] = 0;
+        const char *p = in;
+        while (*p) {
+                size_t len = strcspn(p, ",");
+                if (len) {
+                        bool has = memmem(p, len, "://", 3) != NULL;
+                        n += (size_t)snprintf(out + n, cap - n, "%s%s%.*s", n ? "," : "",
+                                              has ? "" : scheme, (int)len, p);
+                }
+                p += len + (p[len] == ',');
+        }
+        if (!n) {
+                free(out);
+                loom_err_set(e, LOOM_EINVAL, "store", "no etcd endpoint in '%s'", in);
+                return NULL;
+        }
+        return out;
+}
+
+int loom_replica_open(loom_replica **out, const char *endpoints, const char *name,
+                      const char *me, int ttl_s, loom_err *e)
+{
+        *out = NULL;
+        if (!name || !*name || strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                            "0123456789-_.") != strlen(name) ||
+            strlen(name) > 64)
+                return loom_err_set(e, LOOM_EINVAL, "ha-name",
+                                    "'%s': 1 to 64 letters, digits, '-', '_' or '.'",
+                                    name ? name : "");
+        if (ttl_s < 1 || ttl_s > 60)
+                return loom_err_set(e, LOOM_EINVAL, "ha-ttl", "%d s: expected 1..60", ttl_s);
+        if (!me || !*me)
+                return loom_err_set(e, LOOM_EINVAL, "advertise", "this replica's URL is required");
+        char *urls = endpoints_urls(endpoints ? endpoints : "", e);
+        if (!urls)
+                return LOOM_EINVAL;
+        loom_replica *r = calloc(1, sizeof *r);
+        char prefix[128];
+        snprintf(prefix, sizeof prefix, "loom/%s/", name);
+        int rc = r ? 0 : loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
+        if (!rc) {
+                r->prefix = strdup(prefix);
+                r->me = strdup(me);
+                r->ttl = ttl_s;
+                pthread_mutex_init(&r->mu, NULL);
+                pthread_cond_init(&r->cv, NULL);
+                rc = !r->prefix || !r->me ? loom_err_set(e, LOOM_ENOMEM, "", "out of memory") : 0;
+        }
+        if (!rc)
+                rc = loom_ha_open(&r->hc, urls, prefix, me, ttl_s, e);
+        if (!rc)
+                rc = loom_ha_open(&r->hw, urls, prefix, me, ttl_s, e);
+        if (!rc)
+                rc = etcd_open(&r->kc, urls, 1000, e);
+        free(urls);
+        if (rc && r) {
+                loom_replica_close(r);
+                return rc;
+        }
+        *out = r;
+        return 0;
+}
+
+/* ---- following ----------------------------------------------------------------------------- */
+
+static int on_entry(void *arg, uint64_t seq, const char *entry, size_t n)
+{
+        loom_replica *r = arg;
+        if (seq != r->applied + 1) {
+                loom_err_set(&r->err, LOOM_ECORRUPT, "log",
+                             "entry %" PRIu64 " follows %" PRIu64 ": the log has a gap (compacted "
+                             "past this replica?)",
+                             seq, r->applied);
+                atomic_store(&r->failed, true);
+                return 1;
+        }
+        loom_err e;
+        loom_err_clear(&e);
+        if (r->apply(r->apply_arg, entry, n, &e)) {
+                r->err = e;
+                atomic_store(&r->failed, true);
+                return 1;
+        }
+        pthread_mutex_lock(&r->mu);
+        r->applied = seq;
+        pthread_cond_broadcast(&r->cv);
+        pthread_mutex_unlock(&r->mu);
+        return atomic_load(&r->stop_follow);
+}
+
+static void refresh_leader(loom_replica *r)
+{
+        char *url = NULL;
+        loom_err e;
+        int rc = loom_ha_leader(r->hw, &url, &e);
+        pthread_mutex_lock(&r->mu);
+        if (rc == 0 && url)
+                snprintf(r->leader, sizeof r->leader, "%s", url);
+        else if (rc == LOOM_ENOENT)
+                r->leader[0] = 0;
+        pthread_mutex_unlock(&r->mu);
+        free(url);
+}
+
+static void *follow_main(void *arg)
+{
+        loom_replica *r = arg;
+        while (!atomic_load(&r->stop_follow) && !atomic_load(&r->failed)) {
+                refresh_leader(r);
+                loom_err e;
+                /* a bounded watch: the leader is looked up again, and a stop seen, each second */
+                int rc = loom_ha_watch(r->hw, r->applied + 1, on_entry, r, 1000, &e);
+                if (rc && rc != LOOM_ETIMEDOUT && !atomic_load(&r->failed))
+                        sleep_ms(200); /* etcd unreachable: try again */
+        }
+        pthread_mutex_lock(&r->mu);
+        pthread_cond_broadcast(&r->cv);
+        pthread_mutex_unlock(&r->mu);
+        return NULL;
+}
+
+/* ---- the lease ----------------------------------------------------------------------------- */
+
+static void *keep_main(void *arg)
+{
+        loom_replica *r = arg;
+        int64_t last_ok = mono_ms();
+        long every = r->ttl * 1000L / 3;
+        while (!atomic_load(&r->stop_all)) {
+                for (long slept = 0; slept < every && !atomic_load(&r->stop_all); slept += 50)
+                        sleep_ms(50);
+                if (atomic_load(&r->stop_all))
+                        break;
+                /* a pause (SIGSTOP, a stalled VM) longer than the lease: it is gone, whatever
+                 * the renewal below would say, since another replica may lead meanwhile */
+                if (mono_ms() - last_ok >= r->ttl * 1000L) {
+                        atomic_store(&r->deposed, true);
+                        break;
+                }
+                loom_err e;
+                int64_t left = 0;
+                int rc = etcd_lease_keepalive(r->kc, r->lease, &left, &e);
+                if (rc == LOOM_ENOENT || (rc == 0 && left <= 0)) {
+                        atomic_store(&r->deposed, true);
+                        break;
+                }
+                if (rc == 0)
+                        last_ok = mono_ms();
+        }
+        return NULL;
+}
+
+static void *campaign_main(void *arg)
+{
+        loom_replica *r = arg;
+        loom_err e;
+        int rc = loom_ha_campaign(r->hc, &e);
+        if (rc) {
+                if (!atomic_load(&r->stop_all)) {
+                        r->err = e;
+                        atomic_store(&r->failed, true);
+                }
+                return NULL;
+        }
+        atomic_store(&r->leading, true);
+        return NULL;
+}
+
+int loom_replica_follow(loom_replica *r, int (*apply)(void *arg, const void *entry, size_t n,
+                                                        loom_err *e),
+                        void *arg, loom_err *e)
+{
+        r->apply = apply;
+        r->apply_arg = arg;
+        int rc = loom_ha_grant(r->hc, &r->lease, e);
+        if (rc)
+                return rc;
+        if (pthread_create(&r->keeper, NULL, keep_main, r) == 0)
+                r->have_keeper = true;
+        if (pthread_create(&r->follower, NULL, follow_main, r) == 0)
+                r->have_follower = true;
+        if (pthread_create(&r->campaigner, NULL, campaign_main, r) == 0)
+                r->have_campaigner = true;
+        if (!r->have_keeper || !r->have_follower || !r->have_campaigner)
+                return loom_err_set(e, LOOM_ENOMEM, "ha", "cannot start the replica's threads");
+        return 0;
+}
+
+bool loom_replica_leading(loom_replica *r)
+{
+        return atomic_load(&r->leading);
+}
+
+int loom_replica_promote(loom_replica *r, loom_err *e)
+{
+        if (!atomic_load(&r->leading))
+                return loom_err_set(e, LOOM_ESTATE, "ha", "this replica does not lead");
+        if (r->have_campaigner) {
+                pthread_join(r->campaigner, NULL);
+                r->have_campaigner = false;
+        }
+        uint64_t last = loom_ha_next(r->hc) - 1;
+        pthread_mutex_lock(&r->mu);
+        while (r->applied < last && !atomic_load(&r->failed) && !atomic_load(&r->deposed))
+                pthread_cond_wait(&r->cv, &r->mu);
+        pthread_mutex_unlock(&r->mu);
+        atomic_store(&r->stop_follow, true);
+        if (r->have_follower) {
+                pthread_join(r->follower, NULL);
+                r->have_follower = false;
+        }
+        if (atomic_load(&r->failed)) {
+                *e = r->err;
+                return LOOM_ECORRUPT;
+        }
+        if (atomic_load(&r->deposed))
+                return loom_err_set(e, LOOM_EIO, "ha", "deposed before taking over");
+        /* the watch may have delivered entries past `last`: none can exist (only the leader
+         * appends, and that is this replica now) */
+        pthread_mutex_lock(&r->mu);
+        snprintf(r->leader, sizeof r->leader, "%s", r->me);
+        pthread_mutex_unlock(&r->mu);
+        return 0;
+}
+
+int loom_replica_append(void *arg, const void *entry, size_t n, loom_err *e)
+{
+        loom_replica *r = arg;
+        if (atomic_load(&r->deposed))
+                return loom_err_set(e, LOOM_EIO, "ha",
+                                    "deposed: this replica's lease lapsed; another may lead");
+        uint64_t seq = 0;
+        int rc = loom_ha_append(r->hc, entry, n, &seq, e);
+        if (rc == LOOM_HA_DEPOSED) {
+                atomic_store(&r->deposed, true);
+                return LOOM_EIO;
+        }
+        if (rc)
+                return rc;
+        pthread_mutex_lock(&r->mu);
+        r->applied = seq;
+        pthread_mutex_unlock(&r->mu);
+        return 0;
+}
+
+void loom_replica_leader(void *arg, char *buf, size_t cap)
+{
+        loom_replica *r = arg;
+        pthread_mutex_lock(&r->mu);
+        snprintf(buf, cap, "%s", r->leader);
+        pthread_mutex_unlock(&r->mu);
+}
+
+bool loom_replica_deposed(loom_replica *r)
+{
+        return atomic_load(&r->deposed);
+}
+
+bool loom_replica_failed(loom_replica *r, loom_err *e)
+{
+        if (!atomic_load(&r->failed))
+                return false;
+        if (e)
+                *e = r->err;
+        return true;
+}
+
+uint64_t loom_replica_seq(loom_replica *r)
+{
+        pthread_mutex_lock(&r->mu);
+        uint64_t s = r->applied;
+        pthread_mutex_unlock(&r->mu);
+        return s;
+}
+
+void loom_replica_close(loom_replica *r)
+{
+        if (!r)
+                return;
+        atomic_store(&r->stop_follow, true);
+        atomic_store(&r->stop_all, true);
+        if (r->have_follower)
+                pthread_join(r->follower, NULL);
+        if (r->have_keeper)
+                pthread_join(r->keeper, NULL);
+        loom_err e;
+        if (r->have_campaigner && !atomic_load(&r->leading) && !atomic_load(&r->failed)) {
+                /* a campaign blocks until it wins: revoking the lease withdraws the candidacy
+                 * at once; the blocked call itself is left to the process's exit (this is
+                 * called when loomd stops), with r, which it uses */
+                etcd_lease_revoke(r->kc, r->lease, &e);
+                pthread_detach(r->campaigner);
+                return;
+        }
+        if (r->have_campaigner)
+                pthread_join(r->campaigner, NULL);
+        if (r->hc && !atomic_load(&r->deposed))
+                loom_ha_resign(r->hc, &e);
+        loom_ha_close(r->hc);
+        loom_ha_close(r->hw);
+        etcd_close(r->kc);
+        free(r->prefix);
+        free(r->me);
+        pthread_mutex_destroy(&r->mu);
+        pthread_cond_destroy(&r->cv);
+        free(r);
+}
