@@ -6,5 +6,5 @@ set -euo pipefail
 build=${1:?usage: bench/ha_etcd.sh BUILD_DIR [APPENDS [ROUNDS]]}
 src=$(cd "$(dirname "$0")/.." && pwd)
 . "$src/tests/integration/ha_etcd_cluster.bash"
-ha_etcd_start 42470
+ha_etcd_start 23470
 "$build/ha_etcd_bench" "$ETCD_EPS" "${2:-200}" "${3:-20}"

@@ -48,7 +48,9 @@ typedef struct loom_client_opts {
 
 void loom_client_opts_default(loom_client_opts *o);
 
-/* url: "http://HOST:PORT" or "https://HOST:PORT" (a trailing slash is fine). opts may be NULL
+/* url: "http://HOST:PORT" or "https://HOST:PORT" (a trailing slash is fine), or up to 8 of
+ * them comma-separated, one per loomd replica (docs/ha.md): requests go to the one that
+ * answered last and move on when it does not answer or follows another. opts may be NULL
  * for the defaults. NULL when out of memory, url is empty or $LOOM_TOKEN_FILE is unreadable. Free
  * with loom_client_free (NULL is fine). */
 loom_client *loom_client_new(const char *url, const loom_client_opts *opts);

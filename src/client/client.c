@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,8 +31,15 @@ typedef struct held {
         double next; /* monotonic seconds */
 } held;
 
+#define MAX_URLS 8
+
 struct loom_client {
-        char url[512];
+        /* loomd's URL, or each replica's (docs/ha.md): a request goes to urls[cur] and moves on
+         * to the next when that one does not answer or follows another (307/503 from a
+         * follower), or straight to the leader a follower names when it is one of urls */
+        char urls[MAX_URLS][512];
+        int n_urls;
+        atomic_int cur;
         char *auth_hdr; /* "Authorization: Bearer ...", NULL without a token */
         char *ca_file;
         loom_client_opts o;
@@ -162,25 +170,44 @@ static int request(loom_client *c, CURL *h, const char *method, const char *path
                    const char *key, double wait_s, int *status, char **out)
 {
         char url[1024];
-        snprintf(url, sizeof url, "%s%s", c->url, path);
         double deadline = now_s() + c->o.retry_for_s;
         double backoff = 0.05;
         *out = NULL;
         for (;;) {
                 reply_buf b = {0};
+                int at = atomic_load(&c->cur);
+                snprintf(url, sizeof url, "%s%s", c->urls[at], path);
                 CURLcode rc =
                     attempt(c, h, url, method, body, key,
                             c->o.request_timeout_s + (wait_s > 0 ? wait_s : 0), status, &b);
-                if (rc == CURLE_OK && *status != 503) {
+                bool follower = rc == CURLE_OK && (*status == 307 || *status == 503) &&
+                                b.p && strstr(b.p, "\"role\":\"follower\"");
+                if (rc == CURLE_OK && *status != 503 && !follower) {
                         *out = b.p;
                         return 0;
                 }
-                if (rc == CURLE_OK)
+                if (follower)
+                        set_err(c, "%s %s: %s follows another replica (%d)", method, path,
+                                c->urls[at], *status);
+                else if (rc == CURLE_OK)
                         set_err(c, "%s %s: daemon unavailable (503)", method, path);
                 else
                         set_err(c, "%s %s: %s", method, path,
                                 b.overflow ? "reply too large" : curl_easy_strerror(rc));
+                int next = (at + 1) % c->n_urls;
+                bool named = false;
+                char *loc = NULL;
+                if (follower && *status == 307 &&
+                    curl_easy_getinfo(h, CURLINFO_REDIRECT_URL, &loc) == CURLE_OK && loc)
+                        for (int i = 0; i < c->n_urls; i++)
+                                if (i != at && !strncmp(loc, c->urls[i], strlen(c->urls[i])))
+                                        next = i, named = true; /* the leader, one of ours */
                 free(b.p);
+                if (c->n_urls > 1 && (follower || rc != CURLE_OK)) {
+                        atomic_compare_exchange_strong(&c->cur, &at, next);
+                        if (named && now_s() < deadline)
+                                continue; /* straight to the leader */
+                }
                 if (b.overflow || now_s() + backoff > deadline) {
                         *status = rc == CURLE_OK ? *status : 0;
                         return LOOM_EIO;
@@ -216,7 +243,7 @@ static void *hb_main(void *arg)
                         pthread_mutex_unlock(&c->mu);
                         char path[96], url[700];
                         snprintf(path, sizeof path, "/v1/leases/%lld/heartbeat", (long long)id);
-                        snprintf(url, sizeof url, "%s%s", c->url, path);
+                        snprintf(url, sizeof url, "%s%s", c->urls[atomic_load(&c->cur)], path);
                         reply_buf b = {0};
                         int st = 0;
                         /* One attempt; the next beat comes soon enough. */
@@ -308,15 +335,30 @@ static int credentials(loom_client *c)
 
 loom_client *loom_client_new(const char *url, const loom_client_opts *opts)
 {
-        if (!url || !*url || strlen(url) >= 512)
+        if (!url || !*url)
                 return NULL;
         loom_client *c = calloc(1, sizeof *c);
         if (!c)
                 return NULL;
-        snprintf(c->url, sizeof c->url, "%s", url);
-        size_t n = strlen(c->url);
-        while (n > 0 && c->url[n - 1] == '/')
-                c->url[--n] = '\0';
+        for (const char *p = url; *p;) { /* "URL" or "URL,URL,..." (replicas) */
+                size_t len = strcspn(p, ",");
+                if (len >= sizeof c->urls[0] || c->n_urls == MAX_URLS) {
+                        free(c);
+                        return NULL;
+                }
+                if (len) {
+                        char *u = c->urls[c->n_urls++];
+                        snprintf(u, sizeof c->urls[0], "%.*s", (int)len, p);
+                        size_t n = strlen(u);
+                        while (n > 0 && u[n - 1] == '/')
+                                u[--n] = '\0';
+                }
+                p += len + (p[len] == ',');
+        }
+        if (!c->n_urls) {
+                free(c);
+                return NULL;
+        }
         if (opts)
                 c->o = *opts;
         else

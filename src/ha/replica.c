@@ -24,14 +24,14 @@ struct loom_replica {
         etcd_client *kc;  /* keeper */
         char *prefix, *me;
         int ttl;
-        int64_t lease;
+        _Atomic int64_t lease;
 
         int (*apply)(void *arg, const void *entry, size_t n, loom_err *e);
         void *apply_arg;
 
         pthread_t follower, campaigner, keeper;
         bool have_follower, have_campaigner, have_keeper;
-        atomic_bool stop_follow, stop_all, leading, deposed, failed;
+        atomic_bool stop_follow, stop_all, leading, deposed, failed, lease_lost;
 
         pthread_mutex_t mu;
         pthread_cond_t cv;
@@ -192,48 +192,73 @@ static void *follow_main(void *arg)
 
 /* ---- the lease ----------------------------------------------------------------------------- */
 
+/* The lease lapsed: a leader is deposed; a candidate campaigns again under a new lease. */
+static void lapsed(loom_replica *r)
+{
+        if (atomic_load(&r->leading))
+                atomic_store(&r->deposed, true);
+        else
+                atomic_store(&r->lease_lost, true);
+}
+
 static void *keep_main(void *arg)
 {
         loom_replica *r = arg;
-        int64_t last_ok = mono_ms();
+        int64_t last_ok = mono_ms(), lease = atomic_load(&r->lease);
         long every = r->ttl * 1000L / 3;
-        while (!atomic_load(&r->stop_all)) {
+        while (!atomic_load(&r->stop_all) && !atomic_load(&r->deposed)) {
                 for (long slept = 0; slept < every && !atomic_load(&r->stop_all); slept += 50)
                         sleep_ms(50);
                 if (atomic_load(&r->stop_all))
                         break;
+                if (atomic_load(&r->lease) != lease) { /* a new candidacy */
+                        lease = atomic_load(&r->lease);
+                        last_ok = mono_ms();
+                }
+                if (atomic_load(&r->lease_lost))
+                        continue; /* until the campaign thread has a new lease */
                 /* a pause (SIGSTOP, a stalled VM) longer than the lease: it is gone, whatever
                  * the renewal below would say, since another replica may lead meanwhile */
                 if (mono_ms() - last_ok >= r->ttl * 1000L) {
-                        atomic_store(&r->deposed, true);
-                        break;
+                        lapsed(r);
+                        continue;
                 }
                 loom_err e;
                 int64_t left = 0;
-                int rc = etcd_lease_keepalive(r->kc, r->lease, &left, &e);
-                if (rc == LOOM_ENOENT || (rc == 0 && left <= 0)) {
-                        atomic_store(&r->deposed, true);
-                        break;
-                }
-                if (rc == 0)
+                int rc = etcd_lease_keepalive(r->kc, lease, &left, &e);
+                if (rc == LOOM_ENOENT || (rc == 0 && left <= 0))
+                        lapsed(r);
+                else if (rc == 0)
                         last_ok = mono_ms();
         }
         return NULL;
 }
 
+/* Campaigns until it wins; etcd's errors (a member down, its own election under way) and a
+ * lapsed lease only mean trying again. */
 static void *campaign_main(void *arg)
 {
         loom_replica *r = arg;
-        loom_err e;
-        int rc = loom_ha_campaign(r->hc, &e);
-        if (rc) {
-                if (!atomic_load(&r->stop_all)) {
-                        r->err = e;
-                        atomic_store(&r->failed, true);
+        while (!atomic_load(&r->stop_all)) {
+                loom_err e;
+                int rc = 0;
+                if (atomic_load(&r->lease_lost)) {
+                        int64_t lease = 0;
+                        rc = loom_ha_grant(r->hc, &lease, &e);
+                        if (!rc) {
+                                atomic_store(&r->lease, lease);
+                                atomic_store(&r->lease_lost, false);
+                        }
                 }
-                return NULL;
+                if (!rc)
+                        rc = loom_ha_campaign(r->hc, &e);
+                if (!rc && !atomic_load(&r->lease_lost)) {
+                        atomic_store(&r->leading, true);
+                        return NULL;
+                }
+                for (int i = 0; i < 10 && !atomic_load(&r->stop_all); i++)
+                        sleep_ms(50);
         }
-        atomic_store(&r->leading, true);
         return NULL;
 }
 
@@ -243,9 +268,11 @@ int loom_replica_follow(loom_replica *r, int (*apply)(void *arg, const void *ent
 {
         r->apply = apply;
         r->apply_arg = arg;
-        int rc = loom_ha_grant(r->hc, &r->lease, e);
+        int64_t lease = 0;
+        int rc = loom_ha_grant(r->hc, &lease, e);
         if (rc)
                 return rc;
+        atomic_store(&r->lease, lease);
         if (pthread_create(&r->keeper, NULL, keep_main, r) == 0)
                 r->have_keeper = true;
         if (pthread_create(&r->follower, NULL, follow_main, r) == 0)
@@ -359,7 +386,7 @@ void loom_replica_close(loom_replica *r)
                 /* a campaign blocks until it wins: revoking the lease withdraws the candidacy
                  * at once; the blocked call itself is left to the process's exit (this is
                  * called when loomd stops), with r, which it uses */
-                etcd_lease_revoke(r->kc, r->lease, &e);
+                etcd_lease_revoke(r->kc, atomic_load(&r->lease), &e);
                 pthread_detach(r->campaigner);
                 return;
         }

@@ -96,6 +96,10 @@ json_t *srv_health_json(loom_server *s, loom_us now)
 {
         json_t *o = json_pack("{s:s,s:f}", "status", s->degraded ? "degraded" : "ok", "uptime_s",
                               loom_us_to_s(now - s->start_mono));
+        if (o && s->cfg.replica_url) { /* a replica (docs/ha.md): followers answer "follower" */
+                json_object_set_new(o, "role", json_string("leader"));
+                json_object_set_new(o, "leader", json_string(s->cfg.replica_url));
+        }
         if (o && s->degraded)
                 json_object_set_new(
                     o, "store",

@@ -141,6 +141,17 @@ static json_t *lease_json_phase(loom_server *s, const srv_job *j)
                          s->cfg.lease_timeout_s, "iteration", (json_int_t)(j->done + 1));
 }
 
+double srv_job_cost(const loom_server *s, const srv_job *j, int64_t wall, double *per_hour)
+{
+        const loom_cluster_cfg *c = &s->cfg.cluster;
+        double ph = j->spec.rollout_gpus * c->gpu[0].price_per_hour +
+                    j->spec.train_gpus * c->gpu[1].price_per_hour;
+        if (per_hour)
+                *per_hour = ph;
+        double h = (double)((j->ended_wall ? j->ended_wall : wall) - j->submitted_wall) / 3.6e9;
+        return ph * (h > 0 ? h : 0);
+}
+
 json_t *srv_job_json(loom_server *s, const srv_job *j, bool full)
 {
         json_t *o = json_pack("{s:I,s:s,s:s,s:I,s:I}", "id", (json_int_t)j->pub, "name", j->name,
@@ -176,6 +187,9 @@ json_t *srv_job_json(loom_server *s, const srv_job *j, bool full)
                             srv_job_live(j->state) ? json_string(loom_phase_name(j->next))
                                                    : json_null());
         json_object_set_new(o, "permit", json_boolean(j->permit));
+        double per_hour, so_far = srv_job_cost(s, j, srv_now_wall(), &per_hour);
+        json_object_set_new(o, "cost",
+                            json_pack("{s:f,s:f}", "per_hour", per_hour, "so_far", so_far));
         srv_retry_json(s, j, o);
         srv_learn_json(s, j, o);
         if (full) {
@@ -849,6 +863,39 @@ static void tenant_stats(loom_server *s, const srv_req *r, loom_sched_stats *st)
         st->replans = replans;
 }
 
+/* What the jobs the caller sees cost, by tenant: US$/h of the live ones, US$ of all so far. */
+static json_t *tenant_costs(loom_server *s, const srv_req *r)
+{
+        json_t *by = json_object();
+        int64_t wall = srv_now_wall();
+        for (uint32_t i = 0; by && i < s->n_jobs; i++) {
+                const srv_job *j = s->jobs[i];
+                if (!srv_auth_sees(r, j))
+                        continue;
+                json_t *t = json_object_get(by, j->tenant);
+                if (!t) {
+                        t = json_pack("{s:s,s:f,s:f,s:i}", "tenant", j->tenant, "per_hour", 0.0,
+                                      "so_far", 0.0, "jobs", 0);
+                        if (!t || json_object_set_new(by, j->tenant, t))
+                                continue;
+                }
+                double ph, so_far = srv_job_cost(s, j, wall, &ph);
+                json_t *v = json_object_get(t, "so_far");
+                json_real_set(v, json_real_value(v) + so_far);
+                if (srv_job_live(j->state)) {
+                        v = json_object_get(t, "per_hour");
+                        json_real_set(v, json_real_value(v) + ph);
+                }
+                v = json_object_get(t, "jobs");
+                json_integer_set(v, json_integer_value(v) + 1);
+        }
+        json_t *a = json_array(), *t;
+        const char *k;
+        json_object_foreach(by, k, t) json_array_append(a, t);
+        json_decref(by);
+        return a;
+}
+
 static void h_cluster(loom_server *s, srv_req *r)
 {
         loom_sched_stats st;
@@ -877,6 +924,13 @@ static void h_cluster(loom_server *s, srv_req *r)
                 /* "scope": whose jobs the counts above are ("cluster", or the tenant's) */
                 json_object_set_new(o, "scope", json_string(admin ? "cluster" : "tenant"));
                 json_object_set_new(o, "quotas", srv_quota_json(s, r));
+                json_object_set_new(o, "cost_by_tenant", tenant_costs(s, r));
+                /* replicated (docs/ha.md): this replica answers only while it leads */
+                json_object_set_new(o, "replication",
+                                    s->cfg.replica_url
+                                        ? json_pack("{s:s,s:s,s:s}", "store", "etcd", "role",
+                                                    "leader", "leader", s->cfg.replica_url)
+                                        : json_pack("{s:s}", "store", "sqlite"));
         }
         srv_reply_json(r, o ? 200 : 500, o);
 }
@@ -919,6 +973,25 @@ static void job_named(loom_server *s, srv_req *r)
         srv_reply_error(r, 404, "id", "no such job: %u", shown);
         r->kind = RQ_BAD;
         r->job = 0;
+}
+
+/* A refused submit, for the dashboard's events (memory only: it changed nothing). */
+static void note_reject(loom_server *s, const srv_req *r)
+{
+        if (r->kind != RQ_SUBMIT || r->dry_run || !r->ready || r->status < 400)
+                return;
+        srv_reject *x = &s->rejects[s->n_rejects++ % SRV_REJECTS_MAX];
+        memset(x, 0, sizeof *x);
+        x->at_wall = srv_now_wall();
+        x->status = r->status;
+        snprintf(x->tenant, sizeof x->tenant, "%s", r->who.tenant);
+        snprintf(x->name, sizeof x->name, "%s", r->name);
+        json_t *b = r->body ? json_loads(r->body, 0, NULL) : NULL;
+        const char *field = json_string_value(json_object_get(b, "field"));
+        const char *error = json_string_value(json_object_get(b, "error"));
+        snprintf(x->field, sizeof x->field, "%s", field ? field : "");
+        snprintf(x->error, sizeof x->error, "%s", error ? error : "");
+        json_decref(b);
 }
 
 static void handle(loom_server *s, srv_req *r, loom_us now)
@@ -990,6 +1063,7 @@ static void handle(loom_server *s, srv_req *r, loom_us now)
                         srv_reply_error(r, 400, "", "bad request");
                 break;
         }
+        note_reject(s, r);
         /* A waiting acquire is answered later; everything else now. */
         if (r->ready)
                 done_req(s, r);

@@ -375,7 +375,11 @@ static int resume_live(loom_server *s, uint32_t *live, loom_err *e)
         return 0;
 }
 
-/* Rebuild the scheduler from the store and put live jobs back where their rows say. */
+static void keep_lease(void *arg, int64_t id, uint32_t job, loom_phase phase, int64_t granted_us);
+
+/* Rebuild the scheduler from the store and put live jobs back where their rows say. After a
+ * restart the leases in flight are lost (their phases run again); a replica taking over keeps
+ * them, so a worker's release reaches the new leader and no phase runs twice (docs/ha.md). */
 static int recover(loom_server *s, loom_err *e)
 {
         char was[16];
@@ -383,7 +387,7 @@ static int recover(loom_server *s, loom_err *e)
         s->compact_at_start = s->cfg.compact_min && s->compact_rows >= (uint64_t)s->cfg.compact_min;
         if (!rc)
                 rc = srv_store_begin(s->store, e);
-        if (!rc)
+        if (!rc && !s->cfg.replica_url)
                 rc = srv_store_leases_lose_active(s->store, srv_now_wall(), e);
         if (!rc && was[0])
                 rc = record_rederived(s, was, e);
@@ -392,6 +396,8 @@ static int recover(loom_server *s, loom_err *e)
         uint32_t live = 0;
         if (!rc)
                 rc = resume_live(s, &live, e);
+        if (!rc && s->cfg.replica_url)
+                rc = srv_store_leases_active(s->store, keep_lease, s, e);
         if (rc) {
                 srv_store_rollback(s->store);
                 return rc;

@@ -6,6 +6,6 @@ set -euo pipefail
 build=$1 src=$2
 [ -x "$build/ha_etcd_test" ] || { echo "SKIP: $build/ha_etcd_test not built"; exit 77; }
 . "$src/tests/integration/ha_etcd_cluster.bash"
-ha_etcd_start 42370
+ha_etcd_start 23370
 # shellcheck disable=SC2086
 timeout 60 "$build/ha_etcd_test" "$ETCD_EPS" $ETCD_PIDS
