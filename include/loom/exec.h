@@ -173,6 +173,15 @@ int loom_exec_rollout_places(const loom_exec *x, loom_exec_place *out, int max);
 #define LOOM_EXEC_NOTE_MAX 160
 int loom_exec_node_notes(const loom_exec *x, char (*out)[LOOM_EXEC_NOTE_MAX], int max);
 
+/* The loom node ids bound to the cluster's nodes, as of the last apply: the node's name in the
+ * node map ("n17000t1") for each (pool, id). Fills up to max; returns the count. */
+typedef struct loom_exec_binding {
+        loom_pool pool;
+        loom_node_id id;
+        char node[LOOM_EXEC_NAME_MAX];
+} loom_exec_binding;
+int loom_exec_bindings(const loom_exec *x, loom_exec_binding *out, int max);
+
 /* The workers as last listed (after apply); *n set. Owned by x, valid until the next apply. */
 const loom_exec_worker *loom_exec_workers(const loom_exec *x, int *n);
 

@@ -264,6 +264,20 @@ static bool in(const loom_node_id *v, int n, int64_t id)
         return false;
 }
 
+int loom_exec_bindings(const loom_exec *x, loom_exec_binding *out, int max)
+{
+        int n = 0;
+        for (int p = 0; p < 2; p++)
+                for (int i = 0; i < x->cfg.n_nodes[p] && n < max; i++)
+                        if (x->bound[p][i]) {
+                                out[n].pool = (loom_pool)p;
+                                out[n].id = (loom_node_id)(x->bound[p][i] - 1);
+                                snprintf(out[n].node, sizeof out[n].node, "%s", x->cfg.nodes[p][i]);
+                                n++;
+                        }
+        return n;
+}
+
 /* Bind every wanted id, unbind the others; false if nothing changed. */
 static bool bind_nodes(loom_exec *x, const loom_node_id *const up[2], const int n_up[2])
 {

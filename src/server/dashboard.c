@@ -10,8 +10,9 @@
  *
  * The timeline is what the Gantt chart and the event list need in one reply: the leases of
  * the last window (from the store, so a restart loses none of them), the permits waiting to be
- * claimed, the acquires waiting for a permit, live tail migrations, and the log's submits,
- * exits and re-admissions.
+ * claimed, the acquires waiting for a permit, live tail migrations, the log's submits, exits
+ * and re-admissions, the submits refused lately (kept in memory by engine.c), and the
+ * executor's names of the nodes shown.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -274,6 +275,78 @@ static json_t *job_slos(const timeline *t)
         return a;
 }
 
+/* names[pool][id] = the executor's name of the node, where it knows one. */
+static void name_node(loom_server *s, json_t *names, const char *pool, json_int_t id)
+{
+        loom_pool p = !strcmp(pool, "rollout") ? LOOM_POOL_ROLLOUT : LOOM_POOL_TRAIN;
+        const char *name = srv_exec_node_name(s, p, (loom_node_id)id);
+        json_t *by = json_object_get(names, loom_pool_name(p));
+        char key[24];
+        snprintf(key, sizeof key, "%lld", (long long)id);
+        if (name && by && !json_object_get(by, key))
+                json_object_set_new(by, key, json_string(name));
+}
+
+static void name_nodes_of(loom_server *s, json_t *names, json_t *items)
+{
+        size_t i, k;
+        json_t *x, *n;
+        json_array_foreach(items, i, x)
+        {
+                const char *pool = json_string_value(json_object_get(x, "pool"));
+                const char *phase = json_string_value(json_object_get(x, "phase"));
+                if (!pool) /* a lone member's rollout names its pool; see the leases */
+                        pool = phase && !strcmp(phase, "rollout") ? "rollout" : "train";
+                json_array_foreach(json_object_get(x, "nodes"), k, n)
+                    name_node(s, names, pool, json_integer_value(n));
+        }
+}
+
+/* "node_names": {"rollout": {"3": "n17000r1"}, "train": {...}}, the executor's names of the
+ * nodes this reply shows (leases, permits) and of the caller's live jobs' groups; empty
+ * without an executor. */
+static json_t *node_names(const timeline *t, json_t *permits)
+{
+        loom_server *s = t->s;
+        json_t *names = json_pack("{s:{},s:{}}", "rollout", "train");
+        if (!names || !s->cfg.exec)
+                return names;
+        name_nodes_of(s, names, t->leases);
+        name_nodes_of(s, names, permits);
+        for (uint32_t i = 0; i < s->n_jobs; i++) {
+                const srv_job *j = s->jobs[i];
+                loom_job_info in;
+                if (!srv_auth_sees(t->r, j) || !srv_job_live(j->state) ||
+                    loom_sched_job_info(s->sched, j->retry.core, &in))
+                        continue;
+                for (int k = 0; k < in.n_rollout_nodes; k++)
+                        name_node(s, names, "rollout", in.rollout_nodes[k]);
+                for (int k = 0; k < in.n_train_nodes; k++)
+                        name_node(s, names, "train", in.train_nodes[k]);
+        }
+        return names;
+}
+
+/* Submits refused in the window (engine.c keeps the last SRV_REJECTS_MAX), newest last: all of
+ * them for an admin, a tenant's own. */
+static json_t *rejections(const timeline *t, int64_t since)
+{
+        loom_server *s = t->s;
+        json_t *a = json_array();
+        bool admin = t->r->who.role == LOOM_ROLE_ADMIN;
+        uint64_t from = s->n_rejects > SRV_REJECTS_MAX ? s->n_rejects - SRV_REJECTS_MAX : 0;
+        for (uint64_t i = from; a && i < s->n_rejects; i++) {
+                const srv_reject *x = &s->rejects[i % SRV_REJECTS_MAX];
+                if (x->at_wall < since || (!admin && strcmp(x->tenant, t->r->who.tenant)))
+                        continue;
+                json_array_append_new(a, json_pack("{s:I,s:s,s:s,s:i,s:s,s:s}", "at_us",
+                                                   (json_int_t)x->at_wall, "tenant", x->tenant,
+                                                   "name", x->name, "status", x->status, "field",
+                                                   x->field, "error", x->error));
+        }
+        return a;
+}
+
 void srv_h_timeline(loom_server *s, srv_req *r, loom_us now)
 {
         int64_t wall = srv_now_wall();
@@ -305,6 +378,8 @@ void srv_h_timeline(loom_server *s, srv_req *r, loom_us now)
         json_object_set_new(o, "waits", waits);
         json_object_set_new(o, "migrations", migr);
         json_object_set_new(o, "events", t.events);
+        json_object_set_new(o, "rejections", rejections(&t, wall - r->window));
+        json_object_set_new(o, "node_names", node_names(&t, permits));
         json_object_set_new(o, "jobs", job_slos(&t));
         if (r->who.role == LOOM_ROLE_ADMIN) /* a cluster-wide count */
                 json_object_set_new(o, "migrations_total",

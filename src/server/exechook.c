@@ -32,6 +32,8 @@
 #define EXEC_TICK_US (500 * 1000)
 #define EXEC_MAX_EV 64
 #define EXEC_MAX_WAIT 1024
+#define EXEC_MAX_NAMES (2 * LOOM_EXEC_MAX_NODES)
+#define EXEC_KNOWN_MAX (2 * EXEC_MAX_NAMES)
 
 struct srv_exec {
         pthread_t thread;
@@ -56,9 +58,15 @@ struct srv_exec {
         int n_misplaced;
         loom_exec_place *places; /* loom_exec_rollout_places after the last round */
         int n_places;
+        loom_exec_binding *names; /* loom_exec_bindings after the last round */
+        int n_names;
         /* the scheduler thread's copy of places, read by grant (no lock needed) */
         loom_exec_place *at;
         int n_at;
+        /* the scheduler thread's: every binding seen, newest last (ids are not reused, so a
+         * released node keeps its name for the dashboard's past leases) */
+        loom_exec_binding *known;
+        int n_known;
         char err[200]; /* the last round's error, "" if it went through */
         loom_us warned;
 };
@@ -91,6 +99,7 @@ static void *exec_main(void *arg)
                         t->n_waiting = loom_exec_waiting(t->x, t->waiting, EXEC_MAX_WAIT);
                         t->n_misplaced = loom_exec_misplaced(t->x, t->misplaced, EXEC_MAX_WAIT);
                         t->n_places = loom_exec_rollout_places(t->x, t->places, EXEC_MAX_WAIT);
+                        t->n_names = loom_exec_bindings(t->x, t->names, EXEC_MAX_NAMES);
                         t->n_notes +=
                             loom_exec_node_notes(t->x, t->notes + t->n_notes, 8 - t->n_notes);
                         snprintf(t->err, sizeof t->err, "%.190s", rc ? e.msg : "");
@@ -115,6 +124,8 @@ static void exec_free(srv_exec *t)
         free(t->misplaced);
         free(t->places);
         free(t->at);
+        free(t->names);
+        free(t->known);
         free(t);
 }
 
@@ -128,7 +139,9 @@ static srv_exec *exec_start(loom_server *s)
         t->misplaced = calloc(EXEC_MAX_WAIT, sizeof *t->misplaced);
         t->places = calloc(EXEC_MAX_WAIT, sizeof *t->places);
         t->at = calloc(EXEC_MAX_WAIT, sizeof *t->at);
-        if (!t->waiting || !t->misplaced || !t->places || !t->at) {
+        t->names = calloc(EXEC_MAX_NAMES, sizeof *t->names);
+        t->known = calloc(EXEC_KNOWN_MAX, sizeof *t->known);
+        if (!t->waiting || !t->misplaced || !t->places || !t->at || !t->names || !t->known) {
                 exec_free(t);
                 return NULL;
         }
@@ -291,6 +304,35 @@ bool srv_exec_rollout_held(loom_server *s, const srv_job *j)
         return false;
 }
 
+/* The last round's bindings into t->known (under t's lock): one seen before is updated in
+ * place (a failed node's id moves to another node), a new one appended; when the table is full
+ * the first seen goes (one still bound comes back the next round). */
+static void learn_names(srv_exec *t)
+{
+        for (int i = 0; i < t->n_names; i++) {
+                const loom_exec_binding *b = &t->names[i];
+                int k = 0;
+                while (k < t->n_known && (t->known[k].pool != b->pool || t->known[k].id != b->id))
+                        k++;
+                if (k == EXEC_KNOWN_MAX) {
+                        memmove(&t->known[0], &t->known[1], (size_t)(k - 1) * sizeof *t->known);
+                        k = --t->n_known;
+                }
+                if (k == t->n_known)
+                        t->n_known++;
+                t->known[k] = *b;
+        }
+}
+
+const char *srv_exec_node_name(loom_server *s, loom_pool pool, loom_node_id id)
+{
+        srv_exec *t = s->exec_rt;
+        for (int k = t ? t->n_known - 1 : -1; k >= 0; k--)
+                if (t->known[k].pool == pool && t->known[k].id == id)
+                        return t->known[k].node;
+        return NULL;
+}
+
 void srv_exec_tick(loom_server *s, loom_us now)
 {
         if (!s->cfg.exec)
@@ -318,6 +360,7 @@ void srv_exec_tick(loom_server *s, loom_us now)
         hold_permits(s, t, now);
         memcpy(t->at, t->places, (size_t)t->n_places * sizeof *t->at);
         t->n_at = t->n_places;
+        learn_names(t);
         char notes[8][LOOM_EXEC_NOTE_MAX];
         int n_notes = t->n_notes;
         memcpy(notes, t->notes, (size_t)n_notes * sizeof *notes);

@@ -210,7 +210,6 @@ static void per_job(buf *b, loom_server *s)
                 b->failed = true;
                 return;
         }
-        const loom_cluster_cfg *c = &s->cfg.cluster;
         int64_t wall = srv_now_wall();
         for (uint32_t i = 0; i < s->n_jobs; i++)
                 v[i] = (double)s->jobs[i]->done;
@@ -228,13 +227,8 @@ static void per_job(buf *b, loom_server *s)
                    "Share of a live job's SLO budget its planned mean iteration (its group's "
                    "meta-iteration over its rate) leaves.",
                    v);
-        for (uint32_t i = 0; i < s->n_jobs; i++) {
-                const srv_job *j = s->jobs[i];
-                double per_hour = j->spec.rollout_gpus * c->gpu[0].price_per_hour +
-                                  j->spec.train_gpus * c->gpu[1].price_per_hour;
-                double h = (double)(wall - j->submitted_wall) / 3.6e9;
-                v[i] = per_hour * (h > 0 ? h : 0);
-        }
+        for (uint32_t i = 0; i < s->n_jobs; i++)
+                v[i] = srv_job_cost(s, s->jobs[i], wall, NULL);
         job_series(b, s, "loom_job_cost_dollars",
                    "US$ a live job has cost since its submit: its GPUs at list price.", v);
         free(v);

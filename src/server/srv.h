@@ -244,6 +244,18 @@ typedef struct srv_metrics {
 
 typedef struct srv_store srv_store;
 
+/* A submit refused (quota, placement, host memory, store down): memory only, since a refusal
+ * changes no state; the last SRV_REJECTS_MAX are kept for the dashboard's events. */
+#define SRV_REJECTS_MAX 64
+typedef struct srv_reject {
+        int64_t at_wall;
+        char tenant[LOOM_TENANT_MAX];
+        char name[SRV_NAME_MAX];
+        int status;
+        char field[32];
+        char error[200];
+} srv_reject;
+
 struct loom_server {
         loom_server_cfg cfg;
         char data_dir[4096];
@@ -308,6 +320,9 @@ struct loom_server {
         struct srv_quota *quota;      /* quota.c: what each tenant's live jobs use */
         signed char jobid_mode; /* scope.c: 0 not yet known, 1 ids as they are, 2 keyed */
         uint8_t jobid_key[16];
+        /* engine.c: refused submits, a ring, newest at n_rejects - 1 */
+        srv_reject rejects[SRV_REJECTS_MAX];
+        uint64_t n_rejects;
 };
 
 /* clocks */
@@ -340,6 +355,9 @@ void srv_apply_actions(loom_server *s, loom_us now);
  * permit's phase, pool, nodes, GPUs and call, and a lease-timeout deadline. */
 void srv_lease_from_permit(loom_server *s, srv_job *j, int64_t id, loom_us now, int64_t wall);
 json_t *srv_job_json(loom_server *s, const srv_job *j, bool full);
+/* What j has cost from its submit to its end (to `wall` while it lives), in US$: its GPUs at
+ * list price; *per_hour (if not NULL) gets that price per hour. */
+double srv_job_cost(const loom_server *s, const srv_job *j, int64_t wall, double *per_hour);
 void srv_log(loom_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A store write's result (every write of a batch goes through it): the first failure of a
  * batch is kept in s->store_error, and the batch is then rolled back and the memory rebuilt
@@ -465,6 +483,9 @@ void srv_exec_stop(loom_server *s);
 /* Whether j's rollout worker is still being moved to the node its permit names (the grant
  * waits for it). */
 bool srv_exec_rollout_held(loom_server *s, const srv_job *j);
+/* The cluster's node the executor bound loom node `id` of `pool` to (the last binding seen), or
+ * NULL without an executor or before one was seen. */
+const char *srv_exec_node_name(loom_server *s, loom_pool pool, loom_node_id id);
 /* engine.c: grant j's permit to its waiting acquires, if it has both and nothing holds it
  * (exechook.c, once a held rollout's worker is where its permit names). */
 void srv_engine_grant_waiting(loom_server *s, srv_job *j, loom_us now);

@@ -6,12 +6,22 @@ as failed once, so loomd restarts it. Headless Chromium then loads /dashboard an
 read back after the page has polled: with the admin token (given as #token=) it must show the
 group and its members with their rates, Gantt bars of every job on the nodes the leases name,
 the jobs table and the restart in the event list; with a tenant token only that tenant's jobs;
-with no token, the token form and no data. A screenshot is saved as BUILD/dashboard.png.
+with no token, the token form and no data.
+
+Then, driven over the DevTools protocol (dashboard_cdp.py) so that layout can be measured: cost
+per job and per tenant as the API computes it from the GPUs and the cluster's prices; a refused
+submit in the events (and not in another tenant's timeline); a legend whose rollout and training
+shades are the chart's; the jobs card counting the table's rows; a cancelled job showing no group
+(its group is gone); the time axis starting near the first lease while loomd is younger than the
+window; the Groups table inside an 800 px window; and, on a loomd with the local executor and a
+node map, the map's node names on the chart's rows and in the Groups table. A screenshot of
+every view is saved as BUILD/dashboard-VIEW.png, the whole page as BUILD/dashboard.png.
 
 Expected values come from the API itself (GET /v1/groups, /v1/jobs) and from what the workers
 did, not from the page's code. Exits 77 (skipped) when no Chromium is installed."""
 
 import html.parser
+import json
 import os
 import shutil
 import subprocess
@@ -22,6 +32,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from loomd_harness import Loomd, check, job_spec  # noqa: E402
+from dashboard_cdp import Cdp  # noqa: E402
 
 build, source = sys.argv[1], sys.argv[2]
 browser = next((shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome")
@@ -81,6 +92,18 @@ for tok, spec in specs:
     check(st == 201, f"submit {spec['name']} ({j.get('decision', {}).get('decision')})")
     jobs.append(j)
 ids = [j["id"] for j in jobs]
+# refused: a working set larger than a node's host memory (placement rejects it)
+st, out = req("POST", "/v1/jobs", ta, job_spec("omega", mem_rollout_gb=5000))
+check(st == 422 and out["field"] == "mem_rollout_gb", f"omega is refused: 422 ({out.get('error')})")
+# delta cannot share (SLO 1.0): a group of its own, gone once delta is cancelled
+st, delta = req("POST", "/v1/jobs", tb, job_spec("delta", t_roll=30, slo=1.0, iterations=5))
+check(st == 201, "delta admitted")
+delta_group = delta["decision"]["group"]
+st, _ = req("DELETE", f"/v1/jobs/{delta['id']}", tb)
+check(st == 200, "delta cancelled")
+st, groups = req("GET", "/v1/groups", admin)
+check(delta_group not in [g["id"] for g in groups["groups"]],
+      f"delta's group {delta_group} no longer exists")
 stop = threading.Event()
 ran = {i: set() for i in ids}  # (pool, node) pairs each job's leases named
 fail_once = {ids[1]}  # beta fails its first train: loomd restarts it
@@ -122,8 +145,15 @@ st, _ = req("GET", "/v1/timeline", jobs[0]["worker_token"])
 check(st == 403, "a worker token may not read the timeline: 403")
 st, tl = req("GET", "/v1/timeline?window_s=60", tb)
 check(st == 200 and {lz["job"] for lz in tl["leases"]} == {ids[2]}
-      and {e["job"] for e in tl["events"]} == {ids[2]},
-      "team-b's timeline: its job's leases and events only")
+      and {e["job"] for e in tl["events"]} == {ids[2], delta["id"]},
+      "team-b's timeline: its jobs' leases and events only")
+check(tl["rejections"] == [], "team-b's timeline: not team-a's refused submit")
+st, tl = req("GET", "/v1/timeline?window_s=60", ta)
+check(st == 200 and [(x["name"], x["tenant"], x["status"], x["field"]) for x in tl["rejections"]]
+      == [("omega", "team-a", 422, "mem_rollout_gb")], "team-a's timeline: its refused submit")
+st, cl = req("GET", "/v1/cluster", tb)
+check(st == 200 and [t["tenant"] for t in cl["cost_by_tenant"]] == ["team-b"],
+      "team-b's cost by tenant: its own row only")
 st, groups = req("GET", "/v1/groups", admin)
 check(st == 200 and groups["groups"], "the jobs were placed in groups")
 st, beta = req("GET", f"/v1/jobs/{ids[1]}", admin)
@@ -221,6 +251,134 @@ check(page.find("tr", data_job=str(oj["id"])), "--insecure-loopback: the job is 
 check(page.find("tr", data_group=str(oj["decision"]["group"])),
       "--insecure-loopback: its group is shown")
 check(open_d.stop() == 0, "that loomd stops cleanly")
+
+# -- measured in the browser (DevTools protocol) -----------------------------------------------
+ROWS = """(() => Object.fromEntries([...document.querySelectorAll('#jobs tbody tr[data-job]')]
+  .map((tr) => [tr.dataset.job, { state: tr.dataset.state,
+    group: tr.querySelector('td.group').textContent,
+    groupTitle: tr.querySelector('td.group').getAttribute('title'),
+    perHour: tr.querySelector('td[data-per-hour]').dataset.perHour,
+    soFar: tr.querySelector('td[data-so-far]').dataset.soFar }])))()"""
+cdp = Cdp(browser, profile, 1280, 1060)
+try:
+    cdp.load(f"{d.url()}/dashboard#token={admin}")  # the default window: 10 min
+    rows = cdp.js(ROWS)
+    st, cl = req("GET", "/v1/cluster", admin)
+    price = [cl["cluster"]["rollout_gpu"]["price_per_hour"],
+             cl["cluster"]["train_gpu"]["price_per_hour"]]
+    api = {}
+    for i in ids + [delta["id"]]:
+        st, j = req("GET", f"/v1/jobs/{i}", admin)
+        api[i] = j
+        want = j["spec"]["rollout_gpus"] * price[0] + j["spec"]["train_gpus"] * price[1]
+        r = rows[str(i)]
+        check(abs(j["cost"]["per_hour"] - want) < 1e-6 and abs(float(r["perHour"]) - want) < 1e-3,
+              f"job {i}: $/h {r['perHour']} is its GPUs at list price ({want:.2f})")
+        hours = ((j["ended_us"] or time.time() * 1e6) - j["submitted_us"]) / 3.6e9
+        check(0 < float(r["soFar"]) <= j["cost"]["so_far"] + 1e-9
+              and abs(j["cost"]["so_far"] - want * hours) < want * 2 / 3600,
+              f"job {i}: spent ${float(r['soFar']):.4f} so far (API, later: "
+              f"${j['cost']['so_far']:.4f})")
+    costs = cdp.js("Object.fromEntries([...document.querySelectorAll('#costs tr[data-cost-tenant]')]"
+                   ".map((tr) => [tr.dataset.costTenant, [+tr.dataset.perHour, +tr.dataset.soFar,"
+                   " +tr.children[1].textContent]]))")
+    for tenant, members in (("team-a", ids[:2]), ("team-b", [ids[2], delta["id"]])):
+        per_hour = sum(api[i]["cost"]["per_hour"] for i in members if api[i]["state"] == "running")
+        so_far = sum(api[i]["cost"]["so_far"] for i in members)
+        ph, sf, n = costs[tenant]
+        check(abs(ph - per_hour) < 1e-3 and 0 < sf <= so_far + 1e-9 and n == len(members),
+              f"{tenant}: {n} jobs, ${ph:.2f}/h of its live ones, ${sf:.4f} spent so far")
+    check(rows[str(delta["id"])]["state"] == "cancelled" and rows[str(delta["id"])]["group"] == "–"
+          and rows[str(delta["id"])]["groupTitle"] == f"ran in group {delta_group}",
+          f"cancelled delta shows no group (its group {delta_group} is gone)")
+    card = cdp.js("[document.querySelector('#jobs-count .v').textContent,"
+                  " document.querySelector('#jobs-count .k').textContent]")
+    n_live = sum(r["state"] in ("queued", "running") for r in rows.values())
+    check(card == [str(len(rows)), f"jobs ({n_live} live)"] and len(rows) == 4,
+          f"the jobs card counts the table's {len(rows)} rows, {n_live} live ({card})")
+    ev = cdp.js("[...document.querySelectorAll('#events li[data-kind=rejected]')]"
+                ".map((li) => li.textContent)")
+    check(len(ev) == 1 and "omega (team-a)" in ev[0] and "mem_rollout_gb" in ev[0]
+          and "host memory" in ev[0], f"omega's refusal is in the events ({ev})")
+    shades = cdp.js("""(() => { const op = (sel) => [...document.querySelectorAll(sel)]
+      .map((e) => getComputedStyle(e).opacity);
+      return { keys: [...document.querySelectorAll('#shades [data-shade]')]
+                 .map((e) => e.dataset.shade),
+               legend: [op('#shades [data-shade=rollout] rect')[0],
+                        op('#shades [data-shade=train] rect')[0]],
+               chart: [[...new Set(op('#gantt rect.bar.rollout'))],
+                       [...new Set(op('#gantt rect.bar.train'))]] }; })()""")
+    check({"rollout", "train", "permit", "failed", "migrate"} <= set(shades["keys"]),
+          f"the chart's legend names its shades ({shades['keys']})")
+    check(shades["chart"] == [[shades["legend"][0]], [shades["legend"][1]]]
+          and shades["legend"][0] != shades["legend"][1],
+          f"rollout and training bars are shaded as the legend shows ({shades})")
+    ax = cdp.js("""(() => { const s = document.querySelector('#gantt svg');
+      const xs = [...s.querySelectorAll('rect.bar')].map((r) => +r.getAttribute('x'));
+      return [+s.dataset.plotLeft, +s.dataset.plotRight, Math.min(...xs), +s.dataset.spanS]; })()""")
+    left, right, first, span = ax
+    check((first - left) / (right - left) < 0.25 and span < 600,
+          f"10 min window, loomd younger: the axis spans {span} s and the first bar starts at "
+          f"{100 * (first - left) / (right - left):.0f} % of the chart")
+    views = ["cluster", "costs", "quotas", "groups", "gantt", "jobs", "events"]
+    for v in views:
+        path = os.path.join(build, f"dashboard-{v}.png")
+        check(cdp.shot(f"#{v}-view", path) > 2000, f"screenshot of the {v} view: {path}")
+    cdp.size(800, 1000)
+    cdp.load(f"{d.url()}/dashboard#token={admin}")
+    fit = cdp.js("""(() => { const t = document.querySelector('#groups'),
+      v = document.querySelector('#groups-view');
+      return [t.getBoundingClientRect().right, v.getBoundingClientRect().right,
+              document.documentElement.clientWidth, t.querySelectorAll('tr[data-group]').length];
+      })()""")
+    check(fit[3] >= 1 and fit[0] <= fit[1] and fit[1] <= fit[2] == 800,
+          f"800 px window: the Groups table ends at {fit[0]:.0f} px, inside its view ({fit[1]:.0f})")
+    path = os.path.join(build, "dashboard-groups-800.png")
+    check(cdp.shot("#groups-view", path) > 2000, f"screenshot of the Groups view at 800 px: {path}")
+finally:
+    cdp.close()
+
+# -- the executor's node names ------------------------------------------------------------------
+exec_dir = tempfile.mkdtemp(prefix="loom-dash-exec-")
+node_map = os.path.join(exec_dir, "nodes.json")
+with open(node_map, "w") as f:
+    json.dump({"rollout": {"partition": "rollout", "nodes": ["n17000r1", "n17000r2"]},
+               "train": {"partition": "train", "nodes": ["n17000t1", "n17000t2"]}}, f)
+worker = f"exec python3 {source}/tests/integration/exec_worker.py 0.05"
+ex = Loomd(build, "--quiet", "--insecure-loopback", "--executor", "local", "--exec-nodes",
+           node_map, "--worker", worker, "--exec-dir", exec_dir).start()
+for name in ("one", "two"):  # two members: the group holds a rollout node too
+    st, _ = ex.req("POST", "/v1/jobs", body={"name": name, "rollout_gpus": 8, "train_gpus": 8,
+                                             "t_roll_s": 0.4, "t_train_s": 0.2, "slo": 2.0,
+                                             "iterations": 1000})
+    check(st == 201, f"job {name} on a loomd with the local executor")
+names = {}
+for _ in range(100):
+    st, tl = ex.req("GET", "/v1/timeline")
+    names = tl["node_names"]
+    if names["rollout"] and names["train"] and tl["leases"]:
+        break
+    time.sleep(0.1)
+check(set(names["rollout"].values()) <= {"n17000r1", "n17000r2"} and names["rollout"]
+      and set(names["train"].values()) <= {"n17000t1", "n17000t2"} and names["train"],
+      f"/v1/timeline names the nodes as the node map does ({names})")
+cdp = Cdp(browser, profile, 1280, 1060)
+try:
+    cdp.load(f"{ex.url()}/dashboard?window=30")
+    labels = cdp.js("[...document.querySelectorAll('#gantt text.node-label')]"
+                    ".map((t) => [t.dataset.pool, t.dataset.node, t.textContent])")
+    check(labels and all(t == names[p][n] for p, n, t in labels),
+          f"the chart's rows carry the executor's node names ({labels})")
+    cells = cdp.js("[...document.querySelectorAll('#groups td.nodes')].map((t) => t.textContent)")
+    shown = {n for c in cells for n in c.split(", ")}
+    check(shown and shown <= set(names["rollout"].values()) | set(names["train"].values()),
+          f"the Groups table names the nodes as the executor does ({cells})")
+    path = os.path.join(build, "dashboard-gantt-nodes.png")
+    check(cdp.shot("#gantt-view", path) > 2000, f"screenshot of the chart's node names: {path}")
+finally:
+    cdp.close()
+check(ex.stop() == 0, "the loomd with the executor stops cleanly")
+shutil.rmtree(exec_dir, True)
 
 shot = os.path.join(build, "dashboard.png")
 chromium(f"{d.url()}/dashboard?window=30#token={admin}", "--screenshot=" + shot,

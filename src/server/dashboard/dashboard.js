@@ -79,22 +79,31 @@ const jobLabel = (jobs, id) => {
   const j = jobs.get(id);
   return j ? `${j.name} #${id}` : `#${id}`;
 };
+/* The executor's name of a node (/v1/timeline's node_names), else loom's id in its pool. */
+let nodeNames = { rollout: {}, train: {} };
+const nodeName = (pool, n) => (nodeNames[pool] || {})[n] || `${pool} node ${n}`;
+const live = (j) => j.state === "queued" || j.state === "running";
 
 /* ---- views ------------------------------------------------------------------------------- */
 
-function renderCluster(c) {
+/* The jobs card counts the rows of the jobs table (every job the caller sees, ended ones too),
+ * and says how many of them are live. */
+function renderCluster(c, jobs) {
   const card = (k, v, id, cls) => el("div", { class: "card " + (cls || ""), id },
                                      el("div", { class: "v" }, v),
                                 el("div", { class: "k" }, k));
   const byPool = c.cost_per_hour_by_pool || {};
+  const nLive = jobs.filter(live).length;
+  const spent = (c.cost_by_tenant || []).reduce((a, t) => a + t.so_far, 0);
   fill($("#cluster"), [
     card("rollout nodes", c.nodes.rollout, "nodes-rollout"),
     card("training nodes", c.nodes.train, "nodes-train"),
     card("rollout pool $/h", money(byPool.rollout || 0)),
     card("training pool $/h", money(byPool.train || 0)),
     card("provisioned $/h", money(c.cost_per_hour), "cost"),
+    card("jobs' GPUs spent so far", money(spent), "cost-spent"),
     card("groups", c.groups),
-    card("jobs", c.jobs),
+    card(`jobs (${nLive} live)`, jobs.length, "jobs-count"),
     card("policy", `${c.policy.admission} · ${c.policy.dispatch}` +
          (c.policy.multirate ? " · multirate" : ""), "policy", "wide"),
   ]);
@@ -132,6 +141,20 @@ function renderQuotas(q) {
   if (!trs.length) body.append(el("tr", {}, el("td", { colspan: 8 }, "no tenants")));
 }
 
+/* Cost by tenant (/v1/cluster's cost_by_tenant): its live jobs' GPUs per hour, and what all
+ * its jobs have cost since their submits, at list price. */
+function renderCosts(rows) {
+  const trs = (rows || []).map((t) => el("tr", { "data-cost-tenant": t.tenant,
+      "data-per-hour": t.per_hour, "data-so-far": t.so_far },
+    el("td", {}, t.tenant || "(no token)"),
+    el("td", { class: "num" }, t.jobs),
+    el("td", { class: "num" }, money(t.per_hour)),
+    el("td", { class: "num" }, money(t.so_far))));
+  const body = $("#costs tbody");
+  body.replaceChildren(...trs);
+  if (!trs.length) body.append(el("tr", {}, el("td", { colspan: 4 }, "no jobs")));
+}
+
 /* Every page of a list (/v1/jobs, /v1/groups; up to PAGES of 1000), following "next". */
 const PAGES = 10;
 async function allPages(path, key) {
@@ -151,7 +174,7 @@ async function allPages(path, key) {
 function groupsFromJobs(jobs) {
   const g = new Map();
   for (const j of jobs.values()) {
-    if (j.group == null || (j.state !== "queued" && j.state !== "running")) continue;
+    if (j.group == null || !live(j)) continue;
     if (!g.has(j.group)) g.set(j.group, { id: j.group, members: [], rates: [],
       rollout_nodes: new Set(), train_nodes: j.train_nodes || [] });
     const x = g.get(j.group);
@@ -167,8 +190,8 @@ function renderGroups(groups, jobs, partial) {
     "(from your jobs only: other tenants' members are not shown)" : "";
   const rows = groups.map((g) => el("tr", { "data-group": g.id },
     el("td", {}, "group " + g.id),
-    el("td", {}, g.rollout_nodes.join(", ")),
-    el("td", {}, g.train_nodes.join(", ")),
+    el("td", { class: "nodes" }, g.rollout_nodes.map((n) => nodeName("rollout", n)).join(", ")),
+    el("td", { class: "nodes" }, g.train_nodes.map((n) => nodeName("train", n)).join(", ")),
     el("td", {}, ...g.members.map((m, i) => el("span", { class: "member", "data-job": m,
         "data-rate": g.rates[i] },
       el("span", { class: "swatch", "data-c": m }), jobLabel(jobs, m),
@@ -185,9 +208,38 @@ function renderGroups(groups, jobs, partial) {
     s.style.background = colour(+s.dataset.c);
 }
 
+/* Where the time axis starts: the window's start, or, when nothing in the window is older, a
+ * little before the oldest lease or permit (at least 10 s before now), so a window that is
+ * mostly empty (loomd started a moment ago) does not squeeze the bars into its last sliver. */
+function axisStart(tl) {
+  const now = tl.now_us, t0 = now - tl.window_s * 1e6;
+  let first = now;
+  for (const l of tl.leases)
+    if (l.ended_us === null || l.ended_us >= t0) first = Math.min(first, l.granted_us);
+  for (const p of tl.permits) first = Math.min(first, p.since_us);
+  first = Math.min(first, now - 10e6);
+  return Math.max(t0, first - 0.05 * (now - first));
+}
+
+/* The shades of the chart, drawn as the chart draws them. */
+function renderShades() {
+  const key = (cls, text, attrs) => el("span", { class: "shade", "data-shade": cls },
+    (() => { const k = svg("svg", { width: 22, height: 12, class: "shade-key" });
+             k.append(svg("rect", Object.assign({ x: 1, y: 1, width: 20, height: 10, rx: 2 },
+                                                attrs)));
+             return k; })(), text);
+  fill($("#shades"), [
+    key("rollout", "rollout (lighter)", { class: "bar rollout", fill: PALETTE[0] }),
+    key("train", "training (solid)", { class: "bar train", fill: PALETTE[0] }),
+    key("permit", "permit not yet claimed", { class: "permit", stroke: PALETTE[0] }),
+    key("failed", "failed, expired or lost", { class: "bar train failed", fill: PALETTE[0] }),
+    key("migrate", "tail migrated", { class: "migrate", width: 4 }),
+  ]);
+}
+
 /* One row per node that ran, or was given, a phase in the window; one bar per lease. */
 function renderGantt(tl, jobs) {
-  const now = tl.now_us, t0 = now - tl.window_s * 1e6;
+  const now = tl.now_us, t0 = axisStart(tl);
   const rows = new Map(); /* "rollout:2" -> {pool, node} */
   /* a lone member's rollout runs on its training node: the lease names the pool */
   const poolOf = (x) => x.pool || (x.phase === "rollout" ? "rollout" : "train");
@@ -200,21 +252,27 @@ function renderGantt(tl, jobs) {
     const [pa, na] = a.split(":"), [pb, nb] = b.split(":");
     return pa === pb ? na - nb : pa === "train" ? -1 : 1;
   });
-  const W = Math.max(600, $("#gantt").clientWidth || 1000), left = 110, right = 14;
+  const labels = order.map((k) => { const r = rows.get(k); return nodeName(r.pool, r.node); });
+  const left = Math.max(110, 12 + 6.5 * Math.max(0, ...labels.map((l) => l.length)));
+  const W = Math.max(left + 300, $("#gantt").clientWidth || 1000), right = 14;
   const rowH = 22, top = 18;
   const H = top + order.length * rowH + 4;
   const x = (us) => left + (Math.max(us, t0) - t0) / (now - t0) * (W - left - right);
   const root = svg("svg", { viewBox: `0 0 ${W} ${H}`, width: W, height: H,
-                            role: "img", "aria-label": "phases per node" });
+                            role: "img", "aria-label": "phases per node",
+                            "data-plot-left": left, "data-plot-right": W - right,
+                            "data-span-s": ((now - t0) / 1e6).toFixed(1) });
   for (let s = 0; s <= 10; s++) { /* time axis: ten ticks */
     const us = t0 + s * (now - t0) / 10, xx = x(us);
     root.append(svg("line", { class: "axis", x1: xx, x2: xx, y1: top - 4, y2: H }));
     const ago = (now - us) / 1e6;
-    root.append(svg("text", { x: xx - 14, y: 11 }, ago < 0.5 ? "now" : `-${ago.toFixed(0)}s`));
+    root.append(svg("text", { x: xx - 14, y: 11 }, ago < 0.5 ? "now" :
+      ago < 10 ? `-${ago.toFixed(1)}s` : `-${ago.toFixed(0)}s`));
   }
   order.forEach((k, i) => {
     const r = rows.get(k), y = top + i * rowH;
-    root.append(svg("text", { x: 4, y: y + 15 }, `${r.pool} node ${r.node}`));
+    root.append(svg("text", { x: 4, y: y + 15, class: "node-label", "data-pool": r.pool,
+                              "data-node": r.node }, labels[i]));
     root.append(svg("line", { class: "axis", x1: left, x2: W - right, y1: y + rowH, y2: y + rowH }));
   });
   const rowY = (pool, n) => top + order.indexOf(key(pool, n)) * rowH;
@@ -245,9 +303,10 @@ function renderGantt(tl, jobs) {
   root.append(svg("line", { class: "now", x1: x(now), x2: x(now), y1: top - 4, y2: H }));
   $("#gantt").replaceChildren(order.length ? root :
     el("p", { class: "empty" }, "no phase ran in this window"));
-  $("#gantt-note").textContent = `last ${tl.window_s >= 60 ? tl.window_s / 60 + " min" :
-    tl.window_s + " s"} · ${bars} bars · ` +
-    "solid: leases (outlined red: failed, expired, lost) · dashed: permits not yet claimed";
+  const win = tl.window_s >= 60 ? tl.window_s / 60 + " min" : tl.window_s + " s";
+  const span = (now - t0) / 1e6;
+  $("#gantt-note").textContent = `last ${win}` + (span < tl.window_s - 0.5 ?
+    ` (nothing before ${secs(span)} ago: the axis starts there)` : "") + ` · ${bars} bars`;
   const seen = [...new Set(tl.leases.map((l) => l.job))].sort((a, b) => a - b);
   fill($("#legend"), seen.map((j) => el("span", {},
     el("span", { class: "swatch", "data-c": j }), jobLabel(jobs, j))));
@@ -257,13 +316,14 @@ function renderGantt(tl, jobs) {
 function renderLive(tl, jobs) {
   const ago = (us) => ((tl.now_us - us) / 1e6).toFixed(1) + " s";
   fill($("#permits"), tl.permits.map((p) => el("li", { "data-job": p.job },
-    `${jobLabel(jobs, p.job)} ${p.phase} on node ${p.nodes.join(",")}, waiting ${ago(p.since_us)}`)),
+    `${jobLabel(jobs, p.job)} ${p.phase} on ` +
+    `${p.nodes.map((n) => nodeName(p.pool || "train", n)).join(", ")}, waiting ${ago(p.since_us)}`)),
     "none");
   fill($("#waits"), tl.waits.map((w) => el("li", { "data-job": w.job },
     `${jobLabel(jobs, w.job)} asks for ${w.phase}, for ${ago(w.since_us)}`)), "none");
   const m = tl.migrations.map((x) => el("li", { "data-job": x.job },
-    `${jobLabel(jobs, x.job)} lease ${x.lease}: tail squeezed onto ${x.keep_gpus} GPUs of node ` +
-    `${x.nodes[0]}`));
+    `${jobLabel(jobs, x.job)} lease ${x.lease}: tail squeezed onto ${x.keep_gpus} GPUs of ` +
+    `${nodeName(x.pool || "rollout", x.nodes[0])}`));
   if (tl.migrations_total !== undefined)
     m.push(el("li", { class: "empty" }, `${tl.migrations_total} since loomd started`));
   fill($("#migrations"), m, "none");
@@ -295,7 +355,7 @@ function renderJobs(list, tl) {
     const it = meanIteration(tl, j.id), s = slo.get(j.id);
     const budget = s ? s.budget_s : null;
     const head = it !== null && budget ? 1 - it / budget : null;
-    const live = j.state === "queued" || j.state === "running";
+    const isLive = live(j), cost = j.cost || null;
     const readm = j.readmission ? `${j.resubmits} (last: ${j.readmission.cause})` : `${j.resubmits}`;
     return el("tr", { "data-job": j.id, "data-state": j.state },
       el("td", {}, el("span", { class: "swatch", "data-c": j.id }), `${j.name} #${j.id}`),
@@ -303,8 +363,10 @@ function renderJobs(list, tl) {
          j.state),
       el("td", { class: "num" }, `${j.iterations_done} / ${j.iterations || "∞"}`),
       el("td", {}, j.phase ? `${j.phase} (lease ${j.lease})` :
-         j.permit ? `${j.next_phase} permit` : live ? `next ${j.next_phase}` : "–"),
-      el("td", {}, j.group != null ? `${j.group} (r=${j.rate || 1})` : "–"),
+         j.permit ? `${j.next_phase} permit` : isLive ? `next ${j.next_phase}` : "–"),
+      /* an ended job is in no group (its group may be gone) */
+      el("td", { class: "group", title: !isLive && j.group != null ? `ran in group ${j.group}` : null },
+         isLive && j.group != null ? `${j.group} (r=${j.rate || 1})` : "–"),
       obsCell(o.rollout), obsCell(o.train),
       el("td", { class: driftBad ? "warn" : "" }, drift.length ? drift.join(" ") : "–"),
       el("td", { class: "num" }, `${secs(it)} / ${secs(budget)}`),
@@ -312,15 +374,19 @@ function renderJobs(list, tl) {
                  "data-headroom": head === null ? "" : head.toFixed(3) },
          head === null ? "–" : (head * 100).toFixed(0) + " %"),
       el("td", { class: "num " + (j.restarts ? "warn" : "") }, `${j.restarts} / ${j.max_restarts}`),
-      el("td", {}, readm));
+      el("td", {}, readm),
+      el("td", { class: "num", "data-per-hour": cost ? cost.per_hour : "" },
+         cost && isLive ? money(cost.per_hour) : "–"),
+      el("td", { class: "num", "data-so-far": cost ? cost.so_far : "" },
+         cost ? money(cost.so_far) : "–"));
   });
   const body = $("#jobs tbody");
   body.replaceChildren(...rows);
-  if (!rows.length) body.append(el("tr", {}, el("td", { colspan: 12 }, "no jobs")));
+  if (!rows.length) body.append(el("tr", {}, el("td", { colspan: 14 }, "no jobs")));
   for (const s of document.querySelectorAll("#jobs .swatch")) s.style.background = colour(+s.dataset.c);
 }
 
-/* Re-admissions and failures first of all; submits and exits for context. */
+/* Re-admissions, failures and refused submits first of all; submits and exits for context. */
 function renderEvents(tl, jobs) {
   const items = [];
   for (const e of tl.events) {
@@ -339,6 +405,11 @@ function renderEvents(tl, jobs) {
     }
     items.push({ at: e.at_us, job: e.job, kind: e.kind, text, cls });
   }
+  for (const x of tl.rejections || [])
+    items.push({ at: x.at_us, kind: "rejected", cls: "bad",
+                 who: `${x.name || "(no name)"}` + (x.tenant ? ` (${x.tenant})` : ""),
+                 text: `submit refused, ${x.status}` + (x.field ? ` on ${x.field}` : "") +
+                       `: ${x.error}` });
   for (const l of tl.leases)
     if (l.state === "failed" || l.state === "expired" || l.state === "lost")
       items.push({ at: l.ended_us, job: l.job, kind: "lease-" + l.state, cls: "bad",
@@ -347,7 +418,7 @@ function renderEvents(tl, jobs) {
   fill($("#events"), items.slice(0, 200).map((i) => el("li", { "data-kind": i.kind,
       "data-job": i.job },
     el("time", {}, clock(i.at)), el("span", { class: "tag " + i.cls }, i.kind),
-    `${jobLabel(jobs, i.job)}: ${i.text}`)), "no events in this window");
+    `${i.who || jobLabel(jobs, i.job)}: ${i.text}`)), "no events in this window");
 }
 
 /* ---- polling ----------------------------------------------------------------------------- */
@@ -378,7 +449,9 @@ async function poll() {
       groups = groupsFromJobs(byId); /* a tenant token: its own jobs' groups */
       partial = true;
     }
-    renderCluster(cluster);
+    nodeNames = tl.node_names || { rollout: {}, train: {} };
+    renderCluster(cluster, jobs.jobs);
+    renderCosts(cluster.cost_by_tenant);
     if (cluster.quotas) renderQuotas(cluster.quotas);
     $("#jobs-note").textContent = jobs.truncated ?
       `(the first ${jobs.jobs.length}: more are in GET /v1/jobs)` : "";
@@ -418,6 +491,7 @@ function windowFromUrl() {
 document.addEventListener("DOMContentLoaded", () => {
   takeTokenFromUrl();
   windowFromUrl();
+  renderShades();
   $("#login").addEventListener("submit", (ev) => {
     ev.preventDefault();
     const t = $("#token").value.trim();
