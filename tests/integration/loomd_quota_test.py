@@ -50,9 +50,12 @@ def req(method, path, tok, body=None):
 
 
 def state(tok):
-    """What a refusal must leave as it was: the caller's jobs and the whole cluster."""
-    return (req("GET", "/v1/jobs?limit=1000", tok)[1], req("GET", "/v1/cluster", admin)[1]["jobs"],
-            req("GET", "/v1/groups", admin)[1])
+    """What a refusal must leave as it was: the caller's jobs and the whole cluster (less what
+    the clock moves: a job's cost so far)."""
+    jobs = req("GET", "/v1/jobs?limit=1000", tok)[1]
+    for j in jobs["jobs"]:
+        j.pop("cost")
+    return (jobs, req("GET", "/v1/cluster", admin)[1]["jobs"], req("GET", "/v1/groups", admin)[1])
 
 
 # -- jobs ------------------------------------------------------------------------------------------
