@@ -377,6 +377,85 @@ static int resume_live(loom_server *s, uint32_t *live, loom_err *e)
 
 static void keep_lease(void *arg, int64_t id, uint32_t job, loom_phase phase, int64_t granted_us);
 
+/* A replica taking over (docs/ha.md): the leases the old leader granted stay, so that their
+ * workers' releases land here and no phase runs twice. Every live job resumes as after a
+ * restart; where a pool's permit went to a member without a lease, that member is put back to
+ * wait until the member whose lease runs there holds the permit, and the lease is kept. A
+ * lease that cannot be kept so (its job moved on) ends lost, as after a restart. */
+typedef struct {
+        int64_t id, granted;
+        uint32_t job;
+        loom_phase phase;
+} held_lease;
+
+typedef struct {
+        held_lease *l;
+        size_t n, cap;
+} held_leases;
+
+static void collect_lease(void *arg, int64_t id, uint32_t job, loom_phase phase, int64_t granted)
+{
+        held_leases *h = arg;
+        if (h->n == h->cap) {
+                size_t cap = h->cap ? h->cap * 2 : 16;
+                held_lease *g = realloc(h->l, cap * sizeof *g);
+                if (!g)
+                        return; /* not kept: ends lost below, as after a restart */
+                h->l = g;
+                h->cap = cap;
+        }
+        h->l[h->n++] = (held_lease){id, granted, job, phase};
+}
+
+static bool lease_held_by(const held_leases *h, const srv_job *j)
+{
+        for (size_t k = 0; k < h->n; k++)
+                if (h->l[k].job == j->id && h->l[k].phase == j->next)
+                        return true;
+        return false;
+}
+
+static int resume_keeping(loom_server *s, uint32_t *live, loom_err *e)
+{
+        held_leases h = {0};
+        int rc = srv_store_leases_active(s->store, collect_lease, &h, e);
+        if (!rc)
+                rc = resume_live(s, live, e);
+        loom_us now = srv_now_mono();
+        for (size_t k = 0; !rc && k < h.n; k++) {
+                srv_job *j = srv_job_get(s, h.l[k].job);
+                if (!j || !srv_job_live(j->state) || j->next != h.l[k].phase)
+                        continue;
+                /* the pool's permit went to a member without a lease: that member waits again
+                 * (put back in the round-robin) until the lease's job holds it */
+                for (uint32_t i = 0; i < s->n_jobs && !(j->permit && j->permit_phase == j->next);
+                     i++) {
+                        srv_job *o = s->jobs[i];
+                        if (o == j || !o->permit || o->has_lease || lease_held_by(&h, o))
+                                continue;
+                        o->permit = false;
+                        rc = loom_sched_job_resume(s->sched, srv_now_wall(), o->retry.core,
+                                                   o->next, o->next_call);
+                        if (rc) {
+                                rc = loom_err_set(e, LOOM_ECORRUPT, "store",
+                                                  "cannot resume job %u: %s", o->id,
+                                                  loom_strerror(rc));
+                                break;
+                        }
+                        srv_apply_actions(s, now);
+                }
+                if (!rc)
+                        keep_lease(s, h.l[k].id, h.l[k].job, h.l[k].phase, h.l[k].granted);
+        }
+        for (size_t k = 0; !rc && k < h.n; k++) {
+                srv_job *j = srv_job_get(s, h.l[k].job);
+                if (!j || !j->has_lease || j->lease.id != h.l[k].id)
+                        rc = srv_store_lease_end(s->store, h.l[k].id, "lost", srv_now_wall(), e);
+        }
+        free(h.l);
+        return rc;
+}
+
 /* Rebuild the scheduler from the store and put live jobs back where their rows say. After a
  * restart the leases in flight are lost (their phases run again); a replica taking over keeps
  * them, so a worker's release reaches the new leader and no phase runs twice (docs/ha.md). */
@@ -395,9 +474,7 @@ static int recover(loom_server *s, loom_err *e)
                 rc = record_diverged(s, e);
         uint32_t live = 0;
         if (!rc)
-                rc = resume_live(s, &live, e);
-        if (!rc && s->cfg.replica_url)
-                rc = srv_store_leases_active(s->store, keep_lease, s, e);
+                rc = s->cfg.replica_url ? resume_keeping(s, &live, e) : resume_live(s, &live, e);
         if (rc) {
                 srv_store_rollback(s->store);
                 return rc;
