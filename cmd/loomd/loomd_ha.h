@@ -12,6 +12,7 @@ typedef struct loomd_ha_opts {
         const char *name;      /* --ha-name NAME: the replica set (default "loom") */
         const char *advertise; /* --advertise URL: how clients reach this replica */
         int ttl_s;             /* --ha-ttl S: the leadership lease (default 3) */
+        unsigned snapshot_every; /* --ha-snapshot N: commits between snapshots (10000) */
 } loomd_ha_opts;
 
 /* One option of the above by its long name: 0, or 2 (bad usage) after printing why. */

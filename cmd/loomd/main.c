@@ -80,6 +80,8 @@ static void usage(FILE *f)
             "  --ha-name NAME        the replica set's name in etcd (default loom)\n"
             "  --ha-ttl S            leadership lease (default 3; failover takes ~S s)\n"
             "  --advertise URL       this replica's URL for clients (default from --listen)\n"
+            "  --ha-snapshot N       snapshot the store into etcd every N commits and drop\n"
+            "                        the log it covers (default 10000)\n"
             "  --quiet               no event log on stderr\n"
             "  --help                this text\n");
 }
@@ -126,6 +128,7 @@ int main(int argc, char **argv)
             {"ha-name", required_argument, NULL, 'H'},
             {"ha-ttl", required_argument, NULL, 'H'},
             {"advertise", required_argument, NULL, 'H'},
+            {"ha-snapshot", required_argument, NULL, 'H'},
             {"help", no_argument, NULL, 'h'},
             {NULL, 0, NULL, 0},
         };

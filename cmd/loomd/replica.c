@@ -38,6 +38,15 @@ int loomd_ha_option(loomd_ha_opts *o, const char *name, const char *value)
                         return 2;
                 }
                 o->advertise = value;
+        } else if (!strcmp(name, "ha-snapshot")) {
+                char *end;
+                long v = strtol(value, &end, 10);
+                if (end == value || *end || v < 1 || v > 100000000) {
+                        fprintf(stderr, "loomd: --ha-snapshot: expected 1..100000000 commits, got '%s'\n",
+                                value);
+                        return 2;
+                }
+                o->snapshot_every = (unsigned)v;
         } else if (!strcmp(name, "ha-ttl")) {
                 char *end;
                 long v = strtol(value, &end, 10);
@@ -82,7 +91,12 @@ int loomd_ha_follow(const loomd_ha_opts *o, loom_server_cfg *cfg, sigset_t *stop
         if (loom_replica_open(&r, o->store, o->name ? o->name : "loom", me,
                               o->ttl_s ? o->ttl_s : 3, &e))
                 return fail("--store", &e);
-        int rc = loom_store_follower_open(&f, cfg->data_dir, &e) ? fail("--data-dir", &e) : 0;
+        void *image = NULL;
+        size_t n = 0;
+        int rc = loom_replica_load(r, &image, &n, &e) ? fail("replicated log", &e) : 0;
+        if (!rc && loom_store_follower_open(&f, cfg->data_dir, image, n, &e))
+                rc = fail("--data-dir", &e);
+        free(image);
         if (!rc && loom_replica_follow(r, apply, f, &e))
                 rc = fail("--store", &e);
         if (!rc && loom_redirector_start(&red, cfg, loom_replica_leader, r, &e))
@@ -122,6 +136,8 @@ int loomd_ha_follow(const loomd_ha_opts *o, loom_server_cfg *cfg, sigset_t *stop
                 cfg->log(cfg->log_arg, line);
         }
         cfg->replicate = loom_replica_append;
+        cfg->snapshot = loom_replica_snapshot;
+        cfg->snapshot_every = o->snapshot_every ? o->snapshot_every : 10000;
         cfg->replicate_arg = r;
         cfg->replica_url = me;
         *out = r;

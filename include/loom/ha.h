@@ -33,6 +33,9 @@ typedef struct loom_replica loom_replica;
  * URL as clients reach it; ttl_s: the leadership lease, 1..60. */
 int loom_replica_open(loom_replica **out, const char *endpoints, const char *name,
                       const char *me, int ttl_s, loom_err *e);
+/* Before following: the latest snapshot of the replicated store (*image, caller frees; NULL
+ * when the log was never compacted); following then starts after it. */
+int loom_replica_load(loom_replica *r, void **image, size_t *n, loom_err *e);
 /* Starts following (apply(arg, entry, n, e) for each entry from the first, in order, on the
  * follower thread; a nonzero return stops the replica: loom_replica_failed) and campaigning. */
 int loom_replica_follow(loom_replica *r, int (*apply)(void *arg, const void *entry, size_t n,
@@ -45,6 +48,9 @@ int loom_replica_promote(loom_replica *r, loom_err *e);
 /* loom_server_cfg.replicate: appends entry as the next seq, fenced; LOOM_EIO with "deposed"
  * in e once another replica may lead (then loom_replica_deposed is true). */
 int loom_replica_append(void *r, const void *entry, size_t n, loom_err *e);
+/* loom_server_cfg.snapshot: the store's image at the last appended seq; the log up to it is
+ * then deleted and etcd's history compacted (docs/ha.md, "Compaction"). */
+int loom_replica_snapshot(void *r, const void *image, size_t n, loom_err *e);
 /* The leader's URL as last seen ("" when none), for redirects; any thread. */
 void loom_replica_leader(void *r, char *buf, size_t cap);
 /* The lease lapsed or an append was refused: this replica must stop acting as leader. */

@@ -127,6 +127,11 @@ typedef struct loom_server_cfg {
          * completes; a nonzero return rolls the commit back and fails the request, and
          * loom_server_failed turns true. NULL (the default): one loomd, its SQLite store. */
         int (*replicate)(void *arg, const void *entry, size_t n, loom_err *e);
+        /* Every snapshot_every commits (0: never), the store's image goes to snapshot (same
+         * arg), which lets the replicated log drop what it covers. Its failure changes
+         * nothing but the log's length. */
+        int (*snapshot)(void *arg, const void *image, size_t n, loom_err *e);
+        unsigned snapshot_every;
         void *replicate_arg;
         const char *replica_url; /* this replica's advertised URL (/v1/cluster "leader") */
 } loom_server_cfg;
@@ -181,13 +186,16 @@ void loom_server_free(loom_server *s);
 
 /*
  * A following replica (docs/ha.md). Its store is a materialisation of the leader's log:
- * loom_store_follower_open empties data_dir's store and creates it afresh, each entry of the
+ * loom_store_follower_open empties data_dir's store and creates it afresh (from a snapshot
+ * when the log has been compacted), each entry of the
  * log (as the leader's replicate hook received it) is applied in order, all of it or nothing,
  * and on promotion the follower is closed and the same data_dir opened by loom_server_new,
  * which resumes from it as after a restart.
  */
 typedef struct loom_store_follower loom_store_follower;
-int loom_store_follower_open(loom_store_follower **out, const char *data_dir, loom_err *e);
+/* image (n bytes; NULL: none): a snapshot of the leader's store to start from. */
+int loom_store_follower_open(loom_store_follower **out, const char *data_dir, const void *image,
+                             size_t n, loom_err *e);
 int loom_store_follower_apply(loom_store_follower *f, const void *entry, size_t n, loom_err *e);
 void loom_store_follower_close(loom_store_follower *f);
 

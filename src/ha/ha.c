@@ -88,6 +88,8 @@ static void seq_key(const loom_ha *h, uint64_t seq, char *out, size_t cap)
         snprintf(out, cap, "%s%020" PRIu64, h->logp, seq);
 }
 
+static int snap_seq(loom_ha *h, uint64_t *seq, loom_err *e);
+
 int loom_ha_grant(loom_ha *h, int64_t *lease, loom_err *e)
 {
         int rc = etcd_lease_grant(h->c, h->ttl, &h->lease, e);
@@ -113,7 +115,14 @@ int loom_ha_campaign(loom_ha *h, loom_err *e)
         free(end);
         if (rc)
                 return rc;
-        h->next = 1;
+        uint64_t snap = 0;
+        rc = snap_seq(h, &snap, e); /* a log compacted away up to a snapshot goes on after it */
+        if (rc && rc != LOOM_ENOENT) {
+                json_decref(kvs);
+                return rc;
+        }
+        rc = 0;
+        h->next = snap + 1;
         json_t *kv = json_array_get(kvs, 0);
         if (kv) {
                 char *k;
@@ -121,7 +130,7 @@ int loom_ha_campaign(loom_ha *h, loom_err *e)
                 uint64_t s;
                 const char *ks = json_string_value(json_object_get(kv, "key"));
                 if (ks && etcd_unb64(ks, &k, &kn) == 0) {
-                        if (parse_seq(h, k, &s) == 0)
+                        if (parse_seq(h, k, &s) == 0 && s + 1 > h->next)
                                 h->next = s + 1;
                         free(k);
                 }
@@ -302,4 +311,165 @@ int loom_ha_watch(loom_ha *h, uint64_t from, loom_ha_fn fn, void *arg, long time
         }
         free(end);
         return w.stop ? 0 : rc;
+}
+
+/* ---- snapshots (docs/ha.md, "Compaction") -------------------------------------------------- */
+
+#define SNAP_CHUNK (1u << 20) /* under etcd's request limit (1.5 MiB by default) */
+
+static char *snap_key(const loom_ha *h, const char *what, uint64_t seq, int chunk)
+{
+        char *k = malloc(strlen(h->prefix) + 64);
+        if (k && chunk >= 0)
+                sprintf(k, "%ssnap/%020" PRIu64 "/%06d", h->prefix, seq, chunk);
+        else if (k)
+                sprintf(k, "%s%s/%020" PRIu64, h->prefix, what, seq);
+        return k;
+}
+
+int loom_ha_snapshot_put(loom_ha *h, uint64_t seq, const void *image, size_t n, loom_err *e)
+{
+        if (!h->key)
+                return loom_err_set(e, LOOM_HA_DEPOSED, "leader", "not leading");
+        int chunks = (int)((n + SNAP_CHUNK - 1) / SNAP_CHUNK), rc = 0;
+        int64_t rev = 0;
+        for (int i = 0; !rc && i <= chunks; i++) {
+                /* the chunks, then the index that makes them a snapshot: a reader never sees an
+                 * index without its chunks */
+                char idx[96];
+                const void *p = idx;
+                size_t len;
+                char *k = i < chunks ? snap_key(h, NULL, seq, i) : snap_key(h, "snapshot", seq, -1);
+                if (i < chunks) {
+                        p = (const char *)image + (size_t)i * SNAP_CHUNK;
+                        len = n - (size_t)i * SNAP_CHUNK < SNAP_CHUNK ? n - (size_t)i * SNAP_CHUNK
+                                                                      : SNAP_CHUNK;
+                } else {
+                        len = (size_t)snprintf(idx, sizeof idx, "%d %zu", chunks, n);
+                }
+                int ok = 0;
+                int64_t fence_now = 0;
+                char *existing = NULL;
+                size_t en;
+                rc = k ? etcd_txn_put_if(h->c, h->key, h->rev, k, p, len, &ok, &rev, &fence_now,
+                                         &existing, &en, e)
+                       : loom_err_set(e, LOOM_ENOMEM, "ha", "out of memory");
+                free(existing);
+                free(k);
+                if (!rc && !ok && fence_now != h->rev)
+                        rc = loom_err_set(e, LOOM_HA_DEPOSED, "leader", "deposed while writing a snapshot");
+                else if (!rc && !ok)
+                        rc = loom_err_set(e, LOOM_EEXIST, "snapshot", "a snapshot at seq %" PRIu64 " exists",
+                                          seq);
+        }
+        if (rc)
+                return rc;
+        /* what it covers goes: the log up to seq, older snapshots, etcd's history before it */
+        char from[512], *to = snap_key(h, "snapshot", seq, -1), *sto = snap_key(h, NULL, seq, 0);
+        seq_key(h, seq + 1, from, sizeof from);
+        char first[512];
+        seq_key(h, 0, first, sizeof first);
+        rc = to && sto ? etcd_delete_range(h->c, first, from, e) : LOOM_ENOMEM;
+        if (!rc) {
+                char *s0 = snap_key(h, "snapshot", 0, -1), *c0 = snap_key(h, NULL, 0, 0);
+                rc = s0 && c0 ? etcd_delete_range(h->c, s0, to, e) : LOOM_ENOMEM;
+                if (!rc)
+                        rc = etcd_delete_range(h->c, c0, sto, e);
+                free(s0);
+                free(c0);
+        }
+        free(to);
+        free(sto);
+        if (!rc)
+                rc = etcd_compact(h->c, rev, e);
+        return rc;
+}
+
+/* The seq of the latest snapshot (LOOM_ENOENT: none). */
+static int snap_seq(loom_ha *h, uint64_t *seq, loom_err *e)
+{
+        char pre[512];
+        snprintf(pre, sizeof pre, "%ssnapshot/", h->prefix);
+        char *hi = etcd_prefix_end(pre);
+        json_t *kvs = NULL;
+        int rc = hi ? etcd_range(h->c, pre, hi, 1, 1, &kvs, NULL, e) : LOOM_ENOMEM;
+        free(hi);
+        json_t *kv = rc ? NULL : json_array_get(kvs, 0);
+        char *k = NULL;
+        size_t kn;
+        if (!rc && !kv)
+                rc = LOOM_ENOENT;
+        else if (!rc && (etcd_unb64(json_string_value(json_object_get(kv, "key")), &k, &kn) ||
+                         sscanf(k + strlen(pre), "%" SCNu64, seq) != 1))
+                rc = loom_err_set(e, LOOM_ECORRUPT, "snapshot", "unreadable snapshot index");
+        free(k);
+        json_decref(kvs);
+        return rc;
+}
+
+int loom_ha_snapshot_get(loom_ha *h, uint64_t *seq, void **image, size_t *n, loom_err *e)
+{
+        *image = NULL;
+        *n = 0;
+        *seq = 0;
+        char *lo = snap_key(h, "snapshot", 0, -1);
+        char *pre = lo ? strdup(lo) : NULL;
+        if (pre)
+                pre[strlen(pre) - 20] = 0; /* "<prefix>snapshot/" */
+        char *hi = pre ? etcd_prefix_end(pre) : NULL;
+        json_t *kvs = NULL;
+        int rc = lo && hi ? etcd_range(h->c, pre, hi, 1, 1, &kvs, NULL, e) : LOOM_ENOMEM;
+        free(lo);
+        free(hi);
+        json_t *kv = rc ? NULL : json_array_get(kvs, 0);
+        if (!rc && !kv)
+                rc = LOOM_ENOENT;
+        char *k = NULL, *v = NULL;
+        size_t kn, vn;
+        int chunks = 0;
+        size_t total = 0;
+        if (!rc && (etcd_unb64(json_string_value(json_object_get(kv, "key")), &k, &kn) ||
+                    etcd_unb64(json_string_value(json_object_get(kv, "value")), &v, &vn) ||
+                    sscanf(v, "%d %zu", &chunks, &total) != 2 || chunks < 0 ||
+                    sscanf(k + strlen(pre), "%" SCNu64, seq) != 1))
+                rc = loom_err_set(e, LOOM_ECORRUPT, "snapshot", "unreadable snapshot index");
+        free(pre);
+        free(k);
+        free(v);
+        json_decref(kvs);
+        char *img = rc ? NULL : malloc(total ? total : 1);
+        if (!rc && !img)
+                rc = loom_err_set(e, LOOM_ENOMEM, "snapshot", "out of memory");
+        size_t at = 0;
+        for (int i = 0; !rc && i < chunks; i++) {
+                char *ck = snap_key(h, NULL, *seq, i);
+                json_t *ckv = NULL;
+                rc = ck ? etcd_range(h->c, ck, NULL, 0, 0, &ckv, NULL, e) : LOOM_ENOMEM;
+                free(ck);
+                char *cv = NULL;
+                size_t cn = 0;
+                json_t *one = rc ? NULL : json_array_get(ckv, 0);
+                if (!rc && (!one ||
+                            etcd_unb64(json_string_value(json_object_get(one, "value")), &cv, &cn) ||
+                            at + cn > total))
+                        rc = loom_err_set(e, LOOM_ECORRUPT, "snapshot",
+                                          "chunk %d of the snapshot at seq %" PRIu64 " is missing", i, *seq);
+                if (!rc) {
+                        memcpy(img + at, cv, cn);
+                        at += cn;
+                }
+                free(cv);
+                json_decref(ckv);
+        }
+        if (!rc && at != total)
+                rc = loom_err_set(e, LOOM_ECORRUPT, "snapshot", "snapshot is %zu bytes, not %zu", at,
+                                  total);
+        if (rc) {
+                free(img);
+                *seq = 0;
+                return rc;
+        }
+        *image = img;
+        *n = total;
+        return 0;
 }

@@ -53,4 +53,12 @@ int loom_ha_read_from(loom_ha *h, uint64_t from, loom_ha_fn fn, void *arg, int64
 int loom_ha_watch(loom_ha *h, uint64_t from, loom_ha_fn fn, void *arg, long timeout_ms,
                   loom_err *e);
 
+/* Snapshots bound the log (docs/ha.md, "Compaction"): the leader writes the state at seq (its
+ * store's image) fenced like an append, in chunks under P"snap/<seq>/<i>" with the index
+ * P"snapshot/<seq>" last; then deletes the log up to seq and older snapshots, and compacts
+ * etcd's history. */
+int loom_ha_snapshot_put(loom_ha *h, uint64_t seq, const void *image, size_t n, loom_err *e);
+/* The latest snapshot (*image: caller frees), or LOOM_ENOENT when there is none. */
+int loom_ha_snapshot_get(loom_ha *h, uint64_t *seq, void **image, size_t *n, loom_err *e);
+
 #endif

@@ -341,6 +341,28 @@ int loom_replica_append(void *arg, const void *entry, size_t n, loom_err *e)
         return 0;
 }
 
+int loom_replica_snapshot(void *arg, const void *image, size_t n, loom_err *e)
+{
+        loom_replica *r = arg;
+        int rc = loom_ha_snapshot_put(r->hc, loom_replica_seq(r), image, n, e);
+        if (rc == LOOM_HA_DEPOSED) {
+                atomic_store(&r->deposed, true);
+                return LOOM_EIO;
+        }
+        return rc;
+}
+
+int loom_replica_load(loom_replica *r, void **image, size_t *n, loom_err *e)
+{
+        uint64_t seq = 0;
+        int rc = loom_ha_snapshot_get(r->hw, &seq, image, n, e);
+        if (rc == LOOM_ENOENT)
+                return 0;
+        if (!rc)
+                r->applied = seq;
+        return rc;
+}
+
 void loom_replica_leader(void *arg, char *buf, size_t cap)
 {
         loom_replica *r = arg;

@@ -339,7 +339,8 @@ struct loom_store_follower {
         srv_store *st;
 };
 
-int loom_store_follower_open(loom_store_follower **out, const char *data_dir, loom_err *e)
+int loom_store_follower_open(loom_store_follower **out, const char *data_dir, const void *image,
+                             size_t n, loom_err *e)
 {
         *out = NULL;
         int rc = srv_private_dir(data_dir, e);
@@ -354,6 +355,17 @@ int loom_store_follower_open(loom_store_follower **out, const char *data_dir, lo
                 snprintf(p, sizeof p, "%s/%s", data_dir, files[i]);
                 if (unlink(p) != 0 && errno != ENOENT)
                         return loom_err_set(e, LOOM_EIO, "data_dir", "%s: %s", p, strerror(errno));
+        }
+        if (image) { /* the snapshot, as the leader's store was at its seq */
+                char p[4200];
+                snprintf(p, sizeof p, "%s/loom.db", data_dir);
+                FILE *fp = (rc = srv_private_file(p, e)) ? NULL : fopen(p, "wb");
+                if (!rc && (!fp || fwrite(image, 1, n, fp) != n || fflush(fp) || fsync(fileno(fp))))
+                        rc = loom_err_set(e, LOOM_EIO, "data_dir", "%s: %s", p, strerror(errno));
+                if (fp)
+                        fclose(fp);
+                if (rc)
+                        return rc;
         }
         loom_store_follower *f = calloc(1, sizeof *f);
         if (!f)

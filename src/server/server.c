@@ -577,8 +577,10 @@ loom_server *loom_server_new(const loom_server_cfg *cfg, loom_err *e)
         pthread_condattr_destroy(&ca);
 
         int rc = srv_store_open(&s->store, s->data_dir, cfg->sync_full, e);
-        if (!rc && cfg->replicate) /* a replica's leader: every commit through the log first */
+        if (!rc && cfg->replicate) { /* a replica's leader: every commit through the log first */
                 rc = srv_store_replicate(s->store, cfg->replicate, cfg->replicate_arg, e);
+                srv_store_snapshots(s->store, cfg->snapshot, cfg->replicate_arg, cfg->snapshot_every);
+        }
         if (!rc)
                 rc = srv_auth_open(s, e);
         if (!rc)

@@ -101,6 +101,9 @@ struct srv_store {
         pthread_mutex_t mu;
         pthread_cond_t cv;
         srv_replog *replog; /* a replica's leader: commits go through the replicated log */
+        int (*snap)(void *arg, const void *image, size_t n, loom_err *e);
+        void *snap_arg;
+        unsigned snap_every, since_snap;
 };
 
 #define CKPT_PAGES 1000          /* SQLite's own default threshold */
@@ -356,7 +359,28 @@ int srv_store_begin(srv_store *st, loom_err *e)
 int srv_store_commit(srv_store *st, loom_err *e)
 {
         st->in_tx = false;
-        return step_done(st, ST_COMMIT, e);
+        int rc = step_done(st, ST_COMMIT, e);
+        if (!rc && st->snap && ++st->since_snap >= st->snap_every) {
+                /* the store's image as of this commit (WAL content included) */
+                sqlite3_int64 n = 0;
+                unsigned char *img = sqlite3_serialize(st->db, "main", &n, 0);
+                loom_err se;
+                if (img && st->snap(st->snap_arg, img, (size_t)n, &se) == 0)
+                        st->since_snap = 0;
+                else
+                        st->since_snap = st->snap_every / 2; /* try again a while later */
+                sqlite3_free(img);
+        }
+        return rc;
+}
+
+void srv_store_snapshots(srv_store *st, int (*fn)(void *arg, const void *image, size_t n, loom_err *e),
+                         void *arg, unsigned every)
+{
+        st->snap = every ? fn : NULL;
+        st->snap_arg = arg;
+        st->snap_every = every;
+        st->since_snap = 0;
 }
 
 void srv_store_rollback(srv_store *st)

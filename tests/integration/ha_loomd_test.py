@@ -40,7 +40,7 @@ def start(i):
     procs[i] = subprocess.Popen(
         [os.path.join(build, "loomd"), "--data-dir", os.path.join(tmp, "r%d" % i),
          "--listen", "127.0.0.1:%d" % ports[i], "--store", store, "--ha-name", "test",
-         "--ha-ttl", str(TTL), "--insecure-loopback"], stderr=log, stdout=log)
+         "--ha-ttl", str(TTL), "--ha-snapshot", "50", "--insecure-loopback"], stderr=log, stdout=log)
 
 
 def get(url, path):
@@ -217,6 +217,13 @@ try:
     # gives its pool to another member first (docs/ha.md): at most one per pool per takeover
     if reruns > 2 * JOBS * 2:
         fail("%d phases ran again after two takeovers" % reruns)
+    # the log stays bounded: snapshots every 50 commits drop what they cover
+    keys = subprocess.run(["etcdctl", "--endpoints", eps, "get", "--prefix", "loom/test/log/",
+                           "--keys-only"], capture_output=True, text=True,
+                          env=dict(os.environ, ETCDCTL_API="3")).stdout.split()
+    if len(keys) > 100:
+        fail("%d log entries left in etcd with a snapshot every 50 commits" % len(keys))
+    print("log entries left in etcd: %d" % len(keys))
     print("every job finished with exactly its iterations: yes (phases run again after a "
           "takeover: %d)" % reruns)
 finally:

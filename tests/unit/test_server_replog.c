@@ -22,7 +22,26 @@ typedef struct {
         char **e;
         size_t *n;
         int count, refuse_from; /* refuse_from > 0: appends from that one on fail */
+        void *snap;             /* the last snapshot, taken after entry snap_at */
+        size_t snap_n;
+        int snap_at, snaps;
+        bool snap_off; /* from here on, snapshots are not kept */
 } memlog;
+
+static int mem_snapshot(void *arg, const void *image, size_t n, loom_err *e)
+{
+        memlog *l = arg;
+        if (l->snap_off)
+                return 0;
+        free(l->snap);
+        l->snap = malloc(n);
+        memcpy(l->snap, image, n);
+        l->snap_n = n;
+        l->snap_at = l->count;
+        l->snaps++;
+        (void)e;
+        return 0;
+}
 
 static int mem_append(void *arg, const void *entry, size_t n, loom_err *e)
 {
@@ -43,6 +62,7 @@ static void memlog_free(memlog *l)
                 free(l->e[i]);
         free(l->e);
         free(l->n);
+        free(l->snap);
 }
 
 static char *tmpdir(void)
@@ -95,6 +115,8 @@ static loom_server *serve(const char *dir, memlog *log, const char *url)
         cfg.port = 0;
         cfg.auth = LOOM_AUTH_NONE;
         cfg.replicate = log ? mem_append : NULL;
+        cfg.snapshot = log ? mem_snapshot : NULL;
+        cfg.snapshot_every = 4;
         cfg.replicate_arg = log;
         cfg.replica_url = url;
         loom_err e;
@@ -192,7 +214,7 @@ Test(replog, a_follower_holds_the_leader_s_rows_bit_for_bit)
 
         loom_store_follower *f;
         loom_err e;
-        cr_assert_eq(loom_store_follower_open(&f, fd, &e), 0, "%s", e.msg);
+        cr_assert_eq(loom_store_follower_open(&f, fd, NULL, 0, &e), 0, "%s", e.msg);
         for (int i = 0; i < log.count; i++)
                 cr_assert_eq(loom_store_follower_apply(f, log.e[i], log.n[i], &e), 0,
                              "entry %d: %s", i + 1, e.msg);
@@ -217,6 +239,40 @@ Test(replog, a_follower_holds_the_leader_s_rows_bit_for_bit)
         free(health);
         loom_server_stop(t);
         loom_server_free(t);
+        memlog_free(&log);
+        rm_all(ld);
+        rm_all(fd);
+        free(ld);
+        free(fd);
+}
+
+Test(replog, a_follower_from_a_snapshot_and_the_entries_after_it_matches)
+{
+        char *ld = tmpdir(), *fd = tmpdir();
+        memlog log = {0};
+        loom_server *s = serve(ld, &log, NULL);
+        int port = loom_server_port(s);
+        submit(port, "a", 1.5);
+        submit(port, "b", 2.0);
+        run_iteration(port, 1);
+        run_iteration(port, 2);
+        submit(port, "c", 1.25);
+        log.snap_off = true; /* entries past the last snapshot */
+        run_iteration(port, 1);
+        loom_server_stop(s);
+        loom_server_free(s);
+        cr_assert_gt(log.snaps, 1, "snapshots every 4 commits: %d", log.snaps);
+        cr_assert_lt(log.snap_at, log.count, "entries after the last snapshot");
+        loom_store_follower *f;
+        loom_err e;
+        cr_assert_eq(loom_store_follower_open(&f, fd, log.snap, log.snap_n, &e), 0, "%s", e.msg);
+        for (int i = log.snap_at; i < log.count; i++)
+                cr_assert_eq(loom_store_follower_apply(f, log.e[i], log.n[i], &e), 0, "%s", e.msg);
+        loom_store_follower_close(f);
+        char *a = dump(ld), *b = dump(fd);
+        cr_assert_str_eq(b, a);
+        free(a);
+        free(b);
         memlog_free(&log);
         rm_all(ld);
         rm_all(fd);
@@ -252,7 +308,7 @@ Test(replog, a_malformed_entry_is_refused_whole)
         char *fd = tmpdir();
         loom_store_follower *f;
         loom_err e;
-        cr_assert_eq(loom_store_follower_open(&f, fd, &e), 0, "%s", e.msg);
+        cr_assert_eq(loom_store_follower_open(&f, fd, NULL, 0, &e), 0, "%s", e.msg);
         const char *good = "[{\"t\":\"meta\",\"o\":\"i\",\"k\":7,\"v\":[\"x\",\"1\"]}]";
         /* the second row names a table that does not exist: the first must not land either */
         const char *bad = "[{\"t\":\"meta\",\"o\":\"i\",\"k\":8,\"v\":[\"y\",\"2\"]},"
