@@ -106,7 +106,9 @@ function renderCluster(c, jobs) {
     card(`jobs (${nLive} live)`, jobs.length, "jobs-count"),
     card("policy", `${c.policy.admission} · ${c.policy.dispatch}` +
          (c.policy.multirate ? " · multirate" : ""), "policy", "wide"),
-  ]);
+  ].concat(c.replication && c.replication.store === "etcd"
+    /* replicated (docs/ha.md): the replica answering is the leader */
+    ? [card("leader (etcd replicas)", c.replication.leader, "leader", "wide")] : []));
 }
 
 /* Quotas from /v1/cluster: a tenant's own row, or (admin) every tenant's and the default. A
