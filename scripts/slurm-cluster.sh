@@ -11,8 +11,9 @@
 #
 # --boot-s N: a powered-down node takes N seconds to come up (the ResumeProgram waits N s before
 # it starts the node's slurmd, like a cloud instance booting; default 2, at least 2), and
-# ResumeTimeout is N + 20 s. `down` first cancels every job of the cluster and waits for them to
-# end (at most 15 s), then stops the daemons, then ends any step daemon (slurmstepd) or srun of
+# ResumeTimeout is N + 20 s. Every ResumeProgram and SuspendProgram call slurmctld makes is
+# logged in DIR/log/power.log (`EPOCH resume|suspend NODES`), as a cloud would bill them.
+# `down` first cancels every job of the cluster and waits for them to end (at most 15 s), then stops the daemons, then ends any step daemon (slurmstepd) or srun of
 # this cluster still running (found by this cluster's SLURM_CONF in their environment).
 #
 # `up` is idempotent: a cluster already up in DIR is left as it is (its boot time is updated). Every daemon is stopped by the
@@ -81,6 +82,7 @@ write_conf() {
 #!/bin/bash
 # ResumeProgram: start each node's slurmd as a freshly booted host (see docs/slurm.md).
 export SLURM_CONF=$conf PATH=/usr/sbin:/usr/bin:/sbin:/bin
+echo "\$(date +%s.%N) resume \$1" >>$dir/log/power.log   # slurmctld's power-up call, as a cloud bills it
 sleep "\$(cat $dir/boot-s 2>/dev/null || echo 2)"   # the instance boots (slurm-cluster.sh --boot-s)
 for n in \$(scontrol show hostnames "\$1"); do
   # a slurmd still stopping from the last power down holds the node's port and pid file
@@ -95,6 +97,7 @@ RES
 #!/bin/bash
 # SuspendProgram: stop each node's slurmd (by its pid file).
 export SLURM_CONF=$conf PATH=/usr/sbin:/usr/bin:/sbin:/bin
+echo "\$(date +%s.%N) suspend \$1" >>$dir/log/power.log
 for n in \$(scontrol show hostnames "\$1"); do
   f=$dir/run/slurmd-\$n.pid
   [ -s "\$f" ] && kill -TERM "\$(cat "\$f")" 2>/dev/null

@@ -1,7 +1,6 @@
-/*
- * sim.c - `loom sim`: replay a trace (or Poisson arrivals) through placement policies and
- * compare cost, SLO and utilisation; `loom sim sweep`: WEAVE Figure 15 a-c. The options become
- * a loom_sim_study_cfg; the study (src/sim/study.c) computes all before it prints. */
+/* sim.c - `loom sim`: replay a trace (or Poisson arrivals) through placement policies and compare
+ * cost, SLO and utilisation; `loom sim sweep`: WEAVE Figure 15 a-c. The options become a
+ * loom_sim_study_cfg; the study (src/sim/study.c) computes all before it prints. */
 #include <getopt.h>
 #include <limits.h>
 #include <stdio.h>
@@ -26,7 +25,7 @@ static void usage(FILE *f)
             "same scheduling core as loomd. GPU time is modelled, not run (docs/sim.md).\n"
             "\n"
             "arrivals:\n"
-            "  --trace FILE           Philly-style CSV (default " DEFAULT_TRACE ")\n"
+            "  --trace FILE           Philly-style CSV (default " DEFAULT_TRACE "; docs/sim.md)\n"
             "  --rows START:COUNT     rows of the trace after the header (default 165:300)\n"
             "  --arrivals poisson:R   Poisson arrivals, R jobs per hour (instead of a trace)\n"
             "  --jobs N               number of Poisson jobs (default 300)\n"
@@ -59,10 +58,13 @@ static void usage(FILE *f)
             "  --train-rightsize on|off  new groups get the fewest training nodes in SLO (off)\n"
             "  --colocate-lone on|off a lone member rolls out on its training nodes (on)\n"
             "  --lone-grow on|off     ... on more of them where its SLO needs it and it pays (on)\n"
+            "  --join-wait on|off     no join a member near its end cannot absorb (on)\n"
             "  --job-switch on|off    each job declares its warm switch (on; off: the largest, 4 s)\n"
             "  --max-group N          max jobs per group (default 5)\n"
             "  --colocated-factor F   rollout time on a training GPU vs a rollout GPU (1.0)\n"
             "  --tail-slowdown F      a migrated tail's time on its kept GPUs vs full speed (1)\n"
+            "  --sleep-phases         phases are sleeps: no state load, switch or tail (off)\n"
+            "  --boot-s S             a provisioned node takes S s to come up, billed (default 0)\n"
             "  --cluster C            h20-h800 (default), h100 or h200 (one GPU type), or a\n"
             "                         JSON file with a cluster object (as in scenario files)\n"
             "  --seed N               workload and placement seed (default 1)\n"
@@ -107,9 +109,8 @@ static bool number(const char *s, double lo, double hi, int *i, double *d)
         return true;
 }
 
-/* One option: getopt's name and what its value does. A number in [lo, hi] goes into *i or *d,
- * the value itself into *s, and a flag (no value) sets *b; the options with none of these are
- * read by special(). `what` is how bad() names the option. */
+/* One option: getopt's name and what its value does. A number in [lo, hi] goes into *i or *d, the
+ * value into *s, a flag sets *b; others are read by special(). bad() names it `what`. */
 typedef struct optdef {
         const char *name, *what;
         double lo, hi;
@@ -180,8 +181,7 @@ static int apply(opts *o, const optdef *t, const char *v)
         return 0;
 }
 
-/* Combinations the options do not allow: 0, or 2 after a line on stderr. Sets the study's
- * kind and format, which the study's own check (loom_sim_study_conflict) reads. */
+/* Options that exclude each other: 0, or 2 after a line on stderr; sets kind and format. */
 static int check(int argc, char **argv, opts *o)
 {
         if (optind < argc) {
@@ -222,6 +222,8 @@ static int parse(int argc, char **argv, opts *o)
             {"colocated-factor", "--colocated-factor (0.35..100)", 0.35, 100,
              .d = &sim->colocated_roll_factor},
             {"tail-slowdown", "--tail-slowdown (1..100)", 1, 100, .d = &sim->tail_slowdown},
+            {"sleep-phases", .b = &sim->sleep_phases},
+            {"boot-s", "--boot-s (0..3600)", 0, 3600, .d = &sim->boot_s},
             {.name = "seed"},
             {"json", .b = &o->json},
             {"csv", .b = &o->csv},
@@ -245,6 +247,7 @@ static int parse(int argc, char **argv, opts *o)
             {.name = "train-rightsize"},
             {.name = "colocate-lone"},
             {.name = "lone-grow"},
+            {.name = "join-wait"},
             {.name = "learn-bound"},
             {.name = "move-lone"},
             {.name = "move-members"},
@@ -256,8 +259,7 @@ static int parse(int argc, char **argv, opts *o)
         for (int k = 0; k < N; k++)
                 lo[k] = (struct option){t[k].name, t[k].b ? 0 : 1, 0, 256 + k};
         int c, rc;
-        opterr = 0;
-        optind = 1;
+        opterr = 0, optind = 1;
         while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
                 if (c == 'h') {
                         usage(stdout);
@@ -278,9 +280,7 @@ int loom_cmd_sim(int argc, char **argv)
         opts o = {0};
         loom_sim_study_cfg_default(&o.c);
         if (argc > 1 && !strcmp(argv[1], "sweep")) {
-                o.sweep = true;
-                argc--;
-                argv++;
+                o.sweep = true, argc--, argv++;
         }
         int rc = parse(argc, argv, &o);
         if (rc)

@@ -31,6 +31,12 @@ typedef struct loom_sim_trace_row {
         int gpus;
 } loom_sim_trace_row;
 
+/* A trace row's explicit profile (optional columns t_roll_s, t_train_s, iterations, slo). */
+typedef struct loom_sim_trace_profile {
+        double t_roll_s, t_train_s, slo;
+        int64_t iterations;
+} loom_sim_trace_profile;
+
 typedef struct loom_sim_trace {
         int n;
         loom_sim_trace_row *rows; /* owned */
@@ -45,6 +51,11 @@ int loom_sim_trace_load(const char *path, int start, int count, loom_sim_trace *
 int loom_sim_trace_parse(const char *text, size_t len, const char *name, int start, int count,
                          loom_sim_trace *out, loom_err *e);
 void loom_sim_trace_free(loom_sim_trace *t);
+/* The same rows' explicit profiles, when the trace has the columns t_roll_s, t_train_s,
+ * iterations and slo (all four or none): *out is an array of the kept rows' profiles (free()),
+ * or NULL when the trace has none of the columns. */
+int loom_sim_trace_profiles_load(const char *path, int start, int count,
+                                 loom_sim_trace_profile **out, loom_err *e);
 
 typedef enum loom_sim_profile {
         LOOM_SIM_BALANCED = 0, /* WEAVE Table 6 BL */
@@ -104,6 +115,9 @@ typedef struct loom_sim_workload_cfg {
         loom_sim_noise noise;
         loom_sim_drift drift; /* default none */
         double mtbf_h;        /* mean hours between failures of a running job; 0 = none */
+        /* With a trace: each row's worst-case phase times, iterations and SLO instead of the
+         * drawn ones (loom_sim_trace_profiles_load); NULL: drawn. Not owned. */
+        const loom_sim_trace_profile *profiles;
 } loom_sim_workload_cfg;
 
 void loom_sim_workload_cfg_default(loom_sim_workload_cfg *c);
@@ -196,7 +210,14 @@ typedef struct loom_sim_cfg {
         /* Each job declares its own warm switch (loom_job_spec.t_switch = warm_s of its model
          * size) to the core; false: every job declares policy.warm_switch (the largest). */
         bool job_switch;
-        double cold_s[4];             /* cold start per model size */
+        double cold_s[4]; /* cold start per model size */
+        /* Phases are sleeps, as the workers of `bench/sim2slurm.sh` run them: no state load (cold
+         * start), no warm switch (both 0), no progress reports (no tail migration), and the
+         * core plans no switch (loomd's default policy); false (the default): the model above. */
+        bool sleep_phases;
+        /* A provisioned node comes up boot_s seconds after PROVISION_NODE (billed from it): no
+         * phase starts on it before; 0 (the default): at once. */
+        double boot_s;
         double colocated_roll_factor; /* rollout time on a training GPU / on a rollout GPU */
         double tail_slowdown;         /* a migrated tail's speed on its kept GPUs (1 = same) */
         bool record_series;           /* cost and GPUs over time (plots) */

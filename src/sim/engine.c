@@ -44,6 +44,7 @@ typedef struct resident {
 typedef struct node_state {
         int last;        /* workload index + 1 of the job that ran last */
         loom_us free_at; /* when its last phase ended (or was squeezed into a tail) */
+        loom_us up_at;   /* when it came up (PROVISION_NODE + boot_s) */
         int tail_job;    /* workload index + 1 of the migrated tail running here; 0: none */
         int tail_gpus;   /* the GPUs that tail keeps */
         uint64_t used;
@@ -247,6 +248,8 @@ static loom_us phase_switch(engine *g, int ji, const loom_action *a)
                 int gpus = state == LOOM_POOL_TRAIN ? a->n_nodes * g->c->cluster.gpus_per_node : 0;
                 loom_us t = node_switch(g, n, state, ji, colo ? -(ji + 1) : ji + 1,
                                         job_bytes(g, ji, state, gpus), &kind);
+                if (n->up_at > g->now && n->up_at - g->now > t) /* still booting */
+                        t = n->up_at - g->now;
                 if (t > worst)
                         worst = t;
                 if (kind > kind_max)
@@ -499,6 +502,7 @@ static int apply(engine *g, const loom_action *a)
                 if (!n)
                         return LOOM_ENOMEM;
                 memset(n, 0, sizeof *n); /* a node comes and goes with an empty host memory */
+                n->up_at = n->free_at = g->now + loom_us_from_s(g->c->boot_s);
                 g->groups_dirty = true;
                 loom__sim_tl_node(g->c, g->pol, g->now, a->pool, a->node,
                                   a->type == LOOM_ACT_PROVISION_NODE);
@@ -945,6 +949,10 @@ int loom__sim_run_core(const loom_sim_cfg *c, const loom_sim_workload *w, loom_s
                                                       : LOOM_PLACER_LOOM;
         if (p == LOOM_SIM_LOOM && c->policy.placer == LOOM_PLACER_PLEX)
                 cc.policy.placer = LOOM_PLACER_PLEX; /* PlexRL's placer through the same core */
+        if (c->sleep_phases) { /* sleeping workers: no progress reports, no switch (loomd's) */
+                cc.policy.tail_migration = false;
+                cc.policy.warm_switch = 0;
+        }
         /* SLO-blind placers and regroup plan on declared worst cases only */
         r->admits = p != LOOM_SIM_RANDOM && p != LOOM_SIM_GREEDY;
         if (!r->admits || p == LOOM_SIM_REGROUP)

@@ -115,7 +115,9 @@ static loom_us begin(pengine *g, int ji, loom_phase ph, loom_us now)
         const loom_job_spec *s = &sj->spec;
         int64_t it = j->iter;
         loom_us sw = 0;
-        loom_us ready = sj->arrival + loom_sim_cold(g->c, sj->model_b);
+        /* its nodes boot (boot_s), then the state is read in */
+        loom_us ready =
+            sj->arrival + loom_us_from_s(g->c->boot_s) + loom_sim_cold(g->c, sj->model_b);
         loom_us first = (ready > now ? ready - now : 0) + loom_sim_warm(g->c, sj->model_b);
         if (ph == LOOM_PHASE_ROLLOUT) {
                 sw = j->started_roll ? (j->coloc ? loom_sim_warm(g->c, sj->model_b) : 0) : first;

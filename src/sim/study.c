@@ -175,9 +175,17 @@ int loom_sim_study(const loom_sim_study_cfg *c, FILE *f, loom_err *e)
         }
         loom_sim_workload_cfg wc = c->workload;
         wc.noise.tail_threshold = c->sim.policy.tail_threshold;
+        loom_sim_trace_profile *prof = NULL; /* a trace's explicit profiles, if it has them */
+        if (c->trace &&
+            (rc = loom_sim_trace_profiles_load(c->trace, c->start, c->count, &prof, e))) {
+                loom_sim_trace_free(&t);
+                return rc;
+        }
+        wc.profiles = prof;
         loom_sim_workload w;
         rc = loom_sim_workload_build(&wc, c->trace ? &t : NULL, &c->sim.cluster, &w, e);
         loom_sim_trace_free(&t);
+        free(prof);
         if (rc)
                 return rc;
         if (c->kind == LOOM_SIM_STUDY_DECOMPOSE) {

@@ -183,17 +183,17 @@ void loom_sim_progress_bar(void *ctx, const char *label, double frac)
 
 loom_us loom_sim_warm(const loom_sim_cfg *c, double model_b)
 {
-        return loom_us_from_s(c->warm_s[size_index(model_b)]);
+        return c->sleep_phases ? 0 : loom_us_from_s(c->warm_s[size_index(model_b)]);
 }
 
 loom_us loom__sim_job_switch(const loom_sim_cfg *c, double model_b)
 {
-        return c->job_switch ? loom_sim_warm(c, model_b) : c->policy.warm_switch;
+        return c->job_switch || c->sleep_phases ? loom_sim_warm(c, model_b) : c->policy.warm_switch;
 }
 
 loom_us loom_sim_cold(const loom_sim_cfg *c, double model_b)
 {
-        return loom_us_from_s(c->cold_s[size_index(model_b)]);
+        return c->sleep_phases ? 0 : loom_us_from_s(c->cold_s[size_index(model_b)]);
 }
 
 loom_us loom__sim_restart(const loom_sim_cfg *c, double model_b)
@@ -429,6 +429,13 @@ int loom_sim_workload_build(const loom_sim_workload_cfg *wc, const loom_sim_trac
                 s->iterations = (int64_t)llround(dur / iter);
                 if (s->iterations < 1)
                         s->iterations = 1;
+                if (t && wc->profiles) { /* the trace gives the job's profile */
+                        const loom_sim_trace_profile *pr = &wc->profiles[j];
+                        s->t_roll = loom_us_from_s(pr->t_roll_s);
+                        s->t_train = loom_us_from_s(pr->t_train_s);
+                        s->iterations = pr->iterations;
+                        s->slo = pr->slo;
+                }
                 if ((rc = loom_job_spec_validate(s, c, e))) {
                         if (e) {
                                 char msg[sizeof e->msg];

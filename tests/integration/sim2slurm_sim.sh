@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# What bench/sim2slurm.sh asks of `loom sim`: a trace's explicit job profiles (t_roll_s,
+# t_train_s, iterations, slo), --sleep-phases (no state load, switch or tail) and --boot-s (a
+# provisioned node is billed from its request and runs nothing before it is up), checked on the
+# timeline; the columns' errors; and the bench's simulator-only mode. A second or two.
+# Usage: sim2slurm_sim.sh BUILD_DIR SOURCE_DIR
+set -euo pipefail
+build=$1 src=$2
+d=$(mktemp -d)
+trap 'rm -rf "$d"' EXIT
+cat >"$d/t.csv" <<'EOF'
+job_id,arrival_s,duration_s,gpus,t_roll_s,t_train_s,iterations,slo
+a,0,1,8,3,2,4,1.5
+b,100,1,8,5,1,3,1.2
+c,200,1,8,2,2,2,2
+EOF
+sim() { "$build/loom" sim --trace "$d/t.csv" --rows 0:3 --policy loom,colocated --deterministic \
+  --sleep-phases --json --no-progress "$@"; }
+sim --timeline "$d/t0.jsonl" >"$d/r0.json"
+sim --timeline "$d/t5.jsonl" --boot-s 5 >"$d/r5.json"
+python3 - "$d" <<'EOF'
+import json, sys
+d = sys.argv[1]
+fails = 0
+
+
+def check(ok, what):
+    global fails
+    print(("ok   " if ok else "FAIL ") + what)
+    fails += not ok
+
+
+def load(name):
+    ev = [json.loads(line) for line in open(f"{d}/{name}")]
+    secs, up, first = {}, {}, {}
+    for o in ev:
+        k = (o["policy"], o.get("pool"), o.get("node"))
+        if o["ev"] == "node":
+            if o["up"]:
+                up[k] = o["t"]
+            else:
+                secs[o["policy"]] = secs.get(o["policy"], 0) + o["t"] - up.pop(k)
+        if o["ev"] == "phase":
+            first.setdefault((o["policy"], o["job"]), o)
+    return ev, secs, first
+
+
+work = {"a": 4 * (3 + 2), "b": 3 * (5 + 1), "c": 2 * (2 + 2)}  # seconds of phases per job
+ev0, s0, f0 = load("t0.jsonl")
+ev5, s5, f5 = load("t5.jsonl")
+jobs = [o for o in ev0 if o["ev"] == "job" and o["policy"] == "loom"]
+check([(o["iterations"], o["slo"]) for o in jobs] == [(4, 1.5), (3, 1.2), (2, 2.0)],
+      "the trace's iterations and SLOs are the jobs' (not drawn)")
+check(all(o["work"] == o["switch"] for o in ev0 if o["ev"] == "phase"),
+      "--sleep-phases: no phase pays a switch or a state load")
+check(not any(o["ev"] == "phase" and o["tail"] for o in ev0), "--sleep-phases: no tail")
+check(s0["colocated"] == sum(work.values()) * 1e6,
+      f"colocated node time is the phases' time exactly ({s0['colocated'] / 1e6} s)")
+# the jobs do not overlap: each runs lone on one training node under loom as well
+check(s0["loom"] == s0["colocated"], f"three lone jobs cost loom what they cost colocated")
+check(s5["colocated"] == (sum(work.values()) + 3 * 5) * 1e6,
+      f"--boot-s 5: each colocated job's node is billed 5 s more ({s5['colocated'] / 1e6} s)")
+check(s5["loom"] == s5["colocated"], "--boot-s 5: and loom's lone jobs the same")
+for j, arr in enumerate((0, 100, 200)):
+    ph = f5[("loom", j)]
+    check(ph["work"] == (arr + 5) * 1e6,
+          f"--boot-s 5: job {j}'s first phase starts once its node is up ({ph['work'] / 1e6} s)")
+r0 = {o["policy"]: o for o in map(json.loads, open(f"{d}/r0.json"))}
+r5 = {o["policy"]: o for o in map(json.loads, open(f"{d}/r5.json"))}
+check(r5["loom"]["total_cost"] > r0["loom"]["total_cost"], "a boot costs loom money")
+sys.exit(1 if fails else 0)
+EOF
+bad() { # trace text, what the error must name
+  printf '%b' "$1" >"$d/bad.csv"
+  if "$build/loom" sim --trace "$d/bad.csv" --policy loom --no-progress >"$d/o" 2>"$d/e"; then
+    echo "FAIL a bad trace was accepted: $1"; exit 1
+  fi
+  grep -q "$2" "$d/e" || { echo "FAIL the error does not name $2: $(cat "$d/e")"; exit 1; }
+  echo "ok   rejected, naming $2: $(cat "$d/e")"
+}
+bad 'job_id,arrival_s,duration_s,gpus,t_roll_s,t_train_s,iterations\na,0,1,8,3,2,4\n' 'slo'
+bad 'job_id,arrival_s,duration_s,gpus,t_roll_s,t_train_s,iterations,slo\na,0,1,8,-3,2,4,1.5\n' \
+  'bad.csv:2:.*t_roll_s'
+bad 'job_id,arrival_s,duration_s,gpus,t_roll_s,t_train_s,iterations,slo\na,0,1,8,3,2,4.5,1.5\n' \
+  'iterations'
+bad 'job_id,arrival_s,duration_s,gpus,t_roll_s,t_train_s,iterations,slo\na,0,1,8,3,2,4,0.5\n' \
+  'slo'
+if "$build/loom" sim --boot-s -1 --policy loom 2>"$d/e"; then
+  echo "FAIL --boot-s -1 accepted"; exit 1
+fi
+grep -q -- "--boot-s" "$d/e" && echo "ok   --boot-s -1 refused: $(cat "$d/e")"
+# the bench's simulator-only mode prints its rows
+bash "$src/bench/sim2slurm.sh" "$build" --only-sim --jobs 30 >"$d/bench.txt"
+for row in "loom (c) loom sim" "colocated (c) loom sim" "colocated / loom: sim"; do
+  grep -q "^$row" "$d/bench.txt" || { echo "FAIL bench --only-sim: no '$row'"; cat "$d/bench.txt"; exit 1; }
+done
+echo "ok   bench/sim2slurm.sh --only-sim prints the simulator's rows"
