@@ -72,6 +72,7 @@ int loom_admission_parse(const char *s, loom_admission *out);
 #define LOOM_MOVE_GAIN 0.5        /* a lone member moves only if that halves what it costs */
 #define LOOM_MOVE_MARGIN 0.05     /* policy.move_members: slack a move leaves every member */
 #define LOOM_MOVE_GROW_GAIN 0.2   /* policy.lone_grow: a move to more nodes saves this */
+#define LOOM_JOIN_WAIT_LEFT 10    /* policy.join_wait: members this close to their end */
 
 /* How a learned quantile is bounded (docs/scheduling.md, learned profiles).
  * NORMAL: a one-sided normal tolerance bound, mean + k(n) s over the last LOOM_LEARN_WINDOW / 2
@@ -123,8 +124,9 @@ double loom_quantile_ucb(const double *top, int m, int64_t n, double q, double c
  * on the membership change or observation that makes it fit, whatever phase the member is in;
  * only the release of its rollout nodes waits for a rollout running there to end. Version 10:
  * a job a lone group of its own training nodes cannot keep within SLO may get a lone group of
- * more training nodes (policy.lone_grow). */
-#define LOOM_SCHED_ARITH 10
+ * more training nodes (policy.lone_grow). Version 11: a join is refused where a member in its
+ * last iterations cannot absorb the round the join may add (policy.join_wait). */
+#define LOOM_SCHED_ARITH 11
 
 typedef struct loom_policy_cfg {
         int max_group_size;              /* default 5, at most LOOM_MAX_GROUP_SIZE */
@@ -162,6 +164,12 @@ typedef struct loom_policy_cfg {
          * disaggregated group (rollout and training nodes) at the cluster's prices. Needs
          * colocate_lone; loom's placer only; default true. */
         bool lone_grow;
+        /* Joins that members near their end can absorb (docs/scheduling.md, "The round a
+         * join adds"): a job joins a group only if every member in its last
+         * LOOM_JOIN_WAIT_LEFT iterations still meets its budget over them when its iteration
+         * in progress waits a whole meta-iteration more, as the new job's first may. Loom's
+         * placer only; default true. */
+        bool join_wait;
         /* Lone members moved (docs/scheduling.md): under learned admission, a lone member that
          * another group would take for less than LOOM_MOVE_GAIN of its own group's cost is
          * re-admitted there (loom_sched_observe returns 3). Loom's placer only; default true. */

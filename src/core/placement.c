@@ -347,10 +347,41 @@ static bool first_round_ok(int64_t left, loom_us t_meta, loom_us budget)
         return left <= 0 || (double)(left + 1) * (double)t_meta <= (double)left * (double)budget;
 }
 
-static bool first_ok(int64_t left, int rate, int orig, loom_us t_meta, loom_us gap, loom_us budget)
+/*
+ * policy.join_wait: a job joining a group starts in the first round no member has trained in
+ * yet, so a member already in that round (rolling out, or waiting to train) may wait for the
+ * new job's phases before its own training: its iteration in progress may take up to a
+ * meta-iteration more, once. A member with `left` iterations to go absorbs it if
+ * (left + 1) T_meta <= left budget, as a new member does (first_round_ok). Only members in
+ * their last LOOM_JOIN_WAIT_LEFT iterations are held to it: a longer run amortises the one
+ * extra round, and holding every member to it rejects joins whose T_meta is within a percent
+ * of a member's budget for a wait that run never notices.
+ */
+static bool join_round_ok(int64_t left, loom_us t_meta, loom_us budget)
+{
+        return left <= 0 || left > LOOM_JOIN_WAIT_LEFT || first_round_ok(left, t_meta, budget);
+}
+
+/* Every member of g absorbs the extra round a join at T_meta t_meta may cost it. */
+static bool members_round_ok(const group *g, loom_us t_meta)
+{
+        for (int i = 0; i < g->n_members; i++) {
+                const job *j = g->members[i];
+                int64_t left = j->spec.iterations - j->iterations_done;
+                if (j->spec.iterations > 0 &&
+                    !join_round_ok(left > 1 ? left : 1, t_meta, j->slo_budget))
+                        return false;
+        }
+        return true;
+}
+
+static bool first_ok(int64_t left, int rate, int orig, loom_us t_meta, loom_us gap, loom_us budget,
+                     bool join_wait)
 {
         if (rate == 1 && orig == 0)
                 return first_round_ok(left, t_meta, budget);
+        if (join_wait && orig > 0 && rate == orig)
+                return join_round_ok(left, t_meta, budget);
         if (left <= 0 || rate <= 1 || rate == orig)
                 return true;
         return (double)t_meta + (double)(left - 1) * (double)gap <= (double)left * (double)budget;
@@ -662,7 +693,8 @@ static int evaluate_multi(search *x, cand *c, loom_us tt)
                         loom_us need = div_up(t_meta, budget[i]);
                         bool gap = gaps[i] > LOOM_GAP_FACTOR * budget[i];
                         if (need <= rate[i] && !gap &&
-                            !first_ok(left[i], rate[i], orig[i], t_meta, gaps[i], budget[i])) {
+                            !first_ok(left[i], rate[i], orig[i], t_meta, gaps[i], budget[i],
+                                      s->policy.join_wait)) {
                                 bad = i; /* no rate shortens its first iteration */
                                 stuck = true;
                                 continue;
@@ -827,6 +859,13 @@ static int evaluate(search *x, cand *c)
         if (checks_slo(s->policy.placer) && t_meta > budget) {
                 c->reject = LOOM_REJECT_SLO;
                 slo_why(x, g, t_meta, c->why, sizeof c->why);
+        } else if (s->policy.placer == LOOM_PLACER_LOOM && s->policy.join_wait &&
+                   !members_round_ok(g, t_meta)) {
+                c->reject = LOOM_REJECT_SLO;
+                snprintf(c->why, sizeof c->why,
+                         "T_meta %.1f s: a member in its last %d iterations cannot absorb the "
+                         "round the join may add to its iteration in progress (policy.join_wait)",
+                         loom_us_to_s(t_meta), LOOM_JOIN_WAIT_LEFT);
         } else if (s->policy.placer == LOOM_PLACER_LOOM &&
                    !first_round_ok(sp->iterations, t_meta, x->budget)) {
                 c->reject = LOOM_REJECT_SLO;

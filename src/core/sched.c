@@ -81,6 +81,7 @@ void loom_policy_cfg_default(loom_policy_cfg *p)
         p->multirate = true;
         p->colocate_lone = true;
         p->lone_grow = true;
+        p->join_wait = true;
         p->move_lone = true;
         p->move_members = true;
         p->plan_tails = true;
@@ -130,6 +131,7 @@ bool *loom_policy_switch(loom_policy_cfg *p, const char *name)
                : !strcmp(name, "train-rightsize") ? &p->train_rightsize
                : !strcmp(name, "colocate-lone")   ? &p->colocate_lone
                : !strcmp(name, "lone-grow")       ? &p->lone_grow
+               : !strcmp(name, "join-wait")       ? &p->join_wait
                : !strcmp(name, "move-lone")       ? &p->move_lone
                : !strcmp(name, "move-members")    ? &p->move_members
                : !strcmp(name, "plan-tails")      ? &p->plan_tails

@@ -343,6 +343,7 @@ int loom_policy_cfg_from_json(json_t *obj, const char *where, const char *text, 
                                             "train_rightsize",
                                             "colocate_lone",
                                             "lone_grow",
+                                            "join_wait",
                                             "learn_bound",
                                             "move_lone",
                                             "move_members",
@@ -371,6 +372,7 @@ int loom_policy_cfg_from_json(json_t *obj, const char *where, const char *text, 
             (rc = get_bool(&c, obj, "multirate", &p.multirate)) ||
             (rc = get_bool(&c, obj, "colocate_lone", &p.colocate_lone)) ||
             (rc = get_bool(&c, obj, "lone_grow", &p.lone_grow)) ||
+            (rc = get_bool(&c, obj, "join_wait", &p.join_wait)) ||
             (rc = get_bool(&c, obj, "move_lone", &p.move_lone)) ||
             (rc = get_bool(&c, obj, "move_members", &p.move_members)) ||
             (rc = get_bool(&c, obj, "plan_tails", &p.plan_tails)) ||

@@ -352,6 +352,7 @@ Test(multirate, a_lone_member_s_colocated_rollout_trains_before_a_newcomer)
         loom_policy_cfg po;
         loom_cluster_cfg_default(&cl);
         loom_policy_cfg_default(&po);
+        po.join_wait = false; /* which would keep B out: A has no slack for the round B adds */
         loom_sched *s = loom_sched_new(&cl, &po, NULL);
         loom_job_spec a = spec("A", 467.9, 101.7, 1.266), b = spec("B", 75.3, 90.1, 1.77);
         a.t_switch = loom_us_from_s(4);
