@@ -53,6 +53,12 @@ endif()
 foreach(unit loomd loom-state)
   configure_file("${LOOM_SOURCE_DIR}/packaging/systemd/${unit}.service.in"
                  "${gen}/${unit}.service" @ONLY)
+  if(NOT LOOM_SYSTEMD_NOTIFY) # built without libsystemd: the programs cannot say READY
+    file(READ "${gen}/${unit}.service" text)
+    string(REPLACE "Type=notify" "Type=simple" text "${text}")
+    string(REGEX REPLACE "\n(NotifyAccess|WatchdogSec)=[^\n]*" "" text "${text}")
+    file(WRITE "${gen}/${unit}.service" "${text}")
+  endif()
   file(INSTALL "${gen}/${unit}.service" DESTINATION "${unitdir}")
 endforeach()
 file(INSTALL "${LOOM_SOURCE_DIR}/packaging/systemd/loom.sysusers" DESTINATION "${sysusersdir}"

@@ -71,5 +71,6 @@ install(CODE "
   set(LOOM_SYSTEMD_UNITDIR \"${LOOM_SYSTEMD_UNITDIR}\")
   set(LOOM_SYSUSERSDIR \"${LOOM_SYSUSERSDIR}\")
   set(LOOM_SHARED \"${loom_shared}\")
+  set(LOOM_SYSTEMD_NOTIFY \"${SYSTEMD_FOUND}\")
   include(\"${PROJECT_SOURCE_DIR}/packaging/generate.cmake\")
 ")

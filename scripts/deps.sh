@@ -9,6 +9,7 @@ pkgs=(
   libsqlite3-dev                                 # loomd store
   libmicrohttpd-dev                              # loomd HTTP server (HTTPS through GnuTLS)
   nettle-dev                                     # SHA-256 / HMAC: tokens, authenticated sync frames
+  libsystemd-dev                                 # sd_notify: Type=notify units, watchdog
   openssl                                        # test certificates for the TLS tests
   libcurl4-openssl-dev                           # client library
   libcairo2-dev                                  # plots (SVG/PNG)

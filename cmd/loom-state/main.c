@@ -18,6 +18,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef LOOM_HAVE_SYSTEMD
+#include <systemd/sd-daemon.h>
+#endif
+
 #include "../daemon.h"
 #include "loom/state.h"
 #include "state_cmd.h"
@@ -116,13 +120,43 @@ typedef struct runner {
         loom_state_daemon *d;
         loom_err e;
         int rc;
+        _Atomic int done; /* the serving thread returned: no more watchdog pings */
 } runner;
 
 static void *run_thread(void *arg)
 {
         runner *r = arg;
         r->rc = loom_state_daemon_run(r->d, &r->e);
+        r->done = 1;
         return NULL;
+}
+
+/* Under systemd (Type=notify): READY=1 once the socket listens and the disk tier is recovered,
+ * WATCHDOG=1 at half of WatchdogSec while the serving thread runs, then STOPPING=1. Waits for
+ * SIGTERM/SIGINT. Outside systemd (no $NOTIFY_SOCKET) only waits. */
+static void wait_for_stop(const sigset_t *set, const runner *r)
+{
+        uint64_t wd_us = 0;
+#ifdef LOOM_HAVE_SYSTEMD
+        sd_notify(0, "READY=1\nSTATUS=serving");
+        if (sd_watchdog_enabled(0, &wd_us) <= 0)
+                wd_us = 0;
+#endif
+        for (;;) {
+                uint64_t ns = wd_us ? wd_us * 500 : UINT64_C(3600) * 1000000000;
+                struct timespec tick = {.tv_sec = (time_t)(ns / 1000000000),
+                                        .tv_nsec = (long)(ns % 1000000000)};
+                int sig = sigtimedwait(set, NULL, &tick);
+                if (sig == SIGTERM || sig == SIGINT)
+                        break;
+#ifdef LOOM_HAVE_SYSTEMD
+                if (wd_us && !r->done)
+                        sd_notify(0, "WATCHDOG=1");
+#endif
+        }
+#ifdef LOOM_HAVE_SYSTEMD
+        sd_notify(0, "STOPPING=1");
+#endif
 }
 
 static int serve(int argc, char **argv)
@@ -233,8 +267,7 @@ static int serve(int argc, char **argv)
         }
         pthread_t t;
         pthread_create(&t, NULL, run_thread, &r);
-        int sig;
-        sigwait(&set, &sig);
+        wait_for_stop(&set, &r);
         loom_state_daemon_stop(r.d);
         pthread_join(t, NULL);
         loom_state_daemon_free(r.d);

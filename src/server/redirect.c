@@ -178,6 +178,7 @@ int loom_redirector_start(loom_redirector **out, const loom_server_cfg *cfg,
                                     cfg->listen_host, cfg->port);
         }
         *out = r;
+        srv_notify(NULL, "READY"); /* a follower is up: systemd need not wait for it to lead */
         return 0;
 }
 

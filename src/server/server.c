@@ -615,6 +615,8 @@ int loom_server_start(loom_server *s, loom_err *e)
         int rc = srv_http_start(s, e);
         if (rc)
                 loom_server_stop(s);
+        else
+                srv_notify(s, "READY"); /* the store replayed, the socket answers */
         return rc;
 }
 
@@ -623,6 +625,7 @@ void loom_server_stop(loom_server *s)
         if (!s || s->stopped)
                 return;
         s->stopped = true;
+        srv_notify(s, "STOPPING");
         srv_http_quiesce(s);
         pthread_mutex_lock(&s->mu);
         s->stopping = true;

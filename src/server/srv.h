@@ -339,6 +339,9 @@ void srv_reply_text(srv_req *r, int status, char *text, const char *ctype);
 /* http.c */
 int srv_http_bind(loom_server *s, loom_err *e);
 int srv_http_start(loom_server *s, loom_err *e);
+/* Tells systemd (sd_notify, notify.c) state "READY" (s NULL: a replica's redirector serves) or
+ * "STOPPING"; starts and stops the watchdog pings with them. Nothing outside systemd. */
+void srv_notify(loom_server *s, const char *state);
 void srv_http_quiesce(loom_server *s);
 void srv_http_stop(loom_server *s);
 void srv_http_resume(srv_req *r); /* from the scheduler thread, after commit */
