@@ -60,6 +60,7 @@ void loomd_exec_bound(loom_exec *x, const loom_server_cfg *cfg, int port)
                 return;
         char url[128];
         const char *host = strcmp(cfg->listen_host, "0.0.0.0") ? cfg->listen_host : "127.0.0.1";
-        snprintf(url, sizeof url, "http://%s:%d", host, port);
+        bool v6 = strchr(host, ':') != NULL; /* an IPv6 address goes in brackets */
+        snprintf(url, sizeof url, "http://%s%s%s:%d", v6 ? "[" : "", host, v6 ? "]" : "", port);
         loom_exec_set_url(x, url);
 }

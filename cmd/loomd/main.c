@@ -33,7 +33,7 @@ static void usage(FILE *f)
             "\n"
             "options:\n"
             "  --data-dir DIR        store (SQLite, WAL) location; created if missing\n"
-            "  --listen HOST:PORT    IPv4 address to serve on (default 127.0.0.1:7480;\n"
+            "  --listen HOST:PORT    IPv4, [IPv6] or name to serve on (default 127.0.0.1:7480;\n"
             "                        port 0 picks a free one, see --port-file)\n"
             "  --cluster FILE        cluster (and policy, quotas) JSON, as in `loom place`\n"
             "  --lease-timeout S     lease/permit expiry without renewal (default 30)\n"

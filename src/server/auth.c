@@ -386,16 +386,16 @@ int loom_auth_rotate_secret(const char *data_dir, loom_err *e)
 
 static bool loopback(const char *host)
 {
-        struct in_addr a;
-        return inet_pton(AF_INET, host, &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
+        bool lo = false;
+        loom_err e;
+        return !srv_listen_loopback(host, 0, &lo, &e) && lo;
 }
 
 int srv_auth_check_cfg(const loom_server_cfg *c, loom_err *e)
 {
-        struct in_addr any;
-        if (inet_pton(AF_INET, c->listen_host, &any) != 1)
-                return 0; /* not an address at all: binding says so, naming "listen" */
-        bool lo = loopback(c->listen_host);
+        bool lo = false;
+        if (srv_listen_loopback(c->listen_host, c->port, &lo, e)) /* names the address */
+                return LOOM_EINVAL;
         if (c->auth == LOOM_AUTH_NONE && !lo)
                 return loom_err_set(e, LOOM_EINVAL, "insecure_loopback",
                                     "serving without authentication is refused on %s, which is "

@@ -862,26 +862,7 @@ void srv_http_resume(srv_req *r)
 
 int srv_http_bind(loom_server *s, loom_err *e)
 {
-        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)s->cfg.port)};
-        if (inet_pton(AF_INET, s->cfg.listen_host, &a.sin_addr) != 1)
-                return loom_err_set(e, LOOM_EINVAL, "listen", "'%s' is not an IPv4 address",
-                                    s->cfg.listen_host);
-        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-                return loom_err_set(e, LOOM_EIO, "listen", "socket: %s", strerror(errno));
-        int one = 1;
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        socklen_t alen = sizeof a;
-        if (bind(fd, (struct sockaddr *)&a, sizeof a) || listen(fd, 1024) ||
-            getsockname(fd, (struct sockaddr *)&a, &alen)) {
-                int rc = loom_err_set(e, LOOM_EIO, "listen", "%s:%d: %s", s->cfg.listen_host,
-                                      s->cfg.port, strerror(errno));
-                close(fd);
-                return rc;
-        }
-        s->listen_fd = fd;
-        s->port = ntohs(a.sin_port);
-        return 0;
+        return srv_listen_open(s->cfg.listen_host, s->cfg.port, &s->listen_fd, &s->port, e);
 }
 
 /* TLS 1.2 and 1.3 only, GnuTLS's usual ciphers within them: 1.0 and 1.1 are deprecated

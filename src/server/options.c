@@ -4,13 +4,18 @@
  * serves. Every failure comes back through loom_err with the sentence loomd prints after
  * "loomd: ", so the program only parses argv and prints.
  */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
-#include "loom/server.h"
 #include "loom/spec.h"
+#include "srv.h"
 
 static int bad(loom_err *e, const char *name, const char *fmt, const char *v)
 {
@@ -40,16 +45,107 @@ static int count(const char *name, const char *v, long max, int *out, loom_err *
         return 0;
 }
 
+/* "HOST:PORT" or "[IPv6]:PORT"; HOST an IPv4 or IPv6 address or a name (resolved when loomd
+ * binds, srv_listen_open). An IPv6 address keeps no brackets in listen_host. */
 int loom_server_cfg_listen(loom_server_cfg *c, const char *v, loom_err *e)
 {
-        const char *colon = strrchr(v, ':');
+        const char *host = v, *colon = strrchr(v, ':');
+        size_t n = colon ? (size_t)(colon - v) : 0;
+        if (*v == '[') { /* [IPv6]:PORT */
+                const char *close = strchr(v, ']');
+                host = v + 1;
+                n = close ? (size_t)(close - host) : 0;
+                if (!close || close[1] != ':')
+                        colon = NULL;
+        } else if (colon && memchr(v, ':', n)) {
+                return bad(e, "listen", "'%s': write an IPv6 address in brackets, [ADDR]:PORT", v);
+        }
         char *end;
         long port = colon ? strtol(colon + 1, &end, 10) : -1;
-        if (!colon || colon == v || (size_t)(colon - v) >= sizeof c->listen_host ||
-            end == colon + 1 || *end || port < 0 || port > 65535)
-                return bad(e, "listen", "expected HOST:PORT, got '%s'", v);
-        snprintf(c->listen_host, sizeof c->listen_host, "%.*s", (int)(colon - v), v);
+        if (!colon || n == 0 || n >= sizeof c->listen_host || end == colon + 1 || *end ||
+            port < 0 || port > 65535)
+                return bad(e, "listen", "expected HOST:PORT or [IPv6]:PORT, got '%s'", v);
+        snprintf(c->listen_host, sizeof c->listen_host, "%.*s", (int)n, host);
         c->port = (int)port;
+        return 0;
+}
+
+/* host:port, or [host]:port for an IPv6 address, into buf. */
+static const char *host_port(const char *host, int port, char *buf, size_t len)
+{
+        bool v6 = strchr(host, ':') != NULL;
+        snprintf(buf, len, "%s%s%s:%d", v6 ? "[" : "", host, v6 ? "]" : "", port);
+        return buf;
+}
+
+static int resolve(const char *host, int port, struct addrinfo **out, loom_err *e)
+{
+        char svc[16], where[96];
+        snprintf(svc, sizeof svc, "%d", port);
+        struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                                 .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+        int rc = getaddrinfo(host, svc, &hints, out);
+        if (rc)
+                return loom_err_set(e, LOOM_EINVAL, "listen", "cannot resolve %s: %s",
+                                    host_port(host, port, where, sizeof where),
+                                    rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+        return 0;
+}
+
+static bool is_loopback(const struct sockaddr *a)
+{
+        if (a->sa_family == AF_INET)
+                return (ntohl(((const struct sockaddr_in *)a)->sin_addr.s_addr) >> 24) == 127;
+        if (a->sa_family != AF_INET6)
+                return false;
+        const struct in6_addr *a6 = &((const struct sockaddr_in6 *)a)->sin6_addr;
+        return IN6_IS_ADDR_LOOPBACK(a6) || (IN6_IS_ADDR_V4MAPPED(a6) && a6->s6_addr[12] == 127);
+}
+
+int srv_listen_loopback(const char *host, int port, bool *loopback, loom_err *e)
+{
+        struct addrinfo *ai = NULL;
+        int rc = resolve(host, port, &ai, e);
+        if (rc)
+                return rc;
+        *loopback = true; /* a name is loopback only if every address it resolves to is */
+        for (struct addrinfo *p = ai; p; p = p->ai_next)
+                *loopback = *loopback && is_loopback(p->ai_addr);
+        freeaddrinfo(ai);
+        return 0;
+}
+
+int srv_listen_open(const char *host, int port, int *fd, int *bound, loom_err *e)
+{
+        struct addrinfo *ai = NULL;
+        int rc = resolve(host, port, &ai, e);
+        if (rc)
+                return rc;
+        char where[96];
+        int err = 0;
+        *fd = -1;
+        for (struct addrinfo *p = ai; p && *fd < 0; p = p->ai_next) { /* the first that binds */
+                int s = socket(p->ai_family, p->ai_socktype | SOCK_CLOEXEC, p->ai_protocol);
+                int one = 1;
+                struct sockaddr_storage a;
+                socklen_t alen = sizeof a;
+                if (s >= 0 && !setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) &&
+                    !bind(s, p->ai_addr, p->ai_addrlen) && !listen(s, 1024) &&
+                    !getsockname(s, (struct sockaddr *)&a, &alen)) {
+                        *fd = s;
+                        *bound = ntohs(a.ss_family == AF_INET6
+                                           ? ((struct sockaddr_in6 *)&a)->sin6_port
+                                           : ((struct sockaddr_in *)&a)->sin_port);
+                } else {
+                        err = errno;
+                        if (s >= 0)
+                                close(s);
+                }
+        }
+        freeaddrinfo(ai);
+        if (*fd < 0)
+                return loom_err_set(e, LOOM_EIO, "listen", "%s: %s",
+                                    host_port(host, port, where, sizeof where), strerror(err));
         return 0;
 }
 
@@ -180,7 +276,8 @@ int loom_server_write_port_file(const loom_server *s, const char *path, loom_err
 
 void loom_server_serving_line(const loom_server_cfg *c, int port, char *buf, size_t len)
 {
-        snprintf(buf, len, "serving %s on %s:%d, data in %s, admission %s",
-                 c->tls_cert ? "https" : "http", c->listen_host, port, c->data_dir,
-                 loom_admission_name(c->policy.admission));
+        char where[96];
+        snprintf(buf, len, "serving %s on %s, data in %s, admission %s",
+                 c->tls_cert ? "https" : "http", host_port(c->listen_host, port, where, sizeof where),
+                 c->data_dir, loom_admission_name(c->policy.admission));
 }

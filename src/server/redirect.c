@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <microhttpd.h>
 
@@ -151,28 +152,30 @@ int loom_redirector_start(loom_redirector **out, const loom_server_cfg *cfg,
                 return loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
         r->leader = leader;
         r->arg = arg;
-        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)cfg->port)};
-        if (inet_pton(AF_INET, cfg->listen_host, &a.sin_addr) != 1) {
+        int fd = -1, port = 0;
+        int rc = srv_listen_open(cfg->listen_host, cfg->port, &fd, &port, e);
+        if (rc) {
                 free(r);
-                return loom_err_set(e, LOOM_EINVAL, "listen", "'%s' is not an IPv4 address",
-                                    cfg->listen_host);
+                return rc;
         }
         unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
         if (cfg->tls_cert) {
                 if (!(r->cert = slurp(cfg->tls_cert, "tls_cert", e)) ||
                     !(r->key = slurp(cfg->tls_key, "tls_key", e))) {
+                        close(fd);
                         loom_redirector_stop(r);
                         return LOOM_EIO;
                 }
                 flags |= MHD_USE_TLS;
         }
         r->d = cfg->tls_cert
-                   ? MHD_start_daemon(flags, 0, NULL, NULL, answer, r, MHD_OPTION_SOCK_ADDR, &a,
+                   ? MHD_start_daemon(flags, 0, NULL, NULL, answer, r, MHD_OPTION_LISTEN_SOCKET, fd,
                                       MHD_OPTION_HTTPS_MEM_CERT, r->cert, MHD_OPTION_HTTPS_MEM_KEY,
                                       r->key, MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_END)
-                   : MHD_start_daemon(flags, 0, NULL, NULL, answer, r, MHD_OPTION_SOCK_ADDR, &a,
+                   : MHD_start_daemon(flags, 0, NULL, NULL, answer, r, MHD_OPTION_LISTEN_SOCKET, fd,
                                       MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_END);
         if (!r->d) {
+                close(fd);
                 loom_redirector_stop(r);
                 return loom_err_set(e, LOOM_EIO, "listen", "cannot serve on %s:%d",
                                     cfg->listen_host, cfg->port);

@@ -342,6 +342,12 @@ int srv_http_start(loom_server *s, loom_err *e);
 /* Tells systemd (sd_notify, notify.c) state "READY" (s NULL: a replica's redirector serves) or
  * "STOPPING"; starts and stops the watchdog pings with them. Nothing outside systemd. */
 void srv_notify(loom_server *s, const char *state);
+/* The listening address (options.c). srv_listen_loopback resolves host (an address or a name;
+ * an error names it with port) and says whether every address it stands for is a loopback one.
+ * srv_listen_open binds and listens on the first of host's addresses that binds, port 0 for
+ * any; *fd and the port bound come back. */
+int srv_listen_loopback(const char *host, int port, bool *loopback, loom_err *e);
+int srv_listen_open(const char *host, int port, int *fd, int *bound, loom_err *e);
 void srv_http_quiesce(loom_server *s);
 void srv_http_stop(loom_server *s);
 void srv_http_resume(srv_req *r); /* from the scheduler thread, after commit */

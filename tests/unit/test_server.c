@@ -259,11 +259,12 @@ Test(server, bad_config_names_the_field)
         cr_assert_null(loom_server_new(&cfg, &e));
         cr_assert_str_eq(e.field, "lease_timeout");
         cfg.lease_timeout_s = 30;
-        snprintf(cfg.listen_host, sizeof cfg.listen_host, "localhost");
+        snprintf(cfg.listen_host, sizeof cfg.listen_host, "no-such-host.invalid");
         char *dir = tmpdir();
         cfg.data_dir = dir;
         cr_assert_null(loom_server_new(&cfg, &e));
         cr_assert_str_eq(e.field, "listen");
+        cr_assert(strstr(e.msg, "cannot resolve no-such-host.invalid:7480"), "%s", e.msg);
         rmdir_all(dir);
         free(dir);
 }

@@ -10,6 +10,7 @@
 
 #include "loom/auth.h"
 #include "loom/server.h"
+#include "srv.h"
 
 static char *write_tmp(const char *text)
 {
@@ -46,6 +47,62 @@ Test(server_options, each_option_sets_its_field)
         cr_assert_eq(c.auth, LOOM_AUTH_TOKENS);
 }
 
+Test(server_options, listen_takes_names_and_bracketed_ipv6)
+{
+        loom_server_cfg c;
+        loom_server_cfg_default(&c);
+        loom_err e;
+        cr_assert_eq(loom_server_cfg_option(&c, "listen", "localhost:7481", &e), 0, "%s", e.msg);
+        cr_assert_str_eq(c.listen_host, "localhost");
+        cr_assert_eq(c.port, 7481);
+        cr_assert_eq(loom_server_cfg_option(&c, "listen", "[::1]:0", &e), 0, "%s", e.msg);
+        cr_assert_str_eq(c.listen_host, "::1");
+        cr_assert_eq(c.port, 0);
+        char line[256];
+        c.data_dir = "/d";
+        loom_server_serving_line(&c, 7482, line, sizeof line);
+        cr_assert(strstr(line, "serving http on [::1]:7482, data in /d"), "%s", line);
+}
+
+Test(server_options, loopback_is_judged_on_the_resolved_addresses)
+{
+        const char *lo[] = {"localhost", "127.0.0.1", "127.3.2.1", "::1", "::ffff:127.0.0.1"};
+        const char *not[] = {"0.0.0.0", "::", "10.0.0.7", "2001:db8::1", "::ffff:10.0.0.7"};
+        loom_err e;
+        for (size_t i = 0; i < sizeof lo / sizeof *lo; i++) {
+                bool l = false;
+                cr_assert_eq(srv_listen_loopback(lo[i], 0, &l, &e), 0, "%s: %s", lo[i], e.msg);
+                cr_assert(l, "%s is loopback", lo[i]);
+        }
+        for (size_t i = 0; i < sizeof not / sizeof *not; i++) {
+                bool l = true;
+                cr_assert_eq(srv_listen_loopback(not[i], 0, &l, &e), 0, "%s: %s", not[i], e.msg);
+                cr_assert(!l, "%s is not loopback", not[i]);
+        }
+        bool l;
+        cr_assert_eq(srv_listen_loopback("no-such-host.invalid", 7480, &l, &e), LOOM_EINVAL);
+        cr_assert_str_eq(e.field, "listen");
+        cr_assert(strstr(e.msg, "cannot resolve no-such-host.invalid:7480: "), "%s", e.msg);
+}
+
+Test(server_options, listen_opens_ipv4_ipv6_and_names)
+{
+        const char *hosts[] = {"127.0.0.1", "::1", "localhost"};
+        loom_err e;
+        for (size_t i = 0; i < 3; i++) {
+                int fd = -1, port = 0;
+                cr_assert_eq(srv_listen_open(hosts[i], 0, &fd, &port, &e), 0, "%s: %s", hosts[i],
+                             e.msg);
+                cr_assert(fd >= 0 && port > 0, "%s: fd %d port %d", hosts[i], fd, port);
+                int fd2 = -1, port2 = 0; /* the same port again: in use, and the error says where */
+                cr_assert_eq(srv_listen_open(hosts[i], port, &fd2, &port2, &e), LOOM_EIO);
+                char want[96];
+                snprintf(want, sizeof want, i == 1 ? "[%s]:%d: " : "%s:%d: ", hosts[i], port);
+                cr_assert(strstr(e.msg, want) == e.msg, "%s does not start with %s", e.msg, want);
+                close(fd);
+        }
+}
+
 Test(server_options, a_bad_value_is_named_and_changes_nothing)
 {
         loom_server_cfg c, before;
@@ -58,7 +115,13 @@ Test(server_options, a_bad_value_is_named_and_changes_nothing)
         cr_assert_eq(loom_server_cfg_option(&c, "drift-threshold", "1.2x", &e), LOOM_EINVAL);
         cr_assert_str_eq(e.field, "--drift-threshold");
         cr_assert_eq(loom_server_cfg_option(&c, "listen", "1.2.3.4:99999", &e), LOOM_EINVAL);
-        cr_assert_str_eq(e.msg, "expected HOST:PORT, got '1.2.3.4:99999'");
+        cr_assert_str_eq(e.msg, "expected HOST:PORT or [IPv6]:PORT, got '1.2.3.4:99999'");
+        cr_assert_eq(loom_server_cfg_option(&c, "listen", "::1:7480", &e), LOOM_EINVAL);
+        cr_assert_str_eq(e.msg, "'::1:7480': write an IPv6 address in brackets, [ADDR]:PORT");
+        cr_assert_eq(loom_server_cfg_option(&c, "listen", "[::1]7480", &e), LOOM_EINVAL);
+        cr_assert_str_eq(e.msg, "expected HOST:PORT or [IPv6]:PORT, got '[::1]7480'");
+        cr_assert_eq(loom_server_cfg_option(&c, "listen", "[]:7480", &e), LOOM_EINVAL);
+        cr_assert_eq(loom_server_cfg_option(&c, "listen", ":7480", &e), LOOM_EINVAL);
         cr_assert_eq(loom_server_cfg_option(&c, "compact-min", "-3", &e), LOOM_EINVAL);
         cr_assert_str_eq(e.msg, "'-3' is not a count");
         cr_assert_eq(loom_server_cfg_option(&c, "no-such-option", "1", &e), LOOM_ENOENT);
