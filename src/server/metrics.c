@@ -292,18 +292,21 @@ char *srv_metrics_render(loom_server *s)
         put(&b,
             "# HELP loom_readmissions_total Jobs admitted again, by cause (restart: a failure "
             "retried; drift: phases longer than planned; learned: its group lost the job's "
-            "budget on its learned profile; moved: a lone member moved to a cheaper group).\n"
+            "budget on its learned profile; moved: a lone member moved to a cheaper group; node: its "
+            "node failed, was drained or did not come up, no restart spent).\n"
             "# TYPE loom_readmissions_total counter\n"
             "loom_readmissions_total{cause=\"restart\"} %llu\n"
             "loom_readmissions_total{cause=\"drift\"} %llu\n"
             "loom_readmissions_total{cause=\"learned\"} %llu\n"
             "loom_readmissions_total{cause=\"moved\"} %llu\n"
+            "loom_readmissions_total{cause=\"node\"} %llu\n"
             "# HELP loom_jobs_failed_total Jobs failed for good (restarts used up).\n"
             "# TYPE loom_jobs_failed_total counter\nloom_jobs_failed_total %llu\n"
             "# HELP loom_attaches_total Workers attached to a job.\n"
             "# TYPE loom_attaches_total counter\nloom_attaches_total %llu\n",
             (unsigned long long)m->restarts, (unsigned long long)m->drift_resubmits,
             (unsigned long long)m->learned_resubmits, (unsigned long long)m->moved_resubmits,
+            (unsigned long long)m->node_resubmits,
             (unsigned long long)m->failed_final, (unsigned long long)m->attaches);
         put(&b, "# HELP loom_job_phase_drift_ratio p95 of a live job's recent phase times over "
                 "the planned time (absent until the window is full).\n"

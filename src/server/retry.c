@@ -232,6 +232,7 @@ static void readmit(loom_server *s, srv_job *j, const char *cause, const char *w
                 s->m.moved_resubmits++;
         } else if (!strcmp(cause, "node")) {
                 r->resubmits++;
+                s->m.node_resubmits++;
         } else {
                 r->restarts++;
                 s->m.restarts++;

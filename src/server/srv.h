@@ -237,6 +237,7 @@ typedef struct srv_metrics {
         uint64_t restarts, drift_resubmits, failed_final, attaches;
         uint64_t learned_resubmits; /* re-admissions on a learned profile (observe said 2) */
         uint64_t moved_resubmits;   /* lone members moved to another group (observe said 3) */
+        uint64_t node_resubmits;    /* jobs whose node failed or was drained (no restart spent) */
         uint64_t commits;
         uint64_t store_errors;  /* failed store writes (batches rolled back) */
         uint64_t exec_failures; /* worker failures seen by the executor */

@@ -113,6 +113,8 @@ wait(lambda: job(2)["iterations_done"] >= d0 + 2, "q makes progress on the other
 print(f"     q running again on {other} {time.time() - t0:.1f} s after {qt} went down")
 j = job(2)
 check(j["restarts"] == 0, f"a node failure spends no restart (restarts {j['restarts']})")
+m = re.search(r'loom_readmissions_total\{cause="node"\} (\d+)', ld.req("GET", "/metrics")[1])
+check(m and int(m.group(1)) >= 1, "/metrics counts it as a node re-admission, not a restart")
 subprocess.run(["scontrol", "update", f"nodename={qt}", "state=resume"], capture_output=True)
 
 # ---- a drained node takes no new placement -----------------------------------------------------
