@@ -130,7 +130,10 @@ int loom_cmd_micro(int argc, char **argv)
         loom_err_clear(&e);
         loom_scenario sc;
         if (loom_scenario_load(scen, &sc, &e)) {
-                if (e.line > 0)
+                size_t n = strlen(scen);
+                if (!strncmp(e.msg, scen, n) && e.msg[n] == ':') /* unreadable: path named */
+                        fprintf(stderr, "loom micro: %s\n", e.msg);
+                else if (e.line > 0)
                         fprintf(stderr, "loom micro: %s:%d:%d: %s\n", scen, e.line, e.col, e.msg);
                 else
                         fprintf(stderr, "loom micro: %s: %s\n", scen, e.msg);

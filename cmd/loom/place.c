@@ -32,7 +32,10 @@ static void usage(FILE *f)
 
 static void print_err(const char *path, const loom_err *e)
 {
-        if (e->line > 0)
+        size_t n = strlen(path);
+        if (!strncmp(e->msg, path, n) && e->msg[n] == ':') /* unreadable: the path is there */
+                fprintf(stderr, "loom place: %s\n", e->msg);
+        else if (e->line > 0)
                 fprintf(stderr, "loom place: %s:%d:%d: %s\n", path, e->line, e->col, e->msg);
         else
                 fprintf(stderr, "loom place: %s: %s\n", path, e->msg);

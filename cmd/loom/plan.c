@@ -65,7 +65,10 @@ static int bad_usage(const char *msg)
 
 static void print_err(const char *path, const loom_err *e)
 {
-        if (e->line > 0)
+        size_t n = strlen(path);
+        if (!strncmp(e->msg, path, n) && e->msg[n] == ':') /* unreadable: the path is there */
+                fprintf(stderr, "loom plan: %s\n", e->msg);
+        else if (e->line > 0)
                 fprintf(stderr, "loom plan: %s:%d:%d: %s\n", path, e->line, e->col, e->msg);
         else
                 fprintf(stderr, "loom plan: %s: %s\n", path, e->msg);

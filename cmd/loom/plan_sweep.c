@@ -48,7 +48,7 @@ static int load_scenario(void *ctx, const char *file, loom_plan_cluster *c, loom
                 rc = loom_plan_cluster_parse(text, len, c, name, sizeof name, e);
                 free(text);
         }
-        if (rc) {
+        if (rc && strncmp(e->msg, path, strlen(path))) { /* unless it names the file already */
                 loom_err in = *e;
                 loom_err_set(e, rc, in.field, "%s: %s", path, in.msg);
         }

@@ -150,7 +150,8 @@ static int special(opts *o, const char *name, const char *v)
         } else if (!strcmp(name, "slo") && loom_sim_slo_parse(v, &wl->slo, &e)) {
                 return bad("--slo", v);
         } else if (!strcmp(name, "policy") && loom_sim_policy_list_parse(v, &o->c.policies, &e)) {
-                return bad("--policy", v);
+                fprintf(stderr, "loom sim: --policy: %s\n", e.msg); /* it lists the valid ones */
+                return 2;
         } else if (!strcmp(name, "drift") && loom_sim_drift_parse(v, &wl->drift)) {
                 return bad("--drift (none|increasing|decreasing|mixed)", v);
         } else if (!strcmp(name, "admission") && loom_admission_parse(v, &pol->admission)) {

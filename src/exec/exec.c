@@ -79,9 +79,11 @@ int loom_exec_cfg_load(loom_exec_cfg *c, const char *path, loom_err *e)
 {
         json_error_t je;
         json_t *root = json_load_file(path, 0, &je);
-        if (!root)
-                return loom_err_set(e, je.line < 0 ? LOOM_EIO : LOOM_EINVAL, "", "%s:%d:%d: %s",
-                                    path, je.line, je.column, je.text);
+        if (!root && je.line < 0) /* not opened or read: jansson's text names the file */
+                return loom_err_set(e, LOOM_EIO, "", "%s", je.text);
+        if (!root) /* its column is 0 at a line's start (an end of file there) */
+                return loom_err_set(e, LOOM_EINVAL, "", "%s:%d:%d: %s", path, je.line,
+                                    je.column > 0 ? je.column : 1, je.text);
         loom_exec_cfg tmp = *c;
         int rc = 0;
         for (int p = 0; p < 2 && !rc; p++)

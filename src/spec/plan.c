@@ -46,6 +46,9 @@ static int unknown_fields(const dctx *c, json_t *obj, const char *where, const c
                 return 0;
         char p[256];
         snprintf(p, sizeof p, "%s%s%s", where, where[0] ? "." : "", k);
+        const char *near = loom__spec_nearest(k, known, NULL);
+        if (near)
+                return fail(c, p, "unknown field (did you mean \"%s\"?)", near);
         return fail(c, p, "unknown field");
 }
 

@@ -5,8 +5,10 @@
  * Jansson reports positions only for syntax errors; for a semantic error we find the field's
  * position by walking the original text (loom_json_locate in locate.c).
  */
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -154,10 +156,54 @@ const char *loom__spec_unknown_key(json_t *obj, const char *const *known, const 
         return NULL;
 }
 
+/* Levenshtein distance of a and b (letters compared without case), both at most 63 bytes
+ * (longer ones count as far apart). */
+static size_t edit_distance(const char *a, const char *b)
+{
+        size_t n = strlen(a), m = strlen(b), row[64];
+        if (n >= 64 || m >= 64)
+                return SIZE_MAX;
+        for (size_t j = 0; j <= m; j++)
+                row[j] = j;
+        for (size_t i = 1; i <= n; i++) {
+                size_t diag = row[0];
+                row[0] = i;
+                for (size_t j = 1; j <= m; j++) {
+                        size_t up = row[j];
+                        size_t sub = diag + (tolower((unsigned char)a[i - 1]) !=
+                                             tolower((unsigned char)b[j - 1]));
+                        size_t best = up + 1 < row[j - 1] + 1 ? up + 1 : row[j - 1] + 1;
+                        row[j] = sub < best ? sub : best;
+                        diag = up;
+                }
+        }
+        return row[m];
+}
+
+const char *loom__spec_nearest(const char *key, const char *const *known, const char *const *extra)
+{
+        size_t len = strlen(key), limit = len / 3 > 2 ? len / 3 : 2, best_d = SIZE_MAX;
+        const char *best = NULL;
+        for (int l = 0; l < 2; l++) {
+                const char *const *names = l ? extra : known;
+                for (int i = 0; names && names[i]; i++) {
+                        size_t d = edit_distance(key, names[i]);
+                        if (d < best_d && d < strlen(names[i])) {
+                                best_d = d;
+                                best = names[i];
+                        }
+                }
+        }
+        return best_d <= limit ? best : NULL;
+}
+
 static int check_fields(const dctx *c, json_t *obj, const char *const *known,
                         const char *const *extra)
 {
         const char *key = loom__spec_unknown_key(obj, known, extra);
+        const char *near = key ? loom__spec_nearest(key, known, extra) : NULL;
+        if (near)
+                return fail(c, key, "unknown field (did you mean \"%s\"?)", near);
         return key ? fail(c, key, "unknown field") : 0;
 }
 
@@ -439,12 +485,22 @@ int loom_policy_cfg_from_json(json_t *obj, const char *where, const char *text, 
 json_t *loom_json_parse(const char *text, size_t len, loom_err *e)
 {
         json_error_t je;
+        size_t blank = 0;
+        while (text && blank < len && text[blank] && strchr(" \t\r\n", text[blank]))
+                blank++;
+        if (!text || blank == len) { /* jansson: "wrong arguments" at -1:-1 for no text at all */
+                loom_err_set(e, LOOM_EINVAL, "", "invalid JSON: %s",
+                             len ? "only white space, no value" : "empty, no value");
+                if (e)
+                        e->line = e->col = 1;
+                return NULL;
+        }
         json_t *v = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
         if (!v) {
                 loom_err_set(e, LOOM_EINVAL, "", "invalid JSON: %s", je.text);
-                if (e) {
+                if (e) { /* jansson's column is 0 at a line's start (an end of file there) */
                         e->line = je.line > 0 ? je.line : 0;
-                        e->col = je.column > 0 ? je.column : 0;
+                        e->col = je.line > 0 ? (je.column > 0 ? je.column : 1) : 0;
                 }
         }
         return v;

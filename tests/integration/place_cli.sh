@@ -55,6 +55,16 @@ check "syntax error position" grep -q "syntax.json:2:" "$tmp/err"
 
 "$loom" place "$tmp/missing.json" >/dev/null 2>"$tmp/err"
 check "missing file exits 1" test $? -eq 1
+check "missing file named once" test "$(grep -o "missing.json" "$tmp/err" | wc -l)" -eq 1
+: >"$tmp/empty.json"
+"$loom" place "$tmp/empty.json" >/dev/null 2>"$tmp/err"
+check "empty file: 1:1, not -1:-1 or column 0" grep -q "empty.json:1:1: invalid JSON: empty" "$tmp/err"
+printf '{"jobs": [\n' >"$tmp/cut.json"
+"$loom" place "$tmp/cut.json" >/dev/null 2>"$tmp/err"
+check "file cut short: the end's line and column" grep -q "cut.json:2:1: invalid JSON" "$tmp/err"
+echo '{"jobs": [{"id": "A", "rollout_gpu": 8}]}' >"$tmp/typo.json"
+"$loom" place "$tmp/typo.json" >/dev/null 2>"$tmp/err"
+check "unknown field suggests the nearest" grep -qF 'jobs[0].rollout_gpu: unknown field (did you mean "rollout_gpus"?)' "$tmp/err"
 "$loom" place >/dev/null 2>&1
 check "no argument exits 2" test $? -eq 2
 "$loom" place --bogus x >/dev/null 2>&1

@@ -20,7 +20,9 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 "$loom" sim --help >"$tmp/help" && grep -q -- "--arrivals poisson" "$tmp/help" || fail "sim --help"
 "$loom" micro --help >"$tmp/help" && grep -q temporal "$tmp/help" || fail "micro --help"
 set +e
-"$loom" sim --policy nonsense >/dev/null 2>&1; [ $? -eq 2 ] || fail "unknown policy must exit 2"
+"$loom" sim --policy nonsense >/dev/null 2>"$tmp/err"; [ $? -eq 2 ] || fail "unknown policy must exit 2"
+grep -q "unknown policy 'nonsense' (loom, loom-nomig, .*, all)" "$tmp/err" ||
+  fail "an unknown policy lists the valid ones: $(cat "$tmp/err")"
 "$loom" sim --rows 5 >/dev/null 2>&1; [ $? -eq 2 ] || fail "bad --rows must exit 2"
 "$loom" micro nosuch >/dev/null 2>&1; [ $? -eq 2 ] || fail "unknown micro must exit 2"
 "$loom" sim --decompose --policy loom >/dev/null 2>&1; [ $? -eq 2 ] || fail "--decompose with --policy must exit 2"

@@ -248,6 +248,16 @@ Test(exec, node_map_file_and_names)
         fclose(fp);
         cr_assert_eq(loom_exec_cfg_load(&c, path, &e), LOOM_EINVAL);
         cr_assert(strstr(e.msg, "map.json:2:"), "file:line:col: %s", e.msg);
+        fp = fopen(path, "w"); /* empty: a position, not jansson's column 0 */
+        fclose(fp);
+        cr_assert_eq(loom_exec_cfg_load(&c, path, &e), LOOM_EINVAL);
+        cr_assert(strstr(e.msg, "map.json:1:1: "), "file:line:col: %s", e.msg);
+        char missing[160];
+        snprintf(missing, sizeof missing, "%s/none.json", dir);
+        cr_assert_eq(loom_exec_cfg_load(&c, missing, &e), LOOM_EIO);
+        cr_assert(!strstr(e.msg, "-1"), "no -1:-1: %s", e.msg);
+        const char *first = strstr(e.msg, missing);
+        cr_assert(first && !strstr(first + 1, missing), "the path once: %s", e.msg);
         fp = fopen(path, "w");
         fputs("{\"rollout\": {\"partition\": \"inf\", \"nodes\": [\"a\", \"b\"]},"
               " \"train\": {\"nodes\": [\"c\"]}}",

@@ -112,6 +112,57 @@ Test(spec, syntax_errors_have_positions)
         cr_assert(strstr(e.msg, "invalid JSON"));
 }
 
+Test(spec, empty_and_truncated_files_have_positions)
+{
+        /* jansson gives no position (-1:-1) for no text and column 0 at a line's start */
+        const struct {
+                const char *text;
+                int line, col;
+                const char *msg;
+        } cases[] = {
+            {"", 1, 1, "invalid JSON: empty, no value"},
+            {"  \n\t", 1, 1, "invalid JSON: only white space, no value"},
+            {"{\"jobs\": [\n", 2, 1, "invalid JSON: ']' expected near end of file"},
+            {"{\"jobs\": [", 1, 10, "invalid JSON: ']' expected near end of file"},
+        };
+        for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+                loom_scenario sc;
+                loom_err e;
+                cr_assert_eq(parse(cases[i].text, &sc, &e), LOOM_EINVAL, "case %zu", i);
+                cr_assert_eq(e.line, cases[i].line, "case %zu: line %d", i, e.line);
+                cr_assert_eq(e.col, cases[i].col, "case %zu: col %d", i, e.col);
+                cr_assert_str_eq(e.msg, cases[i].msg, "case %zu", i);
+        }
+        loom_err e;
+        cr_assert_null(loom_json_parse(NULL, 0, &e));
+        cr_assert_eq(e.line, 1);
+        cr_assert_eq(e.col, 1);
+}
+
+Test(spec, an_unknown_field_suggests_the_nearest_known_one)
+{
+        const struct {
+                const char *text, *msg;
+        } cases[] = {
+            {"{\"jobs\": [{\"rollout_gpu\": 8}]}",
+             "jobs[0].rollout_gpu: unknown field (did you mean \"rollout_gpus\"?)"},
+            {"{\"jobs\": [], \"polcy\": {}}", "polcy: unknown field (did you mean \"policy\"?)"},
+            {"{\"jobs\": [], \"policy\": {\"Max_Grop_Size\": 2}}",
+             "policy.Max_Grop_Size: unknown field (did you mean \"max_group_size\"?)"},
+            {"{\"jobs\": [], \"cluster\": {\"gpus_per_nod\": 8}}",
+             "cluster.gpus_per_nod: unknown field (did you mean \"gpus_per_node\"?)"},
+            /* nothing near: no guess */
+            {"{\"jobs\": [], \"cluster\": {\"colour\": 1}}", "cluster.colour: unknown field"},
+            {"{\"jobs\": [], \"xy\": 1}", "xy: unknown field"},
+        };
+        for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+                loom_scenario sc;
+                loom_err e;
+                cr_assert_eq(parse(cases[i].text, &sc, &e), LOOM_EINVAL, "case %zu", i);
+                cr_assert_str_eq(e.msg, cases[i].msg, "case %zu", i);
+        }
+}
+
 Test(spec, locate_finds_nested_paths)
 {
         const char *t = "{\"a\": {\"b\": [1, {\"c\": 2}]},\n \"d\": \"x\"}";
