@@ -29,29 +29,6 @@
 #include "loom/spec.h"
 #include "srv.h"
 
-const char *srv_job_state_name(int s)
-{
-        static const char *const names[] = {"queued", "running", "finished", "failed", "cancelled"};
-        return s >= 0 && s <= SJ_CANCELLED ? names[s] : "?";
-}
-
-void srv_log(loom_server *s, const char *fmt, ...)
-{
-        if (!s->cfg.log)
-                return;
-        char line[512];
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(line, sizeof line, fmt, ap);
-        va_end(ap);
-        s->cfg.log(s->cfg.log_arg, line);
-}
-
-srv_job *srv_job_get(loom_server *s, uint32_t id)
-{
-        return id >= 1 && id <= s->n_jobs ? s->jobs[id - 1] : NULL;
-}
-
 int srv_job_add(loom_server *s, srv_job *j)
 {
         if (j->id != s->n_jobs + 1)
@@ -139,17 +116,6 @@ static json_t *lease_json_phase(loom_server *s, const srv_job *j)
                          loom_phase_name(l->phase), "pool", loom_pool_name(l->pool), "nodes",
                          nodes_json(l->nodes, l->n_nodes), "gpus", l->gpus, "lease_timeout_s",
                          s->cfg.lease_timeout_s, "iteration", (json_int_t)(j->done + 1));
-}
-
-double srv_job_cost(const loom_server *s, const srv_job *j, int64_t wall, double *per_hour)
-{
-        const loom_cluster_cfg *c = &s->cfg.cluster;
-        double ph = j->spec.rollout_gpus * c->gpu[0].price_per_hour +
-                    j->spec.train_gpus * c->gpu[1].price_per_hour;
-        if (per_hour)
-                *per_hour = ph;
-        double h = (double)((j->ended_wall ? j->ended_wall : wall) - j->submitted_wall) / 3.6e9;
-        return ph * (h > 0 ? h : 0);
 }
 
 json_t *srv_job_json(loom_server *s, const srv_job *j, bool full)

@@ -182,6 +182,11 @@ static void drain_discard(loom_sched *sc)
  * bit for bit: every entry up to the last one is marked to re-derive (meta "lenient_through")
  * and replay takes what this core decides for them, while later entries are checked as
  * always. Because the core is deterministic every later start re-derives the same. */
+static int add_job(void *arg, srv_job *j)
+{
+        return srv_job_add(arg, j);
+}
+
 static int settle_arith(loom_server *s, char *was, size_t len, loom_err *e)
 {
         char *arith = NULL, *through = NULL, mine[16];
@@ -337,7 +342,7 @@ static int replay_store(loom_server *s, char *was, size_t len, loom_err *e)
         s->diverged_placements = s->diverged_kept = s->diverged_profiles = 0;
         int rc = settle_arith(s, was, len, e);
         if (!rc)
-                rc = srv_store_load_jobs(s->store, s, e);
+                rc = srv_store_load_jobs(s->store, add_job, s, e);
         srv_replay rp = {s, e, calloc(s->n_jobs + 1, sizeof *rp.core), 0};
         if (!rc && !rp.core)
                 rc = loom_err_set(e, LOOM_ENOMEM, "", "out of memory");

@@ -561,8 +561,9 @@ int srv_store_leases_active(srv_store *st,
                             void (*fn)(void *arg, int64_t id, uint32_t job, loom_phase phase,
                                        int64_t granted_us),
                             void *arg, loom_err *e);
-/* Load every job row into s (ascending id) with state, counters and placement. */
-int srv_store_load_jobs(srv_store *st, loom_server *s, loom_err *e);
+/* Every job row (ascending id) with state, counters and placement, handed to add (the job
+ * table's srv_job_add: LOOM_ESTATE when the ids are not dense); a job add refused is freed. */
+int srv_store_load_jobs(srv_store *st, int (*add)(void *arg, srv_job *j), void *arg, loom_err *e);
 /* Call fn for every log entry in order; stops at the first non-zero return. */
 /* Replay (server.c): one log entry into s->sched, checked against what the store says. */
 typedef struct srv_replay {

@@ -727,7 +727,7 @@ static int row_to_job(sqlite3_stmt *q, srv_job *j, loom_err *e)
         return 0;
 }
 
-int srv_store_load_jobs(srv_store *st, loom_server *s, loom_err *e)
+int srv_store_load_jobs(srv_store *st, int (*add)(void *arg, srv_job *j), void *arg, loom_err *e)
 {
         sqlite3_stmt *q;
         if (sqlite3_prepare_v2(st->db,
@@ -745,11 +745,11 @@ int srv_store_load_jobs(srv_store *st, loom_server *s, loom_err *e)
                         break;
                 }
                 rc = row_to_job(q, j, e);
-                if (!rc && j->id != s->n_jobs + 1)
+                if (!rc && (rc = add(arg, j)) == LOOM_ESTATE)
                         rc = loom_err_set(e, LOOM_ECORRUPT, "store", "job ids not dense at %u",
                                           j->id);
-                if (!rc)
-                        rc = srv_job_add(s, j);
+                else if (rc && rc != LOOM_ECORRUPT)
+                        rc = loom_err_set(e, rc, "store", "job %u: %s", j->id, loom_strerror(rc));
                 if (rc) {
                         json_decref(j->decision);
                         free(j);

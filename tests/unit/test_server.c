@@ -17,6 +17,11 @@
 #include "loom/spec.h"
 #include "srv.h"
 
+static int add_job(void *arg, srv_job *j)
+{
+        return srv_job_add(arg, j);
+}
+
 static char *tmpdir(void)
 {
         char *d = strdup("/tmp/loom-test-server-XXXXXX");
@@ -314,7 +319,7 @@ Test(server, store_round_trip)
         cr_assert_eq(srv_store_lease_next_id(st, &next, &e), 0);
         cr_assert_eq(next, 10);
         loom_server *s = calloc(1, sizeof *s);
-        cr_assert_eq(srv_store_load_jobs(st, s, &e), 0, "%s", e.msg);
+        cr_assert_eq(srv_store_load_jobs(st, add_job, s, &e), 0, "%s", e.msg);
         cr_assert_eq(s->n_jobs, 1);
         srv_job *k = s->jobs[0];
         cr_assert_eq(k->spec.t_roll, 2000001);
