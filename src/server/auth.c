@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include <microhttpd.h>
+#include <nettle/base16.h>
 #include <nettle/hmac.h>
 #include <nettle/memops.h>
 #include <nettle/sha2.h>
@@ -89,11 +90,7 @@ int loom_tenant_check(const char *name, loom_err *e)
 
 static void hex(const uint8_t *b, size_t n, char *out)
 {
-        static const char d[] = "0123456789abcdef";
-        for (size_t i = 0; i < n; i++) {
-                out[2 * i] = d[b[i] >> 4];
-                out[2 * i + 1] = d[b[i] & 15];
-        }
+        base16_encode_update(out, n, b); /* nettle: lower-case digits */
         out[2 * n] = '\0';
 }
 
