@@ -19,14 +19,14 @@ struct etcd_client {
         int retry_ms;
 };
 
-static int64_t now_ms(void)
+int64_t etcd_now_ms(void)
 {
         struct timespec t;
         clock_gettime(CLOCK_MONOTONIC, &t);
         return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
 }
 
-static void sleep_ms(long ms)
+void etcd_sleep_ms(long ms)
 {
         struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
         nanosleep(&t, NULL);
@@ -206,7 +206,7 @@ int etcd_call(etcd_client *c, const char *path, json_t *req, json_t **resp, long
                         curl_easy_cleanup(h);
                 return loom_err_set(e, LOOM_ENOMEM, path, "out of memory");
         }
-        int64_t until = now_ms() + c->retry_ms;
+        int64_t until = etcd_now_ms() + c->retry_ms;
         int rc = LOOM_EIO;
         char why[256] = "";
         size_t tried = 0;
@@ -250,13 +250,13 @@ int etcd_call(etcd_client *c, const char *path, json_t *req, json_t **resp, long
                 /* transport error or no leader there: the next endpoint */
                 c->cur = (c->cur + 1) % c->nep;
                 if (++tried % c->nep == 0) {
-                        if (now_ms() >= until) {
+                        if (etcd_now_ms() >= until) {
                                 loom_err_set(e, LOOM_EIO, path,
                                              "no etcd endpoint answered (%zu tried); endpoint %s: %s",
                                              c->nep, ep, why);
                                 break;
                         }
-                        sleep_ms(100);
+                        etcd_sleep_ms(100);
                 }
         }
         curl_easy_cleanup(h);

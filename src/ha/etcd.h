@@ -30,6 +30,10 @@ const char *etcd_endpoint(const etcd_client *c);
 int etcd_call(etcd_client *c, const char *path, json_t *req, json_t **resp, long timeout_ms,
               loom_err *e);
 
+/* The monotonic clock in ms, and a sleep of ms (the whole of src/ha's timing). */
+int64_t etcd_now_ms(void);
+void etcd_sleep_ms(long ms);
+
 /* base64 helpers: a new string / a new buffer (NUL-terminated too) with its length. */
 char *etcd_b64(const void *p, size_t n);
 int etcd_unb64(const char *s, char **out, size_t *n);

@@ -268,13 +268,6 @@ static int watch_cb(void *arg, const char *key, const char *val, size_t n, int64
         return w->stop;
 }
 
-static int64_t mono_ms(void)
-{
-        struct timespec t;
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
-
 int loom_ha_watch(loom_ha *h, uint64_t from, loom_ha_fn fn, void *arg, long timeout_ms,
                   loom_err *e)
 {
@@ -283,7 +276,7 @@ int loom_ha_watch(loom_ha *h, uint64_t from, loom_ha_fn fn, void *arg, long time
         int rc = loom_ha_read_from(h, from, read_cb, &w, &rev, e);
         if (rc || w.stop)
                 return rc;
-        int64_t until = timeout_ms > 0 ? mono_ms() + timeout_ms : 0;
+        int64_t until = timeout_ms > 0 ? etcd_now_ms() + timeout_ms : 0;
         char *end = etcd_prefix_end(h->logp);
         if (!end)
                 return loom_err_set(e, LOOM_ENOMEM, "ha", "out of memory");
@@ -291,7 +284,7 @@ int loom_ha_watch(loom_ha *h, uint64_t from, loom_ha_fn fn, void *arg, long time
         for (;;) {
                 long left = 0;
                 if (until) {
-                        left = (long)(until - mono_ms());
+                        left = (long)(until - etcd_now_ms());
                         if (left <= 0) {
                                 rc = loom_err_set(e, LOOM_ETIMEDOUT, "watch",
                                                   "no log entry past seq %" PRIu64 " in time", w.next - 1);
@@ -306,8 +299,7 @@ int loom_ha_watch(loom_ha *h, uint64_t from, loom_ha_fn fn, void *arg, long time
                  * already delivered are skipped by seq */
                 if (last + 1 > start)
                         start = last + 1;
-                struct timespec t = {0, 100000000L};
-                nanosleep(&t, NULL);
+                etcd_sleep_ms(100);
         }
         free(end);
         return w.stop ? 0 : rc;

@@ -40,19 +40,6 @@ struct loom_replica {
         loom_err err; /* failed: why */
 };
 
-static int64_t mono_ms(void)
-{
-        struct timespec t;
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
-
-static void sleep_ms(long ms)
-{
-        struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
-        nanosleep(&t, NULL);
-}
-
 /* "etcd://a:1,b:2" -> "http://a:1,http://b:2" (etcds: https). */
 static char *endpoints_urls(const char *in, loom_err *e)
 {
@@ -182,7 +169,7 @@ static void *follow_main(void *arg)
                 /* a bounded watch: the leader is looked up again, and a stop seen, each second */
                 int rc = loom_ha_watch(r->hw, r->applied + 1, on_entry, r, 1000, &e);
                 if (rc && rc != LOOM_ETIMEDOUT && !atomic_load(&r->failed))
-                        sleep_ms(200); /* etcd unreachable: try again */
+                        etcd_sleep_ms(200); /* etcd unreachable: try again */
         }
         pthread_mutex_lock(&r->mu);
         pthread_cond_broadcast(&r->cv);
@@ -204,22 +191,22 @@ static void lapsed(loom_replica *r)
 static void *keep_main(void *arg)
 {
         loom_replica *r = arg;
-        int64_t last_ok = mono_ms(), lease = atomic_load(&r->lease);
+        int64_t last_ok = etcd_now_ms(), lease = atomic_load(&r->lease);
         long every = r->ttl * 1000L / 3;
         while (!atomic_load(&r->stop_all) && !atomic_load(&r->deposed)) {
                 for (long slept = 0; slept < every && !atomic_load(&r->stop_all); slept += 50)
-                        sleep_ms(50);
+                        etcd_sleep_ms(50);
                 if (atomic_load(&r->stop_all))
                         break;
                 if (atomic_load(&r->lease) != lease) { /* a new candidacy */
                         lease = atomic_load(&r->lease);
-                        last_ok = mono_ms();
+                        last_ok = etcd_now_ms();
                 }
                 if (atomic_load(&r->lease_lost))
                         continue; /* until the campaign thread has a new lease */
                 /* a pause (SIGSTOP, a stalled VM) longer than the lease: it is gone, whatever
                  * the renewal below would say, since another replica may lead meanwhile */
-                if (mono_ms() - last_ok >= r->ttl * 1000L) {
+                if (etcd_now_ms() - last_ok >= r->ttl * 1000L) {
                         lapsed(r);
                         continue;
                 }
@@ -229,7 +216,7 @@ static void *keep_main(void *arg)
                 if (rc == LOOM_ENOENT || (rc == 0 && left <= 0))
                         lapsed(r);
                 else if (rc == 0)
-                        last_ok = mono_ms();
+                        last_ok = etcd_now_ms();
         }
         return NULL;
 }
@@ -257,7 +244,7 @@ static void *campaign_main(void *arg)
                         return NULL;
                 }
                 for (int i = 0; i < 10 && !atomic_load(&r->stop_all); i++)
-                        sleep_ms(50);
+                        etcd_sleep_ms(50);
         }
         return NULL;
 }

@@ -15,6 +15,7 @@
 
 #include "loom/server.h"
 #include "loom/spec.h"
+#include "server_http.h"
 #include "srv.h"
 
 static int add_job(void *arg, srv_job *j)
@@ -22,48 +23,7 @@ static int add_job(void *arg, srv_job *j)
         return srv_job_add(arg, j);
 }
 
-static char *tmpdir(void)
-{
-        char *d = strdup("/tmp/loom-test-server-XXXXXX");
-        cr_assert_not_null(mkdtemp(d));
-        return d;
-}
-
-static void rmdir_all(const char *d)
-{
-        char cmd[256];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", d);
-        cr_assert_eq(system(cmd), 0);
-}
-
 /* One HTTP request on a fresh connection; returns the status, *body gets the body (malloc). */
-static int http(int port, const char *method, const char *path, const char *body, char **out)
-{
-        int fd = socket(AF_INET, SOCK_STREAM, 0);
-        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-        inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-        cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
-        char req[4096];
-        int n = snprintf(req, sizeof req,
-                         "%s %s HTTP/1.1\r\nHost: t\r\nConnection: close\r\n"
-                         "Content-Length: %zu\r\n\r\n%s",
-                         method, path, body ? strlen(body) : 0, body ? body : "");
-        cr_assert_eq(write(fd, req, (size_t)n), n);
-        size_t cap = 1 << 16, len = 0;
-        char *buf = malloc(cap);
-        ssize_t r;
-        while ((r = read(fd, buf + len, cap - 1 - len)) > 0)
-                len += (size_t)r;
-        buf[len] = '\0';
-        close(fd);
-        int status = 0;
-        sscanf(buf, "HTTP/1.1 %d", &status);
-        char *b = strstr(buf, "\r\n\r\n");
-        *out = strdup(b ? b + 4 : "");
-        free(buf);
-        return status;
-}
-
 static const char *spec(char *buf, size_t cap, const char *name, double roll, double train)
 {
         snprintf(buf, cap,
@@ -92,12 +52,12 @@ static loom_server *restart_same_groups(loom_server *s, const char *dir, int *po
         char *before = NULL, *after;
         loom_err e;
         if (s) /* NULL: a first start, on an empty store */
-                cr_assert_eq(http(*port, "GET", "/v1/groups", NULL, &before), 200);
+                cr_assert_eq(test_http(*port, "GET", "/v1/groups", NULL, &before), 200);
         loom_server_free(s);
         s = start(dir, &e);
         cr_assert_not_null(s, "%s", e.msg);
         *port = loom_server_port(s);
-        cr_assert_eq(http(*port, "GET", "/v1/groups", NULL, &after), 200);
+        cr_assert_eq(test_http(*port, "GET", "/v1/groups", NULL, &after), 200);
         if (before)
                 cr_assert_str_eq(after, before);
         free(before);
@@ -107,7 +67,7 @@ static loom_server *restart_same_groups(loom_server *s, const char *dir, int *po
 
 Test(server, restart_replays_the_same_placements)
 {
-        char *dir = tmpdir();
+        char *dir = test_tmpdir();
         loom_err e;
         loom_server *s = start(dir, &e);
         cr_assert_not_null(s, "%s", e.msg);
@@ -117,32 +77,32 @@ Test(server, restart_replays_the_same_placements)
         for (int i = 0; i < 5; i++) {
                 char name[8];
                 snprintf(name, sizeof name, "J%d", i);
-                cr_assert_eq(http(port, "POST", "/v1/jobs",
+                cr_assert_eq(test_http(port, "POST", "/v1/jobs",
                                   spec(b, sizeof b, name, shapes[i][0], shapes[i][1]), &out),
                              201, "%s", out);
                 free(out);
         }
-        cr_assert_eq(http(port, "DELETE", "/v1/jobs/2", NULL, &out), 200);
+        cr_assert_eq(test_http(port, "DELETE", "/v1/jobs/2", NULL, &out), 200);
         free(out);
         /* job 1 runs its rollout and finishes it: next phase train */
-        cr_assert_eq(http(port, "POST", "/v1/jobs/1/phases/rollout/acquire?wait=1", "", &out), 200,
+        cr_assert_eq(test_http(port, "POST", "/v1/jobs/1/phases/rollout/acquire?wait=1", "", &out), 200,
                      "%s", out);
         free(out);
-        cr_assert_eq(http(port, "POST", "/v1/leases/1/release", "{\"status\":\"ok\"}", &out), 200);
+        cr_assert_eq(test_http(port, "POST", "/v1/leases/1/release", "{\"status\":\"ok\"}", &out), 200);
         free(out);
         s = restart_same_groups(s, dir, &port);
-        cr_assert_eq(http(port, "GET", "/v1/jobs/1", NULL, &out), 200);
+        cr_assert_eq(test_http(port, "GET", "/v1/jobs/1", NULL, &out), 200);
         cr_assert(strstr(out, "\"next_phase\":\"train\"") != NULL, "%s", out);
         free(out);
-        cr_assert_eq(http(port, "GET", "/v1/jobs/2", NULL, &out), 200);
+        cr_assert_eq(test_http(port, "GET", "/v1/jobs/2", NULL, &out), 200);
         cr_assert(strstr(out, "\"state\":\"cancelled\"") != NULL, "%s", out);
         free(out);
-        cr_assert_eq(http(port, "POST", "/v1/jobs/1/phases/train/acquire?wait=1", "", &out), 200,
+        cr_assert_eq(test_http(port, "POST", "/v1/jobs/1/phases/train/acquire?wait=1", "", &out), 200,
                      "%s", out);
         cr_assert(strstr(out, "\"lease\":2") != NULL, "lease ids continue: %s", out);
         free(out);
         loom_server_free(s);
-        rmdir_all(dir);
+        test_rmdir(dir);
         free(dir);
 }
 
@@ -151,25 +111,25 @@ Test(server, restart_replays_the_same_placements)
  * two 2 s switches do not fit a 1.02 SLO on a 150 s iteration) and shows both in its spec. */
 Test(server, a_job_s_switch_and_head_survive_a_restart)
 {
-        char *dir = tmpdir(), *out;
+        char *dir = test_tmpdir(), *out;
         int port;
         loom_server *s = restart_same_groups(NULL, dir, &port);
         const char *job = "{\"name\":\"A\",\"rollout_gpus\":8,\"train_gpus\":8,\"t_roll_s\":100,"
                           "\"t_train_s\":50,\"slo\":1.02,\"iterations\":5,\"switch_s\":2,"
                           "\"head_s\":40}";
-        cr_assert_eq(http(port, "POST", "/v1/jobs", job, &out), 201, "%s", out);
+        cr_assert_eq(test_http(port, "POST", "/v1/jobs", job, &out), 201, "%s", out);
         free(out);
-        cr_assert_eq(http(port, "GET", "/v1/groups", NULL, &out), 200);
+        cr_assert_eq(test_http(port, "GET", "/v1/groups", NULL, &out), 200);
         /* its rollout node is provisioned: $42.24 + $14.80 */
         cr_assert(strstr(out, "\"cost_per_hour\":57.04") != NULL, "%s", out);
         free(out);
         s = restart_same_groups(s, dir, &port);
-        cr_assert_eq(http(port, "GET", "/v1/jobs/1", NULL, &out), 200);
+        cr_assert_eq(test_http(port, "GET", "/v1/jobs/1", NULL, &out), 200);
         cr_assert(strstr(out, "\"switch_s\":2") != NULL, "%s", out);
         cr_assert(strstr(out, "\"head_s\":40") != NULL, "the store keeps its head: %s", out);
         free(out);
         loom_server_free(s);
-        rmdir_all(dir);
+        test_rmdir(dir);
         free(dir);
 }
 
@@ -196,13 +156,13 @@ static char *meta_of(const char *dir, const char *key)
  * loomd: it starts, reports the divergence and gives the job this core's placement, stored. */
 Test(server, a_tampered_placement_is_reported_and_replaced)
 {
-        char *dir = tmpdir();
+        char *dir = test_tmpdir();
         loom_err e;
         loom_server *s = start(dir, &e);
         cr_assert_not_null(s);
         char b[512], *out;
         cr_assert_eq(
-            http(loom_server_port(s), "POST", "/v1/jobs", spec(b, sizeof b, "A", 2, 1), &out), 201);
+            test_http(loom_server_port(s), "POST", "/v1/jobs", spec(b, sizeof b, "A", 2, 1), &out), 201);
         free(out);
         loom_server_free(s);
 
@@ -216,7 +176,7 @@ Test(server, a_tampered_placement_is_reported_and_replaced)
         sqlite3_close(db);
         s = start(dir, &e);
         cr_assert_not_null(s, "%s", e.msg);
-        cr_assert_eq(http(loom_server_port(s), "GET", "/v1/jobs/1", NULL, &out), 200);
+        cr_assert_eq(test_http(loom_server_port(s), "GET", "/v1/jobs/1", NULL, &out), 200);
         cr_assert(strstr(out, "\"group\":0") != NULL, "this core's placement: %s", out);
         free(out);
         loom_server_free(s);
@@ -229,13 +189,13 @@ Test(server, a_tampered_placement_is_reported_and_replaced)
         s = start(dir, &e);
         cr_assert_not_null(s, "%s", e.msg);
         loom_server_free(s);
-        rmdir_all(dir);
+        test_rmdir(dir);
         free(dir);
 }
 
 Test(server, store_keeps_its_cluster)
 {
-        char *dir = tmpdir();
+        char *dir = test_tmpdir();
         loom_err e;
         loom_server_cfg cfg;
         loom_server_cfg_default(&cfg);
@@ -248,7 +208,7 @@ Test(server, store_keeps_its_cluster)
         cfg.cluster.gpus_per_node = 4;
         cr_assert_null(loom_server_new(&cfg, &e));
         cr_assert_str_eq(e.field, "cluster");
-        rmdir_all(dir);
+        test_rmdir(dir);
         free(dir);
 }
 
@@ -265,18 +225,18 @@ Test(server, bad_config_names_the_field)
         cr_assert_str_eq(e.field, "lease_timeout");
         cfg.lease_timeout_s = 30;
         snprintf(cfg.listen_host, sizeof cfg.listen_host, "no-such-host.invalid");
-        char *dir = tmpdir();
+        char *dir = test_tmpdir();
         cfg.data_dir = dir;
         cr_assert_null(loom_server_new(&cfg, &e));
         cr_assert_str_eq(e.field, "listen");
         cr_assert(strstr(e.msg, "cannot resolve no-such-host.invalid:7480"), "%s", e.msg);
-        rmdir_all(dir);
+        test_rmdir(dir);
         free(dir);
 }
 
 Test(server, store_round_trip)
 {
-        char *dir = tmpdir();
+        char *dir = test_tmpdir();
         loom_err e;
         srv_store *st;
         cr_assert_eq(srv_store_open(&st, dir, false, &e), 0, "%s", e.msg);
@@ -334,7 +294,7 @@ Test(server, store_round_trip)
         free(s);
         json_decref(j.decision);
         srv_store_close(st);
-        rmdir_all(dir);
+        test_rmdir(dir);
         free(dir);
 }
 
@@ -363,37 +323,37 @@ static bool has(const char *text, const char *needle)
 
 Test(server, a_replaced_worker_restarts_the_job_and_replay_keeps_it)
 {
-        char *dir = tmpdir();
+        char *dir = test_tmpdir();
         loom_err e;
         loom_server *s = start(dir, &e);
         cr_assert_not_null(s, "%s", e.msg);
         int port = loom_server_port(s);
         char b[512], *out;
-        cr_assert_eq(http(port, "POST", "/v1/jobs", spec(b, sizeof b, "A", 2, 1), &out), 201);
+        cr_assert_eq(test_http(port, "POST", "/v1/jobs", spec(b, sizeof b, "A", 2, 1), &out), 201);
         free(out);
-        cr_assert_eq(http(port, "POST", "/v1/jobs", spec(b, sizeof b, "B", 1, 2), &out), 201);
+        cr_assert_eq(test_http(port, "POST", "/v1/jobs", spec(b, sizeof b, "B", 1, 2), &out), 201);
         free(out);
         /* A rolls out, then dies holding its train lease */
-        cr_assert_eq(http(port, "POST", "/v1/jobs/1/phases/rollout/acquire?wait=1", "", &out), 200,
+        cr_assert_eq(test_http(port, "POST", "/v1/jobs/1/phases/rollout/acquire?wait=1", "", &out), 200,
                      "%s", out);
         free(out);
-        cr_assert_eq(http(port, "POST", "/v1/leases/1/release", "{\"status\":\"ok\"}", &out), 200);
+        cr_assert_eq(test_http(port, "POST", "/v1/leases/1/release", "{\"status\":\"ok\"}", &out), 200);
         free(out);
-        cr_assert_eq(http(port, "POST", "/v1/jobs/1/phases/train/acquire?wait=1", "", &out), 200,
+        cr_assert_eq(test_http(port, "POST", "/v1/jobs/1/phases/train/acquire?wait=1", "", &out), 200,
                      "%s", out);
         free(out);
         /* a second process of a live worker takes nothing over */
-        cr_assert_eq(http(port, "POST", "/v1/jobs/1/attach", "{\"takeover\":false}", &out), 200);
+        cr_assert_eq(test_http(port, "POST", "/v1/jobs/1/attach", "{\"takeover\":false}", &out), 200);
         cr_assert(has(out, "\"took_over\":false") && has(out, "\"restarts\":0"), "%s", out);
         free(out);
-        cr_assert_eq(http(port, "POST", "/v1/jobs/1/attach", "", &out), 200);
+        cr_assert_eq(test_http(port, "POST", "/v1/jobs/1/attach", "", &out), 200);
         cr_assert(has(out, "\"took_over\":false"), "no takeover unless asked: %s", out);
         free(out);
-        cr_assert_eq(http(port, "POST", "/v1/jobs/1/attach", "{\"takeover\":\"rollout\"}", &out),
+        cr_assert_eq(test_http(port, "POST", "/v1/jobs/1/attach", "{\"takeover\":\"rollout\"}", &out),
                      200);
         cr_assert(has(out, "\"took_over\":false"), "A holds a train lease, not a rollout: %s", out);
         free(out);
-        cr_assert_eq(http(port, "POST", "/v1/jobs/1/attach", "{\"takeover\":\"train\"}", &out),
+        cr_assert_eq(test_http(port, "POST", "/v1/jobs/1/attach", "{\"takeover\":\"train\"}", &out),
                      200);
         cr_assert(has(out, "\"took_over\":true") && has(out, "\"restarts\":1"), "%s", out);
         cr_assert(has(out, "\"iterations_done\":0") && has(out, "\"resume_iteration\":1"), "%s",
@@ -401,28 +361,28 @@ Test(server, a_replaced_worker_restarts_the_job_and_replay_keeps_it)
         cr_assert(has(out, "\"next_phase\":\"rollout\"") && has(out, "\"cause\":\"restart\""), "%s",
                   out);
         free(out);
-        cr_assert_eq(http(port, "POST", "/v1/leases/2/release", "{\"status\":\"ok\"}", &out), 410,
+        cr_assert_eq(test_http(port, "POST", "/v1/leases/2/release", "{\"status\":\"ok\"}", &out), 410,
                      "the dead worker's lease is gone: %s", out);
         free(out);
-        cr_assert_eq(http(port, "POST", "/v1/jobs/1/attach", "{\"takeover\":1}", &out), 422);
+        cr_assert_eq(test_http(port, "POST", "/v1/jobs/1/attach", "{\"takeover\":1}", &out), 422);
         cr_assert(has(out, "takeover"), "%s", out);
         free(out);
         char *metrics;
-        cr_assert_eq(http(port, "GET", "/metrics", NULL, &metrics), 200);
+        cr_assert_eq(test_http(port, "GET", "/metrics", NULL, &metrics), 200);
         cr_assert(has(metrics, "loom_readmissions_total{cause=\"restart\"} 1"), "%s", metrics);
         free(metrics);
         s = restart_same_groups(s, dir, &port);
-        cr_assert_eq(http(port, "GET", "/v1/jobs/1", NULL, &out), 200);
+        cr_assert_eq(test_http(port, "GET", "/v1/jobs/1", NULL, &out), 200);
         cr_assert(has(out, "\"restarts\":1") && has(out, "\"next_phase\":\"rollout\""), "%s", out);
         free(out);
         /* A came back behind B in the same group: B rolls out, then A redoes iteration 1 */
-        cr_assert_eq(http(port, "POST", "/v1/jobs/2/phases/rollout/acquire?wait=2", "", &out), 200,
+        cr_assert_eq(test_http(port, "POST", "/v1/jobs/2/phases/rollout/acquire?wait=2", "", &out), 200,
                      "%s", out);
         cr_assert(has(out, "\"lease\":3"), "%s", out);
         free(out);
-        cr_assert_eq(http(port, "POST", "/v1/leases/3/release", "{}", &out), 200);
+        cr_assert_eq(test_http(port, "POST", "/v1/leases/3/release", "{}", &out), 200);
         free(out);
-        cr_assert_eq(http(port, "POST", "/v1/jobs/1/phases/rollout/acquire?wait=2", "", &out), 200,
+        cr_assert_eq(test_http(port, "POST", "/v1/jobs/1/phases/rollout/acquire?wait=2", "", &out), 200,
                      "%s", out);
         cr_assert(has(out, "\"iteration\":1"), "%s", out);
         free(out);
@@ -445,13 +405,13 @@ Test(server, a_replaced_worker_restarts_the_job_and_replay_keeps_it)
         char *div = meta_of(dir, "replay_divergences");
         cr_assert(div && has(div, "replay at"), "%s", div ? div : "(none)");
         free(div);
-        rmdir_all(dir);
+        test_rmdir(dir);
         free(dir);
 }
 
 Test(server, max_restarts_zero_fails_at_once_and_bad_values_name_the_field)
 {
-        char *dir = tmpdir();
+        char *dir = test_tmpdir();
         loom_err e;
         loom_server *s = start(dir, &e);
         cr_assert_not_null(s, "%s", e.msg);
@@ -464,33 +424,33 @@ Test(server, max_restarts_zero_fails_at_once_and_bad_values_name_the_field)
                          "{\"rollout_gpus\":8,\"train_gpus\":8,\"t_roll_s\":1,\"t_train_s\":1,"
                          "\"slo\":1.5,\"max_restarts\":%s}",
                          bad[i]);
-                cr_assert_eq(http(port, "POST", "/v1/jobs", b, &out), 422, "%s: %s", bad[i], out);
+                cr_assert_eq(test_http(port, "POST", "/v1/jobs", b, &out), 422, "%s: %s", bad[i], out);
                 cr_assert(has(out, "\"field\":\"max_restarts\""), "%s", out);
                 free(out);
         }
-        cr_assert_eq(http(port, "GET", "/v1/jobs", NULL, &out), 200);
+        cr_assert_eq(test_http(port, "GET", "/v1/jobs", NULL, &out), 200);
         cr_assert_str_eq(out, "{\"jobs\":[],\"next\":null}", "nothing was admitted");
         free(out);
-        cr_assert_eq(http(port, "POST", "/v1/jobs",
+        cr_assert_eq(test_http(port, "POST", "/v1/jobs",
                           "{\"rollout_gpus\":8,\"train_gpus\":8,\"t_roll_s\":1,\"t_train_s\":1,"
                           "\"slo\":1.5,\"max_restarts\":0}",
                           &out),
                      201);
         free(out);
-        cr_assert_eq(http(port, "POST", "/v1/jobs/1/phases/rollout/acquire?wait=1", "", &out), 200);
+        cr_assert_eq(test_http(port, "POST", "/v1/jobs/1/phases/rollout/acquire?wait=1", "", &out), 200);
         free(out);
-        cr_assert_eq(http(port, "POST", "/v1/leases/1/release", "{\"status\":\"failed\"}", &out),
+        cr_assert_eq(test_http(port, "POST", "/v1/leases/1/release", "{\"status\":\"failed\"}", &out),
                      200);
         cr_assert(has(out, "\"state\":\"failed\"") && has(out, "\"restarts\":0"), "%s", out);
         free(out);
         loom_server_free(s);
-        rmdir_all(dir);
+        test_rmdir(dir);
         free(dir);
 }
 
 Test(server, phases_longer_than_planned_readmit_the_job_on_its_observed_profile)
 {
-        char *dir = tmpdir();
+        char *dir = test_tmpdir();
         loom_err e;
         loom_server_cfg cfg;
         loom_server_cfg_default(&cfg);
@@ -503,24 +463,24 @@ Test(server, phases_longer_than_planned_readmit_the_job_on_its_observed_profile)
         int port = loom_server_port(s);
         char b[512], *out;
         /* planned 20 ms per phase; each rollout takes >= 60 ms */
-        cr_assert_eq(http(port, "POST", "/v1/jobs", spec(b, sizeof b, "D", 0.02, 0.02), &out), 201);
+        cr_assert_eq(test_http(port, "POST", "/v1/jobs", spec(b, sizeof b, "D", 0.02, 0.02), &out), 201);
         free(out);
         int64_t lease = 1;
         for (int it = 1; it <= 2; it++) {
                 char p[96];
                 cr_assert_eq(
-                    http(port, "POST", "/v1/jobs/1/phases/rollout/acquire?wait=2", "", &out), 200,
+                    test_http(port, "POST", "/v1/jobs/1/phases/rollout/acquire?wait=2", "", &out), 200,
                     "%s", out);
                 free(out);
                 usleep(60000);
                 snprintf(p, sizeof p, "/v1/leases/%lld/release", (long long)lease++);
-                cr_assert_eq(http(port, "POST", p, "{}", &out), 200);
+                cr_assert_eq(test_http(port, "POST", p, "{}", &out), 200);
                 free(out);
-                cr_assert_eq(http(port, "POST", "/v1/jobs/1/phases/train/acquire?wait=2", "", &out),
+                cr_assert_eq(test_http(port, "POST", "/v1/jobs/1/phases/train/acquire?wait=2", "", &out),
                              200, "%s", out);
                 free(out);
                 snprintf(p, sizeof p, "/v1/leases/%lld/release", (long long)lease++);
-                cr_assert_eq(http(port, "POST", p, "{}", &out), 200);
+                cr_assert_eq(test_http(port, "POST", p, "{}", &out), 200);
                 cr_assert(has(out, it == 1 ? "\"resubmits\":0" : "\"resubmits\":1"), "%d: %s", it,
                           out);
                 free(out);
@@ -532,12 +492,12 @@ Test(server, phases_longer_than_planned_readmit_the_job_on_its_observed_profile)
                         cr_assert_not_null(s, "%s", e.msg);
                         cr_assert_eq(loom_server_start(s, &e), 0, "%s", e.msg);
                         port = loom_server_port(s);
-                        cr_assert_eq(http(port, "GET", "/v1/jobs/1", NULL, &out), 200);
+                        cr_assert_eq(test_http(port, "GET", "/v1/jobs/1", NULL, &out), 200);
                         cr_assert(has(out, "\"samples\":1"), "%s", out);
                         free(out);
                 }
         }
-        cr_assert_eq(http(port, "GET", "/v1/jobs/1", NULL, &out), 200);
+        cr_assert_eq(test_http(port, "GET", "/v1/jobs/1", NULL, &out), 200);
         cr_assert(has(out, "\"cause\":\"drift\"") && has(out, "planned rollout"), "%s", out);
         cr_assert(has(out, "\"iterations_done\":2") && has(out, "\"restarts\":0"), "%s", out);
         double roll = 0;
@@ -546,11 +506,11 @@ Test(server, phases_longer_than_planned_readmit_the_job_on_its_observed_profile)
         sscanf(p + strlen("\"profile\":{\"t_roll_s\":"), "%lf", &roll);
         cr_assert(roll >= 0.06, "planned rollout raised to the observed p95: %g", roll);
         free(out);
-        cr_assert_eq(http(port, "GET", "/metrics", NULL, &out), 200);
+        cr_assert_eq(test_http(port, "GET", "/metrics", NULL, &out), 200);
         cr_assert(has(out, "loom_readmissions_total{cause=\"drift\"} 1"), "%s", out);
         free(out);
         loom_server_free(s);
-        rmdir_all(dir);
+        test_rmdir(dir);
         free(dir);
 }
 

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "loom/server.h"
+#include "server_http.h"
 #include "srv.h"
 
 typedef struct {
@@ -63,48 +64,6 @@ static void memlog_free(memlog *l)
         free(l->e);
         free(l->n);
         free(l->snap);
-}
-
-static char *tmpdir(void)
-{
-        char *d = strdup("/tmp/loom-test-replog-XXXXXX");
-        cr_assert_not_null(mkdtemp(d));
-        return d;
-}
-
-static void rm_all(const char *d)
-{
-        char cmd[256];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", d);
-        cr_assert_eq(system(cmd), 0);
-}
-
-static int http(int port, const char *method, const char *path, const char *body, char **out)
-{
-        int fd = socket(AF_INET, SOCK_STREAM, 0);
-        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-        inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-        cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
-        char req[4096];
-        int n = snprintf(req, sizeof req,
-                         "%s %s HTTP/1.1\r\nHost: t\r\nConnection: close\r\n"
-                         "Content-Length: %zu\r\n\r\n%s",
-                         method, path, body ? strlen(body) : 0, body ? body : "");
-        cr_assert_eq(write(fd, req, (size_t)n), n);
-        size_t cap = 1 << 16, len = 0;
-        char *buf = malloc(cap);
-        ssize_t r;
-        while ((r = read(fd, buf + len, cap - 1 - len)) > 0)
-                len += (size_t)r;
-        buf[len] = '\0';
-        close(fd);
-        int status = 0;
-        sscanf(buf, "HTTP/1.1 %d", &status);
-        char *b = strstr(buf, "\r\n\r\n");
-        if (out)
-                *out = strdup(b ? b + 4 : "");
-        free(buf);
-        return status;
 }
 
 static loom_server *serve(const char *dir, memlog *log, const char *url)
@@ -176,7 +135,7 @@ static void submit(int port, const char *name, double slo)
                  "{\"name\":\"%s\",\"rollout_gpus\":8,\"train_gpus\":8,\"t_roll_s\":61.7,"
                  "\"t_train_s\":29.3,\"slo\":%.17g,\"iterations\":4}",
                  name, slo);
-        cr_assert_eq(http(port, "POST", "/v1/jobs", body, NULL), 201, "submit %s", name);
+        cr_assert_eq(test_http(port, "POST", "/v1/jobs", body, NULL), 201, "submit %s", name);
 }
 
 static void run_iteration(int port, int job)
@@ -185,20 +144,20 @@ static void run_iteration(int port, int job)
         for (int p = 0; p < 2; p++) {
                 char path[128], *body;
                 snprintf(path, sizeof path, "/v1/jobs/%d/phases/%s/acquire?wait=2", job, ph[p]);
-                cr_assert_eq(http(port, "POST", path, NULL, &body), 200, "%s", body);
+                cr_assert_eq(test_http(port, "POST", path, NULL, &body), 200, "%s", body);
                 long long lease = 0;
                 char *l = strstr(body, "\"lease\":");
                 cr_assert_not_null(l);
                 sscanf(l, "\"lease\":%lld", &lease);
                 free(body);
                 snprintf(path, sizeof path, "/v1/leases/%lld/release", lease);
-                cr_assert_eq(http(port, "POST", path, "{\"status\":\"ok\"}", NULL), 200);
+                cr_assert_eq(test_http(port, "POST", path, "{\"status\":\"ok\"}", NULL), 200);
         }
 }
 
 Test(replog, a_follower_holds_the_leader_s_rows_bit_for_bit)
 {
-        char *ld = tmpdir(), *fd = tmpdir();
+        char *ld = test_tmpdir(), *fd = test_tmpdir();
         memlog log = {0};
         loom_server *s = serve(ld, &log, NULL);
         int port = loom_server_port(s);
@@ -207,7 +166,7 @@ Test(replog, a_follower_holds_the_leader_s_rows_bit_for_bit)
         submit(port, "c", M_PI);
         run_iteration(port, 1);
         run_iteration(port, 2);
-        cr_assert_eq(http(port, "DELETE", "/v1/jobs/3", NULL, NULL), 200);
+        cr_assert_eq(test_http(port, "DELETE", "/v1/jobs/3", NULL, NULL), 200);
         loom_server_stop(s);
         loom_server_free(s);
         cr_assert_gt(log.count, 8, "every commit is an entry (%d)", log.count);
@@ -227,28 +186,28 @@ Test(replog, a_follower_holds_the_leader_s_rows_bit_for_bit)
         /* a server on the follower's store takes over: the same jobs, placements and state */
         loom_server *t = serve(fd, NULL, "http://127.0.0.1:1");
         char *jobs;
-        cr_assert_eq(http(loom_server_port(t), "GET", "/v1/jobs/1", NULL, &jobs), 200);
+        cr_assert_eq(test_http(loom_server_port(t), "GET", "/v1/jobs/1", NULL, &jobs), 200);
         cr_assert(strstr(jobs, "\"iterations_done\":1"), "%s", jobs);
         free(jobs);
-        cr_assert_eq(http(loom_server_port(t), "GET", "/v1/jobs/3", NULL, &jobs), 200);
+        cr_assert_eq(test_http(loom_server_port(t), "GET", "/v1/jobs/3", NULL, &jobs), 200);
         cr_assert(strstr(jobs, "\"state\":\"cancelled\""), "%s", jobs);
         free(jobs);
         char *health;
-        cr_assert_eq(http(loom_server_port(t), "GET", "/healthz", NULL, &health), 200);
+        cr_assert_eq(test_http(loom_server_port(t), "GET", "/healthz", NULL, &health), 200);
         cr_assert(strstr(health, "\"role\":\"leader\""), "%s", health);
         free(health);
         loom_server_stop(t);
         loom_server_free(t);
         memlog_free(&log);
-        rm_all(ld);
-        rm_all(fd);
+        test_rmdir(ld);
+        test_rmdir(fd);
         free(ld);
         free(fd);
 }
 
 Test(replog, a_follower_from_a_snapshot_and_the_entries_after_it_matches)
 {
-        char *ld = tmpdir(), *fd = tmpdir();
+        char *ld = test_tmpdir(), *fd = test_tmpdir();
         memlog log = {0};
         loom_server *s = serve(ld, &log, NULL);
         int port = loom_server_port(s);
@@ -274,15 +233,15 @@ Test(replog, a_follower_from_a_snapshot_and_the_entries_after_it_matches)
         free(a);
         free(b);
         memlog_free(&log);
-        rm_all(ld);
-        rm_all(fd);
+        test_rmdir(ld);
+        test_rmdir(fd);
         free(ld);
         free(fd);
 }
 
 Test(replog, a_commit_the_log_refuses_leaves_nothing)
 {
-        char *ld = tmpdir();
+        char *ld = test_tmpdir();
         memlog log = {0};
         loom_server *s = serve(ld, &log, NULL);
         int port = loom_server_port(s);
@@ -290,7 +249,7 @@ Test(replog, a_commit_the_log_refuses_leaves_nothing)
         log.refuse_from = log.count + 1; /* deposed from here on */
         char body[] = "{\"name\":\"lost\",\"rollout_gpus\":8,\"train_gpus\":8,\"t_roll_s\":60,"
                       "\"t_train_s\":30,\"slo\":2,\"iterations\":4}";
-        int st = http(port, "POST", "/v1/jobs", body, NULL);
+        int st = test_http(port, "POST", "/v1/jobs", body, NULL);
         cr_assert(st >= 500, "a submit the log refused answered %d", st);
         loom_server_stop(s);
         loom_server_free(s);
@@ -299,13 +258,13 @@ Test(replog, a_commit_the_log_refuses_leaves_nothing)
         cr_assert_null(strstr(d, "tlost|"), "the refused commit is in the store:\n%s", d);
         free(d);
         memlog_free(&log);
-        rm_all(ld);
+        test_rmdir(ld);
         free(ld);
 }
 
 Test(replog, a_malformed_entry_is_refused_whole)
 {
-        char *fd = tmpdir();
+        char *fd = test_tmpdir();
         loom_store_follower *f;
         loom_err e;
         cr_assert_eq(loom_store_follower_open(&f, fd, NULL, 0, &e), 0, "%s", e.msg);
@@ -322,6 +281,6 @@ Test(replog, a_malformed_entry_is_refused_whole)
         cr_assert(strstr(d, "tx|t1|"), "%s", d);
         cr_assert_null(strstr(d, "ty|"), "%s", d);
         free(d);
-        rm_all(fd);
+        test_rmdir(fd);
         free(fd);
 }
