@@ -82,8 +82,9 @@ int loomd_ha_follow(const loomd_ha_opts *o, loom_server_cfg *cfg, sigset_t *stop
         if (o->advertise)
                 snprintf(me, sizeof me, "%s", o->advertise);
         else
-                snprintf(me, sizeof me, "%s://%s:%d", cfg->tls_cert ? "https" : "http",
-                         cfg->listen_host, cfg->port);
+                snprintf(me, sizeof me, "%s://%s%s%s:%d", cfg->tls_cert ? "https" : "http",
+                         strchr(cfg->listen_host, ':') ? "[" : "", cfg->listen_host,
+                         strchr(cfg->listen_host, ':') ? "]" : "", cfg->port); /* [IPv6] */
         loom_err e;
         loom_replica *r = NULL;
         loom_store_follower *f = NULL;

@@ -88,7 +88,7 @@ typedef enum loom_server_auth {
 
 typedef struct loom_server_cfg {
         const char *data_dir; /* required; created if missing; holds loom.db (+ WAL) */
-        char listen_host[64]; /* dotted IPv4; default "127.0.0.1" */
+        char listen_host[64]; /* an address or a name (IPv6 without brackets); "127.0.0.1" */
         int port;             /* default 7480; 0 = any free port (see loom_server_port) */
         bool have_cluster;    /* cluster/policy below were given explicitly */
         loom_cluster_cfg cluster;
