@@ -19,7 +19,8 @@ typedef struct loomd_ha_opts {
 int loomd_ha_option(loomd_ha_opts *o, const char *name, const char *value);
 /* Follow the replicated log, serving redirects, until this replica leads; then cfg is set up
  * to lead (cfg->replicate) and *out holds the replica. Returns 0 with *out NULL when a stop
- * signal came first, or the exit status (1) after printing why. */
+ * signal came first, or the exit status after printing why (1; 4 when deposed before it could
+ * take over). */
 int loomd_ha_follow(const loomd_ha_opts *o, loom_server_cfg *cfg, sigset_t *stop,
                     loom_replica **out);
 

@@ -123,8 +123,11 @@ int loomd_ha_follow(const loomd_ha_opts *o, loom_server_cfg *cfg, sigset_t *stop
                         rc = fail("--store", &(loom_err){.msg = "the candidacy's lease lapsed"});
         }
         loom_redirector_stop(red);
-        if (!rc && !stopped && loom_replica_promote(r, &e))
+        if (!rc && !stopped && loom_replica_promote(r, &e)) {
                 rc = fail("replicated log", &e);
+                if (loom_replica_deposed(r))
+                        rc = 4; /* its lease lapsed while it caught up: another may lead */
+        }
         loom_store_follower_close(f);
         if (rc || stopped) {
                 loom_replica_close(r);
