@@ -30,8 +30,11 @@ foreach(lib loomclient loomsync loomstate)
 endforeach()
 install(TARGETS ${loom_shared} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 
-install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/loom DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
-        FILES_MATCHING PATTERN "*.h")
+# The headers of the installed libraries only (what they declare, they export; install.sh checks
+# it): the other modules are linked into the programs statically and have no installed API.
+set(loom_public_headers common.h client.h sync.h state.h)
+list(TRANSFORM loom_public_headers PREPEND ${PROJECT_SOURCE_DIR}/include/loom/)
+install(FILES ${loom_public_headers} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/loom)
 
 # Man pages from each program's --help (help2man), with FILES and SEE ALSO from packaging/man.
 find_program(HELP2MAN help2man)

@@ -44,9 +44,10 @@ libdir=$(dirname "$pcdir")
 for f in bin/loom bin/loomd bin/loom-state; do
         [ -x "$p/$f" ] || fail "$f not installed"
 done
-for h in "$src"/include/loom/*.h; do
-        cmp -s "$h" "$p/include/loom/$(basename "$h")" || fail "header $(basename "$h") not installed"
+for h in common.h client.h sync.h state.h; do
+        cmp -s "$src/include/loom/$h" "$p/include/loom/$h" || fail "header $h not installed"
 done
+[ "$(ls "$p/include/loom" | wc -l)" = 4 ] || fail "headers of modules with no installed library: $(ls "$p/include/loom")"
 for lib in loomclient loomsync loomstate; do
         so=$libdir/lib$lib.so
         [ -f "$so.0.1.0" ] && [ -L "$so.0" ] && [ -L "$so" ] || fail "lib$lib.so{,.0,.0.1.0} missing"
@@ -56,7 +57,21 @@ for lib in loomclient loomsync loomstate; do
                 fail "lib$lib exports no ${lib/loom/loom_}_* function"
         ! nm -D --defined-only "$so.0.1.0" | grep ' loom__' || fail "lib$lib exports internals"
 done
-ok "programs, headers, lib{loomclient,loomsync,loomstate}.so.0.1.0: sonames .so.0, only loom_* exported"
+# every function an installed header declares is exported by an installed library
+exported=$(for lib in loomclient loomsync loomstate; do nm -D --defined-only "$libdir/lib$lib.so.0.1.0"; done |
+           awk '{print $3}')
+declared=$(python3 - "$p"/include/loom/*.h <<'PY'
+import re, sys
+text = "".join(open(f).read() for f in sys.argv[1:])
+text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)  # comments
+inline = set(re.findall(r"static inline[^(]*\b(loom_\w+)\(", text))
+print(" ".join(sorted(set(re.findall(r"\b(loom_[a-z0-9]\w*)\(", text)) - inline)))
+PY
+)
+for f in $declared; do
+        grep -qx "$f" <<<"$exported" || fail "installed headers declare $f, which no installed library exports"
+done
+ok "programs, headers, lib{loomclient,loomsync,loomstate}.so.0.1.0: sonames .so.0, only loom_* exported, every declared function exported"
 
 export PKG_CONFIG_PATH=$pcdir
 for m in loom-client loom-sync loom-state; do
