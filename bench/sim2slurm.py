@@ -338,9 +338,10 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--gap-s", type=float, default=8.0, help="mean gap between arrivals")
     ap.add_argument("--boot-s", type=int, default=4, help="the local cluster's boot time")
-    ap.add_argument("--sim-boot-s", type=float, default=10.0,
-                    help="loom sim --boot-s: from a node's power up to its first phase, as "
-                    "measured on the local cluster (docs/sim.md)")
+    ap.add_argument("--sim-boot-s", type=float, default=5.3,
+                    help="loom sim --boot-s: a node's provisioning overhead, as Slurm's records "
+                    "measure it for colocated jobs on the local cluster with --boot-s 4 "
+                    "(docs/sim.md)")
     ap.add_argument("--rollout-nodes", type=int, default=8)
     ap.add_argument("--train-nodes", type=int, default=10)
     ap.add_argument("--only-sim", action="store_true", help="the simulator's column only")
@@ -395,6 +396,9 @@ def main():
     if "slurm_loom" in res:
         rr = dollars(res["slurm_col"]) / dollars(res["slurm_loom"])
         print(f", Slurm {rr:.3f} ({rr / rs - 1:+.1%})")
+        print(f"colocated: provisioning overhead per job by Slurm's records (power up to down "
+              f"less jobcomp's run time) {(res['slurm_col']['train'] - ran) / max(njobs, 1):.2f} s "
+              f"(loom sim --boot-s {a.sim_boot_s})")
         print(f"loom: restarts {res['info']['restarts']}, not finished "
               f"{res['info']['not_finished'] or 'none'}; power ups {res['wakes_loom']}; "
               f"colocated: {res['coloc_jobs']} jobs ran {res['coloc_run_s']:.1f} s by jobcomp, "

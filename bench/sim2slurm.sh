@@ -10,7 +10,7 @@
 #
 # Defaults: BUILD_DIR build, 30 jobs, seed 1, mean arrival gap 8 s, a 4 s boot, 8 rollout and 10
 # training nodes. Time is scaled: 1 simulated minute = 1 s. Needs root and Slurm's Debian
-# packages (scripts/deps.sh); about 10 minutes on a 2-core machine. --only-sim prints the
+# packages (scripts/deps.sh); about 12 minutes on a 2-core machine. --only-sim prints the
 # simulator's rows alone (no Slurm, a second).
 set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
