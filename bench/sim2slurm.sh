@@ -16,5 +16,9 @@ set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 build=build
 if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then build=$1; shift; fi
-[ -x "$build/loomd" ] && [ -x "$build/loom" ] || { echo "sim2slurm: no loomd/loom in $build (build first)" >&2; exit 2; }
+need=(loom loomd loom-worker)
+[[ " $* " == *" --only-sim "* ]] && need=(loom)
+for p in "${need[@]}"; do
+  [ -x "$build/$p" ] || { echo "sim2slurm: no $p in $build (build first)" >&2; exit 2; }
+done
 exec python3 "$src/bench/sim2slurm.py" --build "$build" "$@"
