@@ -18,7 +18,7 @@ from slurm_harness import (cluster_up, free_base, node_states, out, steps,  # no
 
 BUILD, SRC = sys.argv[1], sys.argv[2]
 CLUSTER = os.path.join(SRC, "scripts", "slurm-cluster.sh")
-BASE = free_base(20000, 40000)
+BASE = free_base(29500, 32000)  # below the ephemeral ports (32768-)
 DIR, CDIR = cluster_up(CLUSTER, "loom-slurm-test-", BASE, cancel_first=True)
 ROLL = [f"n{BASE}r1", f"n{BASE}r2"]
 TRAIN = [f"n{BASE}t1", f"n{BASE}t2"]

@@ -23,7 +23,9 @@ def skip(why):
 
 def free_base(lo, hi, salt=1):
     """A base port in [lo, hi) with the next 8 ports free (slurmctld + 4 slurmd + loomd +
-    spare); salt keeps tests run side by side on different draws."""
+    spare); salt keeps tests run side by side on different draws. Keep [lo, hi) below the
+    kernel's ephemeral ports (32768-60999 here): a client socket that takes a node's port while
+    it is powered down keeps its slurmd from starting, and Slurm gives up on the node."""
     rng = random.Random(os.getpid() * salt)
     for _ in range(200):
         base = rng.randrange(lo, hi, 10)
