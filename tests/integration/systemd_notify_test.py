@@ -57,6 +57,23 @@ check(d.stop() == 0, "that loomd stops cleanly")
 
 # loomd under a (pretend) systemd with a 300 ms watchdog, on the same store.
 log = open(os.path.join(tmp, "loomd.stderr"), "wb")
+def watchdog_then_stop(p, who):
+    """WATCHDOG=1 twice within WATCHDOG_USEC, then STOPPING=1 and exit 0 on SIGTERM."""
+    t0 = time.monotonic()
+    messages("WATCHDOG=1", timeout=5)
+    messages("WATCHDOG=1", timeout=5)
+    check(time.monotonic() - t0 < 5, who + "WATCHDOG=1 repeats under WATCHDOG_USEC")
+    p.send_signal(signal.SIGTERM)
+    messages("STOPPING=1", timeout=30)
+    check(p.wait(timeout=30) == 0, who + "STOPPING=1 on SIGTERM, then exit 0")
+
+
+def end(p):
+    if p.poll() is None:
+        p.kill()
+        p.wait()
+
+
 p = subprocess.Popen([os.path.join(build, "loomd"), "--data-dir", d.dir, "--listen",
                       "127.0.0.1:0", "--quiet"], env=env(300000), stdout=subprocess.DEVNULL,
                      stderr=log)
@@ -70,17 +87,9 @@ try:
     st, jobs = d.req("GET", "/v1/jobs")
     check(st == 200 and [j["name"] for j in jobs["jobs"]] == ["kept"],
           "at READY=1 the store is replayed: the job submitted before is there")
-    t0 = time.monotonic()
-    messages("WATCHDOG=1", timeout=5)
-    messages("WATCHDOG=1", timeout=5)
-    check(time.monotonic() - t0 < 5, "WATCHDOG=1 repeats under WATCHDOG_USEC")
-    p.send_signal(signal.SIGTERM)
-    messages("STOPPING=1", timeout=30)
-    check(p.wait(timeout=30) == 0, "STOPPING=1 on SIGTERM, then exit 0")
+    watchdog_then_stop(p, "")
 finally:
-    if p.poll() is None:
-        p.kill()
-        p.wait()
+    end(p)
 
 # loom-state likewise.
 sdir = os.path.join(tmp, "state")
@@ -91,16 +100,8 @@ p = subprocess.Popen([os.path.join(build, "loom-state"), "--dir", sdir, "--sock"
 try:
     messages("READY=1")
     check(wait_unix_socket(ssock, tries=1), "loom-state: at READY=1 its socket accepts")
-    t0 = time.monotonic()
-    messages("WATCHDOG=1", timeout=5)
-    messages("WATCHDOG=1", timeout=5)
-    check(time.monotonic() - t0 < 5, "loom-state: WATCHDOG=1 repeats under WATCHDOG_USEC")
-    p.send_signal(signal.SIGTERM)
-    messages("STOPPING=1", timeout=30)
-    check(p.wait(timeout=30) == 0, "loom-state: STOPPING=1 on SIGTERM, then exit 0")
+    watchdog_then_stop(p, "loom-state: ")
 finally:
-    if p.poll() is None:
-        p.kill()
-        p.wait()
+    end(p)
 nsock.close()
 subprocess.run(["rm", "-rf", tmp])
