@@ -109,8 +109,7 @@ static bool number(const char *s, double lo, double hi, int *i, double *d)
         return true;
 }
 
-/* One option: getopt's name and what its value does. A number in [lo, hi] goes into *i or *d, the
- * value into *s, a flag sets *b; others are read by special(). bad() names it `what`. */
+/* An option: a number in [lo, hi] into *i or *d, a value into *s, a flag into *b; else special() */
 typedef struct optdef {
         const char *name, *what;
         double lo, hi;
