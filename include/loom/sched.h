@@ -395,6 +395,23 @@ int loom_sched_job_exit(loom_sched *s, loom_us now, loom_job_id job, loom_exit r
  * calls before it finished; 0: the first); must be 0 otherwise. */
 int loom_sched_job_resume(loom_sched *s, loom_us now, loom_job_id job, loom_phase phase, int call);
 
+/* One job of loom_sched_resume. */
+typedef struct loom_resume {
+        loom_job_id job;
+        loom_phase phase; /* LOOM_PHASE_ROLLOUT or LOOM_PHASE_TRAIN: what it waits for or runs */
+        int call;         /* as for loom_sched_job_resume */
+        bool running;     /* a worker still runs `phase` under a grant the driver kept (a lease
+                           * that outlived the driver's process): it starts again at once */
+} loom_resume;
+
+/* loom_sched_job_resume for many jobs at once, as a driver that rebuilt its core needs: every
+ * job listed (each once) is put back waiting, then each `running` phase starts before anything
+ * else is dispatched, out of turn if need be, on the nodes it runs on; then the turns go on.
+ * So a phase still running under a kept grant is not handed to another job and not run twice.
+ * Returns how many running phases started (one whose nodes another running phase of the list
+ * took waits instead), or a negative error, checked for every entry before anything changes. */
+int loom_sched_resume(loom_sched *s, loom_us now, const loom_resume *r, size_t n);
+
 typedef enum loom_action_type {
         LOOM_ACT_START_PHASE = 0, /* job may run phase on nodes/gpus now */
         LOOM_ACT_MIGRATE_TAIL,    /* job: squeeze the rollout tail onto keep_gpus of nodes[0] */

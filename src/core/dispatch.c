@@ -438,3 +438,74 @@ int loom__progress(loom_sched *s, job *j, loom_us now, int64_t done, int64_t tot
         loom__dispatch(s, j->group, now);
         return j->migrated ? 1 : 0;
 }
+
+/* ---- resuming after a driver lost the phase state ---------------------------------------- */
+
+static int resume_ok(const loom_sched *s, const loom_resume *r)
+{
+        const job *j = loom__job((loom_sched *)s, r->job);
+        if (!j)
+                return LOOM_ENOENT;
+        if (r->phase != LOOM_PHASE_ROLLOUT && r->phase != LOOM_PHASE_TRAIN)
+                return LOOM_EINVAL;
+        int n_calls =
+            r->phase == LOOM_PHASE_TRAIN ? loom__job_calls(j, (loom_us[LOOM_N_CALLS]){0}) : 0;
+        return r->call < 0 || (r->call > 0 && r->call >= n_calls) ? LOOM_EINVAL : 0;
+}
+
+/* j waits for phase again, the calls before `call` done; what it ran on is free. */
+static void park(loom_sched *s, job *j, loom_phase phase, int call, loom_us now)
+{
+        loom__release_running(s, j, now);
+        j->colo_wait = false;
+        /* its next rollout (or training) is the one of the round it was in */
+        j->rolls = j->trains + (phase == LOOM_PHASE_TRAIN);
+        j->state = phase == LOOM_PHASE_ROLLOUT ? LOOM_JOB_WAIT_ROLL : LOOM_JOB_WAIT_TRAIN;
+        j->wait_since = j->chain_since = now;
+        j->call = call; /* the calls before it are done */
+        if (call > 0)
+                j->trains = j->rolls; /* its training turn of the round has begun */
+        j->wait_seq = ++s->seq;
+}
+
+/* Parking every job before any starts matters: a job parked early would otherwise be dispatched
+ * onto the nodes of a phase that still runs for a job parked later. The running phases then
+ * start first, whatever the turns say (the driver that granted them kept the turns), and only
+ * then does the usual dispatch hand out what is left. */
+int loom_sched_resume(loom_sched *s, loom_us now, const loom_resume *r, size_t n)
+{
+        for (size_t i = 0; i < n; i++) {
+                int rc = resume_ok(s, &r[i]);
+                if (rc)
+                        return rc;
+        }
+        for (size_t i = 0; i < n; i++)
+                park(s, loom__job(s, r[i].job), r[i].phase, r[i].call, now);
+        int started = 0;
+        for (size_t i = 0; i < n; i++) {
+                job *j = loom__job(s, r[i].job);
+                group *g = j->group;
+                if (!r[i].running || j->state == LOOM_JOB_ROLLING || j->state == LOOM_JOB_TRAINING)
+                        continue;
+                if (r[i].phase == LOOM_PHASE_ROLLOUT && rollout_can_start(s, g, j, false)) {
+                        start_rollout(s, j, now);
+                        started++;
+                } else if (r[i].phase == LOOM_PHASE_TRAIN && !g->train_running) {
+                        start_train(s, g, j, now);
+                        started++;
+                }
+        }
+        for (size_t i = 0; i < n; i++) {
+                group *g = loom__job(s, r[i].job)->group;
+                loom__lone_settle(s, g); /* a rollout on a lone group's rollout node is over */
+                loom__dispatch(s, g, now);
+        }
+        return started;
+}
+
+int loom_sched_job_resume(loom_sched *s, loom_us now, loom_job_id id, loom_phase phase, int call)
+{
+        loom_resume r = {.job = id, .phase = phase, .call = call};
+        int rc = loom_sched_resume(s, now, &r, 1);
+        return rc < 0 ? rc : 0;
+}

@@ -892,32 +892,6 @@ int loom_sched_observe_head(loom_sched *s, loom_job_id id, loom_us head)
         return 0;
 }
 
-int loom_sched_job_resume(loom_sched *s, loom_us now, loom_job_id id, loom_phase phase, int call)
-{
-        job *j = loom__job(s, id);
-        if (!j)
-                return LOOM_ENOENT;
-        if (phase != LOOM_PHASE_ROLLOUT && phase != LOOM_PHASE_TRAIN)
-                return LOOM_EINVAL;
-        int n_calls =
-            phase == LOOM_PHASE_TRAIN ? loom__job_calls(j, (loom_us[LOOM_N_CALLS]){0}) : 0;
-        if (call < 0 || (call > 0 && call >= n_calls))
-                return LOOM_EINVAL;
-        loom__release_running(s, j, now);
-        j->colo_wait = false;
-        /* its next rollout (or training) is the one of the round it was in */
-        j->rolls = j->trains + (phase == LOOM_PHASE_TRAIN);
-        j->state = phase == LOOM_PHASE_ROLLOUT ? LOOM_JOB_WAIT_ROLL : LOOM_JOB_WAIT_TRAIN;
-        j->wait_since = j->chain_since = now;
-        j->call = call; /* the calls before it are done */
-        if (call > 0)
-                j->trains = j->rolls; /* its training turn of the round has begun */
-        j->wait_seq = ++s->seq;
-        loom__lone_settle(s, j->group); /* its rollout on a rollout node is over */
-        loom__dispatch(s, j->group, now);
-        return 0;
-}
-
 void loom__set_rate(loom_sched *s, job *j, int rate, int64_t round)
 {
         for (int k = 0; k < j->n_rnodes; k++)

@@ -12,8 +12,9 @@
  * logged outcome.
  * Entries written under another core arithmetic are re-derived instead (settle_arith).
  * Phase state is not replayed: every live job is put back waiting for the phase its row says
- * is next (loom_sched_job_resume), and leases that were active at the crash are marked lost,
- * so their workers are told to acquire again. Iteration counts only move on a committed train
+ * is next (loom_sched_resume), and leases that were active at the crash are marked lost, so
+ * their workers are told to acquire again; a replica taking over keeps them instead, and their
+ * phases run on under them. Iteration counts only move on a committed train
  * release, so no iteration is counted twice.
  */
 #include <stdlib.h>
@@ -357,36 +358,8 @@ static int replay_store(loom_server *s, char *was, size_t len, loom_err *e)
         return rc;
 }
 
-/* Put every live job back waiting for the phase its row says is next. */
-static int resume_live(loom_server *s, uint32_t *live, loom_err *e)
-{
-        loom_us now = srv_now_mono();
-        *live = 0;
-        for (uint32_t i = 0; i < s->n_jobs; i++) {
-                srv_job *j = s->jobs[i];
-                if (!srv_job_live(j->state))
-                        continue;
-                (*live)++;
-                /* A permit handed out while replaying earlier resumes is void now. */
-                j->permit = false;
-                int rc = loom_sched_job_resume(s->sched, srv_now_wall(), j->retry.core, j->next,
-                                               j->next_call);
-                if (rc)
-                        return loom_err_set(
-                            e, LOOM_ECORRUPT, "store", "cannot resume job %u at %s (call %d): %s",
-                            j->id, loom_phase_name(j->next), j->next_call, loom_strerror(rc));
-                srv_apply_actions(s, now);
-        }
-        return 0;
-}
-
-static void keep_lease(void *arg, int64_t id, uint32_t job, loom_phase phase, int64_t granted_us);
-
-/* A replica taking over (docs/ha.md): the leases the old leader granted stay, so that their
- * workers' releases land here and no phase runs twice. Every live job resumes as after a
- * restart; where a pool's permit went to a member without a lease, that member is put back to
- * wait until the member whose lease runs there holds the permit, and the lease is kept. A
- * lease that cannot be kept so (its job moved on) ends lost, as after a restart. */
+/* The leases the store holds as active, when they are kept (docs/ha.md): a replica taking over,
+ * or memory rebuilt after a store failure. */
 typedef struct {
         int64_t id, granted;
         uint32_t job;
@@ -396,6 +369,7 @@ typedef struct {
 typedef struct {
         held_lease *l;
         size_t n, cap;
+        bool failed; /* out of memory: what was not kept ends lost, as after a restart */
 } held_leases;
 
 static void collect_lease(void *arg, int64_t id, uint32_t job, loom_phase phase, int64_t granted)
@@ -404,60 +378,81 @@ static void collect_lease(void *arg, int64_t id, uint32_t job, loom_phase phase,
         if (h->n == h->cap) {
                 size_t cap = h->cap ? h->cap * 2 : 16;
                 held_lease *g = realloc(h->l, cap * sizeof *g);
-                if (!g)
-                        return; /* not kept: ends lost below, as after a restart */
+                if (!g) {
+                        h->failed = true;
+                        return;
+                }
                 h->l = g;
                 h->cap = cap;
         }
         h->l[h->n++] = (held_lease){id, granted, job, phase};
 }
 
-static bool lease_held_by(const held_leases *h, const srv_job *j)
+static const held_lease *lease_of(const held_leases *h, const srv_job *j)
 {
-        for (size_t k = 0; k < h->n; k++)
+        for (size_t k = 0; h && k < h->n; k++)
                 if (h->l[k].job == j->id && h->l[k].phase == j->next)
-                        return true;
-        return false;
+                        return &h->l[k];
+        return NULL;
 }
 
-static int resume_keeping(loom_server *s, uint32_t *live, loom_err *e)
+/* Put every live job back waiting for the phase its row says is next, all at once
+ * (loom_sched_resume). A job whose lease is kept (held: NULL after a restart, whose leases are
+ * lost) runs that phase again at once, under the same lease, so its worker's release lands
+ * here and the phase does not run twice. Writes nothing. */
+static int resume_jobs(loom_server *s, const held_leases *held, uint32_t *live, loom_err *e)
 {
-        held_leases h = {0};
-        int rc = srv_store_leases_active(s->store, collect_lease, &h, e);
-        if (!rc)
-                rc = resume_live(s, live, e);
         loom_us now = srv_now_mono();
-        for (size_t k = 0; !rc && k < h.n; k++) {
-                srv_job *j = srv_job_get(s, h.l[k].job);
-                if (!j || !srv_job_live(j->state) || j->next != h.l[k].phase)
+        loom_resume *r = calloc(s->n_jobs ? s->n_jobs : 1, sizeof *r);
+        if (!r)
+                return loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
+        size_t n = 0;
+        for (uint32_t i = 0; i < s->n_jobs; i++) {
+                srv_job *j = s->jobs[i];
+                if (!srv_job_live(j->state))
                         continue;
-                /* the pool's permit went to a member without a lease: that member waits again
-                 * (put back in the round-robin) until the lease's job holds it */
-                for (uint32_t i = 0; i < s->n_jobs && !(j->permit && j->permit_phase == j->next);
-                     i++) {
-                        srv_job *o = s->jobs[i];
-                        if (o == j || !o->permit || o->has_lease || lease_held_by(&h, o))
-                                continue;
-                        o->permit = false;
-                        rc = loom_sched_job_resume(s->sched, srv_now_wall(), o->retry.core,
-                                                   o->next, o->next_call);
-                        if (rc) {
-                                rc = loom_err_set(e, LOOM_ECORRUPT, "store",
-                                                  "cannot resume job %u: %s", o->id,
-                                                  loom_strerror(rc));
-                                break;
-                        }
-                        srv_apply_actions(s, now);
+                j->permit = false; /* one the replay's dispatch handed out is void */
+                r[n++] = (loom_resume){.job = j->retry.core,
+                                       .phase = j->next,
+                                       .call = j->next_call,
+                                       .running = lease_of(held, j) != NULL};
+        }
+        *live = (uint32_t)n;
+        int rc = loom_sched_resume(s->sched, srv_now_wall(), r, n);
+        for (size_t k = 0; rc < 0 && k < n; k++)
+                if (loom_sched_resume(s->sched, srv_now_wall(), &r[k], 1) < 0) {
+                        srv_job *j = srv_job_by_core(s, r[k].job);
+                        rc = loom_err_set(e, LOOM_ECORRUPT, "store",
+                                          "cannot resume job %u at %s (call %d): %s",
+                                          j ? j->id : 0, loom_phase_name(r[k].phase),
+                                          r[k].call, loom_strerror(rc));
                 }
-                if (!rc)
-                        keep_lease(s, h.l[k].id, h.l[k].job, h.l[k].phase, h.l[k].granted);
+        free(r);
+        if (rc < 0)
+                return rc;
+        srv_apply_actions(s, now);
+        for (size_t k = 0; held && k < held->n; k++) {
+                const held_lease *l = &held->l[k];
+                srv_job *j = srv_job_get(s, l->job);
+                if (!j || !srv_job_live(j->state) || !j->permit || j->permit_phase != l->phase)
+                        continue; /* its worker is told the lease is gone (410), acquires again */
+                srv_lease_from_permit(s, j, l->id, now, l->granted);
+                loom_sched_phase_started(s->sched, srv_now_wall(), j->retry.core, l->phase);
         }
-        for (size_t k = 0; !rc && k < h.n; k++) {
-                srv_job *j = srv_job_get(s, h.l[k].job);
-                if (!j || !j->has_lease || j->lease.id != h.l[k].id)
-                        rc = srv_store_lease_end(s->store, h.l[k].id, "lost", srv_now_wall(), e);
+        srv_apply_actions(s, now);
+        return 0;
+}
+
+/* A replica taking over keeps the leases in flight; the ones it could not keep (their job moved
+ * on, or their nodes went to another running phase) end lost, as after a restart. */
+static int end_unkept(loom_server *s, const held_leases *h, loom_err *e)
+{
+        int rc = h->failed ? srv_store_leases_lose_active(s->store, srv_now_wall(), e) : 0;
+        for (size_t k = 0; !rc && !h->failed && k < h->n; k++) {
+                srv_job *j = srv_job_get(s, h->l[k].job);
+                if (!j || !j->has_lease || j->lease.id != h->l[k].id)
+                        rc = srv_store_lease_end(s->store, h->l[k].id, "lost", srv_now_wall(), e);
         }
-        free(h.l);
         return rc;
 }
 
@@ -467,19 +462,25 @@ static int resume_keeping(loom_server *s, uint32_t *live, loom_err *e)
 static int recover(loom_server *s, loom_err *e)
 {
         char was[16];
+        held_leases h = {0};
         int rc = replay_store(s, was, sizeof was, e);
         s->compact_at_start = s->cfg.compact_min && s->compact_rows >= (uint64_t)s->cfg.compact_min;
         if (!rc)
                 rc = srv_store_begin(s->store, e);
         if (!rc && !s->cfg.replica_url)
                 rc = srv_store_leases_lose_active(s->store, srv_now_wall(), e);
+        if (!rc && s->cfg.replica_url)
+                rc = srv_store_leases_active(s->store, collect_lease, &h, e);
         if (!rc && was[0])
                 rc = record_rederived(s, was, e);
         if (!rc && (s->diverged_placements || s->diverged_profiles))
                 rc = record_diverged(s, e);
         uint32_t live = 0;
         if (!rc)
-                rc = s->cfg.replica_url ? resume_keeping(s, &live, e) : resume_live(s, &live, e);
+                rc = resume_jobs(s, s->cfg.replica_url && !h.failed ? &h : NULL, &live, e);
+        if (!rc && s->cfg.replica_url)
+                rc = end_unkept(s, &h, e);
+        free(h.l);
         if (rc) {
                 srv_store_rollback(s->store);
                 return rc;
@@ -488,20 +489,6 @@ static int recover(loom_server *s, loom_err *e)
         if (!rc && s->n_jobs)
                 srv_log(s, "recovered %u jobs (%u live) from %s", s->n_jobs, live, s->data_dir);
         return rc;
-}
-
-/* A lease the store holds as active becomes the job's lease again, from the permit resume_live
- * gave it: no write, the row is already there. */
-static void keep_lease(void *arg, int64_t id, uint32_t job, loom_phase phase, int64_t granted_us)
-{
-        loom_server *s = arg;
-        srv_job *j = srv_job_get(s, job);
-        if (!j || !srv_job_live(j->state) || !j->permit || j->permit_phase != phase)
-                return; /* its worker is told the lease is gone (410) and acquires again */
-        loom_us now = srv_now_mono();
-        srv_lease_from_permit(s, j, id, now, granted_us);
-        loom_sched_phase_started(s->sched, srv_now_wall(), j->retry.core, phase);
-        srv_apply_actions(s, now);
 }
 
 static void drop_jobs(srv_job **jobs, uint32_t n, uint32_t *by_core, loom_sched *sched)
@@ -531,10 +518,12 @@ int srv_rebuild(loom_server *s, loom_err *e)
         char was[16];
         int rc = s->sched ? replay_store(s, was, sizeof was, e) : LOOM_ENOMEM;
         uint32_t live = 0;
+        held_leases h = {0}; /* the leases in flight stay theirs: nothing is written here */
         if (!rc)
-                rc = resume_live(s, &live, e);
+                rc = srv_store_leases_active(s->store, collect_lease, &h, e);
         if (!rc)
-                rc = srv_store_leases_active(s->store, keep_lease, s, e);
+                rc = resume_jobs(s, h.failed ? NULL : &h, &live, e);
+        free(h.l);
         if (rc) { /* keep what was, for the caller to stop on */
                 drop_jobs(s->jobs, s->n_jobs, s->by_core, s->sched);
                 s->jobs = jobs;

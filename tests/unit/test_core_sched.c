@@ -841,3 +841,71 @@ Test(sched, a_short_job_joins_only_where_its_first_round_fits)
         }
         loom_sched_free(s);
 }
+
+/* loom_sched_resume: a phase that still runs under a grant the driver kept (a replica taking
+ * over with the old leader's leases) starts again before anyone is dispatched, even out of
+ * turn, and holds its nodes; the others wait behind it. Checked entries change nothing. */
+Test(sched, resume_restarts_running_phases_before_the_turns)
+{
+        loom_sched *s = loom_sched_new(&cl, &po, NULL);
+        loom_decision d;
+        loom_decision_init(&d, false);
+        loom_job_id a = submit(s, spec("A", 100, 100, 2.0), &d);
+        loom_job_id b = submit(s, spec("B", 100, 100, 2.0), &d);
+        cr_assert_eq(d.kind, LOOM_DECISION_DIRECT_PACK, "A and B share one rollout node");
+        drain(s);
+
+        /* the last entry is invalid: nothing moves (A keeps its rollout, nothing is emitted) */
+        loom_resume bad[] = {{.job = a, .phase = LOOM_PHASE_TRAIN},
+                             {.job = b, .phase = LOOM_PHASE_ROLLOUT, .call = 1}};
+        cr_assert_eq(loom_sched_resume(s, 5, bad, 2), LOOM_EINVAL);
+        loom_action x;
+        cr_assert_not(loom_sched_next_action(s, &x));
+        loom_job_info ji;
+        loom_sched_job_info(s, a, &ji);
+        cr_assert_eq(ji.state, LOOM_JOB_ROLLING);
+
+        /* B's rollout runs under a kept grant though A's turn on the node comes first */
+        loom_resume r[] = {{.job = a, .phase = LOOM_PHASE_ROLLOUT},
+                           {.job = b, .phase = LOOM_PHASE_ROLLOUT, .running = true}};
+        cr_assert_eq(loom_sched_resume(s, 10, r, 2), 1);
+        x = next(s);
+        cr_assert_eq(x.type, LOOM_ACT_START_PHASE);
+        cr_assert_eq(x.job, b);
+        cr_assert_eq(x.phase, LOOM_PHASE_ROLLOUT);
+        cr_assert_not(loom_sched_next_action(s, &x), "A waits for the node B runs on");
+        loom_sched_job_info(s, a, &ji);
+        cr_assert_eq(ji.state, LOOM_JOB_WAIT_ROLL);
+
+        /* the same without the grant kept: the turns decide, A first */
+        r[1].running = false;
+        cr_assert_eq(loom_sched_resume(s, 20, r, 2), 0);
+        x = next(s);
+        cr_assert_eq(x.job, a);
+        cr_assert_eq(x.phase, LOOM_PHASE_ROLLOUT);
+        cr_assert_not(loom_sched_next_action(s, &x));
+
+        /* training: B's runs on; A, waiting for it too, does not get the pool */
+        loom_resume t[] = {{.job = a, .phase = LOOM_PHASE_TRAIN},
+                           {.job = b, .phase = LOOM_PHASE_TRAIN, .running = true}};
+        cr_assert_eq(loom_sched_resume(s, 30, t, 2), 1);
+        x = next(s);
+        cr_assert_eq(x.job, b);
+        cr_assert_eq(x.phase, LOOM_PHASE_TRAIN);
+        cr_assert_not(loom_sched_next_action(s, &x));
+        cr_assert_eq(loom_sched_phase_done(s, 40, b, LOOM_PHASE_TRAIN), 0);
+        x = next(s);
+        cr_assert_eq(x.job, a, "A trains once B's training is done");
+        cr_assert_eq(x.phase, LOOM_PHASE_TRAIN);
+
+        /* two running phases on one node: the first listed keeps it, the second waits */
+        loom_resume two[] = {{.job = b, .phase = LOOM_PHASE_ROLLOUT, .running = true},
+                             {.job = a, .phase = LOOM_PHASE_ROLLOUT, .running = true}};
+        drain(s);
+        cr_assert_eq(loom_sched_resume(s, 50, two, 2), 1);
+        x = next(s);
+        cr_assert_eq(x.job, b);
+        cr_assert_not(loom_sched_next_action(s, &x));
+        loom_decision_free(&d);
+        loom_sched_free(s);
+}
