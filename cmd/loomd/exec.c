@@ -54,10 +54,19 @@ int loomd_exec_create(const loomd_exec_opts *o, loom_server_cfg *cfg, loom_exec 
         return 0;
 }
 
-void loomd_exec_bound(loom_exec *x, const loom_server_cfg *cfg, int port)
+void loomd_exec_bound(loom_exec *x, const loom_server_cfg *cfg, int port, loom_replica *rep)
 {
         if (!x)
                 return;
+        char *urls = NULL;
+        loom_err e;
+        if (rep && !loom_replica_candidates(rep, &urls, &e) && urls && *urls &&
+            strlen(urls) < sizeof ((loom_exec_cfg *)0)->url) {
+                loom_exec_set_url(x, urls);
+                free(urls);
+                return;
+        }
+        free(urls); /* none seen, or too many to pass: this replica's own address */
         char url[128];
         const char *host = strcmp(cfg->listen_host, "0.0.0.0") ? cfg->listen_host : "127.0.0.1";
         bool v6 = strchr(host, ':') != NULL; /* an IPv6 address goes in brackets */

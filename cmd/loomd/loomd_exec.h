@@ -5,6 +5,7 @@
 #include <stdbool.h>
 
 #include "loom/exec.h"
+#include "loom/ha.h"
 #include "loom/server.h"
 
 typedef struct loomd_exec_opts {
@@ -19,7 +20,8 @@ typedef struct loomd_exec_opts {
 /* Build the executor named by o into cfg->exec (*out, to free after the server). 0, or the
  * exit status (1 invalid input, 2 bad usage) after printing why. */
 int loomd_exec_create(const loomd_exec_opts *o, loom_server_cfg *cfg, loom_exec **out);
-/* Tell the executor loomd's address once the port is bound. */
-void loomd_exec_bound(loom_exec *x, const loom_server_cfg *cfg, int port);
+/* Tell the executor loomd's address once the port is bound: a replicated loomd's (rep) is every
+ * replica's URL it sees campaigning, its own first, so that workers follow a takeover. */
+void loomd_exec_bound(loom_exec *x, const loom_server_cfg *cfg, int port, loom_replica *rep);
 
 #endif

@@ -255,7 +255,7 @@ int main(int argc, char **argv)
                 return xrc;
         loom_server *s = loom_server_new(&cfg, &e);
         if (s)
-                loomd_exec_bound(exec, &cfg, loom_server_port(s));
+                loomd_exec_bound(exec, &cfg, loom_server_port(s), rep);
         if (!s || loom_server_start(s, &e)) {
                 loom_server_free(s);
                 loom_exec_free(exec);

@@ -103,7 +103,8 @@ typedef struct loom_exec_cfg {
         int n_nodes[2];
         char nodes[2][LOOM_EXEC_MAX_NODES][LOOM_EXEC_NAME_MAX];
         char command[1024];   /* run by /bin/sh -c */
-        char url[128];        /* loomd, e.g. http://127.0.0.1:7480 */
+        char url[512];        /* loomd, e.g. http://127.0.0.1:7480; replicated: every replica's,
+                               * comma-separated (docs/ha.md) */
         char dir[512];        /* where workers' output goes (a file per worker) */
         char slurm_conf[512]; /* SLURM_CONF for the Slurm tools; "" = their default */
         bool manage_power;    /* power nodes up/down with loom's groups (default true) */

@@ -53,6 +53,10 @@ int loom_replica_append(void *r, const void *entry, size_t n, loom_err *e);
 int loom_replica_snapshot(void *r, const void *image, size_t n, loom_err *e);
 /* The leader's URL as last seen ("" when none), for redirects; any thread. */
 void loom_replica_leader(void *r, char *buf, size_t cap);
+/* Every replica's URL that campaigns now, the leader's first, comma-separated (*urls is
+ * malloc'd): what workers launched by the leader's executor get as LOOM_URL, so that they follow
+ * a takeover. Call it once loom_replica_promote has returned. */
+int loom_replica_candidates(loom_replica *r, char **urls, loom_err *e);
 /* The lease lapsed or an append was refused: this replica must stop acting as leader. */
 bool loom_replica_deposed(loom_replica *r);
 /* The follower thread stopped on an error (an entry it cannot apply): e says which. */

@@ -440,7 +440,7 @@ static int launch(loom_exec *x, const loom_exec_job *j, int p, int rank, loom_er
                               .rank = rank,
                               .gpus = j->gpus[p]};
         snprintf(w.node, sizeof w.node, "%s", node_of(x, j, p, rank));
-        char v[13][192];
+        char v[13][600]; /* LOOM_URL: up to a list of replica URLs */
         snprintf(v[0], sizeof v[0], "LOOM_URL=%s", x->cfg.url);
         snprintf(v[1], sizeof v[1], "LOOM_JOB=%u", j->job);
         snprintf(v[2], sizeof v[2], "LOOM_JOB_NAME=%s", j->name);

@@ -207,6 +207,48 @@ int loom_ha_leader(loom_ha *h, char **url, loom_err *e)
         return etcd_leader(h->c, h->election, url, e);
 }
 
+int loom_ha_candidates(loom_ha *h, char **urls, loom_err *e)
+{
+        *urls = NULL;
+        char *start = cat(h->election, "/"), *end = start ? etcd_prefix_end(start) : NULL;
+        json_t *kvs = NULL;
+        int rc = end ? etcd_range(h->c, start, end, 0, 0, &kvs, NULL, e)
+                     : loom_err_set(e, LOOM_ENOMEM, "ha", "out of memory");
+        free(start);
+        free(end);
+        /* the leader is the candidate of the lowest create revision (etcd's election) */
+        size_t n = rc ? 0 : json_array_size(kvs), cap = 1, first = 0;
+        for (size_t i = 0; i < n; i++) {
+                json_t *kv = json_array_get(kvs, i);
+                const char *v = json_string_value(json_object_get(kv, "value"));
+                cap += (v ? strlen(v) : 0) + 1; /* base64: longer than the URL it holds */
+                if (etcd_int(kv, "create_revision") <
+                    etcd_int(json_array_get(kvs, first), "create_revision"))
+                        first = i;
+        }
+        char *out = rc ? NULL : calloc(1, cap);
+        if (!rc && !out)
+                rc = loom_err_set(e, LOOM_ENOMEM, "ha", "out of memory");
+        size_t len = 0;
+        for (size_t k = 0; !rc && k < n; k++) {
+                size_t i = k == 0 ? first : (k <= first ? k - 1 : k);
+                const char *v = json_string_value(json_object_get(json_array_get(kvs, i), "value"));
+                char *url = NULL;
+                size_t un;
+                if (!v || etcd_unb64(v, &url, &un))
+                        continue;
+                len += (size_t)snprintf(out + len, cap - len, "%s%.*s", len ? "," : "", (int)un,
+                                        url);
+                free(url);
+        }
+        json_decref(kvs);
+        if (rc)
+                free(out);
+        else
+                *urls = out;
+        return rc;
+}
+
 int loom_ha_read_from(loom_ha *h, uint64_t from, loom_ha_fn fn, void *arg, int64_t *rev,
                       loom_err *e)
 {

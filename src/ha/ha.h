@@ -41,6 +41,9 @@ int loom_ha_append(loom_ha *h, const void *entry, size_t n, uint64_t *seq, loom_
 int loom_ha_resign(loom_ha *h, loom_err *e);
 /* The leader's URL (caller frees); LOOM_ENOENT when none. */
 int loom_ha_leader(loom_ha *h, char **url, loom_err *e);
+/* Every candidate's URL (the values under the election), the leader's first, comma-separated;
+ * *urls is malloc'd. */
+int loom_ha_candidates(loom_ha *h, char **urls, loom_err *e);
 
 /* An entry of the log; return nonzero to stop. */
 typedef int (*loom_ha_fn)(void *arg, uint64_t seq, const char *entry, size_t n);

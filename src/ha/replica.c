@@ -358,6 +358,11 @@ void loom_replica_leader(void *arg, char *buf, size_t cap)
         pthread_mutex_unlock(&r->mu);
 }
 
+int loom_replica_candidates(loom_replica *r, char **urls, loom_err *e)
+{
+        return loom_ha_candidates(r->hw, urls, e); /* the follower's handle: it follows no more */
+}
+
 bool loom_replica_deposed(loom_replica *r)
 {
         return atomic_load(&r->deposed);

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ha/etcd.h"
 #include "ha/ha.h"
@@ -65,6 +66,16 @@ static void *watcher(void *arg)
 }
 
 /* Index of etcd's raft leader among the endpoints, by /v3/maintenance/status on each. */
+static void *campaigner(void *arg)
+{
+        loom_err e;
+        if (loom_ha_campaign(arg, &e)) {
+                fprintf(stderr, "FAIL: c campaigns: %s\n", e.msg);
+                fails++;
+        }
+        return NULL;
+}
+
 static int etcd_leader_index(char **ep, int n)
 {
         for (int i = 0; i < n; i++) {
@@ -181,10 +192,32 @@ int main(int argc, char **argv)
         int64_t rev;
         CHECK(loom_ha_read_from(b, 1, on_entry, &r, &rev, &e) == 0 && r.n == TOTAL,
               "read_from(1): %d entries", r.n);
+        /* the candidates, the leader's URL first: what the leader's workers get as LOOM_URL */
+        loom_ha *c;
+        MUST(loom_ha_open(&c, eps, "loomtest/", "http://c", 10, &e) == 0, "open c: %s", e.msg);
+        pthread_t ct;
+        pthread_create(&ct, NULL, campaigner, c); /* waits: b leads */
+        char *urls = NULL;
+        for (int i = 0; i < 50 && (!urls || strcmp(urls, "http://b,http://c")); i++) {
+                free(urls);
+                urls = NULL;
+                nanosleep(&(struct timespec){.tv_nsec = 100 * 1000000L}, NULL);
+                CHECK(loom_ha_candidates(b, &urls, &e) == 0, "candidates: %s", e.msg);
+        }
+        CHECK(urls && strcmp(urls, "http://b,http://c") == 0, "candidates b then c: %s",
+              urls ? urls : "(none)");
+        free(urls);
         CHECK(loom_ha_resign(b, &e) == 0, "b resigns: %s", e.msg);
+        pthread_join(ct, NULL);
+        urls = NULL;
+        CHECK(loom_ha_candidates(c, &urls, &e) == 0 && urls && strcmp(urls, "http://c") == 0,
+              "c alone once b resigned: %s", urls ? urls : e.msg);
+        free(urls);
+        CHECK(loom_ha_resign(c, &e) == 0, "c resigns: %s", e.msg);
+        loom_ha_close(c);
         loom_ha_close(a);
         loom_ha_close(b);
         free(dup);
-        printf("%s\n", fails ? "FAILED" : "ok: fenced appends, deposed leader refused, watch once in order, etcd leader killed");
+        printf("%s\n", fails ? "FAILED" : "ok: fenced appends, deposed leader refused, watch once in order, etcd leader killed, candidates listed");
         return fails ? 1 : 0;
 }
