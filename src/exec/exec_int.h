@@ -71,6 +71,11 @@ typedef struct exec_slurm_holder {
 int exec_slurm_parse_steps(char *buf, loom_exec_worker *out, int n, int max);
 int exec_slurm_parse_holders(char *buf, exec_slurm_holder *out, int max);
 int exec_slurm_parse_nodes(char *buf, char (*state)[2][LOOM_EXEC_NAME_MAX], int max);
+/* The same from `squeue --json` (jobs[]: loom's holders, at most max) and `sinfo --json`
+ * (nodes[]: each node's state as the word sinfo's %T prints, power suffix included, at most
+ * max); -1 when buf is not that JSON (the caller then reads the text format). */
+int exec_slurm_json_holders(const char *buf, exec_slurm_holder *out, int max);
+int exec_slurm_json_nodes(const char *buf, char (*state)[2][LOOM_EXEC_NAME_MAX], int max);
 /* slurm.c: the backend's ops, and loomd's address once it is known (its holders watch it). */
 extern const loom_exec_ops exec_slurm_ops;
 void exec_slurm_set_url(void *impl, const char *url);

@@ -40,10 +40,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+
+#include <jansson.h>
 
 #include "exec_int.h"
 
 #define SL_OUT (256 * 1024)
+/* squeue --json and sinfo --json on 22.05 print every job and node of the cluster whatever the
+ * filters (-n and -s change nothing), about 4 KB a job and 1.4 KB a node: this buffer holds
+ * about a thousand jobs; output past it does not parse, and that tool is read as text from
+ * then on (docs/slurm.md). */
+#define SL_JSON_OUT (4 * 1024 * 1024)
 
 typedef exec_slurm_holder holder;
 
@@ -58,6 +66,9 @@ typedef struct slurm {
         int n_holders;
         char (*state)[2][LOOM_EXEC_NAME_MAX]; /* node, sinfo state, as last listed */
         int n_state;
+        char *jbuf;      /* the --json output (SL_JSON_OUT) */
+        bool json_jobs;  /* squeue --json answered with jobs loom can read */
+        bool json_nodes; /* sinfo --json likewise */
 } slurm;
 
 static int tool(slurm *s, const char *const *argv)
@@ -211,6 +222,181 @@ int exec_slurm_parse_nodes(char *buf, char (*state)[2][LOOM_EXEC_NAME_MAX], int 
         return n;
 }
 
+/* ---- the tools' JSON (squeue --json, sinfo --json) --------------------------------------------
+ * Where the installed Slurm has it (21.08 and later with the serializer/json plugin), holders and
+ * node states come from JSON: a job name is then one string whatever it holds (a '|' or a space
+ * in someone's job name cannot shift the fields), and a node's state is its base state and a
+ * list of flags rather than a word with a one-character suffix. Fields read (checked against
+ * Slurm 22.05.8, openapi v0.0.38; newer data_parser output is read where it differs only in that
+ * the state is an array of words):
+ *
+ *   squeue --json  jobs[].job_id, .name, .job_state (a word; newer: an array of words); jobs
+ *                  that ended (COMPLETED, CANCELLED, ...) are dropped, as squeue's text does;
+ *                  a holder's node is the NODE of its name loom-node-NODE, as in the text path
+ *                  (a pending holder has no node list yet)
+ *   sinfo --json   nodes[].name, .state (base: idle, allocated, mixed, down, ...; newer: an array
+ *                  with the flags in it), .state_flags (DRAIN, FAIL, COMPLETING, NOT_RESPONDING,
+ *                  and the power states POWER_DOWN, POWERING_DOWN, POWERED_DOWN, POWER_UP,
+ *                  POWERING_UP)
+ *
+ * The power states are flags beside the base state (a node powering down reads state "idle",
+ * state_flags ["POWERING_DOWN"]), so they are folded back into the word sinfo's %T prints for the
+ * same node ("idle%"), which is what the rest of this file decides on, so that both paths decide
+ * alike; tests/unit/test_exec_slurm.c checks the words agree on captures of both taken together.
+ * Steps stay on text: 22.05's squeue --json lists jobs only, with or without -s. */
+
+static const char *json_word(const json_t *v)
+{
+        return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+/* A job's state: "RUNNING", or the first word of an array of them. */
+static const char *json_job_state(const json_t *j)
+{
+        const json_t *st = json_object_get(j, "job_state");
+        return json_is_array(st) ? json_word(json_array_get(st, 0)) : json_word(st);
+}
+
+/* Whether a job has ended. squeue's text lists only jobs that have not (pending, running,
+ * completing, ...), but 22.05's --json lists every job slurmctld still remembers (MinJobAge):
+ * a holder loom cancelled shows as CANCELLED for minutes, and taken for a holder it would keep
+ * its node from ever being powered down. A job still completing has not ended. */
+static bool json_job_ended(const json_t *j)
+{
+        static const char *const ended[] = {"COMPLETED", "CANCELLED", "FAILED",
+                                            "TIMEOUT",   "NODE_FAIL", "PREEMPTED",
+                                            "BOOT_FAIL", "DEADLINE",  "OUT_OF_MEMORY"};
+        const json_t *st = json_object_get(j, "job_state");
+        bool done = false;
+        for (size_t i = 0; i < (json_is_array(st) ? json_array_size(st) : 1); i++) {
+                const char *w = json_word(json_is_array(st) ? json_array_get(st, i) : st);
+                if (!w)
+                        continue;
+                if (!strcmp(w, "COMPLETING"))
+                        return false;
+                for (size_t k = 0; k < sizeof ended / sizeof *ended; k++)
+                        done = done || !strcmp(w, ended[k]);
+        }
+        return done;
+}
+
+int exec_slurm_json_holders(const char *buf, exec_slurm_holder *out, int max)
+{
+        json_t *root = json_loads(buf, 0, NULL), *jobs = json_object_get(root, "jobs");
+        if (!json_is_array(jobs)) {
+                json_decref(root);
+                return -1;
+        }
+        int n = 0;
+        size_t i;
+        json_t *j;
+        json_array_foreach(jobs, i, j)
+        {
+                const char *name = json_word(json_object_get(j, "name"));
+                const char *st = json_job_state(j);
+                json_t *id = json_object_get(j, "job_id");
+                if (!name || !st || !json_is_integer(id) || strncmp(name, "loom-node-", 10) ||
+                    !name[10] || json_job_ended(j) || n >= max)
+                        continue;
+                exec_slurm_holder *h = &out[n++];
+                snprintf(h->node, sizeof h->node, "%.63s", name + 10);
+                snprintf(h->id, sizeof h->id, "%lld", (long long)json_integer_value(id));
+                h->running = !strcmp(st, "RUNNING");
+        }
+        json_decref(root);
+        return n;
+}
+
+/* The node-state flags that sinfo's %T shows as a suffix, in the order it picks one when
+ * several are set (observed: NOT_RESPONDING with POWERING_UP prints "idle#"; POWER_UP with
+ * POWERED_DOWN, a power up queued, still prints "idle~"). */
+static const struct {
+        const char *flag;
+        char mark;
+} suffixes[] = {{"MAINTENANCE", '$'}, {"REBOOT_ISSUED", '^'}, {"REBOOT_REQUESTED", '@'},
+                {"POWERING_UP", '#'}, {"POWERING_DOWN", '%'}, {"POWERED_DOWN", '~'},
+                {"POWER_DOWN", '!'},  {"NOT_RESPONDING", '*'}};
+
+static bool has_flag(const json_t *flags, const char *f)
+{
+        size_t i;
+        json_t *v;
+        json_array_foreach(flags, i, v)
+        {
+                const char *w = json_word(v);
+                if (w && !strcasecmp(w, f))
+                        return true;
+        }
+        return false;
+}
+
+/* One node's state as sinfo's %T word: the base state, or drained/draining, fail/failing,
+ * completing where those flags say so, then the suffix of its power or reboot state. */
+static void json_node_word(const json_t *node, char *out, size_t len)
+{
+        static const char *const bases[] = {"idle",    "allocated", "mixed", "down",
+                                            "unknown", "future",    "error"};
+        const json_t *st = json_object_get(node, "state");
+        const json_t *flags = json_object_get(node, "state_flags");
+        const char *base = json_word(st);
+        if (json_is_array(st)) { /* newer Slurm: ["IDLE", "POWERED_DOWN"] */
+                flags = st;
+                base = NULL;
+                size_t i;
+                json_t *v;
+                json_array_foreach(st, i, v)
+                {
+                        for (size_t b = 0; b < sizeof bases / sizeof *bases && !base; b++)
+                                if (json_word(v) && !strcasecmp(json_word(v), bases[b]))
+                                        base = bases[b];
+                }
+        }
+        char lower[32];
+        snprintf(lower, sizeof lower, "%s", base ? base : "unknown");
+        for (char *c = lower; *c; c++)
+                *c = (char)(*c >= 'A' && *c <= 'Z' ? *c - 'A' + 'a' : *c);
+        bool busy =
+            !strcmp(lower, "allocated") || !strcmp(lower, "mixed") || has_flag(flags, "COMPLETING");
+        const char *word = lower;
+        if (has_flag(flags, "DRAIN"))
+                word = busy ? "draining" : "drained";
+        else if (has_flag(flags, "FAIL"))
+                word = busy ? "failing" : "fail";
+        else if (has_flag(flags, "COMPLETING"))
+                word = "completing";
+        char mark = 0;
+        for (size_t k = 0; k < sizeof suffixes / sizeof *suffixes && !mark; k++)
+                if (has_flag(flags, suffixes[k].flag))
+                        mark = suffixes[k].mark;
+        if (mark)
+                snprintf(out, len, "%s%c", word, mark);
+        else
+                snprintf(out, len, "%s", word);
+}
+
+int exec_slurm_json_nodes(const char *buf, char (*state)[2][LOOM_EXEC_NAME_MAX], int max)
+{
+        json_t *root = json_loads(buf, 0, NULL), *nodes = json_object_get(root, "nodes");
+        if (!json_is_array(nodes)) {
+                json_decref(root);
+                return -1;
+        }
+        int n = 0;
+        size_t i;
+        json_t *v;
+        json_array_foreach(nodes, i, v)
+        {
+                const char *name = json_word(json_object_get(v, "name"));
+                if (!name || !name[0] || strlen(name) >= LOOM_EXEC_NAME_MAX || n >= max)
+                        continue;
+                snprintf(state[n][0], LOOM_EXEC_NAME_MAX, "%s", name);
+                json_node_word(v, state[n][1], LOOM_EXEC_NAME_MAX);
+                n++;
+        }
+        json_decref(root);
+        return n;
+}
+
 static int list_steps(slurm *s, loom_exec_worker *out, int n, int max)
 {
         const char *argv[] = {"squeue", "-h", "-a", "-s", "-o", "%i|%j|%N", NULL};
@@ -219,22 +405,61 @@ static int list_steps(slurm *s, loom_exec_worker *out, int n, int max)
         return exec_slurm_parse_steps(s->buf, out, n, max);
 }
 
+/* JSON while it answers with what loom reads; text from the first time it does not (an older
+ * Slurm refuses --json, a Slurm without the serializer/json plugin exits 1 with "Unable to find
+ * plugin", and output past SL_JSON_OUT does not parse). A controller that does not answer at all
+ * is an error either way, not a reason to give up JSON. */
 static int list_holders(slurm *s)
 {
+        const int max = 2 * LOOM_EXEC_MAX_NODES;
+        if (s->json_jobs) {
+                const char *argv[] = {"squeue", "--json", NULL};
+                if (exec_capture(argv, s->jbuf, SL_JSON_OUT, 10.0) != 0)
+                        return -1;
+                int n = exec_slurm_json_holders(s->jbuf, s->holders, max);
+                if (n >= 0) {
+                        s->n_holders = n;
+                        return 0;
+                }
+                s->json_jobs = false;
+        }
         const char *argv[] = {"squeue", "-h", "-a", "-o", "%i|%j|%T", NULL};
         if (tool(s, argv) != 0)
                 return -1;
-        s->n_holders = exec_slurm_parse_holders(s->buf, s->holders, 2 * LOOM_EXEC_MAX_NODES);
+        s->n_holders = exec_slurm_parse_holders(s->buf, s->holders, max);
         return 0;
 }
 
 static int list_nodes(slurm *s)
 {
+        const int max = 2 * LOOM_EXEC_MAX_NODES;
+        if (s->json_nodes) {
+                const char *argv[] = {"sinfo", "--json", NULL};
+                if (exec_capture(argv, s->jbuf, SL_JSON_OUT, 10.0) != 0)
+                        return -1;
+                int n = exec_slurm_json_nodes(s->jbuf, s->state, max);
+                if (n >= 0) {
+                        s->n_state = n;
+                        return 0;
+                }
+                s->json_nodes = false;
+        }
         const char *argv[] = {"sinfo", "-h", "-N", "-o", "%N|%T", NULL};
         if (tool(s, argv) != 0)
                 return -1;
-        s->n_state = exec_slurm_parse_nodes(s->buf, s->state, 2 * LOOM_EXEC_MAX_NODES);
+        s->n_state = exec_slurm_parse_nodes(s->buf, s->state, max);
         return 0;
+}
+
+/* Whether this Slurm gives JSON: asked once, when the controller has just answered a ping, so
+ * that a --json refused (exit 1) is not taken for a controller that went away later. */
+static void probe_json(slurm *s)
+{
+        s->json_jobs = s->json_nodes = true;
+        if (list_holders(s))
+                s->json_jobs = false;
+        if (list_nodes(s))
+                s->json_nodes = false;
 }
 
 /* Whether the srun client of w reported a node failure ("srun: error: Node failure on N"). */
@@ -394,6 +619,7 @@ static void sl_free(void *impl)
                 cancel_all(s);
         free(s->kids);
         free(s->buf);
+        free(s->jbuf);
         free(s->holders);
         free(s->state);
         free(s);
@@ -430,10 +656,11 @@ loom_exec *loom_exec_slurm_new(const loom_exec_cfg *c, loom_err *e)
         slurm *s = calloc(1, sizeof *s);
         if (s) {
                 s->buf = malloc(SL_OUT);
+                s->jbuf = malloc(SL_JSON_OUT);
                 s->holders = calloc(2 * LOOM_EXEC_MAX_NODES, sizeof *s->holders);
                 s->state = calloc(2 * LOOM_EXEC_MAX_NODES, sizeof *s->state);
         }
-        if (!s || !s->buf || !s->holders || !s->state) {
+        if (!s || !s->buf || !s->jbuf || !s->holders || !s->state) {
                 if (s)
                         sl_free(s);
                 return loom_err_set(e, LOOM_ENOMEM, "", "out of memory"), NULL;
@@ -450,6 +677,7 @@ loom_exec *loom_exec_slurm_new(const loom_exec_cfg *c, loom_err *e)
         int rt = resume_timeout(s);
         if (rt > 0)
                 s->cfg.provision_timeout_s = rt + 30;
+        probe_json(s);
         s->started = true;
         return loom_exec_new(&s->cfg, &exec_slurm_ops, s, e);
 }

@@ -1,6 +1,7 @@
 /*
  * fuzz_slurm.c - libFuzzer target for the Slurm executor's readers of squeue's and sinfo's
- * output (exec_slurm_parse_steps, _holders, _nodes in src/exec/slurm.c). That output carries
+ * output (exec_slurm_parse_steps, _holders, _nodes, and the JSON readers exec_slurm_json_holders,
+ * _nodes, in src/exec/slurm.c). That output carries
  * text anyone with a Slurm account chooses (job and step names) and whatever a Slurm version
  * prints, so every reader gets the same arbitrary bytes, as exec_capture would hand them over
  * (NUL-terminated, cut at the first NUL). Checked: no table grows past its bound, every string
@@ -85,6 +86,37 @@ static void nodes(const char *text)
         free(buf);
 }
 
+/* The JSON readers: -1 or a count within the bound; every string ends inside its field. */
+static void json(const char *text)
+{
+        exec_slurm_holder h[MAX_OUT + 1];
+        memset(h, 0xa5, sizeof h);
+        exec_slurm_holder guard = h[MAX_OUT];
+        int n = exec_slurm_json_holders(text, h, MAX_OUT);
+        if (n < -1 || n > MAX_OUT || memcmp(&h[MAX_OUT], &guard, sizeof guard))
+                abort();
+        for (int i = 0; i < n; i++) {
+                check_str(h[i].node, sizeof h[i].node);
+                check_str(h[i].id, sizeof h[i].id);
+                if (!h[i].id[0] || !h[i].node[0])
+                        abort();
+        }
+        char st[MAX_OUT + 1][2][LOOM_EXEC_NAME_MAX];
+        memset(st, 0xa5, sizeof st);
+        n = exec_slurm_json_nodes(text, st, MAX_OUT);
+        if (n < -1 || n > MAX_OUT)
+                abort();
+        for (size_t k = 0; k < sizeof st[MAX_OUT]; k++)
+                if (((unsigned char *)st[MAX_OUT])[k] != 0xa5)
+                        abort();
+        for (int i = 0; i < n; i++) {
+                check_str(st[i][0], LOOM_EXEC_NAME_MAX);
+                check_str(st[i][1], LOOM_EXEC_NAME_MAX);
+                if (!st[i][0][0] || !st[i][1][0])
+                        abort();
+        }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
         char *text = malloc(size + 1);
@@ -95,6 +127,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         steps(text);
         holders(text);
         nodes(text);
+        json(text);
         free(text);
         return 0;
 }
