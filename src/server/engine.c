@@ -750,6 +750,18 @@ static int cmp_group(const void *a, const void *b)
         return (x > y) - (x < y);
 }
 
+/* The executor's names of nodes (as the dashboard's node_names, srv_exec_node_name), one per id
+ * in the same order: null where loomd runs no executor or it has not bound that id yet. */
+static json_t *node_names_json(loom_server *s, loom_pool pool, const loom_node_id *n, int count)
+{
+        json_t *a = json_array();
+        for (int i = 0; a && i < count; i++) {
+                const char *name = srv_exec_node_name(s, pool, n[i]);
+                json_array_append_new(a, name ? json_string(name) : json_null());
+        }
+        return a;
+}
+
 /* One page of groups in id order, after r->after, at most r->limit, and "next" as for jobs. */
 static void h_groups(loom_server *s, srv_req *r)
 {
@@ -778,13 +790,18 @@ static void h_groups(loom_server *s, srv_req *r)
                         json_array_append_new(rates, json_integer(g->rates[k]));
                 }
                 json_array_append_new(
-                    a, json_pack("{s:i,s:o,s:o,s:o,s:o,s:f,s:f,s:f,s:b,s:f}", "id", (int)g->id,
-                                 "rates", rates, "members", m, "rollout_nodes",
-                                 nodes_json(g->rollout_nodes, g->n_rollout_nodes), "train_nodes",
-                                 nodes_json(g->train_nodes, g->n_train_nodes), "t_cycle_s",
-                                 loom_us_to_s(g->t_cycle), "t_load_s", loom_us_to_s(g->t_load),
-                                 "t_meta_s", loom_us_to_s(g->t_meta), "saturated", g->saturated,
-                                 "cost_per_hour", g->cost_per_hour));
+                    a,
+                    json_pack(
+                        "{s:i,s:o,s:o,s:o,s:o,s:o,s:o,s:f,s:f,s:f,s:b,s:f}", "id", (int)g->id,
+                        "rates", rates, "members", m, "rollout_nodes",
+                        nodes_json(g->rollout_nodes, g->n_rollout_nodes), "train_nodes",
+                        nodes_json(g->train_nodes, g->n_train_nodes), "rollout_node_names",
+                        node_names_json(s, LOOM_POOL_ROLLOUT, g->rollout_nodes, g->n_rollout_nodes),
+                        "train_node_names",
+                        node_names_json(s, LOOM_POOL_TRAIN, g->train_nodes, g->n_train_nodes),
+                        "t_cycle_s", loom_us_to_s(g->t_cycle), "t_load_s", loom_us_to_s(g->t_load),
+                        "t_meta_s", loom_us_to_s(g->t_meta), "saturated", g->saturated,
+                        "cost_per_hour", g->cost_per_hour));
         }
         free(g);
         json_t *next = more ? json_integer(ids[from + limit - 1]) : json_null();

@@ -120,3 +120,46 @@ text = "".join(open(os.path.join(out2, f)).read() for f in os.listdir(out2)
                if f.startswith(f"loom-j{jid}-") and f.endswith("rollout-0.out"))
 check(" iteration 2 " in text, "the rollout worker ran under permits it authenticated for")
 check(ld.stop() == 0, "loomd with authentication stops cleanly")
+
+# With a node map: GET /v1/groups names each group's nodes as the executor does (the names the
+# dashboard shows, /v1/timeline's node_names), one name per id, in the same order.
+import json  # noqa: E402
+out3 = os.path.join(out, "names")
+os.mkdir(out3)
+node_map = os.path.join(out3, "nodes.json")
+with open(node_map, "w") as f:
+    json.dump({"rollout": {"partition": "rollout", "nodes": ["n17000r1", "n17000r2"]},
+               "train": {"partition": "train", "nodes": ["n17000t1", "n17000t2"]}}, f)
+ld = Loomd(BUILD, "--executor", "local", "--exec-nodes", node_map, "--worker", worker,
+           "--exec-dir", out3).start()
+for name in ("m", "n"):  # two members: the group holds a rollout node too
+    st, _ = ld.req("POST", "/v1/jobs", {"name": name, "rollout_gpus": 8, "train_gpus": 8,
+                                       "t_roll_s": 0.4, "t_train_s": 0.2, "slo": 2.0,
+                                       "iterations": 1000})
+    check(st == 201, f"job {name} admitted on a loomd with a node map")
+
+
+def named_group():
+    g = ld.req("GET", "/v1/groups")[1]["groups"]
+    g = [x for x in g if x["members"]]
+    if g and all(g[0][k] for k in ("rollout_node_names", "train_node_names")) and \
+            None not in g[0]["rollout_node_names"] + g[0]["train_node_names"]:
+        return g[0]
+    return None
+
+
+g = wait(named_group, "the group's nodes are bound to names", 10)
+check(len(g["rollout_node_names"]) == len(g["rollout_nodes"]) >= 1 and
+      len(g["train_node_names"]) == len(g["train_nodes"]) >= 1,
+      f"one name per node id ({g['rollout_nodes']} {g['rollout_node_names']}, "
+      f"{g['train_nodes']} {g['train_node_names']})")
+check(set(g["rollout_node_names"]) <= {"n17000r1", "n17000r2"} and
+      set(g["train_node_names"]) <= {"n17000t1", "n17000t2"},
+      "the names are the node map's, each in its pool")
+tl = ld.req("GET", "/v1/timeline")[1]["node_names"]
+check(all(tl["rollout"].get(str(i), n) == n
+          for i, n in zip(g["rollout_nodes"], g["rollout_node_names"])) and
+      all(tl["train"].get(str(i), n) == n
+          for i, n in zip(g["train_nodes"], g["train_node_names"])),
+      f"the same names as /v1/timeline's node_names ({tl})")
+check(ld.stop() == 0, "loomd with a node map stops cleanly")

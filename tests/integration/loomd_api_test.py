@@ -39,6 +39,10 @@ check(st == 201 and b["decision"]["decision"] == "direct_pack" and b["group"] ==
 check(b["rollout_nodes"] == a["rollout_nodes"], "both pinned to the same rollout node")
 st, g = d.req("GET", "/v1/groups")
 check(st == 200 and g["groups"][0]["members"] == [1, 2], "GET /v1/groups lists the members")
+g0 = g["groups"][0]
+check(g0["rollout_node_names"] == [None] * len(g0["rollout_nodes"]) and
+      g0["train_node_names"] == [None] * len(g0["train_nodes"]),
+      "without an executor the node names are null, one per node id")
 st, cl = d.req("GET", "/v1/cluster")
 check(st == 200 and cl["nodes"] == {"rollout": 1, "train": 1} and cl["cost_per_hour"] > 0,
       "GET /v1/cluster: one node per pool, $/h > 0")
