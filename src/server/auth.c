@@ -451,36 +451,15 @@ int srv_auth_open(loom_server *s, loom_err *e)
         return a->tokens ? 0 : no_tokens(s, e);
 }
 
-static char *read_file(const char *path, const char *field, loom_err *e)
-{
-        FILE *f = fopen(path, "rb");
-        char *text = NULL;
-        long n = -1;
-        if (f && !fseek(f, 0, SEEK_END) && (n = ftell(f)) >= 0 && n < (1 << 20) &&
-            !fseek(f, 0, SEEK_SET) && (text = calloc(1, (size_t)n + 1)) &&
-            fread(text, 1, (size_t)n, f) == (size_t)n) {
-                fclose(f);
-                return text;
-        }
-        loom_err_set(e, LOOM_EIO, field, "%s: %s", path,
-                     !f               ? strerror(errno)
-                     : n >= (1 << 20) ? "larger than 1 MiB"
-                                      : "unreadable");
-        free(text);
-        if (f)
-                fclose(f);
-        return NULL;
-}
-
 int srv_auth_tls(loom_server *s, const char **cert, const char **key, loom_err *e)
 {
         struct srv_auth *a = s->auth;
         *cert = *key = NULL;
         if (!s->cfg.tls_cert)
                 return 0;
-        if (!a->tls_cert && !(a->tls_cert = read_file(s->cfg.tls_cert, "tls_cert", e)))
+        if (!a->tls_cert && !(a->tls_cert = srv_read_file(s->cfg.tls_cert, "tls_cert", e)))
                 return LOOM_EIO;
-        if (!a->tls_key && !(a->tls_key = read_file(s->cfg.tls_key, "tls_key", e)))
+        if (!a->tls_key && !(a->tls_key = srv_read_file(s->cfg.tls_key, "tls_key", e)))
                 return LOOM_EIO;
         *cert = a->tls_cert;
         *key = a->tls_key;

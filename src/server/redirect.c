@@ -25,35 +25,6 @@ struct loom_redirector {
         char *cert, *key;
 };
 
-static char *slurp(const char *path, const char *field, loom_err *e)
-{
-        FILE *f = fopen(path, "rb");
-        if (!f) {
-                loom_err_set(e, LOOM_EIO, field, "%s: cannot read it", path);
-                return NULL;
-        }
-        char *buf = NULL;
-        size_t n = 0, cap = 0;
-        for (;;) {
-                if (n + 4096 + 1 > cap) {
-                        char *g = realloc(buf, cap = cap * 2 + 8192);
-                        if (!g)
-                                break;
-                        buf = g;
-                }
-                size_t got = fread(buf + n, 1, cap - n - 1, f);
-                n += got;
-                if (got == 0)
-                        break;
-        }
-        fclose(f);
-        if (buf)
-                buf[n] = 0;
-        else
-                loom_err_set(e, LOOM_ENOMEM, field, "out of memory");
-        return buf;
-}
-
 /* The request's query string again (libmicrohttpd hands it over decoded). */
 typedef struct {
         char buf[2048];
@@ -160,8 +131,8 @@ int loom_redirector_start(loom_redirector **out, const loom_server_cfg *cfg,
         }
         unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
         if (cfg->tls_cert) {
-                if (!(r->cert = slurp(cfg->tls_cert, "tls_cert", e)) ||
-                    !(r->key = slurp(cfg->tls_key, "tls_key", e))) {
+                if (!(r->cert = srv_read_file(cfg->tls_cert, "tls_cert", e)) ||
+                    !(r->key = srv_read_file(cfg->tls_key, "tls_key", e))) {
                         close(fd);
                         loom_redirector_stop(r);
                         return LOOM_EIO;
@@ -192,6 +163,8 @@ void loom_redirector_stop(loom_redirector *r)
         if (r->d)
                 MHD_stop_daemon(r->d);
         free(r->cert);
+        if (r->key)
+                explicit_bzero(r->key, strlen(r->key));
         free(r->key);
         free(r);
 }

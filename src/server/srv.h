@@ -508,6 +508,10 @@ void srv_metrics_lease_end(loom_server *s, const char *state);
 /* A reply sent: counted by status class, 409 apart */
 void srv_metrics_reply(loom_server *s, int status);
 
+/* readfile.c: a file of at most 1 MiB read whole, NUL-terminated (malloc'd; the TLS PEM files of
+ * auth.c and redirect.c). NULL with e filled (field, "PATH: why") when it cannot be read. */
+char *srv_read_file(const char *path, const char *field, loom_err *e);
+
 /* store.c: all SQL lives here. Every function returns 0 or a LOOM_E* code with e filled. */
 /* The data directory, created owner-only (0700) if missing, and a file in it created or
  * narrowed to owner-only (with its SQLite -wal and -shm) before it is opened: what loomd keeps

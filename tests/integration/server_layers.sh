@@ -11,7 +11,7 @@ nm -A "$build/libloom_server.a" | python3 -c '
 import re, sys
 # layer of each file, bottom (0) up; files not named here are the top (wiring).
 layers = [
-    ["clock", "reply", "jobs", "store", "replog", "notify", "dashboard_assets"],  # 0: data
+    ["clock", "reply", "jobs", "store", "replog", "notify", "readfile", "dashboard_assets"],  # 0: data
     ["auth", "tokenlist", "scope", "quota", "degrade", "learn", "options"],  # 1: on the state
     ["metrics", "retry", "compact", "statehook"],                         # 2: policies
     ["engine", "exechook", "dashboard"],                                  # 3: the scheduler thread
