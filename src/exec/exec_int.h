@@ -79,5 +79,8 @@ int exec_slurm_json_nodes(const char *buf, char (*state)[2][LOOM_EXEC_NAME_MAX],
 /* slurm.c: the backend's ops, and loomd's address once it is known (its holders watch it). */
 extern const loom_exec_ops exec_slurm_ops;
 void exec_slurm_set_url(void *impl, const char *url);
+/* The batch script of a node's holder allocation: it ends once none of the addresses in urls
+ * (loomd's URL, or every replica's, comma-separated) has taken a connection for grace_s. */
+void exec_slurm_holder_script(const char *urls, int grace_s, char *out, size_t n);
 
 #endif

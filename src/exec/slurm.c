@@ -530,30 +530,56 @@ static int scontrol_power(slurm *s, const char *node, const char *state)
         return tool(s, argv);
 }
 
-/* The holder's script: it sleeps, and ends the allocation once loomd's address has refused
- * connections for grace_s (bash's /dev/tcp: nothing to install on the nodes). */
-static void holder_script(const slurm *s, char *out, size_t n)
+/* "HOST/PORT" of each http(s)://HOST:PORT in loomd's URL list (one URL, or every replica's),
+ * space-separated, as bash's /dev/tcp takes them; an [IPv6] address loses its brackets. */
+static void holder_addresses(const char *urls, char *out, size_t n)
 {
-        char host[96] = "127.0.0.1";
-        int port = 7480;
-        const char *u = strstr(s->cfg.url, "://");
-        u = u ? u + 3 : s->cfg.url;
-        sscanf(u, "%95[^:/]:%d", host, &port);
+        size_t len = 0;
+        out[0] = 0;
+        for (const char *p = urls; *p && len < n;) {
+                size_t k = strcspn(p, ",");
+                char url[256], host[96] = "127.0.0.1";
+                snprintf(url, sizeof url, "%.*s", (int)(k < sizeof url ? k : sizeof url - 1), p);
+                p += k + (p[k] == ',');
+                const char *u = strstr(url, "://");
+                u = u ? u + 3 : url;
+                int port = 7480;
+                if (*u == '[')
+                        sscanf(u, "[%95[^]]]:%d", host, &port);
+                else
+                        sscanf(u, "%95[^:/]:%d", host, &port);
+                if (strspn(host, "0123456789abcdefABCDEF.:-_" "ghijklmnopqrstuvwxyz"
+                                 "GHIJKLMNOPQRSTUVWXYZ") != strlen(host))
+                        continue; /* not a host name: nothing to put in a shell line */
+                len += (size_t)snprintf(out + len, n - len, "%s%s/%d", len ? " " : "", host, port);
+        }
+        if (!out[0])
+                snprintf(out, n, "127.0.0.1/7480");
+}
+
+/* The holder's script: it sleeps, and ends the allocation once none of loomd's addresses (every
+ * replica's, when replicated: a takeover does not end it) has taken a connection for grace_s
+ * (bash's /dev/tcp: nothing to install on the nodes). */
+void exec_slurm_holder_script(const char *urls, int grace_s, char *out, size_t n)
+{
+        char addrs[600];
+        holder_addresses(urls, addrs, sizeof addrs);
         snprintf(out, n,
-                 "exec bash -c 't=0; while sleep 5; do if (exec 3<>/dev/tcp/%s/%d) 2>/dev/null; "
-                 "then t=0; else t=$((t+5)); [ $t -ge %d ] && exit 0; fi; done'",
-                 host, port, s->cfg.grace_s);
+                 "exec bash -c 't=0; while sleep 5; do up=0; for a in %s; do "
+                 "if (exec 3<>/dev/tcp/$a) 2>/dev/null; then up=1; break; fi; done; "
+                 "if [ $up = 1 ]; then t=0; else t=$((t+5)); [ $t -ge %d ] && exit 0; fi; done'",
+                 addrs, grace_s);
 }
 
 static int submit_holder(slurm *s, const char *node, loom_err *e)
 {
         int p = pool_of(s, node);
-        char name[96], part[96], nl[96], gres[32], script[400];
+        char name[96], part[96], nl[96], gres[32], script[1024];
         snprintf(name, sizeof name, "--job-name=loom-node-%s", node);
         snprintf(part, sizeof part, "--partition=%s", s->cfg.partition[p < 0 ? 0 : p]);
         snprintf(nl, sizeof nl, "--nodelist=%s", node);
         snprintf(gres, sizeof gres, "--gres=gpu:%d", s->cfg.gpus_per_node);
-        holder_script(s, script, sizeof script);
+        exec_slurm_holder_script(s->cfg.url, s->cfg.grace_s, script, sizeof script);
         const char *argv[] = {
             "sbatch",       "--parsable",         name,     part,   nl,  gres, "--exclusive",
             "--no-requeue", "--output=/dev/null", "--wrap", script, NULL};

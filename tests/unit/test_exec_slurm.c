@@ -10,9 +10,16 @@
  * and the holders the text reader finds; and it must refuse what is not squeue's or sinfo's JSON
  * (a Slurm that refuses --json prints nothing on stdout), so that the executor reads text.
  */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <criterion/criterion.h>
 
@@ -225,4 +232,59 @@ Test(slurm_text, steps)
         cr_assert_str_eq(w[1].id, "2.0");
         cr_assert_eq(w[1].pool, LOOM_POOL_TRAIN);
         free(text);
+}
+
+/* The holder's script watches every replica's address: one that answers keeps the allocation,
+ * so a takeover does not end it; with none answering it ends after grace_s. */
+Test(slurm_holder, watches_every_address_in_the_list)
+{
+        char script[1024];
+        exec_slurm_holder_script("http://127.0.0.1:7001,https://[::1]:7002,http://a b:1", 30,
+                                 script, sizeof script);
+        cr_assert(strstr(script, "for a in 127.0.0.1/7001 ::1/7002; do"), "%s", script);
+        cr_assert(strstr(script, "-ge 30 ]"), "%s", script);
+        exec_slurm_holder_script("http://loomd.example:7480", 5, script, sizeof script);
+        cr_assert(strstr(script, "for a in loomd.example/7480; do"), "%s", script);
+}
+
+static int listener(int *port)
+{
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0); /* not the holder's */
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        socklen_t len = sizeof a;
+        cr_assert(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && listen(fd, 16) == 0);
+        cr_assert(getsockname(fd, (struct sockaddr *)&a, &len) == 0);
+        *port = ntohs(a.sin_port);
+        return fd;
+}
+
+/* Run for real (bash, 5 s rounds): the first replica is gone, the second answers; with only
+ * the first watched the script would end at its first round (grace 5 s). */
+Test(slurm_holder, a_live_replica_keeps_the_allocation, .timeout = 30)
+{
+        int dead_port, live_port;
+        int dead = listener(&dead_port);
+        close(dead); /* nothing listens there now */
+        int live = listener(&live_port);
+        char urls[128], script[1024];
+        snprintf(urls, sizeof urls, "http://127.0.0.1:%d,http://127.0.0.1:%d", dead_port,
+                 live_port);
+        exec_slurm_holder_script(urls, 5, script, sizeof script);
+        pid_t pid = fork();
+        cr_assert(pid >= 0);
+        if (pid == 0) {
+                execl("/bin/sh", "sh", "-c", script, (char *)NULL);
+                _exit(127);
+        }
+        sleep(7); /* one round past the grace */
+        int st;
+        cr_assert_eq(waitpid(pid, &st, WNOHANG), 0, "the holder ended with a replica alive");
+        close(live); /* every replica gone: it ends within two rounds */
+        int waited = 0;
+        while (waitpid(pid, &st, WNOHANG) == 0 && waited++ < 150)
+                nanosleep(&(struct timespec){.tv_nsec = 100 * 1000000L}, NULL);
+        if (waited > 150)
+                kill(pid, SIGKILL);
+        cr_assert(waited <= 150 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                  "the holder did not end once no replica answered");
 }
