@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "../daemon.h"
+#include "loom/auth.h"
 #include "loomd_ha.h"
 
 int loomd_ha_option(loomd_ha_opts *o, const char *name, const char *value)
@@ -64,6 +65,24 @@ static int apply(void *arg, const void *entry, size_t n, loom_err *e)
         return loom_store_follower_apply(arg, entry, n, e);
 }
 
+/* auth.db's tokens, shared by every replica (docs/ha.md): arg is the data dir */
+static int tokens_local(void *arg, char ***keys, char ***vals, size_t *n, loom_err *e)
+{
+        return loom_token_shared(arg, keys, vals, n, e);
+}
+
+static int tokens_merge(void *arg, const char *key, const char *val, size_t n, loom_err *e)
+{
+        return loom_token_merge(arg, key, val, n, e);
+}
+
+static const loom_replica_rows tokens = {tokens_local, loom_token_shared_free, tokens_merge};
+
+static int install(void *arg, const void *image, size_t n, loom_err *e)
+{
+        return loom_store_follower_reset(arg, image, n, e);
+}
+
 static int fail(const char *what, const loom_err *e)
 {
         fprintf(stderr, "loomd: %s: %s%s%s\n", what, e->field, e->field[0] ? ": " : "", e->msg);
@@ -98,7 +117,9 @@ int loomd_ha_follow(const loomd_ha_opts *o, loom_server_cfg *cfg, sigset_t *stop
         if (!rc && loom_store_follower_open(&f, cfg->data_dir, image, n, &e))
                 rc = fail("--data-dir", &e);
         free(image);
-        if (!rc && loom_replica_follow(r, apply, f, &e))
+        if (!rc && loom_replica_share(r, "tokens/", &tokens, (void *)cfg->data_dir, &e))
+                rc = fail("--store (tokens)", &e);
+        if (!rc && loom_replica_follow(r, apply, install, f, &e))
                 rc = fail("--store", &e);
         if (!rc && loom_redirector_start(&red, cfg, loom_replica_leader, r, &e))
                 rc = fail("--listen", &e);

@@ -64,6 +64,15 @@ int loom_token_list(const char *data_dir, loom_token_info **out, int *n, loom_er
 void loom_token_print(FILE *f, const loom_token_info *t, int n, int64_t now);
 /* Refuse token id from now on (a running loomd checks every request). LOOM_ENOENT if none. */
 int loom_token_revoke(const char *data_dir, int64_t id, loom_err *e);
+/* Tokens shared by replicated loomds (docs/ha.md): every row of data_dir/auth.db as a key (the
+ * token's SHA-256 in hex; never the token) and a canonical JSON value; free with
+ * loom_token_shared_free. */
+int loom_token_shared(const char *data_dir, char ***keys, char ***vals, size_t *n, loom_err *e);
+void loom_token_shared_free(char **keys, char **vals, size_t n);
+/* Merge a shared row into data_dir/auth.db: a token not there is added; a revocation wins over
+ * none and the earlier over the later, so replicas converge whatever the order. */
+int loom_token_merge(const char *data_dir, const char *key, const char *val, size_t n,
+                     loom_err *e);
 /* Replace the secret worker tokens and sync keys derive from (stored in data_dir/loom.db).
  * Every job's worker token and sync key change; a running loomd keeps the old secret until it
  * restarts. */

@@ -3,7 +3,7 @@
  *
  *     loom_replica *r;
  *     loom_replica_open(&r, "http://e1:2379,http://e2:2379", "c1", "http://me:7480", 3, &err);
- *     loom_replica_follow(r, apply, arg, &err);  applies every log entry on a thread and
+ *     loom_replica_follow(r, apply, install, arg, &err);  applies every log entry on a thread and
  *                                                 campaigns on another
  *     while (!loom_replica_leading(r)) ...        (serve redirects: loom_replica_leader)
  *     loom_replica_promote(r, &err);              applied through the log's end, not following
@@ -37,9 +37,13 @@ int loom_replica_open(loom_replica **out, const char *endpoints, const char *nam
  * when the log was never compacted); following then starts after it. */
 int loom_replica_load(loom_replica *r, void **image, size_t *n, loom_err *e);
 /* Starts following (apply(arg, entry, n, e) for each entry from the first, in order, on the
- * follower thread; a nonzero return stops the replica: loom_replica_failed) and campaigning. */
-int loom_replica_follow(loom_replica *r, int (*apply)(void *arg, const void *entry, size_t n,
-                                                        loom_err *e),
+ * follower thread; a nonzero return stops the replica: loom_replica_failed) and campaigning.
+ * A follower the leader's compaction left behind (the entries after its last were deleted
+ * under a snapshot) starts again from that snapshot: install(arg, image, n, e) on the same
+ * thread, then the entries after it. */
+int loom_replica_follow(loom_replica *r,
+                        int (*apply)(void *arg, const void *entry, size_t n, loom_err *e),
+                        int (*install)(void *arg, const void *image, size_t n, loom_err *e),
                         void *arg, loom_err *e);
 /* The campaign was won (promote next). */
 bool loom_replica_leading(loom_replica *r);
@@ -53,6 +57,18 @@ int loom_replica_append(void *r, const void *entry, size_t n, loom_err *e);
 int loom_replica_snapshot(void *r, const void *image, size_t n, loom_err *e);
 /* The leader's URL as last seen ("" when none), for redirects; any thread. */
 void loom_replica_leader(void *r, char *buf, size_t cap);
+/* Rows every replica keeps a copy of (auth.db's tokens), under loom/NAME/DIR in etcd. Each round
+ * (now, then every 2 s on a thread of its own until close), shared rows that differ from this
+ * replica's are merged into it, then this replica's rows that differ from the shared ones are
+ * written there, each as a compare-and-swap. merge must make replicas converge (the same rows
+ * whatever the order of merges); keys and values are strings without NUL. */
+typedef struct loom_replica_rows {
+        int (*local)(void *arg, char ***keys, char ***vals, size_t *n, loom_err *e);
+        void (*free_rows)(char **keys, char **vals, size_t n);
+        int (*merge)(void *arg, const char *key, const char *val, size_t n, loom_err *e);
+} loom_replica_rows;
+int loom_replica_share(loom_replica *r, const char *dir, const loom_replica_rows *rows, void *arg,
+                       loom_err *e);
 /* Every replica's URL that campaigns now, the leader's first, comma-separated (*urls is
  * malloc'd): what workers launched by the leader's executor get as LOOM_URL, so that they follow
  * a takeover. Call it once loom_replica_promote has returned. */

@@ -197,6 +197,8 @@ typedef struct loom_store_follower loom_store_follower;
 int loom_store_follower_open(loom_store_follower **out, const char *data_dir, const void *image,
                              size_t n, loom_err *e);
 int loom_store_follower_apply(loom_store_follower *f, const void *entry, size_t n, loom_err *e);
+/* Start again from image, a snapshot (a follower that fell behind the log's compaction). */
+int loom_store_follower_reset(loom_store_follower *f, const void *image, size_t n, loom_err *e);
 void loom_store_follower_close(loom_store_follower *f);
 
 /* While following: serves cfg's address (and TLS) with /healthz {"role":"follower",

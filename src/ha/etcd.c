@@ -373,6 +373,28 @@ int etcd_txn_put_if(etcd_client *c, const char *fence_key, int64_t fence_rev, co
         return 0;
 }
 
+int etcd_put_cas(etcd_client *c, const char *key, int64_t mod_rev, const void *val, size_t n,
+                 int *ok, loom_err *e)
+{
+        *ok = 0;
+        json_t *cmp = mod_rev ? json_pack("[{s:o,s:s,s:s,s:o}]", "key", jb64(key, strlen(key)),
+                                          "target", "MOD", "result", "EQUAL", "mod_revision",
+                                          jstr64(mod_rev))
+                              : json_pack("[{s:o,s:s,s:s,s:s}]", "key", jb64(key, strlen(key)),
+                                          "target", "CREATE", "result", "EQUAL",
+                                          "create_revision", "0");
+        json_t *succ = json_pack("[{s:{s:o,s:o}}]", "request_put", "key", jb64(key, strlen(key)),
+                                 "value", jb64(val, n));
+        json_t *a;
+        int rc = etcd_call(c, "/v3/kv/txn", json_pack("{s:o,s:o}", "compare", cmp, "success", succ),
+                           &a, 10000, e);
+        if (rc)
+                return rc;
+        *ok = json_is_true(json_object_get(a, "succeeded"));
+        json_decref(a);
+        return 0;
+}
+
 int etcd_delete_range(etcd_client *c, const char *key, const char *range_end, loom_err *e)
 {
         json_t *a;

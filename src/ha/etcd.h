@@ -55,6 +55,10 @@ char *etcd_prefix_end(const char *prefix);
 int etcd_txn_put_if(etcd_client *c, const char *fence_key, int64_t fence_rev, const char *key,
                     const void *val, size_t n, int *ok, int64_t *rev, int64_t *fence_now,
                     char **existing, size_t *existing_n, loom_err *e);
+/* Compare-and-swap: puts key=val only if the key's mod_revision is still mod_rev (0: only if the
+ * key does not exist). *ok: 1 when written, 0 when another writer came first. */
+int etcd_put_cas(etcd_client *c, const char *key, int64_t mod_rev, const void *val, size_t n,
+                 int *ok, loom_err *e);
 int etcd_delete_range(etcd_client *c, const char *key, const char *range_end, loom_err *e);
 int etcd_compact(etcd_client *c, int64_t rev, loom_err *e);
 

@@ -3,7 +3,8 @@
  *
  * Three etcd clients, one per thread that talks to etcd (an etcd_client serves one thread):
  * the campaign/append client (the campaign thread until it wins, then the scheduler thread's
- * commits), the follower's (watch, leader lookups) and the keeper's (lease renewals).
+ * commits), the follower's (watch, leader lookups) and the keeper's (lease renewals); and the
+ * sharer's (rows every replica keeps a copy of, loom_replica_share).
  */
 #define _GNU_SOURCE
 #include "loom/ha.h"
@@ -22,15 +23,21 @@
 struct loom_replica {
         loom_ha *hc, *hw; /* campaign + append; follower */
         etcd_client *kc;  /* keeper */
+        etcd_client *sc;  /* sharer */
         char *prefix, *me;
         int ttl;
         _Atomic int64_t lease;
 
         int (*apply)(void *arg, const void *entry, size_t n, loom_err *e);
+        int (*install)(void *arg, const void *image, size_t n, loom_err *e);
         void *apply_arg;
+        bool behind; /* the follower saw a gap: the log was compacted past it */
 
-        pthread_t follower, campaigner, keeper;
-        bool have_follower, have_campaigner, have_keeper;
+        pthread_t follower, campaigner, keeper, sharer;
+        bool have_follower, have_campaigner, have_keeper, have_sharer;
+        char *share_dir;
+        loom_replica_rows share;
+        void *share_arg;
         atomic_bool stop_follow, stop_all, leading, deposed, failed, lease_lost;
 
         pthread_mutex_t mu;
@@ -110,6 +117,8 @@ int loom_replica_open(loom_replica **out, const char *endpoints, const char *nam
                 rc = loom_ha_open(&r->hw, urls, prefix, me, ttl_s, e);
         if (!rc)
                 rc = etcd_open(&r->kc, urls, 1000, e);
+        if (!rc)
+                rc = etcd_open(&r->sc, urls, 1000, e);
         free(urls);
         if (rc && r) {
                 loom_replica_close(r);
@@ -124,12 +133,10 @@ int loom_replica_open(loom_replica **out, const char *endpoints, const char *nam
 static int on_entry(void *arg, uint64_t seq, const char *entry, size_t n)
 {
         loom_replica *r = arg;
+        if (seq <= r->applied)
+                return 0; /* applied from a snapshot already */
         if (seq != r->applied + 1) {
-                loom_err_set(&r->err, LOOM_ECORRUPT, "log",
-                             "entry %" PRIu64 " follows %" PRIu64 ": the log has a gap (compacted "
-                             "past this replica?)",
-                             seq, r->applied);
-                atomic_store(&r->failed, true);
+                r->behind = true; /* compacted past this replica: start from the snapshot */
                 return 1;
         }
         loom_err e;
@@ -160,6 +167,42 @@ static void refresh_leader(loom_replica *r)
         free(url);
 }
 
+/* The follower fell behind the leader's compaction (a replica restarting or slow while the
+ * leader wrote a snapshot and deleted the log it covers): its store starts again from that
+ * snapshot, and following goes on after it. */
+static void catch_up(loom_replica *r)
+{
+        uint64_t seq = 0;
+        void *image = NULL;
+        size_t n = 0;
+        loom_err e;
+        loom_err_clear(&e);
+        int rc = loom_ha_snapshot_get(r->hw, &seq, &image, &n, &e);
+        if (rc == 0 && seq > r->applied) {
+                rc = r->install(r->apply_arg, image, n, &e);
+                if (!rc) {
+                        pthread_mutex_lock(&r->mu);
+                        r->applied = seq;
+                        pthread_cond_broadcast(&r->cv);
+                        pthread_mutex_unlock(&r->mu);
+                        r->behind = false;
+                }
+        } else if (rc == 0 || rc == LOOM_ENOENT) {
+                rc = loom_err_set(&e, LOOM_ECORRUPT, "log",
+                                  "the log has a gap after entry %" PRIu64
+                                  " that no snapshot covers",
+                                  r->applied);
+        } else {
+                rc = 0; /* etcd unreachable: the next round tries again */
+                etcd_sleep_ms(200);
+        }
+        free(image);
+        if (rc) {
+                r->err = e;
+                atomic_store(&r->failed, true);
+        }
+}
+
 static void *follow_main(void *arg)
 {
         loom_replica *r = arg;
@@ -168,7 +211,9 @@ static void *follow_main(void *arg)
                 loom_err e;
                 /* a bounded watch: the leader is looked up again, and a stop seen, each second */
                 int rc = loom_ha_watch(r->hw, r->applied + 1, on_entry, r, 1000, &e);
-                if (rc && rc != LOOM_ETIMEDOUT && !atomic_load(&r->failed))
+                if (r->behind)
+                        catch_up(r);
+                else if (rc && rc != LOOM_ETIMEDOUT && !atomic_load(&r->failed))
                         etcd_sleep_ms(200); /* etcd unreachable: try again */
         }
         pthread_mutex_lock(&r->mu);
@@ -249,11 +294,13 @@ static void *campaign_main(void *arg)
         return NULL;
 }
 
-int loom_replica_follow(loom_replica *r, int (*apply)(void *arg, const void *entry, size_t n,
-                                                        loom_err *e),
+int loom_replica_follow(loom_replica *r,
+                        int (*apply)(void *arg, const void *entry, size_t n, loom_err *e),
+                        int (*install)(void *arg, const void *image, size_t n, loom_err *e),
                         void *arg, loom_err *e)
 {
         r->apply = apply;
+        r->install = install;
         r->apply_arg = arg;
         int64_t lease = 0;
         int rc = loom_ha_grant(r->hc, &lease, e);
@@ -358,6 +405,130 @@ void loom_replica_leader(void *arg, char *buf, size_t cap)
         pthread_mutex_unlock(&r->mu);
 }
 
+/* ---- shared rows ----------------------------------------------------------------------------- */
+
+static ssize_t find_key(char **keys, size_t n, const char *k)
+{
+        for (size_t i = 0; i < n; i++)
+                if (!strcmp(keys[i], k))
+                        return (ssize_t)i;
+        return -1;
+}
+
+/* One round: etcd's rows that differ from this replica's are merged here, then this replica's
+ * rows that differ from etcd's are put there, each as a compare-and-swap on the revision read
+ * (a writer that came first is merged at the next round). Rows that do not merge are skipped. */
+static int share_round(loom_replica *r, loom_err *e)
+{
+        char **lk = NULL, **lv = NULL;
+        size_t ln = 0;
+        int rc = r->share.local(r->share_arg, &lk, &lv, &ln, e);
+        if (rc)
+                return rc;
+        size_t plen = strlen(r->prefix) + strlen(r->share_dir);
+        char *start = malloc(plen + 1), *end = NULL;
+        if (start) {
+                snprintf(start, plen + 1, "%s%s", r->prefix, r->share_dir);
+                end = etcd_prefix_end(start);
+        }
+        json_t *kvs = NULL;
+        rc = end ? etcd_range(r->sc, start, end, 0, 0, &kvs, NULL, e)
+                 : loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
+        size_t n = rc ? 0 : json_array_size(kvs), merged = 0;
+        char **ek = calloc(n + 1, sizeof *ek), **ev = calloc(n + 1, sizeof *ev);
+        int64_t *mod = calloc(n + 1, sizeof *mod);
+        if (!rc && (!ek || !ev || !mod))
+                rc = loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
+        for (size_t i = 0; !rc && i < n; i++) {
+                json_t *kv = json_array_get(kvs, i);
+                const char *k64 = json_string_value(json_object_get(kv, "key"));
+                const char *v64 = json_string_value(json_object_get(kv, "value"));
+                char *k = NULL;
+                size_t kn, vn;
+                if (!k64 || etcd_unb64(k64, &k, &kn) || etcd_unb64(v64 ? v64 : "", &ev[i], &vn) ||
+                    kn <= plen) {
+                        free(k);
+                        continue;
+                }
+                ek[i] = strdup(k + plen);
+                free(k);
+                mod[i] = etcd_int(kv, "mod_revision");
+                ssize_t at = ek[i] ? find_key(lk, ln, ek[i]) : -1;
+                if (ek[i] && (at < 0 || strcmp(lv[at], ev[i]))) {
+                        loom_err me;
+                        if (!r->share.merge(r->share_arg, ek[i], ev[i], vn, &me))
+                                merged++;
+                }
+        }
+        if (!rc && merged) { /* this replica's rows as they are now */
+                r->share.free_rows(lk, lv, ln);
+                lk = lv = NULL;
+                ln = 0;
+                rc = r->share.local(r->share_arg, &lk, &lv, &ln, e);
+        }
+        for (size_t i = 0; !rc && i < ln; i++) {
+                ssize_t at = -1;
+                for (size_t j = 0; j < n && at < 0; j++)
+                        if (ek[j] && !strcmp(ek[j], lk[i]))
+                                at = (ssize_t)j;
+                if (at >= 0 && !strcmp(ev[at], lv[i]))
+                        continue;
+                char *key = malloc(plen + strlen(lk[i]) + 1);
+                int ok;
+                if (!key) {
+                        rc = loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
+                        break;
+                }
+                sprintf(key, "%s%s", start, lk[i]);
+                rc = etcd_put_cas(r->sc, key, at >= 0 ? mod[at] : 0, lv[i], strlen(lv[i]), &ok, e);
+                free(key);
+        }
+        for (size_t i = 0; i < n && ek && ev; i++) {
+                free(ek[i]);
+                free(ev[i]);
+        }
+        free(ek);
+        free(ev);
+        free(mod);
+        json_decref(kvs);
+        free(start);
+        free(end);
+        r->share.free_rows(lk, lv, ln);
+        return rc;
+}
+
+static void *share_main(void *arg)
+{
+        loom_replica *r = arg;
+        while (!atomic_load(&r->stop_all)) {
+                for (long slept = 0; slept < 2000 && !atomic_load(&r->stop_all); slept += 50)
+                        etcd_sleep_ms(50);
+                loom_err e;
+                if (!atomic_load(&r->stop_all))
+                        share_round(r, &e); /* etcd unreachable: the next round tries again */
+        }
+        return NULL;
+}
+
+int loom_replica_share(loom_replica *r, const char *dir, const loom_replica_rows *rows, void *arg,
+                       loom_err *e)
+{
+        if (r->have_sharer)
+                return loom_err_set(e, LOOM_EINVAL, "ha", "rows are shared already");
+        r->share = *rows;
+        r->share_arg = arg;
+        r->share_dir = strdup(dir);
+        if (!r->share_dir)
+                return loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
+        int rc = share_round(r, e);
+        if (rc)
+                return rc;
+        if (pthread_create(&r->sharer, NULL, share_main, r))
+                return loom_err_set(e, LOOM_ENOMEM, "ha", "cannot start the sharing thread");
+        r->have_sharer = true;
+        return 0;
+}
+
 int loom_replica_candidates(loom_replica *r, char **urls, loom_err *e)
 {
         return loom_ha_candidates(r->hw, urls, e); /* the follower's handle: it follows no more */
@@ -395,6 +566,8 @@ void loom_replica_close(loom_replica *r)
                 pthread_join(r->follower, NULL);
         if (r->have_keeper)
                 pthread_join(r->keeper, NULL);
+        if (r->have_sharer)
+                pthread_join(r->sharer, NULL);
         loom_err e;
         if (r->have_campaigner && !atomic_load(&r->leading) && !atomic_load(&r->failed)) {
                 /* a campaign blocks until it wins: revoking the lease withdraws the candidacy
@@ -411,6 +584,8 @@ void loom_replica_close(loom_replica *r)
         loom_ha_close(r->hc);
         loom_ha_close(r->hw);
         etcd_close(r->kc);
+        etcd_close(r->sc);
+        free(r->share_dir);
         free(r->prefix);
         free(r->me);
         pthread_mutex_destroy(&r->mu);

@@ -299,6 +299,134 @@ int loom_token_revoke(const char *data_dir, int64_t id, loom_err *e)
         return rc;
 }
 
+/* ---- tokens shared between replicas (docs/ha.md) -------------------------------------------- */
+
+/* A row as replicas share it: the key is the token's SHA-256 in hex, the value canonical JSON
+ * (sorted keys, compact) so that equal rows are equal strings. */
+static char *row_json(const char *tenant, const char *role, int64_t created, int64_t expires,
+                      int64_t revoked)
+{
+        json_t *o = json_pack("{s:s,s:s,s:I,s:I,s:I}", "tenant", tenant, "role", role,
+                              "created_s", (json_int_t)created, "expires_s", (json_int_t)expires,
+                              "revoked_s", (json_int_t)revoked);
+        char *s = o ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+        json_decref(o);
+        return s;
+}
+
+int loom_token_shared(const char *data_dir, char ***keys, char ***vals, size_t *n, loom_err *e)
+{
+        *keys = *vals = NULL;
+        *n = 0;
+        sqlite3 *db;
+        int rc = db_open(data_dir, &db, e);
+        if (rc)
+                return rc;
+        sqlite3_stmt *q = NULL;
+        if (sqlite3_prepare_v2(db,
+                               "SELECT hash,tenant,role,created_s,expires_s,revoked_s FROM tokens "
+                               "ORDER BY id",
+                               -1, &q, NULL) != SQLITE_OK)
+                rc = loom_err_set(e, LOOM_EIO, "auth.db", "%s", sqlite3_errmsg(db));
+        size_t kcap = 0, vcap = 0;
+        int step = SQLITE_DONE;
+        while (!rc && (step = sqlite3_step(q)) == SQLITE_ROW) {
+                if (sqlite3_column_bytes(q, 0) != SHA256_DIGEST_SIZE)
+                        continue;
+                if (loom_reserve(keys, &kcap, *n + 1, sizeof **keys, 16) ||
+                    loom_reserve(vals, &vcap, *n + 1, sizeof **vals, 16)) {
+                        rc = loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
+                        break;
+                }
+                char *k = malloc(2 * SHA256_DIGEST_SIZE + 1);
+                char *v = row_json((const char *)sqlite3_column_text(q, 1),
+                                   (const char *)sqlite3_column_text(q, 2),
+                                   sqlite3_column_int64(q, 3), sqlite3_column_int64(q, 4),
+                                   sqlite3_column_int64(q, 5));
+                if (!k || !v) {
+                        free(k);
+                        free(v);
+                        rc = loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
+                        break;
+                }
+                hex(sqlite3_column_blob(q, 0), SHA256_DIGEST_SIZE, k);
+                (*keys)[*n] = k;
+                (*vals)[(*n)++] = v;
+        }
+        if (!rc && step != SQLITE_DONE)
+                rc = loom_err_set(e, LOOM_EIO, "auth.db", "%s", sqlite3_errmsg(db));
+        sqlite3_finalize(q);
+        sqlite3_close(db);
+        if (rc) {
+                loom_token_shared_free(*keys, *vals, *n);
+                *keys = *vals = NULL;
+                *n = 0;
+        }
+        return rc;
+}
+
+void loom_token_shared_free(char **keys, char **vals, size_t n)
+{
+        for (size_t i = 0; i < n; i++) {
+                free(keys[i]);
+                free(vals[i]);
+        }
+        free(keys);
+        free(vals);
+}
+
+/* A token unknown here is added; a revocation wins over none, the earlier over the later, so
+ * every replica ends with the same row whatever order the changes came in. */
+int loom_token_merge(const char *data_dir, const char *key, const char *val, size_t n,
+                     loom_err *e)
+{
+        uint8_t h[SHA256_DIGEST_SIZE];
+        if (!key || strlen(key) != 2 * SHA256_DIGEST_SIZE || unhex(key, h, sizeof h))
+                return loom_err_set(e, LOOM_EINVAL, "tokens", "'%s' is not a token's hash",
+                                    key ? key : "");
+        json_error_t je;
+        json_t *o = json_loadb(val, n, 0, &je);
+        const char *tenant = NULL, *role = NULL;
+        json_int_t created = 0, expires = 0, revoked = 0;
+        loom_role r;
+        loom_err e2;
+        if (!o || json_unpack(o, "{s:s,s:s,s:I,s:I,s:I}", "tenant", &tenant, "role", &role,
+                              "created_s", &created, "expires_s", &expires, "revoked_s",
+                              &revoked) ||
+            loom_tenant_check(tenant, &e2) || loom_role_parse(role, &r) || created < 0 ||
+            expires < 0 || revoked < 0) {
+                json_decref(o);
+                return loom_err_set(e, LOOM_EINVAL, "tokens", "token %.12s...: not a token row",
+                                    key);
+        }
+        sqlite3 *db = NULL;
+        int rc = db_open(data_dir, &db, e);
+        sqlite3_stmt *q = NULL;
+        if (!rc &&
+            sqlite3_prepare_v2(
+                db,
+                "INSERT INTO tokens(hash,tenant,role,created_s,expires_s,revoked_s) "
+                "VALUES(?,?,?,?,?,?) ON CONFLICT(hash) DO UPDATE SET revoked_s=excluded.revoked_s "
+                "WHERE excluded.revoked_s<>0 AND "
+                "(tokens.revoked_s=0 OR excluded.revoked_s<tokens.revoked_s)",
+                -1, &q, NULL) == SQLITE_OK) {
+                sqlite3_bind_blob(q, 1, h, sizeof h, SQLITE_STATIC);
+                sqlite3_bind_text(q, 2, tenant, -1, SQLITE_STATIC);
+                sqlite3_bind_text(q, 3, role, -1, SQLITE_STATIC);
+                sqlite3_bind_int64(q, 4, created);
+                sqlite3_bind_int64(q, 5, expires);
+                sqlite3_bind_int64(q, 6, revoked);
+                if (sqlite3_step(q) != SQLITE_DONE)
+                        rc = loom_err_set(e, LOOM_EIO, "auth.db", "%s", sqlite3_errmsg(db));
+        } else if (!rc) {
+                rc = loom_err_set(e, LOOM_EIO, "auth.db", "%s", sqlite3_errmsg(db));
+        }
+        sqlite3_finalize(q);
+        sqlite3_close(db); /* NULL when db_open failed: a no-op */
+        json_decref(o);
+        return rc;
+}
+
 static int count_tokens(sqlite3 *db, int *n)
 {
         sqlite3_stmt *q = NULL;

@@ -337,12 +337,13 @@ int srv_replog_apply(sqlite3 *db, const void *entry, size_t n, loom_err *e)
 
 struct loom_store_follower {
         srv_store *st;
+        char *data_dir;
 };
 
-int loom_store_follower_open(loom_store_follower **out, const char *data_dir, const void *image,
-                             size_t n, loom_err *e)
+/* data_dir's store emptied, then written from image (NULL: none), then opened into *st. */
+static int materialise(const char *data_dir, const void *image, size_t n, srv_store **st,
+                       loom_err *e)
 {
-        *out = NULL;
         int rc = srv_private_dir(data_dir, e);
         if (rc)
                 return rc;
@@ -367,10 +368,21 @@ int loom_store_follower_open(loom_store_follower **out, const char *data_dir, co
                 if (rc)
                         return rc;
         }
+        return srv_store_open(st, data_dir, false, e);
+}
+
+int loom_store_follower_open(loom_store_follower **out, const char *data_dir, const void *image,
+                             size_t n, loom_err *e)
+{
+        *out = NULL;
         loom_store_follower *f = calloc(1, sizeof *f);
-        if (!f)
+        if (!f || !(f->data_dir = strdup(data_dir))) {
+                free(f);
                 return loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
-        if ((rc = srv_store_open(&f->st, data_dir, false, e))) {
+        }
+        int rc = materialise(data_dir, image, n, &f->st, e);
+        if (rc) {
+                free(f->data_dir);
                 free(f);
                 return rc;
         }
@@ -378,8 +390,18 @@ int loom_store_follower_open(loom_store_follower **out, const char *data_dir, co
         return 0;
 }
 
+/* A follower that fell behind a compaction starts again from the snapshot that covers it. */
+int loom_store_follower_reset(loom_store_follower *f, const void *image, size_t n, loom_err *e)
+{
+        srv_store_close(f->st);
+        f->st = NULL;
+        return materialise(f->data_dir, image, n, &f->st, e);
+}
+
 int loom_store_follower_apply(loom_store_follower *f, const void *entry, size_t n, loom_err *e)
 {
+        if (!f->st)
+                return loom_err_set(e, LOOM_ESTATE, "store", "no store: its reset failed");
         return srv_replog_apply(srv_store_db(f->st), entry, n, e);
 }
 
@@ -388,5 +410,6 @@ void loom_store_follower_close(loom_store_follower *f)
         if (!f)
                 return;
         srv_store_close(f->st);
+        free(f->data_dir);
         free(f);
 }
