@@ -156,6 +156,16 @@ static int jobs_view(json_t *o, FILE *out)
         return rc;
 }
 
+/* A group's nodes: the executor's names (n17000t1) where it has bound every one, else ids. */
+static const char *group_nodes(json_t *g, const char *ids, const char *names, char *buf, size_t n)
+{
+        json_t *nm = json_object_get(g, names), *x;
+        bool named = json_array_size(nm) > 0;
+        size_t i;
+        json_array_foreach(nm, i, x) named = named && json_is_string(x);
+        return text(json_object_get(g, named ? names : ids), buf, n);
+}
+
 static int groups_view(json_t *o, FILE *out)
 {
         json_t *groups = json_object_get(o, "groups");
@@ -173,7 +183,8 @@ static int groups_view(json_t *o, FILE *out)
                          json_number_value(json_object_get(g, "cost_per_hour")));
                 rc = rc ? rc
                         : row(&t, T(g, "id", id), T(g, "members", m), T(g, "rates", r),
-                              T(g, "rollout_nodes", ro), T(g, "train_nodes", tr),
+                              group_nodes(g, "rollout_nodes", "rollout_node_names", ro, sizeof ro),
+                              group_nodes(g, "train_nodes", "train_node_names", tr, sizeof tr),
                               T(g, "t_cycle_s", tc), T(g, "t_meta_s", tm), T(g, "saturated", sat),
                               cost);
         }

@@ -162,4 +162,9 @@ check(all(tl["rollout"].get(str(i), n) == n
       all(tl["train"].get(str(i), n) == n
           for i, n in zip(g["train_nodes"], g["train_node_names"])),
       f"the same names as /v1/timeline's node_names ({tl})")
+# `loom groups` shows the names too (ids where a node has none)
+table = subprocess.run([os.path.join(BUILD, "loom"), "groups", "--server",
+                        "http://127.0.0.1:%d" % ld.port], capture_output=True, text=True)
+check(table.returncode == 0 and any(n in table.stdout for n in g["train_node_names"]),
+      f"loom groups names the nodes: {table.stdout!r} {table.stderr!r}")
 check(ld.stop() == 0, "loomd with a node map stops cleanly")
