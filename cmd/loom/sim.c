@@ -59,6 +59,7 @@ static void usage(FILE *f)
             "  --colocate-lone on|off a lone member rolls out on its training nodes (on)\n"
             "  --lone-grow on|off     ... on more of them where its SLO needs it and it pays (on)\n"
             "  --join-wait on|off     no join a member near its end cannot absorb (on)\n"
+            "  --regroup on|off       re-solve the groups around each departure exactly (on)\n"
             "  --job-switch on|off    each job declares its warm switch (on; off: the largest, 4 s)\n"
             "  --max-group N          max jobs per group (default 5)\n"
             "  --colocated-factor F   rollout time on a training GPU vs a rollout GPU (1.0)\n"
@@ -247,10 +248,9 @@ static int parse(int argc, char **argv, opts *o)
             {.name = "train-rightsize"},
             {.name = "colocate-lone"},
             {.name = "lone-grow"},
-            {.name = "join-wait"},
+            {.name = "join-wait"}, {.name = "regroup"},
             {.name = "learn-bound"},
-            {.name = "move-lone"},
-            {.name = "move-members"},
+            {.name = "move-lone"}, {.name = "move-members"},
             {.name = "plan-tails"},
             {.name = "job-switch"},
         };

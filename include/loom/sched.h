@@ -125,8 +125,10 @@ double loom_quantile_ucb(const double *top, int m, int64_t n, double q, double c
  * only the release of its rollout nodes waits for a rollout running there to end. Version 10:
  * a job a lone group of its own training nodes cannot keep within SLO may get a lone group of
  * more training nodes (policy.lone_grow). Version 11: a join is refused where a member in its
- * last iterations cannot absorb the round the join may add (policy.join_wait). */
-#define LOOM_SCHED_ARITH 11
+ * last iterations cannot absorb the round the join may add (policy.join_wait). Version 12:
+ * departures and first re-plans re-solve the groups around them and move the members the plan
+ * moves (policy.regroup). */
+#define LOOM_SCHED_ARITH 12
 
 typedef struct loom_policy_cfg {
         int max_group_size;              /* default 5, at most LOOM_MAX_GROUP_SIZE */
@@ -186,6 +188,13 @@ typedef struct loom_policy_cfg {
          * at its head, its tail migrated, and to delay the next rollout on its first node by
          * the GPUs the tail keeps. Needs tail_migration; loom's placer only; default true. */
         bool plan_tails;
+        /* Coordinated regrouping at departures (docs/scheduling.md, "Regrouping at
+         * departures"): under learned admission, when a job finishes or first learns its
+         * profile, the members of its group and of the thinnest groups beside it (at most 8)
+         * are regrouped exactly for the least $/h, and each member the plan moves is moved to
+         * its planned group at a training end where that group can take it
+         * (loom_sched_observe returns 3). Loom's placer only; default true. */
+        bool regroup;
         /* Multi-rate placement with more open groups than this runs one simulation per
          * candidate's rate search instead of up to six (docs/scheduling.md, Cost of a
          * decision). 0: the default, LOOM_RATE_SEARCH_OPEN. */

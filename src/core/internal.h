@@ -51,6 +51,12 @@ typedef struct job {
         loom_us wait_since;
         int call;            /* next training call when it trains call by call (plex_place.c) */
         loom_us chain_since; /* when its current training phase became ready */
+        /* policy.regroup (regroup.c): a re-solve plans it (regroup_planned) into
+         * group regroup_to, or a new group of its own (regroup_alone); regroup_tries counts the
+         * training ends at which it was due there */
+        bool regroup_planned, regroup_alone;
+        loom_group_id regroup_to;
+        int regroup_tries;
 } job;
 
 /* What learned admission keeps of a job (learn.c): spec above is what admission plans on;
@@ -184,6 +190,14 @@ struct loom_sched {
          * ended with a learned profile, a ring (n_prior counts every one) */
         double prior[LOOM_PRIOR_JOBS][2];
         uint64_t n_prior;
+        /* policy.regroup: the member loom_sched_observe just told to move to its planned place
+         * (by its name, spec.id), which its re-admission, the next submit, takes */
+        struct {
+                bool set;
+                char id[LOOM_JOB_ID_MAX];
+                bool alone; /* a new group of its own, else group `to` */
+                loom_group_id to;
+        } handoff;
 };
 
 /* The ids of g's training nodes into out[0 .. g->n_tnodes). */
@@ -264,7 +278,24 @@ bool loom__learn_prior(const loom_sched *s, loom_job_spec *spec, loom_job_spec *
  * a shared group, when it would cost less there than its group saves (policy.move_members). */
 bool loom__move_pays(const loom_sched *s, const job *j);
 
+#define LOOM_REGROUP_TRIES 6 /* training ends a member planned elsewhere waits for its place */
+/* regroup.c (policy.regroup): after a job finished in group g (NULL: the group went with it)
+ * or first learned its profile there, re-solve the grouping of g's members and of the thinnest
+ * groups beside it exactly and plan the members that a cheaper grouping moves (job.regroup_to). */
+void loom__regroup(loom_sched *s, group *g);
+/* Whether learned member j is due to move to its planned place now: the place can take it
+ * (loom__place_into, with the plan's margin). */
+bool loom__regroup_due(const loom_sched *s, const job *j);
+/* The re-admission of a member loom_sched_observe moved to its planned place: 0 with d its
+ * placement there, 1 when spec is not that member or the place cannot take it now. */
+int loom__regroup_place(const loom_sched *s, const loom_job_spec *spec, loom_decision *d,
+                        loom_err *e);
+
 /* placement.c */
+/* spec into group `into` only, or (NULL) a new group of its own only: 0, 1 when that place
+ * cannot take it, or an error (policy.regroup). */
+int loom__place_into(const loom_sched *s, const loom_job_spec *spec, const group *into,
+                     double margin, loom_decision *d, loom_err *e);
 /* exclude: a group not to search (the job's own, when it would move); margin: the least slack
  * a placement into a group must leave every member, as a fraction of T_meta (0: none). */
 /* likely: a new job's phases at the fleet's means (loom__learn_prior), or NULL. */

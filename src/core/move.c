@@ -57,7 +57,12 @@ bool loom__move_pays(const loom_sched *s, const job *j)
 {
         const group *g = j->group;
         const loom_policy_cfg *p = &s->policy;
-        if (!p->move_lone || p->placer != LOOM_PLACER_LOOM || !j->ls || !j->ls->learned_budget)
+        if (p->placer != LOOM_PLACER_LOOM || !j->ls || !j->ls->learned_budget)
+                return false;
+        /* a member a departure's regrouping planned elsewhere moves there, or waits for it */
+        if (p->regroup && j->regroup_planned)
+                return loom__regroup_due(s, j);
+        if (!p->move_lone)
                 return false;
         bool lone = g->lone && g->n_members == 1;
         if (!lone && !p->move_members)

@@ -1530,3 +1530,37 @@ int loom__place(const loom_sched *s, const loom_job_spec *spec, const loom_job_s
         fill_decision(&x);
         return 0;
 }
+
+/*
+ * policy.regroup (regroup.c): place spec into one planned group, or (into NULL) a new group of
+ * its own, nothing else. The candidates and checks are the search's own for that group, with
+ * margin as loom__place's; no isolated fallback when into cannot take it. Returns 0 with d
+ * filled, 1 when the planned place cannot take the job now, or an error.
+ */
+int loom__place_into(const loom_sched *s, const loom_job_spec *spec, const group *into,
+                     double margin, loom_decision *d, loom_err *e)
+{
+        search x = {.s = s, .spec = spec, .margin = margin, .d = d, .e = e};
+        x.k = spec->rollout_gpus / s->cluster.gpus_per_node;
+        x.budget = loom_job_budget(spec);
+        d->n_candidates = 0;
+        if (s->policy.placer != LOOM_PLACER_LOOM || spec->mem_rollout > s->cluster.host_mem_bytes ||
+            spec->mem_train > s->cluster.host_mem_bytes)
+                return 1;
+        int rc = 0;
+        if (into) {
+                if (into->open_idx < 0)
+                        return 1;
+                rc = search_group(&x, &s->open[into->open_idx], CANDS_ALL, NULL);
+        } else {
+                cand iso;
+                isolated(&x, &iso);
+                rc = consider(&x, &iso);
+        }
+        if (rc)
+                return loom_err_set(e, rc, "", "placement search failed: %s", loom_strerror(rc));
+        if (!x.have_best)
+                return 1;
+        fill_decision(&x);
+        return 0;
+}

@@ -85,6 +85,7 @@ void loom_policy_cfg_default(loom_policy_cfg *p)
         p->move_lone = true;
         p->move_members = true;
         p->plan_tails = true;
+        p->regroup = true;
 }
 
 bool loom__lone_fits(const loom_sched *s, const loom_job_spec *spec, loom_us budget,
@@ -135,6 +136,7 @@ bool *loom_policy_switch(loom_policy_cfg *p, const char *name)
                : !strcmp(name, "move-lone")       ? &p->move_lone
                : !strcmp(name, "move-members")    ? &p->move_members
                : !strcmp(name, "plan-tails")      ? &p->plan_tails
+               : !strcmp(name, "regroup")         ? &p->regroup
                                                   : NULL;
 }
 
@@ -651,6 +653,9 @@ static int place_new(const loom_sched *s, const loom_job_spec *spec_in, loom_job
         *sp = *spec_in;
         loom_job_spec likely;
         bool fresh = loom__learn_prior(s, sp, &likely);
+        /* a member moved to its planned group (policy.regroup) goes there if it still fits */
+        if (s->handoff.set && (rc = loom__regroup_place(s, sp, d, e)) <= 0)
+                return rc;
         return loom__place(s, sp, fresh ? &likely : NULL, NULL, 0, d, e, rng);
 }
 
@@ -671,6 +676,7 @@ int loom_sched_submit(loom_sched *s, loom_us now, const loom_job_spec *spec_in, 
         loom_job_spec sp;
         uint64_t rng = s->rng;
         int rc = place_new(s, spec_in, &sp, d, e, &rng);
+        s->handoff.set = false;
         if (rc == LOOM_EREJECT)
                 s->stats.decisions[LOOM_DECISION_REJECTED]++;
         return rc ? rc : commit(s, now, &sp, d, id, e, rng);
@@ -772,6 +778,7 @@ int loom_sched_submit_as(loom_sched *s, loom_us now, const loom_job_spec *spec_i
         loom_job_spec sp;
         uint64_t rng = s->rng;
         int rc = place_new(s, spec_in, &sp, d, e, &rng);
+        s->handoff.set = false;
         if (rc && rc != LOOM_EREJECT)
                 return rc;
         if (!rc && (s->plex || placed_as(d, want)))
@@ -871,10 +878,26 @@ int loom_sched_observe_on(loom_sched *s, loom_us now, loom_job_id id, loom_phase
                 return LOOM_ENOENT;
         if (!phase_ok(phase) || took < 0 || (pool != LOOM_POOL_ROLLOUT && pool != LOOM_POOL_TRAIN))
                 return LOOM_EINVAL;
+        s->handoff.set = false;
+        bool planned = j->regroup_planned && phase == LOOM_PHASE_TRAIN;
         int rc = loom__observe(s, j, phase, took,
                                phase == LOOM_PHASE_ROLLOUT && pool == LOOM_POOL_TRAIN);
         if (rc == 1)
                 s->stats.replans++;
+        /* policy.regroup: a planned member due at its planned group; its re-admission, the
+         * next submit, goes there. One that waits too long drops its plan. */
+        if (rc == 3 && planned && j->regroup_planned) {
+                s->handoff.set = true;
+                s->handoff.alone = j->regroup_alone;
+                s->handoff.to = j->regroup_to;
+                snprintf(s->handoff.id, sizeof s->handoff.id, "%s", j->spec.id);
+        }
+        if (planned && ++j->regroup_tries > LOOM_REGROUP_TRIES)
+                j->regroup_planned = false;
+        /* policy.regroup: a job that has just learned its profile may be worth regrouping */
+        if (rc == 1 && j->ls && j->ls->replans == 1 && s->policy.regroup &&
+            s->policy.placer == LOOM_PLACER_LOOM)
+                loom__regroup(s, j->group);
         if (rc >= 0)
                 loom__lone_recheck(s, j->group, false); /* what it learned may stop it fitting */
         return rc;
@@ -932,7 +955,6 @@ int loom_sched_job_exit(loom_sched *s, loom_us now, loom_job_id id, loom_exit re
         job *j = loom__job(s, id);
         if (!j)
                 return LOOM_ENOENT;
-        (void)reason;
         group *g = j->group;
         if (s->plex)
                 loom__plex_release(s, id);
@@ -942,6 +964,10 @@ int loom_sched_job_exit(loom_sched *s, loom_us now, loom_job_id id, loom_exit re
         s->jobs[id] = NULL;
         s->live_jobs--;
         job_free(j);
+        /* policy.regroup: a job that finished re-solves the groups around the one it left */
+        bool regroup = s->policy.regroup && reason == LOOM_EXIT_FINISHED &&
+                       s->policy.placer == LOOM_PLACER_LOOM &&
+                       s->policy.admission != LOOM_ADMIT_WORST;
         if (g->n_members == 0) {
                 for (int i = 0; i < g->n_tnodes; i++)
                         node_action(s, LOOM_ACT_RELEASE_NODE, LOOM_POOL_TRAIN,
@@ -951,11 +977,15 @@ int loom_sched_job_exit(loom_sched *s, loom_us now, loom_job_id id, loom_exit re
                 s->groups[g->id] = NULL;
                 s->live_groups--;
                 group_free(g);
+                if (regroup)
+                        loom__regroup(s, NULL);
                 return 0;
         }
         loom__lone_recheck(s, g, true);
         loom__group_refresh(s, g);
         loom__dispatch(s, g, now);
+        if (regroup)
+                loom__regroup(s, g);
         return 0;
 }
 

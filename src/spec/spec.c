@@ -395,6 +395,7 @@ int loom_policy_cfg_from_json(json_t *obj, const char *where, const char *text, 
                                             "move_members",
                                             "rate_search_open",
                                             "plan_tails",
+                                            "regroup",
                                             NULL};
         dctx c = {where ? where : "", text, len, e};
         if (!json_is_object(obj))
@@ -422,6 +423,7 @@ int loom_policy_cfg_from_json(json_t *obj, const char *where, const char *text, 
             (rc = get_bool(&c, obj, "move_lone", &p.move_lone)) ||
             (rc = get_bool(&c, obj, "move_members", &p.move_members)) ||
             (rc = get_bool(&c, obj, "plan_tails", &p.plan_tails)) ||
+            (rc = get_bool(&c, obj, "regroup", &p.regroup)) ||
             (rc = get_bool(&c, obj, "train_rightsize", &p.train_rightsize)))
                 return rc;
         json_t *lb = json_object_get(obj, "learn_bound");

@@ -541,6 +541,7 @@ Test(learn, a_member_moves_when_its_group_saves_more_than_the_move_costs)
                 double slo_b = k == 2 ? 1.56 : 2.0;
                 po.admission = LOOM_ADMIT_P99;
                 po.move_members = on;
+                po.regroup = false; /* single member moves only (test_core_regroup.c) */
                 loom_sched *s = loom_sched_new(&cl, &po, NULL);
                 loom_job_id b =
                     submit(s, core_spec("B", 100, 30, slo_b, 1500 * LOOM_GB, 1500 * LOOM_GB));
