@@ -497,6 +497,12 @@ static int cluster_view(json_t *o, FILE *out)
              json_number_value(json_object_get(bp, "train")));
         line(out, "cost", "US$%.2f/h provisioned",
              json_number_value(json_object_get(o, "cost_per_hour")));
+        json_t *rp = json_object_get(o, "replication");
+        if (json_is_object(rp) && json_object_get(rp, "leader"))
+                line(out, "store", "%s, replicated; the leader is %s", str(rp, "store", "-"),
+                     str(rp, "leader", "-"));
+        else if (json_is_object(rp))
+                line(out, "store", "%s", str(rp, "store", "-"));
         json_t *p = json_object_get(o, "policy");
         if (json_is_object(p))
                 line(out, "policy", "admission %s, dispatch %s, multirate %s, re-plans %lld",

@@ -120,6 +120,12 @@ try:
     st, c = get(urls[lead], "/v1/cluster")
     if c.get("replication", {}).get("leader") != urls[lead]:
         fail("/v1/cluster does not name the leader: %s" % c.get("replication"))
+    # `loom cluster`, given every replica (a follower first), names the leader
+    order = [urls[follower]] + [u for u in urls if u != urls[follower]]
+    out = subprocess.run([os.path.join(build, "loom"), "cluster", "--server", ",".join(order)],
+                         capture_output=True, text=True)
+    if out.returncode != 0 or "the leader is %s" % urls[lead] not in out.stdout:
+        fail("loom cluster does not name the leader: %r %r" % (out.stdout, out.stderr))
     env = dict(os.environ, LOOM_URL=",".join(urls), LOOM_GRACE_S="60")
     for j in ids:
         for ph in ("rollout", "train"):

@@ -8,6 +8,7 @@ usage, 3 loomd unreachable (TLS included), 4 no valid token or a role that may n
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -199,6 +200,7 @@ cl_a = js(ta, "cluster")
 check(cl_a["scope"] == "tenant" and cl_a["jobs"] == 1, "a tenant's cluster counts its own jobs")
 rc, out, _ = run(admin, "cluster")
 check(rc == 0 and "the whole cluster" in out and "3 live" in out, f"cluster summary\n{out}")
+check(re.search(r"^store\s+sqlite$", out, re.M), f"the cluster summary names the store\n{out}")
 
 rc, out, _ = run(ta, "events", "-o", "json")
 ev_a = [json.loads(x) for x in out.splitlines()]
