@@ -85,7 +85,9 @@ void loom_policy_cfg_default(loom_policy_cfg *p)
         p->move_lone = true;
         p->move_members = true;
         p->plan_tails = true;
-        p->regroup = true;
+        /* off: a replay re-runs every re-solve (about 6 ms each), so loomd's restart and a
+         * replica's takeover would replay the log 100 times slower (docs/sim.md) */
+        p->regroup = false;
 }
 
 bool loom__lone_fits(const loom_sched *s, const loom_job_spec *spec, loom_us budget,
