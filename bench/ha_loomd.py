@@ -224,10 +224,11 @@ def mode_failover(campaign):
 
     def top_up():
         i = reps.leader()
-        st, j = call(reps.urls[i], "GET", "/v1/jobs") if i is not None else (0, None)
+        st, j = call(reps.urls[i], "GET", "/v1/jobs?state=live&limit=1000") \
+            if i is not None else (0, None)
         if st != 200:
             return
-        live = sum(1 for x in j["jobs"] if x["state"] in ("queued", "running"))
+        live = len(j["jobs"])
         for _ in range(njobs - live):
             k = submitted[0]
             submitted[0] += 1
@@ -308,10 +309,24 @@ def mode_failover(campaign):
     t0 = time.monotonic()
     while time.monotonic() - t0 < 600:
         i = reps.leader()
-        st, j = call(reps.urls[i], "GET", "/v1/jobs") if i is not None else (0, None)
-        if st == 200 and all(x["state"] not in ("queued", "running") for x in j["jobs"]):
+        st, j = call(reps.urls[i], "GET", "/v1/jobs?state=live") if i is not None else (0, None)
+        if st == 200 and not j["jobs"]:
             break
         time.sleep(0.5)
+    # every job, page by page (a page is 100 jobs by default)
+    jobs, after = [], None
+    while True:
+        i = reps.leader()
+        st, page = call(reps.urls[i], "GET", "/v1/jobs?limit=1000" +
+                        ("&after=%d" % after if after else "")) if i is not None else (0, None)
+        if st != 200:
+            time.sleep(0.5)
+            continue
+        jobs += page["jobs"]
+        after = page.get("next")
+        if not after:
+            break
+    j = {"jobs": jobs}
     bad = [x for x in j["jobs"] if x["state"] != "finished" or x["iterations_done"] != iters]
     twice = 0
     for jid in ids:
