@@ -407,10 +407,11 @@ void loom_replica_leader(void *arg, char *buf, size_t cap)
 
 /* ---- shared rows ----------------------------------------------------------------------------- */
 
+/* The index of key k in keys[0..n) (an entry may be NULL: a row that did not decode), or -1. */
 static ssize_t find_key(char **keys, size_t n, const char *k)
 {
         for (size_t i = 0; i < n; i++)
-                if (!strcmp(keys[i], k))
+                if (keys[i] && !strcmp(keys[i], k))
                         return (ssize_t)i;
         return -1;
 }
@@ -467,10 +468,7 @@ static int share_round(loom_replica *r, loom_err *e)
                 rc = r->share.local(r->share_arg, &lk, &lv, &ln, e);
         }
         for (size_t i = 0; !rc && i < ln; i++) {
-                ssize_t at = -1;
-                for (size_t j = 0; j < n && at < 0; j++)
-                        if (ek[j] && !strcmp(ek[j], lk[i]))
-                                at = (ssize_t)j;
+                ssize_t at = find_key(ek, n, lk[i]);
                 if (at >= 0 && !strcmp(ev[at], lv[i]))
                         continue;
                 char *key = malloc(plen + strlen(lk[i]) + 1);
