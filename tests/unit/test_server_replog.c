@@ -205,9 +205,12 @@ Test(replog, a_follower_holds_the_leader_s_rows_bit_for_bit)
         free(fd);
 }
 
+/* A follower that starts from the log's snapshot and applies the entries after it, and one the
+ * compaction left behind (it applied two entries, the snapshot covers more), which starts again
+ * from the snapshot: both end with the leader's rows. */
 Test(replog, a_follower_from_a_snapshot_and_the_entries_after_it_matches)
 {
-        char *ld = test_tmpdir(), *fd = test_tmpdir();
+        char *ld = test_tmpdir(), *fd = test_tmpdir(), *bd = test_tmpdir();
         memlog log = {0};
         loom_server *s = serve(ld, &log, NULL);
         int port = loom_server_port(s);
@@ -228,52 +231,26 @@ Test(replog, a_follower_from_a_snapshot_and_the_entries_after_it_matches)
         for (int i = log.snap_at; i < log.count; i++)
                 cr_assert_eq(loom_store_follower_apply(f, log.e[i], log.n[i], &e), 0, "%s", e.msg);
         loom_store_follower_close(f);
-        char *a = dump(ld), *b = dump(fd);
-        cr_assert_str_eq(b, a);
-        free(a);
-        free(b);
-        memlog_free(&log);
-        test_rmdir(ld);
-        test_rmdir(fd);
-        free(ld);
-        free(fd);
-}
-
-/* A follower the compaction left behind (it applied two entries, the snapshot covers more)
- * starts again from the snapshot and ends with the leader's rows. */
-Test(replog, a_follower_behind_a_snapshot_resets_to_it)
-{
-        char *ld = test_tmpdir(), *fd = test_tmpdir();
-        memlog log = {0};
-        loom_server *s = serve(ld, &log, NULL);
-        int port = loom_server_port(s);
-        submit(port, "a", 1.5);
-        submit(port, "b", 2.0);
-        run_iteration(port, 1);
-        run_iteration(port, 2);
-        log.snap_off = true;
-        run_iteration(port, 1);
-        loom_server_stop(s);
-        loom_server_free(s);
         cr_assert_gt(log.snap_at, 2, "the snapshot covers more than the follower applied");
-        loom_store_follower *f;
-        loom_err e;
-        cr_assert_eq(loom_store_follower_open(&f, fd, NULL, 0, &e), 0, "%s", e.msg);
+        cr_assert_eq(loom_store_follower_open(&f, bd, NULL, 0, &e), 0, "%s", e.msg);
         for (int i = 0; i < 2; i++)
                 cr_assert_eq(loom_store_follower_apply(f, log.e[i], log.n[i], &e), 0, "%s", e.msg);
         cr_assert_eq(loom_store_follower_reset(f, log.snap, log.snap_n, &e), 0, "%s", e.msg);
         for (int i = log.snap_at; i < log.count; i++)
                 cr_assert_eq(loom_store_follower_apply(f, log.e[i], log.n[i], &e), 0, "%s", e.msg);
         loom_store_follower_close(f);
-        char *a = dump(ld), *b = dump(fd);
+        char *a = dump(ld), *b = dump(fd), *c = dump(bd);
         cr_assert_str_eq(b, a);
+        cr_assert_str_eq(c, a, "the follower left behind, reset to the snapshot");
         free(a);
         free(b);
+        free(c);
         memlog_free(&log);
-        test_rmdir(ld);
-        test_rmdir(fd);
-        free(ld);
-        free(fd);
+        char *dirs[] = {ld, fd, bd};
+        for (int i = 0; i < 3; i++) {
+                test_rmdir(dirs[i]);
+                free(dirs[i]);
+        }
 }
 
 Test(replog, a_commit_the_log_refuses_leaves_nothing)
