@@ -27,6 +27,13 @@ build, src, eps, tmp, mode = sys.argv[1:6]
 count, seed = int(sys.argv[6]), int(sys.argv[7])
 etcd_pids = [int(p) for p in sys.argv[8:]]
 TTL = 2
+# the campaign's fault kinds, drawn with these weights; LOOM_BENCH_FAULTS=etcd-kill (say) runs
+# one kind alone
+KINDS = os.environ.get("LOOM_BENCH_FAULTS", "leader-kill,leader-kill,leader-pause,etcd-kill") \
+    .split(",")
+for k in KINDS:
+    if k not in ("leader-kill", "leader-pause", "etcd-kill"):
+        sys.exit("LOOM_BENCH_FAULTS: unknown fault kind %r (leader-kill, leader-pause, etcd-kill)" % k)
 STORE = "etcd://" + ",".join(e.replace("http://", "") for e in eps.split(","))
 
 
@@ -239,8 +246,7 @@ def mode_failover(campaign):
     took, kinds, odd_exits = [], {}, []
     etcd_down = None
     for k in range(count):
-        kind = "leader-kill" if not campaign else rng.choice(
-            ["leader-kill", "leader-kill", "leader-pause", "etcd-kill"])
+        kind = "leader-kill" if not campaign else rng.choice(KINDS)
         if kind == "etcd-kill" and etcd_down is not None:
             kind = "leader-kill"
         lead = reps.wait_leader()
