@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../daemon.h"
 #include "loom/auth.h"
@@ -89,6 +90,74 @@ static int fail(const char *what, const loom_err *e)
         return 1;
 }
 
+int loomd_ha_mark(const char *data_dir, const loomd_ha_opts *o)
+{
+        char p[4200];
+        snprintf(p, sizeof p, "%s/replica", data_dir);
+        FILE *f = fopen(p, "w");
+        bool ok = f && fprintf(f, "%s %s\n", o->store, o->name ? o->name : "loom") > 0;
+        if (f && fclose(f))
+                ok = false;
+        if (!ok)
+                fprintf(stderr, "loomd: --data-dir: cannot write %s\n", p);
+        return !ok;
+}
+
+int loomd_ha_marked(const char *data_dir, char *buf, size_t cap)
+{
+        char p[4200];
+        snprintf(p, sizeof p, "%s/replica", data_dir);
+        FILE *f = fopen(p, "r");
+        if (!f)
+                return 1;
+        bool got = fgets(buf, (int)cap, f) != NULL;
+        fclose(f);
+        buf[got ? strcspn(buf, "\n") : 0] = 0;
+        return 0;
+}
+
+int loomd_ha_lead_once(const loomd_ha_opts *o, const char *data_dir, const char *me, int wait_s,
+                       loom_replica **out)
+{
+        *out = NULL;
+        const char *set = o->name ? o->name : "loom";
+        loom_err e;
+        loom_replica *r = NULL;
+        loom_store_follower *f = NULL;
+        if (loom_replica_open(&r, o->store, set, me, o->ttl_s ? o->ttl_s : 3, &e))
+                return fail("--store", &e);
+        void *image = NULL;
+        size_t n = 0;
+        int rc = loom_replica_load(r, &image, &n, &e) ? fail("replicated log", &e) : 0;
+        if (!rc && loom_store_follower_open(&f, data_dir, image, n, &e))
+                rc = fail("--data-dir", &e);
+        free(image);
+        if (!rc && loom_replica_follow(r, apply, install, f, &e))
+                rc = fail("--store", &e);
+        for (int tick = 0; !rc && !loom_replica_leading(r); tick++) {
+                char lead[512];
+                loom_replica_leader(r, lead, sizeof lead);
+                if (loom_replica_failed(r, &e))
+                        rc = fail("replicated log", &e);
+                else if (tick >= 20 * wait_s)
+                        rc = fprintf(stderr,
+                                     "loomd: --store: %s leads replica set '%s'; stop every "
+                                     "replica first\n",
+                                     lead[0] ? lead : "another replica", set) > 0;
+                else
+                        nanosleep(&(struct timespec){.tv_nsec = 50 * 1000000L}, NULL);
+        }
+        if (!rc && loom_replica_promote(r, &e))
+                rc = fail("replicated log", &e);
+        loom_store_follower_close(f);
+        if (rc) {
+                loom_replica_close(r);
+                return 1;
+        }
+        *out = r;
+        return 0;
+}
+
 int loomd_ha_follow(const loomd_ha_opts *o, loom_server_cfg *cfg, sigset_t *stop,
                     loom_replica **out)
 {
@@ -117,6 +186,8 @@ int loomd_ha_follow(const loomd_ha_opts *o, loom_server_cfg *cfg, sigset_t *stop
         if (!rc && loom_store_follower_open(&f, cfg->data_dir, image, n, &e))
                 rc = fail("--data-dir", &e);
         free(image);
+        if (!rc)
+                rc = loomd_ha_mark(cfg->data_dir, o);
         if (!rc && loom_replica_share(r, "tokens/", &tokens, (void *)cfg->data_dir, &e))
                 rc = fail("--store (tokens)", &e);
         if (!rc && loom_replica_follow(r, apply, install, f, &e))

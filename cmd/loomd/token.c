@@ -8,8 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "loom/auth.h"
+#include "loomd_ha.h"
 #include "loomd_token.h"
 
 static void usage(FILE *f)
@@ -19,10 +21,13 @@ static void usage(FILE *f)
                    "       loomd token list --data-dir DIR\n"
                    "       loomd token revoke --data-dir DIR ID\n"
                    "       loomd token rotate-secret --data-dir DIR\n"
+                   "                          [--store etcd://H:P,... [--ha-name NAME]]\n"
                    "\n"
                    "create prints the new token once (it is stored hashed); role defaults to\n"
                    "tenant. rotate-secret changes every job's worker token and sync key (loomd\n"
-                   "reads it at start).\n");
+                   "reads it at start). On a replica's data dir give its --store and --ha-name:\n"
+                   "with every replica stopped, the new secret is written through the\n"
+                   "replicated log (docs/ha.md); tokens reach every replica on their own.\n");
 }
 
 static int fail(const char *what, const loom_err *e)
@@ -32,11 +37,42 @@ static int fail(const char *what, const loom_err *e)
         return 1;
 }
 
+/* rotate-secret: the store alone, or through the replicated log with every replica stopped. A
+ * replica's data dir without --store is refused: the replica rebuilds its store from the log at
+ * start, so the rotation would be lost. */
+static int rotate(const char *dir, const loomd_ha_opts *ha)
+{
+        char mark[1024];
+        loom_err e;
+        if (!ha->store && !loomd_ha_marked(dir, mark, sizeof mark)) {
+                fprintf(stderr,
+                        "loomd token rotate-secret: %s is a replica's store (%s), rebuilt from "
+                        "the replicated log when it starts: stop every replica, then give "
+                        "--store and --ha-name (docs/ha.md)\n",
+                        dir, mark);
+                return 2;
+        }
+        loom_replica *r = NULL;
+        char me[300];
+        snprintf(me, sizeof me, "loomd-token-rotate-secret://%d", (int)getpid());
+        if (ha->store && loomd_ha_lead_once(ha, dir, me, 10, &r))
+                return 1;
+        int rc = loom_auth_rotate_secret(dir, r ? loom_replica_append : NULL, r, &e);
+        loom_replica_close(r);
+        if (rc)
+                return fail("rotate-secret", &e);
+        fprintf(stderr, "secret rotated%s: restart loomd, then hand every live job its new "
+                        "worker token and sync key (GET /v1/jobs/ID)\n",
+                ha->store ? " through the replicated log" : "");
+        return 0;
+}
+
 int loomd_token_main(int argc, char **argv)
 {
         static const struct option opts[] = {
             {"data-dir", required_argument, NULL, 'd'}, {"tenant", required_argument, NULL, 't'},
             {"role", required_argument, NULL, 'r'},     {"ttl", required_argument, NULL, 'T'},
+            {"store", required_argument, NULL, 'S'},    {"ha-name", required_argument, NULL, 'N'},
             {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0},
         };
         if (argc < 2) {
@@ -50,6 +86,7 @@ int loomd_token_main(int argc, char **argv)
         const char *verb = argv[1], *dir = NULL, *tenant = NULL;
         loom_role role = LOOM_ROLE_TENANT;
         long long ttl = 0;
+        loomd_ha_opts ha = {0};
         int c;
         optind = 2;
         while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -80,6 +117,11 @@ int loomd_token_main(int argc, char **argv)
                                 return 2;
                         }
                         break;
+                case 'S':
+                case 'N':
+                        if (loomd_ha_option(&ha, c == 'S' ? "store" : "ha-name", optarg))
+                                return 2;
+                        break;
                 case 'h':
                         usage(stdout);
                         return 0;
@@ -90,6 +132,12 @@ int loomd_token_main(int argc, char **argv)
         }
         if (!dir) {
                 fprintf(stderr, "loomd token: --data-dir is required\n");
+                return 2;
+        }
+        if ((ha.store || ha.name) && strcmp(verb, "rotate-secret")) {
+                fprintf(stderr, "loomd token %s: --store and --ha-name are for rotate-secret; a "
+                                "replica's tokens reach the others on their own (docs/ha.md)\n",
+                        verb);
                 return 2;
         }
         loom_err e;
@@ -130,13 +178,8 @@ int loomd_token_main(int argc, char **argv)
                 fprintf(stderr, "token %lld revoked\n", id);
                 return 0;
         }
-        if (!strcmp(verb, "rotate-secret") && optind == argc) {
-                if (loom_auth_rotate_secret(dir, &e))
-                        return fail("rotate-secret", &e);
-                fprintf(stderr, "secret rotated: restart loomd, then hand every live job its new "
-                                "worker token and sync key (GET /v1/jobs/ID)\n");
-                return 0;
-        }
+        if (!strcmp(verb, "rotate-secret") && optind == argc)
+                return rotate(dir, &ha);
         usage(stderr);
         return 2;
 }

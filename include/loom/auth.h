@@ -75,7 +75,11 @@ int loom_token_merge(const char *data_dir, const char *key, const char *val, siz
                      loom_err *e);
 /* Replace the secret worker tokens and sync keys derive from (stored in data_dir/loom.db).
  * Every job's worker token and sync key change; a running loomd keeps the old secret until it
- * restarts. */
-int loom_auth_rotate_secret(const char *data_dir, loom_err *e);
+ * restarts. replicate NULL: the store alone; else each commit is first handed to
+ * replicate(arg, ...) as a replica's leader hands it (loom_replica_append, docs/ha.md), and
+ * one it refuses changes nothing. */
+int loom_auth_rotate_secret(const char *data_dir,
+                            int (*replicate)(void *arg, const void *entry, size_t n, loom_err *e),
+                            void *arg, loom_err *e);
 
 #endif

@@ -493,12 +493,16 @@ static int keep_jobid_key(srv_store *st, loom_err *e)
         return rc;
 }
 
-int loom_auth_rotate_secret(const char *data_dir, loom_err *e)
+int loom_auth_rotate_secret(const char *data_dir,
+                            int (*replicate)(void *arg, const void *entry, size_t n, loom_err *e),
+                            void *arg, loom_err *e)
 {
         loom_err_clear(e);
         srv_store *st = NULL;
         uint8_t secret[SECRET_LEN];
         int rc = srv_store_open(&st, data_dir, false, e);
+        if (!rc && replicate)
+                rc = srv_store_replicate(st, replicate, arg, e);
         if (!rc)
                 rc = keep_jobid_key(st, e);
         if (!rc)

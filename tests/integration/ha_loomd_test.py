@@ -287,6 +287,42 @@ try:
     wait_tokens(0, lambda r: len(r) == 1 and "revoked" in r[0], "the revocation did not arrive")
     wait_tokens(1, lambda r: len(r) == 1 and "revoked" in r[0], "the revocation did not arrive")
     print("its revocation on replica 2 reached replicas 0 and 1")
+
+    # the store's secret: a replica's data dir refuses a local rotation (its store is rebuilt
+    # from the log at start); with every replica stopped, --store writes it through the log, and
+    # a replica started afterwards holds it
+    def secret(i):
+        import sqlite3
+        db = sqlite3.connect(os.path.join(tmp, "r%d" % i, "loom.db"))
+        try:
+            return db.execute("SELECT value FROM meta WHERE key = 'auth_secret'").fetchone()[0]
+        finally:
+            db.close()
+
+    for p in procs:
+        if p is not None and p.poll() is None:
+            p.send_signal(signal.SIGCONT)
+            p.terminate()
+            p.wait(timeout=10)
+    before = secret(1)
+    loomd = os.path.join(build, "loomd")
+    local = subprocess.run([loomd, "token", "rotate-secret", "--data-dir",
+                            os.path.join(tmp, "r0")], capture_output=True, text=True)
+    if local.returncode != 2 or "--store" not in local.stderr or secret(0) != before:
+        fail("a local rotate-secret on a replica's data dir: exit %d, %s" %
+             (local.returncode, local.stderr))
+    rot = subprocess.run([loomd, "token", "rotate-secret", "--data-dir", os.path.join(tmp, "r0"),
+                          "--store", store, "--ha-name", "test"], capture_output=True, text=True,
+                         timeout=60)
+    if rot.returncode != 0 or secret(0) == before:
+        fail("rotate-secret --store: exit %d, %s" % (rot.returncode, rot.stderr))
+    start(1)
+    wait_leader()
+    procs[1].terminate()
+    procs[1].wait(timeout=10)
+    if secret(1) != secret(0):
+        fail("replica 1, started after rotate-secret --store, holds another secret")
+    print("rotate-secret --store: the new secret is in replica 1's store, rebuilt from the log")
 finally:
     for w in workers:
         if w.poll() is None:
