@@ -127,8 +127,10 @@ double loom_quantile_ucb(const double *top, int m, int64_t n, double q, double c
  * more training nodes (policy.lone_grow). Version 11: a join is refused where a member in its
  * last iterations cannot absorb the round the join may add (policy.join_wait). Version 12:
  * departures and first re-plans re-solve the groups around them and move the members the plan
- * moves (policy.regroup). */
-#define LOOM_SCHED_ARITH 12
+ * moves (policy.regroup). Version 13: loomd submits each job with the iterations it has left, as
+ * the simulator does (before, 0: placement saw every loomd job as unbounded), and replays
+ * their counts (loom_sched_job_iterations). */
+#define LOOM_SCHED_ARITH 13
 
 typedef struct loom_policy_cfg {
         int max_group_size;              /* default 5, at most LOOM_MAX_GROUP_SIZE */
@@ -506,6 +508,12 @@ typedef struct loom_group_info {
 
 int loom_sched_job_info(const loom_sched *s, loom_job_id id, loom_job_info *out);
 int loom_sched_group_info(const loom_sched *s, loom_group_id id, loom_group_info *out);
+/* A job's iterations done as its driver counted them (loomd's replay of its log, whose "iter"
+ * entries carry the count): sets what the core counts itself at each finished training, so
+ * that what placement reads of the job's remaining run (policy.join_wait, run lengths, moves)
+ * is what it was live. Changes nothing else (no dispatch, no exit). LOOM_EINVAL for a count
+ * below 0 or, for a job of spec.iterations > 0, not below it (the job would have ended). */
+int loom_sched_job_iterations(loom_sched *s, loom_job_id id, int64_t done);
 
 /* Fill ids[0..cap) with live job (group) ids in ascending order; returns how many exist
  * (which may exceed cap). */

@@ -1033,6 +1033,17 @@ void loom__lone_settle(loom_sched *s, group *g)
 
 /* ---- queries --------------------------------------------------------------------------- */
 
+int loom_sched_job_iterations(loom_sched *s, loom_job_id id, int64_t done)
+{
+        job *j = loom__job(s, id);
+        if (!j)
+                return LOOM_ENOENT;
+        if (done < 0 || (j->spec.iterations > 0 && done >= j->spec.iterations))
+                return LOOM_EINVAL;
+        j->iterations_done = done;
+        return 0;
+}
+
 int loom_sched_job_info(const loom_sched *s, loom_job_id id, loom_job_info *o)
 {
         const job *j = loom__job(s, id);

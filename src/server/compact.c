@@ -57,18 +57,45 @@ static void rewrites_free(rewrites *rw)
         free(rw->seq);
 }
 
-/* Per row: -1 not an observation, else its phase (0 rollout, 1 train). */
+enum { PLACEMENT = -1, ITER = -2 };
+
+/* Per row: PLACEMENT (submit, exit, readmit: what later placements depend on), ITER (a job's
+ * iteration count), else an observation's phase (0 rollout, 1 train). */
 static int *row_phases(const srv_log_row *rows, size_t n)
 {
         int *ph = malloc((n ? n : 1) * sizeof *ph);
         for (size_t i = 0; ph && i < n; i++) {
                 srv_observe_rec o;
                 loom_err e;
-                ph[i] = -1;
+                ph[i] = !strcmp(rows[i].kind, "iter") ? ITER : PLACEMENT;
                 if (!strcmp(rows[i].kind, "observe") && !srv_observe_decode(rows[i].reason, &o, &e))
                         ph[i] = o.phase == LOOM_PHASE_TRAIN ? 1 : 0;
         }
         return ph;
+}
+
+/* An "iter" entry sets its job's count; one that the job's next "iter" entry overwrites before
+ * any kept entry other than other jobs' counts reads the core is dropped (scanning backwards,
+ * seen[job] == the current stretch means a later count of the job follows in it). */
+static size_t fold_iters(const srv_log_row *rows, const int *ph, size_t n, uint32_t njobs,
+                         bool *drop, uint64_t *seen)
+{
+        size_t total = 0;
+        uint64_t stretch = 1;
+        memset(seen, 0, (njobs + 1) * sizeof *seen);
+        for (size_t i = n; i-- > 0;) {
+                if (drop[i])
+                        continue;
+                if (ph[i] != ITER || rows[i].job < 1 || rows[i].job > njobs) {
+                        stretch++; /* an entry that reads the counts */
+                } else if (seen[rows[i].job] == stretch) {
+                        drop[i] = true;
+                        total++;
+                } else {
+                        seen[rows[i].job] = stretch;
+                }
+        }
+        return total;
 }
 
 /* Mark in drop[] the observations of job `job` in rows [a, b) that the ring forgets. */
@@ -103,7 +130,7 @@ static size_t choose(const srv_log_row *rows, const int *ph, size_t n, uint32_t 
         size_t total = 0;
         for (size_t a = 0; a < n;) {
                 size_t b = a;
-                while (b < n && ph[b] >= 0)
+                while (b < n && ph[b] != PLACEMENT)
                         b++;
                 memset(seen, 0, njobs + 1);
                 for (size_t i = a; i < b; i++)
@@ -172,7 +199,9 @@ static bool same_job(const loom_job_info *a, const loom_job_info *b)
                a->t_train_in_group == b->t_train_in_group && a->learned == b->learned &&
                a->learned_roll == b->learned_roll && a->learned_train == b->learned_train &&
                a->learned_budget == b->learned_budget && a->spec.t_head == b->spec.t_head &&
-               a->learned_head == b->learned_head;
+               a->learned_head == b->learned_head &&
+               /* an unbounded job's count is read by nothing, and not logged */
+               (a->spec.iterations <= 0 || a->iterations_done == b->iterations_done);
 }
 
 static bool same_group(const loom_group_info *a, const loom_group_info *b)
@@ -240,11 +269,12 @@ static int verify_and_write(loom_server *s, const srv_log_row *rows, size_t n, c
         loom_err e2;
         loom_err_clear(&e2);
         loom_server *sh = shadow_new(s, &rw, &e2);
-        srv_replay rp = {sh, &e2, sh ? calloc(sh->n_jobs + 1, sizeof *rp.core) : NULL, 0};
+        srv_replay rp = {.s = sh, .e = &e2};
         int64_t *seqs = malloc((ndrop ? ndrop : 1) * sizeof *seqs);
         uint64_t *base = calloc(s->n_jobs + 1, sizeof *base);
-        int rc =
-            sh && rp.core && seqs && base ? 0 : loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
+        int rc = sh && !srv_replay_alloc(&rp) && seqs && base
+                     ? 0
+                     : loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
         int bad = 0;
         for (size_t i = 0; !rc && !bad && i < n; i++)
                 if (!drop[i])
@@ -273,7 +303,7 @@ static int verify_and_write(loom_server *s, const srv_log_row *rows, size_t n, c
         }
         free(base);
         free(seqs);
-        free(rp.core);
+        srv_replay_free(&rp);
         shadow_free(sh);
         rewrites_free(&rw);
         return rc;
@@ -290,10 +320,16 @@ int srv_compact(loom_server *s, int64_t *dropped, loom_err *e)
         bool *seen = rc ? NULL : calloc(s->n_jobs + 1, sizeof *seen);
         if (!rc && (!ph || !drop || !seen))
                 rc = loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
+        uint64_t *stretch = rc ? NULL : calloc(s->n_jobs + 1, sizeof *stretch);
+        if (!rc && !stretch)
+                rc = loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
         size_t ndrop = rc ? 0 : choose(rows, ph, n, s->n_jobs, drop, seen);
+        if (!rc)
+                ndrop += fold_iters(rows, ph, n, s->n_jobs, drop, stretch);
         if (!rc && ndrop)
                 rc = verify_and_write(s, rows, n, drop, ndrop, dropped, e);
         s->compact_rows = n - (size_t)*dropped;
+        free(stretch);
         free(seen);
         free(drop);
         free(ph);

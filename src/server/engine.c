@@ -14,10 +14,12 @@
  * one lease timeout. A granted permit is a lease: renewed by heartbeat/progress, ended by
  * release, expiry (job failed, pins freed, the group carries on) or cancellation.
  *
- * Iterations are counted here, not in the core: loomd submits every job to the core with
- * iterations = 0 and ends it itself when the stored count reaches the target, because after a
- * restart the core (rebuilt from the submit/exit log) no longer knows how many iterations each
- * job had done. Sync: the API has no sync phase. A train lease covers pushing the weights, so
+ * Iterations are counted here and in the core: loomd submits every job with the iterations it
+ * has left (placement reads them: policy.join_wait, run lengths, moves, as in `loom sim`) and
+ * ends it itself when the stored count reaches the target. Each training that leaves the job
+ * short of it appends an "iter" entry with the count, so that a replay sets the core's count
+ * where the live core had it (loom_sched_job_iterations); compaction keeps the last of a run of
+ * them. Sync: the API has no sync phase. A train lease covers pushing the weights, so
  * when the core starts a job's SYNC (t_sync > 0) loomd reports it done at once.
  */
 #include <assert.h>
@@ -354,8 +356,8 @@ void srv_apply_actions(loom_server *s, loom_us now)
                                 loom_pool_name(a.pool), a.node);
                         break;
                 case LOOM_ACT_JOB_DONE:
-                        /* loomd submits with iterations = 0, so the core should not end a job
-                         * on its own; honour it anyway. */
+                        /* the core ends a job at the count loomd ends it at (h_release, first);
+                         * honour it anyway */
                         if (j && srv_job_live(j->state)) {
                                 srv_quota_drop(s, j);
                                 j->state = SJ_FINISHED;
@@ -458,7 +460,7 @@ static void h_submit(loom_server *s, srv_req *r, loom_us now)
         if (!srv_quota_admit(s, r, &r->spec, r->who.tenant))
                 return;
         loom_job_spec core = r->spec;
-        core.iterations = 0;
+        core.iterations = r->spec.iterations; /* srv_job_left: the job is not made yet */
         snprintf(core.id, sizeof core.id, "%s", r->name);
         loom_decision d;
         /* Listing every candidate costs O(groups) per decision; only when asked. */
@@ -666,6 +668,7 @@ static void h_release(loom_server *s, srv_req *r, loom_us now)
         if (!j)
                 return;
         srv_lease l = j->lease;
+        bool counted = false;
         srv_hist_add(&s->m.phase_duration[l.phase == LOOM_PHASE_TRAIN],
                      loom_us_to_s(now - l.granted_mono));
         if (!r->ok) {
@@ -682,12 +685,19 @@ static void h_release(loom_server *s, srv_req *r, loom_us now)
                         j->done++;
                         j->next = LOOM_PHASE_ROLLOUT;
                         j->next_call = 0;
+                        counted = true;
                 }
                 loom_sched_phase_done(s->sched, wall, j->retry.core, l.phase);
-                if (j->target && j->done >= j->target)
+                if (j->target && j->done >= j->target) {
                         end_job(s, j, SJ_FINISHED, "released", "reached its iterations");
-                else
+                } else {
                         srv_store_note(s, srv_store_job_update(s->store, j, &e), &e);
+                        if (counted && j->target) { /* what the core counted, for a replay */
+                                char n[24];
+                                snprintf(n, sizeof n, "%lld", (long long)j->done);
+                                srv_store_note(s, srv_store_log(s->store, "iter", j->id, n, &e), &e);
+                        }
+                }
                 /* drift watches whole phases: a training phase run call by call is observed
                  * once, as the sum of its calls */
                 loom_us took = now - l.granted_mono;

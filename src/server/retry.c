@@ -152,16 +152,16 @@ static json_t *ids_json(const loom_node_id *n, int count)
  */
 /* Let core admission `old` go as failed and submit j's spec again planned on (roll, train)
  * and its rollout head (0: none; one past roll is dropped), its SLO measured against solo (0:
- * against that profile); d is initialised here and the caller frees it. The new admission has
- * no learned profile yet. */
-static int resubmit(loom_server *s, srv_job *j, int64_t at, uint32_t old, loom_us roll,
-                    loom_us train, loom_us solo, loom_us head, const loom_decision *want,
-                    loom_decision *d, loom_job_id *core, loom_err *e)
+ * against that profile), for the iterations left after done; d is initialised here and the
+ * caller frees it. The new admission has no learned profile yet. */
+static int resubmit(loom_server *s, srv_job *j, int64_t at, uint32_t old, int64_t done,
+                    loom_us roll, loom_us train, loom_us solo, loom_us head,
+                    const loom_decision *want, loom_decision *d, loom_job_id *core, loom_err *e)
 {
         loom_sched_job_exit(s->sched, at, old, LOOM_EXIT_FAILED);
         j->learned = false;
         loom_job_spec spec = j->spec;
-        spec.iterations = 0;
+        spec.iterations = srv_job_left(j, done);
         spec.t_roll = roll;
         spec.t_train = train;
         spec.t_solo_ref = solo;
@@ -197,7 +197,7 @@ static void readmit(loom_server *s, srv_job *j, const char *cause, const char *w
         uint32_t old = j->retry.core;
         loom_decision d;
         loom_job_id core;
-        int rc = resubmit(s, j, wall, old, roll, train, solo, head, NULL, &d, &core, &e);
+        int rc = resubmit(s, j, wall, old, j->done, roll, train, solo, head, NULL, &d, &core, &e);
         if (!rc && srv_core_map(s, core, j->id)) {
                 loom_sched_job_exit(s->sched, wall, core, LOOM_EXIT_CANCELLED);
                 rc = loom_err_set(&e, LOOM_ENOMEM, "", "out of memory");
@@ -508,8 +508,8 @@ void srv_replay_settle(loom_server *s, srv_job *j, int rc, const loom_decision *
         }
 }
 
-int srv_replay_readmit(loom_server *s, srv_job *j, uint32_t *core, const char *reason, int64_t at,
-                       loom_err *e)
+int srv_replay_readmit(loom_server *s, srv_job *j, uint32_t *core, int64_t done,
+                       const char *reason, int64_t at, loom_err *e)
 {
         json_error_t je;
         json_t *o = reason ? json_loads(reason, 0, &je) : NULL;
@@ -529,7 +529,7 @@ int srv_replay_readmit(loom_server *s, srv_job *j, uint32_t *core, const char *r
         loom_job_id got;
         loom_err e2;
         loom_err_clear(&e2);
-        int rc = resubmit(s, j, at, *core, roll, train, solo, head, &w, &d, &got, &e2);
+        int rc = resubmit(s, j, at, *core, done, roll, train, solo, head, &w, &d, &got, &e2);
         srv_replay_settle(s, j, rc, &d, &e2);
         loom_decision_free(&d);
         if (rc < 0 || got != (loom_job_id)want)

@@ -260,6 +260,24 @@ static int take_placement(loom_server *s, srv_job *j, const loom_decision *d, lo
         return srv_store_job_set_decision(s->store, j, e);
 }
 
+int srv_replay_alloc(srv_replay *rp)
+{
+        size_t n = rp->s->n_jobs + 1;
+        rp->core = calloc(n, sizeof *rp->core);
+        rp->done = calloc(n, sizeof *rp->done);
+        rp->base = calloc(n, sizeof *rp->base);
+        return rp->core && rp->done && rp->base ? 0 : LOOM_ENOMEM;
+}
+
+void srv_replay_free(srv_replay *rp)
+{
+        free(rp->core);
+        free(rp->done);
+        free(rp->base);
+        rp->core = NULL;
+        rp->done = rp->base = NULL;
+}
+
 int srv_replay_one(void *arg, int64_t seq, const char *kind, uint32_t id, const char *reason,
                    int64_t at)
 {
@@ -284,8 +302,25 @@ int srv_replay_one(void *arg, int64_t seq, const char *kind, uint32_t id, const 
                                          loom_strerror(rc))
                           : 0;
         }
-        if (!strcmp(kind, "readmit"))
-                return srv_replay_readmit(s, j, &rp->core[id - 1], reason, at, rp->e);
+        if (!strcmp(kind, "readmit")) {
+                rp->base[id - 1] = rp->done[id - 1]; /* the new admission counts from here */
+                return srv_replay_readmit(s, j, &rp->core[id - 1], rp->done[id - 1], reason, at,
+                                          rp->e);
+        }
+        if (!strcmp(kind, "iter")) { /* the job's count after a training: its core's share */
+                char *end;
+                long long done = reason ? strtoll(reason, &end, 10) : -1;
+                int rc = !reason || *end || done < rp->base[id - 1] || !rp->core[id - 1]
+                             ? LOOM_EINVAL
+                             : loom_sched_job_iterations(s->sched, rp->core[id - 1],
+                                                         done - rp->base[id - 1]);
+                if (!rc)
+                        rp->done[id - 1] = done;
+                return rc ? loom_err_set(rp->e, LOOM_ECORRUPT, "store",
+                                         "replay: iteration entry of job %u (%s) refused (%s)", id,
+                                         reason ? reason : "no count", loom_strerror(rc))
+                          : 0;
+        }
         if (!strcmp(kind, "observe")) {
                 int rc = srv_replay_observe(s, j, rp->core[id - 1], reason, rp->e);
                 drain_discard(s->sched);
@@ -299,7 +334,7 @@ int srv_replay_one(void *arg, int64_t seq, const char *kind, uint32_t id, const 
         if (rp->core[id - 1] != 0)
                 return loom_err_set(rp->e, LOOM_ECORRUPT, "store", "log submits job %u twice", id);
         loom_job_spec spec = j->spec;
-        spec.iterations = 0;
+        spec.iterations = srv_job_left(j, 0);
         loom_decision d, w;
         srv_decision_recorded(s, j->decision, &w);
         loom_decision_init(&d, false);
@@ -344,15 +379,23 @@ static int replay_store(loom_server *s, char *was, size_t len, loom_err *e)
         int rc = settle_arith(s, was, len, e);
         if (!rc)
                 rc = srv_store_load_jobs(s->store, add_job, s, e);
-        srv_replay rp = {s, e, calloc(s->n_jobs + 1, sizeof *rp.core), 0};
-        if (!rc && !rp.core)
+        srv_replay rp = {.s = s, .e = e};
+        if (!rc && srv_replay_alloc(&rp))
                 rc = loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
         if (!rc)
                 rc = srv_store_each_log(s->store, srv_replay_one, &rp, e);
         if (!rc)
                 rc = settle_admissions(s, rp.core, e);
+        /* A log written before "iter" entries leaves the cores' counts at 0: from now on they
+         * count from the jobs' rows (what a new log's entries already set them to). */
+        for (uint32_t i = 0; !rc && i < s->n_jobs; i++) {
+                const srv_job *j = s->jobs[i];
+                if (srv_job_live(j->state) && j->target > 0 && rp.core[i] &&
+                    j->done > rp.done[i] && j->done - rp.base[i] < j->target - rp.base[i])
+                        loom_sched_job_iterations(s->sched, rp.core[i], j->done - rp.base[i]);
+        }
         s->compact_rows = rp.rows;
-        free(rp.core);
+        srv_replay_free(&rp);
         if (!rc)
                 rc = srv_store_lease_next_id(s->store, &s->next_lease_id, e);
         return rc;

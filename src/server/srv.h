@@ -213,6 +213,13 @@ typedef struct srv_job {
         uint64_t n_roll_grants;
 } srv_job;
 
+/* The iterations the core is told a job has left after done (its admission's spec.iterations):
+ * 0 for a job that runs until stopped, else at least 1. */
+static inline int64_t srv_job_left(const srv_job *j, int64_t done)
+{
+        return j->target <= 0 ? 0 : j->target - done > 1 ? j->target - done : 1;
+}
+
 /* Prometheus histogram with fixed upper bounds in seconds. */
 #define SRV_HIST_MAX 16
 typedef struct srv_hist {
@@ -422,9 +429,10 @@ void srv_decision_recorded(loom_server *s, json_t *o, loom_decision *w);
  * kept; LOOM_SUBMIT_SEARCHED: it could not be applied, why says why, this core's d was). */
 void srv_replay_settle(loom_server *s, srv_job *j, int rc, const loom_decision *d,
                        const loom_err *why);
-/* Replay of one "readmit" log entry (server.c); 0 or LOOM_ECORRUPT with e filled. */
-int srv_replay_readmit(loom_server *s, srv_job *j, uint32_t *core, const char *reason, int64_t at,
-                       loom_err *e);
+/* Replay of one "readmit" log entry (server.c), done iterations done by then; 0 or
+ * LOOM_ECORRUPT with e filled. */
+int srv_replay_readmit(loom_server *s, srv_job *j, uint32_t *core, int64_t done,
+                       const char *reason, int64_t at, loom_err *e);
 /* p95 of the last drift_window durations of phase (0 rollout, 1 train) over the planned
  * duration in the job's group; 0 when fewer samples were seen. */
 double srv_drift_ratio(loom_server *s, const srv_job *j, int phase);
@@ -575,7 +583,14 @@ typedef struct srv_replay {
         loom_err *e;
         uint32_t *core; /* per job (id - 1): the core id of its admission so far, 0 = none */
         uint64_t rows;  /* entries replayed */
+        /* per job (id - 1), as of the entry replayed: iterations done ("iter" entries), and
+         * how many were done when its current admission was submitted (its core counts the
+         * rest) */
+        int64_t *done, *base;
 } srv_replay;
+/* rp's arrays for s's jobs (rp->s, rp->e set by the caller): 0 or LOOM_ENOMEM; then free. */
+int srv_replay_alloc(srv_replay *rp);
+void srv_replay_free(srv_replay *rp);
 int srv_replay_one(void *arg, int64_t seq, const char *kind, uint32_t id, const char *reason,
                    int64_t at);
 

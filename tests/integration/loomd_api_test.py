@@ -30,10 +30,12 @@ def state():
 # -- lifecycle -----------------------------------------------------------------------------------
 st, h = d.req("GET", "/healthz")
 check(st == 200 and h["status"] == "ok", "healthz answers ok")
-st, a = d.req("POST", "/v1/jobs", job_spec("A", 2, 1, 1.5, 1))
+# SLOs of 2.5: a job in its last iterations takes a partner only where it can absorb the round
+# the join adds (policy.join_wait; loomd tells the core each job's iterations)
+st, a = d.req("POST", "/v1/jobs", job_spec("A", 2, 1, 2.5, 1))
 check(st == 201 and a["id"] == 1 and a["decision"]["decision"] == "new_group",
       "first job: 201, id 1, new group")
-st, b = d.req("POST", "/v1/jobs", job_spec("B", 1, 2, 1.5, 1))
+st, b = d.req("POST", "/v1/jobs", job_spec("B", 1, 2, 2.5, 1))
 check(st == 201 and b["decision"]["decision"] == "direct_pack" and b["group"] == a["group"],
       "second job packs into the first job's group")
 check(b["rollout_nodes"] == a["rollout_nodes"], "both pinned to the same rollout node")

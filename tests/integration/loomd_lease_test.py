@@ -24,8 +24,9 @@ TIMEOUT = 2.0
 d = Loomd(build, "--cluster", weave_groups(), "--lease-timeout", str(TIMEOUT), "--quiet").start()
 url = d.url()
 
-a = loom.Job.submit(url, job_spec("A", 2, 1, 1.5, 3, max_restarts=0))
-b = loom.Job.submit(url, job_spec("B", 1, 2, 1.5, 1))
+# SLOs that absorb the round a join adds to a job in its last iterations (policy.join_wait)
+a = loom.Job.submit(url, job_spec("A", 2, 1, 2.5, 3, max_restarts=0))
+b = loom.Job.submit(url, job_spec("B", 1, 2, 2.5, 1))
 check(a.decision["group"] == b.decision["group"], "A and B share a group")
 
 worker = subprocess.Popen(
@@ -82,8 +83,8 @@ except RuntimeError:
 check(raised and c.info()["state"] == "failed", "an exception in a phase fails the job")
 
 # progress and tail-migration advice through the package
-e = loom.Job.submit(url, job_spec("E", 2, 1, 1.5, 1))
-f = loom.Job.submit(url, job_spec("F", 1, 2, 1.5, 1))
+e = loom.Job.submit(url, job_spec("E", 2, 1, 2.5, 1))
+f = loom.Job.submit(url, job_spec("F", 1, 2, 2.5, 1))
 advice = []
 
 

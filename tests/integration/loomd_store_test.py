@@ -144,8 +144,9 @@ with open(single, "w") as f:
 d = Loomd(build, *(ARGS + ["--compact-min", "64", "--cluster", single])).start()
 ids = []
 for name, slo in (("x", 1.0), ("y", 3.0), ("z", 3.0)):
+    # bounded: each training appends its job's count (an "iter" entry) beside the observations
     st, j = d.req("POST", "/v1/jobs", job_spec(name, t_roll=1.0, t_train=0.5, slo=slo,
-                                                 iterations=0))
+                                                 iterations=1000))
     check(st == 201, f"job {name} submitted ({st}: group {j.get('decision', {}).get('group')})")
     ids.append(j["id"])
 for _ in range(100):
@@ -167,9 +168,12 @@ before = state(d)
 d.kill9()
 c = sqlite3.connect(os.path.join(d.dir, "loom.db"))
 obs = c.execute("SELECT count(*) FROM log WHERE kind='observe'").fetchone()[0]
+iters = c.execute("SELECT count(*) FROM log WHERE kind='iter'").fetchone()[0]
 c.close()
 check(obs < 3 * 2 * 100 // 2,
       f"the log was compacted: {obs} observe entries kept of {3 * 2 * 100}")
+check(iters < 3 * 100 // 2,
+      f"and the iteration counts between them folded: {iters} iter entries kept of {3 * 100}")
 d.start()
 after = state(d)
 for i, jid in enumerate(ids):

@@ -36,8 +36,9 @@ static bool joined(const loom_decision *d, loom_group_id g)
                d->group == g;
 }
 
-/* A alone (lone, on its training node), then B: where B joins and at what T_meta. */
-static loom_decision join_after(int64_t a_iterations, loom_group_id *a_group)
+/* A alone (lone, on its training node), A_done of its iterations done (set as a driver's
+ * replay sets them), then B: where B joins and at what T_meta. */
+static loom_decision join_after_done(int64_t a_iterations, int64_t a_done, loom_group_id *a_group)
 {
         loom_sched *s = loom_sched_new(&cl, &po, NULL);
         cr_assert_not_null(s);
@@ -50,11 +51,18 @@ static loom_decision join_after(int64_t a_iterations, loom_group_id *a_group)
         cr_assert_eq(loom_sched_submit(s, 0, &a, &d, &id, &e), 0, "%s", e.msg);
         cr_assert_eq(d.kind, LOOM_DECISION_NEW_GROUP);
         *a_group = d.group;
+        if (a_done)
+                cr_assert_eq(loom_sched_job_iterations(s, id, a_done), 0);
         loom_decision_free(&d);
         loom_decision_init(&d, false);
         cr_assert_eq(loom_sched_submit(s, 0, &b, &d, &id, &e), 0, "%s", e.msg);
         loom_sched_free(s);
         return d;
+}
+
+static loom_decision join_after(int64_t a_iterations, loom_group_id *a_group)
+{
+        return join_after_done(a_iterations, 0, a_group);
 }
 
 Test(join, a_member_in_its_last_iterations_is_not_joined_past_what_it_can_absorb)
@@ -96,4 +104,40 @@ Test(join, the_switch_is_a_policy_switch)
         bool *sw = loom_policy_switch(&po, "join-wait");
         cr_assert_not_null(sw);
         cr_assert_eq(sw, &po.join_wait);
+}
+
+/* What placement reads is the iterations a member has left: A asked for 14, and with 10 done
+ * (its driver's count, loom_sched_job_iterations) it is held to the round B adds as a job of 4
+ * is; with none done it amortises it. The count is checked. */
+Test(join, the_iterations_a_member_has_left_are_what_the_check_reads)
+{
+        loom_group_id ga;
+        loom_decision d = join_after_done(14, 0, &ga);
+        cr_assert_eq(d.kind, LOOM_DECISION_DIRECT_PACK, "14 left: amortised");
+        loom_decision_free(&d);
+        d = join_after_done(14, 10, &ga);
+        cr_assert_eq(d.kind, LOOM_DECISION_ROLLOUT_SCALE, "4 left: held to the round");
+        cr_assert_eq(d.t_meta, loom_us_from_s(150));
+        loom_decision_free(&d);
+
+        loom_sched *s = loom_sched_new(&cl, &po, NULL);
+        loom_decision_init(&d, false);
+        loom_job_id id;
+        loom_job_spec a = spec("A", 14), u = spec("U", 0);
+        cr_assert_eq(loom_sched_submit(s, 0, &a, &d, &id, NULL), 0);
+        cr_assert_eq(loom_sched_job_iterations(s, id, 14), LOOM_EINVAL, "all done: it ended");
+        cr_assert_eq(loom_sched_job_iterations(s, id, -1), LOOM_EINVAL);
+        cr_assert_eq(loom_sched_job_iterations(s, id + 7, 1), LOOM_ENOENT);
+        loom_job_info info;
+        cr_assert_eq(loom_sched_job_info(s, id, &info), 0);
+        cr_assert_eq(info.iterations_done, 0, "a refused count changes nothing");
+        cr_assert_eq(loom_sched_job_iterations(s, id, 13), 0);
+        cr_assert_eq(loom_sched_job_info(s, id, &info), 0);
+        cr_assert_eq(info.iterations_done, 13);
+        loom_decision_free(&d);
+        loom_decision_init(&d, false);
+        cr_assert_eq(loom_sched_submit(s, 0, &u, &d, &id, NULL), 0);
+        cr_assert_eq(loom_sched_job_iterations(s, id, 1000000), 0, "an unbounded job: any count");
+        loom_decision_free(&d);
+        loom_sched_free(s);
 }

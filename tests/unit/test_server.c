@@ -602,3 +602,109 @@ Test(server, shown_job_ids_are_a_permutation)
         free(pub);
         free(s);
 }
+
+static loom_server *start_compacting(const char *dir, int compact_min, loom_err *e)
+{
+        loom_server_cfg cfg;
+        loom_server_cfg_default(&cfg);
+        cfg.data_dir = dir;
+        cfg.port = 0;
+        cfg.compact_min = compact_min;
+        loom_server *s = loom_server_new(&cfg, e);
+        if (s)
+                cr_assert_eq(loom_server_start(s, e), 0, "%s", e->msg);
+        return s;
+}
+
+/* One phase of job 1: acquire, then release. */
+static void run_phase(int port, const char *phase)
+{
+        char path[96], *out;
+        snprintf(path, sizeof path, "/v1/jobs/1/phases/%s/acquire?wait=2", phase);
+        cr_assert_eq(test_http(port, "POST", path, "", &out), 200, "%s", out);
+        const char *l = strstr(out, "\"lease\":");
+        cr_assert_not_null(l, "%s", out);
+        snprintf(path, sizeof path, "/v1/leases/%lld/release", strtoll(l + 8, NULL, 10));
+        free(out);
+        cr_assert_eq(test_http(port, "POST", path, "{\"status\":\"ok\"}", &out), 200, "%s", out);
+        free(out);
+}
+
+static int64_t log_count(const char *dir, const char *sql)
+{
+        char p[512];
+        snprintf(p, sizeof p, "%s/loom.db", dir);
+        sqlite3 *db;
+        sqlite3_stmt *q;
+        cr_assert_eq(sqlite3_open_v2(p, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+        cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &q, NULL), SQLITE_OK, "%s", sqlite3_errmsg(db));
+        cr_assert_eq(sqlite3_step(q), SQLITE_ROW);
+        int64_t n = sqlite3_column_int64(q, 0);
+        sqlite3_finalize(q);
+        sqlite3_close(db);
+        return n;
+}
+
+static int64_t core_count(loom_server *s)
+{
+        loom_job_info info;
+        cr_assert_eq(loom_sched_job_info(s->sched, s->jobs[0]->retry.core, &info), 0);
+        return info.iterations_done;
+}
+
+/* loomd submits a job with its iterations (placement reads what each member has left) and the
+ * core's count of them survives a restart: each training that leaves the job short of its
+ * target appends an "iter" entry that the replay sets the count from, and compaction keeps the
+ * last of a run of them. */
+Test(server, the_core_s_iteration_count_survives_restarts_and_compaction)
+{
+        char *dir = test_tmpdir();
+        loom_err e;
+        loom_server *s = start(dir, &e);
+        cr_assert_not_null(s, "%s", e.msg);
+        int port = loom_server_port(s);
+        char *out;
+        cr_assert_eq(test_http(port, "POST", "/v1/jobs",
+                               "{\"name\":\"A\",\"rollout_gpus\":8,\"train_gpus\":8,\"t_roll_s\":2,"
+                               "\"t_train_s\":1,\"slo\":1.5,\"iterations\":20}",
+                               &out),
+                     201, "%s", out);
+        free(out);
+        loom_job_info info;
+        cr_assert_eq(loom_sched_job_info(s->sched, s->jobs[0]->retry.core, &info), 0);
+        cr_assert_eq(info.spec.iterations, 20, "the core plans the job's 20 iterations");
+        for (int k = 0; k < 6; k++) {
+                run_phase(port, "rollout");
+                run_phase(port, "train");
+        }
+        cr_assert_eq(core_count(s), 6);
+        cr_assert_eq(log_count(dir, "SELECT count(*) FROM log WHERE kind = 'iter'"), 6);
+        cr_assert_eq(log_count(dir, "SELECT max(CAST(reason AS INTEGER)) FROM log "
+                                    "WHERE kind = 'iter'"),
+                     6);
+        s = restart_same_groups(s, dir, &port);
+        cr_assert_eq(core_count(s), 6, "replayed from the iter entries");
+
+        /* compaction from one entry on: at this start the run of six folds into its last,
+         * then the seventh iteration adds one */
+        loom_server_free(s);
+        s = start_compacting(dir, 1, &e);
+        cr_assert_not_null(s, "%s", e.msg);
+        port = loom_server_port(s);
+        run_phase(port, "rollout");
+        run_phase(port, "train");
+        cr_assert_eq(core_count(s), 7);
+        int64_t left = log_count(dir, "SELECT count(*) FROM log WHERE kind = 'iter'");
+        cr_assert_eq(left, 2, "the counts before the sixth are dropped: %lld left", (long long)left);
+        cr_assert_eq(log_count(dir, "SELECT min(CAST(reason AS INTEGER)) FROM log "
+                                    "WHERE kind = 'iter'"),
+                     6);
+        s = restart_same_groups(s, dir, &port);
+        cr_assert_eq(core_count(s), 7, "replayed from the entries left");
+        cr_assert_eq(test_http(port, "GET", "/v1/jobs/1", NULL, &out), 200);
+        cr_assert(strstr(out, "\"iterations_done\":7") != NULL, "%s", out);
+        free(out);
+        loom_server_free(s);
+        test_rmdir(dir);
+        free(dir);
+}
