@@ -198,6 +198,11 @@ struct loom_sched {
                 bool alone; /* a new group of its own, else group `to` */
                 loom_group_id to;
         } handoff;
+        /* policy.regroup: replay mode (loom_sched_replaying: re-solves are not searched, their
+         * plans come from loom_sched_regroup_apply), and the plan the last loom_sched_job_exit
+         * or loom_sched_observe call made (plan_made), for the driver to log */
+        bool replaying, plan_made;
+        loom_regroup_plan plan;
 };
 
 /* The ids of g's training nodes into out[0 .. g->n_tnodes). */
