@@ -127,8 +127,11 @@ double loom_quantile_ucb(const double *top, int m, int64_t n, double q, double c
  * more training nodes (policy.lone_grow). Version 11: a join is refused where a member in its
  * last iterations cannot absorb the round the join may add (policy.join_wait). Version 12:
  * departures and first re-plans re-solve the groups around them and move the members the plan
- * moves (policy.regroup). */
-#define LOOM_SCHED_ARITH 12
+ * moves (policy.regroup). Version 13: a replay never re-solves: the plans come from the
+ * driver's log (loom_sched_replaying, loom_sched_regroup_apply), and policy.regroup is on by
+ * default; a log written under 12 with regroup on, which has no plans, re-derives without
+ * them. */
+#define LOOM_SCHED_ARITH 13
 
 typedef struct loom_policy_cfg {
         int max_group_size;              /* default 5, at most LOOM_MAX_GROUP_SIZE */
@@ -416,6 +419,10 @@ int loom_sched_job_exit(loom_sched *s, loom_us now, loom_job_id job, loom_exit r
  * The core then ends in exactly the state the live one was in, without the search. A driver
  * without a log (the simulator) does nothing of this. */
 #define LOOM_REGROUP_MAX 8 /* the most members one re-solve covers */
+/* The training ends a member planned elsewhere waits for its place: its training observations
+ * after the plan count them (loom_job_info.regroup_tries), and past this many it drops the
+ * plan. */
+#define LOOM_REGROUP_TRIES 6
 
 typedef struct loom_regroup_member {
         loom_job_id job;

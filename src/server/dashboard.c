@@ -209,8 +209,8 @@ static void on_log(void *arg, int64_t seq, const char *kind, uint32_t job, const
         bool admin = t->r->who.role == LOOM_ROLE_ADMIN;
         if (!admin)
                 json_object_del(o, "seq");
-        if (!admin && !strcmp(kind ? kind : "", "submit"))
-                reason = "";
+        if (!admin && (!strcmp(kind ? kind : "", "submit") || !strcmp(kind ? kind : "", "regroup")))
+                reason = ""; /* a plan names other tenants' jobs */
         /* A re-admission's reason is a JSON object (cause, why, ...); the others are words. */
         json_t *why =
             reason && !strcmp(kind ? kind : "", "readmit") ? json_loads(reason, 0, NULL) : NULL;

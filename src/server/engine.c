@@ -293,6 +293,7 @@ static void end_job(loom_server *s, srv_job *j, int state, const char *lease_sta
         loom_sched_job_exit(s->sched, wall, j->retry.core, x);
         srv_store_note(s, srv_store_job_update(s->store, j, &e), &e);
         srv_store_note(s, srv_store_log(s->store, "exit", j->id, loom_exit_name(x), &e), &e);
+        srv_regroup_log(s, j); /* a departure may have regrouped (regroup.c) */
         char msg[96];
         snprintf(msg, sizeof msg, "job %u is %s", j->pub, srv_job_state_name(state));
         waiters_fail(s, j, 409, msg);
