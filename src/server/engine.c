@@ -904,6 +904,9 @@ static void h_cluster(loom_server *s, srv_req *r)
             pr * st.nodes[LOOM_POOL_ROLLOUT], "train", pt * st.nodes[LOOM_POOL_TRAIN],
             "cost_per_hour", st.cost_per_hour, "jobs", st.jobs, "groups", st.groups, "replans",
             (json_int_t)st.replans);
+        if (o) /* policy.regroup: its plans are in the log (regroup.c) */
+                json_object_set_new(json_object_get(o, "policy"), "regroup",
+                                    json_boolean(p->regroup));
         if (o) {
                 /* "scope": whose jobs the counts above are ("cluster", or the tenant's) */
                 json_object_set_new(o, "scope", json_string(admin ? "cluster" : "tenant"));
