@@ -437,15 +437,16 @@ typedef struct loom_regroup_plan {
 } loom_regroup_plan;
 
 /* Whether the last loom_sched_job_exit or loom_sched_observe(_on) call made a plan; if so, and
- * out is not NULL, the plan into *out (members in the search's order). Calls that made none,
+ * out is not NULL, the plan into *out (members in the search's order). A grouping that moves
+ * no member and drops no earlier plan changes nothing and is no plan. Calls that made none,
  * and replay mode, leave false. */
 bool loom_sched_regroup_made(const loom_sched *s, loom_regroup_plan *out);
 /* Replay mode on or off (off when the core is made). While on, a departure or first re-plan
  * does not search: the plan the live core made there, if any, is the driver's to hand back. */
 void loom_sched_replaying(loom_sched *s, bool on);
 /* Apply plan p as the search that made it did, whether or not it is what a search would find
- * now: each member's plan is set (or, staying, dropped) and its count of training ends waited
- * restarts. Checked first, nothing changed on error: LOOM_ENOENT for a member that is not a
+ * now: each member's plan is set (or, staying, dropped), a moving member's count of training
+ * ends waited restarting. Checked first, nothing changed on error: LOOM_ENOENT for a member that is not a
  * live job or a group `to` that does not exist, LOOM_EINVAL for a member listed twice, a
  * move into the group it is in, or n outside 1 .. LOOM_REGROUP_MAX. */
 int loom_sched_regroup_apply(loom_sched *s, const loom_regroup_plan *p);
@@ -538,7 +539,8 @@ typedef struct loom_job_info {
         loom_us learned_head; /* its last learned rollout head (0: none) */
         int rate;             /* iterations per meta-iteration of its group */
         /* policy.regroup: the plan a re-solve made for it (loom_regroup_plan): moved into
-         * group regroup_to, or alone; regroup_tries: training ends it has waited since */
+         * group regroup_to, or alone; regroup_tries: training ends it has waited since (read
+         * only while it has a plan) */
         bool regroup_planned, regroup_alone;
         loom_group_id regroup_to;
         int regroup_tries;

@@ -392,13 +392,16 @@ static const group *planned_group(const loom_sched *s, loom_group_id id)
         return id < s->next_group ? s->groups[id] : NULL;
 }
 
-/* Member j's plan, as a re-solve makes it and as loom_sched_regroup_apply replays it. */
+/* Member j's plan, as a re-solve makes it and as loom_sched_regroup_apply replays it. A member
+ * that stays drops any plan it had; its count of training ends waited is read only while it
+ * has one, and starts again with the next. */
 static void set_plan(job *j, bool moves, bool alone, loom_group_id to)
 {
         j->regroup_planned = moves;
         j->regroup_alone = moves && alone;
         j->regroup_to = moves && !alone ? to : 0;
-        j->regroup_tries = 0;
+        if (moves)
+                j->regroup_tries = 0;
 }
 
 void loom__regroup(loom_sched *s, group *g)
@@ -464,7 +467,11 @@ void loom__regroup(loom_sched *s, group *g)
                 r->best[i] = -2;
         s->stats.regroup_solves++;
         partition(r, 0, 0);
-        if (r->best[0] != -2) {
+        /* a grouping that moves nobody changes nothing unless it drops an earlier plan */
+        bool changes = false;
+        for (int i = 0; r->best[0] != -2 && i < r->n; i++)
+                changes |= r->best[i] != r->from[i] || r->m[i]->regroup_planned;
+        if (changes) {
                 loom_regroup_plan *p = &s->plan;
                 p->n = r->n;
                 for (int i = 0; i < r->n; i++) {
