@@ -446,9 +446,9 @@ bool loom_sched_regroup_made(const loom_sched *s, loom_regroup_plan *out);
 void loom_sched_replaying(loom_sched *s, bool on);
 /* Apply plan p as the search that made it did, whether or not it is what a search would find
  * now: each member's plan is set (or, staying, dropped), a moving member's count of training
- * ends waited restarting. Checked first, nothing changed on error: LOOM_ENOENT for a member that is not a
- * live job or a group `to` that does not exist, LOOM_EINVAL for a member listed twice, a
- * move into the group it is in, or n outside 1 .. LOOM_REGROUP_MAX. */
+ * ends waited restarting. Checked first, nothing changed on error: LOOM_ENOENT for a member that is
+ * not a live job or a group `to` that does not exist, LOOM_EINVAL for a member listed twice, a move
+ * into the group it is in, or n outside 1 .. LOOM_REGROUP_MAX. */
 int loom_sched_regroup_apply(loom_sched *s, const loom_regroup_plan *p);
 
 /* For a driver that lost the job's phase state (loomd after a restart): put the job back

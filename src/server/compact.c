@@ -109,8 +109,8 @@ static void keep_planned(const srv_log_row *rows, const int *ph, size_t n, uint3
 
 /* Mark in drop[] the observations of job `job` in rows [a, b) that the ring forgets; none of
  * those keep[] holds, which come first among its training observations there. */
-static size_t mark_job(const srv_log_row *rows, const int *ph, const bool *keep, size_t a,
-                       size_t b, uint32_t job, bool *drop)
+static size_t mark_job(const srv_log_row *rows, const int *ph, const bool *keep, size_t a, size_t b,
+                       uint32_t job, bool *drop)
 {
         size_t last_train = b, count[2] = {0, 0}, marked = 0;
         for (size_t i = a; i < b; i++)

@@ -35,8 +35,8 @@ char *srv_regroup_encode(const loom_regroup_plan *p, const uint32_t *jobs)
         json_t *a = json_array();
         for (int i = 0; a && i < p->n; i++) {
                 const loom_regroup_member *m = &p->m[i];
-                json_t *o = json_pack("{s:I,s:I}", "core", (json_int_t)m->job, "job",
-                                      (json_int_t)jobs[i]);
+                json_t *o =
+                    json_pack("{s:I,s:I}", "core", (json_int_t)m->job, "job", (json_int_t)jobs[i]);
                 if (o && m->moves && m->alone)
                         json_object_set_new(o, "alone", json_true());
                 else if (o && m->moves)
@@ -64,22 +64,22 @@ int srv_regroup_decode(const char *text, loom_regroup_plan *p, uint32_t *jobs, l
         json_error_t je;
         json_t *j = text ? json_loads(text, 0, &je) : NULL;
         json_t *a = json_object_get(j, "plan");
-        const char *bad = !json_is_object(j) ? "entry"
-                          : !json_is_array(a) || json_array_size(a) < 1 ||
-                                  json_array_size(a) > LOOM_REGROUP_MAX
-                              ? "plan"
-                              : NULL;
+        const char *bad =
+            !json_is_object(j) ? "entry"
+            : !json_is_array(a) || json_array_size(a) < 1 || json_array_size(a) > LOOM_REGROUP_MAX
+                ? "plan"
+                : NULL;
         for (size_t i = 0; !bad && i < json_array_size(a); i++) {
                 json_t *o = json_array_get(a, i), *core = json_object_get(o, "core"),
                        *job = json_object_get(o, "job"), *to = json_object_get(o, "to"),
                        *alone = json_object_get(o, "alone");
                 loom_regroup_member *m = &p->m[i];
-                bad = !json_is_object(o)                                       ? "plan"
-                      : !id_ok(core) || json_integer_value(core) == 0          ? "core"
-                      : !id_ok(job) || json_integer_value(job) == 0            ? "job"
-                      : to && (!id_ok(to) || alone)                            ? "to"
-                      : alone && (!json_is_true(alone))                        ? "alone"
-                                                                               : NULL;
+                bad = !json_is_object(o)                              ? "plan"
+                      : !id_ok(core) || json_integer_value(core) == 0 ? "core"
+                      : !id_ok(job) || json_integer_value(job) == 0   ? "job"
+                      : to && (!id_ok(to) || alone)                   ? "to"
+                      : alone && (!json_is_true(alone))               ? "alone"
+                                                                      : NULL;
                 if (bad)
                         break;
                 m->job = (loom_job_id)json_integer_value(core);
@@ -106,8 +106,8 @@ void srv_regroup_log(loom_server *s, const srv_job *cause)
                 jobs[i] = m ? m->id : 0;
                 size_t len = strlen(said);
                 if (p.m[i].moves)
-                        snprintf(said + len, sizeof said - len, "%s job %u %s%u",
-                                 len ? "," : "", jobs[i], p.m[i].alone ? "alone" : "to group ",
+                        snprintf(said + len, sizeof said - len, "%s job %u %s%u", len ? "," : "",
+                                 jobs[i], p.m[i].alone ? "alone" : "to group ",
                                  p.m[i].alone ? 0u : (unsigned)p.m[i].to);
         }
         loom_err e;

@@ -179,7 +179,8 @@ static int settle_cluster(loom_server *s, loom_err *e)
                 srv_log(s, "%s: admission switched from worst to %s (learn_after %d)", s->data_dir,
                         loom_admission_name(p->admission), p->learn_after);
         if (!rc && to_regroup)
-                srv_log(s, "%s: regrouping at departures (policy.regroup) switched on", s->data_dir);
+                srv_log(s, "%s: regrouping at departures (policy.regroup) switched on",
+                        s->data_dir);
         free(old);
         return rc;
 }

@@ -200,7 +200,8 @@ Test(regroup, a_replay_applies_the_logged_plan_as_recorded_without_searching)
         loom_decision_init(&d, false);
         loom_job_spec sc = core_spec("C", 50, 50, 5.0, 10 * LOOM_GB, 800 * LOOM_GB);
         sc.iterations = 1000;
-        loom_job_id a = submit(s, spec("A"), &d), c = submit(s, sc, &d), b = submit(s, spec("B"), &d);
+        loom_job_id a = submit(s, spec("A"), &d), c = submit(s, sc, &d),
+                    b = submit(s, spec("B"), &d);
         cr_assert_eq(submit(rp, spec("A"), &d), a);
         cr_assert_eq(submit(rp, sc, &d), c);
         cr_assert_eq(submit(rp, spec("B"), &d), b);
@@ -253,8 +254,8 @@ Test(regroup, a_replay_applies_the_logged_plan_as_recorded_without_searching)
         cr_assert_eq(loom_sched_regroup_apply(rp, &bad), LOOM_EINVAL, "into its own group");
         bad = (loom_regroup_plan){.n = 1, .m = {{.job = a, .moves = true, .to = 77}}};
         cr_assert_eq(loom_sched_regroup_apply(rp, &bad), LOOM_ENOENT, "no such group");
-        bad = (loom_regroup_plan){
-            .n = 2, .m = {{.job = a, .moves = true, .alone = true}, {.job = a}}};
+        bad = (loom_regroup_plan){.n = 2,
+                                  .m = {{.job = a, .moves = true, .alone = true}, {.job = a}}};
         cr_assert_eq(loom_sched_regroup_apply(rp, &bad), LOOM_EINVAL, "listed twice");
         bad.n = 0;
         cr_assert_eq(loom_sched_regroup_apply(rp, &bad), LOOM_EINVAL);

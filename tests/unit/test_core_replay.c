@@ -175,8 +175,8 @@ static void assert_same_core(const loom_sched *a, const loom_sched *b)
                               x.learned_roll == y.learned_roll && x.replans == y.replans,
                           "job %u", ja[i]);
                 cr_assert(x.regroup_planned == y.regroup_planned &&
-                              x.regroup_alone == y.regroup_alone &&
-                              x.regroup_to == y.regroup_to && x.regroup_tries == y.regroup_tries,
+                              x.regroup_alone == y.regroup_alone && x.regroup_to == y.regroup_to &&
+                              x.regroup_tries == y.regroup_tries,
                           "job %u: plan %d %d %u %d, replayed %d %d %u %d", ja[i],
                           x.regroup_planned, x.regroup_alone, x.regroup_to, x.regroup_tries,
                           y.regroup_planned, y.regroup_alone, y.regroup_to, y.regroup_tries);

@@ -101,12 +101,12 @@ static void assert_same(const snap *a, const snap *b)
         cr_assert_eq(a->n, b->n);
         for (int i = 0; i < a->n; i++) {
                 const loom_job_info *x = &a->j[i], *y = &b->j[i];
-                cr_assert(x->id == y->id && x->group == y->group &&
-                              x->n_rollout_nodes == y->n_rollout_nodes &&
-                              !memcmp(x->rollout_nodes, y->rollout_nodes,
-                                      sizeof x->rollout_nodes) &&
-                              x->learned_budget == y->learned_budget,
-                          "core job %u", x->id);
+                cr_assert(
+                    x->id == y->id && x->group == y->group &&
+                        x->n_rollout_nodes == y->n_rollout_nodes &&
+                        !memcmp(x->rollout_nodes, y->rollout_nodes, sizeof x->rollout_nodes) &&
+                        x->learned_budget == y->learned_budget,
+                    "core job %u", x->id);
                 cr_assert(x->regroup_planned == y->regroup_planned &&
                               x->regroup_alone == y->regroup_alone &&
                               x->regroup_to == y->regroup_to &&
@@ -137,8 +137,8 @@ static void observe(loom_server *s, uint32_t id, loom_phase ph, double secs)
         srv_job *j = srv_job_get(s, id);
         cr_assert_not_null(j);
         if (srv_job_live(j->state))
-                srv_observe_phase(s, j, ph, ph == LOOM_PHASE_ROLLOUT ? LOOM_POOL_ROLLOUT
-                                                                     : LOOM_POOL_TRAIN,
+                srv_observe_phase(s, j, ph,
+                                  ph == LOOM_PHASE_ROLLOUT ? LOOM_POOL_ROLLOUT : LOOM_POOL_TRAIN,
                                   loom_us_from_s(secs), 0);
 }
 
@@ -163,15 +163,17 @@ Test(server_regroup, a_restart_replays_the_logged_plan_without_searching)
         cr_assert_eq(loom_server_start(s, &e), 0, "%s", e.msg);
         int port = loom_server_port(s);
         char b[512], *out;
-        cr_assert_eq(test_http(port, "POST", "/v1/jobs", spec(b, sizeof b, "A", 100, 300, 1.2), &out),
-                     201, "%s", out);
+        cr_assert_eq(
+            test_http(port, "POST", "/v1/jobs", spec(b, sizeof b, "A", 100, 300, 1.2), &out), 201,
+            "%s", out);
         free(out);
         cr_assert_eq(test_http(port, "POST", "/v1/jobs", spec(b, sizeof b, "C", 50, 50, 5), &out),
                      201, "%s", out);
         cr_assert(strstr(out, "direct_pack") != NULL, "C joins A: %s", out);
         free(out);
-        cr_assert_eq(test_http(port, "POST", "/v1/jobs", spec(b, sizeof b, "B", 100, 300, 1.2), &out),
-                     201, "%s", out);
+        cr_assert_eq(
+            test_http(port, "POST", "/v1/jobs", spec(b, sizeof b, "B", 100, 300, 1.2), &out), 201,
+            "%s", out);
         cr_assert(strstr(out, "new_group") != NULL, "B cannot join A declared: %s", out);
         free(out);
         loom_server_free(s);
