@@ -176,6 +176,9 @@ Test(server_regroup, a_restart_replays_the_logged_plan_without_searching)
             "%s", out);
         cr_assert(strstr(out, "new_group") != NULL, "B cannot join A declared: %s", out);
         free(out);
+        cr_assert_eq(test_http(port, "GET", "/v1/cluster", NULL, &out), 200);
+        cr_assert(strstr(out, "\"regroup\":true") != NULL, "%s", out);
+        free(out);
         loom_server_free(s);
 
         s = loom_server_new(&cfg, &e);
