@@ -196,7 +196,9 @@ typedef struct loom_policy_cfg {
          * profile, the members of its group and of the thinnest groups beside it (at most 8)
          * are regrouped exactly for the least $/h, and each member the plan moves is moved to
          * its planned group at a training end where that group can take it
-         * (loom_sched_observe returns 3). Loom's placer only; default true. */
+         * (loom_sched_observe returns 3). A driver that replays a log logs each plan and hands
+         * it back instead of searching again (loom_sched_regroup_made, below). Loom's placer
+         * only; default true. */
         bool regroup;
         /* Multi-rate placement with more open groups than this runs one simulation per
          * candidate's rate search instead of up to six (docs/scheduling.md, Cost of a
