@@ -127,9 +127,12 @@ double loom_quantile_ucb(const double *top, int m, int64_t n, double q, double c
  * more training nodes (policy.lone_grow). Version 11: a join is refused where a member in its
  * last iterations cannot absorb the round the join may add (policy.join_wait). Version 12:
  * departures and first re-plans re-solve the groups around them and move the members the plan
- * moves (policy.regroup). Version 13: loomd submits each job with the iterations it has left, as
- * the simulator does (before, 0: placement saw every loomd job as unbounded), and replays
- * their counts (loom_sched_job_iterations). */
+ * moves (policy.regroup). Version 13: a replay never re-solves: the plans come from the
+ * driver's log (loom_sched_replaying, loom_sched_regroup_apply), and policy.regroup is on by
+ * default; a log written under 12 with regroup on, which has no plans, re-derives without
+ * them. Also 13: loomd submits each job with the iterations it has left, as the simulator
+ * does (before, 0: placement saw every loomd job as unbounded), and replays their counts
+ * (loom_sched_job_iterations). */
 #define LOOM_SCHED_ARITH 13
 
 typedef struct loom_policy_cfg {
@@ -195,7 +198,9 @@ typedef struct loom_policy_cfg {
          * profile, the members of its group and of the thinnest groups beside it (at most 8)
          * are regrouped exactly for the least $/h, and each member the plan moves is moved to
          * its planned group at a training end where that group can take it
-         * (loom_sched_observe returns 3). Loom's placer only; default true. */
+         * (loom_sched_observe returns 3). A driver that replays a log logs each plan and hands
+         * it back instead of searching again (loom_sched_regroup_made, below). Loom's placer
+         * only; default true. */
         bool regroup;
         /* Multi-rate placement with more open groups than this runs one simulation per
          * candidate's rate search instead of up to six (docs/scheduling.md, Cost of a
@@ -400,6 +405,56 @@ const char *loom_exit_name(loom_exit x);
  * group releases everything; the others keep their round-robin. */
 int loom_sched_job_exit(loom_sched *s, loom_us now, loom_job_id job, loom_exit reason);
 
+/* ---- regrouping plans (policy.regroup) ----------------------------------------------------
+ *
+ * A departure (loom_sched_job_exit, LOOM_EXIT_FINISHED) or a job's first re-plan
+ * (loom_sched_observe returning 1 for the first time) re-solves the grouping of the groups
+ * around it exactly (docs/scheduling.md, "Regrouping at departures"): a search of every
+ * partition of up to LOOM_REGROUP_MAX members, milliseconds each. Its outcome, when it finds a
+ * grouping cheaper than the groups as they stand, is a plan: each member it covered either
+ * moves (to a group, or alone into a new group of its own) or stays (an earlier plan of its is
+ * dropped). Nothing else of the core changes; the members are moved later, one at a time, by
+ * loom_sched_observe returning 3 and the driver's re-admission.
+ *
+ * A driver that replays a log (loomd after a restart, a replica taking over) must not search
+ * again: it logs each plan with the event that made it (loom_sched_regroup_made, right after
+ * the call) and, replaying, puts the core in replay mode (loom_sched_replaying) and hands each
+ * logged plan back (loom_sched_regroup_apply) right after replaying the event that made it.
+ * The core then ends in exactly the state the live one was in, without the search. A driver
+ * without a log (the simulator) does nothing of this. */
+#define LOOM_REGROUP_MAX 8 /* the most members one re-solve covers */
+/* The training ends a member planned elsewhere waits for its place: its training observations
+ * after the plan count them (loom_job_info.regroup_tries), and past this many it drops the
+ * plan. */
+#define LOOM_REGROUP_TRIES 6
+
+typedef struct loom_regroup_member {
+        loom_job_id job;
+        bool moves;       /* false: it stays where it is, and any earlier plan of its is dropped */
+        bool alone;       /* moves into a new group of its own */
+        loom_group_id to; /* moves into this group (moves and not alone) */
+} loom_regroup_member;
+
+typedef struct loom_regroup_plan {
+        int n; /* 1 .. LOOM_REGROUP_MAX */
+        loom_regroup_member m[LOOM_REGROUP_MAX];
+} loom_regroup_plan;
+
+/* Whether the last loom_sched_job_exit or loom_sched_observe(_on) call made a plan; if so, and
+ * out is not NULL, the plan into *out (members in the search's order). A grouping that moves
+ * no member and drops no earlier plan changes nothing and is no plan. Calls that made none,
+ * and replay mode, leave false. */
+bool loom_sched_regroup_made(const loom_sched *s, loom_regroup_plan *out);
+/* Replay mode on or off (off when the core is made). While on, a departure or first re-plan
+ * does not search: the plan the live core made there, if any, is the driver's to hand back. */
+void loom_sched_replaying(loom_sched *s, bool on);
+/* Apply plan p as the search that made it did, whether or not it is what a search would find
+ * now: each member's plan is set (or, staying, dropped), a moving member's count of training
+ * ends waited restarting. Checked first, nothing changed on error: LOOM_ENOENT for a member that is
+ * not a live job or a group `to` that does not exist, LOOM_EINVAL for a member listed twice, a move
+ * into the group it is in, or n outside 1 .. LOOM_REGROUP_MAX. */
+int loom_sched_regroup_apply(loom_sched *s, const loom_regroup_plan *p);
+
 /* For a driver that lost the job's phase state (loomd after a restart): put the job back
  * waiting for `phase` (rollout or train); any phase it was running is forgotten and its
  * resources freed. call: for a training phase run call by call, the call to start at (the
@@ -487,6 +542,12 @@ typedef struct loom_job_info {
         loom_us learned_roll, learned_train, learned_budget;
         loom_us learned_head; /* its last learned rollout head (0: none) */
         int rate;             /* iterations per meta-iteration of its group */
+        /* policy.regroup: the plan a re-solve made for it (loom_regroup_plan): moved into
+         * group regroup_to, or alone; regroup_tries: training ends it has waited since (read
+         * only while it has a plan) */
+        bool regroup_planned, regroup_alone;
+        loom_group_id regroup_to;
+        int regroup_tries;
 } loom_job_info;
 
 typedef struct loom_group_info {
@@ -527,6 +588,9 @@ typedef struct loom_sched_stats {
         uint64_t decisions[4]; /* by loom_decision_kind */
         uint64_t migrations;
         uint64_t replans; /* learned-profile re-plans made (loom_sched_observe) */
+        /* policy.regroup: re-solves searched, the plans they made, plans applied from a log
+         * (loom_sched_regroup_apply) */
+        uint64_t regroup_solves, regroup_plans, regroup_applied;
 } loom_sched_stats;
 
 void loom_sched_stats_get(const loom_sched *s, loom_sched_stats *out);

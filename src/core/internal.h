@@ -198,6 +198,11 @@ struct loom_sched {
                 bool alone; /* a new group of its own, else group `to` */
                 loom_group_id to;
         } handoff;
+        /* policy.regroup: replay mode (loom_sched_replaying: re-solves are not searched, their
+         * plans come from loom_sched_regroup_apply), and the plan the last loom_sched_job_exit
+         * or loom_sched_observe call made (plan_made), for the driver to log */
+        bool replaying, plan_made;
+        loom_regroup_plan plan;
 };
 
 /* The ids of g's training nodes into out[0 .. g->n_tnodes). */
@@ -278,7 +283,6 @@ bool loom__learn_prior(const loom_sched *s, loom_job_spec *spec, loom_job_spec *
  * a shared group, when it would cost less there than its group saves (policy.move_members). */
 bool loom__move_pays(const loom_sched *s, const job *j);
 
-#define LOOM_REGROUP_TRIES 6 /* training ends a member planned elsewhere waits for its place */
 /* regroup.c (policy.regroup): after a job finished in group g (NULL: the group went with it)
  * or first learned its profile there, re-solve the grouping of g's members and of the thinnest
  * groups beside it exactly and plan the members that a cheaper grouping moves (job.regroup_to). */

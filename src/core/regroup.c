@@ -43,7 +43,7 @@
 
 #include "internal.h"
 
-#define RG_JOBS 8         /* the most members one re-solve regroups (Bell(8) = 4140 partitions) */
+#define RG_JOBS LOOM_REGROUP_MAX /* the most members one re-solve regroups (Bell(8) = 4140) */
 #define RG_GROUPS 4       /* thinnest groups searched beside the departure's own */
 #define RG_MOVE_PRICE 3.0 /* $/h the search charges for each member it moves */
 /* the slack every member of a planned group keeps, as a fraction of T_meta: more than a single
@@ -184,6 +184,7 @@ static double block_eval(const rg *r, int mask, int a)
                 extra += mem[i]->n_rnodes;
         loom_us budget[LOOM_MAX_GROUP_SIZE];
         loom_meta_job mj[LOOM_MAX_GROUP_SIZE];
+        double util = 0;
         for (int i = 0; i < n; i++) {
                 const loom_job_spec *sp = &mem[i]->spec;
                 budget[i] = mem[i]->slo_budget;
@@ -195,7 +196,19 @@ static double block_eval(const rg *r, int mask, int a)
                     .nodes = pins[i],
                     .t_switch = loom__switch(s, sp)};
                 loom__tail_plan(s, sp, &mj[i].t_head, &mj[i].t_pen);
+                /* what every rollout-node count below needs, unsimulated: T_meta is at least
+                 * the training pool's load (sum of rate x t_train) and, per member, rate x its
+                 * chain of rollout, training and sync; a member of rate q within budget b
+                 * keeps q >= T_meta (1 + RG_MARGIN) / b, and its longest gap, at least its
+                 * chain, within b. So its chain must fit b, and the training its members
+                 * bring per unit of budget must fit the pool. */
+                if ((double)(mj[i].t_roll + mj[i].t_train + mj[i].t_sync) >
+                    (double)budget[i] * (1 + 1e-6))
+                        return -1;
+                util += (double)mj[i].t_train / (double)budget[i];
         }
+        if (util * (1 + RG_MARGIN) > 1 + 1e-6)
+                return -1;
         for (int R = n0; R <= n0 + extra && R <= LOOM_MAX_GROUP_ROLLOUT_NODES; R++) {
                 loom_us load[LOOM_MAX_GROUP_ROLLOUT_NODES] = {0};
                 uint64_t used[LOOM_MAX_GROUP_ROLLOUT_NODES] = {0};
@@ -256,6 +269,42 @@ static double block_eval(const rg *r, int mask, int a)
         return -1;
 }
 
+/* A lower bound on block(r, mask, a) when that block is feasible, without simulating it (a
+ * block of one member: 0). Each member of rate q runs q iterations, each its rollout, training
+ * and sync in turn, per meta-iteration, so T_meta / q is at least that chain (loom_meta_eval;
+ * T_meta is rounded to 1 us, hence the small factor); the group keeps at least its stayers'
+ * rollout nodes. So partition skips a block that cannot beat the best grouping found before
+ * simulating it, and finds exactly what it found simulating every block it meets. */
+static double block_bound(const rg *r, int mask, int a)
+{
+        const loom_sched *s = r->s;
+        const group *g = r->gs[a];
+        if (__builtin_popcount((unsigned)mask) < 2)
+                return 0;
+        loom_node_id ids[LOOM_MAX_GROUP_ROLLOUT_NODES];
+        int n = 0, n0 = 0;
+        double w = 0;
+        for (int i = 0; i < r->n; i++) {
+                if (!(mask >> i & 1))
+                        continue;
+                const job *j = r->m[i];
+                const loom_job_spec *sp = &j->spec;
+                loom_us tt = loom_group_train_time(sp->t_train, sp->train_gpus, g->train_gpus,
+                                                   s->policy.train_scaling_efficiency);
+                w += (double)(sp->t_roll + tt + sp->t_sync) / iter_now(s, j);
+                n++;
+                for (int k = 0; r->from[i] == a && k < j->n_rnodes; k++) {
+                        int x = 0;
+                        while (x < n0 && ids[x] != j->rnodes[k])
+                                x++;
+                        if (x == n0 && n0 < LOOM_MAX_GROUP_ROLLOUT_NODES)
+                                ids[n0++] = j->rnodes[k];
+                }
+        }
+        double pt = g->n_tnodes * s->price[LOOM_POOL_TRAIN];
+        return (pt + n0 * s->price[LOOM_POOL_ROLLOUT]) * w / n * (1 - 1e-6);
+}
+
 static double block(rg *r, int mask, int a)
 {
         double *v = &r->memo[mask][a];
@@ -287,15 +336,19 @@ static void partition(rg *r, unsigned used, double obj)
                         for (int a = 0; a < r->ng; a++) {
                                 if (used >> a & 1)
                                         continue;
+                                int moves = 0;
+                                for (int i = 0; i < r->n; i++)
+                                        moves += (mask >> i & 1) && r->from[i] != a;
+                                /* what the call below would cut at once, cut unsimulated */
+                                if (obj + block_bound(r, mask, a) + RG_MOVE_PRICE * moves >=
+                                    r->best_obj - 1e-9)
+                                        continue;
                                 double c = block(r, mask, a);
                                 if (c < 0)
                                         continue;
-                                int moves = 0;
                                 for (int i = 0; i < r->n; i++)
-                                        if (mask >> i & 1) {
-                                                moves += r->from[i] != a;
+                                        if (mask >> i & 1)
                                                 r->cur[i] = a;
-                                        }
                                 r->assigned |= mask;
                                 partition(r, used | 1u << a, obj + c + RG_MOVE_PRICE * moves);
                                 r->assigned &= ~mask;
@@ -334,8 +387,27 @@ static bool add_group(rg *r, group *g)
         return true;
 }
 
+static const group *planned_group(const loom_sched *s, loom_group_id id)
+{
+        return id < s->next_group ? s->groups[id] : NULL;
+}
+
+/* Member j's plan, as a re-solve makes it and as loom_sched_regroup_apply replays it. A member
+ * that stays drops any plan it had; its count of training ends waited is read only while it
+ * has one, and starts again with the next. */
+static void set_plan(job *j, bool moves, bool alone, loom_group_id to)
+{
+        j->regroup_planned = moves;
+        j->regroup_alone = moves && alone;
+        j->regroup_to = moves && !alone ? to : 0;
+        if (moves)
+                j->regroup_tries = 0;
+}
+
 void loom__regroup(loom_sched *s, group *g)
 {
+        if (s->replaying)
+                return; /* the driver hands the live core's plan back, if it made one */
         rg *r = malloc(sizeof *r);
         if (!r)
                 return; /* a plan is an optimisation: without memory, none */
@@ -393,18 +465,64 @@ void loom__regroup(loom_sched *s, group *g)
         r->best_obj = now; /* a plan must beat the groups as they are, moves paid */
         for (int i = 0; i < r->n; i++)
                 r->best[i] = -2;
+        s->stats.regroup_solves++;
         partition(r, 0, 0);
-        if (r->best[0] != -2) {
+        /* a grouping that moves nobody changes nothing unless it drops an earlier plan */
+        bool changes = false;
+        for (int i = 0; r->best[0] != -2 && i < r->n; i++)
+                changes |= r->best[i] != r->from[i] || r->m[i]->regroup_planned;
+        if (changes) {
+                loom_regroup_plan *p = &s->plan;
+                p->n = r->n;
                 for (int i = 0; i < r->n; i++) {
-                        job *j = r->m[i];
-                        bool moves = r->best[i] != r->from[i];
-                        j->regroup_planned = moves;
-                        j->regroup_alone = moves && r->best[i] < 0;
-                        j->regroup_to = moves && r->best[i] >= 0 ? r->gs[r->best[i]]->id : 0;
-                        j->regroup_tries = 0;
+                        bool moves = r->best[i] != r->from[i], alone = r->best[i] < 0;
+                        loom_group_id to = moves && !alone ? r->gs[r->best[i]]->id : 0;
+                        set_plan(r->m[i], moves, alone, to);
+                        p->m[i] = (loom_regroup_member){r->m[i]->id, moves, moves && alone, to};
                 }
+                s->plan_made = true;
+                s->stats.regroup_plans++;
         }
         free(r);
+}
+
+bool loom_sched_regroup_made(const loom_sched *s, loom_regroup_plan *out)
+{
+        if (s->plan_made && out)
+                *out = s->plan;
+        return s->plan_made;
+}
+
+void loom_sched_replaying(loom_sched *s, bool on)
+{
+        s->replaying = on;
+}
+
+int loom_sched_regroup_apply(loom_sched *s, const loom_regroup_plan *p)
+{
+        if (!p || p->n < 1 || p->n > LOOM_REGROUP_MAX)
+                return LOOM_EINVAL;
+        for (int i = 0; i < p->n; i++) {
+                const loom_regroup_member *m = &p->m[i];
+                const job *j = loom__job(s, m->job);
+                if (!j)
+                        return LOOM_ENOENT;
+                for (int k = 0; k < i; k++)
+                        if (p->m[k].job == m->job)
+                                return LOOM_EINVAL;
+                if (m->moves && !m->alone) {
+                        if (!planned_group(s, m->to))
+                                return LOOM_ENOENT;
+                        if (j->group->id == m->to)
+                                return LOOM_EINVAL;
+                }
+        }
+        for (int i = 0; i < p->n; i++) {
+                const loom_regroup_member *m = &p->m[i];
+                set_plan(loom__job(s, m->job), m->moves, m->alone, m->to);
+        }
+        s->stats.regroup_applied++;
+        return 0;
 }
 
 /* j's re-admission as move.c builds it: its remaining iterations on its learned plan, held to
@@ -419,11 +537,6 @@ static bool readmission(const job *j, loom_job_spec *sp)
         }
         sp->t_solo_ref = (loom_us)((double)j->ls->learned_budget / sp->slo);
         return sp->t_solo_ref >= 1;
-}
-
-static const group *planned_group(const loom_sched *s, loom_group_id id)
-{
-        return id < s->next_group ? s->groups[id] : NULL;
 }
 
 bool loom__regroup_due(const loom_sched *s, const job *j)

@@ -85,9 +85,9 @@ void loom_policy_cfg_default(loom_policy_cfg *p)
         p->move_lone = true;
         p->move_members = true;
         p->plan_tails = true;
-        /* off: a replay re-runs every re-solve (about 6 ms each), so loomd's restart and a
-         * replica's takeover would replay the log 100 times slower (docs/sim.md) */
-        p->regroup = false;
+        /* a replay applies each re-solve's logged plan instead of searching again
+         * (loom_sched_replaying, loom_sched_regroup_apply) */
+        p->regroup = true;
 }
 
 bool loom__lone_fits(const loom_sched *s, const loom_job_spec *spec, loom_us budget,
@@ -876,6 +876,7 @@ int loom_sched_observe_on(loom_sched *s, loom_us now, loom_job_id id, loom_phase
 {
         job *j = loom__job(s, id);
         (void)now;
+        s->plan_made = false;
         if (!j)
                 return LOOM_ENOENT;
         if (!phase_ok(phase) || took < 0 || (pool != LOOM_POOL_ROLLOUT && pool != LOOM_POOL_TRAIN))
@@ -955,6 +956,7 @@ static void unpin(loom_sched *s, job *j, group *g)
 int loom_sched_job_exit(loom_sched *s, loom_us now, loom_job_id id, loom_exit reason)
 {
         job *j = loom__job(s, id);
+        s->plan_made = false;
         if (!j)
                 return LOOM_ENOENT;
         group *g = j->group;
@@ -1072,6 +1074,10 @@ int loom_sched_job_info(const loom_sched *s, loom_job_id id, loom_job_info *o)
                 o->learned_head = j->ls->learned_head;
         }
         o->rate = j->rate;
+        o->regroup_planned = j->regroup_planned;
+        o->regroup_alone = j->regroup_alone;
+        o->regroup_to = j->regroup_to;
+        o->regroup_tries = j->regroup_tries;
         return 0;
 }
 

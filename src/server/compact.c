@@ -23,6 +23,13 @@
  * The log then holds, per live job, fewer than 2W observations of each kind per stretch
  * between placement events, whatever its age: restart time follows the number of jobs and
  * placement events, not of iterations (bench/loomd_learn.sh).
+ *
+ * Regrouping plans ("regroup" entries, regroup.c) are kept as they are: the shadow, like every
+ * replay, applies them and never searches. Each bounds a stretch as a placement event does,
+ * and a member it moves counts the training ends it waits for its place (it drops the plan
+ * after LOOM_REGROUP_TRIES): so the first LOOM_REGROUP_TRIES + 1 training observations of such
+ * a member after the plan, until its next placement event or plan, are never dropped; the
+ * ones after them are, W at a time, as above. The shadow's plans are checked with the rest.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -98,9 +105,39 @@ static size_t fold_iters(const srv_log_row *rows, const int *ph, size_t n, uint3
         return total;
 }
 
-/* Mark in drop[] the observations of job `job` in rows [a, b) that the ring forgets. */
-static size_t mark_job(const srv_log_row *rows, const int *ph, size_t a, size_t b, uint32_t job,
-                       bool *drop)
+/* The training observations a regrouping plan's moving members count (see above): keep[i]. */
+static void keep_planned(const srv_log_row *rows, const int *ph, size_t n, uint32_t njobs,
+                         bool *keep)
+{
+        int *left = calloc(njobs + 1, sizeof *left);
+        for (size_t i = 0; left && i < n; i++) {
+                uint32_t job = rows[i].job;
+                if (ph[i] == 1 && job <= njobs && left[job] > 0) {
+                        keep[i] = true;
+                        left[job]--;
+                } else if (ph[i] == PLACEMENT && job <= njobs && strcmp(rows[i].kind, "regroup")) {
+                        left[job] = 0; /* its exit or new admission ends any plan of its */
+                } else if (ph[i] == PLACEMENT) {
+                        loom_regroup_plan p;
+                        uint32_t jobs[LOOM_REGROUP_MAX];
+                        loom_err e;
+                        if (srv_regroup_decode(rows[i].reason, &p, jobs, &e))
+                                continue;
+                        for (int k = 0; k < p.n; k++)
+                                if (jobs[k] <= njobs)
+                                        left[jobs[k]] = p.m[k].moves ? LOOM_REGROUP_TRIES + 1 : 0;
+                }
+        }
+        if (!left) /* no memory: keep every training observation that might count */
+                for (size_t i = 0; i < n; i++)
+                        keep[i] = ph[i] == 1;
+        free(left);
+}
+
+/* Mark in drop[] the observations of job `job` in rows [a, b) that the ring forgets; none of
+ * those keep[] holds, which come first among its training observations there. */
+static size_t mark_job(const srv_log_row *rows, const int *ph, const bool *keep, size_t a, size_t b,
+                       uint32_t job, bool *drop)
 {
         size_t last_train = b, count[2] = {0, 0}, marked = 0;
         for (size_t i = a; i < b; i++)
@@ -109,12 +146,12 @@ static size_t mark_job(const srv_log_row *rows, const int *ph, size_t a, size_t 
         if (last_train == b)
                 return 0;
         for (size_t i = a; i <= last_train; i++)
-                if (ph[i] >= 0 && rows[i].job == job)
+                if (ph[i] >= 0 && rows[i].job == job && !keep[i])
                         count[ph[i]]++;
         for (int p = 0; p < 2; p++) {
                 size_t k = count[p] > W ? (count[p] - W) / W * W : 0;
                 for (size_t i = a; i <= last_train && k; i++)
-                        if (ph[i] == p && rows[i].job == job && !drop[i]) {
+                        if (ph[i] == p && rows[i].job == job && !drop[i] && !keep[i]) {
                                 drop[i] = true;
                                 k--;
                                 marked++;
@@ -124,8 +161,8 @@ static size_t mark_job(const srv_log_row *rows, const int *ph, size_t a, size_t 
 }
 
 /* Which observations to drop; returns how many. */
-static size_t choose(const srv_log_row *rows, const int *ph, size_t n, uint32_t njobs, bool *drop,
-                     bool *seen)
+static size_t choose(const srv_log_row *rows, const int *ph, const bool *keep, size_t n,
+                     uint32_t njobs, bool *drop, bool *seen)
 {
         size_t total = 0;
         for (size_t a = 0; a < n;) {
@@ -136,7 +173,7 @@ static size_t choose(const srv_log_row *rows, const int *ph, size_t n, uint32_t 
                 for (size_t i = a; i < b; i++)
                         if (rows[i].job >= 1 && rows[i].job <= njobs && !seen[rows[i].job]) {
                                 seen[rows[i].job] = true;
-                                total += mark_job(rows, ph, a, b, rows[i].job, drop);
+                                total += mark_job(rows, ph, keep, a, b, rows[i].job, drop);
                         }
                 a = b + 1; /* past the placement event */
         }
@@ -169,6 +206,8 @@ static loom_server *shadow_new(loom_server *s, rewrites *rw, loom_err *e)
         sh->collect = collect;
         sh->collect_arg = rw;
         sh->sched = loom_sched_new(&s->cfg.cluster, &s->cfg.policy, e);
+        if (sh->sched) /* plans from the log, never searched (regroup.c) */
+                loom_sched_replaying(sh->sched, true);
         for (uint32_t i = 0; sh->sched && i < s->n_jobs; i++) {
                 srv_job *c = malloc(sizeof *c);
                 if (!c || (*c = *s->jobs[i], 0) ||
@@ -199,7 +238,9 @@ static bool same_job(const loom_job_info *a, const loom_job_info *b)
                a->t_train_in_group == b->t_train_in_group && a->learned == b->learned &&
                a->learned_roll == b->learned_roll && a->learned_train == b->learned_train &&
                a->learned_budget == b->learned_budget && a->spec.t_head == b->spec.t_head &&
-               a->learned_head == b->learned_head &&
+               a->learned_head == b->learned_head && a->regroup_planned == b->regroup_planned &&
+               a->regroup_alone == b->regroup_alone && a->regroup_to == b->regroup_to &&
+               a->regroup_tries == b->regroup_tries &&
                /* an unbounded job's count is read by nothing, and not logged */
                (a->spec.iterations <= 0 || a->iterations_done == b->iterations_done);
 }
@@ -317,13 +358,16 @@ int srv_compact(loom_server *s, int64_t *dropped, loom_err *e)
         int rc = srv_store_log_rows(s->store, &rows, &n, e);
         int *ph = rc ? NULL : row_phases(rows, n);
         bool *drop = rc ? NULL : calloc(n + 1, sizeof *drop);
+        bool *keep = rc ? NULL : calloc(n + 1, sizeof *keep);
         bool *seen = rc ? NULL : calloc(s->n_jobs + 1, sizeof *seen);
-        if (!rc && (!ph || !drop || !seen))
+        if (!rc && (!ph || !drop || !keep || !seen))
                 rc = loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
         uint64_t *stretch = rc ? NULL : calloc(s->n_jobs + 1, sizeof *stretch);
         if (!rc && !stretch)
                 rc = loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
-        size_t ndrop = rc ? 0 : choose(rows, ph, n, s->n_jobs, drop, seen);
+        if (!rc)
+                keep_planned(rows, ph, n, s->n_jobs, keep);
+        size_t ndrop = rc ? 0 : choose(rows, ph, keep, n, s->n_jobs, drop, seen);
         if (!rc)
                 ndrop += fold_iters(rows, ph, n, s->n_jobs, drop, stretch);
         if (!rc && ndrop)
@@ -331,6 +375,7 @@ int srv_compact(loom_server *s, int64_t *dropped, loom_err *e)
         s->compact_rows = n - (size_t)*dropped;
         free(stretch);
         free(seen);
+        free(keep);
         free(drop);
         free(ph);
         srv_log_rows_free(rows, n);

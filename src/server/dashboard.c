@@ -209,11 +209,12 @@ static void on_log(void *arg, int64_t seq, const char *kind, uint32_t job, const
         bool admin = t->r->who.role == LOOM_ROLE_ADMIN;
         if (!admin)
                 json_object_del(o, "seq");
-        if (!admin && !strcmp(kind ? kind : "", "submit"))
-                reason = "";
-        /* A re-admission's reason is a JSON object (cause, why, ...); the others are words. */
-        json_t *why =
-            reason && !strcmp(kind ? kind : "", "readmit") ? json_loads(reason, 0, NULL) : NULL;
+        if (!admin && (!strcmp(kind ? kind : "", "submit") || !strcmp(kind ? kind : "", "regroup")))
+                reason = ""; /* a plan names other tenants' jobs */
+        /* A re-admission's and a plan's reason is a JSON object (cause, why, ...; plan); the
+         * others are words. */
+        bool obj = !strcmp(kind ? kind : "", "readmit") || !strcmp(kind ? kind : "", "regroup");
+        json_t *why = reason && obj ? json_loads(reason, 0, NULL) : NULL;
         if (why && !admin)
                 json_object_del(why, "core");
         json_object_set_new(o, "reason", why ? why : json_string(reason ? reason : ""));

@@ -295,6 +295,7 @@ static void end_job(loom_server *s, srv_job *j, int state, const char *lease_sta
         loom_sched_job_exit(s->sched, wall, j->retry.core, x);
         srv_store_note(s, srv_store_job_update(s->store, j, &e), &e);
         srv_store_note(s, srv_store_log(s->store, "exit", j->id, loom_exit_name(x), &e), &e);
+        srv_regroup_log(s, j); /* a departure may have regrouped (regroup.c) */
         char msg[96];
         snprintf(msg, sizeof msg, "job %u is %s", j->pub, srv_job_state_name(state));
         waiters_fail(s, j, 409, msg);
@@ -913,6 +914,9 @@ static void h_cluster(loom_server *s, srv_req *r)
             pr * st.nodes[LOOM_POOL_ROLLOUT], "train", pt * st.nodes[LOOM_POOL_TRAIN],
             "cost_per_hour", st.cost_per_hour, "jobs", st.jobs, "groups", st.groups, "replans",
             (json_int_t)st.replans);
+        if (o) /* policy.regroup: its plans are in the log (regroup.c) */
+                json_object_set_new(json_object_get(o, "policy"), "regroup",
+                                    json_boolean(p->regroup));
         if (o) {
                 /* "scope": whose jobs the counts above are ("cluster", or the tenant's) */
                 json_object_set_new(o, "scope", json_string(admin ? "cluster" : "tenant"));

@@ -31,6 +31,15 @@ srv_job *srv_job_get(loom_server *s, uint32_t id)
         return id >= 1 && id <= s->n_jobs ? s->jobs[id - 1] : NULL;
 }
 
+/* The job whose admission is core job `core` now (the map retry.c keeps, srv_core_map). */
+srv_job *srv_job_by_core(loom_server *s, uint32_t core)
+{
+        if (core == 0 || core > s->n_core)
+                return NULL;
+        srv_job *j = srv_job_get(s, s->by_core[core - 1]);
+        return j && j->retry.core == core ? j : NULL;
+}
+
 double srv_job_cost(const loom_server *s, const srv_job *j, int64_t wall, double *per_hour)
 {
         const loom_cluster_cfg *c = &s->cfg.cluster;

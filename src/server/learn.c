@@ -128,6 +128,7 @@ int srv_learn_observe(loom_server *s, srv_job *j, loom_phase phase, loom_pool po
         else
                 srv_store_note(s, srv_store_log(s->store, "observe", j->id, text, &e), &e);
         free(text);
+        srv_regroup_log(s, j); /* a first re-plan may have regrouped (regroup.c) */
         if (rc == 1)
                 srv_log(s,
                         "job %u (%s) group %u re-planned on its %s profile: rollout %.3f s, "

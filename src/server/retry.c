@@ -65,14 +65,6 @@ int srv_core_map(loom_server *s, uint32_t core, uint32_t job)
         return 0;
 }
 
-srv_job *srv_job_by_core(loom_server *s, uint32_t core)
-{
-        if (core == 0 || core > s->n_core)
-                return NULL;
-        srv_job *j = srv_job_get(s, s->by_core[core - 1]);
-        return j && j->retry.core == core ? j : NULL;
-}
-
 void srv_retry_init(srv_job *j)
 {
         memset(&j->retry, 0, sizeof j->retry);

@@ -9,7 +9,8 @@
  * (retry.c) replays as an exit and a submit on the logged profile, checked the same way. An
  * "observe" entry (learn.c, learned admission only) feeds the logged phase length to the
  * job's core admission, which re-plans its group exactly as it did, checked against the
- * logged outcome.
+ * logged outcome. A "regroup" entry (regroup.c, policy.regroup) hands the core the plan a
+ * departure or first re-plan made live: replay never searches for one.
  * Entries written under another core arithmetic are re-derived instead (settle_arith).
  * Phase state is not replayed: every live job is put back waiting for the phase its row says
  * is next (loom_sched_resume), and leases that were active at the crash are marked lost, so
@@ -103,7 +104,8 @@ static int settle_cluster(loom_server *s, loom_err *e)
                 return rc;
         /* The policy is not stored: placement only replays exactly under the same policy, so
          * it is part of what --cluster fixes; record a fingerprint and compare. */
-        char base[192], adm[112] = "", plx[128] = "", pol[448], worst[320], legacy[320];
+        char base[192], adm[128] = "", plx[128] = "", pol[448], worst[320], legacy[320];
+        char unplanned[448];
         const loom_policy_cfg *p = &s->cfg.policy;
         snprintf(base, sizeof base, "%d %.17g %lld %d %.17g %d %d %llu", p->max_group_size,
                  p->train_scaling_efficiency, (long long)p->warm_switch, p->tail_migration,
@@ -120,6 +122,13 @@ static int settle_cluster(loom_server *s, loom_err *e)
                          p->move_lone && p->move_members && p->placer == LOOM_PLACER_LOOM
                              ? " move_members=on"
                              : "");
+        /* Regrouping (policy.regroup) moves members the logged plans move. A store written
+         * without it has no plans in its log and, since replay never searches for one
+         * (regroup.c), replays the same with it on: it may switch it on (unplanned below). */
+        bool regroup = adm[0] && p->regroup && p->placer == LOOM_PLACER_LOOM;
+        int adm_unplanned = (int)strlen(adm);
+        if (regroup)
+                snprintf(adm + strlen(adm), sizeof adm - strlen(adm), " regroup=on");
         /* The plex placer's shift bound, weights and duty bound decide where it places (the
          * dispatch order and preemption margin only decide when phases run, which is not
          * replayed, so they may change between starts). */
@@ -148,6 +157,7 @@ static int settle_cluster(loom_server *s, loom_err *e)
                 snprintf(base + strlen(base), sizeof base - strlen(base), " rate_search_open=%d",
                          wide);
         snprintf(pol, sizeof pol, "%s%s%s", base, adm, plx);
+        snprintf(unplanned, sizeof unplanned, "%s%.*s%s", base, adm_unplanned, adm, plx);
         snprintf(legacy, sizeof legacy, "%s%s", base, adm); /* a plex store before plx */
         snprintf(worst, sizeof worst, "%s%s", base, plx);
         char *old = NULL;
@@ -159,7 +169,8 @@ static int settle_cluster(loom_server *s, loom_err *e)
          * history, a learned mode places exactly as worst does, so its log replays the same;
          * from then on it is a learned store (and going back is refused). */
         bool from_worst = adm[0] && old && (!strcmp(old, worst) || (plx[0] && !strcmp(old, base)));
-        if (!old || from_worst || (plx[0] && !strcmp(old, legacy)))
+        bool to_regroup = regroup && old && !strcmp(old, unplanned);
+        if (!old || from_worst || to_regroup || (plx[0] && !strcmp(old, legacy)))
                 rc = srv_store_meta_set(s->store, "policy", pol, e);
         else if (strcmp(old, pol))
                 rc = loom_err_set(e, LOOM_EINVAL, "policy",
@@ -167,6 +178,9 @@ static int settle_cluster(loom_server *s, loom_err *e)
         if (!rc && from_worst)
                 srv_log(s, "%s: admission switched from worst to %s (learn_after %d)", s->data_dir,
                         loom_admission_name(p->admission), p->learn_after);
+        if (!rc && to_regroup)
+                srv_log(s, "%s: regrouping at departures (policy.regroup) switched on",
+                        s->data_dir);
         free(old);
         return rc;
 }
@@ -241,10 +255,11 @@ static int record_diverged(loom_server *s, loom_err *e)
         char note[256];
         snprintf(note, sizeof note,
                  "replay at %lld us: %d placements came out otherwise than recorded (%d kept as "
-                 "recorded, %d placed by this core), %d learned profiles came out otherwise (see "
-                 "the log lines above)",
+                 "recorded, %d placed by this core), %d learned profiles came out otherwise, %d "
+                 "regrouping plans were not applied (see the log lines above)",
                  (long long)srv_now_wall(), s->diverged_placements, s->diverged_kept,
-                 s->diverged_placements - s->diverged_kept, s->diverged_profiles);
+                 s->diverged_placements - s->diverged_kept, s->diverged_profiles,
+                 s->diverged_plans);
         srv_log(s, "%s: %s", s->data_dir, note);
         return srv_store_meta_set(s->store, "replay_divergences", note, e);
 }
@@ -326,6 +341,8 @@ int srv_replay_one(void *arg, int64_t seq, const char *kind, uint32_t id, const 
                 drain_discard(s->sched);
                 return rc;
         }
+        if (!strcmp(kind, "regroup"))
+                return srv_replay_regroup(s, rp->core, s->n_jobs, reason, rp->e);
         /* A submit's reason is the core id it got (none in stores older than re-admission,
          * where the two ids were the same). The recorded placement is what the job was given:
          * where this core would place it otherwise it is kept (loom_sched_submit_as) and the
@@ -376,14 +393,19 @@ static int settle_admissions(loom_server *s, const uint32_t *core, loom_err *e)
 static int replay_store(loom_server *s, char *was, size_t len, loom_err *e)
 {
         s->diverged_placements = s->diverged_kept = s->diverged_profiles = 0;
+        s->diverged_plans = 0;
         int rc = settle_arith(s, was, len, e);
         if (!rc)
                 rc = srv_store_load_jobs(s->store, add_job, s, e);
         srv_replay rp = {.s = s, .e = e};
         if (!rc && srv_replay_alloc(&rp))
                 rc = loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
+        /* regrouping plans come from the log's "regroup" entries, never from a search
+         * (regroup.c); the core searches again once live */
+        loom_sched_replaying(s->sched, true);
         if (!rc)
                 rc = srv_store_each_log(s->store, srv_replay_one, &rp, e);
+        loom_sched_replaying(s->sched, false);
         if (!rc)
                 rc = settle_admissions(s, rp.core, e);
         /* A log written before "iter" entries leaves the cores' counts at 0: from now on they
@@ -516,7 +538,7 @@ static int recover(loom_server *s, loom_err *e)
                 rc = srv_store_leases_active(s->store, collect_lease, &h, e);
         if (!rc && was[0])
                 rc = record_rederived(s, was, e);
-        if (!rc && (s->diverged_placements || s->diverged_profiles))
+        if (!rc && (s->diverged_placements || s->diverged_profiles || s->diverged_plans))
                 rc = record_diverged(s, e);
         uint32_t live = 0;
         if (!rc)

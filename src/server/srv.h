@@ -280,6 +280,8 @@ struct loom_server {
         /* Entries outside lenient_through whose replay came out otherwise than recorded (a
          * placement kept as recorded, or a profile learned otherwise): reported, not fatal. */
         int diverged_placements, diverged_kept, diverged_profiles;
+        /* "regroup" entries (regroup.c) whose plan could not be applied: reported, skipped */
+        int diverged_plans;
         /* Compaction's shadow replay (compact.c): replay_collect takes this core's observe
          * outcomes and hands each that differs from the entry's text to collect(). */
         bool replay_collect;
@@ -460,6 +462,21 @@ int srv_learn_observe(loom_server *s, srv_job *j, loom_phase phase, loom_pool po
 int srv_replay_observe(loom_server *s, srv_job *j, uint32_t core, const char *reason, loom_err *e);
 /* "learned", "learned_profile", "replans" of the job JSON. */
 void srv_learn_json(loom_server *s, const srv_job *j, json_t *o);
+
+/* regroup.c: regrouping plans (policy.regroup). One "regroup" log entry per plan the core
+ * makes, right after the "exit" or "observe" entry whose call made it; replay hands it back
+ * to the core instead of searching again. jobs[i]: loomd's id of plan member i. */
+char *srv_regroup_encode(const loom_regroup_plan *p, const uint32_t *jobs); /* NULL: ENOMEM */
+/* 0, or LOOM_ECORRUPT with e naming the bad key. */
+int srv_regroup_decode(const char *text, loom_regroup_plan *p, uint32_t *jobs, loom_err *e);
+/* After a loom_sched_job_exit or loom_sched_observe of job `cause`: log the plan it made, if
+ * any, in the batch of the entry that call logged. */
+void srv_regroup_log(loom_server *s, const srv_job *cause);
+/* Replay of one "regroup" entry, its members' core ids checked against core[] (per loomd job,
+ * id - 1); 0, or LOOM_ECORRUPT with e filled for an unreadable entry. A plan that cannot be
+ * applied is reported and skipped (diverged_plans). */
+int srv_replay_regroup(loom_server *s, const uint32_t *core, uint32_t n_core, const char *reason,
+                       loom_err *e);
 
 /* auth.c: tokens and tenant scope (docs/security.md). */
 int srv_auth_check_cfg(const loom_server_cfg *c, loom_err *e); /* loopback, TLS rules */

@@ -12,7 +12,7 @@ import re, sys
 # layer of each file, bottom (0) up; files not named here are the top (wiring).
 layers = [
     ["clock", "reply", "jobs", "store", "replog", "notify", "readfile", "dashboard_assets"],  # 0: data
-    ["auth", "tokenlist", "scope", "quota", "degrade", "learn", "options"],  # 1: on the state
+    ["auth", "tokenlist", "scope", "quota", "degrade", "learn", "regroup", "options"],  # 1: on the state
     ["metrics", "retry", "compact", "statehook"],                         # 2: policies
     ["engine", "exechook", "dashboard"],                                  # 3: the scheduler thread
     ["http", "redirect"],                                                 # 4: HTTP

@@ -180,3 +180,112 @@ Test(regroup, a_departure_merges_two_groups_that_single_moves_leave_apart)
                 loom_sched_free(s);
         }
 }
+
+/*
+ * A replay does not search: it applies the plan the log recorded, whatever a search would find.
+ * The fixture above, driven on a live core and, observation for observation, on a core in
+ * replay mode (what a driver's log gives it: submits, observations, exits). C's departure makes
+ * the live core plan one of A and B into the other's group; the replaying core makes no plan
+ * and runs no search. It is handed the other plan, the one the search did not choose (A and B
+ * are alike, so it is as feasible): it takes it as given, and the member that plan moves is the
+ * one whose training end says 3. Plans naming no live job or group, or moving a member into
+ * its own group, are refused and change nothing.
+ */
+Test(regroup, a_replay_applies_the_logged_plan_as_recorded_without_searching)
+{
+        loom_sched *s = loom_sched_new(&cl, &po, NULL), *rp = loom_sched_new(&cl, &po, NULL);
+        cr_assert(s && rp && po.regroup);
+        loom_sched_replaying(rp, true);
+        loom_decision d;
+        loom_decision_init(&d, false);
+        loom_job_spec sc = core_spec("C", 50, 50, 5.0, 10 * LOOM_GB, 800 * LOOM_GB);
+        sc.iterations = 1000;
+        loom_job_id a = submit(s, spec("A"), &d), c = submit(s, sc, &d),
+                    b = submit(s, spec("B"), &d);
+        cr_assert_eq(submit(rp, spec("A"), &d), a);
+        cr_assert_eq(submit(rp, sc, &d), c);
+        cr_assert_eq(submit(rp, spec("B"), &d), b);
+        double times[8][2] = {{0}};
+        times[a][0] = times[b][0] = 100;
+        times[a][1] = times[b][1] = 60;
+        times[c][0] = times[c][1] = 50;
+        /* the live core runs the phases; each observation goes to both, as a log would */
+        runner run = {.head = 0};
+        for (int k = 0; k < 60; k++) {
+                loom_action act;
+                while (loom_sched_next_action(s, &act))
+                        if (act.type == LOOM_ACT_START_PHASE)
+                                run.q[run.tail++ % 64] = act;
+                while (loom_sched_next_action(rp, &act))
+                        ;
+                if (run.head == run.tail)
+                        break;
+                act = run.q[run.head++ % 64];
+                double t = times[act.job][act.phase == LOOM_PHASE_TRAIN];
+                run.now += loom_us_from_s(t);
+                int rc = loom_sched_observe(s, run.now, act.job, act.phase, loom_us_from_s(t));
+                cr_assert_eq(loom_sched_observe(rp, 0, act.job, act.phase, loom_us_from_s(t)), rc);
+                cr_assert_not(loom_sched_regroup_made(rp, NULL));
+                cr_assert_eq(loom_sched_phase_done(s, run.now, act.job, act.phase), 0);
+        }
+        cr_assert_eq(loom_sched_job_exit(s, run.now, c, LOOM_EXIT_FINISHED), 0);
+        cr_assert_eq(loom_sched_job_exit(rp, 0, c, LOOM_EXIT_FINISHED), 0);
+        loom_regroup_plan live, other;
+        cr_assert(loom_sched_regroup_made(s, &live), "C's departure regroups A and B");
+        cr_assert_not(loom_sched_regroup_made(rp, NULL), "the replaying core does not search");
+        loom_sched_stats st;
+        loom_sched_stats_get(rp, &st);
+        cr_assert_eq(st.regroup_solves, 0);
+        loom_sched_stats_get(s, &st);
+        cr_assert_gt(st.regroup_solves, 0);
+        cr_assert_eq(live.n, 2);
+        int mv = live.m[0].moves ? 0 : 1;
+        cr_assert(live.m[mv].moves && !live.m[1 - mv].moves && !live.m[mv].alone);
+        loom_job_info ja, jb;
+        cr_assert_eq(loom_sched_job_info(s, a, &ja), 0);
+        cr_assert_eq(loom_sched_job_info(s, b, &jb), 0);
+        loom_job_id mover = live.m[mv].job, stays = live.m[1 - mv].job;
+        cr_assert_eq(live.m[mv].to, mover == a ? jb.group : ja.group);
+
+        /* refused, nothing changed */
+        loom_regroup_plan bad = {.n = 1, .m = {{.job = 99, .moves = true, .alone = true}}};
+        cr_assert_eq(loom_sched_regroup_apply(rp, &bad), LOOM_ENOENT);
+        bad = (loom_regroup_plan){.n = 1, .m = {{.job = a, .moves = true, .to = ja.group}}};
+        cr_assert_eq(loom_sched_regroup_apply(rp, &bad), LOOM_EINVAL, "into its own group");
+        bad = (loom_regroup_plan){.n = 1, .m = {{.job = a, .moves = true, .to = 77}}};
+        cr_assert_eq(loom_sched_regroup_apply(rp, &bad), LOOM_ENOENT, "no such group");
+        bad = (loom_regroup_plan){.n = 2,
+                                  .m = {{.job = a, .moves = true, .alone = true}, {.job = a}}};
+        cr_assert_eq(loom_sched_regroup_apply(rp, &bad), LOOM_EINVAL, "listed twice");
+        bad.n = 0;
+        cr_assert_eq(loom_sched_regroup_apply(rp, &bad), LOOM_EINVAL);
+        loom_job_info ji;
+        cr_assert_eq(loom_sched_job_info(rp, a, &ji), 0);
+        cr_assert_not(ji.regroup_planned);
+
+        /* the plan the search did not choose: the other one moves */
+        other = (loom_regroup_plan){
+            .n = 2,
+            .m = {{.job = stays, .moves = true, .to = stays == a ? jb.group : ja.group},
+                  {.job = mover}}};
+        cr_assert_eq(loom_sched_regroup_apply(rp, &other), 0);
+        loom_sched_stats_get(rp, &st);
+        cr_assert(st.regroup_solves == 0 && st.regroup_applied == 1);
+        cr_assert_eq(loom_sched_job_info(rp, stays, &ji), 0);
+        cr_assert(ji.regroup_planned && !ji.regroup_alone && ji.regroup_tries == 0);
+        cr_assert_eq(ji.regroup_to, other.m[0].to);
+        cr_assert_eq(loom_sched_job_info(rp, mover, &ji), 0);
+        cr_assert_not(ji.regroup_planned, "as recorded: it stays");
+        /* the replaying core, run on from here, moves the member its recorded plan moves */
+        loom_sched_replaying(rp, false);
+        runner r2 = {.now = run.now};
+        cr_assert_eq(loom_sched_resume(rp, run.now,
+                                       (loom_resume[]){{.job = a, .phase = LOOM_PHASE_ROLLOUT},
+                                                       {.job = b, .phase = LOOM_PHASE_ROLLOUT}},
+                                       2),
+                     0);
+        cr_assert_eq(drive(rp, &r2, 30, (const double(*)[2])times), stays);
+        loom_decision_free(&d);
+        loom_sched_free(s);
+        loom_sched_free(rp);
+}

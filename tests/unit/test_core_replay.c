@@ -23,7 +23,7 @@
 #include "loom/sched.h"
 
 enum { MAXJ = 400, MAXLOG = 8000 };
-enum { L_SUBMIT, L_EXIT, L_OBSERVE };
+enum { L_SUBMIT, L_EXIT, L_OBSERVE, L_REGROUP };
 
 typedef struct entry {
         int kind;
@@ -37,6 +37,10 @@ typedef struct entry {
         loom_group_id group;
         int n_rnodes;
         loom_node_id rnodes[LOOM_MAX_JOB_NODES];
+        /* L_REGROUP: the plan the live core made at the entry before (policy.regroup), its
+         * members as driver indexes */
+        loom_regroup_plan plan;
+        int plan_job[LOOM_REGROUP_MAX];
 } entry;
 
 typedef struct djob {
@@ -63,7 +67,7 @@ typedef struct world {
         int n_log;
         loom_us now;
         uint64_t rng;
-        int submits, restarts, fresh_checks, kept_lone_changes;
+        int submits, restarts, fresh_checks, kept_lone_changes, plans;
 } world;
 
 /* Uniform in [0, 1) from the world's own xorshift, so a failing seed replays. */
@@ -103,6 +107,11 @@ static void replay_entry(loom_sched *s, loom_job_id *ids, const entry *e, int at
                         loom_sched_observe_head(s, ids[e->job], e->head);
                 cr_assert_geq(loom_sched_observe_on(s, 0, ids[e->job], e->phase, e->pool, e->took),
                               0);
+        } else if (e->kind == L_REGROUP) {
+                loom_regroup_plan p = e->plan;
+                for (int k = 0; k < p.n; k++)
+                        p.m[k].job = ids[e->plan_job[k]];
+                cr_assert_eq(loom_sched_regroup_apply(s, &p), 0, "entry %d", at);
         } else {
                 loom_decision d;
                 loom_decision_init(&d, false);
@@ -134,11 +143,61 @@ static loom_sched *replay_fresh(world *w, int upto, loom_job_id *ids)
 {
         loom_sched *s = loom_sched_new(&w->cl, &w->po, NULL);
         cr_assert_not_null(s);
+        loom_sched_replaying(s, true);
         memset(ids, 0, sizeof(loom_job_id) * MAXJ);
-        for (int i = 0; i < upto; i++)
+        int plans = 0;
+        for (int i = 0; i < upto; i++) {
                 replay_entry(s, ids, &w->log[i], i);
+                plans += w->log[i].kind == L_REGROUP;
+        }
+        loom_sched_stats st;
+        loom_sched_stats_get(s, &st);
+        cr_assert_eq(st.regroup_solves, 0, "a replay applies the logged plans, it never searches");
+        cr_assert_eq(st.regroup_applied, (uint64_t)plans);
         return s;
 }
+
+/* Two cores in the same state: the same jobs in the same groups on the same nodes, with the
+ * same learned profiles and regrouping plans; the same groups. */
+static void assert_same_core(const loom_sched *a, const loom_sched *b)
+{
+        loom_job_id ja[MAXJ], jb[MAXJ];
+        int n = loom_sched_jobs(a, ja, MAXJ);
+        cr_assert_eq(n, loom_sched_jobs(b, jb, MAXJ));
+        for (int i = 0; i < n; i++) {
+                loom_job_info x, y;
+                cr_assert_eq(ja[i], jb[i]);
+                cr_assert_eq(loom_sched_job_info(a, ja[i], &x), 0);
+                cr_assert_eq(loom_sched_job_info(b, jb[i], &y), 0);
+                cr_assert(x.group == y.group && x.n_rollout_nodes == y.n_rollout_nodes &&
+                              !memcmp(x.rollout_nodes, y.rollout_nodes, sizeof x.rollout_nodes) &&
+                              x.rate == y.rate && x.learned_budget == y.learned_budget &&
+                              x.learned_roll == y.learned_roll && x.replans == y.replans,
+                          "job %u", ja[i]);
+                cr_assert(x.regroup_planned == y.regroup_planned &&
+                              x.regroup_alone == y.regroup_alone && x.regroup_to == y.regroup_to &&
+                              x.regroup_tries == y.regroup_tries,
+                          "job %u: plan %d %d %u %d, replayed %d %d %u %d", ja[i],
+                          x.regroup_planned, x.regroup_alone, x.regroup_to, x.regroup_tries,
+                          y.regroup_planned, y.regroup_alone, y.regroup_to, y.regroup_tries);
+        }
+        loom_group_id ga[MAXJ], gb[MAXJ];
+        int m = loom_sched_groups(a, ga, MAXJ);
+        cr_assert_eq(m, loom_sched_groups(b, gb, MAXJ));
+        for (int i = 0; i < m; i++) {
+                loom_group_info x, y;
+                cr_assert_eq(ga[i], gb[i]);
+                cr_assert_eq(loom_sched_group_info(a, ga[i], &x), 0);
+                cr_assert_eq(loom_sched_group_info(b, gb[i], &y), 0);
+                cr_assert(x.n_members == y.n_members &&
+                              !memcmp(x.members, y.members, sizeof x.members) &&
+                              x.t_meta == y.t_meta,
+                          "group %u", ga[i]);
+        }
+}
+
+/* The plan the live core's last exit or observe made, if any, as a log entry. */
+static void log_plan(world *w);
 
 static void pump(world *w);
 
@@ -172,6 +231,20 @@ static void exit_job(world *w, int i, loom_exit x)
         j->gone = true;
         j->running = false;
         append(w, &(entry){.kind = L_EXIT, .job = i, .x = x});
+        log_plan(w);
+}
+
+static void log_plan(world *w)
+{
+        entry en = {.kind = L_REGROUP};
+        if (!loom_sched_regroup_made(w->live, &en.plan))
+                return;
+        for (int k = 0; k < en.plan.n; k++) {
+                en.plan_job[k] = by_core(w, en.plan.m[k].job);
+                cr_assert_geq(en.plan_job[k], 0, "a plan's member is a live job");
+        }
+        w->plans++;
+        append(w, &en);
 }
 
 /* What loomd does when observe says a job should go elsewhere: exit it, submit it again on
@@ -214,6 +287,7 @@ static void phase_end(world *w, int i)
                            .pool = j->pool,
                            .took = j->dur,
                            .head = head});
+        log_plan(w);
         if (ph == LOOM_PHASE_TRAIN && ++j->done >= j->target) {
                 exit_job(w, i, LOOM_EXIT_FINISHED);
                 return;
@@ -265,8 +339,10 @@ static void restart(world *w)
 {
         loom_job_id ids[MAXJ];
         loom_sched *s = replay_fresh(w, w->n_log, ids);
+        assert_same_core(w->live, s);
         loom_sched_free(w->live);
         w->live = s;
+        loom_sched_replaying(s, false); /* live from here: it searches again */
         for (int i = 0; i < w->n; i++) {
                 djob *j = &w->j[i];
                 if (j->gone || !j->core)
@@ -298,7 +374,7 @@ static loom_job_spec draw_spec(world *w, int i)
         return sp;
 }
 
-static void run_world(uint64_t seed, loom_admission adm, int n_jobs)
+static int run_world(uint64_t seed, loom_admission adm, int n_jobs)
 {
         world *w = calloc(1, sizeof *w);
         cr_assert_not_null(w);
@@ -313,6 +389,7 @@ static void run_world(uint64_t seed, loom_admission adm, int n_jobs)
         w->live = loom_sched_new(&w->cl, &w->po, NULL);
         w->shadow = loom_sched_new(&w->cl, &w->po, NULL);
         cr_assert(w->live && w->shadow);
+        loom_sched_replaying(w->shadow, true);
         loom_us next_arrival = 0;
         for (;;) {
                 /* the next event: an arrival or the earliest phase end */
@@ -364,12 +441,21 @@ static void run_world(uint64_t seed, loom_admission adm, int n_jobs)
                 }
         }
         cr_assert_gt(w->submits, n_jobs / 2);
-        cr_log_info("seed %llu: %d submits, %d log entries, %d restarts, %d fresh replays",
-                    (unsigned long long)seed, w->submits, w->n_log, w->restarts, w->fresh_checks);
+        cr_log_info("seed %llu: %d submits, %d log entries, %d regroup plans, %d restarts, %d "
+                    "fresh replays",
+                    (unsigned long long)seed, w->submits, w->n_log, w->plans, w->restarts,
+                    w->fresh_checks);
+        loom_job_id ids[MAXJ];
+        loom_sched *end = replay_fresh(w, w->n_log, ids);
+        assert_same_core(w->live, end);
+        assert_same_core(w->live, w->shadow);
+        loom_sched_free(end);
+        int plans = w->plans;
         loom_sched_free(w->live);
         loom_sched_free(w->shadow);
         free(w->log);
         free(w);
+        return plans;
 }
 
 TestSuite(replay);
@@ -382,8 +468,13 @@ Test(replay, every_prefix_of_the_log_places_as_the_live_core_under_worst_case_ad
 
 Test(replay, every_prefix_of_the_log_places_as_the_live_core_under_learned_admission)
 {
+        loom_policy_cfg po;
+        loom_policy_cfg_default(&po);
+        cr_assert(po.regroup, "regrouping is on by default");
+        int plans = 0;
         for (uint64_t seed = 1; seed <= 12; seed++)
-                run_world(seed * 7919, LOOM_ADMIT_P99, 120);
+                plans += run_world(seed * 7919, LOOM_ADMIT_P99, 120);
+        cr_assert_gt(plans, 0, "the worlds regroup: their logs carry plans");
 }
 
 /* The fixture's shape: two groups of one member each after exits, one member mid-rollout on its
