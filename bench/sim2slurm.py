@@ -308,6 +308,8 @@ def run_sim(a, tpath, n):
            "--timeline", tl, "--no-progress"]
     if a.sim_boot_s:
         cmd += ["--boot-s", str(a.sim_boot_s)]
+    if a.sim_launch_s:
+        cmd += ["--launch-s", str(a.sim_launch_s)]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode:
         raise SystemExit(f"sim2slurm: loom sim failed: {p.stderr}")
@@ -342,6 +344,9 @@ def main():
                     help="loom sim --boot-s: a node's provisioning overhead, as Slurm's records "
                     "measure it for colocated jobs on the local cluster with --boot-s 4 "
                     "(docs/sim.md)")
+    ap.add_argument("--sim-launch-s", type=float, default=1.0,
+                    help="loom sim --launch-s: the executor's start of a worker once its node "
+                    "is up, as loomd's log measures it (docs/sim.md)")
     ap.add_argument("--rollout-nodes", type=int, default=8)
     ap.add_argument("--train-nodes", type=int, default=10)
     ap.add_argument("--only-sim", action="store_true", help="the simulator's column only")

@@ -66,6 +66,7 @@ static void usage(FILE *f)
             "  --tail-slowdown F      a migrated tail's time on its kept GPUs vs full speed (1)\n"
             "  --sleep-phases         phases are sleeps: no state load, switch or tail (off)\n"
             "  --boot-s S             a provisioned node takes S s to come up, billed (default 0)\n"
+            "  --launch-s S           a worker starts S s after its nodes are up (loom; 0)\n"
             "  --cluster C            h20-h800 (default), h100 or h200 (one GPU type), or a\n"
             "                         JSON file with a cluster object (as in scenario files)\n"
             "  --seed N               workload and placement seed (default 1)\n"
@@ -225,6 +226,7 @@ static int parse(int argc, char **argv, opts *o)
             {"tail-slowdown", "--tail-slowdown (1..100)", 1, 100, .d = &sim->tail_slowdown},
             {"sleep-phases", .b = &sim->sleep_phases},
             {"boot-s", "--boot-s (0..3600)", 0, 3600, .d = &sim->boot_s},
+            {"launch-s", "--launch-s (0..3600)", 0, 3600, .d = &sim->launch_s},
             {.name = "seed"},
             {"json", .b = &o->json},
             {"csv", .b = &o->csv},
@@ -244,10 +246,8 @@ static int parse(int argc, char **argv, opts *o)
             {"decompose", .b = &o->decompose},
             {"oracle-rates", .b = &sim->oracle_rates},
             {"oracle-restarts", .b = &sim->oracle_restarts},
-            {.name = "multirate"},
-            {.name = "train-rightsize"},
-            {.name = "colocate-lone"},
-            {.name = "lone-grow"},
+            {.name = "multirate"}, {.name = "train-rightsize"},
+            {.name = "colocate-lone"}, {.name = "lone-grow"},
             {.name = "join-wait"}, {.name = "regroup"},
             {.name = "learn-bound"},
             {.name = "move-lone"}, {.name = "move-members"},

@@ -218,6 +218,12 @@ typedef struct loom_sim_cfg {
         /* A provisioned node comes up boot_s seconds after PROVISION_NODE (billed from it): no
          * phase starts on it before; 0 (the default): at once. */
         double boot_s;
+        /* A phase the core starts where its worker does not run yet (a job's first rollout or
+         * training, or on other nodes than the last) waits launch_s seconds after its nodes are
+         * up: the executor starting the worker (loomd's Slurm executor: an srun step and the
+         * worker's start; measured by bench/sim2slurm.sh). Not for the private engines (solo,
+         * colocated), whose jobs start as one process. 0 (the default): at once. */
+        double launch_s;
         double colocated_roll_factor; /* rollout time on a training GPU / on a rollout GPU */
         double tail_slowdown;         /* a migrated tail's speed on its kept GPUs (1 = same) */
         bool record_series;           /* cost and GPUs over time (plots) */

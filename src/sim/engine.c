@@ -53,6 +53,10 @@ typedef struct node_state {
 
 typedef struct sjob {
         loom_job_id id;
+        /* where each phase's worker runs (pool, first node; launched: set), for launch_s */
+        loom_pool wk_pool[2];
+        loom_node_id wk_node[2];
+        bool launched[2];
         int64_t iter;
         bool running, rolling, migrated, past_threshold;
         loom_phase phase;
@@ -387,6 +391,15 @@ static int start_phase(engine *g, const loom_action *a)
         loom_us ovh = a->phase == LOOM_PHASE_SYNC ? 0 : phase_switch(g, ji, a);
         if (ovh < 0)
                 return LOOM_ENOMEM;
+        int wk = a->phase == LOOM_PHASE_TRAIN;
+        if (a->phase != LOOM_PHASE_SYNC && a->n_nodes &&
+            (!j->launched[wk] || j->wk_pool[wk] != a->pool || j->wk_node[wk] != a->nodes[0])) {
+                /* the phase's worker is launched on these nodes, once they are up */
+                ovh += loom_us_from_s(g->c->launch_s);
+                j->launched[wk] = true;
+                j->wk_pool[wk] = a->pool;
+                j->wk_node[wk] = a->nodes[0];
+        }
         j->running = true;
         j->phase = a->phase;
         j->group = a->group;

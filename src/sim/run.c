@@ -46,6 +46,8 @@ static int check_cfg(const loom_sim_cfg *c, loom_err *e)
                                     "regroup_period_h must be in [0.01, 1000]");
         if (!(c->boot_s >= 0 && c->boot_s <= 3600))
                 return loom_err_set(e, LOOM_EINVAL, "boot_s", "boot_s must be in [0, 3600] s");
+        if (!(c->launch_s >= 0 && c->launch_s <= 3600))
+                return loom_err_set(e, LOOM_EINVAL, "launch_s", "launch_s must be in [0, 3600] s");
         if (!(c->tail_slowdown >= 1 && c->tail_slowdown <= 100))
                 return loom_err_set(e, LOOM_EINVAL, "tail_slowdown",
                                     "tail_slowdown must be in [1, 100]");

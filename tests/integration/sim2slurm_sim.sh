@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # What bench/sim2slurm.sh asks of `loom sim`: a trace's explicit job profiles (t_roll_s,
-# t_train_s, iterations, slo), --sleep-phases (no state load, switch or tail) and --boot-s (a
-# provisioned node is billed from its request and runs nothing before it is up), checked on the
+# t_train_s, iterations, slo), --sleep-phases (no state load, switch or tail), --boot-s (a
+# provisioned node is billed from its request and runs nothing before it is up) and --launch-s
+# (a worker starts that long after its nodes are up, once per phase and nodes), checked on the
 # timeline; the columns' errors; and the bench's simulator-only mode. A second or two.
 # Usage: sim2slurm_sim.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
@@ -18,6 +19,7 @@ sim() { "$build/loom" sim --trace "$d/t.csv" --rows 0:3 --policy loom,colocated 
   --sleep-phases --json --no-progress "$@"; }
 sim --timeline "$d/t0.jsonl" >"$d/r0.json"
 sim --timeline "$d/t5.jsonl" --boot-s 5 >"$d/r5.json"
+sim --timeline "$d/t7.jsonl" --boot-s 5 --launch-s 2 >"$d/r7.json"
 python3 - "$d" <<'EOF'
 import json, sys
 d = sys.argv[1]
@@ -65,6 +67,17 @@ for j, arr in enumerate((0, 100, 200)):
     ph = f5[("loom", j)]
     check(ph["work"] == (arr + 5) * 1e6,
           f"--boot-s 5: job {j}'s first phase starts once its node is up ({ph['work'] / 1e6} s)")
+# --launch-s 2: each of a lone job's two workers (its rollouts and its trainings, both on its
+# training node) starts 2 s after the node is up, once; colocated jobs start as one process
+ev7, s7, f7 = load("t7.jsonl")
+check(s7["colocated"] == s5["colocated"], "--launch-s: colocated is not launched by loomd")
+check(s7["loom"] == s5["loom"] + 3 * 2 * 2e6,
+      f"--launch-s 2: two launches of 2 s per lone job ({(s7['loom'] - s5['loom']) / 1e6} s more)")
+for j, arr in enumerate((0, 100, 200)):
+    ph = [o for o in ev7 if o["ev"] == "phase" and o["policy"] == "loom" and o["job"] == j]
+    waits = [(o["work"] - o["switch"]) / 1e6 for o in ph]
+    check(ph[0]["work"] == (arr + 5 + 2) * 1e6 and waits[1] == 2 and not any(waits[2:]),
+          f"--launch-s 2: job {j} waits for its rollout and its training worker once ({waits})")
 r0 = {o["policy"]: o for o in map(json.loads, open(f"{d}/r0.json"))}
 r5 = {o["policy"]: o for o in map(json.loads, open(f"{d}/r5.json"))}
 check(r5["loom"]["total_cost"] > r0["loom"]["total_cost"], "a boot costs loom money")
