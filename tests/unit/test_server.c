@@ -33,16 +33,24 @@ static const char *spec(char *buf, size_t cap, const char *name, double roll, do
         return buf;
 }
 
-static loom_server *start(const char *dir, loom_err *e)
+/* A loomd on dir, any free port; compact_min < 0: the default. */
+static loom_server *start_compacting(const char *dir, int compact_min, loom_err *e)
 {
         loom_server_cfg cfg;
         loom_server_cfg_default(&cfg);
         cfg.data_dir = dir;
         cfg.port = 0;
+        if (compact_min >= 0)
+                cfg.compact_min = compact_min;
         loom_server *s = loom_server_new(&cfg, e);
         if (s)
                 cr_assert_eq(loom_server_start(s, e), 0, "%s", e->msg);
         return s;
+}
+
+static loom_server *start(const char *dir, loom_err *e)
+{
+        return start_compacting(dir, -1, e);
 }
 
 /* Stop s, start a loomd again on dir (replaying its store) and check that it shows the groups
@@ -601,19 +609,6 @@ Test(server, shown_job_ids_are_a_permutation)
         cr_assert_eq(srv_lease_pub(s, 7), 7);
         free(pub);
         free(s);
-}
-
-static loom_server *start_compacting(const char *dir, int compact_min, loom_err *e)
-{
-        loom_server_cfg cfg;
-        loom_server_cfg_default(&cfg);
-        cfg.data_dir = dir;
-        cfg.port = 0;
-        cfg.compact_min = compact_min;
-        loom_server *s = loom_server_new(&cfg, e);
-        if (s)
-                cr_assert_eq(loom_server_start(s, e), 0, "%s", e->msg);
-        return s;
 }
 
 /* One phase of job 1: acquire, then release. */
