@@ -9,7 +9,8 @@
  * on each job's mean phases, or on its p99 (the nearest-rank 99th percentile over its realised
  * iterations, as the informed oracle plans); budgets are SLO x the mean solo iteration (learned
  * admission's). Jobs progress as a fluid at their lone or pair iteration on mean phases. Prints
- * the colocated bill's share by SLO band and, per variant, the estimated bill over colocated.
+ * the colocated bill's share by SLO band, the slowdown a job paired with its like would need,
+ * and, per variant, the estimated bill over colocated.
  * A benchmark: it prints figures and never fails on them.
  */
 #include <math.h>
@@ -160,7 +161,7 @@ int main(int argc, char **argv)
         float *tmp = calloc((unsigned)max_n, sizeof *tmp);
         if (!js || !tmp)
                 return 1;
-        double band[5] = {0}, total = 0;
+        double band[5] = {0}, total = 0, self[2][2] = {{0}};
         for (int i = 0; i < w.n; i++) {
                 const loom_sim_job *j = &w.jobs[i];
                 sj *x = &js[i];
@@ -181,6 +182,11 @@ int main(int argc, char **argv)
                 x->lone = x->roll[0] + x->train[0] + 2 * x->sw;
                 double cost = x->nodes * n * x->lone;
                 total += cost;
+                /* the slowdown of a pair of two such jobs, over the mean solo iteration */
+                for (int q = 0; q < 2; q++)
+                        for (int el = 0; el < 2; el++)
+                                self[q][el] += cost * cycle(x, x, q, el, gpn, keep) /
+                                               (x->roll[0] + x->train[0]);
                 int b = x->slo < 1.25   ? 0
                         : x->slo < 1.5  ? 1
                         : x->slo < 1.6  ? 2
@@ -193,6 +199,9 @@ int main(int argc, char **argv)
             "1.6-1.75 %.3f, >=1.75 %.3f\n",
             path, start, band[0] / total, band[1] / total, band[2] / total, band[3] / total,
             band[4] / total);
+        printf("  a job paired with its like, slowdown (weighted by node time): tails %.3f, "
+               "elastic %.3f planned on means; %.3f, %.3f on p99\n",
+               self[0][0] / total, self[0][1] / total, self[1][0] / total, self[1][1] / total);
         for (int v = 0; v < 4; v++) {
                 int pairs, q = v & 1;
                 bool el = v >= 2;
