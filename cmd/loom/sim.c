@@ -81,6 +81,7 @@ static void usage(FILE *f)
             "                         oracle's regroupings the targets need (docs/sim.md)\n"
             "  --oracle-rates         the oracle gives members rates > 1 as well (slow)\n"
             "  --oracle-restarts      each job the oracle moves loses its restart, as loom's do\n"
+            "  --oracle-timeslice T   off|tails|elastic: the oracle time-slices 2-3 jobs (off)\n"
             "sweep (Figure 15 a-c, loom/random/greedy/random-slo/greedy-slo vs lb): --seeds N\n"
             "  seeds per setting (3), --threads N worker threads (2)\n"
             "Exit status: 0 ok, 1 invalid input (trace, values), 2 bad usage.\n");
@@ -157,6 +158,9 @@ static int special(opts *o, const char *name, const char *v)
                 return bad("--drift (none|increasing|decreasing|mixed)", v);
         } else if (!strcmp(name, "admission") && loom_admission_parse(v, &pol->admission)) {
                 return bad("--admission (worst|p99|p95)", v);
+        } else if (!strcmp(name, "oracle-timeslice") &&
+                   loom_sim_timeslice_parse(v, &o->c.sim.oracle_timeslice)) {
+                return bad("--oracle-timeslice (off|tails|elastic)", v);
         } else if (!strcmp(name, "learn-bound") && loom_learn_bound_parse(v, &pol->learn_bound)) {
                 return bad("--learn-bound (normal|order)", v);
         } else if (loom_sim_switch(&o->c.sim, name)) {
@@ -228,10 +232,8 @@ static int parse(int argc, char **argv, opts *o)
             {"boot-s", "--boot-s (0..3600)", 0, 3600, .d = &sim->boot_s},
             {"launch-s", "--launch-s (0..3600)", 0, 3600, .d = &sim->launch_s},
             {.name = "seed"},
-            {"json", .b = &o->json},
-            {"csv", .b = &o->csv},
-            {"plot", .s = &o->c.plot},
-            {"no-progress", .b = &o->no_progress},
+            {"json", .b = &o->json}, {"csv", .b = &o->csv},
+            {"plot", .s = &o->c.plot}, {"no-progress", .b = &o->no_progress},
             {"seeds", "--seeds", 1, 100, .i = &o->c.seeds},
             {"threads", "--threads", 1, 64, .i = &o->c.threads},
             {"per-job", .s = &o->c.per_job},
@@ -243,16 +245,14 @@ static int parse(int argc, char **argv, opts *o)
             {.name = "admission"},
             {"learn-after", "--learn-after (1..20)", 1, LOOM_LEARN_WINDOW,
              .i = &sim->policy.learn_after},
-            {"decompose", .b = &o->decompose},
-            {"oracle-rates", .b = &sim->oracle_rates},
+            {"decompose", .b = &o->decompose}, {"oracle-rates", .b = &sim->oracle_rates},
             {"oracle-restarts", .b = &sim->oracle_restarts},
             {.name = "multirate"}, {.name = "train-rightsize"},
-            {.name = "colocate-lone"}, {.name = "lone-grow"},
+            {.name = "colocate-lone"}, {.name = "lone-grow"}, {.name = "oracle-timeslice"},
             {.name = "join-wait"}, {.name = "regroup"},
             {.name = "learn-bound"},
             {.name = "move-lone"}, {.name = "move-members"},
-            {.name = "plan-tails"},
-            {.name = "job-switch"},
+            {.name = "plan-tails"}, {.name = "job-switch"},
         };
         enum { N = sizeof t / sizeof t[0] };
         struct option lo[N + 2] = {[N] = {"help", 0, 0, 'h'}};

@@ -118,4 +118,23 @@ int loom_meta_eval(const loom_meta_job *jobs, const int *rates, int n, int n_rol
  */
 int loom_meta_gap_bound(const loom_meta_job *jobs, const int *rates, int n, loom_us *lb);
 
+/*
+ * Time-slicing (docs/sim.md, "Time-slicing one node set"): k members colocated on ONE node set
+ * of `gpus` GPUs, each rolling out and training there, taking turns. A cycle runs the members'
+ * rollouts in order, each started (after its switch) as soon as the rollout before it reaches
+ * its head and leaves its tail on `keep` GPUs (and the rollout before that has ended: a node
+ * holds one tail), at (g - keep) / g of full speed, g its own GPUs, until that tail ends; then
+ * the trainings, in order, on the whole set. With `elastic`, a training may also start while the
+ * cycle's last rollout runs its tail, on the GPUs the tail leaves (at (gpus - keep) / gpus of
+ * full speed until the tail ends); without it a training waits for the whole set. Every phase
+ * pays its member's switch (t_switch, which must be given), as a lone member does: one member
+ * alone gives its colocated iteration, 2 t_switch + t_roll + t_train. A member without a head
+ * (t_head 0) holds its GPUs to its rollout's end. Uses t_roll, t_head, t_train (already on the
+ * set), t_switch and n_nodes (its rollout's nodes; <= 0: the whole set) of each job; t_sync is
+ * ignored (colocated, no weights cross). Returns the cycle, every member's iteration time, or
+ * -1 for bad input (n < 1, keep outside [1, gpus_per_node), a member's GPUs past the set).
+ */
+loom_us loom_slice_period(const loom_meta_job *jobs, int n, int set_nodes, int gpus_per_node,
+                          int keep, bool elastic);
+
 #endif

@@ -202,6 +202,20 @@ typedef enum loom_sim_oracle_regroup {
         LOOM_SIM_REGROUP_LOCAL,
 } loom_sim_oracle_regroup;
 
+/* Whether the oracle may also form time-sliced groups (cfg.oracle_timeslice; docs/sim.md,
+ * "Time-slicing one node set"): 2 or 3 jobs colocated on one node set in turn
+ * (loom_slice_period), a rollout's tail overlapping the next member's rollout (TAILS), and also a
+ * training beside the cycle's last tail (ELASTIC: a training on the GPUs a tail leaves). */
+typedef enum loom_sim_timeslice {
+        LOOM_SIM_SLICE_OFF = 0,
+        LOOM_SIM_SLICE_TAILS,
+        LOOM_SIM_SLICE_ELASTIC,
+} loom_sim_timeslice;
+#define LOOM_SIM_SLICE_MAX 3 /* members of a time-sliced group */
+
+const char *loom_sim_timeslice_name(loom_sim_timeslice t); /* "off", "tails", "elastic" */
+int loom_sim_timeslice_parse(const char *s, loom_sim_timeslice *out);
+
 typedef struct loom_sim_cfg {
         loom_cluster_cfg cluster;
         loom_policy_cfg
@@ -261,6 +275,9 @@ typedef struct loom_sim_cfg {
          * model), as loom's moved members do, holding its place in its new group meanwhile;
          * false (the default): a move is instant */
         bool oracle_restarts;
+        /* the oracle may also time-slice 2 or 3 jobs on one node set; default OFF (WEAVE's
+         * groups and lone members only): `loom sim --oracle-timeslice off|tails|elastic` */
+        loom_sim_timeslice oracle_timeslice;
 } loom_sim_cfg;
 
 void loom_sim_cfg_default(loom_sim_cfg *c);
@@ -360,6 +377,8 @@ typedef struct loom_sim_result {
          * groups whose training pool holds more nodes than their largest member asked for;
          * loom's never do. The oracle fills group_cost and lone_cost_by_slo as loom does. */
         double grown_pool_cost;
+        /* oracle under cfg.oracle_timeslice: the $ of its time-sliced groups */
+        double timeslice_cost;
         /* the cluster it ran on: $/GPU-h of each pool's GPU type (what --json echoes) */
         loom_cluster_cfg cluster;
 } loom_sim_result;
@@ -436,6 +455,24 @@ int loom_sim_decompose_regroupings(const loom_sim_cfg *cfg, const loom_sim_workl
  * ladder (or NULL) the table ends with loom's row (its last rung), for comparison. */
 void loom_sim_regroupings_print(FILE *f, const loom_sim_regrouping *r, const loom_sim_rung *ladder,
                                 bool json);
+
+/* What time-slicing could add (`loom sim --decompose`, last): the `informed` oracle regrouping
+ * at every event with free pools, and never with fixed pools (each arrival placed once, as loom
+ * places it), each with cfg.oracle_timeslice off, tails and elastic, against colocated. */
+#define LOOM_SIM_SLICINGS 6
+typedef struct loom_sim_slicing {
+        loom_sim_timeslice mode;
+        const char *regrouping; /* "always" (free pools) or "never" (fixed pools); static */
+        bool measured;          /* false: the oracle gave up (note) */
+        char note[256];
+        double total_cost, avg_cost_per_hour;
+        double colocated_ratio; /* colocated's total over this one's */
+        double timeslice_cost;  /* $ in time-sliced groups */
+} loom_sim_slicing;
+
+int loom_sim_decompose_slicings(const loom_sim_cfg *cfg, const loom_sim_workload *w,
+                                loom_sim_slicing out[LOOM_SIM_SLICINGS], loom_err *e);
+void loom_sim_slicings_print(FILE *f, const loom_sim_slicing *s, bool json);
 
 /* ---- the Figure 15 sweep ------------------------------------------------------------------- */
 

@@ -540,3 +540,78 @@ void loom_sim_regroupings_print(FILE *f, const loom_sim_regrouping *r, const loo
         print_row(f, "loom", "fixed", m->total_cost, m->avg_cost_per_hour, m->moves, ratio,
                   m->group_cost, 0);
 }
+
+int loom_sim_decompose_slicings(const loom_sim_cfg *cfg, const loom_sim_workload *w,
+                                loom_sim_slicing out[LOOM_SIM_SLICINGS], loom_err *e)
+{
+        memset(out, 0, sizeof *out * LOOM_SIM_SLICINGS);
+        loom_sim_cfg c = *cfg;
+        c.record_series = c.record_gantt = false;
+        loom_sim_result r;
+        int rc = loom_sim_run(&c, w, LOOM_SIM_COLOCATED, &r, e);
+        if (rc)
+                return rc;
+        double colocated = r.total_cost;
+        loom_sim_result_free(&r);
+        loom_sim_workload known;
+        if (loom__sim_realised_profiles(w, 0.99, &known))
+                return loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
+        for (int i = 0; i < LOOM_SIM_SLICINGS && !rc; i++) {
+                loom_sim_slicing *x = &out[i];
+                bool never = i >= 3;
+                x->mode = (loom_sim_timeslice)(i % 3);
+                x->regrouping = never ? "never" : "always";
+                c.oracle_timeslice = x->mode;
+                c.oracle_regroup = never ? LOOM_SIM_REGROUP_NEVER : LOOM_SIM_REGROUP_ALWAYS;
+                c.oracle_fixed_pools = never;
+                c.oracle_move_price = 0;
+                if ((rc = loom_sim_run(&c, &known, LOOM_SIM_ORACLE, &r, e)))
+                        break;
+                x->measured = r.ran;
+                snprintf(x->note, sizeof x->note, "%s", r.ran ? "" : r.note);
+                x->total_cost = r.total_cost;
+                x->avg_cost_per_hour = r.avg_cost_per_hour;
+                x->timeslice_cost = r.timeslice_cost;
+                x->colocated_ratio = r.ran && r.total_cost > 0 ? colocated / r.total_cost : 0;
+                loom_sim_result_free(&r);
+        }
+        loom_sim_workload_free(&known);
+        return rc;
+}
+
+void loom_sim_slicings_print(FILE *f, const loom_sim_slicing *s, bool json)
+{
+        if (!json)
+                fprintf(f,
+                        "what time-slicing could add: the informed oracle with time-sliced "
+                        "groups of 2-3 jobs on one node set (tails: a tail overlaps the next "
+                        "rollout; elastic: a training also runs beside the last tail)\n"
+                        "%-11s %-6s %-8s %10s %9s %12s %7s\n",
+                        "regrouping", "pools", "slicing", "total_$", "avg_$/h", "colocated/x",
+                        "slice%");
+        for (int i = 0; i < LOOM_SIM_SLICINGS; i++) {
+                const loom_sim_slicing *x = &s[i];
+                const char *pools = !strcmp(x->regrouping, "never") ? "fixed" : "free";
+                const char *mode = loom_sim_timeslice_name(x->mode);
+                if (json && x->measured)
+                        fprintf(f,
+                                "{\"slicing\":\"%s\",\"regrouping\":\"%s\",\"pools\":\"%s\","
+                                "\"total_cost\":%.2f,\"avg_cost_per_hour\":%.2f,"
+                                "\"colocated_ratio\":%.4f,\"timeslice_cost\":%.2f}\n",
+                                mode, x->regrouping, pools, x->total_cost, x->avg_cost_per_hour,
+                                x->colocated_ratio, x->timeslice_cost);
+                else if (json)
+                        fprintf(f,
+                                "{\"slicing\":\"%s\",\"regrouping\":\"%s\",\"pools\":\"%s\","
+                                "\"measured\":false,\"note\":\"%s\"}\n",
+                                mode, x->regrouping, pools, x->note);
+                else if (!x->measured)
+                        fprintf(f, "%-11s %-6s %-8s not measured: %s\n", x->regrouping, pools, mode,
+                                x->note);
+                else
+                        fprintf(f, "%-11s %-6s %-8s %10.0f %9.1f %12.3f %7.1f\n", x->regrouping,
+                                pools, mode, x->total_cost, x->avg_cost_per_hour,
+                                x->colocated_ratio,
+                                x->total_cost > 0 ? 100 * x->timeslice_cost / x->total_cost : 0);
+        }
+}

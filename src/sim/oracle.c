@@ -45,6 +45,7 @@ typedef struct gval {
         double slow[MAXG]; /* T_meta / T_solo per member */
         double util[2];    /* busy GPUs per pool at worst case */
         int nodes[2];
+        bool sliced; /* its members time-slice its training nodes (cfg.oracle_timeslice) */
 } gval;
 
 typedef struct gcache {
@@ -259,6 +260,94 @@ static bool colocated_alone(const oracle *o, int m, gval *out)
         return true;
 }
 
+/*
+ * The members time-slicing one node set (cfg.oracle_timeslice, loom_slice_period): the most
+ * nodes any member asks for in either pool, each member's rollouts (at the colocated rollout
+ * factor, on its own rollout nodes' count) and trainings (on the whole set) there, in the best
+ * of every order of the members. Feasible where all their working sets fit one node's host
+ * memory together, the cycle keeps every member's budget, and the set's node time per cycle
+ * is less than what each member alone takes for an iteration.
+ */
+static bool timesliced(const oracle *o, const gkey *k, gval *out)
+{
+        const loom_sim_cfg *c = o->c;
+        int node = c->cluster.gpus_per_node, n = k->n, P = 0;
+        if (!c->oracle_timeslice || n < 2 || n > LOOM_SIM_SLICE_MAX ||
+            c->policy.placer != LOOM_PLACER_LOOM)
+                return false;
+        for (int i = 0; i < n; i++) {
+                const loom_job_spec *s = &o->w->jobs[k->m[i]].spec;
+                int p = (s->train_gpus > s->rollout_gpus ? s->train_gpus : s->rollout_gpus) / node;
+                P = p > P ? p : P;
+        }
+        uint64_t mem = 0;
+        loom_meta_job mj[LOOM_SIM_SLICE_MAX];
+        for (int i = 0; i < n; i++) {
+                const loom_sim_job *j = &o->w->jobs[k->m[i]];
+                const loom_job_spec *s = &j->spec;
+                mem += s->mem_rollout + loom_group_train_mem(s->mem_train, s->train_gpus, P * node);
+                loom_us head, pen;
+                loom_policy_tail_plan(&c->policy, node, s, &head, &pen);
+                double f = c->colocated_roll_factor;
+                mj[i] = (loom_meta_job){
+                    .t_roll = (loom_us)llround((double)s->t_roll * f),
+                    .t_train = loom_group_train_time(s->t_train, s->train_gpus, P * node,
+                                                     c->policy.train_scaling_efficiency),
+                    .n_nodes = s->rollout_gpus / node,
+                    .t_switch = loom__sim_job_switch(c, j->model_b),
+                    .t_head = (loom_us)llround((double)head * f)};
+        }
+        if (mem > c->cluster.host_mem_bytes)
+                return false;
+        /* every order: n <= 3, so at most six */
+        static const int perm3[6][3] = {{0, 1, 2}, {0, 2, 1}, {1, 0, 2},
+                                        {1, 2, 0}, {2, 0, 1}, {2, 1, 0}};
+        loom_us best = -1;
+        for (int q = 0; q < 6; q++) {
+                loom_meta_job ord[LOOM_SIM_SLICE_MAX];
+                int m = 0;
+                for (int x = 0; x < 3; x++)
+                        if (perm3[q][x] < n)
+                                ord[m++] = mj[perm3[q][x]];
+                loom_us t = loom_slice_period(ord, n, P, node, c->policy.tail_keep_gpus,
+                                              c->oracle_timeslice == LOOM_SIM_SLICE_ELASTIC);
+                if (t > 0 && (best < 0 || t < best))
+                        best = t;
+        }
+        if (best < 0)
+                return false;
+        /* the search ranks groups by $/h, and a slower group costs less per hour: a sliced
+         * group must also save node time over its members alone (colocated on their own
+         * training nodes), or sharing one set in turn would only look cheaper */
+        double alone = 0;
+        for (int i = 0; i < n; i++) {
+                const loom_sim_job *j = &o->w->jobs[k->m[i]];
+                int p = (j->spec.train_gpus > j->spec.rollout_gpus ? j->spec.train_gpus
+                                                                   : j->spec.rollout_gpus) /
+                        node;
+                loom_us own = loom_group_train_time(j->spec.t_train, j->spec.train_gpus, p * node,
+                                                    c->policy.train_scaling_efficiency);
+                alone += (double)p * (double)(mj[i].t_roll + own + 2 * mj[i].t_switch);
+        }
+        if ((double)P * (double)best >= alone)
+                return false;
+        double busy = 0;
+        for (int i = 0; i < n; i++) {
+                const loom_job_spec *s = &o->w->jobs[k->m[i]].spec;
+                if (best > loom_job_budget(s))
+                        return false;
+                out->slow[i] = (double)best / (double)loom_job_t_solo(s);
+                busy += (double)mj[i].t_roll * s->rollout_gpus + (double)mj[i].t_train * P * node;
+        }
+        out->feasible = out->sliced = true;
+        out->cost = P * loom_cluster_node_price(&c->cluster, LOOM_POOL_TRAIN);
+        out->nodes[0] = 0;
+        out->nodes[1] = P;
+        out->util[0] = 0;
+        out->util[1] = fmin(busy / (double)best, (double)(P * node));
+        return true;
+}
+
 static void group_eval(oracle *o, const gkey *k, gval *out)
 {
         const loom_sim_workload *w = o->w;
@@ -298,7 +387,7 @@ static void group_eval(oracle *o, const gkey *k, gval *out)
                         npr++;
                 }
         qsort(pr, (size_t)npr, sizeof pr[0], cmp_pr);
-        out->feasible = k->n == 1 && colocated_alone(o, k->m[0], out);
+        out->feasible = k->n == 1 ? colocated_alone(o, k->m[0], out) : timesliced(o, k, out);
         double found_cost = out->feasible ? out->cost : 0;
         double best_sum = out->feasible ? out->slow[0] : 0;
         for (int x = 0; x < npr; x++) {
@@ -338,6 +427,7 @@ static void group_eval(oracle *o, const gkey *k, gval *out)
                 if (!g.found || (out->feasible && g.best_slow >= best_sum - 1e-12))
                         continue;
                 out->feasible = true;
+                out->sliced = false;
                 best_sum = g.best_slow;
                 found_cost = pr[x][0];
                 out->cost = pr[x][0];
@@ -656,7 +746,7 @@ typedef struct fluid {
         double t, cost, util[2], total, busy[2], prov[2];
         int nodes[2];
         /* the grouping's $/h by group kind (fluid_kinds) */
-        double kind_cost[LOOM_MAX_GROUP_SIZE + 1][2], lone_slo_cost[4], grown_cost;
+        double kind_cost[LOOM_MAX_GROUP_SIZE + 1][2], lone_slo_cost[4], grown_cost, slice_cost;
         double gap; /* the largest proven gap of any regrouping */
         int most;   /* the most jobs active at once */
         /* each active job's group (a label; -1 before it arrives), what the modes that
@@ -679,7 +769,7 @@ static int fluid_kinds(fluid *f)
                            loom_cluster_node_price(&c->cluster, LOOM_POOL_TRAIN)};
         memset(f->kind_cost, 0, sizeof f->kind_cost);
         memset(f->lone_slo_cost, 0, sizeof f->lone_slo_cost);
-        f->grown_cost = 0;
+        f->grown_cost = f->slice_cost = 0;
         for (int i = 0; i < f->na; i++) {
                 gkey k;
                 members(f, f->gid[f->active[i]], -1, &k);
@@ -701,6 +791,8 @@ static int fluid_kinds(fluid *f)
                             v->nodes[1] * price[1];
                 if (v->nodes[1] > ask)
                         f->grown_cost += v->cost;
+                if (v->sliced)
+                        f->slice_cost += v->cost;
         }
         return 0;
 }
@@ -717,6 +809,7 @@ static void fluid_advance(fluid *f, double tn)
         for (int b = 0; b < 4; b++)
                 r->lone_cost_by_slo[b] += f->lone_slo_cost[b] * h;
         r->grown_pool_cost += f->grown_cost * h;
+        r->timeslice_cost += f->slice_cost * h;
         for (int p = 0; p < 2; p++) {
                 f->busy[p] += f->util[p] * dt;
                 f->prov[p] += f->nodes[p] * f->o.c->cluster.gpus_per_node * dt;

@@ -39,9 +39,9 @@ const char *loom_sim_study_conflict(const loom_sim_study_cfg *c)
                 mask = d.policies;
         }
         bool oracle = decompose || !mask || (mask >> LOOM_SIM_ORACLE & 1u);
-        if ((c->sim.oracle_rates || c->sim.oracle_restarts) && !oracle)
-                return "--oracle-rates and --oracle-restarts change only the oracle: give them "
-                       "with --decompose or a --policy list that has oracle";
+        if ((c->sim.oracle_rates || c->sim.oracle_restarts || c->sim.oracle_timeslice) && !oracle)
+                return "--oracle-rates, --oracle-restarts and --oracle-timeslice change only the "
+                       "oracle: give them with --decompose or a --policy list that has oracle";
         return NULL;
 }
 
@@ -196,6 +196,9 @@ int loom_sim_study(const loom_sim_study_cfg *c, FILE *f, loom_err *e)
                         loom_sim_decompose_print(f, rungs, json);
                 if (!rc && !(rc = loom_sim_decompose_regroupings(&c->sim, &w, rungs, rg, e)))
                         loom_sim_regroupings_print(f, rg, rungs, json);
+                loom_sim_slicing sl[LOOM_SIM_SLICINGS];
+                if (!rc && !(rc = loom_sim_decompose_slicings(&c->sim, &w, sl, e)))
+                        loom_sim_slicings_print(f, sl, json);
         } else {
                 rc = compare(c, &w, f, e);
         }

@@ -42,6 +42,23 @@ const char *loom_sim_policy_name(loom_sim_policy p)
         return (unsigned)p < LOOM_SIM_NPOLICIES ? policy_names[p] : "?";
 }
 
+static const char *const slice_names[] = {"off", "tails", "elastic"};
+
+const char *loom_sim_timeslice_name(loom_sim_timeslice t)
+{
+        return (unsigned)t < 3 ? slice_names[t] : "?";
+}
+
+int loom_sim_timeslice_parse(const char *s, loom_sim_timeslice *out)
+{
+        for (int i = 0; i < 3; i++)
+                if (!strcmp(s, slice_names[i])) {
+                        *out = (loom_sim_timeslice)i;
+                        return 0;
+                }
+        return LOOM_EINVAL;
+}
+
 int loom_sim_policy_parse(const char *s, loom_sim_policy *out)
 {
         for (int i = 0; i < LOOM_SIM_NPOLICIES; i++)

@@ -221,8 +221,17 @@ python3 - "$tmp/dec.json" "$tmp/dec-ref.json" "$tmp/dec-multi.json" <<'PY'
 import json, sys
 lines = [json.loads(l) for l in open(sys.argv[1])]
 rungs = [r for r in lines if "rung" in r]
-rows = [r for r in lines if "regrouping" in r]
-assert len(rungs) + len(rows) == len(lines), lines
+rows = [r for r in lines if "regrouping" in r and "slicing" not in r]
+slices = [r for r in lines if "slicing" in r]
+assert len(rungs) + len(rows) + len(slices) == len(lines), lines
+# last, what time-slicing could add: the informed oracle regrouping always (free pools) and
+# never (fixed), each without, with tails and with elastic slicing; off is the rows above
+assert [(r["regrouping"], r["slicing"]) for r in slices] == \
+    [(m, s) for m in ("always", "never") for s in ("off", "tails", "elastic")], slices
+assert slices[0]["total_cost"] == rows[0]["total_cost"], (slices[0], rows[0])
+assert abs(slices[3]["total_cost"] - rows[9]["total_cost"]) < 0.01, (slices[3], rows[9])
+assert slices[0]["timeslice_cost"] == 0 and slices[3]["timeslice_cost"] == 0, slices
+assert all(0 <= r["timeslice_cost"] <= r["total_cost"] for r in slices), slices
 multi = json.loads(open(sys.argv[3]).readline())
 ref = {r["policy"]: r for r in map(json.loads, open(sys.argv[2]))}
 # then what the targets need: the informed oracle's five regroupings, pools free then fixed,
@@ -257,7 +266,8 @@ PY
 "$loom" sim --decompose --rows 165:200 --json --no-progress --oracle-restarts >"$tmp/decr.json"
 python3 - "$tmp/dec.json" "$tmp/decr.json" <<'PY'
 import json, sys
-free, paid = ([r for r in map(json.loads, open(p)) if "regrouping" in r] for p in sys.argv[1:3])
+free, paid = ([r for r in map(json.loads, open(p)) if "regrouping" in r and "slicing" not in r]
+              for p in sys.argv[1:3])
 assert all(r["restarts"] for r in paid), paid
 for a, b in zip(free, paid):
     assert (a["regrouping"], a["pools"]) == (b["regrouping"], b["pools"]), (a, b)

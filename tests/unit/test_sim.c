@@ -890,6 +890,54 @@ Test(sim_decompose, a_lone_job_pays_all_of_its_rollout_nodes_as_lone)
         loom_sim_workload_free(&w);
 }
 
+/* Two jobs with long tails and room in their SLOs: the oracle that may time-slice runs them on
+ * one node set, each tail overlapping the other's rollout, for less than the grouping it finds
+ * otherwise; trainings beside a tail save more. Without heads, taking turns saves no node time
+ * and the oracle does not slice them. */
+static void slice_pair(loom_sim_cfg *c, loom_us head, loom_sim_result r[3])
+{
+        loom_sim_cfg_default(c);
+        loom_job_spec specs[2];
+        job(&specs[0], "S1", 200, 20, 0, 30);
+        job(&specs[1], "S2", 200, 20, 0, 30);
+        for (int i = 0; i < 2; i++) {
+                specs[i].slo = 3;
+                specs[i].t_head = head;
+        }
+        loom_sim_workload w;
+        deterministic(c, specs, 2, &w);
+        for (int m = 0; m < 3; m++) {
+                c->oracle_timeslice = (loom_sim_timeslice)m;
+                run(c, &w, LOOM_SIM_ORACLE, &r[m]);
+        }
+        loom_sim_workload_free(&w);
+}
+
+Test(sim_oracle, time_slicing_shares_one_node_set_where_tails_overlap)
+{
+        loom_sim_cfg c;
+        loom_sim_result r[3];
+        slice_pair(&c, loom_us_from_s(40), r);
+        cr_assert_eq(r[0].timeslice_cost, 0);
+        cr_assert_gt(r[1].timeslice_cost, 0.99 * r[1].total_cost, "%f of %f", r[1].timeslice_cost,
+                     r[1].total_cost);
+        cr_assert_lt(r[1].total_cost, r[0].total_cost);
+        cr_assert_lt(r[2].total_cost, r[1].total_cost);
+        /* one training node set, no rollout node */
+        cr_assert_eq(r[1].peak_gpus[LOOM_POOL_ROLLOUT], 0);
+        cr_assert_eq(r[1].peak_gpus[LOOM_POOL_TRAIN], 8);
+        for (int m = 0; m < 3; m++) {
+                cr_assert_float_eq(r[m].slo_attainment, 1.0, 1e-12);
+                loom_sim_result_free(&r[m]);
+        }
+        slice_pair(&c, 0, r);
+        cr_assert_eq(r[1].timeslice_cost, 0, "in turn without overlap: nothing saved");
+        cr_assert_eq(r[2].timeslice_cost, 0);
+        cr_assert_float_eq(r[1].total_cost, r[0].total_cost, 1e-9 * r[0].total_cost);
+        for (int m = 0; m < 3; m++)
+                loom_sim_result_free(&r[m]);
+}
+
 /* ---- Gavel+ -----------------------------------------------------------------------------------
  */
 
