@@ -293,6 +293,19 @@ void srv_replay_free(srv_replay *rp)
         rp->done = rp->base = NULL;
 }
 
+void srv_replay_counts(srv_replay *rp)
+{
+        /* A log written before "iter" entries leaves the cores' counts at 0: from now on they
+         * count from the jobs' rows (what a new log's entries already set them to). */
+        loom_server *s = rp->s;
+        for (uint32_t i = 0; i < s->n_jobs; i++) {
+                const srv_job *j = s->jobs[i];
+                if (srv_job_live(j->state) && j->target > 0 && rp->core[i] &&
+                    j->done > rp->done[i] && j->done - rp->base[i] < j->target - rp->base[i])
+                        loom_sched_job_iterations(s->sched, rp->core[i], j->done - rp->base[i]);
+        }
+}
+
 int srv_replay_one(void *arg, int64_t seq, const char *kind, uint32_t id, const char *reason,
                    int64_t at)
 {
@@ -408,14 +421,8 @@ static int replay_store(loom_server *s, char *was, size_t len, loom_err *e)
         loom_sched_replaying(s->sched, false);
         if (!rc)
                 rc = settle_admissions(s, rp.core, e);
-        /* A log written before "iter" entries leaves the cores' counts at 0: from now on they
-         * count from the jobs' rows (what a new log's entries already set them to). */
-        for (uint32_t i = 0; !rc && i < s->n_jobs; i++) {
-                const srv_job *j = s->jobs[i];
-                if (srv_job_live(j->state) && j->target > 0 && rp.core[i] &&
-                    j->done > rp.done[i] && j->done - rp.base[i] < j->target - rp.base[i])
-                        loom_sched_job_iterations(s->sched, rp.core[i], j->done - rp.base[i]);
-        }
+        if (!rc)
+                srv_replay_counts(&rp);
         s->compact_rows = rp.rows;
         srv_replay_free(&rp);
         if (!rc)
