@@ -799,3 +799,76 @@ Test(server, compaction_after_an_upgrade_replays_the_counts_the_restart_set)
         int64_t dropped = compact_after_upgrade(true);
         cr_assert_gt(dropped, 0, "compaction skipped: %lld dropped", (long long)dropped);
 }
+
+/* One phase of job `job` released as failed (a restart: re-admission). */
+static void fail_phase_of(int port, int job, const char *phase)
+{
+        char path[96], *out;
+        snprintf(path, sizeof path, "/v1/jobs/%d/phases/%s/acquire?wait=2", job, phase);
+        cr_assert_eq(test_http(port, "POST", path, "", &out), 200, "%s", out);
+        const char *l = strstr(out, "\"lease\":");
+        cr_assert_not_null(l, "%s", out);
+        snprintf(path, sizeof path, "/v1/leases/%lld/release", strtoll(l + 8, NULL, 10));
+        free(out);
+        cr_assert_eq(test_http(port, "POST", path, "{\"status\":\"failed\"}", &out), 200, "%s",
+                     out);
+        free(out);
+}
+
+/* After an upgrade from a store without iter entries, A (3 iterations in) is re-admitted before
+ * it trains again: live, the new admission is submitted for the 197 left and counts from 0.
+ * A restart replays the "readmit" entry with the count its log has by then (0: no iter entry
+ * yet): the replayed admission is submitted for 200 and counts from 3 - not the live core. */
+Test(server, a_readmission_after_an_upgrade_replays_the_live_admission_s_iterations)
+{
+        char *dir = test_tmpdir();
+        loom_err e;
+        loom_server_cfg cfg;
+        loom_server_cfg_default(&cfg);
+        cfg.data_dir = dir;
+        cfg.port = 0;
+        cfg.log = say;
+        static const char *job =
+            "{\"name\":\"A\",\"rollout_gpus\":8,\"train_gpus\":8,\"t_roll_s\":2,\"t_train_s\":1,"
+            "\"slo\":1.5,\"iterations\":200}";
+        loom_server *s = loom_server_new(&cfg, &e);
+        cr_assert_not_null(s, "%s", e.msg);
+        cr_assert_eq(loom_server_start(s, &e), 0, "%s", e.msg);
+        int port = loom_server_port(s);
+        char *out;
+        cr_assert_eq(test_http(port, "POST", "/v1/jobs", job, &out), 201, "%s", out);
+        free(out);
+        for (int k = 0; k < 3; k++) {
+                run_phase_of(port, 1, "rollout");
+                run_phase_of(port, 1, "train");
+        }
+        loom_server_free(s);
+        store_exec(dir, "DELETE FROM log WHERE kind = 'iter';"
+                        "UPDATE meta SET value = '12' WHERE key = 'arith';");
+        s = loom_server_new(&cfg, &e);
+        cr_assert_not_null(s, "%s", e.msg);
+        cr_assert_eq(loom_server_start(s, &e), 0, "%s", e.msg);
+        port = loom_server_port(s);
+        fail_phase_of(port, 1, "rollout");
+        run_phase_of(port, 1, "rollout");
+        run_phase_of(port, 1, "train");
+        loom_job_info live, back;
+        cr_assert_eq(loom_sched_job_info(s->sched, s->jobs[0]->retry.core, &live), 0);
+        cr_assert_eq(live.spec.iterations, 197);
+        cr_assert_eq(live.iterations_done, 1);
+        loom_server_free(s);
+        s = start(dir, &e);
+        cr_assert_not_null(s, "%s", e.msg);
+        cr_assert_eq(loom_sched_job_info(s->sched, s->jobs[0]->retry.core, &back), 0);
+        cr_expect_eq(back.spec.iterations, live.spec.iterations, "replayed %lld, live %lld",
+                     (long long)back.spec.iterations, (long long)live.spec.iterations);
+        cr_expect_eq(back.iterations_done, live.iterations_done, "replayed %lld, live %lld",
+                     (long long)back.iterations_done, (long long)live.iterations_done);
+        char *div = NULL;
+        cr_expect_eq(srv_store_meta_get(s->store, "replay_divergences", &div, &e), 0);
+        cr_expect_null(div, "%s", div);
+        free(div);
+        loom_server_free(s);
+        test_rmdir(dir);
+        free(dir);
+}
