@@ -331,7 +331,14 @@ int srv_replay_one(void *arg, int64_t seq, const char *kind, uint32_t id, const 
                           : 0;
         }
         if (!strcmp(kind, "readmit")) {
-                rp->base[id - 1] = rp->done[id - 1]; /* the new admission counts from here */
+                /* the new admission counts from the count it was submitted at (logged since
+                 * 13; before, the last "iter" entry's) */
+                json_t *o = reason ? json_loads(reason, 0, NULL) : NULL;
+                json_t *at_done = json_object_get(o, "done");
+                if (json_is_integer(at_done) && json_integer_value(at_done) >= 0)
+                        rp->done[id - 1] = json_integer_value(at_done);
+                json_decref(o);
+                rp->base[id - 1] = rp->done[id - 1];
                 return srv_replay_readmit(s, j, &rp->core[id - 1], rp->done[id - 1], reason, at,
                                           rp->e);
         }
