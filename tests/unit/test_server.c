@@ -872,3 +872,35 @@ Test(server, a_readmission_after_an_upgrade_replays_the_live_admission_s_iterati
         test_rmdir(dir);
         free(dir);
 }
+
+/* The timeline's events are the log's placement events (docs/api.md: submit, exit, readmit,
+ * regroup); like "observe", one "iter" entry per training is not one of them (it would fill the
+ * 5000 events a window shows). */
+Test(server, the_timeline_shows_no_iter_entries)
+{
+        char *dir = test_tmpdir();
+        loom_err e;
+        loom_server *s = start(dir, &e);
+        cr_assert_not_null(s, "%s", e.msg);
+        int port = loom_server_port(s);
+        char *out;
+        cr_assert_eq(test_http(port, "POST", "/v1/jobs",
+                               "{\"name\":\"A\",\"rollout_gpus\":8,\"train_gpus\":8,\"t_roll_s\":2,"
+                               "\"t_train_s\":1,\"slo\":1.5,\"iterations\":20}",
+                               &out),
+                     201, "%s", out);
+        free(out);
+        for (int k = 0; k < 3; k++) {
+                run_phase(port, "rollout");
+                run_phase(port, "train");
+        }
+        cr_assert_eq(test_http(port, "GET", "/v1/timeline?window_s=3600", NULL, &out), 200);
+        const char *ev = strstr(out, "\"events\"");
+        cr_assert_not_null(ev);
+        cr_expect(strstr(ev, "\"kind\":\"submit\"") != NULL, "%.300s", ev);
+        cr_expect(strstr(ev, "\"kind\":\"iter\"") == NULL, "%.300s", ev);
+        free(out);
+        loom_server_free(s);
+        test_rmdir(dir);
+        free(dir);
+}
