@@ -321,6 +321,8 @@ static int verify_and_write(loom_server *s, const srv_log_row *rows, size_t n, c
                 if (!drop[i])
                         bad = srv_replay_one(&rp, rows[i].seq, rows[i].kind, rows[i].job,
                                              rows[i].reason, rows[i].at);
+        if (!rc && !bad)
+                srv_replay_counts(&rp);
         if (!rc && !bad && !same_state(s, sh, rp.core))
                 bad = 1;
         if (!rc && bad)

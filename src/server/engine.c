@@ -292,7 +292,12 @@ static void end_job(loom_server *s, srv_job *j, int state, const char *lease_sta
         loom_exit x = state == SJ_FINISHED    ? LOOM_EXIT_FINISHED
                       : state == SJ_CANCELLED ? LOOM_EXIT_CANCELLED
                                               : LOOM_EXIT_FAILED;
-        loom_sched_job_exit(s->sched, wall, j->retry.core, x);
+        /* A bounded job's last training: the core ended it itself in h_release's
+         * loom_sched_phase_done (LOOM_ACT_JOB_DONE) and its departure's plan, if any, is still
+         * the last call's: exiting again would clear it unlogged. */
+        loom_job_info ji;
+        if (loom_sched_job_info(s->sched, j->retry.core, &ji) == 0)
+                loom_sched_job_exit(s->sched, wall, j->retry.core, x);
         srv_store_note(s, srv_store_job_update(s->store, j, &e), &e);
         srv_store_note(s, srv_store_log(s->store, "exit", j->id, loom_exit_name(x), &e), &e);
         srv_regroup_log(s, j); /* a departure may have regrouped (regroup.c) */

@@ -238,6 +238,8 @@ static void readmit(loom_server *s, srv_job *j, const char *cause, const char *w
                                 "rollout_nodes", ids_json(d.rollout_nodes, d.n_rollout_nodes),
                                 "train_nodes", ids_json(d.train_nodes, d.n_train_nodes), "decision",
                                 loom_decision_kind_name(d.kind), "rate", d.rate > 1 ? d.rate : 1);
+        if (log && j->target > 0) /* the count the new admission's iterations are left after */
+                json_object_set_new(log, "done", json_integer(j->done));
         if (log && solo > 0) /* absent: measured against the profile, as before learning */
                 json_object_set_new(log, "t_solo_ref_us", json_integer(solo));
         if (log && head > 0 && head <= roll) /* absent: no rollout head planned */

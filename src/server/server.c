@@ -293,6 +293,19 @@ void srv_replay_free(srv_replay *rp)
         rp->done = rp->base = NULL;
 }
 
+void srv_replay_counts(srv_replay *rp)
+{
+        /* A log written before "iter" entries leaves the cores' counts at 0: from now on they
+         * count from the jobs' rows (what a new log's entries already set them to). */
+        loom_server *s = rp->s;
+        for (uint32_t i = 0; i < s->n_jobs; i++) {
+                const srv_job *j = s->jobs[i];
+                if (srv_job_live(j->state) && j->target > 0 && rp->core[i] &&
+                    j->done > rp->done[i] && j->done - rp->base[i] < j->target - rp->base[i])
+                        loom_sched_job_iterations(s->sched, rp->core[i], j->done - rp->base[i]);
+        }
+}
+
 int srv_replay_one(void *arg, int64_t seq, const char *kind, uint32_t id, const char *reason,
                    int64_t at)
 {
@@ -318,7 +331,14 @@ int srv_replay_one(void *arg, int64_t seq, const char *kind, uint32_t id, const 
                           : 0;
         }
         if (!strcmp(kind, "readmit")) {
-                rp->base[id - 1] = rp->done[id - 1]; /* the new admission counts from here */
+                /* the new admission counts from the count it was submitted at (logged since
+                 * 13; before, the last "iter" entry's) */
+                json_t *o = reason ? json_loads(reason, 0, NULL) : NULL;
+                json_t *at_done = json_object_get(o, "done");
+                if (json_is_integer(at_done) && json_integer_value(at_done) >= 0)
+                        rp->done[id - 1] = json_integer_value(at_done);
+                json_decref(o);
+                rp->base[id - 1] = rp->done[id - 1];
                 return srv_replay_readmit(s, j, &rp->core[id - 1], rp->done[id - 1], reason, at,
                                           rp->e);
         }
@@ -408,14 +428,8 @@ static int replay_store(loom_server *s, char *was, size_t len, loom_err *e)
         loom_sched_replaying(s->sched, false);
         if (!rc)
                 rc = settle_admissions(s, rp.core, e);
-        /* A log written before "iter" entries leaves the cores' counts at 0: from now on they
-         * count from the jobs' rows (what a new log's entries already set them to). */
-        for (uint32_t i = 0; !rc && i < s->n_jobs; i++) {
-                const srv_job *j = s->jobs[i];
-                if (srv_job_live(j->state) && j->target > 0 && rp.core[i] &&
-                    j->done > rp.done[i] && j->done - rp.base[i] < j->target - rp.base[i])
-                        loom_sched_job_iterations(s->sched, rp.core[i], j->done - rp.base[i]);
-        }
+        if (!rc)
+                srv_replay_counts(&rp);
         s->compact_rows = rp.rows;
         srv_replay_free(&rp);
         if (!rc)

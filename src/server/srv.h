@@ -610,6 +610,8 @@ int srv_replay_alloc(srv_replay *rp);
 void srv_replay_free(srv_replay *rp);
 int srv_replay_one(void *arg, int64_t seq, const char *kind, uint32_t id, const char *reason,
                    int64_t at);
+/* After the last entry: the counts a log without "iter" entries left behind, from the rows. */
+void srv_replay_counts(srv_replay *rp);
 
 /* Compaction (compact.c): drop observe entries the state no longer depends on, verified by
  * replaying the shorter log into a fresh core; one transaction. *dropped gets how many (0 when

@@ -1042,8 +1042,8 @@ static int timeline_log(srv_store *st, int64_t since, int max, srv_log_fn fn, vo
                 if (at < since)
                         break; /* seq order is commit order, and so time order */
                 const char *kind = (const char *)sqlite3_column_text(q, 1);
-                if (!kind || !strcmp(kind, "observe"))
-                        continue; /* one per phase: the leases say as much */
+                if (!kind || !strcmp(kind, "observe") || !strcmp(kind, "iter"))
+                        continue; /* one per phase or training: the leases say as much */
                 fn(arg, sqlite3_column_int64(q, 0), kind, (uint32_t)sqlite3_column_int64(q, 2),
                    (const char *)sqlite3_column_text(q, 3), at);
                 n++;

@@ -703,3 +703,204 @@ Test(server, the_core_s_iteration_count_survives_restarts_and_compaction)
         test_rmdir(dir);
         free(dir);
 }
+
+static void say(void *arg, const char *line)
+{
+        (void)arg;
+        cr_log_info("loomd: %s", line);
+}
+
+/* Run sql on dir's store (loomd stopped). */
+static void store_exec(const char *dir, const char *sql)
+{
+        char p[512];
+        snprintf(p, sizeof p, "%s/loom.db", dir);
+        sqlite3 *db;
+        cr_assert_eq(sqlite3_open(p, &db), SQLITE_OK);
+        cr_assert_eq(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK, "%s", sqlite3_errmsg(db));
+        sqlite3_close(db);
+}
+
+/* One phase of job `job`: acquire, then release. */
+static void run_phase_of(int port, int job, const char *phase)
+{
+        char path[96], *out;
+        snprintf(path, sizeof path, "/v1/jobs/%d/phases/%s/acquire?wait=2", job, phase);
+        cr_assert_eq(test_http(port, "POST", path, "", &out), 200, "%s", out);
+        const char *l = strstr(out, "\"lease\":");
+        cr_assert_not_null(l, "%s", out);
+        snprintf(path, sizeof path, "/v1/leases/%lld/release", strtoll(l + 8, NULL, 10));
+        free(out);
+        cr_assert_eq(test_http(port, "POST", path, "{\"status\":\"ok\"}", &out), 200, "%s", out);
+        free(out);
+}
+
+/* A store written before "iter" entries (emulated: its iter entries deleted, its arithmetic
+ * 12) with A 3 iterations in: the restart sets A's count from its row (replay_store's
+ * fallback). Compaction's shadow replay must come to the same count, or every compaction is
+ * skipped until A trains again. B (groups of one) trains after the upgrade: its iter entries
+ * are what there is to fold. without_iters false is the control: the same store as written. */
+static int64_t compact_after_upgrade(bool without_iters)
+{
+        char *dir = test_tmpdir();
+        loom_err e;
+        loom_server_cfg cfg;
+        loom_server_cfg_default(&cfg);
+        cfg.data_dir = dir;
+        cfg.port = 0;
+        cfg.log = say;
+        cfg.policy.max_group_size = 1;
+        static const char *job =
+            "{\"name\":\"%s\",\"rollout_gpus\":8,\"train_gpus\":8,\"t_roll_s\":2,\"t_train_s\":1,"
+            "\"slo\":1.5,\"iterations\":200}";
+        char b[256];
+        loom_server *s = loom_server_new(&cfg, &e);
+        cr_assert_not_null(s, "%s", e.msg);
+        cr_assert_eq(loom_server_start(s, &e), 0, "%s", e.msg);
+        int port = loom_server_port(s);
+        char *out;
+        snprintf(b, sizeof b, job, "A");
+        cr_assert_eq(test_http(port, "POST", "/v1/jobs", b, &out), 201, "%s", out);
+        free(out);
+        for (int k = 0; k < 3; k++) {
+                run_phase_of(port, 1, "rollout");
+                run_phase_of(port, 1, "train");
+        }
+        loom_server_free(s);
+        if (without_iters)
+                store_exec(dir, "DELETE FROM log WHERE kind = 'iter';"
+                                "UPDATE meta SET value = '12' WHERE key = 'arith';");
+        s = loom_server_new(&cfg, &e);
+        cr_assert_not_null(s, "%s", e.msg);
+        cr_assert_eq(loom_server_start(s, &e), 0, "%s", e.msg);
+        port = loom_server_port(s);
+        cr_assert_eq(core_count(s), 3, "A's count from its row");
+        snprintf(b, sizeof b, job, "B");
+        cr_assert_eq(test_http(port, "POST", "/v1/jobs", b, &out), 201, "%s", out);
+        cr_assert(strstr(out, "new_group") != NULL, "%s", out);
+        free(out);
+        for (int k = 0; k < 3; k++) {
+                run_phase_of(port, 2, "rollout");
+                run_phase_of(port, 2, "train");
+        }
+        int64_t dropped = -1;
+        cr_assert_eq(srv_compact(s, &dropped, &e), 0, "%s", e.msg);
+        cr_assert_eq(core_count(s), 3);
+        loom_server_free(s);
+        test_rmdir(dir);
+        free(dir);
+        return dropped;
+}
+
+Test(server, compaction_after_an_upgrade_replays_the_counts_the_restart_set)
+{
+        int64_t control = compact_after_upgrade(false);
+        cr_assert_gt(control, 0, "control: the store as written compacts");
+        int64_t dropped = compact_after_upgrade(true);
+        cr_assert_gt(dropped, 0, "compaction skipped: %lld dropped", (long long)dropped);
+}
+
+/* One phase of job `job` released as failed (a restart: re-admission). */
+static void fail_phase_of(int port, int job, const char *phase)
+{
+        char path[96], *out;
+        snprintf(path, sizeof path, "/v1/jobs/%d/phases/%s/acquire?wait=2", job, phase);
+        cr_assert_eq(test_http(port, "POST", path, "", &out), 200, "%s", out);
+        const char *l = strstr(out, "\"lease\":");
+        cr_assert_not_null(l, "%s", out);
+        snprintf(path, sizeof path, "/v1/leases/%lld/release", strtoll(l + 8, NULL, 10));
+        free(out);
+        cr_assert_eq(test_http(port, "POST", path, "{\"status\":\"failed\"}", &out), 200, "%s",
+                     out);
+        free(out);
+}
+
+/* After an upgrade from a store without iter entries, A (3 iterations in) is re-admitted before
+ * it trains again: live, the new admission is submitted for the 197 left and counts from 0.
+ * A restart replays the "readmit" entry with the count its log has by then (0: no iter entry
+ * yet): the replayed admission is submitted for 200 and counts from 3 - not the live core. */
+Test(server, a_readmission_after_an_upgrade_replays_the_live_admission_s_iterations)
+{
+        char *dir = test_tmpdir();
+        loom_err e;
+        loom_server_cfg cfg;
+        loom_server_cfg_default(&cfg);
+        cfg.data_dir = dir;
+        cfg.port = 0;
+        cfg.log = say;
+        static const char *job =
+            "{\"name\":\"A\",\"rollout_gpus\":8,\"train_gpus\":8,\"t_roll_s\":2,\"t_train_s\":1,"
+            "\"slo\":1.5,\"iterations\":200}";
+        loom_server *s = loom_server_new(&cfg, &e);
+        cr_assert_not_null(s, "%s", e.msg);
+        cr_assert_eq(loom_server_start(s, &e), 0, "%s", e.msg);
+        int port = loom_server_port(s);
+        char *out;
+        cr_assert_eq(test_http(port, "POST", "/v1/jobs", job, &out), 201, "%s", out);
+        free(out);
+        for (int k = 0; k < 3; k++) {
+                run_phase_of(port, 1, "rollout");
+                run_phase_of(port, 1, "train");
+        }
+        loom_server_free(s);
+        store_exec(dir, "DELETE FROM log WHERE kind = 'iter';"
+                        "UPDATE meta SET value = '12' WHERE key = 'arith';");
+        s = loom_server_new(&cfg, &e);
+        cr_assert_not_null(s, "%s", e.msg);
+        cr_assert_eq(loom_server_start(s, &e), 0, "%s", e.msg);
+        port = loom_server_port(s);
+        fail_phase_of(port, 1, "rollout");
+        run_phase_of(port, 1, "rollout");
+        run_phase_of(port, 1, "train");
+        loom_job_info live, back;
+        cr_assert_eq(loom_sched_job_info(s->sched, s->jobs[0]->retry.core, &live), 0);
+        cr_assert_eq(live.spec.iterations, 197);
+        cr_assert_eq(live.iterations_done, 1);
+        loom_server_free(s);
+        s = start(dir, &e);
+        cr_assert_not_null(s, "%s", e.msg);
+        cr_assert_eq(loom_sched_job_info(s->sched, s->jobs[0]->retry.core, &back), 0);
+        cr_expect_eq(back.spec.iterations, live.spec.iterations, "replayed %lld, live %lld",
+                     (long long)back.spec.iterations, (long long)live.spec.iterations);
+        cr_expect_eq(back.iterations_done, live.iterations_done, "replayed %lld, live %lld",
+                     (long long)back.iterations_done, (long long)live.iterations_done);
+        char *div = NULL;
+        cr_expect_eq(srv_store_meta_get(s->store, "replay_divergences", &div, &e), 0);
+        cr_expect_null(div, "%s", div);
+        free(div);
+        loom_server_free(s);
+        test_rmdir(dir);
+        free(dir);
+}
+
+/* The timeline's events are the log's placement events (docs/api.md: submit, exit, readmit,
+ * regroup); like "observe", one "iter" entry per training is not one of them (it would fill the
+ * 5000 events a window shows). */
+Test(server, the_timeline_shows_no_iter_entries)
+{
+        char *dir = test_tmpdir();
+        loom_err e;
+        loom_server *s = start(dir, &e);
+        cr_assert_not_null(s, "%s", e.msg);
+        int port = loom_server_port(s);
+        char *out;
+        cr_assert_eq(test_http(port, "POST", "/v1/jobs",
+                               "{\"name\":\"A\",\"rollout_gpus\":8,\"train_gpus\":8,\"t_roll_s\":2,"
+                               "\"t_train_s\":1,\"slo\":1.5,\"iterations\":20}",
+                               &out),
+                     201, "%s", out);
+        free(out);
+        for (int k = 0; k < 3; k++) {
+                run_phase(port, "rollout");
+                run_phase(port, "train");
+        }
+        cr_assert_eq(test_http(port, "GET", "/v1/timeline?window_s=3600", NULL, &out), 200);
+        const char *ev = strstr(out, "\"events\"");
+        cr_assert_not_null(ev);
+        cr_expect(strstr(ev, "\"kind\":\"submit\"") != NULL, "%.300s", ev);
+        cr_expect(strstr(ev, "\"kind\":\"iter\"") == NULL, "%.300s", ev);
+        free(out);
+        loom_server_free(s);
+        test_rmdir(dir);
+        free(dir);
+}

@@ -255,6 +255,85 @@ Test(server_regroup, a_restart_replays_the_logged_plan_without_searching)
         free(dir);
 }
 
+/* The same fixture, but C asks for 7 iterations and reaches them, as a release ends it: the core
+ * counts C's last training (loom_sched_phase_done) and ends C itself (LOOM_ACT_JOB_DONE, its
+ * own loom_sched_job_exit, which re-solves A and B), before loomd's end_job exits it again.
+ * The plan that departure made must be in the log, or a restart's core lacks it. */
+Test(server_regroup, a_job_the_core_ends_at_its_iterations_logs_its_departure_s_plan)
+{
+        char *dir = test_tmpdir();
+        loom_err e;
+        loom_server_cfg cfg;
+        cfg_of(&cfg, dir);
+        loom_server *s = loom_server_new(&cfg, &e);
+        cr_assert_not_null(s, "%s", e.msg);
+        cr_assert_eq(loom_server_start(s, &e), 0, "%s", e.msg);
+        int port = loom_server_port(s);
+        char b[512], *out;
+        cr_assert_eq(
+            test_http(port, "POST", "/v1/jobs", spec(b, sizeof b, "A", 100, 300, 1.2), &out), 201,
+            "%s", out);
+        free(out);
+        spec(b, sizeof b, "C", 50, 50, 5);
+        strcpy(b + strlen(b) - 1, ",\"iterations\":7}");
+        cr_assert_eq(test_http(port, "POST", "/v1/jobs", b, &out), 201, "%s", out);
+        cr_assert(strstr(out, "direct_pack") != NULL, "C joins A: %s", out);
+        free(out);
+        cr_assert_eq(
+            test_http(port, "POST", "/v1/jobs", spec(b, sizeof b, "B", 100, 300, 1.2), &out), 201,
+            "%s", out);
+        free(out);
+        loom_server_free(s);
+
+        s = loom_server_new(&cfg, &e);
+        cr_assert_not_null(s, "%s", e.msg);
+        const uint32_t C = 2;
+        for (int it = 0; it < 6; it++) {
+                cr_assert_eq(srv_store_begin(s->store, &e), 0, "%s", e.msg);
+                for (uint32_t id = 1; id <= 3; id++) {
+                        observe(s, id, LOOM_PHASE_ROLLOUT, id == C ? 50 : 100);
+                        observe(s, id, LOOM_PHASE_TRAIN, id == C ? 50 : 60);
+                }
+                cr_assert_eq(srv_store_commit(s->store, &e), 0, "%s", e.msg);
+        }
+        /* C's six trainings counted, as their releases and "iter" entries leave them */
+        srv_job *c = srv_job_get(s, C);
+        c->done = 6;
+        cr_assert_eq(loom_sched_job_iterations(s->sched, c->retry.core, 6), 0);
+        /* C's seventh iteration, as the core runs it */
+        loom_job_info info;
+        cr_assert_eq(loom_sched_job_info(s->sched, c->retry.core, &info), 0);
+        loom_resume rs = {.job = c->retry.core, .phase = LOOM_PHASE_TRAIN, .running = true};
+        cr_assert_eq(loom_sched_resume(s->sched, 0, &rs, 1), 1);
+        cr_assert_eq(loom_sched_job_info(s->sched, c->retry.core, &info), 0);
+        cr_assert_eq(info.state, LOOM_JOB_TRAINING, "state %d", info.state);
+        loom_sched_stats st0, st1;
+        loom_sched_stats_get(s->sched, &st0);
+        int before = log_count(s, "regroup");
+        /* h_release's order: the core's phase_done, then end_job at loomd's count */
+        cr_assert_eq(srv_store_begin(s->store, &e), 0, "%s", e.msg);
+        c->done++;
+        cr_assert_eq(loom_sched_phase_done(s->sched, 0, c->retry.core, LOOM_PHASE_TRAIN), 0);
+        loom_sched_stats_get(s->sched, &st1);
+        cr_assert_eq(loom_sched_job_info(s->sched, c->retry.core, &info), LOOM_ENOENT,
+                     "the core ended C at its 7th iteration");
+        cr_assert_eq(st1.regroup_plans, st0.regroup_plans + 1, "C's departure made a plan");
+        srv_end_job(s, c, SJ_FINISHED, "released", "reached its iterations");
+        cr_assert_eq(srv_store_commit(s->store, &e), 0, "%s", e.msg);
+        snap live, back;
+        snapshot(s, &live);
+        cr_expect_eq(log_count(s, "regroup"), before + 1, "C's departure logs its plan");
+        loom_server_free(s);
+
+        s = loom_server_new(&cfg, &e);
+        cr_assert_not_null(s, "%s", e.msg);
+        snapshot(s, &back);
+        assert_same(&live, &back);
+        loom_server_free(s);
+        test_rmdir(dir);
+        free(dir);
+}
+
 /* A store written with regrouping off (as every store before it was on by default) has no plans
  * in its log: it replays the same with regrouping on, and takes it on. Going back is refused,
  * as for any change of what the log's placements depend on. */
