@@ -625,6 +625,18 @@ static void run_phase(int port, const char *phase)
         free(out);
 }
 
+/* Job A (2 s + 1 s, SLO 1.5) with its iterations; the server must take it. */
+static void submit_a(int port, int iterations)
+{
+        char body[200], *out;
+        snprintf(body, sizeof body,
+                 "{\"name\":\"A\",\"rollout_gpus\":8,\"train_gpus\":8,\"t_roll_s\":2,"
+                 "\"t_train_s\":1,\"slo\":1.5,\"iterations\":%d}",
+                 iterations);
+        cr_assert_eq(test_http(port, "POST", "/v1/jobs", body, &out), 201, "%s", out);
+        free(out);
+}
+
 static int64_t log_count(const char *dir, const char *sql)
 {
         char p[512];
@@ -659,12 +671,7 @@ Test(server, the_core_s_iteration_count_survives_restarts_and_compaction)
         cr_assert_not_null(s, "%s", e.msg);
         int port = loom_server_port(s);
         char *out;
-        cr_assert_eq(test_http(port, "POST", "/v1/jobs",
-                               "{\"name\":\"A\",\"rollout_gpus\":8,\"train_gpus\":8,\"t_roll_s\":2,"
-                               "\"t_train_s\":1,\"slo\":1.5,\"iterations\":20}",
-                               &out),
-                     201, "%s", out);
-        free(out);
+        submit_a(port, 20);
         loom_job_info info;
         cr_assert_eq(loom_sched_job_info(s->sched, s->jobs[0]->retry.core, &info), 0);
         cr_assert_eq(info.spec.iterations, 20, "the core plans the job's 20 iterations");
@@ -828,16 +835,11 @@ Test(server, a_readmission_after_an_upgrade_replays_the_live_admission_s_iterati
         cfg.data_dir = dir;
         cfg.port = 0;
         cfg.log = say;
-        static const char *job =
-            "{\"name\":\"A\",\"rollout_gpus\":8,\"train_gpus\":8,\"t_roll_s\":2,\"t_train_s\":1,"
-            "\"slo\":1.5,\"iterations\":200}";
         loom_server *s = loom_server_new(&cfg, &e);
         cr_assert_not_null(s, "%s", e.msg);
         cr_assert_eq(loom_server_start(s, &e), 0, "%s", e.msg);
         int port = loom_server_port(s);
-        char *out;
-        cr_assert_eq(test_http(port, "POST", "/v1/jobs", job, &out), 201, "%s", out);
-        free(out);
+        submit_a(port, 200);
         for (int k = 0; k < 3; k++) {
                 run_phase_of(port, 1, "rollout");
                 run_phase_of(port, 1, "train");
@@ -884,12 +886,7 @@ Test(server, the_timeline_shows_no_iter_entries)
         cr_assert_not_null(s, "%s", e.msg);
         int port = loom_server_port(s);
         char *out;
-        cr_assert_eq(test_http(port, "POST", "/v1/jobs",
-                               "{\"name\":\"A\",\"rollout_gpus\":8,\"train_gpus\":8,\"t_roll_s\":2,"
-                               "\"t_train_s\":1,\"slo\":1.5,\"iterations\":20}",
-                               &out),
-                     201, "%s", out);
-        free(out);
+        submit_a(port, 20);
         for (int k = 0; k < 3; k++) {
                 run_phase(port, "rollout");
                 run_phase(port, "train");

@@ -80,6 +80,16 @@ static void cfg_of(loom_server_cfg *cfg, const char *dir)
         cfg->drift_window = 0; /* the learned trainings are far below the declared ones */
 }
 
+/* A loomd on cfg, started. */
+static loom_server *started(const loom_server_cfg *cfg)
+{
+        loom_err e;
+        loom_server *s = loom_server_new(cfg, &e);
+        cr_assert_not_null(s, "%s", e.msg);
+        cr_assert_eq(loom_server_start(s, &e), 0, "%s", e.msg);
+        return s;
+}
+
 typedef struct snap {
         int n;
         loom_job_info j[8];
@@ -158,9 +168,7 @@ Test(server_regroup, a_restart_replays_the_logged_plan_without_searching)
         loom_server_cfg cfg;
         cfg_of(&cfg, dir);
         cr_assert(cfg.policy.regroup, "regrouping is on by default");
-        loom_server *s = loom_server_new(&cfg, &e);
-        cr_assert_not_null(s, "%s", e.msg);
-        cr_assert_eq(loom_server_start(s, &e), 0, "%s", e.msg);
+        loom_server *s = started(&cfg);
         int port = loom_server_port(s);
         char b[512], *out;
         cr_assert_eq(
@@ -265,9 +273,7 @@ Test(server_regroup, a_job_the_core_ends_at_its_iterations_logs_its_departure_s_
         loom_err e;
         loom_server_cfg cfg;
         cfg_of(&cfg, dir);
-        loom_server *s = loom_server_new(&cfg, &e);
-        cr_assert_not_null(s, "%s", e.msg);
-        cr_assert_eq(loom_server_start(s, &e), 0, "%s", e.msg);
+        loom_server *s = started(&cfg);
         int port = loom_server_port(s);
         char b[512], *out;
         cr_assert_eq(
@@ -344,9 +350,7 @@ Test(server_regroup, a_store_without_plans_takes_regrouping_on_and_keeps_it)
         loom_server_cfg cfg;
         cfg_of(&cfg, dir);
         cfg.policy.regroup = false;
-        loom_server *s = loom_server_new(&cfg, &e);
-        cr_assert_not_null(s, "%s", e.msg);
-        cr_assert_eq(loom_server_start(s, &e), 0, "%s", e.msg);
+        loom_server *s = started(&cfg);
         char b[512], *out;
         cr_assert_eq(test_http(loom_server_port(s), "POST", "/v1/jobs",
                                spec(b, sizeof b, "A", 100, 300, 1.2), &out),
