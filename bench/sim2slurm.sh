@@ -6,7 +6,8 @@
 # (docs/sim.md, "Against a real engine").
 #
 #   bench/sim2slurm.sh [BUILD_DIR] [--jobs N] [--seed S] [--gap-s G] [--boot-s B]
-#                      [--sim-boot-s B] [--rollout-nodes R] [--train-nodes T] [--only-sim] [--keep]
+#                      [--sim-boot-s B] [--sim-launch-s L] [--rollout-nodes R] [--train-nodes T]
+#                      [--only-sim] [--keep]
 #
 # Defaults: BUILD_DIR build, 30 jobs, seed 1, mean arrival gap 8 s, a 4 s boot, 8 rollout and 10
 # training nodes. Time is scaled: 1 simulated minute = 1 s. Needs root and Slurm's Debian
