@@ -33,12 +33,11 @@ const char *loom_sim_drift_name(loom_sim_drift d)
 
 int loom_sim_drift_parse(const char *s, loom_sim_drift *out)
 {
-        for (int i = 0; i < 4; i++)
-                if (!strcmp(s, drift_names[i])) {
-                        *out = (loom_sim_drift)i;
-                        return 0;
-                }
-        return LOOM_EINVAL;
+        int i = loom__sim_name_find(drift_names, 4, s);
+        if (i < 0)
+                return LOOM_EINVAL;
+        *out = (loom_sim_drift)i;
+        return 0;
 }
 
 double loom_sim_drift_factor(int dir, double scale, double model_b, double x)

@@ -8,6 +8,7 @@
 
 #include <cairo.h>
 #include <math.h>
+#include <string.h>
 
 #include "loom/sim.h"
 
@@ -123,6 +124,15 @@ int loom__sim_regroup_feasible(const loom_sched *s, const loom_job_spec *cur_by_
  * its members from that old group stay, everyone else moves. Fills moved[], returns how many
  * moved. */
 int loom__sim_mark_moved(const int *old_g, const int *new_g, int n, bool *moved);
+/* The index of s in names[0..n) (the tables of the loom_sim_*_name functions), or -1. */
+static inline int loom__sim_name_find(const char *const *names, int n, const char *s)
+{
+        for (int i = 0; i < n; i++)
+                if (!strcmp(s, names[i]))
+                        return i;
+        return -1;
+}
+
 /* The SLO band of a lone member (loom_sim_result.lone_cost_by_slo): below 1.25, 1.5, 1.75,
  * and the rest. */
 static inline int loom__sim_slo_band(double slo)

@@ -25,12 +25,11 @@ const char *loom_sim_profile_name(loom_sim_profile p)
 
 int loom_sim_profile_parse(const char *s, loom_sim_profile *out)
 {
-        for (int i = 0; i < 4; i++)
-                if (!strcmp(s, profile_names[i])) {
-                        *out = (loom_sim_profile)i;
-                        return 0;
-                }
-        return LOOM_EINVAL;
+        int i = loom__sim_name_find(profile_names, 4, s);
+        if (i < 0)
+                return LOOM_EINVAL;
+        *out = (loom_sim_profile)i;
+        return 0;
 }
 
 static const char *const policy_names[LOOM_SIM_NPOLICIES] = {
@@ -51,22 +50,20 @@ const char *loom_sim_timeslice_name(loom_sim_timeslice t)
 
 int loom_sim_timeslice_parse(const char *s, loom_sim_timeslice *out)
 {
-        for (int i = 0; i < 3; i++)
-                if (!strcmp(s, slice_names[i])) {
-                        *out = (loom_sim_timeslice)i;
-                        return 0;
-                }
-        return LOOM_EINVAL;
+        int i = loom__sim_name_find(slice_names, 3, s);
+        if (i < 0)
+                return LOOM_EINVAL;
+        *out = (loom_sim_timeslice)i;
+        return 0;
 }
 
 int loom_sim_policy_parse(const char *s, loom_sim_policy *out)
 {
-        for (int i = 0; i < LOOM_SIM_NPOLICIES; i++)
-                if (!strcmp(s, policy_names[i])) {
-                        *out = (loom_sim_policy)i;
-                        return 0;
-                }
-        return LOOM_EINVAL;
+        int i = loom__sim_name_find(policy_names, LOOM_SIM_NPOLICIES, s);
+        if (i < 0)
+                return LOOM_EINVAL;
+        *out = (loom_sim_policy)i;
+        return 0;
 }
 
 int loom_sim_policy_list_parse(const char *s, unsigned *mask, loom_err *e)
@@ -81,12 +78,14 @@ int loom_sim_policy_list_parse(const char *s, unsigned *mask, loom_err *e)
         for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
              tok = strtok_r(NULL, ",", &save)) {
                 loom_sim_policy p;
-                if (loom_sim_policy_parse(tok, &p))
+                if (loom_sim_policy_parse(tok, &p)) {
+                        char known[256] = "";
+                        for (int i = 0; i < LOOM_SIM_NPOLICIES; i++)
+                                snprintf(known + strlen(known), sizeof known - strlen(known),
+                                         "%s, ", policy_names[i]);
                         return loom_err_set(e, LOOM_EINVAL, "policy",
-                                            "unknown policy '%s' (loom, loom-nomig, solo, "
-                                            "colocated, random, greedy, oracle, lb, "
-                                            "random-slo, greedy-slo, regroup, all)",
-                                            tok);
+                                            "unknown policy '%s' (%sall)", tok, known);
+                }
                 *mask |= 1u << p;
         }
         if (!*mask)
