@@ -275,10 +275,11 @@ static bool timesliced(const oracle *o, const gkey *k, gval *out)
         if (!c->oracle_timeslice || n < 2 || n > LOOM_SIM_SLICE_MAX ||
             c->policy.placer != LOOM_PLACER_LOOM)
                 return false;
+        int own[LOOM_SIM_SLICE_MAX]; /* each member's nodes alone: its larger pool's */
         for (int i = 0; i < n; i++) {
                 const loom_job_spec *s = &o->w->jobs[k->m[i]].spec;
-                int p = (s->train_gpus > s->rollout_gpus ? s->train_gpus : s->rollout_gpus) / node;
-                P = p > P ? p : P;
+                own[i] = (s->train_gpus > s->rollout_gpus ? s->train_gpus : s->rollout_gpus) / node;
+                P = own[i] > P ? own[i] : P;
         }
         uint64_t mem = 0;
         loom_meta_job mj[LOOM_SIM_SLICE_MAX];
@@ -321,13 +322,10 @@ static bool timesliced(const oracle *o, const gkey *k, gval *out)
          * training nodes), or sharing one set in turn would only look cheaper */
         double alone = 0;
         for (int i = 0; i < n; i++) {
-                const loom_sim_job *j = &o->w->jobs[k->m[i]];
-                int p = (j->spec.train_gpus > j->spec.rollout_gpus ? j->spec.train_gpus
-                                                                   : j->spec.rollout_gpus) /
-                        node;
-                loom_us own = loom_group_train_time(j->spec.t_train, j->spec.train_gpus, p * node,
-                                                    c->policy.train_scaling_efficiency);
-                alone += (double)p * (double)(mj[i].t_roll + own + 2 * mj[i].t_switch);
+                const loom_job_spec *s = &o->w->jobs[k->m[i]].spec;
+                loom_us train = loom_group_train_time(s->t_train, s->train_gpus, own[i] * node,
+                                                      c->policy.train_scaling_efficiency);
+                alone += (double)own[i] * (double)(mj[i].t_roll + train + 2 * mj[i].t_switch);
         }
         if ((double)P * (double)best >= alone)
                 return false;
