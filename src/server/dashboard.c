@@ -199,8 +199,9 @@ static void on_log(void *arg, int64_t seq, const char *kind, uint32_t job, const
         timeline *t = arg;
         if (!visible(t, job))
                 return;
+        const char *k = kind ? kind : "";
         json_t *o =
-            json_pack("{s:I,s:s,s:I,s:I}", "seq", (json_int_t)seq, "kind", kind ? kind : "", "job",
+            json_pack("{s:I,s:s,s:I,s:I}", "seq", (json_int_t)seq, "kind", k, "job",
                       (json_int_t)srv_job_get(t->s, job)->pub, "at_us", (json_int_t)at);
         if (!o)
                 return;
@@ -209,11 +210,12 @@ static void on_log(void *arg, int64_t seq, const char *kind, uint32_t job, const
         bool admin = t->r->who.role == LOOM_ROLE_ADMIN;
         if (!admin)
                 json_object_del(o, "seq");
-        if (!admin && (!strcmp(kind ? kind : "", "submit") || !strcmp(kind ? kind : "", "regroup")))
+        bool plan = !strcmp(k, "regroup");
+        if (!admin && (plan || !strcmp(k, "submit")))
                 reason = ""; /* a plan names other tenants' jobs */
         /* A re-admission's and a plan's reason is a JSON object (cause, why, ...; plan); the
          * others are words. */
-        bool obj = !strcmp(kind ? kind : "", "readmit") || !strcmp(kind ? kind : "", "regroup");
+        bool obj = plan || !strcmp(k, "readmit");
         json_t *why = reason && obj ? json_loads(reason, 0, NULL) : NULL;
         if (why && !admin)
                 json_object_del(why, "core");

@@ -465,8 +465,7 @@ static void h_submit(loom_server *s, srv_req *r, loom_us now)
         /* Quotas before anything else: a refused submit leaves no trace. */
         if (!srv_quota_admit(s, r, &r->spec, r->who.tenant))
                 return;
-        loom_job_spec core = r->spec;
-        core.iterations = r->spec.iterations; /* srv_job_left: the job is not made yet */
+        loom_job_spec core = r->spec; /* with its iterations: placement reads what is left */
         snprintf(core.id, sizeof core.id, "%s", r->name);
         loom_decision d;
         /* Listing every candidate costs O(groups) per decision; only when asked. */
@@ -919,10 +918,10 @@ static void h_cluster(loom_server *s, srv_req *r)
             pr * st.nodes[LOOM_POOL_ROLLOUT], "train", pt * st.nodes[LOOM_POOL_TRAIN],
             "cost_per_hour", st.cost_per_hour, "jobs", st.jobs, "groups", st.groups, "replans",
             (json_int_t)st.replans);
-        if (o) /* policy.regroup: its plans are in the log (regroup.c) */
+        if (o) {
+                /* policy.regroup: its plans are in the log (regroup.c) */
                 json_object_set_new(json_object_get(o, "policy"), "regroup",
                                     json_boolean(p->regroup));
-        if (o) {
                 /* "scope": whose jobs the counts above are ("cluster", or the tenant's) */
                 json_object_set_new(o, "scope", json_string(admin ? "cluster" : "tenant"));
                 json_object_set_new(o, "quotas", srv_quota_json(s, r));

@@ -502,11 +502,16 @@ void srv_replay_settle(loom_server *s, srv_job *j, int rc, const loom_decision *
         }
 }
 
-int srv_replay_readmit(loom_server *s, srv_job *j, uint32_t *core, int64_t done,
+int srv_replay_readmit(loom_server *s, srv_job *j, uint32_t *core, int64_t *done,
                        const char *reason, int64_t at, loom_err *e)
 {
         json_error_t je;
         json_t *o = reason ? json_loads(reason, 0, &je) : NULL;
+        /* the count the new admission starts from (logged since arithmetic 13; before, the
+         * last "iter" entry's, which *done holds) */
+        json_t *at_done = json_object_get(o, "done");
+        if (json_is_integer(at_done) && json_integer_value(at_done) >= 0)
+                *done = json_integer_value(at_done);
         json_int_t want = json_integer_value(json_object_get(o, "core"));
         json_int_t roll = json_integer_value(json_object_get(o, "t_roll_us"));
         json_int_t train = json_integer_value(json_object_get(o, "t_train_us"));
@@ -523,7 +528,7 @@ int srv_replay_readmit(loom_server *s, srv_job *j, uint32_t *core, int64_t done,
         loom_job_id got;
         loom_err e2;
         loom_err_clear(&e2);
-        int rc = resubmit(s, j, at, *core, done, roll, train, solo, head, &w, &d, &got, &e2);
+        int rc = resubmit(s, j, at, *core, *done, roll, train, solo, head, &w, &d, &got, &e2);
         srv_replay_settle(s, j, rc, &d, &e2);
         loom_decision_free(&d);
         if (rc < 0 || got != (loom_job_id)want)

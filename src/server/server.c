@@ -300,8 +300,8 @@ void srv_replay_counts(srv_replay *rp)
         loom_server *s = rp->s;
         for (uint32_t i = 0; i < s->n_jobs; i++) {
                 const srv_job *j = s->jobs[i];
-                if (srv_job_live(j->state) && j->target > 0 && rp->core[i] &&
-                    j->done > rp->done[i] && j->done - rp->base[i] < j->target - rp->base[i])
+                if (srv_job_live(j->state) && rp->core[i] && j->done > rp->done[i] &&
+                    j->done < j->target)
                         loom_sched_job_iterations(s->sched, rp->core[i], j->done - rp->base[i]);
         }
 }
@@ -330,17 +330,11 @@ int srv_replay_one(void *arg, int64_t seq, const char *kind, uint32_t id, const 
                                          loom_strerror(rc))
                           : 0;
         }
-        if (!strcmp(kind, "readmit")) {
-                /* the new admission counts from the count it was submitted at (logged since
-                 * 13; before, the last "iter" entry's) */
-                json_t *o = reason ? json_loads(reason, 0, NULL) : NULL;
-                json_t *at_done = json_object_get(o, "done");
-                if (json_is_integer(at_done) && json_integer_value(at_done) >= 0)
-                        rp->done[id - 1] = json_integer_value(at_done);
-                json_decref(o);
+        if (!strcmp(kind, "readmit")) { /* the new admission counts from its entry's count */
+                int rc = srv_replay_readmit(s, j, &rp->core[id - 1], &rp->done[id - 1], reason,
+                                            at, rp->e);
                 rp->base[id - 1] = rp->done[id - 1];
-                return srv_replay_readmit(s, j, &rp->core[id - 1], rp->done[id - 1], reason, at,
-                                          rp->e);
+                return rc;
         }
         if (!strcmp(kind, "iter")) { /* the job's count after a training: its core's share */
                 char *end;

@@ -431,9 +431,10 @@ void srv_decision_recorded(loom_server *s, json_t *o, loom_decision *w);
  * kept; LOOM_SUBMIT_SEARCHED: it could not be applied, why says why, this core's d was). */
 void srv_replay_settle(loom_server *s, srv_job *j, int rc, const loom_decision *d,
                        const loom_err *why);
-/* Replay of one "readmit" log entry (server.c), done iterations done by then; 0 or
- * LOOM_ECORRUPT with e filled. */
-int srv_replay_readmit(loom_server *s, srv_job *j, uint32_t *core, int64_t done,
+/* Replay of one "readmit" log entry (server.c); *done: the job's count so far, set to the one
+ * the entry logs its new admission started from, if it does. 0 or LOOM_ECORRUPT with e
+ * filled. */
+int srv_replay_readmit(loom_server *s, srv_job *j, uint32_t *core, int64_t *done,
                        const char *reason, int64_t at, loom_err *e);
 /* p95 of the last drift_window durations of phase (0 rollout, 1 train) over the planned
  * duration in the job's group; 0 when fewer samples were seen. */
