@@ -362,10 +362,8 @@ int srv_compact(loom_server *s, int64_t *dropped, loom_err *e)
         bool *drop = rc ? NULL : calloc(n + 1, sizeof *drop);
         bool *keep = rc ? NULL : calloc(n + 1, sizeof *keep);
         bool *seen = rc ? NULL : calloc(s->n_jobs + 1, sizeof *seen);
-        if (!rc && (!ph || !drop || !keep || !seen))
-                rc = loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
         uint64_t *stretch = rc ? NULL : calloc(s->n_jobs + 1, sizeof *stretch);
-        if (!rc && !stretch)
+        if (!rc && (!ph || !drop || !keep || !seen || !stretch))
                 rc = loom_err_set(e, LOOM_ENOMEM, "", "out of memory");
         if (!rc)
                 keep_planned(rows, ph, n, s->n_jobs, keep);
