@@ -116,22 +116,36 @@ int loomd_ha_marked(const char *data_dir, char *buf, size_t cap)
         return 0;
 }
 
+/* Join replica set o as me and rebuild data_dir's store from the log's latest snapshot (*f;
+ * following starts after it): 0, or 1 after printing why. *r is set from the first step on
+ * (the caller closes it either way). */
+static int open_replica(const loomd_ha_opts *o, const char *data_dir, const char *me,
+                        loom_replica **r, loom_store_follower **f)
+{
+        loom_err e;
+        *r = NULL;
+        *f = NULL;
+        if (loom_replica_open(r, o->store, o->name ? o->name : "loom", me,
+                              o->ttl_s ? o->ttl_s : 3, &e))
+                return fail("--store", &e);
+        void *image = NULL;
+        size_t n = 0;
+        int rc = loom_replica_load(*r, &image, &n, &e) ? fail("replicated log", &e) : 0;
+        if (!rc && loom_store_follower_open(f, data_dir, image, n, &e))
+                rc = fail("--data-dir", &e);
+        free(image);
+        return rc;
+}
+
 int loomd_ha_lead_once(const loomd_ha_opts *o, const char *data_dir, const char *me, int wait_s,
                        loom_replica **out)
 {
         *out = NULL;
         const char *set = o->name ? o->name : "loom";
         loom_err e;
-        loom_replica *r = NULL;
-        loom_store_follower *f = NULL;
-        if (loom_replica_open(&r, o->store, set, me, o->ttl_s ? o->ttl_s : 3, &e))
-                return fail("--store", &e);
-        void *image = NULL;
-        size_t n = 0;
-        int rc = loom_replica_load(r, &image, &n, &e) ? fail("replicated log", &e) : 0;
-        if (!rc && loom_store_follower_open(&f, data_dir, image, n, &e))
-                rc = fail("--data-dir", &e);
-        free(image);
+        loom_replica *r;
+        loom_store_follower *f;
+        int rc = open_replica(o, data_dir, me, &r, &f);
         if (!rc && loom_replica_follow(r, apply, install, f, &e))
                 rc = fail("--store", &e);
         for (int tick = 0; !rc && !loom_replica_leading(r); tick++) {
@@ -174,18 +188,10 @@ int loomd_ha_follow(const loomd_ha_opts *o, loom_server_cfg *cfg, sigset_t *stop
                          strchr(cfg->listen_host, ':') ? "[" : "", cfg->listen_host,
                          strchr(cfg->listen_host, ':') ? "]" : "", cfg->port); /* [IPv6] */
         loom_err e;
-        loom_replica *r = NULL;
-        loom_store_follower *f = NULL;
+        loom_replica *r;
+        loom_store_follower *f;
         loom_redirector *red = NULL;
-        if (loom_replica_open(&r, o->store, o->name ? o->name : "loom", me,
-                              o->ttl_s ? o->ttl_s : 3, &e))
-                return fail("--store", &e);
-        void *image = NULL;
-        size_t n = 0;
-        int rc = loom_replica_load(r, &image, &n, &e) ? fail("replicated log", &e) : 0;
-        if (!rc && loom_store_follower_open(&f, cfg->data_dir, image, n, &e))
-                rc = fail("--data-dir", &e);
-        free(image);
+        int rc = open_replica(o, cfg->data_dir, me, &r, &f);
         if (!rc)
                 rc = loomd_ha_mark(cfg->data_dir, o);
         if (!rc && loom_replica_share(r, "tokens/", &tokens, (void *)cfg->data_dir, &e))
