@@ -226,6 +226,31 @@ def run_loom(a, rows, d, cdir, port):
     return t0, t1 + 1.0, acct, {"restarts": restarts, "not_finished": notdone}
 
 
+def measured_launch(d):
+    """From the run's own records: for each job that got a group of its own (loomd's log,
+    "accepted: new_group"), its acceptance to its first rollout (the rollout worker's
+    "iteration 1" line); the median, in seconds. What `loom sim` models as --boot-s plus
+    --launch-s."""
+    acc, took = {}, []
+    for line in open(os.path.join(d, "loomd", "loomd.stderr")):
+        m = re.match(r"(\d+):(\d+):([\d.]+) loomd: job (\d+) \(.*\) accepted: new_group", line)
+        if m:
+            acc[int(m.group(4))] = int(m.group(1)) * 3600 + int(m.group(2)) * 60 + float(m.group(3))
+    for j, t in acc.items():
+        f = os.path.join(d, "out", f"loom-j{j}-a{j}-rollout-0.out")
+        if not os.path.exists(f):
+            continue
+        for line in open(f):
+            m = re.match(r"([\d.]+) job \d+ rollout rank 0 iteration 1 ", line)
+            if m:
+                w = datetime.utcfromtimestamp(float(m.group(1)))
+                took.append((w.hour * 3600 + w.minute * 60 + w.second + w.microsecond / 1e6 - t)
+                            % 86400)
+                break
+    took.sort()
+    return took[len(took) // 2] if took else None
+
+
 def req_ok(url):
     try:
         return req(url, "GET", "/v1/cluster")[0] == 200
@@ -301,15 +326,17 @@ def run_colocated(a, rows):
 
 
 # ---- the simulator ------------------------------------------------------------------------------
-def run_sim(a, tpath, n):
-    tl = tpath + ".timeline.jsonl"
+def run_sim(a, tpath, n, boot=None, launch=None, tl=None):
+    boot = a.sim_boot_s if boot is None else boot
+    launch = a.sim_launch_s if launch is None else launch
+    tl = tl or tpath + ".timeline.jsonl"
     cmd = [os.path.join(a.build, "loom"), "sim", "--trace", tpath, "--rows", f"0:{n}",
            "--policy", "loom,colocated", "--sleep-phases", "--deterministic", "--json",
            "--timeline", tl, "--no-progress"]
-    if a.sim_boot_s:
-        cmd += ["--boot-s", str(a.sim_boot_s)]
-    if a.sim_launch_s:
-        cmd += ["--launch-s", str(a.sim_launch_s)]
+    if boot:
+        cmd += ["--boot-s", f"{boot:g}"]
+    if launch:
+        cmd += ["--launch-s", f"{launch:g}"]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode:
         raise SystemExit(f"sim2slurm: loom sim failed: {p.stderr}")
@@ -328,6 +355,28 @@ def run_sim(a, tpath, n):
     return secs, rep, " ".join(cmd[1:])
 
 
+BAND_S = 0.2  # how far sim_band moves the simulator's boot and launch times
+
+
+def sim_band(a, tpath, n):
+    """The simulator again with its boot and launch times each moved by up to BAND_S (five
+    values each): how far its rows move with sub-second timing, against which the real rows
+    are read. Returns {policy: {pool or "$": (min, max)}, "ratio": {"ratio": (min, max)}}."""
+    band = {}
+    tl = tpath + ".band.jsonl"
+    for db in (-BAND_S, -BAND_S / 2, 0.0, BAND_S / 2, BAND_S):
+        for dl in (-BAND_S, -BAND_S / 2, 0.0, BAND_S / 2, BAND_S):
+            secs, _, _ = run_sim(a, tpath, n, max(a.sim_boot_s + db, 0.0),
+                                 max(a.sim_launch_s + dl, 0.0), tl)
+            r = dollars(secs["colocated"]) / dollars(secs["loom"])
+            for pol, s in list(secs.items()) + [("ratio", None)]:
+                for k, v in list(s.items()) + [("$", dollars(s))] if s else [("ratio", r)]:
+                    lo, hi = band.setdefault(pol, {}).get(k, (v, v))
+                    band[pol][k] = (min(lo, v), max(hi, v))
+    os.unlink(tl)
+    return band
+
+
 def dollars(s):
     # node-seconds of the scaled run = node-minutes of the simulated cluster
     return sum(s[p] / 60.0 * PRICE[p] for p in POOLS)
@@ -344,7 +393,7 @@ def main():
                     help="loom sim --boot-s: a node's provisioning overhead, as Slurm's records "
                     "measure it for colocated jobs on the local cluster with --boot-s 4 "
                     "(docs/sim.md)")
-    ap.add_argument("--sim-launch-s", type=float, default=1.0,
+    ap.add_argument("--sim-launch-s", type=float, default=1.4,
                     help="loom sim --launch-s: the executor's start of a worker once its node "
                     "is up, as loomd's log measures it (docs/sim.md)")
     ap.add_argument("--rollout-nodes", type=int, default=8)
@@ -358,7 +407,8 @@ def main():
     tpath = os.path.join(d, "trace.csv")
     rows = trace(tpath, a.jobs, a.seed, a.gap_s)
     sim, rep, simcmd = run_sim(a, tpath, a.jobs)
-    res = {"sim": sim}
+    band = sim_band(a, tpath, a.jobs)
+    res = {"sim": sim, "sim_band": band}
     if not a.only_sim:
         cdir = os.path.join(d, "cluster")
         base = free_base()
@@ -376,12 +426,32 @@ def main():
             ran, njobs = jobcomp(os.path.join(cdir, "log", "jobcomp.txt"), "coloc-")
         finally:
             subprocess.run(["bash", CLUSTER, "down", cdir], capture_output=True, timeout=120)
+        first = measured_launch(d)
+        if first is not None:  # the simulator again, with the launch this run measured
+            launch = round(max(first - a.sim_boot_s, 0.0), 2)
+            sim_m, _, _ = run_sim(a, tpath, a.jobs, launch=launch,
+                                  tl=tpath + ".measured.jsonl")
+            res.update(first_phase_s=first, launch_measured=launch, sim_measured=sim_m)
         res.update(slurm_loom=slurm_loom, loomd=acct, slurm_col=slurm_col, book_col=book,
                    info=info, wakes_loom=wakes_loom, wakes_col=wakes_col,
                    coloc_run_s=ran, coloc_jobs=njobs)
     print(f"sim2slurm: {a.jobs} jobs (seed {a.seed}, mean gap {a.gap_s} s), 1 simulated minute "
           f"= 1 s, cluster boot {a.boot_s} s; sim: loom {simcmd}")
     print(f"{'':22}{'rollout node-s':>15}{'train node-s':>14}{'$ (sim scale)':>14}{'vs sim':>8}")
+
+    def spread(name, b, real):
+        """(c)'s range with boot and launch moved by up to BAND_S; where (a) falls in it."""
+        cells = [f"{b[k][0]:.0f}-{b[k][1]:.0f}" for k in ("rollout", "train")] + \
+                [f"{b['$'][0]:.0f}-{b['$'][1]:.0f}"]
+        print(f"{name + ' (c) +-%gs' % BAND_S:22}{cells[0]:>15}{cells[1]:>14}{cells[2]:>14}")
+        if real:
+            out = []
+            for k, v in (("rollout", real["rollout"]), ("train", real["train"]),
+                         ("$", dollars(real))):
+                lo, hi = b[k]
+                off = 0.0 if lo <= v <= hi else (v / hi - 1 if v > hi else v / lo - 1)
+                out.append(f"{k} {'inside' if not off else f'{off:+.1%} outside'}")
+            print(f"{'':22}(a) against that range: {', '.join(out)}")
 
     def line(name, s, ref):
         dv = dollars(s)
@@ -392,18 +462,30 @@ def main():
         line("loom (a) Slurm", res["slurm_loom"], sim["loom"])
         line("loom (b) loomd", res["loomd"], sim["loom"])
     line("loom (c) loom sim", sim["loom"], sim["loom"])
+    spread("loom", band["loom"], res.get("slurm_loom"))
+    if "sim_measured" in res:
+        line("loom (c') launch %.2fs" % res["launch_measured"], res["sim_measured"]["loom"],
+             sim["loom"])
     if "slurm_col" in res:
         line("colocated (a) Slurm", res["slurm_col"], sim["colocated"])
         line("colocated (b) bench", res["book_col"], sim["colocated"])
     line("colocated (c) loom sim", sim["colocated"], sim["colocated"])
+    spread("colocated", band["colocated"], res.get("slurm_col"))
     rs = dollars(sim["colocated"]) / dollars(sim["loom"])
-    print(f"colocated / loom: sim {rs:.3f}", end="")
+    lo, hi = band["ratio"]["ratio"]
+    print(f"colocated / loom: sim {rs:.3f} ({lo:.3f}-{hi:.3f} +-{BAND_S:g}s)", end="")
     if "slurm_loom" in res:
         rr = dollars(res["slurm_col"]) / dollars(res["slurm_loom"])
         print(f", Slurm {rr:.3f} ({rr / rs - 1:+.1%})")
         print(f"colocated: provisioning overhead per job by Slurm's records (power up to down "
               f"less jobcomp's run time) {(res['slurm_col']['train'] - ran) / max(njobs, 1):.2f} s "
               f"(loom sim --boot-s {a.sim_boot_s})")
+        if "first_phase_s" in res:
+            print(f"loom: a new group's acceptance to its first rollout, median by loomd's log "
+                  f"and the workers' lines {res['first_phase_s']:.2f} s: --launch-s "
+                  f"{res['launch_measured']:.2f} after --boot-s {a.sim_boot_s} (row c'; "
+                  f"colocated/loom there "
+                  f"{dollars(res['sim_measured']['colocated']) / dollars(res['sim_measured']['loom']):.3f})")
         print(f"loom: restarts {res['info']['restarts']}, not finished "
               f"{res['info']['not_finished'] or 'none'}; power ups {res['wakes_loom']}; "
               f"colocated: {res['coloc_jobs']} jobs ran {res['coloc_run_s']:.1f} s by jobcomp, "

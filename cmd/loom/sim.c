@@ -36,6 +36,7 @@ static void usage(FILE *f)
             "  --size GPUS            GPUs per pool for every job (default: from the trace)\n"
             "  --sync SECONDS         weight sync time per iteration (default 0)\n"
             "  --deterministic        every response at the max-token limit (no noise)\n"
+            "  --jitter F             with --deterministic: each phase x U(1-F, 1+F) (0)\n"
             "  --drift D              none (default) | increasing | decreasing | mixed:\n"
             "                         per-job drift templates (WEAVE §6.6)\n"
             "  --mtbf-h H             a running job fails every H hours on average (0:\n"
@@ -223,6 +224,7 @@ static int parse(int argc, char **argv, opts *o)
             {"size", "--size (GPUs, 1..256)", 1, 256, .i = &wl->size_gpus},
             {"sync", "--sync", 0, 1e5, .d = &wl->sync_s},
             {"deterministic", .b = &wl->noise.deterministic},
+            {"jitter", "--jitter (0..0.5)", 0, 0.5, .d = &wl->noise.jitter},
             {.name = "policy"},
             {"max-group", "--max-group", 1, LOOM_MAX_GROUP_SIZE, .i = &sim->policy.max_group_size},
             {"colocated-factor", "--colocated-factor (0.35..100)", 0.35, 100,
@@ -236,10 +238,8 @@ static int parse(int argc, char **argv, opts *o)
             {"plot", .s = &o->c.plot}, {"no-progress", .b = &o->no_progress},
             {"seeds", "--seeds", 1, 100, .i = &o->c.seeds},
             {"threads", "--threads", 1, 64, .i = &o->c.threads},
-            {"per-job", .s = &o->c.per_job},
-            {"timeline", .s = &o->c.timeline},
-            {"cluster", .s = &o->c.cluster},
-            {.name = "drift"},
+            {"per-job", .s = &o->c.per_job}, {"timeline", .s = &o->c.timeline},
+            {"cluster", .s = &o->c.cluster}, {.name = "drift"},
             {"mtbf-h", "--mtbf-h (hours, 0..1e6)", 0, 1e6, .d = &wl->mtbf_h},
             {"max-restarts", "--max-restarts (0..1000)", 0, 1000, .i = &sim->max_restarts},
             {.name = "admission"},

@@ -79,6 +79,10 @@ int loom_sim_slo_parse(const char *s, loom_sim_slo *out, loom_err *e);
  * lengths, as a fraction of the max-token limit, are min(1, lognormal(ln median, sigma)). */
 typedef struct loom_sim_noise {
         bool deterministic;    /* every response at the cap: actual times = worst case */
+        /* with deterministic: each phase's time x U(1 - jitter, 1 + jitter), drawn per job,
+         * iteration and seed (what a real engine adds to a sleep: permits, start-up); 0 the
+         * default, up to 0.5 */
+        double jitter;
         int responses;         /* per rollout; default 64 */
         double median;         /* median response length / cap; default 0.25 */
         double sigma;          /* log-space spread; default 0.8 */
@@ -232,11 +236,13 @@ typedef struct loom_sim_cfg {
         /* A provisioned node comes up boot_s seconds after PROVISION_NODE (billed from it): no
          * phase starts on it before; 0 (the default): at once. */
         double boot_s;
-        /* A phase the core starts where its worker does not run yet (a job's first rollout or
-         * training, or on other nodes than the last) waits launch_s seconds after its nodes are
-         * up: the executor starting the worker (loomd's Slurm executor: an srun step and the
-         * worker's start; measured by bench/sim2slurm.sh). Not for the private engines (solo,
-         * colocated), whose jobs start as one process. 0 (the default): at once. */
+        /* Each worker of a job (its rollouts', its trainings') is ready launch_s seconds after
+         * it is launched: at the job's admission once its nodes are up, both side by side, as
+         * loomd's Slurm executor starts them (an srun step, then the worker's start; measured by
+         * bench/sim2slurm.sh); a worker moved to other nodes is launched there once they are up
+         * if they were provisioned for it, else when its phase starts. A phase waits for its own
+         * worker only. Not for the private engines (solo, colocated), whose jobs start as one
+         * process. 0 (the default): at once. */
         double launch_s;
         double colocated_roll_factor; /* rollout time on a training GPU / on a rollout GPU */
         double tail_slowdown;         /* a migrated tail's speed on its kept GPUs (1 = same) */

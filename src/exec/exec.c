@@ -212,7 +212,9 @@ static bool wanted(const loom_exec_job *want, int n, const loom_exec_worker *w)
  *
  * The core names a node it provisions by a new id every time (ids are never reused), like a
  * cloud instance id; the node map lists the cluster's nodes of each pool. A wanted id is bound
- * to a free node of its pool (one already up first) and unbound when loom releases it. The
+ * to a free node of its pool and unbound when loom releases it: one still up first (a rollout
+ * node a moving worker kept), then one powered down, and last one powering down, which must
+ * finish that before it can come up again (Slurm's SuspendTimeout, then its boot). The
  * bindings are kept in DIR/exec-nodes.txt (replaced atomically on every change) so that a
  * restarted loomd finds its workers' nodes where it left them. A node the backend finds unusable
  * (failed, drained) loses its binding and is not picked again by this executor. */
@@ -280,6 +282,12 @@ int loom_exec_bindings(const loom_exec *x, loom_exec_binding *out, int max)
         return n;
 }
 
+/* Which free node to bind first: 0 up, 1 powered down, 2 powering down. */
+static int bind_rank(const loom_exec *x, int p, int i)
+{
+        return x->going_down[p][i] ? 2 : x->was_up[p][i] ? 0 : 1;
+}
+
 /* Bind every wanted id, unbind the others; false if nothing changed. */
 static bool bind_nodes(loom_exec *x, const loom_node_id *const up[2], const int n_up[2])
 {
@@ -294,7 +302,7 @@ static bool bind_nodes(loom_exec *x, const loom_node_id *const up[2], const int 
                         int pick = -1;
                         for (int i = 0; i < x->cfg.n_nodes[p]; i++)
                                 if (!x->bound[p][i] && !x->broken[p][i] &&
-                                    (pick < 0 || (x->was_up[p][i] && !x->was_up[p][pick])))
+                                    (pick < 0 || bind_rank(x, p, i) < bind_rank(x, p, pick)))
                                         pick = i;
                         if (pick >= 0)
                                 x->bound[p][pick] = (int64_t)up[p][k] + 1, changed = true;
@@ -384,6 +392,7 @@ static int power_nodes(loom_exec *x, const loom_exec_job *want, int n,
                         }
                         if (!on && node_busy(x, want, n, name)) {
                                 ready[p][i] = false;
+                                x->going_down[p][i] = false; /* kept up for that worker */
                                 continue;
                         }
                         int rc = x->ops->power(x->impl, name, on, e);
@@ -414,6 +423,7 @@ static int power_nodes(loom_exec *x, const loom_exec_job *want, int n,
                         }
                         ready[p][i] = on && rc == 1;
                         x->was_up[p][i] = on ? rc == 1 : rc == 0;
+                        x->going_down[p][i] = !on && rc == 0;
                 }
         return 0;
 }

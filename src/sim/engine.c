@@ -53,10 +53,14 @@ typedef struct node_state {
 
 typedef struct sjob {
         loom_job_id id;
-        /* where each phase's worker runs (pool, first node; launched: set), for launch_s */
+        /* where each phase's worker runs (pool, first node, when those nodes came up, when it
+         * last started a phase; launched: set since the job's last admission, at admitted),
+         * for launch_s */
         loom_pool wk_pool[2];
         loom_node_id wk_node[2];
+        loom_us wk_up[2], wk_at[2];
         bool launched[2];
+        loom_us admitted;
         int64_t iter;
         bool running, rolling, migrated, past_threshold;
         loom_phase phase;
@@ -392,13 +396,29 @@ static int start_phase(engine *g, const loom_action *a)
         if (ovh < 0)
                 return LOOM_ENOMEM;
         int wk = a->phase == LOOM_PHASE_TRAIN;
-        if (a->phase != LOOM_PHASE_SYNC && a->n_nodes &&
-            (!j->launched[wk] || j->wk_pool[wk] != a->pool || j->wk_node[wk] != a->nodes[0])) {
-                /* the phase's worker is launched on these nodes, once they are up */
-                ovh += loom_us_from_s(g->c->launch_s);
+        if (a->phase != LOOM_PHASE_SYNC && a->n_nodes && g->c->launch_s > 0) {
+                /* loomd's executor launches an admission's workers side by side, each once
+                 * its nodes are up: the phase waits for its own worker only */
+                loom_us up = 0, ready = -1;
+                for (int k = 0; k < a->n_nodes; k++) {
+                        const node_state *n = node_get(g, a->pool, a->nodes[k]);
+                        if (n && n->up_at > up)
+                                up = n->up_at;
+                }
+                if (!j->launched[wk]) /* launched at its admission, once the nodes are up */
+                        ready = (up > j->admitted ? up : j->admitted);
+                else if (j->wk_pool[wk] != a->pool || j->wk_node[wk] != a->nodes[0] ||
+                         j->wk_up[wk] != up) /* moved: to nodes provisioned for it since its
+                                              * last phase (launched there once they are up),
+                                              * or to older ones (launched now) */
+                        ready = up > j->wk_at[wk] ? up : g->now;
+                if (ready >= 0 && ready + loom_us_from_s(g->c->launch_s) - g->now > ovh)
+                        ovh = ready + loom_us_from_s(g->c->launch_s) - g->now;
                 j->launched[wk] = true;
                 j->wk_pool[wk] = a->pool;
                 j->wk_node[wk] = a->nodes[0];
+                j->wk_up[wk] = up;
+                j->wk_at[wk] = g->now;
         }
         j->running = true;
         j->phase = a->phase;
@@ -558,6 +578,8 @@ static int arrival(engine *g, int ji)
         }
         j->waiting = false;
         j->cur.iterations = sj->spec.iterations - j->iter;
+        j->admitted = g->now; /* its workers are launched anew (launch_s) */
+        j->launched[0] = j->launched[1] = false;
         loom_decision d;
         loom_decision_init(&d, false);
         loom_job_id id = 0;

@@ -120,6 +120,7 @@ int loom_sim_slo_parse(const char *s, loom_sim_slo *out, loom_err *e)
 void loom_sim_noise_default(loom_sim_noise *n)
 {
         n->deterministic = false;
+        n->jitter = 0;
         n->responses = 64;
         n->median = 0.25;
         n->sigma = 0.8;
@@ -267,6 +268,10 @@ static void draw_iteration(const loom_sim_noise *n, sim_rng *r, float *roll, flo
 {
         if (n->deterministic) {
                 *roll = *tailq = *train = 1.0f;
+                if (n->jitter > 0) {
+                        *roll = *tailq = (float)(1.0 + n->jitter * (2.0 * sim_rng_unit(r) - 1.0));
+                        *train = (float)(1.0 + n->jitter * (2.0 * sim_rng_unit(r) - 1.0));
+                }
                 return;
         }
         float len[1024];
@@ -324,6 +329,12 @@ static int check_noise(const loom_sim_noise *n, loom_err *e)
             !(n->prompt >= 0 && n->prompt <= 100))
                 return loom_err_set(e, LOOM_EINVAL, "noise",
                                     "noise: median in (0,1], sigma in [0,5], prompt in [0,100]");
+        if (!(n->jitter >= 0 && n->jitter <= 0.5))
+                return loom_err_set(e, LOOM_EINVAL, "jitter", "jitter must be in [0, 0.5]");
+        if (n->jitter > 0 && !n->deterministic)
+                return loom_err_set(e, LOOM_EINVAL, "jitter",
+                                    "jitter is for deterministic runs (the stochastic runtime "
+                                    "has its own noise)");
         if (!(n->tail_threshold > 0 && n->tail_threshold <= 1))
                 return loom_err_set(e, LOOM_EINVAL, "tail_threshold",
                                     "tail_threshold must be in (0, 1]");

@@ -24,6 +24,9 @@ typedef struct fake {
         char up[8][LOOM_EXEC_NAME_MAX]; /* nodes powered up */
         int n_up;
         bool slow_power;                 /* a node takes one apply to come up */
+        bool slow_down;                  /* ... and one apply to power down */
+        char going[8][LOOM_EXEC_NAME_MAX]; /* nodes powering down (slow_down) */
+        int n_going;
         char failed[LOOM_EXEC_NAME_MAX]; /* a node the cluster took out of service */
         char env0[192];
 } fake;
@@ -74,8 +77,19 @@ static int f_power(void *impl, const char *node, bool up, loom_err *e)
                 snprintf(f->up[f->n_up++], LOOM_EXEC_NAME_MAX, "%s", node);
                 return f->slow_power ? 0 : 1;
         }
-        if (!up && at >= 0)
+        if (!up && at >= 0) {
                 memmove(f->up[at], f->up[--f->n_up], LOOM_EXEC_NAME_MAX);
+                if (f->slow_down) { /* down at the next call */
+                        snprintf(f->going[f->n_going++], LOOM_EXEC_NAME_MAX, "%s", node);
+                        return 0;
+                }
+        }
+        for (int i = 0; i < f->n_going; i++)
+                if (!strcmp(f->going[i], node)) {
+                        if (up) /* it must finish powering down first */
+                                return 0;
+                        memmove(f->going[i], f->going[--f->n_going], LOOM_EXEC_NAME_MAX);
+                }
         return 1;
 }
 
@@ -131,6 +145,14 @@ static void teardown(void)
         snprintf(p, sizeof p, "%s/exec-nodes.txt", dir);
         unlink(p);
         rmdir(dir);
+}
+
+static const char *live_of_pool(const fake *f, loom_pool p)
+{
+        for (int i = 0; i < f->n_live; i++)
+                if (f->live[i].pool == p)
+                        return f->live[i].node;
+        return "";
 }
 
 TestSuite(exec, .init = setup, .fini = teardown);
@@ -300,6 +322,26 @@ Test(exec, a_node_out_of_service_is_replaced)
         for (int i = 0; i < f.n_live; i++)
                 if (f.live[i].pool == LOOM_POOL_ROLLOUT)
                         cr_assert_str_eq(f.live[i].node, "r2");
+        loom_exec_free(x);
+}
+
+/* A node id loom provisions right after releasing another is bound to a node that is powered
+ * down, which comes up at once, rather than to the one still powering down, which would have to
+ * finish that first (Slurm: SuspendTimeout, then the boot). */
+Test(exec, a_new_node_is_bound_to_a_powered_down_node_before_one_powering_down)
+{
+        fake f = {.slow_down = true};
+        loom_exec *x = make(&f);
+        loom_exec_event ev[8];
+        loom_exec_job a = job(1, 1, 0, 0);
+        apply(x, &a, 1, 0, 0, ev);
+        cr_assert_str_eq(live_of_pool(&f, LOOM_POOL_ROLLOUT), "r1");
+        cr_assert_eq(apply(x, NULL, 0, 0, 0, ev), 0); /* job 1 ends: r1 and t1 power down */
+        cr_assert_eq(f.n_going, 2);
+        loom_exec_job b = job(2, 2, 1, 1); /* new ids, at once */
+        apply(x, &b, 1, 1, 1, ev);
+        cr_assert_eq(f.launches, 4, "job 2's workers start at once, on nodes that were down");
+        cr_assert_str_eq(live_of_pool(&f, LOOM_POOL_ROLLOUT), "r2");
         loom_exec_free(x);
 }
 
