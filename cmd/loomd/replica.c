@@ -240,6 +240,7 @@ int loomd_ha_follow(const loomd_ha_opts *o, loom_server_cfg *cfg, sigset_t *stop
         cfg->replicate = loom_replica_append;
         cfg->snapshot = loom_replica_snapshot;
         cfg->snapshot_every = o->snapshot_every ? o->snapshot_every : 10000;
+        cfg->snapshot_due = loom_replica_snapshot_due(r);
         cfg->replicate_arg = r;
         cfg->replica_url = me;
         *out = r;

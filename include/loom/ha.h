@@ -79,6 +79,9 @@ bool loom_replica_deposed(loom_replica *r);
 bool loom_replica_failed(loom_replica *r, loom_err *e);
 /* Entries applied (following) or appended (leading) so far: the log's seq of the last. */
 uint64_t loom_replica_seq(loom_replica *r);
+/* The leader's entries since the latest snapshot (each replica's leadership counts on from
+ * there, so that a log whose leaders change often is still snapshotted and cut). */
+uint64_t loom_replica_snapshot_due(loom_replica *r);
 /* Stops the threads; a leader resigns and revokes its lease. */
 void loom_replica_close(loom_replica *r);
 

@@ -132,6 +132,7 @@ typedef struct loom_server_cfg {
          * nothing but the log's length. */
         int (*snapshot)(void *arg, const void *image, size_t n, loom_err *e);
         unsigned snapshot_every;
+        uint64_t snapshot_due; /* commits since the latest snapshot, before this server's */
         void *replicate_arg;
         const char *replica_url; /* this replica's advertised URL (/v1/cluster "leader") */
 } loom_server_cfg;

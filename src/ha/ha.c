@@ -20,6 +20,7 @@ struct loom_ha {
         char *key; /* the leader key while leading */
         int64_t rev;
         uint64_t next;
+        uint64_t snap; /* the latest snapshot's seq (0: none), as of the campaign or the last put */
 };
 
 static char *cat(const char *a, const char *b)
@@ -122,6 +123,7 @@ int loom_ha_campaign(loom_ha *h, loom_err *e)
                 return rc;
         }
         rc = 0;
+        h->snap = snap;
         h->next = snap + 1;
         json_t *kv = json_array_get(kvs, 0);
         if (kv) {
@@ -142,6 +144,11 @@ int loom_ha_campaign(loom_ha *h, loom_err *e)
 uint64_t loom_ha_next(const loom_ha *h)
 {
         return h->next;
+}
+
+uint64_t loom_ha_snapshot_seq(const loom_ha *h)
+{
+        return h->snap;
 }
 
 int loom_ha_keepalive(loom_ha *h, loom_err *e)
@@ -398,6 +405,7 @@ int loom_ha_snapshot_put(loom_ha *h, uint64_t seq, const void *image, size_t n, 
         }
         if (rc)
                 return rc;
+        h->snap = seq;
         /* what it covers goes: the log up to seq, older snapshots, etcd's history before it */
         char from[512], *to = snap_key(h, "snapshot", seq, -1), *sto = snap_key(h, NULL, seq, 0);
         seq_key(h, seq + 1, from, sizeof from);

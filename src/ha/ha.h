@@ -32,6 +32,8 @@ int loom_ha_grant(loom_ha *h, int64_t *lease, loom_err *e);
 int loom_ha_campaign(loom_ha *h, loom_err *e);
 /* The seq the next append takes (after a campaign: the log's end + 1). */
 uint64_t loom_ha_next(const loom_ha *h);
+/* The latest snapshot's seq (0: none), as of the last campaign or snapshot put. */
+uint64_t loom_ha_snapshot_seq(const loom_ha *h);
 /* Renews the lease (call every ttl/3); LOOM_HA_DEPOSED when it already expired. */
 int loom_ha_keepalive(loom_ha *h, loom_err *e);
 /* Appends one entry as the next seq (*seq), only while this replica's leader key exists:

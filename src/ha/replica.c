@@ -554,6 +554,12 @@ uint64_t loom_replica_seq(loom_replica *r)
         return s;
 }
 
+uint64_t loom_replica_snapshot_due(loom_replica *r)
+{
+        uint64_t seq = loom_replica_seq(r), snap = loom_ha_snapshot_seq(r->hc);
+        return seq > snap ? seq - snap : 0;
+}
+
 void loom_replica_close(loom_replica *r)
 {
         if (!r)

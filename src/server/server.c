@@ -646,7 +646,8 @@ loom_server *loom_server_new(const loom_server_cfg *cfg, loom_err *e)
         int rc = srv_store_open(&s->store, s->data_dir, cfg->sync_full, e);
         if (!rc && cfg->replicate) { /* a replica's leader: every commit through the log first */
                 rc = srv_store_replicate(s->store, cfg->replicate, cfg->replicate_arg, e);
-                srv_store_snapshots(s->store, cfg->snapshot, cfg->replicate_arg, cfg->snapshot_every);
+                srv_store_snapshots(s->store, cfg->snapshot, cfg->replicate_arg, cfg->snapshot_every,
+                                    cfg->snapshot_due);
         }
         if (!rc)
                 rc = srv_auth_open(s, e);

@@ -553,9 +553,10 @@ sqlite3 *srv_store_db(srv_store *st);
 int srv_store_replicate(srv_store *st, int (*fn)(void *arg, const void *entry, size_t n, loom_err *e),
                         void *arg, loom_err *e);
 
-/* After every `every` commits, the store's image to fn (loom_server_cfg.snapshot). */
+/* After every `every` commits, the store's image to fn (loom_server_cfg.snapshot); `due`
+ * commits were made since the latest snapshot already (a replica's earlier leaders). */
 void srv_store_snapshots(srv_store *st, int (*fn)(void *arg, const void *image, size_t n, loom_err *e),
-                         void *arg, unsigned every);
+                         void *arg, unsigned every, uint64_t due);
 
 /* replog.c: a store's committed changes as replication entries, and their replay. */
 typedef struct srv_replog srv_replog;

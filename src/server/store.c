@@ -375,12 +375,14 @@ int srv_store_commit(srv_store *st, loom_err *e)
 }
 
 void srv_store_snapshots(srv_store *st, int (*fn)(void *arg, const void *image, size_t n, loom_err *e),
-                         void *arg, unsigned every)
+                         void *arg, unsigned every, uint64_t due)
 {
         st->snap = every ? fn : NULL;
         st->snap_arg = arg;
         st->snap_every = every;
-        st->since_snap = 0;
+        /* counted from the latest snapshot, not from this leadership: replicas that each lead
+         * for fewer than `every` commits still cut the log */
+        st->since_snap = due < every ? (unsigned)due : every;
 }
 
 void srv_store_rollback(srv_store *st)

@@ -66,6 +66,9 @@ static void memlog_free(memlog *l)
         free(l->snap);
 }
 
+static uint64_t serve_due;      /* loom_server_cfg.snapshot_due of the next serve() */
+static unsigned serve_every = 4; /* and its snapshot_every */
+
 static loom_server *serve(const char *dir, memlog *log, const char *url)
 {
         loom_server_cfg cfg;
@@ -75,7 +78,8 @@ static loom_server *serve(const char *dir, memlog *log, const char *url)
         cfg.auth = LOOM_AUTH_NONE;
         cfg.replicate = log ? mem_append : NULL;
         cfg.snapshot = log ? mem_snapshot : NULL;
-        cfg.snapshot_every = 4;
+        cfg.snapshot_every = serve_every;
+        cfg.snapshot_due = serve_due;
         cfg.replicate_arg = log;
         cfg.replica_url = url;
         loom_err e;
@@ -251,6 +255,37 @@ Test(replog, a_follower_from_a_snapshot_and_the_entries_after_it_matches)
                 test_rmdir(dirs[i]);
                 free(dirs[i]);
         }
+}
+
+/* A leader counts its commits toward the next snapshot from the latest one, whoever led then:
+ * replicas that each lead for fewer commits than snapshot_every still cut the log. */
+Test(replog, a_new_leader_counts_toward_the_next_snapshot_from_the_latest_one)
+{
+        char *d0 = test_tmpdir(), *d1 = test_tmpdir();
+        memlog fresh = {0}, behind = {0};
+        serve_every = 8;
+        serve_due = 0; /* the latest snapshot is this leader's starting point */
+        loom_server *s = serve(d0, &fresh, NULL);
+        submit(loom_server_port(s), "a", 1.5);
+        loom_server_stop(s);
+        loom_server_free(s);
+        cr_assert_lt(fresh.count, 8, "fewer commits than snapshot_every: %d", fresh.count);
+        cr_assert_eq(fresh.snaps, 0, "no snapshot before snapshot_every commits");
+        serve_due = 7; /* earlier leaders committed 7 since the latest snapshot */
+        s = serve(d1, &behind, NULL);
+        submit(loom_server_port(s), "a", 1.5);
+        loom_server_stop(s);
+        loom_server_free(s);
+        serve_due = 0;
+        serve_every = 4;
+        cr_assert_eq(behind.count, fresh.count);
+        cr_assert_eq(behind.snaps, 1, "the 8th commit since the latest snapshot takes one");
+        memlog_free(&fresh);
+        memlog_free(&behind);
+        test_rmdir(d0);
+        test_rmdir(d1);
+        free(d0);
+        free(d1);
 }
 
 Test(replog, a_commit_the_log_refuses_leaves_nothing)
