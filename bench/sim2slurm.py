@@ -393,7 +393,7 @@ def main():
                     help="loom sim --boot-s: a node's provisioning overhead, as Slurm's records "
                     "measure it for colocated jobs on the local cluster with --boot-s 4 "
                     "(docs/sim.md)")
-    ap.add_argument("--sim-launch-s", type=float, default=1.4,
+    ap.add_argument("--sim-launch-s", type=float, default=0.9,
                     help="loom sim --launch-s: the executor's start of a worker once its node "
                     "is up, as loomd's log measures it (docs/sim.md)")
     ap.add_argument("--rollout-nodes", type=int, default=8)
