@@ -282,11 +282,7 @@ int loom_exec_bindings(const loom_exec *x, loom_exec_binding *out, int max)
         return n;
 }
 
-/* Which free node to bind first: 0 up, 1 powered down, 2 powering down. */
-static int bind_rank(const loom_exec *x, int p, int i)
-{
-        return x->going_down[p][i] ? 2 : x->was_up[p][i] ? 0 : 1;
-}
+enum { NODE_UP, NODE_DOWN, NODE_GOING_DOWN }; /* loom_exec.power: the order to bind free nodes */
 
 /* Bind every wanted id, unbind the others; false if nothing changed. */
 static bool bind_nodes(loom_exec *x, const loom_node_id *const up[2], const int n_up[2])
@@ -302,7 +298,7 @@ static bool bind_nodes(loom_exec *x, const loom_node_id *const up[2], const int 
                         int pick = -1;
                         for (int i = 0; i < x->cfg.n_nodes[p]; i++)
                                 if (!x->bound[p][i] && !x->broken[p][i] &&
-                                    (pick < 0 || bind_rank(x, p, i) < bind_rank(x, p, pick)))
+                                    (pick < 0 || x->power[p][i] < x->power[p][pick]))
                                         pick = i;
                         if (pick >= 0)
                                 x->bound[p][pick] = (int64_t)up[p][k] + 1, changed = true;
@@ -392,7 +388,7 @@ static int power_nodes(loom_exec *x, const loom_exec_job *want, int n,
                         }
                         if (!on && node_busy(x, want, n, name)) {
                                 ready[p][i] = false;
-                                x->going_down[p][i] = false; /* kept up for that worker */
+                                x->power[p][i] = NODE_UP; /* kept up for that worker */
                                 continue;
                         }
                         int rc = x->ops->power(x->impl, name, on, e);
@@ -422,8 +418,8 @@ static int power_nodes(loom_exec *x, const loom_exec_job *want, int n,
                                 x->broken[p][i] = rc == LOOM_EXEC_UNUSABLE;
                         }
                         ready[p][i] = on && rc == 1;
-                        x->was_up[p][i] = on ? rc == 1 : rc == 0;
-                        x->going_down[p][i] = !on && rc == 0;
+                        x->power[p][i] = on ? (rc == 1 ? NODE_UP : NODE_DOWN)
+                                            : (rc == 0 ? NODE_GOING_DOWN : NODE_DOWN);
                 }
         return 0;
 }

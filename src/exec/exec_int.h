@@ -28,8 +28,9 @@ struct loom_exec {
         int n_listed;
         /* node map slot -> loom node id + 1 bound to it (0: free); exec.c */
         int64_t bound[2][LOOM_EXEC_MAX_NODES];
-        bool was_up[2][LOOM_EXEC_MAX_NODES];     /* up, or not down yet (unbound) */
-        bool going_down[2][LOOM_EXEC_MAX_NODES]; /* asked to power down, not down yet */
+        /* as of the last round, which is also the order free nodes are bound in (exec.c):
+         * 0 up, 1 down or coming up, 2 asked to power down and not down yet */
+        unsigned char power[2][LOOM_EXEC_MAX_NODES];
         bool broken[2][LOOM_EXEC_MAX_NODES];      /* unusable: not bound again while it stays so */
         double since[2][LOOM_EXEC_MAX_NODES];     /* bound and coming up since (monotonic s), 0 */
         double failed_at[2][LOOM_EXEC_MAX_NODES]; /* a worker's node failure there (mono s) */
