@@ -399,7 +399,7 @@ static int start_phase(engine *g, const loom_action *a)
         if (a->phase != LOOM_PHASE_SYNC && a->n_nodes && g->c->launch_s > 0) {
                 /* loomd's executor launches an admission's workers side by side, each once
                  * its nodes are up: the phase waits for its own worker only */
-                loom_us up = 0, ready = -1;
+                loom_us launch = loom_us_from_s(g->c->launch_s), up = 0, ready = -1;
                 for (int k = 0; k < a->n_nodes; k++) {
                         const node_state *n = node_get(g, a->pool, a->nodes[k]);
                         if (n && n->up_at > up)
@@ -412,8 +412,8 @@ static int start_phase(engine *g, const loom_action *a)
                                               * last phase (launched there once they are up),
                                               * or to older ones (launched now) */
                         ready = up > j->wk_at[wk] ? up : g->now;
-                if (ready >= 0 && ready + loom_us_from_s(g->c->launch_s) - g->now > ovh)
-                        ovh = ready + loom_us_from_s(g->c->launch_s) - g->now;
+                if (ready >= 0 && ready + launch - g->now > ovh)
+                        ovh = ready + launch - g->now;
                 j->launched[wk] = true;
                 j->wk_pool[wk] = a->pool;
                 j->wk_node[wk] = a->nodes[0];
