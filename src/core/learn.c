@@ -336,6 +336,8 @@ static int replan(loom_sched *s, job *j)
         }
         j->ls->learned = true;
         j->ls->replans++;
+        if (j->slo_relaxed)
+                loom__group_refresh(s, g); /* learned, its group takes joiners (policy.slo_cap) */
         return 1;
 }
 

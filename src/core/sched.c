@@ -468,7 +468,12 @@ void loom__group_refresh(loom_sched *s, group *g)
         bool full = g->n_members >= s->policy.max_group_size;
         s->n_closed_full += (int)full - (int)g->full;
         g->full = full;
-        if (g->n_members > 0 && !g->saturated && !g->full)
+        /* policy.slo_cap: a member whose SLO was relaxed is held, until it has learned, to
+         * its lone iteration on its declared phases, a budget joins could stretch it to: its
+         * group takes no one before then */
+        const job *m0 = g->n_members == 1 ? g->members[0] : NULL;
+        bool held = m0 && m0->slo_relaxed && !(m0->ls && m0->ls->learned);
+        if (g->n_members > 0 && !g->saturated && !g->full && !held)
                 open_put(s, g); /* on ENOMEM the group is just not offered to new jobs */
         else
                 open_remove(s, g);

@@ -507,6 +507,14 @@ Test(lone, a_relaxed_job_is_held_to_its_measured_lone_iteration_once_learned)
         loom_job_spec b = spec("B", 240, 60, 1.0);
         loom_job_id ib = submit(s, &b, &d);
         cr_assert_float_eq(d.slo_effective, 310.0 / 300, 1e-6, "%s", d.reason);
+        /* until B has learned, its budget is its lone iteration on its declared phases, which
+         * a joiner could stretch it to: its group takes no one (A would, for a rollout node) */
+        loom_decision da;
+        loom_decision_init(&da, false);
+        loom_job_spec sa = spec("A", 60, 30, 3.0);
+        submit(s, &sa, &da);
+        cr_assert_neq(da.group, d.group, "%s", da.reason);
+        loom_decision_free(&da);
         loom_us now = 0;
         loom_action a;
         for (int it = 0; it < 4; it++) {
