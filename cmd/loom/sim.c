@@ -61,6 +61,7 @@ static void usage(FILE *f)
             "  --lone-grow on|off     ... on more of them where its SLO needs it and it pays (on)\n"
             "  --join-wait on|off     no join a member near its end cannot absorb (on)\n"
             "  --regroup on|off       re-solve the groups around each departure exactly (on)\n"
+            "  --slo-premium F|off    keep SLOs only where that costs <= (1+F) x colocated (off)\n"
             "  --job-switch on|off    each job declares its warm switch (on; off: the largest, 4 s)\n"
             "  --max-group N          max jobs per group (default 5)\n"
             "  --colocated-factor F   rollout time on a training GPU vs a rollout GPU (1.0)\n"
@@ -162,6 +163,9 @@ static int special(opts *o, const char *name, const char *v)
         } else if (!strcmp(name, "oracle-timeslice") &&
                    loom_sim_timeslice_parse(v, &o->c.sim.oracle_timeslice)) {
                 return bad("--oracle-timeslice (off|tails|elastic)", v);
+        } else if (!strcmp(name, "slo-premium") && strcmp(v, "off") &&
+                   !(pol->slo_cap = number(v, 0, 100, NULL, &pol->slo_premium))) {
+                return bad("--slo-premium (off, or 0..100)", v);
         } else if (!strcmp(name, "learn-bound") && loom_learn_bound_parse(v, &pol->learn_bound)) {
                 return bad("--learn-bound (normal|order)", v);
         } else if (loom_sim_switch(&o->c.sim, name)) {
@@ -218,9 +222,7 @@ static int parse(int argc, char **argv, opts *o)
             {.name = "rows"},
             {.name = "arrivals"},
             {"jobs", "--jobs", 1, 10000000, .i = &wl->poisson_jobs},
-            {.name = "duration-h"},
-            {.name = "workload"},
-            {.name = "slo"},
+            {.name = "duration-h"}, {.name = "workload"}, {.name = "slo"},
             {"size", "--size (GPUs, 1..256)", 1, 256, .i = &wl->size_gpus},
             {"sync", "--sync", 0, 1e5, .d = &wl->sync_s},
             {"deterministic", .b = &wl->noise.deterministic},
@@ -230,11 +232,10 @@ static int parse(int argc, char **argv, opts *o)
             {"colocated-factor", "--colocated-factor (0.35..100)", 0.35, 100,
              .d = &sim->colocated_roll_factor},
             {"tail-slowdown", "--tail-slowdown (1..100)", 1, 100, .d = &sim->tail_slowdown},
-            {"sleep-phases", .b = &sim->sleep_phases},
+            {"sleep-phases", .b = &sim->sleep_phases}, {.name = "slo-premium"},
             {"boot-s", "--boot-s (0..3600)", 0, 3600, .d = &sim->boot_s},
             {"launch-s", "--launch-s (0..3600)", 0, 3600, .d = &sim->launch_s},
-            {.name = "seed"},
-            {"json", .b = &o->json}, {"csv", .b = &o->csv},
+            {.name = "seed"}, {"json", .b = &o->json}, {"csv", .b = &o->csv},
             {"plot", .s = &o->c.plot}, {"no-progress", .b = &o->no_progress},
             {"seeds", "--seeds", 1, 100, .i = &o->c.seeds},
             {"threads", "--threads", 1, 64, .i = &o->c.threads},
@@ -250,8 +251,7 @@ static int parse(int argc, char **argv, opts *o)
             {.name = "multirate"}, {.name = "train-rightsize"},
             {.name = "colocate-lone"}, {.name = "lone-grow"}, {.name = "oracle-timeslice"},
             {.name = "join-wait"}, {.name = "regroup"},
-            {.name = "learn-bound"},
-            {.name = "move-lone"}, {.name = "move-members"},
+            {.name = "learn-bound"}, {.name = "move-lone"}, {.name = "move-members"},
             {.name = "plan-tails"}, {.name = "job-switch"},
         };
         enum { N = sizeof t / sizeof t[0] };

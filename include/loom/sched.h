@@ -202,6 +202,18 @@ typedef struct loom_policy_cfg {
          * it back instead of searching again (loom_sched_regroup_made, below). Loom's placer
          * only; default true. */
         bool regroup;
+        /* The price of an SLO (docs/scheduling.md, "A cap on what an SLO may cost"): with
+         * slo_cap, a job whose SLO a lone group of its own training nodes (colocated, as the
+         * colocated baseline runs it) cannot keep is placed where it keeps that SLO only when an
+         * iteration there costs at most 1 + slo_premium times an iteration lone, at the
+         * cluster's prices. Otherwise it runs lone, held to its lone iteration instead of its
+         * SLO (loom_decision.slo_effective says by how much; once learned, to its measured lone
+         * iteration, or its SLO again where that fits it). So no job costs more than colocated
+         * by more than slo_premium, and loom's bill is at most colocation's (0) wherever
+         * sharing does not pay. Off by default: every SLO is kept, whatever it costs. Loom's
+         * placer with colocate_lone only. */
+        bool slo_cap;
+        double slo_premium; /* >= 0 */
         /* Multi-rate placement with more open groups than this runs one simulation per
          * candidate's rate search instead of up to six (docs/scheduling.md, Cost of a
          * decision). 0: the default, LOOM_RATE_SEARCH_OPEN. */
@@ -308,6 +320,9 @@ typedef struct loom_decision {
         int n_rerated;
         loom_job_id rerated[LOOM_MAX_GROUP_SIZE];
         int rerated_rate[LOOM_MAX_GROUP_SIZE];
+        /* > 0: policy.slo_cap relaxed the job's SLO to this slowdown (its lone iteration over
+         * the solo iteration its SLO is measured against); 0: the SLO it asked for holds */
+        double slo_effective;
 
         bool record_candidates;
         loom_candidate *candidates;
@@ -591,6 +606,7 @@ typedef struct loom_sched_stats {
         /* policy.regroup: re-solves searched, the plans they made, plans applied from a log
          * (loom_sched_regroup_apply) */
         uint64_t regroup_solves, regroup_plans, regroup_applied;
+        uint64_t slo_relaxed; /* admissions whose SLO policy.slo_cap relaxed */
 } loom_sched_stats;
 
 void loom_sched_stats_get(const loom_sched *s, loom_sched_stats *out);

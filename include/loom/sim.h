@@ -78,7 +78,7 @@ int loom_sim_slo_parse(const char *s, loom_sim_slo *out, loom_err *e);
 /* The stochastic runtime (docs/sim.md). Each rollout generates `responses` responses whose
  * lengths, as a fraction of the max-token limit, are min(1, lognormal(ln median, sigma)). */
 typedef struct loom_sim_noise {
-        bool deterministic;    /* every response at the cap: actual times = worst case */
+        bool deterministic; /* every response at the cap: actual times = worst case */
         /* with deterministic: each phase's time x U(1 - jitter, 1 + jitter), drawn per job,
          * iteration and seed (what a real engine adds to a sleep: permits, start-up); 0 the
          * default, up to 0.5 */
@@ -364,6 +364,7 @@ typedef struct loom_sim_result {
                                        their regroupings moved (an arrival's own placement
                                        is not a move) */
         uint64_t replans;           /* learned-profile re-plans (admission p99/p95) */
+        uint64_t slo_relaxed;       /* admissions whose SLO policy.slo_cap relaxed */
         bool multirate;             /* the run's placer could run members at rates > 1 */
         bool plan_tails;            /* ... and plan rollouts on their learned heads */
         uint64_t rate_sum, rate_n;  /* the rates jobs were admitted at: mean = sum / n */

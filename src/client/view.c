@@ -280,6 +280,9 @@ static void decision_lines(json_t *d, FILE *out)
                      json_number_value(json_object_get(d, "marginal_cost_per_hour")),
                      json_number_value(json_object_get(d, "t_meta_s")),
                      (long long)json_integer_value(json_object_get(d, "rate")));
+        if (json_is_number(json_object_get(d, "slo_effective")))
+                line(out, "", "SLO relaxed to %.3f (policy.slo_premium)",
+                     json_number_value(json_object_get(d, "slo_effective")));
         if (json_is_string(json_object_get(d, "reason")))
                 line(out, "", "%s", str(d, "reason", "-"));
 }

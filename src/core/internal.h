@@ -57,6 +57,9 @@ typedef struct job {
         bool regroup_planned, regroup_alone;
         loom_group_id regroup_to;
         int regroup_tries;
+        /* policy.slo_cap relaxed its SLO to its lone iteration (loom__slo_cap); a re-plan that
+         * finds its lone iteration within its SLO again clears it */
+        bool slo_relaxed;
 } job;
 
 /* What learned admission keeps of a job (learn.c): spec above is what admission plans on;
@@ -263,6 +266,11 @@ void loom__lone_recheck(loom_sched *s, group *g, bool may_go_lone);
 /* Release a lone group's rollout nodes once no rollout runs there (after the member's rollout
  * that was running on them when the group went lone). Changes no planning state. */
 void loom__lone_settle(loom_sched *s, group *g);
+/* policy.slo_cap: when spec's SLO costs more than the policy allows to keep, relax it to spec
+ * alone on its own training nodes and place it there: spec's t_solo_ref is raised so that its
+ * budget is that lone iteration, d becomes that placement with slo_effective set. Returns 0
+ * (d kept or replaced) or an error. */
+int loom__slo_cap(const loom_sched *s, loom_job_spec *spec, loom_decision *d, loom_err *e);
 /* loom__lone_fits for member j, held to the budget the core holds it to (j->slo_budget); once
  * learned, on its mean observed phases: alone, j's iteration is its solo one plus two
  * switches, so its SLO on the mean holds exactly when that fits. */

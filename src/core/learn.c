@@ -297,6 +297,19 @@ static int replan(loom_sched *s, job *j)
          * in (never more than what it was seen to take). */
         double sr = solo_roll_mean(j->ls);
         loom_us budget = (loom_us)(d->slo * solo_at(d, sr >= 0 ? sr : fmin(mr, prior_roll(s)), mt));
+        /* policy.slo_cap: a job admitted with its SLO relaxed is held to its SLO again where
+         * its lone iteration on its mean phases fits it, else to that lone iteration */
+        if (j->slo_relaxed) {
+                loom_job_spec m = *d;
+                m.t_roll = scaled(d->t_roll, mr);
+                m.t_train = scaled(d->t_train, mt);
+                loom_us lone =
+                    loom__lone_iteration(s, &m, d->train_gpus / s->cluster.gpus_per_node);
+                if (lone > budget)
+                        budget = lone;
+                else
+                        j->slo_relaxed = false;
+        }
         j->ls->learned_roll = roll;
         j->ls->learned_train = train;
         j->ls->learned_budget = budget;
@@ -323,6 +336,8 @@ static int replan(loom_sched *s, job *j)
         }
         j->ls->learned = true;
         j->ls->replans++;
+        if (j->slo_relaxed)
+                loom__group_refresh(s, g); /* learned, its group takes joiners (policy.slo_cap) */
         return 1;
 }
 

@@ -1474,6 +1474,7 @@ int loom__place(const loom_sched *s, const loom_job_spec *spec, const loom_job_s
         x.k = spec->rollout_gpus / s->cluster.gpus_per_node;
         x.budget = loom_job_budget(spec);
         d->n_candidates = 0;
+        d->slo_effective = 0;
         d->groups_pruned_bound = 0;
         d->groups_pruned_saturated = 0;
         d->groups_pruned_full = 0;
@@ -1544,6 +1545,7 @@ int loom__place_into(const loom_sched *s, const loom_job_spec *spec, const group
         x.k = spec->rollout_gpus / s->cluster.gpus_per_node;
         x.budget = loom_job_budget(spec);
         d->n_candidates = 0;
+        d->slo_effective = 0;
         if (s->policy.placer != LOOM_PLACER_LOOM || spec->mem_rollout > s->cluster.host_mem_bytes ||
             spec->mem_train > s->cluster.host_mem_bytes)
                 return 1;

@@ -14,6 +14,7 @@
  * it is in s->open exactly when it has members and is neither saturated nor full.
  */
 #include <assert.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -467,7 +468,12 @@ void loom__group_refresh(loom_sched *s, group *g)
         bool full = g->n_members >= s->policy.max_group_size;
         s->n_closed_full += (int)full - (int)g->full;
         g->full = full;
-        if (g->n_members > 0 && !g->saturated && !g->full)
+        /* policy.slo_cap: a member whose SLO was relaxed is held, until it has learned, to
+         * its lone iteration on its declared phases, a budget joins could stretch it to: its
+         * group takes no one before then */
+        const job *m0 = g->n_members == 1 ? g->members[0] : NULL;
+        bool held = m0 && m0->slo_relaxed && !(m0->ls && m0->ls->learned);
+        if (g->n_members > 0 && !g->saturated && !g->full && !held)
                 open_put(s, g); /* on ENOMEM the group is just not offered to new jobs */
         else
                 open_remove(s, g);
@@ -624,6 +630,7 @@ static int apply(loom_sched *s, loom_us now, const loom_job_spec *spec, const lo
                                               s->policy.train_scaling_efficiency);
         j->mem_train_in = loom_group_train_mem(spec->mem_train, spec->train_gpus, g->train_gpus);
         j->slo_budget = loom_job_budget(spec);
+        j->slo_relaxed = d->slo_effective > 0;
         j->submitted_at = now;
         j->state = LOOM_JOB_WAIT_ROLL;
         j->wait_seq = ++s->seq;
@@ -658,7 +665,68 @@ static int place_new(const loom_sched *s, const loom_job_spec *spec_in, loom_job
         /* a member moved to its planned group (policy.regroup) goes there if it still fits */
         if (s->handoff.set && (rc = loom__regroup_place(s, sp, d, e)) <= 0)
                 return rc;
-        return loom__place(s, sp, fresh ? &likely : NULL, NULL, 0, d, e, rng);
+        rc = loom__place(s, sp, fresh ? &likely : NULL, NULL, 0, d, e, rng);
+        return rc ? rc : loom__slo_cap(s, sp, d, e);
+}
+
+/* What an iteration of spec costs where d places it: the nodes d adds, per hour, for the
+ * iteration it plans there (a grown lone group: its lone iteration on them). */
+static double iteration_cost(const loom_sched *s, const loom_job_spec *spec, const loom_decision *d)
+{
+        double it = (double)d->t_meta / (d->rate > 1 ? d->rate : 1);
+        if (d->kind == LOOM_DECISION_NEW_GROUP &&
+            d->n_train_nodes > spec->train_gpus / s->cluster.gpus_per_node)
+                it = (double)loom__lone_iteration(s, spec, d->n_train_nodes);
+        return d->marginal_cost_per_hour * it;
+}
+
+int loom__slo_cap(const loom_sched *s, loom_job_spec *spec, loom_decision *d, loom_err *e)
+{
+        const loom_policy_cfg *p = &s->policy;
+        if (!p->slo_cap || p->placer != LOOM_PLACER_LOOM || d->kind == LOOM_DECISION_REJECTED)
+                return 0;
+        int t = spec->train_gpus / s->cluster.gpus_per_node;
+        loom_us budget = loom_job_budget(spec), lone = loom__lone_iteration(s, spec, t);
+        /* kept where lone keeps it, or where lone is not possible (room, memory, policy) */
+        if (lone <= budget || !loom__lone_fits(s, spec, INT64_MAX, t))
+                return 0;
+        double alone = t * s->price[LOOM_POOL_TRAIN] * (double)lone,
+               keep = iteration_cost(s, spec, d);
+        if (keep <= (1 + p->slo_premium) * alone * (1 + 1e-9))
+                return 0;
+        loom_job_spec relaxed = *spec;
+        double ref = (double)budget / spec->slo; /* the solo iteration the SLO is against */
+        relaxed.t_solo_ref = (loom_us)ceil((double)lone / spec->slo);
+        loom_decision l;
+        loom_decision_init(&l, false);
+        int rc = loom__place_into(s, &relaxed, NULL, 0, &l, e);
+        if (rc < 0)
+                return rc;
+        if (rc == 0) {
+                loom_candidate *cands = d->candidates;
+                int n = d->n_candidates;
+                size_t cap = d->cap_candidates;
+                bool rec = d->record_candidates;
+                int pb = d->groups_pruned_bound, ps = d->groups_pruned_saturated,
+                    pf = d->groups_pruned_full;
+                char why[sizeof d->reason];
+                snprintf(why, sizeof why,
+                         "keeping SLO %.3f costs %.0f%% more per iteration than running the job "
+                         "colocated, past policy.slo_premium %.2f: new lone group, +$%.2f/h, "
+                         "its rollouts on the training nodes, SLO relaxed to %.3f",
+                         spec->slo, 100 * (keep / alone - 1), p->slo_premium,
+                         l.marginal_cost_per_hour, (double)lone / ref);
+                *d = l;
+                memcpy(d->reason, why, sizeof d->reason);
+                d->candidates = cands, d->n_candidates = n, d->cap_candidates = cap;
+                d->record_candidates = rec;
+                d->groups_pruned_bound = pb, d->groups_pruned_saturated = ps,
+                d->groups_pruned_full = pf;
+                d->slo_effective = (double)lone / ref;
+                *spec = relaxed;
+        }
+        loom_decision_free(&l);
+        return 0;
 }
 
 int loom_sched_decide(const loom_sched *s, const loom_job_spec *spec_in, loom_decision *d,
@@ -701,6 +769,7 @@ static int commit(loom_sched *s, loom_us now, const loom_job_spec *spec, loom_de
         }
         s->rng = rng;
         s->stats.decisions[d->kind]++;
+        s->stats.slo_relaxed += d->slo_effective > 0;
         return 0;
 }
 

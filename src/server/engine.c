@@ -700,7 +700,8 @@ static void h_release(loom_server *s, srv_req *r, loom_us now)
                         if (counted && j->target) { /* what the core counted, for a replay */
                                 char n[24];
                                 snprintf(n, sizeof n, "%lld", (long long)j->done);
-                                srv_store_note(s, srv_store_log(s->store, "iter", j->id, n, &e), &e);
+                                srv_store_note(s, srv_store_log(s->store, "iter", j->id, n, &e),
+                                               &e);
                         }
                 }
                 /* drift watches whole phases: a training phase run call by call is observed
@@ -922,6 +923,9 @@ static void h_cluster(loom_server *s, srv_req *r)
                 /* policy.regroup: its plans are in the log (regroup.c) */
                 json_object_set_new(json_object_get(o, "policy"), "regroup",
                                     json_boolean(p->regroup));
+                /* policy.slo_cap: the premium an SLO may cost over colocation, or null */
+                json_object_set_new(json_object_get(o, "policy"), "slo_premium",
+                                    p->slo_cap ? json_real(p->slo_premium) : json_null());
                 /* "scope": whose jobs the counts above are ("cluster", or the tenant's) */
                 json_object_set_new(o, "scope", json_string(admin ? "cluster" : "tenant"));
                 json_object_set_new(o, "quotas", srv_quota_json(s, r));

@@ -156,6 +156,11 @@ static int settle_cluster(loom_server *s, loom_err *e)
         if (wide != LOOM_RATE_SEARCH_OPEN && p->multirate && p->placer == LOOM_PLACER_LOOM)
                 snprintf(base + strlen(base), sizeof base - strlen(base), " rate_search_open=%d",
                          wide);
+        /* A cap on what an SLO may cost (policy.slo_cap) places the jobs it relaxes lone; off
+         * (the default, and every store before it) adds nothing. */
+        if (p->slo_cap && p->placer == LOOM_PLACER_LOOM)
+                snprintf(base + strlen(base), sizeof base - strlen(base), " slo_premium=%.17g",
+                         p->slo_premium);
         snprintf(pol, sizeof pol, "%s%s%s", base, adm, plx);
         snprintf(unplanned, sizeof unplanned, "%s%.*s%s", base, adm_unplanned, adm, plx);
         snprintf(legacy, sizeof legacy, "%s%s", base, adm); /* a plex store before plx */

@@ -587,6 +587,7 @@ static int arrival(engine *g, int ji)
         loom_err_clear(&e2);
         int rc = loom_sched_submit(g->s, g->now, &j->cur, &d, &id, &e2);
         g->groups_dirty = true;
+        g->r->slo_relaxed += !rc && d.slo_effective > 0;
         loom_decision_free(&d);
         if (rc == LOOM_EREJECT || rc == LOOM_ERANGE) {
                 /* ERANGE: the core could not evaluate a candidate group (its meta-iteration

@@ -81,6 +81,11 @@ void loom_sim_report_table(FILE *f, const loom_sim_result *r, int n)
                                 (unsigned long long)r[i].resubmits, (unsigned long long)r[i].moves,
                                 r[i].jobs_failed, (unsigned long long)r[i].regroups,
                                 r[i].regroup_migration_h);
+        for (int i = 0; i < n; i++)
+                if (r[i].ran && r[i].slo_relaxed)
+                        fprintf(f, "%s: %llu admissions with their SLO relaxed (--slo-premium)\n",
+                                loom_sim_policy_name(r[i].policy),
+                                (unsigned long long)r[i].slo_relaxed);
 }
 
 /* A real that JSON can carry (null for NaN), rounded so output bytes are stable. */
@@ -164,6 +169,7 @@ static json_t *to_json(const loom_sim_result *x, const loom_sim_result *lb,
         json_object_set_new(o, "resubmits", json_integer((json_int_t)x->resubmits));
         json_object_set_new(o, "moves", json_integer((json_int_t)x->moves));
         json_object_set_new(o, "replans", json_integer((json_int_t)x->replans));
+        json_object_set_new(o, "slo_relaxed", json_integer((json_int_t)x->slo_relaxed));
         json_object_set_new(o, "regroups", json_integer((json_int_t)x->regroups));
         json_object_set_new(o, "jobs_failed", json_integer(x->jobs_failed));
         json_object_set_new(o, "multirate", json_boolean(x->multirate));

@@ -396,6 +396,7 @@ int loom_policy_cfg_from_json(json_t *obj, const char *where, const char *text, 
                                             "rate_search_open",
                                             "plan_tails",
                                             "regroup",
+                                            "slo_premium",
                                             NULL};
         dctx c = {where ? where : "", text, len, e};
         if (!json_is_object(obj))
@@ -436,6 +437,17 @@ int loom_policy_cfg_from_json(json_t *obj, const char *where, const char *text, 
                 p.rate_search_open = (int)v;
         if ((rc = get_number(&c, obj, "tail_threshold", false, &p.tail_threshold)) < 0)
                 return rc;
+        /* policy.slo_cap: a number >= 0 turns it on; absent or null, off */
+        json_t *sp = json_object_get(obj, "slo_premium");
+        if (sp && !json_is_null(sp)) {
+                if (!json_is_number(sp) || !(json_number_value(sp) >= 0) ||
+                    !(json_number_value(sp) <= 100))
+                        return fail(&c, "slo_premium",
+                                    "must be a number from 0 to 100 (a fraction: 0.25 is 25%%), "
+                                    "or null for no cap");
+                p.slo_cap = true;
+                p.slo_premium = json_number_value(sp);
+        }
         if ((rc = get_int(&c, obj, "tail_keep_gpus", false, 1, 64, &v)) < 0)
                 return rc;
         if (rc == 0)
@@ -671,6 +683,9 @@ json_t *loom_decision_to_json(const loom_decision *d, const char *job_name)
                 json_object_set_new(o, "t_meta_s", json_real(loom_us_to_s(d->t_meta)));
                 json_object_set_new(o, "utilisation", json_real(round6(d->utilisation)));
                 json_object_set_new(o, "rate", json_integer(d->rate > 1 ? d->rate : 1));
+                if (d->slo_effective > 0) /* policy.slo_cap relaxed the SLO to this */
+                        json_object_set_new(o, "slo_effective",
+                                            json_real(round6(d->slo_effective)));
         }
         json_t *cs = json_array();
         for (int i = 0; i < d->n_candidates; i++) {

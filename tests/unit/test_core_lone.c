@@ -441,3 +441,106 @@ Test(lone, a_job_too_tight_for_its_own_node_runs_lone_on_more_where_that_is_chea
         loom_decision_free(&d);
 }
 
+/* policy.slo_cap: a job whose SLO its own node cannot keep lone is placed where it keeps that
+ * SLO only when an iteration there costs at most 1 + slo_premium times one lone; otherwise it
+ * runs lone, held to its lone iteration, and the decision says so. */
+Test(lone, the_slo_cap_runs_a_job_colocated_where_keeping_its_slo_costs_more)
+{
+        po.warm_switch = loom_us_from_s(5);
+        double pt = loom_cluster_node_price(&cl, LOOM_POOL_TRAIN),
+               pr = loom_cluster_node_price(&cl, LOOM_POOL_ROLLOUT);
+        /* 240 s + 60 s at SLO 1.0: lone 250 + 60 = 310 s > 300 s; not grown (7%); its own
+         * disaggregated group costs (pr + pt) x 300 against pt x 310 lone */
+        loom_job_spec b = spec("B", 240, 60, 1.0);
+        double premium = (pr + pt) * 300 / (pt * 310) - 1;
+        cr_assert(premium > 0.25 && premium < 0.5, "%g", premium);
+        cr_assert_not(po.slo_cap, "off by default");
+        loom_group_info g;
+        seen v = {0};
+        loom_decision d = place_alone(&b, &g, &v);
+        cr_assert(!g.lone);
+        cr_assert_eq(d.slo_effective, 0);
+        loom_decision_free(&d);
+
+        po.slo_cap = true;
+        po.slo_premium = 0.5; /* within the cap: its SLO kept */
+        v = (seen){0};
+        d = place_alone(&b, &g, &v);
+        cr_assert(!g.lone);
+        cr_assert_eq(v.provisioned[LOOM_POOL_ROLLOUT], 1);
+        cr_assert_eq(d.slo_effective, 0);
+        loom_decision_free(&d);
+
+        po.slo_premium = 0.25; /* past it: lone, its SLO relaxed to 310 / 300 */
+        v = (seen){0};
+        d = place_alone(&b, &g, &v);
+        cr_assert_eq(d.kind, LOOM_DECISION_NEW_GROUP);
+        cr_assert(g.lone);
+        cr_assert_eq(d.n_train_nodes, 1);
+        cr_assert_float_eq(d.marginal_cost_per_hour, pt, 1e-9);
+        cr_assert_eq(v.provisioned[LOOM_POOL_ROLLOUT], 0);
+        cr_assert_float_eq(d.slo_effective, 310.0 / 300, 1e-6);
+        cr_assert(strstr(d.reason, "SLO relaxed to 1.033"), "%s", d.reason);
+        loom_decision_free(&d);
+
+        /* a job that fits lone is never relaxed, even at 0 */
+        po.slo_premium = 0;
+        loom_job_spec a = spec("A", 240, 60, 1.5);
+        v = (seen){0};
+        d = place_alone(&a, &g, &v);
+        cr_assert(g.lone);
+        cr_assert_eq(d.slo_effective, 0);
+        loom_decision_free(&d);
+}
+
+/* policy.slo_cap under learned admission: a relaxed job is held, once learned, to its measured
+ * lone iteration, so it stays lone instead of getting the rollout node its SLO would need. */
+Test(lone, a_relaxed_job_is_held_to_its_measured_lone_iteration_once_learned)
+{
+        po.warm_switch = loom_us_from_s(5);
+        po.admission = LOOM_ADMIT_P99;
+        po.slo_cap = true;
+        po.slo_premium = 0;
+        loom_sched *s = loom_sched_new(&cl, &po, NULL);
+        loom_decision d;
+        loom_decision_init(&d, false);
+        loom_job_spec b = spec("B", 240, 60, 1.0);
+        loom_job_id ib = submit(s, &b, &d);
+        cr_assert_float_eq(d.slo_effective, 310.0 / 300, 1e-6, "%s", d.reason);
+        /* until B has learned, its budget is its lone iteration on its declared phases, which
+         * a joiner could stretch it to: its group takes no one (A would, for a rollout node) */
+        loom_decision da;
+        loom_decision_init(&da, false);
+        loom_job_spec sa = spec("A", 60, 30, 3.0);
+        submit(s, &sa, &da);
+        cr_assert_neq(da.group, d.group, "%s", da.reason);
+        loom_decision_free(&da);
+        loom_us now = 0;
+        loom_action a;
+        for (int it = 0; it < 4; it++) {
+                while (loom_sched_next_action(s, &a))
+                        ;
+                now += loom_us_from_s(205); /* its switch, then a 200 s rollout */
+                cr_assert_geq(
+                    loom_sched_observe(s, now, ib, LOOM_PHASE_ROLLOUT, loom_us_from_s(200)), 0);
+                cr_assert_eq(loom_sched_phase_done(s, now, ib, LOOM_PHASE_ROLLOUT), 0);
+                while (loom_sched_next_action(s, &a))
+                        ;
+                now += loom_us_from_s(65);
+                cr_assert_geq(loom_sched_observe(s, now, ib, LOOM_PHASE_TRAIN, loom_us_from_s(60)),
+                              0);
+                cr_assert_eq(loom_sched_phase_done(s, now, ib, LOOM_PHASE_TRAIN), 0);
+        }
+        loom_job_info ji;
+        cr_assert_eq(loom_sched_job_info(s, ib, &ji), 0);
+        /* its SLO would give 1.0 x 260 s; alone it takes 200 + 60 + 2 x 5 */
+        cr_assert_eq(ji.learned_budget, loom_us_from_s(270), "%lld", (long long)ji.learned_budget);
+        loom_group_info g;
+        cr_assert_eq(loom_sched_group_info(s, d.group, &g), 0);
+        cr_assert(g.lone, "still colocated: no rollout node");
+        seen v = {0};
+        drain(s, &v);
+        cr_assert_eq(v.provisioned[LOOM_POOL_ROLLOUT], 0);
+        loom_decision_free(&d);
+        loom_sched_free(s);
+}

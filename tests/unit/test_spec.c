@@ -288,3 +288,36 @@ Test(spec, control_characters_in_a_job_id_are_refused)
         cr_assert_str_eq(ne.field, "name");
         cr_assert_eq(loom_spec_name_check("a\0b", 3, "name", &ne), LOOM_EINVAL, "NUL counts");
 }
+
+/* policy.slo_premium: absent or null, no cap; a number from 0 to 100 caps what keeping an SLO may
+ * cost over colocation; anything else is refused naming the field. */
+Test(spec, slo_premium_in_the_policy)
+{
+        loom_scenario sc;
+        loom_err e;
+        cr_assert_eq(parse("{\"jobs\":[]}", &sc, &e), 0, "%s", e.msg);
+        cr_assert_not(sc.policy.slo_cap, "off by default");
+        loom_scenario_free(&sc);
+        cr_assert_eq(parse("{\"policy\":{\"slo_premium\":null},\"jobs\":[]}", &sc, &e), 0, "%s",
+                     e.msg);
+        cr_assert_not(sc.policy.slo_cap);
+        loom_scenario_free(&sc);
+        cr_assert_eq(parse("{\"policy\":{\"slo_premium\":0.25},\"jobs\":[]}", &sc, &e), 0, "%s",
+                     e.msg);
+        cr_assert(sc.policy.slo_cap);
+        cr_assert_float_eq(sc.policy.slo_premium, 0.25, 1e-12);
+        loom_scenario_free(&sc);
+        cr_assert_eq(parse("{\"policy\":{\"slo_premium\":0},\"jobs\":[]}", &sc, &e), 0, "%s",
+                     e.msg);
+        cr_assert(sc.policy.slo_cap, "0 is a cap: never more than colocated");
+        loom_scenario_free(&sc);
+        const char *wrong[] = {"-0.1", "101", "\"25%\"", "true"};
+        for (int i = 0; i < 4; i++) {
+                char doc[96];
+                snprintf(doc, sizeof doc, "{\"policy\":{\"slo_premium\":%s},\"jobs\":[]}",
+                         wrong[i]);
+                cr_assert_eq(parse(doc, &sc, &e), LOOM_EINVAL, "%s", doc);
+                cr_assert_str_eq(e.field, "policy.slo_premium", "%s: %s", doc, e.msg);
+                cr_assert_eq(e.line, 1, "%s", doc);
+        }
+}
