@@ -388,6 +388,16 @@ static int open_put(loom_sched *s, group *g)
         return 0;
 }
 
+/* Whether g is in the open list, offered to new members: it has members and room. And
+ * (policy.slo_cap) not while its one member's SLO is relaxed and unlearned: such a member is
+ * held to its lone iteration on its declared phases, a budget joins could stretch it to. */
+static bool takes_members(const group *g)
+{
+        const job *m0 = g->n_members == 1 ? g->members[0] : NULL;
+        bool held = m0 && m0->slo_relaxed && !(m0->ls && m0->ls->learned);
+        return g->n_members > 0 && !g->saturated && !g->full && !held;
+}
+
 #ifndef NDEBUG
 static void assert_group(const loom_sched *s, const group *g)
 {
@@ -401,8 +411,7 @@ static void assert_group(const loom_sched *s, const group *g)
         assert(sum == g->sum_train && mem == g->train_mem_used);
         for (int i = 1; i < g->n_rnodes; i++)
                 assert(g->rnodes[i - 1]->id < g->rnodes[i]->id);
-        bool open = g->n_members > 0 && !g->saturated && !g->full;
-        assert(open == (g->open_idx >= 0));
+        assert(takes_members(g) == (g->open_idx >= 0));
         (void)s;
 }
 #else
@@ -468,12 +477,7 @@ void loom__group_refresh(loom_sched *s, group *g)
         bool full = g->n_members >= s->policy.max_group_size;
         s->n_closed_full += (int)full - (int)g->full;
         g->full = full;
-        /* policy.slo_cap: a member whose SLO was relaxed is held, until it has learned, to
-         * its lone iteration on its declared phases, a budget joins could stretch it to: its
-         * group takes no one before then */
-        const job *m0 = g->n_members == 1 ? g->members[0] : NULL;
-        bool held = m0 && m0->slo_relaxed && !(m0->ls && m0->ls->learned);
-        if (g->n_members > 0 && !g->saturated && !g->full && !held)
+        if (takes_members(g))
                 open_put(s, g); /* on ENOMEM the group is just not offered to new jobs */
         else
                 open_remove(s, g);
