@@ -684,6 +684,40 @@ static double iteration_cost(const loom_sched *s, const loom_job_spec *spec, con
         return d->marginal_cost_per_hour * it;
 }
 
+/* d's candidates, when recorded: the search's choice, which keeps the SLO, is marked costlier
+ * and d's relaxed lone placement added as the one chosen. */
+static int explain_relaxed(loom_decision *d, double premium, double cap)
+{
+        if (!d->record_candidates)
+                return 0;
+        for (int i = d->n_candidates - 1; i >= 0; i--)
+                if (d->candidates[i].reject == LOOM_REJECT_NONE) {
+                        d->candidates[i].reject = LOOM_REJECT_COSTLIER;
+                        snprintf(d->candidates[i].why, sizeof d->candidates[i].why,
+                                 "keeps the SLO for %.0f%% more per iteration than running "
+                                 "colocated, past policy.slo_premium %.2f",
+                                 100 * premium, cap);
+                        break;
+                }
+        if (loom_reserve(&d->candidates, &d->cap_candidates, (size_t)d->n_candidates + 1,
+                         sizeof *d->candidates, 16))
+                return LOOM_ENOMEM;
+        loom_candidate *o = &d->candidates[d->n_candidates++];
+        memset(o, 0, sizeof *o);
+        o->kind = d->kind;
+        o->group = LOOM_NEW_GROUP;
+        o->n_rollout_nodes = o->new_rollout_nodes = d->n_rollout_nodes;
+        memcpy(o->rollout_nodes, d->rollout_nodes,
+               sizeof(loom_node_id) * (size_t)d->n_rollout_nodes);
+        o->new_train_nodes = d->n_train_nodes;
+        o->marginal_cost_per_hour = d->marginal_cost_per_hour;
+        o->t_meta = d->t_meta;
+        o->utilisation = d->utilisation;
+        o->rate = 1;
+        snprintf(o->why, sizeof o->why, "chosen: lone, its SLO relaxed to %.3f", d->slo_effective);
+        return 0;
+}
+
 int loom__slo_cap(const loom_sched *s, loom_job_spec *spec, loom_decision *d, loom_err *e)
 {
         const loom_policy_cfg *p = &s->policy;
@@ -728,9 +762,10 @@ int loom__slo_cap(const loom_sched *s, loom_job_spec *spec, loom_decision *d, lo
                 d->groups_pruned_full = pf;
                 d->slo_effective = (double)lone / ref;
                 *spec = relaxed;
+                rc = explain_relaxed(d, keep / alone - 1, p->slo_premium);
         }
         loom_decision_free(&l);
-        return 0;
+        return rc > 0 ? 0 : rc; /* 1: lone cannot take it after all; d as the search chose */
 }
 
 int loom_sched_decide(const loom_sched *s, const loom_job_spec *spec_in, loom_decision *d,

@@ -482,6 +482,22 @@ Test(lone, the_slo_cap_runs_a_job_colocated_where_keeping_its_slo_costs_more)
         cr_assert_float_eq(d.slo_effective, 310.0 / 300, 1e-6);
         cr_assert(strstr(d.reason, "SLO relaxed to 1.033"), "%s", d.reason);
         loom_decision_free(&d);
+        /* explained: the SLO-keeping group costlier, the relaxed lone group chosen */
+        loom_sched *sx = loom_sched_new(&cl, &po, NULL);
+        loom_decision_init(&d, true);
+        submit(sx, &b, &d);
+        cr_assert_geq(d.n_candidates, 2);
+        const loom_candidate *lc = &d.candidates[d.n_candidates - 1];
+        cr_assert_eq(lc->reject, LOOM_REJECT_NONE);
+        cr_assert_float_eq(lc->marginal_cost_per_hour, pt, 1e-9);
+        int costlier = 0;
+        for (int i = 0; i < d.n_candidates - 1; i++) {
+                cr_assert_neq(d.candidates[i].reject, LOOM_REJECT_NONE, "one chosen");
+                costlier += strstr(d.candidates[i].why, "past policy.slo_premium") != NULL;
+        }
+        cr_assert_eq(costlier, 1);
+        loom_decision_free(&d);
+        loom_sched_free(sx);
 
         /* a job that fits lone is never relaxed, even at 0 */
         po.slo_premium = 0;
