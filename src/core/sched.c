@@ -7,11 +7,12 @@
  *   (none) --submit: new_group--> OPEN <--------------------+
  *                                  |  member joins/leaves   |
  *                                  v                        |
- *                   CLOSED (saturated or full: skipped by placement)
+ *                   CLOSED (saturated or full, or held: skipped by placement)
  *   any --last member exits--> released (training and rollout nodes RELEASE_NODE'd)
  *
  * Invariant (checked by assert_group): a group's cached sums equal what its members imply, and
- * it is in s->open exactly when it has members and is neither saturated nor full.
+ * it is in s->open exactly when it has members and is neither saturated nor full nor held (its
+ * one member's SLO relaxed under policy.slo_cap and not yet learned; takes_members).
  */
 #include <assert.h>
 #include <math.h>
@@ -734,7 +735,9 @@ int loom__slo_cap(const loom_sched *s, loom_job_spec *spec, loom_decision *d, lo
                 return 0;
         loom_job_spec relaxed = *spec;
         double ref = (double)budget / spec->slo; /* the solo iteration the SLO is against */
-        relaxed.t_solo_ref = (loom_us)ceil((double)lone / spec->slo);
+        relaxed.t_solo_ref = (loom_us)ceil((double)lone / spec->slo) + 1; /* past rounding */
+        if (!loom__lone_fits(s, &relaxed, loom_job_budget(&relaxed), t))
+                return 0;
         loom_decision l;
         loom_decision_init(&l, false);
         int rc = loom__place_into(s, &relaxed, NULL, 0, &l, e);
