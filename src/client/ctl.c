@@ -292,6 +292,8 @@ static void add_timeline(json_t *job, json_t *tl, json_int_t id)
                 json_t *slo =
                     json_pack("{s:O,s:f}", "slo", json_object_get(x, "slo"), "budget_s", budget);
                 json_object_set_new(slo, "mean_iteration_s", it < 0 ? json_null() : json_real(it));
+                if (json_is_number(json_object_get(x, "slo_effective")))
+                        json_object_set(slo, "slo_effective", json_object_get(x, "slo_effective"));
                 json_object_set_new(slo, "headroom",
                                     it < 0 || budget <= 0 ? json_null()
                                                           : json_real(1 - it / budget));

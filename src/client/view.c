@@ -408,8 +408,12 @@ static void observed_lines(json_t *o, FILE *out)
                 if (json_is_number(it) && json_is_number(head))
                         snprintf(a, sizeof a, "mean iteration %.4g s: headroom %.0f %%",
                                  json_number_value(it), json_number_value(head) * 100);
-                line(out, "SLO", "%.3gx solo, budget %.4g s per iteration; %s",
-                     json_number_value(json_object_get(slo, "slo")),
+                char rel[64] = "";
+                if (json_is_number(json_object_get(slo, "slo_effective")))
+                        snprintf(rel, sizeof rel, " (relaxed at admission to %.4gx)",
+                                 json_number_value(json_object_get(slo, "slo_effective")));
+                line(out, "SLO", "%.3gx solo%s, budget %.4g s per iteration; %s",
+                     json_number_value(json_object_get(slo, "slo")), rel,
                      json_number_value(json_object_get(slo, "budget_s")), a);
         }
         json_t *cost = json_object_get(o, "cost");

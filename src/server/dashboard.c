@@ -270,10 +270,16 @@ static json_t *job_slos(const timeline *t)
                  * budget measured on the job's learned profile once it is planned on it */
                 loom_us budget = j->learned && j->learned_budget > 0 ? j->learned_budget
                                                                      : loom_job_budget(&j->spec);
-                json_array_append_new(a, json_pack("{s:I,s:f,s:f,s:f}", "id", (json_int_t)j->pub,
-                                                   "slo", j->spec.slo, "sync_s",
-                                                   loom_us_to_s(j->spec.t_sync), "budget_s",
-                                                   loom_us_to_s(budget)));
+                /* policy.slo_premium relaxed its SLO at admission: held to that until learned */
+                double eff = json_number_value(json_object_get(j->decision, "slo_effective"));
+                if (eff > 0 && !(j->learned && j->learned_budget > 0))
+                        budget = (loom_us)((double)budget / j->spec.slo * eff);
+                json_t *o = json_pack("{s:I,s:f,s:f,s:f}", "id", (json_int_t)j->pub, "slo",
+                                      j->spec.slo, "sync_s", loom_us_to_s(j->spec.t_sync),
+                                      "budget_s", loom_us_to_s(budget));
+                if (o && eff > 0)
+                        json_object_set_new(o, "slo_effective", json_real(eff));
+                json_array_append_new(a, o);
         }
         return a;
 }

@@ -61,6 +61,12 @@ p = subprocess.run([loom, "submit", spec], capture_output=True, text=True, env=e
 check(p.returncode == 0 and "SLO relaxed to 1.033" in p.stdout,
       f"loom submit says the SLO was relaxed ({p.stdout.strip()} {p.stderr.strip()})")
 
+p = subprocess.run([loom, "job", str(bj["id"])], capture_output=True, text=True, env=env,
+                   timeout=30)
+check(p.returncode == 0 and "(relaxed at admission to 1.033x), budget 3.1 s" in p.stdout,
+      "loom job shows the relaxed SLO and its budget: "
+      + " / ".join(l for l in p.stdout.splitlines() if l.startswith("SLO")))
+
 before = d.req("GET", f"/v1/jobs/{bj['id']}")[1]
 d.kill9()
 d.start()
