@@ -298,17 +298,30 @@ static int replan(loom_sched *s, job *j)
         double sr = solo_roll_mean(j->ls);
         loom_us budget = (loom_us)(d->slo * solo_at(d, sr >= 0 ? sr : fmin(mr, prior_roll(s)), mt));
         /* policy.slo_cap: a job admitted with its SLO relaxed is held to its SLO again where
-         * its lone iteration on its mean phases fits it, else to that lone iteration */
-        if (j->slo_relaxed) {
+         * its lone iteration on its mean phases fits it, else to that lone iteration; and so
+         * is a member alone whose SLO its learned lone iteration no longer fits, where keeping
+         * it (its group's rollout nodes) costs more than the cap allows */
+        if (j->slo_relaxed || (s->policy.slo_cap && j->group->n_members == 1)) {
+                const group *g1 = j->group;
+                int t =
+                    g1->n_members == 1 ? g1->n_tnodes : d->train_gpus / s->cluster.gpus_per_node;
                 loom_job_spec m = *d;
                 m.t_roll = scaled(d->t_roll, mr);
                 m.t_train = scaled(d->t_train, mt);
-                loom_us lone =
-                    loom__lone_iteration(s, &m, d->train_gpus / s->cluster.gpus_per_node);
-                if (lone > budget)
-                        budget = lone;
-                else
+                loom_us lone = loom__lone_iteration(s, &m, t);
+                double alone = t * s->price[LOOM_POOL_TRAIN] * (double)lone;
+                loom_us tt =
+                    loom_group_train_time(m.t_train, m.train_gpus, t * s->cluster.gpus_per_node,
+                                          s->policy.train_scaling_efficiency);
+                double keep = (g1->n_rnodes * s->price[LOOM_POOL_ROLLOUT] + alone / (double)lone) *
+                              (double)(m.t_roll + tt + m.t_sync);
+                if (lone <= budget)
                         j->slo_relaxed = false;
+                else if (j->slo_relaxed ||
+                         keep > (1 + s->policy.slo_premium) * alone * (1 + 1e-9)) {
+                        j->slo_relaxed = true;
+                        budget = lone;
+                }
         }
         j->ls->learned_roll = roll;
         j->ls->learned_train = train;

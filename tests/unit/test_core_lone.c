@@ -560,3 +560,58 @@ Test(lone, a_relaxed_job_is_held_to_its_measured_lone_iteration_once_learned)
         loom_decision_free(&d);
         loom_sched_free(s);
 }
+
+/* policy.slo_cap once learned: a job that fit lone at admission but whose learned lone iteration
+ * no longer fits its SLO keeps running lone, held to that lone iteration, where keeping the SLO
+ * (its group's rollout node) costs more than the cap allows; within the cap it gets the node. */
+static loom_group_info learn_alone(double premium, loom_us *budget, seen *v)
+{
+        po.warm_switch = loom_us_from_s(5);
+        po.admission = LOOM_ADMIT_P99;
+        po.slo_cap = true;
+        po.slo_premium = premium;
+        loom_sched *s = loom_sched_new(&cl, &po, NULL);
+        loom_decision d;
+        loom_decision_init(&d, false);
+        /* 1.035 x 300 s >= 240 + 60 + 10: lone at admission; learned 200 + 30 s: 240 s lone
+         * against 1.035 x 230 = 238 s */
+        loom_job_spec a = spec("D", 240, 60, 1.035);
+        loom_job_id id = submit(s, &a, &d);
+        cr_assert_eq(d.slo_effective, 0, "%s", d.reason);
+        loom_us now = 0;
+        for (int it = 0; it < 4; it++) {
+                drain(s, v);
+                now += loom_us_from_s(205);
+                loom_sched_observe(s, now, id, LOOM_PHASE_ROLLOUT, loom_us_from_s(200));
+                cr_assert_eq(loom_sched_phase_done(s, now, id, LOOM_PHASE_ROLLOUT), 0);
+                drain(s, v);
+                now += loom_us_from_s(35);
+                loom_sched_observe(s, now, id, LOOM_PHASE_TRAIN, loom_us_from_s(30));
+                cr_assert_eq(loom_sched_phase_done(s, now, id, LOOM_PHASE_TRAIN), 0);
+        }
+        loom_job_info ji;
+        cr_assert_eq(loom_sched_job_info(s, id, &ji), 0);
+        *budget = ji.learned_budget;
+        loom_group_info g;
+        cr_assert_eq(loom_sched_group_info(s, d.group, &g), 0);
+        drain(s, v);
+        loom_decision_free(&d);
+        loom_sched_free(s);
+        return g;
+}
+
+Test(lone, a_learned_lone_member_past_its_slo_stays_lone_where_keeping_it_costs_more)
+{
+        loom_us budget;
+        seen v = {0};
+        /* its own rollout node: (1.85 + 5.28) x 230 s is 29% more than 5.28 x 240 s lone */
+        loom_group_info g = learn_alone(0, &budget, &v);
+        cr_assert(g.lone, "relaxed: still lone");
+        cr_assert_eq(budget, loom_us_from_s(240), "%lld", (long long)budget);
+        cr_assert_eq(v.provisioned[LOOM_POOL_ROLLOUT], 0);
+        v = (seen){0};
+        g = learn_alone(0.5, &budget, &v);
+        cr_assert(!g.lone, "kept: its rollout node provisioned");
+        cr_assert_lt(budget, loom_us_from_s(240));
+        cr_assert_eq(v.provisioned[LOOM_POOL_ROLLOUT], 1);
+}
