@@ -587,7 +587,6 @@ static int arrival(engine *g, int ji)
         loom_err_clear(&e2);
         int rc = loom_sched_submit(g->s, g->now, &j->cur, &d, &id, &e2);
         g->groups_dirty = true;
-        g->r->slo_relaxed += !rc && d.slo_effective > 0;
         loom_decision_free(&d);
         if (rc == LOOM_EREJECT || rc == LOOM_ERANGE) {
                 /* ERANGE: the core could not evaluate a candidate group (its meta-iteration
@@ -1075,6 +1074,7 @@ int loom__sim_run_core(const loom_sim_cfg *c, const loom_sim_workload *w, loom_s
         loom_sched_stats st;
         loom_sched_stats_get(g.s, &st);
         r->replans = st.replans;
+        r->slo_relaxed = st.slo_relaxed;
         loom_us *done = malloc((size_t)(w->n ? w->n : 1) * 2 * sizeof *done);
         if (!done) {
                 rc = LOOM_ENOMEM;
