@@ -271,6 +271,9 @@ void loom__lone_settle(loom_sched *s, group *g);
  * budget is that lone iteration, d becomes that placement with slo_effective set. Returns 0
  * (d kept or replaced) or an error. */
 int loom__slo_cap(const loom_sched *s, loom_job_spec *spec, loom_decision *d, loom_err *e);
+/* policy.slo_cap's rule: whether keeping a job's SLO at `keep` $ per iteration costs more than
+ * the policy allows over running it lone at `alone` $ per iteration. */
+bool loom__slo_too_dear(const loom_sched *s, double keep, double alone);
 /* loom__lone_fits for member j, held to the budget the core holds it to (j->slo_budget); once
  * learned, on its mean observed phases: alone, j's iteration is its solo one plus two
  * switches, so its SLO on the mean holds exactly when that fits. */

@@ -309,16 +309,16 @@ static int replan(loom_sched *s, job *j)
                 m.t_roll = scaled(d->t_roll, mr);
                 m.t_train = scaled(d->t_train, mt);
                 loom_us lone = loom__lone_iteration(s, &m, t);
-                double alone = t * s->price[LOOM_POOL_TRAIN] * (double)lone;
+                double pt = t * s->price[LOOM_POOL_TRAIN];
                 loom_us tt =
                     loom_group_train_time(m.t_train, m.train_gpus, t * s->cluster.gpus_per_node,
                                           s->policy.train_scaling_efficiency);
-                double keep = (g1->n_rnodes * s->price[LOOM_POOL_ROLLOUT] + alone / (double)lone) *
+                /* kept: its group's rollout nodes beside its training nodes, no switches */
+                double keep = (g1->n_rnodes * s->price[LOOM_POOL_ROLLOUT] + pt) *
                               (double)(m.t_roll + tt + m.t_sync);
                 if (lone <= budget)
                         j->slo_relaxed = false;
-                else if (j->slo_relaxed ||
-                         keep > (1 + s->policy.slo_premium) * alone * (1 + 1e-9)) {
+                else if (j->slo_relaxed || loom__slo_too_dear(s, keep, pt * (double)lone)) {
                         j->slo_relaxed = true;
                         budget = lone;
                 }

@@ -719,6 +719,11 @@ static int explain_relaxed(loom_decision *d, double premium, double cap)
         return 0;
 }
 
+bool loom__slo_too_dear(const loom_sched *s, double keep, double alone)
+{
+        return s->policy.slo_cap && keep > (1 + s->policy.slo_premium) * alone * (1 + 1e-9);
+}
+
 int loom__slo_cap(const loom_sched *s, loom_job_spec *spec, loom_decision *d, loom_err *e)
 {
         const loom_policy_cfg *p = &s->policy;
@@ -731,10 +736,11 @@ int loom__slo_cap(const loom_sched *s, loom_job_spec *spec, loom_decision *d, lo
                 return 0;
         double alone = t * s->price[LOOM_POOL_TRAIN] * (double)lone,
                keep = iteration_cost(s, spec, d);
-        if (keep <= (1 + p->slo_premium) * alone * (1 + 1e-9))
+        if (!loom__slo_too_dear(s, keep, alone))
                 return 0;
         loom_job_spec relaxed = *spec;
-        double ref = (double)budget / spec->slo; /* the solo iteration the SLO is against */
+        /* its lone iteration over the solo iteration its SLO is measured against */
+        double eff = (double)lone / ((double)budget / spec->slo);
         relaxed.t_solo_ref = (loom_us)ceil((double)lone / spec->slo) + 1; /* past rounding */
         if (!loom__lone_fits(s, &relaxed, loom_job_budget(&relaxed), t))
                 return 0;
@@ -750,20 +756,18 @@ int loom__slo_cap(const loom_sched *s, loom_job_spec *spec, loom_decision *d, lo
                 bool rec = d->record_candidates;
                 int pb = d->groups_pruned_bound, ps = d->groups_pruned_saturated,
                     pf = d->groups_pruned_full;
-                char why[sizeof d->reason];
-                snprintf(why, sizeof why,
+                *d = l;
+                snprintf(d->reason, sizeof d->reason,
                          "keeping SLO %.3f costs %.0f%% more per iteration than running the job "
                          "colocated, past policy.slo_premium %.2f: new lone group, +$%.2f/h, "
                          "its rollouts on the training nodes, SLO relaxed to %.3f",
                          spec->slo, 100 * (keep / alone - 1), p->slo_premium,
-                         l.marginal_cost_per_hour, (double)lone / ref);
-                *d = l;
-                memcpy(d->reason, why, sizeof d->reason);
+                         d->marginal_cost_per_hour, eff);
                 d->candidates = cands, d->n_candidates = n, d->cap_candidates = cap;
                 d->record_candidates = rec;
                 d->groups_pruned_bound = pb, d->groups_pruned_saturated = ps,
                 d->groups_pruned_full = pf;
-                d->slo_effective = (double)lone / ref;
+                d->slo_effective = eff;
                 *spec = relaxed;
                 rc = explain_relaxed(d, keep / alone - 1, p->slo_premium);
         }
