@@ -417,8 +417,8 @@ void srv_job_failed(loom_server *s, srv_job *j, const char *lease_state, const c
 /* Record a released phase of l.phase lasting dur (a rollout's head, 0 if none was reported);
  * after a train release, re-admit the job on its observed profile if its recent phases exceed
  * the planned ones. */
-void srv_observe_phase(loom_server *s, srv_job *j, loom_phase phase, loom_pool pool, loom_us dur,
-                       loom_us head);
+void srv_observe_phase(loom_server *s, srv_job *j, loom_phase phase, loom_pool pool, int gpus,
+                       loom_us dur, loom_us head);
 void srv_retry_json(loom_server *s, const srv_job *j, json_t *o);
 void srv_h_attach(loom_server *s, srv_req *r, loom_us now);
 /* Whether decision d has the group and nodes stored in o (a job's decision, a readmit entry). */
@@ -450,6 +450,7 @@ typedef struct srv_observe_rec {
         loom_us roll, train, budget; /* the job's learned profile afterwards (0 before any) */
         loom_us head;                /* a rollout's head from its progress report (0: none) */
         loom_pool pool; /* where the phase ran: a lone member's rollout on the training pool */
+        int gpus;       /* a training's GPUs, its lease's (0: the group's pool as it stands) */
 } srv_observe_rec;
 char *srv_observe_encode(const srv_observe_rec *o); /* malloc'd JSON text, NULL on ENOMEM */
 /* 0, or LOOM_ECORRUPT with e naming the bad key. */
@@ -457,8 +458,8 @@ int srv_observe_decode(const char *text, srv_observe_rec *o, loom_err *e);
 /* Feed a finished phase of a live job (a rollout with its head, 0: none) to the core and log
  * it (nothing under admission worst). Returns loom_sched_observe's result, 0 when not
  * observed. */
-int srv_learn_observe(loom_server *s, srv_job *j, loom_phase phase, loom_pool pool, loom_us took,
-                      loom_us head);
+int srv_learn_observe(loom_server *s, srv_job *j, loom_phase phase, loom_pool pool, int gpus,
+                      loom_us took, loom_us head);
 /* Replay of one "observe" entry against core job `core`; 0 or LOOM_ECORRUPT with e filled. */
 int srv_replay_observe(loom_server *s, srv_job *j, uint32_t core, const char *reason, loom_err *e);
 /* "learned", "learned_profile", "replans" of the job JSON. */

@@ -396,6 +396,7 @@ int loom_policy_cfg_from_json(json_t *obj, const char *where, const char *text, 
                                             "rate_search_open",
                                             "plan_tails",
                                             "regroup",
+                                            "pool_grow",
                                             "slo_premium",
                                             NULL};
         dctx c = {where ? where : "", text, len, e};
@@ -425,6 +426,7 @@ int loom_policy_cfg_from_json(json_t *obj, const char *where, const char *text, 
             (rc = get_bool(&c, obj, "move_members", &p.move_members)) ||
             (rc = get_bool(&c, obj, "plan_tails", &p.plan_tails)) ||
             (rc = get_bool(&c, obj, "regroup", &p.regroup)) ||
+            (rc = get_bool(&c, obj, "pool_grow", &p.pool_grow)) ||
             (rc = get_bool(&c, obj, "train_rightsize", &p.train_rightsize)))
                 return rc;
         json_t *lb = json_object_get(obj, "learn_bound");

@@ -149,7 +149,7 @@ static void observe(loom_server *s, uint32_t id, loom_phase ph, double secs)
         if (srv_job_live(j->state))
                 srv_observe_phase(s, j, ph,
                                   ph == LOOM_PHASE_ROLLOUT ? LOOM_POOL_ROLLOUT : LOOM_POOL_TRAIN,
-                                  loom_us_from_s(secs), 0);
+                                  0, loom_us_from_s(secs), 0);
 }
 
 /*
