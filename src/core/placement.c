@@ -956,10 +956,10 @@ static int consider(search *x, cand *c)
                          100 * x->margin, loom_us_to_s(c->t_meta));
         }
         if (c->reject == LOOM_REJECT_NONE) {
-                loom_us it = !c->g   ? (c->lone ? loom__lone_iteration(x->s, x->spec, c->tnodes)
-                                                : c->t_meta)
-                             : c->rate > 1 ? c->t_meta / c->rate
-                                           : c->t_meta;
+                loom_us it =
+                    !c->g ? (c->lone ? loom__lone_iteration(x->s, x->spec, c->tnodes) : c->t_meta)
+                    : c->rate > 1 ? c->t_meta / c->rate
+                                  : c->t_meta;
                 c->per_iter = c->cost * (double)it;
                 if (!x->have_best || better(c, &x->best)) {
                         cand prev = x->best;

@@ -930,11 +930,10 @@ static int placed_ok(const loom_sched *s, const loom_job_spec *spec, const loom_
                         if (want->train_nodes[i] !=
                             (i < g->n_tnodes ? g->tnodes[i]
                                              : s->next_tnode + (loom_node_id)(i - g->n_tnodes)))
-                                return loom_err_set(e, LOOM_EINVAL, "train_nodes",
-                                                    "not group %u's training nodes%s",
-                                                    (unsigned)g->id,
-                                                    grow ? " and fresh ones from the next free"
-                                                         : "");
+                                return loom_err_set(
+                                    e, LOOM_EINVAL, "train_nodes",
+                                    "not group %u's training nodes%s", (unsigned)g->id,
+                                    grow ? " and fresh ones from the next free" : "");
         } else {
                 return loom_err_set(e, LOOM_EINVAL, "decision", "not a placement");
         }
@@ -1177,8 +1176,7 @@ int loom_sched_job_exit(loom_sched *s, loom_us now, loom_job_id id, loom_exit re
                        s->policy.admission != LOOM_ADMIT_WORST;
         if (g->n_members == 0) {
                 for (int i = 0; i < g->n_tnodes; i++)
-                        node_action(s, LOOM_ACT_RELEASE_NODE, LOOM_POOL_TRAIN, g->tnodes[i],
-                                    g->id);
+                        node_action(s, LOOM_ACT_RELEASE_NODE, LOOM_POOL_TRAIN, g->tnodes[i], g->id);
                 g->train_running = 0; /* its last member's phase ended with it */
                 loom__pool_settle(s, g);
                 open_remove(s, g);

@@ -130,7 +130,7 @@ int srv_learn_observe(loom_server *s, srv_job *j, loom_phase phase, loom_pool po
         keep(j, &in);
         if (rc == 1)
                 j->replans++;
-        srv_observe_rec o = {j->retry.core,     phase, took, rc,   in.learned_roll, in.learned_train,
+        srv_observe_rec o = {j->retry.core,     phase, took, rc,  in.learned_roll, in.learned_train,
                              in.learned_budget, head,  pool, gpus};
         loom_err e;
         loom_err_clear(&e);

@@ -106,8 +106,8 @@ static loom_us own_train(loom_server *s, const srv_job *j, int gpus, loom_us dur
         if (gpus <= 0 || gpus == own)
                 return dur;
         loom_us unit = loom_us_from_s(1000);
-        loom_us there = loom_group_train_time(unit, own, gpus,
-                                              loom_sched_policy(s->sched)->train_scaling_efficiency);
+        loom_us there = loom_group_train_time(
+            unit, own, gpus, loom_sched_policy(s->sched)->train_scaling_efficiency);
         return there > 0 ? (loom_us)llround((double)dur * (double)unit / (double)there) : dur;
 }
 

@@ -347,8 +347,8 @@ int srv_replay_one(void *arg, int64_t seq, const char *kind, uint32_t id, const 
                           : 0;
         }
         if (!strcmp(kind, "readmit")) { /* the new admission counts from its entry's count */
-                int rc = srv_replay_readmit(s, j, &rp->core[id - 1], &rp->done[id - 1], reason,
-                                            at, rp->e);
+                int rc = srv_replay_readmit(s, j, &rp->core[id - 1], &rp->done[id - 1], reason, at,
+                                            rp->e);
                 rp->base[id - 1] = rp->done[id - 1];
                 return rc;
         }
@@ -511,10 +511,10 @@ static int resume_jobs(loom_server *s, const held_leases *held, uint32_t *live, 
         for (size_t k = 0; rc < 0 && k < n; k++)
                 if (loom_sched_resume(s->sched, srv_now_wall(), &r[k], 1) < 0) {
                         srv_job *j = srv_job_by_core(s, r[k].job);
-                        rc = loom_err_set(e, LOOM_ECORRUPT, "store",
-                                          "cannot resume job %u at %s (call %d): %s",
-                                          j ? j->id : 0, loom_phase_name(r[k].phase),
-                                          r[k].call, loom_strerror(rc));
+                        rc =
+                            loom_err_set(e, LOOM_ECORRUPT, "store",
+                                         "cannot resume job %u at %s (call %d): %s", j ? j->id : 0,
+                                         loom_phase_name(r[k].phase), r[k].call, loom_strerror(rc));
                 }
         free(r);
         if (rc < 0)
@@ -662,8 +662,8 @@ loom_server *loom_server_new(const loom_server_cfg *cfg, loom_err *e)
         int rc = srv_store_open(&s->store, s->data_dir, cfg->sync_full, e);
         if (!rc && cfg->replicate) { /* a replica's leader: every commit through the log first */
                 rc = srv_store_replicate(s->store, cfg->replicate, cfg->replicate_arg, e);
-                srv_store_snapshots(s->store, cfg->snapshot, cfg->replicate_arg, cfg->snapshot_every,
-                                    cfg->snapshot_due);
+                srv_store_snapshots(s->store, cfg->snapshot, cfg->replicate_arg,
+                                    cfg->snapshot_every, cfg->snapshot_due);
         }
         if (!rc)
                 rc = srv_auth_open(s, e);

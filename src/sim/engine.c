@@ -855,10 +855,11 @@ static int on_end(engine *g, int ji)
          * switches on their own. */
         bool whole = j->n_calls == 0;
         loom_us took = g->now - j->work_start;
-        int obs = whole ? loom_sched_observe_ran(g->s, g->now, j->id, ph,
-                                                 ph == LOOM_PHASE_ROLLOUT ? ran_on : LOOM_POOL_TRAIN,
-                                                 j->start_gpus, took < 0 ? 0 : took)
-                        : 0;
+        int obs = whole
+                      ? loom_sched_observe_ran(g->s, g->now, j->id, ph,
+                                               ph == LOOM_PHASE_ROLLOUT ? ran_on : LOOM_POOL_TRAIN,
+                                               j->start_gpus, took < 0 ? 0 : took)
+                      : 0;
         if (obs < 0)
                 return fail(g, obs, "observe");
         if (ph == LOOM_PHASE_TRAIN && (whole || j->call + 1 == j->n_calls)) {

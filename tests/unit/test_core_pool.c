@@ -259,8 +259,8 @@ static void run(loom_sched *s, seen *v, clock *k, loom_job_id job, int n)
                 if (k->r[next].ph == LOOM_PHASE_TRAIN && k->n_ends[next] < 64)
                         k->ends[next][k->n_ends[next]++] = k->now;
                 cr_assert_eq(loom_sched_phase_done(s, k->now, (loom_job_id)next, k->r[next].ph), 0);
-                loom_sched_observe_ran(s, k->now, (loom_job_id)next, k->r[next].ph,
-                                       k->r[next].pool, k->r[next].gpus, k->r[next].took);
+                loom_sched_observe_ran(s, k->now, (loom_job_id)next, k->r[next].ph, k->r[next].pool,
+                                       k->r[next].gpus, k->r[next].took);
         }
 }
 

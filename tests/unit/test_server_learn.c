@@ -12,7 +12,7 @@
 Test(server_learn, an_observe_entry_reads_back_the_same)
 {
         srv_observe_rec o = {7, LOOM_PHASE_TRAIN, 612034, 1, 1004211, 611200, 3241000,
-                             0, LOOM_POOL_TRAIN, 0},
+                             0, LOOM_POOL_TRAIN,  0},
                         back;
         char *t = srv_observe_encode(&o);
         cr_assert_not_null(t);
@@ -25,7 +25,8 @@ Test(server_learn, an_observe_entry_reads_back_the_same)
                   back.budget == o.budget);
         free(t);
         /* before learn_after iterations: no learned profile yet; a rollout's head when reported */
-        srv_observe_rec r = {UINT32_MAX, LOOM_PHASE_ROLLOUT, 0, 0, 0, 0, 0, 0, LOOM_POOL_ROLLOUT, 0};
+        srv_observe_rec r = {UINT32_MAX, LOOM_PHASE_ROLLOUT, 0, 0, 0, 0, 0,
+                             0,          LOOM_POOL_ROLLOUT,  0};
         t = srv_observe_encode(&r);
         cr_assert_eq(srv_observe_decode(t, &back, &e), 0, "%s", e.msg);
         cr_assert_eq(back.core, UINT32_MAX);
