@@ -71,6 +71,7 @@ int loom_admission_parse(const char *s, loom_admission *out);
 #define LOOM_PRIOR_JOBS 16        /* ended jobs the budget prior of a new job is taken from */
 #define LOOM_MOVE_GAIN 0.5        /* a lone member moves only if that halves what it costs */
 #define LOOM_MOVE_MARGIN 0.05     /* policy.move_members: slack a move leaves every member */
+#define LOOM_GROW_VIEWS 16        /* policy.pool_grow: groups a decision searches grown, at most */
 #define LOOM_MOVE_GROW_GAIN 0.2   /* policy.lone_grow: a move to more nodes saves this */
 #define LOOM_JOIN_WAIT_LEFT 10    /* policy.join_wait: members this close to their end */
 

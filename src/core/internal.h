@@ -228,10 +228,11 @@ static inline void loom__tnodes(const group *g, loom_node_id *out)
 job *loom__job(const loom_sched *s, loom_job_id id);
 int loom__push_action(loom_sched *s, const loom_action *a);
 void loom__group_refresh(loom_sched *s, group *g); /* recompute caches + open membership */
-/* Recompute g's cached sums, load and T_meta from its members and rollout nodes, each member
- * training on g's pool (loom__train_in): what loom__group_refresh does short of the slot order
- * and the open list, so it also serves a placement's view of g with a grown pool. */
-void loom__group_sums(const loom_sched *s, group *g);
+/* Recompute g's cached sums and load from its members and rollout nodes, each member training
+ * on g's pool (loom__train_in), and with `meta` its T_meta (a simulation): what
+ * loom__group_refresh does short of the slot order and the open list, so it also serves a
+ * placement's view of g with a grown pool, which needs no T_meta of its own. */
+void loom__group_sums(const loom_sched *s, group *g, bool meta);
 /* A member's training time and per-node training working set in g's pool: j->t_train_in and
  * j->mem_train_in for j's own group. */
 loom_us loom__train_in(const loom_sched *s, const group *g, const job *j);

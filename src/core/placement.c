@@ -1169,7 +1169,7 @@ static void grown_view(search *x, const group *g, int grow)
                 v->tnodes[g->n_tnodes + i] = s->next_tnode + (loom_node_id)i;
         v->n_tnodes = g->n_tnodes + grow;
         v->train_gpus = v->n_tnodes * s->cluster.gpus_per_node;
-        loom__group_sums(s, v);
+        loom__group_sums(s, v, false);
         x->nd_g = NULL; /* the caches keyed by group pointer: the view is reused */
         x->lr_g = NULL;
 }
@@ -1201,7 +1201,7 @@ int loom__pool_least(const loom_sched *s, const group *g, int least)
         for (int p = least; p < g->n_tnodes; p++) {
                 v.n_tnodes = p;
                 v.train_gpus = p * s->cluster.gpus_per_node;
-                loom__group_sums(s, &v);
+                loom__group_sums(s, &v, false);
                 if (v.train_mem_used <= s->cluster.host_mem_bytes && pool_keeps(s, &v, lone))
                         return p;
         }
@@ -1209,27 +1209,87 @@ int loom__pool_least(const loom_sched *s, const group *g, int least)
 }
 
 /*
+ * O(1), before a grown view is built: a member's training in a pool grown from P to P' GPUs
+ * lasts at least P / P' of what it does now (exactly that at linear scaling), so the group's
+ * training load and SLO density scaled by P / P', plus the job's, are lower bounds; the
+ * training working sets per node scale by exactly P / P'. A group they rule out cannot take the
+ * job however its pool grows by `grow` nodes; nor can one where even the least an iteration of
+ * the job could cost there is more than the best candidate's so far. Returns < 0 for those,
+ * else the share of the tightest budget the bound leaves free (more: likelier to fit).
+ */
+static double may_grow(const search *x, const group *g, int grow)
+{
+        const loom_sched *s = x->s;
+        const loom_job_spec *sp = x->spec;
+        int pool = g->train_gpus + grow * s->cluster.gpus_per_node;
+        double f = (double)g->train_gpus / (double)pool;
+        loom_us tt = loom_group_train_time(sp->t_train, sp->train_gpus, pool,
+                                           s->policy.train_scaling_efficiency);
+        if ((double)g->train_mem_used * f +
+                (double)loom_group_train_mem(sp->mem_train, sp->train_gpus, pool) >
+            (double)s->cluster.host_mem_bytes)
+                return -1;
+        loom_us solo_in = sp->t_roll + tt + sp->t_sync;
+        /* what an iteration of the job there costs at least: the nodes it adds (a lone group's
+         * planned rollout nodes among them) for its own chain in the larger pool */
+        double least = (grow * s->price[LOOM_POOL_TRAIN] +
+                        (g->lone ? g->n_rnodes * s->price[LOOM_POOL_ROLLOUT] : 0)) *
+                       (double)solo_in;
+        if (x->have_best && least > x->best.per_iter * (1 + 1e-9))
+                return -1;
+        if (!checks_slo(s->policy.placer))
+                return 1;
+        if (solo_in > x->budget)
+                return -1;
+        if (multirate(x))
+                return 1.0 + 1e-9 - (g->density * f + (double)tt / (double)x->budget);
+        loom_us budget = g->min_budget < x->budget ? g->min_budget : x->budget;
+        return 1.0 + 1e-9 - ((double)g->sum_train * f + (double)tt) / (double)budget;
+}
+
+/*
  * policy.pool_grow: the job joins a group whose training pool it grows by 1 .. t of its own t
  * training nodes, every member then training on the larger pool. Any group with room is a
  * candidate, saturated ones included (a larger pool unsaturates them); searched only while
- * the best placement so far costs more than the nodes a growth adds, the least it can cost.
+ * the best placement so far costs more than the nodes a growth adds, the least it can cost,
+ * and in at most LOOM_GROW_VIEWS groups per size of growth, those whose O(1) bounds leave the
+ * most room (may_grow), so that a decision stays within milliseconds however many groups
+ * pass the bounds.
  */
 static int search_grown(search *x)
 {
         const loom_sched *s = x->s;
         if (!s->policy.pool_grow || s->policy.placer != LOOM_PLACER_LOOM)
                 return 0;
-        int t = x->spec->train_gpus / s->cluster.gpus_per_node;
+        const loom_job_spec *sp = x->spec;
+        int gpn = s->cluster.gpus_per_node, t = sp->train_gpus / gpn;
         for (int grow = 1; grow <= t; grow++) {
                 if (x->have_best && x->best.cost <= grow * s->price[LOOM_POOL_TRAIN] + 1e-9)
                         return 0;
+                /* the LOOM_GROW_VIEWS groups the bounds leave the most room in, most first
+                 * (ties: the lower id), kept in top[] by insertion */
+                const group *top[LOOM_GROW_VIEWS];
+                double room[LOOM_GROW_VIEWS];
+                int n = 0;
                 for (uint32_t gi = 0; gi < s->next_group; gi++) {
                         const group *g = s->groups[gi];
                         if (!g || g == x->exclude || g->n_members == 0 || g->full ||
                             g->n_members >= LOOM_MAX_GROUP_SIZE || loom__held(g) ||
                             g->n_tnodes + grow > LOOM_MAX_JOB_NODES)
                                 continue;
-                        grown_view(x, g, grow);
+                        double r = may_grow(x, g, grow);
+                        if (r < 0 || (n == LOOM_GROW_VIEWS && r <= room[n - 1]))
+                                continue;
+                        int k = n < LOOM_GROW_VIEWS ? n++ : n - 1;
+                        for (; k > 0 && room[k - 1] < r; k--) {
+                                top[k] = top[k - 1];
+                                room[k] = room[k - 1];
+                        }
+                        top[k] = g;
+                        room[k] = r;
+                }
+                for (int k = 0; k < n; k++) {
+                        grown_view(x, top[k], grow);
                         open_group o = loom__open_entry(&x->view);
                         int rc = search_group(x, &o, CANDS_ALL, NULL);
                         if (rc)

@@ -455,7 +455,7 @@ uint64_t loom__mem_in(const loom_sched *s, const group *g, const job *j)
         return loom_group_train_mem(j->spec.mem_train, j->spec.train_gpus, g->train_gpus);
 }
 
-void loom__group_sums(const loom_sched *s, group *g)
+void loom__group_sums(const loom_sched *s, group *g, bool meta)
 {
         g->sum_train = 0;
         g->t_cycle = 0;
@@ -491,13 +491,15 @@ void loom__group_sums(const loom_sched *s, group *g)
                 if (g->rnodes[i]->load > g->t_load)
                         g->t_load = g->rnodes[i]->load;
         g->saturated = g->t_load >= g->t_cycle;
-        if (loom__group_meta(s, g, &g->t_meta))
+        if (!meta)
+                g->t_meta = 0;
+        else if (loom__group_meta(s, g, &g->t_meta))
                 g->t_meta = g->t_load > g->t_cycle ? g->t_load : g->t_cycle;
 }
 
 void loom__group_refresh(loom_sched *s, group *g)
 {
-        loom__group_sums(s, g);
+        loom__group_sums(s, g, true);
         group_slots(g);
         bool full = g->n_members >= s->policy.max_group_size;
         s->n_closed_full += (int)full - (int)g->full;
