@@ -937,8 +937,12 @@ static int gen_direct(const search *x, const group *g, rnode **sorted, cand *out
 static int consider(search *x, cand *c)
 {
         /* Multi-rate evaluation simulates: a candidate dearer than a feasible one already
-         * found cannot win (cost is the first key), so it is not simulated. */
-        if (multirate(x) && c->g && x->have_best && cand_cost(x, c) > x->best.cost + 1e-9) {
+         * found cannot win (cost is the first key), so it is not simulated. Where a grown
+         * pool is on either side, what an iteration costs comes first (better()), which a
+         * dearer candidate may still win on. */
+        bool grown = (c->g && c->g->grown) || (x->have_best && x->best.g && x->best.g->grown);
+        if (multirate(x) && c->g && x->have_best && !grown &&
+            cand_cost(x, c) > x->best.cost + 1e-9) {
                 c->cost = cand_cost(x, c);
                 c->rate = 1;
                 c->reject = LOOM_REJECT_COSTLIER;
