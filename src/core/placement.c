@@ -117,19 +117,19 @@ static int cmp_node_id(const void *a, const void *b)
  */
 static bool better(const cand *a, const cand *b)
 {
+        if (a->cost < b->cost - 1e-9)
+                return true;
+        if (a->cost > b->cost + 1e-9)
+                return false;
         /* policy.pool_grow: a grown pool makes every member's iteration shorter, the job's
-         * included, which its $/h does not say. A grown candidate and any other are ranked by
-         * what an iteration of the job costs in each. */
+         * included, which its $/h does not say. At equal $/h a grown candidate and any other
+         * are ranked by what an iteration of the job costs in each. */
         if ((a->g && a->g->grown) || (b->g && b->g->grown)) {
                 if (a->per_iter < b->per_iter * (1 - 1e-9))
                         return true;
                 if (a->per_iter > b->per_iter * (1 + 1e-9))
                         return false;
         }
-        if (a->cost < b->cost - 1e-9)
-                return true;
-        if (a->cost > b->cost + 1e-9)
-                return false;
         if (a->outlive < b->outlive - 1e-6)
                 return true;
         if (a->outlive > b->outlive + 1e-6)
@@ -937,12 +937,8 @@ static int gen_direct(const search *x, const group *g, rnode **sorted, cand *out
 static int consider(search *x, cand *c)
 {
         /* Multi-rate evaluation simulates: a candidate dearer than a feasible one already
-         * found cannot win (cost is the first key), so it is not simulated. Where a grown
-         * pool is on either side, what an iteration costs comes first (better()), which a
-         * dearer candidate may still win on. */
-        bool grown = (c->g && c->g->grown) || (x->have_best && x->best.g && x->best.g->grown);
-        if (multirate(x) && c->g && x->have_best && !grown &&
-            cand_cost(x, c) > x->best.cost + 1e-9) {
+         * found cannot win (cost is the first key), so it is not simulated. */
+        if (multirate(x) && c->g && x->have_best && cand_cost(x, c) > x->best.cost + 1e-9) {
                 c->cost = cand_cost(x, c);
                 c->rate = 1;
                 c->reject = LOOM_REJECT_COSTLIER;
@@ -1217,9 +1213,9 @@ int loom__pool_least(const loom_sched *s, const group *g, int least)
  * lasts at least P / P' of what it does now (exactly that at linear scaling), so the group's
  * training load and SLO density scaled by P / P', plus the job's, are lower bounds; the
  * training working sets per node scale by exactly P / P'. A group they rule out cannot take the
- * job however its pool grows by `grow` nodes; nor can one where even the least an iteration of
- * the job could cost there is more than the best candidate's so far. Returns < 0 for those,
- * else the share of the tightest budget the bound leaves free (more: likelier to fit).
+ * job however its pool grows by `grow` nodes; nor can one whose growth alone costs more per
+ * hour than the best candidate so far. Returns < 0 for those, else the share of the tightest
+ * budget the bounds leave free (more: likelier to fit).
  */
 static double may_grow(const search *x, const group *g, int grow)
 {
@@ -1233,14 +1229,13 @@ static double may_grow(const search *x, const group *g, int grow)
                 (double)loom_group_train_mem(sp->mem_train, sp->train_gpus, pool) >
             (double)s->cluster.host_mem_bytes)
                 return -1;
-        loom_us solo_in = sp->t_roll + tt + sp->t_sync;
-        /* what an iteration of the job there costs at least: the nodes it adds (a lone group's
-         * planned rollout nodes among them) for its own chain in the larger pool */
-        double least = (grow * s->price[LOOM_POOL_TRAIN] +
-                        (g->lone ? g->n_rnodes * s->price[LOOM_POOL_ROLLOUT] : 0)) *
-                       (double)solo_in;
-        if (x->have_best && least > x->best.per_iter * (1 + 1e-9))
+        /* the least the join costs per hour: the nodes it adds, a lone group's planned rollout
+         * nodes among them */
+        double least = grow * s->price[LOOM_POOL_TRAIN] +
+                       (g->lone ? g->n_rnodes * s->price[LOOM_POOL_ROLLOUT] : 0);
+        if (x->have_best && least > x->best.cost + 1e-9)
                 return -1;
+        loom_us solo_in = sp->t_roll + tt + sp->t_sync;
         if (!checks_slo(s->policy.placer))
                 return 1;
         if (solo_in > x->budget)
