@@ -1214,9 +1214,12 @@ int loom__pool_least(const loom_sched *s, const group *g, int least)
  * training load and SLO density scaled by P / P', plus the job's, are lower bounds; the
  * training working sets per node scale by exactly P / P'. A group they rule out cannot take the
  * job however its pool grows by `grow` nodes; nor can one whose growth alone costs more per
- * hour than the best candidate so far. Returns < 0 for those, else the share of the tightest
- * budget the bounds leave free (more: likelier to fit).
+ * hour than the best candidate so far. Returns < 0 for those, else a rank, higher first: what
+ * the join likely costs per hour (lower first), then the share of the tightest budget the
+ * bounds leave free.
  */
+enum { GROW_RANK_SCALE = 1 << 30 }; /* past any $/h a growth can cost */
+
 static double may_grow(const search *x, const group *g, int grow)
 {
         const loom_sched *s = x->s;
@@ -1232,18 +1235,24 @@ static double may_grow(const search *x, const group *g, int grow)
         /* the least the join costs per hour: the nodes it adds, a lone group's planned rollout
          * nodes among them */
         double least = grow * s->price[LOOM_POOL_TRAIN] +
-                       (g->lone ? g->n_rnodes * s->price[LOOM_POOL_ROLLOUT] : 0);
+                       (g->lone ? g->n_rnodes : 0) * s->price[LOOM_POOL_ROLLOUT];
         if (x->have_best && least > x->best.cost + 1e-9)
                 return -1;
-        loom_us solo_in = sp->t_roll + tt + sp->t_sync;
-        if (!checks_slo(s->policy.placer))
-                return 1;
-        if (solo_in > x->budget)
-                return -1;
-        if (multirate(x))
-                return 1.0 + 1e-9 - (g->density * f + (double)tt / (double)x->budget);
+        /* likely more (for the rank only): a new rollout node for each of the job's that no
+         * node of the group has the load to take within the tightest budget at today's rates */
         loom_us budget = g->min_budget < x->budget ? g->min_budget : x->budget;
-        return 1.0 + 1e-9 - ((double)g->sum_train * f + (double)tt) / (double)budget;
+        int fit = 0;
+        for (int i = 0; i < g->n_rnodes && fit < x->k; i++)
+                fit += g->rnodes[i]->load + loom__roll_occ(s, sp, 0) <= budget;
+        double likely = least + (x->k - fit) * s->price[LOOM_POOL_ROLLOUT];
+        loom_us solo_in = sp->t_roll + tt + sp->t_sync;
+        double room = !checks_slo(s->policy.placer) ? 1
+                      : multirate(x) ? 1 - (g->density * f + (double)tt / (double)x->budget)
+                                     : 1 - ((double)g->sum_train * f + (double)tt) / (double)budget;
+        if (checks_slo(s->policy.placer) && (solo_in > x->budget || room < -1e-9))
+                return -1;
+        /* the cheapest first, then the most room (room is within [0, 1]) */
+        return GROW_RANK_SCALE - likely + (room > 0 ? room : 0) / 2;
 }
 
 /*
