@@ -223,6 +223,23 @@ typedef struct clock {
         int n_ends[8];
 } clock;
 
+/* The clock with what drain() saw start at 0 (A's and B's rollouts) running. */
+static clock started(loom_sched *s, const seen *v)
+{
+        clock k = {0};
+        for (int j = 0; j < 8; j++)
+                if (v->running[j]) {
+                        loom_job_info ji;
+                        cr_assert_eq(loom_sched_job_info(s, (loom_job_id)j, &ji), 0);
+                        k.r[j].on = true;
+                        k.r[j].ph = LOOM_PHASE_ROLLOUT;
+                        k.r[j].pool = v->start[j].pool;
+                        k.r[j].gpus = v->start[j].gpus;
+                        k.r[j].end = k.r[j].took = ji.declared.t_roll;
+                }
+        return k;
+}
+
 /* Run until job `job` starts its `n`-th training (then its phase is left running). */
 static void run(loom_sched *s, seen *v, clock *k, loom_job_id job, int n)
 {
@@ -274,15 +291,7 @@ Test(pool, the_grown_group_runs_at_its_admitted_period)
         seen v = {0};
         loom_sched *s = two_and_a_tight_one(&d, id, &v);
         cr_assert_eq(d.n_train_nodes, 2, "%s", d.reason);
-        clock k = {0};
-        for (int j = 0; j < 8; j++)
-                if (v.running[j]) {
-                        loom_job_info ji;
-                        cr_assert_eq(loom_sched_job_info(s, (loom_job_id)j, &ji), 0);
-                        k.r[j].on = true;
-                        k.r[j].ph = LOOM_PHASE_ROLLOUT;
-                        k.r[j].end = k.r[j].took = ji.declared.t_roll;
-                }
+        clock k = started(s, &v);
         run(s, &v, &k, id[2], 40);
         loom_group_info gi;
         cr_assert_eq(loom_sched_group_info(s, d.group, &gi), 0);
@@ -314,17 +323,7 @@ Test(pool, a_training_is_learned_against_the_pool_it_ran_on)
         seen v = {0};
         loom_sched *s = two_and_a_tight_one(&d, id, &v);
         cr_assert_eq(d.n_train_nodes, 2, "%s", d.reason);
-        clock k = {0};
-        for (int j = 0; j < 8; j++) /* what drain() saw start at 0: A's and B's rollouts */
-                if (v.running[j]) {
-                        loom_job_info ji;
-                        cr_assert_eq(loom_sched_job_info(s, (loom_job_id)j, &ji), 0);
-                        k.r[j].on = true;
-                        k.r[j].ph = LOOM_PHASE_ROLLOUT;
-                        k.r[j].pool = v.start[j].pool;
-                        k.r[j].gpus = v.start[j].gpus;
-                        k.r[j].end = k.r[j].took = ji.declared.t_roll;
-                }
+        clock k = started(s, &v);
         run(s, &v, &k, id[0], 3);
         cr_assert_eq(v.train[id[0]].gpus, 16, "A's third training runs on the grown pool");
         cr_assert_eq(loom_sched_job_exit(s, k.now, id[2], LOOM_EXIT_CANCELLED), 0);
