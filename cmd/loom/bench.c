@@ -19,19 +19,23 @@
 
 static void usage(FILE *f)
 {
-        fprintf(f, "usage: loom bench placement [--n N,N,...] [--probes P] [--seed S]\n"
-                   "\n"
-                   "Decision latency of loom's placement with N concurrent jobs already placed\n"
-                   "(WEAVE Table 6 Mixed, SLO ~ U(1,2)). One JSON line per N: groups, p50/p99/max\n"
-                   "microseconds per decision, current and peak RSS.\n"
-                   "Defaults: --n 5,9,13,100,500,1000,2000,10000,100000 --probes 2000 --seed 1\n"
-                   "  --placer loom|plex   placement policy (default loom); with plex the line\n"
-                   "                       adds the fraction of groups pruned before fitting\n"
-                   "  --reps R             decide each probe R times (a decision changes nothing)\n"
-                   "                       and keep its fastest: a probe's own cost, without the\n"
-                   "                       machine's interruptions (default 1: each timed once)\n"
-                   "\n"
-                   "usage: loom bench hrrs [--queued N] [--probes P]: one HRRS decision\n");
+        fprintf(f,
+                "usage: loom bench placement [--n N,N,...] [--probes P] [--seed S]\n"
+                "\n"
+                "Decision latency of loom's placement with N concurrent jobs already placed\n"
+                "(WEAVE Table 6 Mixed, SLO ~ U(1,2)). One JSON line per N: groups, p50/p99/max\n"
+                "microseconds per decision, current and peak RSS.\n"
+                "Defaults: --n 5,9,13,100,500,1000,2000,10000,100000 --probes 2000 --seed 1\n"
+                "  --placer loom|plex   placement policy (default loom); with plex the line\n"
+                "                       adds the fraction of groups pruned before fitting\n"
+                "  --reps R             decide each probe R times (a decision changes nothing)\n"
+                "                       and keep its fastest: a probe's own cost, without the\n"
+                "                       machine's interruptions (default 1: each timed once)\n"
+                "  --switch-s S         every switch of a node between jobs takes S s (default\n"
+                "                       0): jobs too tight for two per iteration cannot run lone\n"
+                "  --pool-grow on|off   joins may grow a group's training pool (default on)\n"
+                "\n"
+                "usage: loom bench hrrs [--queued N] [--probes P]: one HRRS decision\n");
 }
 
 static double uni(uint64_t *s, double lo, double hi)
@@ -90,13 +94,16 @@ static long st_groups(const loom_sched *s)
         return st.groups;
 }
 
-static int bench_one(int n, int probes, int reps, uint64_t seed, loom_placer placer)
+static int bench_one(int n, int probes, int reps, uint64_t seed, loom_placer placer,
+                     double switch_s, bool grow)
 {
         loom_cluster_cfg cl;
         loom_policy_cfg po;
         loom_cluster_cfg_default(&cl);
         loom_policy_cfg_default(&po);
         po.placer = placer;
+        po.warm_switch = loom_us_from_s(switch_s);
+        po.pool_grow = grow;
         loom_err e;
         loom_sched *s = loom_sched_new(&cl, &po, &e);
         double *lat = malloc(sizeof *lat * (size_t)probes);
@@ -186,6 +193,8 @@ int loom_cmd_bench(int argc, char **argv)
         long probes = 2000, reps = 1;
         unsigned long long seed = 1;
         loom_placer placer = LOOM_PLACER_LOOM;
+        double switch_s = 0;
+        bool grow = true;
         if (!strcmp(argv[1], "hrrs"))
                 return loom_cmd_bench_hrrs(argc - 1, argv + 1); /* bench_plex.c */
         for (int i = 2; i < argc; i++) {
@@ -214,6 +223,19 @@ int loom_cmd_bench(int argc, char **argv)
                                 fprintf(stderr, "loom bench: --reps must be 1..100\n");
                                 return 2;
                         }
+                } else if (!strcmp(argv[i], "--switch-s") && i + 1 < argc) {
+                        switch_s = strtod(argv[++i], &end);
+                        if (*end || end == argv[i] || !(switch_s >= 0 && switch_s <= 3600)) {
+                                fprintf(stderr, "loom bench: --switch-s must be 0..3600\n");
+                                return 2;
+                        }
+                } else if (!strcmp(argv[i], "--pool-grow") && i + 1 < argc) {
+                        i++;
+                        if (strcmp(argv[i], "on") && strcmp(argv[i], "off")) {
+                                fprintf(stderr, "loom bench: --pool-grow must be on or off\n");
+                                return 2;
+                        }
+                        grow = argv[i][1] == 'n';
                 } else if (!strcmp(argv[i], "--seed") && i + 1 < argc) {
                         seed = strtoull(argv[++i], &end, 10);
                         if (*end) {
@@ -234,7 +256,7 @@ int loom_cmd_bench(int argc, char **argv)
                                 tok);
                         return 2;
                 }
-                if (bench_one((int)n, (int)probes, (int)reps, seed, placer))
+                if (bench_one((int)n, (int)probes, (int)reps, seed, placer, switch_s, grow))
                         return 1;
         }
         return 0;

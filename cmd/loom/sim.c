@@ -59,6 +59,7 @@ static void usage(FILE *f)
             "  --train-rightsize on|off  new groups get the fewest training nodes in SLO (off)\n"
             "  --colocate-lone on|off a lone member rolls out on its training nodes (on)\n"
             "  --lone-grow on|off     ... on more of them where its SLO needs it and it pays (on)\n"
+            "  --pool-grow on|off     a join may grow a group's training pool, where it pays (on)\n"
             "  --join-wait on|off     no join a member near its end cannot absorb (on)\n"
             "  --regroup on|off       re-solve the groups around each departure exactly (on)\n"
             "  --slo-premium F|off    keep SLOs only where that costs <= (1+F) x colocated (off)\n"
@@ -84,8 +85,7 @@ static void usage(FILE *f)
             "  --oracle-rates         the oracle gives members rates > 1 as well (slow)\n"
             "  --oracle-restarts      each job the oracle moves loses its restart, as loom's do\n"
             "  --oracle-timeslice T   off|tails|elastic: the oracle time-slices 2-3 jobs (off)\n"
-            "sweep (Figure 15 a-c, loom/random/greedy/random-slo/greedy-slo vs lb): --seeds N\n"
-            "  seeds per setting (3), --threads N worker threads (2)\n"
+            "sweep (Figure 15 a-c, 5 policies vs lb): --seeds N per setting (3), --threads N (2)\n"
             "Exit status: 0 ok, 1 invalid input (trace, values), 2 bad usage.\n");
 }
 
@@ -252,7 +252,7 @@ static int parse(int argc, char **argv, opts *o)
             {.name = "colocate-lone"}, {.name = "lone-grow"}, {.name = "oracle-timeslice"},
             {.name = "join-wait"}, {.name = "regroup"},
             {.name = "learn-bound"}, {.name = "move-lone"}, {.name = "move-members"},
-            {.name = "plan-tails"}, {.name = "job-switch"},
+            {.name = "plan-tails"}, {.name = "job-switch"}, {.name = "pool-grow"},
         };
         enum { N = sizeof t / sizeof t[0] };
         struct option lo[N + 2] = {[N] = {"help", 0, 0, 'h'}};

@@ -71,6 +71,7 @@ int loom_admission_parse(const char *s, loom_admission *out);
 #define LOOM_PRIOR_JOBS 16        /* ended jobs the budget prior of a new job is taken from */
 #define LOOM_MOVE_GAIN 0.5        /* a lone member moves only if that halves what it costs */
 #define LOOM_MOVE_MARGIN 0.05     /* policy.move_members: slack a move leaves every member */
+#define LOOM_GROW_VIEWS 16        /* policy.pool_grow: groups a decision searches grown, at most */
 #define LOOM_MOVE_GROW_GAIN 0.2   /* policy.lone_grow: a move to more nodes saves this */
 #define LOOM_JOIN_WAIT_LEFT 10    /* policy.join_wait: members this close to their end */
 
@@ -132,8 +133,10 @@ double loom_quantile_ucb(const double *top, int m, int64_t n, double q, double c
  * default; a log written under 12 with regroup on, which has no plans, re-derives without
  * them. Also 13: loomd submits each job with the iterations it has left, as the simulator
  * does (before, 0: placement saw every loomd job as unbounded), and replays their counts
- * (loom_sched_job_iterations). */
-#define LOOM_SCHED_ARITH 13
+ * (loom_sched_job_iterations). Version 14: a join may grow its group's training pool and a
+ * departure shrink it again (policy.pool_grow, on by default), and a training observation is
+ * measured against the pool it ran on. */
+#define LOOM_SCHED_ARITH 14
 
 typedef struct loom_policy_cfg {
         int max_group_size;              /* default 5, at most LOOM_MAX_GROUP_SIZE */
@@ -202,6 +205,13 @@ typedef struct loom_policy_cfg {
          * it back instead of searching again (loom_sched_regroup_made, below). Loom's placer
          * only; default true. */
         bool regroup;
+        /* Training pools that grow with their members (docs/scheduling.md, "Training pools
+         * that grow"): a job may join a group whose training pool it grows by up to its own
+         * training nodes, every member then training on the larger pool (faster, by
+         * train_scaling_efficiency), where that costs less than any other placement; a
+         * departure shrinks a grown pool again to the fewest nodes its members' SLOs allow.
+         * Loom's placer only; default true. */
+        bool pool_grow;
         /* The price of an SLO (docs/scheduling.md, "A cap on what an SLO may cost"): with
          * slo_cap, a job whose SLO a lone group of its own training nodes (colocated, as the
          * colocated baseline runs it) cannot keep is placed where it keeps that SLO only when an
@@ -401,6 +411,13 @@ int loom_sched_observe(loom_sched *s, loom_us now, loom_job_id job, loom_phase p
  * own pool. */
 int loom_sched_observe_on(loom_sched *s, loom_us now, loom_job_id job, loom_phase phase,
                           loom_pool pool, loom_us took);
+/* The same for a phase that ran on `gpus` GPUs (its START_PHASE's): a training is measured
+ * against its time on them, which differs from the group's pool as it stands when a join grew
+ * it or a departure shrank it while the phase ran (policy.pool_grow). A driver that logs
+ * observations logs the GPUs too, so that a replay learns the same. gpus 0: the group's pool
+ * as it stands (what loom_sched_observe_on assumes). */
+int loom_sched_observe_ran(loom_sched *s, loom_us now, loom_job_id job, loom_phase phase,
+                           loom_pool pool, int gpus, loom_us took);
 /* The head of the job's current rollout: how long it took to reach the tail threshold
  * (policy.tail_threshold of its responses done), measured as the rollout's length is, without
  * waits or switches. Held until the rollout's loom_sched_observe, which learns it with the
@@ -607,6 +624,8 @@ typedef struct loom_sched_stats {
          * (loom_sched_regroup_apply) */
         uint64_t regroup_solves, regroup_plans, regroup_applied;
         uint64_t slo_relaxed; /* admissions whose SLO policy.slo_cap relaxed */
+        /* policy.pool_grow: training nodes joins added to pools, and departures took out */
+        uint64_t pool_grown, pool_shrunk;
 } loom_sched_stats;
 
 void loom_sched_stats_get(const loom_sched *s, loom_sched_stats *out);

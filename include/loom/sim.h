@@ -365,6 +365,8 @@ typedef struct loom_sim_result {
                                        is not a move) */
         uint64_t replans;           /* learned-profile re-plans (admission p99/p95) */
         uint64_t slo_relaxed;       /* admissions whose SLO policy.slo_cap relaxed */
+        uint64_t pool_grown;        /* training nodes joins added to pools (policy.pool_grow) */
+        uint64_t pool_shrunk;       /* ... and departures took out again */
         bool multirate;             /* the run's placer could run members at rates > 1 */
         bool plan_tails;            /* ... and plan rollouts on their learned heads */
         uint64_t rate_sum, rate_n;  /* the rates jobs were admitted at: mean = sum / n */

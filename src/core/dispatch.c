@@ -307,6 +307,7 @@ static void settle(loom_sched *s, group *g, loom_us now)
 
 void loom__dispatch(loom_sched *s, group *g, loom_us now)
 {
+        loom__pool_settle(s, g);
         settle(s, g, now);
         if (group_idle(s, g)) {
                 break_stall(s, g, now);

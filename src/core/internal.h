@@ -11,6 +11,7 @@
 #define LOOM_CORE_INTERNAL_H
 
 #include <stdbool.h>
+#include <string.h>
 
 #include "loom/sched.h"
 
@@ -100,8 +101,17 @@ typedef struct group {
         rnode **rnodes; /* ascending id; capacity cap_rnodes */
         size_t cap_rnodes;
         int n_tnodes;
-        loom_node_id tnode_first; /* a group's training nodes are provisioned together: ids
-                                     tnode_first .. tnode_first + n_tnodes - 1 */
+        /* its training nodes, ascending: provisioned together when it opens, and more of them
+         * when a join grows the pool (policy.pool_grow) */
+        loom_node_id tnodes[LOOM_MAX_JOB_NODES];
+        /* a placement's view of the group with its pool grown (placement.c): the training
+         * nodes the join would add, the last `grown` of tnodes; 0 for every real group */
+        int grown;
+        int opened_tnodes; /* the pool it opened with: a shrink goes no lower */
+        /* training nodes a shrink took out of the pool while a phase still ran there: released
+         * as soon as the pool is idle (loom__dispatch) */
+        int n_releasing;
+        loom_node_id releasing[LOOM_MAX_JOB_NODES];
         int train_gpus;
         uint64_t train_mem_used; /* per training node */
         /* rate-weighted (group.h): sum r t_train_in, max r T_solo, T_load; min r x budget */
@@ -211,14 +221,30 @@ struct loom_sched {
 /* The ids of g's training nodes into out[0 .. g->n_tnodes). */
 static inline void loom__tnodes(const group *g, loom_node_id *out)
 {
-        for (int i = 0; i < g->n_tnodes; i++)
-                out[i] = g->tnode_first + (loom_node_id)i;
+        memcpy(out, g->tnodes, sizeof(loom_node_id) * (size_t)g->n_tnodes);
 }
 
 /* sched.c */
 job *loom__job(const loom_sched *s, loom_job_id id);
 int loom__push_action(loom_sched *s, const loom_action *a);
 void loom__group_refresh(loom_sched *s, group *g); /* recompute caches + open membership */
+/* Recompute g's cached sums and load from its members and rollout nodes, each member training
+ * on g's pool (loom__train_in), and with `meta` its T_meta (a simulation): what
+ * loom__group_refresh does short of the slot order and the open list, so it also serves a
+ * placement's view of g with a grown pool, which needs no T_meta of its own. */
+void loom__group_sums(const loom_sched *s, group *g, bool meta);
+/* A member's training time and per-node training working set in g's pool: j->t_train_in and
+ * j->mem_train_in for j's own group. */
+loom_us loom__train_in(const loom_sched *s, const group *g, const job *j);
+uint64_t loom__mem_in(const loom_sched *s, const group *g, const job *j);
+/* policy.pool_grow: the fewest training nodes, from `least` up to g's own count, on which
+ * every member of g still keeps its budget (and a lone member stays lone) and the training
+ * working sets fit; g's own count when none fewer does. */
+int loom__pool_least(const loom_sched *s, const group *g, int least);
+/* Release the training nodes a shrink took out of g's pool, once no phase runs there. */
+void loom__pool_settle(loom_sched *s, group *g);
+/* Whether g's one member is held out of joins (policy.slo_cap, relaxed until learned). */
+bool loom__held(const group *g);
 int loom__group_meta(const loom_sched *s, const group *g, loom_us *t_meta);
 /* What switching a node to this job costs: its own t_switch, else the policy's. */
 static inline loom_us loom__switch(const loom_sched *s, const loom_job_spec *spec)
@@ -318,7 +344,7 @@ int loom__place(const loom_sched *s, const loom_job_spec *spec, const loom_job_s
                 const group *exclude, double margin, loom_decision *d, loom_err *e, uint64_t *rng);
 
 /* learn.c */
-int loom__observe(loom_sched *s, job *j, loom_phase phase, loom_us took, bool colo);
+int loom__observe(loom_sched *s, job *j, loom_phase phase, loom_us took, bool colo, int gpus);
 /* plex_place.c: LOOM_PLACER_PLEX */
 int loom__plex_new(loom_sched *s, loom_err *e);
 int loom__plex_place(const loom_sched *s, const loom_job_spec *spec, loom_decision *d, loom_err *e);

@@ -354,14 +354,15 @@ static int replan(loom_sched *s, job *j)
         return 1;
 }
 
-int loom__observe(loom_sched *s, job *j, loom_phase phase, loom_us took, bool colo)
+int loom__observe(loom_sched *s, job *j, loom_phase phase, loom_us took, bool colo, int gpus)
 {
         if (s->policy.admission == LOOM_ADMIT_WORST || phase == LOOM_PHASE_SYNC)
                 return 0;
         const loom_job_spec *d = &j->ls->declared;
         loom_us ref = phase == LOOM_PHASE_ROLLOUT
                           ? d->t_roll
-                          : loom_group_train_time(d->t_train, d->train_gpus, j->group->train_gpus,
+                          : loom_group_train_time(d->t_train, d->train_gpus,
+                                                  gpus > 0 ? gpus : j->group->train_gpus,
                                                   s->policy.train_scaling_efficiency);
         int p = phase == LOOM_PHASE_ROLLOUT ? 0 : 1;
         if (p == 0)

@@ -38,6 +38,9 @@ typedef struct cand {
         int tnodes;     /* isolated provisioning: training nodes of the new group */
         bool lone;      /* isolated provisioning: the job alone rolls out on them */
         int8_t rates[LOOM_MAX_GROUP_SIZE]; /* members' rates after the placement */
+        /* what an iteration of the job costs there: cost x its iteration (a grown pool's
+         * candidates are ranked by it, see better()) */
+        double per_iter;
         loom_reject reject;
         char why[160];
 } cand;
@@ -73,6 +76,9 @@ typedef struct search {
         loom_us lr_bound;
         loom_us lr_load[LOOM_MAX_GROUP_ROLLOUT_NODES];
         bool lr_final_ok;
+        /* policy.pool_grow: the group being searched with its pool grown (grown_view), and
+         * the one the best candidate so far joins, when that one grows a pool */
+        group view, best_view;
         loom_err *e;
 } search;
 
@@ -115,6 +121,15 @@ static bool better(const cand *a, const cand *b)
                 return true;
         if (a->cost > b->cost + 1e-9)
                 return false;
+        /* policy.pool_grow: a grown pool makes every member's iteration shorter, the job's
+         * included, which its $/h does not say. At equal $/h a grown candidate and any other
+         * are ranked by what an iteration of the job costs in each. */
+        if ((a->g && a->g->grown) || (b->g && b->g->grown)) {
+                if (a->per_iter < b->per_iter * (1 - 1e-9))
+                        return true;
+                if (a->per_iter > b->per_iter * (1 + 1e-9))
+                        return false;
+        }
         if (a->outlive < b->outlive - 1e-6)
                 return true;
         if (a->outlive > b->outlive + 1e-6)
@@ -157,7 +172,7 @@ static int record(search *x, const cand *c)
         o->n_rollout_nodes = c->n;
         memcpy(o->rollout_nodes, c->ids, sizeof(loom_node_id) * (size_t)c->n);
         o->new_rollout_nodes = c->n_new;
-        o->new_train_nodes = c->g ? 0 : c->tnodes;
+        o->new_train_nodes = c->g ? c->g->grown : c->tnodes;
         o->marginal_cost_per_hour = c->cost;
         o->t_meta = c->t_meta;
         o->utilisation = c->util;
@@ -197,7 +212,7 @@ static int meta_jobs(const loom_sched *s, const group *g, const loom_job_spec *s
         for (int i = 0; i < g->n_members; i++, n++) {
                 const job *j = g->members[i];
                 mj[n] = (loom_meta_job){.t_roll = j->spec.t_roll,
-                                        .t_train = j->t_train_in,
+                                        .t_train = loom__train_in(s, g, j),
                                         .t_sync = j->spec.t_sync,
                                         .n_nodes = j->n_rnodes,
                                         .nodes = idx[n],
@@ -306,11 +321,13 @@ static bool multirate(const search *x)
         return x->s->policy.multirate && x->s->policy.placer == LOOM_PLACER_LOOM;
 }
 
-/* What a candidate provisions: its new rollout nodes, and a lone group's planned ones. */
+/* What a candidate provisions: its new rollout nodes, a lone group's planned ones, and the
+ * training nodes a grown pool adds (policy.pool_grow). */
 static double cand_cost(const search *x, const cand *c)
 {
         int n = c->n_new + (c->g && c->g->lone ? c->g->n_rnodes : 0);
-        return n * x->s->price[LOOM_POOL_ROLLOUT];
+        return n * x->s->price[LOOM_POOL_ROLLOUT] +
+               (c->g ? c->g->grown * x->s->price[LOOM_POOL_TRAIN] : 0);
 }
 
 /*
@@ -939,16 +956,25 @@ static int consider(search *x, cand *c)
                          100 * x->margin, loom_us_to_s(c->t_meta));
         }
         if (c->reject == LOOM_REJECT_NONE) {
+                loom_us it =
+                    !c->g ? (c->lone ? loom__lone_iteration(x->s, x->spec, c->tnodes) : c->t_meta)
+                    : c->rate > 1 ? c->t_meta / c->rate
+                                  : c->t_meta;
+                c->per_iter = c->cost * (double)it;
                 if (!x->have_best || better(c, &x->best)) {
-                        if (x->have_best) {
-                                cand prev = x->best;
-                                prev.reject = LOOM_REJECT_COSTLIER;
-                                snprintf(prev.why, sizeof prev.why, "feasible but not the best");
-                                x->best = *c;
-                                return record(x, &prev) ? LOOM_ENOMEM : 0;
-                        }
+                        cand prev = x->best;
+                        bool had = x->have_best;
                         x->best = *c;
                         x->have_best = true;
+                        if (c->g && c->g->grown) { /* the view is the search's scratch */
+                                x->best_view = *c->g;
+                                x->best.g = &x->best_view;
+                        }
+                        if (had) {
+                                prev.reject = LOOM_REJECT_COSTLIER;
+                                snprintf(prev.why, sizeof prev.why, "feasible but not the best");
+                                return record(x, &prev) ? LOOM_ENOMEM : 0;
+                        }
                         return 0;
                 }
                 c->reject = LOOM_REJECT_COSTLIER;
@@ -1127,6 +1153,158 @@ static int search_group(search *x, const open_group *o, cand_pass pass, bool *pa
         if (paid_next)
                 *paid_next = scale_ok || g->lone || g->n_rnodes < x->k;
         return search_cands(x, g, pass);
+}
+
+/*
+ * policy.pool_grow: x->view becomes g with `grow` more training nodes (the next free ids), its
+ * sums as every member would train there. Its rollout nodes are g's own.
+ */
+static void grown_view(search *x, const group *g, int grow)
+{
+        const loom_sched *s = x->s;
+        group *v = &x->view;
+        *v = *g;
+        v->grown = grow;
+        for (int i = 0; i < grow; i++)
+                v->tnodes[g->n_tnodes + i] = s->next_tnode + (loom_node_id)i;
+        v->n_tnodes = g->n_tnodes + grow;
+        v->train_gpus = v->n_tnodes * s->cluster.gpus_per_node;
+        loom__group_sums(s, v, false);
+        x->nd_g = NULL; /* the caches keyed by group pointer: the view is reused */
+        x->lr_g = NULL;
+}
+
+/* Whether every member of g keeps its budget as g stands (its pool's size): the mean
+ * iteration of each rate, and the longest gap. A lone member: whether it stays lone. */
+static bool pool_keeps(const loom_sched *s, const group *g, bool lone)
+{
+        if (lone)
+                return loom__job_lone_fits(s, g->members[0], g->n_tnodes);
+        loom_meta_job mj[MAXM];
+        int idx[MAXM][LOOM_MAX_JOB_NODES], R, rates[MAXM];
+        loom_us t_meta, gaps[MAXM];
+        int n = meta_jobs(s, g, NULL, 0, NULL, 0, mj, rates, idx, &R);
+        if (loom_meta_eval(mj, rates, n, R, s->policy.warm_switch, &t_meta, gaps, NULL))
+                return false;
+        for (int i = 0; i < n; i++) {
+                loom_us b = g->members[i]->slo_budget;
+                if (t_meta > rates[i] * b || gaps[i] > LOOM_GAP_FACTOR * b)
+                        return false;
+        }
+        return true;
+}
+
+int loom__pool_least(const loom_sched *s, const group *g, int least)
+{
+        group v = *g;
+        bool lone = g->n_members == 1 && loom__job_lone_fits(s, g->members[0], g->n_tnodes);
+        for (int p = least; p < g->n_tnodes; p++) {
+                v.n_tnodes = p;
+                v.train_gpus = p * s->cluster.gpus_per_node;
+                loom__group_sums(s, &v, false);
+                if (v.train_mem_used <= s->cluster.host_mem_bytes && pool_keeps(s, &v, lone))
+                        return p;
+        }
+        return g->n_tnodes;
+}
+
+/*
+ * O(1), before a grown view is built: a member's training in a pool grown from P to P' GPUs
+ * lasts at least P / P' of what it does now (exactly that at linear scaling), so the group's
+ * training load and SLO density scaled by P / P', plus the job's, are lower bounds; the
+ * training working sets per node scale by exactly P / P'. A group they rule out cannot take the
+ * job however its pool grows by `grow` nodes; nor can one whose growth alone costs more per
+ * hour than the best candidate so far. Returns < 0 for those, else a rank, higher first: what
+ * the join likely costs per hour (lower first), then the share of the tightest budget the
+ * bounds leave free.
+ */
+enum { GROW_RANK_SCALE = 1 << 30 }; /* past any $/h a growth can cost */
+
+static double may_grow(const search *x, const group *g, int grow)
+{
+        const loom_sched *s = x->s;
+        const loom_job_spec *sp = x->spec;
+        int pool = g->train_gpus + grow * s->cluster.gpus_per_node;
+        double f = (double)g->train_gpus / (double)pool;
+        loom_us tt = loom_group_train_time(sp->t_train, sp->train_gpus, pool,
+                                           s->policy.train_scaling_efficiency);
+        if ((double)g->train_mem_used * f +
+                (double)loom_group_train_mem(sp->mem_train, sp->train_gpus, pool) >
+            (double)s->cluster.host_mem_bytes)
+                return -1;
+        /* the least the join costs per hour: the nodes it adds, a lone group's planned rollout
+         * nodes among them */
+        double least = grow * s->price[LOOM_POOL_TRAIN] +
+                       (g->lone ? g->n_rnodes : 0) * s->price[LOOM_POOL_ROLLOUT];
+        if (x->have_best && least > x->best.cost + 1e-9)
+                return -1;
+        /* likely more (for the rank only): a new rollout node for each of the job's that no
+         * node of the group has the load to take within the tightest budget at today's rates */
+        loom_us budget = g->min_budget < x->budget ? g->min_budget : x->budget;
+        int fit = 0;
+        for (int i = 0; i < g->n_rnodes && fit < x->k; i++)
+                fit += g->rnodes[i]->load + loom__roll_occ(s, sp, 0) <= budget;
+        double likely = least + (x->k - fit) * s->price[LOOM_POOL_ROLLOUT];
+        loom_us solo_in = sp->t_roll + tt + sp->t_sync;
+        double room = !checks_slo(s->policy.placer) ? 1
+                      : multirate(x) ? 1 - (g->density * f + (double)tt / (double)x->budget)
+                                     : 1 - ((double)g->sum_train * f + (double)tt) / (double)budget;
+        if (checks_slo(s->policy.placer) && (solo_in > x->budget || room < -1e-9))
+                return -1;
+        /* the cheapest first, then the most room (room is within [0, 1]) */
+        return GROW_RANK_SCALE - likely + (room > 0 ? room : 0) / 2;
+}
+
+/*
+ * policy.pool_grow: the job joins a group whose training pool it grows by 1 .. t of its own t
+ * training nodes, every member then training on the larger pool. Any group with room is a
+ * candidate, saturated ones included (a larger pool unsaturates them); searched only while
+ * the best placement so far costs more than the nodes a growth adds, the least it can cost,
+ * and in at most LOOM_GROW_VIEWS groups per size of growth, those whose O(1) bounds leave the
+ * most room (may_grow), so that a decision stays within milliseconds however many groups
+ * pass the bounds.
+ */
+static int search_grown(search *x)
+{
+        const loom_sched *s = x->s;
+        if (!s->policy.pool_grow || s->policy.placer != LOOM_PLACER_LOOM)
+                return 0;
+        const loom_job_spec *sp = x->spec;
+        int gpn = s->cluster.gpus_per_node, t = sp->train_gpus / gpn;
+        for (int grow = 1; grow <= t; grow++) {
+                if (x->have_best && x->best.cost <= grow * s->price[LOOM_POOL_TRAIN] + 1e-9)
+                        return 0;
+                /* the LOOM_GROW_VIEWS groups the bounds leave the most room in, most first
+                 * (ties: the lower id), kept in top[] by insertion */
+                const group *top[LOOM_GROW_VIEWS];
+                double room[LOOM_GROW_VIEWS];
+                int n = 0;
+                for (uint32_t gi = 0; gi < s->next_group; gi++) {
+                        const group *g = s->groups[gi];
+                        if (!g || g == x->exclude || g->n_members == 0 || g->full ||
+                            g->n_members >= LOOM_MAX_GROUP_SIZE || loom__held(g) ||
+                            g->n_tnodes + grow > LOOM_MAX_JOB_NODES)
+                                continue;
+                        double r = may_grow(x, g, grow);
+                        if (r < 0 || (n == LOOM_GROW_VIEWS && r <= room[n - 1]))
+                                continue;
+                        int k = n < LOOM_GROW_VIEWS ? n++ : n - 1;
+                        for (; k > 0 && room[k - 1] < r; k--) {
+                                top[k] = top[k - 1];
+                                room[k] = room[k - 1];
+                        }
+                        top[k] = g;
+                        room[k] = r;
+                }
+                for (int k = 0; k < n; k++) {
+                        grown_view(x, top[k], grow);
+                        open_group o = loom__open_entry(&x->view);
+                        int rc = search_group(x, &o, CANDS_ALL, NULL);
+                        if (rc)
+                                return rc;
+                }
+        }
+        return 0;
 }
 
 /*
@@ -1446,6 +1624,12 @@ static void fill_decision(search *x)
                          loom_decision_kind_name(b->kind), (unsigned)b->g->id, d->rate,
                          d->n_rerated ? ", re-rating" : "", rr, b->cost, loom_us_to_s(b->t_meta),
                          loom_us_to_s(b->t_meta) / d->rate, b->util);
+        else if (b->g && b->g->grown)
+                snprintf(d->reason, sizeof d->reason,
+                         "%s into group %u, its training pool grown by %d to %d nodes: +$%.2f/h, "
+                         "T_meta %.1f s, utilisation %.2f",
+                         loom_decision_kind_name(b->kind), (unsigned)b->g->id, b->g->grown,
+                         b->g->n_tnodes, b->cost, loom_us_to_s(b->t_meta), b->util);
         else if (b->g)
                 snprintf(d->reason, sizeof d->reason,
                          "%s into group %u: +$%.2f/h, T_meta %.1f s, utilisation %.2f",
@@ -1517,6 +1701,8 @@ int loom__place(const loom_sched *s, const loom_job_spec *spec, const loom_job_s
                         isolated(&x, &iso);
                         rc = consider(&x, &iso);
                 }
+                if (!rc)
+                        rc = search_grown(&x);
         } else {
                 rc = search_baseline(&x, rng);
         }

@@ -208,7 +208,7 @@ int loom__plex_place(const loom_sched *s, const loom_job_spec *spec, loom_decisi
                 d->rollout_nodes[i] = s->next_rnode + (loom_node_id)i;
         d->n_train_nodes = g ? g->n_tnodes : t;
         for (int i = 0; i < d->n_train_nodes; i++)
-                d->train_nodes[i] = (g ? g->tnode_first : s->next_tnode) + (loom_node_id)i;
+                d->train_nodes[i] = g ? g->tnodes[i] : s->next_tnode + (loom_node_id)i;
         d->marginal_cost_per_hour =
             k * s->price[LOOM_POOL_ROLLOUT] + (g ? 0 : t * s->price[LOOM_POOL_TRAIN]);
         d->t_meta = g ? shared_iter(s, spec) + loom_us_from_s(o.shift) : loom_job_t_solo(spec);

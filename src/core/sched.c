@@ -90,6 +90,7 @@ void loom_policy_cfg_default(loom_policy_cfg *p)
         /* a replay applies each re-solve's logged plan instead of searching again
          * (loom_sched_replaying, loom_sched_regroup_apply) */
         p->regroup = true;
+        p->pool_grow = true;
 }
 
 bool loom__lone_fits(const loom_sched *s, const loom_job_spec *spec, loom_us budget,
@@ -141,6 +142,7 @@ bool *loom_policy_switch(loom_policy_cfg *p, const char *name)
                : !strcmp(name, "move-members")    ? &p->move_members
                : !strcmp(name, "plan-tails")      ? &p->plan_tails
                : !strcmp(name, "regroup")         ? &p->regroup
+               : !strcmp(name, "pool-grow")       ? &p->pool_grow
                                                   : NULL;
 }
 
@@ -392,11 +394,15 @@ static int open_put(loom_sched *s, group *g)
 /* Whether g is in the open list, offered to new members: it has members and room. And
  * (policy.slo_cap) not while its one member's SLO is relaxed and unlearned: such a member is
  * held to its lone iteration on its declared phases, a budget joins could stretch it to. */
-static bool takes_members(const group *g)
+bool loom__held(const group *g)
 {
         const job *m0 = g->n_members == 1 ? g->members[0] : NULL;
-        bool held = m0 && m0->slo_relaxed && !(m0->ls && m0->ls->learned);
-        return g->n_members > 0 && !g->saturated && !g->full && !held;
+        return m0 && m0->slo_relaxed && !(m0->ls && m0->ls->learned);
+}
+
+static bool takes_members(const group *g)
+{
+        return g->n_members > 0 && !g->saturated && !g->full && !loom__held(g);
 }
 
 #ifndef NDEBUG
@@ -437,7 +443,19 @@ static void group_slots(group *g)
         }
 }
 
-void loom__group_refresh(loom_sched *s, group *g)
+loom_us loom__train_in(const loom_sched *s, const group *g, const job *j)
+{
+        return loom_group_train_time(j->spec.t_train, j->spec.train_gpus, g->train_gpus,
+                                     s->policy.train_scaling_efficiency);
+}
+
+uint64_t loom__mem_in(const loom_sched *s, const group *g, const job *j)
+{
+        (void)s;
+        return loom_group_train_mem(j->spec.mem_train, j->spec.train_gpus, g->train_gpus);
+}
+
+void loom__group_sums(const loom_sched *s, group *g, bool meta)
 {
         g->sum_train = 0;
         g->t_cycle = 0;
@@ -450,31 +468,39 @@ void loom__group_refresh(loom_sched *s, group *g)
         g->gap_slack = INT64_MAX;
         for (int i = 0; i < g->n_members; i++) {
                 const job *j = g->members[i];
-                if (j->t_train_in > g->max_train)
-                        g->max_train = j->t_train_in;
-                if (j->slo_budget - j->t_train_in < g->gap_slack)
-                        g->gap_slack = j->slo_budget - j->t_train_in;
+                loom_us tt = loom__train_in(s, g, j);
+                if (tt > g->max_train)
+                        g->max_train = tt;
+                if (j->slo_budget - tt < g->gap_slack)
+                        g->gap_slack = j->slo_budget - tt;
                 g->n_coupled += j->n_rnodes > 1 || j->spec.t_sync > 0 || j->rate > 1 ||
                                 loom__roll_occ(s, &j->spec, 0) != j->spec.t_roll;
                 loom_us sw = loom__switch(s, &j->spec);
                 g->max_switch = sw > g->max_switch ? sw : g->max_switch;
-                g->sum_train += j->rate * j->t_train_in;
-                g->train_mem_used += j->mem_train_in;
-                loom_us solo = j->rate * (j->spec.t_roll + j->t_train_in + j->spec.t_sync);
+                g->sum_train += j->rate * tt;
+                g->train_mem_used += loom__mem_in(s, g, j);
+                loom_us solo = j->rate * (j->spec.t_roll + tt + j->spec.t_sync);
                 if (solo > g->t_cycle)
                         g->t_cycle = solo;
                 if (j->rate * j->slo_budget < g->min_budget)
                         g->min_budget = j->rate * j->slo_budget;
-                g->density += (double)j->t_train_in / (double)j->slo_budget;
+                g->density += (double)tt / (double)j->slo_budget;
         }
-        group_slots(g);
         g->t_load = g->sum_train;
         for (int i = 0; i < g->n_rnodes; i++)
                 if (g->rnodes[i]->load > g->t_load)
                         g->t_load = g->rnodes[i]->load;
         g->saturated = g->t_load >= g->t_cycle;
-        if (loom__group_meta(s, g, &g->t_meta))
+        if (!meta)
+                g->t_meta = 0;
+        else if (loom__group_meta(s, g, &g->t_meta))
                 g->t_meta = g->t_load > g->t_cycle ? g->t_load : g->t_cycle;
+}
+
+void loom__group_refresh(loom_sched *s, group *g)
+{
+        loom__group_sums(s, g, true);
+        group_slots(g);
         bool full = g->n_members >= s->policy.max_group_size;
         s->n_closed_full += (int)full - (int)g->full;
         g->full = full;
@@ -529,15 +555,62 @@ static void group_open(loom_sched *s, group *g, const loom_decision *d)
 {
         g->id = s->next_group++;
         g->open_idx = -1;
-        g->n_tnodes = d->n_train_nodes; /* the job's own, or fewer under train_rightsize */
+        g->n_tnodes = g->opened_tnodes = d->n_train_nodes; /* or fewer: train_rightsize */
         g->train_gpus = d->n_train_nodes * s->cluster.gpus_per_node;
-        g->tnode_first = s->next_tnode;
-        s->next_tnode += (uint32_t)g->n_tnodes;
-        for (int i = 0; i < g->n_tnodes; i++)
-                node_action(s, LOOM_ACT_PROVISION_NODE, LOOM_POOL_TRAIN,
-                            g->tnode_first + (loom_node_id)i, g->id);
+        for (int i = 0; i < g->n_tnodes; i++) {
+                g->tnodes[i] = s->next_tnode++;
+                node_action(s, LOOM_ACT_PROVISION_NODE, LOOM_POOL_TRAIN, g->tnodes[i], g->id);
+        }
         s->groups[g->id] = g;
         s->live_groups++;
+}
+
+/* g's training pool becomes its first n nodes: every member trains on it from its next
+ * training on. */
+static void pool_resize(loom_sched *s, group *g, int n)
+{
+        g->n_tnodes = n;
+        g->train_gpus = n * s->cluster.gpus_per_node;
+        for (int i = 0; i < g->n_members; i++) {
+                job *j = g->members[i];
+                j->t_train_in = loom__train_in(s, g, j);
+                j->mem_train_in = loom__mem_in(s, g, j);
+        }
+}
+
+/* Give g's training pool the nodes d adds (policy.pool_grow). */
+static void pool_grow(loom_sched *s, group *g, const loom_decision *d)
+{
+        for (int i = g->n_tnodes; i < d->n_train_nodes; i++) {
+                g->tnodes[i] = s->next_tnode++;
+                node_action(s, LOOM_ACT_PROVISION_NODE, LOOM_POOL_TRAIN, g->tnodes[i], g->id);
+        }
+        s->stats.pool_grown += (uint64_t)(d->n_train_nodes - g->n_tnodes);
+        pool_resize(s, g, d->n_train_nodes);
+}
+
+/* policy.pool_grow: a departure shrinks a grown pool to the fewest nodes (not below the one it
+ * opened with) that keep every member's budget; the nodes leave it now and are released once
+ * no phase runs there. */
+static void pool_shrink(loom_sched *s, group *g)
+{
+        if (!s->policy.pool_grow || g->n_tnodes <= g->opened_tnodes)
+                return;
+        int p = loom__pool_least(s, g, g->opened_tnodes);
+        for (int i = p; i < g->n_tnodes; i++)
+                g->releasing[g->n_releasing++] = g->tnodes[i];
+        s->stats.pool_shrunk += (uint64_t)(g->n_tnodes - p);
+        pool_resize(s, g, p);
+        loom__pool_settle(s, g);
+}
+
+void loom__pool_settle(loom_sched *s, group *g)
+{
+        if (g->n_releasing == 0 || g->train_running)
+                return;
+        for (int i = 0; i < g->n_releasing; i++)
+                node_action(s, LOOM_ACT_RELEASE_NODE, LOOM_POOL_TRAIN, g->releasing[i], g->id);
+        g->n_releasing = 0;
 }
 
 /* Everything apply() allocates, obtained before anything changes. */
@@ -598,7 +671,10 @@ static int apply(loom_sched *s, loom_us now, const loom_job_spec *spec, const lo
                 group_open(s, g, d);
                 g->lone = loom__lone_fits(s, spec, loom_job_budget(spec), g->n_tnodes);
                 g->rnodes_up = !g->lone;
-        } else if (g->lone) {
+        } else if (d->n_train_nodes > g->n_tnodes) {
+                pool_grow(s, g, d);
+        }
+        if (!m.g_new && g->lone) {
                 /* a second member: the lone member's rollout nodes are provisioned now (unless
                  * its rollout still runs there), and its rollouts move there from its next one */
                 g->lone = false;
@@ -845,15 +921,21 @@ static int placed_ok(const loom_sched *s, const loom_job_spec *spec, const loom_
                         return loom_err_set(e, LOOM_EINVAL, "group", "group %u %s",
                                             (unsigned)want->group,
                                             g ? "takes no more members" : "does not exist");
-                if (want->n_train_nodes != g->n_tnodes)
+                int grow = want->n_train_nodes - g->n_tnodes;
+                if (grow < 0 || want->n_train_nodes > LOOM_MAX_JOB_NODES ||
+                    (grow > 0 && !s->policy.pool_grow) ||
+                    grow > spec->train_gpus / s->cluster.gpus_per_node)
                         return loom_err_set(e, LOOM_EINVAL, "train_nodes",
                                             "group %u has %d training nodes, not %d",
                                             (unsigned)g->id, g->n_tnodes, want->n_train_nodes);
                 for (int i = 0; i < want->n_train_nodes; i++)
-                        if (want->train_nodes[i] != g->tnode_first + (loom_node_id)i)
-                                return loom_err_set(e, LOOM_EINVAL, "train_nodes",
-                                                    "not group %u's training nodes",
-                                                    (unsigned)g->id);
+                        if (want->train_nodes[i] !=
+                            (i < g->n_tnodes ? g->tnodes[i]
+                                             : s->next_tnode + (loom_node_id)(i - g->n_tnodes)))
+                                return loom_err_set(
+                                    e, LOOM_EINVAL, "train_nodes",
+                                    "not group %u's training nodes%s", (unsigned)g->id,
+                                    grow ? " and fresh ones from the next free" : "");
         } else {
                 return loom_err_set(e, LOOM_EINVAL, "decision", "not a placement");
         }
@@ -989,17 +1071,24 @@ int loom_sched_observe(loom_sched *s, loom_us now, loom_job_id id, loom_phase ph
 int loom_sched_observe_on(loom_sched *s, loom_us now, loom_job_id id, loom_phase phase,
                           loom_pool pool, loom_us took)
 {
+        return loom_sched_observe_ran(s, now, id, phase, pool, 0, took);
+}
+
+int loom_sched_observe_ran(loom_sched *s, loom_us now, loom_job_id id, loom_phase phase,
+                           loom_pool pool, int gpus, loom_us took)
+{
         job *j = loom__job(s, id);
         (void)now;
         s->plan_made = false;
         if (!j)
                 return LOOM_ENOENT;
-        if (!phase_ok(phase) || took < 0 || (pool != LOOM_POOL_ROLLOUT && pool != LOOM_POOL_TRAIN))
+        if (!phase_ok(phase) || took < 0 || gpus < 0 ||
+            (pool != LOOM_POOL_ROLLOUT && pool != LOOM_POOL_TRAIN))
                 return LOOM_EINVAL;
         s->handoff.set = false;
         bool planned = j->regroup_planned && phase == LOOM_PHASE_TRAIN;
         int rc = loom__observe(s, j, phase, took,
-                               phase == LOOM_PHASE_ROLLOUT && pool == LOOM_POOL_TRAIN);
+                               phase == LOOM_PHASE_ROLLOUT && pool == LOOM_POOL_TRAIN, gpus);
         if (rc == 1)
                 s->stats.replans++;
         /* policy.regroup: a planned member due at its planned group; its re-admission, the
@@ -1089,8 +1178,9 @@ int loom_sched_job_exit(loom_sched *s, loom_us now, loom_job_id id, loom_exit re
                        s->policy.admission != LOOM_ADMIT_WORST;
         if (g->n_members == 0) {
                 for (int i = 0; i < g->n_tnodes; i++)
-                        node_action(s, LOOM_ACT_RELEASE_NODE, LOOM_POOL_TRAIN,
-                                    g->tnode_first + (loom_node_id)i, g->id);
+                        node_action(s, LOOM_ACT_RELEASE_NODE, LOOM_POOL_TRAIN, g->tnodes[i], g->id);
+                g->train_running = 0; /* its last member's phase ended with it */
+                loom__pool_settle(s, g);
                 open_remove(s, g);
                 s->n_closed_full -= (int)g->full;
                 s->groups[g->id] = NULL;
@@ -1100,6 +1190,7 @@ int loom_sched_job_exit(loom_sched *s, loom_us now, loom_job_id id, loom_exit re
                         loom__regroup(s, NULL);
                 return 0;
         }
+        pool_shrink(s, g);
         loom__lone_recheck(s, g, true);
         loom__group_refresh(s, g);
         loom__dispatch(s, g, now);

@@ -712,7 +712,7 @@ static void h_release(loom_server *s, srv_req *r, loom_us now)
                         took = j->calls_took;
                 }
                 if (l.phase == LOOM_PHASE_ROLLOUT || l.call + 1 >= l.n_calls)
-                        srv_observe_phase(s, j, l.phase, l.pool, took, l.head);
+                        srv_observe_phase(s, j, l.phase, l.pool, l.gpus, took, l.head);
         }
         srv_apply_actions(s, now);
         json_t *o = srv_job_json(s, j, false);
@@ -923,6 +923,9 @@ static void h_cluster(loom_server *s, srv_req *r)
                 /* policy.regroup: its plans are in the log (regroup.c) */
                 json_object_set_new(json_object_get(o, "policy"), "regroup",
                                     json_boolean(p->regroup));
+                /* policy.pool_grow: joins may grow a group's training pool */
+                json_object_set_new(json_object_get(o, "policy"), "pool_grow",
+                                    json_boolean(p->pool_grow));
                 /* policy.slo_cap: the premium an SLO may cost over colocation, or null */
                 json_object_set_new(json_object_get(o, "policy"), "slo_premium",
                                     p->slo_cap ? json_real(p->slo_premium) : json_null());

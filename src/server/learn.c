@@ -39,6 +39,8 @@ char *srv_observe_encode(const srv_observe_rec *o)
                 json_object_set_new(j, "head_us", json_integer(o->head));
         if (j && o->phase == LOOM_PHASE_ROLLOUT && o->pool == LOOM_POOL_TRAIN) /* absent: its own */
                 json_object_set_new(j, "pool", json_string(loom_pool_name(o->pool)));
+        if (j && o->phase == LOOM_PHASE_TRAIN && o->gpus > 0) /* absent: the pool as it stood */
+                json_object_set_new(j, "gpus", json_integer(o->gpus));
         char *t = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
         json_decref(j);
         return t;
@@ -78,6 +80,13 @@ int srv_observe_decode(const char *text, srv_observe_rec *o, loom_err *e)
         if (!bad && json_object_get(j, "pool") &&
             (!pool || o->phase != LOOM_PHASE_ROLLOUT || strcmp(pool, "train")))
                 bad = "pool";
+        json_t *gpus = json_object_get(j, "gpus");
+        if (!bad && gpus &&
+            (!json_is_integer(gpus) || json_integer_value(gpus) < 1 ||
+             json_integer_value(gpus) > 1000000 || o->phase != LOOM_PHASE_TRAIN))
+                bad = "gpus";
+        if (!bad && gpus)
+                o->gpus = (int)json_integer_value(gpus);
         if (!bad) {
                 o->core = (uint32_t)json_integer_value(core);
                 o->result = (int)json_integer_value(res);
@@ -98,8 +107,8 @@ static void keep(srv_job *j, const loom_job_info *in)
         j->learned_head = in->learned_head;
 }
 
-int srv_learn_observe(loom_server *s, srv_job *j, loom_phase phase, loom_pool pool, loom_us took,
-                      loom_us head)
+int srv_learn_observe(loom_server *s, srv_job *j, loom_phase phase, loom_pool pool, int gpus,
+                      loom_us took, loom_us head)
 {
         if (loom_sched_policy(s->sched)->admission == LOOM_ADMIT_WORST || !srv_job_live(j->state))
                 return 0;
@@ -109,7 +118,10 @@ int srv_learn_observe(loom_server *s, srv_job *j, loom_phase phase, loom_pool po
                 loom_sched_observe_head(s->sched, j->retry.core, head);
         if (phase != LOOM_PHASE_ROLLOUT)
                 pool = LOOM_POOL_TRAIN;
-        int rc = loom_sched_observe_on(s->sched, srv_now_wall(), j->retry.core, phase, pool, took);
+        else
+                gpus = 0; /* a rollout is measured against its declared time, wherever it ran */
+        int rc = loom_sched_observe_ran(s->sched, srv_now_wall(), j->retry.core, phase, pool, gpus,
+                                        took);
         loom_job_info in;
         if (rc < 0 || loom_sched_job_info(s->sched, j->retry.core, &in)) {
                 srv_log(s, "job %u: observation refused: %s", j->id, loom_strerror(rc));
@@ -118,8 +130,8 @@ int srv_learn_observe(loom_server *s, srv_job *j, loom_phase phase, loom_pool po
         keep(j, &in);
         if (rc == 1)
                 j->replans++;
-        srv_observe_rec o = {j->retry.core,     phase, took, rc, in.learned_roll, in.learned_train,
-                             in.learned_budget, head,  pool};
+        srv_observe_rec o = {j->retry.core,     phase, took, rc,  in.learned_roll, in.learned_train,
+                             in.learned_budget, head,  pool, gpus};
         loom_err e;
         loom_err_clear(&e);
         char *text = srv_observe_encode(&o);
@@ -153,7 +165,7 @@ int srv_replay_observe(loom_server *s, srv_job *j, uint32_t core, const char *re
         if (o.head > 0 && loom_sched_observe_head(s->sched, core, o.head))
                 return loom_err_set(e, LOOM_ECORRUPT, "store",
                                     "job %u: bad head in an observe entry", j->id);
-        int rc = loom_sched_observe_on(s->sched, 0, core, o.phase, o.pool, o.took);
+        int rc = loom_sched_observe_ran(s->sched, 0, core, o.phase, o.pool, o.gpus, o.took);
         loom_job_info in;
         bool fail = rc < 0 || loom_sched_job_info(s->sched, core, &in);
         bool differ = !fail && (rc != o.result || in.learned_roll != o.roll ||
@@ -171,7 +183,8 @@ int srv_replay_observe(loom_server *s, srv_job *j, uint32_t core, const char *re
                                      in.learned_train,
                                      in.learned_budget,
                                      o.head,
-                                     o.pool};
+                                     o.pool,
+                                     o.gpus};
                 char *text = srv_observe_encode(&n);
                 int crc = text ? s->collect(s->collect_arg, s->replay_seq, text) : LOOM_ENOMEM;
                 free(text);

@@ -86,27 +86,29 @@ static loom_us p95_last(const srv_retry *r, int phase, int w)
         return (loom_us)llround(loom_quantile(v, (size_t)w, 0.95));
 }
 
-/* The phase time the core plans the current admission on now, as the job's group runs it:
- * the admission's profile, or its learned one once the core re-planned it (learn.c). */
+/* The phase time the core plans the current admission on now: the admission's profile, or
+ * its learned one once the core re-planned it (learn.c); a training on the job's own
+ * train_gpus, as the observations of its trainings are kept (srv_observe_phase). */
 static loom_us planned(loom_server *s, const srv_job *j, int phase)
 {
         loom_job_info info;
-        if (loom_sched_job_info(s->sched, j->retry.core, &info) == 0) {
-                if (phase == 0)
-                        return info.spec.t_roll;
-                if (info.t_train_in_group > 0)
-                        return info.t_train_in_group;
-        }
+        if (loom_sched_job_info(s->sched, j->retry.core, &info) == 0)
+                return phase == 0 ? info.spec.t_roll : info.spec.t_train;
         return phase == 0 ? j->retry.plan_roll : j->retry.plan_train;
 }
 
-/* The training time the core plans now, on the job's own train_gpus (planned() unscaled). */
-static loom_us planned_own_train(loom_server *s, const srv_job *j)
+/* A training of dur on gpus GPUs as it would have lasted on the job's own train_gpus: the
+ * group's pool may be larger or smaller than those (policy.pool_grow, lone_grow), and may
+ * change between two trainings. */
+static loom_us own_train(loom_server *s, const srv_job *j, int gpus, loom_us dur)
 {
-        loom_job_info info;
-        if (loom_sched_job_info(s->sched, j->retry.core, &info) == 0)
-                return info.spec.t_train;
-        return j->retry.plan_train;
+        int own = j->spec.train_gpus;
+        if (gpus <= 0 || gpus == own)
+                return dur;
+        loom_us unit = loom_us_from_s(1000);
+        loom_us there = loom_group_train_time(
+            unit, own, gpus, loom_sched_policy(s->sched)->train_scaling_efficiency);
+        return there > 0 ? (loom_us)llround((double)dur * (double)unit / (double)there) : dur;
 }
 
 /* The solo iteration the current admission's SLO is measured against, if not its profile's
@@ -315,14 +317,14 @@ static bool readmit_learned(loom_server *s, srv_job *j, int result)
         return true;
 }
 
-void srv_observe_phase(loom_server *s, srv_job *j, loom_phase phase, loom_pool pool, loom_us dur,
-                       loom_us head)
+void srv_observe_phase(loom_server *s, srv_job *j, loom_phase phase, loom_pool pool, int gpus,
+                       loom_us dur, loom_us head)
 {
         loom_err e;
         loom_err_clear(&e);
         int p = phase == LOOM_PHASE_TRAIN;
         srv_retry *r = &j->retry;
-        r->obs[p][r->n_obs[p] % SRV_DRIFT_MAX] = dur;
+        r->obs[p][r->n_obs[p] % SRV_DRIFT_MAX] = p ? own_train(s, j, gpus, dur) : dur;
         r->n_obs[p]++;
         if (r->n_obs[p] > 2 * SRV_DRIFT_MAX) /* keep the ring position, bound the counter */
                 r->n_obs[p] -= SRV_DRIFT_MAX;
@@ -332,7 +334,7 @@ void srv_observe_phase(loom_server *s, srv_job *j, loom_phase phase, loom_pool p
         /* Learned admission first: the core learns from this phase and may re-plan the group
          * (or find it no longer meets the job's real budget: then the job is re-admitted on its
          * learned profile and the drift check is moot, the new admission starts afresh). */
-        int learned = srv_learn_observe(s, j, phase, pool, dur, head);
+        int learned = srv_learn_observe(s, j, phase, pool, gpus, dur, head);
         if ((learned == 2 || learned == 3) && p == 1 && srv_job_live(j->state) && !j->has_lease &&
             readmit_learned(s, j, learned))
                 return;
@@ -344,11 +346,8 @@ void srv_observe_phase(loom_server *s, srv_job *j, loom_phase phase, loom_pool p
                         drifted = true;
                 }
                 if (rt > s->cfg.drift_threshold) {
-                        /* observed on the group's training nodes; the job's spec is per its own
-                         * train_gpus, as the core scales it */
-                        loom_us obs = p95_last(r, 1, s->cfg.drift_window);
-                        train = (loom_us)llround((double)obs * (double)planned_own_train(s, j) /
-                                                 (double)planned(s, j, 1));
+                        /* kept on the job's own train_gpus, as its spec is */
+                        train = p95_last(r, 1, s->cfg.drift_window);
                         drifted = true;
                 }
                 if (drifted)

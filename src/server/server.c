@@ -105,7 +105,7 @@ static int settle_cluster(loom_server *s, loom_err *e)
         /* The policy is not stored: placement only replays exactly under the same policy, so
          * it is part of what --cluster fixes; record a fingerprint and compare. */
         char base[192], adm[128] = "", plx[128] = "", pol[448], worst[320], legacy[320];
-        char unplanned[448];
+        char unplanned[448], ungrown[448];
         const loom_policy_cfg *p = &s->cfg.policy;
         snprintf(base, sizeof base, "%d %.17g %lld %d %.17g %d %d %llu", p->max_group_size,
                  p->train_scaling_efficiency, (long long)p->warm_switch, p->tail_migration,
@@ -161,6 +161,13 @@ static int settle_cluster(loom_server *s, loom_err *e)
         if (p->slo_cap && p->placer == LOOM_PLACER_LOOM)
                 snprintf(base + strlen(base), sizeof base - strlen(base), " slo_premium=%.17g",
                          p->slo_premium);
+        /* Training pools that grow (policy.pool_grow) place joins on grown pools. A store
+         * written without it has no such placement in its log, and a replay keeps each logged
+         * placement this core could have made (loom_sched_submit_as): it may switch it on. */
+        bool grow = p->pool_grow && p->placer == LOOM_PLACER_LOOM;
+        snprintf(ungrown, sizeof ungrown, "%s%s%s", base, adm, plx);
+        if (grow)
+                snprintf(base + strlen(base), sizeof base - strlen(base), " pool_grow=on");
         snprintf(pol, sizeof pol, "%s%s%s", base, adm, plx);
         snprintf(unplanned, sizeof unplanned, "%s%.*s%s", base, adm_unplanned, adm, plx);
         snprintf(legacy, sizeof legacy, "%s%s", base, adm); /* a plex store before plx */
@@ -175,7 +182,8 @@ static int settle_cluster(loom_server *s, loom_err *e)
          * from then on it is a learned store (and going back is refused). */
         bool from_worst = adm[0] && old && (!strcmp(old, worst) || (plx[0] && !strcmp(old, base)));
         bool to_regroup = regroup && old && !strcmp(old, unplanned);
-        if (!old || from_worst || to_regroup || (plx[0] && !strcmp(old, legacy)))
+        bool to_grow = grow && old && !strcmp(old, ungrown);
+        if (!old || from_worst || to_regroup || to_grow || (plx[0] && !strcmp(old, legacy)))
                 rc = srv_store_meta_set(s->store, "policy", pol, e);
         else if (strcmp(old, pol))
                 rc = loom_err_set(e, LOOM_EINVAL, "policy",
@@ -185,6 +193,9 @@ static int settle_cluster(loom_server *s, loom_err *e)
                         loom_admission_name(p->admission), p->learn_after);
         if (!rc && to_regroup)
                 srv_log(s, "%s: regrouping at departures (policy.regroup) switched on",
+                        s->data_dir);
+        if (!rc && to_grow)
+                srv_log(s, "%s: training pools that grow (policy.pool_grow) switched on",
                         s->data_dir);
         free(old);
         return rc;
@@ -336,8 +347,8 @@ int srv_replay_one(void *arg, int64_t seq, const char *kind, uint32_t id, const 
                           : 0;
         }
         if (!strcmp(kind, "readmit")) { /* the new admission counts from its entry's count */
-                int rc = srv_replay_readmit(s, j, &rp->core[id - 1], &rp->done[id - 1], reason,
-                                            at, rp->e);
+                int rc = srv_replay_readmit(s, j, &rp->core[id - 1], &rp->done[id - 1], reason, at,
+                                            rp->e);
                 rp->base[id - 1] = rp->done[id - 1];
                 return rc;
         }
@@ -500,10 +511,10 @@ static int resume_jobs(loom_server *s, const held_leases *held, uint32_t *live, 
         for (size_t k = 0; rc < 0 && k < n; k++)
                 if (loom_sched_resume(s->sched, srv_now_wall(), &r[k], 1) < 0) {
                         srv_job *j = srv_job_by_core(s, r[k].job);
-                        rc = loom_err_set(e, LOOM_ECORRUPT, "store",
-                                          "cannot resume job %u at %s (call %d): %s",
-                                          j ? j->id : 0, loom_phase_name(r[k].phase),
-                                          r[k].call, loom_strerror(rc));
+                        rc =
+                            loom_err_set(e, LOOM_ECORRUPT, "store",
+                                         "cannot resume job %u at %s (call %d): %s", j ? j->id : 0,
+                                         loom_phase_name(r[k].phase), r[k].call, loom_strerror(rc));
                 }
         free(r);
         if (rc < 0)
@@ -651,8 +662,8 @@ loom_server *loom_server_new(const loom_server_cfg *cfg, loom_err *e)
         int rc = srv_store_open(&s->store, s->data_dir, cfg->sync_full, e);
         if (!rc && cfg->replicate) { /* a replica's leader: every commit through the log first */
                 rc = srv_store_replicate(s->store, cfg->replicate, cfg->replicate_arg, e);
-                srv_store_snapshots(s->store, cfg->snapshot, cfg->replicate_arg, cfg->snapshot_every,
-                                    cfg->snapshot_due);
+                srv_store_snapshots(s->store, cfg->snapshot, cfg->replicate_arg,
+                                    cfg->snapshot_every, cfg->snapshot_due);
         }
         if (!rc)
                 rc = srv_auth_open(s, e);

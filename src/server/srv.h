@@ -95,7 +95,7 @@ typedef struct srv_req {
         uint32_t after; /* GET /v1/jobs: the page starts after this job (id as shown; 0: first);
                          * GET /v1/groups: after group `after - 1` (0: first) */
         int list_state; /* GET /v1/jobs: -1 any, -2 live, else one srv_job_state */
-        int takeover; /* attach: 0 none, 1 any lease, 2 only a lease of `phase` */
+        int takeover;   /* attach: 0 none, 1 any lease, 2 only a lease of `phase` */
         loom_job_spec spec;
         char name[SRV_NAME_MAX];
         char key[SRV_KEY_MAX + LOOM_TENANT_MAX]; /* Idempotency-Key of a submit, "" if none;
@@ -328,7 +328,7 @@ struct loom_server {
         struct srv_auth *auth;        /* auth.c */
         struct srv_http_guard *guard; /* http.c: connections yet to send a whole request */
         struct srv_quota *quota;      /* quota.c: what each tenant's live jobs use */
-        signed char jobid_mode; /* scope.c: 0 not yet known, 1 ids as they are, 2 keyed */
+        signed char jobid_mode;       /* scope.c: 0 not yet known, 1 ids as they are, 2 keyed */
         uint8_t jobid_key[16];
         /* engine.c: refused submits, a ring, newest at n_rejects - 1 */
         srv_reject rejects[SRV_REJECTS_MAX];
@@ -417,8 +417,8 @@ void srv_job_failed(loom_server *s, srv_job *j, const char *lease_state, const c
 /* Record a released phase of l.phase lasting dur (a rollout's head, 0 if none was reported);
  * after a train release, re-admit the job on its observed profile if its recent phases exceed
  * the planned ones. */
-void srv_observe_phase(loom_server *s, srv_job *j, loom_phase phase, loom_pool pool, loom_us dur,
-                       loom_us head);
+void srv_observe_phase(loom_server *s, srv_job *j, loom_phase phase, loom_pool pool, int gpus,
+                       loom_us dur, loom_us head);
 void srv_retry_json(loom_server *s, const srv_job *j, json_t *o);
 void srv_h_attach(loom_server *s, srv_req *r, loom_us now);
 /* Whether decision d has the group and nodes stored in o (a job's decision, a readmit entry). */
@@ -450,6 +450,7 @@ typedef struct srv_observe_rec {
         loom_us roll, train, budget; /* the job's learned profile afterwards (0 before any) */
         loom_us head;                /* a rollout's head from its progress report (0: none) */
         loom_pool pool; /* where the phase ran: a lone member's rollout on the training pool */
+        int gpus;       /* a training's GPUs, its lease's (0: the group's pool as it stands) */
 } srv_observe_rec;
 char *srv_observe_encode(const srv_observe_rec *o); /* malloc'd JSON text, NULL on ENOMEM */
 /* 0, or LOOM_ECORRUPT with e naming the bad key. */
@@ -457,8 +458,8 @@ int srv_observe_decode(const char *text, srv_observe_rec *o, loom_err *e);
 /* Feed a finished phase of a live job (a rollout with its head, 0: none) to the core and log
  * it (nothing under admission worst). Returns loom_sched_observe's result, 0 when not
  * observed. */
-int srv_learn_observe(loom_server *s, srv_job *j, loom_phase phase, loom_pool pool, loom_us took,
-                      loom_us head);
+int srv_learn_observe(loom_server *s, srv_job *j, loom_phase phase, loom_pool pool, int gpus,
+                      loom_us took, loom_us head);
 /* Replay of one "observe" entry against core job `core`; 0 or LOOM_ECORRUPT with e filled. */
 int srv_replay_observe(loom_server *s, srv_job *j, uint32_t core, const char *reason, loom_err *e);
 /* "learned", "learned_profile", "replans" of the job JSON. */
@@ -550,13 +551,15 @@ void srv_store_close(srv_store *st);
 sqlite3 *srv_store_db(srv_store *st);
 /* From now on every commit is first handed to fn (loom_server_cfg.replicate); when fn fails the
  * commit rolls back and the store call fails with fn's error. */
-int srv_store_replicate(srv_store *st, int (*fn)(void *arg, const void *entry, size_t n, loom_err *e),
-                        void *arg, loom_err *e);
+int srv_store_replicate(srv_store *st,
+                        int (*fn)(void *arg, const void *entry, size_t n, loom_err *e), void *arg,
+                        loom_err *e);
 
 /* After every `every` commits, the store's image to fn (loom_server_cfg.snapshot); `due`
  * commits were made since the latest snapshot already (a replica's earlier leaders). */
-void srv_store_snapshots(srv_store *st, int (*fn)(void *arg, const void *image, size_t n, loom_err *e),
-                         void *arg, unsigned every, uint64_t due);
+void srv_store_snapshots(srv_store *st,
+                         int (*fn)(void *arg, const void *image, size_t n, loom_err *e), void *arg,
+                         unsigned every, uint64_t due);
 
 /* replog.c: a store's committed changes as replication entries, and their replay. */
 typedef struct srv_replog srv_replog;
@@ -693,10 +696,10 @@ void srv_quota_metrics(loom_server *s, void (*put)(void *b, const char *fmt, ...
 
 /* scope.c: what a caller sees. Job ids the API shows: loomd's own (1, 2, ...) without tokens,
  * with tokens a keyed permutation of them, so that a tenant's ids say nothing of other jobs. */
-uint32_t srv_job_pub(loom_server *s, uint32_t id);    /* loomd's id -> the shown one */
+uint32_t srv_job_pub(loom_server *s, uint32_t id);              /* loomd's id -> the shown one */
 bool srv_auth_jobid_key(const loom_server *s, uint8_t key[16]); /* auth.c: false: no tokens */
-uint32_t srv_job_unpub(loom_server *s, uint32_t pub); /* the shown id -> loomd's */
-int64_t srv_lease_pub(loom_server *s, int64_t id);    /* the same for lease ids (48 bits) */
+uint32_t srv_job_unpub(loom_server *s, uint32_t pub);           /* the shown id -> loomd's */
+int64_t srv_lease_pub(loom_server *s, int64_t id); /* the same for lease ids (48 bits) */
 int64_t srv_lease_unpub(loom_server *s, int64_t pub);
 /* The number an executor's workers see for an admission (LOOM_ADMISSION, worker names): the
  * core's job id, which counts every tenant's admissions, permuted likewise. */

@@ -70,6 +70,7 @@ typedef struct sjob {
         loom_us anchor_t;
         double anchor_w, rate, work, work_q;
         int busy_gpus;
+        int start_gpus; /* GPUs its running phase started on (a training: the pool's) */
         loom_pool busy_pool;
         loom_us phase_start, seg_start;
         int n_nodes;
@@ -428,6 +429,7 @@ static int start_phase(engine *g, const loom_action *a)
         j->n_nodes = a->n_nodes;
         memcpy(j->nodes, a->nodes, sizeof(loom_node_id) * (size_t)a->n_nodes);
         j->busy_gpus = a->phase == LOOM_PHASE_SYNC ? 0 : a->gpus;
+        j->start_gpus = a->gpus;
         j->busy_pool = a->pool;
         j->work_start = g->now + ovh;
         j->tl_start = g->now;
@@ -853,10 +855,11 @@ static int on_end(engine *g, int ji)
          * switches on their own. */
         bool whole = j->n_calls == 0;
         loom_us took = g->now - j->work_start;
-        int obs = whole ? loom_sched_observe_on(g->s, g->now, j->id, ph,
-                                                ph == LOOM_PHASE_ROLLOUT ? ran_on : LOOM_POOL_TRAIN,
-                                                took < 0 ? 0 : took)
-                        : 0;
+        int obs = whole
+                      ? loom_sched_observe_ran(g->s, g->now, j->id, ph,
+                                               ph == LOOM_PHASE_ROLLOUT ? ran_on : LOOM_POOL_TRAIN,
+                                               j->start_gpus, took < 0 ? 0 : took)
+                      : 0;
         if (obs < 0)
                 return fail(g, obs, "observe");
         if (ph == LOOM_PHASE_TRAIN && (whole || j->call + 1 == j->n_calls)) {
@@ -1075,6 +1078,8 @@ int loom__sim_run_core(const loom_sim_cfg *c, const loom_sim_workload *w, loom_s
         loom_sched_stats_get(g.s, &st);
         r->replans = st.replans;
         r->slo_relaxed = st.slo_relaxed;
+        r->pool_grown = st.pool_grown;
+        r->pool_shrunk = st.pool_shrunk;
         loom_us *done = malloc((size_t)(w->n ? w->n : 1) * 2 * sizeof *done);
         if (!done) {
                 rc = LOOM_ENOMEM;

@@ -86,6 +86,14 @@ void loom_sim_report_table(FILE *f, const loom_sim_result *r, int n)
                         fprintf(f, "%s: %llu admissions with their SLO relaxed (--slo-premium)\n",
                                 loom_sim_policy_name(r[i].policy),
                                 (unsigned long long)r[i].slo_relaxed);
+        for (int i = 0; i < n; i++)
+                if (r[i].ran && r[i].pool_grown)
+                        fprintf(f,
+                                "%s: %llu training nodes added to groups' pools by joins, %llu "
+                                "taken out by departures (policy.pool_grow)\n",
+                                loom_sim_policy_name(r[i].policy),
+                                (unsigned long long)r[i].pool_grown,
+                                (unsigned long long)r[i].pool_shrunk);
 }
 
 /* A real that JSON can carry (null for NaN), rounded so output bytes are stable. */
@@ -170,6 +178,8 @@ static json_t *to_json(const loom_sim_result *x, const loom_sim_result *lb,
         json_object_set_new(o, "moves", json_integer((json_int_t)x->moves));
         json_object_set_new(o, "replans", json_integer((json_int_t)x->replans));
         json_object_set_new(o, "slo_relaxed", json_integer((json_int_t)x->slo_relaxed));
+        json_object_set_new(o, "pool_grown", json_integer((json_int_t)x->pool_grown));
+        json_object_set_new(o, "pool_shrunk", json_integer((json_int_t)x->pool_shrunk));
         json_object_set_new(o, "regroups", json_integer((json_int_t)x->regroups));
         json_object_set_new(o, "jobs_failed", json_integer(x->jobs_failed));
         json_object_set_new(o, "multirate", json_boolean(x->multirate));

@@ -369,35 +369,21 @@ int loom_cluster_cfg_from_json(json_t *obj, const char *where, const char *text,
 int loom_policy_cfg_from_json(json_t *obj, const char *where, const char *text, size_t len,
                               const loom_cluster_cfg *cl, loom_policy_cfg *out, loom_err *e)
 {
-        static const char *const known[] = {"max_group_size",
-                                            "train_scaling_efficiency",
-                                            "warm_switch_s",
-                                            "tail_migration",
-                                            "tail_threshold",
-                                            "tail_keep_gpus",
-                                            "placer",
-                                            "seed",
-                                            "dispatch",
-                                            "preempt_margin",
-                                            "plex_alpha",
-                                            "plex_w1",
-                                            "plex_w2",
-                                            "plex_duty_max",
-                                            "admission",
-                                            "learn_after",
-                                            "multirate",
-                                            "train_rightsize",
-                                            "colocate_lone",
-                                            "lone_grow",
-                                            "join_wait",
-                                            "learn_bound",
-                                            "move_lone",
-                                            "move_members",
-                                            "rate_search_open",
-                                            "plan_tails",
-                                            "regroup",
-                                            "slo_premium",
-                                            NULL};
+        static const char *const known[] = {"max_group_size",   "train_scaling_efficiency",
+                                            "warm_switch_s",    "tail_migration",
+                                            "tail_threshold",   "tail_keep_gpus",
+                                            "placer",           "seed",
+                                            "dispatch",         "preempt_margin",
+                                            "plex_alpha",       "plex_w1",
+                                            "plex_w2",          "plex_duty_max",
+                                            "admission",        "learn_after",
+                                            "multirate",        "train_rightsize",
+                                            "colocate_lone",    "lone_grow",
+                                            "join_wait",        "learn_bound",
+                                            "move_lone",        "move_members",
+                                            "rate_search_open", "plan_tails",
+                                            "regroup",          "pool_grow",
+                                            "slo_premium",      NULL};
         dctx c = {where ? where : "", text, len, e};
         if (!json_is_object(obj))
                 return fail(&c, "", "the policy must be a JSON object");
@@ -425,6 +411,7 @@ int loom_policy_cfg_from_json(json_t *obj, const char *where, const char *text, 
             (rc = get_bool(&c, obj, "move_members", &p.move_members)) ||
             (rc = get_bool(&c, obj, "plan_tails", &p.plan_tails)) ||
             (rc = get_bool(&c, obj, "regroup", &p.regroup)) ||
+            (rc = get_bool(&c, obj, "pool_grow", &p.pool_grow)) ||
             (rc = get_bool(&c, obj, "train_rightsize", &p.train_rightsize)))
                 return rc;
         json_t *lb = json_object_get(obj, "learn_bound");

@@ -24,6 +24,8 @@ audit() { # name, then loom sim options
 }
 audit worst
 audit p99 --admission p99
+# the audit covers a training pool a join grew and a departure shrank (policy.pool_grow)
+grep -q '"policy":"loom".*"pool_grown":[1-9]' "$tmp/p99.json" || fail "no pool grew in the p99 audit"
 audit faults --admission p99 --mtbf-h 20 --drift mixed
 audit h100 --cluster h100 --colocated-factor 1.2 --admission p99
 grep -q '"price":\[6.155000,6.155000\]' "$tmp/h100.tl" || fail "h100 prices in the timeline"

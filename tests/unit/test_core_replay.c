@@ -32,6 +32,7 @@ typedef struct entry {
         loom_exit x;
         loom_phase phase;
         loom_pool pool; /* L_OBSERVE: where it ran (a lone member's rollout: training) */
+        int gpus;       /* L_OBSERVE: the GPUs it started on (a grown pool's, policy.pool_grow) */
         loom_us took, head;
         loom_decision_kind dk; /* L_SUBMIT: the live placement */
         loom_group_id group;
@@ -53,6 +54,7 @@ typedef struct djob {
         loom_us end;      /* of the running phase */
         loom_us dur, head;
         loom_pool pool; /* of the running phase */
+        int gpus;       /* ... and its GPUs */
         bool progressed;
 } djob;
 
@@ -105,8 +107,9 @@ static void replay_entry(loom_sched *s, loom_job_id *ids, const entry *e, int at
         } else if (e->kind == L_OBSERVE) {
                 if (e->head > 0)
                         loom_sched_observe_head(s, ids[e->job], e->head);
-                cr_assert_geq(loom_sched_observe_on(s, 0, ids[e->job], e->phase, e->pool, e->took),
-                              0);
+                cr_assert_geq(
+                    loom_sched_observe_ran(s, 0, ids[e->job], e->phase, e->pool, e->gpus, e->took),
+                    0);
         } else if (e->kind == L_REGROUP) {
                 loom_regroup_plan p = e->plan;
                 for (int k = 0; k < p.n; k++)
@@ -279,12 +282,13 @@ static void phase_end(world *w, int i)
         loom_us head = ph == LOOM_PHASE_ROLLOUT ? j->head : 0;
         if (head > 0)
                 loom_sched_observe_head(w->live, j->core, head);
-        int rc = loom_sched_observe_on(w->live, w->now, j->core, ph, j->pool, j->dur);
+        int rc = loom_sched_observe_ran(w->live, w->now, j->core, ph, j->pool, j->gpus, j->dur);
         cr_assert_geq(rc, 0);
         append(w, &(entry){.kind = L_OBSERVE,
                            .job = i,
                            .phase = ph,
                            .pool = j->pool,
+                           .gpus = j->gpus,
                            .took = j->dur,
                            .head = head});
         log_plan(w);
@@ -329,6 +333,7 @@ static void pump(world *w)
                 j->running = true;
                 j->phase = a.phase;
                 j->pool = a.pool;
+                j->gpus = a.gpus;
                 j->end = w->now + j->dur;
         }
 }

@@ -612,9 +612,12 @@ Test(sched, dispatch_realises_the_admitted_meta_iteration)
 }
 
 /* A member joining in the middle of a round does not change the order the others run in: after
- * the join every member settles at the group's new admitted T_meta. */
+ * the join every member settles at the group's new admitted T_meta. (Without pools that grow: a
+ * departure could shrink a grown pool, slowing the others within their SLOs; test_core_pool.c
+ * checks the periods of grown groups.) */
 Test(sched, a_member_joining_mid_round_keeps_the_admitted_period)
 {
+        po.pool_grow = false;
         uint64_t r = 7;
         int checked = 0;
         for (int trial = 0; trial < 40; trial++) {
@@ -736,6 +739,7 @@ Test(sched, a_node_holds_one_tail_at_a_time)
  */
 static loom_sched *two_lifetimes(loom_decision *d)
 {
+        po.pool_grow = false; /* on two training nodes their working sets would fit */
         loom_sched *s = loom_sched_new(&cl, &po, NULL);
         loom_job_spec a = spec("A", 100, 100, 1.0), b = spec("B", 100, 100, 1.0);
         a.mem_train = b.mem_train = cl.host_mem_bytes - 100 * LOOM_GB;
@@ -817,6 +821,7 @@ Test(sched, unbounded_jobs_tie_on_lifetime_and_pack_tightest)
  */
 Test(sched, a_short_job_joins_only_where_its_first_round_fits)
 {
+        po.pool_grow = false; /* grown to two nodes, the pool would take B at T_meta 150 s */
         loom_sched *s = loom_sched_new(&cl, &po, NULL);
         loom_decision d;
         loom_decision_init(&d, true);

@@ -12,7 +12,7 @@
 Test(server_learn, an_observe_entry_reads_back_the_same)
 {
         srv_observe_rec o = {7, LOOM_PHASE_TRAIN, 612034, 1, 1004211, 611200, 3241000,
-                             0, LOOM_POOL_TRAIN},
+                             0, LOOM_POOL_TRAIN,  0},
                         back;
         char *t = srv_observe_encode(&o);
         cr_assert_not_null(t);
@@ -25,7 +25,8 @@ Test(server_learn, an_observe_entry_reads_back_the_same)
                   back.budget == o.budget);
         free(t);
         /* before learn_after iterations: no learned profile yet; a rollout's head when reported */
-        srv_observe_rec r = {UINT32_MAX, LOOM_PHASE_ROLLOUT, 0, 0, 0, 0, 0, 0, LOOM_POOL_ROLLOUT};
+        srv_observe_rec r = {UINT32_MAX, LOOM_PHASE_ROLLOUT, 0, 0, 0, 0, 0,
+                             0,          LOOM_POOL_ROLLOUT,  0};
         t = srv_observe_encode(&r);
         cr_assert_eq(srv_observe_decode(t, &back, &e), 0, "%s", e.msg);
         cr_assert_eq(back.core, UINT32_MAX);
@@ -54,6 +55,32 @@ Test(server_learn, an_observe_entry_reads_back_the_same)
                                         &back, &e),
                      LOOM_ECORRUPT);
         cr_assert_str_eq(e.field, "pool");
+        /* a training on a pool other than the group's as it stands (policy.pool_grow): its
+         * GPUs said and read back; absent, 0 */
+        o.gpus = 16;
+        t = srv_observe_encode(&o);
+        cr_assert_not_null(strstr(t, "\"gpus\":16"), "%s", t);
+        cr_assert_eq(srv_observe_decode(t, &back, &e), 0, "%s", e.msg);
+        cr_assert_eq(back.gpus, 16);
+        free(t);
+        o.gpus = 0;
+        t = srv_observe_encode(&o);
+        cr_assert_null(strstr(t, "gpus"), "%s", t);
+        cr_assert_eq(srv_observe_decode(t, &back, &e), 0, "%s", e.msg);
+        cr_assert_eq(back.gpus, 0);
+        free(t);
+        cr_assert_eq(srv_observe_decode("{\"core\":1,\"phase\":\"rollout\",\"took_us\":1,"
+                                        "\"result\":0,\"t_roll_us\":0,\"t_train_us\":0,"
+                                        "\"budget_us\":0,\"gpus\":8}",
+                                        &back, &e),
+                     LOOM_ECORRUPT);
+        cr_assert_str_eq(e.field, "gpus");
+        cr_assert_eq(srv_observe_decode("{\"core\":1,\"phase\":\"train\",\"took_us\":1,"
+                                        "\"result\":0,\"t_roll_us\":0,\"t_train_us\":0,"
+                                        "\"budget_us\":0,\"gpus\":0}",
+                                        &back, &e),
+                     LOOM_ECORRUPT);
+        cr_assert_str_eq(e.field, "gpus");
 }
 
 Test(server_learn, a_damaged_observe_entry_names_the_key)

@@ -148,7 +148,7 @@ static void observe(loom_server *s, uint32_t id, loom_phase ph, double secs)
         cr_assert_not_null(j);
         if (srv_job_live(j->state))
                 srv_observe_phase(s, j, ph,
-                                  ph == LOOM_PHASE_ROLLOUT ? LOOM_POOL_ROLLOUT : LOOM_POOL_TRAIN,
+                                  ph == LOOM_PHASE_ROLLOUT ? LOOM_POOL_ROLLOUT : LOOM_POOL_TRAIN, 0,
                                   loom_us_from_s(secs), 0);
 }
 
