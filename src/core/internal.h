@@ -237,10 +237,10 @@ void loom__group_sums(const loom_sched *s, group *g, bool meta);
  * j->mem_train_in for j's own group. */
 loom_us loom__train_in(const loom_sched *s, const group *g, const job *j);
 uint64_t loom__mem_in(const loom_sched *s, const group *g, const job *j);
-/* policy.pool_grow: the fewest training nodes, from `least` up to g's own count, on which
- * every member of g still keeps its budget (and a lone member stays lone) and the training
- * working sets fit; g's own count when none fewer does. */
-int loom__pool_least(const loom_sched *s, const group *g, int least);
+/* policy.pool_grow: the fewest training nodes, from the count g opened with up to its own, on
+ * which every member of g still keeps its budget (and a lone member stays lone) and the
+ * training working sets fit; g's own count when none fewer does. */
+int loom__pool_least(const loom_sched *s, const group *g);
 /* Release the training nodes a shrink took out of g's pool, once no phase runs there. */
 void loom__pool_settle(loom_sched *s, group *g);
 /* Whether g's one member is held out of joins (policy.slo_cap, relaxed until learned). */

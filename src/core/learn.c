@@ -202,8 +202,7 @@ static void set_plan(loom_sched *s, job *j, loom_us roll, loom_us train, loom_us
                 s->rnodes[j->rnodes[k]]->load +=
                     j->rate * (loom__roll_occ(s, &j->spec, k) - was[k]);
         j->spec.t_train = train;
-        j->t_train_in = loom_group_train_time(train, j->spec.train_gpus, g->train_gpus,
-                                              s->policy.train_scaling_efficiency);
+        j->t_train_in = loom__train_in(s, g, j);
         j->slo_budget = budget;
 }
 

@@ -1194,11 +1194,11 @@ static bool pool_keeps(const loom_sched *s, const group *g, bool lone)
         return true;
 }
 
-int loom__pool_least(const loom_sched *s, const group *g, int least)
+int loom__pool_least(const loom_sched *s, const group *g)
 {
         group v = *g;
         bool lone = g->n_members == 1 && loom__job_lone_fits(s, g->members[0], g->n_tnodes);
-        for (int p = least; p < g->n_tnodes; p++) {
+        for (int p = g->opened_tnodes; p < g->n_tnodes; p++) {
                 v.n_tnodes = p;
                 v.train_gpus = p * s->cluster.gpus_per_node;
                 loom__group_sums(s, &v, false);

@@ -594,9 +594,9 @@ static void pool_grow(loom_sched *s, group *g, const loom_decision *d)
  * no phase runs there. */
 static void pool_shrink(loom_sched *s, group *g)
 {
-        if (!s->policy.pool_grow || g->n_tnodes <= g->opened_tnodes)
+        if (g->n_tnodes <= g->opened_tnodes) /* only a grown pool is past it */
                 return;
-        int p = loom__pool_least(s, g, g->opened_tnodes);
+        int p = loom__pool_least(s, g);
         for (int i = p; i < g->n_tnodes; i++)
                 g->releasing[g->n_releasing++] = g->tnodes[i];
         s->stats.pool_shrunk += (uint64_t)(g->n_tnodes - p);
@@ -707,9 +707,8 @@ static int apply(loom_sched *s, loom_us now, const loom_job_spec *spec, const lo
         if (j->ls)
                 j->ls->declared = *spec;
         j->group = g;
-        j->t_train_in = loom_group_train_time(spec->t_train, spec->train_gpus, g->train_gpus,
-                                              s->policy.train_scaling_efficiency);
-        j->mem_train_in = loom_group_train_mem(spec->mem_train, spec->train_gpus, g->train_gpus);
+        j->t_train_in = loom__train_in(s, g, j);
+        j->mem_train_in = loom__mem_in(s, g, j);
         j->slo_budget = loom_job_budget(spec);
         j->slo_relaxed = d->slo_effective > 0;
         j->submitted_at = now;
@@ -1179,7 +1178,7 @@ int loom_sched_job_exit(loom_sched *s, loom_us now, loom_job_id id, loom_exit re
         if (g->n_members == 0) {
                 for (int i = 0; i < g->n_tnodes; i++)
                         node_action(s, LOOM_ACT_RELEASE_NODE, LOOM_POOL_TRAIN, g->tnodes[i], g->id);
-                g->train_running = 0; /* its last member's phase ended with it */
+                assert(!g->train_running); /* its last member's phase ended with it */
                 loom__pool_settle(s, g);
                 open_remove(s, g);
                 s->n_closed_full -= (int)g->full;

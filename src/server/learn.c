@@ -118,8 +118,6 @@ int srv_learn_observe(loom_server *s, srv_job *j, loom_phase phase, loom_pool po
                 loom_sched_observe_head(s->sched, j->retry.core, head);
         if (phase != LOOM_PHASE_ROLLOUT)
                 pool = LOOM_POOL_TRAIN;
-        else
-                gpus = 0; /* a rollout is measured against its declared time, wherever it ran */
         int rc = loom_sched_observe_ran(s->sched, srv_now_wall(), j->retry.core, phase, pool, gpus,
                                         took);
         loom_job_info in;

@@ -70,7 +70,6 @@ typedef struct sjob {
         loom_us anchor_t;
         double anchor_w, rate, work, work_q;
         int busy_gpus;
-        int start_gpus; /* GPUs its running phase started on (a training: the pool's) */
         loom_pool busy_pool;
         loom_us phase_start, seg_start;
         int n_nodes;
@@ -429,7 +428,6 @@ static int start_phase(engine *g, const loom_action *a)
         j->n_nodes = a->n_nodes;
         memcpy(j->nodes, a->nodes, sizeof(loom_node_id) * (size_t)a->n_nodes);
         j->busy_gpus = a->phase == LOOM_PHASE_SYNC ? 0 : a->gpus;
-        j->start_gpus = a->gpus;
         j->busy_pool = a->pool;
         j->work_start = g->now + ovh;
         j->tl_start = g->now;
@@ -855,11 +853,12 @@ static int on_end(engine *g, int ji)
          * switches on their own. */
         bool whole = j->n_calls == 0;
         loom_us took = g->now - j->work_start;
-        int obs = whole
-                      ? loom_sched_observe_ran(g->s, g->now, j->id, ph,
-                                               ph == LOOM_PHASE_ROLLOUT ? ran_on : LOOM_POOL_TRAIN,
-                                               j->start_gpus, took < 0 ? 0 : took)
-                      : 0;
+        int obs = whole ? loom_sched_observe_ran(
+                              g->s, g->now, j->id, ph,
+                              ph == LOOM_PHASE_ROLLOUT ? ran_on : LOOM_POOL_TRAIN,
+                              ph == LOOM_PHASE_TRAIN ? j->n_nodes * g->c->cluster.gpus_per_node : 0,
+                              took < 0 ? 0 : took)
+                        : 0;
         if (obs < 0)
                 return fail(g, obs, "observe");
         if (ph == LOOM_PHASE_TRAIN && (whole || j->call + 1 == j->n_calls)) {
