@@ -74,6 +74,12 @@ int loom_admission_parse(const char *s, loom_admission *out);
 #define LOOM_GROW_VIEWS 16        /* policy.pool_grow: groups a decision searches grown, at most */
 #define LOOM_MOVE_GROW_GAIN 0.2   /* policy.lone_grow: a move to more nodes saves this */
 #define LOOM_JOIN_WAIT_LEFT 10    /* policy.join_wait: members this close to their end */
+/* A new job of at most this many iterations is held to the shortest solo iteration the prior's
+ * jobs give it, not their mean: it ends before what it learns can re-plan or move it. */
+#define LOOM_PRIOR_SHORT 30
+/* A member with fewer iterations left does not switch to running lone: its first rollout on
+ * its training nodes is a cold start that so few iterations cannot absorb. */
+#define LOOM_LONE_LEFT 20
 
 /* How a learned quantile is bounded (docs/scheduling.md, learned profiles).
  * NORMAL: a one-sided normal tolerance bound, mean + k(n) s over the last LOOM_LEARN_WINDOW / 2
@@ -135,8 +141,10 @@ double loom_quantile_ucb(const double *top, int m, int64_t n, double q, double c
  * does (before, 0: placement saw every loomd job as unbounded), and replays their counts
  * (loom_sched_job_iterations). Version 14: a join may grow its group's training pool and a
  * departure shrink it again (policy.pool_grow, on by default), and a training observation is
- * measured against the pool it ran on. */
-#define LOOM_SCHED_ARITH 14
+ * measured against the pool it ran on. Version 15: a job of at most LOOM_PRIOR_SHORT
+ * iterations is held to the prior's shortest solo iteration, and a member with fewer than
+ * LOOM_LONE_LEFT iterations left does not switch to running lone. */
+#define LOOM_SCHED_ARITH 15
 
 typedef struct loom_policy_cfg {
         int max_group_size;              /* default 5, at most LOOM_MAX_GROUP_SIZE */

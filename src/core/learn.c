@@ -245,7 +245,14 @@ bool loom__learn_prior(const loom_sched *s, loom_job_spec *spec, loom_job_spec *
         *likely = *spec;
         likely->t_roll = scaled(spec->t_roll, f[0]);
         likely->t_train = scaled(spec->t_train, f[1]);
-        loom_us ref = (loom_us)solo_at(spec, f[0], f[1]);
+        double ref_d = solo_at(spec, f[0], f[1]);
+        /* a job too short for what it learns to re-plan or move it: the shortest solo iteration
+         * the prior's jobs give it, so that it keeps its SLO however light it turns out */
+        for (int i = 0; spec->iterations > 0 && spec->iterations <= LOOM_PRIOR_SHORT && i < n; i++) {
+                double v = solo_at(spec, s->prior[i][0], s->prior[i][1]);
+                ref_d = v < ref_d ? v : ref_d;
+        }
+        loom_us ref = (loom_us)ref_d;
         if (ref >= 1 && ref < loom_job_t_solo(spec))
                 spec->t_solo_ref = ref;
         return true;

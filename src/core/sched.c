@@ -1214,8 +1214,13 @@ void loom__lone_recheck(loom_sched *s, group *g, bool may_go_lone)
                 g->lone_lost = false; /* a membership change: decided afresh */
         if (g->n_members != 1)
                 return;
-        if ((g->lone || !g->lone_lost) &&
-            g->lone != loom__job_lone_fits(s, g->members[0], g->n_tnodes)) {
+        /* switching to lone makes its next rollout a cold start on the training nodes, which
+         * its last few iterations cannot absorb */
+        const job *m = g->members[0];
+        bool ending = !g->lone && m->spec.iterations > 0 &&
+                      m->spec.iterations - m->iterations_done < LOOM_LONE_LEFT;
+        if ((g->lone || !g->lone_lost) && !ending &&
+            g->lone != loom__job_lone_fits(s, m, g->n_tnodes)) {
                 g->lone = !g->lone;
                 g->lone_lost = !may_go_lone && !g->lone;
                 for (int i = 0; i < g->n_rnodes && !g->lone && !g->rnodes_up; i++)

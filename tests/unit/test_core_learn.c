@@ -399,11 +399,36 @@ Test(learn, new_jobs_are_held_to_the_fleet_prior)
         cr_assert_eq(loom_sched_job_info(s, c, &ji), 0);
         /* A's means: rollout 50/100, training 60/300 */
         cr_assert_eq(ji.spec.t_solo_ref, loom_us_from_s(100 * 0.5 + 300 * 0.2));
+        /* a job too short to be re-planned on what it learns: the shortest solo iteration of
+         * the prior's jobs; with one job ended, the same; with a lighter one, that one's */
+        loom_job_spec short_job = spec("S", 100, 300, 2.0);
+        short_job.iterations = LOOM_PRIOR_SHORT;
+        loom_job_id sj = submit(s, short_job);
+        cr_assert_eq(loom_sched_job_info(s, sj, &ji), 0);
+        cr_assert_eq(ji.spec.t_solo_ref, loom_us_from_s(100 * 0.5 + 300 * 0.2));
         loom_job_spec given = spec("D", 100, 300, 2.0);
         given.t_solo_ref = loom_us_from_s(350);
         loom_job_id d = submit(s, given);
         cr_assert_eq(loom_sched_job_info(s, d, &ji), 0);
         cr_assert_eq(ji.spec.t_solo_ref, loom_us_from_s(350));
+        loom_sched_free(s);
+
+        s = loom_sched_new(&cl, &po, NULL);
+        a = submit(s, spec("A", 100, 300, 2.0));
+        run_alone(s, a, 3, 50, 60);
+        cr_assert_eq(loom_sched_job_exit(s, 0, a, LOOM_EXIT_FINISHED), 0);
+        loom_job_id b = submit(s, spec("B", 100, 300, 2.0));
+        cr_assert_eq(run_alone(s, b, 3, 30, 30), 1);
+        cr_assert_eq(loom_sched_job_exit(s, 0, b, LOOM_EXIT_FINISHED), 0);
+        short_job.id[0] = 'T';
+        sj = submit(s, short_job);
+        cr_assert_eq(loom_sched_job_info(s, sj, &ji), 0);
+        cr_assert_eq(ji.spec.t_solo_ref, loom_us_from_s(100 * 0.3 + 300 * 0.1), "B's, not the mean");
+        short_job.id[0] = 'U';
+        short_job.iterations = LOOM_PRIOR_SHORT + 1;
+        sj = submit(s, short_job);
+        cr_assert_eq(loom_sched_job_info(s, sj, &ji), 0);
+        cr_assert_eq(ji.spec.t_solo_ref, loom_us_from_s(100 * 0.4 + 300 * 0.15), "the mean");
         loom_sched_free(s);
 
         po.admission = LOOM_ADMIT_WORST;

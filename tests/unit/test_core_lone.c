@@ -274,11 +274,14 @@ Test(lone, off_provisions_the_rollout_node_at_once)
         loom_sched_free(s);
 }
 
-/* A alone, then B joins; driven until A's second rollout runs on the rollout node. */
+/* A (of `iterations`, 0: unbounded) alone, then B joins; driven until A's second rollout runs
+ * on the rollout node. */
 static void pair_until_a_rolls_on_the_node(loom_sched *s, loom_decision *d, loom_job_id *ia,
-                                           loom_job_id *ib, loom_group_id *grp, seen *v)
+                                           loom_job_id *ib, loom_group_id *grp, seen *v,
+                                           int64_t iterations)
 {
         loom_job_spec a = spec("A", 100, 50, 2.0), b = spec("B", 40, 40, 2.0);
+        a.iterations = iterations;
         *ia = submit(s, &a, d);
         *grp = d->group;
         *ib = submit(s, &b, d);
@@ -306,7 +309,7 @@ Test(lone, a_group_left_with_one_member_goes_lone_again)
         loom_job_id ia, ib;
         loom_group_id grp;
         seen v = {0};
-        pair_until_a_rolls_on_the_node(s, &d, &ia, &ib, &grp, &v);
+        pair_until_a_rolls_on_the_node(s, &d, &ia, &ib, &grp, &v, 0);
         /* B leaves while A's rollout runs on the node: nothing is released yet */
         memset(&v, 0, sizeof v);
         cr_assert_eq(loom_sched_job_exit(s, 160, ib, LOOM_EXIT_CANCELLED), 0);
@@ -340,6 +343,36 @@ Test(lone, a_group_left_with_one_member_goes_lone_again)
         loom_sched_free(s);
 }
 
+/* Switching to lone makes the member's next rollout a cold start on its training nodes: one
+ * with fewer than LOOM_LONE_LEFT iterations left keeps its rollout node to its end instead. */
+Test(lone, a_member_near_its_end_does_not_switch_to_lone)
+{
+        for (int near = 0; near < 2; near++) {
+                loom_sched *s = loom_sched_new(&cl, &po, NULL);
+                loom_decision d;
+                loom_decision_init(&d, false);
+                loom_job_id ia, ib;
+                loom_group_id grp;
+                seen v = {0};
+                /* A has trained once: LOOM_LONE_LEFT (or one fewer) iterations left */
+                pair_until_a_rolls_on_the_node(s, &d, &ia, &ib, &grp, &v, LOOM_LONE_LEFT + !near);
+                cr_assert_eq(loom_sched_job_exit(s, 160, ib, LOOM_EXIT_CANCELLED), 0);
+                cr_assert_eq(loom_sched_phase_done(s, 250, ia, LOOM_PHASE_ROLLOUT), 0);
+                memset(&v, 0, sizeof v);
+                drain(s, &v);
+                loom_group_info g;
+                cr_assert_eq(loom_sched_group_info(s, grp, &g), 0);
+                cr_assert_eq(g.lone, !near, "near %d", near);
+                cr_assert_eq(v.released[LOOM_POOL_ROLLOUT], !near, "near %d", near);
+                cr_assert_eq(loom_sched_phase_done(s, 300, ia, LOOM_PHASE_TRAIN), 0);
+                drain(s, &v);
+                cr_assert_eq(v.of[ia].phase, LOOM_PHASE_ROLLOUT);
+                cr_assert_eq(v.of[ia].pool, near ? LOOM_POOL_ROLLOUT : LOOM_POOL_TRAIN);
+                loom_decision_free(&d);
+                loom_sched_free(s);
+        }
+}
+
 /* A restart that resumes the member (loom_sched_job_resume, as loomd does after a replay) ends
  * its rollout on the node: a group left with that member goes lone then, as it would have at
  * the rollout's end. */
@@ -351,7 +384,7 @@ Test(lone, resuming_the_last_member_makes_its_group_lone)
         loom_job_id ia, ib;
         loom_group_id grp;
         seen v = {0};
-        pair_until_a_rolls_on_the_node(s, &d, &ia, &ib, &grp, &v);
+        pair_until_a_rolls_on_the_node(s, &d, &ia, &ib, &grp, &v, 0);
         cr_assert_eq(loom_sched_job_exit(s, 160, ib, LOOM_EXIT_CANCELLED), 0);
         loom_group_info g;
         cr_assert_eq(loom_sched_group_info(s, grp, &g), 0);
