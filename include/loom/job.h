@@ -56,6 +56,11 @@ typedef struct loom_job_spec {
          * the tails"). 0 = not known: the rollout is planned to hold its nodes to its end. At
          * most t_roll. Learned admission learns it from the driver's progress reports. */
         loom_us t_head;
+        /* The cold start of the job's rollout on a node that does not hold it: its engine and
+         * weights loaded from storage, as when a member switches to running lone on its
+         * training nodes. 0 = not known: such a switch is then not made in its last
+         * LOOM_LONE_LEFT iterations. */
+        loom_us t_cold;
 } loom_job_spec;
 
 #define LOOM_MAX_RESTARTS_DEFAULT 3

@@ -76,6 +76,9 @@ int loom_job_spec_validate(const loom_job_spec *s, const loom_cluster_cfg *c, lo
         if (s->t_switch < 0 || s->t_switch > max_t)
                 return loom_err_set(e, LOOM_EINVAL, "switch_s",
                                     "switch_s must be >= 0 and <= 1e6 seconds");
+        if (s->t_cold < 0 || s->t_cold > max_t)
+                return loom_err_set(e, LOOM_EINVAL, "cold_s",
+                                    "cold_s must be >= 0 and <= 1e6 seconds");
         if (s->t_head < 0 || s->t_head > s->t_roll)
                 return loom_err_set(e, LOOM_EINVAL, "head_s",
                                     "head_s must be >= 0 and <= t_roll_s");

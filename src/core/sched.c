@@ -1208,17 +1208,40 @@ bool loom__job_lone_fits(const loom_sched *s, const job *j, int train_nodes)
         return loom__lone_fits(s, &sp, j->slo_budget, train_nodes);
 }
 
+/*
+ * Whether member m, not lone, may switch to lone on train_nodes given what its next rollout
+ * costs there: a cold start (its engine and weights loaded onto the training nodes), which the
+ * switch check does not see. Known (spec.t_cold), it must fit in its budget over the
+ * iterations left, at its lone iteration on its mean phases; not known, the switch is not made
+ * in its last LOOM_LONE_LEFT iterations. A job without a bound always may.
+ */
+static bool lone_start_pays(const loom_sched *s, const job *m, int train_nodes)
+{
+        if (m->spec.iterations <= 0)
+                return true;
+        int64_t left = m->spec.iterations - m->iterations_done;
+        if (m->spec.t_cold <= 0)
+                return left >= LOOM_LONE_LEFT;
+        if (left < 1)
+                return false;
+        loom_job_spec sp = m->spec;
+        if (m->ls && m->ls->learned_budget) {
+                sp.t_roll = m->ls->mean_roll;
+                sp.t_train = m->ls->mean_train;
+        }
+        return (double)loom__lone_iteration(s, &sp, train_nodes) +
+                   (double)m->spec.t_cold / (double)left <=
+               (double)m->slo_budget;
+}
+
 void loom__lone_recheck(loom_sched *s, group *g, bool may_go_lone)
 {
         if (may_go_lone)
                 g->lone_lost = false; /* a membership change: decided afresh */
         if (g->n_members != 1)
                 return;
-        /* switching to lone makes its next rollout a cold start on the training nodes, which
-         * its last few iterations cannot absorb */
         const job *m = g->members[0];
-        bool ending = !g->lone && m->spec.iterations > 0 &&
-                      m->spec.iterations - m->iterations_done < LOOM_LONE_LEFT;
+        bool ending = !g->lone && !lone_start_pays(s, m, g->n_tnodes);
         if ((g->lone || !g->lone_lost) && !ending &&
             g->lone != loom__job_lone_fits(s, m, g->n_tnodes)) {
                 g->lone = !g->lone;

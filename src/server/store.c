@@ -42,8 +42,8 @@ static const char *const stmt_sql[ST_N] = {
     [ST_JOB_INSERT] =
         "INSERT INTO jobs(id,name,idem_key,state,target,done,next_phase,rollout_gpus,"
         "train_gpus,t_roll_us,t_train_us,t_sync_us,slo,mem_rollout,mem_train,decision,"
-        "submitted_us,ended_us,calls,next_call,tenant,t_switch_us,t_head_us) "
-        "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        "submitted_us,ended_us,calls,next_call,tenant,t_switch_us,t_head_us,t_cold_us) "
+        "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
     [ST_JOB_UPDATE] =
         "UPDATE jobs SET state=?,done=?,next_phase=?,ended_us=?,next_call=? WHERE id=?",
     [ST_JOB_BY_KEY] = "SELECT id FROM jobs WHERE idem_key=?",
@@ -273,6 +273,8 @@ int srv_store_open(srv_store **out, const char *dir, bool sync_full, loom_err *e
                 rc = add_column(st, "jobs", "t_switch_us", "INTEGER NOT NULL DEFAULT 0", e);
         if (!rc) /* its rollout's head (head_s); 0: not given, as in older stores */
                 rc = add_column(st, "jobs", "t_head_us", "INTEGER NOT NULL DEFAULT 0", e);
+        if (!rc) /* its rollout's cold start (cold_s); 0: not given, as in older stores */
+                rc = add_column(st, "jobs", "t_cold_us", "INTEGER NOT NULL DEFAULT 0", e);
         if (!rc) /* a lone member's rollout runs on the training pool; NULL: by its phase */
                 rc = add_column(st, "leases", "pool", "TEXT", e);
         for (int i = 0; !rc && i < ST_N; i++)
@@ -490,6 +492,7 @@ int srv_store_job_insert(srv_store *st, const srv_job *j, const char *key, loom_
         sqlite3_bind_text(q, i++, j->tenant, -1, SQLITE_STATIC);
         sqlite3_bind_int64(q, i++, j->spec.t_switch);
         sqlite3_bind_int64(q, i++, j->spec.t_head);
+        sqlite3_bind_int64(q, i++, j->spec.t_cold);
         free(dec);
         return step_done(st, ST_JOB_INSERT, e);
 }
@@ -719,10 +722,12 @@ static int row_to_job(sqlite3_stmt *q, srv_job *j, loom_err *e)
         j->replans = j->replans_base = (uint64_t)sqlite3_column_int64(q, i++);
         j->spec.t_switch = sqlite3_column_int64(q, i++);
         j->spec.t_head = sqlite3_column_int64(q, i++);
+        j->spec.t_cold = sqlite3_column_int64(q, i++);
         json_error_t je;
         j->decision = dec ? json_loads(dec, 0, &je) : NULL;
         if (j->state < 0 || !next || loom_phase_parse(next, &j->next) || !j->decision ||
             j->spec.t_switch < 0 || j->spec.t_head < 0 || j->spec.t_head > j->spec.t_roll ||
+            j->spec.t_cold < 0 ||
             j->next_call < 0 || j->next_call >= LOOM_N_CALLS ||
             (j->next_call > 0 && j->next != LOOM_PHASE_TRAIN))
                 return loom_err_set(e, LOOM_ECORRUPT, "store", "job %u: unreadable row", j->id);
@@ -736,7 +741,8 @@ int srv_store_load_jobs(srv_store *st, int (*add)(void *arg, srv_job *j), void *
                                "SELECT id,name,state,target,done,next_phase,rollout_gpus,"
                                "train_gpus,t_roll_us,t_train_us,t_sync_us,slo,mem_rollout,"
                                "mem_train,decision,submitted_us,ended_us,calls,next_call,tenant,"
-                               "replans_compacted,t_switch_us,t_head_us FROM jobs ORDER BY id",
+                               "replans_compacted,t_switch_us,t_head_us,t_cold_us FROM jobs "
+                               "ORDER BY id",
                                -1, &q, NULL) != SQLITE_OK)
                 return db_err(st, e, "load jobs");
         int rc = 0, step;

@@ -572,6 +572,7 @@ static int arrival(engine *g, int ji)
         if (!j->waiting) {
                 j->cur = sj->spec;
                 j->cur.t_switch = loom__sim_job_switch(g->c, sj->model_b);
+                j->cur.t_cold = loom_sim_cold(g->c, sj->model_b);
                 j->decl[0] = sj->spec.t_roll;
                 j->decl[1] = sj->spec.t_train;
                 j->ready = g->now + loom_sim_cold(g->c, sj->model_b);
@@ -891,6 +892,7 @@ static loom_job_spec current_profile(const engine *g, int ji)
         sp.t_train = (loom_us)llround((double)sp.t_train * f);
         sp.iterations -= g->jobs[ji].iter;
         sp.t_switch = loom__sim_job_switch(g->c, sj->model_b);
+        sp.t_cold = loom_sim_cold(g->c, sj->model_b);
         return sp;
 }
 

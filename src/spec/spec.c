@@ -231,7 +231,8 @@ int loom_job_spec_from_json(json_t *obj, const char *where, const char *text, si
         static const char *const known[] = {
             "id",         "rollout_gpus", "train_gpus",     "t_roll_s",     "t_train_s",
             "sync_s",     "slo",          "mem_rollout_gb", "mem_train_gb", "model_b",
-            "iterations", "max_restarts", "switch_s",       "head_s",       CALLS_KNOWN NULL};
+            "iterations", "max_restarts", "switch_s",       "head_s",       "cold_s",
+            CALLS_KNOWN NULL};
         dctx c = {where, text, len, e};
         if (!json_is_object(obj))
                 return fail(&c, "", "a job must be a JSON object");
@@ -271,7 +272,8 @@ int loom_job_spec_from_json(json_t *obj, const char *where, const char *text, si
             (rc = get_seconds(&c, obj, "t_train_s", !calls, true, &s.t_train)) < 0 ||
             (rc = get_seconds(&c, obj, "sync_s", false, false, &s.t_sync)) < 0 ||
             (rc = get_seconds(&c, obj, "switch_s", false, true, &s.t_switch)) < 0 ||
-            (rc = get_seconds(&c, obj, "head_s", false, true, &s.t_head)) < 0)
+            (rc = get_seconds(&c, obj, "head_s", false, true, &s.t_head)) < 0 ||
+            (rc = get_seconds(&c, obj, "cold_s", false, true, &s.t_cold)) < 0)
                 return rc;
         if ((rc = get_number(&c, obj, "slo", true, &s.slo)))
                 return rc;
@@ -721,6 +723,8 @@ json_t *loom_job_spec_to_json(const loom_job_spec *s)
                 json_object_set_new(o, "switch_s", json_real(loom_us_to_s(s->t_switch)));
         if (s->t_head > 0)
                 json_object_set_new(o, "head_s", json_real(loom_us_to_s(s->t_head)));
+        if (s->t_cold > 0)
+                json_object_set_new(o, "cold_s", json_real(loom_us_to_s(s->t_cold)));
         for (int i = 0; i < LOOM_N_CALLS; i++)
                 if (s->t_calls[i] > 0) {
                         char k[40];

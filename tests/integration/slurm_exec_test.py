@@ -178,7 +178,9 @@ check(j["restarts"] == 1 and j["iterations_done"] == 12,
       f"done {j['iterations_done']})")
 
 # ---- kill -9 of loomd mid-run: the workers are adopted, none lost, none doubled -------------
-submit("e", 16)
+# e says what loading its rollout onto a node costs (cold_s), so that it may go lone again in
+# its last iterations (without it, a member with fewer than 20 left keeps its rollout node)
+submit("e", 16, cold_s=0.1)
 wait(lambda: job(5)["iterations_done"] >= 2, "e is running")
 
 # ---- a job loom cancels is cancelled in Slurm --------------------------------------------------

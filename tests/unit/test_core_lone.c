@@ -343,10 +343,54 @@ Test(lone, a_group_left_with_one_member_goes_lone_again)
         loom_sched_free(s);
 }
 
+/* A of `iterations` and cold start `cold`, then B, until A's rollout runs on the rollout node;
+ * B leaves and A's rollout ends. Whether A's group went lone. */
+static bool lone_after_partner_left(int64_t iterations, double cold)
+{
+        loom_sched *s = loom_sched_new(&cl, &po, NULL);
+        loom_decision d;
+        loom_decision_init(&d, false);
+        loom_job_spec a = spec("A", 100, 50, 2.0), b = spec("B", 40, 40, 2.0);
+        a.iterations = iterations;
+        a.t_cold = loom_us_from_s(cold);
+        loom_job_id ia = submit(s, &a, &d), ib;
+        loom_group_id grp = d.group;
+        seen v = {0};
+        ib = submit(s, &b, &d);
+        drain(s, &v);
+        cr_assert_eq(loom_sched_phase_done(s, 40, ib, LOOM_PHASE_ROLLOUT), 0);
+        cr_assert_eq(loom_sched_phase_done(s, 100, ia, LOOM_PHASE_ROLLOUT), 0);
+        drain(s, &v);
+        cr_assert_eq(loom_sched_phase_done(s, 150, ia, LOOM_PHASE_TRAIN), 0);
+        drain(s, &v);
+        cr_assert_eq(v.of[ia].pool, LOOM_POOL_ROLLOUT);
+        cr_assert_eq(loom_sched_job_exit(s, 160, ib, LOOM_EXIT_CANCELLED), 0);
+        cr_assert_eq(loom_sched_phase_done(s, 250, ia, LOOM_PHASE_ROLLOUT), 0);
+        drain(s, &v);
+        loom_group_info g;
+        cr_assert_eq(loom_sched_group_info(s, grp, &g), 0);
+        loom_decision_free(&d);
+        loom_sched_free(s);
+        return g.lone;
+}
+
+/* Its budget is 2 x 150 s and its lone iteration 150 s plus two switches: a known cold start
+ * must fit in the slack over the iterations left (A has trained once). */
+Test(lone, a_known_cold_start_decides_the_switch_to_lone)
+{
+        cr_assert(lone_after_partner_left(6, 100), "5 left: 20 s a round of 300 s fits");
+        cr_assert_not(lone_after_partner_left(6, 1000), "5 left: 200 s a round does not");
+        cr_assert(lone_after_partner_left(101, 1000), "100 left: 10 s a round fits");
+        cr_assert(lone_after_partner_left(0, 1e5), "unbounded: any cold start pays");
+}
+
 /* Switching to lone makes the member's next rollout a cold start on its training nodes: one
- * with fewer than LOOM_LONE_LEFT iterations left keeps its rollout node to its end instead. */
+ * that does not say what it costs (cold_s) and has fewer than LOOM_LONE_LEFT iterations left
+ * keeps its rollout node to its end instead. */
 Test(lone, a_member_near_its_end_does_not_switch_to_lone)
 {
+        cr_assert(lone_after_partner_left(LOOM_LONE_LEFT + 1, 0));
+        cr_assert_not(lone_after_partner_left(LOOM_LONE_LEFT, 0));
         for (int near = 0; near < 2; near++) {
                 loom_sched *s = loom_sched_new(&cl, &po, NULL);
                 loom_decision d;

@@ -114,9 +114,10 @@ Test(server, restart_replays_the_same_placements)
         free(dir);
 }
 
-/* A job's own switch (switch_s) and rollout head (head_s) are stored with it: a restart plans
- * the job on the same switch, so it replays the same placement (kept off its training node:
- * two 2 s switches do not fit a 1.02 SLO on a 150 s iteration) and shows both in its spec. */
+/* A job's own switch (switch_s), rollout head (head_s) and cold start (cold_s) are stored with
+ * it: a restart plans the job on the same switch, so it replays the same placement (kept off
+ * its training node: two 2 s switches do not fit a 1.02 SLO on a 150 s iteration) and shows
+ * all three in its spec. */
 Test(server, a_job_s_switch_and_head_survive_a_restart)
 {
         char *dir = test_tmpdir(), *out;
@@ -124,7 +125,7 @@ Test(server, a_job_s_switch_and_head_survive_a_restart)
         loom_server *s = restart_same_groups(NULL, dir, &port);
         const char *job = "{\"name\":\"A\",\"rollout_gpus\":8,\"train_gpus\":8,\"t_roll_s\":100,"
                           "\"t_train_s\":50,\"slo\":1.02,\"iterations\":5,\"switch_s\":2,"
-                          "\"head_s\":40}";
+                          "\"head_s\":40,\"cold_s\":55}";
         cr_assert_eq(test_http(port, "POST", "/v1/jobs", job, &out), 201, "%s", out);
         free(out);
         cr_assert_eq(test_http(port, "GET", "/v1/groups", NULL, &out), 200);
@@ -135,6 +136,7 @@ Test(server, a_job_s_switch_and_head_survive_a_restart)
         cr_assert_eq(test_http(port, "GET", "/v1/jobs/1", NULL, &out), 200);
         cr_assert(strstr(out, "\"switch_s\":2") != NULL, "%s", out);
         cr_assert(strstr(out, "\"head_s\":40") != NULL, "the store keeps its head: %s", out);
+        cr_assert(strstr(out, "\"cold_s\":55") != NULL, "and its cold start: %s", out);
         free(out);
         loom_server_free(s);
         test_rmdir(dir);

@@ -22,7 +22,7 @@ Test(spec, a_full_scenario_decodes)
                         "\"policy\":{\"max_group_size\":3,\"tail_threshold\":0.9,"
                         "\"placer\":\"greedy\",\"admission\":\"p95\",\"learn_after\":5},"
                         "\"jobs\":[{\"id\":\"a\"," JOB ",\"sync_s\":5,\"model_b\":7,"
-                        "\"iterations\":10,\"switch_s\":1.5,\"head_s\":40}]}";
+                        "\"iterations\":10,\"switch_s\":1.5,\"head_s\":40,\"cold_s\":55}]}";
         loom_scenario sc;
         loom_err e;
         cr_assert_eq(parse(t, &sc, &e), 0, "%s", e.msg);
@@ -41,16 +41,20 @@ Test(spec, a_full_scenario_decodes)
         cr_assert_eq(sc.jobs[0].iterations, 10);
         cr_assert_eq(sc.jobs[0].t_switch, loom_us_from_s(1.5));
         cr_assert_eq(sc.jobs[0].t_head, loom_us_from_s(40));
+        cr_assert_eq(sc.jobs[0].t_cold, loom_us_from_s(55));
         /* they come back out, and only when given */
         json_t *o = loom_job_spec_to_json(&sc.jobs[0]);
         cr_assert_float_eq(json_real_value(json_object_get(o, "switch_s")), 1.5, 1e-9);
         cr_assert_float_eq(json_real_value(json_object_get(o, "head_s")), 40, 1e-9);
+        cr_assert_float_eq(json_real_value(json_object_get(o, "cold_s")), 55, 1e-9);
         json_decref(o);
         sc.jobs[0].t_switch = 0;
         sc.jobs[0].t_head = 0;
+        sc.jobs[0].t_cold = 0;
         o = loom_job_spec_to_json(&sc.jobs[0]);
         cr_assert_null(json_object_get(o, "switch_s"));
         cr_assert_null(json_object_get(o, "head_s"));
+        cr_assert_null(json_object_get(o, "cold_s"));
         json_decref(o);
         loom_scenario_free(&sc);
 }
@@ -81,6 +85,7 @@ Test(spec, invalid_input_names_field_line_and_column)
             {"{\"jobs\":[{" JOB ",\"switch_s\":0}]}", "jobs[0].switch_s", 1, 94},
             {"{\"jobs\":[{" JOB ",\"head_s\":150}]}", "jobs[0].head_s", 1, 92},
             {"{\"jobs\":[{" JOB ",\"head_s\":0}]}", "jobs[0].head_s", 1, 92},
+            {"{\"jobs\":[{" JOB ",\"cold_s\":-55}]}", "jobs[0].cold_s", 1, 92},
             {"{\"cluster\":{\"gpus_per_node\":0},\"jobs\":[]}", "cluster.gpus_per_node", 1, 29},
             {"{\"policy\":{\"tail_threshold\":1.5},\"jobs\":[]}", "policy.tail_threshold", 1, 29},
             {"{\"policy\":{\"placer\":\"best\"},\"jobs\":[]}", "policy.placer", 1, 21},
