@@ -77,8 +77,9 @@ int loom_admission_parse(const char *s, loom_admission *out);
 /* A new job of at most this many iterations is held to the shortest solo iteration the prior's
  * jobs give it, not their mean: it ends before what it learns can re-plan or move it. */
 #define LOOM_PRIOR_SHORT 30
-/* A member with fewer iterations left does not switch to running lone: its first rollout on
- * its training nodes is a cold start that so few iterations cannot absorb. */
+/* A member that does not declare its cold start (loom_job_spec.t_cold) and has fewer
+ * iterations left does not switch to running lone: its first rollout on its training nodes is
+ * a cold start that so few iterations may not absorb. */
 #define LOOM_LONE_LEFT 20
 
 /* How a learned quantile is bounded (docs/scheduling.md, learned profiles).
@@ -142,8 +143,9 @@ double loom_quantile_ucb(const double *top, int m, int64_t n, double q, double c
  * (loom_sched_job_iterations). Version 14: a join may grow its group's training pool and a
  * departure shrink it again (policy.pool_grow, on by default), and a training observation is
  * measured against the pool it ran on. Version 15: a job of at most LOOM_PRIOR_SHORT
- * iterations is held to the prior's shortest solo iteration, and a member with fewer than
- * LOOM_LONE_LEFT iterations left does not switch to running lone. */
+ * iterations is held to the prior's shortest solo iteration, and a member switches to running
+ * lone only where its declared cold start (t_cold) spread over its iterations left fits its
+ * budget, or without one not in its last LOOM_LONE_LEFT iterations. */
 #define LOOM_SCHED_ARITH 15
 
 typedef struct loom_policy_cfg {
