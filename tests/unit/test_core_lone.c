@@ -274,114 +274,120 @@ Test(lone, off_provisions_the_rollout_node_at_once)
         loom_sched_free(s);
 }
 
-/* A (of `iterations`, 0: unbounded) alone, then B joins; driven until A's second rollout runs
- * on the rollout node. */
-static void pair_until_a_rolls_on_the_node(loom_sched *s, loom_decision *d, loom_job_id *ia,
-                                           loom_job_id *ib, loom_group_id *grp, seen *v,
-                                           int64_t iterations)
+/* A pair: A (of `iterations`, 0: unbounded, and cold start `cold` s, 0: not known) alone, then
+ * B joins; driven until A's second rollout runs on the rollout node. */
+typedef struct pair {
+        loom_sched *s;
+        loom_decision d;
+        loom_job_id ia, ib;
+        loom_group_id grp;
+        seen v;
+} pair;
+
+static void pair_start(pair *p, int64_t iterations, double cold)
 {
+        memset(p, 0, sizeof *p);
+        p->s = loom_sched_new(&cl, &po, NULL);
+        loom_decision_init(&p->d, false);
         loom_job_spec a = spec("A", 100, 50, 2.0), b = spec("B", 40, 40, 2.0);
         a.iterations = iterations;
-        *ia = submit(s, &a, d);
-        *grp = d->group;
-        *ib = submit(s, &b, d);
-        drain(s, v);
+        a.t_cold = loom_us_from_s(cold);
+        loom_sched *s = p->s;
+        p->ia = submit(s, &a, &p->d);
+        p->grp = p->d.group;
+        p->ib = submit(s, &b, &p->d);
+        drain(s, &p->v);
         /* A's first rollout (on the training nodes) ends; B's ends; A trains, and its second
          * rollout starts on the rollout node */
-        cr_assert_eq(loom_sched_phase_done(s, 40, *ib, LOOM_PHASE_ROLLOUT), 0);
-        cr_assert_eq(loom_sched_phase_done(s, 100, *ia, LOOM_PHASE_ROLLOUT), 0);
-        drain(s, v);
-        cr_assert_eq(v->last_start.job, *ia);
-        cr_assert_eq(v->last_start.phase, LOOM_PHASE_TRAIN);
-        cr_assert_eq(loom_sched_phase_done(s, 150, *ia, LOOM_PHASE_TRAIN), 0);
-        drain(s, v);
-        cr_assert_eq(v->of[*ia].phase, LOOM_PHASE_ROLLOUT);
-        cr_assert_eq(v->of[*ia].pool, LOOM_POOL_ROLLOUT);
+        cr_assert_eq(loom_sched_phase_done(s, 40, p->ib, LOOM_PHASE_ROLLOUT), 0);
+        cr_assert_eq(loom_sched_phase_done(s, 100, p->ia, LOOM_PHASE_ROLLOUT), 0);
+        drain(s, &p->v);
+        cr_assert_eq(p->v.last_start.job, p->ia);
+        cr_assert_eq(p->v.last_start.phase, LOOM_PHASE_TRAIN);
+        cr_assert_eq(loom_sched_phase_done(s, 150, p->ia, LOOM_PHASE_TRAIN), 0);
+        drain(s, &p->v);
+        cr_assert_eq(p->v.of[p->ia].phase, LOOM_PHASE_ROLLOUT);
+        cr_assert_eq(p->v.of[p->ia].pool, LOOM_POOL_ROLLOUT);
+}
+
+static void pair_end(pair *p)
+{
+        loom_decision_free(&p->d);
+        loom_sched_free(p->s);
+}
+
+/* Whether p's group is lone now. */
+static bool pair_lone(const pair *p)
+{
+        loom_group_info g;
+        cr_assert_eq(loom_sched_group_info(p->s, p->grp, &g), 0);
+        return g.lone;
 }
 
 /* Back to one member: its rollout node is released and its rollouts return to the training
  * nodes, but not while its rollout runs on the node: then at that rollout's end. */
 Test(lone, a_group_left_with_one_member_goes_lone_again)
 {
-        loom_sched *s = loom_sched_new(&cl, &po, NULL);
-        loom_decision d;
-        loom_decision_init(&d, false);
-        loom_job_id ia, ib;
-        loom_group_id grp;
-        seen v = {0};
-        pair_until_a_rolls_on_the_node(s, &d, &ia, &ib, &grp, &v, 0);
+        pair p;
+        pair_start(&p, 0, 0);
+        loom_sched *s = p.s;
         /* B leaves while A's rollout runs on the node: nothing is released yet */
-        memset(&v, 0, sizeof v);
-        cr_assert_eq(loom_sched_job_exit(s, 160, ib, LOOM_EXIT_CANCELLED), 0);
-        drain(s, &v);
-        cr_assert_eq(v.released[LOOM_POOL_ROLLOUT], 0, "A's rollout holds the node");
-        loom_group_info g;
-        cr_assert_eq(loom_sched_group_info(s, grp, &g), 0);
-        cr_assert_not(g.lone);
+        memset(&p.v, 0, sizeof p.v);
+        cr_assert_eq(loom_sched_job_exit(s, 160, p.ib, LOOM_EXIT_CANCELLED), 0);
+        drain(s, &p.v);
+        cr_assert_eq(p.v.released[LOOM_POOL_ROLLOUT], 0, "A's rollout holds the node");
+        cr_assert_not(pair_lone(&p));
         /* its end releases the node; the next rollout is on the training nodes */
-        cr_assert_eq(loom_sched_phase_done(s, 250, ia, LOOM_PHASE_ROLLOUT), 0);
-        drain(s, &v);
-        cr_assert_eq(v.released[LOOM_POOL_ROLLOUT], 1);
-        cr_assert_eq(loom_sched_group_info(s, grp, &g), 0);
-        cr_assert(g.lone);
+        cr_assert_eq(loom_sched_phase_done(s, 250, p.ia, LOOM_PHASE_ROLLOUT), 0);
+        drain(s, &p.v);
+        cr_assert_eq(p.v.released[LOOM_POOL_ROLLOUT], 1);
+        cr_assert(pair_lone(&p));
         loom_sched_stats st;
         loom_sched_stats_get(s, &st);
         cr_assert_eq(st.nodes[LOOM_POOL_ROLLOUT], 0);
-        cr_assert_eq(v.of[ia].phase, LOOM_PHASE_TRAIN);
-        cr_assert_eq(loom_sched_phase_done(s, 300, ia, LOOM_PHASE_TRAIN), 0);
-        memset(&v, 0, sizeof v);
-        drain(s, &v);
-        cr_assert_eq(v.of[ia].phase, LOOM_PHASE_ROLLOUT);
-        cr_assert_eq(v.of[ia].pool, LOOM_POOL_TRAIN);
+        cr_assert_eq(p.v.of[p.ia].phase, LOOM_PHASE_TRAIN);
+        cr_assert_eq(loom_sched_phase_done(s, 300, p.ia, LOOM_PHASE_TRAIN), 0);
+        memset(&p.v, 0, sizeof p.v);
+        drain(s, &p.v);
+        cr_assert_eq(p.v.of[p.ia].phase, LOOM_PHASE_ROLLOUT);
+        cr_assert_eq(p.v.of[p.ia].pool, LOOM_POOL_TRAIN);
         /* a newcomer provisions the node again, under the same id */
         loom_job_spec c = spec("C", 40, 40, 2.0);
-        submit(s, &c, &d);
-        cr_assert_eq(d.group, grp, "%s", d.reason);
-        drain(s, &v);
-        cr_assert_eq(v.provisioned[LOOM_POOL_ROLLOUT], 1);
-        loom_decision_free(&d);
-        loom_sched_free(s);
+        submit(s, &c, &p.d);
+        cr_assert_eq(p.d.group, p.grp, "%s", p.d.reason);
+        drain(s, &p.v);
+        cr_assert_eq(p.v.provisioned[LOOM_POOL_ROLLOUT], 1);
+        pair_end(&p);
 }
 
-/* A of `iterations` and cold start `cold`, then B, until A's rollout runs on the rollout node;
- * B leaves and A's rollout ends. Whether A's group went lone. */
-static bool lone_after_partner_left(int64_t iterations, double cold)
+/* The pair with A of `iterations` and cold start `cold`; B leaves and A's rollout ends (A has
+ * trained once). Whether A's group went lone, with p left for more. */
+static bool lone_after_partner_left(pair *p, int64_t iterations, double cold)
 {
-        loom_sched *s = loom_sched_new(&cl, &po, NULL);
-        loom_decision d;
-        loom_decision_init(&d, false);
-        loom_job_spec a = spec("A", 100, 50, 2.0), b = spec("B", 40, 40, 2.0);
-        a.iterations = iterations;
-        a.t_cold = loom_us_from_s(cold);
-        loom_job_id ia = submit(s, &a, &d), ib;
-        loom_group_id grp = d.group;
-        seen v = {0};
-        ib = submit(s, &b, &d);
-        drain(s, &v);
-        cr_assert_eq(loom_sched_phase_done(s, 40, ib, LOOM_PHASE_ROLLOUT), 0);
-        cr_assert_eq(loom_sched_phase_done(s, 100, ia, LOOM_PHASE_ROLLOUT), 0);
-        drain(s, &v);
-        cr_assert_eq(loom_sched_phase_done(s, 150, ia, LOOM_PHASE_TRAIN), 0);
-        drain(s, &v);
-        cr_assert_eq(v.of[ia].pool, LOOM_POOL_ROLLOUT);
-        cr_assert_eq(loom_sched_job_exit(s, 160, ib, LOOM_EXIT_CANCELLED), 0);
-        cr_assert_eq(loom_sched_phase_done(s, 250, ia, LOOM_PHASE_ROLLOUT), 0);
-        drain(s, &v);
-        loom_group_info g;
-        cr_assert_eq(loom_sched_group_info(s, grp, &g), 0);
-        loom_decision_free(&d);
-        loom_sched_free(s);
-        return g.lone;
+        pair_start(p, iterations, cold);
+        cr_assert_eq(loom_sched_job_exit(p->s, 160, p->ib, LOOM_EXIT_CANCELLED), 0);
+        cr_assert_eq(loom_sched_phase_done(p->s, 250, p->ia, LOOM_PHASE_ROLLOUT), 0);
+        memset(&p->v, 0, sizeof p->v);
+        drain(p->s, &p->v);
+        return pair_lone(p);
+}
+
+static bool goes_lone(int64_t iterations, double cold)
+{
+        pair p;
+        bool lone = lone_after_partner_left(&p, iterations, cold);
+        pair_end(&p);
+        return lone;
 }
 
 /* Its budget is 2 x 150 s and its lone iteration 150 s plus two switches: a known cold start
- * must fit in the slack over the iterations left (A has trained once). */
+ * must fit in the slack over the iterations left. */
 Test(lone, a_known_cold_start_decides_the_switch_to_lone)
 {
-        cr_assert(lone_after_partner_left(6, 100), "5 left: 20 s a round of 300 s fits");
-        cr_assert_not(lone_after_partner_left(6, 1000), "5 left: 200 s a round does not");
-        cr_assert(lone_after_partner_left(101, 1000), "100 left: 10 s a round fits");
-        cr_assert(lone_after_partner_left(0, 1e5), "unbounded: any cold start pays");
+        cr_assert(goes_lone(6, 100), "5 left: 20 s a round of 300 s fits");
+        cr_assert_not(goes_lone(6, 1000), "5 left: 200 s a round does not");
+        cr_assert(goes_lone(101, 1000), "100 left: 10 s a round fits");
+        cr_assert(goes_lone(0, 1e5), "unbounded: any cold start pays");
 }
 
 /* Switching to lone makes the member's next rollout a cold start on its training nodes: one
@@ -389,31 +395,16 @@ Test(lone, a_known_cold_start_decides_the_switch_to_lone)
  * keeps its rollout node to its end instead. */
 Test(lone, a_member_near_its_end_does_not_switch_to_lone)
 {
-        cr_assert(lone_after_partner_left(LOOM_LONE_LEFT + 1, 0));
-        cr_assert_not(lone_after_partner_left(LOOM_LONE_LEFT, 0));
         for (int near = 0; near < 2; near++) {
-                loom_sched *s = loom_sched_new(&cl, &po, NULL);
-                loom_decision d;
-                loom_decision_init(&d, false);
-                loom_job_id ia, ib;
-                loom_group_id grp;
-                seen v = {0};
-                /* A has trained once: LOOM_LONE_LEFT (or one fewer) iterations left */
-                pair_until_a_rolls_on_the_node(s, &d, &ia, &ib, &grp, &v, LOOM_LONE_LEFT + !near);
-                cr_assert_eq(loom_sched_job_exit(s, 160, ib, LOOM_EXIT_CANCELLED), 0);
-                cr_assert_eq(loom_sched_phase_done(s, 250, ia, LOOM_PHASE_ROLLOUT), 0);
-                memset(&v, 0, sizeof v);
-                drain(s, &v);
-                loom_group_info g;
-                cr_assert_eq(loom_sched_group_info(s, grp, &g), 0);
-                cr_assert_eq(g.lone, !near, "near %d", near);
-                cr_assert_eq(v.released[LOOM_POOL_ROLLOUT], !near, "near %d", near);
-                cr_assert_eq(loom_sched_phase_done(s, 300, ia, LOOM_PHASE_TRAIN), 0);
-                drain(s, &v);
-                cr_assert_eq(v.of[ia].phase, LOOM_PHASE_ROLLOUT);
-                cr_assert_eq(v.of[ia].pool, near ? LOOM_POOL_ROLLOUT : LOOM_POOL_TRAIN);
-                loom_decision_free(&d);
-                loom_sched_free(s);
+                pair p;
+                /* LOOM_LONE_LEFT (or one fewer) iterations left */
+                cr_assert_eq(lone_after_partner_left(&p, LOOM_LONE_LEFT + !near, 0), !near);
+                cr_assert_eq(p.v.released[LOOM_POOL_ROLLOUT], !near, "near %d", near);
+                cr_assert_eq(loom_sched_phase_done(p.s, 300, p.ia, LOOM_PHASE_TRAIN), 0);
+                drain(p.s, &p.v);
+                cr_assert_eq(p.v.of[p.ia].phase, LOOM_PHASE_ROLLOUT);
+                cr_assert_eq(p.v.of[p.ia].pool, near ? LOOM_POOL_ROLLOUT : LOOM_POOL_TRAIN);
+                pair_end(&p);
         }
 }
 
@@ -422,26 +413,17 @@ Test(lone, a_member_near_its_end_does_not_switch_to_lone)
  * the rollout's end. */
 Test(lone, resuming_the_last_member_makes_its_group_lone)
 {
-        loom_sched *s = loom_sched_new(&cl, &po, NULL);
-        loom_decision d;
-        loom_decision_init(&d, false);
-        loom_job_id ia, ib;
-        loom_group_id grp;
-        seen v = {0};
-        pair_until_a_rolls_on_the_node(s, &d, &ia, &ib, &grp, &v, 0);
-        cr_assert_eq(loom_sched_job_exit(s, 160, ib, LOOM_EXIT_CANCELLED), 0);
-        loom_group_info g;
-        cr_assert_eq(loom_sched_group_info(s, grp, &g), 0);
-        cr_assert_not(g.lone, "A's rollout holds the node");
-        cr_assert_eq(loom_sched_job_resume(s, 170, ia, LOOM_PHASE_ROLLOUT, 0), 0);
-        cr_assert_eq(loom_sched_group_info(s, grp, &g), 0);
-        cr_assert(g.lone, "resumed, its rollout restarts on the training nodes");
-        memset(&v, 0, sizeof v);
-        drain(s, &v);
-        cr_assert_eq(v.released[LOOM_POOL_ROLLOUT], 1);
-        cr_assert_eq(v.of[ia].pool, LOOM_POOL_TRAIN);
-        loom_decision_free(&d);
-        loom_sched_free(s);
+        pair p;
+        pair_start(&p, 0, 0);
+        cr_assert_eq(loom_sched_job_exit(p.s, 160, p.ib, LOOM_EXIT_CANCELLED), 0);
+        cr_assert_not(pair_lone(&p), "A's rollout holds the node");
+        cr_assert_eq(loom_sched_job_resume(p.s, 170, p.ia, LOOM_PHASE_ROLLOUT, 0), 0);
+        cr_assert(pair_lone(&p), "resumed, its rollout restarts on the training nodes");
+        memset(&p.v, 0, sizeof p.v);
+        drain(p.s, &p.v);
+        cr_assert_eq(p.v.released[LOOM_POOL_ROLLOUT], 1);
+        cr_assert_eq(p.v.of[p.ia].pool, LOOM_POOL_TRAIN);
+        pair_end(&p);
 }
 
 /* policy.lone_grow: a job whose SLO leaves no room for the two switches on its own training
