@@ -248,7 +248,8 @@ bool loom__learn_prior(const loom_sched *s, loom_job_spec *spec, loom_job_spec *
         double ref_d = solo_at(spec, f[0], f[1]);
         /* a job too short for what it learns to re-plan or move it: the shortest solo iteration
          * the prior's jobs give it, so that it keeps its SLO however light it turns out */
-        for (int i = 0; spec->iterations > 0 && spec->iterations <= LOOM_PRIOR_SHORT && i < n; i++) {
+        bool short_job = spec->iterations > 0 && spec->iterations <= LOOM_PRIOR_SHORT;
+        for (int i = 0; short_job && i < n; i++) {
                 double v = solo_at(spec, s->prior[i][0], s->prior[i][1]);
                 ref_d = v < ref_d ? v : ref_d;
         }

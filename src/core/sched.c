@@ -1241,8 +1241,8 @@ void loom__lone_recheck(loom_sched *s, group *g, bool may_go_lone)
         if (g->n_members != 1)
                 return;
         const job *m = g->members[0];
-        bool ending = !g->lone && !lone_start_pays(s, m, g->n_tnodes);
-        if ((g->lone || !g->lone_lost) && !ending &&
+        bool start_unpaid = !g->lone && !lone_start_pays(s, m, g->n_tnodes);
+        if ((g->lone || !g->lone_lost) && !start_unpaid &&
             g->lone != loom__job_lone_fits(s, m, g->n_tnodes)) {
                 g->lone = !g->lone;
                 g->lone_lost = !may_go_lone && !g->lone;
