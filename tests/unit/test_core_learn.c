@@ -423,7 +423,8 @@ Test(learn, new_jobs_are_held_to_the_fleet_prior)
         short_job.id[0] = 'T';
         sj = submit(s, short_job);
         cr_assert_eq(loom_sched_job_info(s, sj, &ji), 0);
-        cr_assert_eq(ji.spec.t_solo_ref, loom_us_from_s(100 * 0.3 + 300 * 0.1), "B's, not the mean");
+        cr_assert_eq(ji.spec.t_solo_ref, loom_us_from_s(100 * 0.3 + 300 * 0.1),
+                     "B's, not the mean");
         short_job.id[0] = 'U';
         short_job.iterations = LOOM_PRIOR_SHORT + 1;
         sj = submit(s, short_job);
