@@ -1198,13 +1198,20 @@ int loom_sched_job_exit(loom_sched *s, loom_us now, loom_job_id id, loom_exit re
         return 0;
 }
 
-bool loom__job_lone_fits(const loom_sched *s, const job *j, int train_nodes)
+/* j's spec on its mean observed phases once it has learned them: what it runs alone. */
+static loom_job_spec mean_phases(const job *j)
 {
         loom_job_spec sp = j->spec;
         if (j->ls && j->ls->learned_budget) {
                 sp.t_roll = j->ls->mean_roll;
                 sp.t_train = j->ls->mean_train;
         }
+        return sp;
+}
+
+bool loom__job_lone_fits(const loom_sched *s, const job *j, int train_nodes)
+{
+        loom_job_spec sp = mean_phases(j);
         return loom__lone_fits(s, &sp, j->slo_budget, train_nodes);
 }
 
@@ -1224,11 +1231,7 @@ static bool lone_start_pays(const loom_sched *s, const job *m, int train_nodes)
                 return left >= LOOM_LONE_LEFT;
         if (left < 1)
                 return false;
-        loom_job_spec sp = m->spec;
-        if (m->ls && m->ls->learned_budget) {
-                sp.t_roll = m->ls->mean_roll;
-                sp.t_train = m->ls->mean_train;
-        }
+        loom_job_spec sp = mean_phases(m);
         return (double)loom__lone_iteration(s, &sp, train_nodes) +
                    (double)m->spec.t_cold / (double)left <=
                (double)m->slo_budget;
@@ -1241,9 +1244,9 @@ void loom__lone_recheck(loom_sched *s, group *g, bool may_go_lone)
         if (g->n_members != 1)
                 return;
         const job *m = g->members[0];
-        bool start_unpaid = !g->lone && !lone_start_pays(s, m, g->n_tnodes);
-        if ((g->lone || !g->lone_lost) && !start_unpaid &&
-            g->lone != loom__job_lone_fits(s, m, g->n_tnodes)) {
+        /* a switch to lone also pays the cold start it makes (asked only then) */
+        if ((g->lone || !g->lone_lost) && g->lone != loom__job_lone_fits(s, m, g->n_tnodes) &&
+            (g->lone || lone_start_pays(s, m, g->n_tnodes))) {
                 g->lone = !g->lone;
                 g->lone_lost = !may_go_lone && !g->lone;
                 for (int i = 0; i < g->n_rnodes && !g->lone && !g->rnodes_up; i++)

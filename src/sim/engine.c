@@ -565,17 +565,23 @@ static int drain(engine *g)
         return 0;
 }
 
+/* What job sj declares of its model to the core: its warm switch and its cold start. */
+static void declare_model(const engine *g, const loom_sim_job *sj, loom_job_spec *sp)
+{
+        sp->t_switch = loom__sim_job_switch(g->c, sj->model_b);
+        sp->t_cold = loom_sim_cold(g->c, sj->model_b);
+}
+
 static int arrival(engine *g, int ji)
 {
         const loom_sim_job *sj = &g->w->jobs[ji];
         sjob *j = &g->jobs[ji];
         if (!j->waiting) {
                 j->cur = sj->spec;
-                j->cur.t_switch = loom__sim_job_switch(g->c, sj->model_b);
-                j->cur.t_cold = loom_sim_cold(g->c, sj->model_b);
+                declare_model(g, sj, &j->cur);
                 j->decl[0] = sj->spec.t_roll;
                 j->decl[1] = sj->spec.t_train;
-                j->ready = g->now + loom_sim_cold(g->c, sj->model_b);
+                j->ready = g->now + j->cur.t_cold;
         }
         j->waiting = false;
         j->cur.iterations = sj->spec.iterations - j->iter;
@@ -891,8 +897,7 @@ static loom_job_spec current_profile(const engine *g, int ji)
         sp.t_roll = (loom_us)llround((double)sp.t_roll * f);
         sp.t_train = (loom_us)llround((double)sp.t_train * f);
         sp.iterations -= g->jobs[ji].iter;
-        sp.t_switch = loom__sim_job_switch(g->c, sj->model_b);
-        sp.t_cold = loom_sim_cold(g->c, sj->model_b);
+        declare_model(g, sj, &sp);
         return sp;
 }
 
